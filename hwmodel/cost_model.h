@@ -1,0 +1,89 @@
+// batchsim — the roofline cost model: how long one iteration of a batch takes.
+//
+// The simulator asks "how long does this iteration take?"; the cost model answers from the
+// batch's *shape* only (prefill chunks with their context offsets, decode contexts, how many
+// sequences sample a token) and keeps no scheduler state. Per transformer layer and operator:
+//   time = max(FLOPs / (peak_flops * eta_c), bytes / (hbm_bytes_per_s * eta_m)) + launch
+// summed over operators and layers, plus the LM head for sampling sequences only, plus
+// tensor-parallel all-reduces, plus a per-iteration CPU overhead (DESIGN.md, "Cost model").
+//
+// Thread safety: a CostModel is immutable after construction; `iteration` is const and may be
+// called from many threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/model_spec.h"
+
+namespace batchsim {
+
+struct PrefillChunk {
+  int64_t new_tokens = 0;      // tokens computed in this iteration
+  int64_t context_before = 0;  // tokens of this sequence already in the KV cache
+};
+
+// The shape of one iteration. Decode sequences are kept as aggregates so that building and
+// costing a shape is O(number of prefill chunks), not O(batch size).
+struct BatchShape {
+  std::vector<PrefillChunk> prefills;
+  int64_t num_decodes = 0;           // sequences computing exactly one token
+  int64_t decode_context_sum = 0;    // sum over decodes of context_before + 1
+  int64_t decode_context_max = 0;
+  int64_t num_sampled = 0;           // sequences that produce a token (run the LM head)
+
+  void clear() {
+    prefills.clear();
+    num_decodes = decode_context_sum = decode_context_max = num_sampled = 0;
+  }
+  void add_prefill(int64_t new_tokens, int64_t context_before) {
+    prefills.push_back({new_tokens, context_before});
+  }
+  void add_decode(int64_t context_before) {
+    ++num_decodes;
+    decode_context_sum += context_before + 1;
+    if (context_before + 1 > decode_context_max) decode_context_max = context_before + 1;
+  }
+  int64_t prefill_tokens() const {
+    int64_t n = 0;
+    for (const auto& p : prefills) n += p.new_tokens;
+    return n;
+  }
+  int64_t total_tokens() const { return prefill_tokens() + num_decodes; }
+  bool empty() const { return prefills.empty() && num_decodes == 0; }
+};
+
+// Seconds per part of one iteration; `total_s` is their sum.
+struct IterationCost {
+  double gemm_s = 0;
+  double prefill_attention_s = 0;
+  double decode_attention_s = 0;
+  double lm_head_s = 0;
+  double communication_s = 0;
+  double overhead_s = 0;
+  double total_s = 0;
+  bool gemm_compute_bound = false;  // whether the layer GEMMs hit the FLOP roof
+};
+
+class CostModel {
+ public:
+  CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1);
+
+  IterationCost iteration(const BatchShape& shape) const;
+
+  // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
+  // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
+  int64_t kv_capacity_tokens(double gpu_memory_utilization) const;
+
+  const ModelSpec& model() const { return model_; }
+  const HardwareProfile& gpu() const { return gpu_; }
+  int tensor_parallel() const { return tp_; }
+
+ private:
+  ModelSpec model_;
+  HardwareProfile gpu_;
+  int tp_;
+};
+
+}  // namespace batchsim

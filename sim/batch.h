@@ -1,0 +1,58 @@
+// batchsim — one iteration's work, as a policy hands it to the replica.
+//
+// A Batch lists, for each scheduled request, how many tokens it computes this iteration
+// (a prefill chunk, or 1 for a decode; vLLM v1's unified "num_new_tokens = tokens -
+// num_computed_tokens" rule). The replica applies the items; the cost model sees only `shape`,
+// which the policy fills and which may contain more work than the items (padding of a static
+// batch, rows of finished sequences that still compute) — that extra work is what static
+// batching wastes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "hwmodel/cost_model.h"
+#include "sim/request.h"
+#include "sim/time.h"
+
+namespace batchsim {
+
+struct BatchItem {
+  RequestId id = 0;
+  int32_t new_tokens = 0;       // >= 1
+  int64_t context_before = 0;   // tokens already computed (in the KV cache) before this step
+};
+
+struct Batch {
+  std::vector<BatchItem> items;
+  BatchShape shape;             // what the cost model times
+  SimTime extra_time;           // added to the cost model's time (e.g. swap transfers)
+  int64_t bubble_slots = 0;     // batch slots that compute nothing useful (static batching)
+  // When the policy schedules nothing now but wants to be asked again at a later time
+  // (a static batch timeout), it sets this.
+  std::optional<SimTime> wake_at;
+
+  void clear() {
+    items.clear();
+    shape.clear();
+    extra_time = SimTime::zero();
+    bubble_slots = 0;
+    wake_at.reset();
+  }
+  bool empty() const { return items.empty(); }
+  // Adds an item and its shape: a decode when it computes the last known token, else a
+  // prefill chunk. Policies that pad or compute extra rows add to `shape` themselves.
+  void add(RequestId id, int32_t new_tokens, int64_t context_before, bool is_decode,
+           bool samples) {
+    items.push_back({id, new_tokens, context_before});
+    if (is_decode) {
+      shape.add_decode(context_before);
+    } else {
+      shape.add_prefill(new_tokens, context_before);
+    }
+    if (samples) ++shape.num_sampled;
+  }
+};
+
+}  // namespace batchsim

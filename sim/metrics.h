@@ -1,0 +1,103 @@
+// batchsim — what a run measured: per-request records, per-iteration records, and the
+// aggregate figures reported in summary.json.
+//
+// Percentiles use the nearest-rank definition on (value, weight) samples: the smallest value
+// whose cumulative weight reaches q * total weight. Time-between-tokens gaps are stored as
+// (gap, count) pairs — one pair covers every sequence of a decode iteration that had the same
+// gap — so memory grows with iterations, not with tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/policy.h"
+#include "sim/request.h"
+#include "sim/time.h"
+
+namespace batchsim {
+
+struct RequestRecord {
+  RequestId id = 0;
+  SimTime arrival;
+  int32_t prompt_tokens = 0;
+  int32_t output_tokens = 0;
+  RequestState state = RequestState::kPending;
+  SimTime first_scheduled = SimTime::max();
+  SimTime first_token = SimTime::max();
+  SimTime finished = SimTime::max();
+  SimTime max_tbt = SimTime::zero();
+  int32_t preemptions = 0;
+  std::string reject_reason;
+
+  bool completed() const { return state == RequestState::kFinished; }
+  double ttft_s() const { return (first_token - arrival).seconds(); }
+  double e2e_s() const { return (finished - arrival).seconds(); }
+  double queueing_s() const { return (first_scheduled - arrival).seconds(); }
+  // (e2e - TTFT) / (output - 1); 0 for single-token outputs.
+  double tpot_s() const {
+    return output_tokens > 1 ? (finished - first_token).seconds() / (output_tokens - 1) : 0.0;
+  }
+};
+
+struct IterationRecord {
+  int64_t index = 0;
+  SimTime start;
+  SimTime duration;
+  int32_t num_requests = 0;       // items scheduled
+  int32_t num_prefills = 0;       // prefill chunks
+  int64_t prefill_tokens = 0;
+  int32_t num_decodes = 0;
+  int64_t bubble_slots = 0;
+  int64_t kv_used_tokens = 0;     // after the iteration
+  int64_t kv_allocated_tokens = 0;
+  int32_t waiting = 0;            // not yet finished, not in this batch: filled by the replica
+  IterationCost cost;
+};
+
+// Weighted samples with nearest-rank percentiles.
+class WeightedSamples {
+ public:
+  void add(double value, int64_t weight = 1);
+  int64_t count() const { return total_weight_; }
+  double mean() const;
+  double percentile(double q) const;  // q in [0, 1]; 0 when empty
+  double max() const;
+ private:
+  mutable std::vector<std::pair<double, int64_t>> samples_;
+  mutable bool sorted_ = true;
+  int64_t total_weight_ = 0;
+  double weighted_sum_ = 0;
+  void sort() const;
+};
+
+struct Distribution {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  int64_t count = 0;
+  static Distribution of(const WeightedSamples& s);
+};
+
+struct Summary {
+  int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
+  double makespan_s = 0;   // first arrival to last completion
+  double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
+  Distribution e2e_s, ttft_s, tpot_s, tbt_s, normalized_latency_s_per_token, queueing_s;
+  int64_t preemptions = 0;
+  int64_t iterations = 0;
+  double bubble_fraction = 0;      // bubble slots / (bubble + useful slots) over all iterations
+  double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;        // real tokens / capacity
+  double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // held / capacity
+  double busy_fraction = 0;        // time the replica was computing / makespan
+};
+
+struct SimulationResult {
+  std::vector<RequestRecord> requests;
+  std::vector<IterationRecord> iterations;  // only when recorded
+  WeightedSamples tbt_s;                    // every inter-token gap
+  Summary summary;
+  int64_t kv_capacity_tokens = 0;
+};
+
+}  // namespace batchsim

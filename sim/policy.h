@@ -1,0 +1,108 @@
+// batchsim — the scheduler (batching policy) interface.
+//
+// A Policy decides, at each iteration boundary, which requests run and how many tokens each
+// computes. It owns its waiting/running queues and its KV-cache manager; it reads (never
+// writes) the requests' progress, which the replica advances when an iteration ends. Two
+// levels, as in vLLM and TensorRT-LLM: *capacity* (who may hold KV: admit, preempt) and
+// *packing* (token budget, chunk sizes).
+//
+// Call order for one replica:
+//   attach(env) once; then, in simulated-time order,
+//   on_arrival(id) for each arriving request,
+//   schedule(now, batch) whenever the replica is free (the batch is cleared by the caller),
+//   on_iteration_end(batch, finished, now) after the replica applied a batch.
+// A request the policy can never serve is handed to env.reject(id, reason) exactly once and
+// must then leave every queue. A policy must never return an empty batch while it holds
+// schedulable work, unless it sets batch.wake_at (e.g. a static batch timeout): the simulation
+// treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hwmodel/cost_model.h"
+#include "sim/batch.h"
+#include "sim/kv_cache.h"
+#include "sim/request.h"
+
+namespace batchsim {
+
+enum class RequestState : uint8_t { kPending, kWaiting, kRunning, kFinished, kRejected };
+
+// Progress of one request through the replica, advanced only by the replica.
+struct RequestProgress {
+  RequestState state = RequestState::kPending;
+  int64_t computed_tokens = 0;   // tokens whose KV has been computed (reset by recompute)
+  int32_t generated_tokens = 0;  // output tokens produced so far
+  int32_t preemptions = 0;
+  SimTime first_scheduled = SimTime::max();
+  SimTime first_token = SimTime::max();
+  SimTime last_token = SimTime::max();
+  SimTime finished = SimTime::max();
+  SimTime max_tbt = SimTime::zero();
+};
+
+// Everything a policy may look at. Owned by the simulation; valid for the whole run.
+struct PolicyEnv {
+  const Workload* requests = nullptr;
+  const std::vector<RequestProgress>* progress = nullptr;
+  const CostModel* cost_model = nullptr;
+  int64_t kv_capacity_tokens = 0;  // from GPU memory, utilisation and weights
+  int32_t max_model_len = 0;       // the model's context limit
+  std::function<void(RequestId, std::string)> reject;
+  // Counts a preemption of `id` (the replica's progress is read-only to policies).
+  std::function<void(RequestId)> note_preemption;
+
+  const Request& request(RequestId id) const { return (*requests)[id]; }
+  const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
+  // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
+  int64_t known_tokens(RequestId id) const {
+    return request(id).prompt_tokens + progress_of(id).generated_tokens;
+  }
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  virtual void attach(PolicyEnv& env) = 0;
+  virtual void on_arrival(RequestId id, SimTime now) = 0;
+  virtual void schedule(SimTime now, Batch& batch) = 0;
+  virtual void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
+                                SimTime now) = 0;
+  // True when the policy holds no waiting or running request.
+  virtual bool idle() const = 0;
+  virtual const KvCacheManager& kv_cache() const = 0;
+};
+
+// Policy options as KEY=VALUE strings (from --policy-opt or an experiment file). Typed getters
+// parse and range-check, throwing UserError that names the option; `check_all_used` rejects
+// options the policy does not know, so a typo never passes silently.
+class PolicyOptions {
+ public:
+  PolicyOptions() = default;
+  explicit PolicyOptions(std::map<std::string, std::string> values) : values_(std::move(values)) {}
+  void set(const std::string& key, const std::string& value) { values_[key] = value; }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+  int64_t get_int(const std::string& key, int64_t fallback, int64_t min, int64_t max) const;
+  double get_double(const std::string& key, double fallback, double min, double max) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  std::string get_choice(const std::string& key, const std::string& fallback,
+                         std::initializer_list<std::string_view> choices) const;
+  void check_all_used(std::string_view policy_name) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  mutable std::map<std::string, bool> used_;
+  const std::string* lookup(const std::string& key) const;
+};
+
+}  // namespace batchsim
