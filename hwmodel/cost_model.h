@@ -11,11 +11,13 @@
 // called from many threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/roofline.h"
 
 namespace batchsim {
 
@@ -56,7 +58,7 @@ struct BatchShape {
 
 // Seconds per part of one iteration; `total_s` is their sum.
 struct IterationCost {
-  double gemm_s = 0;
+  double gemm_s = 0;                  // all layers' QKV, O, MLP GEMMs (sum of layer_gemm_s)
   double prefill_attention_s = 0;
   double decode_attention_s = 0;
   double lm_head_s = 0;
@@ -64,6 +66,8 @@ struct IterationCost {
   double overhead_s = 0;
   double total_s = 0;
   bool gemm_compute_bound = false;  // whether the layer GEMMs hit the FLOP roof
+  // gemm_s split by operator (indexed by LayerGemm), summed over layers.
+  std::array<double, kNumLayerGemms> layer_gemm_s{};
 };
 
 class CostModel {
@@ -74,7 +78,26 @@ class CostModel {
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
+  // The reserve is activation_reserve_bytes(kDefaultActivationTokens).
   int64_t kv_capacity_tokens(double gpu_memory_utilization) const;
+  int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens) const;
+
+  // Memory per GPU that is neither weights nor KV, after vLLM's profile run
+  // (vllm/worker/worker.py determine_num_available_blocks: a dummy forward pass of
+  // max_num_batched_tokens measures the peak; the rest of the budget goes to KV):
+  //   kRuntimeReserveBytes (CUDA context, cuBLAS and NCCL workspaces: vLLM's "non-torch
+  //     memory", about 1 GiB on A100/H100)
+  //   + activation_tokens * the live activations of one layer's forward per token
+  //     (residual, normed input, attention output, MLP output: 4 * hidden; the QKV output;
+  //     the up[/gate] output and the activated FFN), all in dtype
+  //   + the sampler's fp32 logits for kSamplerRows rows (vLLM samples max_num_seqs = 256 rows in
+  //     its profile run).
+  // An estimate, not a measurement: it lands within a few percent of the KV blocks vLLM
+  // reports for 7B-70B models, which is what capacity-driven preemption needs.
+  double activation_reserve_bytes(int64_t activation_tokens) const;
+  static constexpr int64_t kDefaultActivationTokens = 8192;  // a common max_num_batched_tokens
+  static constexpr double kRuntimeReserveBytes = 1024.0 * 1024.0 * 1024.0;
+  static constexpr int64_t kSamplerRows = 256;
 
   const ModelSpec& model() const { return model_; }
   const HardwareProfile& gpu() const { return gpu_; }
@@ -84,6 +107,9 @@ class CostModel {
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
+  // Shapes per GPU, computed once so that iteration() does no work proportional to the model.
+  std::array<GemmShape, kNumLayerGemms> layer_gemms_;
+  GemmShape lm_head_;
 };
 
 }  // namespace batchsim

@@ -1,0 +1,114 @@
+// batchsim — the roofline cost model of one iteration (see cost_model.h, roofline.h).
+#include "hwmodel/cost_model.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel)
+    : model_(std::move(model)), gpu_(std::move(gpu)), tp_(tensor_parallel) {
+  if (tp_ < 1) throw UserError(fmt::format("tensor parallel degree must be >= 1, got {}", tp_));
+  if (model_.num_heads % tp_ != 0 || model_.ffn_size % tp_ != 0) {
+    // vLLM refuses the same (vllm/config.py verify_with_parallel_config).
+    throw UserError(fmt::format(
+        "model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
+        model_.name, model_.num_heads, model_.ffn_size, tp_));
+  }
+  if (model_.num_kv_heads % tp_ != 0 && tp_ % model_.num_kv_heads != 0) {
+    // KV heads are either split or replicated whole (vLLM QKVParallelLinear).
+    throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}",
+                                model_.name, model_.num_kv_heads, tp_));
+  }
+  if (gpu_.peak_flops <= 0 || gpu_.hbm_bytes_per_s <= 0) {
+    throw UserError(fmt::format("GPU '{}': peak_flops and hbm_bytes_per_s must be > 0",
+                                gpu_.name));
+  }
+  if (tp_ > 1 && gpu_.interconnect_bytes_per_s <= 0) {
+    throw UserError(fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}",
+                                gpu_.name, tp_));
+  }
+  layer_gemms_ = layer_gemm_shapes(model_, tp_);
+  lm_head_ = lm_head_shape(model_, tp_);
+}
+
+IterationCost CostModel::iteration(const BatchShape& shape) const {
+  IterationCost cost;
+  if (shape.empty()) return cost;
+  const double layers = model_.num_layers;
+  const int64_t tokens = shape.total_tokens();
+
+  for (int g = 0; g < kNumLayerGemms; ++g) {
+    cost.layer_gemm_s[g] = layers * gemm_time_s(gpu_, layer_gemms_[g], tokens, model_.dtype_bytes);
+    cost.gemm_s += cost.layer_gemm_s[g];
+  }
+  // The MLP up projection is the largest GEMM; its regime is the layer's.
+  cost.gemm_compute_bound =
+      gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)], tokens,
+                         model_.dtype_bytes);
+
+  // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
+  // varlen API, as vLLM calls it), so their work is summed under one roofline.
+  OperatorWork prefill;
+  for (const PrefillChunk& chunk : shape.prefills) {
+    const OperatorWork w = prefill_attention_work(model_, tp_, chunk.new_tokens,
+                                                  chunk.context_before);
+    prefill.flops += w.flops;
+    prefill.bytes += w.bytes;
+  }
+  cost.prefill_attention_s = layers * prefill_attention_time_s(gpu_, prefill);
+
+  const OperatorWork decode =
+      decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum);
+  cost.decode_attention_s = layers * decode_attention_time_s(gpu_, decode, shape.num_decodes);
+
+  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, model_.dtype_bytes);
+
+  // Two all-reduces per layer: after the attention output projection and after the MLP down
+  // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
+  cost.communication_s =
+      2 * layers * allreduce_time_s(gpu_, allreduce_message_bytes(model_, tokens), tp_);
+
+  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
+  cost.overhead_s = iteration_overhead_time_s(gpu_, sequences);
+
+  cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
+                 cost.lm_head_s + cost.communication_s + cost.overhead_s;
+  return cost;
+}
+
+double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {
+  const auto& g = layer_gemms_;
+  const double per_token_elements =
+      4.0 * model_.hidden_size + static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
+      static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
+      static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
+  const double logits_bytes = static_cast<double>(kSamplerRows) * lm_head_.n * 4.0;
+  return kRuntimeReserveBytes +
+         static_cast<double>(activation_tokens) * per_token_elements * model_.dtype_bytes +
+         logits_bytes;
+}
+
+int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization) const {
+  return kv_capacity_tokens(gpu_memory_utilization, kDefaultActivationTokens);
+}
+
+int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization,
+                                      int64_t activation_tokens) const {
+  if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
+    throw UserError(fmt::format("gpu memory utilization must be in (0, 1], got {}",
+                                gpu_memory_utilization));
+  }
+  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  const double free_bytes = static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization -
+                            weights_per_gpu - activation_reserve_bytes(activation_tokens);
+  // Every GPU holds its share of the heads of every token, so the replica's capacity in tokens
+  // is one GPU's free memory over one GPU's bytes per token.
+  return static_cast<int64_t>(
+      std::floor(free_bytes / static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_))));
+}
+
+}  // namespace batchsim

@@ -1,0 +1,100 @@
+// batchsim — the roofline's pieces: per-operator work (FLOPs, HBM bytes) and time.
+//
+// CostModel::iteration is the sum of these over one iteration's operators; the fit
+// (hwmodel/fit/) and `batchsim validate` call the same functions on single operators, so the
+// model that is fitted is exactly the model that is simulated. Everything here is per GPU:
+// with tensor parallelism `tp`, query heads, KV heads, the QKV/up output columns and the O/down
+// input rows are divided by tp (Megatron-LM column/row parallel layers, as in vLLM's
+// QKVParallelLinear / RowParallelLinear).
+//
+// Units: FLOPs and bytes are plain counts (double, since they exceed 2^53 only for absurd
+// batches); times are seconds.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/model_spec.h"
+
+namespace batchsim {
+
+// Y[M, N] = X[M, K] * W[K, N] on one GPU; M is the number of tokens.
+struct GemmShape {
+  int64_t k = 0;
+  int64_t n = 0;
+};
+
+// FLOPs and HBM bytes moved by one operator call.
+struct OperatorWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// The four GEMMs of a transformer layer, in execution order; the names are Vidur's
+// (vidur/profiling/mlp/mlp_impl.py), which the measurement reader maps onto these.
+enum class LayerGemm : int { qkv = 0, o = 1, mlp_up = 2, mlp_down = 3 };
+inline constexpr int kNumLayerGemms = 4;
+const char* layer_gemm_name(LayerGemm gemm);  // "qkv", "o", "mlp_up", "mlp_down"
+
+// Heads held by one GPU. KV heads are replicated when tp exceeds them (vLLM
+// QKVParallelLinear: num_kv_head_replicas), so a GPU always holds at least one.
+int64_t q_heads_per_gpu(const ModelSpec& model, int tp);
+int64_t kv_heads_per_gpu(const ModelSpec& model, int tp);
+// K and V of one token across all layers, on one GPU.
+int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp);
+
+// Per-GPU weight shapes. QKV: (hidden, (q + 2 kv) * head_dim / tp); O: (q * head_dim / tp,
+// hidden); up: (hidden, ffn * (gated ? 2 : 1) / tp); down: (ffn / tp, hidden). LM head: (hidden,
+// vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead.
+std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp);
+GemmShape lm_head_shape(const ModelSpec& model, int tp);
+
+// 2*M*K*N FLOPs; bytes = dtype * (M*K + K*N + M*N): activations in, weights, activations out.
+OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int dtype_bytes);
+
+// Causal attention of `new_tokens` queries over `context_before + new_tokens` keys, flash style
+// (FlashAttention, Dao et al. 2022: the score matrix never reaches HBM). Query i of the chunk
+// sees context_before + i + 1 keys, so the (query, key) pairs are
+//   new_tokens * context_before + new_tokens * (new_tokens + 1) / 2,
+// each costing 2*head_dim FLOPs for QK^T and 2*head_dim for PV, per query head.
+// Bytes: Q read and O written (new_tokens * q_heads * head_dim each) plus K and V of all keys
+// read once (re-reads of K/V tiles by later query tiles are served from L2 and not counted).
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
+                                    int64_t context_before);
+// Decode attention: one query per sequence over its context (context_sum = sum of the
+// sequences' context lengths including the new token). Bytes: K and V of every context token
+// plus Q and O; FLOPs as above with one query. Memory-bound for every real shape (arithmetic
+// intensity ~ q_heads / kv_heads FLOP/byte).
+OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
+                                   int64_t context_sum);
+
+// Bytes of the activation tensor one tensor-parallel all-reduce sums: tokens * hidden * dtype.
+double allreduce_message_bytes(const ModelSpec& model, int64_t tokens);
+
+// ---- time: the roofline with a profile's efficiencies ----
+
+// GEMM efficiency at M tokens: eta_max * M / (M + m_half). Small M cannot fill the tensor
+// cores' tiles (cuBLAS tiles are 64..256 rows), so achieved FLOP/s rises with M and saturates.
+double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens);
+// launch + max(flops / (peak * eta_c(M)), bytes / (hbm * hbm_efficiency)).
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                   int dtype_bytes);
+// Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
+bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                        int dtype_bytes);
+// launch + max(flops / (peak * prefill_attention_efficiency), bytes / (hbm * hbm_efficiency)).
+double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
+// launch + num_decodes * decode_attention_per_seq_s
+//   + max(flops / (peak * prefill_attention_efficiency),
+//         bytes / (hbm * decode_attention_efficiency)).
+double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
+                               int64_t num_decodes);
+// Ring all-reduce over tp GPUs: latency + bytes * 2 (tp - 1) / tp / interconnect bandwidth
+// (each GPU sends and receives 2 (tp-1)/tp of the message; NCCL's "bus bandwidth").
+// Zero for tp == 1.
+double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
+// CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch.
+double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences);
+
+}  // namespace batchsim

@@ -1,0 +1,256 @@
+// The roofline: per-operator FLOPs and bytes against hand calculations, the iteration sum,
+// tensor parallelism, KV capacity, and monotonicity.
+#include "hwmodel/cost_model.h"
+
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "hwmodel/error.h"
+#include "hwmodel/roofline.h"
+#include "hwmodel_test_util.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::user_error_message;
+
+GemmShape shape_of(const ModelSpec& m, int tp, LayerGemm g) {
+  return layer_gemm_shapes(m, tp)[static_cast<int>(g)];
+}
+
+TEST(Roofline, Opt13bGemmShapesFlopsAndBytes) {
+  const ModelSpec m = resolve_model("opt-13b");
+  // hidden 5120, 40 heads of 128, ffn 20480, ReLU (not gated).
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::qkv).k, 5120);
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::qkv).n, 3 * 5120);
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::o).k, 5120);
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::o).n, 5120);
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::mlp_up).n, 20480);
+  EXPECT_EQ(shape_of(m, 1, LayerGemm::mlp_down).k, 20480);
+  EXPECT_EQ(lm_head_shape(m, 1).n, 50272);
+
+  // QKV at M = 512: 2 * 512 * 5120 * 15360 FLOPs;
+  // bytes 2 * (512*5120 + 5120*15360 + 512*15360) = 2 * 89,128,960.
+  const OperatorWork qkv = gemm_work(shape_of(m, 1, LayerGemm::qkv), 512, m.dtype_bytes);
+  EXPECT_DOUBLE_EQ(qkv.flops, 80530636800.0);
+  EXPECT_DOUBLE_EQ(qkv.bytes, 178257920.0);
+
+  // LM head for 3 sampled rows: 2 * 3 * 5120 * 50272; bytes 2 * (3*5120 + 5120*50272 + 3*50272).
+  const OperatorWork head = gemm_work(lm_head_shape(m, 1), 3, m.dtype_bytes);
+  EXPECT_DOUBLE_EQ(head.flops, 1544355840.0);
+  EXPECT_DOUBLE_EQ(head.bytes, 515117632.0);
+}
+
+TEST(Roofline, Opt13bAttentionFlopsAndBytes) {
+  const ModelSpec m = resolve_model("opt-13b");
+  // Chunk of 512 after 1024 tokens of context: pairs = 512*1024 + 512*513/2 = 655,616;
+  // FLOPs = 4 * 40 heads * 128 * 655,616. Bytes: Q and O 2 * 512 * 40 * 128, K and V of
+  // 1536 keys 2 * 1536 * 40 * 128, times 2 bytes.
+  const OperatorWork p = prefill_attention_work(m, 1, 512, 1024);
+  EXPECT_DOUBLE_EQ(p.flops, 13427015680.0);
+  EXPECT_DOUBLE_EQ(p.bytes, 41943040.0);
+  // A chunk with no prior context is plain causal prefill: 4 * 5120 * 4*5/2 for 4 tokens.
+  EXPECT_DOUBLE_EQ(prefill_attention_work(m, 1, 4, 0).flops, 4.0 * 5120 * 10);
+
+  // Decode, 10 sequences with 10,000 context tokens in total: K and V 2 * 10000 * 5120 plus
+  // Q and O 2 * 10 * 5120, times 2 bytes; FLOPs 4 * 5120 * 10000.
+  const OperatorWork d = decode_attention_work(m, 1, 10, 10000);
+  EXPECT_DOUBLE_EQ(d.bytes, 205004800.0);
+  EXPECT_DOUBLE_EQ(d.flops, 204800000.0);
+}
+
+TEST(Roofline, GqaShapesSplitHeadsAndReplicateKvHeads) {
+  const ModelSpec l3 = resolve_model("llama-3-8b");
+  // QKV: 32 query heads + 2 * 8 KV heads of 128 = 6144 columns; gate+up 2 * 14336.
+  EXPECT_EQ(shape_of(l3, 1, LayerGemm::qkv).n, 6144);
+  EXPECT_EQ(shape_of(l3, 1, LayerGemm::mlp_up).n, 28672);
+  EXPECT_EQ(shape_of(l3, 1, LayerGemm::mlp_down).k, 14336);
+  // Decode of 10 sequences with 10,000 context tokens: K and V of 8 heads only:
+  // 2 * (2*10000*8*128 + 2*10*32*128) bytes; FLOPs use all 32 query heads: 4*32*128*10000.
+  const OperatorWork d = decode_attention_work(l3, 1, 10, 10000);
+  EXPECT_DOUBLE_EQ(d.bytes, 41123840.0);
+  EXPECT_DOUBLE_EQ(d.flops, 163840000.0);
+
+  const ModelSpec l70 = resolve_model("llama-2-70b");
+  // TP 4: 16 query heads and 2 KV heads per GPU: QKV 8192 x (16 + 4) * 128 = 2560;
+  // O 2048 x 8192; gate+up 8192 x 2 * 7168; down 7168 x 8192; LM head 8192 x 8000.
+  EXPECT_EQ(shape_of(l70, 4, LayerGemm::qkv).n, 2560);
+  EXPECT_EQ(shape_of(l70, 4, LayerGemm::o).k, 2048);
+  EXPECT_EQ(shape_of(l70, 4, LayerGemm::mlp_up).n, 14336);
+  EXPECT_EQ(shape_of(l70, 4, LayerGemm::mlp_down).k, 7168);
+  EXPECT_EQ(lm_head_shape(l70, 4).n, 8000);
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(l70, 4), 2 * 80 * 2 * 128 * 2);
+  // TP 16 > 8 KV heads: each GPU keeps one whole KV head (replicated), 4 query heads.
+  EXPECT_EQ(kv_heads_per_gpu(l70, 16), 1);
+  EXPECT_EQ(shape_of(l70, 16, LayerGemm::qkv).n, (4 + 2) * 128);
+  // Prefill of 100 new tokens on TP 8: 8 query heads, 1 KV head per GPU;
+  // pairs 100*101/2 = 5050; FLOPs 4 * 8 * 128 * 5050; bytes 2 * (2*100*8*128 + 2*100*1*128).
+  const OperatorWork p = prefill_attention_work(l70, 8, 100, 0);
+  EXPECT_DOUBLE_EQ(p.flops, 20684800.0);
+  EXPECT_DOUBLE_EQ(p.bytes, 460800.0);
+}
+
+// A profile with round numbers so that times can be worked out by hand.
+HardwareProfile round_profile() {
+  HardwareProfile p;
+  p.name = "round";
+  p.peak_flops = 100e12;
+  p.hbm_bytes_per_s = 1e12;
+  p.memory_bytes = int64_t{80} << 30;
+  p.interconnect_bytes_per_s = 100e9;
+  p.interconnect_latency_s = 10e-6;
+  p.gemm_eta_max = 0.5;
+  p.gemm_m_half = 0;
+  p.hbm_efficiency = 1.0;
+  p.prefill_attention_efficiency = 0.25;
+  p.decode_attention_efficiency = 0.5;
+  p.decode_attention_per_seq_s = 0;
+  p.kernel_launch_s = 0;
+  p.iteration_overhead_s = 1e-3;
+  p.iteration_overhead_per_seq_s = 0;
+  return p;
+}
+
+TEST(Roofline, GemmTimeTakesTheBindingRoof) {
+  const ModelSpec m = resolve_model("opt-13b");
+  const HardwareProfile gpu = round_profile();
+  const GemmShape qkv = shape_of(m, 1, LayerGemm::qkv);
+  // M = 512: 80.53 GFLOP at 50 TFLOP/s = 1.6106 ms > 178 MB at 1 TB/s: compute-bound.
+  EXPECT_NEAR(gemm_time_s(gpu, qkv, 512, 2), 80530636800.0 / 50e12, 1e-12);
+  EXPECT_TRUE(gemm_compute_bound(gpu, qkv, 512, 2));
+  // M = 1: the 5120 x 15360 weights (157 MB) dominate: memory-bound.
+  EXPECT_NEAR(gemm_time_s(gpu, qkv, 1, 2), 2.0 * (5120 + 5120 * 15360 + 15360) / 1e12, 1e-12);
+  EXPECT_FALSE(gemm_compute_bound(gpu, qkv, 1, 2));
+  // Small-M efficiency: eta(M) = eta_max * M / (M + m_half).
+  HardwareProfile fitted = gpu;
+  fitted.gemm_m_half = 64;
+  EXPECT_DOUBLE_EQ(gemm_compute_efficiency(fitted, 64), 0.25);
+  EXPECT_DOUBLE_EQ(gemm_compute_efficiency(fitted, 192), 0.375);
+}
+
+TEST(CostModel, Opt13bDecodeIterationByHand) {
+  const ModelSpec m = resolve_model("opt-13b");
+  const CostModel cm(m, round_profile());
+  BatchShape shape;
+  shape.add_decode(99);  // context 100 including the new token
+  shape.num_sampled = 1;
+  const IterationCost c = cm.iteration(shape);
+  // GEMMs at M = 1 are memory-bound: per layer 2 bytes * (314,572,800 weights + activations
+  // (5120+15360) + (5120+5120) + (5120+20480) + (20480+5120)) = 629,309,440 bytes; 40 layers
+  // at 1 TB/s.
+  EXPECT_NEAR(c.gemm_s, 40 * 629309440.0 / 1e12, 1e-12);
+  EXPECT_FALSE(c.gemm_compute_bound);
+  // Decode attention: 2 * (2*100*5120 + 2*5120) bytes per layer at 0.5 TB/s.
+  EXPECT_NEAR(c.decode_attention_s, 40 * 2068480.0 / 0.5e12, 1e-12);
+  EXPECT_EQ(c.prefill_attention_s, 0);
+  // LM head, one row: 2 * (5120 + 5120*50272 + 50272) bytes at 1 TB/s.
+  EXPECT_NEAR(c.lm_head_s, 514896064.0 / 1e12, 1e-12);
+  EXPECT_EQ(c.communication_s, 0);
+  EXPECT_DOUBLE_EQ(c.overhead_s, 1e-3);
+  EXPECT_NEAR(c.total_s,
+              c.gemm_s + c.decode_attention_s + c.lm_head_s + c.overhead_s, 1e-15);
+  double per_op = 0;
+  for (double s : c.layer_gemm_s) per_op += s;
+  EXPECT_NEAR(per_op, c.gemm_s, 1e-15);
+}
+
+TEST(CostModel, PrefillIsComputeBoundAndLmHeadOnlyForSampledRows) {
+  const ModelSpec m = resolve_model("opt-13b");
+  const CostModel cm(m, round_profile());
+  BatchShape shape;
+  shape.add_prefill(512, 1024);  // a middle chunk: samples nothing
+  const IterationCost mid = cm.iteration(shape);
+  EXPECT_TRUE(mid.gemm_compute_bound);
+  EXPECT_EQ(mid.lm_head_s, 0);
+  // Attention of the chunk: 13.427 GFLOP at 25 TFLOP/s per layer (41.9 MB at 1 TB/s is less).
+  EXPECT_NEAR(mid.prefill_attention_s, 40 * 13427015680.0 / 25e12, 1e-12);
+  shape.num_sampled = 1;  // the last chunk samples the first output token
+  const IterationCost last = cm.iteration(shape);
+  EXPECT_GT(last.lm_head_s, 0);
+  EXPECT_NEAR(last.total_s - mid.total_s, last.lm_head_s, 1e-15);
+}
+
+TEST(CostModel, TensorParallelAddsTwoAllReducesPerLayer) {
+  const ModelSpec m = resolve_model("llama-2-70b");
+  const CostModel tp1(m, round_profile(), 1);
+  const CostModel tp4(m, round_profile(), 4);
+  BatchShape shape;
+  shape.add_prefill(1000, 0);
+  const IterationCost c1 = tp1.iteration(shape);
+  const IterationCost c4 = tp4.iteration(shape);
+  EXPECT_EQ(c1.communication_s, 0);
+  // Per all-reduce: 10 us + 1000 tokens * 8192 * 2 bytes * 2 * 3/4 / 100 GB/s; 160 of them.
+  EXPECT_NEAR(c4.communication_s, 160 * (10e-6 + 1000.0 * 8192 * 2 * 1.5 / 100e9), 1e-12);
+  // Compute-bound GEMMs split four ways.
+  EXPECT_NEAR(c4.gemm_s, c1.gemm_s / 4, c1.gemm_s * 1e-3);
+}
+
+TEST(CostModel, BadTensorParallelIsAUserError) {
+  EXPECT_THAT(user_error_message([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }),
+              HasSubstr("--tp 3"));
+  EXPECT_THAT(user_error_message([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }),
+              HasSubstr(">= 1"));
+}
+
+TEST(CostModel, KvCapacityByHand) {
+  const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-80gb"));
+  // 81,920 MiB * 0.9 = 77,309,411,328 bytes; weights 13,476,298,752 bytes.
+  // Reserve: 1 GiB + 8192 tokens * (4*4096 + 12288 + 22016 + 11008) * 2 bytes
+  //   + 256 * 32000 * 4 bytes = 1,073,741,824 + 1,010,827,264 + 32,768,000.
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192), 2117337088.0);
+  // (77,309,411,328 - 13,476,298,752 - 2,117,337,088) / 524,288 bytes per token = 117,713.9.
+  EXPECT_EQ(cm.kv_capacity_tokens(0.9), 117713);
+  // vLLM reports ~7,300 16-token blocks (~117k tokens) for this pair at 0.9 (its startup log,
+  // "# GPU blocks"); the order of magnitude is what matters here.
+
+  // TP 2 halves the weights and the KV bytes per token of each GPU.
+  const CostModel tp2(resolve_model("llama-2-7b"), resolve_gpu("a100-80gb"), 2);
+  EXPECT_GT(tp2.kv_capacity_tokens(0.9), 2 * cm.kv_capacity_tokens(0.9));
+  // 70B weights (138 GB) do not fit one 80 GB GPU.
+  const CostModel big(resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"));
+  EXPECT_LE(big.kv_capacity_tokens(0.9), 0);
+  EXPECT_THAT(user_error_message([&] { cm.kv_capacity_tokens(1.5); }), HasSubstr("1.5"));
+}
+
+// Adding tokens to an iteration never makes it faster, for any profile shape.
+TEST(CostModel, MoreWorkIsNeverFaster) {
+  HardwareProfile fitted = round_profile();
+  fitted.gemm_m_half = 48;
+  fitted.kernel_launch_s = 4e-6;
+  fitted.decode_attention_per_seq_s = 2e-7;
+  fitted.iteration_overhead_per_seq_s = 1e-5;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> len(1, 3000);
+  for (const char* model : {"opt-13b", "llama-3-8b"}) {
+    for (const HardwareProfile& gpu : {round_profile(), fitted, resolve_gpu("h100-sxm")}) {
+      const CostModel cm(resolve_model(model), gpu);
+      BatchShape shape;
+      double previous_s = 0;
+      for (int step = 0; step < 60; ++step) {
+        switch (step % 3) {
+          case 0: shape.add_prefill(len(rng), len(rng)); break;
+          case 1: shape.add_decode(len(rng)); break;
+          default: ++shape.num_sampled; break;
+        }
+        const double t = cm.iteration(shape).total_s;
+        EXPECT_GE(t, previous_s) << model << " " << gpu.name << " step " << step;
+        previous_s = t;
+      }
+      // A longer chunk, or a longer prior context, costs at least as much.
+      for (int64_t c = 1; c < 4096; c *= 2) {
+        BatchShape a, b, ctx;
+        a.add_prefill(c, 100);
+        b.add_prefill(c + 1, 100);
+        ctx.add_prefill(c, 101);
+        EXPECT_LE(cm.iteration(a).total_s, cm.iteration(b).total_s) << c;
+        EXPECT_LE(cm.iteration(a).total_s, cm.iteration(ctx).total_s) << c;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace batchsim

@@ -1,0 +1,155 @@
+// Built-in datasheet GPUs and the profile file format.
+#include "hwmodel/hardware_profile.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "hwmodel/error.h"
+#include "hwmodel_test_util.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::user_error_message;
+using testing::write_file;
+
+TEST(HardwareProfile, BuiltinsCarryTheDatasheetCeilings) {
+  struct Expected {
+    const char* name;
+    double tflops;
+    double hbm_gb_per_s;
+    double memory_gb_at_least;
+  };
+  // Issue 2, item 5 (dense BF16 datasheet figures).
+  const Expected expected[] = {{"a100-40gb", 312, 1555, 40},
+                               {"a100-80gb", 312, 2039, 80},
+                               {"h100-sxm", 989, 3350, 80},
+                               {"h200", 989, 4800, 141},
+                               {"l40s", 362, 864, 48}};
+  for (const auto& e : expected) {
+    const HardwareProfile g = resolve_gpu(e.name);
+    EXPECT_EQ(g.name, e.name);
+    EXPECT_DOUBLE_EQ(g.peak_flops, e.tflops * 1e12) << e.name;
+    EXPECT_DOUBLE_EQ(g.hbm_bytes_per_s, e.hbm_gb_per_s * 1e9) << e.name;
+    EXPECT_GE(static_cast<double>(g.memory_bytes), e.memory_gb_at_least * 1e9) << e.name;
+    EXPECT_LT(static_cast<double>(g.memory_bytes), (e.memory_gb_at_least + 10) * 1e9) << e.name;
+    EXPECT_GT(g.pcie_bytes_per_s, 0) << e.name;
+    EXPECT_GT(g.interconnect_bytes_per_s, 0) << e.name;
+    EXPECT_EQ(g.source, "datasheet");
+  }
+  // Only NVLink GPUs have a link faster than PCIe.
+  EXPECT_GT(resolve_gpu("h100-sxm").interconnect_bytes_per_s, resolve_gpu("l40s").interconnect_bytes_per_s);
+}
+
+HardwareProfile odd_profile() {
+  HardwareProfile p;
+  p.name = "test-gpu";
+  p.source = "fitted from: somewhere, with: colons";
+  p.peak_flops = 123.456789e12;
+  p.hbm_bytes_per_s = 1.23456789e12;
+  p.memory_bytes = 12345678901;
+  p.interconnect_bytes_per_s = 1.5e11;
+  p.interconnect_latency_s = 7.25e-6;
+  p.pcie_bytes_per_s = 2.5e10;
+  p.gemm_eta_max = 0.8123;
+  p.gemm_m_half = 37.5;
+  p.hbm_efficiency = 0.777;
+  p.prefill_attention_efficiency = 0.4321;
+  p.decode_attention_efficiency = 0.6543;
+  p.decode_attention_per_seq_s = 1.1e-7;
+  p.kernel_launch_s = 3.3e-6;
+  p.iteration_overhead_s = 1.7e-3;
+  p.iteration_overhead_per_seq_s = 2.2e-5;
+  return p;
+}
+
+void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+  EXPECT_DOUBLE_EQ(a.peak_flops, b.peak_flops);
+  EXPECT_DOUBLE_EQ(a.hbm_bytes_per_s, b.hbm_bytes_per_s);
+  EXPECT_DOUBLE_EQ(a.interconnect_bytes_per_s, b.interconnect_bytes_per_s);
+  EXPECT_DOUBLE_EQ(a.interconnect_latency_s, b.interconnect_latency_s);
+  EXPECT_DOUBLE_EQ(a.pcie_bytes_per_s, b.pcie_bytes_per_s);
+  EXPECT_DOUBLE_EQ(a.gemm_eta_max, b.gemm_eta_max);
+  EXPECT_DOUBLE_EQ(a.gemm_m_half, b.gemm_m_half);
+  EXPECT_DOUBLE_EQ(a.hbm_efficiency, b.hbm_efficiency);
+  EXPECT_DOUBLE_EQ(a.prefill_attention_efficiency, b.prefill_attention_efficiency);
+  EXPECT_DOUBLE_EQ(a.decode_attention_efficiency, b.decode_attention_efficiency);
+  EXPECT_DOUBLE_EQ(a.decode_attention_per_seq_s, b.decode_attention_per_seq_s);
+  EXPECT_DOUBLE_EQ(a.kernel_launch_s, b.kernel_launch_s);
+  EXPECT_DOUBLE_EQ(a.iteration_overhead_s, b.iteration_overhead_s);
+  EXPECT_DOUBLE_EQ(a.iteration_overhead_per_seq_s, b.iteration_overhead_per_seq_s);
+}
+
+TEST(HardwareProfile, YamlRoundTripKeepsEveryField) {
+  const auto dir = testing::scratch_dir("profile_roundtrip");
+  const HardwareProfile p = odd_profile();
+  save_hardware_profile(p, dir / "p.yaml");
+  expect_same(load_hardware_profile(dir / "p.yaml"), p);
+  // resolve_gpu takes the path too.
+  expect_same(resolve_gpu((dir / "p.yaml").string()), p);
+}
+
+TEST(HardwareProfile, BuiltinsRoundTrip) {
+  const auto dir = testing::scratch_dir("profile_builtins");
+  for (const auto& g : builtin_gpus()) {
+    save_hardware_profile(g, dir / (g.name + ".yaml"));
+    expect_same(load_hardware_profile(dir / (g.name + ".yaml")), g);
+  }
+}
+
+TEST(HardwareProfile, ReadsJsonAndInheritsFromBase) {
+  const auto dir = testing::scratch_dir("profile_json");
+  const auto path = write_file(dir, "slow-h100.json",
+                               R"({"base": "h100-sxm", "gemm_eta_max": 0.5,
+                                   "hbm_bytes_per_s": 3.0e12})");
+  const HardwareProfile p = load_hardware_profile(path);
+  const HardwareProfile h100 = resolve_gpu("h100-sxm");
+  EXPECT_EQ(p.name, "slow-h100");  // no name key: the file names it
+  EXPECT_DOUBLE_EQ(p.gemm_eta_max, 0.5);
+  EXPECT_DOUBLE_EQ(p.hbm_bytes_per_s, 3.0e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops, h100.peak_flops);
+  EXPECT_EQ(p.memory_bytes, h100.memory_bytes);
+}
+
+TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
+  const auto dir = testing::scratch_dir("profile_errors");
+  const auto unknown = write_file(dir, "typo.yaml",
+                                  "base: a100-80gb\ngemm_eta_maks: 0.5\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(unknown); }),
+              AllOf(HasSubstr("typo.yaml"), HasSubstr("gemm_eta_maks"), HasSubstr("unknown key")));
+
+  const auto not_number = write_file(dir, "nan.yaml", "base: a100-80gb\npeak_flops: fast\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(not_number); }),
+              AllOf(HasSubstr("nan.yaml"), HasSubstr("peak_flops"), HasSubstr("number")));
+
+  const auto bad_eta = write_file(dir, "eta.yaml", "base: a100-80gb\nhbm_efficiency: 1.5\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_eta); }),
+              AllOf(HasSubstr("eta.yaml"), HasSubstr("hbm_efficiency"), HasSubstr("(0, 1]")));
+
+  const auto no_peak = write_file(dir, "empty.yaml", "name: nothing\nmemory_bytes: 1e9\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(no_peak); }),
+              AllOf(HasSubstr("empty.yaml"), HasSubstr("peak_flops")));
+
+  const auto bad_base = write_file(dir, "base.yaml", "base: b200\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_base); }),
+              AllOf(HasSubstr("base.yaml"), HasSubstr("b200"), HasSubstr("a100-80gb")));
+
+  const auto broken = write_file(dir, "broken.yaml", "peak_flops: [1, 2\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(broken); }),
+              HasSubstr("broken.yaml"));
+}
+
+TEST(HardwareProfile, UnknownNameListsKnownGpus) {
+  EXPECT_THAT(user_error_message([] { resolve_gpu("tpu-v9"); }),
+              AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"),
+                    HasSubstr("l40s")));
+}
+
+}  // namespace
+}  // namespace batchsim
