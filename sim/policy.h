@@ -56,8 +56,11 @@ struct PolicyEnv {
   int64_t kv_capacity_tokens = 0;  // from GPU memory, utilisation and weights
   int32_t max_model_len = 0;       // the model's context limit
   std::function<void(RequestId, std::string)> reject;
-  // Counts a preemption of `id` (the replica's progress is read-only to policies).
-  std::function<void(RequestId)> note_preemption;
+  // Preempts running request `id`: it goes back to waiting and its preemption count grows.
+  // With recompute (`keeps_kv` false) its computed tokens are dropped and must be prefilled
+  // again; with swap its KV is kept (on the host) and nothing is recomputed. The replica's
+  // progress is read-only to policies, so this is the one way to move a request backwards.
+  std::function<void(RequestId, bool keeps_kv)> preempt;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }

@@ -79,6 +79,7 @@ class Simulation {
   Batch batch_;
   std::vector<RequestId> finished_;
   std::vector<RequestProgress> progress_;
+  std::vector<int64_t> scheduled_in_iteration_;  // catches a request listed twice in a batch
   SimulationResult result_;
   int64_t settled_ = 0;  // finished + rejected
   int64_t iterations_ = 0;

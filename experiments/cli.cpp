@@ -1,0 +1,276 @@
+#include "experiments/cli.h"
+
+#include <chrono>
+#include <ostream>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "experiments/output.h"
+#include "experiments/run_config.h"
+#include "experiments/runner.h"
+#include "hwmodel/cost_model.h"
+#include "hwmodel/error.h"
+#include "policies/registry.h"
+
+namespace po = boost::program_options;
+
+namespace batchsim {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: batchsim <command> [options]
+
+commands:
+  run       simulate one policy on one workload
+  compare   simulate several policies on the same request sequence, side by side
+  list      list built-in models, gpus or policies:  batchsim list {models,gpus,policies}
+  bench     measure the simulator's own speed (simulated requests per wall-second)
+
+`batchsim <command> --help` shows a command's options.
+)";
+
+// Options that describe one run; shared by `run`, `compare` and `bench`.
+po::options_description run_options() {
+  po::options_description d("run options (also accepted as keys of a --config YAML file)");
+  d.add_options()
+      ("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")
+      ("model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")
+      ("gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")
+      ("tp", po::value<int>(), "tensor-parallel degree (default 1)")
+      ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
+      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
+      ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
+      ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
+      ("num-requests", po::value<int64_t>(), "number of requests (first N of a trace; default 1000)")
+      ("prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")
+      ("output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")
+      ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
+      ("seed", po::value<uint64_t>(), "random seed (default 0)")
+      ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
+      ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
+      ("iteration-log", po::bool_switch(), "also write iterations.csv")
+      ("help,h", "show this help");
+  return d;
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description* positional = nullptr) {
+  po::variables_map vm;
+  try {
+    auto parser = po::command_line_parser(args).options(desc);
+    if (positional != nullptr) parser.positional(*positional);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(e.what());
+  }
+  return vm;
+}
+
+RunConfig config_from(const po::variables_map& vm) {
+  RunConfig c = default_run_config();
+  if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), c);
+  if (vm.count("model")) c.model = vm["model"].as<std::string>();
+  if (vm.count("gpu")) c.gpu = vm["gpu"].as<std::string>();
+  if (vm.count("tp")) c.tp = vm["tp"].as<int>();
+  if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
+  if (vm.count("policy-opt")) {
+    for (const auto& text : vm["policy-opt"].as<std::vector<std::string>>()) {
+      auto [k, v] = parse_policy_opt(text);
+      c.policy_opts[k] = v;
+    }
+  }
+  if (vm.count("arrival")) c.workload.arrival = vm["arrival"].as<std::string>();
+  if (vm.count("trace")) {
+    c.workload.trace = vm["trace"].as<std::string>();
+    // A trace brings its own length: read all of it unless --num-requests says otherwise.
+    if (!vm.count("num-requests")) c.workload.num_requests = 0;
+  }
+  if (vm.count("num-requests")) c.workload.num_requests = vm["num-requests"].as<int64_t>();
+  if (vm.count("prompt-len")) c.workload.prompt_len = vm["prompt-len"].as<std::string>();
+  if (vm.count("output-len")) c.workload.output_len = vm["output-len"].as<std::string>();
+  if (vm.count("trace-speedup")) c.workload.trace_speedup = vm["trace-speedup"].as<double>();
+  if (vm.count("seed")) c.workload.seed = vm["seed"].as<uint64_t>();
+  if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
+  if (vm.count("out")) c.out = vm["out"].as<std::string>();
+  if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
+  return c;
+}
+
+void print_warnings(const RunOutcome& run, std::ostream& err) {
+  const auto lines = rejection_warnings(run.result);
+  const size_t shown = std::min<size_t>(lines.size(), 5);
+  for (size_t i = 0; i < shown; ++i) {
+    fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, lines[i]);
+  }
+  if (lines.size() > shown) {
+    fmt::print(err, "batchsim: warning: {}: ... and {} more rejection reasons (see requests.csv)\n",
+               run.config.policy, lines.size() - shown);
+  }
+}
+
+void print_setup(std::ostream& out, const RunConfig& c, const Workload& w, int64_t kv_tokens) {
+  fmt::print(out, "model {} on {} (tp {}), {} requests, arrival {}, KV capacity {} tokens\n",
+             c.model, c.gpu, c.tp, w.size(),
+             c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
+                                        : c.workload.arrival,
+             kv_tokens);
+}
+
+int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const auto desc = run_options();
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    fmt::print(out, "usage: batchsim run [options]\n\n{}\n", fmt::streamed(desc));
+    return 0;
+  }
+  const RunConfig config = config_from(vm);
+  validate(config);
+  const Workload workload = make_workload(config.workload);
+  const RunOutcome run = run_simulation(config, &workload);
+  print_setup(out, config, workload, run.result.kv_capacity_tokens);
+  print_comparison_table(out, {&run});
+  print_warnings(run, err);
+  if (!config.out.empty()) {
+    write_run_outputs(run, config.out);
+    fmt::print(out, "wrote {}\n", config.out.string());
+  }
+  return 0;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto desc = run_options();
+  desc.add_options()("policies", po::value<std::string>()->default_value("hf-static,continuous"),
+                     "comma-separated policies or presets to compare on the same workload");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    fmt::print(out, "usage: batchsim compare [options]\n\n{}\n", fmt::streamed(desc));
+    return 0;
+  }
+  const RunConfig base = config_from(vm);
+  validate(base);
+  const auto policies = split_list(vm["policies"].as<std::string>());
+  if (policies.empty()) throw UserError("--policies: give at least one policy");
+  // Every policy sees the same generated request sequence.
+  const Workload workload = make_workload(base.workload);
+  std::vector<RunOutcome> runs;
+  for (const auto& name : policies) {
+    RunConfig c = base;
+    c.policy = name;
+    runs.push_back(run_simulation(c, &workload));
+  }
+  print_setup(out, base, workload, runs.front().result.kv_capacity_tokens);
+  std::vector<const RunOutcome*> rows;
+  for (const auto& r : runs) rows.push_back(&r);
+  print_comparison_table(out, rows);
+  for (const auto& r : runs) print_warnings(r, err);
+  if (!base.out.empty()) {
+    for (const auto& r : runs) write_run_outputs(r, base.out / r.config.policy);
+    fmt::print(out, "wrote {}/<policy>/\n", base.out.string());
+  }
+  return 0;
+}
+
+int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
+  const std::string what = args.empty() ? "" : args[0];
+  if (what == "models") {
+    fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>9}\n", "name",
+               "layers", "hidden", "heads", "kv", "ffn", "gated", "vocab", "context", "params");
+    for (const ModelSpec& m : builtin_models()) {
+      fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>8.1f}B\n", m.name,
+                 m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size,
+                 m.gated_mlp ? "yes" : "no", m.vocab_size, m.max_context_tokens,
+                 static_cast<double>(m.total_params()) / 1e9);
+    }
+    fmt::print(out, "\nAny Hugging Face config.json path also works as --model.\n");
+    return 0;
+  }
+  if (what == "gpus") {
+    fmt::print(out, "{:<16} {:>10} {:>10} {:>8}  {}\n", "name", "TFLOP/s", "HBM GB/s", "mem GB", "source");
+    for (const HardwareProfile& g : builtin_gpus()) {
+      fmt::print(out, "{:<16} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, g.peak_flops / 1e12,
+                 g.hbm_bytes_per_s / 1e9, static_cast<double>(g.memory_bytes) / 1e9, g.source);
+    }
+    fmt::print(out, "\nA hardware profile file (YAML/JSON) also works as --gpu.\n");
+    return 0;
+  }
+  if (what == "policies") {
+    for (const PolicyInfo& p : registered_policies()) {
+      fmt::print(out, "{:<16} {}\n", p.name, p.description);
+      if (!p.preset.empty()) {
+        std::vector<std::string> kv;
+        for (const auto& [k, v] : p.preset) kv.push_back(k + "=" + v);
+        fmt::print(out, "{:<16}   preset of {}: {}\n", "", p.base, fmt::join(kv, " "));
+      }
+    }
+    for (const char* base : {"static", "continuous", "chunked-prefill"}) {
+      fmt::print(out, "\noptions of {} (--policy-opt KEY=VALUE):\n", base);
+      for (const PolicyOptionDoc& d : policy_option_docs(base)) {
+        fmt::print(out, "  {:<30} default {:<26} {}\n", d.key, d.default_value, d.description);
+      }
+    }
+    return 0;
+  }
+  throw UserError(fmt::format("list: expected models, gpus or policies, got '{}'", what));
+}
+
+int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
+  auto desc = run_options();
+  desc.add_options()("repeat", po::value<int>()->default_value(3), "runs to time (the best is reported)");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    fmt::print(out, "usage: batchsim bench [options]\n\n{}\n", fmt::streamed(desc));
+    return 0;
+  }
+  RunConfig config = config_from(vm);
+  const int repeat = vm["repeat"].as<int>();
+  if (repeat < 1) throw UserError("--repeat: must be >= 1");
+  const Workload workload = make_workload(config.workload);
+  double best_s = 1e300;
+  RunOutcome last;
+  for (int i = 0; i < repeat; ++i) {
+    last = run_simulation(config, &workload);
+    best_s = std::min(best_s, last.wall_s);
+  }
+  const Summary& s = last.result.summary;
+  fmt::print(out, "policy {}: {} requests, {} iterations, {} output tokens simulated\n",
+             config.policy, workload.size(), s.iterations, s.output_tokens);
+  fmt::print(out, "best of {}: {:.4f} s wall = {:.0f} simulated requests/s, {:.0f} iterations/s, "
+             "{:.3g} simulated tokens/s; simulated time {:.1f} s ({:.0f}x faster than real time)\n",
+             repeat, best_s, static_cast<double>(workload.size()) / best_s,
+             static_cast<double>(s.iterations) / best_s,
+             static_cast<double>(s.output_tokens + s.prompt_tokens) / best_s, s.makespan_s,
+             s.makespan_s / best_s);
+  return 0;
+}
+
+}  // namespace
+
+int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    out << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "run") return cmd_run(rest, out, err);
+  if (command == "compare") return cmd_compare(rest, out, err);
+  if (command == "list") return cmd_list(rest, out);
+  if (command == "bench") return cmd_bench(rest, out);
+  throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));
+}
+
+}  // namespace batchsim

@@ -1,0 +1,163 @@
+#include "experiments/output.h"
+
+#include <fstream>
+#include <ostream>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+namespace {
+
+nlohmann::ordered_json dist_json(const Distribution& d) {
+  nlohmann::ordered_json j;
+  j["mean"] = d.mean;
+  j["p50"] = d.p50;
+  j["p90"] = d.p90;
+  j["p99"] = d.p99;
+  j["max"] = d.max;
+  j["count"] = d.count;
+  return j;
+}
+
+const char* state_name(RequestState s) {
+  switch (s) {
+    case RequestState::kPending: return "pending";
+    case RequestState::kWaiting: return "waiting";
+    case RequestState::kRunning: return "running";
+    case RequestState::kFinished: return "finished";
+    case RequestState::kRejected: return "rejected";
+  }
+  return "?";
+}
+
+std::ofstream open_for_write(const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
+  return out;
+}
+
+// Seconds of a SimTime, or empty for "never" (a rejected request has no TTFT).
+std::string opt_seconds(SimTime t, SimTime origin) {
+  if (t == SimTime::max()) return "";
+  return fmt::format("{:.9f}", (t - origin).seconds());
+}
+
+}  // namespace
+
+nlohmann::ordered_json config_to_json(const RunConfig& c) {
+  nlohmann::ordered_json j;
+  j["model"] = c.model;
+  j["gpu"] = c.gpu;
+  j["tp"] = c.tp;
+  j["policy"] = c.policy;
+  j["policy_opts"] = c.policy_opts;
+  j["arrival"] = c.workload.arrival;
+  j["trace"] = c.workload.trace.string();
+  j["num_requests"] = c.workload.num_requests;
+  j["prompt_len"] = c.workload.prompt_len;
+  j["output_len"] = c.workload.output_len;
+  j["trace_speedup"] = c.workload.trace_speedup;
+  j["seed"] = c.workload.seed;
+  j["gpu_memory_utilization"] = c.gpu_memory_utilization;
+  return j;
+}
+
+nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
+  const Summary& s = outcome.result.summary;
+  nlohmann::ordered_json j;
+  j["batchsim_version"] = "0.1.0";
+  j["config"] = config_to_json(outcome.config);
+  j["seed"] = outcome.config.workload.seed;
+  j["requests"] = {{"total", s.requests_total},
+                   {"completed", s.requests_completed},
+                   {"rejected", s.requests_rejected}};
+  j["tokens"] = {{"prompt", s.prompt_tokens}, {"output", s.output_tokens}};
+  j["throughput"] = {{"output_tokens_per_s", s.output_tokens_per_s},
+                     {"total_tokens_per_s", s.total_tokens_per_s},
+                     {"requests_per_s", s.requests_per_s}};
+  nlohmann::ordered_json lat;
+  lat["e2e_s"] = dist_json(s.e2e_s);
+  lat["ttft_s"] = dist_json(s.ttft_s);
+  lat["tpot_s"] = dist_json(s.tpot_s);
+  lat["tbt_s"] = dist_json(s.tbt_s);
+  lat["normalized_s_per_token"] = dist_json(s.normalized_latency_s_per_token);
+  lat["queueing_s"] = dist_json(s.queueing_s);
+  j["latency"] = lat;
+  j["makespan_s"] = s.makespan_s;
+  j["iterations"] = s.iterations;
+  j["preemptions"] = s.preemptions;
+  j["bubble_fraction"] = s.bubble_fraction;
+  j["busy_fraction"] = s.busy_fraction;
+  j["kv"] = {{"capacity_tokens", outcome.result.kv_capacity_tokens},
+             {"used_fraction_mean", s.kv_used_fraction_mean},
+             {"used_fraction_peak", s.kv_used_fraction_peak},
+             {"allocated_fraction_mean", s.kv_allocated_fraction_mean},
+             {"allocated_fraction_peak", s.kv_allocated_fraction_peak}};
+  return j;
+}
+
+void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+
+  {
+    auto out = open_for_write(dir / "summary.json");
+    out << summary_to_json(outcome).dump(2) << '\n';
+  }
+  {
+    auto out = open_for_write(dir / "requests.csv");
+    out << "id,arrival_s,prompt_tokens,output_tokens,state,first_scheduled_s,first_token_s,"
+           "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason\n";
+    for (const RequestRecord& r : outcome.result.requests) {
+      const bool done = r.completed();
+      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n", r.id,
+                 r.arrival.seconds(), r.prompt_tokens, r.output_tokens, state_name(r.state),
+                 opt_seconds(r.first_scheduled, SimTime::zero()),
+                 opt_seconds(r.first_token, SimTime::zero()),
+                 opt_seconds(r.finished, SimTime::zero()),
+                 done ? fmt::format("{:.9f}", r.ttft_s()) : "",
+                 done ? fmt::format("{:.9f}", r.e2e_s()) : "",
+                 done ? fmt::format("{:.9f}", r.tpot_s()) : "",
+                 done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
+                 done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
+                 r.reject_reason);
+    }
+  }
+  if (!outcome.result.iterations.empty()) {
+    auto out = open_for_write(dir / "iterations.csv");
+    out << "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
+           "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
+           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound\n";
+    for (const IterationRecord& it : outcome.result.iterations) {
+      const IterationCost& c = it.cost;
+      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}\n",
+                 it.index, it.start.seconds(), it.duration.seconds(), it.num_requests,
+                 it.num_prefills, it.prefill_tokens, it.num_decodes, it.bubble_slots,
+                 it.kv_used_tokens, it.kv_allocated_tokens, c.gemm_s, c.prefill_attention_s,
+                 c.decode_attention_s, c.lm_head_s, c.communication_s, c.overhead_s,
+                 c.gemm_compute_bound ? 1 : 0);
+    }
+  }
+}
+
+void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs) {
+  fmt::print(out, "{:<18} {:>9} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n",
+             "policy", "done/rej", "out tok/s", "tot tok/s", "req/s", "e2e p50", "e2e p99",
+             "ttft p50", "ttft p99", "tbt p99", "preempt", "bubble");
+  for (const RunOutcome* run : runs) {
+    const Summary& s = run->result.summary;
+    fmt::print(out,
+               "{:<18} {:>9} {:>11.1f} {:>11.1f} {:>8.2f} {:>8.2f}s {:>8.2f}s {:>8.3f}s {:>8.3f}s "
+               "{:>7.1f}ms {:>8} {:>6.1f}%\n",
+               run->config.policy, fmt::format("{}/{}", s.requests_completed, s.requests_rejected),
+               s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s, s.e2e_s.p50,
+               s.e2e_s.p99, s.ttft_s.p50, s.ttft_s.p99, s.tbt_s.p99 * 1e3, s.preemptions,
+               s.bubble_fraction * 100);
+  }
+}
+
+}  // namespace batchsim

@@ -1,0 +1,100 @@
+#include "experiments/run_config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+RunConfig default_run_config() {
+  RunConfig c;
+  c.workload.arrival = "";
+  c.workload.prompt_len = "fixed:512";
+  c.workload.output_len = "capexp:128:512";
+  c.workload.num_requests = 1000;
+  c.workload.seed = 0;
+  return c;
+}
+
+std::pair<std::string, std::string> parse_policy_opt(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    throw UserError(fmt::format("--policy-opt \"{}\": expected KEY=VALUE", text));
+  }
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+namespace {
+
+std::string normalize_key(std::string key) {
+  for (char& ch : key) {
+    if (ch == '_') ch = '-';
+  }
+  return key;
+}
+
+template <typename T>
+T scalar(const YAML::Node& node, const std::filesystem::path& file, const std::string& key) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    throw UserError(fmt::format("{}:{}: key '{}' has a value of the wrong type", file.string(),
+                                node.Mark().line + 1, key));
+  }
+}
+
+}  // namespace
+
+void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file.string());
+  } catch (const YAML::BadFile&) {
+    throw UserError(fmt::format("--config {}: cannot read the file", file.string()));
+  } catch (const YAML::Exception& e) {
+    throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping of run keys", file.string()));
+  for (const auto& kv : root) {
+    const std::string raw = kv.first.as<std::string>();
+    const std::string key = normalize_key(raw);
+    const YAML::Node& v = kv.second;
+    if (key == "model") c.model = scalar<std::string>(v, file, raw);
+    else if (key == "gpu") c.gpu = scalar<std::string>(v, file, raw);
+    else if (key == "tp") c.tp = scalar<int>(v, file, raw);
+    else if (key == "policy") c.policy = scalar<std::string>(v, file, raw);
+    else if (key == "policy-opt") {
+      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, raw));
+      for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, raw);
+    }
+    else if (key == "arrival") c.workload.arrival = scalar<std::string>(v, file, raw);
+    else if (key == "trace") c.workload.trace = scalar<std::string>(v, file, raw);
+    else if (key == "num-requests") c.workload.num_requests = scalar<int64_t>(v, file, raw);
+    else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, raw);
+    else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, raw);
+    else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, raw);
+    else if (key == "seed") c.workload.seed = scalar<uint64_t>(v, file, raw);
+    else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, raw);
+    else if (key == "out") c.out = scalar<std::string>(v, file, raw);
+    else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, raw);
+    else {
+      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, raw));
+    }
+  }
+}
+
+void validate(const RunConfig& c) {
+  if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
+  if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
+    throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
+  }
+  if (c.workload.num_requests < 0) {
+    throw UserError(fmt::format("--num-requests {}: must be >= 0", c.workload.num_requests));
+  }
+  if (!(c.workload.trace_speedup > 0)) {
+    throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
+  }
+}
+
+}  // namespace batchsim

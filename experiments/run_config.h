@@ -1,0 +1,41 @@
+// batchsim — the configuration of one simulation run, from flags and/or a YAML file.
+//
+// Every key can be given as a command-line flag (--model) or in a YAML file passed with
+// --config (model: ...); flags override the file. Keys are spelled with dashes or
+// underscores alike. Policy options are --policy-opt KEY=VALUE (repeatable) or a `policy-opt`
+// map in YAML.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "sim/workload.h"
+
+namespace batchsim {
+
+struct RunConfig {
+  std::string model = "llama-2-7b";
+  std::string gpu = "a100-80gb";
+  int tp = 1;
+  std::string policy = "continuous";
+  std::map<std::string, std::string> policy_opts;
+  WorkloadSpec workload;
+  double gpu_memory_utilization = 0.9;
+  std::filesystem::path out;     // empty: print only
+  bool iteration_log = false;
+};
+
+// The defaults a bare `batchsim run` uses: 1000 requests arriving at once with Anyscale-style
+// lengths (prompt 512, output capexp:128:512).
+RunConfig default_run_config();
+
+// Applies a YAML mapping of run keys to `config`. Throws UserError naming the file and key.
+void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
+// Parses "KEY=VALUE" (from --policy-opt). Throws UserError naming the option.
+std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
+// Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).
+void validate(const RunConfig& config);
+
+}  // namespace batchsim

@@ -1,0 +1,26 @@
+// batchsim — one simulation run from a RunConfig: build the workload, cost model and policy,
+// run the event loop, keep what the outputs need.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiments/run_config.h"
+#include "sim/simulation.h"
+
+namespace batchsim {
+
+struct RunOutcome {
+  RunConfig config;
+  SimulationResult result;
+  double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
+};
+
+// Runs `config`; when `workload` is given it is used instead of generating one (so that a
+// comparison feeds every policy the same request sequence). Throws UserError for bad input.
+RunOutcome run_simulation(const RunConfig& config, const Workload* workload = nullptr);
+
+// Lines such as "3 requests rejected: ..." for the terminal, naming each distinct reason once.
+std::vector<std::string> rejection_warnings(const SimulationResult& result);
+
+}  // namespace batchsim

@@ -1,0 +1,196 @@
+#include "policies/continuous_policy.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace batchsim {
+
+ContinuousPolicy::ContinuousPolicy(ContinuousPolicyConfig config, std::string name)
+    : config_(config), name_(std::move(name)) {}
+
+void ContinuousPolicy::attach(PolicyEnv& env) {
+  env_ = &env;
+  const auto n = static_cast<int64_t>(env.requests->size());
+  if (config_.paged) {
+    kv_ = std::make_unique<PagedKvCache>(n, env.kv_capacity_tokens / config_.block_size,
+                                         config_.block_size, config_.watermark);
+  } else {
+    kv_ = std::make_unique<ReservedKvCache>(n, env.kv_capacity_tokens);
+  }
+  budget_ = config_.max_num_batched_tokens > 0
+                ? config_.max_num_batched_tokens
+                : std::max<int64_t>(env.max_model_len, 2048);
+  swapped_tokens_.assign(n, 0);
+  finished_flag_.assign(n, false);
+}
+
+int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
+  const Request& r = env_->request(id);
+  if (!config_.paged && config_.reserve_max_model_len && env_->max_model_len > 0) {
+    return env_->max_model_len;
+  }
+  // The last output token is sampled but never fed back, so it needs no KV.
+  return static_cast<int64_t>(r.prompt_tokens) + r.output_tokens - 1;
+}
+
+void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
+  const Request& r = env_->request(id);
+  const int64_t total = static_cast<int64_t>(r.prompt_tokens) + r.output_tokens;
+  if (env_->max_model_len > 0 && total > env_->max_model_len) {
+    env_->reject(id, fmt::format("prompt {} + output {} tokens exceed max_model_len {}",
+                                 r.prompt_tokens, r.output_tokens, env_->max_model_len));
+    return;
+  }
+  // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
+  if (!config_.chunked && r.prompt_tokens > budget_) {
+    env_->reject(id, fmt::format("prompt of {} tokens exceeds max_num_batched_tokens {} "
+                                 "(chunked prefill is off)",
+                                 r.prompt_tokens, budget_));
+    return;
+  }
+  if (!kv_->fits_when_empty(reserve_tokens(id))) {
+    env_->reject(id, fmt::format("needs {} KV tokens, more than the KV cache can ever hold ({})",
+                                 reserve_tokens(id), kv_->capacity_tokens()));
+    return;
+  }
+  waiting_.push_back(id);
+}
+
+SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
+  const CostModel& cm = *env_->cost_model;
+  const double pcie = cm.gpu().pcie_bytes_per_s;
+  if (pcie <= 0) return SimTime::zero();
+  // Each GPU of the tensor-parallel group moves its share of the heads over its own link.
+  const double bytes = static_cast<double>(tokens) *
+                       static_cast<double>(cm.model().kv_bytes_per_token()) / cm.tensor_parallel();
+  return SimTime::from_seconds(bytes / pcie);
+}
+
+void ContinuousPolicy::add_step(RequestId id, int64_t new_tokens, Batch& batch) {
+  const RequestProgress& p = env_->progress_of(id);
+  const int64_t known = env_->known_tokens(id);
+  const bool samples = p.computed_tokens + new_tokens == known;
+  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
+  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
+}
+
+void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  if (config_.swap) {
+    const int64_t tokens = kv_->tokens_of(victim);
+    swapped_tokens_[victim] = tokens;
+    kv_->release(victim);
+    batch.extra_time += transfer_time(tokens);  // device -> host
+    swapped_.push_back(victim);
+    env_->preempt(victim, /*keeps_kv=*/true);
+  } else {
+    kv_->release(victim);
+    // Back to the head of the waiting queue (vLLM v0 appendleft, v1 prepend_request).
+    waiting_.push_front(victim);
+    env_->preempt(victim, /*keeps_kv=*/false);
+  }
+}
+
+bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    const RequestId id = running_[i];
+    const RequestProgress& p = env_->progress_of(id);
+    int64_t n = env_->known_tokens(id) - p.computed_tokens;
+    if (config_.chunked) {
+      if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+      n = std::min(n, budget);
+    } else if (n > budget) {
+      break;
+    }
+    bool scheduled = true;
+    while (!kv_->try_grow(id, p.computed_tokens + n)) {
+      // Out of blocks: preempt the newest running request (vLLM `running.pop()`), possibly
+      // this one.
+      const RequestId victim = running_.back();
+      preempt(victim, batch);
+      preempted = true;
+      if (victim == id) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) continue;  // running_[i] is now the next request (or the end)
+    add_step(id, n, batch);
+    budget -= n;
+    ++i;
+  }
+  return !preempted;
+}
+
+void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
+  while (!swapped_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    const RequestId id = swapped_.front();
+    const int64_t tokens = swapped_tokens_[id];
+    // Blocks for the swapped-in KV plus the token this step writes.
+    if (!kv_->try_admit(id, tokens + 1, reserve_tokens(id))) break;
+    swapped_.pop_front();
+    running_.push_back(id);
+    batch.extra_time += transfer_time(tokens);  // host -> device
+    add_step(id, 1, batch);
+    budget -= 1;
+  }
+}
+
+void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
+  int64_t partial_prefills = 0;
+  for (const BatchItem& item : batch.items) {
+    if (item.context_before + item.new_tokens < env_->known_tokens(item.id)) ++partial_prefills;
+  }
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    const RequestId id = waiting_.front();
+    const int64_t need = env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
+    int64_t n = need;
+    if (config_.chunked) {
+      if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+      n = std::min(n, budget);
+      if (n < need && partial_prefills >= config_.max_num_partial_prefills) break;
+    } else if (n > budget) {
+      // A recomputed request may have grown past the budget: let it run alone rather than
+      // block the queue forever.
+      if (!batch.items.empty()) break;
+    }
+    if (!kv_->try_admit(id, n, reserve_tokens(id))) break;  // head-of-line, as in vLLM
+    waiting_.pop_front();
+    running_.push_back(id);
+    if (n < need) ++partial_prefills;
+    add_step(id, n, batch);
+    budget -= n;
+  }
+}
+
+void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
+  int64_t budget = budget_;
+  if (!config_.mixed_prefill && !config_.chunked) {
+    // vLLM v0 `_schedule_default`: admit prefills if nothing is swapped out; only when no
+    // prefill was admitted, run the decodes; only when nothing was preempted, swap in.
+    if (swapped_.empty()) schedule_waiting(batch, budget);
+    if (!batch.empty()) return;
+    if (schedule_running(batch, budget)) schedule_swapped(batch, budget);
+    return;
+  }
+  // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
+  // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
+  if (!schedule_running(batch, budget)) return;
+  schedule_swapped(batch, budget);
+  if (swapped_.empty()) schedule_waiting(batch, budget);
+}
+
+void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
+                                        std::span<const RequestId> finished, SimTime /*now*/) {
+  if (finished.empty()) return;
+  for (RequestId id : finished) {
+    finished_flag_[id] = true;
+    kv_->release(id);
+  }
+  std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
+}
+
+}  // namespace batchsim

@@ -1,0 +1,139 @@
+#include "policies/registry.h"
+
+#include <fmt/format.h>
+
+#include "hwmodel/error.h"
+#include "policies/continuous_policy.h"
+#include "policies/static_policy.h"
+
+namespace batchsim {
+
+const std::vector<PolicyInfo>& registered_policies() {
+  static const std::vector<PolicyInfo> policies = {
+      {"static", "static", "static batching: a batch starts and ends together", {}},
+      {"continuous", "continuous",
+       "iteration-level scheduling (Orca, OSDI'22), paged KV, mixed prefill+decode", {}},
+      {"chunked-prefill", "chunked-prefill",
+       "stall-free batching with a per-iteration token budget (Sarathi-Serve, OSDI'24)", {}},
+      {"hf-static", "static", "HF pipeline: padded prompts, every slot held until the longest ends",
+       {{"pad", "true"}, {"release", "batch"}}},
+      {"ft-static", "static",
+       "FasterTransformer-like: no padding, finished rows stop computing, slots not refilled",
+       {{"pad", "false"}, {"release", "request"}}},
+      {"orca", "continuous",
+       "Orca: mixed iterations, contiguous KV reserved for max_model_len",
+       {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}},
+      {"tgi", "continuous", "TGI-like: continuous, mixed prefill+decode, paged KV",
+       {{"kv", "paged"}, {"prefill", "mixed"}}},
+      {"vllm-v0", "continuous",
+       "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
+       {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
+        {"watermark", "0.01"}}},
+      {"vllm", "chunked-prefill",
+       "vLLM v1 scheduler: chunked prefill, budget 2048, 256 seqs, recompute",
+       {{"max_num_batched_tokens", "2048"}, {"max_num_seqs", "256"}, {"preemption", "recompute"}}},
+      {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget",
+       {{"max_num_batched_tokens", "512"}}},
+  };
+  return policies;
+}
+
+const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
+  static const std::vector<PolicyOptionDoc> static_docs = {
+      {"batch_size", "8", "requests per batch"},
+      {"batch_timeout_s", "0", "start a partial batch when the oldest waited this long (0: never)"},
+      {"pad", "true", "pad prompts to the batch's longest"},
+      {"release", "batch", "batch: finished rows compute until the longest ends; request: they stop"},
+      {"max_new_tokens", "0", "output tokens reserved per row (0: the batch's longest output)"},
+  };
+  static const std::vector<PolicyOptionDoc> continuous_docs = {
+      {"kv", "paged", "paged (PagedAttention blocks) | reserve (contiguous reservation)"},
+      {"block_size", "16", "tokens per KV block (kv=paged)"},
+      {"watermark", "0", "fraction of blocks kept free at admission (kv=paged)"},
+      {"reserve_to", "output", "kv=reserve: reserve prompt+output | max_model_len"},
+      {"prefill", "mixed", "mixed (Orca) | exclusive (vLLM v0: prefill-only iterations)"},
+      {"max_num_seqs", "256", "most sequences running at once"},
+      {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration"},
+      {"preemption", "recompute", "recompute | swap (KV over PCIe)"},
+  };
+  static const std::vector<PolicyOptionDoc> chunked_docs = [] {
+    std::vector<PolicyOptionDoc> docs = continuous_docs;
+    docs.erase(std::remove_if(docs.begin(), docs.end(),
+                              [](const PolicyOptionDoc& d) { return d.key == "prefill"; }),
+               docs.end());
+    for (auto& d : docs) {
+      if (d.key == "max_num_batched_tokens") d = {d.key, "2048", "token budget per iteration"};
+    }
+    docs.push_back({"long_prefill_token_threshold", "0", "cap on one request's chunk (0: off)"});
+    docs.push_back({"max_num_partial_prefills", "1", "unfinished prefills admitted at once"});
+    return docs;
+  }();
+  if (base == "static") return static_docs;
+  if (base == "continuous") return continuous_docs;
+  return chunked_docs;
+}
+
+namespace {
+
+const PolicyInfo& find_policy(std::string_view name) {
+  for (const PolicyInfo& info : registered_policies()) {
+    if (info.name == name) return info;
+  }
+  std::vector<std::string> names;
+  for (const PolicyInfo& info : registered_policies()) names.push_back(info.name);
+  throw UserError(fmt::format("--policy: unknown policy '{}' (known: {})", name,
+                              fmt::join(names, ", ")));
+}
+
+ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
+  ContinuousPolicyConfig c;
+  c.chunked = chunked;
+  c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
+  c.block_size = static_cast<int32_t>(o.get_int("block_size", 16, 1, 1024));
+  c.watermark = o.get_double("watermark", 0.0, 0.0, 0.5);
+  c.reserve_max_model_len =
+      o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";
+  if (!chunked) {
+    c.mixed_prefill = o.get_choice("prefill", "mixed", {"mixed", "exclusive"}) == "mixed";
+  }
+  c.max_num_seqs = o.get_int("max_num_seqs", 256, 1, 1 << 20);
+  c.max_num_batched_tokens =
+      o.get_int("max_num_batched_tokens", chunked ? 2048 : 0, chunked ? 1 : 0, 1 << 24);
+  c.swap = o.get_choice("preemption", "recompute", {"recompute", "swap"}) == "swap";
+  if (chunked) {
+    c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
+    c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 1, 1, 1 << 20);
+  }
+  return c;
+}
+
+StaticPolicyConfig static_config(const PolicyOptions& o) {
+  StaticPolicyConfig c;
+  c.batch_size = o.get_int("batch_size", 8, 1, 1 << 20);
+  c.batch_timeout_s = o.get_double("batch_timeout_s", 0.0, 0.0, 1e9);
+  c.pad = o.get_bool("pad", true);
+  c.release_per_request = o.get_choice("release", "batch", {"batch", "request"}) == "request";
+  c.max_new_tokens = o.get_int("max_new_tokens", 0, 0, 1 << 24);
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options) {
+  const PolicyInfo& info = find_policy(name);
+  PolicyOptions merged;
+  for (const auto& [k, v] : info.preset) merged.set(k, v);
+  for (const auto& [k, v] : options.values()) merged.set(k, v);  // the user's value wins
+
+  std::unique_ptr<Policy> policy;
+  if (info.base == "static") {
+    policy = std::make_unique<StaticPolicy>(static_config(merged), info.name);
+  } else {
+    policy = std::make_unique<ContinuousPolicy>(
+        continuous_config(merged, info.base == "chunked-prefill"), info.name);
+  }
+  merged.check_all_used(info.name);
+  return policy;
+}
+
+}  // namespace batchsim

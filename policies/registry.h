@@ -1,0 +1,36 @@
+// batchsim — the policy registry: every scheduler and engine preset by name.
+//
+// `batchsim list policies` prints this table. A preset is a base policy plus option values
+// that mirror a documented engine; options given by the user (--policy-opt KEY=VALUE) override
+// a preset's. Unknown options are an error naming the option.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sim/policy.h"
+
+namespace batchsim {
+
+struct PolicyOptionDoc {
+  std::string key;
+  std::string default_value;
+  std::string description;
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string base;         // "static", "continuous" or "chunked-prefill"
+  std::string description;  // one line, with the source it mirrors
+  std::vector<std::pair<std::string, std::string>> preset;  // options the preset sets
+};
+
+const std::vector<PolicyInfo>& registered_policies();
+const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base);
+// Throws UserError for an unknown name (listing the known ones) or a bad option.
+std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options);
+
+}  // namespace batchsim

@@ -1,0 +1,61 @@
+// batchsim — static batching (HF pipelines, FasterTransformer).
+//
+// The server collects `batch_size` requests (or all that remain, or whatever has arrived when
+// the oldest has waited `batch_timeout_s`), reserves KV for the whole batch ahead of time,
+// prefills every prompt together (padded to the batch's longest with pad=true), then decodes
+// until the batch's longest output ends. No request joins a running batch. Slots of sequences
+// that already ended are bubbles:
+//   release=batch    (HF pipeline `generate`): finished rows keep computing (padding tokens)
+//                    until the longest ends; their compute is wasted.
+//   release=request  (FasterTransformer-like): finished rows stop costing compute, but their
+//                    slot is not refilled until the whole batch ends.
+// Sources: HF transformers `generate` with batched inputs; the Anyscale continuous-batching
+// write-up ("How continuous batching enables 23x throughput", 2023) for the bubble picture.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "sim/policy.h"
+
+namespace batchsim {
+
+struct StaticPolicyConfig {
+  int64_t batch_size = 8;
+  double batch_timeout_s = 0;  // 0: wait for a full batch (or for all remaining requests)
+  bool pad = true;
+  bool release_per_request = false;
+  // KV reserved per request: padded prompt + this many output tokens; 0 means the batch's
+  // longest output (a server that is told max_new_tokens per batch).
+  int64_t max_new_tokens = 0;
+};
+
+class StaticPolicy final : public Policy {
+ public:
+  explicit StaticPolicy(StaticPolicyConfig config, std::string name = "static");
+  std::string_view name() const override { return name_; }
+  void attach(PolicyEnv& env) override;
+  void on_arrival(RequestId id, SimTime now) override;
+  void schedule(SimTime now, Batch& batch) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
+                        SimTime now) override;
+  bool idle() const override { return waiting_.empty() && batch_.empty(); }
+  const KvCacheManager& kv_cache() const override { return *kv_; }
+
+ private:
+  bool form_batch(SimTime now, Batch& batch);
+
+  StaticPolicyConfig config_;
+  std::string name_;
+  PolicyEnv* env_ = nullptr;
+  std::unique_ptr<ReservedKvCache> kv_;
+  std::deque<RequestId> waiting_;
+  int64_t arrived_ = 0;
+  std::vector<RequestId> batch_;   // the running batch, in admission order
+  int64_t padded_prompt_ = 0;      // longest prompt in the batch
+  int64_t steps_ = 0;              // decode steps done by the batch
+  int64_t unfinished_ = 0;
+};
+
+}  // namespace batchsim

@@ -1,0 +1,72 @@
+#include "sim/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace batchsim {
+
+void WeightedSamples::add(double value, int64_t weight) {
+  if (weight <= 0) return;
+  // Run-length merge: the sequences of one decode iteration usually share one gap.
+  if (!samples_.empty() && samples_.back().first == value) {
+    samples_.back().second += weight;
+  } else {
+    if (!samples_.empty() && value < samples_.back().first) sorted_ = false;
+    samples_.emplace_back(value, weight);
+  }
+  total_weight_ += weight;
+  weighted_sum_ += value * static_cast<double>(weight);
+}
+
+void WeightedSamples::sort() const {
+  if (sorted_) return;
+  std::sort(samples_.begin(), samples_.end());
+  // Merge equal values so storage stays proportional to distinct values.
+  size_t out = 0;
+  for (size_t i = 1; i < samples_.size(); ++i) {
+    if (samples_[i].first == samples_[out].first) {
+      samples_[out].second += samples_[i].second;
+    } else {
+      samples_[++out] = samples_[i];
+    }
+  }
+  samples_.resize(samples_.empty() ? 0 : out + 1);
+  sorted_ = true;
+}
+
+double WeightedSamples::mean() const {
+  return total_weight_ > 0 ? weighted_sum_ / static_cast<double>(total_weight_) : 0.0;
+}
+
+double WeightedSamples::percentile(double q) const {
+  if (total_weight_ == 0) return 0.0;
+  sort();
+  // Nearest rank: the smallest value whose cumulative weight reaches ceil(q * W) (at least 1).
+  const auto rank = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(q * static_cast<double>(total_weight_) - 1e-9)));
+  int64_t cumulative = 0;
+  for (const auto& [value, weight] : samples_) {
+    cumulative += weight;
+    if (cumulative >= rank) return value;
+  }
+  return samples_.back().first;
+}
+
+double WeightedSamples::max() const {
+  if (total_weight_ == 0) return 0.0;
+  sort();
+  return samples_.back().first;
+}
+
+Distribution Distribution::of(const WeightedSamples& s) {
+  Distribution d;
+  d.count = s.count();
+  d.mean = s.mean();
+  d.p50 = s.percentile(0.50);
+  d.p90 = s.percentile(0.90);
+  d.p99 = s.percentile(0.99);
+  d.max = s.max();
+  return d;
+}
+
+}  // namespace batchsim

@@ -1,0 +1,77 @@
+#include "sim/policy.h"
+
+#include <charconv>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+const std::string* PolicyOptions::lookup(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return nullptr;
+  used_[key] = true;
+  return &it->second;
+}
+
+int64_t PolicyOptions::get_int(const std::string& key, int64_t fallback, int64_t min,
+                               int64_t max) const {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size()) {
+    throw UserError(fmt::format("--policy-opt {}={}: expected an integer", key, *text));
+  }
+  if (value < min || value > max) {
+    throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, *text, min, max));
+  }
+  return value;
+}
+
+double PolicyOptions::get_double(const std::string& key, double fallback, double min,
+                                 double max) const {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  double value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size()) {
+    throw UserError(fmt::format("--policy-opt {}={}: expected a number", key, *text));
+  }
+  if (value < min || value > max) {
+    throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, *text, min, max));
+  }
+  return value;
+}
+
+bool PolicyOptions::get_bool(const std::string& key, bool fallback) const {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  if (*text == "true" || *text == "1" || *text == "yes") return true;
+  if (*text == "false" || *text == "0" || *text == "no") return false;
+  throw UserError(fmt::format("--policy-opt {}={}: expected true or false", key, *text));
+}
+
+std::string PolicyOptions::get_choice(const std::string& key, const std::string& fallback,
+                                      std::initializer_list<std::string_view> choices) const {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  for (std::string_view c : choices) {
+    if (*text == c) return *text;
+  }
+  throw UserError(fmt::format("--policy-opt {}={}: expected one of {}", key, *text,
+                              fmt::join(choices, ", ")));
+}
+
+void PolicyOptions::check_all_used(std::string_view policy_name) const {
+  for (const auto& [key, value] : values_) {
+    if (!used_.count(key)) {
+      throw UserError(fmt::format("--policy-opt {}={}: policy '{}' has no option '{}' "
+                                  "(`batchsim list policies` shows the options)",
+                                  key, value, policy_name, key));
+    }
+  }
+}
+
+}  // namespace batchsim

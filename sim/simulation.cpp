@@ -1,0 +1,298 @@
+#include "sim/simulation.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <fmt/format.h>
+
+namespace batchsim {
+
+void EventQueue::push(SimTime time, EventKind kind, int64_t payload) {
+  heap_.push(Event{time, next_seq_++, kind, payload});
+}
+
+Event EventQueue::pop() {
+  Event e = heap_.top();
+  heap_.pop();
+  return e;
+}
+
+Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model,
+                       SimulationOptions options)
+    : workload_(workload), policy_(policy), cost_model_(cost_model), options_(std::move(options)) {}
+
+SimulationResult Simulation::run() {
+  const auto n = static_cast<int64_t>(workload_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (workload_[i].id != i) throw std::logic_error("workload ids must be 0..n-1 in order");
+    if (i > 0 && workload_[i].arrival < workload_[i - 1].arrival) {
+      throw std::logic_error("workload must be sorted by arrival");
+    }
+    if (workload_[i].prompt_tokens < 1 || workload_[i].output_tokens < 1) {
+      throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", i));
+    }
+  }
+  progress_.assign(n, RequestProgress{});
+  scheduled_in_iteration_.assign(n, -1);
+  result_ = SimulationResult{};
+  result_.requests.resize(n);
+  result_.kv_capacity_tokens = cost_model_.kv_capacity_tokens(options_.gpu_memory_utilization);
+
+  env_.requests = &workload_;
+  env_.progress = &progress_;
+  env_.cost_model = &cost_model_;
+  env_.kv_capacity_tokens = result_.kv_capacity_tokens;
+  env_.max_model_len = cost_model_.model().max_context_tokens;
+  env_.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
+  env_.preempt = [this](RequestId id, bool keeps_kv) {
+    RequestProgress& p = progress_[id];
+    if (p.state != RequestState::kRunning) {
+      throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
+    }
+    ++p.preemptions;
+    p.state = RequestState::kWaiting;
+    if (!keeps_kv) p.computed_tokens = 0;
+  };
+  policy_.attach(env_);
+
+  // All arrivals are queued up front, so that arrivals at one instant have consecutive
+  // sequence numbers and are all seen before the replica schedules at that instant.
+  for (const Request& r : workload_) events_.push(r.arrival, EventKind::kArrival, r.id);
+
+  while (!events_.empty()) {
+    const Event e = events_.pop();
+    if (e.time < now_) throw std::logic_error("time went backwards");
+    now_ = e.time;
+    switch (e.kind) {
+      case EventKind::kArrival:
+        arrive(static_cast<RequestId>(e.payload));
+        break;
+      case EventKind::kWakeUp:
+        if (wake_pending_ && e.time == wake_time_) wake_pending_ = false;
+        try_start_iteration();
+        break;
+      case EventKind::kIterationDone:
+        finish_iteration();
+        break;
+    }
+  }
+  if (settled_ != n) {
+    throw std::logic_error(fmt::format(
+        "policy '{}' left {} of {} requests neither finished nor rejected", policy_.name(),
+        n - settled_, n));
+  }
+
+  for (RequestId id = 0; id < n; ++id) {
+    const Request& r = workload_[id];
+    const RequestProgress& p = progress_[id];
+    RequestRecord& rec = result_.requests[id];
+    rec.id = id;
+    rec.arrival = r.arrival;
+    rec.prompt_tokens = r.prompt_tokens;
+    rec.output_tokens = r.output_tokens;
+    rec.state = p.state;
+    rec.first_scheduled = p.first_scheduled;
+    rec.first_token = p.first_token;
+    rec.finished = p.finished;
+    rec.max_tbt = p.max_tbt;
+    rec.preemptions = p.preemptions;
+  }
+  result_.summary = summarize(result_, busy_s_);
+  Summary& s = result_.summary;
+  s.iterations = iterations_;
+  s.bubble_fraction = (bubble_slots_ + useful_slots_) > 0
+                          ? static_cast<double>(bubble_slots_) / static_cast<double>(bubble_slots_ + useful_slots_)
+                          : 0.0;
+  if (busy_s_ > 0) {
+    s.kv_used_fraction_mean = kv_used_area_ / busy_s_;
+    s.kv_allocated_fraction_mean = kv_alloc_area_ / busy_s_;
+  }
+  s.kv_used_fraction_peak = kv_used_peak_;
+  s.kv_allocated_fraction_peak = kv_alloc_peak_;
+  return std::move(result_);
+}
+
+void Simulation::arrive(RequestId id) {
+  progress_[id].state = RequestState::kWaiting;
+  policy_.on_arrival(id, now_);
+  // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
+  if (!busy_ && !(wake_pending_ && wake_time_ == now_)) {
+    wake_pending_ = true;
+    wake_time_ = now_;
+    events_.push(now_, EventKind::kWakeUp);
+  }
+}
+
+void Simulation::reject(RequestId id, std::string reason) {
+  RequestProgress& p = progress_[id];
+  if (p.state == RequestState::kFinished || p.state == RequestState::kRejected) {
+    throw std::logic_error(fmt::format("request {} rejected after it was settled", id));
+  }
+  p.state = RequestState::kRejected;
+  result_.requests[id].reject_reason = std::move(reason);
+  ++settled_;
+}
+
+void Simulation::try_start_iteration() {
+  if (busy_) return;
+  batch_.clear();
+  policy_.schedule(now_, batch_);
+  if (batch_.empty()) {
+    if (batch_.wake_at) {
+      if (*batch_.wake_at <= now_) {
+        throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future",
+                                           policy_.name()));
+      }
+      if (!wake_pending_ || *batch_.wake_at < wake_time_) {
+        wake_pending_ = true;
+        wake_time_ = *batch_.wake_at;
+        events_.push(wake_time_, EventKind::kWakeUp);
+      }
+    } else if (!policy_.idle() && events_.empty()) {
+      throw std::logic_error(fmt::format(
+          "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
+          "left to wait for",
+          policy_.name(), now_.seconds()));
+    }
+    return;
+  }
+
+  // Check the batch the policy built: each request at most once, never past its known tokens.
+  for (const BatchItem& item : batch_.items) {
+    RequestProgress& p = progress_[item.id];
+    if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
+      throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
+    }
+    if (item.new_tokens < 1 || item.context_before != p.computed_tokens ||
+        p.computed_tokens + item.new_tokens > env_.known_tokens(item.id)) {
+      throw std::logic_error(fmt::format(
+          "policy scheduled request {} with {} new tokens after {} (computed {}, known {})",
+          item.id, item.new_tokens, item.context_before, p.computed_tokens,
+          env_.known_tokens(item.id)));
+    }
+    if (scheduled_in_iteration_[item.id] == iterations_) {
+      throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
+    }
+    scheduled_in_iteration_[item.id] = iterations_;
+    p.state = RequestState::kRunning;
+    if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
+  }
+
+  const IterationCost cost = cost_model_.iteration(batch_.shape);
+  SimTime duration = SimTime::from_seconds(cost.total_s) + batch_.extra_time;
+  if (duration <= SimTime::zero()) duration = SimTime::from_ns(1);
+
+  current_ = IterationRecord{};
+  current_.index = iterations_;
+  current_.start = now_;
+  current_.duration = duration;
+  current_.cost = cost;
+  busy_ = true;
+  events_.push(now_ + duration, EventKind::kIterationDone);
+}
+
+void Simulation::finish_iteration() {
+  busy_ = false;
+  finished_.clear();
+  const SimTime gap_now = now_;
+  int32_t num_prefills = 0, num_decodes = 0;
+  int64_t prefill_tokens = 0;
+  for (const BatchItem& item : batch_.items) {
+    RequestProgress& p = progress_[item.id];
+    const Request& r = workload_[item.id];
+    const int64_t known = r.prompt_tokens + p.generated_tokens;
+    const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
+                            item.new_tokens == 1;
+    if (was_decode) {
+      ++num_decodes;
+    } else {
+      ++num_prefills;
+      prefill_tokens += item.new_tokens;
+    }
+    p.computed_tokens += item.new_tokens;
+    if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
+    // All known tokens are in the KV cache: the model samples the next token.
+    ++p.generated_tokens;
+    if (p.generated_tokens == 1) {
+      p.first_token = gap_now;
+    } else {
+      const SimTime gap = gap_now - p.last_token;
+      if (gap > p.max_tbt) p.max_tbt = gap;
+      result_.tbt_s.add(gap.seconds());
+    }
+    p.last_token = gap_now;
+    if (p.generated_tokens >= r.output_tokens) {
+      p.state = RequestState::kFinished;
+      p.finished = gap_now;
+      finished_.push_back(item.id);
+    }
+  }
+  policy_.on_iteration_end(batch_, finished_, now_);
+  settled_ += static_cast<int64_t>(finished_.size());
+
+  const KvCacheManager& kv = policy_.kv_cache();
+  current_.num_requests = static_cast<int32_t>(batch_.items.size());
+  current_.num_prefills = num_prefills;
+  current_.num_decodes = num_decodes;
+  current_.prefill_tokens = prefill_tokens;
+  current_.bubble_slots = batch_.bubble_slots;
+  current_.kv_used_tokens = kv.used_tokens();
+  current_.kv_allocated_tokens = kv.allocated_tokens();
+  ++iterations_;
+
+  const double dur_s = current_.duration.seconds();
+  const double capacity = static_cast<double>(std::max<int64_t>(1, kv.capacity_tokens()));
+  const double used = static_cast<double>(kv.used_tokens()) / capacity;
+  const double alloc = static_cast<double>(kv.allocated_tokens()) / capacity;
+  busy_s_ += dur_s;
+  kv_used_area_ += used * dur_s;
+  kv_alloc_area_ += alloc * dur_s;
+  kv_used_peak_ = std::max(kv_used_peak_, used);
+  kv_alloc_peak_ = std::max(kv_alloc_peak_, alloc);
+  bubble_slots_ += batch_.bubble_slots;
+  useful_slots_ += static_cast<int64_t>(batch_.items.size());
+
+  if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
+  if (options_.record_iterations) result_.iterations.push_back(current_);
+  try_start_iteration();
+}
+
+Summary summarize(const SimulationResult& result, double busy_s) {
+  Summary s;
+  WeightedSamples e2e, ttft, tpot, norm, queue;
+  SimTime first_arrival = SimTime::max(), last_finish = SimTime::zero();
+  for (const RequestRecord& r : result.requests) {
+    ++s.requests_total;
+    first_arrival = std::min(first_arrival, r.arrival);
+    s.preemptions += r.preemptions;
+    if (r.state == RequestState::kRejected) {
+      ++s.requests_rejected;
+      continue;
+    }
+    if (!r.completed()) continue;
+    ++s.requests_completed;
+    s.prompt_tokens += r.prompt_tokens;
+    s.output_tokens += r.output_tokens;
+    last_finish = std::max(last_finish, r.finished);
+    e2e.add(r.e2e_s());
+    ttft.add(r.ttft_s());
+    if (r.output_tokens > 1) tpot.add(r.tpot_s());
+    norm.add(r.e2e_s() / r.output_tokens);
+    queue.add(r.queueing_s());
+  }
+  if (s.requests_completed > 0) s.makespan_s = (last_finish - first_arrival).seconds();
+  if (s.makespan_s > 0) {
+    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.makespan_s;
+    s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / s.makespan_s;
+    s.requests_per_s = static_cast<double>(s.requests_completed) / s.makespan_s;
+    s.busy_fraction = busy_s / s.makespan_s;
+  }
+  s.e2e_s = Distribution::of(e2e);
+  s.ttft_s = Distribution::of(ttft);
+  s.tpot_s = Distribution::of(tpot);
+  s.tbt_s = Distribution::of(result.tbt_s);
+  s.normalized_latency_s_per_token = Distribution::of(norm);
+  s.queueing_s = Distribution::of(queue);
+  return s;
+}
+
+}  // namespace batchsim
