@@ -1,0 +1,131 @@
+// batchsim calibration — the measurement directory and its CSV files.
+//
+// The files follow Vidur's profiling schema (microsoft/vidur, data/profiling/compute/<gpu>/
+// <org>/<model>/{mlp,attention}.csv; copies in ../shared/data/measured/vidur/), so one reader and
+// one fit serve our own measurements and the published ones. Layout of a measurement
+// directory, which stands where Vidur's compute/<gpu>/ does:
+//
+//   DIR/device.json                      the GPU and software measured on (device_info.h)
+//   DIR/bandwidth.csv                    streaming read / copy kernels (ours; no Vidur file)
+//   DIR/<hf_id>/mlp.csv                  BF16 GEMMs of one layer + LM head
+//   DIR/<hf_id>/mlp_fp16.csv             the same in FP16 (Vidur's own data is FP16)
+//   DIR/<hf_id>/attention.csv            decode (uniform contexts) and prefill attention
+//   DIR/<hf_id>/attention_mixed.csv      decode with mixed context lengths in one batch
+//
+// Every file starts with Vidur's columns, in Vidur's order and units — times in milliseconds
+// for ONE layer on ONE GPU as time_stats.<op>.{min,max,mean,median,std} (std is the population
+// one), booleans as True/False, model shapes of the whole model plus
+// num_tensor_parallel_workers — and appends columns of our own after them: the LM head
+// (time_stats.lm_head.*), p10/p90 and sample counts (time_stats.<op>.{p10,p90,count}), dtype,
+// and for attention the largest and summed context (kv_cache_size_max, kv_cache_size_sum; for
+// mixed batches kv_cache_size is the rounded mean) and the number of decode partitions.
+// Rows are flushed as written, so a run cut short by a time limit keeps what it measured.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "calibration/sample_stats.h"
+#include "calibration/shape_grid.h"
+
+namespace batchsim::calibration {
+
+// Vidur's ProfileMethod-style tag for how the times were taken.
+enum class TimerKind { kCupti, kCudaEvent };
+std::string_view profile_method_name(TimerKind timer);  // "ProfileMethod.CUPTI", …
+
+std::filesystem::path model_measurement_dir(const std::filesystem::path& dir,
+                                            const CalibrationModel& model);
+
+// A CSV file with a fixed header; each row must have one cell per column.
+class CsvWriter {
+ public:
+  CsvWriter(const std::filesystem::path& path, std::vector<std::string> header);
+  void write_row(const std::vector<std::string>& cells);
+  const std::vector<std::string>& header() const { return header_; }
+
+ private:
+  std::filesystem::path path_;
+  std::vector<std::string> header_;
+  std::ofstream out_;
+};
+
+// Shortest text that reads back to the same double (std::to_chars).
+std::string format_number(double value);
+// time_stats.<op>.{min,max,mean,median,std} of `s` in milliseconds, or empty cells.
+void append_vidur_time_stats(std::vector<std::string>& cells, const std::optional<SampleSummary>& s);
+void append_extra_time_stats(std::vector<std::string>& cells, const std::optional<SampleSummary>& s);
+
+// One row of mlp.csv: all GEMMs of a layer at one (num_tokens, tp).
+struct MlpRow {
+  const CalibrationModel* model = nullptr;
+  int num_tokens = 0;
+  int tensor_parallel = 1;
+  std::string dtype;  // "bf16" | "fp16"
+  TimerKind timer = TimerKind::kCupti;
+  std::array<std::optional<SampleSummary>, std::size(kAllGemmOps)> ops;  // indexed by GemmOp
+};
+
+class MlpCsvWriter {
+ public:
+  explicit MlpCsvWriter(const std::filesystem::path& path);
+  void write(const MlpRow& row);
+  static std::vector<std::string> header();
+
+ private:
+  CsvWriter csv_;
+};
+
+// One row of attention.csv / attention_mixed.csv.
+struct AttentionRow {
+  const CalibrationModel* model = nullptr;
+  int tensor_parallel = 1;
+  int block_size_tokens = 16;
+  int max_model_len_tokens = 0;
+  int batch_size = 0;
+  int prefill_chunk_size_tokens = 0;  // 0 for decode
+  int kv_cache_size_tokens = 0;       // decode: context per sequence (mean if mixed); prefill: prior
+  int kv_cache_size_max_tokens = 0;
+  int64_t kv_cache_size_sum_tokens = 0;
+  bool is_prefill = false;
+  std::string attention_backend;  // which of our kernels ran
+  int num_partitions = 1;
+  std::string dtype;
+  TimerKind timer = TimerKind::kCupti;
+  SampleSummary stats;
+};
+
+class AttentionCsvWriter {
+ public:
+  explicit AttentionCsvWriter(const std::filesystem::path& path);
+  void write(const AttentionRow& row);
+  static std::vector<std::string> header();
+
+ private:
+  CsvWriter csv_;
+};
+
+struct BandwidthRow {
+  std::string kernel;       // "stream_read" | "copy"
+  int64_t bytes_moved = 0;  // read + written by one launch
+  TimerKind timer = TimerKind::kCupti;
+  SampleSummary stats;
+};
+
+class BandwidthCsvWriter {
+ public:
+  explicit BandwidthCsvWriter(const std::filesystem::path& path);
+  void write(const BandwidthRow& row);
+  static std::vector<std::string> header();
+
+ private:
+  CsvWriter csv_;
+};
+
+}  // namespace batchsim::calibration

@@ -1,0 +1,59 @@
+// batchsim calibration — the paged KV-cache layout shared by the CPU reference and the CUDA
+// kernels.
+//
+// K and V live in fixed-size blocks of `block_size_tokens` token slots (16, vLLM's
+// CacheConfig.DEFAULT_BLOCK_SIZE). A sequence's logical block i is stored in physical block
+// block_table[i]; token t of the sequence sits in logical block t / block_size, slot
+// t % block_size. Within a block the layout is [slot][kv_head][head_dim], i.e. the whole cache
+// is [num_blocks, block_size, num_kv_heads, head_dim] for K and, separately, for V — the layout
+// of vLLM's FlashAttention backend (vllm/v1/attention/backends/flash_attn.py, cache shape
+// (2, num_blocks, block_size, num_kv_heads, head_size)). It is simpler than vLLM's v1/v2 paged
+// kernels' split-x key layout and still gives one contiguous head_dim row per (token, kv head).
+//
+// GQA: query head h reads KV head h / (num_heads / num_kv_heads), as in vLLM
+// csrc/attention/attention_kernels.cuh (`kv_head_idx = head_idx / num_queries_per_kv`).
+//
+// Everything here is usable from host and device code, so the index arithmetic exists once.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define BATCHSIM_HOST_DEVICE __host__ __device__
+#else
+#define BATCHSIM_HOST_DEVICE
+#endif
+
+namespace batchsim::calibration {
+
+inline constexpr int kDefaultBlockSizeTokens = 16;
+
+struct PagedKvLayout {
+  int block_size_tokens = kDefaultBlockSizeTokens;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+
+  // Elements (not bytes) in one physical block of K (or of V).
+  BATCHSIM_HOST_DEVICE int64_t block_stride_elems() const {
+    return static_cast<int64_t>(block_size_tokens) * num_kv_heads * head_dim;
+  }
+  // Element offset of (physical block, slot, kv head, dimension 0). The physical block id is
+  // widened before multiplying, as vLLM does, so caches past 2^31 elements index correctly.
+  BATCHSIM_HOST_DEVICE int64_t row_offset(int32_t physical_block, int slot, int kv_head) const {
+    return static_cast<int64_t>(physical_block) * block_stride_elems() +
+           (static_cast<int64_t>(slot) * num_kv_heads + kv_head) * head_dim;
+  }
+  // Offset of the K (or V) row of token `token` of a sequence with this block table.
+  BATCHSIM_HOST_DEVICE int64_t token_row_offset(const int32_t* block_table, int token,
+                                                int kv_head) const {
+    return row_offset(block_table[token / block_size_tokens], token % block_size_tokens, kv_head);
+  }
+};
+
+BATCHSIM_HOST_DEVICE inline int kv_head_for(int head, int num_heads, int num_kv_heads) {
+  return head / (num_heads / num_kv_heads);
+}
+
+BATCHSIM_HOST_DEVICE inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace batchsim::calibration
