@@ -1,0 +1,147 @@
+// The `batchsim` CLI end to end, in-process: bad input is one UserError naming what is wrong,
+// unservable requests are rejected (not looped on), and reruns are byte-identical.
+#include "experiments/cli.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "hwmodel/error.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::HasSubstr;
+
+int run_cli(std::vector<std::string> args, std::string* out_text = nullptr) {
+  std::ostringstream out, err;
+  const int rc = cli_main(args, out, err);
+  if (out_text != nullptr) *out_text = out.str() + err.str();
+  return rc;
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    run_cli(std::move(args));
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Cli, BadInputNamesTheCulprit) {
+  EXPECT_THAT(error_of({"run", "--model", "gpt-5", "--num-requests", "5"}), HasSubstr("gpt-5"));
+  EXPECT_THAT(error_of({"run", "--gpu", "tpu-v9", "--num-requests", "5"}), HasSubstr("tpu-v9"));
+  EXPECT_THAT(error_of({"run", "--policy", "fastest", "--num-requests", "5"}), HasSubstr("fastest"));
+  EXPECT_THAT(error_of({"run", "--prompt-len", "normal:5", "--num-requests", "5"}),
+              HasSubstr("--prompt-len"));
+  EXPECT_THAT(error_of({"run", "--arrival", "poisson:-1", "--num-requests", "5"}),
+              HasSubstr("--arrival"));
+  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqs", "--num-requests", "5"}),
+              HasSubstr("KEY=VALUE"));
+  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqz=4", "--num-requests", "5"}),
+              HasSubstr("max_num_seqz"));
+  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqs=0", "--num-requests", "5"}),
+              HasSubstr("max_num_seqs"));
+  EXPECT_THAT(error_of({"run", "--tp", "0", "--num-requests", "5"}), HasSubstr("--tp"));
+  EXPECT_THAT(error_of({"run", "--trace", "/nonexistent/trace.csv"}), HasSubstr("/nonexistent/trace.csv"));
+  EXPECT_THAT(error_of({"run", "--num-requests", "many"}), HasSubstr("num-requests"));
+  EXPECT_THAT(error_of({"run", "--no-such-flag"}), HasSubstr("no-such-flag"));
+  EXPECT_THAT(error_of({"list", "toasters"}), HasSubstr("toasters"));
+  EXPECT_THAT(error_of({"frobnicate"}), HasSubstr("frobnicate"));
+}
+
+TEST(Cli, MalformedTraceLineIsNamedByLine) {
+  const auto dir = testing::scratch_dir("cli-bad-trace");
+  std::ofstream(dir / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,abc,5\n";
+  const std::string msg = error_of({"run", "--trace", (dir / "t.csv").string()});
+  EXPECT_THAT(msg, HasSubstr("t.csv"));
+  EXPECT_THAT(msg, HasSubstr("3"));  // the line number
+}
+
+TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
+  const auto dir = testing::scratch_dir("cli-config");
+  std::ofstream(dir / "bad.yaml") << "model: llama-2-7b\nnum_requestz: 5\n";
+  EXPECT_THAT(error_of({"run", "--config", (dir / "bad.yaml").string()}), HasSubstr("num_requestz"));
+
+  std::ofstream(dir / "good.yaml") << "model: llama-2-7b\nnum-requests: 7\npolicy: vllm\n"
+                                      "policy-opt:\n  max_num_seqs: 4\nseed: 3\n";
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--num-requests", "9",
+                     "--out", (dir / "out").string()}),
+            0);
+  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  EXPECT_EQ(summary["config"]["num_requests"], 9);  // the flag wins
+  EXPECT_EQ(summary["config"]["policy"], "vllm");   // from the file
+  EXPECT_EQ(summary["config"]["policy_opts"]["max_num_seqs"], "4");
+  EXPECT_EQ(summary["requests"]["completed"], 9);
+}
+
+TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
+  const auto dir = testing::scratch_dir("cli-reject");
+  // OPT-13B has a 2048-token context: the second request can never be served.
+  std::ofstream(dir / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.1,3000,10\n0.2,50,5\n";
+  for (const char* policy : {"continuous", "hf-static", "vllm", "orca"}) {
+    std::string text;
+    ASSERT_EQ(run_cli({"run", "--model", "opt-13b", "--gpu", "a100-40gb", "--policy", policy,
+                       "--trace", (dir / "t.csv").string(), "--out", (dir / policy).string()},
+                      &text),
+              0);
+    EXPECT_THAT(text, HasSubstr("rejected")) << policy;
+    const auto summary = nlohmann::json::parse(slurp(dir / policy / "summary.json"));
+    EXPECT_EQ(summary["requests"]["rejected"], 1) << policy;
+    EXPECT_EQ(summary["requests"]["completed"], 2) << policy;
+    EXPECT_THAT(slurp(dir / policy / "requests.csv"), HasSubstr("exceed")) << policy;
+  }
+}
+
+TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
+  const auto dir = testing::scratch_dir("cli-determinism");
+  for (const char* run : {"a", "b"}) {
+    ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300",
+                       "--prompt-len", "lognormal:400:1", "--output-len", "capexp:100:800",
+                       "--seed", "11", "--iteration-log", "--out", (dir / run).string()}),
+              0);
+  }
+  for (const char* file : {"summary.json", "requests.csv", "iterations.csv"}) {
+    const std::string a = slurp(dir / "a" / file), b = slurp(dir / "b" / file);
+    EXPECT_FALSE(a.empty()) << file;
+    EXPECT_EQ(a, b) << file;
+  }
+  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300",
+                     "--prompt-len", "lognormal:400:1", "--output-len", "capexp:100:800",
+                     "--seed", "12", "--out", (dir / "c").string()}),
+            0);
+  EXPECT_NE(slurp(dir / "a" / "requests.csv"), slurp(dir / "c" / "requests.csv"));
+}
+
+TEST(Cli, ListsShowEverythingBuiltIn) {
+  std::string text;
+  ASSERT_EQ(run_cli({"list", "models"}, &text), 0);
+  for (const char* m : {"opt-13b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
+                        "llama-3-70b", "mistral-7b"}) {
+    EXPECT_THAT(text, HasSubstr(m));
+  }
+  ASSERT_EQ(run_cli({"list", "gpus"}, &text), 0);
+  for (const char* g : {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l40s"}) {
+    EXPECT_THAT(text, HasSubstr(g));
+  }
+  ASSERT_EQ(run_cli({"list", "policies"}, &text), 0);
+  for (const char* p : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi",
+                        "max_num_batched_tokens", "watermark=0.01"}) {
+    EXPECT_THAT(text, HasSubstr(p));
+  }
+}
+
+}  // namespace
+}  // namespace batchsim
