@@ -15,34 +15,34 @@ const std::string* PolicyOptions::lookup(const std::string& key) const {
   return &it->second;
 }
 
+namespace {
+
+// Parses the whole of `text` as a number of type T in [min, max], or names the option.
+template <typename T>
+T parse_number(const std::string& key, const std::string& text, T min, T max, const char* what) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    throw UserError(fmt::format("--policy-opt {}={}: expected {}", key, text, what));
+  }
+  if (value < min || value > max) {
+    throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, text, min, max));
+  }
+  return value;
+}
+
+}  // namespace
+
 int64_t PolicyOptions::get_int(const std::string& key, int64_t fallback, int64_t min,
                                int64_t max) const {
   const std::string* text = lookup(key);
-  if (text == nullptr) return fallback;
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (ec != std::errc() || end != text->data() + text->size()) {
-    throw UserError(fmt::format("--policy-opt {}={}: expected an integer", key, *text));
-  }
-  if (value < min || value > max) {
-    throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, *text, min, max));
-  }
-  return value;
+  return text == nullptr ? fallback : parse_number<int64_t>(key, *text, min, max, "an integer");
 }
 
 double PolicyOptions::get_double(const std::string& key, double fallback, double min,
                                  double max) const {
   const std::string* text = lookup(key);
-  if (text == nullptr) return fallback;
-  double value = 0;
-  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (ec != std::errc() || end != text->data() + text->size()) {
-    throw UserError(fmt::format("--policy-opt {}={}: expected a number", key, *text));
-  }
-  if (value < min || value > max) {
-    throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, *text, min, max));
-  }
-  return value;
+  return text == nullptr ? fallback : parse_number<double>(key, *text, min, max, "a number");
 }
 
 bool PolicyOptions::get_bool(const std::string& key, bool fallback) const {
