@@ -19,22 +19,26 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "sim/random.h"
 #include "sim/request.h"
+#include "sim/trace_reader.h"
 
 namespace batchsim {
 
-// splitmix64-seeded xoshiro256** — small, fast and fully specified.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t next_u64();
-  double uniform01();  // in [0, 1), 53 random bits
- private:
-  uint64_t s_[4];
+// Rng (splitmix64-seeded xoshiro256**) and the samplers live in sim/random.h.
+
+// One accepted spelling of an arrival process or length distribution, for --help and `list`.
+struct SpecSyntax {
+  std::string_view syntax;       // e.g. "poisson:RATE"
+  std::string_view description;  // one line
 };
+std::span<const SpecSyntax> arrival_process_syntaxes();
+std::span<const SpecSyntax> length_distribution_syntaxes();
 
 class LengthDistribution {
  public:
@@ -42,17 +46,26 @@ class LengthDistribution {
   virtual int32_t sample(Rng& rng) const = 0;
   virtual std::string describe() const = 0;
 };
-// Throws UserError naming `option` (e.g. "--prompt-len") for a malformed spec.
+// Throws UserError naming `option` (e.g. "--prompt-len") and the spec for a malformed spec:
+//   --prompt-len: "uniform:9:3": B must be an integer >= A
+// Samples are integers >= 1: fixed:N is N; uniform:A:B is uniform on {A..B} (A >= 1);
+// capexp and lognormal round the continuous sample to the nearest integer, then raise it to 1
+// (capexp's CAP must be an integer, so rounding never exceeds it); lognormal is clamped to
+// 2^31 − 1 at the top.
 std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
                                                               std::string_view option);
 
 class ArrivalProcess {
  public:
   virtual ~ArrivalProcess() = default;
-  // Time from the previous arrival to the next one.
+  // Time from the previous arrival to the next one, rounded to the nearest ns. Throws
+  // UserError if a gap exceeds 1e9 s (a RATE so small that times would overflow).
   virtual SimTime next_gap(Rng& rng) = 0;
   virtual std::string describe() const = 0;
 };
+// "offline" | "poisson:RATE" (RATE requests/s > 0) | "gamma:RATE:CV" (gaps ~ Gamma(shape 1/CV²,
+// scale CV²/RATE): mean 1/RATE, coefficient of variation CV > 0). "trace" is not a process: it is
+// rejected here and handled by make_workload. Throws UserError naming `option` and the spec.
 std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
                                                       std::string_view option);
 
@@ -66,11 +79,34 @@ struct WorkloadSpec {
   uint64_t seed = 0;
 };
 
+// A built workload with what a user must be told about it.
+struct BuiltWorkload {
+  Workload requests;
+  std::string description;             // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
+  std::vector<std::string> warnings;   // trace rows adjusted (see trace_reader.h); print them
+  PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake), else empty
+};
+
+// Semantics:
+//   * Synthetic (no trace): num_requests > 0 requests; the first arrives at t = 0 and each
+//     later one one next_gap() after the previous (as vLLM's benchmark_serving sends: the first
+//     request at once). Arrivals, prompt lengths and output lengths come from three streams of
+//     `seed` (Rng::for_stream 0, 1, 2), so changing one distribution leaves the others' samples
+//     as they were.
+//   * Trace, arrival "" or "trace": the trace's own offsets (see read_trace_detailed), the
+//     first num_requests rows (0 = all), divided by trace_speedup.
+//   * Trace, any other arrival: lengths from the trace (first num_requests rows, in trace
+//     arrival order), arrival times from the process as above ("Azure conversation lengths at
+//     Poisson rate X"). trace_speedup must then be 1: it would mean nothing.
+//   * prompt_len / output_len are validated even when a trace brings its own lengths.
 // Throws UserError for any malformed part (naming the option, or the trace file and line).
+BuiltWorkload build_workload(const WorkloadSpec& spec);
+// build_workload(spec).requests. Callers that face a user should call build_workload and print
+// its warnings.
 Workload make_workload(const WorkloadSpec& spec);
 
-// Reads a trace (format auto-detected). Arrival offsets are relative to the first request and
-// divided by `speedup`; at most `max_requests` are read (0 = all).
+// read_trace_detailed(path, max_requests, speedup).requests: arrival offsets relative to the
+// earliest request and divided by `speedup`; at most `max_requests` are read (0 = all).
 Workload read_trace(const std::filesystem::path& path, int64_t max_requests, double speedup);
 
 }  // namespace batchsim

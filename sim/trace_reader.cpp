@@ -1,0 +1,666 @@
+#include "sim/trace_reader.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+std::string_view trace_format_name(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::kAzureCsv: return "azure-csv";
+    case TraceFormat::kGenericCsv: return "generic-csv";
+    case TraceFormat::kMooncakeJsonl: return "mooncake-jsonl";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr std::array<std::string_view, 3> kAzureHeader = {"TIMESTAMP", "ContextTokens",
+                                                          "GeneratedTokens"};
+constexpr std::array<std::string_view, 3> kGenericHeader = {"arrival_s", "prompt_tokens",
+                                                            "output_tokens"};
+// Mooncake's hash_ids cover this many prompt tokens each (Mooncake FAST'25 trace README).
+constexpr int32_t kMooncakeBlockTokens = 512;
+
+// Absolute timestamps are kept within ±4e18 ns (about ±127 years around 1970) so that the
+// difference of any two fits in int64 nanoseconds.
+constexpr int64_t kMaxAbsTimeNs = 4'000'000'000'000'000'000;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Splits a CSV line on commas (our traces quote nothing). Returns the number of fields; only
+// the first fields.size() are stored.
+size_t split_csv(std::string_view line, std::array<std::string_view, 3>& fields) {
+  size_t count = 0;
+  for (;;) {
+    const size_t comma = line.find(',');
+    const std::string_view field = trim(line.substr(0, comma));
+    if (count < fields.size()) fields[count] = field;
+    ++count;
+    if (comma == std::string_view::npos) return count;
+    line.remove_prefix(comma + 1);
+  }
+}
+
+std::optional<int64_t> parse_int64(std::string_view s) {
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_double(std::string_view s) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// "YYYY-MM-DD HH:MM:SS[.fffffffff][Z|±HH:MM]" → ns since 1970-01-01 UTC, or nullopt.
+// Calendar arithmetic by std::chrono (days_from_civil), so day, month, year and leap-day
+// rollovers need no special case.
+std::optional<int64_t> parse_timestamp_ns(std::string_view s) {
+  size_t pos = 0;
+  const auto digits = [&](int n, int& out) {
+    if (pos + n > s.size()) return false;
+    int value = 0;
+    for (int i = 0; i < n; ++i) {
+      const char c = s[pos + i];
+      if (c < '0' || c > '9') return false;
+      value = value * 10 + (c - '0');
+    }
+    pos += n;
+    out = value;
+    return true;
+  };
+  const auto expect = [&](char c) {
+    if (pos < s.size() && s[pos] == c) {
+      ++pos;
+      return true;
+    }
+    return false;
+  };
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (!digits(4, year) || !expect('-') || !digits(2, month) || !expect('-') || !digits(2, day)) {
+    return std::nullopt;
+  }
+  if (!expect(' ') && !expect('T')) return std::nullopt;
+  if (!digits(2, hour) || !expect(':') || !digits(2, minute) || !expect(':') ||
+      !digits(2, second)) {
+    return std::nullopt;
+  }
+  int64_t fraction_ns = 0;
+  if (expect('.')) {
+    int n = 0;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
+      if (n == 9) return std::nullopt;  // finer than a nanosecond: not a format we know
+      fraction_ns = fraction_ns * 10 + (s[pos] - '0');
+      ++n;
+      ++pos;
+    }
+    if (n == 0) return std::nullopt;
+    for (; n < 9; ++n) fraction_ns *= 10;
+  }
+  int64_t utc_offset_s = 0;
+  if (expect('Z')) {
+  } else if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) {
+    const int sign = s[pos] == '-' ? -1 : 1;
+    ++pos;
+    int offset_h = 0, offset_min = 0;
+    if (!digits(2, offset_h) || !expect(':') || !digits(2, offset_min) || offset_h > 23 ||
+        offset_min > 59) {
+      return std::nullopt;
+    }
+    utc_offset_s = sign * (offset_h * 3600 + offset_min * 60);
+  }
+  if (pos != s.size()) return std::nullopt;
+  if (year < 1900 || year > 2100 || hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  const std::chrono::year_month_day date{std::chrono::year{year},
+                                         std::chrono::month{static_cast<unsigned>(month)},
+                                         std::chrono::day{static_cast<unsigned>(day)}};
+  if (!date.ok()) return std::nullopt;  // e.g. 2023-02-29
+  const int64_t days = std::chrono::sys_days{date}.time_since_epoch().count();
+  const int64_t seconds = days * 86400 + hour * 3600 + minute * 60 + second - utc_offset_s;
+  return seconds * 1'000'000'000 + fraction_ns;
+}
+
+// A row as read, before sorting and offsetting.
+struct RawRow {
+  int64_t time_ns;
+  int32_t prompt_tokens;
+  int32_t output_tokens;
+};
+
+class TraceParser {
+ public:
+  TraceParser(const std::filesystem::path& path, int64_t max_requests)
+      : path_(path), name_(path.string()), max_requests_(max_requests) {}
+
+  TraceReadResult read(double speedup);
+
+ private:
+  [[noreturn]] void fail_line(std::string_view what) const {
+    throw UserError(fmt::format("{}:{}: {}", name_, line_no_, what));
+  }
+  [[noreturn]] void fail_file(std::string_view what) const {
+    throw UserError(fmt::format("{}: {}", name_, what));
+  }
+  // Next non-blank line (trimmed, without its line end) into `line`; false at end of file.
+  bool next_line(std::string_view& line);
+  bool want_more() const {
+    return max_requests_ == 0 || static_cast<int64_t>(rows_.size()) < max_requests_;
+  }
+
+  int32_t length(int64_t value, std::string_view column, int64_t& clamped_rows) const;
+  int32_t length_text(std::string_view text, std::string_view column, int64_t& clamped_rows) const;
+
+  void read_azure_row(std::string_view line);
+  void read_generic_row(std::string_view line);
+  void read_mooncake_row(std::string_view line);
+  void read_mooncake_row_with_nlohmann(std::string_view line);
+  int64_t timestamp_ns_from_ms(int64_t ms) const;
+  int64_t timestamp_ns_from_ms(double ms) const;
+  void split_fields(std::string_view line, std::array<std::string_view, 3>& fields) const;
+
+  TraceReadResult finish(double speedup);
+
+  std::filesystem::path path_;
+  std::string name_;
+  int64_t max_requests_;
+  std::ifstream in_;
+  std::string buffer_;
+  int64_t line_no_ = 0;
+
+  TraceFormat format_ = TraceFormat::kGenericCsv;
+  std::vector<RawRow> rows_;
+  std::vector<int64_t> hash_offsets_{0};
+  std::vector<uint64_t> hashes_;
+  bool any_hash_ids_ = false;
+  int64_t prompt_clamped_ = 0;
+  int64_t output_clamped_ = 0;
+};
+
+bool TraceParser::next_line(std::string_view& line) {
+  while (std::getline(in_, buffer_)) {
+    ++line_no_;
+    std::string_view view = buffer_;
+    if (line_no_ == 1 && view.starts_with("\xEF\xBB\xBF")) view.remove_prefix(3);  // UTF-8 BOM
+    view = trim(view);
+    if (!view.empty()) {
+      line = view;
+      return true;
+    }
+  }
+  if (in_.bad()) fail_file(fmt::format("read error after line {}", line_no_));
+  return false;
+}
+
+int32_t TraceParser::length(int64_t value, std::string_view column, int64_t& clamped_rows) const {
+  if (value < 0) fail_line(fmt::format("{} must be >= 0, got {}", column, value));
+  if (value > std::numeric_limits<int32_t>::max()) {
+    fail_line(fmt::format("{} = {} is more than {} tokens", column, value,
+                          std::numeric_limits<int32_t>::max()));
+  }
+  if (value == 0) {  // see "Zero lengths" in trace_reader.h
+    ++clamped_rows;
+    return 1;
+  }
+  return static_cast<int32_t>(value);
+}
+
+int32_t TraceParser::length_text(std::string_view text, std::string_view column,
+                                 int64_t& clamped_rows) const {
+  const std::optional<int64_t> value = parse_int64(text);
+  if (!value) fail_line(fmt::format("{} \"{}\" is not an integer", column, text));
+  return length(*value, column, clamped_rows);
+}
+
+void TraceParser::split_fields(std::string_view line,
+                               std::array<std::string_view, 3>& fields) const {
+  const size_t count = split_csv(line, fields);
+  if (count != fields.size()) {
+    fail_line(fmt::format("expected {} fields, got {}", fields.size(), count));
+  }
+}
+
+void TraceParser::read_azure_row(std::string_view line) {
+  std::array<std::string_view, 3> fields;
+  split_fields(line, fields);
+  const std::optional<int64_t> time_ns = parse_timestamp_ns(fields[0]);
+  if (!time_ns) {
+    fail_line(fmt::format(
+        "TIMESTAMP \"{}\" is not a date and time like 2023-11-16 18:17:03.9799600 "
+        "(years 1900-2100)",
+        fields[0]));
+  }
+  const int32_t prompt = length_text(fields[1], "ContextTokens", prompt_clamped_);
+  const int32_t output = length_text(fields[2], "GeneratedTokens", output_clamped_);
+  rows_.push_back({*time_ns, prompt, output});
+}
+
+void TraceParser::read_generic_row(std::string_view line) {
+  std::array<std::string_view, 3> fields;
+  split_fields(line, fields);
+  const std::optional<double> arrival_s = parse_double(fields[0]);
+  if (!arrival_s) fail_line(fmt::format("arrival_s \"{}\" is not a number", fields[0]));
+  if (std::abs(*arrival_s) * 1e9 > static_cast<double>(kMaxAbsTimeNs)) {
+    fail_line(fmt::format("arrival_s {} is out of range (|arrival_s| <= 4e9)", fields[0]));
+  }
+  const int32_t prompt = length_text(fields[1], "prompt_tokens", prompt_clamped_);
+  const int32_t output = length_text(fields[2], "output_tokens", output_clamped_);
+  rows_.push_back({std::llround(*arrival_s * 1e9), prompt, output});
+}
+
+// Scans Mooncake's flat JSON objects without building a DOM: {"key": number | [integers], ...}.
+// nlohmann::json builds a node per hash id, which made a 12k-line trace take ~0.25 s; this
+// covers the traces' own subset in a few ms. Anything outside it (strings, nested values,
+// escapes, booleans, a float length, a missing key, a malformed line) makes it decline, and
+// the line is parsed by nlohmann::json, which also words every error. So the fast path never
+// decides what is valid, only how fast a valid line is read.
+class FlatJsonScanner {
+ public:
+  explicit FlatJsonScanner(std::string_view text) : text_(text) {}
+
+  struct Fields {
+    std::optional<int64_t> timestamp_ms_int;
+    std::optional<double> timestamp_ms_float;
+    std::optional<int64_t> input_length;
+    std::optional<int64_t> output_length;
+    bool has_hash_ids = false;
+  };
+
+  // Appends hash ids to `hashes`; on false, `hashes` is as it was.
+  bool scan(Fields& fields, std::vector<uint64_t>& hashes) {
+    const size_t hashes_before = hashes.size();
+    if (!scan_object(fields, hashes)) {
+      hashes.resize(hashes_before);
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  bool scan_object(Fields& fields, std::vector<uint64_t>& hashes) {
+    skip_space();
+    if (!eat('{')) return false;
+    skip_space();
+    if (eat('}')) return at_end();
+    for (;;) {
+      std::string_view key;
+      if (!scan_key(key)) return false;
+      skip_space();
+      if (!eat(':')) return false;
+      skip_space();
+      if (key == "hash_ids") {
+        if (fields.has_hash_ids || !scan_id_array(hashes)) return false;
+        fields.has_hash_ids = true;
+      } else {
+        std::optional<int64_t> integer;
+        std::optional<double> real;
+        if (pos_ < text_.size() && text_[pos_] == '[') {
+          std::vector<uint64_t> ignored;  // another array-valued key: not ours
+          if (!scan_id_array(ignored)) return false;
+        } else if (!scan_number(integer, real)) {
+          return false;
+        }
+        if (key == "timestamp") {
+          fields.timestamp_ms_int = integer;
+          fields.timestamp_ms_float = real;
+        } else if (key == "input_length" || key == "output_length") {
+          if (!integer) return false;  // a float or an array: nlohmann reports it
+          (key == "input_length" ? fields.input_length : fields.output_length) = integer;
+        }
+      }
+      skip_space();
+      if (eat('}')) return at_end();
+      if (!eat(',')) return false;
+      skip_space();
+    }
+  }
+
+  bool scan_key(std::string_view& key) {
+    if (!eat('"')) return false;
+    const size_t close = text_.find('"', pos_);
+    if (close == std::string_view::npos) return false;
+    key = text_.substr(pos_, close - pos_);
+    if (key.find('\\') != std::string_view::npos) return false;  // escapes: leave to nlohmann
+    pos_ = close + 1;
+    return true;
+  }
+
+  bool scan_id_array(std::vector<uint64_t>& ids) {
+    if (!eat('[')) return false;
+    skip_space();
+    if (eat(']')) return true;
+    for (;;) {
+      std::optional<int64_t> integer;
+      std::optional<double> real;
+      if (!scan_number(integer, real) || !integer || *integer < 0) return false;
+      ids.push_back(static_cast<uint64_t>(*integer));
+      skip_space();
+      if (eat(']')) return true;
+      if (!eat(',')) return false;
+      skip_space();
+    }
+  }
+
+  // A JSON number (RFC 8259 grammar, checked here because from_chars is laxer): an integer
+  // that fits int64 into `integer`, anything with a fraction or exponent into `real`.
+  bool scan_number(std::optional<int64_t>& integer, std::optional<double>& real) {
+    const size_t start = pos_;
+    eat('-');
+    if (eat('0')) {
+    } else if (!eat_digits()) {
+      return false;
+    }
+    bool is_real = false;
+    if (eat('.')) {
+      if (!eat_digits()) return false;
+      is_real = true;
+    }
+    if (eat('e') || eat('E')) {
+      if (!eat('+')) eat('-');
+      if (!eat_digits()) return false;
+      is_real = true;
+    }
+    const char* first = text_.data() + start;
+    const char* last = text_.data() + pos_;
+    if (is_real) {
+      double value = 0;
+      const auto [end, ec] = std::from_chars(first, last, value);
+      if (ec != std::errc() || end != last || !std::isfinite(value)) return false;
+      real = value;
+    } else {
+      int64_t value = 0;
+      const auto [end, ec] = std::from_chars(first, last, value);
+      if (ec != std::errc() || end != last) return false;  // beyond int64: nlohmann's turn
+      integer = value;
+    }
+    return true;
+  }
+
+  bool eat_digits() {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+    return pos_ > start;
+  }
+  bool eat(char c) {
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void skip_space() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\r' || text_[pos_] == '\n')) {
+      ++pos_;
+    }
+  }
+  bool at_end() {
+    skip_space();
+    return pos_ == text_.size();
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+int64_t TraceParser::timestamp_ns_from_ms(int64_t ms) const {
+  constexpr int64_t kMaxAbsMs = kMaxAbsTimeNs / 1'000'000;
+  if (ms > kMaxAbsMs || ms < -kMaxAbsMs) {
+    fail_line(fmt::format("\"timestamp\" = {} ms is out of range", ms));
+  }
+  return ms * 1'000'000;
+}
+
+int64_t TraceParser::timestamp_ns_from_ms(double ms) const {
+  constexpr double kMaxAbsMs = static_cast<double>(kMaxAbsTimeNs / 1'000'000);
+  if (!(std::abs(ms) <= kMaxAbsMs)) {
+    fail_line(fmt::format("\"timestamp\" = {} ms is out of range", ms));
+  }
+  return std::llround(ms * 1e6);
+}
+
+void TraceParser::read_mooncake_row(std::string_view line) {
+  FlatJsonScanner::Fields fields;
+  if (FlatJsonScanner(line).scan(fields, hashes_) &&
+      (fields.timestamp_ms_int || fields.timestamp_ms_float) && fields.input_length &&
+      fields.output_length) {
+    const int64_t time_ns = fields.timestamp_ms_int ? timestamp_ns_from_ms(*fields.timestamp_ms_int)
+                                                    : timestamp_ns_from_ms(*fields.timestamp_ms_float);
+    const int32_t prompt = length(*fields.input_length, "input_length", prompt_clamped_);
+    const int32_t output = length(*fields.output_length, "output_length", output_clamped_);
+    any_hash_ids_ |= fields.has_hash_ids;
+    hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
+    rows_.push_back({time_ns, prompt, output});
+    return;
+  }
+  // Declined (hashes_ untouched): a line outside the flat subset, or a malformed one.
+  read_mooncake_row_with_nlohmann(line);
+}
+
+void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
+  using nlohmann::json;
+  json object;
+  try {
+    object = json::parse(line.begin(), line.end());
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at ...": keep the readable part.
+    std::string_view what = e.what();
+    if (const size_t bracket = what.find("] "); bracket != std::string_view::npos) {
+      what.remove_prefix(bracket + 2);
+    }
+    fail_line(fmt::format("not a JSON object: {}", what));
+  }
+  if (!object.is_object()) fail_line("not a JSON object");
+  const auto shown = [](const json& value) {
+    std::string text = value.dump();
+    if (text.size() > 40) text = text.substr(0, 37) + "...";
+    return text;
+  };
+  const auto field = [&](const char* key) -> const json& {
+    const auto it = object.find(key);
+    if (it == object.end()) fail_line(fmt::format("missing \"{}\"", key));
+    return *it;
+  };
+  // Integral JSON number (5 or 5.0) as int64, or a line error.
+  const auto integer = [&](const char* key, const json& value) -> int64_t {
+    if (value.is_number_unsigned()) {
+      const uint64_t u = value.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail_line(fmt::format("\"{}\" = {} is out of range", key, shown(value)));
+      }
+      return static_cast<int64_t>(u);
+    }
+    if (value.is_number_integer()) return value.get<int64_t>();
+    if (value.is_number_float()) {
+      const double d = value.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e18) {
+        return static_cast<int64_t>(d);
+      }
+    }
+    fail_line(fmt::format("\"{}\" must be an integer, got {}", key, shown(value)));
+  };
+
+  const json& timestamp = field("timestamp");
+  int64_t time_ns = 0;
+  if (timestamp.is_number_integer() || timestamp.is_number_unsigned()) {
+    time_ns = timestamp_ns_from_ms(integer("timestamp", timestamp));
+  } else if (timestamp.is_number_float()) {
+    time_ns = timestamp_ns_from_ms(timestamp.get<double>());
+  } else {
+    fail_line(fmt::format("\"timestamp\" must be a number of ms, got {}", shown(timestamp)));
+  }
+  const int32_t prompt =
+      length(integer("input_length", field("input_length")), "input_length", prompt_clamped_);
+  const int32_t output =
+      length(integer("output_length", field("output_length")), "output_length", output_clamped_);
+
+  if (const auto it = object.find("hash_ids"); it != object.end()) {
+    if (!it->is_array()) fail_line(fmt::format("\"hash_ids\" must be an array, got {}", shown(*it)));
+    for (const json& id : *it) {
+      const int64_t value = integer("hash_ids", id);
+      if (value < 0) fail_line(fmt::format("\"hash_ids\" has a negative id {}", value));
+      hashes_.push_back(static_cast<uint64_t>(value));
+    }
+    any_hash_ids_ = true;
+  }
+  hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
+  rows_.push_back({time_ns, prompt, output});
+}
+
+TraceReadResult TraceParser::read(double speedup) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path_, ec)) fail_file("is a directory, not a trace file");
+  in_.open(path_, std::ios::binary);
+  if (!in_) {
+    fail_file(std::filesystem::exists(path_, ec) ? "cannot open trace file (permission?)"
+                                                 : "no such trace file");
+  }
+  std::string_view line;
+  if (!next_line(line)) fail_file("empty file, expected a trace header or a JSON line");
+
+  const auto header_is = [&](const std::array<std::string_view, 3>& expected) {
+    std::array<std::string_view, 3> fields;
+    return split_csv(line, fields) == 3 && fields == expected;
+  };
+  if (header_is(kAzureHeader)) {
+    format_ = TraceFormat::kAzureCsv;
+  } else if (header_is(kGenericHeader)) {
+    format_ = TraceFormat::kGenericCsv;
+  } else if (line.starts_with('{')) {
+    format_ = TraceFormat::kMooncakeJsonl;
+    if (want_more()) read_mooncake_row(line);  // JSONL has no header: line 1 is data
+  } else {
+    std::string shown(line.substr(0, 60));
+    if (line.size() > 60) shown += "...";
+    fail_line(fmt::format(
+        "unrecognised trace header \"{}\"; expected \"TIMESTAMP,ContextTokens,GeneratedTokens\" "
+        "(Azure LLM inference CSV), \"arrival_s,prompt_tokens,output_tokens\" (generic CSV) or "
+        "one JSON object per line (Mooncake JSONL)",
+        shown));
+  }
+  while (want_more() && next_line(line)) {
+    switch (format_) {
+      case TraceFormat::kAzureCsv: read_azure_row(line); break;
+      case TraceFormat::kGenericCsv: read_generic_row(line); break;
+      case TraceFormat::kMooncakeJsonl: read_mooncake_row(line); break;
+    }
+  }
+  return finish(speedup);
+}
+
+TraceReadResult TraceParser::finish(double speedup) {
+  TraceReadResult result;
+  result.format = format_;
+  result.rows_read = static_cast<int64_t>(rows_.size());
+  result.rows_prompt_clamped = prompt_clamped_;
+  result.rows_output_clamped = output_clamped_;
+  if (rows_.empty()) fail_file("no requests in trace");
+  if (rows_.size() > static_cast<size_t>(std::numeric_limits<RequestId>::max())) {
+    fail_file("too many requests for 32-bit request ids");
+  }
+
+  for (size_t i = 1; i < rows_.size(); ++i) {
+    if (rows_[i].time_ns < rows_[i - 1].time_ns) ++result.rows_out_of_order;
+  }
+  std::vector<int32_t> order(rows_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (result.rows_out_of_order > 0) {
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return rows_[a].time_ns < rows_[b].time_ns;
+    });
+  }
+
+  const int64_t first_ns = rows_[order.front()].time_ns;
+  result.requests.reserve(rows_.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const RawRow& row = rows_[order[k]];
+    int64_t offset_ns = row.time_ns - first_ns;  // both within ±4e18: no overflow
+    if (speedup != 1.0) {
+      const double scaled_ns = static_cast<double>(offset_ns) / speedup;
+      if (scaled_ns > 9.2e18) {
+        throw UserError(fmt::format("--trace-speedup: {} stretches {} beyond the simulated time "
+                                    "range",
+                                    speedup, name_));
+      }
+      offset_ns = std::llround(scaled_ns);
+    }
+    result.requests.push_back(Request{static_cast<RequestId>(k), SimTime::from_ns(offset_ns),
+                                      row.prompt_tokens, row.output_tokens});
+  }
+
+  if (any_hash_ids_) {
+    PrefixBlockHashes& blocks = result.prefix_blocks;
+    blocks.block_tokens = kMooncakeBlockTokens;
+    blocks.offsets.reserve(rows_.size() + 1);
+    blocks.hashes.reserve(hashes_.size());
+    blocks.offsets.push_back(0);
+    for (int32_t row : order) {
+      blocks.hashes.insert(blocks.hashes.end(), hashes_.begin() + hash_offsets_[row],
+                           hashes_.begin() + hash_offsets_[row + 1]);
+      blocks.offsets.push_back(static_cast<int64_t>(blocks.hashes.size()));
+    }
+  }
+
+  const std::string_view prompt_column = format_ == TraceFormat::kAzureCsv ? "ContextTokens"
+                                         : format_ == TraceFormat::kGenericCsv
+                                             ? "prompt_tokens"
+                                             : "input_length";
+  const std::string_view output_column = format_ == TraceFormat::kAzureCsv ? "GeneratedTokens"
+                                         : format_ == TraceFormat::kGenericCsv
+                                             ? "output_tokens"
+                                             : "output_length";
+  if (result.rows_prompt_clamped > 0) {
+    result.warnings.push_back(fmt::format(
+        "{}: {} of {} requests have {}=0; given 1 prompt token (a prefill needs one)", name_,
+        result.rows_prompt_clamped, result.rows_read, prompt_column));
+  }
+  if (result.rows_output_clamped > 0) {
+    result.warnings.push_back(fmt::format(
+        "{}: {} of {} requests have {}=0; given 1 output token (the prefill samples one)", name_,
+        result.rows_output_clamped, result.rows_read, output_column));
+  }
+  if (result.rows_out_of_order > 0) {
+    result.warnings.push_back(fmt::format(
+        "{}: {} rows have a timestamp earlier than the row above; requests sorted by arrival "
+        "(ties keep file order)",
+        name_, result.rows_out_of_order));
+  }
+  return result;
+}
+
+}  // namespace
+
+TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
+                                    double speedup) {
+  if (max_requests < 0) {
+    throw UserError(fmt::format("--num-requests: must be >= 0 (0 = all), got {}", max_requests));
+  }
+  if (!(std::isfinite(speedup) && speedup > 0.0)) {
+    throw UserError(fmt::format("--trace-speedup: must be a number > 0, got {}", speedup));
+  }
+  return TraceParser(path, max_requests).read(speedup);
+}
+
+}  // namespace batchsim

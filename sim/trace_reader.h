@@ -1,0 +1,84 @@
+// batchsim — request-trace readers.
+//
+// A trace is a file of real requests: when each arrived and how many prompt and output tokens it
+// had. The format is detected from the first line:
+//
+//   Azure LLM inference CSV   header `TIMESTAMP,ContextTokens,GeneratedTokens`; timestamps
+//                             `2023-11-16 18:17:03.9799600` (up to 9 fractional digits, an
+//                             optional `T` separator and `Z`/`±HH:MM` UTC offset), converted by
+//                             full calendar arithmetic, so midnight, month and leap-day
+//                             rollovers are exact. (Azure/AzurePublicDataset, Splitwise ISCA'24.)
+//   generic CSV               header `arrival_s,prompt_tokens,output_tokens`; arrival in seconds.
+//   Mooncake JSONL            no header: one JSON object per line with `timestamp` (ms),
+//                             `input_length`, `output_length` and optionally `hash_ids` (one id
+//                             per 512-token prompt block; equal ids = shared prefix).
+//                             (kvcache-ai/Mooncake FAST'25 traces.)
+//
+// Reading streams line by line and stops after `max_requests` rows (0 = all), taken in file
+// order. Blank lines are skipped; CRLF line ends and a UTF-8 byte-order mark are accepted.
+// JSONL lines in Mooncake's flat shape are scanned directly; any other line is parsed by
+// nlohmann::json (same result, ~10x slower), which also words every JSON error.
+//
+// Invariants of the result:
+//   * requests are sorted by arrival; rows whose timestamps are out of file order are sorted
+//     stably (ties keep file order) and counted in rows_out_of_order;
+//   * arrivals are offsets from the EARLIEST request (so the first is at 0), divided by
+//     `speedup` and rounded to the nearest ns (monotone, so the order survives); with speedup 1
+//     they are exact;
+//   * ids are 0..n-1 in that order, and prompt_tokens, output_tokens >= 1.
+//
+// Zero lengths: a row with 0 prompt tokens or 0 output tokens cannot be simulated as written (a
+// prefill needs a token, and the prefill itself samples the first output token). Such rows are
+// not dropped and not rejected: the length is raised to 1, the row is counted
+// (rows_prompt_clamped / rows_output_clamped) and a warning says so. The shipped Azure 2023 and
+// Mooncake traces have no such rows. Negative lengths are malformed lines.
+//
+// Errors are UserError naming the file, and the line for a malformed line:
+//   "conv.csv:17: expected 3 fields, got 2".
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/request.h"
+
+namespace batchsim {
+
+enum class TraceFormat { kAzureCsv, kGenericCsv, kMooncakeJsonl };
+std::string_view trace_format_name(TraceFormat format);  // "azure-csv", "generic-csv", ...
+
+// Each request's prompt-block hashes in compressed rows (no allocation per request): request
+// id's are hashes[offsets[id] .. offsets[id+1]). Empty when the trace has none. For prefix
+// caching: in Mooncake traces one hash covers `block_tokens` = 512 prompt tokens.
+struct PrefixBlockHashes {
+  int32_t block_tokens = 0;
+  std::vector<int64_t> offsets;  // empty, or one more than the number of requests
+  std::vector<uint64_t> hashes;
+
+  bool empty() const { return offsets.empty(); }
+  std::span<const uint64_t> of(RequestId id) const {
+    return {hashes.data() + offsets[id], hashes.data() + offsets[id + 1]};
+  }
+};
+
+struct TraceReadResult {
+  Workload requests;
+  TraceFormat format = TraceFormat::kGenericCsv;
+  int64_t rows_read = 0;             // data rows read (== requests.size())
+  int64_t rows_prompt_clamped = 0;   // prompt 0 raised to 1
+  int64_t rows_output_clamped = 0;   // output 0 raised to 1
+  int64_t rows_out_of_order = 0;     // rows earlier than the row above them; sorted stably
+  PrefixBlockHashes prefix_blocks;   // Mooncake hash_ids, permuted along with the sort
+  std::vector<std::string> warnings; // one line per kind of adjustment, naming the file
+};
+
+// Throws UserError for an unreadable file, an unknown header, a malformed line, an empty trace,
+// max_requests < 0, or speedup not a finite number > 0.
+TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
+                                    double speedup);
+
+}  // namespace batchsim

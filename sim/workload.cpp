@@ -1,0 +1,424 @@
+#include "sim/workload.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+namespace {
+
+constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
+
+// Streams of the workload seed (Rng::for_stream): one per random quantity, so that e.g. a new
+// output-length distribution leaves arrival times and prompt lengths sample-for-sample equal.
+constexpr uint32_t kArrivalStream = 0;
+constexpr uint32_t kPromptStream = 1;
+constexpr uint32_t kOutputStream = 2;
+
+constexpr SpecSyntax kArrivalSyntaxes[] = {
+    {"offline", "every request at t = 0 (a batch job)"},
+    {"poisson:RATE", "Poisson arrivals, RATE requests/s (exponential gaps)"},
+    {"gamma:RATE:CV", "gamma-distributed gaps, mean 1/RATE s, coefficient of variation CV "
+                      "(CV > 1 bursty; CV = 1 is Poisson)"},
+    {"trace", "the trace's own timestamps (the default with --trace)"},
+};
+
+constexpr SpecSyntax kLengthSyntaxes[] = {
+    {"fixed:N", "always N tokens"},
+    {"uniform:A:B", "uniform integer in [A, B], inclusive"},
+    {"capexp:MEAN:CAP", "exponential with mean MEAN, samples above CAP redrawn (the Anyscale "
+                        "continuous-batching benchmark), rounded to the nearest integer >= 1"},
+    {"lognormal:MEDIAN:SIGMA", "MEDIAN * exp(SIGMA * N(0,1)), rounded to the nearest integer >= 1"},
+};
+
+// A spec split at ':' with the option it came from, for parsing and for error messages of the
+// form  --arrival: "poisson:abc": RATE must be a positive number
+class SpecText {
+ public:
+  SpecText(std::string_view spec, std::string_view option) : spec_(spec), option_(option) {
+    std::string_view rest = spec;
+    for (;;) {
+      const size_t colon = rest.find(':');
+      parts_.push_back(rest.substr(0, colon));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+
+  std::string_view kind() const { return parts_.front(); }
+  std::string_view spec() const { return spec_; }
+  std::string_view option() const { return option_; }
+
+  [[noreturn]] void fail(std::string_view what) const {
+    throw UserError(fmt::format("{}: \"{}\": {}", option_, spec_, what));
+  }
+
+  void expect_parameters(size_t count, std::string_view syntax) const {
+    if (parts_.size() != count + 1) {
+      fail(fmt::format("expected {} ({} parameter{} after \"{}:\")", syntax, count,
+                       count == 1 ? "" : "s", kind()));
+    }
+  }
+
+  // Parameter i (1-based after the kind) as a finite number > 0.
+  double positive(size_t i, std::string_view name) const {
+    const std::optional<double> value = number(parts_[i]);
+    if (!value || !(*value > 0.0)) fail(fmt::format("{} must be a positive number", name));
+    return *value;
+  }
+  double non_negative(size_t i, std::string_view name) const {
+    const std::optional<double> value = number(parts_[i]);
+    if (!value || !(*value >= 0.0)) fail(fmt::format("{} must be a number >= 0", name));
+    return *value;
+  }
+  // Parameter i as an integer in [min_value, max_value]; `min_text` names the lower bound in the
+  // message ("1", or another parameter's name).
+  int64_t integer(size_t i, std::string_view name, int64_t min_value, std::string_view min_text,
+                  int64_t max_value = kMaxTokens) const {
+    const std::string_view text = parts_[i];
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+        value < min_value) {
+      fail(fmt::format("{} must be an integer >= {}", name, min_text));
+    }
+    if (value > max_value) fail(fmt::format("{} must be at most {}", name, max_value));
+    return value;
+  }
+
+ private:
+  static std::optional<double> number(std::string_view text) {
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+        !std::isfinite(value)) {
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  std::string_view spec_;
+  std::string_view option_;
+  std::vector<std::string_view> parts_;
+};
+
+// Nearest integer, raised to 1 and clamped to int32: a length is at least one token.
+int32_t round_length(double tokens) {
+  if (!(tokens < static_cast<double>(kMaxTokens))) return static_cast<int32_t>(kMaxTokens);
+  return static_cast<int32_t>(std::max<int64_t>(1, std::llround(tokens)));
+}
+
+// ---- length distributions --------------------------------------------------------------------
+
+class FixedLength final : public LengthDistribution {
+ public:
+  explicit FixedLength(int32_t tokens) : tokens_(tokens) {}
+  int32_t sample(Rng&) const override { return tokens_; }
+  std::string describe() const override { return fmt::format("fixed:{}", tokens_); }
+
+ private:
+  int32_t tokens_;
+};
+
+class UniformLength final : public LengthDistribution {
+ public:
+  UniformLength(int32_t min_tokens, int32_t max_tokens)
+      : min_tokens_(min_tokens), max_tokens_(max_tokens) {}
+  int32_t sample(Rng& rng) const override {
+    const uint64_t span = static_cast<uint64_t>(max_tokens_ - min_tokens_) + 1;
+    return min_tokens_ + static_cast<int32_t>(sample_below(rng, span));
+  }
+  std::string describe() const override {
+    return fmt::format("uniform:{}:{}", min_tokens_, max_tokens_);
+  }
+
+ private:
+  int32_t min_tokens_;
+  int32_t max_tokens_;
+};
+
+// The Anyscale continuous-batching benchmark draws output lengths from an exponential of mean
+// 128 and redraws those above a cap. We sample the truncated law directly (same distribution,
+// see sample_truncated_exponential), then round. Note the mean of the result is below MEAN:
+// MEAN − CAP·e^(−CAP/MEAN)/(1 − e^(−CAP/MEAN)).
+class CappedExponentialLength final : public LengthDistribution {
+ public:
+  CappedExponentialLength(double mean_tokens, int32_t cap_tokens)
+      : mean_tokens_(mean_tokens), cap_tokens_(cap_tokens) {}
+  int32_t sample(Rng& rng) const override {
+    return round_length(sample_truncated_exponential(rng, mean_tokens_, cap_tokens_));
+  }
+  std::string describe() const override {
+    return fmt::format("capexp:{}:{}", mean_tokens_, cap_tokens_);
+  }
+
+ private:
+  double mean_tokens_;
+  int32_t cap_tokens_;
+};
+
+class LognormalLength final : public LengthDistribution {
+ public:
+  LognormalLength(double median_tokens, double sigma)
+      : median_tokens_(median_tokens), sigma_(sigma) {}
+  int32_t sample(Rng& rng) const override {
+    return round_length(median_tokens_ * std::exp(sigma_ * sample_standard_normal(rng)));
+  }
+  std::string describe() const override {
+    return fmt::format("lognormal:{}:{}", median_tokens_, sigma_);
+  }
+
+ private:
+  double median_tokens_;
+  double sigma_;
+};
+
+// ---- arrival processes -----------------------------------------------------------------------
+
+// Gaps are drawn in seconds and rounded to the nearest ns here; make_workload adds the integer
+// gaps. Integer accumulation is exact, so the k-th arrival is the same on every platform
+// whatever the summation order, and per-gap rounding is unbiased (a gap's rounding error is
+// within ±0.5 ns and averages to ~0, so 1e6 requests drift by well under a microsecond).
+class GapSampler : public ArrivalProcess {
+ protected:
+  GapSampler(std::string_view option, std::string description)
+      : option_(option), description_(std::move(description)) {}
+  SimTime to_sim_time(double gap_s) const {
+    if (!(gap_s <= 1e9)) {
+      throw UserError(fmt::format(
+          "{}: \"{}\": a gap of {:g} s between arrivals is beyond the simulated time range; is "
+          "RATE too small?",
+          option_, description_, gap_s));
+    }
+    return SimTime::from_seconds(gap_s);
+  }
+
+ public:
+  std::string describe() const override { return description_; }
+
+ private:
+  std::string option_;
+  std::string description_;
+};
+
+class OfflineArrivals final : public ArrivalProcess {
+ public:
+  SimTime next_gap(Rng&) override { return SimTime::zero(); }
+  std::string describe() const override { return "offline"; }
+};
+
+class PoissonArrivals final : public GapSampler {
+ public:
+  PoissonArrivals(std::string_view option, double rate_per_s)
+      : GapSampler(option, fmt::format("poisson:{}", rate_per_s)), mean_gap_s_(1.0 / rate_per_s) {}
+  SimTime next_gap(Rng& rng) override { return to_sim_time(sample_exponential(rng, mean_gap_s_)); }
+
+ private:
+  double mean_gap_s_;
+};
+
+// Gamma renewal process: gap ~ Gamma(k = 1/CV², θ = CV²/RATE), so E[gap] = kθ = 1/RATE and
+// sd/mean = 1/sqrt(k) = CV. The bursty arrival process of AlpaServe's evaluation (OSDI'23).
+class GammaArrivals final : public GapSampler {
+ public:
+  GammaArrivals(std::string_view option, double rate_per_s, double cv)
+      : GapSampler(option, fmt::format("gamma:{}:{}", rate_per_s, cv)),
+        shape_(1.0 / (cv * cv)),
+        scale_s_(cv * cv / rate_per_s) {}
+  SimTime next_gap(Rng& rng) override { return to_sim_time(sample_gamma(rng, shape_, scale_s_)); }
+
+ private:
+  double shape_;
+  double scale_s_;
+};
+
+std::string list_syntaxes(std::span<const SpecSyntax> syntaxes) {
+  std::string out;
+  for (size_t i = 0; i < syntaxes.size(); ++i) {
+    if (i > 0) out += i + 1 == syntaxes.size() ? " or " : ", ";
+    out += syntaxes[i].syntax;
+  }
+  return out;
+}
+
+// Overwrites arrivals with 0, gap, gap+gap, ... (first request at t = 0).
+void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng,
+                     std::string_view option) {
+  SimTime now = SimTime::zero();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i > 0) {
+      const SimTime gap = process.next_gap(rng);
+      if (gap.ns() > SimTime::max().ns() - now.ns()) {
+        throw UserError(fmt::format("{}: \"{}\": arrival times exceed the simulated time range "
+                                    "(about 292 years)",
+                                    option, process.describe()));
+      }
+      now += gap;
+    }
+    requests[i].arrival = now;
+  }
+}
+
+}  // namespace
+
+std::span<const SpecSyntax> arrival_process_syntaxes() { return kArrivalSyntaxes; }
+std::span<const SpecSyntax> length_distribution_syntaxes() { return kLengthSyntaxes; }
+
+std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
+                                                              std::string_view option) {
+  const SpecText text(spec, option);
+  const std::string_view kind = text.kind();
+  if (kind == "fixed") {
+    text.expect_parameters(1, "fixed:N");
+    return std::make_unique<FixedLength>(static_cast<int32_t>(text.integer(1, "N", 1, "1")));
+  }
+  if (kind == "uniform") {
+    text.expect_parameters(2, "uniform:A:B");
+    const int64_t a = text.integer(1, "A", 1, "1");
+    const int64_t b = text.integer(2, "B", a, "A");
+    return std::make_unique<UniformLength>(static_cast<int32_t>(a), static_cast<int32_t>(b));
+  }
+  if (kind == "capexp") {
+    text.expect_parameters(2, "capexp:MEAN:CAP");
+    const double mean = text.positive(1, "MEAN");
+    const int64_t cap = text.integer(2, "CAP", 1, "1");
+    return std::make_unique<CappedExponentialLength>(mean, static_cast<int32_t>(cap));
+  }
+  if (kind == "lognormal") {
+    text.expect_parameters(2, "lognormal:MEDIAN:SIGMA");
+    const double median = text.positive(1, "MEDIAN");
+    const double sigma = text.non_negative(2, "SIGMA");
+    return std::make_unique<LognormalLength>(median, sigma);
+  }
+  text.fail(fmt::format("unknown length distribution \"{}\"; expected {}", kind,
+                        list_syntaxes(kLengthSyntaxes)));
+}
+
+std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
+                                                      std::string_view option) {
+  const SpecText text(spec, option);
+  const std::string_view kind = text.kind();
+  if (kind == "offline") {
+    text.expect_parameters(0, "offline");
+    return std::make_unique<OfflineArrivals>();
+  }
+  if (kind == "poisson") {
+    text.expect_parameters(1, "poisson:RATE");
+    return std::make_unique<PoissonArrivals>(option, text.positive(1, "RATE"));
+  }
+  if (kind == "gamma") {
+    text.expect_parameters(2, "gamma:RATE:CV");
+    const double rate = text.positive(1, "RATE");
+    const double cv = text.positive(2, "CV");
+    return std::make_unique<GammaArrivals>(option, rate, cv);
+  }
+  if (kind == "trace") {
+    text.fail("\"trace\" replays a trace's own timestamps; give a trace file (--trace FILE)");
+  }
+  text.fail(fmt::format("unknown arrival process \"{}\"; expected {}", kind,
+                        list_syntaxes(kArrivalSyntaxes)));
+}
+
+BuiltWorkload build_workload(const WorkloadSpec& spec) {
+  if (spec.num_requests < 0) {
+    throw UserError(fmt::format("--num-requests: must be >= 0, got {}", spec.num_requests));
+  }
+  if (spec.num_requests > std::numeric_limits<RequestId>::max()) {
+    throw UserError(fmt::format("--num-requests: at most {}, got {}",
+                                std::numeric_limits<RequestId>::max(), spec.num_requests));
+  }
+  if (!(std::isfinite(spec.trace_speedup) && spec.trace_speedup > 0.0)) {
+    throw UserError(
+        fmt::format("--trace-speedup: must be a number > 0, got {}", spec.trace_speedup));
+  }
+  // Validated first, even when a trace brings its lengths: a typo is reported, not ignored.
+  const std::unique_ptr<LengthDistribution> prompt_len =
+      parse_length_distribution(spec.prompt_len, "--prompt-len");
+  const std::unique_ptr<LengthDistribution> output_len =
+      parse_length_distribution(spec.output_len, "--output-len");
+
+  BuiltWorkload built;
+  const bool replay_timestamps =
+      !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
+  if (replay_timestamps) {
+    TraceReadResult trace =
+        read_trace_detailed(spec.trace, spec.num_requests, spec.trace_speedup);
+    built.description = fmt::format(
+        "{} requests: arrivals{} and lengths from {} ({})", trace.requests.size(),
+        spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : std::string(),
+        spec.trace.filename().string(), trace_format_name(trace.format));
+    built.requests = std::move(trace.requests);
+    built.warnings = std::move(trace.warnings);
+    built.prefix_blocks = std::move(trace.prefix_blocks);
+  } else {
+    const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
+    // Parsed before a trace is read: a malformed option is reported without reading the file.
+    const std::unique_ptr<ArrivalProcess> arrival =
+        parse_arrival_process(arrival_spec, "--arrival");
+    if (spec.trace_speedup != 1.0) {
+      throw UserError(fmt::format(
+          "--trace-speedup: {} scales trace timestamps, but arrivals come from --arrival {}",
+          spec.trace_speedup, arrival_spec));
+    }
+    Rng arrival_rng = Rng::for_stream(spec.seed, kArrivalStream);
+    if (spec.trace.empty()) {
+      if (spec.num_requests == 0) {
+        throw UserError(
+            "--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
+      }
+      built.requests.resize(static_cast<size_t>(spec.num_requests));
+      Rng prompt_rng = Rng::for_stream(spec.seed, kPromptStream);
+      Rng output_rng = Rng::for_stream(spec.seed, kOutputStream);
+      for (size_t i = 0; i < built.requests.size(); ++i) {
+        Request& request = built.requests[i];
+        request.id = static_cast<RequestId>(i);
+        request.prompt_tokens = prompt_len->sample(prompt_rng);
+        request.output_tokens = output_len->sample(output_rng);
+      }
+      assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
+      built.description =
+          fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}",
+                      built.requests.size(), arrival->describe(), prompt_len->describe(),
+                      output_len->describe(), spec.seed);
+    } else {
+      // Trace lengths in trace arrival order (ids unchanged), new arrival times.
+      TraceReadResult trace = read_trace_detailed(spec.trace, spec.num_requests, 1.0);
+      built.requests = std::move(trace.requests);
+      built.warnings = std::move(trace.warnings);
+      built.prefix_blocks = std::move(trace.prefix_blocks);
+      assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
+      built.description = fmt::format("{} requests: {} arrivals, seed {}; lengths from {} ({})",
+                                      built.requests.size(), arrival->describe(), spec.seed,
+                                      spec.trace.filename().string(),
+                                      trace_format_name(trace.format));
+    }
+  }
+
+  // Invariants of request.h, relied on by the simulation.
+  for (size_t i = 0; i < built.requests.size(); ++i) {
+    const Request& r = built.requests[i];
+    if (r.id != static_cast<RequestId>(i) || r.prompt_tokens < 1 || r.output_tokens < 1 ||
+        (i > 0 && r.arrival < built.requests[i - 1].arrival)) {
+      throw std::logic_error(fmt::format("build_workload: request {} breaks the Workload "
+                                         "invariants (dense ids, sorted arrivals, lengths >= 1)",
+                                         i));
+    }
+  }
+  return built;
+}
+
+Workload make_workload(const WorkloadSpec& spec) { return build_workload(spec).requests; }
+
+Workload read_trace(const std::filesystem::path& path, int64_t max_requests, double speedup) {
+  return read_trace_detailed(path, max_requests, speedup).requests;
+}
+
+}  // namespace batchsim

@@ -1,0 +1,445 @@
+// Tests of the trace readers: the real traces in ../shared/data/traces (counts, first and last
+// rows, whole-file token sums computed independently with Python), and small hand-written files
+// for every error path and every adjustment (unsorted rows, zero lengths, date rollovers).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "hwmodel/error.h"
+#include "sim/trace_reader.h"
+#include "sim/workload.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using testing::data_dir;
+using testing::scratch_dir;
+
+std::filesystem::path trace_path(const std::string& relative) {
+  return data_dir() / "traces" / relative;
+}
+
+struct Sums {
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+};
+
+Sums sums(const Workload& w) {
+  Sums s;
+  for (const Request& r : w) {
+    s.prompt_tokens += r.prompt_tokens;
+    s.output_tokens += r.output_tokens;
+  }
+  return s;
+}
+
+void expect_well_formed(const Workload& w) {
+  ASSERT_FALSE(w.empty());
+  EXPECT_EQ(w.front().arrival, SimTime::zero());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(w[i].id, static_cast<RequestId>(i));
+    ASSERT_GE(w[i].prompt_tokens, 1);
+    ASSERT_GE(w[i].output_tokens, 1);
+    if (i > 0) {
+      ASSERT_GE(w[i].arrival, w[i - 1].arrival) << "request " << i;
+    }
+  }
+}
+
+std::filesystem::path write_file(const std::string& name, const std::string& contents) {
+  const std::filesystem::path path = scratch_dir("trace_test_" + name) / name;
+  std::ofstream(path, std::ios::binary) << contents;
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+// ---- the real traces -------------------------------------------------------------------------
+
+TEST(RealTraces, AzureCode) {
+  const TraceReadResult t = read_trace_detailed(trace_path("azure-llm-2023/code.csv"), 0, 1.0);
+  EXPECT_EQ(t.format, TraceFormat::kAzureCsv);
+  ASSERT_EQ(t.requests.size(), 8819u);
+  EXPECT_EQ(t.rows_read, 8819);
+  expect_well_formed(t.requests);
+  // 2023-11-16 18:17:03.9799600,4808,10 then 18:17:04.0319600,3180,8: exactly 52 ms apart.
+  EXPECT_EQ(t.requests[0].prompt_tokens, 4808);
+  EXPECT_EQ(t.requests[0].output_tokens, 10);
+  EXPECT_EQ(t.requests[1].arrival.ns(), 52'000'000);
+  EXPECT_EQ(t.requests[1].prompt_tokens, 3180);
+  // Last row 19:14:19.9280160,549,173: 57 min 15.948056 s after the first, to the ns.
+  EXPECT_EQ(t.requests.back().arrival.ns(), 3'435'948'056'000);
+  EXPECT_EQ(t.requests.back().prompt_tokens, 549);
+  EXPECT_EQ(t.requests.back().output_tokens, 173);
+  const Sums s = sums(t.requests);
+  EXPECT_EQ(s.prompt_tokens, 18'059'974);
+  EXPECT_EQ(s.output_tokens, 245'896);
+  EXPECT_EQ(t.rows_out_of_order, 0);
+  EXPECT_EQ(t.rows_prompt_clamped + t.rows_output_clamped, 0);
+  EXPECT_TRUE(t.warnings.empty());
+  EXPECT_TRUE(t.prefix_blocks.empty());
+}
+
+TEST(RealTraces, AzureConversation) {
+  const TraceReadResult t = read_trace_detailed(trace_path("azure-llm-2023/conv.csv"), 0, 1.0);
+  ASSERT_EQ(t.requests.size(), 19'366u);
+  expect_well_formed(t.requests);
+  EXPECT_EQ(t.requests[0].prompt_tokens, 374);
+  EXPECT_EQ(t.requests[0].output_tokens, 44);
+  EXPECT_EQ(t.requests[1].arrival.ns(), 4'314'579'000);  // 18:15:50.9951690 − 18:15:46.6805900
+  EXPECT_EQ(t.requests.back().arrival.ns(), 3'501'721'937'000);
+  const Sums s = sums(t.requests);
+  EXPECT_EQ(s.prompt_tokens, 22'361'870);  // mean 1,155 as data/README.md says
+  EXPECT_EQ(s.output_tokens, 4'088'665);   // mean 211
+  EXPECT_TRUE(t.warnings.empty());
+}
+
+TEST(RealTraces, MooncakeConversationWithPrefixHashes) {
+  const TraceReadResult t =
+      read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 0, 1.0);
+  EXPECT_EQ(t.format, TraceFormat::kMooncakeJsonl);
+  ASSERT_EQ(t.requests.size(), 12'031u);
+  expect_well_formed(t.requests);
+  EXPECT_EQ(t.requests[0].prompt_tokens, 6758);
+  EXPECT_EQ(t.requests[0].output_tokens, 500);
+  EXPECT_EQ(t.requests.back().arrival.ns(), 3'536'999'000'000);  // timestamp 3536999 ms
+  EXPECT_EQ(t.requests.back().prompt_tokens, 20774);
+  EXPECT_EQ(t.requests.back().output_tokens, 508);
+  const Sums s = sums(t.requests);
+  EXPECT_EQ(s.prompt_tokens, 144'793'823);
+  EXPECT_EQ(s.output_tokens, 4'122'048);
+
+  const PrefixBlockHashes& blocks = t.prefix_blocks;
+  ASSERT_FALSE(blocks.empty());
+  EXPECT_EQ(blocks.block_tokens, 512);
+  ASSERT_EQ(blocks.offsets.size(), t.requests.size() + 1);
+  EXPECT_EQ(blocks.hashes.size(), 288'500u);
+  // Request 0's ids are 0..13; request 1 shares block 0 (the system prompt) and then 14, 15...
+  const std::span<const uint64_t> first = blocks.of(0);
+  ASSERT_EQ(first.size(), 14u);
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i], i);
+  EXPECT_EQ(blocks.of(1)[0], 0u);
+  EXPECT_EQ(blocks.of(1)[1], 14u);
+  // One hash per started 512-token block, on every row.
+  for (const Request& r : t.requests) {
+    ASSERT_EQ(static_cast<int64_t>(blocks.of(r.id).size()), (r.prompt_tokens + 511) / 512);
+  }
+}
+
+TEST(RealTraces, MooncakeSynthetic) {
+  const Workload w = read_trace(trace_path("mooncake-fast25/synthetic.jsonl"), 0, 1.0);
+  ASSERT_EQ(w.size(), 3993u);
+  expect_well_formed(w);
+  EXPECT_EQ(w[0].prompt_tokens, 40160);
+  EXPECT_EQ(w[0].output_tokens, 6);
+  EXPECT_EQ(w.back().arrival.ns(), 1'022'025'000'000);
+}
+
+TEST(RealTraces, MaxRequestsTakesTheFirstRows) {
+  const Workload all = read_trace(trace_path("azure-llm-2023/conv.csv"), 0, 1.0);
+  const Workload first = read_trace(trace_path("azure-llm-2023/conv.csv"), 100, 1.0);
+  ASSERT_EQ(first.size(), 100u);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].arrival, all[i].arrival);
+    EXPECT_EQ(first[i].prompt_tokens, all[i].prompt_tokens);
+    EXPECT_EQ(first[i].output_tokens, all[i].output_tokens);
+  }
+  // More than the trace holds: all of it.
+  EXPECT_EQ(read_trace(trace_path("azure-llm-2023/conv.csv"), 50'000, 1.0).size(), all.size());
+  // JSONL's first line is data, not a header: max 1 is that line.
+  const TraceReadResult one =
+      read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 1, 1.0);
+  ASSERT_EQ(one.requests.size(), 1u);
+  EXPECT_EQ(one.requests[0].prompt_tokens, 6758);
+  EXPECT_EQ(one.prefix_blocks.offsets.size(), 2u);
+}
+
+TEST(RealTraces, SpeedupDividesOffsets) {
+  const Workload base = read_trace(trace_path("azure-llm-2023/code.csv"), 0, 1.0);
+  const Workload fast = read_trace(trace_path("azure-llm-2023/code.csv"), 0, 4.0);
+  const Workload slow = read_trace(trace_path("azure-llm-2023/code.csv"), 0, 0.5);
+  ASSERT_EQ(fast.size(), base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    ASSERT_EQ(fast[i].arrival.ns(), std::llround(base[i].arrival.ns() / 4.0));
+    ASSERT_EQ(slow[i].arrival.ns(), base[i].arrival.ns() * 2);
+    ASSERT_EQ(fast[i].prompt_tokens, base[i].prompt_tokens);
+  }
+  EXPECT_EQ(fast[1].arrival.ns(), 13'000'000);
+}
+
+TEST(RealTraces, TraceLengthsWithPoissonArrivals) {
+  // "Azure conversation lengths at Poisson rate 5": lengths are the trace's, in its order;
+  // arrivals are exactly those of a synthetic poisson:5 workload of the same seed.
+  WorkloadSpec spec;
+  spec.trace = trace_path("azure-llm-2023/conv.csv");
+  spec.arrival = "poisson:5";
+  spec.num_requests = 1000;
+  spec.seed = 17;
+  const BuiltWorkload mixed = build_workload(spec);
+  const Workload trace = read_trace(spec.trace, 1000, 1.0);
+  WorkloadSpec synthetic;
+  synthetic.arrival = "poisson:5";
+  synthetic.num_requests = 1000;
+  synthetic.seed = 17;
+  const Workload poisson = make_workload(synthetic);
+  ASSERT_EQ(mixed.requests.size(), 1000u);
+  expect_well_formed(mixed.requests);
+  for (size_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(mixed.requests[i].prompt_tokens, trace[i].prompt_tokens);
+    ASSERT_EQ(mixed.requests[i].output_tokens, trace[i].output_tokens);
+    ASSERT_EQ(mixed.requests[i].arrival, poisson[i].arrival);
+  }
+  EXPECT_EQ(mixed.description,
+            "1000 requests: poisson:5 arrivals, seed 17; lengths from conv.csv (azure-csv)");
+
+  spec.trace_speedup = 2.0;  // meaningless with generated arrivals: refused, not ignored
+  EXPECT_NE(error_of([&] { make_workload(spec); }).find("--trace-speedup: 2 scales"),
+            std::string::npos);
+}
+
+TEST(RealTraces, MakeWorkloadReplaysTraceTimestampsByDefault) {
+  WorkloadSpec spec;
+  spec.trace = trace_path("mooncake-fast25/conversation.jsonl");
+  spec.num_requests = 500;
+  spec.trace_speedup = 2.0;
+  const BuiltWorkload built = build_workload(spec);
+  const Workload direct = read_trace(spec.trace, 500, 2.0);
+  ASSERT_EQ(built.requests.size(), 500u);
+  for (size_t i = 0; i < direct.size(); ++i) ASSERT_EQ(built.requests[i].arrival, direct[i].arrival);
+  EXPECT_EQ(built.prefix_blocks.offsets.size(), 501u);
+  EXPECT_EQ(built.description,
+            "500 requests: arrivals / 2 and lengths from conversation.jsonl (mooncake-jsonl)");
+  spec.arrival = "trace";
+  EXPECT_EQ(make_workload(spec).back().arrival, direct.back().arrival);
+}
+
+// ---- formats, on small files -----------------------------------------------------------------
+
+TEST(TraceFormats, AzureDatesRollOverDaysMonthsYearsAndLeapDays) {
+  const auto path = write_file("rollover.csv",
+                               "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                               "2023-12-31 23:59:59.5,10,1\r\n"
+                               "2024-01-01 00:00:00.25,10,1\r\n"
+                               "2024-02-28T23:59:59.000000001,10,1\r\n"
+                               "2024-03-01 00:00:00Z,10,1\r\n"
+                               "2024-03-01 01:00:00.5+01:00,10,1\r\n");
+  const Workload w = read_trace(path, 0, 1.0);
+  ASSERT_EQ(w.size(), 5u);
+  EXPECT_EQ(w[1].arrival.ns(), 750'000'000);
+  // 2024 is a leap year: Feb 28 23:59:59 → Mar 1 00:00:00 is a day and one second.
+  const int64_t to_feb28_ns = (31 + 27) * 86'400'000'000'000LL + 86'399'500'000'000LL;
+  EXPECT_EQ(w[2].arrival.ns(), to_feb28_ns + 1);
+  EXPECT_EQ(w[3].arrival.ns(), to_feb28_ns + 86'401'000'000'000LL);
+  EXPECT_EQ(w[4].arrival.ns(), w[3].arrival.ns() + 500'000'000);  // 01:00 at +01:00 is 00:00Z
+}
+
+TEST(TraceFormats, GenericCsvWithBomBlankLinesAndSpaces) {
+  const auto path = write_file("generic.csv",
+                               "\xEF\xBB\xBF" "arrival_s,prompt_tokens,output_tokens\n"
+                               "\n"
+                               "100.5, 20, 3\n"
+                               "101.0,30,4\n"
+                               "\n");
+  const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
+  EXPECT_EQ(t.format, TraceFormat::kGenericCsv);
+  ASSERT_EQ(t.requests.size(), 2u);
+  EXPECT_EQ(t.requests[0].arrival.ns(), 0);  // offsets from the first request
+  EXPECT_EQ(t.requests[1].arrival.ns(), 500'000'000);
+  EXPECT_EQ(t.requests[0].prompt_tokens, 20);
+  EXPECT_EQ(t.requests[1].output_tokens, 4);
+}
+
+TEST(TraceFormats, UnsortedRowsAreSortedStablyCountedAndReported) {
+  const auto path = write_file("unsorted.csv",
+                               "arrival_s,prompt_tokens,output_tokens\n"
+                               "5,1,1\n"
+                               "3,2,1\n"   // out of order
+                               "5,3,1\n"
+                               "3,4,1\n"   // out of order; ties with the row of 2 tokens
+                               "9,5,1\n");
+  const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
+  EXPECT_EQ(t.rows_out_of_order, 2);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("2 rows have a timestamp earlier than the row above"),
+            std::string::npos);
+  expect_well_formed(t.requests);
+  std::vector<int32_t> prompts;
+  for (const Request& r : t.requests) prompts.push_back(r.prompt_tokens);
+  EXPECT_EQ(prompts, (std::vector<int32_t>{2, 4, 1, 3, 5}));  // ties keep file order
+  EXPECT_EQ(t.requests[2].arrival.ns(), 2'000'000'000);       // relative to the earliest (3 s)
+}
+
+TEST(TraceFormats, UnsortedMooncakeRowsCarryTheirHashes) {
+  const auto path = write_file("unsorted.jsonl",
+                               R"({"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]})"
+                               "\n"
+                               R"({"timestamp": 10, "input_length": 100, "output_length": 6, "hash_ids": [9]})"
+                               "\n");
+  const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
+  ASSERT_EQ(t.requests.size(), 2u);
+  EXPECT_EQ(t.requests[0].prompt_tokens, 100);
+  EXPECT_EQ(t.requests[1].arrival.ns(), 10'000'000);
+  ASSERT_EQ(t.prefix_blocks.of(0).size(), 1u);
+  EXPECT_EQ(t.prefix_blocks.of(0)[0], 9u);
+  ASSERT_EQ(t.prefix_blocks.of(1).size(), 2u);
+  EXPECT_EQ(t.prefix_blocks.of(1)[1], 8u);
+}
+
+TEST(TraceFormats, MooncakeLinesOutsideTheFastSubsetReadTheSame) {
+  // Line 1 is the flat subset the fast scanner reads. Lines 2-5 make it decline part-way (a
+  // string value after hash_ids were scanned, an escaped key, a nested object, an integral
+  // float length) and fall back to nlohmann::json; the result must be as if they were flat,
+  // with hash ids neither lost nor doubled.
+  const auto path = write_file(
+      "mixed.jsonl",
+      R"({"timestamp": 1.5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], "turn": 3})"
+      "\n"
+      R"({"timestamp": 2, "input_length": 700, "output_length": 6, "hash_ids": [1, 3], "note": "x"})"
+      "\n"
+      R"({"timestamp": 3, "input_l\u0065ngth": 800, "output_length": 7, "hash_ids": [4]})"
+      "\n"
+      R"({ "timestamp" : 4 , "meta": {"a": [1]}, "input_length": 900, "output_length": 8 })"
+      "\n"
+      R"({"timestamp": 5e0, "input_length": 1000, "output_length": 9.0, "hash_ids": []})"
+      "\n");
+  const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
+  ASSERT_EQ(t.requests.size(), 5u);
+  const int64_t expected_ns[] = {0, 500'000, 1'500'000, 2'500'000, 3'500'000};  // from 1.5 ms
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(t.requests[i].arrival.ns(), expected_ns[i]) << i;
+    EXPECT_EQ(t.requests[i].prompt_tokens, 600 + 100 * i) << i;
+    EXPECT_EQ(t.requests[i].output_tokens, 5 + i) << i;
+  }
+  EXPECT_EQ(t.prefix_blocks.offsets, (std::vector<int64_t>{0, 2, 4, 5, 5, 5}));
+  EXPECT_EQ(t.prefix_blocks.hashes, (std::vector<uint64_t>{1, 2, 1, 3, 4}));
+}
+
+TEST(TraceFormats, ZeroLengthsAreRaisedToOneCountedAndReported) {
+  const auto path = write_file("zeros.csv",
+                               "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                               "2023-11-16 18:00:00.0,100,0\n"
+                               "2023-11-16 18:00:01.0,0,5\n"
+                               "2023-11-16 18:00:02.0,100,0\n");
+  const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
+  ASSERT_EQ(t.requests.size(), 3u);  // nothing dropped
+  EXPECT_EQ(t.requests[0].output_tokens, 1);
+  EXPECT_EQ(t.requests[1].prompt_tokens, 1);
+  EXPECT_EQ(t.requests[1].output_tokens, 5);
+  EXPECT_EQ(t.rows_prompt_clamped, 1);
+  EXPECT_EQ(t.rows_output_clamped, 2);
+  ASSERT_EQ(t.warnings.size(), 2u);
+  EXPECT_EQ(t.warnings[0], path.string() +
+                               ": 1 of 3 requests have ContextTokens=0; given 1 prompt token (a "
+                               "prefill needs one)");
+  EXPECT_EQ(t.warnings[1], path.string() +
+                               ": 2 of 3 requests have GeneratedTokens=0; given 1 output token "
+                               "(the prefill samples one)");
+  // build_workload passes them on.
+  WorkloadSpec spec;
+  spec.trace = path;
+  EXPECT_EQ(build_workload(spec).warnings, t.warnings);
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+struct BadFile {
+  const char* name;
+  const char* contents;
+  const char* error;  // after "<path>"
+};
+
+TEST(TraceErrors, MalformedLinesNameFileAndLine) {
+  const BadFile cases[] = {
+      {"fields.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n4,5\n",
+       ":4: expected 3 fields, got 2"},
+      {"many.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3,4\n", ":2: expected 3 fields, got 4"},
+      {"arrival.csv", "arrival_s,prompt_tokens,output_tokens\nsoon,2,3\n",
+       ":2: arrival_s \"soon\" is not a number"},
+      {"tokens.csv", "arrival_s,prompt_tokens,output_tokens\n1,12a,3\n",
+       ":2: prompt_tokens \"12a\" is not an integer"},
+      {"negative.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,-3\n",
+       ":2: output_tokens must be >= 0, got -3"},
+      {"huge.csv", "arrival_s,prompt_tokens,output_tokens\n1,3000000000,3\n",
+       ":2: prompt_tokens = 3000000000 is more than 2147483647 tokens"},
+      {"date.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-29 10:00:00.0,1,1\n",
+       ":2: TIMESTAMP \"2023-02-29 10:00:00.0\" is not a date and time like "
+       "2023-11-16 18:17:03.9799600"},
+      {"time.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 24:00:00.0,1,1\r\n",
+       ":2: TIMESTAMP \"2023-11-16 24:00:00.0\" is not a date"},
+      {"digits.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.1234567891,1,1\n",
+       ":2: TIMESTAMP"},
+      {"context.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,x,1\n",
+       ":2: ContextTokens \"x\" is not an integer"},
+      {"json.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,\n",
+       ":2: not a JSON object: parse error"},
+      {"missing.jsonl", "{\"timestamp\": 0, \"output_length\": 1}\n", ":1: missing \"input_length\""},
+      {"type.jsonl", "{\"timestamp\": \"now\", \"input_length\": 5, \"output_length\": 1}\n",
+       ":1: \"timestamp\" must be a number of ms, got \"now\""},
+      {"length.jsonl", "{\"timestamp\": 0, \"input_length\": 5.5, \"output_length\": 1}\n",
+       ":1: \"input_length\" must be an integer, got 5.5"},
+      {"hashes.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": 3}\n",
+       ":1: \"hash_ids\" must be an array, got 3"},
+      {"ids.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1, -2]}\n",
+       ":1: \"hash_ids\" has a negative id -2"},
+      {"neglen.jsonl", "{\"timestamp\": 0, \"input_length\": -5, \"output_length\": 1}\n",
+       ":1: input_length must be >= 0, got -5"},
+      {"trailing.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1} x\n",
+       ":1: not a JSON object: parse error"},
+      {"leading_zero.jsonl", "{\"timestamp\": 01, \"input_length\": 5, \"output_length\": 1}\n",
+       ":1: not a JSON object: parse error"},
+      {"array.jsonl", "[1, 2, 3]\n", ":1: unrecognised trace header \"[1, 2, 3]\""},
+      {"header.csv", "time,prompt,output\n1,2,3\n",
+       ":1: unrecognised trace header \"time,prompt,output\"; expected "
+       "\"TIMESTAMP,ContextTokens,GeneratedTokens\" (Azure LLM inference CSV), "
+       "\"arrival_s,prompt_tokens,output_tokens\" (generic CSV) or one JSON object per line "
+       "(Mooncake JSONL)"},
+      {"empty.csv", "", ": empty file, expected a trace header or a JSON line"},
+      {"blank.csv", "\n\r\n  \n", ": empty file"},
+      {"header_only.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", ": no requests in trace"},
+  };
+  for (const BadFile& c : cases) {
+    const std::filesystem::path path = write_file(c.name, c.contents);
+    const std::string message = error_of([&] { read_trace(path, 0, 1.0); });
+    EXPECT_EQ(message.rfind(path.string() + c.error, 0), 0u)
+        << c.name << ": " << message;
+  }
+}
+
+TEST(TraceErrors, MaxRequestsStopsBeforeALaterBadLine) {
+  const auto path = write_file("late_bad.csv",
+                               "arrival_s,prompt_tokens,output_tokens\n1,2,3\n2,3,4\ngarbage\n");
+  EXPECT_EQ(read_trace(path, 2, 1.0).size(), 2u);
+  EXPECT_NE(error_of([&] { read_trace(path, 3, 1.0); }).find(":4: expected 3 fields, got 1"),
+            std::string::npos);
+}
+
+TEST(TraceErrors, UnreadableFilesAndBadArguments) {
+  const std::filesystem::path dir = scratch_dir("trace_test_unreadable");
+  EXPECT_EQ(error_of([&] { read_trace(dir / "nope.csv", 0, 1.0); }),
+            (dir / "nope.csv").string() + ": no such trace file");
+  EXPECT_EQ(error_of([&] { read_trace(dir, 0, 1.0); }),
+            dir.string() + ": is a directory, not a trace file");
+  const auto ok = write_file("ok.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n");
+  EXPECT_EQ(error_of([&] { read_trace(ok, 0, 0.0); }),
+            "--trace-speedup: must be a number > 0, got 0");
+  EXPECT_EQ(error_of([&] { read_trace(ok, 0, -2.0); }),
+            "--trace-speedup: must be a number > 0, got -2");
+  EXPECT_EQ(error_of([&] { read_trace(ok, 0, std::nan("")); }),
+            "--trace-speedup: must be a number > 0, got nan");
+  EXPECT_EQ(error_of([&] { read_trace(ok, -1, 1.0); }),
+            "--num-requests: must be >= 0 (0 = all), got -1");
+}
+
+}  // namespace
+}  // namespace batchsim

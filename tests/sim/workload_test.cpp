@@ -1,0 +1,485 @@
+// Tests of the random generator, the samplers, spec parsing and synthetic workloads.
+// Moment checks use 100k samples from fixed seeds; each tolerance is about 3-4 standard errors
+// of the estimate (stated beside it), so a wrong formula fails while the seed is incidental.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hwmodel/error.h"
+#include "sim/random.h"
+#include "sim/workload.h"
+
+namespace batchsim {
+namespace {
+
+constexpr int kSamples = 100'000;
+
+struct Moments {
+  double mean = 0;
+  double sd = 0;
+  double cv() const { return sd / mean; }
+};
+
+Moments moments(const std::vector<double>& xs) {
+  double sum = 0;
+  for (double x : xs) sum += x;
+  const double mean = sum / xs.size();
+  double ss = 0;
+  for (double x : xs) ss += (x - mean) * (x - mean);
+  return {mean, std::sqrt(ss / (xs.size() - 1))};
+}
+
+template <typename F>
+std::vector<double> draw(F&& f, int n = kSamples) {
+  std::vector<double> xs(n);
+  for (double& x : xs) x = f();
+  return xs;
+}
+
+// ---- generator ---------------------------------------------------------------------------------
+
+TEST(Rng, SplitMix64MatchesReferenceOutputs) {
+  // Published outputs of Vigna's splitmix64.c.
+  uint64_t state = 0;
+  EXPECT_EQ(splitmix64(state), 0xe220a8397b1dcdafULL);
+  state = 1234567;
+  EXPECT_EQ(splitmix64(state), 6457827717110365317ULL);
+  EXPECT_EQ(splitmix64(state), 3203168211198807973ULL);
+}
+
+TEST(Rng, Xoshiro256StarStarMatchesReferenceOutputs) {
+  // xoshiro256starstar.c from state {1, 2, 3, 4}.
+  Rng rng = Rng::from_state({1, 2, 3, 4});
+  EXPECT_EQ(rng.next_u64(), 11520ULL);
+  EXPECT_EQ(rng.next_u64(), 0ULL);
+  EXPECT_EQ(rng.next_u64(), 1509978240ULL);
+  EXPECT_EQ(rng.next_u64(), 1215971899390074240ULL);
+}
+
+TEST(Rng, SeedingIsFourSplitMixOutputs) {
+  uint64_t sm = 42;
+  std::array<uint64_t, 4> state{};
+  for (uint64_t& w : state) w = splitmix64(sm);
+  Rng seeded(42);
+  Rng reference = Rng::from_state(state);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(seeded.next_u64(), reference.next_u64());
+}
+
+TEST(Rng, Uniform01IsTop53BitsAndInUnitInterval) {
+  Rng a(7);
+  Rng b(7);
+  for (int i = 0; i < 1000; ++i) {
+    const double u = a.uniform01();
+    EXPECT_EQ(u, static_cast<double>(b.next_u64() >> 11) / 9007199254740992.0);
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+  Rng c(8);
+  const Moments m = moments(draw([&] { return c.uniform01(); }));
+  EXPECT_NEAR(m.mean, 0.5, 0.003);              // se 0.0009
+  EXPECT_NEAR(m.sd, std::sqrt(1.0 / 12), 0.002);
+}
+
+TEST(Rng, StreamsAreJumpsAndDiffer) {
+  Rng jumped(5);
+  jumped.jump();
+  Rng stream1 = Rng::for_stream(5, 1);
+  Rng stream0 = Rng::for_stream(5, 0);
+  Rng plain(5);
+  Rng stream2 = Rng::for_stream(5, 2);
+  int equal_01 = 0, equal_12 = 0;
+  for (int i = 0; i < 10; ++i) {
+    const uint64_t s0 = stream0.next_u64();
+    const uint64_t s1 = stream1.next_u64();
+    EXPECT_EQ(s1, jumped.next_u64());
+    EXPECT_EQ(s0, plain.next_u64());
+    equal_01 += s0 == s1;
+    equal_12 += s1 == stream2.next_u64();
+  }
+  EXPECT_EQ(equal_01, 0);
+  EXPECT_EQ(equal_12, 0);
+}
+
+// ---- samplers ------------------------------------------------------------------------------
+
+TEST(Samplers, SampleBelowIsUniformAndInRange) {
+  Rng rng(11);
+  std::vector<int> counts(7, 0);
+  for (int i = 0; i < 70'000; ++i) {
+    const uint64_t k = sample_below(rng, 7);
+    ASSERT_LT(k, 7u);
+    ++counts[k];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 10'000, 400);  // sd ~93
+  EXPECT_EQ(sample_below(rng, 1), 0u);
+}
+
+TEST(Samplers, ExponentialMeanAndCv) {
+  Rng rng(12);
+  const Moments m = moments(draw([&] { return sample_exponential(rng, 2.5); }));
+  EXPECT_NEAR(m.mean, 2.5, 0.03);  // se 0.008
+  EXPECT_NEAR(m.cv(), 1.0, 0.02);  // se ~0.0045
+}
+
+TEST(Samplers, StandardNormalMoments) {
+  Rng rng(13);
+  const std::vector<double> xs = draw([&] { return sample_standard_normal(rng); });
+  const Moments m = moments(xs);
+  EXPECT_NEAR(m.mean, 0.0, 0.012);  // se 0.0032
+  EXPECT_NEAR(m.sd, 1.0, 0.01);     // se 0.0022
+  double within_1sd = 0;
+  for (double x : xs) within_1sd += std::abs(x) < 1.0;
+  EXPECT_NEAR(within_1sd / xs.size(), 0.6827, 0.006);  // se 0.0015
+}
+
+TEST(Samplers, GammaMeanAndVarianceForSmallAndLargeShapes) {
+  // shape < 1 takes the U^(1/k) boost branch; shape >= 1 the Marsaglia–Tsang loop.
+  for (const double shape : {0.25, 1.0, 4.0, 30.0}) {
+    Rng rng(14);
+    const double scale = 3.0;
+    const Moments m = moments(draw([&] { return sample_gamma(rng, shape, scale); }));
+    const double mean = shape * scale;
+    const double sd = std::sqrt(shape) * scale;
+    EXPECT_NEAR(m.mean, mean, 4 * sd / std::sqrt(kSamples)) << "shape " << shape;
+    EXPECT_NEAR(m.sd / sd, 1.0, 0.03) << "shape " << shape;
+  }
+}
+
+TEST(Samplers, TruncatedExponentialNeverExceedsCapAndHasTruncatedMean) {
+  Rng rng(15);
+  const double mean = 100, cap = 150;
+  const std::vector<double> xs = draw([&] { return sample_truncated_exponential(rng, mean, cap); });
+  EXPECT_LE(*std::max_element(xs.begin(), xs.end()), cap);
+  // E[X | X <= c] = mu - c e^{-c/mu} / (1 - e^{-c/mu}) = 56.92; clamping instead of redrawing
+  // would give mu (1 - e^{-c/mu}) = 77.69.
+  const double expected = mean - cap * std::exp(-cap / mean) / (1 - std::exp(-cap / mean));
+  EXPECT_NEAR(moments(xs).mean, expected, 0.5);  // sd ~41, se 0.13
+}
+
+// ---- length distributions ----------------------------------------------------------------
+
+std::vector<double> sample_lengths(std::string_view spec, uint64_t seed = 21) {
+  const auto dist = parse_length_distribution(spec, "--output-len");
+  Rng rng(seed);
+  return draw([&] { return static_cast<double>(dist->sample(rng)); });
+}
+
+TEST(LengthDistribution, Fixed) {
+  for (double x : sample_lengths("fixed:37")) ASSERT_EQ(x, 37);
+}
+
+TEST(LengthDistribution, UniformIsInclusiveAndFlat) {
+  std::map<int, int> counts;
+  for (double x : sample_lengths("uniform:5:10")) ++counts[static_cast<int>(x)];
+  ASSERT_EQ(counts.size(), 6u);
+  EXPECT_EQ(counts.begin()->first, 5);
+  EXPECT_EQ(counts.rbegin()->first, 10);
+  for (const auto& [value, count] : counts) {
+    EXPECT_NEAR(count / double(kSamples), 1.0 / 6, 0.005) << value;  // se 0.0012
+  }
+  for (double x : sample_lengths("uniform:3:3")) ASSERT_EQ(x, 3);
+}
+
+TEST(LengthDistribution, CappedExponentialRedrawsAboveCap) {
+  const std::vector<double> xs = sample_lengths("capexp:100:150");
+  EXPECT_EQ(*std::max_element(xs.begin(), xs.end()), 150);
+  EXPECT_GE(*std::min_element(xs.begin(), xs.end()), 1);
+  // Truncated mean 56.92 (see the sampler test); rounding to the nearest integer adds < 0.05.
+  EXPECT_NEAR(moments(xs).mean, 56.92, 0.5);
+
+  // The Anyscale benchmark's setting: the cap far above the mean barely moves it.
+  const Moments anyscale = moments(sample_lengths("capexp:128:1536"));
+  EXPECT_NEAR(anyscale.mean, 128.0, 1.6);  // se 0.4
+  EXPECT_NEAR(anyscale.cv(), 1.0, 0.02);
+}
+
+TEST(LengthDistribution, LognormalMedianAndSigma) {
+  std::vector<double> xs = sample_lengths("lognormal:1000:0.8");
+  std::vector<double> logs;
+  for (double x : xs) logs.push_back(std::log(x));
+  const Moments log_moments = moments(logs);
+  EXPECT_NEAR(log_moments.sd, 0.8, 0.01);  // se 0.0018
+  std::nth_element(xs.begin(), xs.begin() + xs.size() / 2, xs.end());
+  // se of the median: 1000 * 0.8 * sqrt(2 pi) / (2 sqrt n) = 3.2 tokens.
+  EXPECT_NEAR(xs[xs.size() / 2], 1000.0, 13.0);
+}
+
+TEST(LengthDistribution, LognormalSmallMedianNeverBelowOne) {
+  const std::vector<double> xs = sample_lengths("lognormal:2:2");
+  EXPECT_EQ(*std::min_element(xs.begin(), xs.end()), 1);
+}
+
+TEST(LengthDistribution, DescribeRoundTrips) {
+  for (const char* spec : {"fixed:512", "uniform:1:2048", "capexp:128:1536", "lognormal:1020:0.75"}) {
+    EXPECT_EQ(parse_length_distribution(spec, "--prompt-len")->describe(), spec);
+  }
+}
+
+// ---- arrival processes ---------------------------------------------------------------------
+
+std::vector<double> sample_gaps_s(std::string_view spec, uint64_t seed = 31) {
+  const auto process = parse_arrival_process(spec, "--arrival");
+  Rng rng(seed);
+  return draw([&] { return process->next_gap(rng).seconds(); });
+}
+
+TEST(ArrivalProcess, OfflineGapsAreZero) {
+  for (double gap : sample_gaps_s("offline")) ASSERT_EQ(gap, 0.0);
+}
+
+TEST(ArrivalProcess, PoissonRateAndCv) {
+  const Moments m = moments(sample_gaps_s("poisson:8"));
+  EXPECT_NEAR(1.0 / m.mean, 8.0, 0.1);  // se of the rate 0.025
+  EXPECT_NEAR(m.cv(), 1.0, 0.02);       // se 0.0045
+}
+
+TEST(ArrivalProcess, GammaRateAndCv) {
+  // se of the sample CV: ~0.0045 at CV 1, ~0.016 at CV 3 (heavier tails).
+  const struct {
+    const char* spec;
+    double rate;
+    double cv;
+    double cv_tolerance;
+  } cases[] = {{"gamma:5:0.5", 5, 0.5, 0.01}, {"gamma:5:1", 5, 1.0, 0.02},
+               {"gamma:5:3", 5, 3.0, 0.08}};
+  for (const auto& c : cases) {
+    const Moments m = moments(sample_gaps_s(c.spec));
+    EXPECT_NEAR(m.mean * c.rate, 1.0, 4 * c.cv / std::sqrt(kSamples)) << c.spec;
+    EXPECT_NEAR(m.cv(), c.cv, c.cv_tolerance) << c.spec;
+  }
+}
+
+TEST(ArrivalProcess, GapsAreWholeNanoseconds) {
+  const auto process = parse_arrival_process("poisson:1000", "--arrival");
+  Rng a(3);
+  Rng b(3);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(process->next_gap(a).ns(), std::llround(sample_exponential(b, 1e-3) * 1e9));
+  }
+}
+
+TEST(ArrivalProcess, TinyRateIsAUserErrorNotAnOverflow) {
+  const auto process = parse_arrival_process("poisson:1e-12", "--arrival");
+  Rng rng(1);
+  EXPECT_THROW(process->next_gap(rng), UserError);
+}
+
+TEST(ArrivalProcess, DescribeRoundTrips) {
+  for (const char* spec : {"offline", "poisson:2.5", "gamma:4:2"}) {
+    EXPECT_EQ(parse_arrival_process(spec, "--arrival")->describe(), spec);
+  }
+}
+
+// ---- parse errors ----------------------------------------------------------------------------
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+TEST(SpecParsing, EveryMalformedLengthSpecNamesOptionSpecAndProblem) {
+  const struct {
+    const char* spec;
+    const char* problem;
+  } cases[] = {
+      {"", "unknown length distribution \"\""},
+      {"poisson:5", "unknown length distribution \"poisson\"; expected fixed:N, uniform:A:B, "
+                    "capexp:MEAN:CAP or lognormal:MEDIAN:SIGMA"},
+      {"fixed", "expected fixed:N (1 parameter after \"fixed:\")"},
+      {"fixed:1:2", "expected fixed:N"},
+      {"fixed:", "N must be an integer >= 1"},
+      {"fixed:0", "N must be an integer >= 1"},
+      {"fixed:-3", "N must be an integer >= 1"},
+      {"fixed:12.5", "N must be an integer >= 1"},
+      {"fixed:abc", "N must be an integer >= 1"},
+      {"fixed: 5", "N must be an integer >= 1"},
+      {"fixed:99999999999", "N must be at most 2147483647"},
+      {"uniform:5", "expected uniform:A:B (2 parameters after \"uniform:\")"},
+      {"uniform:0:5", "A must be an integer >= 1"},
+      {"uniform:9:3", "B must be an integer >= A"},
+      {"uniform:1:x", "B must be an integer >= A"},
+      {"capexp:128", "expected capexp:MEAN:CAP"},
+      {"capexp:0:100", "MEAN must be a positive number"},
+      {"capexp:-5:100", "MEAN must be a positive number"},
+      {"capexp:nan:100", "MEAN must be a positive number"},
+      {"capexp:128:0", "CAP must be an integer >= 1"},
+      {"capexp:128:1536.5", "CAP must be an integer >= 1"},
+      {"lognormal:1000", "expected lognormal:MEDIAN:SIGMA"},
+      {"lognormal:0:1", "MEDIAN must be a positive number"},
+      {"lognormal:1000:-1", "SIGMA must be a number >= 0"},
+      {"lognormal:1000:inf", "SIGMA must be a number >= 0"},
+  };
+  for (const auto& c : cases) {
+    const std::string message =
+        error_of([&] { parse_length_distribution(c.spec, "--prompt-len"); });
+    EXPECT_EQ(message.rfind(std::string("--prompt-len: \"") + c.spec + "\": ", 0), 0u)
+        << message;
+    EXPECT_NE(message.find(c.problem), std::string::npos) << c.spec << " -> " << message;
+  }
+}
+
+TEST(SpecParsing, EveryMalformedArrivalSpecNamesOptionSpecAndProblem) {
+  const struct {
+    const char* spec;
+    const char* problem;
+  } cases[] = {
+      {"poisson:abc", "RATE must be a positive number"},
+      {"poisson:0", "RATE must be a positive number"},
+      {"poisson:-2", "RATE must be a positive number"},
+      {"poisson:", "RATE must be a positive number"},
+      {"poisson", "expected poisson:RATE (1 parameter after \"poisson:\")"},
+      {"poisson:1:2", "expected poisson:RATE"},
+      {"gamma:5", "expected gamma:RATE:CV"},
+      {"gamma:5:0", "CV must be a positive number"},
+      {"gamma:x:1", "RATE must be a positive number"},
+      {"offline:3", "expected offline (0 parameters after \"offline:\")"},
+      {"Poisson:5", "unknown arrival process \"Poisson\"; expected offline, poisson:RATE, "
+                    "gamma:RATE:CV or trace"},
+      {"trace", "\"trace\" replays a trace's own timestamps; give a trace file (--trace FILE)"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = error_of([&] { parse_arrival_process(c.spec, "--arrival"); });
+    EXPECT_EQ(message.rfind(std::string("--arrival: \"") + c.spec + "\": ", 0), 0u) << message;
+    EXPECT_NE(message.find(c.problem), std::string::npos) << c.spec << " -> " << message;
+  }
+  EXPECT_EQ(error_of([] { parse_arrival_process("poisson:abc", "--arrival"); }),
+            "--arrival: \"poisson:abc\": RATE must be a positive number");
+}
+
+TEST(SpecParsing, SyntaxListsCoverEveryKind) {
+  std::vector<std::string> arrivals, lengths;
+  for (const SpecSyntax& s : arrival_process_syntaxes()) arrivals.emplace_back(s.syntax);
+  for (const SpecSyntax& s : length_distribution_syntaxes()) lengths.emplace_back(s.syntax);
+  EXPECT_EQ(arrivals, (std::vector<std::string>{"offline", "poisson:RATE", "gamma:RATE:CV", "trace"}));
+  EXPECT_EQ(lengths, (std::vector<std::string>{"fixed:N", "uniform:A:B", "capexp:MEAN:CAP",
+                                               "lognormal:MEDIAN:SIGMA"}));
+}
+
+// ---- synthetic workloads ---------------------------------------------------------------------
+
+WorkloadSpec poisson_spec(uint64_t seed) {
+  WorkloadSpec spec;
+  spec.arrival = "poisson:4";
+  spec.prompt_len = "lognormal:1000:0.7";
+  spec.output_len = "capexp:128:1536";
+  spec.num_requests = 2000;
+  spec.seed = seed;
+  return spec;
+}
+
+bool same_requests(const Workload& a, const Workload& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].id != b[i].id || a[i].arrival != b[i].arrival ||
+        a[i].prompt_tokens != b[i].prompt_tokens || a[i].output_tokens != b[i].output_tokens) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(MakeWorkload, SameSeedSameWorkloadDifferentSeedDifferent) {
+  const Workload a = make_workload(poisson_spec(1));
+  const Workload b = make_workload(poisson_spec(1));
+  const Workload c = make_workload(poisson_spec(2));
+  ASSERT_EQ(a.size(), 2000u);
+  EXPECT_TRUE(same_requests(a, b));
+  EXPECT_FALSE(same_requests(a, c));
+  int same_arrivals = 0, same_prompts = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    same_arrivals += a[i].arrival == c[i].arrival;
+    same_prompts += a[i].prompt_tokens == c[i].prompt_tokens;
+  }
+  EXPECT_EQ(same_arrivals, 0);
+  EXPECT_LT(same_prompts, 50);  // lognormal:1000:0.7 rarely repeats a value at the same index
+}
+
+TEST(MakeWorkload, IdsDenseArrivalsSortedFirstAtZeroRateAsAsked) {
+  WorkloadSpec spec = poisson_spec(9);
+  spec.num_requests = 20'000;
+  const Workload w = make_workload(spec);
+  EXPECT_EQ(w.front().arrival, SimTime::zero());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(w[i].id, static_cast<RequestId>(i));
+    if (i > 0) {
+      ASSERT_GE(w[i].arrival, w[i - 1].arrival);
+    }
+    ASSERT_GE(w[i].prompt_tokens, 1);
+    ASSERT_GE(w[i].output_tokens, 1);
+  }
+  // 19,999 gaps at 4/s: 4999.75 s expected, sd 35 s.
+  EXPECT_NEAR(w.back().arrival.seconds(), 19'999 / 4.0, 140.0);
+}
+
+TEST(MakeWorkload, StreamsAreIndependentPerQuantity) {
+  const Workload base = make_workload(poisson_spec(5));
+  WorkloadSpec other = poisson_spec(5);
+  other.output_len = "uniform:1:10";  // a different output distribution...
+  const Workload changed_output = make_workload(other);
+  other = poisson_spec(5);
+  other.arrival = "gamma:4:3";  // ...or a different arrival process
+  const Workload changed_arrival = make_workload(other);
+  for (size_t i = 0; i < base.size(); ++i) {
+    // ...leaves the other quantities' samples exactly as they were.
+    ASSERT_EQ(base[i].arrival, changed_output[i].arrival);
+    ASSERT_EQ(base[i].prompt_tokens, changed_output[i].prompt_tokens);
+    ASSERT_LE(changed_output[i].output_tokens, 10);
+    ASSERT_EQ(base[i].prompt_tokens, changed_arrival[i].prompt_tokens);
+    ASSERT_EQ(base[i].output_tokens, changed_arrival[i].output_tokens);
+  }
+}
+
+TEST(MakeWorkload, OfflineIsTheDefaultAndPutsEveryoneAtZero) {
+  WorkloadSpec spec;
+  spec.num_requests = 10;
+  const BuiltWorkload built = build_workload(spec);
+  ASSERT_EQ(built.requests.size(), 10u);
+  for (const Request& r : built.requests) {
+    EXPECT_EQ(r.arrival, SimTime::zero());
+    EXPECT_EQ(r.prompt_tokens, 512);
+    EXPECT_EQ(r.output_tokens, 128);
+  }
+  EXPECT_TRUE(built.warnings.empty());
+  EXPECT_TRUE(built.prefix_blocks.empty());
+  EXPECT_EQ(built.description,
+            "10 requests: offline arrivals, prompt fixed:512, output fixed:128, seed 0");
+}
+
+TEST(MakeWorkload, SpecErrorsNameTheOption) {
+  const auto error_for = [](auto&& edit) {
+    WorkloadSpec spec;
+    spec.num_requests = 10;
+    edit(spec);
+    return error_of([&] { make_workload(spec); });
+  };
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = 0; }),
+            "--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = -1; }),
+            "--num-requests: must be >= 0, got -1");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.arrival = "trace"; }),
+            "--arrival: \"trace\": \"trace\" replays a trace's own timestamps; give a trace file "
+            "(--trace FILE)");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.trace_speedup = 0; }),
+            "--trace-speedup: must be a number > 0, got 0");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.trace_speedup = 2; }),
+            "--trace-speedup: 2 scales trace timestamps, but arrivals come from --arrival offline");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.output_len = "fixed:0"; }),
+            "--output-len: \"fixed:0\": N must be an integer >= 1");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.prompt_len = "uniform:2:1"; }),
+            "--prompt-len: \"uniform:2:1\": B must be an integer >= A");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.arrival = "gamma:1"; }),
+            "--arrival: \"gamma:1\": expected gamma:RATE:CV (2 parameters after \"gamma:\")");
+}
+
+}  // namespace
+}  // namespace batchsim
