@@ -4,7 +4,13 @@
 #include <stdexcept>
 #include <fmt/format.h>
 
+#include "hwmodel/error.h"
+
 namespace batchsim {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
 
 void EventQueue::push(SimTime time, EventKind kind, int64_t payload) {
   heap_.push(Event{time, next_seq_++, kind, payload});
@@ -36,6 +42,16 @@ SimulationResult Simulation::run() {
   result_ = SimulationResult{};
   result_.requests.resize(n);
   result_.kv_capacity_tokens = cost_model_.kv_capacity_tokens(options_.gpu_memory_utilization);
+  if (result_.kv_capacity_tokens < 1) {
+    const ModelSpec& m = cost_model_.model();
+    throw UserError(fmt::format(
+        "model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --tp {}) leaves no room for a "
+        "KV cache on '{}' ({:.0f} GiB at --gpu-memory-utilization {}): use a larger --tp or GPU",
+        m.name, static_cast<double>(m.weight_bytes()) / kGiB,
+        static_cast<double>(m.weight_bytes()) / kGiB / cost_model_.tensor_parallel(),
+        cost_model_.tensor_parallel(), cost_model_.gpu().name,
+        static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, options_.gpu_memory_utilization));
+  }
 
   env_.requests = &workload_;
   env_.progress = &progress_;

@@ -145,3 +145,16 @@ TEST(Cli, ListsShowEverythingBuiltIn) {
 
 }  // namespace
 }  // namespace batchsim
+
+namespace batchsim {
+namespace {
+
+TEST(Cli, AModelThatDoesNotFitSaysSoAndSuggestsTp) {
+  const std::string msg = error_of({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--num-requests", "5"});
+  EXPECT_THAT(msg, HasSubstr("llama-2-70b"));
+  EXPECT_THAT(msg, HasSubstr("--tp"));
+  EXPECT_EQ(run_cli({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4", "--num-requests", "5"}), 0);
+}
+
+}  // namespace
+}  // namespace batchsim
