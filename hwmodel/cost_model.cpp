@@ -67,6 +67,18 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
 
   cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, model_.dtype_bytes);
 
+  // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
+  // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
+  // residual add into the next RMSNorm, fused_add_rms_norm). The embedding runs once.
+  // Models with learned positions (OPT) are charged the rotary kernel too: it is < 1% of a layer.
+  auto layer_op_s = [&](ElementwiseOp op) {
+    return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
+  };
+  cost.elementwise_s =
+      layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
+      layer_op_s(ElementwiseOp::embedding);
+
   // Two all-reduces per layer: after the attention output projection and after the MLP down
   // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
   cost.communication_s =
@@ -76,7 +88,7 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   cost.overhead_s = iteration_overhead_time_s(gpu_, sequences);
 
   cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
-                 cost.lm_head_s + cost.communication_s + cost.overhead_s;
+                 cost.lm_head_s + cost.elementwise_s + cost.communication_s + cost.overhead_s;
   return cost;
 }
 

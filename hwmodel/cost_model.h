@@ -62,6 +62,7 @@ struct IterationCost {
   double prefill_attention_s = 0;
   double decode_attention_s = 0;
   double lm_head_s = 0;
+  double elementwise_s = 0;  // norms, rotary embedding, MLP activation, residual add, embedding
   double communication_s = 0;
   double overhead_s = 0;
   double total_s = 0;

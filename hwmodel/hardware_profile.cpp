@@ -2,12 +2,15 @@
 #include "hwmodel/hardware_profile.h"
 
 #include <fstream>
-#include <sstream>
+#include <functional>
+#include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include "hwmodel/error.h"
+#include "hwmodel/shipped_profiles.h"
 
 namespace batchsim {
 
@@ -56,7 +59,190 @@ std::vector<HardwareProfile> make_builtin_gpus() {
       // NVIDIA L40S: 362 TFLOP/s dense BF16, 864 GB/s, 48 GB; no NVLink, so collectives run
       // over PCIe Gen4 x16 (32 GB/s per direction) with a higher latency.
       datasheet("l40s", 362, 864, 46068, 32, 25, 32),
+      // NVIDIA A40 (the other GPU of Vidur's measurements): 149.7 TFLOP/s dense FP16/BF16
+      // tensor, 696 GB/s GDDR6, 48 GB; a two-GPU NVLink bridge at 112.5 GB/s per direction,
+      // PCIe Gen4 x16.
+      datasheet("a40", 149.7, 696, 46068, 112.5, 15, 32),
   };
+}
+
+// One table of the numeric keys of a profile file, so that reading, writing and the list of
+// known keys cannot drift apart. Key names are the member names (units in the names).
+struct NumberKey {
+  std::string key;
+  std::function<double&(HardwareProfile&)> get;
+  bool is_efficiency = false;  // must lie in (0, 1]
+};
+
+const std::vector<NumberKey>& number_keys() {
+  static const std::vector<NumberKey> keys = [] {
+    std::vector<NumberKey> k;
+    auto add = [&k](std::string key, double HardwareProfile::*member, bool efficiency = false) {
+      k.push_back({std::move(key), [member](HardwareProfile& p) -> double& { return p.*member; },
+                   efficiency});
+    };
+    add("peak_flops", &HardwareProfile::peak_flops);
+    add("hbm_bytes_per_s", &HardwareProfile::hbm_bytes_per_s);
+    add("interconnect_bytes_per_s", &HardwareProfile::interconnect_bytes_per_s);
+    add("interconnect_latency_s", &HardwareProfile::interconnect_latency_s);
+    add("pcie_bytes_per_s", &HardwareProfile::pcie_bytes_per_s);
+    add("gemm_eta_max", &HardwareProfile::gemm_eta_max, true);
+    add("gemm_m_half", &HardwareProfile::gemm_m_half);
+    add("gemm_roofline_exponent", &HardwareProfile::gemm_roofline_exponent);
+    add("hbm_efficiency", &HardwareProfile::hbm_efficiency, true);
+    add("prefill_attention_efficiency", &HardwareProfile::prefill_attention_efficiency, true);
+    add("decode_attention_efficiency", &HardwareProfile::decode_attention_efficiency, true);
+    add("decode_attention_per_seq_s", &HardwareProfile::decode_attention_per_seq_s);
+    add("kernel_launch_s", &HardwareProfile::kernel_launch_s);
+    add("iteration_overhead_s", &HardwareProfile::iteration_overhead_s);
+    add("iteration_overhead_per_seq_s", &HardwareProfile::iteration_overhead_per_seq_s);
+    add("attention_launch_s", &HardwareProfile::attention_launch_s);
+    add("prefill_attention_per_head_token_s",
+        &HardwareProfile::prefill_attention_per_head_token_s);
+    add("decode_attention_per_seq_kv_head_s",
+        &HardwareProfile::decode_attention_per_seq_kv_head_s);
+    add("decode_attention_roofline_exponent",
+        &HardwareProfile::decode_attention_roofline_exponent);
+    for (int i = 0; i < kNumElementwiseOps; ++i) {
+      const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
+      k.push_back({op + "_efficiency",
+                   [i](HardwareProfile& p) -> double& { return p.elementwise[i].efficiency; },
+                   true});
+      k.push_back({op + "_launch_s",
+                   [i](HardwareProfile& p) -> double& { return p.elementwise[i].launch_s; }});
+    }
+    return k;
+  }();
+  return keys;
+}
+
+[[noreturn]] void bad_value(const std::string& where, const std::string& key,
+                            const std::string& why) {
+  throw UserError(fmt::format("{}: key '{}' {}", where, key, why));
+}
+
+double read_double(const YAML::Node& node, const std::string& where, const std::string& key) {
+  double v = 0;
+  if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
+    bad_value(where, key, "must be a number");
+  }
+  if (!(v >= 0) || v > 1e300) bad_value(where, key, "must be a finite number >= 0");
+  return v;
+}
+
+std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where) {
+  if (!node.IsSequence()) {
+    bad_value(where, "allreduce", "must be a list of {tp, latency_s, bytes_per_s}");
+  }
+  std::vector<AllReduceFit> fits;
+  for (const YAML::Node& entry : node) {
+    if (!entry.IsMap()) bad_value(where, "allreduce", "entries must be maps");
+    AllReduceFit fit;
+    for (const auto& kv : entry) {
+      const std::string key = kv.first.as<std::string>();
+      const double v = read_double(kv.second, where, "allreduce." + key);
+      if (key == "tp") {
+        fit.tp = static_cast<int>(v);
+      } else if (key == "latency_s") {
+        fit.latency_s = v;
+      } else if (key == "bytes_per_s") {
+        fit.bytes_per_s = v;
+      } else {
+        bad_value(where, "allreduce." + key, "is unknown (tp, latency_s, bytes_per_s)");
+      }
+    }
+    if (fit.tp < 2 || fit.bytes_per_s <= 0) {
+      bad_value(where, "allreduce", "entries need tp >= 2 and bytes_per_s > 0");
+    }
+    fits.push_back(fit);
+  }
+  return fits;
+}
+
+// A profile from a parsed YAML map; `where` names the file in errors, `default_name` is used
+// when the map has no `name`.
+HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where,
+                                  const std::string& default_name,
+                                  const std::vector<HardwareProfile>& bases) {
+  if (!root.IsMap()) {
+    throw UserError(fmt::format("{}: a hardware profile is a map of keys to values", where));
+  }
+  HardwareProfile p;
+  // `base` names a built-in GPU whose values are the defaults for keys the file leaves out.
+  if (const YAML::Node base = root["base"]) {
+    if (!base.IsScalar()) bad_value(where, "base", "must be a built-in GPU name");
+    bool found = false;
+    std::string names;
+    for (const auto& g : bases) {
+      names += (names.empty() ? "" : ", ") + g.name;
+      if (g.name == base.Scalar()) {
+        p = g;
+        found = true;
+      }
+    }
+    if (!found) {
+      bad_value(where, "base", fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
+    }
+  }
+  p.name = default_name;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& value = kv.second;
+    if (key == "base") continue;
+    if (key == "name" || key == "source") {
+      if (!value.IsScalar()) bad_value(where, key, "must be a string");
+      (key == "name" ? p.name : p.source) = value.Scalar();
+      continue;
+    }
+    if (key == "memory_bytes") {
+      p.memory_bytes = static_cast<int64_t>(read_double(value, where, key));
+      continue;
+    }
+    if (key == "allreduce") {
+      p.allreduce = read_allreduce(value, where);
+      continue;
+    }
+    bool known = false;
+    for (const auto& k : number_keys()) {
+      if (key == k.key) {
+        k.get(p) = read_double(value, where, key);
+        known = true;
+      }
+    }
+    if (!known) {
+      throw UserError(fmt::format("{}: unknown key '{}' in hardware profile (see "
+                                  "hwmodel/README.md for the keys)",
+                                  where, key));
+    }
+  }
+  if (p.peak_flops <= 0) bad_value(where, "peak_flops", "is required and must be > 0");
+  if (p.hbm_bytes_per_s <= 0) bad_value(where, "hbm_bytes_per_s", "is required and must be > 0");
+  if (p.memory_bytes <= 0) bad_value(where, "memory_bytes", "is required and must be > 0");
+  for (const auto& k : number_keys()) {
+    const double v = k.get(p);
+    if (k.is_efficiency && !(v > 0 && v <= 1)) {
+      bad_value(where, k.key, "is an efficiency and must be in (0, 1]");
+    }
+  }
+  return p;
+}
+
+std::vector<HardwareProfile> make_all_gpus() {
+  std::vector<HardwareProfile> gpus = make_builtin_gpus();
+  const std::vector<HardwareProfile> datasheets = gpus;
+  for (std::size_t i = 0; i < detail::kNumShippedProfiles; ++i) {
+    const auto& shipped = detail::kShippedProfiles[i];
+    const std::string file = shipped.file_name;
+    const std::string stem = file.substr(0, file.rfind('.'));
+    try {
+      gpus.push_back(profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file,
+                                       stem, datasheets));
+    } catch (const std::exception& e) {
+      // A shipped profile that does not load is a bug in the build, not a user error.
+      throw std::logic_error(std::string("shipped profile broken: ") + e.what());
+    }
+  }
+  return gpus;
 }
 
 std::string known_gpu_names() {
@@ -65,48 +251,16 @@ std::string known_gpu_names() {
   return names;
 }
 
-// One table of the numeric keys of a profile file, so that reading, writing and the list of
-// known keys cannot drift apart. Key names are the member names (units in the names).
-struct DoubleKey {
-  const char* key;
-  double HardwareProfile::*member;
-};
-constexpr DoubleKey kDoubleKeys[] = {
-    {"peak_flops", &HardwareProfile::peak_flops},
-    {"hbm_bytes_per_s", &HardwareProfile::hbm_bytes_per_s},
-    {"interconnect_bytes_per_s", &HardwareProfile::interconnect_bytes_per_s},
-    {"interconnect_latency_s", &HardwareProfile::interconnect_latency_s},
-    {"pcie_bytes_per_s", &HardwareProfile::pcie_bytes_per_s},
-    {"gemm_eta_max", &HardwareProfile::gemm_eta_max},
-    {"gemm_m_half", &HardwareProfile::gemm_m_half},
-    {"hbm_efficiency", &HardwareProfile::hbm_efficiency},
-    {"prefill_attention_efficiency", &HardwareProfile::prefill_attention_efficiency},
-    {"decode_attention_efficiency", &HardwareProfile::decode_attention_efficiency},
-    {"decode_attention_per_seq_s", &HardwareProfile::decode_attention_per_seq_s},
-    {"kernel_launch_s", &HardwareProfile::kernel_launch_s},
-    {"iteration_overhead_s", &HardwareProfile::iteration_overhead_s},
-    {"iteration_overhead_per_seq_s", &HardwareProfile::iteration_overhead_per_seq_s},
-};
-
-[[noreturn]] void bad_value(const std::filesystem::path& path, const std::string& key,
-                            const std::string& why) {
-  throw UserError(fmt::format("{}: key '{}' {}", path.string(), key, why));
-}
-
-double read_double(const YAML::Node& node, const std::filesystem::path& path,
-                   const std::string& key) {
-  double v = 0;
-  if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
-    bad_value(path, key, "must be a number");
-  }
-  if (!(v >= 0) || v > 1e300) bad_value(path, key, "must be a finite number >= 0");
-  return v;
-}
-
 }  // namespace
 
+const char* elementwise_op_name(ElementwiseOp op) {
+  static constexpr const char* kNames[kNumElementwiseOps] = {"norm", "rope", "activation",
+                                                             "residual_add", "embedding"};
+  return kNames[static_cast<int>(op)];
+}
+
 const std::vector<HardwareProfile>& builtin_gpus() {
-  static const std::vector<HardwareProfile> gpus = make_builtin_gpus();
+  static const std::vector<HardwareProfile> gpus = make_all_gpus();
   return gpus;
 }
 
@@ -119,65 +273,7 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
   } catch (const YAML::Exception& e) {
     throw UserError(fmt::format("{}: not valid YAML/JSON ({})", path.string(), e.what()));
   }
-  if (!root.IsMap()) {
-    throw UserError(fmt::format("{}: a hardware profile is a map of keys to values",
-                                path.string()));
-  }
-  HardwareProfile p;
-  // `base` names a built-in GPU whose values are the defaults for keys the file leaves out.
-  if (const YAML::Node base = root["base"]) {
-    if (!base.IsScalar()) bad_value(path, "base", "must be a built-in GPU name");
-    bool found = false;
-    for (const auto& g : builtin_gpus()) {
-      if (g.name == base.Scalar()) {
-        p = g;
-        found = true;
-      }
-    }
-    if (!found) {
-      bad_value(path, "base",
-                fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), known_gpu_names()));
-    }
-  }
-  p.name = path.stem().string();
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    const YAML::Node& value = kv.second;
-    if (key == "base") continue;
-    if (key == "name" || key == "source") {
-      if (!value.IsScalar()) bad_value(path, key, "must be a string");
-      (key == "name" ? p.name : p.source) = value.Scalar();
-      continue;
-    }
-    if (key == "memory_bytes") {
-      p.memory_bytes = static_cast<int64_t>(read_double(value, path, key));
-      continue;
-    }
-    bool known = false;
-    for (const auto& k : kDoubleKeys) {
-      if (key == k.key) {
-        p.*k.member = read_double(value, path, key);
-        known = true;
-      }
-    }
-    if (!known) {
-      throw UserError(fmt::format("{}: unknown key '{}' in hardware profile (see "
-                                  "hwmodel/README.md for the keys)",
-                                  path.string(), key));
-    }
-  }
-  if (p.peak_flops <= 0) bad_value(path, "peak_flops", "is required and must be > 0");
-  if (p.hbm_bytes_per_s <= 0) bad_value(path, "hbm_bytes_per_s", "is required and must be > 0");
-  if (p.memory_bytes <= 0) bad_value(path, "memory_bytes", "is required and must be > 0");
-  for (const char* key : {"gemm_eta_max", "hbm_efficiency", "prefill_attention_efficiency",
-                          "decode_attention_efficiency"}) {
-    for (const auto& k : kDoubleKeys) {
-      if (key == std::string_view(k.key) && !(p.*k.member > 0 && p.*k.member <= 1)) {
-        bad_value(path, key, "is an efficiency and must be in (0, 1]");
-      }
-    }
-  }
-  return p;
+  return profile_from_yaml(root, path.string(), path.stem().string(), builtin_gpus());
 }
 
 void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path) {
@@ -186,9 +282,21 @@ void save_hardware_profile(const HardwareProfile& profile, const std::filesystem
   out << YAML::Comment("batchsim hardware profile (format: hwmodel/README.md)");
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << profile.name;
-  out << YAML::Key << "source" << YAML::Value << profile.source;
+  out << YAML::Key << "source" << YAML::Value;
+  if (profile.source.find('\n') != std::string::npos) out << YAML::Literal;
+  out << profile.source;
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
-  for (const auto& k : kDoubleKeys) out << YAML::Key << k.key << YAML::Value << profile.*k.member;
+  HardwareProfile copy = profile;  // number_keys() hands out mutable references
+  for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
+  if (!profile.allreduce.empty()) {
+    out << YAML::Key << "allreduce" << YAML::Value << YAML::BeginSeq;
+    for (const AllReduceFit& f : profile.allreduce) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp
+          << YAML::Key << "latency_s" << YAML::Value << f.latency_s << YAML::Key
+          << "bytes_per_s" << YAML::Value << f.bytes_per_s << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   out << YAML::EndMap;
   std::ofstream file(path);
   if (!file) throw UserError(fmt::format("{}: cannot write hardware profile", path.string()));

@@ -6,6 +6,7 @@
 // YAML/JSON file (format documented in hwmodel/README.md), which is what calibration/ writes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -13,6 +14,25 @@
 #include <vector>
 
 namespace batchsim {
+
+// The memory-bound operators of a layer besides attention (see roofline.h, ElementwiseOp).
+enum class ElementwiseOp : int { norm = 0, rope, activation, residual_add, embedding };
+inline constexpr int kNumElementwiseOps = 5;
+const char* elementwise_op_name(ElementwiseOp op);  // "norm", "rope", ...
+
+// A streaming kernel: launch + bytes / (hbm_bytes_per_s * efficiency).
+struct StreamingKernel {
+  double efficiency = 0.8;  // of hbm_bytes_per_s
+  double launch_s = 0;
+};
+
+// One all-reduce over `tp` GPUs: latency + wire bytes / bytes_per_s, where wire bytes are the
+// ring's 2 (tp-1)/tp of the message (see allreduce_time_s in roofline.h).
+struct AllReduceFit {
+  int tp = 0;
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
 
 struct HardwareProfile {
   std::string name;
@@ -24,10 +44,14 @@ struct HardwareProfile {
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;     // host<->device, used by swap preemption
 
-  // Efficiency parameters of the roofline (see cost_model.h for how each is used).
+  // Efficiency parameters of the roofline (see roofline.h for how each is used).
   // GEMM: achieved FLOP/s = peak_flops * gemm_eta_max * M / (M + gemm_m_half).
   double gemm_eta_max = 0.7;
   double gemm_m_half = 0;
+  // How the GEMM's compute and weight-streaming times combine: (t_c^p + t_m^p)^(1/p). 0 means
+  // the hard roofline max(t_c, t_m); fitted values (~1.5) round the corner where real kernels
+  // are slower than either roof alone.
+  double gemm_roofline_exponent = 0;
   double hbm_efficiency = 0.8;      // achieved/datasheet bandwidth for streaming reads
   double prefill_attention_efficiency = 0.5;  // of peak_flops
   double decode_attention_efficiency = 0.7;   // of hbm_bytes_per_s
@@ -35,8 +59,25 @@ struct HardwareProfile {
   double kernel_launch_s = 0;                 // per operator launch
   double iteration_overhead_s = 0;            // CPU: scheduling, input prep, sampling (fixed)
   double iteration_overhead_per_seq_s = 0;    // CPU: per sequence in the batch
+
+  // Attention beyond the roofline (fitted; zero in datasheet profiles).
+  double attention_launch_s = 0;  // per attention kernel call, per layer
+  // Prefill: per query token and query head held by the GPU (the diagonal tiles, softmax
+  // rescaling and per-tile setup that the FLOP count misses).
+  double prefill_attention_per_head_token_s = 0;
+  // Decode: per (sequence, KV head held by the GPU) work unit, combined with the KV read time
+  // as (t_units^p + t_kv^p)^(1/p) with p = decode_attention_roofline_exponent (0: max).
+  double decode_attention_per_seq_kv_head_s = 0;
+  double decode_attention_roofline_exponent = 0;
+
+  // Norms, rotary embedding, MLP activation, residual add, embedding lookup.
+  std::array<StreamingKernel, kNumElementwiseOps> elementwise{};
+
+  // All-reduce fits per tensor-parallel degree; degrees not listed use interconnect_*.
+  std::vector<AllReduceFit> allreduce;
 };
 
+// The datasheet GPUs, then the fitted profiles shipped in hwmodel/profiles/ (compiled in).
 const std::vector<HardwareProfile>& builtin_gpus();
 // A built-in GPU by name, or a profile file (YAML or JSON) when `name_or_path` names a file.
 HardwareProfile resolve_gpu(std::string_view name_or_path);

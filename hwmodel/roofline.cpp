@@ -2,6 +2,7 @@
 #include "hwmodel/roofline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace batchsim {
@@ -61,7 +62,8 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
   const double hkv = static_cast<double>(kv_heads_per_gpu(model, tp));
   const double dh = model.head_dim;
   const double pairs = c * p + c * (c + 1) / 2;
-  return {4 * hq * dh * pairs, model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh)};
+  return {4 * hq * dh * pairs, model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh),
+          c * hq};
 }
 
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
@@ -71,11 +73,37 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
   const double hkv = static_cast<double>(kv_heads_per_gpu(model, tp));
   const double dh = model.head_dim;
-  return {4 * hq * dh * ctx, model.dtype_bytes * (2 * ctx * hkv * dh + 2 * n * hq * dh)};
+  return {4 * hq * dh * ctx, model.dtype_bytes * (2 * ctx * hkv * dh + 2 * n * hq * dh), n * hkv};
 }
 
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens) {
   return static_cast<double>(tokens) * model.hidden_size * model.dtype_bytes;
+}
+
+double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64_t tokens) {
+  const double m = static_cast<double>(tokens) * model.dtype_bytes;
+  const double d = model.hidden_size;
+  switch (op) {
+    case ElementwiseOp::norm: return 2 * m * d;
+    case ElementwiseOp::rope:
+      return 2 * m * static_cast<double>(q_heads_per_gpu(model, tp) + kv_heads_per_gpu(model, tp)) *
+             model.head_dim;
+    case ElementwiseOp::activation: {
+      const double ffn = static_cast<double>(model.ffn_size / tp);
+      return m * ffn * (model.gated_mlp ? 3 : 2);
+    }
+    case ElementwiseOp::residual_add: return 3 * m * d;
+    case ElementwiseOp::embedding: return 2 * m * d;
+  }
+  throw std::logic_error("elementwise_bytes: bad ElementwiseOp");
+}
+
+double roofline_combine(double a_s, double b_s, double exponent) {
+  if (exponent <= 0) return std::max(a_s, b_s);
+  const double hi = std::max(a_s, b_s);
+  if (hi <= 0) return 0;
+  // Scaled by the larger term so that large exponents do not overflow.
+  return hi * std::pow(std::pow(a_s / hi, exponent) + std::pow(b_s / hi, exponent), 1 / exponent);
 }
 
 double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens) {
@@ -96,8 +124,9 @@ double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens
                    int dtype_bytes) {
   if (m_tokens <= 0) return 0;
   const OperatorWork w = gemm_work(shape, m_tokens, dtype_bytes);
-  return gpu.kernel_launch_s + std::max(gemm_compute_s(gpu, w, m_tokens),
-                                        streaming_s(gpu, w.bytes, gpu.hbm_efficiency));
+  return gpu.kernel_launch_s + roofline_combine(gemm_compute_s(gpu, w, m_tokens),
+                                                streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
+                                                gpu.gemm_roofline_exponent);
 }
 
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
@@ -109,7 +138,7 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
 
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {
   if (work.flops <= 0) return 0;
-  return gpu.kernel_launch_s +
+  return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
          std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
                   streaming_s(gpu, work.bytes, gpu.hbm_efficiency));
 }
@@ -117,14 +146,26 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
 double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
                                int64_t num_decodes) {
   if (num_decodes <= 0) return 0;
-  return gpu.kernel_launch_s + static_cast<double>(num_decodes) * gpu.decode_attention_per_seq_s +
-         std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
-                  streaming_s(gpu, work.bytes, gpu.decode_attention_efficiency));
+  const double kv_s = std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
+                               streaming_s(gpu, work.bytes, gpu.decode_attention_efficiency));
+  return gpu.attention_launch_s +
+         static_cast<double>(num_decodes) * gpu.decode_attention_per_seq_s +
+         roofline_combine(work.units * gpu.decode_attention_per_seq_kv_head_s, kv_s,
+                          gpu.decode_attention_roofline_exponent);
+}
+
+double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double bytes) {
+  if (bytes <= 0) return 0;
+  const StreamingKernel& k = gpu.elementwise[static_cast<int>(op)];
+  return k.launch_s + streaming_s(gpu, bytes, k.efficiency);
 }
 
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp) {
   if (tp <= 1) return 0;
   const double wire_bytes = message_bytes * 2.0 * (tp - 1) / tp;
+  for (const AllReduceFit& fit : gpu.allreduce) {
+    if (fit.tp == tp) return fit.latency_s + wire_bytes / fit.bytes_per_s;
+  }
   return gpu.interconnect_latency_s + wire_bytes / gpu.interconnect_bytes_per_s;
 }
 

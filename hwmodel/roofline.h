@@ -25,10 +25,13 @@ struct GemmShape {
   int64_t n = 0;
 };
 
-// FLOPs and HBM bytes moved by one operator call.
+// FLOPs and HBM bytes moved by one operator call, and for attention the count of work units
+// that carry a fixed cost each (prefill: query tokens x query heads; decode: sequences x KV
+// heads), all per GPU.
 struct OperatorWork {
   double flops = 0;
   double bytes = 0;
+  double units = 0;
 };
 
 // The four GEMMs of a transformer layer, in execution order; the names are Vidur's
@@ -72,27 +75,52 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
 // Bytes of the activation tensor one tensor-parallel all-reduce sums: tokens * hidden * dtype.
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens);
 
+// HBM bytes of one elementwise kernel over `tokens` tokens on one GPU (reads + writes):
+//   norm (RMSNorm/LayerNorm): read and write tokens x hidden;
+//   rope: read and write the query and key heads of the GPU;
+//   activation: gated reads gate and up (2 x ffn/tp) and writes ffn/tp, else reads and writes
+//     ffn/tp;
+//   residual_add: reads two tokens x hidden tensors and writes one;
+//   embedding: gathers tokens rows of hidden and writes them.
+// Norm, residual add and embedding work on the whole hidden state on every GPU.
+double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64_t tokens);
+
 // ---- time: the roofline with a profile's efficiencies ----
+
+// Combines a compute time and a memory time: (a^p + b^p)^(1/p), or max(a, b) for p <= 0.
+// p = 1 is the sum (no overlap), p -> infinity the hard roofline.
+double roofline_combine(double a_s, double b_s, double exponent);
 
 // GEMM efficiency at M tokens: eta_max * M / (M + m_half). Small M cannot fill the tensor
 // cores' tiles (cuBLAS tiles are 64..256 rows), so achieved FLOP/s rises with M and saturates.
 double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens);
-// launch + max(flops / (peak * eta_c(M)), bytes / (hbm * hbm_efficiency)).
+// kernel_launch_s + roofline_combine(flops / (peak * eta_c(M)), bytes / (hbm * hbm_efficiency),
+//                                  gemm_roofline_exponent).
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                    int dtype_bytes);
 // Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                         int dtype_bytes);
-// launch + max(flops / (peak * prefill_attention_efficiency), bytes / (hbm * hbm_efficiency)).
+// One variable-length prefill attention call (all chunks of an iteration summed in `work`):
+//   attention_launch_s + units * prefill_attention_per_head_token_s
+//   + max(flops / (peak * prefill_attention_efficiency), bytes / (hbm * hbm_efficiency)).
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
-// launch + num_decodes * decode_attention_per_seq_s
-//   + max(flops / (peak * prefill_attention_efficiency),
-//         bytes / (hbm * decode_attention_efficiency)).
+// One decode attention call over num_decodes sequences:
+//   attention_launch_s + num_decodes * decode_attention_per_seq_s
+//   + roofline_combine(units * decode_attention_per_seq_kv_head_s,
+//                      max(flops / (peak * prefill_attention_efficiency),
+//                          bytes / (hbm * decode_attention_efficiency)),
+//                      decode_attention_roofline_exponent).
+// The per-unit term is the fixed work of each (sequence, KV head) block of the kernel; it
+// dominates short contexts (Vidur's A100 decode profile: ~45 ns per unit at 32 tokens).
 double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
                                int64_t num_decodes);
-// Ring all-reduce over tp GPUs: latency + bytes * 2 (tp - 1) / tp / interconnect bandwidth
-// (each GPU sends and receives 2 (tp-1)/tp of the message; NCCL's "bus bandwidth").
-// Zero for tp == 1.
+// launch + elementwise_bytes / (hbm * efficiency) of the op's StreamingKernel.
+double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double bytes);
+// All-reduce over tp GPUs: latency + wire bytes / bandwidth, wire bytes = message * 2 (tp-1)/tp
+// (a ring all-reduce sends and receives that much per GPU; NCCL's "bus bandwidth"). The
+// profile's `allreduce` entry for tp if there is one, else interconnect_latency_s and
+// interconnect_bytes_per_s. Zero for tp == 1.
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
 // CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch.
 double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences);

@@ -111,6 +111,7 @@ HardwareProfile round_profile() {
   p.kernel_launch_s = 0;
   p.iteration_overhead_s = 1e-3;
   p.iteration_overhead_per_seq_s = 0;
+  for (auto& k : p.elementwise) k = {1.0, 0.0};
   return p;
 }
 
@@ -129,6 +130,54 @@ TEST(Roofline, GemmTimeTakesTheBindingRoof) {
   fitted.gemm_m_half = 64;
   EXPECT_DOUBLE_EQ(gemm_compute_efficiency(fitted, 64), 0.25);
   EXPECT_DOUBLE_EQ(gemm_compute_efficiency(fitted, 192), 0.375);
+}
+
+TEST(Roofline, CombineIsMaxOrPNorm) {
+  EXPECT_DOUBLE_EQ(roofline_combine(3, 4, 0), 4);
+  EXPECT_DOUBLE_EQ(roofline_combine(3, 4, 1), 7);
+  EXPECT_NEAR(roofline_combine(3, 4, 2), 5, 1e-12);
+  EXPECT_NEAR(roofline_combine(3, 4, 200), 4, 1e-9);  // large p tends to the hard roof
+  EXPECT_DOUBLE_EQ(roofline_combine(0, 0, 1.5), 0);
+}
+
+TEST(Roofline, ElementwiseBytesByHand) {
+  const ModelSpec l3 = resolve_model("llama-3-8b");
+  // 10 tokens, 2 bytes: norm 2 * 10 * 4096 * 2; rotary on TP 2: 16 query + 4 KV heads of 128,
+  // read and written; SiLU-and-mul reads 2 * 7168 and writes 7168 per token on TP 2.
+  EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 1, ElementwiseOp::norm, 10), 163840.0);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 2, ElementwiseOp::rope, 10), 2.0 * 20 * 20 * 128);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 2, ElementwiseOp::activation, 10), 20.0 * 3 * 7168);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 1, ElementwiseOp::residual_add, 10), 20.0 * 3 * 4096);
+  // OPT's ReLU reads and writes ffn only.
+  EXPECT_DOUBLE_EQ(elementwise_bytes(resolve_model("opt-13b"), 1, ElementwiseOp::activation, 1),
+                   2.0 * 2 * 20480);
+}
+
+TEST(Roofline, AllReduceUsesThePerDegreeFitWhenPresent) {
+  HardwareProfile gpu = round_profile();
+  // Fallback: 10 us + 1 MB * 2 * 3/4 / 100 GB/s.
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 4), 10e-6 + 1.5e6 / 100e9, 1e-15);
+  gpu.allreduce = {{4, 30e-6, 200e9}};
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 4), 30e-6 + 1.5e6 / 200e9, 1e-15);
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 2), 10e-6 + 1e6 / 100e9, 1e-15);  // no tp-2 entry
+  EXPECT_EQ(allreduce_time_s(gpu, 1e6, 1), 0);
+}
+
+TEST(Roofline, AttentionUnitCostsByHand) {
+  HardwareProfile gpu = round_profile();
+  gpu.attention_launch_s = 5e-6;
+  gpu.prefill_attention_per_head_token_s = 1e-9;
+  gpu.decode_attention_per_seq_kv_head_s = 1e-7;
+  gpu.decode_attention_roofline_exponent = 1;  // p = 1: unit time and KV time add up
+  const ModelSpec l70 = resolve_model("llama-2-70b");
+  // TP 2: 32 query heads, 4 KV heads per GPU. Prefill of 100 tokens: 3,200 head-tokens.
+  const OperatorWork p = prefill_attention_work(l70, 2, 100, 0);
+  EXPECT_DOUBLE_EQ(p.units, 3200);
+  EXPECT_NEAR(prefill_attention_time_s(gpu, p), 5e-6 + 3200e-9 + p.flops / 25e12, 1e-15);
+  // Decode of 10 sequences: 40 (sequence, KV head) units.
+  const OperatorWork d = decode_attention_work(l70, 2, 10, 10 * 500);
+  EXPECT_DOUBLE_EQ(d.units, 40);
+  EXPECT_NEAR(decode_attention_time_s(gpu, d, 10), 5e-6 + 40e-7 + d.bytes / 0.5e12, 1e-15);
 }
 
 TEST(CostModel, Opt13bDecodeIterationByHand) {
@@ -150,8 +199,13 @@ TEST(CostModel, Opt13bDecodeIterationByHand) {
   EXPECT_NEAR(c.lm_head_s, 514896064.0 / 1e12, 1e-12);
   EXPECT_EQ(c.communication_s, 0);
   EXPECT_DOUBLE_EQ(c.overhead_s, 1e-3);
+  // Elementwise kernels of one token, per layer: two norms 2 * (2 * 5120 * 2 bytes), rotary
+  // 2 * 80 heads * 128 * 2, ReLU 2 * 20480 * 2, residual add 3 * 5120 * 2: 194,560 bytes;
+  // 40 layers, plus the embedding row 2 * 5120 * 2; at 1 TB/s.
+  EXPECT_NEAR(c.elementwise_s, (40 * 194560.0 + 20480.0) / 1e12, 1e-15);
   EXPECT_NEAR(c.total_s,
-              c.gemm_s + c.decode_attention_s + c.lm_head_s + c.overhead_s, 1e-15);
+              c.gemm_s + c.decode_attention_s + c.lm_head_s + c.elementwise_s + c.overhead_s,
+              1e-15);
   double per_op = 0;
   for (double s : c.layer_gemm_s) per_op += s;
   EXPECT_NEAR(per_op, c.gemm_s, 1e-15);

@@ -63,6 +63,13 @@ HardwareProfile odd_profile() {
   p.kernel_launch_s = 3.3e-6;
   p.iteration_overhead_s = 1.7e-3;
   p.iteration_overhead_per_seq_s = 2.2e-5;
+  p.gemm_roofline_exponent = 1.55;
+  p.attention_launch_s = 6.5e-6;
+  p.prefill_attention_per_head_token_s = 4.9e-9;
+  p.decode_attention_per_seq_kv_head_s = 4.4e-8;
+  p.decode_attention_roofline_exponent = 1.15;
+  for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.5 + 0.01 * i, 1e-6 * (i + 1)};
+  p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
   return p;
 }
 
@@ -84,6 +91,21 @@ void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
   EXPECT_DOUBLE_EQ(a.kernel_launch_s, b.kernel_launch_s);
   EXPECT_DOUBLE_EQ(a.iteration_overhead_s, b.iteration_overhead_s);
   EXPECT_DOUBLE_EQ(a.iteration_overhead_per_seq_s, b.iteration_overhead_per_seq_s);
+  EXPECT_DOUBLE_EQ(a.gemm_roofline_exponent, b.gemm_roofline_exponent);
+  EXPECT_DOUBLE_EQ(a.attention_launch_s, b.attention_launch_s);
+  EXPECT_DOUBLE_EQ(a.prefill_attention_per_head_token_s, b.prefill_attention_per_head_token_s);
+  EXPECT_DOUBLE_EQ(a.decode_attention_per_seq_kv_head_s, b.decode_attention_per_seq_kv_head_s);
+  EXPECT_DOUBLE_EQ(a.decode_attention_roofline_exponent, b.decode_attention_roofline_exponent);
+  for (int i = 0; i < kNumElementwiseOps; ++i) {
+    EXPECT_DOUBLE_EQ(a.elementwise[i].efficiency, b.elementwise[i].efficiency) << i;
+    EXPECT_DOUBLE_EQ(a.elementwise[i].launch_s, b.elementwise[i].launch_s) << i;
+  }
+  ASSERT_EQ(a.allreduce.size(), b.allreduce.size());
+  for (size_t i = 0; i < a.allreduce.size(); ++i) {
+    EXPECT_EQ(a.allreduce[i].tp, b.allreduce[i].tp);
+    EXPECT_DOUBLE_EQ(a.allreduce[i].latency_s, b.allreduce[i].latency_s);
+    EXPECT_DOUBLE_EQ(a.allreduce[i].bytes_per_s, b.allreduce[i].bytes_per_s);
+  }
 }
 
 TEST(HardwareProfile, YamlRoundTripKeepsEveryField) {
@@ -93,6 +115,25 @@ TEST(HardwareProfile, YamlRoundTripKeepsEveryField) {
   expect_same(load_hardware_profile(dir / "p.yaml"), p);
   // resolve_gpu takes the path too.
   expect_same(resolve_gpu((dir / "p.yaml").string()), p);
+}
+
+TEST(HardwareProfile, MultiLineSourceRoundTrips) {
+  const auto dir = testing::scratch_dir("profile_source");
+  HardwareProfile p = odd_profile();
+  p.source = "fitted on llama-2-7b\nfrom: a.csv, b.csv\n";
+  save_hardware_profile(p, dir / "p.yaml");
+  EXPECT_EQ(load_hardware_profile(dir / "p.yaml").source, p.source);
+}
+
+TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
+  const auto dir = testing::scratch_dir("profile_allreduce");
+  const auto bad_key = write_file(dir, "ar.yaml",
+                                  "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_key); }),
+              AllOf(HasSubstr("ar.yaml"), HasSubstr("allreduce.latency")));
+  const auto no_bw = write_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(no_bw); }),
+              AllOf(HasSubstr("bw.yaml"), HasSubstr("bytes_per_s")));
 }
 
 TEST(HardwareProfile, BuiltinsRoundTrip) {

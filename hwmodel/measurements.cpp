@@ -1,0 +1,324 @@
+// batchsim — reader of Vidur-schema measurement CSVs (see measurements.h).
+#include "hwmodel/measurements.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+namespace fs = std::filesystem;
+
+const char* token_op_name(TokenOp op) {
+  static constexpr const char* kNames[kNumTokenOps] = {
+      "emb",          "input_layernorm",          "attn_pre_proj", "attn_rope",
+      "attn_post_proj", "post_attention_layernorm", "mlp_up_proj",   "mlp_act",
+      "mlp_down_proj", "add"};
+  return kNames[static_cast<int>(op)];
+}
+
+ModelSpec MeasuredShape::as_model_spec() const {
+  ModelSpec m;
+  m.name = "measured";
+  m.num_layers = 1;
+  m.hidden_size = hidden_size;
+  m.num_heads = num_heads;
+  m.num_kv_heads = num_kv_heads;
+  m.head_dim = hidden_size / num_heads;
+  m.ffn_size = ffn_size;
+  m.gated_mlp = gated_mlp;
+  m.vocab_size = vocab_size;
+  m.dtype_bytes = 2;
+  return m;
+}
+
+bool MeasuredShape::same_layer_shape(const ModelSpec& model) const {
+  return model.hidden_size == hidden_size && model.num_heads == num_heads &&
+         model.num_kv_heads == num_kv_heads && model.ffn_size == ffn_size &&
+         model.gated_mlp == gated_mlp;
+}
+
+ModelSpec AttentionRow::as_model_spec() const {
+  ModelSpec m;
+  m.name = source;
+  m.num_layers = 1;
+  m.hidden_size = hidden_size;
+  m.num_heads = num_heads;
+  m.num_kv_heads = num_kv_heads;
+  m.head_dim = hidden_size / num_heads;
+  m.dtype_bytes = 2;
+  return m;
+}
+
+namespace {
+
+constexpr double kMs = 1e-3;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A CSV file read line by line, with columns looked up by header name. Vidur's files have no
+// quoted fields; a line with a different number of fields than the header is an error.
+class CsvFile {
+ public:
+  explicit CsvFile(const fs::path& path) : path_(path), in_(path) {
+    if (!in_) throw UserError(fmt::format("{}: cannot open", path.string()));
+    std::string header;
+    if (!std::getline(in_, header)) throw UserError(fmt::format("{}: empty file", path.string()));
+    split(header, header_);
+    for (size_t i = 0; i < header_.size(); ++i) index_.emplace(header_[i], i);
+  }
+  bool has(std::string_view column) const { return index_.count(std::string(column)) != 0; }
+  bool next() {
+    std::string line;
+    while (std::getline(in_, line)) {
+      ++line_no_;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      split(line, fields_);
+      if (fields_.size() != header_.size()) {
+        fail(fmt::format("{} fields, the header has {}", fields_.size(), header_.size()));
+      }
+      return true;
+    }
+    return false;
+  }
+  const std::string& text(std::string_view column) const { return fields_[column_index(column)]; }
+  // NaN for an empty field (Vidur leaves a median empty when an operator was not timed).
+  double number_or_nan(std::string_view column) const {
+    const std::string& s = text(column);
+    if (s.empty()) return kNaN;
+    double v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size()) {
+      fail(fmt::format("column '{}': '{}' is not a number", column, s));
+    }
+    return v;
+  }
+  double number(std::string_view column) const {
+    const double v = number_or_nan(column);
+    if (std::isnan(v)) fail(fmt::format("column '{}' is empty", column));
+    return v;
+  }
+  int64_t integer(std::string_view column) const {
+    const double v = number(column);
+    if (v != std::floor(v)) fail(fmt::format("column '{}': {} is not an integer", column, v));
+    return static_cast<int64_t>(v);
+  }
+  bool boolean(std::string_view column) const {
+    const std::string& s = text(column);
+    if (s == "True" || s == "true" || s == "1") return true;
+    if (s == "False" || s == "false" || s == "0") return false;
+    fail(fmt::format("column '{}': '{}' is not a boolean", column, s));
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw UserError(fmt::format("{}:{}: {}", path_.string(), line_no_ + 1, why));
+  }
+
+ private:
+  static void split(const std::string& line, std::vector<std::string>& out) {
+    out.clear();
+    size_t start = 0;
+    while (true) {
+      const size_t comma = line.find(',', start);
+      out.emplace_back(line.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  size_t column_index(std::string_view column) const {
+    auto it = index_.find(std::string(column));
+    if (it == index_.end()) fail(fmt::format("missing column '{}'", column));
+    return it->second;
+  }
+
+  fs::path path_;
+  std::ifstream in_;
+  std::vector<std::string> header_;
+  std::vector<std::string> fields_;
+  std::unordered_map<std::string, size_t> index_;
+  int64_t line_no_ = 0;
+};
+
+// "org/model" from .../compute/<device>/<org>/<model>/file.csv, else the parent folder name.
+std::string source_of(const fs::path& file) {
+  const fs::path dir = file.parent_path();
+  const std::string model = dir.filename().string();
+  const std::string org = dir.parent_path().filename().string();
+  const std::string device_level = dir.parent_path().parent_path().parent_path().filename().string();
+  if (device_level == "compute") return org + "/" + model;
+  return model;
+}
+
+void read_token_ops(CsvFile& csv, const fs::path& file, Measurements& out) {
+  const std::string model = source_of(file);
+  while (csv.next()) {
+    TokenOpRow row;
+    row.model = model;
+    row.shape.num_heads = static_cast<int>(csv.integer("n_head"));
+    row.shape.num_kv_heads = static_cast<int>(csv.integer("n_kv_head"));
+    row.shape.hidden_size = static_cast<int>(csv.integer("n_embd"));
+    row.shape.ffn_size = static_cast<int>(csv.integer("n_expanded_embd"));
+    row.shape.vocab_size = static_cast<int>(csv.integer("vocab_size"));
+    row.shape.gated_mlp = csv.boolean("use_gated_mlp");
+    row.num_tokens = csv.integer("num_tokens");
+    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers"));
+    if (row.shape.num_heads <= 0 || row.shape.hidden_size <= 0 || row.num_tokens <= 0 ||
+        row.tp <= 0) {
+      csv.fail("shape, num_tokens and tensor parallel workers must be positive");
+    }
+    for (int op = 0; op < kNumTokenOps; ++op) {
+      const std::string column =
+          fmt::format("time_stats.{}.median", token_op_name(static_cast<TokenOp>(op)));
+      row.median_s[op] = csv.has(column) ? csv.number_or_nan(column) * kMs : kNaN;
+    }
+    out.token_ops.push_back(std::move(row));
+  }
+}
+
+void read_attention(CsvFile& csv, const fs::path& file, Measurements& out) {
+  const std::string source = source_of(file);
+  const bool has_prefill = csv.has("time_stats.attn_prefill.median");
+  const bool has_decode = csv.has("time_stats.attn_decode.median");
+  while (csv.next()) {
+    AttentionRow row;
+    row.source = source;
+    row.hidden_size = static_cast<int>(csv.integer("n_embd"));
+    row.num_heads = static_cast<int>(csv.integer("n_q_head"));
+    row.num_kv_heads = static_cast<int>(csv.integer("n_kv_head"));
+    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers"));
+    row.is_prefill = csv.boolean("is_prefill");
+    row.batch_size = csv.integer("batch_size");
+    row.prefill_chunk_size = csv.integer("prefill_chunk_size");
+    row.kv_cache_size = csv.integer("kv_cache_size");
+    const char* column =
+        row.is_prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median";
+    if (!(row.is_prefill ? has_prefill : has_decode)) continue;
+    row.median_s = csv.number_or_nan(column) * kMs;
+    if (std::isnan(row.median_s)) continue;
+    if (row.num_heads <= 0 || row.num_kv_heads <= 0 || row.tp <= 0) {
+      csv.fail("n_q_head, n_kv_head and num_tensor_parallel_workers must be positive");
+    }
+    out.attention.push_back(row);
+  }
+}
+
+void read_all_reduce(CsvFile& csv, Measurements& out) {
+  while (csv.next()) {
+    AllReduceRow row;
+    row.num_workers = static_cast<int>(csv.integer("num_workers"));
+    row.size_bytes = csv.number("size");
+    row.median_s = csv.number("time_stats.all_reduce.median") * kMs;
+    // Tensor parallelism runs within one node; rows spanning nodes measure the network.
+    if (csv.has("devices_per_node") && csv.integer("devices_per_node") < row.num_workers) continue;
+    out.all_reduce.push_back(row);
+  }
+}
+
+void read_cpu_overheads(CsvFile& csv, Measurements& out) {
+  while (csv.next()) {
+    CpuOverheadRow row;
+    row.model = csv.text("model_name");
+    row.batch_size = csv.integer("batch_size");
+    row.tp = static_cast<int>(csv.integer("tensor_parallel_degree"));
+    row.schedule_s = csv.number("schedule_median") * kMs;
+    row.sampler_s = csv.number("sampler_e2e_median") * kMs;
+    row.prepare_inputs_s = csv.number("prepare_inputs_e2e_median") * kMs;
+    row.process_outputs_s = csv.number("process_model_outputs_median") * kMs;
+    out.cpu_overheads.push_back(std::move(row));
+  }
+}
+
+void read_file(const fs::path& file, Measurements& out) {
+  CsvFile csv(file);
+  if (csv.has("num_tokens") && csv.has("n_expanded_embd")) {
+    read_token_ops(csv, file, out);
+  } else if (csv.has("is_prefill") && csv.has("n_q_head")) {
+    read_attention(csv, file, out);
+  } else if (csv.has("time_stats.all_reduce.median")) {
+    read_all_reduce(csv, out);
+  } else if (csv.has("schedule_median") && csv.has("batch_size")) {
+    read_cpu_overheads(csv, out);
+  } else {
+    out.files_skipped.push_back(file.string());
+    return;
+  }
+  out.files_read.push_back(file.string());
+}
+
+std::vector<fs::path> csv_files_under(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (!fs::exists(dir)) return files;
+  if (fs::is_regular_file(dir)) return {dir};
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".csv") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());  // a fixed order: fits are reproducible
+  return files;
+}
+
+std::vector<std::string> subdirectories(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+Measurements read_measurements(const fs::path& dir, std::string_view device) {
+  if (!fs::is_directory(dir)) {
+    throw UserError(fmt::format("{}: measurement directory not found", dir.string()));
+  }
+  Measurements out;
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir / "compute")) {
+    const std::vector<std::string> devices = subdirectories(dir / "compute");
+    std::string chosen(device);
+    if (chosen.empty()) {
+      if (devices.size() != 1) {
+        throw UserError(fmt::format("{}: holds measurements of several GPUs ({}); name one",
+                                    dir.string(), fmt::join(devices, ", ")));
+      }
+      chosen = devices.front();
+    } else if (std::find(devices.begin(), devices.end(), chosen) == devices.end()) {
+      throw UserError(fmt::format("{}: no measurements for GPU '{}' (have: {})", dir.string(),
+                                  chosen, fmt::join(devices, ", ")));
+    }
+    files = csv_files_under(dir / "compute" / chosen);
+    if (fs::is_directory(dir / "network")) {
+      std::optional<fs::path> network;
+      for (const std::string& name : subdirectories(dir / "network")) {
+        if (name == chosen + "_dgx") network = dir / "network" / name;
+      }
+      for (const std::string& name : subdirectories(dir / "network")) {
+        if (!network && name.rfind(chosen + "_", 0) == 0) network = dir / "network" / name;
+      }
+      if (network && fs::is_regular_file(*network / "all_reduce.csv")) {
+        files.push_back(*network / "all_reduce.csv");
+      }
+    }
+    const fs::path cpu = dir / "cpu_overheads" / (chosen + ".csv");
+    if (fs::is_regular_file(cpu)) files.push_back(cpu);
+  } else {
+    files = csv_files_under(dir);
+  }
+  for (const fs::path& file : files) read_file(file, out);
+  if (out.files_read.empty()) {
+    throw UserError(fmt::format("{}: no measurement CSVs found (expected Vidur's mlp.csv, "
+                                "attention.csv, all_reduce.csv or cpu overhead files)",
+                                dir.string()));
+  }
+  return out;
+}
+
+}  // namespace batchsim
