@@ -56,4 +56,17 @@ BATCHSIM_HOST_DEVICE inline int kv_head_for(int head, int num_heads, int num_kv_
 
 BATCHSIM_HOST_DEVICE inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Decode kernel choice, as vLLM made it (vllm/attention/ops/paged_attn.py): the single-pass
+// kernel (one CTA per (sequence, head), all logits in shared memory) unless contexts are long
+// (> 8192 tokens) or there are too few (sequence, head) pairs to fill the GPU, in which case
+// the context is split into partitions of 512 tokens (one CTA each) plus a reduce kernel.
+inline constexpr int kDecodePartitionSizeTokens = 512;
+inline constexpr int kSinglePassMaxContextTokens = 8192;
+
+inline bool use_single_pass_decode(int num_seqs, int num_heads, int max_context_tokens) {
+  const int max_num_partitions = ceil_div(max_context_tokens, kDecodePartitionSizeTokens);
+  return max_context_tokens <= kSinglePassMaxContextTokens &&
+         (max_num_partitions == 1 || num_seqs * num_heads > 512);
+}
+
 }  // namespace batchsim::calibration

@@ -37,7 +37,7 @@ SampleSummary summarize(std::span<const double> samples_s) {
 StoppingRule StoppingRule::quick() {
   StoppingRule rule;
   rule.max_rel_noise = 0.01;
-  rule.min_measured_time_s = 0.005;
+  rule.min_measured_time_s = 0.001;
   rule.time_cap_s = 0.25;
   rule.noise_window = 32;
   rule.max_samples = 2000;

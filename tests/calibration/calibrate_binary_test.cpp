@@ -34,7 +34,7 @@ TEST(CalibrateBinary, WithoutAGpuMeasureFailsCleanlyWithAClearMessage) {
   if (info.exit_code == 0) GTEST_SKIP() << "a CUDA device is present:\n" << info.output;
 
   const std::string out_dir = batchsim::testing::scratch_dir("calibrate_binary").string();
-  for (const std::string args : {" measure --quick --out " + out_dir, std::string(" check"), std::string(" info")}) {
+  for (const std::string& args : {" measure --quick --out " + out_dir, std::string(" check"), std::string(" info")}) {
     const RunResult r = run(binary + args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_NE(r.exit_code, -1) << args << ": killed by a signal";
