@@ -3,12 +3,16 @@
 #include <chrono>
 #include <ostream>
 #include <sstream>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/compare.h"
+#include "experiments/experiment.h"
 #include "experiments/output.h"
+#include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
 #include "hwmodel/cost_model.h"
@@ -25,7 +29,9 @@ constexpr const char* kUsage = R"(usage: batchsim <command> [options]
 
 commands:
   run       simulate one policy on one workload
-  compare   simulate several policies on the same request sequence, side by side
+  compare   run an experiment file (or --policies a,b,c) on the same request sequences:
+            results.csv, report.md and figures
+  merge     join the results folders of `compare --shard K/N` runs
   list      list built-in models, gpus or policies:  batchsim list {models,gpus,policies}
   bench     measure the simulator's own speed (simulated requests per wall-second)
 
@@ -70,9 +76,9 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   return vm;
 }
 
-RunConfig config_from(const po::variables_map& vm) {
-  RunConfig c = default_run_config();
-  if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), c);
+// Applies the run flags present in `vm` on top of `c` (flags override a --config file or an
+// experiment's base).
+void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("model")) c.model = vm["model"].as<std::string>();
   if (vm.count("gpu")) c.gpu = vm["gpu"].as<std::string>();
   if (vm.count("tp")) c.tp = vm["tp"].as<int>();
@@ -97,6 +103,12 @@ RunConfig config_from(const po::variables_map& vm) {
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
+}
+
+RunConfig config_from(const po::variables_map& vm) {
+  RunConfig c = default_run_config();
+  if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), c);
+  apply_run_flags(vm, c);
   return c;
 }
 
@@ -151,36 +163,99 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+constexpr const char* kCompareUsage = R"(usage: batchsim compare EXPERIMENT.yaml --out DIR [--jobs N] [--shard K/N] [run flags]
+       batchsim compare --policies a,b,c [run flags] [--out DIR]
+
+The first form runs every combination of an experiment file (experiments/README.md) and writes
+DIR/results.csv, DIR/report.md, DIR/figures/ and DIR/runs/<run>/. Run flags override the
+experiment's base (e.g. --num-requests 200 for a quick look). The second form compares policies
+on one workload given by run flags.
+)";
+
 int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   auto desc = run_options();
-  desc.add_options()("policies", po::value<std::string>()->default_value("hf-static,continuous"),
-                     "comma-separated policies or presets to compare on the same workload");
-  const auto vm = parse(args, desc);
+  desc.add_options()
+      ("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")
+      ("policies", po::value<std::string>(), "quick mode: comma-separated policies or presets")
+      ("jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")
+      ("shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")
+      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
+      ("dry-run", po::bool_switch(), "list the runs the experiment expands to, run nothing");
+  po::positional_options_description positional;
+  positional.add("experiment", 1);
+  const auto vm = parse(args, desc, &positional);
   if (vm.count("help")) {
-    fmt::print(out, "usage: batchsim compare [options]\n\n{}\n", fmt::streamed(desc));
+    fmt::print(out, "{}\n{}\n", kCompareUsage, fmt::streamed(desc));
     return 0;
   }
-  const RunConfig base = config_from(vm);
-  validate(base);
-  const auto policies = split_list(vm["policies"].as<std::string>());
-  if (policies.empty()) throw UserError("--policies: give at least one policy");
-  // Every policy sees the same generated request sequence.
-  const Workload workload = make_workload(base.workload);
-  std::vector<RunOutcome> runs;
-  for (const auto& name : policies) {
-    RunConfig c = base;
-    c.policy = name;
-    runs.push_back(run_simulation(c, &workload));
+  CompareOptions options;
+  options.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
+                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (options.jobs < 1) throw UserError("--jobs: must be >= 1");
+  if (vm.count("shard")) parse_shard(vm["shard"].as<std::string>(), options);
+  options.plots = !vm["no-plots"].as<bool>();
+  if (vm.count("out")) options.out = vm["out"].as<std::string>();
+
+  Experiment experiment;
+  if (vm.count("experiment")) {
+    for (const char* flag : {"policies", "policy", "config"}) {
+      if (vm.count(flag)) {
+        throw UserError(fmt::format("--{}: not with an experiment file (set it in the file)", flag));
+      }
+    }
+    if (!vm.count("out") && !vm["dry-run"].as<bool>()) {
+      throw UserError("compare EXPERIMENT.yaml: give --out DIR for the results");
+    }
+    experiment = parse_experiment(vm["experiment"].as<std::string>(), [&](RunConfig& base) {
+      apply_run_flags(vm, base);
+      if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
+      base.out.clear();
+    });
+    if (vm.count("seed")) experiment.seeds = {vm["seed"].as<uint64_t>()};
+  } else {
+    const RunConfig base = config_from(vm);
+    validate(base);
+    const auto policies = split_list(vm.count("policies") ? vm["policies"].as<std::string>() : "hf-static,continuous");
+    if (policies.empty()) throw UserError("--policies: give at least one policy");
+    experiment = experiment_from_policies(base, policies);
   }
-  print_setup(out, base, workload, runs.front().result.kv_capacity_tokens);
-  std::vector<const RunOutcome*> rows;
-  for (const auto& r : runs) rows.push_back(&r);
-  print_comparison_table(out, rows);
-  for (const auto& r : runs) print_warnings(r, err);
-  if (!base.out.empty()) {
-    for (const auto& r : runs) write_run_outputs(r, base.out / r.config.policy);
-    fmt::print(out, "wrote {}/<policy>/\n", base.out.string());
+  if (vm["dry-run"].as<bool>()) {
+    for (const PlannedRun& run : expand_runs(experiment)) {
+      fmt::print(out, "{}{}\n", run.name,
+                 run.index % options.shard_count == options.shard_index ? "" : "  (other shard)");
+    }
+    return 0;
   }
+  const ResultSet results = run_experiment(experiment, options, err);
+  print_result_table(out, results);
+  if (!options.out.empty()) fmt::print(out, "wrote {}\n", (options.out / "report.md").string());
+  return 0;
+}
+
+int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description desc("merge options");
+  desc.add_options()
+      ("dirs", po::value<std::vector<std::string>>()->multitoken(), "results folders of the shards")
+      ("out", po::value<std::string>(), "folder for the merged results (required)")
+      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
+      ("help,h", "show this help");
+  po::positional_options_description positional;
+  positional.add("dirs", -1);
+  const auto vm = parse(args, desc, &positional);
+  if (vm.count("help")) {
+    fmt::print(out, "usage: batchsim merge DIR... --out MERGED\n\nJoins the results folders of "
+                    "`compare --shard K/N` runs into one results.csv and report.\n\n{}\n",
+               fmt::streamed(desc));
+    return 0;
+  }
+  if (!vm.count("dirs")) throw UserError("merge: give the results folders to merge");
+  if (!vm.count("out")) throw UserError("merge: give --out DIR for the merged results");
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& d : vm["dirs"].as<std::vector<std::string>>()) dirs.emplace_back(d);
+  const std::filesystem::path merged_dir = vm["out"].as<std::string>();
+  const ResultSet results = merge_results(dirs, merged_dir, !vm["no-plots"].as<bool>(), err);
+  print_result_table(out, results);
+  fmt::print(out, "wrote {}\n", (merged_dir / "report.md").string());
   return 0;
 }
 
@@ -268,6 +343,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (command == "run") return cmd_run(rest, out, err);
   if (command == "compare") return cmd_compare(rest, out, err);
+  if (command == "merge") return cmd_merge(rest, out, err);
   if (command == "list") return cmd_list(rest, out);
   if (command == "bench") return cmd_bench(rest, out);
   throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));

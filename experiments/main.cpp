@@ -1,7 +1,8 @@
 // batchsim — the command-line tool.
 //
 //   batchsim run      one policy on one workload
-//   batchsim compare  several policies on the same request sequence, side by side
+//   batchsim compare  an experiment file, or several policies on the same request sequence
+//   batchsim merge    join the results folders of sharded compares
 //   batchsim list     models | gpus | policies
 //   batchsim bench    simulated requests per wall-second (speed of the simulator itself)
 //

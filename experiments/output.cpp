@@ -100,13 +100,18 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
 }
 
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir) {
+  write_run_outputs(outcome, dir, summary_to_json(outcome));
+}
+
+void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
+                       const nlohmann::ordered_json& summary) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
 
   {
     auto out = open_for_write(dir / "summary.json");
-    out << summary_to_json(outcome).dump(2) << '\n';
+    out << summary.dump(2) << '\n';
   }
   {
     auto out = open_for_write(dir / "requests.csv");
@@ -127,7 +132,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  r.reject_reason);
     }
   }
-  if (!outcome.result.iterations.empty()) {
+  if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
     auto out = open_for_write(dir / "iterations.csv");
     out << "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
            "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"

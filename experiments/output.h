@@ -20,6 +20,10 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome);
 // Writes summary.json, requests.csv and (when iterations were recorded) iterations.csv into
 // `dir`, creating it. Throws UserError when the directory cannot be written.
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir);
+// The same, with the summary.json content given (an experiment adds its own block to
+// summary_to_json's); iterations.csv only when `outcome.config.iteration_log`.
+void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
+                       const nlohmann::ordered_json& summary);
 
 // A short table: one row per run, headline figures as columns.
 void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs);

@@ -56,30 +56,36 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
     throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
   }
   if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping of run keys", file.string()));
-  for (const auto& kv : root) {
+  apply_yaml_mapping(root, file, c);
+}
+
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
+                        RunConfig& c, const std::string& key_prefix) {
+  for (const auto& kv : mapping) {
     const std::string raw = kv.first.as<std::string>();
     const std::string key = normalize_key(raw);
+    const std::string shown = key_prefix + raw;
     const YAML::Node& v = kv.second;
-    if (key == "model") c.model = scalar<std::string>(v, file, raw);
-    else if (key == "gpu") c.gpu = scalar<std::string>(v, file, raw);
-    else if (key == "tp") c.tp = scalar<int>(v, file, raw);
-    else if (key == "policy") c.policy = scalar<std::string>(v, file, raw);
+    if (key == "model") c.model = scalar<std::string>(v, file, shown);
+    else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
+    else if (key == "tp") c.tp = scalar<int>(v, file, shown);
+    else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
     else if (key == "policy-opt") {
-      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, raw));
-      for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, raw);
+      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+      for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
     }
-    else if (key == "arrival") c.workload.arrival = scalar<std::string>(v, file, raw);
-    else if (key == "trace") c.workload.trace = scalar<std::string>(v, file, raw);
-    else if (key == "num-requests") c.workload.num_requests = scalar<int64_t>(v, file, raw);
-    else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, raw);
-    else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, raw);
-    else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, raw);
-    else if (key == "seed") c.workload.seed = scalar<uint64_t>(v, file, raw);
-    else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, raw);
-    else if (key == "out") c.out = scalar<std::string>(v, file, raw);
-    else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, raw);
+    else if (key == "arrival") c.workload.arrival = scalar<std::string>(v, file, shown);
+    else if (key == "trace") c.workload.trace = scalar<std::string>(v, file, shown);
+    else if (key == "num-requests") c.workload.num_requests = scalar<int64_t>(v, file, shown);
+    else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, shown);
+    else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
+    else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
+    else if (key == "seed") c.workload.seed = scalar<uint64_t>(v, file, shown);
+    else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
+    else if (key == "out") c.out = scalar<std::string>(v, file, shown);
+    else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);
     else {
-      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, raw));
+      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, shown));
     }
   }
 }

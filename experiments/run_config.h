@@ -13,6 +13,10 @@
 
 #include "sim/workload.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace batchsim {
 
 struct RunConfig {
@@ -33,6 +37,10 @@ RunConfig default_run_config();
 
 // Applies a YAML mapping of run keys to `config`. Throws UserError naming the file and key.
 void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
+// Applies the run keys of a YAML mapping (as apply_yaml_config does for a whole file); errors
+// name `file`, the line and `key_prefix` + the key (an experiment file passes e.g. "base.").
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
+                        RunConfig& config, const std::string& key_prefix = "");
 // Parses "KEY=VALUE" (from --policy-opt). Throws UserError naming the option.
 std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
 // Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).

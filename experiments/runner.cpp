@@ -9,7 +9,8 @@
 
 namespace batchsim {
 
-RunOutcome run_simulation(const RunConfig& config, const Workload* workload) {
+RunOutcome run_simulation(const RunConfig& config, const Workload* workload,
+                          const RunHooks& hooks) {
   validate(config);
   const ModelSpec model = resolve_model(config.model);
   const HardwareProfile gpu = resolve_gpu(config.gpu);
@@ -24,7 +25,8 @@ RunOutcome run_simulation(const RunConfig& config, const Workload* workload) {
 
   SimulationOptions options;
   options.gpu_memory_utilization = config.gpu_memory_utilization;
-  options.record_iterations = config.iteration_log;
+  options.record_iterations = config.iteration_log || hooks.record_iterations;
+  options.on_iteration = hooks.on_iteration;
 
   RunOutcome outcome;
   outcome.config = config;

@@ -2,6 +2,7 @@
 // run the event loop, keep what the outputs need.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,18 @@ struct RunOutcome {
   double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
 };
 
+// What a caller may add to a run beyond its RunConfig: the experiment driver records iterations
+// (for KV-over-time and iteration-budget figures) without writing iterations.csv, and watches
+// every batch to draw the slot timeline.
+struct RunHooks {
+  bool record_iterations = false;
+  std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
+};
+
 // Runs `config`; when `workload` is given it is used instead of generating one (so that a
 // comparison feeds every policy the same request sequence). Throws UserError for bad input.
-RunOutcome run_simulation(const RunConfig& config, const Workload* workload = nullptr);
+RunOutcome run_simulation(const RunConfig& config, const Workload* workload = nullptr,
+                          const RunHooks& hooks = {});
 
 // Lines such as "3 requests rejected: ..." for the terminal, naming each distinct reason once.
 std::vector<std::string> rejection_warnings(const SimulationResult& result);

@@ -1,0 +1,505 @@
+#include "experiments/compare.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "experiments/output.h"
+#include "experiments/runner.h"
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+// ---- what the report needs to know about the experiment ----------------------------------
+
+ordered_json policy_json(const PolicyVariant& p) {
+  return {{"label", p.label}, {"policy", p.policy}, {"options", p.options}};
+}
+
+ordered_json experiment_json(const Experiment& e, int64_t units) {
+  ordered_json j;
+  j["name"] = e.name;
+  j["description"] = e.description;
+  j["file"] = e.file.filename().string();
+  j["base"] = config_to_json(e.base);
+  j["policies"] = ordered_json::array();
+  for (const auto& p : e.policies) j["policies"].push_back(policy_json(p));
+  j["axes"] = ordered_json::array();
+  for (const auto& a : e.axes) {
+    ordered_json values = ordered_json::array();
+    for (const auto& v : a.values) values.push_back(v.label);
+    j["axes"].push_back({{"name", a.name}, {"values", values}});
+  }
+  j["seeds"] = e.seeds;
+  j["units"] = units;
+  j["iteration_budget"] = e.iteration_budget;
+  if (e.capacity) {
+    ordered_json slo = ordered_json::object();
+    for (const auto& [path, bound] : e.capacity->slo) slo[path] = bound;
+    j["capacity"] = {{"slo", slo},
+                     {"rate_low", e.capacity->rate_low},
+                     {"rate_high", e.capacity->rate_high},
+                     {"tolerance", e.capacity->tolerance},
+                     {"max_probes", e.capacity->max_probes}};
+  } else {
+    j["capacity"] = nullptr;
+  }
+  if (e.slot_timeline) {
+    ordered_json s = ordered_json::array();
+    for (const auto& p : e.slot_timeline->policies) s.push_back(policy_json(p));
+    j["slot_timeline"] = {{"policies", s}, {"base", config_to_json(e.slot_timeline->base)}};
+  }
+  return j;
+}
+
+ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
+  ordered_json b;
+  b["name"] = e.name;
+  b["run"] = run.index;
+  b["run_name"] = run.name;
+  b["policy"] = run.policy_label;
+  b["group"] = run.group;
+  ordered_json axes = ordered_json::object();
+  for (const auto& [axis, label] : run.axis_labels) axes[axis] = label;
+  b["axes"] = axes;
+  b["seed"] = run.seed;
+  if (run.rate) b["rate"] = *run.rate;
+  return b;
+}
+
+// ---- one run ------------------------------------------------------------------------------
+
+std::string workload_key(const WorkloadSpec& w) {
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len, w.trace.string(),
+                     w.num_requests, w.trace_speedup, w.seed);
+}
+
+std::ofstream open_file(const fs::path& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
+  return out;
+}
+
+// The TBT distribution as quantiles: the simulation keeps every inter-token gap only as
+// weighted samples, and a CDF needs no more than this.
+void write_tbt_quantiles(const SimulationResult& result, const fs::path& file) {
+  auto out = open_file(file);
+  out << "quantile,tbt_s\n";
+  if (result.tbt_s.count() == 0) return;
+  std::vector<double> qs;
+  for (int i = 0; i <= 400; ++i) qs.push_back(i / 400.0);
+  for (double q : {0.9925, 0.995, 0.9975, 0.999, 0.9995, 0.9999}) qs.push_back(q);
+  std::sort(qs.begin(), qs.end());
+  for (double q : qs) fmt::print(out, "{},{:.9g}\n", q, result.tbt_s.percentile(q));
+}
+
+// KV use over time, thinned to at most ~2000 points (each the peak of its stretch, so a
+// short spike is not lost): enough for a figure, small enough for hundreds of runs.
+void write_kv_timeline(const SimulationResult& result, const fs::path& file) {
+  auto out = open_file(file);
+  out << "time_s,kv_used_tokens,kv_allocated_tokens,running_requests\n";
+  const auto& its = result.iterations;
+  const size_t stride = std::max<size_t>(1, (its.size() + 1999) / 2000);
+  for (size_t i = 0; i < its.size(); i += stride) {
+    const IterationRecord* peak = &its[i];
+    for (size_t k = i; k < std::min(its.size(), i + stride); ++k) {
+      if (its[k].kv_allocated_tokens > peak->kv_allocated_tokens) peak = &its[k];
+    }
+    fmt::print(out, "{:.6f},{},{},{}\n", (peak->start + peak->duration).seconds(), peak->kv_used_tokens,
+               peak->kv_allocated_tokens, peak->num_requests);
+  }
+}
+
+int64_t completed_within(const SimulationResult& result, int64_t iterations) {
+  if (result.iterations.empty()) return 0;
+  const size_t last = std::min<size_t>(result.iterations.size(), static_cast<size_t>(iterations)) - 1;
+  const SimTime end = result.iterations[last].start + result.iterations[last].duration;
+  int64_t n = 0;
+  for (const RequestRecord& r : result.requests) n += r.completed() && r.finished <= end;
+  return n;
+}
+
+struct RunDone {
+  ordered_json summary;
+  std::vector<std::string> warnings;
+  double wall_s = 0;
+};
+
+RunDone execute(const Experiment& e, const PlannedRun& run, const Workload& workload,
+                const fs::path& runs_dir, std::optional<int> capacity_probe = std::nullopt) {
+  RunHooks hooks;
+  hooks.record_iterations = true;  // for kv_timeline.csv and the iteration budget
+  RunOutcome outcome = run_simulation(run.config, &workload, hooks);
+  ordered_json block = experiment_block(e, run);
+  if (capacity_probe) block["capacity_probe"] = *capacity_probe;
+  if (e.iteration_budget > 0) {
+    block["completed_within_budget"] = completed_within(outcome.result, e.iteration_budget);
+  }
+  RunDone done;
+  done.summary["experiment"] = block;
+  const ordered_json summary = summary_to_json(outcome);
+  for (const auto& [k, v] : summary.items()) done.summary[k] = v;
+  done.warnings = rejection_warnings(outcome.result);
+  done.wall_s = outcome.wall_s;
+  if (!runs_dir.empty()) {
+    const fs::path dir = runs_dir / run.name;
+    write_run_outputs(outcome, dir, done.summary);
+    write_tbt_quantiles(outcome.result, dir / "tbt_quantiles.csv");
+    write_kv_timeline(outcome.result, dir / "kv_timeline.csv");
+  }
+  return done;
+}
+
+bool meets_slo(const ordered_json& summary, const CapacitySpec& c) {
+  for (const auto& [path, bound] : c.slo) {
+    std::string pointer = "/" + path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    if (summary.at(ordered_json::json_pointer(pointer)).get<double>() > bound) return false;
+  }
+  return true;
+}
+
+// ---- the slot timeline ----------------------------------------------------------------------
+
+struct LoggedIteration {
+  int64_t index;
+  SimTime start, end;
+  std::vector<BatchItem> items;
+};
+
+// Draws each batch as slots: a request takes the lowest free slot when it is first scheduled
+// and frees it at its end of sequence, so a static batch shows its finished rows as idle
+// slots until the whole batch ends, and continuous batching shows them refilled at once.
+void write_slot_timeline(const Experiment& e, const fs::path& dir) {
+  const SlotTimelineSpec& spec = *e.slot_timeline;
+  fs::create_directories(dir);
+  const Workload workload = make_workload(spec.base.workload);
+  for (const PolicyVariant& p : spec.policies) {
+    RunConfig config = spec.base;
+    config.out.clear();
+    config.iteration_log = false;
+    config.policy = p.policy;
+    for (const auto& [k, v] : p.options) config.policy_opts[k] = v;
+    std::vector<LoggedIteration> log;
+    RunHooks hooks;
+    hooks.on_iteration = [&](const Batch& batch, const IterationRecord& it, const Policy&) {
+      if (static_cast<int64_t>(log.size()) >= spec.max_iterations) return;
+      log.push_back({it.index, it.start, it.start + it.duration, batch.items});
+    };
+    const RunOutcome outcome = run_simulation(config, &workload, hooks);
+    std::map<RequestId, int> slot_of;
+    std::set<int> free_slots;
+    int slots = 0;
+    auto out = open_file(dir / (p.label + ".csv"));
+    out << "iteration,start_s,end_s,slot,request,state\n";
+    for (const LoggedIteration& it : log) {
+      std::vector<RequestId> ended;
+      for (const BatchItem& item : it.items) {
+        auto [pos, inserted] = slot_of.try_emplace(item.id, 0);
+        if (inserted) {
+          if (free_slots.empty()) free_slots.insert(slots++);
+          pos->second = *free_slots.begin();
+          free_slots.erase(free_slots.begin());
+        }
+        const RequestRecord& r = outcome.result.requests[static_cast<size_t>(item.id)];
+        const bool decode = item.new_tokens == 1 && item.context_before >= r.prompt_tokens;
+        const bool eos = r.completed() && r.finished == it.end;
+        const char* state = eos ? "end" : decode ? "decode" : "prefill";
+        if (eos) ended.push_back(item.id);
+        fmt::print(out, "{},{:.6f},{:.6f},{},{},{}\n", it.index, it.start.seconds(), it.end.seconds(),
+                   pos->second, item.id, state);
+      }
+      for (RequestId id : ended) {
+        free_slots.insert(slot_of[id]);
+        slot_of.erase(id);
+      }
+    }
+  }
+}
+
+// ---- outputs ------------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+fs::path plots_dir() {
+  const char* env = std::getenv("BATCHSIM_PLOTS_DIR");
+  return env != nullptr ? fs::path(env) : fs::path(BATCHSIM_SOURCE_DIR) / "plots";
+}
+
+// Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
+std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress) {
+  const std::string manual = fmt::format("python3 {} {}", (plots_dir() / "make_figures.py").string(), dir.string());
+  if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them with `{}`.", manual);
+  const std::string python = find_plot_python();
+  if (python.empty()) {
+    fmt::print(progress, "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
+                         "or set BATCHSIM_PYTHON); figures skipped. Later: {}\n", manual);
+    return fmt::format("Figures were not drawn: no Python 3 with matplotlib was found. Install "
+                       "Debian's python3-matplotlib and run `{}`.", manual);
+  }
+  fs::create_directories(dir / "figures");
+  const std::string cmd = fmt::format("{} {} {} > {} 2>&1", shell_quote(python),
+                                      shell_quote((plots_dir() / "make_figures.py").string()),
+                                      shell_quote(dir.string()),
+                                      shell_quote((dir / "figures" / "make_figures.log").string()));
+  if (std::system(cmd.c_str()) != 0) {
+    fmt::print(progress, "batchsim: warning: the figure script failed; see {}\n",
+               (dir / "figures" / "make_figures.log").string());
+    return fmt::format("The figure script failed; see `figures/make_figures.log` and rerun `{}`.", manual);
+  }
+  return "";
+}
+
+void write_text(const fs::path& file, const std::string& text) {
+  auto out = open_file(file);
+  out << text;
+}
+
+void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
+  write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
+  if (!results.experiment_yaml.empty()) write_text(dir / "experiment.yaml", results.experiment_yaml);
+  write_flat_csv(dir / "results.csv", results.runs);
+  if (!results.capacities.empty()) write_flat_csv(dir / "capacity.csv", results.capacities);
+  write_report(dir, results, make_figures(dir, plots, progress));
+}
+
+// Clears what an earlier compare wrote into `dir`, so stale runs never mix into results.
+void prepare_out_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+  for (const char* sub : {"runs", "capacity", "slot_timeline", "figures"}) fs::remove_all(dir / sub);
+  for (const char* file : {"results.csv", "capacity.csv", "report.md", "experiment.json", "experiment.yaml"}) {
+    fs::remove(dir / file);
+  }
+}
+
+}  // namespace
+
+void parse_shard(const std::string& text, CompareOptions& options) {
+  const auto slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used = 0;
+    const std::string k = text.substr(0, slash), n = text.substr(slash + 1);
+    options.shard_index = std::stoi(k, &used);
+    if (used != k.size()) throw std::invalid_argument("K");
+    options.shard_count = std::stoi(n, &used);
+    if (used != n.size()) throw std::invalid_argument("N");
+  } catch (const std::exception&) {
+    throw UserError(fmt::format("--shard \"{}\": expected K/N, e.g. 0/4 (shard K of N, K from 0)", text));
+  }
+  if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
+    throw UserError(fmt::format("--shard {}: need 0 <= K < N", text));
+  }
+}
+
+std::string find_plot_python() {
+  static const std::string found = [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("BATCHSIM_PYTHON")) candidates.push_back(env);
+    candidates.push_back("/usr/bin/python3");
+    candidates.push_back("python3");
+    for (const auto& py : candidates) {
+      const std::string cmd = fmt::format("{} -c 'import matplotlib' > /dev/null 2>&1", shell_quote(py));
+      if (std::system(cmd.c_str()) == 0) return py;
+    }
+    return std::string();
+  }();
+  return found;
+}
+
+ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std::ostream& progress) {
+  const std::vector<PlannedRun> planned = expand_runs(e);
+  std::vector<const PlannedRun*> mine;
+  for (const PlannedRun& run : planned) {
+    if (run.index % options.shard_count == options.shard_index) mine.push_back(&run);
+  }
+  const bool write = !options.out.empty();
+  const fs::path runs_dir = write ? options.out / "runs" : fs::path();
+  const fs::path capacity_dir = write ? options.out / "capacity" : fs::path();
+  if (write) {
+    prepare_out_dir(options.out);
+    fs::create_directories(runs_dir);
+    if (e.capacity) fs::create_directories(capacity_dir);
+  }
+
+  // Every combination with the same workload keys and seed gets the very same request
+  // sequence: built once here, shared read-only by the threads.
+  std::map<std::string, std::shared_ptr<const Workload>> workloads;
+  if (!e.capacity) {
+    for (const PlannedRun* run : mine) {
+      const std::string key = workload_key(run->config.workload);
+      if (workloads.count(key)) continue;
+      BuiltWorkload built = build_workload(run->config.workload);
+      for (const auto& w : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", w);
+      workloads[key] = std::make_shared<const Workload>(std::move(built.requests));
+    }
+  }
+
+  ResultSet results;
+  results.experiment = experiment_json(e, static_cast<int64_t>(planned.size()));
+  results.experiment_yaml = e.source_text;
+  std::vector<std::vector<ordered_json>> run_summaries(mine.size());
+  std::vector<ordered_json> capacities(mine.size());
+
+  std::mutex progress_mutex;
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> finished{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  auto report = [&](const std::string& line, const std::vector<std::string>& warnings) {
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    const size_t n = ++finished;
+    fmt::print(progress, "[{:>{}}/{}] {}\n", n, std::to_string(mine.size()).size(), mine.size(), line);
+    for (size_t i = 0; i < std::min<size_t>(warnings.size(), 3); ++i) {
+      fmt::print(progress, "    warning: {}\n", warnings[i]);
+    }
+  };
+  auto work = [&] {
+    while (!failed) {
+      const size_t i = next++;
+      if (i >= mine.size()) return;
+      const PlannedRun& run = *mine[i];
+      try {
+        if (!e.capacity) {
+          const auto& workload = *workloads.at(workload_key(run.config.workload));
+          RunDone done = execute(e, run, workload, runs_dir);
+          const auto& s = done.summary;
+          report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,
+                             s["throughput"]["output_tokens_per_s"].get<double>(),
+                             s["latency"]["e2e_s"]["p50"].get<double>(), done.wall_s),
+                 done.warnings);
+          run_summaries[i].push_back(std::move(done.summary));
+        } else {
+          double wall_s = 0;
+          int probe_index = 0;
+          std::vector<std::string> warnings;
+          const CapacityResult cap = find_capacity(*e.capacity, [&](double rate) {
+            PlannedRun probe = run;
+            probe.config = config_at_rate(run.config, rate);
+            probe.rate = rate;
+            probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
+            const Workload workload = make_workload(probe.config.workload);
+            RunDone done = execute(e, probe, workload, runs_dir, probe_index);
+            ++probe_index;
+            wall_s += done.wall_s;
+            if (warnings.empty()) warnings = done.warnings;
+            const bool ok = meets_slo(done.summary, *e.capacity);
+            run_summaries[i].push_back(std::move(done.summary));
+            return ok;
+          });
+          ordered_json c;
+          c["experiment"] = experiment_block(e, run);
+          ordered_json probes_rate = ordered_json::array(), probes_met = ordered_json::array();
+          for (const auto& p : cap.probes) {
+            probes_rate.push_back(p.rate);
+            probes_met.push_back(p.meets);
+          }
+          c["capacity"] = {{"rate_rps", cap.capacity_rps},
+                           {"status", cap.status},
+                           {"bracket_low_rps", cap.bracket_low},
+                           {"bracket_high_rps", cap.bracket_high},
+                           {"probes", cap.probes.size()},
+                           {"probe_rates_rps", probes_rate},
+                           {"probe_met", probes_met}};
+          if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
+          capacities[i] = std::move(c);
+          report(fmt::format("{}: capacity {:.3f} req/s ({}, {} probes, {:.2f} s wall)", run.name,
+                             cap.capacity_rps, cap.status, cap.probes.size(), wall_s),
+                 warnings);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const int threads = std::max(1, std::min<int>(options.jobs, static_cast<int>(mine.size())));
+  fmt::print(progress, "batchsim: {}: {} {} of {}{} on {} thread(s)\n", e.name, mine.size(),
+             e.capacity ? "capacity searches" : "runs", planned.size(),
+             options.shard_count > 1 ? fmt::format(" (shard {}/{})", options.shard_index, options.shard_count) : "",
+             threads);
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+  }
+  if (error) std::rethrow_exception(error);
+
+  for (auto& v : run_summaries) {
+    for (auto& s : v) results.runs.push_back(std::move(s));
+  }
+  if (e.capacity) results.capacities = std::move(capacities);
+  sort_results(results);
+  if (write) {
+    if (e.slot_timeline && options.shard_index == 0) write_slot_timeline(e, options.out / "slot_timeline");
+    write_summaries(options.out, results, options.plots, progress);
+  }
+  return results;
+}
+
+ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, bool plots,
+                        std::ostream& progress) {
+  if (dirs.empty()) throw UserError("merge: give the results folders of the shards");
+  ResultSet merged;
+  std::set<std::string> seen_runs;
+  std::vector<std::pair<fs::path, ResultSet>> parts;
+  for (const fs::path& dir : dirs) parts.emplace_back(dir, load_result_set(dir));
+  merged.experiment = parts.front().second.experiment;
+  merged.experiment_yaml = parts.front().second.experiment_yaml;
+
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", out.string(), ec.message()));
+  for (auto& [dir, part] : parts) {
+    if (part.experiment != merged.experiment) {
+      throw UserError(fmt::format("merge: {} holds a different experiment than {} (experiment.json differs)",
+                                  dir.string(), dirs.front().string()));
+    }
+    for (auto& run : part.runs) {
+      const std::string name = run["experiment"]["run_name"].get<std::string>();
+      if (!seen_runs.insert(name).second) {
+        throw UserError(fmt::format("merge: run {} appears in more than one folder ({} is one)", name, dir.string()));
+      }
+      merged.runs.push_back(std::move(run));
+    }
+    for (auto& c : part.capacities) merged.capacities.push_back(std::move(c));
+    // Bring run folders and the slot timeline over, unless merging into a source folder.
+    if (fs::weakly_canonical(dir) != fs::weakly_canonical(out)) {
+      for (const char* sub : {"runs", "capacity", "slot_timeline"}) {
+        if (!fs::is_directory(dir / sub)) continue;
+        fs::create_directories(out / sub);
+        fs::copy(dir / sub, out / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+        if (ec) throw UserError(fmt::format("merge: cannot copy {} into {}: {}", (dir / sub).string(), out.string(), ec.message()));
+      }
+    }
+  }
+  sort_results(merged);
+  fs::remove_all(out / "figures");
+  write_summaries(out, merged, plots, progress);
+  return merged;
+}
+
+}  // namespace batchsim

@@ -1,0 +1,495 @@
+#include "experiments/experiment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "experiments/output.h"
+#include "hwmodel/cost_model.h"
+#include "hwmodel/error.h"
+#include "policies/registry.h"
+
+namespace batchsim {
+
+namespace {
+
+// Context for error messages: "FILE:LINE: KEY.PATH: what".
+struct Where {
+  const std::filesystem::path& file;
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& key,
+                         const std::string& what) const {
+    const auto mark = node.Mark();
+    if (mark.line >= 0) {
+      throw UserError(fmt::format("{}:{}: {}: {}", file.string(), mark.line + 1, key, what));
+    }
+    throw UserError(fmt::format("{}: {}: {}", file.string(), key, what));
+  }
+};
+
+std::string normalize(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+// Run keys an axis may be named after (RunConfig keys, see run_config.h). `policy` and `seed`
+// have their own top-level lists; `out` comes from --out.
+bool is_axis_run_key(const std::string& key) {
+  static const std::set<std::string> keys = {
+      "model", "gpu", "tp", "arrival", "trace", "num-requests", "prompt-len", "output-len",
+      "trace-speedup", "gpu-memory-utilization", "iteration-log"};
+  return keys.count(key) > 0;
+}
+
+void reject_reserved_keys(const YAML::Node& mapping, const Where& where, const std::string& path) {
+  for (const auto& kv : mapping) {
+    const std::string key = normalize(kv.first.as<std::string>());
+    if (key == "policy") where.fail(kv.first, path + "policy", "list policies under the top-level 'policies' key");
+    if (key == "seed") where.fail(kv.first, path + "seed", "list seeds under the top-level 'seeds' key");
+    if (key == "out") where.fail(kv.first, path + "out", "the output folder is given with --out");
+  }
+}
+
+template <typename T>
+T as(const YAML::Node& node, const Where& where, const std::string& key, const char* expected) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    where.fail(node, key, fmt::format("expected {}", expected));
+  }
+}
+
+std::map<std::string, std::string> option_map(const YAML::Node& node, const Where& where,
+                                              const std::string& key) {
+  if (!node.IsMap()) where.fail(node, key, "expected a mapping of option: value");
+  std::map<std::string, std::string> out;
+  for (const auto& o : node) {
+    const std::string name = o.first.as<std::string>();
+    out[name] = as<std::string>(o.second, where, key + "." + name, "a scalar value");
+  }
+  return out;
+}
+
+PolicyVariant parse_policy_variant(const YAML::Node& node, const Where& where, const std::string& key) {
+  PolicyVariant v;
+  if (node.IsScalar()) {
+    v.policy = node.as<std::string>();
+    v.label = v.policy;
+    return v;
+  }
+  if (!node.IsMap()) where.fail(node, key, "expected a policy name or a mapping {policy, label, policy-opt}");
+  for (const auto& kv : node) {
+    const std::string k = normalize(kv.first.as<std::string>());
+    if (k == "policy") v.policy = as<std::string>(kv.second, where, key + ".policy", "a policy name");
+    else if (k == "label") v.label = as<std::string>(kv.second, where, key + ".label", "a string");
+    else if (k == "policy-opt") v.options = option_map(kv.second, where, key + ".policy-opt");
+    else where.fail(kv.first, key + "." + kv.first.as<std::string>(), "unknown key (expected policy, label, policy-opt)");
+  }
+  if (v.policy.empty()) where.fail(node, key + ".policy", "missing");
+  if (v.label.empty()) v.label = v.policy;
+  return v;
+}
+
+std::vector<PolicyVariant> parse_policies(const YAML::Node& node, const Where& where,
+                                          const std::string& key) {
+  if (!node.IsSequence() || node.size() == 0) where.fail(node, key, "expected a non-empty list of policies");
+  std::vector<PolicyVariant> out;
+  std::set<std::string> labels;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    PolicyVariant v = parse_policy_variant(node[i], where, k);
+    if (!labels.insert(v.label).second) {
+      where.fail(node[i], k, fmt::format("label '{}' is used twice (give each variant its own label)", v.label));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string scalar_label(const YAML::Node& node) { return node.as<std::string>(); }
+
+AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, const Where& where,
+                           const std::string& key, const std::set<std::string>& policy_labels) {
+  AxisValue v;
+  v.settings = YAML::Node(YAML::NodeType::Map);
+  const bool is_rate = axis == "rate";
+  if (node.IsScalar()) {
+    if (is_rate) {
+      v.rate = as<double>(node, where, key, "a request rate (requests/s)");
+    } else if (is_axis_run_key(axis)) {
+      v.settings[axis] = node;
+    } else {
+      where.fail(node, key, fmt::format("'{}' is not a run key, so its values must be mappings "
+                                        "with a label and the run keys they set", axis));
+    }
+    v.label = scalar_label(node);
+  } else if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string raw = kv.first.as<std::string>();
+      const std::string k = normalize(raw);
+      const std::string sub = key + "." + raw;
+      if (k == "label") {
+        v.label = as<std::string>(kv.second, where, sub, "a string");
+      } else if (k == "value") {
+        if (is_rate) v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
+        else if (is_axis_run_key(axis)) v.settings[axis] = kv.second;
+        else where.fail(kv.first, sub, fmt::format("'{}' is not a run key: set run keys by name", axis));
+        if (v.label.empty()) v.label = scalar_label(kv.second);
+      } else if (k == "rate") {
+        v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
+      } else if (k == "per-policy") {
+        if (!kv.second.IsMap()) where.fail(kv.second, sub, "expected a mapping of policy label: {option: value}");
+        for (const auto& p : kv.second) {
+          const std::string label = p.first.as<std::string>();
+          if (!policy_labels.count(label)) {
+            where.fail(p.first, sub + "." + label,
+                       fmt::format("no policy labelled '{}' in 'policies'", label));
+          }
+          v.per_policy[label] = option_map(p.second, where, sub + "." + label);
+        }
+      } else {
+        v.settings[raw] = kv.second;
+      }
+    }
+    if (v.label.empty()) where.fail(node, key, "a mapping value needs a 'label' (or a 'value')");
+  } else {
+    where.fail(node, key, "expected a scalar or a mapping");
+  }
+  if (v.rate && !(*v.rate > 0)) where.fail(node, key, "a rate must be > 0 requests/s");
+  reject_reserved_keys(v.settings, where, key + ".");
+  RunConfig scratch;
+  apply_yaml_mapping(v.settings, where.file, scratch, key + ".");  // unknown keys, wrong types
+  return v;
+}
+
+void resolve_relative_trace(RunConfig& config, const std::filesystem::path& file) {
+  if (!config.workload.trace.empty() && config.workload.trace.is_relative()) {
+    config.workload.trace = (file.parent_path() / config.workload.trace).lexically_normal();
+  }
+}
+
+std::string sanitize(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_';
+    out += ok ? ch : '-';
+  }
+  return out;
+}
+
+CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
+  if (!node.IsMap()) where.fail(node, "capacity", "expected a mapping {slo, rate-low, rate-high, ...}");
+  CapacitySpec c;
+  // A summary with every key present, to check that SLO paths name a number.
+  const nlohmann::ordered_json probe = [] {
+    RunOutcome empty;
+    return summary_to_json(empty);
+  }();
+  for (const auto& kv : node) {
+    const std::string raw = kv.first.as<std::string>();
+    const std::string k = normalize(raw);
+    const std::string key = "capacity." + raw;
+    if (k == "slo") {
+      if (!kv.second.IsMap() || kv.second.size() == 0) {
+        where.fail(kv.second, key, "expected a mapping of summary.json path: upper bound, "
+                                   "e.g. latency.ttft_s.p99: 2.0");
+      }
+      for (const auto& s : kv.second) {
+        const std::string path = s.first.as<std::string>();
+        std::string pointer = "/" + path;
+        std::replace(pointer.begin(), pointer.end(), '.', '/');
+        const auto ptr = nlohmann::ordered_json::json_pointer(pointer);
+        if (!probe.contains(ptr) || !probe.at(ptr).is_number()) {
+          where.fail(s.first, key + "." + path,
+                     "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "
+                     "latency.tbt_s.p99, latency.e2e_s.p50)");
+        }
+        c.slo.emplace_back(path, as<double>(s.second, where, key + "." + path, "a number"));
+      }
+    } else if (k == "rate-low") {
+      c.rate_low = as<double>(kv.second, where, key, "a rate (requests/s)");
+    } else if (k == "rate-high") {
+      c.rate_high = as<double>(kv.second, where, key, "a rate (requests/s)");
+    } else if (k == "tolerance") {
+      c.tolerance = as<double>(kv.second, where, key, "a relative tolerance");
+      if (!(c.tolerance > 0 && c.tolerance < 1)) where.fail(kv.second, key, "must be in (0, 1)");
+    } else if (k == "max-probes") {
+      c.max_probes = as<int>(kv.second, where, key, "an integer");
+      if (c.max_probes < 2 || c.max_probes > 64) where.fail(kv.second, key, "must be in [2, 64]");
+    } else {
+      where.fail(kv.first, key, "unknown key (expected slo, rate-low, rate-high, tolerance, max-probes)");
+    }
+  }
+  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound");
+  if (!(c.rate_low > 0 && c.rate_high > c.rate_low)) {
+    where.fail(node, "capacity", fmt::format("need 0 < rate-low < rate-high (got {} and {})",
+                                             c.rate_low, c.rate_high));
+  }
+  return c;
+}
+
+// Checks a config the way a run would, before any run starts, so a typo in the 40th
+// combination does not surface after 39 simulations.
+void check_planned(const Experiment& e, const PlannedRun& run) {
+  try {
+    validate(run.config);
+    resolve_model(run.config.model);
+    resolve_gpu(run.config.gpu);
+    make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
+    if (!run.config.workload.trace.empty() && !std::filesystem::exists(run.config.workload.trace)) {
+      throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "
+                                  "experiment file)", run.config.workload.trace.string()));
+    }
+  } catch (const UserError& err) {
+    throw UserError(fmt::format("{}: run {}: {}", e.file.string(), run.name, err.what()));
+  }
+}
+
+}  // namespace
+
+RunConfig config_at_rate(const RunConfig& config, double rate) {
+  RunConfig c = config;
+  const std::string& a = c.workload.arrival;
+  if (a.rfind("gamma:", 0) == 0) {
+    // Keep the burstiness (CV), change the rate.
+    const auto last = a.rfind(':');
+    c.workload.arrival = fmt::format("gamma:{}:{}", rate, a.substr(last + 1));
+  } else if (a.empty() || a == "offline" || a.rfind("poisson:", 0) == 0 || a == "trace") {
+    // With a trace, Poisson arrivals keep the trace's lengths (see build_workload).
+    c.workload.arrival = fmt::format("poisson:{}", rate);
+  } else {
+    throw UserError(fmt::format("arrival '{}': a rate axis or capacity search needs poisson or gamma "
+                                "arrivals", a));
+  }
+  return c;
+}
+
+Experiment parse_experiment(const std::filesystem::path& file,
+                            const std::function<void(RunConfig&)>& adjust_base) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError(fmt::format("{}: cannot read the experiment file", file.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_experiment_text(ss.str(), file, adjust_base);
+}
+
+Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base) {
+  const Where where{file};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
+
+  Experiment e;
+  e.file = file;
+  e.source_text = text;
+  e.name = file.stem().string();
+  e.base = default_run_config();
+  YAML::Node policies_node, axes_node, capacity_node, slot_node;
+  for (const auto& kv : root) {
+    const std::string raw = kv.first.as<std::string>();
+    const std::string k = normalize(raw);
+    if (k == "name") e.name = as<std::string>(kv.second, where, raw, "a string");
+    else if (k == "description") e.description = as<std::string>(kv.second, where, raw, "a string");
+    else if (k == "base") {
+      if (!kv.second.IsMap()) where.fail(kv.second, raw, "expected a mapping of run keys");
+      reject_reserved_keys(kv.second, where, "base.");
+      apply_yaml_mapping(kv.second, file, e.base, "base.");
+    } else if (k == "policies") policies_node = kv.second;
+    else if (k == "axes") axes_node = kv.second;
+    else if (k == "seeds") {
+      if (kv.second.IsScalar()) {
+        e.seeds.push_back(as<uint64_t>(kv.second, where, raw, "a seed or a list of seeds"));
+      } else if (kv.second.IsSequence() && kv.second.size() > 0) {
+        for (size_t i = 0; i < kv.second.size(); ++i) {
+          e.seeds.push_back(as<uint64_t>(kv.second[i], where, fmt::format("seeds[{}]", i), "a non-negative integer"));
+        }
+      } else {
+        where.fail(kv.second, raw, "expected a seed or a non-empty list of seeds");
+      }
+    } else if (k == "capacity") capacity_node = kv.second;
+    else if (k == "slot-timeline") slot_node = kv.second;
+    else if (k == "iteration-budget") {
+      e.iteration_budget = as<int64_t>(kv.second, where, raw, "an iteration count");
+      if (e.iteration_budget < 1) where.fail(kv.second, raw, "must be >= 1");
+    } else {
+      where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
+                                "seeds, capacity, slot-timeline, iteration-budget)");
+    }
+  }
+  resolve_relative_trace(e.base, file);
+  if (adjust_base) adjust_base(e.base);
+  if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
+  if (policies_node) e.policies = parse_policies(policies_node, where, "policies");
+  else e.policies.push_back({e.base.policy, e.base.policy, {}});
+
+  std::set<std::string> labels;
+  for (const auto& p : e.policies) labels.insert(p.label);
+  if (axes_node) {
+    if (!axes_node.IsMap()) where.fail(axes_node, "axes", "expected a mapping of axis name: [values]");
+    for (const auto& kv : axes_node) {
+      Axis axis;
+      axis.name = normalize(kv.first.as<std::string>());
+      const std::string key = "axes." + kv.first.as<std::string>();
+      if (axis.name == "policy" || axis.name == "policies") where.fail(kv.first, key, "list policies under the top-level 'policies' key");
+      if (axis.name == "seed" || axis.name == "seeds") where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
+      if (!kv.second.IsSequence() || kv.second.size() == 0) where.fail(kv.second, key, "expected a non-empty list of values");
+      std::set<std::string> value_labels;
+      for (size_t i = 0; i < kv.second.size(); ++i) {
+        const std::string vkey = fmt::format("{}[{}]", key, i);
+        AxisValue v = parse_axis_value(axis.name, kv.second[i], where, vkey, labels);
+        if (!value_labels.insert(v.label).second) where.fail(kv.second[i], vkey, fmt::format("label '{}' is used twice", v.label));
+        axis.values.push_back(std::move(v));
+      }
+      e.axes.push_back(std::move(axis));
+    }
+  }
+  if (capacity_node) {
+    e.capacity = parse_capacity(capacity_node, where);
+    for (const Axis& a : e.axes) {
+      for (const AxisValue& v : a.values) {
+        if (v.rate) where.fail(capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
+      }
+    }
+  }
+  if (slot_node) {
+    if (!slot_node.IsMap()) where.fail(slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
+    SlotTimelineSpec s;
+    s.base = e.base;
+    for (const auto& kv : slot_node) {
+      const std::string raw = kv.first.as<std::string>();
+      const std::string k = normalize(raw);
+      const std::string key = "slot-timeline." + raw;
+      if (k == "policies") s.policies = parse_policies(kv.second, where, key);
+      else if (k == "base") {
+        if (!kv.second.IsMap()) where.fail(kv.second, key, "expected a mapping of run keys");
+        reject_reserved_keys(kv.second, where, key + ".");
+        apply_yaml_mapping(kv.second, file, s.base, key + ".");
+      } else if (k == "max-iterations") {
+        s.max_iterations = as<int64_t>(kv.second, where, key, "an iteration count");
+        if (s.max_iterations < 1) where.fail(kv.second, key, "must be >= 1");
+      } else {
+        where.fail(kv.first, key, "unknown key (expected policies, base, max-iterations)");
+      }
+    }
+    if (s.policies.empty()) s.policies = e.policies;
+    resolve_relative_trace(s.base, file);
+    for (const PolicyVariant& p : s.policies) {
+      try {
+        make_policy(p.policy, PolicyOptions(p.options));
+      } catch (const UserError& err) {
+        throw UserError(fmt::format("{}: slot-timeline policy {}: {}", file.string(), p.label, err.what()));
+      }
+    }
+    e.slot_timeline = std::move(s);
+  }
+  for (const PlannedRun& run : expand_runs(e)) check_planned(e, run);
+  return e;
+}
+
+Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies) {
+  Experiment e;
+  e.file = "compare --policies";
+  e.name = "compare";
+  e.base = base;
+  e.seeds.push_back(base.workload.seed);
+  std::set<std::string> seen;
+  for (const std::string& p : policies) {
+    if (!seen.insert(p).second) throw UserError(fmt::format("--policies: '{}' is listed twice", p));
+    e.policies.push_back({p, p, {}});
+  }
+  for (const PlannedRun& run : expand_runs(e)) check_planned(e, run);
+  return e;
+}
+
+std::vector<PlannedRun> expand_runs(const Experiment& e) {
+  // Odometer over the axes, first axis slowest.
+  std::vector<size_t> pick(e.axes.size(), 0);
+  std::vector<PlannedRun> runs;
+  size_t combinations = 1;
+  for (const Axis& a : e.axes) combinations *= a.values.size();
+  for (size_t c = 0; c < combinations; ++c) {
+    size_t rest = c;
+    for (size_t i = e.axes.size(); i-- > 0;) {
+      pick[i] = rest % e.axes[i].values.size();
+      rest /= e.axes[i].values.size();
+    }
+    for (uint64_t seed : e.seeds) {
+      for (const PolicyVariant& variant : e.policies) {
+        PlannedRun run;
+        run.index = static_cast<int64_t>(runs.size());
+        run.config = e.base;
+        run.config.out.clear();
+        run.config.policy = variant.policy;
+        run.policy_label = variant.label;
+        run.seed = seed;
+        for (const auto& [k, v] : variant.options) run.config.policy_opts[k] = v;
+        std::vector<std::string> group_parts;
+        std::string name_parts;
+        for (size_t i = 0; i < e.axes.size(); ++i) {
+          const AxisValue& v = e.axes[i].values[pick[i]];
+          apply_yaml_mapping(v.settings, e.file, run.config, "axes." + e.axes[i].name + ".");
+          if (v.rate) run.rate = *v.rate;
+          auto it = v.per_policy.find(variant.label);
+          if (it != v.per_policy.end()) {
+            for (const auto& [k, val] : it->second) run.config.policy_opts[k] = val;
+          }
+          run.axis_labels.emplace_back(e.axes[i].name, v.label);
+          group_parts.push_back(e.axes[i].name + "=" + v.label);
+          name_parts += '_';
+          name_parts += sanitize(e.axes[i].name + "-" + v.label);
+        }
+        resolve_relative_trace(run.config, e.file);
+        run.config.workload.seed = seed;
+        if (run.rate) run.config = config_at_rate(run.config, *run.rate);
+        run.group = fmt::format("{}", fmt::join(group_parts, " "));
+        run.name = fmt::format("{:04d}_{}{}_s{}", run.index, sanitize(variant.label), name_parts, seed);
+        runs.push_back(std::move(run));
+      }
+    }
+  }
+  return runs;
+}
+
+CapacityResult find_capacity(const CapacitySpec& spec, const std::function<bool(double)>& meets) {
+  CapacityResult r;
+  auto probe = [&](double rate) {
+    const bool ok = meets(rate);
+    r.probes.push_back({rate, ok});
+    return ok;
+  };
+  double lo = spec.rate_low, hi = spec.rate_high;
+  if (probe(hi)) {
+    r.status = "above-range";
+    r.capacity_rps = hi;
+    r.bracket_low = r.bracket_high = hi;
+    return r;
+  }
+  if (!probe(lo)) {
+    r.status = "below-range";
+    r.capacity_rps = 0;
+    r.bracket_low = 0;
+    r.bracket_high = lo;
+    return r;
+  }
+  // Invariant: meets(lo) and !meets(hi).
+  while (static_cast<int>(r.probes.size()) < spec.max_probes && hi / lo > 1 + spec.tolerance) {
+    const double mid = std::sqrt(lo * hi);
+    if (probe(mid)) lo = mid;
+    else hi = mid;
+  }
+  r.status = hi / lo > 1 + spec.tolerance ? "max-probes" : "ok";
+  r.capacity_rps = lo;
+  r.bracket_low = lo;
+  r.bracket_high = hi;
+  return r;
+}
+
+}  // namespace batchsim

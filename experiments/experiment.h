@@ -1,0 +1,134 @@
+// batchsim — experiment files: a base run configuration plus the axes to vary.
+//
+// An experiment file (experiments/*.yaml, schema in experiments/README.md) names a base
+// configuration (the keys of `batchsim run --config`), a list of policy variants (a preset plus
+// its own options and a label), ordered axes whose values patch the base (a run key such as
+// `model`, `tp`, `output-len`, the `rate` shorthand for Poisson arrivals, or a mapping of several
+// keys with per-policy options), and seeds. Expansion is the cartesian product
+//     axes (in file order, the first varying slowest) × seeds × policies (fastest)
+// so the runs of one workload sit next to each other and the first policy is the baseline of
+// its group. Optional parts: `capacity` (a bisection over the request rate for the largest rate
+// that meets latency SLOs), `slot-timeline` (small extra runs whose batches are drawn slot by
+// slot) and `iteration-budget`.
+//
+// Invariants: labels of policies are unique; every planned run's config passed validate() and
+// make_policy() when parse_experiment returned; run indices are 0..n-1 in expansion order and
+// do not depend on sharding or on --jobs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "experiments/run_config.h"
+
+namespace batchsim {
+
+struct PolicyVariant {
+  std::string label;   // unique within the experiment; the name reports and plots use
+  std::string policy;  // a registered policy or preset
+  std::map<std::string, std::string> options;
+};
+
+struct AxisValue {
+  std::string label;
+  YAML::Node settings;             // a mapping of run keys (may be empty)
+  std::optional<double> rate;      // the `rate` shorthand: Poisson (or gamma) arrivals at RATE/s
+  // Options for some policies only, by policy label: e.g. hf-static's batch size tied to CAP.
+  std::map<std::string, std::map<std::string, std::string>> per_policy;
+};
+
+struct Axis {
+  std::string name;
+  std::vector<AxisValue> values;
+};
+
+// Bisection over the request rate (see find_capacity).
+struct CapacitySpec {
+  // Upper bounds on summary.json figures, by their JSON path ("latency.ttft_s.p99": 0.5). A
+  // rate meets the SLO when every figure is at or below its bound.
+  std::vector<std::pair<std::string, double>> slo;
+  double rate_low = 0.1;     // requests/s
+  double rate_high = 64;
+  double tolerance = 0.02;   // stop when high/low <= 1 + tolerance
+  int max_probes = 14;
+};
+
+struct SlotTimelineSpec {
+  RunConfig base;                         // the experiment base with the slot-timeline patch
+  std::vector<PolicyVariant> policies;
+  int64_t max_iterations = 400;           // columns drawn
+};
+
+struct Experiment {
+  std::filesystem::path file;  // where it was read from (relative paths resolve against it)
+  std::string source_text;     // the file as written, copied to the results folder
+  std::string name;
+  std::string description;
+  RunConfig base;
+  std::vector<PolicyVariant> policies;
+  std::vector<Axis> axes;
+  std::vector<uint64_t> seeds;
+  std::optional<CapacitySpec> capacity;
+  std::optional<SlotTimelineSpec> slot_timeline;
+  int64_t iteration_budget = 0;  // > 0: count requests completed within this many iterations
+};
+
+// One combination of axis values, seed and policy.
+struct PlannedRun {
+  int64_t index = 0;       // position in the expansion
+  std::string name;        // folder name under runs/, e.g. "0007_vllm-v0_cap-512_s0"
+  RunConfig config;
+  std::string policy_label;
+  std::vector<std::pair<std::string, std::string>> axis_labels;  // (axis, value label)
+  uint64_t seed = 0;
+  std::optional<double> rate;
+  std::string group;       // the axis labels joined ("cap=512"): runs compared side by side
+};
+
+// Reads and checks an experiment file. Throws UserError naming the file, line and key path
+// (e.g. "axes.cap[2].per-policy.tgi") for anything malformed.
+// `adjust_base`, when given, edits the base after the file's `base` is read and before anything
+// is expanded or checked: the CLI applies run flags there (`--num-requests 200` shortens a run).
+Experiment parse_experiment(const std::filesystem::path& file,
+                            const std::function<void(RunConfig&)>& adjust_base = {});
+// The same from YAML text (`file` only names it in messages and anchors relative paths).
+Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base = {});
+
+// The quick mode `batchsim compare --policies a,b,c`: one base configuration, one policy axis.
+Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies);
+
+// Every run of the experiment, in expansion order. For a capacity experiment these are the
+// combinations whose rate is searched (their `rate` is unset).
+std::vector<PlannedRun> expand_runs(const Experiment& experiment);
+
+// The config of `run` at request rate `rate` (Poisson, or gamma with the base's CV).
+RunConfig config_at_rate(const RunConfig& config, double rate);
+
+struct CapacityProbe {
+  double rate = 0;
+  bool meets = false;
+};
+struct CapacityResult {
+  double capacity_rps = 0;  // the largest probed rate that met the SLO (0 if none did)
+  // "ok": bracketed within the tolerance; "above-range": even rate_high met it (capacity is at
+  // least that); "below-range": even rate_low failed; "max-probes": the probe budget ran out
+  // before the bracket narrowed to the tolerance.
+  std::string status;
+  double bracket_low = 0, bracket_high = 0;
+  std::vector<CapacityProbe> probes;
+};
+// Largest rate in [rate_low, rate_high] for which `meets(rate)` holds, assuming it is monotone
+// (true below some rate, false above). Bisects geometrically, because capacities of different
+// policies differ by orders of magnitude and a relative tolerance is what a report quotes.
+CapacityResult find_capacity(const CapacitySpec& spec, const std::function<bool(double)>& meets);
+
+}  // namespace batchsim

@@ -1,0 +1,466 @@
+#include "experiments/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "hwmodel/error.h"
+
+namespace batchsim {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+std::optional<double> number_at(const ordered_json& j, const std::string& dotted) {
+  std::string pointer = "/" + dotted;
+  std::replace(pointer.begin(), pointer.end(), '.', '/');
+  const auto ptr = ordered_json::json_pointer(pointer);
+  if (!j.contains(ptr)) return std::nullopt;
+  const auto& v = j.at(ptr);
+  if (!v.is_number()) return std::nullopt;
+  return v.get<double>();
+}
+
+std::string string_at(const ordered_json& j, const char* a, const char* b) {
+  if (!j.contains(a) || !j[a].contains(b)) return "";
+  const auto& v = j[a][b];
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// A figure of summary.json shown in a table column: value * scale, printed with `precision`.
+struct Column {
+  const char* path;
+  const char* header;
+  double scale;
+  int precision;
+};
+
+const std::vector<Column>& throughput_columns() {
+  static const std::vector<Column> c = {
+      {"requests.completed", "done", 1, 0},
+      {"requests.rejected", "rej", 1, 0},
+      {"throughput.output_tokens_per_s", "out tok/s", 1, 1},
+      {"throughput.total_tokens_per_s", "total tok/s", 1, 1},
+      {"throughput.requests_per_s", "req/s", 1, 3},
+      {"preemptions", "preempt", 1, 0},
+      {"kv.used_fraction_mean", "KV used mean %", 100, 1},
+      {"kv.allocated_fraction_peak", "KV alloc peak %", 100, 1},
+      {"bubble_fraction", "bubble %", 100, 1},
+  };
+  return c;
+}
+
+const std::vector<Column>& latency_columns() {
+  static const std::vector<Column> c = {
+      {"latency.e2e_s.p50", "e2e p50 s", 1, 2},   {"latency.e2e_s.p90", "e2e p90 s", 1, 2},
+      {"latency.e2e_s.p99", "e2e p99 s", 1, 2},   {"latency.ttft_s.p50", "TTFT p50 s", 1, 3},
+      {"latency.ttft_s.p90", "TTFT p90 s", 1, 3}, {"latency.ttft_s.p99", "TTFT p99 s", 1, 3},
+      {"latency.tpot_s.p50", "TPOT p50 ms", 1e3, 1}, {"latency.tpot_s.p90", "TPOT p90 ms", 1e3, 1},
+      {"latency.tpot_s.p99", "TPOT p99 ms", 1e3, 1}, {"latency.tbt_s.p50", "TBT p50 ms", 1e3, 1},
+      {"latency.tbt_s.p90", "TBT p90 ms", 1e3, 1},  {"latency.tbt_s.p99", "TBT p99 ms", 1e3, 1},
+  };
+  return c;
+}
+
+struct Spread {
+  double mean = 0, min = 0, max = 0;
+  int n = 0;
+};
+
+Spread spread_of(const std::vector<const ordered_json*>& runs, const std::string& path, double scale) {
+  Spread s;
+  for (const ordered_json* r : runs) {
+    const auto v = number_at(*r, path);
+    if (!v) continue;
+    const double x = *v * scale;
+    if (s.n == 0) s.min = s.max = x;
+    s.min = std::min(s.min, x);
+    s.max = std::max(s.max, x);
+    s.mean += x;
+    ++s.n;
+  }
+  if (s.n > 0) s.mean /= s.n;
+  return s;
+}
+
+// "12.3" for one seed, "12.3 (11.9–12.8)" for several: the seed spread the issue asks for.
+std::string format_spread(const Spread& s, int precision) {
+  if (s.n == 0) return "–";
+  if (s.n == 1 || s.min == s.max) return fmt::format("{:.{}f}", s.mean, precision);
+  return fmt::format("{:.{}f} ({:.{}f}–{:.{}f})", s.mean, precision, s.min, precision, s.max, precision);
+}
+
+// Runs of one (group, policy) pair: the seeds of one combination.
+struct Row {
+  std::string group;
+  std::string policy;
+  std::vector<const ordered_json*> runs;
+};
+
+std::vector<Row> group_rows(const std::vector<ordered_json>& runs) {
+  std::vector<Row> rows;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (const ordered_json& r : runs) {
+    const std::string group = string_at(r, "experiment", "group");
+    const std::string policy = string_at(r, "experiment", "policy");
+    auto [it, inserted] = index.try_emplace({group, policy}, rows.size());
+    if (inserted) rows.push_back({group, policy, {}});
+    rows[it->second].runs.push_back(&r);
+  }
+  return rows;
+}
+
+struct Table {
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::string>> rows;
+};
+
+void render_markdown(std::ostream& out, const Table& t) {
+  fmt::print(out, "| {} |\n", fmt::join(t.headers, " | "));
+  std::vector<std::string> rule;
+  for (size_t i = 0; i < t.headers.size(); ++i) rule.push_back(i < 2 ? ":--" : "--:");
+  fmt::print(out, "|{}|\n", fmt::join(rule, "|"));
+  for (const auto& r : t.rows) fmt::print(out, "| {} |\n", fmt::join(r, " | "));
+  out << '\n';
+}
+
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;  // count UTF-8 code points (the en dash)
+  return n;
+}
+
+void render_text(std::ostream& out, const Table& t) {
+  std::vector<size_t> width(t.headers.size(), 0);
+  auto measure = [&](const std::vector<std::string>& r) {
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], display_width(r[i]));
+  };
+  measure(t.headers);
+  for (const auto& r : t.rows) measure(r);
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t i = 0; i < r.size(); ++i) {
+      const std::string pad(width[i] - display_width(r[i]), ' ');
+      s += i < 2 ? r[i] + pad : pad + r[i];
+      s += i + 1 < r.size() ? "  " : "";
+    }
+    out << s << '\n';
+  };
+  line(t.headers);
+  for (const auto& r : t.rows) line(r);
+}
+
+bool is_capacity(const ResultSet& results) {
+  return results.experiment.contains("capacity") && !results.experiment["capacity"].is_null();
+}
+
+std::string first_policy(const ResultSet& results) {
+  const auto& p = results.experiment["policies"];
+  return p.is_array() && !p.empty() ? p[0]["label"].get<std::string>() : "";
+}
+
+Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
+  Table t;
+  t.headers = {"group", "policy"};
+  for (const Column& c : throughput_columns()) t.headers.push_back(c.header);
+  const bool budget = results.experiment.value("iteration_budget", 0) > 0;
+  if (budget) {
+    t.headers.push_back(fmt::format("done in {} it", results.experiment["iteration_budget"].get<int64_t>()));
+  }
+  const std::string baseline = first_policy(results);
+  t.headers.push_back(fmt::format("speedup vs {}", baseline));
+  std::map<std::string, double> baseline_tps;  // group -> mean output tokens/s of the baseline
+  for (const Row& r : rows) {
+    if (r.policy == baseline) {
+      baseline_tps[r.group] = spread_of(r.runs, "throughput.output_tokens_per_s", 1).mean;
+    }
+  }
+  for (const Row& r : rows) {
+    std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
+    for (const Column& c : throughput_columns()) {
+      cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
+    }
+    if (budget) cells.push_back(format_spread(spread_of(r.runs, "experiment.completed_within_budget", 1), 1));
+    const auto it = baseline_tps.find(r.group);
+    const double tps = spread_of(r.runs, "throughput.output_tokens_per_s", 1).mean;
+    cells.push_back(it != baseline_tps.end() && it->second > 0 ? fmt::format("{:.2f}x", tps / it->second) : "–");
+    t.rows.push_back(std::move(cells));
+  }
+  return t;
+}
+
+Table latency_table(const std::vector<Row>& rows) {
+  Table t;
+  t.headers = {"group", "policy"};
+  for (const Column& c : latency_columns()) t.headers.push_back(c.header);
+  for (const Row& r : rows) {
+    std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
+    for (const Column& c : latency_columns()) {
+      cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
+    }
+    t.rows.push_back(std::move(cells));
+  }
+  return t;
+}
+
+Table capacity_table(const ResultSet& results) {
+  Table t;
+  t.headers = {"group", "policy", "capacity req/s", "status", "probes per search"};
+  const std::vector<Row> rows = group_rows(results.capacities);
+  for (const Row& r : rows) {
+    std::vector<std::string> statuses;
+    for (const ordered_json* c : r.runs) {
+      const std::string s = (*c)["capacity"]["status"].get<std::string>();
+      if (std::find(statuses.begin(), statuses.end(), s) == statuses.end()) statuses.push_back(s);
+    }
+    t.rows.push_back({r.group.empty() ? "all" : r.group, r.policy,
+                      format_spread(spread_of(r.runs, "capacity.rate_rps", 1), 3),
+                      fmt::format("{}", fmt::join(statuses, ", ")),
+                      format_spread(spread_of(r.runs, "capacity.probes", 1), 1)});
+  }
+  return t;
+}
+
+std::string slo_text(const ResultSet& results) {
+  std::vector<std::string> parts;
+  for (const auto& [path, bound] : results.experiment["capacity"]["slo"].items()) {
+    parts.push_back(fmt::format("`{}` ≤ {}", path, bound.dump()));
+  }
+  return fmt::format("{}", fmt::join(parts, " and "));
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ordered_json read_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError(fmt::format("{}: cannot read", file.string()));
+  try {
+    return ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(fmt::format("{}: not valid JSON: {}", file.string(), e.what()));
+  }
+}
+
+int64_t int_at(const ordered_json& j, const char* key) {
+  return j.contains("experiment") && j["experiment"].contains(key) ? j["experiment"][key].get<int64_t>() : -1;
+}
+
+}  // namespace
+
+void sort_results(ResultSet& results) {
+  auto key = [](const ordered_json& j) {
+    return std::make_pair(int_at(j, "run"), int_at(j, "capacity_probe"));
+  };
+  std::stable_sort(results.runs.begin(), results.runs.end(),
+                   [&](const auto& a, const auto& b) { return key(a) < key(b); });
+  std::stable_sort(results.capacities.begin(), results.capacities.end(),
+                   [&](const auto& a, const auto& b) { return key(a) < key(b); });
+}
+
+std::vector<std::pair<std::string, std::string>> flatten_json(const ordered_json& j) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto walk = [&](auto& self, const ordered_json& node, const std::string& prefix) -> void {
+    if (node.is_object()) {
+      for (const auto& [k, v] : node.items()) self(self, v, prefix.empty() ? k : prefix + "." + k);
+    } else if (node.is_string()) {
+      out.emplace_back(prefix, node.get<std::string>());
+    } else if (node.is_null()) {
+      out.emplace_back(prefix, "");
+    } else {
+      out.emplace_back(prefix, node.dump());
+    }
+  };
+  walk(walk, j, "");
+  return out;
+}
+
+void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> flat;
+  std::vector<std::string> columns;
+  for (const auto& r : rows) {
+    flat.push_back(flatten_json(r));
+    size_t pos = 0;  // where the previous column of this row sits
+    for (const auto& [path, value] : flat.back()) {
+      auto it = std::find(columns.begin(), columns.end(), path);
+      if (it == columns.end()) it = columns.insert(columns.begin() + static_cast<long>(std::min(pos, columns.size())), path);
+      pos = static_cast<size_t>(it - columns.begin()) + 1;
+    }
+  }
+  std::ofstream out(file, std::ios::binary);
+  if (!out) throw UserError(fmt::format("--out: cannot write {}", file.string()));
+  auto cell = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+  };
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << cell(columns[i]);
+  out << '\n';
+  for (const auto& row : flat) {
+    std::map<std::string, const std::string*> by_path;
+    for (const auto& [path, value] : row) by_path[path] = &value;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const auto it = by_path.find(columns[i]);
+      out << (i ? "," : "") << (it != by_path.end() ? cell(*it->second) : "");
+    }
+    out << '\n';
+  }
+}
+
+void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
+  std::ofstream out(dir / "report.md", std::ios::binary);
+  if (!out) throw UserError(fmt::format("--out: cannot write {}", (dir / "report.md").string()));
+  const ordered_json& e = results.experiment;
+  fmt::print(out, "# {}\n\n", e["name"].get<std::string>());
+  if (!e["description"].get<std::string>().empty()) fmt::print(out, "{}\n\n", e["description"].get<std::string>());
+
+  out << "## Setup\n\n";
+  const ordered_json& base = e["base"];
+  fmt::print(out, "- model `{}` on `{}` (TP {}), GPU memory utilisation {}\n", base["model"].get<std::string>(),
+             base["gpu"].get<std::string>(), base["tp"].dump(), base["gpu_memory_utilization"].dump());
+  const std::string trace = base["trace"].get<std::string>();
+  fmt::print(out, "- workload: {}{} requests, arrival `{}`, prompt `{}`, output `{}`\n",
+             trace.empty() ? "" : fmt::format("trace `{}`, ", fs::path(trace).filename().string()),
+             base["num_requests"].dump(), base["arrival"].get<std::string>().empty() ? (trace.empty() ? "offline" : "trace") : base["arrival"].get<std::string>(),
+             base["prompt_len"].get<std::string>(), base["output_len"].get<std::string>());
+  for (const auto& axis : e["axes"]) {
+    std::vector<std::string> values;
+    for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());
+    fmt::print(out, "- axis `{}`: {}\n", axis["name"].get<std::string>(), fmt::join(values, ", "));
+  }
+  std::vector<std::string> seeds;
+  for (const auto& s : e["seeds"]) seeds.push_back(s.dump());
+  fmt::print(out, "- seeds: {} (with several seeds a cell reads `mean (min–max)`)\n", fmt::join(seeds, ", "));
+  out << "- policies:\n";
+  for (const auto& p : e["policies"]) {
+    std::vector<std::string> opts;
+    for (const auto& [k, v] : p["options"].items()) opts.push_back(k + "=" + v.get<std::string>());
+    fmt::print(out, "  - `{}`: `{}`{}\n", p["label"].get<std::string>(), p["policy"].get<std::string>(),
+               opts.empty() ? "" : fmt::format(" with {}", fmt::join(opts, " ")));
+  }
+  const int64_t expected = e["units"].get<int64_t>();
+  const int64_t present = is_capacity(results) ? static_cast<int64_t>(results.capacities.size())
+                                               : static_cast<int64_t>(results.runs.size());
+  fmt::print(out, "- {} {} of {}{}\n\n", present, is_capacity(results) ? "capacity searches" : "runs",
+             expected, present < expected ? " (**incomplete: merge the missing shards**)" : "");
+
+  if (is_capacity(results)) {
+    out << "## Capacity\n\n";
+    fmt::print(out, "The largest Poisson request rate meeting {}, found by geometric bisection "
+                    "between {} and {} req/s to a relative tolerance of {} (status `above-range`: "
+                    "the capacity is at least the upper end; `below-range`: not even the lower end "
+                    "meets the SLO).\n\n",
+               slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
+               e["capacity"]["tolerance"].dump());
+    render_markdown(out, capacity_table(results));
+  } else {
+    const std::vector<Row> rows = group_rows(results.runs);
+    out << "## Throughput\n\n";
+    out << "Throughput counts completed requests over the makespan (first arrival to last "
+           "completion); total tokens/s counts prompt + output tokens, as the Anyscale benchmark "
+           "does. Speedup is output tokens/s relative to the first policy of the same group.\n\n";
+    render_markdown(out, throughput_table(results, rows));
+    out << "## Latency\n\n";
+    out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
+           "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
+    render_markdown(out, latency_table(rows));
+  }
+
+  out << "## Figures\n\n";
+  const fs::path index = dir / "figures" / "figures.json";
+  if (fs::exists(index)) {
+    for (const auto& f : read_json(index)) {
+      fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f["title"].get<std::string>(),
+                 f["title"].get<std::string>(), f["file"].get<std::string>());
+      if (f.contains("caption")) fmt::print(out, "{}\n\n", f["caption"].get<std::string>());
+    }
+  }
+  if (!figures_note.empty()) fmt::print(out, "{}\n\n", figures_note);
+
+  out << "## Files\n\n"
+         "- `results.csv`: one row per run; every column is a `summary.json` key by its JSON path\n"
+         "- `runs/<run>/`: `summary.json`, `requests.csv`, `tbt_quantiles.csv`, `kv_timeline.csv`\n";
+  if (is_capacity(results)) out << "- `capacity.csv`: one row per capacity search (`capacity/*.json`)\n";
+  out << "- figures: `python3 plots/make_figures.py <this folder>` redraws them from these files\n\n";
+  if (!results.experiment_yaml.empty()) {
+    fmt::print(out, "## Experiment file\n\n```yaml\n{}{}```\n", results.experiment_yaml,
+               results.experiment_yaml.back() == '\n' ? "" : "\n");
+  }
+}
+
+void print_result_table(std::ostream& out, const ResultSet& results) {
+  if (is_capacity(results)) {
+    fmt::print(out, "capacity under {}:\n", slo_text(results));
+    render_text(out, capacity_table(results));
+    return;
+  }
+  const std::vector<Row> rows = group_rows(results.runs);
+  Table full = throughput_table(results, rows);
+  const Table lat = latency_table(rows);
+  // The terminal gets the headline columns only; report.md has them all.
+  Table t;
+  const std::vector<std::string> keep = {"group", "policy", "done", "rej", "out tok/s", "total tok/s",
+                                         "req/s", "preempt", "bubble %"};
+  auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
+    for (const auto& name : names) {
+      const auto it = std::find(src.headers.begin(), src.headers.end(), name);
+      if (it == src.headers.end()) continue;
+      const size_t col = static_cast<size_t>(it - src.headers.begin());
+      dst.headers.push_back(name);
+      for (size_t r = 0; r < src.rows.size(); ++r) {
+        if (dst.rows.size() <= r) dst.rows.emplace_back();
+        dst.rows[r].push_back(src.rows[r][col]);
+      }
+    }
+  };
+  pick(full, keep, t);
+  pick(lat, {"e2e p50 s", "e2e p99 s", "TTFT p99 s", "TBT p99 ms"}, t);
+  std::vector<std::string> tail;  // the iteration-budget column, if any, and the speedup
+  for (const auto& h : full.headers) {
+    if (h.rfind("done in", 0) == 0 || h.rfind("speedup", 0) == 0) tail.push_back(h);
+  }
+  pick(full, tail, t);
+  // Group column is noise when there is one group.
+  if (rows.size() > 0 && std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return r.group == rows[0].group; })) {
+    t.headers.erase(t.headers.begin());
+    for (auto& r : t.rows) r.erase(r.begin());
+  }
+  render_text(out, t);
+}
+
+ResultSet load_result_set(const fs::path& dir) {
+  if (!fs::exists(dir / "experiment.json")) {
+    throw UserError(fmt::format("{}: not a batchsim compare results folder (no experiment.json)", dir.string()));
+  }
+  ResultSet r;
+  r.experiment = read_json(dir / "experiment.json");
+  if (fs::exists(dir / "experiment.yaml")) r.experiment_yaml = read_text(dir / "experiment.yaml");
+  if (fs::is_directory(dir / "runs")) {
+    for (const auto& entry : fs::directory_iterator(dir / "runs")) {
+      if (fs::exists(entry.path() / "summary.json")) r.runs.push_back(read_json(entry.path() / "summary.json"));
+    }
+  }
+  if (fs::is_directory(dir / "capacity")) {
+    for (const auto& entry : fs::directory_iterator(dir / "capacity")) {
+      if (entry.path().extension() == ".json") r.capacities.push_back(read_json(entry.path()));
+    }
+  }
+  sort_results(r);
+  return r;
+}
+
+}  // namespace batchsim
