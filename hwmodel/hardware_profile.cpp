@@ -276,7 +276,7 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
   return profile_from_yaml(root, path.string(), path.stem().string(), builtin_gpus());
 }
 
-void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path) {
+std::string hardware_profile_yaml(const HardwareProfile& profile) {
   YAML::Emitter out;
   out.SetDoublePrecision(17);
   out << YAML::Comment("batchsim hardware profile (format: hwmodel/README.md)");
@@ -298,9 +298,14 @@ void save_hardware_profile(const HardwareProfile& profile, const std::filesystem
     out << YAML::EndSeq;
   }
   out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path) {
+  const std::string text = hardware_profile_yaml(profile);
   std::ofstream file(path);
   if (!file) throw UserError(fmt::format("{}: cannot write hardware profile", path.string()));
-  file << out.c_str() << '\n';
+  file << text;
   if (!file) throw UserError(fmt::format("{}: write failed", path.string()));
 }
 

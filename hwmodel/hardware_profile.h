@@ -83,5 +83,7 @@ const std::vector<HardwareProfile>& builtin_gpus();
 HardwareProfile resolve_gpu(std::string_view name_or_path);
 HardwareProfile load_hardware_profile(const std::filesystem::path& path);
 void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path);
+// The profile as the YAML text save_hardware_profile writes (key order of hwmodel/README.md).
+std::string hardware_profile_yaml(const HardwareProfile& profile);
 
 }  // namespace batchsim

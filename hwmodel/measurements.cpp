@@ -253,6 +253,10 @@ void read_file(const fs::path& file, Measurements& out) {
   out.files_read.push_back(file.string());
 }
 
+void make_relative(std::vector<std::string>& paths, const fs::path& root) {
+  for (std::string& p : paths) p = fs::path(p).lexically_relative(root).generic_string();
+}
+
 std::vector<fs::path> csv_files_under(const fs::path& dir) {
   std::vector<fs::path> files;
   if (!fs::exists(dir)) return files;
@@ -280,6 +284,7 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
     throw UserError(fmt::format("{}: measurement directory not found", dir.string()));
   }
   Measurements out;
+  out.root = dir.string();
   std::vector<fs::path> files;
   if (fs::is_directory(dir / "compute")) {
     const std::vector<std::string> devices = subdirectories(dir / "compute");
@@ -294,6 +299,7 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
       throw UserError(fmt::format("{}: no measurements for GPU '{}' (have: {})", dir.string(),
                                   chosen, fmt::join(devices, ", ")));
     }
+    out.device = chosen;
     files = csv_files_under(dir / "compute" / chosen);
     if (fs::is_directory(dir / "network")) {
       std::optional<fs::path> network;
@@ -313,6 +319,8 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
     files = csv_files_under(dir);
   }
   for (const fs::path& file : files) read_file(file, out);
+  make_relative(out.files_read, dir);
+  make_relative(out.files_skipped, dir);
   if (out.files_read.empty()) {
     throw UserError(fmt::format("{}: no measurement CSVs found (expected Vidur's mlp.csv, "
                                 "attention.csv, all_reduce.csv or cpu overhead files)",

@@ -103,11 +103,13 @@ struct CpuOverheadRow {
 };
 
 struct Measurements {
+  std::string root;    // the directory read
+  std::string device;  // the GPU picked in a Vidur tree ("a100"), else empty
   std::vector<TokenOpRow> token_ops;
   std::vector<AttentionRow> attention;
   std::vector<AllReduceRow> all_reduce;  // single-node rows only (what tensor parallelism uses)
   std::vector<CpuOverheadRow> cpu_overheads;
-  std::vector<std::string> files_read;     // paths, for the profile's provenance
+  std::vector<std::string> files_read;     // paths relative to root, for provenance
   std::vector<std::string> files_skipped;  // CSVs with a header of none of the kinds above
 };
 

@@ -1,0 +1,92 @@
+// batchsim — `batchsim validate` (see validate.h).
+#include "experiments/validate.h"
+
+#include <fstream>
+#include <ostream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hwmodel/error.h"
+#include "hwmodel/fit/fit_profile.h"
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/measurements.h"
+#include "hwmodel/validation.h"
+
+namespace po = boost::program_options;
+
+namespace batchsim {
+
+int run_validate(const ValidateOptions& options, std::ostream& out) {
+  if (options.measurements_dir.empty()) throw UserError("validate: --measurements is required");
+  if (options.fit_on.empty() && options.gpu.empty()) {
+    throw UserError("validate: give --fit-on MODEL (fit a profile) or --gpu PROFILE (check one)");
+  }
+  const Measurements measurements = read_measurements(options.measurements_dir, options.device);
+
+  HardwareProfile profile;
+  std::vector<std::string> fit_notes;
+  if (!options.gpu.empty() && options.fit_on.empty()) {
+    profile = resolve_gpu(options.gpu);
+  } else {
+    std::string base = options.base_gpu;
+    if (base.empty()) base = datasheet_gpu_for_device(measurements.device);
+    if (base.empty()) {
+      throw UserError("validate: --base-gpu is required (the datasheet GPU the measurements "
+                      "were taken on, e.g. a100-80gb)");
+    }
+    FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base));
+    profile = std::move(fit.profile);
+    fit_notes = std::move(fit.notes);
+  }
+
+  ValidationReport report = validate_cost_model(measurements, options.fit_on, profile);
+  report.notes.insert(report.notes.begin(), fit_notes.begin(), fit_notes.end());
+  print_validation_table(report, out);
+
+  if (!options.out_json.empty()) {
+    std::ofstream file(options.out_json);
+    if (!file) throw UserError(fmt::format("{}: cannot write", options.out_json.string()));
+    file << validation_json(report).dump(2) << '\n';
+    out << "wrote " << options.out_json.string() << '\n';
+  }
+  if (!options.profile_out.empty()) {
+    save_hardware_profile(profile, options.profile_out);
+    out << "wrote " << options.profile_out.string() << '\n';
+  }
+  return 0;
+}
+
+int validate_command(const std::vector<std::string>& args, std::ostream& out) {
+  ValidateOptions o;
+  std::string measurements, out_json, profile_out;
+  po::options_description d("batchsim validate options");
+  d.add_options()
+      ("measurements", po::value(&measurements), "measurement directory (Vidur CSV schema)")
+      ("fit-on", po::value(&o.fit_on), "model whose rows the profile is fitted on, e.g. llama-2-7b")
+      ("out", po::value(&out_json), "write the report as JSON here")
+      ("device", po::value(&o.device), "GPU folder of a Vidur tree, e.g. a100 or a40")
+      ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from --device)")
+      ("profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")
+      ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
+      ("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(d).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(std::string("validate: ") + e.what());
+  }
+  if (vm.count("help")) {
+    out << "usage: batchsim validate --measurements DIR --fit-on MODEL [--out FILE.json]\n"
+        << d << '\n';
+    return 0;
+  }
+  o.measurements_dir = measurements;
+  o.out_json = out_json;
+  o.profile_out = profile_out;
+  return run_validate(o, out);
+}
+
+}  // namespace batchsim

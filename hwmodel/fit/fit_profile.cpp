@@ -1,0 +1,302 @@
+// batchsim — the profile fit (see fit_profile.h).
+#include "hwmodel/fit/fit_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "hwmodel/error.h"
+#include "hwmodel/fit/solvers.h"
+#include "hwmodel/predict.h"
+#include "hwmodel/roofline.h"
+
+namespace batchsim {
+
+namespace {
+
+// Parameters are fitted in unconstrained coordinates: log for positive quantities, logit for
+// efficiencies in (0, 1). The fitted values are then plausible by construction.
+double from_log(double x) { return std::exp(std::clamp(x, -700.0, 700.0)); }
+double to_log(double v) { return std::log(std::max(v, 1e-300)); }
+double from_logit(double x) { return 1 / (1 + std::exp(-std::clamp(x, -700.0, 700.0))); }
+double to_logit(double v) {
+  v = std::clamp(v, 1e-6, 1 - 1e-6);
+  return std::log(v / (1 - v));
+}
+
+bool usable(double measured_s) { return std::isfinite(measured_s) && measured_s > 0; }
+
+constexpr TokenOp kGemmOps[] = {TokenOp::attn_pre_proj, TokenOp::attn_post_proj,
+                                TokenOp::mlp_up_proj, TokenOp::mlp_down_proj};
+
+// launch + slope * x fitted on relative error: rows (1/t, x/t) . (launch, slope) ~ 1.
+struct LinearFit {
+  double intercept = 0;
+  double slope = 0;
+};
+LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_and_t) {
+  Eigen::MatrixXd a(static_cast<Eigen::Index>(x_and_t.size()), 2);
+  Eigen::VectorXd b = Eigen::VectorXd::Ones(a.rows());
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    const auto [x, t] = x_and_t[static_cast<size_t>(i)];
+    a(i, 0) = 1 / t;
+    a(i, 1) = x / t;
+  }
+  const Eigen::VectorXd c = fit::nnls(a, b);
+  return {c(0), c(1)};
+}
+
+void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
+               std::vector<std::string>& notes) {
+  struct Point {
+    const TokenOpRow* row;
+    TokenOp op;
+    double t;
+  };
+  std::vector<Point> points;
+  for (const TokenOpRow& row : m.token_ops) {
+    if (!rows.token_row(row)) continue;
+    for (TokenOp op : kGemmOps) {
+      if (usable(row.median_s[static_cast<int>(op)])) {
+        points.push_back({&row, op, row.median_s[static_cast<int>(op)]});
+      }
+    }
+  }
+  if (points.empty()) {
+    notes.push_back("no GEMM rows of the fit model: GEMM parameters are the base profile's");
+    return;
+  }
+  auto apply = [&p](const Eigen::VectorXd& x) {
+    HardwareProfile q = p;
+    q.kernel_launch_s = from_log(x(0));
+    q.gemm_eta_max = from_logit(x(1));
+    q.hbm_efficiency = from_logit(x(2));
+    q.gemm_m_half = from_log(x(3));
+    q.gemm_roofline_exponent = from_log(x(4));
+    return q;
+  };
+  Eigen::VectorXd x0(5);
+  // Start from a smooth corner (p = 2) and a few microseconds of launch; the datasheet
+  // efficiencies of the base are the starting roofs.
+  x0 << to_log(5e-6), to_logit(p.gemm_eta_max), to_logit(p.hbm_efficiency), to_log(32), to_log(2);
+  const auto result = fit::levenberg_marquardt(
+      [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
+        const HardwareProfile q = apply(x);
+        for (size_t i = 0; i < points.size(); ++i) {
+          r(static_cast<Eigen::Index>(i)) =
+              std::log(predict_token_op(q, *points[i].row, points[i].op) / points[i].t);
+        }
+      },
+      x0, static_cast<int>(points.size()));
+  p = apply(result.x);
+}
+
+void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
+                     std::vector<std::string>& notes) {
+  std::map<int, std::vector<std::pair<double, double>>> by_kind;  // kind -> (bytes, t)
+  for (const TokenOpRow& row : m.token_ops) {
+    if (!rows.token_row(row)) continue;
+    const ModelSpec model = row.shape.as_model_spec();
+    for (int op = 0; op < kNumTokenOps; ++op) {
+      ElementwiseOp kind{};
+      if (!token_op_elementwise(static_cast<TokenOp>(op), kind) || !usable(row.median_s[op])) {
+        continue;
+      }
+      by_kind[static_cast<int>(kind)].emplace_back(
+          elementwise_bytes(model, row.tp, kind, row.num_tokens), row.median_s[op]);
+    }
+  }
+  for (int k = 0; k < kNumElementwiseOps; ++k) {
+    const char* name = elementwise_op_name(static_cast<ElementwiseOp>(k));
+    if (by_kind[k].empty()) {
+      notes.push_back(fmt::format("no {} rows of the fit model: base values kept", name));
+      continue;
+    }
+    const LinearFit f = fit_intercept_slope(by_kind[k]);
+    StreamingKernel& kernel = p.elementwise[k];
+    kernel.launch_s = f.intercept;
+    // slope = 1 / (hbm_bytes_per_s * efficiency). A kernel that streams faster than the
+    // datasheet (slope too small: L2 hits on small tensors) is capped at efficiency 1.
+    const double efficiency = f.slope > 0 ? 1 / (f.slope * p.hbm_bytes_per_s) : 1.0;
+    if (efficiency > 1) notes.push_back(fmt::format("{} efficiency {:.3f} capped at 1", name, efficiency));
+    kernel.efficiency = std::min(1.0, efficiency);
+  }
+}
+
+void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
+                   std::vector<std::string>& notes) {
+  std::vector<const AttentionRow*> points;
+  bool any_prefill = false, any_decode = false;
+  for (const AttentionRow& row : m.attention) {
+    if (!rows.attention_row(row) || !usable(row.median_s)) continue;
+    points.push_back(&row);
+    (row.is_prefill ? any_prefill : any_decode) = true;
+  }
+  if (!any_prefill) notes.push_back("no prefill attention rows of the fit model: base values kept");
+  if (!any_decode) notes.push_back("no decode attention rows of the fit model: base values kept");
+  if (points.empty()) return;
+  auto apply = [&](const Eigen::VectorXd& x) {
+    HardwareProfile q = p;
+    q.attention_launch_s = from_log(x(0));
+    if (any_prefill) {
+      q.prefill_attention_per_head_token_s = from_log(x(1));
+      q.prefill_attention_efficiency = from_logit(x(2));
+    }
+    if (any_decode) {
+      q.decode_attention_per_seq_kv_head_s = from_log(x(3));
+      q.decode_attention_efficiency = from_logit(x(4));
+      q.decode_attention_roofline_exponent = from_log(x(5));
+    }
+    return q;
+  };
+  Eigen::VectorXd x0(6);
+  x0 << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
+      to_logit(p.decode_attention_efficiency), to_log(2);
+  const auto result = fit::levenberg_marquardt(
+      [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
+        const HardwareProfile q = apply(x);
+        for (size_t i = 0; i < points.size(); ++i) {
+          r(static_cast<Eigen::Index>(i)) =
+              std::log(predict_attention(q, *points[i]) / points[i]->median_s);
+        }
+      },
+      x0, static_cast<int>(points.size()));
+  p = apply(result.x);
+  p.decode_attention_per_seq_s = 0;  // the per-(sequence, KV head) term replaces it
+}
+
+void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::string>& notes) {
+  std::map<int, std::vector<std::pair<double, double>>> by_degree;  // tp -> (wire bytes, t)
+  std::vector<std::pair<double, double>> all;
+  for (const AllReduceRow& row : m.all_reduce) {
+    if (row.num_workers < 2 || !usable(row.median_s)) continue;
+    const double wire = row.size_bytes * 2.0 * (row.num_workers - 1) / row.num_workers;
+    by_degree[row.num_workers].emplace_back(wire, row.median_s);
+    all.emplace_back(wire, row.median_s);
+  }
+  if (all.empty()) {
+    notes.push_back("no all-reduce rows: interconnect values are the base profile's");
+    return;
+  }
+  p.allreduce.clear();
+  for (const auto& [tp, points] : by_degree) {
+    const LinearFit f = fit_intercept_slope(points);
+    if (f.slope > 0) p.allreduce.push_back({tp, f.intercept, 1 / f.slope});
+  }
+  const LinearFit f = fit_intercept_slope(all);
+  if (f.slope > 0) {
+    p.interconnect_latency_s = f.intercept;
+    p.interconnect_bytes_per_s = 1 / f.slope;
+  }
+}
+
+void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
+             std::vector<std::string>& notes) {
+  std::vector<std::pair<double, double>> points;  // (batch size, t)
+  for (const CpuOverheadRow& row : m.cpu_overheads) {
+    if (rows.cpu_row(row) && usable(row.total_s())) {
+      points.emplace_back(static_cast<double>(row.batch_size), row.total_s());
+    }
+  }
+  if (points.empty()) {
+    notes.push_back("no CPU overhead rows: iteration overheads are the base profile's");
+    return;
+  }
+  if (!rows.cpu_rows_by_name()) {
+    notes.push_back("no CPU overhead rows of the fit model: fitted on every model's rows");
+  }
+  const LinearFit f = fit_intercept_slope(points);
+  p.iteration_overhead_s = f.intercept;
+  p.iteration_overhead_per_seq_s = f.slope;
+}
+
+}  // namespace
+
+FitModelRows::FitModelRows(const Measurements& m, std::string_view fit_on) {
+  if (fit_on.empty()) return;  // no fit model: every row is held out
+  std::error_code ec;
+  try {
+    spec_ = resolve_model(fit_on);
+    has_spec_ = true;
+  } catch (const UserError&) {
+    has_spec_ = false;  // a Vidur model id that is not built in: match by name only
+  }
+  name_ = canonical_model_name(has_spec_ && std::filesystem::is_regular_file(fit_on, ec)
+                                   ? spec_.name
+                                   : std::string(fit_on));
+  for (const TokenOpRow& row : m.token_ops) {
+    if (canonical_model_name(row.model) == name_) token_by_name_ = true;
+  }
+  for (const AttentionRow& row : m.attention) {
+    if (canonical_model_name(row.source) == name_) attention_by_name_ = true;
+  }
+  for (const CpuOverheadRow& row : m.cpu_overheads) {
+    if (canonical_model_name(row.model) == name_) cpu_by_name_ = true;
+  }
+  bool any = false;
+  std::set<std::string> present;
+  for (const TokenOpRow& row : m.token_ops) {
+    any = any || token_row(row);
+    present.insert(canonical_model_name(row.model));
+  }
+  if (!any) {
+    throw UserError(fmt::format("--fit-on {}: no measured GEMM/operator rows of this model in {} "
+                                "(models measured: {})",
+                                fit_on, m.root, fmt::join(present, ", ")));
+  }
+}
+
+bool FitModelRows::token_row(const TokenOpRow& row) const {
+  if (name_.empty()) return false;
+  if (token_by_name_) return canonical_model_name(row.model) == name_;
+  return has_spec_ && row.shape.same_layer_shape(spec_);
+}
+
+bool FitModelRows::attention_row(const AttentionRow& row) const {
+  if (name_.empty()) return false;
+  if (attention_by_name_) return canonical_model_name(row.source) == name_;
+  return has_spec_ && row.hidden_size == spec_.hidden_size && row.num_heads == spec_.num_heads &&
+         row.num_kv_heads == spec_.num_kv_heads;
+}
+
+bool FitModelRows::cpu_row(const CpuOverheadRow& row) const {
+  if (name_.empty()) return false;
+  return !cpu_by_name_ || canonical_model_name(row.model) == name_;
+}
+
+FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
+                      const HardwareProfile& base) {
+  const FitModelRows rows(measurements, fit_on_model);
+  FitResult result;
+  result.fit_on = rows.name();
+  HardwareProfile& p = result.profile;
+  p = base;
+  p.name = base.name + "-fitted";
+  fit_gemms(measurements, rows, p, result.notes);
+  fit_elementwise(measurements, rows, p, result.notes);
+  fit_attention(measurements, rows, p, result.notes);
+  fit_all_reduce(measurements, p, result.notes);
+  fit_cpu(measurements, rows, p, result.notes);
+  std::string files;
+  for (const std::string& f : measurements.files_read) files += "\n  " + f;
+  p.source = fmt::format(
+      "fitted by batchsim (hwmodel/fit/fit_profile.cpp) on the {} rows of the measurements in {}"
+      "{}, ceilings from the {} datasheet profile ({}), from:{}",
+      rows.name(), measurements.root,
+      measurements.device.empty() ? "" : " (device " + measurements.device + ")", base.name,
+      base.source, files);
+  return result;
+}
+
+std::string datasheet_gpu_for_device(std::string_view device) {
+  if (device == "a100") return "a100-80gb";  // Vidur profiled 80 GB A100s (data/README.md)
+  if (device == "a40") return "a40";
+  if (device == "h100") return "h100-sxm";
+  return "";
+}
+
+}  // namespace batchsim

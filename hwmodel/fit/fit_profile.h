@@ -1,0 +1,75 @@
+// batchsim — fitting a hardware profile's efficiency parameters to measured operator times.
+//
+// The fit is a pure function of the measurements: same CSVs, same model, same base profile ->
+// the same profile, bit for bit. Datasheet ceilings (peak FLOP/s, HBM bytes/s, memory, PCIe)
+// come from the base profile and are never fitted: the fitted parameters are efficiencies and
+// fixed costs relative to them, so they carry over to models and shapes not measured.
+//
+// What is fitted from which rows (each by minimising squared log(predicted / measured), i.e.
+// relative error, so that microsecond kernels count as much as millisecond ones):
+//   GEMMs (QKV, O, up, down of the fit model, every TP degree) -> kernel_launch_s, gemm_eta_max,
+//     gemm_m_half, hbm_efficiency, gemm_roofline_exponent (Levenberg–Marquardt);
+//   norms, rotary, activation, residual add, embedding -> each kind's launch_s and efficiency
+//     (NNLS on launch + bytes / bandwidth);
+//   prefill and decode attention of the fit model -> attention_launch_s,
+//     prefill_attention_per_head_token_s, prefill_attention_efficiency,
+//     decode_attention_per_seq_kv_head_s, decode_attention_efficiency,
+//     decode_attention_roofline_exponent (Levenberg–Marquardt, jointly: one launch);
+//   all-reduce (every single-node degree; model-independent) -> one AllReduceFit per degree plus
+//     interconnect_latency_s / interconnect_bytes_per_s over all degrees (NNLS);
+//   CPU overheads of the fit model -> iteration_overhead_s, iteration_overhead_per_seq_s (NNLS).
+// A part with no rows keeps the base profile's values and says so in FitResult::notes.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/measurements.h"
+#include "hwmodel/model_spec.h"
+
+namespace batchsim {
+
+// Which measured rows belong to the model a fit is made on. Rows match by model name first
+// (canonical_model_name of the row's folder or model_name == the fit model's name); when no
+// row of a kind matches by name and the fit model is known (a built-in or a config.json), rows
+// of the same layer shape match.
+class FitModelRows {
+ public:
+  // Throws UserError when no token-level row belongs to `fit_on` (naming the models present).
+  // An empty `fit_on` matches no row (validating a given profile: everything is held out).
+  FitModelRows(const Measurements& m, std::string_view fit_on);
+
+  const std::string& name() const { return name_; }
+  bool token_row(const TokenOpRow& row) const;
+  bool attention_row(const AttentionRow& row) const;
+  bool cpu_row(const CpuOverheadRow& row) const;
+  bool cpu_rows_by_name() const { return cpu_by_name_; }
+
+ private:
+  std::string name_;
+  bool has_spec_ = false;
+  ModelSpec spec_;
+  bool token_by_name_ = false;
+  bool attention_by_name_ = false;
+  bool cpu_by_name_ = false;
+};
+
+struct FitResult {
+  HardwareProfile profile;
+  std::string fit_on;              // canonical name of the model fitted on
+  std::vector<std::string> notes;  // parts left at the base values, clamps applied
+};
+
+// Fits `base`'s efficiency parameters on the rows of `fit_on_model` (a built-in name such as
+// "llama-2-7b", a Vidur model id, or a config.json path). The profile is named
+// "<base.name>-fitted" and its `source` records the files, the model and the base.
+FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
+                      const HardwareProfile& base);
+
+// The built-in datasheet GPU a Vidur device folder was measured on ("a100" -> "a100-80gb",
+// per ../shared/data/README.md; "a40" -> "a40"); empty when unknown.
+std::string datasheet_gpu_for_device(std::string_view device);
+
+}  // namespace batchsim

@@ -1,0 +1,63 @@
+// batchsim — how far the cost model is from measured operator times.
+//
+// `validate_cost_model` compares a profile's predictions with every measured row and reports, per operator,
+// the mean absolute percentage error (MAPE) and the worst absolute percentage error (max APE),
+// separately over the rows of the model the profile was fitted on ("fitted": training error)
+// and over every other model ("held_out": what a user with a new model can expect). A whole
+// iteration of a token-level row is the sum of its operators: layers x (the per-layer
+// operators) + the embedding, with the model's layer count when it is a built-in model (else
+// one layer). Attention and all-reduce are measured separately from the token-level operators,
+// so they are reported as their own operators, not inside the iteration.
+//
+// All-reduce times do not depend on the model: they are fitted on every row and reported under
+// "fitted" (in-sample) only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/measurements.h"
+
+namespace batchsim {
+
+struct ErrorStats {
+  int64_t count = 0;
+  double mape_percent = 0;     // mean of |predicted / measured - 1| * 100
+  double max_ape_percent = 0;  // worst |predicted / measured - 1| * 100
+  std::string worst_case;      // which row, with measured and predicted times
+
+  void add(double predicted_s, double measured_s, const std::string& what);
+};
+
+struct ValidationReport {
+  std::string fit_on;
+  HardwareProfile profile;
+  std::map<std::string, ErrorStats> held_out;  // operator name -> over models not fitted on
+  std::map<std::string, ErrorStats> fitted;    // operator name -> over the fit model's rows
+  ErrorStats iteration_held_out;
+  ErrorStats iteration_fitted;
+  // "<model> tp=<n>" -> operator name (and "iteration") -> stats, for every model and degree.
+  std::map<std::string, std::map<std::string, ErrorStats>> by_model;
+  std::vector<std::string> notes;
+};
+
+// Operator names in reports: Vidur's token-level names (token_op_name), then "attn_prefill",
+// "attn_decode", "all_reduce", "cpu_overhead".
+ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
+                                    const HardwareProfile& profile);
+
+// The report as JSON: operators.<name>.{mape,max_ape,count,worst} over held-out models,
+// operators_fitted.<name>..., iteration.{mape,max_ape,count}, iteration_fitted, by_model,
+// profile (the keys of a profile file), notes. Errors are in percent.
+nlohmann::json validation_json(const ValidationReport& report);
+// A terminal table: per operator, held-out and fitted MAPE / max APE.
+void print_validation_table(const ValidationReport& report, std::ostream& out);
+
+}  // namespace batchsim
