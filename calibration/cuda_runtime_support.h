@@ -44,8 +44,11 @@ class DeviceBuffer {
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
 
+  // Setup-time upload, complete on return. cudaMemcpy from pageable memory may return before
+  // the DMA lands, and it does not order against our non-blocking streams, hence the sync.
   void copy_from_host(const T* host, size_t count) {
     BATCHSIM_CUDA_CHECK(cudaMemcpy(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+    BATCHSIM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   void copy_to_host(T* host, size_t count) const {
     BATCHSIM_CUDA_CHECK(cudaMemcpy(host, ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));

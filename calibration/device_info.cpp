@@ -1,14 +1,32 @@
 #include "calibration/device_info.h"
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace batchsim::calibration {
 
+std::string device_slug(const std::string& device_name) {
+  std::string name = device_name;
+  const std::string prefix = "NVIDIA ";
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  std::string slug;
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      slug += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!slug.empty() && slug.back() != '-') {
+      slug += '-';
+    }
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "gpu" : slug;
+}
+
 void write_device_info_json(const DeviceInfo& d, const std::filesystem::path& path) {
   const nlohmann::json j = {
       {"name", d.name},
+      {"slug", device_slug(d.name)},
       {"compute_capability", std::to_string(d.compute_capability_major) + "." +
                                  std::to_string(d.compute_capability_minor)},
       {"compute_capability_major", d.compute_capability_major},

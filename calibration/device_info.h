@@ -36,6 +36,12 @@ struct DeviceInfo {
   }
 };
 
+// The GPU's folder name in a measurement directory, as Vidur names its device folders
+// (compute/a100/, compute/a40/): the device name in lower case without the "NVIDIA " prefix,
+// runs of other characters turned into single '-'. "NVIDIA H200" -> "h200",
+// "NVIDIA A100-SXM4-80GB" -> "a100-sxm4-80gb".
+std::string device_slug(const std::string& device_name);
+
 void write_device_info_json(const DeviceInfo& info, const std::filesystem::path& path);
 // Throws std::runtime_error naming the file on a missing file or field.
 DeviceInfo read_device_info_json(const std::filesystem::path& path);

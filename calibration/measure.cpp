@@ -50,6 +50,8 @@ class Session {
   }
 
   TimerKind timer_kind() const { return timer_->kind(); }
+  const std::string& gpu_slug() const { return gpu_slug_; }
+  void set_gpu_slug(std::string slug) { gpu_slug_ = std::move(slug); }
   cudaStream_t stream() const { return stream_.get(); }
   int sm_count() const { return sm_count_; }
   const MeasureOptions& options() const { return options_; }
@@ -74,6 +76,7 @@ class Session {
   }
 
   SampleSummary measure(const std::function<void()>& launch) {
+    BATCHSIM_CUDA_CHECK(cudaDeviceSynchronize());  // setup (fills, uploads) done before timing
     launch();  // warm-up: first-launch costs (module load, heuristics caches) stay out
     BATCHSIM_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     StoppingCriterion criterion(options_.quick ? StoppingRule::quick() : full_rule());
@@ -106,6 +109,7 @@ class Session {
   Clock::time_point start_;
   int sm_count_ = 0;
   bool budget_reported_ = false;
+  std::string gpu_slug_ = "gpu";
   uint32_t seed_counter_ = 0;
 };
 
@@ -142,7 +146,7 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype) {
   const bool quick = s.options().quick;
   const std::vector<int> grid = quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
   const std::string file = dtype == GemmDtype::kBf16 ? "mlp.csv" : "mlp_fp16.csv";
-  MlpCsvWriter csv(model_measurement_dir(s.options().out_dir, model) / file);
+  MlpCsvWriter csv(model_measurement_dir(s.options().out_dir, s.gpu_slug(), model) / file);
   CublasLtHandle handle;
   DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
   const bool bf16 = dtype == GemmDtype::kBf16;
@@ -352,6 +356,7 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
   info.timer = s.timer_kind() == TimerKind::kCupti ? "cupti" : "cuda_event";
   info.cupti_api_version = cupti_api_version();
   write_device_info_json(info, options.out_dir / "device.json");
+  s.set_gpu_slug(device_slug(info.name));
   log << "device: " << info.name << ", " << info.sm_count << " SMs, " << info.memory_bytes / (1 << 20) << " MiB, SM clock "
       << info.sm_clock_khz / 1000 << " MHz\n";
 
@@ -362,8 +367,9 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
     log << "GEMMs " << model.name << " (bf16)\n";
     measure_gemms(s, model, GemmDtype::kBf16);
     log << "attention " << model.name << "\n";
-    const std::filesystem::path dir = model_measurement_dir(options.out_dir, model);
-    AttentionWriters csv{AttentionCsvWriter(dir / "attention.csv"), AttentionCsvWriter(dir / "attention_mixed.csv")};
+    const std::filesystem::path dir = model_measurement_dir(options.out_dir, s.gpu_slug(), model);
+    AttentionWriters csv{AttentionCsvWriter(dir / "attention.csv", AttentionFileKind::kVidur),
+                         AttentionCsvWriter(dir / "attention_mixed.csv", AttentionFileKind::kMixedDecode)};
     // Attention per GPU depends on TP only through the heads; quick runs measure TP 1.
     for (int tp : options.quick ? std::vector<int>{1} : options.tensor_parallel_degrees) {
       try {

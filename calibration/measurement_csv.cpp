@@ -20,15 +20,19 @@ constexpr double kMsPerS = 1e3;
 
 std::string py_bool(bool value) { return value ? "True" : "False"; }
 
+std::string_view decode_op_name(AttentionFileKind kind) {
+  return kind == AttentionFileKind::kVidur ? "attn_decode" : "attn_decode_mixed";
+}
+
 }  // namespace
 
 std::string_view profile_method_name(TimerKind timer) {
   return timer == TimerKind::kCupti ? "ProfileMethod.CUPTI" : "ProfileMethod.CUDA_EVENT";
 }
 
-std::filesystem::path model_measurement_dir(const std::filesystem::path& dir,
+std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, const std::string& gpu_slug,
                                             const CalibrationModel& model) {
-  return dir / model.hf_id;
+  return dir / "compute" / gpu_slug / model.hf_id;
 }
 
 CsvWriter::CsvWriter(const std::filesystem::path& path, std::vector<std::string> header)
@@ -122,25 +126,29 @@ void MlpCsvWriter::write(const MlpRow& row) {
 
 // --- attention.csv -------------------------------------------------------------------------
 
-std::vector<std::string> AttentionCsvWriter::header() {
+std::vector<std::string> AttentionCsvWriter::header(AttentionFileKind kind) {
   std::vector<std::string> h;
-  append_stat_columns(h, "attn_decode", kVidurStats);
+  append_stat_columns(h, decode_op_name(kind), kVidurStats);
   append_stat_columns(h, "attn_prefill", kVidurStats);
   for (const char* c : {"n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers",
                         "max_model_len", "batch_size", "prefill_chunk_size", "kv_cache_size",
                         "is_prefill", "attention_backend", "profile_method"}) {
     h.emplace_back(c);
   }
-  append_stat_columns(h, "attn_decode", kExtraStats);
+  append_stat_columns(h, decode_op_name(kind), kExtraStats);
   append_stat_columns(h, "attn_prefill", kExtraStats);
   for (const char* c : {"kv_cache_size_max", "kv_cache_size_sum", "num_partitions", "dtype"}) h.emplace_back(c);
   return h;
 }
 
-AttentionCsvWriter::AttentionCsvWriter(const std::filesystem::path& path) : csv_(path, header()) {}
+AttentionCsvWriter::AttentionCsvWriter(const std::filesystem::path& path, AttentionFileKind kind)
+    : kind_(kind), csv_(path, header(kind)) {}
 
 void AttentionCsvWriter::write(const AttentionRow& row) {
   if (row.model == nullptr) throw std::logic_error("attention row without a model");
+  if (kind_ == AttentionFileKind::kMixedDecode && row.is_prefill) {
+    throw std::logic_error("prefill row written to the mixed-decode attention file");
+  }
   const CalibrationModel& m = *row.model;
   const std::optional<SampleSummary> decode = row.is_prefill ? std::nullopt : std::optional(row.stats);
   const std::optional<SampleSummary> prefill = row.is_prefill ? std::optional(row.stats) : std::nullopt;

@@ -2,23 +2,30 @@
 //
 // The files follow Vidur's profiling schema (microsoft/vidur, data/profiling/compute/<gpu>/
 // <org>/<model>/{mlp,attention}.csv; copies in ../shared/data/measured/vidur/), so one reader and
-// one fit serve our own measurements and the published ones. Layout of a measurement
-// directory, which stands where Vidur's compute/<gpu>/ does:
+// one fit (hwmodel/measurements.h, hwmodel/fit/) serve our own measurements and the published
+// ones. A measurement directory mirrors Vidur's data/profiling/ root:
 //
-//   DIR/device.json                      the GPU and software measured on (device_info.h)
-//   DIR/bandwidth.csv                    streaming read / copy kernels (ours; no Vidur file)
-//   DIR/<hf_id>/mlp.csv                  BF16 GEMMs of one layer + LM head
-//   DIR/<hf_id>/mlp_fp16.csv             the same in FP16 (Vidur's own data is FP16)
-//   DIR/<hf_id>/attention.csv            decode (uniform contexts) and prefill attention
-//   DIR/<hf_id>/attention_mixed.csv      decode with mixed context lengths in one batch
+//   DIR/device.json                              the GPU and software measured on (device_info.h)
+//   DIR/bandwidth.csv                            streaming read / copy kernels (ours; not Vidur)
+//   DIR/compute/<gpu>/<hf_id>/mlp.csv            BF16 GEMMs of one layer + LM head
+//   DIR/compute/<gpu>/<hf_id>/mlp_fp16.csv       the same in FP16 (Vidur's own data is FP16)
+//   DIR/compute/<gpu>/<hf_id>/attention.csv      decode (uniform contexts) and prefill attention
+//   DIR/compute/<gpu>/<hf_id>/attention_mixed.csv  decode with mixed context lengths per batch
+//
+// <gpu> is device_slug() of the device name ("h200"), <hf_id> the model's Hugging Face id
+// ("meta-llama/Llama-2-7b-hf"), as in Vidur.
 //
 // Every file starts with Vidur's columns, in Vidur's order and units — times in milliseconds
 // for ONE layer on ONE GPU as time_stats.<op>.{min,max,mean,median,std} (std is the population
 // one), booleans as True/False, model shapes of the whole model plus
 // num_tensor_parallel_workers — and appends columns of our own after them: the LM head
 // (time_stats.lm_head.*), p10/p90 and sample counts (time_stats.<op>.{p10,p90,count}), dtype,
-// and for attention the largest and summed context (kv_cache_size_max, kv_cache_size_sum; for
-// mixed batches kv_cache_size is the rounded mean) and the number of decode partitions.
+// and for attention the largest and summed context (kv_cache_size_max, kv_cache_size_sum) and
+// the number of decode partitions.
+// Mixed-length decode batches are a different operator for the fit — the batch waits for its
+// longest sequence — so attention_mixed.csv names it attn_decode_mixed (kv_cache_size is the
+// rounded mean there): a reader that only knows Vidur's attn_decode skips those rows instead
+// of mistaking them for uniform batches.
 // Rows are flushed as written, so a run cut short by a time limit keeps what it measured.
 #pragma once
 
@@ -40,7 +47,7 @@ namespace batchsim::calibration {
 enum class TimerKind { kCupti, kCudaEvent };
 std::string_view profile_method_name(TimerKind timer);  // "ProfileMethod.CUPTI", …
 
-std::filesystem::path model_measurement_dir(const std::filesystem::path& dir,
+std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, const std::string& gpu_slug,
                                             const CalibrationModel& model);
 
 // A CSV file with a fixed header; each row must have one cell per column.
@@ -101,13 +108,16 @@ struct AttentionRow {
   SampleSummary stats;
 };
 
+enum class AttentionFileKind { kVidur, kMixedDecode };
+
 class AttentionCsvWriter {
  public:
-  explicit AttentionCsvWriter(const std::filesystem::path& path);
+  AttentionCsvWriter(const std::filesystem::path& path, AttentionFileKind kind);
   void write(const AttentionRow& row);
-  static std::vector<std::string> header();
+  static std::vector<std::string> header(AttentionFileKind kind);
 
  private:
+  AttentionFileKind kind_;
   CsvWriter csv_;
 };
 

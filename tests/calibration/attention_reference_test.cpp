@@ -221,3 +221,20 @@ TEST(MaxScaledError, NanNeverPasses) {
 
 }  // namespace
 }  // namespace batchsim::calibration
+
+namespace batchsim::calibration {
+namespace {
+
+TEST(DecodeKernelChoice, FollowsVllmsV1V2Rule) {
+  // vllm/attention/ops/paged_attn.py: v1 when max_seq_len <= 8192 and (one partition or more
+  // than 512 (sequence, head) pairs to fill the GPU); otherwise v2 with 512-token partitions.
+  EXPECT_TRUE(use_single_pass_decode(1, 32, 512));     // one partition
+  EXPECT_FALSE(use_single_pass_decode(1, 32, 513));    // two partitions, only 32 CTAs
+  EXPECT_FALSE(use_single_pass_decode(16, 32, 4096));  // exactly 512 pairs: not more than 512
+  EXPECT_TRUE(use_single_pass_decode(17, 32, 4096));
+  EXPECT_TRUE(use_single_pass_decode(256, 32, 8192));
+  EXPECT_FALSE(use_single_pass_decode(256, 32, 8193));  // long contexts always split
+}
+
+}  // namespace
+}  // namespace batchsim::calibration

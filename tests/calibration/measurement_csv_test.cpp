@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -120,7 +121,7 @@ TEST(MlpCsv, CarriesVidurColumnsInOrderAndRoundTripsValues) {
 
 TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
   const std::filesystem::path vidur = testing::data_dir() / "measured/vidur/compute/a100";
-  const std::vector<std::string> ours = AttentionCsvWriter::header();
+  const std::vector<std::string> ours = AttentionCsvWriter::header(AttentionFileKind::kVidur);
   expect_ordered_subset(read_header(vidur / "meta-llama/Llama-2-7b-hf/attention_SUBSET_tp1_1810rows.csv"), ours,
                         [](const std::string&) { return true; });
   // The complete profile also has reshape timings, which are not attention kernels.
@@ -130,7 +131,7 @@ TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
   const std::filesystem::path file = testing::scratch_dir("calibration_attention_csv") / "attention.csv";
   const CalibrationModel& model = find_calibration_model("llama-3-8b");
   {
-    AttentionCsvWriter writer(file);
+    AttentionCsvWriter writer(file, AttentionFileKind::kVidur);
     AttentionRow decode{&model, 1, 16, 16384, 8, 0, 1024, 1920, 8192, false, "batchsim_paged_v1", 1, "bf16",
                         TimerKind::kCudaEvent, summary_from(0.05e-3)};
     AttentionRow prefill{&model, 1, 16, 16384, 1, 512, 4096, 4608, 4608, true, "batchsim_prefill", 1, "bf16",
@@ -155,6 +156,30 @@ TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
   EXPECT_EQ(rows[1].at("is_prefill"), "True");
   EXPECT_EQ(rows[1].at("prefill_chunk_size"), "512");
   EXPECT_EQ(rows[1].at("kv_cache_size"), "4096");
+}
+
+TEST(AttentionCsv, MixedDecodeRowsNameTheirOwnOperator) {
+  // A reader that knows only Vidur's attn_decode must not take mixed-length batches for
+  // uniform ones: the mixed file has attn_decode_mixed and no attn_decode column.
+  const std::vector<std::string> mixed = AttentionCsvWriter::header(AttentionFileKind::kMixedDecode);
+  EXPECT_EQ(std::count(mixed.begin(), mixed.end(), "time_stats.attn_decode.median"), 0);
+  EXPECT_EQ(std::count(mixed.begin(), mixed.end(), "time_stats.attn_decode_mixed.median"), 1);
+  EXPECT_EQ(std::count(mixed.begin(), mixed.end(), "kv_cache_size_max"), 1);
+  const std::filesystem::path file = testing::scratch_dir("calibration_mixed_csv") / "attention_mixed.csv";
+  const CalibrationModel& model = find_calibration_model("llama-2-7b");
+  AttentionCsvWriter writer(file, AttentionFileKind::kMixedDecode);
+  AttentionRow prefill{&model, 1, 16, 16384, 1, 512, 0, 512, 512, true, "batchsim_prefill", 1, "bf16",
+                       TimerKind::kCupti, summary_from(0.2e-3)};
+  EXPECT_THROW(writer.write(prefill), std::logic_error);
+}
+
+TEST(MeasurementLayout, MirrorsVidursComputeGpuOrgModelFolders) {
+  const CalibrationModel& model = find_calibration_model("llama-2-7b");
+  EXPECT_EQ(model_measurement_dir("meas", device_slug("NVIDIA H200"), model).generic_string(),
+            "meas/compute/h200/meta-llama/Llama-2-7b-hf");
+  EXPECT_EQ(device_slug("NVIDIA A100-SXM4-80GB"), "a100-sxm4-80gb");
+  EXPECT_EQ(device_slug("NVIDIA H100 80GB HBM3"), "h100-80gb-hbm3");
+  EXPECT_EQ(device_slug("  "), "gpu");
 }
 
 TEST(BandwidthCsv, ReportsBytesPerSecondAtTheMedian) {
