@@ -36,7 +36,10 @@ int run_validate(const ValidateOptions& options, std::ostream& out) {
       throw UserError("validate: --base-gpu is required (the datasheet GPU the measurements "
                       "were taken on, e.g. a100-80gb)");
     }
-    FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base));
+    HardwareProfile fallback;
+    if (!options.fallback_gpu.empty()) fallback = resolve_gpu(options.fallback_gpu);
+    FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base),
+                                options.fallback_gpu.empty() ? nullptr : &fallback);
     profile = std::move(fit.profile);
     fit_notes = std::move(fit.notes);
   }
@@ -69,6 +72,8 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
       ("device", po::value(&o.device), "GPU folder of a Vidur tree, e.g. a100 or a40")
       ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from --device)")
       ("profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")
+      ("fallback-gpu", po::value(&o.fallback_gpu),
+       "profile whose attention parameters are used when the measurements have no attention")
       ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
       ("help,h", "show this help");
   po::variables_map vm;

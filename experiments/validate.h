@@ -3,7 +3,7 @@
 //
 //   batchsim validate --measurements DIR --fit-on MODEL [--out FILE.json]
 //                     [--device a100] [--base-gpu a100-80gb] [--profile-out FILE.yaml]
-//                     [--gpu PROFILE]
+//                     [--fallback-gpu PROFILE] [--gpu PROFILE]
 //
 // With --fit-on, the profile is fitted (hwmodel/fit/fit_profile.h) on MODEL's rows with the
 // datasheet ceilings of --base-gpu, then checked against every row; errors over the other
@@ -25,6 +25,7 @@ struct ValidateOptions {
   std::string fit_on;    // model to fit on (built-in name, Vidur id or config.json)
   std::string base_gpu;  // datasheet ceilings for the fit; empty: from the device name
   std::string gpu;       // check this profile instead of fitting one
+  std::string fallback_gpu;  // attention parameters when the measurements have none
   std::filesystem::path out_json;     // optional: the report as JSON
   std::filesystem::path profile_out;  // optional: the fitted profile as YAML
 };

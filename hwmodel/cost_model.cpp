@@ -54,10 +54,7 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   // varlen API, as vLLM calls it), so their work is summed under one roofline.
   OperatorWork prefill;
   for (const PrefillChunk& chunk : shape.prefills) {
-    const OperatorWork w = prefill_attention_work(model_, tp_, chunk.new_tokens,
-                                                  chunk.context_before);
-    prefill.flops += w.flops;
-    prefill.bytes += w.bytes;
+    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before);
   }
   cost.prefill_attention_s = layers * prefill_attention_time_s(gpu_, prefill);
 
@@ -85,7 +82,7 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
       2 * layers * allreduce_time_s(gpu_, allreduce_message_bytes(model_, tokens), tp_);
 
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
-  cost.overhead_s = iteration_overhead_time_s(gpu_, sequences);
+  cost.overhead_s = iteration_overhead_time_s(gpu_, sequences, tp_);
 
   cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
                  cost.lm_head_s + cost.elementwise_s + cost.communication_s + cost.overhead_s;

@@ -91,11 +91,15 @@ const std::vector<NumberKey>& number_keys() {
     add("gemm_roofline_exponent", &HardwareProfile::gemm_roofline_exponent);
     add("hbm_efficiency", &HardwareProfile::hbm_efficiency, true);
     add("prefill_attention_efficiency", &HardwareProfile::prefill_attention_efficiency, true);
+    add("prefill_attention_causal_efficiency",
+        &HardwareProfile::prefill_attention_causal_efficiency, true);
     add("decode_attention_efficiency", &HardwareProfile::decode_attention_efficiency, true);
     add("decode_attention_per_seq_s", &HardwareProfile::decode_attention_per_seq_s);
     add("kernel_launch_s", &HardwareProfile::kernel_launch_s);
     add("iteration_overhead_s", &HardwareProfile::iteration_overhead_s);
     add("iteration_overhead_per_seq_s", &HardwareProfile::iteration_overhead_per_seq_s);
+    add("iteration_overhead_per_extra_worker_s",
+        &HardwareProfile::iteration_overhead_per_extra_worker_s);
     add("attention_launch_s", &HardwareProfile::attention_launch_s);
     add("prefill_attention_per_head_token_s",
         &HardwareProfile::prefill_attention_per_head_token_s);

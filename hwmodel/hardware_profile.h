@@ -53,13 +53,18 @@ struct HardwareProfile {
   // are slower than either roof alone.
   double gemm_roofline_exponent = 0;
   double hbm_efficiency = 0.8;      // achieved/datasheet bandwidth for streaming reads
-  double prefill_attention_efficiency = 0.5;  // of peak_flops
+  double prefill_attention_efficiency = 0.5;  // of peak_flops, queries against prior context
   double decode_attention_efficiency = 0.7;   // of hbm_bytes_per_s
   double decode_attention_per_seq_s = 0;      // per sequence, per layer
   double kernel_launch_s = 0;                 // per operator launch
   double iteration_overhead_s = 0;            // CPU: scheduling, input prep, sampling (fixed)
   double iteration_overhead_per_seq_s = 0;    // CPU: per sequence in the batch
+  // CPU: per tensor-parallel worker beyond the first (the driver prepares and ships inputs to
+  // every worker: Vidur's A40 overheads grow ~1 ms per extra worker under Sarathi/Ray).
+  double iteration_overhead_per_extra_worker_s = 0;
 
+  // Prefill attention within the chunk's own causal triangle, of peak_flops.
+  double prefill_attention_causal_efficiency = 0.5;
   // Attention beyond the roofline (fitted; zero in datasheet profiles).
   double attention_launch_s = 0;  // per attention kernel call, per layer
   // Prefill: per query token and query head held by the GPU (the diagonal tiles, softmax

@@ -56,7 +56,7 @@ double predict_all_reduce(const HardwareProfile& gpu, const AllReduceRow& row) {
 }
 
 double predict_cpu_overhead(const HardwareProfile& gpu, const CpuOverheadRow& row) {
-  return iteration_overhead_time_s(gpu, row.batch_size);
+  return iteration_overhead_time_s(gpu, row.batch_size, row.tp);
 }
 
 std::string canonical_model_name(std::string_view measured_model) {

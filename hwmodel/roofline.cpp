@@ -61,9 +61,10 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
   const double hkv = static_cast<double>(kv_heads_per_gpu(model, tp));
   const double dh = model.head_dim;
-  const double pairs = c * p + c * (c + 1) / 2;
+  const double causal_pairs = c * (c + 1) / 2;
+  const double pairs = c * p + causal_pairs;
   return {4 * hq * dh * pairs, model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh),
-          c * hq};
+          c * hq, 4 * hq * dh * causal_pairs};
 }
 
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
@@ -138,9 +139,11 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
 
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {
   if (work.flops <= 0) return 0;
+  const double compute_s =
+      (work.flops - work.causal_flops) / (gpu.peak_flops * gpu.prefill_attention_efficiency) +
+      work.causal_flops / (gpu.peak_flops * gpu.prefill_attention_causal_efficiency);
   return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
-         std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
-                  streaming_s(gpu, work.bytes, gpu.hbm_efficiency));
+         std::max(compute_s, streaming_s(gpu, work.bytes, gpu.hbm_efficiency));
 }
 
 double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
@@ -169,9 +172,10 @@ double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp
   return gpu.interconnect_latency_s + wire_bytes / gpu.interconnect_bytes_per_s;
 }
 
-double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences) {
+double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp) {
   return gpu.iteration_overhead_s +
-         gpu.iteration_overhead_per_seq_s * static_cast<double>(num_sequences);
+         gpu.iteration_overhead_per_seq_s * static_cast<double>(num_sequences) +
+         gpu.iteration_overhead_per_extra_worker_s * std::max(0, tp - 1);
 }
 
 }  // namespace batchsim

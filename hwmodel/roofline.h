@@ -32,6 +32,15 @@ struct OperatorWork {
   double flops = 0;
   double bytes = 0;
   double units = 0;
+  double causal_flops = 0;  // prefill: the part of `flops` in the chunk's own causal triangle
+
+  OperatorWork& operator+=(const OperatorWork& o) {
+    flops += o.flops;
+    bytes += o.bytes;
+    units += o.units;
+    causal_flops += o.causal_flops;
+    return *this;
+  }
 };
 
 // The four GEMMs of a transformer layer, in execution order; the names are Vidur's
@@ -103,7 +112,12 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
                         int dtype_bytes);
 // One variable-length prefill attention call (all chunks of an iteration summed in `work`):
 //   attention_launch_s + units * prefill_attention_per_head_token_s
-//   + max(flops / (peak * prefill_attention_efficiency), bytes / (hbm * hbm_efficiency)).
+//   + max((flops - causal_flops) / (peak * prefill_attention_efficiency)
+//           + causal_flops / (peak * prefill_attention_causal_efficiency),
+//         bytes / (hbm * hbm_efficiency)).
+// Queries against the prior context run as full tiles; the chunk's own triangle runs as
+// causal-masked tiles, which FlashAttention executes at a lower rate (in Vidur's A100 profiles,
+// both the Llama-2-7B and the 70B-shape files, about half of the unmasked rate).
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
 // One decode attention call over num_decodes sequences:
 //   attention_launch_s + num_decodes * decode_attention_per_seq_s
@@ -122,7 +136,8 @@ double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double b
 // profile's `allreduce` entry for tp if there is one, else interconnect_latency_s and
 // interconnect_bytes_per_s. Zero for tp == 1.
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
-// CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch.
-double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences);
+// CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch + per
+// tensor-parallel worker beyond the first.
+double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp);
 
 }  // namespace batchsim

@@ -2,6 +2,7 @@
 #include "hwmodel/fit/fit_profile.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -127,14 +128,33 @@ void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwarePr
   }
 }
 
+// The attention parameters of `from`, copied into `to`.
+void copy_attention(const HardwareProfile& from, HardwareProfile& to) {
+  to.attention_launch_s = from.attention_launch_s;
+  to.prefill_attention_per_head_token_s = from.prefill_attention_per_head_token_s;
+  to.prefill_attention_efficiency = from.prefill_attention_efficiency;
+  to.prefill_attention_causal_efficiency = from.prefill_attention_causal_efficiency;
+  to.decode_attention_per_seq_kv_head_s = from.decode_attention_per_seq_kv_head_s;
+  to.decode_attention_efficiency = from.decode_attention_efficiency;
+  to.decode_attention_roofline_exponent = from.decode_attention_roofline_exponent;
+  to.decode_attention_per_seq_s = from.decode_attention_per_seq_s;
+}
+
 void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
-                   std::vector<std::string>& notes) {
+                   const HardwareProfile* fallback, std::vector<std::string>& notes) {
   std::vector<const AttentionRow*> points;
   bool any_prefill = false, any_decode = false;
   for (const AttentionRow& row : m.attention) {
     if (!rows.attention_row(row) || !usable(row.median_s)) continue;
     points.push_back(&row);
     (row.is_prefill ? any_prefill : any_decode) = true;
+  }
+  if (points.empty() && fallback != nullptr) {
+    copy_attention(*fallback, p);
+    notes.push_back(fmt::format("no attention rows of the fit model: attention parameters "
+                                "taken from profile '{}'",
+                                fallback->name));
+    return;
   }
   if (!any_prefill) notes.push_back("no prefill attention rows of the fit model: base values kept");
   if (!any_decode) notes.push_back("no decode attention rows of the fit model: base values kept");
@@ -151,11 +171,13 @@ void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProf
       q.decode_attention_efficiency = from_logit(x(4));
       q.decode_attention_roofline_exponent = from_log(x(5));
     }
+    if (any_prefill) q.prefill_attention_causal_efficiency = from_logit(x(6));
     return q;
   };
-  Eigen::VectorXd x0(6);
+  Eigen::VectorXd x0(7);
   x0 << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
-      to_logit(p.decode_attention_efficiency), to_log(2);
+      to_logit(p.decode_attention_efficiency), to_log(2),
+      to_logit(p.prefill_attention_causal_efficiency);
   const auto result = fit::levenberg_marquardt(
       [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
         const HardwareProfile q = apply(x);
@@ -196,10 +218,14 @@ void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::
 
 void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
              std::vector<std::string>& notes) {
-  std::vector<std::pair<double, double>> points;  // (batch size, t)
+  // Rows (1/t, batch/t, (tp-1)/t) . (fixed, per sequence, per extra worker) ~ 1.
+  std::vector<std::array<double, 3>> points;  // batch size, extra workers, t
+  bool multi_worker = false;
   for (const CpuOverheadRow& row : m.cpu_overheads) {
     if (rows.cpu_row(row) && usable(row.total_s())) {
-      points.emplace_back(static_cast<double>(row.batch_size), row.total_s());
+      points.push_back({static_cast<double>(row.batch_size), static_cast<double>(row.tp - 1),
+                        row.total_s()});
+      multi_worker = multi_worker || row.tp > 1;
     }
   }
   if (points.empty()) {
@@ -209,9 +235,18 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
   if (!rows.cpu_rows_by_name()) {
     notes.push_back("no CPU overhead rows of the fit model: fitted on every model's rows");
   }
-  const LinearFit f = fit_intercept_slope(points);
-  p.iteration_overhead_s = f.intercept;
-  p.iteration_overhead_per_seq_s = f.slope;
+  Eigen::MatrixXd a(static_cast<Eigen::Index>(points.size()), 3);
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    const auto [batch, extra_workers, t] = points[static_cast<size_t>(i)];
+    a.row(i) << 1 / t, batch / t, extra_workers / t;
+  }
+  const Eigen::VectorXd c = fit::nnls(a, Eigen::VectorXd::Ones(a.rows()));
+  p.iteration_overhead_s = c(0);
+  p.iteration_overhead_per_seq_s = c(1);
+  p.iteration_overhead_per_extra_worker_s = c(2);
+  if (!multi_worker) {
+    notes.push_back("CPU overhead rows of the fit model are all TP 1: no per-worker cost fitted");
+  }
 }
 
 }  // namespace
@@ -269,7 +304,7 @@ bool FitModelRows::cpu_row(const CpuOverheadRow& row) const {
 }
 
 FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
-                      const HardwareProfile& base) {
+                      const HardwareProfile& base, const HardwareProfile* fallback) {
   const FitModelRows rows(measurements, fit_on_model);
   FitResult result;
   result.fit_on = rows.name();
@@ -278,17 +313,19 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   p.name = base.name + "-fitted";
   fit_gemms(measurements, rows, p, result.notes);
   fit_elementwise(measurements, rows, p, result.notes);
-  fit_attention(measurements, rows, p, result.notes);
+  fit_attention(measurements, rows, p, fallback, result.notes);
   fit_all_reduce(measurements, p, result.notes);
   fit_cpu(measurements, rows, p, result.notes);
   std::string files;
   for (const std::string& f : measurements.files_read) files += "\n  " + f;
+  std::string notes;
+  for (const std::string& n : result.notes) notes += "\n  " + n;
   p.source = fmt::format(
       "fitted by batchsim (hwmodel/fit/fit_profile.cpp) on the {} rows of the measurements in {}"
-      "{}, ceilings from the {} datasheet profile ({}), from:{}",
+      "{}; ceilings from profile '{}' ({}).\nFiles:{}{}{}",
       rows.name(), measurements.root,
       measurements.device.empty() ? "" : " (device " + measurements.device + ")", base.name,
-      base.source, files);
+      base.source, files, notes.empty() ? "" : "\nNotes:", notes);
   return result;
 }
 

@@ -13,12 +13,17 @@
 //     (NNLS on launch + bytes / bandwidth);
 //   prefill and decode attention of the fit model -> attention_launch_s,
 //     prefill_attention_per_head_token_s, prefill_attention_efficiency,
+//     prefill_attention_causal_efficiency,
 //     decode_attention_per_seq_kv_head_s, decode_attention_efficiency,
 //     decode_attention_roofline_exponent (Levenberg–Marquardt, jointly: one launch);
 //   all-reduce (every single-node degree; model-independent) -> one AllReduceFit per degree plus
 //     interconnect_latency_s / interconnect_bytes_per_s over all degrees (NNLS);
-//   CPU overheads of the fit model -> iteration_overhead_s, iteration_overhead_per_seq_s (NNLS).
-// A part with no rows keeps the base profile's values and says so in FitResult::notes.
+//   CPU overheads of the fit model -> iteration_overhead_s, iteration_overhead_per_seq_s,
+//     iteration_overhead_per_extra_worker_s (NNLS).
+// A part with no rows keeps the base profile's values, or, for attention, takes a `fallback`
+// profile's attention parameters when one is given (e.g. the fitted A100's for an A40 that
+// was not profiled for attention: same FlashAttention kernels, efficiencies relative to each
+// GPU's own peak), and says so in FitResult::notes.
 #pragma once
 
 #include <string>
@@ -66,7 +71,7 @@ struct FitResult {
 // "llama-2-7b", a Vidur model id, or a config.json path). The profile is named
 // "<base.name>-fitted" and its `source` records the files, the model and the base.
 FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
-                      const HardwareProfile& base);
+                      const HardwareProfile& base, const HardwareProfile* fallback = nullptr);
 
 // The built-in datasheet GPU a Vidur device folder was measured on ("a100" -> "a100-80gb",
 // per ../shared/data/README.md; "a40" -> "a40"); empty when unknown.

@@ -106,6 +106,7 @@ HardwareProfile round_profile() {
   p.gemm_m_half = 0;
   p.hbm_efficiency = 1.0;
   p.prefill_attention_efficiency = 0.25;
+  p.prefill_attention_causal_efficiency = 0.125;
   p.decode_attention_efficiency = 0.5;
   p.decode_attention_per_seq_s = 0;
   p.kernel_launch_s = 0;
@@ -173,7 +174,9 @@ TEST(Roofline, AttentionUnitCostsByHand) {
   // TP 2: 32 query heads, 4 KV heads per GPU. Prefill of 100 tokens: 3,200 head-tokens.
   const OperatorWork p = prefill_attention_work(l70, 2, 100, 0);
   EXPECT_DOUBLE_EQ(p.units, 3200);
-  EXPECT_NEAR(prefill_attention_time_s(gpu, p), 5e-6 + 3200e-9 + p.flops / 25e12, 1e-15);
+  // All of it is the causal triangle (no prior context): 12.5 TFLOP/s.
+  EXPECT_DOUBLE_EQ(p.causal_flops, p.flops);
+  EXPECT_NEAR(prefill_attention_time_s(gpu, p), 5e-6 + 3200e-9 + p.flops / 12.5e12, 1e-15);
   // Decode of 10 sequences: 40 (sequence, KV head) units.
   const OperatorWork d = decode_attention_work(l70, 2, 10, 10 * 500);
   EXPECT_DOUBLE_EQ(d.units, 40);
@@ -219,8 +222,17 @@ TEST(CostModel, PrefillIsComputeBoundAndLmHeadOnlyForSampledRows) {
   const IterationCost mid = cm.iteration(shape);
   EXPECT_TRUE(mid.gemm_compute_bound);
   EXPECT_EQ(mid.lm_head_s, 0);
-  // Attention of the chunk: 13.427 GFLOP at 25 TFLOP/s per layer (41.9 MB at 1 TB/s is less).
-  EXPECT_NEAR(mid.prefill_attention_s, 40 * 13427015680.0 / 25e12, 1e-12);
+  // Attention of the chunk: 4 * 5120 * 512 * 1024 FLOPs against the prior context at
+  // 25 TFLOP/s, and 4 * 5120 * 512 * 513 / 2 in the chunk's own triangle at 12.5 TFLOP/s
+  // (41.9 MB at 1 TB/s is less).
+  EXPECT_NEAR(mid.prefill_attention_s, 40 * (10737418240.0 / 25e12 + 2689597440.0 / 12.5e12),
+              1e-12);
+  // Two chunks in one iteration cost their summed work (one varlen kernel).
+  BatchShape two;
+  two.add_prefill(512, 1024);
+  two.add_prefill(100, 0);
+  EXPECT_NEAR(cm.iteration(two).prefill_attention_s,
+              mid.prefill_attention_s + 40 * (4.0 * 5120 * 5050) / 12.5e12, 1e-12);
   shape.num_sampled = 1;  // the last chunk samples the first output token
   const IterationCost last = cm.iteration(shape);
   EXPECT_GT(last.lm_head_s, 0);
