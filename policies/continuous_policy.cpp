@@ -1,6 +1,8 @@
 #include "policies/continuous_policy.h"
 
 #include <algorithm>
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 namespace batchsim {
@@ -66,18 +68,45 @@ SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
   return SimTime::from_seconds(bytes / pcie);
 }
 
+int64_t ContinuousPolicy::step_tokens(RequestId id, int64_t budget) const {
+  const int64_t need = env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
+  if (config_.chunked) {
+    // vLLM v1 schedule(): num_new_tokens = num_tokens - num_computed_tokens, clamped by
+    // long_prefill_token_threshold (when > 0) and by the token budget left.
+    int64_t n = need;
+    if (config_.long_prefill_token_threshold > 0) {
+      n = std::min(n, config_.long_prefill_token_threshold);
+    }
+    return std::min(n, budget);
+  }
+  if (need <= budget) return need;
+  // Without chunking a request runs its whole prefill in one iteration or waits (vLLM v0
+  // budget.can_schedule). Prompts longer than the whole budget were rejected on arrival, but
+  // the re-prefill of a recomputed request (prompt + generated tokens) can outgrow it: vLLM v0
+  // would drop it as FINISHED_IGNORED (prompt_limit); we neither drop it nor exceed the budget,
+  // but split that one re-prefill into budget-sized chunks.
+  return need > budget_ ? budget : 0;
+}
+
 void ContinuousPolicy::add_step(RequestId id, int64_t new_tokens, Batch& batch) {
   const RequestProgress& p = env_->progress_of(id);
   const int64_t known = env_->known_tokens(id);
   const bool samples = p.computed_tokens + new_tokens == known;
   const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
+  if (!samples) ++partial_prefills_;
   batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
 }
 
 void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   if (config_.swap) {
+    // vLLM v0 _preempt_by_swap: the victim's blocks go to host memory (swap_out) and it joins
+    // `swapped`; its computed tokens are kept. The victim is always the newest running request,
+    // which has not been grown in this step yet, so it holds exactly its computed tokens.
     const int64_t tokens = kv_->tokens_of(victim);
+    if (tokens != env_->progress_of(victim).computed_tokens) {
+      throw std::logic_error("swap victim holds KV for tokens it has not computed");
+    }
     swapped_tokens_[victim] = tokens;
     kv_->release(victim);
     batch.extra_time += transfer_time(tokens);  // device -> host
@@ -93,16 +122,13 @@ void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
 
 bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
   bool preempted = false;
+  // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
+  // while budget is left (a decode costs one token; a partial prefill its next chunk).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
-    int64_t n = env_->known_tokens(id) - p.computed_tokens;
-    if (config_.chunked) {
-      if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
-      n = std::min(n, budget);
-    } else if (n > budget) {
-      break;
-    }
+    const int64_t n = step_tokens(id, budget);
+    if (n == 0) break;
     bool scheduled = true;
     while (!kv_->try_grow(id, p.computed_tokens + n)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), possibly
@@ -126,41 +152,45 @@ bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
 void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
   while (!swapped_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    // vLLM v0 _schedule_swapped: FCFS from `swapped` while can_swap_in (which, like
+    // admission, keeps the watermark free) and the budget allow.
     const RequestId id = swapped_.front();
     const int64_t tokens = swapped_tokens_[id];
-    // Blocks for the swapped-in KV plus the token this step writes.
-    if (!kv_->try_admit(id, tokens + 1, reserve_tokens(id))) break;
+    // The victim may have been swapped out in the middle of a chunked prefill: it resumes
+    // with its next chunk, else with a decode.
+    const int64_t n = step_tokens(id, budget);
+    if (n == 0) break;
+    // Blocks for the swapped-in KV plus the tokens this step writes.
+    if (!kv_->try_admit(id, tokens + n, reserve_tokens(id))) break;
     swapped_.pop_front();
     running_.push_back(id);
     batch.extra_time += transfer_time(tokens);  // host -> device
-    add_step(id, 1, batch);
-    budget -= 1;
+    add_step(id, n, batch);
+    budget -= n;
   }
 }
 
 void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
-  int64_t partial_prefills = 0;
-  for (const BatchItem& item : batch.items) {
-    if (item.context_before + item.new_tokens < env_->known_tokens(item.id)) ++partial_prefills;
-  }
+  // vLLM v1 schedule() step 2 / v0 _schedule_prefills: FCFS while a sequence slot
+  // (max_num_seqs), budget and KV are left; the first request that does not fit stops
+  // admission (head-of-line), so a later, smaller request never overtakes it.
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
     const int64_t need = env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
-    int64_t n = need;
-    if (config_.chunked) {
-      if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
-      n = std::min(n, budget);
-      if (n < need && partial_prefills >= config_.max_num_partial_prefills) break;
-    } else if (n > budget) {
-      // A recomputed request may have grown past the budget: let it run alone rather than
-      // block the queue forever.
-      if (!batch.items.empty()) break;
-    }
-    if (!kv_->try_admit(id, n, reserve_tokens(id))) break;  // head-of-line, as in vLLM
+    const int64_t n = step_tokens(id, budget);
+    if (n == 0) break;
+    // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
+    // step with their prefill unfinished; a new request that would be cut waits.
+    if (n < need && partial_prefills_ >= config_.max_num_partial_prefills) break;
+    // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
+    // every block of the prompt), also when an over-long re-prefill is cut at the budget:
+    // else it would be admitted for one chunk and preempted again at the next.
+    if (!config_.chunked && !kv_->can_admit(need, reserve_tokens(id))) break;
+    // vLLM v0 can_allocate (watermark) / v1 allocate_slots returning None: wait.
+    if (!kv_->try_admit(id, n, reserve_tokens(id))) break;
     waiting_.pop_front();
     running_.push_back(id);
-    if (n < need) ++partial_prefills;
     add_step(id, n, batch);
     budget -= n;
   }
@@ -168,6 +198,7 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
 
 void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   int64_t budget = budget_;
+  partial_prefills_ = 0;
   if (!config_.mixed_prefill && !config_.chunked) {
     // vLLM v0 `_schedule_default`: admit prefills if nothing is swapped out; only when no
     // prefill was admitted, run the decodes; only when nothing was preempted, swap in.

@@ -1,25 +1,51 @@
 // batchsim — iteration-level (continuous) batching, with or without chunked prefill.
 //
 // One scheduler whose mechanisms switch on and off independently, so that an ablation can
-// isolate each (the presets in registry.cpp combine them as real engines do):
-//   kv=paged|reserve       PagedAttention blocks allocated just in time (vLLM), or a contiguous
-//                          reservation of prompt + output (reserve_to=output) or of
-//                          max_model_len (reserve_to=max_model_len: Orca, which cannot know
-//                          the output length).
-//   prefill=exclusive|mixed  vLLM v0 `_schedule_default`: an iteration is all prefill or all
-//                          decode, prefills first; Orca selective batching: decodes and new
-//                          prefills share an iteration.
-//   chunked=true           Sarathi-Serve stall-free batching / vLLM v1 `schedule()`: per
-//                          iteration token budget; running requests (decodes and the partial
-//                          prefill in progress) first, then new requests, the last one cut to
-//                          the remaining budget; a chunk attends to the KV of earlier chunks.
-//   preemption=recompute|swap  on block shortage the newest running request is preempted
-//                          (vLLM `running.pop()`); recompute frees its KV and prefills prompt +
-//                          generated tokens again, swap moves its KV over PCIe and back.
+// isolate each (the presets in registry.cpp combine them as real engines do). Two levels, as
+// in TensorRT-LLM (capacityScheduler.cpp / microBatchScheduler.cpp): *capacity* (who holds KV:
+// admission, preemption) and *packing* (token budget, chunks).
+//   kv=paged|reserve       PagedAttention blocks allocated just in time as tokens are written
+//                          (vLLM block_manager / v1 kv_cache_manager.allocate_slots), or a
+//                          contiguous reservation at admission of prompt + output
+//                          (reserve_to=output: TensorRT-LLM GUARANTEED_NO_EVICT, a server told
+//                          max_new_tokens = the request's output length) or of max_model_len
+//                          (reserve_to=max_model_len: Orca, which cannot know the output length;
+//                          the over-reservation the vLLM paper measures, section 2.3).
+//   prefill=exclusive|mixed  vLLM v0 `_schedule_default` (vllm/core/scheduler.py): an iteration
+//                          is all prefill or all decode, new prefills first, so a prompt
+//                          arriving while others decode stalls them for an iteration; Orca
+//                          (OSDI'22) selective batching: decodes and whole new prefills share an
+//                          iteration.
+//   chunked=true           Sarathi-Serve (OSDI'24) stall-free batching / vLLM v1 `schedule()`
+//                          (vllm/v1/core/sched/scheduler.py): per-iteration token budget; running
+//                          requests first in admission order (the decodes and the partial
+//                          prefill in progress, which is the newest), then new requests, the last
+//                          one cut to the remaining budget; a chunk attends to the KV of earlier
+//                          chunks (BatchShape carries each chunk's context_before).
+//                          long_prefill_token_threshold caps one request's chunk (v1);
+//                          max_num_partial_prefills bounds the requests whose prefill is
+//                          unfinished at the end of a step.
+//   preemption=recompute|swap  when a running request cannot grow, the newest running request
+//                          is preempted (vLLM `running.pop()`; TRT-LLM MAX_UTILIZATION pauses the
+//                          last started), possibly the one being grown; no new request is
+//                          admitted in a step that preempted (v1 step 2, v0 swap-in). recompute
+//                          (v0 RECOMPUTE, the only mode of v1) frees its KV and sends it to the
+//                          head of `waiting`, to prefill prompt + generated tokens again; swap
+//                          (v0 SWAP) moves its KV to host memory over PCIe (the GPU spec's
+//                          pcie_bytes_per_s, added to the iteration's time) and back when it is
+//                          readmitted, before any new request (v0: no prefills while `swapped`
+//                          is non-empty).
+//   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
+//                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
+//                          free - required >= watermark_blocks); growth ignores it.
 // Admission is FCFS and head-of-line: the first waiting request that does not fit stops
 // admission (vLLM v0 and v1). A request that can never be served (prompt + output beyond
-// max_model_len, prompt beyond max_num_batched_tokens without chunking, footprint beyond the
-// whole KV cache) is rejected on arrival with its reason.
+// max_model_len, prompt beyond max_num_batched_tokens without chunking — v0 prompt_limit —,
+// footprint beyond the whole KV cache — v0 AllocStatus.NEVER) is rejected on arrival with its
+// reason.
+// Invariants (asserted per iteration by tests/policies): Σ new_tokens <= max_num_batched_tokens;
+// running <= max_num_seqs; each running request's KV covers exactly its computed tokens plus
+// this step's.
 #pragma once
 
 #include <deque>
@@ -69,6 +95,8 @@ class ContinuousPolicy final : public Policy {
   void schedule_swapped(Batch& batch, int64_t& budget);
   void schedule_waiting(Batch& batch, int64_t& budget);
   void preempt(RequestId victim, Batch& batch);
+  // Tokens `id` computes this step with `budget` tokens left; 0 when it must wait.
+  int64_t step_tokens(RequestId id, int64_t budget) const;
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
   SimTime transfer_time(int64_t tokens) const;
 
@@ -82,6 +110,7 @@ class ContinuousPolicy final : public Policy {
   std::deque<RequestId> swapped_;
   std::vector<int64_t> swapped_tokens_;
   std::vector<bool> finished_flag_;
+  int64_t partial_prefills_ = 0;  // items of the batch being built that do not finish a prefill
 };
 
 }  // namespace batchsim

@@ -1,6 +1,8 @@
 #include "policies/static_policy.h"
 
 #include <algorithm>
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 namespace batchsim {
@@ -44,16 +46,19 @@ bool StaticPolicy::form_batch(SimTime now, Batch& batch) {
       return false;
     }
   }
-  // Take requests FCFS while the whole batch's reservation fits: every row reserves the padded
-  // prompt plus the batch's output allowance (a [batch, max_len] KV tensor).
+  // Take requests FCFS while the whole batch's reservation fits. The KV cache of a static batch
+  // is one rectangular [batch, longest prompt + output allowance] tensor, with or without
+  // padded compute (HF `generate` pads input_ids and its cache grows for every row together;
+  // FasterTransformer allocates k_cache/v_cache as [batch, max_seq_len] in allocateBuffer), so
+  // every row reserves the batch's longest prompt plus the batch's output allowance.
   const int64_t take = std::min(config_.batch_size, waiting);
   int64_t chosen = 0, max_prompt = 0, max_output = 0;
   for (int64_t i = 0; i < take; ++i) {
     const Request& r = env_->request(waiting_[i]);
     const int64_t p = std::max<int64_t>(max_prompt, r.prompt_tokens);
     const int64_t o = std::max<int64_t>(max_output, std::max<int64_t>(r.output_tokens, config_.max_new_tokens));
-    const int64_t row = (config_.pad ? p : r.prompt_tokens) + o;
-    if ((i + 1) * row > kv_->capacity_tokens() && i > 0) break;
+    // The first request always fits: on_arrival rejected any that cannot fit alone.
+    if (i > 0 && (i + 1) * (p + o) > kv_->capacity_tokens()) break;
     max_prompt = p;
     max_output = o;
     chosen = i + 1;
@@ -65,8 +70,7 @@ bool StaticPolicy::form_batch(SimTime now, Batch& batch) {
   unfinished_ = chosen;
   for (RequestId id : batch_) {
     const Request& r = env_->request(id);
-    const int64_t reserve = (config_.pad ? padded_prompt_ : r.prompt_tokens) + max_output;
-    if (!kv_->try_admit(id, r.prompt_tokens, reserve)) {
+    if (!kv_->try_admit(id, r.prompt_tokens, padded_prompt_ + max_output)) {
       throw std::logic_error("static batch reservation did not fit after sizing");
     }
   }
@@ -100,7 +104,9 @@ void StaticPolicy::schedule(SimTime now, Batch& batch) {
       continue;
     }
     const int64_t context = p.computed_tokens;
-    kv_->try_grow(id, context + 1);
+    if (!kv_->try_grow(id, context + 1)) {
+      throw std::logic_error("static batch row outgrew its reservation");
+    }
     batch.items.push_back({id, 1, context});
     batch.shape.add_decode(config_.pad ? padded_prompt_ + steps_ - 1 : context);
     ++batch.shape.num_sampled;

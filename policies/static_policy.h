@@ -9,8 +9,14 @@
 //                    until the longest ends; their compute is wasted.
 //   release=request  (FasterTransformer-like): finished rows stop costing compute, but their
 //                    slot is not refilled until the whole batch ends.
-// Sources: HF transformers `generate` with batched inputs; the Anyscale continuous-batching
-// write-up ("How continuous batching enables 23x throughput", 2023) for the bubble picture.
+// KV: the batch's cache is one rectangular tensor, [batch, longest prompt + output allowance]
+// (HF's cache grows for every row together; FasterTransformer allocates [batch, max_seq_len]),
+// reserved when the batch starts and freed when it ends; a batch is cut short when that
+// rectangle does not fit.
+// Sources: HF transformers `generate` with batched inputs; TensorRT-LLM kSTATIC_BATCH
+// (capacityScheduler.cpp: new work only when nothing is in progress); the Anyscale
+// continuous-batching write-up ("How continuous batching enables 23x throughput", 2023) for
+// the bubble picture.
 #pragma once
 
 #include <deque>
@@ -42,6 +48,8 @@ class StaticPolicy final : public Policy {
                         SimTime now) override;
   bool idle() const override { return waiting_.empty() && batch_.empty(); }
   const KvCacheManager& kv_cache() const override { return *kv_; }
+
+  const StaticPolicyConfig& config() const { return config_; }
 
  private:
   bool form_batch(SimTime now, Batch& batch);

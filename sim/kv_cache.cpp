@@ -1,5 +1,6 @@
 #include "sim/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -20,11 +21,15 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   if (watermark_fraction < 0 || watermark_fraction >= 1) throw UserError("watermark must be in [0, 1)");
 }
 
-bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t /*reserve_tokens*/) {
-  if (holds(id)) throw std::logic_error("PagedKvCache: request admitted twice");
-  const int64_t needed = blocks_for(tokens);
+bool PagedKvCache::can_admit(int64_t tokens, int64_t /*reserve_tokens*/) const {
   // vLLM v0 can_allocate: OK only if free - required >= watermark_blocks.
-  if (free_blocks_ - needed < watermark_blocks_) return false;
+  return free_blocks_ - blocks_for(tokens) >= watermark_blocks_;
+}
+
+bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
+  if (holds(id)) throw std::logic_error("PagedKvCache: request admitted twice");
+  if (!can_admit(tokens, reserve_tokens)) return false;
+  const int64_t needed = blocks_for(tokens);
   free_blocks_ -= needed;
   tokens_[id] = tokens;
   used_tokens_ += tokens;
@@ -60,10 +65,14 @@ ReservedKvCache::ReservedKvCache(int64_t num_requests, int64_t capacity_tokens)
   if (capacity_tokens < 1) throw UserError("the KV cache has no room: the model's weights leave no memory for KV");
 }
 
+bool ReservedKvCache::can_admit(int64_t tokens, int64_t reserve_tokens) const {
+  return reserved_total_ + std::max(tokens, reserve_tokens) <= capacity_;
+}
+
 bool ReservedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
   if (holds(id)) throw std::logic_error("ReservedKvCache: request admitted twice");
+  if (!can_admit(tokens, reserve_tokens)) return false;
   if (reserve_tokens < tokens) reserve_tokens = tokens;
-  if (reserved_total_ + reserve_tokens > capacity_) return false;
   reserved_total_ += reserve_tokens;
   reserved_[id] = reserve_tokens;
   tokens_[id] = tokens;

@@ -41,6 +41,8 @@ class KvCacheManager {
   virtual void release(RequestId id) = 0;
   // Whether a request of `reserve_tokens` could be admitted into an otherwise empty cache.
   virtual bool fits_when_empty(int64_t reserve_tokens) const = 0;
+  // Whether try_admit(id, tokens, reserve_tokens) would succeed now (changes nothing).
+  virtual bool can_admit(int64_t tokens, int64_t reserve_tokens) const = 0;
 
   virtual int64_t capacity_tokens() const = 0;
   virtual int64_t allocated_tokens() const = 0;   // blocks * block_size, or reservations
@@ -63,6 +65,7 @@ class PagedKvCache final : public KvCacheManager {
   bool try_grow(RequestId id, int64_t tokens) override;
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
+  bool can_admit(int64_t tokens, int64_t reserve_tokens) const override;
   int64_t capacity_tokens() const override { return num_blocks_ * block_size_; }
   int64_t allocated_tokens() const override { return (num_blocks_ - free_blocks_) * block_size_; }
   int64_t used_tokens() const override { return used_tokens_; }
@@ -90,6 +93,7 @@ class ReservedKvCache final : public KvCacheManager {
   bool try_grow(RequestId id, int64_t tokens) override;
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
+  bool can_admit(int64_t tokens, int64_t reserve_tokens) const override;
   int64_t capacity_tokens() const override { return capacity_; }
   int64_t allocated_tokens() const override { return reserved_total_; }
   int64_t used_tokens() const override { return used_tokens_; }

@@ -1,0 +1,185 @@
+// Helpers for the policy tests: a tiny model on an "instant" GPU whose iterations take a fixed,
+// round time (so scenario tables read in iterations and times are easy to check), a KV
+// capacity set exactly in tokens, a run that records every iteration's batch, and
+// TensorRT-LLM-style expected-state tables (batch_manager/*Test.cpp: ExpectedState{itBegin,
+// itEnd, activeIds, ...}).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "hwmodel/cost_model.h"
+#include "hwmodel/error.h"
+#include "policies/registry.h"
+#include "sim/simulation.h"
+
+namespace batchsim::testing {
+
+// One transformer layer, one head of 64: 2 * 64 * 2 = 256 KV bytes per token.
+inline ModelSpec tiny_model(int max_context_tokens = 4096) {
+  ModelSpec m;
+  m.name = "tiny";
+  m.num_layers = 1;
+  m.hidden_size = 64;
+  m.num_heads = 1;
+  m.num_kv_heads = 1;
+  m.head_dim = 64;
+  m.ffn_size = 128;
+  m.gated_mlp = false;
+  m.vocab_size = 128;
+  m.dtype_bytes = 2;
+  m.max_context_tokens = max_context_tokens;
+  return m;
+}
+
+struct RigOptions {
+  int64_t kv_capacity_tokens = 100000;
+  int max_context_tokens = 4096;
+  double iteration_s = 0.010;           // every iteration costs exactly this
+  double per_sequence_s = 0;            // plus this per sequence in the batch
+  double pcie_bytes_per_s = 256e3;      // 1 ms per swapped token of the tiny model
+};
+
+// A GPU so fast that FLOPs and bytes cost nothing: an iteration costs its fixed overhead only.
+// Its memory is sized so that kv_capacity_tokens(1.0) is exactly the requested capacity.
+inline CostModel rig_cost_model(const RigOptions& o = {}) {
+  HardwareProfile gpu;
+  gpu.name = "instant";
+  gpu.source = "test";
+  gpu.peak_flops = 1e30;
+  gpu.hbm_bytes_per_s = 1e30;
+  gpu.interconnect_bytes_per_s = 1e30;
+  gpu.pcie_bytes_per_s = o.pcie_bytes_per_s;
+  gpu.iteration_overhead_s = o.iteration_s;
+  gpu.iteration_overhead_per_seq_s = o.per_sequence_s;
+  const ModelSpec model = tiny_model(o.max_context_tokens);
+  gpu.memory_bytes = 0;
+  CostModel probe(model, gpu);
+  const double fixed = static_cast<double>(model.weight_bytes()) +
+                       probe.activation_reserve_bytes(CostModel::kDefaultActivationTokens);
+  gpu.memory_bytes = static_cast<int64_t>(std::ceil(fixed)) +
+                     o.kv_capacity_tokens * model.kv_bytes_per_token();
+  CostModel cm(model, gpu);
+  // Nudge away any rounding so the capacity is exact.
+  while (cm.kv_capacity_tokens(1.0) < o.kv_capacity_tokens) {
+    gpu.memory_bytes += 1;
+    cm = CostModel(model, gpu);
+  }
+  EXPECT_EQ(cm.kv_capacity_tokens(1.0), o.kv_capacity_tokens);
+  return cm;
+}
+
+struct RequestSpec {
+  double arrival_s = 0;
+  int32_t prompt_tokens = 1;
+  int32_t output_tokens = 1;
+};
+
+inline Workload make_workload(const std::vector<RequestSpec>& specs) {
+  Workload w;
+  for (const RequestSpec& s : specs) {
+    Request r;
+    r.id = static_cast<RequestId>(w.size());
+    r.arrival = SimTime::from_seconds(s.arrival_s);
+    r.prompt_tokens = s.prompt_tokens;
+    r.output_tokens = s.output_tokens;
+    w.push_back(r);
+  }
+  return w;
+}
+
+// What one iteration did, as the tests look at it.
+struct Step {
+  std::vector<BatchItem> items;  // in the policy's order
+  BatchShape shape;
+  SimTime start, duration, extra_time;
+  int64_t bubble_slots = 0;
+  int64_t kv_allocated_tokens = 0, kv_used_tokens = 0;  // after the iteration
+
+  // (id, new_tokens) sorted by id.
+  std::vector<std::pair<RequestId, int32_t>> active() const {
+    std::vector<std::pair<RequestId, int32_t>> a;
+    for (const BatchItem& i : items) a.emplace_back(i.id, i.new_tokens);
+    std::sort(a.begin(), a.end());
+    return a;
+  }
+  const BatchItem* item(RequestId id) const {
+    for (const BatchItem& i : items) {
+      if (i.id == id) return &i;
+    }
+    return nullptr;
+  }
+};
+
+struct RecordedRun {
+  SimulationResult result;
+  std::vector<Step> steps;
+};
+
+inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const CostModel& cm) {
+  RecordedRun run;
+  SimulationOptions options;
+  options.gpu_memory_utilization = 1.0;
+  options.on_iteration = [&run](const Batch& b, const IterationRecord& rec, const Policy& p) {
+    Step s;
+    s.items = b.items;
+    s.shape = b.shape;
+    s.start = rec.start;
+    s.duration = rec.duration;
+    s.extra_time = b.extra_time;
+    s.bubble_slots = b.bubble_slots;
+    s.kv_allocated_tokens = p.kv_cache().allocated_tokens();
+    s.kv_used_tokens = p.kv_cache().used_tokens();
+    run.steps.push_back(std::move(s));
+  };
+  Simulation sim(workload, policy, cm, options);
+  run.result = sim.run();
+  return run;
+}
+
+inline std::unique_ptr<Policy> policy(const std::string& name,
+                                      std::map<std::string, std::string> options = {}) {
+  return make_policy(name, PolicyOptions(std::move(options)));
+}
+
+inline RecordedRun run_preset(const std::string& name, const Workload& workload,
+                              const CostModel& cm,
+                              std::map<std::string, std::string> options = {}) {
+  auto p = policy(name, std::move(options));
+  return run_recorded(*p, workload, cm);
+}
+
+// Iterations it_begin..it_end (inclusive) each run exactly `active`: (request, new tokens).
+struct ExpectedState {
+  int64_t it_begin = 0;
+  int64_t it_end = 0;
+  std::vector<std::pair<RequestId, int32_t>> active;
+};
+
+inline std::string describe(const std::vector<std::pair<RequestId, int32_t>>& active) {
+  std::string s = "{";
+  for (const auto& [id, n] : active) s += fmt::format(" {}:{}", id, n);
+  return s + " }";
+}
+
+inline void expect_states(const RecordedRun& run, const std::vector<ExpectedState>& states) {
+  for (const ExpectedState& e : states) {
+    auto want = e.active;
+    std::sort(want.begin(), want.end());
+    for (int64_t it = e.it_begin; it <= e.it_end; ++it) {
+      ASSERT_LT(it, static_cast<int64_t>(run.steps.size()))
+          << "the run ended after " << run.steps.size() << " iterations";
+      EXPECT_EQ(describe(run.steps[it].active()), describe(want)) << "iteration " << it;
+    }
+  }
+}
+
+}  // namespace batchsim::testing

@@ -1,0 +1,222 @@
+// Every registered policy (and variants that switch on swap, small budgets, partial prefills,
+// reserved KV, timeouts) on many seeded random workloads with a small KV cache, so that
+// preemption, head-of-line waiting and rejection all happen. Invariants are asserted on every
+// iteration through SimulationOptions::on_iteration (vLLM asserts its budget at the end of every
+// schedule(); issue 3 item 6):
+//   token budget respected; running <= max_num_seqs; blocks in use + free = total and every
+//   block belongs to a request; each scheduled request's KV covers exactly its computed tokens;
+//   every output token generated exactly once; every request finishes once or is rejected
+//   with a reason; time never goes backwards.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "policies/continuous_policy.h"
+#include "policies/static_policy.h"
+#include "policy_test_rig.h"
+
+namespace batchsim::testing {
+namespace {
+
+struct Variant {
+  std::string policy;
+  std::map<std::string, std::string> options;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  for (const PolicyInfo& info : registered_policies()) v.push_back({info.name, {}});
+  v.push_back({"continuous", {{"preemption", "swap"}, {"block_size", "8"}}});
+  v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}}});
+  v.push_back({"vllm-v0", {{"max_num_seqs", "6"}, {"preemption", "swap"}}});
+  v.push_back({"vllm-v0", {{"watermark", "0.1"}, {"block_size", "8"}}});
+  v.push_back({"tgi", {{"max_num_batched_tokens", "200"}, {"block_size", "4"}}});
+  v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"long_prefill_token_threshold", "24"},
+                        {"max_num_partial_prefills", "2"}}});
+  v.push_back({"sarathi", {{"max_num_batched_tokens", "48"}, {"preemption", "swap"}}});
+  v.push_back({"chunked-prefill", {{"kv", "reserve"}, {"max_num_batched_tokens", "96"}}});
+  v.push_back({"hf-static", {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}}});
+  v.push_back({"ft-static", {{"batch_size", "3"}, {"max_new_tokens", "64"}}});
+  return v;
+}
+
+Workload random_workload(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double mean_gap_s = 0.001 + 0.04 * unit(rng);
+  std::vector<RequestSpec> specs;
+  double t = 0;
+  for (int i = 0; i < 40; ++i) {
+    if (unit(rng) > 0.2) t += -mean_gap_s * std::log(1.0 - unit(rng));  // else: a burst
+    RequestSpec s;
+    s.arrival_s = t;
+    s.prompt_tokens = 1 + static_cast<int32_t>(unit(rng) * 160);
+    s.output_tokens = 1 + static_cast<int32_t>(unit(rng) * 120);
+    if (unit(rng) < 0.05) s.prompt_tokens = 300 + static_cast<int32_t>(unit(rng) * 250);
+    specs.push_back(s);
+  }
+  return make_workload(specs);
+}
+
+struct Track {
+  int64_t computed = 0;
+  int32_t generated = 0;
+  bool finished = false;
+  bool scheduled = false;
+  int32_t recomputes = 0;
+};
+
+struct Totals {
+  int64_t preemptions = 0, rejected = 0, iterations = 0, swapped_iterations = 0;
+};
+
+void check_kv(const KvCacheManager& kv, RequestId n) {
+  int64_t tokens = 0;
+  if (const auto* paged = dynamic_cast<const PagedKvCache*>(&kv)) {
+    ASSERT_EQ(paged->allocated_blocks() + paged->free_blocks(), paged->num_blocks());
+    ASSERT_GE(paged->free_blocks(), 0);
+    int64_t blocks = 0;
+    for (RequestId id = 0; id < n; ++id) {
+      blocks += paged->blocks_of(id);
+      tokens += paged->tokens_of(id);
+    }
+    ASSERT_EQ(blocks, paged->allocated_blocks()) << "a block belongs to no request";
+  } else {
+    const auto& reserved = dynamic_cast<const ReservedKvCache&>(kv);
+    int64_t reservations = 0;
+    for (RequestId id = 0; id < n; ++id) {
+      ASSERT_LE(reserved.tokens_of(id), reserved.reservation_of(id));
+      reservations += reserved.reservation_of(id);
+      tokens += reserved.tokens_of(id);
+    }
+    ASSERT_EQ(reservations, reserved.allocated_tokens());
+  }
+  ASSERT_EQ(tokens, kv.used_tokens());
+  ASSERT_LE(kv.used_tokens(), kv.allocated_tokens());
+  ASSERT_LE(kv.allocated_tokens(), kv.capacity_tokens());
+}
+
+void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
+  SCOPED_TRACE(fmt::format("policy {} seed {}", variant.policy, seed));
+  RigOptions rig;
+  rig.kv_capacity_tokens = 512;
+  rig.max_context_tokens = 480;
+  rig.iteration_s = 0.004;
+  rig.per_sequence_s = 0.0005;
+  const CostModel cm = rig_cost_model(rig);
+  const Workload w = random_workload(seed);
+  const auto n = static_cast<RequestId>(w.size());
+  auto policy_ptr = policy(variant.policy, variant.options);
+  const auto* continuous = dynamic_cast<const ContinuousPolicy*>(policy_ptr.get());
+  const auto* fixed = dynamic_cast<const StaticPolicy*>(policy_ptr.get());
+  ASSERT_TRUE(continuous != nullptr || fixed != nullptr);
+
+  std::vector<Track> track(n);
+  SimTime last_end = SimTime::zero();
+  SimulationOptions options;
+  options.gpu_memory_utilization = 1.0;
+  options.on_iteration = [&](const Batch& batch, const IterationRecord& rec, const Policy& p) {
+    ++totals.iterations;
+    if (batch.extra_time > SimTime::zero()) ++totals.swapped_iterations;
+    // Time never goes backwards; nothing runs before it arrives.
+    ASSERT_GE(rec.start, last_end);
+    ASSERT_GT(rec.duration, SimTime::zero());
+    last_end = rec.start + rec.duration;
+    ASSERT_FALSE(batch.items.empty());
+    int64_t tokens = 0;
+    for (const BatchItem& item : batch.items) {
+      ASSERT_LE(w[item.id].arrival, rec.start);
+      tokens += item.new_tokens;
+    }
+    if (continuous != nullptr) {
+      ASSERT_LE(tokens, continuous->token_budget());
+      ASSERT_EQ(batch.shape.total_tokens(), tokens);  // no padding in continuous batching
+      ASSERT_LE(static_cast<int64_t>(batch.items.size()), continuous->config().max_num_seqs);
+      ASSERT_LE(static_cast<int64_t>(continuous->num_running()), continuous->config().max_num_seqs);
+    } else {
+      ASSERT_LE(static_cast<int64_t>(batch.items.size()), fixed->config().batch_size);
+      ASSERT_GE(batch.shape.total_tokens(), tokens);  // padding and finished rows only add
+    }
+    // Every output token exactly once.
+    for (const BatchItem& item : batch.items) {
+      Track& t = track[item.id];
+      ASSERT_FALSE(t.finished) << "request " << item.id << " scheduled after it finished";
+      t.scheduled = true;
+      if (item.context_before != t.computed) {
+        // Only a recompute preemption moves a request back, and then to zero.
+        ASSERT_EQ(item.context_before, 0) << "request " << item.id;
+        ++t.recomputes;
+        t.computed = 0;
+      }
+      const int64_t known = w[item.id].prompt_tokens + t.generated;
+      ASSERT_GE(item.new_tokens, 1);
+      ASSERT_LE(t.computed + item.new_tokens, known);
+      t.computed += item.new_tokens;
+      if (t.computed == known) {
+        ++t.generated;
+        if (t.generated == w[item.id].output_tokens) t.finished = true;
+      }
+      // The KV of a request still running covers exactly what it has computed.
+      if (!t.finished && continuous != nullptr) {
+        ASSERT_TRUE(p.kv_cache().holds(item.id));
+        ASSERT_EQ(p.kv_cache().tokens_of(item.id), t.computed);
+      }
+    }
+    check_kv(p.kv_cache(), n);
+  };
+  Simulation sim(w, *policy_ptr, cm, options);
+  const SimulationResult result = sim.run();
+  if (::testing::Test::HasFatalFailure()) return;
+
+  int64_t completed = 0, rejected = 0, output_tokens = 0, recomputes = 0;
+  for (RequestId id = 0; id < n; ++id) {
+    const RequestRecord& r = result.requests[id];
+    const Track& t = track[id];
+    recomputes += t.recomputes;
+    if (r.state == RequestState::kFinished) {
+      ++completed;
+      output_tokens += r.output_tokens;
+      EXPECT_TRUE(t.finished) << id;
+      EXPECT_EQ(t.generated, r.output_tokens) << id;
+      EXPECT_LE(r.first_token, r.finished);
+    } else {
+      ASSERT_EQ(r.state, RequestState::kRejected) << id;
+      ++rejected;
+      EXPECT_FALSE(r.reject_reason.empty()) << id;
+      EXPECT_FALSE(t.scheduled) << "rejected request " << id << " had been scheduled";
+    }
+  }
+  EXPECT_EQ(completed + rejected, n);
+  EXPECT_EQ(result.summary.requests_completed, completed);
+  EXPECT_EQ(result.summary.requests_rejected, rejected);
+  EXPECT_EQ(result.summary.output_tokens, output_tokens);
+  EXPECT_GE(result.summary.preemptions, recomputes);
+  if (fixed != nullptr) {
+    EXPECT_EQ(result.summary.preemptions, 0);
+  }
+  EXPECT_LE(result.summary.kv_used_fraction_peak, result.summary.kv_allocated_fraction_peak + 1e-12);
+  EXPECT_LE(result.summary.kv_allocated_fraction_peak, 1.0);
+  // The policy's queues are empty and its KV cache is back to empty.
+  EXPECT_TRUE(policy_ptr->idle());
+  EXPECT_EQ(policy_ptr->kv_cache().allocated_tokens(), 0);
+  totals.preemptions += result.summary.preemptions;
+  totals.rejected += rejected;
+}
+
+TEST(RandomizedPolicies, InvariantsHoldOnEveryIterationOfEveryPolicy) {
+  Totals totals;
+  for (const Variant& v : variants()) {
+    for (uint64_t seed = 1; seed <= 30; ++seed) {
+      run_and_check(v, seed, totals);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // The workloads are hard enough to exercise what the invariants guard.
+  EXPECT_GT(totals.preemptions, 100);
+  EXPECT_GT(totals.swapped_iterations, 10);
+  EXPECT_GT(totals.rejected, 10);
+  EXPECT_GT(totals.iterations, 10000);
+}
+
+}  // namespace
+}  // namespace batchsim::testing

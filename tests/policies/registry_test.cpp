@@ -1,0 +1,174 @@
+// The policy registry: presets mirror the engines of issue 3 item 5, user options override a
+// preset, and an unknown option or a bad value is a UserError naming it.
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "policies/continuous_policy.h"
+#include "policies/static_policy.h"
+#include "policy_test_rig.h"
+
+namespace batchsim::testing {
+namespace {
+
+std::string user_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return "";
+}
+
+// The config a continuous preset resolves to, once attached to a run (the default budget
+// depends on max_model_len).
+const ContinuousPolicy& as_continuous(const Policy& p) {
+  const auto* c = dynamic_cast<const ContinuousPolicy*>(&p);
+  EXPECT_NE(c, nullptr) << p.name();
+  return *c;
+}
+
+TEST(Registry, PresetsMirrorTheirEngines) {
+  {
+    auto p = policy("hf-static");
+    const auto& c = dynamic_cast<const StaticPolicy&>(*p).config();
+    EXPECT_TRUE(c.pad);
+    EXPECT_FALSE(c.release_per_request);
+  }
+  {
+    auto p = policy("ft-static");
+    const auto& c = dynamic_cast<const StaticPolicy&>(*p).config();
+    EXPECT_FALSE(c.pad);
+    EXPECT_TRUE(c.release_per_request);
+  }
+  {
+    auto p = policy("orca");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_FALSE(c.paged);
+    EXPECT_TRUE(c.reserve_max_model_len);
+    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.chunked);
+  }
+  {
+    auto p = policy("tgi");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_TRUE(c.paged);
+    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.chunked);
+  }
+  {
+    auto p = policy("vllm-v0");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_TRUE(c.paged);
+    EXPECT_FALSE(c.mixed_prefill);
+    EXPECT_FALSE(c.chunked);
+    EXPECT_FALSE(c.swap);
+    EXPECT_DOUBLE_EQ(c.watermark, 0.01);
+    EXPECT_EQ(c.max_num_seqs, 256);
+    EXPECT_EQ(c.max_num_batched_tokens, 0);  // max(max_model_len, 2048), resolved at attach
+    EXPECT_EQ(c.block_size, 16);
+  }
+  {
+    auto p = policy("vllm");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_TRUE(c.chunked);
+    EXPECT_EQ(c.max_num_batched_tokens, 2048);
+    EXPECT_EQ(c.max_num_seqs, 256);
+    EXPECT_FALSE(c.swap);
+    EXPECT_EQ(c.max_num_partial_prefills, 1);
+    EXPECT_EQ(c.long_prefill_token_threshold, 0);
+  }
+  {
+    auto p = policy("sarathi");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_TRUE(c.chunked);
+    EXPECT_EQ(c.max_num_batched_tokens, 512);
+  }
+}
+
+TEST(Registry, TheDefaultBudgetWithoutChunkingIsMaxOfContextAnd2048) {
+  // vLLM v0 SchedulerConfig: max_num_batched_tokens = max(max_model_len, 2048).
+  for (int context : {1024, 4096}) {
+    RigOptions o;
+    o.max_context_tokens = context;
+    const CostModel cm = rig_cost_model(o);
+    auto p = policy("vllm-v0");
+    run_recorded(*p, make_workload({{0, 4, 2}}), cm);
+    EXPECT_EQ(as_continuous(*p).token_budget(), std::max(context, 2048));
+  }
+}
+
+TEST(Registry, AUserOptionOverridesThePreset) {
+  EXPECT_TRUE(as_continuous(*policy("vllm-v0", {{"prefill", "mixed"}})).config().mixed_prefill);
+  EXPECT_DOUBLE_EQ(as_continuous(*policy("vllm-v0", {{"watermark", "0"}})).config().watermark, 0.0);
+  EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_batched_tokens", "8192"}}))
+                .config()
+                .max_num_batched_tokens,
+            8192);
+  EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
+  auto hf = policy("hf-static", {{"pad", "false"}, {"batch_size", "16"}});
+  EXPECT_FALSE(dynamic_cast<const StaticPolicy&>(*hf).config().pad);
+  EXPECT_EQ(dynamic_cast<const StaticPolicy&>(*hf).config().batch_size, 16);
+}
+
+TEST(Registry, AnUnknownOptionIsAnErrorNamingIt) {
+  std::string msg = user_error([] { policy("tgi", {{"bogus_knob", "1"}}); });
+  EXPECT_NE(msg.find("bogus_knob"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tgi"), std::string::npos) << msg;
+  // Chunking options belong to the chunked schedulers only.
+  msg = user_error([] { policy("vllm-v0", {{"long_prefill_token_threshold", "64"}}); });
+  EXPECT_NE(msg.find("long_prefill_token_threshold"), std::string::npos) << msg;
+  msg = user_error([] { policy("vllm", {{"prefill", "exclusive"}}); });
+  EXPECT_NE(msg.find("prefill"), std::string::npos) << msg;
+  msg = user_error([] { policy("hf-static", {{"max_num_seqs", "4"}}); });
+  EXPECT_NE(msg.find("max_num_seqs"), std::string::npos) << msg;
+}
+
+TEST(Registry, ABadValueIsAnErrorNamingTheOption) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"kv", "contiguous"}, {"watermark", "0.9"}, {"max_num_seqs", "0"},
+           {"preemption", "kill"}, {"block_size", "x"}}) {
+    const std::string msg = user_error([&] { policy("continuous", {{key, value}}); });
+    EXPECT_NE(msg.find(key + "=" + value), std::string::npos) << msg;
+  }
+  const std::string msg = user_error([] { policy("static", {{"release", "never"}}); });
+  EXPECT_NE(msg.find("release=never"), std::string::npos) << msg;
+}
+
+TEST(Registry, AnUnknownPolicyListsTheKnownOnes) {
+  const std::string msg = user_error([] { policy("vllm-v2"); });
+  EXPECT_NE(msg.find("vllm-v2"), std::string::npos) << msg;
+  for (const PolicyInfo& info : registered_policies()) {
+    EXPECT_NE(msg.find(info.name), std::string::npos) << msg;
+  }
+}
+
+TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
+  // `batchsim list policies` prints each preset's options and its base's option table: every
+  // option a preset sets must appear there, with a description.
+  std::set<std::string> names;
+  for (const PolicyInfo& info : registered_policies()) {
+    EXPECT_TRUE(names.insert(info.name).second) << "duplicate " << info.name;
+    EXPECT_FALSE(info.description.empty());
+    const auto& docs = policy_option_docs(info.base);
+    for (const auto& [key, value] : info.preset) {
+      const bool documented = std::any_of(docs.begin(), docs.end(), [&](const PolicyOptionDoc& d) {
+        return d.key == key && !d.description.empty();
+      });
+      EXPECT_TRUE(documented) << info.name << " sets undocumented " << key;
+    }
+    // And every documented option is accepted by the base.
+    for (const PolicyOptionDoc& d : docs) {
+      std::string value = d.default_value;
+      if (d.key == "max_num_batched_tokens") value = "4096";
+      EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
+    }
+  }
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi"}) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace batchsim::testing

@@ -1,0 +1,424 @@
+// Iteration-exact scenario tables: which requests run in iterations i..j, with how many tokens.
+// Every iteration of the rig's GPU costs 10 ms, whatever the batch; requests are named A, B, ...
+// in id order.
+#include <gtest/gtest.h>
+
+#include "policies/continuous_policy.h"
+#include "policies/static_policy.h"
+#include "policy_test_rig.h"
+
+namespace batchsim::testing {
+namespace {
+
+constexpr RequestId A = 0, B = 1, C = 2, D = 3, E = 4, F = 5;
+
+double ms(SimTime t) { return static_cast<double>(t.ns()) / 1e6; }
+
+// The continuous-batching write-up (Anyscale, "How continuous batching enables 23x throughput
+// in LLM inference", 2023; issue 2 item 6): A, B, C, D need 5, 50, 10, 100 output tokens on 4
+// slots, E and F wait. Each prompt is 4 tokens; the prefill produces the first output token.
+Workload write_up_workload() {
+  return make_workload({{0, 4, 5}, {0, 4, 50}, {0, 4, 10}, {0, 4, 100}, {0, 4, 20}, {0, 4, 30}});
+}
+
+TEST(WriteUpScenario, StaticHoldsTheBatchUntilItsLongestSequenceEnds) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("hf-static", write_up_workload(), cm, {{"batch_size", "4"}});
+  // D's 100 tokens take iterations 0..99 (prefill + 99 decodes); E and F wait for all of them.
+  expect_states(run, {
+      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+      {5, 9, {{B, 1}, {C, 1}, {D, 1}}},
+      {10, 49, {{B, 1}, {D, 1}}},
+      {50, 99, {{D, 1}}},
+      {100, 100, {{E, 4}, {F, 4}}},
+      {101, 119, {{E, 1}, {F, 1}}},
+      {120, 129, {{F, 1}}},
+  });
+  EXPECT_EQ(run.steps.size(), 130u);
+  // HF pipeline: finished rows keep computing padding tokens; their slots are bubbles.
+  EXPECT_EQ(run.steps[5].shape.num_decodes, 4);
+  EXPECT_EQ(run.steps[5].bubble_slots, 1);
+  EXPECT_EQ(run.steps[50].shape.num_decodes, 4);
+  EXPECT_EQ(run.steps[50].bubble_slots, 3);
+  const auto& recs = run.result.requests;
+  EXPECT_DOUBLE_EQ(ms(recs[D].finished), 1000.0);
+  EXPECT_DOUBLE_EQ(ms(recs[E].first_scheduled), 1000.0);
+  // Bubbles: 1*5 + 2*40 + 3*50 slots of A, C, B after they end, then 1*10 of E.
+  const double bubbles = 5 + 80 + 150 + 10;
+  const double useful = 4 * 5 + 3 * 5 + 2 * 40 + 50 + 2 * 20 + 10;
+  EXPECT_NEAR(run.result.summary.bubble_fraction, bubbles / (bubbles + useful), 1e-12);
+}
+
+TEST(WriteUpScenario, FasterTransformerStyleStopsComputingFinishedRowsButKeepsTheirSlots) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("ft-static", write_up_workload(), cm, {{"batch_size", "4"}});
+  expect_states(run, {{5, 9, {{B, 1}, {C, 1}, {D, 1}}}, {50, 99, {{D, 1}}}, {100, 100, {{E, 4}, {F, 4}}}});
+  EXPECT_EQ(run.steps[50].shape.num_decodes, 1);  // no compute for finished rows
+  EXPECT_EQ(run.steps[50].bubble_slots, 3);       // but their slots stay idle
+}
+
+TEST(WriteUpScenario, ContinuousAdmitsEWhenAEndsAndFWhenCEnds) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("tgi", write_up_workload(), cm, {{"max_num_seqs", "4"}});
+  expect_states(run, {
+      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+      {5, 5, {{B, 1}, {C, 1}, {D, 1}, {E, 4}}},  // A ended in iteration 4: E takes its slot
+      {6, 9, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
+      {10, 10, {{B, 1}, {D, 1}, {E, 1}, {F, 4}}},  // C ended in iteration 9: F takes its slot
+      {11, 24, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
+      {25, 39, {{B, 1}, {D, 1}, {F, 1}}},
+      {40, 49, {{B, 1}, {D, 1}}},
+      {50, 99, {{D, 1}}},
+  });
+  EXPECT_EQ(run.steps.size(), 100u);
+  EXPECT_EQ(run.result.summary.bubble_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[E].first_token), 60.0);
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[F].first_token), 110.0);
+}
+
+TEST(WriteUpScenario, ExclusivePrefillAdmitsInAPrefillOnlyIteration) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("vllm-v0", write_up_workload(), cm, {{"max_num_seqs", "4"}});
+  expect_states(run, {
+      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+      {5, 5, {{E, 4}}},  // the decodes of B, C, D stall for E's prefill
+      {6, 10, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
+      {11, 11, {{F, 4}}},
+      {12, 12, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
+  });
+}
+
+// A long prompt L arrives (t = 25 ms, during iteration 2) while A and B decode.
+Workload long_prompt_workload() {
+  return make_workload({{0, 8, 20}, {0, 8, 20}, {0.025, 200, 3}});
+}
+constexpr RequestId L = 2;
+
+TEST(LongPromptScenario, ExclusivePrefillStallsTheDecodesForAnIteration) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("vllm-v0", long_prompt_workload(), cm);
+  expect_states(run, {
+      {0, 0, {{A, 8}, {B, 8}}},
+      {1, 2, {{A, 1}, {B, 1}}},
+      {3, 3, {{L, 200}}},
+      {4, 5, {{A, 1}, {B, 1}, {L, 1}}},
+  });
+  // A's gap between tokens spans the stalled iteration.
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[A].max_tbt), 20.0);
+}
+
+TEST(LongPromptScenario, MixedPrefillRunsTheWholePromptWithTheDecodes) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run = run_preset("tgi", long_prompt_workload(), cm);
+  expect_states(run, {{1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{A, 1}, {B, 1}, {L, 200}}}});
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[A].max_tbt), 10.0);
+}
+
+TEST(LongPromptScenario, ChunkedPrefillNeverStallsTheDecodes) {
+  const CostModel cm = rig_cost_model();
+  const RecordedRun run =
+      run_preset("sarathi", long_prompt_workload(), cm, {{"max_num_batched_tokens", "64"}});
+  expect_states(run, {
+      {0, 0, {{A, 8}, {B, 8}}},
+      {1, 2, {{A, 1}, {B, 1}}},
+      {3, 5, {{A, 1}, {B, 1}, {L, 62}}},  // decodes first, the chunk gets the rest
+      {6, 6, {{A, 1}, {B, 1}, {L, 14}}},  // 3 * 62 + 14 = 200: L samples its first token
+      {7, 8, {{A, 1}, {B, 1}, {L, 1}}},
+  });
+  // Each chunk attends to the KV of the earlier ones: the cost model sees its context offset.
+  for (int it = 3; it <= 6; ++it) {
+    ASSERT_EQ(run.steps[it].shape.prefills.size(), 1u);
+    EXPECT_EQ(run.steps[it].shape.prefills[0].context_before, 62 * (it - 3));
+    EXPECT_EQ(run.steps[it].item(L)->context_before, 62 * (it - 3));
+    EXPECT_EQ(run.steps[it].shape.num_decodes, 2);
+  }
+  EXPECT_EQ(run.steps[5].shape.num_sampled, 2);  // a partial chunk does not sample
+  EXPECT_EQ(run.steps[6].shape.num_sampled, 3);
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[A].max_tbt), 10.0);
+  EXPECT_DOUBLE_EQ(ms(run.result.requests[L].first_token), 70.0);
+}
+
+TEST(LongPromptScenario, TheCostModelChargesAChunkForTheContextItAttendsTo) {
+  // On a real model the same 62-token chunk costs more the more KV it attends to.
+  const CostModel cm(resolve_model("opt-13b"), resolve_gpu("a100-40gb"));
+  BatchShape first, last;
+  first.add_prefill(62, 0);
+  last.add_prefill(62, 4000);
+  EXPECT_GT(cm.iteration(last).prefill_attention_s, cm.iteration(first).prefill_attention_s);
+}
+
+TEST(ChunkedPrefill, LongPrefillThresholdCapsOneRequestsChunk) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 100, 2}, {0, 100, 2}});
+  // One partial prefill at a time: B waits until A's last chunk leaves room to start.
+  const RecordedRun one = run_preset("sarathi", w, cm,
+                                     {{"max_num_batched_tokens", "256"},
+                                      {"long_prefill_token_threshold", "32"}});
+  expect_states(one, {
+      {0, 2, {{A, 32}}},          // B would be cut too, while A's prefill is unfinished
+      {3, 3, {{A, 4}, {B, 32}}},  // A's last chunk completes its prefill: B may start
+      {4, 4, {{A, 1}, {B, 32}}},
+      {5, 5, {{B, 32}}},
+      {6, 6, {{B, 4}}},
+      {7, 7, {{B, 1}}},
+  });
+  EXPECT_EQ(one.steps.size(), 8u);
+  // Two partial prefills may advance together.
+  const RecordedRun two = run_preset("sarathi", w, cm,
+                                     {{"max_num_batched_tokens", "256"},
+                                      {"long_prefill_token_threshold", "32"},
+                                      {"max_num_partial_prefills", "2"}});
+  expect_states(two, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
+}
+
+TEST(ChunkedPrefill, NewRequestsFillTheBudgetLeftByTheDecodes) {
+  const CostModel cm = rig_cost_model();
+  // A decodes; B and C arrive later with 40-token prompts; budget 48.
+  const Workload w = make_workload({{0, 4, 10}, {0.015, 40, 3}, {0.015, 40, 3}});
+  const RecordedRun run = run_preset("vllm", w, cm, {{"max_num_batched_tokens", "48"},
+                                                    {"max_num_seqs", "4"}});
+  expect_states(run, {
+      {0, 0, {{A, 4}}},
+      {1, 1, {{A, 1}}},
+      // t = 20 ms: A's decode, B's whole prompt (40), C cut to the remaining 7.
+      {2, 2, {{A, 1}, {B, 40}, {C, 7}}},
+      {3, 3, {{A, 1}, {B, 1}, {C, 33}}},
+  });
+}
+
+// KV exhaustion: 10 blocks of 4 tokens; A and B (prompt 8, output 20) each grow to 7 blocks.
+// Both fit up to 20 tokens (5 blocks each); when A needs its 6th block in iteration 13 the
+// newest running request, B, is preempted; it comes back when A has finished.
+Workload kv_pressure_workload() { return make_workload({{0, 8, 20}, {0, 8, 20}}); }
+RigOptions kv_pressure_rig() {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;
+  return o;
+}
+
+void expect_preempted_and_readmitted(const RecordedRun& run, int32_t b_readmit_tokens) {
+  expect_states(run, {
+      {0, 0, {{A, 8}, {B, 8}}},
+      {1, 12, {{A, 1}, {B, 1}}},
+      {13, 19, {{A, 1}}},  // B preempted; it does not fit again until A ends
+      {20, 20, {{B, b_readmit_tokens}}},
+      {21, 26, {{B, 1}}},
+  });
+  EXPECT_EQ(run.steps.size(), 27u);
+  EXPECT_EQ(run.result.requests[A].preemptions, 0);
+  EXPECT_EQ(run.result.requests[B].preemptions, 1);
+  EXPECT_EQ(run.result.summary.preemptions, 1);
+  EXPECT_EQ(run.result.summary.requests_completed, 2);
+  EXPECT_EQ(run.result.summary.output_tokens, 40);
+}
+
+TEST(Preemption, RecomputeFreesTheNewestAndReprefillsPromptPlusGenerated) {
+  const CostModel cm = rig_cost_model(kv_pressure_rig());
+  for (const char* name : {"tgi", "vllm-v0", "vllm"}) {
+    SCOPED_TRACE(name);
+    const RecordedRun run = run_preset(name, kv_pressure_workload(), cm, {{"block_size", "4"}});
+    // B had 13 tokens when preempted: it prefills 8 + 13 = 21 tokens again from scratch.
+    expect_preempted_and_readmitted(run, 21);
+    EXPECT_EQ(run.steps[20].item(B)->context_before, 0);
+    EXPECT_EQ(run.steps[12].kv_allocated_tokens, 40);  // every block in use before preempting
+    EXPECT_EQ(run.steps[13].kv_allocated_tokens, 24);  // B's 5 blocks freed, A grew by one
+  }
+}
+
+TEST(Preemption, SwapMovesTheVictimsKvOverPcieBothWays) {
+  const CostModel cm = rig_cost_model(kv_pressure_rig());
+  const RecordedRun run = run_preset("tgi", kv_pressure_workload(), cm,
+                                     {{"block_size", "4"}, {"preemption", "swap"}});
+  // B keeps its 20 computed tokens on the host and resumes with a decode after them.
+  expect_preempted_and_readmitted(run, 1);
+  EXPECT_EQ(run.steps[20].item(B)->context_before, 20);
+  // 20 tokens * 256 bytes at 256 kB/s = 20 ms, out in iteration 13 and back in iteration 20.
+  EXPECT_DOUBLE_EQ(ms(run.steps[13].duration), 30.0);
+  EXPECT_DOUBLE_EQ(ms(run.steps[20].duration), 30.0);
+  EXPECT_DOUBLE_EQ(ms(run.steps[14].duration), 10.0);
+}
+
+TEST(Preemption, SwapInComesBeforeNewRequests) {
+  const CostModel cm = rig_cost_model(kv_pressure_rig());
+  // C (small) arrives while B is swapped out: vLLM v0 admits no prefill while `swapped` is
+  // non-empty, so C waits for B to be swapped back in even though C would fit earlier.
+  const Workload w = make_workload({{0, 8, 20}, {0, 8, 20}, {0.15, 2, 2}});
+  const RecordedRun run = run_preset("tgi", w, cm, {{"block_size", "4"}, {"preemption", "swap"}});
+  expect_states(run, {{13, 19, {{A, 1}}}, {20, 20, {{B, 1}, {C, 2}}}});
+}
+
+TEST(Preemption, ReservedKvNeverPreempts) {
+  const CostModel cm = rig_cost_model(kv_pressure_rig());
+  // Each request reserves 8 + 20 - 1 = 27 tokens up front: B waits until A ends.
+  const RecordedRun run = run_preset("continuous", kv_pressure_workload(), cm, {{"kv", "reserve"}});
+  expect_states(run, {{0, 0, {{A, 8}}}, {1, 19, {{A, 1}}}, {20, 20, {{B, 8}}}, {21, 39, {{B, 1}}}});
+  EXPECT_EQ(run.result.summary.preemptions, 0);
+  EXPECT_EQ(run.steps[0].kv_allocated_tokens, 27);
+  EXPECT_EQ(run.steps[0].kv_used_tokens, 8);
+}
+
+TEST(ReservedKv, OrcaReservesMaxModelLenSoFewerRequestsRunAtOnce) {
+  RigOptions o;
+  o.kv_capacity_tokens = 200;
+  o.max_context_tokens = 64;
+  const CostModel cm = rig_cost_model(o);
+  const Workload w = make_workload({{0, 4, 4}, {0, 4, 4}, {0, 4, 4}, {0, 4, 4}, {0, 4, 4}});
+  // 200 / 64 = 3 reservations of max_model_len at a time.
+  const RecordedRun orca = run_preset("orca", w, cm);
+  expect_states(orca, {{0, 0, {{0, 4}, {1, 4}, {2, 4}}}, {1, 3, {{0, 1}, {1, 1}, {2, 1}}},
+                       {4, 4, {{3, 4}, {4, 4}}}});
+  EXPECT_EQ(orca.steps[0].kv_allocated_tokens, 3 * 64);
+  // Paged KV holds only what is written: all five run at once.
+  const RecordedRun paged = run_preset("tgi", w, cm);
+  expect_states(paged, {{0, 0, {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 4}}}});
+}
+
+TEST(Admission, MaxNumSeqsBoundsTheRunningSet) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 4, 3}, {0, 4, 3}, {0, 4, 3}});
+  const RecordedRun run = run_preset("tgi", w, cm, {{"max_num_seqs", "2"}});
+  expect_states(run, {{0, 0, {{A, 4}, {B, 4}}}, {1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{C, 4}}}});
+}
+
+TEST(Admission, FcfsHeadOfLineASmallRequestNeverOvertakes) {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;  // 10 blocks of 4
+  const CostModel cm = rig_cost_model(o);
+  // A holds 5 blocks; B needs 6 and waits; C needs 1 and would fit, but stays behind B.
+  const Workload w = make_workload({{0, 20, 3}, {0, 24, 2}, {0, 4, 2}});
+  for (const char* name : {"tgi", "vllm-v0", "vllm"}) {
+    SCOPED_TRACE(name);
+    const RecordedRun run = run_preset(name, w, cm, {{"block_size", "4"}});
+    expect_states(run, {{0, 0, {{A, 20}}}, {1, 2, {{A, 1}}}, {3, 3, {{B, 24}, {C, 4}}}});
+  }
+}
+
+TEST(Admission, WatermarkKeepsBlocksFreeAtAdmissionButNotForGrowth) {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;  // 10 blocks of 4
+  const CostModel cm = rig_cost_model(o);
+  // watermark 0.2 keeps 2 blocks free at admission. A (8 tokens, 2 blocks) and B (20 tokens,
+  // 5 blocks) are admitted (10 - 7 = 3 >= 2); C (8 tokens) would leave 1 < 2: it waits,
+  // although 3 blocks are free.
+  const Workload w = make_workload({{0, 8, 3}, {0, 20, 3}, {0, 8, 3}});
+  const RecordedRun run = run_preset("vllm-v0", w, cm, {{"block_size", "4"}, {"watermark", "0.2"}});
+  expect_states(run, {{0, 0, {{A, 8}, {B, 20}}}, {1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{C, 8}}}});
+  // A request whose footprint leaves less than the watermark even in an empty cache is
+  // rejected (v0 AllocStatus.NEVER), not looped on.
+  const Workload big = make_workload({{0, 30, 6}});  // 35 tokens: 9 blocks, 10 - 9 < 2
+  const RecordedRun r = run_preset("vllm-v0", big, cm, {{"block_size", "4"}, {"watermark", "0.2"}});
+  EXPECT_EQ(r.result.summary.requests_rejected, 1);
+  EXPECT_TRUE(r.steps.empty());
+}
+
+TEST(Rejection, ARequestThatCanNeverFitIsRejectedNotLoopedOn) {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;
+  o.max_context_tokens = 64;
+  const CostModel cm = rig_cost_model(o);
+  // X needs 30 + 20 - 1 = 49 KV tokens, more than the whole cache; Y exceeds the context.
+  const Workload w = make_workload({{0, 8, 4}, {0, 30, 20}, {0, 60, 10}, {0, 8, 4}});
+  for (const PolicyInfo& info : registered_policies()) {
+    SCOPED_TRACE(info.name);
+    const RecordedRun run = run_preset(info.name, w, cm);
+    const auto& recs = run.result.requests;
+    EXPECT_EQ(recs[1].state, RequestState::kRejected);
+    EXPECT_NE(recs[1].reject_reason.find("KV"), std::string::npos) << recs[1].reject_reason;
+    EXPECT_EQ(recs[2].state, RequestState::kRejected);
+    EXPECT_NE(recs[2].reject_reason.find("64"), std::string::npos) << recs[2].reject_reason;
+    if (info.name == "orca") {
+      // Orca reserves max_model_len (64) per request, more than the 40-token cache: nothing
+      // can ever be admitted, and every request says so.
+      EXPECT_EQ(run.result.summary.requests_rejected, 4);
+      EXPECT_NE(recs[0].reject_reason.find("KV"), std::string::npos) << recs[0].reject_reason;
+      EXPECT_TRUE(run.steps.empty());
+    } else {
+      EXPECT_EQ(run.result.summary.requests_completed, 2);
+      EXPECT_EQ(run.result.summary.requests_rejected, 2);
+    }
+  }
+}
+
+TEST(Rejection, APromptLongerThanTheBudgetIsRejectedUnlessChunked) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 20, 2}, {0, 4, 2}});
+  const RecordedRun plain = run_preset("tgi", w, cm, {{"max_num_batched_tokens", "16"}});
+  EXPECT_EQ(plain.result.requests[A].state, RequestState::kRejected);
+  EXPECT_NE(plain.result.requests[A].reject_reason.find("max_num_batched_tokens"),
+            std::string::npos);
+  EXPECT_EQ(plain.result.requests[B].state, RequestState::kFinished);
+  const RecordedRun chunked = run_preset("sarathi", w, cm, {{"max_num_batched_tokens", "16"}});
+  expect_states(chunked, {{0, 0, {{A, 16}}}, {1, 1, {{A, 4}, {B, 4}}}, {2, 2, {{A, 1}, {B, 1}}}});
+}
+
+TEST(Preemption, ARecomputedPrefillLongerThanTheBudgetIsChunkedNotDroppedOrOverBudget) {
+  // Budget 20 without chunking: prompts of 8 pass, but B, preempted after 17 output tokens,
+  // must prefill 25 tokens again. vLLM v0 would drop it (prompt_limit); we cut that one
+  // re-prefill at the budget. 12 blocks of 4: both fit up to 24 tokens each.
+  RigOptions o;
+  o.kv_capacity_tokens = 48;
+  const CostModel cm = rig_cost_model(o);
+  const Workload w = make_workload({{0, 8, 30}, {0, 8, 30}});
+  const RecordedRun run = run_preset("tgi", w, cm, {{"block_size", "4"}, {"max_num_batched_tokens", "20"}});
+  // At iteration 17 A needs a 7th block: B (17 tokens generated) is preempted.
+  expect_states(run, {{0, 0, {{A, 8}, {B, 8}}}, {1, 16, {{A, 1}, {B, 1}}}, {17, 29, {{A, 1}}},
+                      {30, 30, {{B, 20}}},  // B's 8 + 17 = 25 tokens, cut at the budget
+                      {31, 31, {{B, 5}}}, {32, 43, {{B, 1}}}});
+  EXPECT_EQ(run.steps.size(), 44u);
+  for (const Step& s : run.steps) EXPECT_LE(s.shape.total_tokens(), 20);
+  EXPECT_EQ(run.result.summary.requests_completed, 2);
+}
+
+TEST(StaticBatching, TimeoutStartsAPartialBatch) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload(
+      {{0, 4, 3}, {0.010, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}});
+  const RecordedRun timed = run_preset("hf-static", w, cm,
+                                       {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}});
+  expect_states(timed, {{0, 0, {{A, 4}, {B, 4}}}, {3, 3, {{C, 4}, {D, 4}, {E, 4}, {F, 4}}}});
+  EXPECT_DOUBLE_EQ(ms(timed.steps[0].start), 50.0);  // A waited batch_timeout_s
+  EXPECT_DOUBLE_EQ(ms(timed.steps[3].start), 1000.0);
+  // Without a timeout the server waits for a full batch.
+  const RecordedRun full = run_preset("hf-static", w, cm, {{"batch_size", "4"}});
+  expect_states(full, {{0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}}, {3, 3, {{E, 4}, {F, 4}}}});
+  EXPECT_DOUBLE_EQ(ms(full.steps[0].start), 1000.0);
+}
+
+TEST(StaticBatching, PaddingAndARectangularReservation) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 4, 2}, {0, 10, 5}});
+  const RecordedRun hf = run_preset("hf-static", w, cm, {{"batch_size", "2"}});
+  ASSERT_EQ(hf.steps[0].shape.prefills.size(), 2u);
+  EXPECT_EQ(hf.steps[0].shape.prefills[0].new_tokens, 10);  // padded to the longest prompt
+  EXPECT_EQ(hf.steps[0].shape.prefills[1].new_tokens, 10);
+  EXPECT_EQ(hf.steps[0].items[0].new_tokens, 4);           // but only 4 real tokens
+  EXPECT_EQ(hf.steps[0].kv_allocated_tokens, 2 * (10 + 5));
+  EXPECT_EQ(hf.steps[0].kv_used_tokens, 14);
+  // A (padded to 10) decodes its 2nd token attending over 10 positions, as B does.
+  EXPECT_EQ(hf.steps[1].shape.decode_context_sum, 2 * 11);
+  const RecordedRun ft = run_preset("ft-static", w, cm, {{"batch_size", "2"}});
+  EXPECT_EQ(ft.steps[0].shape.prefills[0].new_tokens, 4);
+  EXPECT_EQ(ft.steps[0].shape.prefills[1].new_tokens, 10);
+  EXPECT_EQ(ft.steps[0].kv_allocated_tokens, 2 * (10 + 5));  // the cache is still [2, 15]
+  EXPECT_EQ(ft.steps[1].shape.decode_context_sum, 5 + 11);
+}
+
+TEST(StaticBatching, TheBatchIsCutToWhatTheKvReservationAllows) {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;
+  const CostModel cm = rig_cost_model(o);
+  // 16 tokens per row: 2 rows fit in 40, not 3 (also without padding: the cache is rectangular).
+  const Workload w = make_workload({{0, 8, 8}, {0, 8, 8}, {0, 4, 8}, {0, 4, 8}});
+  for (const char* name : {"hf-static", "ft-static"}) {
+    SCOPED_TRACE(name);
+    const RecordedRun run = run_preset(name, w, cm, {{"batch_size", "4"}});
+    expect_states(run, {{0, 0, {{A, 8}, {B, 8}}}, {8, 8, {{C, 4}, {D, 4}}}});
+    EXPECT_EQ(run.result.summary.requests_completed, 4);
+  }
+}
+
+}  // namespace
+}  // namespace batchsim::testing
