@@ -76,11 +76,18 @@ class CuptiTimer final : public KernelTimer {
   CuptiTimer() {
     BATCHSIM_CUDA_CHECK(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed));
     BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    // External-correlation records are emitted alongside API activity records ("when a CUPTI
+    // activity API record is created while within an external API region", cupti_activity.h),
+    // so the runtime and driver API kinds must be on too; their records are ignored.
+    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
     BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
   }
   ~CuptiTimer() override {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
   CuptiTimer(const CuptiTimer&) = delete;

@@ -79,6 +79,20 @@ class Session {
     BATCHSIM_CUDA_CHECK(cudaDeviceSynchronize());  // setup (fills, uploads) done before timing
     launch();  // warm-up: first-launch costs (module load, heuristics caches) stay out
     BATCHSIM_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    try {
+      return measure_with_current_timer(launch);
+    } catch (const CudaError& e) {
+      // CUPTI passed its self-test but failed later (dropped or missing records): finish the
+      // run with CUDA events rather than lose it. Rows say which timer they used.
+      if (timer_->kind() != TimerKind::kCupti) throw;
+      log_ << "CUPTI failed (" << e.what() << "); switching to CUDA events\n";
+      std::string why;
+      timer_ = make_kernel_timer(false, stream_.get(), why);
+      return measure_with_current_timer(launch);
+    }
+  }
+
+  SampleSummary measure_with_current_timer(const std::function<void()>& launch) {
     StoppingCriterion criterion(options_.quick ? StoppingRule::quick() : full_rule());
     const Clock::time_point point_start = Clock::now();
     const auto flush = [this] { flusher_.flush(stream_.get()); };
@@ -183,6 +197,7 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype) {
           gemm.run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream());
         });
       }
+      row.timer = s.timer_kind();
       csv.write(row);
       ++rows;
     }
@@ -258,7 +273,6 @@ AttentionRow attention_row(Session& s, const CalibrationModel& model, int tp) {
   row.block_size_tokens = kDefaultBlockSizeTokens;
   row.max_model_len_tokens = kMaxModelLenTokens;
   row.dtype = "bf16";
-  row.timer = s.timer_kind();
   return row;
 }
 
@@ -292,6 +306,7 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     row.attention_backend = batch->partition_size_tokens ? "batchsim_paged_v2" : "batchsim_paged_v1";
     row.num_partitions = batch->partition_size_tokens ? ceil_div(p.max_context_tokens(), batch->partition_size_tokens) : 1;
     row.stats = s.measure([&] { launch_paged_decode_attention(batch->args, batch->partition_size_tokens, s.stream()); });
+    row.timer = s.timer_kind();
     (p.mixed ? csv.mixed : csv.uniform).write(row);
     ++decode_rows;
   }
@@ -326,6 +341,7 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     row.is_prefill = true;
     row.attention_backend = "batchsim_prefill_tiled";
     row.stats = s.measure([&] { launch_prefill_attention(args, s.stream()); });
+    row.timer = s.timer_kind();
     csv.uniform.write(row);
     ++prefill_rows;
   }
@@ -385,6 +401,9 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
       measure_gemms(s, model, GemmDtype::kFp16);
     }
   }
+  // Again at the end: the timer may have fallen back to CUDA events during the run.
+  info.timer = s.timer_kind() == TimerKind::kCupti ? "cupti" : "cuda_event";
+  write_device_info_json(info, options.out_dir / "device.json");
   log << "measurements written to " << options.out_dir.string() << "\n";
 }
 
