@@ -266,7 +266,7 @@ std::optional<DeviceDecodeBatch> make_decode_batch(Session& s, const DecodeAtten
   return d;
 }
 
-AttentionRow attention_row(Session& s, const CalibrationModel& model, int tp) {
+AttentionRow attention_row(const CalibrationModel& model, int tp) {
   AttentionRow row;
   row.model = &model;
   row.tensor_parallel = tp;
@@ -297,7 +297,7 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
       ++skipped;
       continue;
     }
-    AttentionRow row = attention_row(s, model, tp);
+    AttentionRow row = attention_row(model, tp);
     row.batch_size = p.batch_size;
     row.kv_cache_size_tokens = static_cast<int>(std::lround(static_cast<double>(p.total_context_tokens()) / p.batch_size));
     row.kv_cache_size_max_tokens = p.max_context_tokens();
@@ -332,7 +332,7 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     const PrefillAttentionArgs args{q.get(), k.get(), v.get(), dtable.get(), out.get(), heads, kv_heads, d,
                                     kDefaultBlockSizeTokens, p.prior_tokens, p.chunk_tokens,
                                     1.0f / std::sqrt(static_cast<float>(d))};
-    AttentionRow row = attention_row(s, model, tp);
+    AttentionRow row = attention_row(model, tp);
     row.batch_size = 1;
     row.prefill_chunk_size_tokens = p.chunk_tokens;
     row.kv_cache_size_tokens = p.prior_tokens;
