@@ -1,6 +1,8 @@
 // Helpers shared by the hwmodel test files.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -9,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "hwmodel/error.h"
+#include "hwmodel/hardware_profile.h"
 
 namespace batchsim::testing {
 
@@ -30,6 +33,61 @@ inline std::string user_error_message(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "expected a UserError";
   return "";
+}
+
+// Every field of two profiles equal within a relative tolerance (names and sources exactly
+// when `compare_text`).
+inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile& b,
+                                 double rel_tol, bool compare_text = true) {
+  auto near = [rel_tol](double x, double y, const char* what) {
+    EXPECT_NEAR(x, y, rel_tol * std::max(std::abs(x), std::abs(y))) << what;
+  };
+  if (compare_text) {
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.source, b.source);
+  }
+  EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+  near(a.peak_flops, b.peak_flops, "peak_flops");
+  near(a.hbm_bytes_per_s, b.hbm_bytes_per_s, "hbm_bytes_per_s");
+  near(a.interconnect_bytes_per_s, b.interconnect_bytes_per_s, "interconnect_bytes_per_s");
+  near(a.interconnect_latency_s, b.interconnect_latency_s, "interconnect_latency_s");
+  near(a.pcie_bytes_per_s, b.pcie_bytes_per_s, "pcie_bytes_per_s");
+  near(a.gemm_eta_max, b.gemm_eta_max, "gemm_eta_max");
+  near(a.gemm_m_half, b.gemm_m_half, "gemm_m_half");
+  near(a.gemm_roofline_exponent, b.gemm_roofline_exponent, "gemm_roofline_exponent");
+  near(a.hbm_efficiency, b.hbm_efficiency, "hbm_efficiency");
+  near(a.prefill_attention_efficiency, b.prefill_attention_efficiency,
+       "prefill_attention_efficiency");
+  near(a.prefill_attention_causal_efficiency, b.prefill_attention_causal_efficiency,
+       "prefill_attention_causal_efficiency");
+  near(a.decode_attention_efficiency, b.decode_attention_efficiency,
+       "decode_attention_efficiency");
+  near(a.decode_attention_per_seq_s, b.decode_attention_per_seq_s, "decode_attention_per_seq_s");
+  near(a.kernel_launch_s, b.kernel_launch_s, "kernel_launch_s");
+  near(a.iteration_overhead_s, b.iteration_overhead_s, "iteration_overhead_s");
+  near(a.iteration_overhead_per_seq_s, b.iteration_overhead_per_seq_s,
+       "iteration_overhead_per_seq_s");
+  near(a.iteration_overhead_per_extra_worker_s, b.iteration_overhead_per_extra_worker_s,
+       "iteration_overhead_per_extra_worker_s");
+  near(a.attention_launch_s, b.attention_launch_s, "attention_launch_s");
+  near(a.prefill_attention_per_head_token_s, b.prefill_attention_per_head_token_s,
+       "prefill_attention_per_head_token_s");
+  near(a.decode_attention_per_seq_kv_head_s, b.decode_attention_per_seq_kv_head_s,
+       "decode_attention_per_seq_kv_head_s");
+  near(a.decode_attention_roofline_exponent, b.decode_attention_roofline_exponent,
+       "decode_attention_roofline_exponent");
+  for (int i = 0; i < kNumElementwiseOps; ++i) {
+    near(a.elementwise[i].efficiency, b.elementwise[i].efficiency,
+         elementwise_op_name(static_cast<ElementwiseOp>(i)));
+    near(a.elementwise[i].launch_s, b.elementwise[i].launch_s,
+         elementwise_op_name(static_cast<ElementwiseOp>(i)));
+  }
+  ASSERT_EQ(a.allreduce.size(), b.allreduce.size());
+  for (size_t i = 0; i < a.allreduce.size(); ++i) {
+    EXPECT_EQ(a.allreduce[i].tp, b.allreduce[i].tp);
+    near(a.allreduce[i].latency_s, b.allreduce[i].latency_s, "allreduce latency_s");
+    near(a.allreduce[i].bytes_per_s, b.allreduce[i].bytes_per_s, "allreduce bytes_per_s");
+  }
 }
 
 }  // namespace batchsim::testing
