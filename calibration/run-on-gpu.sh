@@ -37,12 +37,28 @@ failures=()
 step() { printf '\n== %s  %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
-# CUPTI's library sits in lib64/ (package installs) or extras/CUPTI/lib64/ (runfile installs).
-for d in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib; do
-  if [ -d "$d" ]; then
-    export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export LIBRARY_PATH="$d${LIBRARY_PATH:+:$LIBRARY_PATH}"
+# CUPTI sits in include/ and lib64/ (package installs), extras/CUPTI/ (runfile installs), or a
+# pip wheel (nvidia/cuda_cupti). Find its header and library for the nvcc-only build and the
+# loader.
+CUPTI_INCLUDE="" CUPTI_LIBRARY=""
+for d in /usr/local/cuda/include /usr/local/cuda/extras/CUPTI/include; do
+  if [ -z "$CUPTI_INCLUDE" ] && [ -f "$d/cupti.h" ]; then CUPTI_INCLUDE=$d; fi
+done
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/extras/CUPTI/lib64; do
+  for f in "$d/libcupti.so" "$d"/libcupti.so.1[0-9]; do
+    if [ -z "$CUPTI_LIBRARY" ] && [ -f "$f" ]; then CUPTI_LIBRARY=$f; fi
+  done
+done
+if [ -z "$CUPTI_INCLUDE" ] || [ -z "$CUPTI_LIBRARY" ]; then
+  wheel=$(python3 -c 'import nvidia.cuda_cupti, os; print(os.path.dirname(nvidia.cuda_cupti.__file__))' 2>/dev/null || true)
+  if [ -n "$wheel" ]; then
+    [ -z "$CUPTI_INCLUDE" ] && [ -f "$wheel/include/cupti.h" ] && CUPTI_INCLUDE=$wheel/include
+    [ -z "$CUPTI_LIBRARY" ] && CUPTI_LIBRARY=$(ls "$wheel"/lib/libcupti.so* 2>/dev/null | head -1)
   fi
+fi
+echo "CUPTI: header in ${CUPTI_INCLUDE:-?}, library ${CUPTI_LIBRARY:-?}"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib ${CUPTI_LIBRARY:+"$(dirname "$CUPTI_LIBRARY")"}; do
+  if [ -d "$d" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 done
 
 step "device"
@@ -64,9 +80,11 @@ else
   step "building batchsim-calibrate with nvcc alone (CMake skipped or failed above)"
   OBJ=$BUILD_DIR/nvcc-obj
   mkdir -p "$OBJ"
+  # Every source in calibration/ belongs to the binary (see calibration/CMakeLists.txt).
   ls calibration/*.cpp calibration/*.cu | timeout 300 xargs -P "$JOBS" -I{} sh -c \
-    'nvcc -std=c++20 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$0" -c "$0/{}" -o "$1/$(basename {}).o"' "$ROOT" "$OBJ"
-  nvcc -arch=sm_90 "$OBJ"/*.o -lcublasLt -lcupti -o "$BUILD_DIR/batchsim-calibrate"
+    'nvcc -std=c++20 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$0" ${2:+-I"$2"} -c "$0/{}" -o "$1/$(basename {}).o"' \
+    "$ROOT" "$OBJ" "$CUPTI_INCLUDE"
+  nvcc -arch=sm_90 "$OBJ"/*.o -lcublasLt "${CUPTI_LIBRARY:--lcupti}" -o "$BUILD_DIR/batchsim-calibrate"
   CALIBRATE=$BUILD_DIR/batchsim-calibrate
   BATCHSIM_BUILD_PID=""
 fi
