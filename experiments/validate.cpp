@@ -70,7 +70,8 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
       ("fit-on", po::value(&o.fit_on), "model whose rows the profile is fitted on, e.g. llama-2-7b")
       ("out", po::value(&out_json), "write the report as JSON here")
       ("device", po::value(&o.device), "GPU folder of a Vidur tree, e.g. a100 or a40")
-      ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from --device)")
+      ("base-gpu", po::value(&o.base_gpu),
+       "datasheet GPU for the ceilings (default: from --device)")
       ("profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")
       ("fallback-gpu", po::value(&o.fallback_gpu),
        "profile whose attention parameters are used when the measurements have no attention")

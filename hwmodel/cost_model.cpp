@@ -1,9 +1,9 @@
 // batchsim — the roofline cost model of one iteration (see cost_model.h, roofline.h).
 #include "hwmodel/cost_model.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "hwmodel/error.h"
 
@@ -14,22 +14,21 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel)
   if (tp_ < 1) throw UserError(fmt::format("tensor parallel degree must be >= 1, got {}", tp_));
   if (model_.num_heads % tp_ != 0 || model_.ffn_size % tp_ != 0) {
     // vLLM refuses the same (vllm/config.py verify_with_parallel_config).
-    throw UserError(fmt::format(
-        "model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
-        model_.name, model_.num_heads, model_.ffn_size, tp_));
+    throw UserError(
+        fmt::format("model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
+                    model_.name, model_.num_heads, model_.ffn_size, tp_));
   }
   if (model_.num_kv_heads % tp_ != 0 && tp_ % model_.num_kv_heads != 0) {
     // KV heads are either split or replicated whole (vLLM QKVParallelLinear).
-    throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}",
-                                model_.name, model_.num_kv_heads, tp_));
+    throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}", model_.name,
+                                model_.num_kv_heads, tp_));
   }
   if (gpu_.peak_flops <= 0 || gpu_.hbm_bytes_per_s <= 0) {
-    throw UserError(fmt::format("GPU '{}': peak_flops and hbm_bytes_per_s must be > 0",
-                                gpu_.name));
+    throw UserError(fmt::format("GPU '{}': peak_flops and hbm_bytes_per_s must be > 0", gpu_.name));
   }
   if (tp_ > 1 && gpu_.interconnect_bytes_per_s <= 0) {
-    throw UserError(fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}",
-                                gpu_.name, tp_));
+    throw UserError(
+        fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
   }
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   lm_head_ = lm_head_shape(model_, tp_);
@@ -46,9 +45,8 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
     cost.gemm_s += cost.layer_gemm_s[g];
   }
   // The MLP up projection is the largest GEMM; its regime is the layer's.
-  cost.gemm_compute_bound =
-      gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)], tokens,
-                         model_.dtype_bytes);
+  cost.gemm_compute_bound = gemm_compute_bound(
+      gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)], tokens, model_.dtype_bytes);
 
   // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
   // varlen API, as vLLM calls it), so their work is summed under one roofline.
@@ -84,17 +82,17 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   cost.overhead_s = iteration_overhead_time_s(gpu_, sequences, tp_);
 
-  cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
-                 cost.lm_head_s + cost.elementwise_s + cost.communication_s + cost.overhead_s;
+  cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
+                 cost.elementwise_s + cost.communication_s + cost.overhead_s;
   return cost;
 }
 
 double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {
   const auto& g = layer_gemms_;
-  const double per_token_elements =
-      4.0 * model_.hidden_size + static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
-      static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
-      static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
+  const double per_token_elements = 4.0 * model_.hidden_size +
+                                    static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
+                                    static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
+                                    static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
   const double logits_bytes = static_cast<double>(kSamplerRows) * lm_head_.n * 4.0;
   return kRuntimeReserveBytes +
          static_cast<double>(activation_tokens) * per_token_elements * model_.dtype_bytes +
@@ -108,8 +106,8 @@ int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization) const {
 int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization,
                                       int64_t activation_tokens) const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
-    throw UserError(fmt::format("gpu memory utilization must be in (0, 1], got {}",
-                                gpu_memory_utilization));
+    throw UserError(
+        fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
   const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
   const double free_bytes = static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization -

@@ -30,10 +30,10 @@ struct PrefillChunk {
 // costing a shape is O(number of prefill chunks), not O(batch size).
 struct BatchShape {
   std::vector<PrefillChunk> prefills;
-  int64_t num_decodes = 0;           // sequences computing exactly one token
-  int64_t decode_context_sum = 0;    // sum over decodes of context_before + 1
+  int64_t num_decodes = 0;         // sequences computing exactly one token
+  int64_t decode_context_sum = 0;  // sum over decodes of context_before + 1
   int64_t decode_context_max = 0;
-  int64_t num_sampled = 0;           // sequences that produce a token (run the LM head)
+  int64_t num_sampled = 0;  // sequences that produce a token (run the LM head)
 
   void clear() {
     prefills.clear();
@@ -58,7 +58,7 @@ struct BatchShape {
 
 // Seconds per part of one iteration; `total_s` is their sum.
 struct IterationCost {
-  double gemm_s = 0;                  // all layers' QKV, O, MLP GEMMs (sum of layer_gemm_s)
+  double gemm_s = 0;  // all layers' QKV, O, MLP GEMMs (sum of layer_gemm_s)
   double prefill_attention_s = 0;
   double decode_attention_s = 0;
   double lm_head_s = 0;

@@ -1,13 +1,13 @@
 // batchsim — built-in datasheet GPUs and the profile file reader/writer.
 #include "hwmodel/hardware_profile.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <fstream>
 #include <functional>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "hwmodel/error.h"
 #include "hwmodel/shipped_profiles.h"
@@ -101,12 +101,9 @@ const std::vector<NumberKey>& number_keys() {
     add("iteration_overhead_per_extra_worker_s",
         &HardwareProfile::iteration_overhead_per_extra_worker_s);
     add("attention_launch_s", &HardwareProfile::attention_launch_s);
-    add("prefill_attention_per_head_token_s",
-        &HardwareProfile::prefill_attention_per_head_token_s);
-    add("decode_attention_per_seq_kv_head_s",
-        &HardwareProfile::decode_attention_per_seq_kv_head_s);
-    add("decode_attention_roofline_exponent",
-        &HardwareProfile::decode_attention_roofline_exponent);
+    add("prefill_attention_per_head_token_s", &HardwareProfile::prefill_attention_per_head_token_s);
+    add("decode_attention_per_seq_kv_head_s", &HardwareProfile::decode_attention_per_seq_kv_head_s);
+    add("decode_attention_roofline_exponent", &HardwareProfile::decode_attention_roofline_exponent);
     for (int i = 0; i < kNumElementwiseOps; ++i) {
       const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
       k.push_back({op + "_efficiency",
@@ -185,7 +182,8 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       }
     }
     if (!found) {
-      bad_value(where, "base", fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
+      bad_value(where, "base",
+                fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
     }
   }
   p.name = default_name;
@@ -214,9 +212,10 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       }
     }
     if (!known) {
-      throw UserError(fmt::format("{}: unknown key '{}' in hardware profile (see "
-                                  "hwmodel/README.md for the keys)",
-                                  where, key));
+      throw UserError(
+          fmt::format("{}: unknown key '{}' in hardware profile (see "
+                      "hwmodel/README.md for the keys)",
+                      where, key));
     }
   }
   if (p.peak_flops <= 0) bad_value(where, "peak_flops", "is required and must be > 0");
@@ -239,8 +238,8 @@ std::vector<HardwareProfile> make_all_gpus() {
     const std::string file = shipped.file_name;
     const std::string stem = file.substr(0, file.rfind('.'));
     try {
-      gpus.push_back(profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file,
-                                       stem, datasheets));
+      gpus.push_back(profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file, stem,
+                                       datasheets));
     } catch (const std::exception& e) {
       // A shipped profile that does not load is a bug in the build, not a user error.
       throw std::logic_error(std::string("shipped profile broken: ") + e.what());
@@ -295,9 +294,9 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   if (!profile.allreduce.empty()) {
     out << YAML::Key << "allreduce" << YAML::Value << YAML::BeginSeq;
     for (const AllReduceFit& f : profile.allreduce) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp
-          << YAML::Key << "latency_s" << YAML::Value << f.latency_s << YAML::Key
-          << "bytes_per_s" << YAML::Value << f.bytes_per_s << YAML::EndMap;
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key
+          << "latency_s" << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value
+          << f.bytes_per_s << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }

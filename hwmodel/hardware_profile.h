@@ -36,13 +36,13 @@ struct AllReduceFit {
 
 struct HardwareProfile {
   std::string name;
-  std::string source;              // "datasheet", or what a fitted profile was fitted from
-  double peak_flops = 0;           // dense BF16/FP16 FLOP/s of one GPU
-  double hbm_bytes_per_s = 0;      // HBM bandwidth of one GPU
-  int64_t memory_bytes = 0;        // HBM capacity of one GPU
+  std::string source;                   // "datasheet", or what a fitted profile was fitted from
+  double peak_flops = 0;                // dense BF16/FP16 FLOP/s of one GPU
+  double hbm_bytes_per_s = 0;           // HBM bandwidth of one GPU
+  int64_t memory_bytes = 0;             // HBM capacity of one GPU
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
-  double pcie_bytes_per_s = 0;     // host<->device, used by swap preemption
+  double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption
 
   // Efficiency parameters of the roofline (see roofline.h for how each is used).
   // GEMM: achieved FLOP/s = peak_flops * gemm_eta_max * M / (M + gemm_m_half).
@@ -52,7 +52,7 @@ struct HardwareProfile {
   // the hard roofline max(t_c, t_m); fitted values (~1.5) round the corner where real kernels
   // are slower than either roof alone.
   double gemm_roofline_exponent = 0;
-  double hbm_efficiency = 0.8;      // achieved/datasheet bandwidth for streaming reads
+  double hbm_efficiency = 0.8;                // achieved/datasheet bandwidth for streaming reads
   double prefill_attention_efficiency = 0.5;  // of peak_flops, queries against prior context
   double decode_attention_efficiency = 0.7;   // of hbm_bytes_per_s
   double decode_attention_per_seq_s = 0;      // per sequence, per layer

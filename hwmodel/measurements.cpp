@@ -1,6 +1,9 @@
 // batchsim — reader of Vidur-schema measurement CSVs (see measurements.h).
 #include "hwmodel/measurements.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -8,9 +11,6 @@
 #include <limits>
 #include <optional>
 #include <unordered_map>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "hwmodel/error.h"
 
@@ -20,9 +20,10 @@ namespace fs = std::filesystem;
 
 const char* token_op_name(TokenOp op) {
   static constexpr const char* kNames[kNumTokenOps] = {
-      "emb",          "input_layernorm",          "attn_pre_proj", "attn_rope",
-      "attn_post_proj", "post_attention_layernorm", "mlp_up_proj",   "mlp_act",
-      "mlp_down_proj", "add"};
+      "emb",         "input_layernorm", "attn_pre_proj",
+      "attn_rope",   "attn_post_proj",  "post_attention_layernorm",
+      "mlp_up_proj", "mlp_act",         "mlp_down_proj",
+      "add"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -152,7 +153,8 @@ std::string source_of(const fs::path& file) {
   const fs::path dir = file.parent_path();
   const std::string model = dir.filename().string();
   const std::string org = dir.parent_path().filename().string();
-  const std::string device_level = dir.parent_path().parent_path().parent_path().filename().string();
+  const std::string device_level =
+      dir.parent_path().parent_path().parent_path().filename().string();
   if (device_level == "compute") return org + "/" + model;
   return model;
 }
@@ -262,7 +264,8 @@ std::vector<fs::path> csv_files_under(const fs::path& dir) {
   if (!fs::exists(dir)) return files;
   if (fs::is_regular_file(dir)) return {dir};
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".csv") files.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".csv")
+      files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());  // a fixed order: fits are reproducible
   return files;
@@ -322,9 +325,10 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
   make_relative(out.files_read, dir);
   make_relative(out.files_skipped, dir);
   if (out.files_read.empty()) {
-    throw UserError(fmt::format("{}: no measurement CSVs found (expected Vidur's mlp.csv, "
-                                "attention.csv, all_reduce.csv or cpu overhead files)",
-                                dir.string()));
+    throw UserError(
+        fmt::format("{}: no measurement CSVs found (expected Vidur's mlp.csv, "
+                    "attention.csv, all_reduce.csv or cpu overhead files)",
+                    dir.string()));
   }
   return out;
 }

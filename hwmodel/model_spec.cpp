@@ -1,14 +1,14 @@
 // batchsim — built-in model specs and the Hugging Face config.json reader.
 #include "hwmodel/model_spec.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <optional>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hwmodel/error.h"
 
@@ -119,8 +119,8 @@ class HfConfig {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_string()) {
-      throw UserError(fmt::format("{}: key '{}' must be a string, got {}", path_.string(), key,
-                                  it->dump()));
+      throw UserError(
+          fmt::format("{}: key '{}' must be a string, got {}", path_.string(), key, it->dump()));
     }
     return it->get<std::string>();
   }
@@ -134,9 +134,9 @@ class HfConfig {
 // Those known not to be (OPT, GPT-2, GPT-NeoX, Phi, Falcon, BLOOM) fall through to the
 // activation rule, which gives them non-gated for relu/gelu.
 bool is_gated(const std::string& model_type, const std::string& hidden_act) {
-  static const char* const kGated[] = {"llama",  "mistral", "mixtral",   "qwen2",    "qwen3",
-                                       "qwen",   "gemma",   "gemma2",    "internlm", "internlm2",
-                                       "yi",     "deepseek", "baichuan", "olmo",     "cohere"};
+  static const char* const kGated[] = {"llama", "mistral",  "mixtral",  "qwen2",    "qwen3",
+                                       "qwen",  "gemma",    "gemma2",   "internlm", "internlm2",
+                                       "yi",    "deepseek", "baichuan", "olmo",     "cohere"};
   for (const char* t : kGated) {
     if (model_type == t) return true;
   }
@@ -171,13 +171,13 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}).value_or(m.num_heads);
   m.head_dim = c.optional_int({"head_dim"}).value_or(m.hidden_size / m.num_heads);
   if (m.num_heads % m.num_kv_heads != 0) {
-    throw UserError(fmt::format("{}: num_attention_heads {} is not a multiple of "
-                                "num_key_value_heads {}",
-                                path.string(), m.num_heads, m.num_kv_heads));
+    throw UserError(
+        fmt::format("{}: num_attention_heads {} is not a multiple of "
+                    "num_key_value_heads {}",
+                    path.string(), m.num_heads, m.num_kv_heads));
   }
   const std::string model_type = c.string_or("model_type", "");
-  const std::string hidden_act =
-      c.string_or("hidden_act", c.string_or("activation_function", ""));
+  const std::string hidden_act = c.string_or("hidden_act", c.string_or("activation_function", ""));
   // OPT names its FFN size ffn_dim; GPT-2 n_inner (null means 4 * n_embd).
   m.ffn_size = c.optional_int({"intermediate_size", "ffn_dim", "n_inner"})
                    .value_or(model_type == "gpt2" ? 4 * m.hidden_size : 0);
@@ -192,9 +192,10 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   if (dtype == "float16" || dtype == "bfloat16" || dtype == "float32") {
     m.dtype_bytes = 2;
   } else {
-    throw UserError(fmt::format("{}: key 'torch_dtype' has unsupported value '{}' "
-                                "(float16, bfloat16 or float32)",
-                                path.string(), dtype));
+    throw UserError(
+        fmt::format("{}: key 'torch_dtype' has unsupported value '{}' "
+                    "(float16, bfloat16 or float32)",
+                    path.string(), dtype));
   }
   std::string name = c.string_or("_name_or_path", "");
   if (name.empty()) {

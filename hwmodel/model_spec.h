@@ -18,15 +18,15 @@ namespace batchsim {
 struct ModelSpec {
   std::string name;
   int num_layers = 0;
-  int hidden_size = 0;        // d_model
-  int num_heads = 0;          // query heads
-  int num_kv_heads = 0;       // == num_heads without GQA/MQA
-  int head_dim = 0;           // usually hidden_size / num_heads
-  int ffn_size = 0;           // intermediate size of the MLP
-  bool gated_mlp = false;     // SwiGLU-style gate+up projection (Llama, Mistral)
+  int hidden_size = 0;     // d_model
+  int num_heads = 0;       // query heads
+  int num_kv_heads = 0;    // == num_heads without GQA/MQA
+  int head_dim = 0;        // usually hidden_size / num_heads
+  int ffn_size = 0;        // intermediate size of the MLP
+  bool gated_mlp = false;  // SwiGLU-style gate+up projection (Llama, Mistral)
   int vocab_size = 0;
-  int dtype_bytes = 2;        // bytes per weight and per KV element (bf16/fp16 = 2)
-  int max_context_tokens = 0; // max_position_embeddings
+  int dtype_bytes = 2;         // bytes per weight and per KV element (bf16/fp16 = 2)
+  int max_context_tokens = 0;  // max_position_embeddings
 
   // Parameters in one transformer layer's four GEMMs (QKV, O, MLP up[/gate], down).
   int64_t layer_gemm_params() const;

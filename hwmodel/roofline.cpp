@@ -121,8 +121,7 @@ double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) 
 }
 }  // namespace
 
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   int dtype_bytes) {
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, int dtype_bytes) {
   if (m_tokens <= 0) return 0;
   const OperatorWork w = gemm_work(shape, m_tokens, dtype_bytes);
   return gpu.kernel_launch_s + roofline_combine(gemm_compute_s(gpu, w, m_tokens),

@@ -105,8 +105,7 @@ double roofline_combine(double a_s, double b_s, double exponent);
 double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens);
 // kernel_launch_s + roofline_combine(flops / (peak * eta_c(M)), bytes / (hbm * hbm_efficiency),
 //                                  gemm_roofline_exponent).
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   int dtype_bytes);
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, int dtype_bytes);
 // Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                         int dtype_bytes);

@@ -1,9 +1,9 @@
 // batchsim — predicted vs measured operator times (see validation.h).
 #include "hwmodel/validation.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "hwmodel/fit/fit_profile.h"
@@ -17,8 +17,8 @@ void ErrorStats::add(double predicted_s, double measured_s, const std::string& w
   ++count;
   if (ape > max_ape_percent || count == 1) {
     max_ape_percent = ape;
-    worst_case = fmt::format("{}: measured {:.4f} ms, predicted {:.4f} ms", what,
-                             measured_s * 1e3, predicted_s * 1e3);
+    worst_case = fmt::format("{}: measured {:.4f} ms, predicted {:.4f} ms", what, measured_s * 1e3,
+                             predicted_s * 1e3);
   }
 }
 
@@ -37,8 +37,9 @@ int layers_of(const std::string& measured_model) {
 
 }  // namespace
 
-ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
-                                    const HardwareProfile& profile) {
+ValidationReport validate_cost_model(const Measurements& measurements,
+                                     std::string_view fit_on_model,
+                                     const HardwareProfile& profile) {
   const FitModelRows rows(measurements, fit_on_model);
   ValidationReport report;
   report.fit_on = rows.name();
@@ -83,17 +84,16 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
   for (const AttentionRow& row : measurements.attention) {
     if (!usable(row.median_s)) continue;
     const std::string name = row.is_prefill ? "attn_prefill" : "attn_decode";
-    const std::string what =
-        row.is_prefill
-            ? fmt::format("{} tp={} chunk={} context={}", row.source, row.tp,
-                          row.prefill_chunk_size, row.kv_cache_size)
-            : fmt::format("{} tp={} batch={} context={}", row.source, row.tp, row.batch_size,
-                          row.kv_cache_size);
+    const std::string what = row.is_prefill
+                                 ? fmt::format("{} tp={} chunk={} context={}", row.source, row.tp,
+                                               row.prefill_chunk_size, row.kv_cache_size)
+                                 : fmt::format("{} tp={} batch={} context={}", row.source, row.tp,
+                                               row.batch_size, row.kv_cache_size);
     const double predicted_s = predict_attention(profile, row);
-    (rows.attention_row(row) ? report.fitted : report.held_out)[name].add(predicted_s,
-                                                                          row.median_s, what);
+    (rows.attention_row(row) ? report.fitted : report.held_out)[name].add(predicted_s, row.median_s,
+                                                                          what);
     report.by_model[fmt::format("{} tp={}", row.source, row.tp)][name].add(predicted_s,
-                                                                         row.median_s, what);
+                                                                           row.median_s, what);
   }
 
   for (const AllReduceRow& row : measurements.all_reduce) {
@@ -101,8 +101,8 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
     const std::string what = fmt::format("{} GPUs, {} bytes", row.num_workers, row.size_bytes);
     const double predicted_s = predict_all_reduce(profile, row);
     // Fitted on every all-reduce row when a fit was made: in-sample, so reported as fitted.
-    (rows.name().empty() ? report.held_out : report.fitted)["all_reduce"].add(
-        predicted_s, row.median_s, what);
+    (rows.name().empty() ? report.held_out : report.fitted)["all_reduce"].add(predicted_s,
+                                                                              row.median_s, what);
     report.by_model[fmt::format("all_reduce tp={}", row.num_workers)]["all_reduce"].add(
         predicted_s, row.median_s, what);
   }
@@ -133,7 +133,8 @@ nlohmann::json stats_json(const ErrorStats& s) {
 // Operators in the order of a layer's forward pass, then the separately measured ones.
 std::vector<std::string> operator_order() {
   std::vector<std::string> names;
-  for (int op = 0; op < kNumTokenOps; ++op) names.push_back(token_op_name(static_cast<TokenOp>(op)));
+  for (int op = 0; op < kNumTokenOps; ++op)
+    names.push_back(token_op_name(static_cast<TokenOp>(op)));
   for (const char* n : {"attn_prefill", "attn_decode", "all_reduce", "cpu_overhead"}) {
     names.push_back(n);
   }
@@ -168,8 +169,7 @@ void print_validation_table(const ValidationReport& report, std::ostream& out) {
   auto cell = [](const std::map<std::string, ErrorStats>& m, const std::string& name) {
     auto it = m.find(name);
     if (it == m.end() || it->second.count == 0) return std::string("-");
-    return fmt::format("{:6.1f}% / {:6.1f}%", it->second.mape_percent,
-                       it->second.max_ape_percent);
+    return fmt::format("{:6.1f}% / {:6.1f}%", it->second.mape_percent, it->second.max_ape_percent);
   };
   for (const std::string& name : operator_order()) {
     if (!report.held_out.count(name) && !report.fitted.count(name)) continue;

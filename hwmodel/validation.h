@@ -1,8 +1,8 @@
 // batchsim — how far the cost model is from measured operator times.
 //
-// `validate_cost_model` compares a profile's predictions with every measured row and reports, per operator,
-// the mean absolute percentage error (MAPE) and the worst absolute percentage error (max APE),
-// separately over the rows of the model the profile was fitted on ("fitted": training error)
+// `validate_cost_model` compares a profile's predictions with every measured row and reports, per
+// operator, the mean absolute percentage error (MAPE) and the worst absolute percentage error (max
+// APE), separately over the rows of the model the profile was fitted on ("fitted": training error)
 // and over every other model ("held_out": what a user with a new model can expect). A whole
 // iteration of a token-level row is the sum of its operators: layers x (the per-layer
 // operators) + the embedding, with the model's layer count when it is a built-in model (else
@@ -15,12 +15,11 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/measurements.h"
@@ -50,8 +49,8 @@ struct ValidationReport {
 
 // Operator names in reports: Vidur's token-level names (token_op_name), then "attn_prefill",
 // "attn_decode", "all_reduce", "cpu_overhead".
-ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
-                                    const HardwareProfile& profile);
+ValidationReport validate_cost_model(const Measurements& measurements,
+                                     std::string_view fit_on_model, const HardwareProfile& profile);
 
 // The report as JSON: operators.<name>.{mape,max_ape,count,worst} over held-out models,
 // operators_fitted.<name>..., iteration.{mape,max_ape,count}, iteration_fitted, by_model,

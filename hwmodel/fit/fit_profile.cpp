@@ -1,14 +1,14 @@
 // batchsim — the profile fit (see fit_profile.h).
 #include "hwmodel/fit/fit_profile.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "hwmodel/error.h"
 #include "hwmodel/fit/solvers.h"
@@ -123,7 +123,8 @@ void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwarePr
     // slope = 1 / (hbm_bytes_per_s * efficiency). A kernel that streams faster than the
     // datasheet (slope too small: L2 hits on small tensors) is capped at efficiency 1.
     const double efficiency = f.slope > 0 ? 1 / (f.slope * p.hbm_bytes_per_s) : 1.0;
-    if (efficiency > 1) notes.push_back(fmt::format("{} efficiency {:.3f} capped at 1", name, efficiency));
+    if (efficiency > 1)
+      notes.push_back(fmt::format("{} efficiency {:.3f} capped at 1", name, efficiency));
     kernel.efficiency = std::min(1.0, efficiency);
   }
 }
@@ -151,9 +152,10 @@ void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProf
   }
   if (points.empty() && fallback != nullptr) {
     copy_attention(*fallback, p);
-    notes.push_back(fmt::format("no attention rows of the fit model: attention parameters "
-                                "taken from profile '{}'",
-                                fallback->name));
+    notes.push_back(
+        fmt::format("no attention rows of the fit model: attention parameters "
+                    "taken from profile '{}'",
+                    fallback->name));
     return;
   }
   if (!any_prefill) notes.push_back("no prefill attention rows of the fit model: base values kept");
@@ -223,8 +225,8 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
   bool multi_worker = false;
   for (const CpuOverheadRow& row : m.cpu_overheads) {
     if (rows.cpu_row(row) && usable(row.total_s())) {
-      points.push_back({static_cast<double>(row.batch_size), static_cast<double>(row.tp - 1),
-                        row.total_s()});
+      points.push_back(
+          {static_cast<double>(row.batch_size), static_cast<double>(row.tp - 1), row.total_s()});
       multi_worker = multi_worker || row.tp > 1;
     }
   }
@@ -260,9 +262,8 @@ FitModelRows::FitModelRows(const Measurements& m, std::string_view fit_on) {
   } catch (const UserError&) {
     has_spec_ = false;  // a Vidur model id that is not built in: match by name only
   }
-  name_ = canonical_model_name(has_spec_ && std::filesystem::is_regular_file(fit_on, ec)
-                                   ? spec_.name
-                                   : std::string(fit_on));
+  name_ = canonical_model_name(
+      has_spec_ && std::filesystem::is_regular_file(fit_on, ec) ? spec_.name : std::string(fit_on));
   for (const TokenOpRow& row : m.token_ops) {
     if (canonical_model_name(row.model) == name_) token_by_name_ = true;
   }
@@ -279,9 +280,10 @@ FitModelRows::FitModelRows(const Measurements& m, std::string_view fit_on) {
     present.insert(canonical_model_name(row.model));
   }
   if (!any) {
-    throw UserError(fmt::format("--fit-on {}: no measured GEMM/operator rows of this model in {} "
-                                "(models measured: {})",
-                                fit_on, m.root, fmt::join(present, ", ")));
+    throw UserError(
+        fmt::format("--fit-on {}: no measured GEMM/operator rows of this model in {} "
+                    "(models measured: {})",
+                    fit_on, m.root, fmt::join(present, ", ")));
   }
 }
 

@@ -53,7 +53,8 @@ Eigen::VectorXd nnls(const Eigen::MatrixXd& a, const Eigen::VectorXd& b, int max
       // Step from x towards z until the first passive variable hits zero.
       double alpha = std::numeric_limits<double>::infinity();
       for (Eigen::Index j = 0; j < n; ++j) {
-        if (passive[static_cast<size_t>(j)] && z(j) <= 0) alpha = std::min(alpha, x(j) / (x(j) - z(j)));
+        if (passive[static_cast<size_t>(j)] && z(j) <= 0)
+          alpha = std::min(alpha, x(j) / (x(j) - z(j)));
       }
       x += alpha * (z - x);
       for (Eigen::Index j = 0; j < n; ++j) {

@@ -2,9 +2,8 @@
 // Levenberg–Marquardt. Plain Eigen, no CUDA: calibration/ and `batchsim validate` share them.
 #pragma once
 
-#include <functional>
-
 #include <Eigen/Dense>
+#include <functional>
 
 namespace batchsim::fit {
 

@@ -2,10 +2,10 @@
 // tensor parallelism, KV capacity, and monotonicity.
 #include "hwmodel/cost_model.h"
 
-#include <random>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "hwmodel/error.h"
 #include "hwmodel/roofline.h"

@@ -2,15 +2,14 @@
 // on the shared A100/A40 data are plausible, its accuracy on models it was not fitted on stays
 // within bounds, the shipped profiles are what it produces, and the cost model uses exactly the
 // validated predictions.
-#include "hwmodel/fit/fit_profile.h"
-
-#include <sstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "hwmodel/cost_model.h"
+#include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/predict.h"
 #include "hwmodel/validation.h"
 #include "hwmodel_test_util.h"
@@ -53,11 +52,12 @@ Measurements synthetic_measurements(const HardwareProfile& truth) {
   m.root = "synthetic";
   const ModelSpec spec = resolve_model("llama-2-7b");
   for (int tp : {1, 2, 4}) {
-    for (int64_t tokens = 1; tokens <= 8192; tokens = tokens < 8 ? tokens * 2 : tokens + tokens / 4) {
+    for (int64_t tokens = 1; tokens <= 8192;
+         tokens = tokens < 8 ? tokens * 2 : tokens + tokens / 4) {
       TokenOpRow row;
       row.model = "meta-llama/Llama-2-7b-hf";
-      row.shape = {spec.num_heads, spec.num_kv_heads, spec.hidden_size, spec.ffn_size,
-                   spec.vocab_size, spec.gated_mlp};
+      row.shape = {spec.num_heads, spec.num_kv_heads, spec.hidden_size,
+                   spec.ffn_size,  spec.vocab_size,   spec.gated_mlp};
       row.num_tokens = tokens;
       row.tp = tp;
       for (int op = 0; op < kNumTokenOps; ++op) {
@@ -124,8 +124,8 @@ TEST(FitProfile, RecoversTheParametersThatGeneratedTheMeasurements) {
 
 // Fits on the shared A100 measurements are reused by several tests below.
 const FitResult& a100_fit() {
-  static const FitResult fit = fit_profile(read_measurements(vidur_dir(), "a100"), "llama-2-7b",
-                                           resolve_gpu("a100-80gb"));
+  static const FitResult fit =
+      fit_profile(read_measurements(vidur_dir(), "a100"), "llama-2-7b", resolve_gpu("a100-80gb"));
   return fit;
 }
 
@@ -133,10 +133,12 @@ TEST(FitProfile, FittedParametersArePlausible) {
   const Measurements a40 = read_measurements(vidur_dir(), "a40");
   const HardwareProfile fallback = a100_fit().profile;
   for (const HardwareProfile& p :
-       {a100_fit().profile, fit_profile(a40, "llama-2-7b", resolve_gpu("a40"), &fallback).profile}) {
+       {a100_fit().profile,
+        fit_profile(a40, "llama-2-7b", resolve_gpu("a40"), &fallback).profile}) {
     SCOPED_TRACE(p.name);
-    for (double efficiency : {p.gemm_eta_max, p.hbm_efficiency, p.prefill_attention_efficiency,
-                              p.prefill_attention_causal_efficiency, p.decode_attention_efficiency}) {
+    for (double efficiency :
+         {p.gemm_eta_max, p.hbm_efficiency, p.prefill_attention_efficiency,
+          p.prefill_attention_causal_efficiency, p.decode_attention_efficiency}) {
       EXPECT_GT(efficiency, 0);
       EXPECT_LE(efficiency, 1);
     }
@@ -224,9 +226,9 @@ TEST(FitProfile, ShippedProfilesAreFreshFits) {
 
 TEST(FitProfile, UnknownFitModelListsTheMeasuredModels) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
-  EXPECT_THAT(user_error_message([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
-              ::testing::AllOf(HasSubstr("llama-3-8b"), HasSubstr("llama-2-70b"),
-                               HasSubstr("phi-2")));
+  EXPECT_THAT(
+      user_error_message([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
+      ::testing::AllOf(HasSubstr("llama-3-8b"), HasSubstr("llama-2-70b"), HasSubstr("phi-2")));
 }
 
 // CostModel::iteration sums exactly the per-operator predictions that validation checks: for a
@@ -267,8 +269,7 @@ TEST(Validation, JsonHasTheDocumentedKeys) {
                          "cpu_overhead", "input_layernorm"}) {
     EXPECT_DOUBLE_EQ(j["operators"][op]["mape"].get<double>(), r.held_out.at(op).mape_percent)
         << op;
-    EXPECT_DOUBLE_EQ(j["operators"][op]["max_ape"].get<double>(),
-                     r.held_out.at(op).max_ape_percent)
+    EXPECT_DOUBLE_EQ(j["operators"][op]["max_ape"].get<double>(), r.held_out.at(op).max_ape_percent)
         << op;
   }
   EXPECT_DOUBLE_EQ(j["iteration"]["mape"].get<double>(), r.iteration_held_out.mape_percent);
@@ -283,9 +284,9 @@ TEST(Validation, JsonHasTheDocumentedKeys) {
 
 TEST(Validation, ErrorStatsAreMeanAndWorstAbsolutePercentages) {
   ErrorStats s;
-  s.add(1.1, 1.0, "a");   // +10%
-  s.add(0.7, 1.0, "b");   // -30%
-  s.add(2.0, 2.0, "c");   // 0%
+  s.add(1.1, 1.0, "a");  // +10%
+  s.add(0.7, 1.0, "b");  // -30%
+  s.add(2.0, 2.0, "c");  // 0%
   EXPECT_NEAR(s.mape_percent, 40.0 / 3, 1e-12);
   EXPECT_NEAR(s.max_ape_percent, 30, 1e-12);
   EXPECT_THAT(s.worst_case, HasSubstr("b"));

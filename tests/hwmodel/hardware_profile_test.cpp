@@ -41,7 +41,8 @@ TEST(HardwareProfile, BuiltinsCarryTheDatasheetCeilings) {
     EXPECT_EQ(g.source, "datasheet");
   }
   // Only NVLink GPUs have a link faster than PCIe.
-  EXPECT_GT(resolve_gpu("h100-sxm").interconnect_bytes_per_s, resolve_gpu("l40s").interconnect_bytes_per_s);
+  EXPECT_GT(resolve_gpu("h100-sxm").interconnect_bytes_per_s,
+            resolve_gpu("l40s").interconnect_bytes_per_s);
 }
 
 HardwareProfile odd_profile() {
@@ -99,8 +100,8 @@ TEST(HardwareProfile, MultiLineSourceRoundTrips) {
 
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
   const auto dir = testing::scratch_dir("profile_allreduce");
-  const auto bad_key = write_file(dir, "ar.yaml",
-                                  "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
+  const auto bad_key =
+      write_file(dir, "ar.yaml", "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
   EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_key); }),
               AllOf(HasSubstr("ar.yaml"), HasSubstr("allreduce.latency")));
   const auto no_bw = write_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
@@ -132,8 +133,7 @@ TEST(HardwareProfile, ReadsJsonAndInheritsFromBase) {
 
 TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
   const auto dir = testing::scratch_dir("profile_errors");
-  const auto unknown = write_file(dir, "typo.yaml",
-                                  "base: a100-80gb\ngemm_eta_maks: 0.5\n");
+  const auto unknown = write_file(dir, "typo.yaml", "base: a100-80gb\ngemm_eta_maks: 0.5\n");
   EXPECT_THAT(user_error_message([&] { load_hardware_profile(unknown); }),
               AllOf(HasSubstr("typo.yaml"), HasSubstr("gemm_eta_maks"), HasSubstr("unknown key")));
 
@@ -154,14 +154,13 @@ TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
               AllOf(HasSubstr("base.yaml"), HasSubstr("b200"), HasSubstr("a100-80gb")));
 
   const auto broken = write_file(dir, "broken.yaml", "peak_flops: [1, 2\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(broken); }),
-              HasSubstr("broken.yaml"));
+  EXPECT_THAT(user_error_message([&] { load_hardware_profile(broken); }), HasSubstr("broken.yaml"));
 }
 
 TEST(HardwareProfile, UnknownNameListsKnownGpus) {
-  EXPECT_THAT(user_error_message([] { resolve_gpu("tpu-v9"); }),
-              AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"),
-                    HasSubstr("l40s")));
+  EXPECT_THAT(
+      user_error_message([] { resolve_gpu("tpu-v9"); }),
+      AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"), HasSubstr("l40s")));
 }
 
 }  // namespace

@@ -1,14 +1,14 @@
 // Helpers shared by the hwmodel test files.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
@@ -37,8 +37,8 @@ inline std::string user_error_message(const std::function<void()>& f) {
 
 // Every field of two profiles equal within a relative tolerance (names and sources exactly
 // when `compare_text`).
-inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile& b,
-                                 double rel_tol, bool compare_text = true) {
+inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile& b, double rel_tol,
+                                 bool compare_text = true) {
   auto near = [rel_tol](double x, double y, const char* what) {
     EXPECT_NEAR(x, y, rel_tol * std::max(std::abs(x), std::abs(y))) << what;
   };
@@ -60,8 +60,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
        "prefill_attention_efficiency");
   near(a.prefill_attention_causal_efficiency, b.prefill_attention_causal_efficiency,
        "prefill_attention_causal_efficiency");
-  near(a.decode_attention_efficiency, b.decode_attention_efficiency,
-       "decode_attention_efficiency");
+  near(a.decode_attention_efficiency, b.decode_attention_efficiency, "decode_attention_efficiency");
   near(a.decode_attention_per_seq_s, b.decode_attention_per_seq_s, "decode_attention_per_seq_s");
   near(a.kernel_launch_s, b.kernel_launch_s, "kernel_launch_s");
   near(a.iteration_overhead_s, b.iteration_overhead_s, "iteration_overhead_s");

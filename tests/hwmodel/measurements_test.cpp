@@ -1,10 +1,10 @@
 // Reading Vidur-schema measurement CSVs: the shared data and calibration-style directories.
 #include "hwmodel/measurements.h"
 
-#include <cmath>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "hwmodel/predict.h"
 #include "hwmodel_test_util.h"

@@ -1,9 +1,9 @@
 // NNLS and Levenberg–Marquardt on problems with known answers.
 #include "hwmodel/fit/solvers.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace batchsim::fit {
 namespace {
