@@ -23,7 +23,8 @@
 namespace batchsim::calibration {
 
 // The shape facts of a model that calibration needs. A small built-in table for now; the
-// fields map one-to-one onto hwmodel's ModelSpec (hwmodel/model_spec.h), which can replace it.
+// fields map one-to-one onto hwmodel's ModelSpec (hwmodel/model_spec.h); a test keeps the two
+// tables equal. Kept here so batchsim-calibrate builds with nvcc alone (see CMakeLists.txt).
 struct CalibrationModel {
   std::string name;        // short name: "llama-2-7b"
   std::string hf_id;       // Hugging Face id, also the measurement sub-folder (as in Vidur)

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <set>
 
+#include "hwmodel/model_spec.h"
+
 namespace batchsim::calibration {
 namespace {
 
@@ -123,6 +125,28 @@ TEST(AttentionGrid, PrefillPointsFitTheModelLength) {
   for (const PrefillAttentionPoint& p : points) EXPECT_LE(p.chunk_tokens + p.prior_tokens, 8192);
   EXPECT_TRUE(std::any_of(points.begin(), points.end(), [](const auto& p) { return p.prior_tokens == 0; }));
   EXPECT_TRUE(std::any_of(points.begin(), points.end(), [](const auto& p) { return p.prior_tokens >= 4096; }));
+}
+
+}  // namespace
+}  // namespace batchsim::calibration
+
+namespace batchsim::calibration {
+namespace {
+
+// calibration keeps its own small shape table so that batchsim-calibrate builds with nvcc
+// alone (no hwmodel, whose dependencies GPU images may lack); it must agree with hwmodel's.
+TEST(CalibrationModels, AgreeWithHwmodelsBuiltinSpecs) {
+  for (const CalibrationModel& m : calibration_models()) {
+    const ModelSpec spec = resolve_model(m.name);
+    EXPECT_EQ(m.hidden_size, spec.hidden_size) << m.name;
+    EXPECT_EQ(m.num_heads, spec.num_heads) << m.name;
+    EXPECT_EQ(m.num_kv_heads, spec.num_kv_heads) << m.name;
+    EXPECT_EQ(m.head_dim, spec.head_dim) << m.name;
+    EXPECT_EQ(m.ffn_size, spec.ffn_size) << m.name;
+    EXPECT_EQ(m.gated_mlp, spec.gated_mlp) << m.name;
+    EXPECT_EQ(m.vocab_size, spec.vocab_size) << m.name;
+    EXPECT_EQ(m.max_context_tokens, spec.max_context_tokens) << m.name;
+  }
 }
 
 }  // namespace
