@@ -247,24 +247,26 @@ fs::path plots_dir() {
 }
 
 // Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
+// Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
+// The note names no absolute path, so a report does not depend on where it was written.
 std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress) {
-  const std::string manual = fmt::format("python3 {} {}", (plots_dir() / "make_figures.py").string(), dir.string());
+  const std::string script = (plots_dir() / "make_figures.py").string();
+  const std::string manual = "python3 plots/make_figures.py <this folder>";
   if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them with `{}`.", manual);
   const std::string python = find_plot_python();
   if (python.empty()) {
     fmt::print(progress, "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
-                         "or set BATCHSIM_PYTHON); figures skipped. Later: {}\n", manual);
+                         "or set BATCHSIM_PYTHON); figures skipped. Later: python3 {} {}\n", script,
+               dir.string());
     return fmt::format("Figures were not drawn: no Python 3 with matplotlib was found. Install "
                        "Debian's python3-matplotlib and run `{}`.", manual);
   }
   fs::create_directories(dir / "figures");
-  const std::string cmd = fmt::format("{} {} {} > {} 2>&1", shell_quote(python),
-                                      shell_quote((plots_dir() / "make_figures.py").string()),
-                                      shell_quote(dir.string()),
-                                      shell_quote((dir / "figures" / "make_figures.log").string()));
+  const fs::path log = dir / "figures" / "make_figures.log";
+  const std::string cmd = fmt::format("{} {} {} > {} 2>&1", shell_quote(python), shell_quote(script),
+                                      shell_quote(dir.string()), shell_quote(log.string()));
   if (std::system(cmd.c_str()) != 0) {
-    fmt::print(progress, "batchsim: warning: the figure script failed; see {}\n",
-               (dir / "figures" / "make_figures.log").string());
+    fmt::print(progress, "batchsim: warning: the figure script failed; see {}\n", log.string());
     return fmt::format("The figure script failed; see `figures/make_figures.log` and rerun `{}`.", manual);
   }
   return "";

@@ -292,12 +292,19 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
   e.source_text = text;
   e.name = file.stem().string();
   e.base = default_run_config();
-  YAML::Node policies_node, axes_node, capacity_node, slot_node;
+  // Default-constructed YAML nodes count as defined: track presence separately.
+  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize(raw);
     if (k == "name") e.name = as<std::string>(kv.second, where, raw, "a string");
-    else if (k == "description") e.description = as<std::string>(kv.second, where, raw, "a string");
+    else if (k == "description") {
+      e.description = as<std::string>(kv.second, where, raw, "a string");
+      // A folded YAML block (`>`) ends in a newline the report should not repeat.
+      while (!e.description.empty() && std::isspace(static_cast<unsigned char>(e.description.back()))) {
+        e.description.pop_back();
+      }
+    }
     else if (k == "base") {
       if (!kv.second.IsMap()) where.fail(kv.second, raw, "expected a mapping of run keys");
       reject_reserved_keys(kv.second, where, "base.");
@@ -324,17 +331,17 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
                                 "seeds, capacity, slot-timeline, iteration-budget)");
     }
   }
-  resolve_relative_trace(e.base, file);
+  // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
   if (adjust_base) adjust_base(e.base);
   if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
-  if (policies_node) e.policies = parse_policies(policies_node, where, "policies");
+  if (policies_node) e.policies = parse_policies(*policies_node, where, "policies");
   else e.policies.push_back({e.base.policy, e.base.policy, {}});
 
   std::set<std::string> labels;
   for (const auto& p : e.policies) labels.insert(p.label);
   if (axes_node) {
-    if (!axes_node.IsMap()) where.fail(axes_node, "axes", "expected a mapping of axis name: [values]");
-    for (const auto& kv : axes_node) {
+    if (!axes_node->IsMap()) where.fail(*axes_node, "axes", "expected a mapping of axis name: [values]");
+    for (const auto& kv : *axes_node) {
       Axis axis;
       axis.name = normalize(kv.first.as<std::string>());
       const std::string key = "axes." + kv.first.as<std::string>();
@@ -352,18 +359,18 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
     }
   }
   if (capacity_node) {
-    e.capacity = parse_capacity(capacity_node, where);
+    e.capacity = parse_capacity(*capacity_node, where);
     for (const Axis& a : e.axes) {
       for (const AxisValue& v : a.values) {
-        if (v.rate) where.fail(capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
+        if (v.rate) where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
       }
     }
   }
   if (slot_node) {
-    if (!slot_node.IsMap()) where.fail(slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
+    if (!slot_node->IsMap()) where.fail(*slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
     SlotTimelineSpec s;
     s.base = e.base;
-    for (const auto& kv : slot_node) {
+    for (const auto& kv : *slot_node) {
       const std::string raw = kv.first.as<std::string>();
       const std::string k = normalize(raw);
       const std::string key = "slot-timeline." + raw;

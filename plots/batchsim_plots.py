@@ -1,0 +1,347 @@
+"""Figures of a `batchsim compare` results folder, drawn from its files only.
+
+Each figure function takes a ResultsFolder and an output folder, writes one or more PNGs and
+returns [(file name, title, caption)], or [] when the folder holds nothing to draw for it (a
+latency-vs-QPS figure needs a rate axis or a capacity search; a slot timeline needs the
+experiment's `slot-timeline`). Column names are summary.json paths (README "Outputs"), so
+these scripts read the same names a user's notebook would.
+"""
+
+import csv
+import json
+import math
+import os
+from collections import OrderedDict
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed (CI, ssh)
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+DPI = 110
+
+
+def _num(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class ResultsFolder:
+    """results.csv, experiment.json and the per-run files of one results folder."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        with open(os.path.join(folder, "experiment.json")) as f:
+            self.experiment = json.load(f)
+        results = os.path.join(folder, "results.csv")
+        self.runs = read_csv(results) if os.path.exists(results) else []
+        cap = os.path.join(folder, "capacity.csv")
+        self.capacities = read_csv(cap) if os.path.exists(cap) else []
+        self.policies = [p["label"] for p in self.experiment["policies"]]
+
+    def run_file(self, run, name):
+        return os.path.join(self.folder, "runs", run["experiment.run_name"], name)
+
+    def groups(self, rows=None):
+        """Distinct experiment.group values in run order."""
+        seen = OrderedDict()
+        for r in self.runs if rows is None else rows:
+            seen[r["experiment.group"]] = True
+        return list(seen)
+
+    def first_seed_runs(self, group):
+        """One run per policy of `group`: the first seed's (what a CDF or timeline shows)."""
+        out = OrderedDict()
+        for r in self.runs:
+            if r["experiment.group"] == group and r["experiment.policy"] not in out:
+                if r.get("experiment.capacity_probe", "") == "":
+                    out[r["experiment.policy"]] = r
+        return out
+
+
+def policy_colors(policies):
+    cmap = plt.get_cmap("tab10")
+    return {p: cmap(i % 10) for i, p in enumerate(policies)}
+
+
+def _spread(values):
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan, math.nan, math.nan
+    return sum(values) / len(values), min(values), max(values)
+
+
+def _pick_groups(groups, most=4):
+    """At most `most` groups, spread evenly (first and last kept): enough to see a trend."""
+    if len(groups) <= most:
+        return groups
+    step = (len(groups) - 1) / (most - 1)
+    return [groups[round(i * step)] for i in range(most)]
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text) or "all"
+
+
+def _group_title(group):
+    return group if group else "all runs"
+
+
+def _bars(ax, res, groups, metric, ylabel, colors):
+    """Grouped bars: one cluster per group, one bar per policy, min–max over seeds as a whisker."""
+    n = len(res.policies)
+    width = 0.8 / n
+    for i, policy in enumerate(res.policies):
+        means, lo, hi = [], [], []
+        for g in groups:
+            vals = [_num(r[metric]) for r in res.runs
+                    if r["experiment.group"] == g and r["experiment.policy"] == policy]
+            m, a, b = _spread(vals)
+            means.append(m)
+            lo.append(m - a if not math.isnan(m) else 0)
+            hi.append(b - m if not math.isnan(m) else 0)
+        xs = [k + (i - (n - 1) / 2) * width for k in range(len(groups))]
+        ax.bar(xs, means, width, label=policy, color=colors[policy],
+               yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=3)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([_group_title(g) for g in groups], rotation=0 if len(groups) < 6 else 30)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def throughput(res, out_dir):
+    runs = [r for r in res.runs if r.get("experiment.capacity_probe", "") == ""]
+    if not runs or res.experiment.get("capacity"):
+        return []
+    groups = res.groups(runs)
+    colors = policy_colors(res.policies)
+    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.2 * len(groups) * len(res.policies) / 2 + 4), 4.2))
+    _bars(axes[0], res, groups, "throughput.output_tokens_per_s", "output tokens/s", colors)
+    _bars(axes[1], res, groups, "throughput.requests_per_s", "requests/s", colors)
+    axes[0].set_title("Output throughput")
+    axes[1].set_title("Request throughput")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(res.experiment["name"])
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=DPI)
+    plt.close(fig)
+    return [("throughput.png", "Throughput per policy",
+             "Bars are means over seeds; whiskers span the seeds' min–max.")]
+
+
+def latency_vs_qps(res, out_dir):
+    rows = [r for r in res.runs if r.get("experiment.rate", "") != ""]
+    if not rows:
+        return []
+    colors = policy_colors(res.policies)
+    # One line per (policy, other axes): the group label minus its rate part.
+    def other_axes(r):
+        return " ".join(p for p in r["experiment.group"].split(" ") if not p.startswith("rate="))
+    lines = OrderedDict()
+    for r in rows:
+        key = (r["experiment.policy"], other_axes(r))
+        lines.setdefault(key, {}).setdefault(_num(r["experiment.rate"]), []).append(r)
+    others = list(OrderedDict((k[1], True) for k in lines))
+    styles = ["-", "--", ":", "-."]
+    panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
+              ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
+    for ax, (metric, label) in zip(axes.flat, panels):
+        for (policy, other), by_rate in lines.items():
+            rates = sorted(by_rate)
+            stats = [_spread([_num(r[metric]) for r in by_rate[q]]) for q in rates]
+            name = policy if len(others) == 1 else f"{policy} {other}"
+            ls = styles[others.index(other) % len(styles)]
+            ax.plot(rates, [s[0] for s in stats], ls, marker="o", ms=3, color=colors[policy], label=name)
+            if any(s[1] != s[2] for s in stats):
+                ax.fill_between(rates, [s[1] for s in stats], [s[2] for s in stats],
+                                color=colors[policy], alpha=0.15)
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes[1]:
+        ax.set_xlabel("request rate (requests/s, Poisson)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{res.experiment['name']}: latency vs load")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "latency_vs_qps.png"), dpi=DPI)
+    plt.close(fig)
+    what = "capacity-search probes" if res.experiment.get("capacity") else "the rate sweep"
+    return [("latency_vs_qps.png", "Latency vs request rate",
+             f"Points are {what} (mean over seeds, band = min–max); the y axis is logarithmic.")]
+
+
+def _ecdf(values):
+    values = sorted(v for v in values if not math.isnan(v))
+    n = len(values)
+    return values, [(i + 1) / n for i in range(n)]
+
+
+def cdfs(res, out_dir):
+    out = []
+    colors = policy_colors(res.policies)
+    groups = _pick_groups([g for g in res.groups() if res.first_seed_runs(g)])
+    for g in groups:
+        runs = res.first_seed_runs(g)
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for policy, run in runs.items():
+            req_file = res.run_file(run, "requests.csv")
+            if os.path.exists(req_file):
+                xs, ys = _ecdf([_num(r["ttft_s"]) for r in read_csv(req_file)])
+                axes[0].plot(xs, ys, color=colors[policy], label=policy)
+            q_file = res.run_file(run, "tbt_quantiles.csv")
+            if os.path.exists(q_file):
+                rows = read_csv(q_file)
+                axes[1].plot([_num(r["tbt_s"]) * 1e3 for r in rows], [_num(r["quantile"]) for r in rows],
+                             color=colors[policy], label=policy)
+        axes[0].set_xlabel("TTFT (s)")
+        axes[1].set_xlabel("time between tokens (ms)")
+        for ax in axes:
+            ax.set_xscale("log")
+            ax.set_ylabel("fraction")
+            ax.set_ylim(0, 1.01)
+            ax.grid(alpha=0.3, which="both")
+        axes[0].set_title("TTFT, per request")
+        axes[1].set_title("TBT, every inter-token gap")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"{res.experiment['name']}: {_group_title(g)}")
+        fig.tight_layout()
+        name = f"cdf_{_slug(g)}.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=DPI)
+        plt.close(fig)
+        out.append((name, f"CDFs of TTFT and TBT ({_group_title(g)})",
+                    "First seed of each policy; logarithmic x axis."))
+    return out
+
+
+def kv_over_time(res, out_dir):
+    out = []
+    colors = policy_colors(res.policies)
+    groups = _pick_groups([g for g in res.groups() if res.first_seed_runs(g)])
+    for g in groups:
+        runs = res.first_seed_runs(g)
+        fig, ax = plt.subplots(figsize=(10, 4))
+        drawn = False
+        for policy, run in runs.items():
+            path = res.run_file(run, "kv_timeline.csv")
+            capacity = _num(run.get("kv.capacity_tokens"))
+            if not os.path.exists(path) or not capacity > 0:
+                continue
+            rows = read_csv(path)
+            t = [_num(r["time_s"]) for r in rows]
+            ax.plot(t, [100 * _num(r["kv_used_tokens"]) / capacity for r in rows], color=colors[policy],
+                    lw=1.2, label=f"{policy} used")
+            ax.plot(t, [100 * _num(r["kv_allocated_tokens"]) / capacity for r in rows], color=colors[policy],
+                    lw=0.9, ls="--", alpha=0.8, label=f"{policy} held")
+            drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("KV cache (% of capacity)")
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
+        ax.set_title(f"{res.experiment['name']}: KV memory over time ({_group_title(g)})")
+        fig.tight_layout()
+        name = f"kv_{_slug(g)}.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=DPI)
+        plt.close(fig)
+        out.append((name, f"KV memory over time ({_group_title(g)})",
+                    "Solid: tokens whose KV is written; dashed: tokens held (reserved or in allocated "
+                    "blocks). The gap is memory that reservation or padding wastes."))
+    return out
+
+
+SLOT_STATES = OrderedDict([("idle", "#e6e6e6"), ("prefill", "#3b75af"), ("decode", "#8fc176"),
+                           ("end", "#d9534f")])
+
+
+def slot_timeline(res, out_dir):
+    spec = res.experiment.get("slot_timeline")
+    folder = os.path.join(res.folder, "slot_timeline")
+    if not spec or not os.path.isdir(folder):
+        return []
+    labels = [p["label"] for p in spec["policies"] if os.path.exists(os.path.join(folder, p["label"] + ".csv"))]
+    if not labels:
+        return []
+    from matplotlib.colors import ListedColormap
+    cmap = ListedColormap(list(SLOT_STATES.values()))
+    code = {s: i for i, s in enumerate(SLOT_STATES)}
+    grids = []
+    for label in labels:
+        rows = read_csv(os.path.join(folder, label + ".csv"))
+        iters = sorted({int(r["iteration"]) for r in rows})
+        col = {it: i for i, it in enumerate(iters)}
+        slots = 1 + max(int(r["slot"]) for r in rows)
+        grid = [[0] * len(iters) for _ in range(slots)]
+        for r in rows:
+            grid[int(r["slot"])][col[int(r["iteration"])]] = code[r["state"]]
+        grids.append((label, grid, len(iters)))
+    width = max(n for _, _, n in grids)
+    fig, axes = plt.subplots(len(grids), 1, figsize=(min(16, 4 + width / 12), 1.2 + 1.0 * sum(len(g) for _, g, _ in grids) / 2.5),
+                             squeeze=False)
+    for ax, (label, grid, n) in zip(axes[:, 0], grids):
+        ax.imshow(grid, aspect="auto", cmap=cmap, vmin=0, vmax=len(SLOT_STATES) - 1, interpolation="nearest",
+                  extent=(-0.5, n - 0.5, len(grid) - 0.5, -0.5))
+        ax.set_xlim(-0.5, width - 0.5)
+        ax.set_yticks(range(len(grid)))
+        ax.set_yticklabels([f"slot {i}" for i in range(len(grid))], fontsize=7)
+        ax.set_title(f"{label}: {n} iterations", fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel("iteration")
+    fig.legend(handles=[Patch(color=c, label=s if s != "idle" else "idle (bubble)") for s, c in SLOT_STATES.items()],
+               loc="upper right", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(os.path.join(out_dir, "slot_timeline.png"), dpi=DPI)
+    plt.close(fig)
+    return [("slot_timeline.png", "Slot timeline",
+             "Rows are batch slots, columns iterations. A static batch keeps finished rows idle "
+             "until its longest sequence ends; continuous batching refills a slot in the iteration "
+             "after its sequence ends.")]
+
+
+def capacity(res, out_dir):
+    if not res.capacities:
+        return []
+    colors = policy_colors(res.policies)
+    groups = res.groups(res.capacities)
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(groups) * len(res.policies) / 2 + 3), 4.2))
+    saved = res.runs
+    res.runs = res.capacities  # _bars reads res.runs
+    try:
+        _bars(ax, res, groups, "capacity.rate_rps", "capacity (requests/s)", colors)
+    finally:
+        res.runs = saved
+    slo = " and ".join(f"{k} ≤ {v}" for k, v in res.experiment["capacity"]["slo"].items())
+    ax.set_title(f"{res.experiment['name']}: largest rate meeting {slo}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "capacity.png"), dpi=DPI)
+    plt.close(fig)
+    return [("capacity.png", "Capacity under the SLO",
+             "Mean over seeds; whiskers span the seeds' min–max.")]
+
+
+FIGURES = [throughput, capacity, latency_vs_qps, cdfs, kv_over_time, slot_timeline]
+
+
+def make_all(folder):
+    res = ResultsFolder(folder)
+    out_dir = os.path.join(folder, "figures")
+    os.makedirs(out_dir, exist_ok=True)
+    index = []
+    for figure in FIGURES:
+        for name, title, caption in figure(res, out_dir):
+            index.append({"file": name, "title": title, "caption": caption})
+    with open(os.path.join(out_dir, "figures.json"), "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+    return index

@@ -1,0 +1,457 @@
+// Experiment files, their expansion, capacity bisection, results folders, shard + merge, and
+// the figure scripts.
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "experiments/cli.h"
+#include "experiments/compare.h"
+#include "experiments/experiment.h"
+#include "experiments/report.h"
+#include "hwmodel/error.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using nlohmann::ordered_json;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::vector<std::string>> read_csv_rows(const fs::path& p) {
+  // Our CSVs quote only cells with commas or quotes; the files read here have none inside
+  // the columns the tests look at, but keep quoted cells whole anyway.
+  std::vector<std::vector<std::string>> rows;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (quoted) {
+        if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') { cell += '"'; ++i; }
+        else if (ch == '"') quoted = false;
+        else cell += ch;
+      } else if (ch == '"') {
+        quoted = true;
+      } else if (ch == ',') {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += ch;
+      }
+    }
+    cells.push_back(cell);
+    rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
+std::string parse_error(const std::string& yaml) {
+  try {
+    parse_experiment_text(yaml, "bad.yaml");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A small, fast experiment: 40 requests of a 7B model, two policies, a rate axis, two seeds.
+constexpr const char* kSmall = R"(
+name: small
+base: {model: llama-2-7b, gpu: a100-80gb, num-requests: 40, prompt-len: "uniform:64:256", output-len: "uniform:8:64"}
+policies:
+  - {policy: static, label: static-4, policy-opt: {batch_size: 4}}
+  - continuous
+axes:
+  rate: [2, 8]
+seeds: [0, 1]
+slot-timeline:
+  base: {num-requests: 6, arrival: offline, output-len: "uniform:2:12"}
+  max-iterations: 50
+)";
+
+CompareOptions options_for(const fs::path& out, int jobs = 2) {
+  CompareOptions o;
+  o.out = out;
+  o.jobs = jobs;
+  o.plots = false;
+  return o;
+}
+
+TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
+  EXPECT_THAT(parse_error("bogus: 1\n"), HasSubstr("bad.yaml:1: bogus: unknown key"));
+  EXPECT_THAT(parse_error("base: {tp: abc}\n"), HasSubstr("base.tp"));
+  EXPECT_THAT(parse_error("base: {modle: opt-13b}\n"), HasSubstr("unknown key 'base.modle'"));
+  EXPECT_THAT(parse_error("policies: [tgi, tgi]\n"), HasSubstr("policies[1]: label 'tgi' is used twice"));
+  EXPECT_THAT(parse_error("policies: [tgi]\naxes:\n  cap:\n    - {label: a, per-policy: {vllm: {x: 1}}}\n"),
+              HasSubstr("bad.yaml:4: axes.cap[0].per-policy.vllm: no policy labelled 'vllm'"));
+  EXPECT_THAT(parse_error("axes:\n  cap: [1, 2]\n"), HasSubstr("axes.cap[0]: 'cap' is not a run key"));
+  EXPECT_THAT(parse_error("axes:\n  rate: [1, -2]\n"), HasSubstr("axes.rate[1]: a rate must be > 0"));
+  EXPECT_THAT(parse_error("axes:\n  seed: [1, 2]\n"), HasSubstr("top-level 'seeds'"));
+  EXPECT_THAT(parse_error("capacity: {slo: {latency.ttft_s.p100: 1}}\n"),
+              HasSubstr("capacity.slo.latency.ttft_s.p100: not a numeric summary.json figure"));
+  EXPECT_THAT(parse_error("capacity: {slo: {latency.ttft_s.p99: 1}}\naxes: {rate: [1]}\n"),
+              HasSubstr("a capacity search chooses the rate itself"));
+  // An option a policy does not have is found before anything runs, naming the run and option.
+  EXPECT_THAT(parse_error("policies: [tgi]\nbase: {policy-opt: {batch_size: 4}}\n"),
+              AllOf(HasSubstr("run 0000_tgi_s0"), HasSubstr("batch_size")));
+  EXPECT_THAT(parse_error("base: {model: no-such-model}\n"), HasSubstr("no-such-model"));
+  EXPECT_THAT(parse_error("base: [1, 2]\n"), HasSubstr("base: expected a mapping"));
+  EXPECT_THAT(parse_error("base: {\n"), HasSubstr("not valid YAML"));
+}
+
+TEST(ExperimentParse, CliReportsBadFilesAsUserErrors) {
+  const fs::path dir = testing::scratch_dir("experiment_cli_errors");
+  std::ofstream(dir / "bad.yaml") << "policies: [nope]\n";
+  std::ostringstream out, err;
+  EXPECT_THROW(cli_main({"compare", (dir / "bad.yaml").string(), "--out", (dir / "o").string()}, out, err),
+               UserError);
+  EXPECT_THROW(cli_main({"compare", (dir / "missing.yaml").string(), "--out", (dir / "o").string()}, out, err),
+               UserError);
+  EXPECT_THROW(cli_main({"compare", "--policies", "tgi", "--shard", "2/2"}, out, err), UserError);
+  EXPECT_THROW(cli_main({"merge", (dir / "o").string()}, out, err), UserError);  // no --out
+}
+
+TEST(ExperimentExpand, CartesianProductInFileOrderWithPerPolicyOptions) {
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 10}
+policies:
+  - {policy: hf-static, label: hf}
+  - vllm-v0
+axes:
+  tp: [1, 2]
+  cap:
+    - {label: short, output-len: "fixed:16", per-policy: {hf: {batch_size: 16}, vllm-v0: {max_num_batched_tokens: 8700}}}
+    - {label: long, output-len: "fixed:512", per-policy: {hf: {batch_size: 4}}}
+  rate: [1.5, 3]
+seeds: [7, 8]
+)", "x.yaml");
+  const auto runs = expand_runs(e);
+  ASSERT_EQ(runs.size(), 2u * 2 * 2 * 2 * 2);
+  // Policy fastest, then seed, then the last axis; the first axis slowest.
+  EXPECT_EQ(runs[0].policy_label, "hf");
+  EXPECT_EQ(runs[1].policy_label, "vllm-v0");
+  EXPECT_EQ(runs[2].seed, 8u);
+  EXPECT_EQ(runs[4].rate, 3.0);
+  EXPECT_EQ(runs[8].axis_labels[1].second, "long");
+  EXPECT_EQ(runs[16].config.tp, 2);
+  EXPECT_EQ(runs[0].config.tp, 1);
+  std::set<std::string> names;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const PlannedRun& r = runs[i];
+    EXPECT_EQ(r.index, static_cast<int64_t>(i));
+    names.insert(r.name);
+    const bool is_short = r.axis_labels[1].second == "short";
+    EXPECT_EQ(r.config.workload.output_len, is_short ? "fixed:16" : "fixed:512");
+    EXPECT_EQ(r.config.workload.arrival, fmt::format("poisson:{}", *r.rate));
+    EXPECT_EQ(r.config.workload.seed, r.seed);
+    EXPECT_EQ(r.group, fmt::format("tp={} cap={} rate={}", r.config.tp, is_short ? "short" : "long",
+                                   *r.rate == 1.5 ? "1.5" : "3"));
+    if (r.policy_label == "hf") {
+      EXPECT_EQ(r.config.policy, "hf-static");
+      EXPECT_EQ(r.config.policy_opts.at("batch_size"), is_short ? "16" : "4");
+      EXPECT_EQ(r.config.policy_opts.count("max_num_batched_tokens"), 0u);
+    } else {
+      EXPECT_EQ(r.config.policy_opts.count("batch_size"), 0u);
+      EXPECT_EQ(r.config.policy_opts.count("max_num_batched_tokens"), is_short ? 1u : 0u);
+    }
+  }
+  EXPECT_EQ(names.size(), runs.size());
+}
+
+TEST(ExperimentExpand, RateKeepsGammaBurstinessAndRejectsOfflineOnlyArrivals) {
+  RunConfig c = default_run_config();
+  c.workload.arrival = "gamma:1:4";
+  EXPECT_EQ(config_at_rate(c, 2.5).workload.arrival, "gamma:2.5:4");
+  c.workload.arrival = "offline";
+  EXPECT_EQ(config_at_rate(c, 3).workload.arrival, "poisson:3");
+}
+
+// latency(rate) = 0.1 / (1 - rate / 10): monotone, infinite at 10 req/s. With an SLO of 1 s the
+// capacity is exactly 9 req/s.
+TEST(Capacity, BisectionFindsTheLargestRateUnderTheSlo) {
+  auto latency = [](double r) { return r >= 10 ? INFINITY : 0.1 / (1 - r / 10); };
+  CapacitySpec spec;
+  spec.rate_low = 0.5;
+  spec.rate_high = 64;
+  spec.tolerance = 0.01;
+  spec.max_probes = 30;
+  const CapacityResult r = find_capacity(spec, [&](double rate) { return latency(rate) <= 1.0; });
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_LE(r.capacity_rps, 9.0);
+  EXPECT_GE(r.capacity_rps, 9.0 / 1.01);
+  EXPECT_LE(r.bracket_high / r.bracket_low, 1.01);
+  EXPECT_GE(r.bracket_high, 9.0);
+  // Geometric bisection of a 128x range to 1%: log2(ln 128 / ln 1.01) ≈ 9 halvings + 2 ends.
+  EXPECT_LE(r.probes.size(), 12u);
+  for (const CapacityProbe& p : r.probes) EXPECT_EQ(p.meets, latency(p.rate) <= 1.0) << p.rate;
+
+  spec.max_probes = 4;
+  const CapacityResult short_budget = find_capacity(spec, [&](double rate) { return latency(rate) <= 1.0; });
+  EXPECT_EQ(short_budget.status, "max-probes");
+  EXPECT_EQ(short_budget.probes.size(), 4u);
+  EXPECT_LE(short_budget.capacity_rps, 9.0);
+
+  const CapacityResult above = find_capacity(spec, [](double) { return true; });
+  EXPECT_EQ(above.status, "above-range");
+  EXPECT_EQ(above.capacity_rps, 64);
+  const CapacityResult below = find_capacity(spec, [](double) { return false; });
+  EXPECT_EQ(below.status, "below-range");
+  EXPECT_EQ(below.capacity_rps, 0);
+}
+
+TEST(Compare, EveryPolicyGetsTheSameRequestSequencePerSeed) {
+  const fs::path out = testing::scratch_dir("experiment_same_sequence");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  const ResultSet results = run_experiment(e, options_for(out), std::cerr);
+  ASSERT_EQ(results.runs.size(), 8u);
+  // (group, seed) -> the request columns of requests.csv (id, arrival, prompt, output).
+  std::map<std::pair<std::string, uint64_t>, std::vector<std::string>> sequence;
+  std::map<std::pair<std::string, uint64_t>, int> policies_seen;
+  for (const auto& run : results.runs) {
+    const auto& x = run["experiment"];
+    const auto rows = read_csv_rows(out / "runs" / x["run_name"].get<std::string>() / "requests.csv");
+    ASSERT_EQ(rows.size(), 41u);
+    std::vector<std::string> seq;
+    for (const auto& r : rows) seq.push_back(r[0] + "," + r[1] + "," + r[2] + "," + r[3]);
+    const auto key = std::make_pair(x["group"].get<std::string>(), x["seed"].get<uint64_t>());
+    auto [it, inserted] = sequence.emplace(key, seq);
+    if (!inserted) {
+      EXPECT_EQ(it->second, seq) << x["run_name"];
+    }
+    ++policies_seen[key];
+  }
+  for (const auto& [key, n] : policies_seen) EXPECT_EQ(n, 2) << key.first;
+  // And the seeds really differ, so the check above is not vacuous.
+  EXPECT_NE(sequence.at({"rate=2", 0}), sequence.at({"rate=2", 1}));
+}
+
+TEST(Compare, ResultsCsvColumnsAreSummaryJsonPaths) {
+  const fs::path out = testing::scratch_dir("experiment_results_csv");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  const auto rows = read_csv_rows(out / "results.csv");
+  ASSERT_EQ(rows.size(), 9u);
+  const auto& header = rows[0];
+  for (const char* must : {"throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
+                           "throughput.requests_per_s", "latency.e2e_s.p50", "latency.ttft_s.p99",
+                           "latency.tbt_s.p99", "latency.tpot_s.p90", "requests.completed",
+                           "preemptions", "bubble_fraction", "kv.used_fraction_mean",
+                           "experiment.policy", "experiment.rate", "config.policy_opts.batch_size"}) {
+    EXPECT_NE(std::find(header.begin(), header.end(), must), header.end()) << must;
+  }
+  EXPECT_EQ(std::set<std::string>(header.begin(), header.end()).size(), header.size());
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), header.size());
+    std::map<std::string, std::string> cells;
+    for (size_t c = 0; c < header.size(); ++c) cells[header[c]] = rows[i][c];
+    const fs::path summary_file = out / "runs" / cells.at("experiment.run_name") / "summary.json";
+    const auto summary = ordered_json::parse(read_file(summary_file));
+    std::set<std::string> paths;
+    for (const auto& [path, text] : flatten_json(summary)) {
+      paths.insert(path);
+      ASSERT_TRUE(cells.count(path)) << path;
+      EXPECT_EQ(cells.at(path), text) << path;
+    }
+    // A column this run's summary lacks (another policy's option) is empty, never invented.
+    for (const auto& [path, text] : cells) {
+      if (!paths.count(path)) {
+        EXPECT_EQ(text, "") << path;
+      }
+    }
+    // The figures are what the simulation measured, read back as numbers.
+    const double tps = std::stod(cells.at("throughput.output_tokens_per_s"));
+    EXPECT_DOUBLE_EQ(tps, summary["throughput"]["output_tokens_per_s"].get<double>());
+    EXPECT_GT(tps, 0);
+  }
+}
+
+TEST(Compare, ShardsMergedEqualTheUnshardedRunWhateverTheJobs) {
+  const fs::path root = testing::scratch_dir("experiment_shard_merge");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(e, options_for(root / "all", 3), std::cerr);
+  CompareOptions s0 = options_for(root / "s0", 1), s1 = options_for(root / "s1", 2);
+  s0.shard_count = s1.shard_count = 2;
+  s1.shard_index = 1;
+  const ResultSet part0 = run_experiment(e, s0, std::cerr);
+  const ResultSet part1 = run_experiment(e, s1, std::cerr);
+  EXPECT_EQ(part0.runs.size(), 4u);
+  EXPECT_EQ(part1.runs.size(), 4u);
+  // The slot timeline is drawn once, by shard 0.
+  EXPECT_TRUE(fs::exists(root / "s0" / "slot_timeline"));
+  EXPECT_FALSE(fs::exists(root / "s1" / "slot_timeline"));
+  merge_results({root / "s1", root / "s0"}, root / "merged", false, std::cerr);
+  EXPECT_EQ(read_file(root / "merged" / "results.csv"), read_file(root / "all" / "results.csv"));
+  EXPECT_EQ(read_file(root / "merged" / "report.md"), read_file(root / "all" / "report.md"));
+  for (const auto& entry : fs::directory_iterator(root / "all" / "runs")) {
+    const fs::path name = entry.path().filename();
+    EXPECT_EQ(read_file(root / "merged" / "runs" / name / "summary.json"),
+              read_file(entry.path() / "summary.json")) << name;
+  }
+  // A shard alone is reported as incomplete; merging a shard twice is refused.
+  EXPECT_THAT(read_file(root / "s0" / "report.md"), HasSubstr("incomplete"));
+  EXPECT_THROW(merge_results({root / "s0", root / "s0"}, root / "twice", false, std::cerr), UserError);
+}
+
+TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
+  const fs::path out = testing::scratch_dir("experiment_report");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  const std::string report = read_file(out / "report.md");
+  for (const char* must : {"# small", "out tok/s", "total tok/s", "req/s", "e2e p50 s", "e2e p90 s",
+                           "e2e p99 s", "TTFT p99 s", "TPOT p50 ms", "TBT p99 ms", "preempt",
+                           "KV used mean %", "bubble %", "speedup vs static-4", "| rate=8 | continuous |",
+                           "```yaml"}) {
+    EXPECT_THAT(report, HasSubstr(must));
+  }
+  // Two seeds: cells read "mean (min–max)"; the baseline's speedup is 1.00x.
+  EXPECT_THAT(report, ContainsRegex("\\| rate=2 \\| static-4 \\| 40 \\| 0 \\| [0-9.]+ \\([0-9.]+–[0-9.]+\\)"));
+  EXPECT_THAT(report, HasSubstr("| 1.00x |"));
+}
+
+TEST(Compare, CapacityModeSearchesEachCombinationAndItsProbesAreRuns) {
+  const fs::path root = testing::scratch_dir("experiment_capacity");
+  const Experiment e = parse_experiment_text(R"(
+name: cap
+base: {num-requests: 60, prompt-len: "uniform:128:512", output-len: "uniform:16:128"}
+policies: [vllm-v0, sarathi]
+seeds: [0, 1]
+capacity:
+  slo: {latency.ttft_s.p99: 0.5, latency.tbt_s.p99: 0.1}
+  rate-low: 0.5
+  rate-high: 200
+  tolerance: 0.05
+)", "cap.yaml");
+  const ResultSet all = run_experiment(e, options_for(root / "all"), std::cerr);
+  ASSERT_EQ(all.capacities.size(), 4u);
+  for (const auto& c : all.capacities) {
+    const auto& cap = c["capacity"];
+    ASSERT_EQ(cap["status"], "ok") << c.dump();
+    const double rate = cap["rate_rps"].get<double>();
+    EXPECT_LE(cap["bracket_high_rps"].get<double>() / rate, 1.05 + 1e-12);
+    // The probe at the reported capacity met both SLOs; the one at the bracket's top did not.
+    bool found_ok = false, found_fail = false;
+    for (const auto& run : all.runs) {
+      if (run["experiment"]["run"] != c["experiment"]["run"]) continue;
+      const double r = run["experiment"]["rate"].get<double>();
+      const bool meets = run["latency"]["ttft_s"]["p99"].get<double>() <= 0.5 &&
+                         run["latency"]["tbt_s"]["p99"].get<double>() <= 0.1;
+      if (r == rate) found_ok = meets;
+      if (r == cap["bracket_high_rps"].get<double>()) found_fail = !meets;
+    }
+    EXPECT_TRUE(found_ok);
+    EXPECT_TRUE(found_fail);
+  }
+  EXPECT_TRUE(fs::exists(root / "all" / "capacity.csv"));
+  EXPECT_THAT(read_file(root / "all" / "report.md"), HasSubstr("capacity req/s"));
+  // Shards of a capacity experiment split the searches and merge back to the same files.
+  CompareOptions s0 = options_for(root / "s0"), s1 = options_for(root / "s1");
+  s0.shard_count = s1.shard_count = 2;
+  s1.shard_index = 1;
+  run_experiment(e, s0, std::cerr);
+  run_experiment(e, s1, std::cerr);
+  merge_results({root / "s0", root / "s1"}, root / "merged", false, std::cerr);
+  EXPECT_EQ(read_file(root / "merged" / "capacity.csv"), read_file(root / "all" / "capacity.csv"));
+  EXPECT_EQ(read_file(root / "merged" / "results.csv"), read_file(root / "all" / "results.csv"));
+}
+
+TEST(Compare, SlotTimelineShowsStaticSlotsIdleUntilTheBatchEnds) {
+  const fs::path out = testing::scratch_dir("experiment_slots");
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 8, output-len: "uniform:2:40", prompt-len: "fixed:64"}
+policies:
+  - {policy: hf-static, label: static, policy-opt: {batch_size: 4}}
+  - {policy: continuous, label: cont, policy-opt: {max_num_seqs: 4}}
+slot-timeline: {max-iterations: 1000}
+)", "slots.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  for (const char* label : {"static", "cont"}) {
+    const auto rows = read_csv_rows(out / "slot_timeline" / (std::string(label) + ".csv"));
+    ASSERT_GT(rows.size(), 1u);
+    std::map<std::string, int> ends;
+    int max_slot = 0;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      max_slot = std::max(max_slot, std::stoi(rows[i][3]));
+      if (rows[i][5] == "end") ++ends[rows[i][4]];
+    }
+    EXPECT_EQ(ends.size(), 8u) << label;  // every request ends exactly once
+    for (const auto& [id, n] : ends) EXPECT_EQ(n, 1) << label << " request " << id;
+    EXPECT_LT(max_slot, 4) << label;      // never more rows than slots
+  }
+  // Static: the second batch's requests (ids 4..7) never run before all of 0..3 ended.
+  const auto rows = read_csv_rows(out / "slot_timeline" / "static.csv");
+  int last_end_first_batch = -1, first_second_batch = 1 << 30;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const int it = std::stoi(rows[i][0]), id = std::stoi(rows[i][4]);
+    if (id < 4 && rows[i][5] == "end") last_end_first_batch = std::max(last_end_first_batch, it);
+    if (id >= 4) first_second_batch = std::min(first_second_batch, it);
+  }
+  EXPECT_GT(first_second_batch, last_end_first_batch);
+}
+
+TEST(Compare, QuickModeComparesPoliciesFromFlags) {
+  const fs::path out = testing::scratch_dir("experiment_quick");
+  std::ostringstream text, err;
+  EXPECT_EQ(cli_main({"compare", "--policies", "hf-static,tgi", "--num-requests", "30", "--out",
+                      out.string(), "--no-plots", "--jobs", "2"}, text, err), 0);
+  EXPECT_THAT(text.str(), HasSubstr("speedup vs hf-static"));
+  EXPECT_THAT(text.str(), ContainsRegex("tgi +30 +0 "));
+  EXPECT_TRUE(fs::exists(out / "results.csv"));
+  EXPECT_TRUE(fs::exists(out / "report.md"));
+  EXPECT_FALSE(fs::exists(out / "experiment.yaml"));
+}
+
+TEST(ShippedExperiments, ParseAndExpand) {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(testing::source_dir() / "experiments")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().string());
+    const Experiment e = parse_experiment(entry.path());
+    EXPECT_FALSE(expand_runs(e).empty());
+    EXPECT_FALSE(e.description.empty());
+  }
+  EXPECT_GE(files, 5);
+}
+
+TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
+  if (find_plot_python().empty()) {
+    GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
+  }
+  const fs::path out = testing::scratch_dir("experiment_plots");
+  Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  CompareOptions o = options_for(out);
+  o.plots = true;
+  run_experiment(e, o, std::cerr);
+  for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png",
+                        "kv_rate-2.png", "slot_timeline.png", "figures.json"}) {
+    EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << read_file(out / "figures" / "make_figures.log");
+    if (fs::exists(out / "figures" / f)) {
+      EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
+    }
+  }
+  const std::string report = read_file(out / "report.md");
+  EXPECT_THAT(report, HasSubstr("![Slot timeline](figures/slot_timeline.png)"));
+  EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
+}
+
+}  // namespace
+}  // namespace batchsim
