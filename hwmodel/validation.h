@@ -4,13 +4,14 @@
 // operator, the mean absolute percentage error (MAPE) and the worst absolute percentage error (max
 // APE), separately over the rows of the model the profile was fitted on ("fitted": training error)
 // and over every other model ("held_out": what a user with a new model can expect). A whole
-// iteration of a token-level row is the sum of its operators: layers x (the per-layer
-// operators) + the embedding, with the model's layer count when it is a built-in model (else
-// one layer). Attention and all-reduce are measured separately from the token-level operators,
-// so they are reported as their own operators, not inside the iteration.
+// iteration of a token-level row is the sum of its measured operators (those the model runs;
+// the four GEMMs at least): layers x (the per-layer operators) + the embedding, with the
+// model's layer count when it is a built-in model (else one layer). Attention and all-reduce
+// are measured separately from the token-level operators, so they are reported as their own
+// operators, not inside the iteration.
 //
-// All-reduce times do not depend on the model: they are fitted on every row and reported under
-// "fitted" (in-sample) only.
+// All-reduce times do not depend on the model: when a fit was made they are fitted on every row
+// and reported under "fitted" (in-sample) only.
 #pragma once
 
 #include <cstdint>
