@@ -98,7 +98,10 @@ int check_prefill(std::ostream& log, std::mt19937_64& rng) {
     int prior, chunk;
   };
   const std::vector<Case> cases = {
-      {{32, 8, 128, 0}, 0, 100}, {{32, 8, 128, 0}, 700, 300}, {{8, 2, 64, 0}, 37, 1}, {{16, 16, 128, 0}, 1000, 65},
+      // One partial row tile; several tiles with prior context; one query; a tile boundary
+      // of the tensor-core kernel (64 rows, 64 keys) crossed by both chunk and prior.
+      {{32, 8, 128, 0}, 0, 100}, {{32, 8, 128, 0}, 700, 300}, {{8, 2, 64, 0}, 37, 1},
+      {{16, 16, 128, 0}, 1000, 65}, {{8, 4, 64, 0}, 64, 129},
   };
   int failures = 0;
   CudaStream stream;
@@ -111,18 +114,21 @@ int check_prefill(std::ostream& log, std::mt19937_64& rng) {
     const auto v = upload(to_bf16(p.cache.v));
     const auto table = upload(p.block_table);
     DeviceBuffer<uint16_t> out(p.q.size());
-    BATCHSIM_CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.bytes(), stream.get()));
-    launch_prefill_attention({q.get(), k.get(), v.get(), table.get(), out.get(), c.shape.num_heads,
-                              c.shape.num_kv_heads, c.shape.head_dim, kDefaultBlockSizeTokens, c.prior, c.chunk,
-                              c.shape.softmax_scale()},
-                             stream.get());
-    stream.synchronize();
-    std::vector<uint16_t> got(p.q.size());
-    out.copy_to_host(got.data(), got.size());
-    const std::string what = "prefill heads " + std::to_string(c.shape.num_heads) + "/" +
-                             std::to_string(c.shape.num_kv_heads) + " d " + std::to_string(c.shape.head_dim) +
-                             " prior " + std::to_string(c.prior) + " chunk " + std::to_string(c.chunk);
-    failures += !report(log, what, max_scaled_error(from_bf16(got), expected, kAttentionAtol, kAttentionRtol));
+    for (const PrefillKernel kernel : {PrefillKernel::kTensorCore, PrefillKernel::kSimt}) {
+      BATCHSIM_CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.bytes(), stream.get()));  // NaN-fill
+      launch_prefill_attention({q.get(), k.get(), v.get(), table.get(), out.get(), c.shape.num_heads,
+                                c.shape.num_kv_heads, c.shape.head_dim, kDefaultBlockSizeTokens, c.prior, c.chunk,
+                                c.shape.softmax_scale()},
+                               kernel, stream.get());
+      stream.synchronize();
+      std::vector<uint16_t> got(p.q.size());
+      out.copy_to_host(got.data(), got.size());
+      const std::string what = std::string(prefill_kernel_name(kernel)) + " heads " +
+                               std::to_string(c.shape.num_heads) + "/" + std::to_string(c.shape.num_kv_heads) +
+                               " d " + std::to_string(c.shape.head_dim) + " prior " + std::to_string(c.prior) +
+                               " chunk " + std::to_string(c.chunk);
+      failures += !report(log, what, max_scaled_error(from_bf16(got), expected, kAttentionAtol, kAttentionRtol));
+    }
   }
   return failures;
 }

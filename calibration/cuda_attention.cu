@@ -2,6 +2,7 @@
 // prefill over prior context. See cuda_kernels.h for the contracts; the maths is the CPU
 // reference's (attention_reference.h), which `batchsim-calibrate check` compares against.
 #include <cuda_bf16.h>
+#include <mma.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -288,6 +289,166 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillAtte
   }
 }
 
+// Chunked prefill on tensor cores (FlashAttention-2's loop, Dao 2023, with WMMA 16×16×16 BF16
+// tiles and FP32 accumulation). A CTA owns kTcRows = 64 query rows of one head, 16 per warp;
+// it walks the keys in tiles of kTcKeys = 64 tokens through shared memory. Per tile, each warp:
+//   S = Q·Kᵀ (16×64, tensor cores) → shared memory; online softmax on S row by row (two lanes a
+//   row): new max m, correction exp(m_old − m_new), P = exp(S − m) as BF16, running sum l;
+//   O = O·correction + P·V, with O kept in shared memory in FP32 (WMMA accumulator fragments
+//   have no per-row layout to rescale in registers).
+// No score matrix beyond one 16×64 tile per warp is ever stored; out = O / l at the end.
+namespace tc {
+namespace wmma = nvcuda::wmma;
+constexpr int kRows = 64;                // query rows per CTA
+constexpr int kRowsPerWarp = 16;         // one WMMA tile of rows per warp
+constexpr int kKeys = 64;                // keys per tile
+constexpr int kFrag = 16;                // WMMA M = N = K
+
+template <int HEAD_DIM>
+struct Smem {
+  __nv_bfloat16 q[kRows][HEAD_DIM];
+  __nv_bfloat16 k[kKeys][HEAD_DIM];
+  __nv_bfloat16 v[kKeys][HEAD_DIM];
+  float s[kWarps][kRowsPerWarp][kKeys];           // scores, then scratch for P·V chunks
+  __nv_bfloat16 p[kWarps][kRowsPerWarp][kKeys];
+  float o[kWarps][kRowsPerWarp][HEAD_DIM];
+  float correction[kWarps][kRowsPerWarp];
+};
+
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(kThreads) prefill_attention_tc_kernel(PrefillAttentionArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // WMMA needs 32-byte aligned tiles
+  Smem<HEAD_DIM>& sm = *reinterpret_cast<Smem<HEAD_DIM>*>(smem_raw);
+  constexpr int kChunksPerRow = HEAD_DIM / 8;  // 16-byte chunks of a BF16 row
+  const int head = blockIdx.y;
+  const int row0 = blockIdx.x * kRows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kv_head = kv_head_for(head, a.num_heads, a.num_kv_heads);
+  const PagedKvLayout layout{a.block_size_tokens, a.num_kv_heads, HEAD_DIM};
+  const auto* q = reinterpret_cast<const __nv_bfloat16*>(a.q);
+  const auto* k_cache = reinterpret_cast<const __nv_bfloat16*>(a.k_cache);
+  const auto* v_cache = reinterpret_cast<const __nv_bfloat16*>(a.v_cache);
+
+  // Q tile (zeros past the chunk) and O = 0.
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (row0 + r < a.chunk_tokens) {
+      raw = *reinterpret_cast<const uint4*>(q + (static_cast<int64_t>(row0 + r) * a.num_heads + head) * HEAD_DIM + off);
+    }
+    *reinterpret_cast<uint4*>(&sm.q[r][off]) = raw;
+  }
+  for (int i = lane; i < kRowsPerWarp * HEAD_DIM; i += 32) sm.o[warp][i / HEAD_DIM][i % HEAD_DIM] = 0.0f;
+
+  // Lanes 2r and 2r+1 own row r of this warp's 16, each half of the 64 key columns.
+  const int my_row = lane / 2, col0 = (lane % 2) * (kKeys / 2);
+  const int my_position = a.prior_tokens + row0 + warp * kRowsPerWarp + my_row;  // sees keys 0 … this
+  float m = -INFINITY, l = 0.0f;
+  const int last_position = a.prior_tokens + min(row0 + kRows, a.chunk_tokens) - 1;
+  const float scale = a.scale;
+
+  for (int t0 = 0; t0 <= last_position; t0 += kKeys) {
+    __syncthreads();  // previous K/V tile no longer read
+    for (int c = threadIdx.x; c < kKeys * kChunksPerRow; c += kThreads) {
+      const int j = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
+      uint4 k_raw = make_uint4(0, 0, 0, 0), v_raw = make_uint4(0, 0, 0, 0);
+      if (t0 + j <= last_position) {
+        const int64_t g = layout.token_row_offset(a.block_table, t0 + j, kv_head) + off;
+        k_raw = *reinterpret_cast<const uint4*>(k_cache + g);
+        v_raw = *reinterpret_cast<const uint4*>(v_cache + g);
+      }
+      *reinterpret_cast<uint4*>(&sm.k[j][off]) = k_raw;
+      *reinterpret_cast<uint4*>(&sm.v[j][off]) = v_raw;
+    }
+    __syncthreads();
+
+    // S = Q·Kᵀ for this warp's 16 rows: K stored [key][d] is Kᵀ in column-major order.
+    for (int n = 0; n < kKeys / kFrag; ++n) {
+      wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < HEAD_DIM / kFrag; ++kk) {
+        wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::row_major> qa;
+        wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::col_major> kb;
+        wmma::load_matrix_sync(qa, &sm.q[warp * kRowsPerWarp][kk * kFrag], HEAD_DIM);
+        wmma::load_matrix_sync(kb, &sm.k[n * kFrag][kk * kFrag], HEAD_DIM);
+        wmma::mma_sync(acc, qa, kb, acc);
+      }
+      wmma::store_matrix_sync(&sm.s[warp][0][n * kFrag], acc, kKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax over this tile, causal mask by absolute position.
+    float tile_max = -INFINITY;
+    for (int j = col0; j < col0 + kKeys / 2; ++j) {
+      const float x = (t0 + j <= my_position) ? sm.s[warp][my_row][j] * scale : -INFINITY;
+      sm.s[warp][my_row][j] = x;
+      tile_max = fmaxf(tile_max, x);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);  // finite: key 0 is visible to every row in tile 0
+    const float correction = __expf(m - m_new);
+    float sum = 0.0f;
+    for (int j = col0; j < col0 + kKeys / 2; ++j) {
+      const float p = __expf(sm.s[warp][my_row][j] - m_new);  // exp(-inf) = 0 for masked keys
+      sm.p[warp][my_row][j] = __float2bfloat16(p);
+      sum += p;
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    l = l * correction + sum;
+    m = m_new;
+    if (lane % 2 == 0) sm.correction[warp][my_row] = correction;
+    __syncwarp();
+
+    // O = O·correction + P·V, one 16-wide slice of head_dim at a time (scratch: sm.s).
+    for (int dc = 0; dc < HEAD_DIM / kFrag; ++dc) {
+      wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> pv;
+      wmma::fill_fragment(pv, 0.0f);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / kFrag; ++kk) {
+        wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::row_major> pa;
+        wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __nv_bfloat16, wmma::row_major> vb;
+        wmma::load_matrix_sync(pa, &sm.p[warp][0][kk * kFrag], kKeys);
+        wmma::load_matrix_sync(vb, &sm.v[kk * kFrag][dc * kFrag], HEAD_DIM);
+        wmma::mma_sync(pv, pa, vb, pv);
+      }
+      float* scratch = &sm.s[warp][0][0];  // 16×16 floats, ld 16
+      wmma::store_matrix_sync(scratch, pv, kFrag, wmma::mem_row_major);
+      __syncwarp();
+      for (int i = lane; i < kFrag * kFrag; i += 32) {
+        const int r = i / kFrag, c = i % kFrag;
+        float& o = sm.o[warp][r][dc * kFrag + c];
+        o = o * sm.correction[warp][r] + scratch[i];
+      }
+      __syncwarp();
+    }
+  }
+
+  // out = O / l; lanes 2r, 2r+1 hold l of row r, so share it through the correction slots.
+  if (lane % 2 == 0) sm.correction[warp][my_row] = l;
+  __syncwarp();
+  auto* out = reinterpret_cast<__nv_bfloat16*>(a.out);
+  for (int i = lane; i < kRowsPerWarp * HEAD_DIM; i += 32) {
+    const int r = i / HEAD_DIM, d = i % HEAD_DIM;
+    const int row = row0 + warp * kRowsPerWarp + r;
+    if (row < a.chunk_tokens) {
+      out[(static_cast<int64_t>(row) * a.num_heads + head) * HEAD_DIM + d] =
+          __float2bfloat16(sm.o[warp][r][d] / sm.correction[warp][r]);
+    }
+  }
+}
+
+template <int HEAD_DIM>
+void launch(const PrefillAttentionArgs& args, cudaStream_t stream) {
+  const size_t smem_bytes = sizeof(Smem<HEAD_DIM>);
+  BATCHSIM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_tc_kernel<HEAD_DIM>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_bytes)));
+  const dim3 grid(ceil_div(args.chunk_tokens, kRows), args.num_heads);
+  prefill_attention_tc_kernel<HEAD_DIM><<<grid, kThreads, smem_bytes, stream>>>(args);
+}
+}  // namespace tc
+
 void require_head_dim(int head_dim) {
   if (head_dim != 64 && head_dim != 128) {
     throw std::invalid_argument("attention kernels are compiled for head_dim 64 and 128, not " +
@@ -337,18 +498,30 @@ void launch_paged_decode_attention(const DecodeAttentionArgs& args, int partitio
   }
 }
 
-void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream) {
+void launch_prefill_attention(const PrefillAttentionArgs& args, PrefillKernel kernel, cudaStream_t stream) {
   require_head_dim(args.head_dim);
   if (args.chunk_tokens < 1 || args.prior_tokens < 0 || args.num_heads % args.num_kv_heads != 0) {
     throw std::invalid_argument("prefill attention: need chunk >= 1, prior >= 0, kv heads dividing heads");
   }
-  const dim3 grid(ceil_div(args.chunk_tokens, kRowsPerCta), args.num_heads);
-  if (args.head_dim == 64) {
-    prefill_attention_kernel<64><<<grid, kThreads, 0, stream>>>(args);
+  if (kernel == PrefillKernel::kTensorCore) {
+    if (args.head_dim == 64) {
+      tc::launch<64>(args, stream);
+    } else {
+      tc::launch<128>(args, stream);
+    }
   } else {
-    prefill_attention_kernel<128><<<grid, kThreads, 0, stream>>>(args);
+    const dim3 grid(ceil_div(args.chunk_tokens, kRowsPerCta), args.num_heads);
+    if (args.head_dim == 64) {
+      prefill_attention_kernel<64><<<grid, kThreads, 0, stream>>>(args);
+    } else {
+      prefill_attention_kernel<128><<<grid, kThreads, 0, stream>>>(args);
+    }
   }
   BATCHSIM_CUDA_CHECK(cudaGetLastError());
+}
+
+const char* prefill_kernel_name(PrefillKernel kernel) {
+  return kernel == PrefillKernel::kTensorCore ? "batchsim_prefill_wmma" : "batchsim_prefill_simt";
 }
 
 }  // namespace batchsim::calibration

@@ -11,9 +11,9 @@
 //   (max logit, exp-sum, normalised partial output) to fp32 scratch; a reduce kernel, one CTA
 //   per (sequence, head), combines them with exp(m_p − max m) weights.
 // Prefill attention: one sequence's chunk of `chunk_tokens` queries after `prior_tokens` of
-//   context, causal; the chunk's own K/V are already in the paged cache. Tiled: a CTA owns 32
-//   query rows of one head and walks the KV blocks (16 tokens) through shared memory with an
-//   online softmax; no score matrix is written (FlashAttention's loop, without tensor cores).
+//   context, causal; the chunk's own K/V are already in the paged cache. Tiled: a CTA owns a
+//   tile of query rows of one head and walks the keys through shared memory with an online
+//   softmax; no score matrix is written (FlashAttention's loop). See PrefillKernel below.
 // Head dims 64 and 128 are compiled; others throw std::invalid_argument.
 #pragma once
 
@@ -57,7 +57,12 @@ struct PrefillAttentionArgs {
   int prior_tokens = 0, chunk_tokens = 0;
   float scale = 0;
 };
-void launch_prefill_attention(const PrefillAttentionArgs& args, cudaStream_t stream);
+// Two prefill kernels over the same maths: kTensorCore (WMMA BF16 tiles, what the measurement
+// uses: engines run FlashAttention/FlashInfer on tensor cores) and kSimt (CUDA cores only,
+// simpler; kept as a second implementation `check` compares too).
+enum class PrefillKernel { kTensorCore, kSimt };
+void launch_prefill_attention(const PrefillAttentionArgs& args, PrefillKernel kernel, cudaStream_t stream);
+const char* prefill_kernel_name(PrefillKernel kernel);  // the CSV's attention_backend
 
 // Streaming kernels for achievable HBM bandwidth, 16-byte accesses, grid-stride loops.
 // `bytes` must be a multiple of 16. The read kernel folds what it reads into one word per

@@ -339,8 +339,8 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     row.kv_cache_size_max_tokens = total;
     row.kv_cache_size_sum_tokens = total;
     row.is_prefill = true;
-    row.attention_backend = "batchsim_prefill_tiled";
-    row.stats = s.measure([&] { launch_prefill_attention(args, s.stream()); });
+    row.attention_backend = prefill_kernel_name(PrefillKernel::kTensorCore);
+    row.stats = s.measure([&] { launch_prefill_attention(args, PrefillKernel::kTensorCore, s.stream()); });
     row.timer = s.timer_kind();
     csv.uniform.write(row);
     ++prefill_rows;
