@@ -333,8 +333,10 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
 
 std::string datasheet_gpu_for_device(std::string_view device) {
   if (device == "a100") return "a100-80gb";  // Vidur profiled 80 GB A100s (data/README.md)
-  if (device == "a40") return "a40";
   if (device == "h100") return "h100-sxm";
+  for (const HardwareProfile& g : builtin_gpus()) {
+    if (g.name == device && g.source == "datasheet") return g.name;  // "a40", "h200", ...
+  }
   return "";
 }
 

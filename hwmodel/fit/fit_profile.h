@@ -73,8 +73,9 @@ struct FitResult {
 FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
                       const HardwareProfile& base, const HardwareProfile* fallback = nullptr);
 
-// The built-in datasheet GPU a Vidur device folder was measured on ("a100" -> "a100-80gb",
-// per ../shared/data/README.md; "a40" -> "a40"); empty when unknown.
+// The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
+// ../shared/data/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or
+// "h200", -> itself); empty when unknown.
 std::string datasheet_gpu_for_device(std::string_view device);
 
 }  // namespace batchsim

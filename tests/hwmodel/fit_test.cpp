@@ -224,6 +224,35 @@ TEST(FitProfile, ShippedProfilesAreFreshFits) {
   EXPECT_THAT(shipped_a40.source, HasSubstr("taken from profile 'a100-80gb-fitted'"));
 }
 
+TEST(FitModelRows, AConfigFileMatchesRowsOfTheSameShape) {
+  const Measurements m = read_measurements(vidur_dir(), "a40");
+  const auto dir = testing::scratch_dir("fit_config");
+  // A model shaped like Llama-2-7B under another name: its rows are found by shape.
+  const auto config = testing::write_file(dir, "config.json", R"({"_name_or_path": "my/llama",
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
+    "max_position_embeddings": 4096})");
+  const FitModelRows rows(m, config.string());
+  EXPECT_EQ(rows.name(), "llama");
+  int matched = 0;
+  for (const TokenOpRow& row : m.token_ops) {
+    EXPECT_EQ(rows.token_row(row), row.model == "meta-llama/Llama-2-7b-hf") << row.model;
+    matched += rows.token_row(row) ? 1 : 0;
+  }
+  EXPECT_EQ(matched, 1044);
+  // No fit model: every row is held out.
+  const FitModelRows none(m, "");
+  for (const TokenOpRow& row : m.token_ops) EXPECT_FALSE(none.token_row(row));
+}
+
+TEST(FitProfile, DeviceFoldersMapToDatasheetGpus) {
+  EXPECT_EQ(datasheet_gpu_for_device("a100"), "a100-80gb");
+  EXPECT_EQ(datasheet_gpu_for_device("a40"), "a40");
+  EXPECT_EQ(datasheet_gpu_for_device("h200"), "h200");
+  EXPECT_EQ(datasheet_gpu_for_device("a100-80gb-fitted"), "");  // not a datasheet
+  EXPECT_EQ(datasheet_gpu_for_device("tpu"), "");
+}
+
 TEST(FitProfile, UnknownFitModelListsTheMeasuredModels) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
   EXPECT_THAT(
