@@ -12,6 +12,7 @@
 #include "experiments/compare.h"
 #include "experiments/experiment.h"
 #include "experiments/output.h"
+#include "experiments/validate.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
@@ -34,6 +35,7 @@ commands:
   merge     join the results folders of `compare --shard K/N` runs
   list      list built-in models, gpus or policies:  batchsim list {models,gpus,policies}
   bench     measure the simulator's own speed (simulated requests per wall-second)
+  validate  fit the cost model on measured operator times and report its error per operator
 
 `batchsim <command> --help` shows a command's options.
 )";
@@ -346,6 +348,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "merge") return cmd_merge(rest, out, err);
   if (command == "list") return cmd_list(rest, out);
   if (command == "bench") return cmd_bench(rest, out);
+  if (command == "validate") return validate_command(rest, out);
   throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));
 }
 
