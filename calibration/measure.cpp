@@ -357,20 +357,6 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
 
 }  // namespace
 
-MeasureOptions resolve_defaults(MeasureOptions o) {
-  if (o.models.empty()) {
-    if (o.quick) {
-      o.models = {"llama-2-7b"};  // the model of the shared Vidur A100 data, for comparison
-    } else {
-      for (const CalibrationModel& m : calibration_models()) o.models.push_back(m.name);
-    }
-  }
-  for (const std::string& name : o.models) find_calibration_model(name);  // throws on unknown
-  if (o.tensor_parallel_degrees.empty()) o.tensor_parallel_degrees = {1, 2, 4, 8};
-  if (o.quick) o.fp16 = false;
-  return o;
-}
-
 void run_measurements(const MeasureOptions& options, std::ostream& log) {
   BATCHSIM_CUDA_CHECK(cudaSetDevice(0));
   Session s(options, log);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "calibration/measure_options.h"
 #include "hwmodel/model_spec.h"
 
 namespace batchsim::calibration {
@@ -147,6 +148,36 @@ TEST(CalibrationModels, AgreeWithHwmodelsBuiltinSpecs) {
     EXPECT_EQ(m.vocab_size, spec.vocab_size) << m.name;
     EXPECT_EQ(m.max_context_tokens, spec.max_context_tokens) << m.name;
   }
+}
+
+}  // namespace
+}  // namespace batchsim::calibration
+
+namespace batchsim::calibration {
+namespace {
+
+TEST(MeasureOptions, QuickDefaultsToLlama2At4TpDegreesBf16Only) {
+  MeasureOptions quick;
+  quick.quick = true;
+  const MeasureOptions q = resolve_defaults(quick);
+  EXPECT_EQ(q.models, std::vector<std::string>{"llama-2-7b"});
+  EXPECT_EQ(q.tensor_parallel_degrees, (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_FALSE(q.fp16);
+
+  const MeasureOptions full = resolve_defaults(MeasureOptions{});
+  EXPECT_EQ(full.models.size(), calibration_models().size());
+  EXPECT_TRUE(full.fp16);
+
+  MeasureOptions chosen;
+  chosen.models = {"llama-3-8b"};
+  chosen.tensor_parallel_degrees = {2};
+  const MeasureOptions c = resolve_defaults(chosen);
+  EXPECT_EQ(c.models, std::vector<std::string>{"llama-3-8b"});
+  EXPECT_EQ(c.tensor_parallel_degrees, std::vector<int>{2});
+
+  MeasureOptions unknown;
+  unknown.models = {"gpt-5"};
+  EXPECT_THROW(resolve_defaults(unknown), std::invalid_argument);
 }
 
 }  // namespace
