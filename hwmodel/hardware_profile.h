@@ -55,8 +55,8 @@ struct HardwareProfile {
   double hbm_efficiency = 0.8;                // achieved/datasheet bandwidth for streaming reads
   double prefill_attention_efficiency = 0.5;  // of peak_flops, queries against prior context
   double decode_attention_efficiency = 0.7;   // of hbm_bytes_per_s
-  double decode_attention_per_seq_s = 0;      // per sequence, per layer
-  double kernel_launch_s = 0;                 // per operator launch
+  double decode_attention_per_seq_s = 0;      // additive, per sequence and layer
+  double kernel_launch_s = 0;                 // per GEMM launch (incl. the LM head)
   double iteration_overhead_s = 0;            // CPU: scheduling, input prep, sampling (fixed)
   double iteration_overhead_per_seq_s = 0;    // CPU: per sequence in the batch
   // CPU: per tensor-parallel worker beyond the first (the driver prepares and ships inputs to
