@@ -333,10 +333,18 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   fmt::print(out, "- model `{}` on `{}` (TP {}), GPU memory utilisation {}\n", base["model"].get<std::string>(),
              base["gpu"].get<std::string>(), base["tp"].dump(), base["gpu_memory_utilization"].dump());
   const std::string trace = base["trace"].get<std::string>();
-  fmt::print(out, "- workload: {}{} requests, arrival `{}`, prompt `{}`, output `{}`\n",
-             trace.empty() ? "" : fmt::format("trace `{}`, ", fs::path(trace).filename().string()),
-             base["num_requests"].dump(), base["arrival"].get<std::string>().empty() ? (trace.empty() ? "offline" : "trace") : base["arrival"].get<std::string>(),
-             base["prompt_len"].get<std::string>(), base["output_len"].get<std::string>());
+  const std::string arrival = base["arrival"].get<std::string>();
+  const std::string lengths =
+      trace.empty() ? fmt::format("prompt `{}`, output `{}`", base["prompt_len"].get<std::string>(),
+                                  base["output_len"].get<std::string>())
+                    : fmt::format("lengths from `{}`", fs::path(trace).filename().string());
+  const std::string arrivals =
+      is_capacity(results) ? "Poisson arrivals at each probed rate"
+      : !arrival.empty()   ? fmt::format("arrival `{}`", arrival)
+                           : (trace.empty() ? "all at t=0" : "the trace's timestamps");
+  fmt::print(out, "- workload: {} requests, {}, {}{}\n",
+             base["num_requests"].get<int64_t>() == 0 ? std::string("all") : base["num_requests"].dump(),
+             lengths, arrivals, e["axes"].empty() ? "" : " (the axes below change parts of it)");
   for (const auto& axis : e["axes"]) {
     std::vector<std::string> values;
     for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());

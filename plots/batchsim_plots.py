@@ -95,14 +95,28 @@ def _group_title(group):
     return group if group else "all runs"
 
 
-def _bars(ax, res, groups, metric, ylabel, colors):
+def _axis_names(res):
+    return [a["name"] for a in res.experiment.get("axes", [])]
+
+
+def _tick_label(res, group):
+    """With one axis, "num-requests=64" says less than "64" under an x label "num-requests"."""
+    if not group:
+        return "all runs"
+    if len(_axis_names(res)) == 1:
+        return group.split("=", 1)[1]
+    return group.replace(" ", "\n")
+
+
+def _bars(ax, res, groups, metric, ylabel, colors, rows=None):
     """Grouped bars: one cluster per group, one bar per policy, min–max over seeds as a whisker."""
+    rows = res.runs if rows is None else rows
     n = len(res.policies)
     width = 0.8 / n
     for i, policy in enumerate(res.policies):
         means, lo, hi = [], [], []
         for g in groups:
-            vals = [_num(r[metric]) for r in res.runs
+            vals = [_num(r.get(metric)) for r in rows
                     if r["experiment.group"] == g and r["experiment.policy"] == policy]
             m, a, b = _spread(vals)
             means.append(m)
@@ -112,7 +126,9 @@ def _bars(ax, res, groups, metric, ylabel, colors):
         ax.bar(xs, means, width, label=policy, color=colors[policy],
                yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=3)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([_group_title(g) for g in groups], rotation=0 if len(groups) < 6 else 30)
+    ax.set_xticklabels([_tick_label(res, g) for g in groups], fontsize=9)
+    if len(_axis_names(res)) == 1:
+        ax.set_xlabel(_axis_names(res)[0])
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 
@@ -123,18 +139,47 @@ def throughput(res, out_dir):
         return []
     groups = res.groups(runs)
     colors = policy_colors(res.policies)
-    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.2 * len(groups) * len(res.policies) / 2 + 4), 4.2))
-    _bars(axes[0], res, groups, "throughput.output_tokens_per_s", "output tokens/s", colors)
-    _bars(axes[1], res, groups, "throughput.requests_per_s", "requests/s", colors)
-    axes[0].set_title("Output throughput")
-    axes[1].set_title("Request throughput")
+    budget = res.experiment.get("iteration_budget", 0)
+    panels = [("throughput.output_tokens_per_s", "output tokens/s", "Output throughput"),
+              ("throughput.requests_per_s", "requests/s", "Request throughput")]
+    if budget:
+        panels.append(("experiment.completed_within_budget", "requests",
+                       f"Completed within {budget} iterations"))
+    width = max(5.0, 0.35 * len(groups) * len(res.policies) + 1.5) * len(panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(min(18, width), 4.2))
+    for ax, (metric, ylabel, title) in zip(axes, panels):
+        _bars(ax, res, groups, metric, ylabel, colors, runs)
+        ax.set_title(title)
     axes[0].legend(fontsize=8)
     fig.suptitle(res.experiment["name"])
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=DPI)
     plt.close(fig)
-    return [("throughput.png", "Throughput per policy",
-             "Bars are means over seeds; whiskers span the seeds' min–max.")]
+    caption = "Bars are means over seeds; whiskers span the seeds' min–max."
+    if budget:
+        caption += (f" The last panel counts requests finished by the end of iteration {budget}: "
+                    "the primer's measure of how much work a batching policy gets done.")
+    return [("throughput.png", "Throughput per policy", caption)]
+
+
+LATENCY_NAMES = {"e2e_s": "e2e latency", "ttft_s": "TTFT", "tpot_s": "TPOT", "tbt_s": "TBT",
+                 "queueing_s": "queueing delay", "normalized_s_per_token": "normalised latency"}
+
+
+def _metric_label(path):
+    """"latency.queueing_s.p50" -> "p50 queueing delay (s)"; other paths as they are."""
+    parts = path.split(".")
+    if len(parts) == 3 and parts[0] == "latency" and parts[1] in LATENCY_NAMES:
+        unit = "s/token" if parts[1] == "normalized_s_per_token" else "s"
+        return f"{parts[2]} {LATENCY_NAMES[parts[1]]} ({unit})"
+    return path
+
+
+def _slo_text(path, bound):
+    label = _metric_label(path)
+    if label.endswith(" (s)"):
+        return f"{label[:-4]} ≤ {bound} s"
+    return f"{label} ≤ {bound}"
 
 
 def latency_vs_qps(res, out_dir):
@@ -153,18 +198,30 @@ def latency_vs_qps(res, out_dir):
     styles = ["-", "--", ":", "-."]
     panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
               ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+    capacity_spec = res.experiment.get("capacity") or {}
+    slo = capacity_spec.get("slo", {})
+    if slo:
+        # A capacity search is judged on its SLO figures: show those first.
+        named = [(k, _metric_label(k)) for k in slo]
+        panels = (named + [p for p in panels if p[0] not in slo])[:4]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
     for ax, (metric, label) in zip(axes.flat, panels):
         for (policy, other), by_rate in lines.items():
             rates = sorted(by_rate)
-            stats = [_spread([_num(r[metric]) for r in by_rate[q]]) for q in rates]
+            # A log axis cannot show 0 (no queueing at low load): leave those points out.
+            stats = [_spread([v if v > 0 else math.nan for v in (_num(r[metric]) for r in by_rate[q])])
+                     for q in rates]
             name = policy if len(others) == 1 else f"{policy} {other}"
             ls = styles[others.index(other) % len(styles)]
             ax.plot(rates, [s[0] for s in stats], ls, marker="o", ms=3, color=colors[policy], label=name)
             if any(s[1] != s[2] for s in stats):
                 ax.fill_between(rates, [s[1] for s in stats], [s[2] for s in stats],
                                 color=colors[policy], alpha=0.15)
+        if metric in slo:
+            ax.axhline(slo[metric], color="black", ls="--", lw=1, label="SLO")
         ax.set_yscale("log")
+        if slo:
+            ax.set_xscale("log")  # probes are spaced geometrically
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
     for ax in axes[1]:
@@ -174,9 +231,12 @@ def latency_vs_qps(res, out_dir):
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "latency_vs_qps.png"), dpi=DPI)
     plt.close(fig)
-    what = "capacity-search probes" if res.experiment.get("capacity") else "the rate sweep"
-    return [("latency_vs_qps.png", "Latency vs request rate",
-             f"Points are {what} (mean over seeds, band = min–max); the y axis is logarithmic.")]
+    if slo:
+        caption = ("Points are the capacity search's probes (each seed probes its own rates); dashed "
+                   "lines are the SLO bounds; both axes are logarithmic.")
+    else:
+        caption = "Mean over seeds, band = min–max; the y axis is logarithmic."
+    return [("latency_vs_qps.png", "Latency vs request rate", caption)]
 
 
 def _ecdf(values):
@@ -223,41 +283,44 @@ def cdfs(res, out_dir):
 
 
 def kv_over_time(res, out_dir):
+    """Small multiples, one row per policy: with seven policies one shared panel is a tangle."""
     out = []
     colors = policy_colors(res.policies)
     groups = _pick_groups([g for g in res.groups() if res.first_seed_runs(g)])
     for g in groups:
-        runs = res.first_seed_runs(g)
-        fig, ax = plt.subplots(figsize=(10, 4))
-        drawn = False
-        for policy, run in runs.items():
+        series = []
+        for policy, run in res.first_seed_runs(g).items():
             path = res.run_file(run, "kv_timeline.csv")
             capacity = _num(run.get("kv.capacity_tokens"))
-            if not os.path.exists(path) or not capacity > 0:
-                continue
-            rows = read_csv(path)
-            t = [_num(r["time_s"]) for r in rows]
-            ax.plot(t, [100 * _num(r["kv_used_tokens"]) / capacity for r in rows], color=colors[policy],
-                    lw=1.2, label=f"{policy} used")
-            ax.plot(t, [100 * _num(r["kv_allocated_tokens"]) / capacity for r in rows], color=colors[policy],
-                    lw=0.9, ls="--", alpha=0.8, label=f"{policy} held")
-            drawn = True
-        if not drawn:
-            plt.close(fig)
+            if os.path.exists(path) and capacity > 0:
+                rows = read_csv(path)
+                series.append((policy, [_num(r["time_s"]) for r in rows],
+                               [100 * _num(r["kv_used_tokens"]) / capacity for r in rows],
+                               [100 * _num(r["kv_allocated_tokens"]) / capacity for r in rows]))
+        if not series:
             continue
-        ax.set_xlabel("simulated time (s)")
-        ax.set_ylabel("KV cache (% of capacity)")
-        ax.set_ylim(0, 105)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
-        ax.set_title(f"{res.experiment['name']}: KV memory over time ({_group_title(g)})")
+        fig, axes = plt.subplots(len(series), 1, figsize=(10, 0.6 + 1.15 * len(series)), sharex=True,
+                                 squeeze=False)
+        for ax, (policy, t, used, held) in zip(axes[:, 0], series):
+            ax.fill_between(t, used, step="post", color=colors[policy], alpha=0.55, lw=0)
+            ax.step(t, held, where="post", color="black", lw=0.7, alpha=0.8)
+            ax.set_ylim(0, 105)
+            ax.set_yticks([0, 50, 100])
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            ax.text(0.005, 0.9, policy, transform=ax.transAxes, va="top", fontsize=8,
+                    bbox=dict(facecolor="white", alpha=0.8, lw=0, pad=1))
+        axes[-1, 0].set_xlabel("simulated time (s)")
+        fig.supylabel("KV cache (% of capacity)", fontsize=9)
+        fig.suptitle(f"{res.experiment['name']}: KV memory over time ({_group_title(g)})", fontsize=10)
         fig.tight_layout()
         name = f"kv_{_slug(g)}.png"
         fig.savefig(os.path.join(out_dir, name), dpi=DPI)
         plt.close(fig)
         out.append((name, f"KV memory over time ({_group_title(g)})",
-                    "Solid: tokens whose KV is written; dashed: tokens held (reserved or in allocated "
-                    "blocks). The gap is memory that reservation or padding wastes."))
+                    "Filled: tokens whose KV is written; black line: tokens held (reserved up front, or "
+                    "in allocated blocks). The gap between them is memory that reservation or padding "
+                    "wastes. First seed of each policy."))
     return out
 
 
@@ -313,15 +376,19 @@ def capacity(res, out_dir):
         return []
     colors = policy_colors(res.policies)
     groups = res.groups(res.capacities)
-    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(groups) * len(res.policies) / 2 + 3), 4.2))
+    fig, ax = plt.subplots(figsize=(max(7.5, 0.8 * len(groups) * len(res.policies) + 2), 4.5))
     saved = res.runs
     res.runs = res.capacities  # _bars reads res.runs
     try:
         _bars(ax, res, groups, "capacity.rate_rps", "capacity (requests/s)", colors)
     finally:
         res.runs = saved
-    slo = " and ".join(f"{k} ≤ {v}" for k, v in res.experiment["capacity"]["slo"].items())
-    ax.set_title(f"{res.experiment['name']}: largest rate meeting {slo}", fontsize=10)
+    slo = " and ".join(_slo_text(k, v) for k, v in res.experiment["capacity"]["slo"].items())
+    ax.set_title(f"{res.experiment['name']}: largest request rate meeting\n{slo}", fontsize=10)
+    for bar in ax.patches:  # the number itself is what a reader quotes
+        if bar.get_height() > 0:
+            ax.annotate(f"{bar.get_height():.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() / 2),
+                        ha="center", va="center", fontsize=9, color="white", fontweight="bold")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "capacity.png"), dpi=DPI)
