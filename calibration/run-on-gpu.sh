@@ -8,13 +8,14 @@
 #   OUT=/some/dir calibration/run-on-gpu.sh
 #
 # What comes back in $OUT (8 files at most, none deeper than $OUT/file):
-#   run.log  meas.tar.gz (the whole measurement directory)  device.json  bandwidth.csv
-#   mlp.csv  attention.csv  attention_mixed.csv  profile.yaml (only if the fit ran)
+#   run.log  meas.tar.gz (the whole measurement directory, attention_mixed.csv included)
+#   device.json  bandwidth.csv  mlp.csv  attention.csv
+#   profile.yaml, validation.json (only where the batchsim CLI could be built)
 #
 # The GPU machines' image has nvcc, CMake and ninja but maybe not the project's CPU libraries
 # (fmt, Eigen, yaml-cpp, Boost, nlohmann-json); then the CMake configure fails and the
 # calibrate binary is built with nvcc alone (calibration/ needs only the standard library and
-# CUDA). The fit is a pure function of the CSVs, so it can always run later on a CPU machine:
+# CUDA) and the fit is left for a CPU machine — it is a pure function of the CSVs:
 #   build/experiments/batchsim calibrate fit <meas dir> --out profile.yaml
 #
 # Environment: OUT (default ./calibration-out), BUILD_DIR (default ./build-gpu),
@@ -96,7 +97,7 @@ if ! timeout 180 "$CALIBRATE" check; then
 fi
 
 step "measure --quick (budget ${MEASURE_BUDGET_S} s)"
-rm -rf "$MEAS"
+rm -rf "$MEAS" "$PROFILE" "$BUILD_DIR/validation.json"
 if ! timeout $((MEASURE_BUDGET_S + 90)) "$CALIBRATE" measure --quick --out "$MEAS" \
       --time-budget-s "$MEASURE_BUDGET_S"; then
   failures+=("measure")
@@ -107,15 +108,30 @@ BATCHSIM=$CMAKE_BUILD/experiments/batchsim
 if [ -n "${BATCHSIM_BUILD_PID:-}" ]; then
   wait "$BATCHSIM_BUILD_PID" || echo "building batchsim failed: $(tail -5 "$BUILD_DIR/batchsim-build.log")"
 fi
-# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (wired in experiments/ by the
-# ---- fit engineer; the same command works on any CPU machine with the returned meas.tar.gz).
+# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (to be wired in experiments/
+# ---- by the fit engineer; the same command works on any CPU machine with meas.tar.gz).
+# `batchsim validate` (issue 4) fits the same way and reports the error per operator; it makes
+# the profile when `calibrate fit` does not exist yet.
+VALIDATION=$BUILD_DIR/validation.json
 if [ -x "$BATCHSIM" ] && "$BATCHSIM" calibrate fit --help > /dev/null 2>&1; then
   if ! timeout 120 "$BATCHSIM" calibrate fit "$MEAS" --out "$PROFILE"; then
     failures+=("fit")
   fi
 else
-  echo "fit skipped: 'batchsim calibrate fit' is not available in this build."
-  echo "Run it on a CPU machine: build/experiments/batchsim calibrate fit <meas dir> --out profile.yaml"
+  echo "'batchsim calibrate fit' is not available in this build."
+fi
+if [ -x "$BATCHSIM" ] && "$BATCHSIM" validate --help > /dev/null 2>&1; then
+  profile_args=()
+  [ -f "$PROFILE" ] || profile_args=(--profile-out "$PROFILE")
+  if ! timeout 120 "$BATCHSIM" validate --measurements "$MEAS" --fit-on llama-2-7b \
+        --out "$VALIDATION" ${profile_args[@]+"${profile_args[@]}"}; then
+    failures+=("validate")
+  fi
+fi
+if [ ! -f "$PROFILE" ]; then
+  echo "No profile fitted here (no batchsim CLI in this build). On a CPU machine:"
+  echo "  tar xzf meas.tar.gz && build/experiments/batchsim calibrate fit meas --out profile.yaml"
+  echo "  (or: build/experiments/batchsim validate --measurements meas --fit-on llama-2-7b --profile-out profile.yaml)"
 fi
 
 step "copy results to $OUT"
@@ -128,9 +144,9 @@ if [ -d "$MEAS" ]; then
   copy_one bandwidth.csv "$MEAS/bandwidth.csv"
   copy_one mlp.csv "$(find "$MEAS/compute" -name mlp.csv 2>/dev/null | head -1)"
   copy_one attention.csv "$(find "$MEAS/compute" -name attention.csv 2>/dev/null | head -1)"
-  copy_one attention_mixed.csv "$(find "$MEAS/compute" -name attention_mixed.csv 2>/dev/null | head -1)"
 fi
 copy_one profile.yaml "$PROFILE"
+copy_one validation.json "$VALIDATION"
 ls -l "$OUT"
 
 if [ ${#failures[@]} -gt 0 ]; then
