@@ -125,6 +125,21 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
   for (const auto& [k, v] : info.preset) merged.set(k, v);
   for (const auto& [k, v] : options.values()) merged.set(k, v);  // the user's value wins
 
+  // An option the user set explicitly that the resolved KV manager ignores is a mistake worth
+  // naming (a preset's own values are not: `orca kv=paged` is a legitimate ablation).
+  if (info.base != "static") {
+    const bool paged = merged.values().count("kv") == 0 || merged.values().at("kv") == "paged";
+    for (const auto& [key, value] : options.values()) {
+      const bool paged_only = key == "block_size" || key == "watermark";
+      if ((paged_only && !paged) || (key == "reserve_to" && paged)) {
+        throw UserError(fmt::format("--policy-opt {}={}: only applies with kv={} (policy '{}' "
+                                    "uses kv={})",
+                                    key, value, paged ? "reserve" : "paged", info.name,
+                                    paged ? "paged" : "reserve"));
+      }
+    }
+  }
+
   std::unique_ptr<Policy> policy;
   if (info.base == "static") {
     policy = std::make_unique<StaticPolicy>(static_config(merged), info.name);

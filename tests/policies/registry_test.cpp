@@ -125,6 +125,21 @@ TEST(Registry, AnUnknownOptionIsAnErrorNamingIt) {
   EXPECT_NE(msg.find("max_num_seqs"), std::string::npos) << msg;
 }
 
+TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
+  std::string msg = user_error([] { policy("tgi", {{"reserve_to", "max_model_len"}}); });
+  EXPECT_NE(msg.find("reserve_to=max_model_len"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kv=reserve"), std::string::npos) << msg;
+  msg = user_error([] { policy("orca", {{"block_size", "32"}}); });
+  EXPECT_NE(msg.find("block_size=32"), std::string::npos) << msg;
+  msg = user_error([] { policy("continuous", {{"kv", "reserve"}, {"watermark", "0.01"}}); });
+  EXPECT_NE(msg.find("watermark=0.01"), std::string::npos) << msg;
+  // A preset's own value for the other manager is not the user's mistake.
+  EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
+  EXPECT_FALSE(as_continuous(*policy("tgi", {{"kv", "reserve"}, {"reserve_to", "output"}}))
+                   .config()
+                   .paged);
+}
+
 TEST(Registry, ABadValueIsAnErrorNamingTheOption) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"kv", "contiguous"}, {"watermark", "0.9"}, {"max_num_seqs", "0"},
@@ -158,8 +173,13 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       });
       EXPECT_TRUE(documented) << info.name << " sets undocumented " << key;
     }
-    // And every documented option is accepted by the base.
+    // And every documented option is accepted by the base (options of the other KV manager
+    // are refused: see OptionsOfTheOtherKvManagerAreRefused).
+    const bool reserve = std::any_of(info.preset.begin(), info.preset.end(), [](const auto& kv) {
+      return kv.first == "kv" && kv.second == "reserve";
+    });
     for (const PolicyOptionDoc& d : docs) {
+      if (reserve ? (d.key == "block_size" || d.key == "watermark") : d.key == "reserve_to") continue;
       std::string value = d.default_value;
       if (d.key == "max_num_batched_tokens") value = "4096";
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
