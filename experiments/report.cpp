@@ -213,17 +213,26 @@ Table latency_table(const std::vector<Row>& rows) {
 }
 
 Table capacity_table(const ResultSet& results) {
+  const std::string baseline = first_policy(results);
   Table t;
-  t.headers = {"group", "policy", "capacity req/s", "status", "probes per search"};
+  t.headers = {"group", "policy", "capacity req/s", fmt::format("vs {}", baseline), "status",
+               "probes per search"};
   const std::vector<Row> rows = group_rows(results.capacities);
+  std::map<std::string, double> baseline_rate;  // group -> mean capacity of the first policy
+  for (const Row& r : rows) {
+    if (r.policy == baseline) baseline_rate[r.group] = spread_of(r.runs, "capacity.rate_rps", 1).mean;
+  }
   for (const Row& r : rows) {
     std::vector<std::string> statuses;
     for (const ordered_json* c : r.runs) {
       const std::string s = (*c)["capacity"]["status"].get<std::string>();
       if (std::find(statuses.begin(), statuses.end(), s) == statuses.end()) statuses.push_back(s);
     }
+    const double rate = spread_of(r.runs, "capacity.rate_rps", 1).mean;
+    const auto it = baseline_rate.find(r.group);
     t.rows.push_back({r.group.empty() ? "all" : r.group, r.policy,
                       format_spread(spread_of(r.runs, "capacity.rate_rps", 1), 3),
+                      it != baseline_rate.end() && it->second > 0 ? fmt::format("{:.2f}x", rate / it->second) : "–",
                       fmt::format("{}", fmt::join(statuses, ", ")),
                       format_spread(spread_of(r.runs, "capacity.probes", 1), 1)});
   }
@@ -410,10 +419,26 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   }
 }
 
+namespace {
+
+// The group column is noise on a terminal when every row has the same group.
+void drop_single_group(Table& t) {
+  if (t.rows.empty()) return;
+  for (const auto& r : t.rows) {
+    if (r[0] != t.rows[0][0]) return;
+  }
+  t.headers.erase(t.headers.begin());
+  for (auto& r : t.rows) r.erase(r.begin());
+}
+
+}  // namespace
+
 void print_result_table(std::ostream& out, const ResultSet& results) {
   if (is_capacity(results)) {
     fmt::print(out, "capacity under {}:\n", slo_text(results));
-    render_text(out, capacity_table(results));
+    Table t = capacity_table(results);
+    drop_single_group(t);
+    render_text(out, t);
     return;
   }
   const std::vector<Row> rows = group_rows(results.runs);
@@ -442,11 +467,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
     if (h.rfind("done in", 0) == 0 || h.rfind("speedup", 0) == 0) tail.push_back(h);
   }
   pick(full, tail, t);
-  // Group column is noise when there is one group.
-  if (rows.size() > 0 && std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return r.group == rows[0].group; })) {
-    t.headers.erase(t.headers.begin());
-    for (auto& r : t.rows) r.erase(r.begin());
-  }
+  drop_single_group(t);
   render_text(out, t);
 }
 
