@@ -126,9 +126,9 @@ void print_warnings(const RunOutcome& run, std::ostream& err) {
   }
 }
 
-void print_setup(std::ostream& out, const RunConfig& c, const Workload& w, int64_t kv_tokens) {
+void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens) {
   fmt::print(out, "model {} on {} (tp {}), {} requests, arrival {}, KV capacity {} tokens\n",
-             c.model, c.gpu, c.tp, w.size(),
+             c.model, c.gpu, c.tp, num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
              kv_tokens);
@@ -145,7 +145,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   validate(config);
   const Workload workload = make_workload(config.workload);
   const RunOutcome run = run_simulation(config, &workload);
-  print_setup(out, config, workload, run.result.kv_capacity_tokens);
+  print_setup(out, config, workload.size(), run.result.kv_capacity_tokens);
   print_comparison_table(out, {&run});
   print_warnings(run, err);
   if (!config.out.empty()) {
@@ -229,6 +229,12 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
     return 0;
   }
   const ResultSet results = run_experiment(experiment, options, err);
+  if (!vm.count("experiment") && !results.runs.empty()) {
+    // Quick mode has one workload: say what it was, as `run` does.
+    const auto& first = results.runs.front();
+    print_setup(out, experiment.base, first["requests"]["total"].get<size_t>(),
+                first["kv"]["capacity_tokens"].get<int64_t>());
+  }
   print_result_table(out, results);
   if (!options.out.empty()) fmt::print(out, "wrote {}\n", (options.out / "report.md").string());
   return 0;
@@ -323,8 +329,12 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
     best_s = std::min(best_s, last.wall_s);
   }
   const Summary& s = last.result.summary;
-  fmt::print(out, "policy {}: {} requests, {} iterations, {} output tokens simulated\n",
-             config.policy, workload.size(), s.iterations, s.output_tokens);
+  fmt::print(out, "policy {}: {} requests, {} iterations ({:.0f}% fast-forwarded), {} output "
+             "tokens simulated\n",
+             config.policy, workload.size(), s.iterations,
+             100.0 * static_cast<double>(last.result.fast_forwarded_iterations) /
+                 static_cast<double>(std::max<int64_t>(1, s.iterations)),
+             s.output_tokens);
   fmt::print(out, "best of {}: {:.4f} s wall = {:.0f} simulated requests/s, {:.0f} iterations/s, "
              "{:.3g} simulated tokens/s; simulated time {:.1f} s ({:.0f}x faster than real time)\n",
              repeat, best_s, static_cast<double>(workload.size()) / best_s,

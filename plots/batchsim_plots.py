@@ -397,7 +397,8 @@ def capacity(res, out_dir):
              "Mean over seeds; whiskers span the seeds' min–max.")]
 
 
-FIGURES = [throughput, capacity, latency_vs_qps, cdfs, kv_over_time, slot_timeline]
+# In report order: the slot timeline, the picture that explains the rest, comes early.
+FIGURES = [throughput, capacity, slot_timeline, latency_vs_qps, cdfs, kv_over_time]
 
 
 def make_all(folder):
