@@ -1,6 +1,9 @@
 #include "policies/registry.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "hwmodel/error.h"
 #include "policies/continuous_policy.h"
@@ -50,11 +53,11 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"kv", "paged", "paged (PagedAttention blocks) | reserve (contiguous reservation)"},
       {"block_size", "16", "tokens per KV block (kv=paged)"},
       {"watermark", "0", "fraction of blocks kept free at admission (kv=paged)"},
-      {"reserve_to", "output", "kv=reserve: reserve prompt+output | max_model_len"},
+      {"reserve_to", "output", "kv=reserve: reserve prompt+output (TRT-LLM no-evict) | max_model_len (Orca)"},
       {"prefill", "mixed", "mixed (Orca) | exclusive (vLLM v0: prefill-only iterations)"},
       {"max_num_seqs", "256", "most sequences running at once"},
-      {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration"},
-      {"preemption", "recompute", "recompute | swap (KV over PCIe)"},
+      {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration; a longer prompt is rejected"},
+      {"preemption", "recompute", "newest running request is preempted: recompute | swap (KV over the GPU's PCIe, both ways)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
@@ -65,7 +68,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       if (d.key == "max_num_batched_tokens") d = {d.key, "2048", "token budget per iteration"};
     }
     docs.push_back({"long_prefill_token_threshold", "0", "cap on one request's chunk (0: off)"});
-    docs.push_back({"max_num_partial_prefills", "1", "unfinished prefills admitted at once"});
+    docs.push_back({"max_num_partial_prefills", "1", "requests whose prefill may be unfinished after a step"});
     return docs;
   }();
   if (base == "static") return static_docs;
