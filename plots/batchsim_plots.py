@@ -162,6 +162,32 @@ def throughput(res, out_dir):
     return [("throughput.png", "Throughput per policy", caption)]
 
 
+def latency_bars(res, out_dir):
+    """Latency per policy when there is no rate axis (a trace replay, an offline burst): with
+    arrivals fixed, throughput is often capped by the arrival rate and latency tells policies apart."""
+    runs = [r for r in res.runs if r.get("experiment.capacity_probe", "") == ""]
+    if not runs or any(r.get("experiment.rate", "") != "" for r in runs):
+        return []
+    groups = res.groups(runs)
+    colors = policy_colors(res.policies)
+    panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
+              ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+    width = min(16, max(9, 0.5 * len(groups) * len(res.policies) + 4))
+    fig, axes = plt.subplots(2, 2, figsize=(width, 7))
+    for ax, (metric, label) in zip(axes.flat, panels):
+        _bars(ax, res, groups, metric, label, colors, runs)
+        ax.set_yscale("log")
+        ax.grid(axis="y", alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{res.experiment['name']}: latency per policy")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "latency.png"), dpi=DPI)
+    plt.close(fig)
+    return [("latency.png", "Latency per policy",
+             "Means over seeds (whiskers: min–max); logarithmic y axis, since static batching's "
+             "queueing dwarfs the rest.")]
+
+
 LATENCY_NAMES = {"e2e_s": "e2e latency", "ttft_s": "TTFT", "tpot_s": "TPOT", "tbt_s": "TBT",
                  "queueing_s": "queueing delay", "normalized_s_per_token": "normalised latency"}
 
@@ -398,7 +424,7 @@ def capacity(res, out_dir):
 
 
 # In report order: the slot timeline, the picture that explains the rest, comes early.
-FIGURES = [throughput, capacity, slot_timeline, latency_vs_qps, cdfs, kv_over_time]
+FIGURES = [throughput, capacity, slot_timeline, latency_vs_qps, latency_bars, cdfs, kv_over_time]
 
 
 def make_all(folder):
