@@ -191,9 +191,9 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& value = kv.second;
     if (key == "base") continue;
-    if (key == "name" || key == "source") {
+    if (key == "name" || key == "source" || key == "provenance") {
       if (!value.IsScalar()) bad_value(where, key, "must be a string");
-      (key == "name" ? p.name : p.source) = value.Scalar();
+      (key == "name" ? p.name : key == "source" ? p.source : p.provenance) = value.Scalar();
       continue;
     }
     if (key == "memory_bytes") {
@@ -285,9 +285,18 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   out << YAML::Comment("batchsim hardware profile (format: hwmodel/README.md)");
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << profile.name;
-  out << YAML::Key << "source" << YAML::Value;
-  if (profile.source.find('\n') != std::string::npos) out << YAML::Literal;
-  out << profile.source;
+  for (const auto& [key, text] :
+       {std::pair<const char*, const std::string&>{"source", profile.source},
+        {"provenance", profile.provenance}}) {
+    if (key == std::string_view("provenance") && text.empty()) continue;
+    out << YAML::Key << key << YAML::Value;
+    // A literal block reads back with one trailing newline (YAML "clip" chomping), so only
+    // texts that end in one are written as a block; other multi-line texts are quoted.
+    if (text.find('\n') != std::string::npos) {
+      out << (text.back() == '\n' ? YAML::Literal : YAML::DoubleQuoted);
+    }
+    out << text;
+  }
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references
   for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);

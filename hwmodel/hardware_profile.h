@@ -36,10 +36,11 @@ struct AllReduceFit {
 
 struct HardwareProfile {
   std::string name;
-  std::string source;                   // "datasheet", or what a fitted profile was fitted from
-  double peak_flops = 0;                // dense BF16/FP16 FLOP/s of one GPU
-  double hbm_bytes_per_s = 0;           // HBM bandwidth of one GPU
-  int64_t memory_bytes = 0;             // HBM capacity of one GPU
+  std::string source;          // one line: "datasheet", or what a fitted profile was fitted from
+  std::string provenance;      // fitted profiles: the measurement files read and the fit's notes
+  double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
+  double hbm_bytes_per_s = 0;  // HBM bandwidth of one GPU
+  int64_t memory_bytes = 0;    // HBM capacity of one GPU
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption

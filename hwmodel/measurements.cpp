@@ -294,8 +294,9 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
     std::string chosen(device);
     if (chosen.empty()) {
       if (devices.size() != 1) {
-        throw UserError(fmt::format("{}: holds measurements of several GPUs ({}); name one",
-                                    dir.string(), fmt::join(devices, ", ")));
+        throw UserError(
+            fmt::format("{}: holds measurements of several GPUs ({}); name one (--device)",
+                        dir.string(), fmt::join(devices, ", ")));
       }
       chosen = devices.front();
     } else if (std::find(devices.begin(), devices.end(), chosen) == devices.end()) {

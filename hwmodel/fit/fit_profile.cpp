@@ -318,16 +318,17 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   fit_attention(measurements, rows, p, fallback, result.notes);
   fit_all_reduce(measurements, p, result.notes);
   fit_cpu(measurements, rows, p, result.notes);
-  std::string files;
-  for (const std::string& f : measurements.files_read) files += "\n  " + f;
-  std::string notes;
-  for (const std::string& n : result.notes) notes += "\n  " + n;
-  p.source = fmt::format(
-      "fitted by batchsim (hwmodel/fit/fit_profile.cpp) on the {} rows of the measurements in {}"
-      "{}; ceilings from profile '{}' ({}).\nFiles:{}{}{}",
-      rows.name(), measurements.root,
-      measurements.device.empty() ? "" : " (device " + measurements.device + ")", base.name,
-      base.source, files, notes.empty() ? "" : "\nNotes:", notes);
+  p.source =
+      fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
+                  measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);
+  p.provenance = "fitted by hwmodel/fit/fit_profile.cpp from:";
+  for (const std::string& f : measurements.files_read) p.provenance += "\n  " + f;
+  if (!base.provenance.empty() || base.source != "datasheet") {
+    p.provenance += fmt::format("\nbase profile '{}': {}", base.name, base.source);
+  }
+  if (!result.notes.empty()) p.provenance += "\nnotes:";
+  for (const std::string& n : result.notes) p.provenance += "\n  " + n;
+  p.provenance += "\n";
   return result;
 }
 

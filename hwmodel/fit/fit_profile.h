@@ -69,7 +69,8 @@ struct FitResult {
 
 // Fits `base`'s efficiency parameters on the rows of `fit_on_model` (a built-in name such as
 // "llama-2-7b", a Vidur model id, or a config.json path). The profile is named
-// "<base.name>-fitted" and its `source` records the files, the model and the base.
+// "<base.name>-fitted"; its `source` says in one line what it was fitted on, its `provenance`
+// lists the files read and the fit's notes.
 FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
                       const HardwareProfile& base, const HardwareProfile* fallback = nullptr);
 

@@ -112,6 +112,7 @@ TEST(FitProfile, RecoversTheParametersThatGeneratedTheMeasurements) {
   EXPECT_EQ(fit.fit_on, "llama-2-7b");
   EXPECT_EQ(fit.profile.name, "a100-80gb-fitted");
   EXPECT_THAT(fit.profile.source, HasSubstr("synthetic"));
+  EXPECT_THAT(fit.profile.source, HasSubstr("ceilings of a100-80gb"));
   // The interconnect fallback is fitted over both degrees: not one of the truth's values.
   HardwareProfile expected = truth;
   expected.interconnect_latency_s = fit.profile.interconnect_latency_s;
@@ -214,14 +215,15 @@ TEST(FitProfile, HeldOutAccuracyOnA40) {
 TEST(FitProfile, ShippedProfilesAreFreshFits) {
   const HardwareProfile shipped_a100 = resolve_gpu("a100-80gb-fitted");
   EXPECT_THAT(shipped_a100.source, HasSubstr("llama-2-7b"));
-  EXPECT_THAT(shipped_a100.source, HasSubstr("compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"));
+  EXPECT_EQ(shipped_a100.source.find('\n'), std::string::npos);  // one line for `list gpus`
+  EXPECT_THAT(shipped_a100.provenance, HasSubstr("compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"));
   testing::expect_profiles_near(a100_fit().profile, shipped_a100, 1e-6, false);
 
   const HardwareProfile shipped_a40 = resolve_gpu("a40-fitted");
   const FitResult a40 = fit_profile(read_measurements(vidur_dir(), "a40"), "llama-2-7b",
                                     resolve_gpu("a40"), &shipped_a100);
   testing::expect_profiles_near(a40.profile, shipped_a40, 1e-6, false);
-  EXPECT_THAT(shipped_a40.source, HasSubstr("taken from profile 'a100-80gb-fitted'"));
+  EXPECT_THAT(shipped_a40.provenance, HasSubstr("taken from profile 'a100-80gb-fitted'"));
 }
 
 TEST(FitModelRows, AConfigFileMatchesRowsOfTheSameShape) {

@@ -94,8 +94,10 @@ TEST(HardwareProfile, MultiLineSourceRoundTrips) {
   const auto dir = testing::scratch_dir("profile_source");
   HardwareProfile p = odd_profile();
   p.source = "fitted on llama-2-7b\nfrom: a.csv, b.csv\n";
+  p.provenance = "fitted from:\n  a.csv\n  b: c.csv";
   save_hardware_profile(p, dir / "p.yaml");
   EXPECT_EQ(load_hardware_profile(dir / "p.yaml").source, p.source);
+  EXPECT_EQ(load_hardware_profile(dir / "p.yaml").provenance, p.provenance);
 }
 
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {

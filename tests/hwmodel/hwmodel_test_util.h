@@ -45,6 +45,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   if (compare_text) {
     EXPECT_EQ(a.name, b.name);
     EXPECT_EQ(a.source, b.source);
+    EXPECT_EQ(a.provenance, b.provenance);
   }
   EXPECT_EQ(a.memory_bytes, b.memory_bytes);
   near(a.peak_flops, b.peak_flops, "peak_flops");
