@@ -199,19 +199,46 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
 void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   int64_t budget = budget_;
   partial_prefills_ = 0;
+  repeatable_ = false;
   if (!config_.mixed_prefill && !config_.chunked) {
     // vLLM v0 `_schedule_default`: admit prefills if nothing is swapped out; only when no
     // prefill was admitted, run the decodes; only when nothing was preempted, swap in.
     if (swapped_.empty()) schedule_waiting(batch, budget);
     if (!batch.empty()) return;
-    if (schedule_running(batch, budget)) schedule_swapped(batch, budget);
-    return;
+    if (!schedule_running(batch, budget)) return;
+    schedule_swapped(batch, budget);
+  } else {
+    // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
+    // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
+    if (!schedule_running(batch, budget)) return;
+    schedule_swapped(batch, budget);
+    if (swapped_.empty()) schedule_waiting(batch, budget);
   }
-  // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
-  // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
-  if (!schedule_running(batch, budget)) return;
-  schedule_swapped(batch, budget);
-  if (swapped_.empty()) schedule_waiting(batch, budget);
+  repeatable_ = !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
+}
+
+bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
+  // After a decode-only schedule() without preemption, the next schedule() returns the same
+  // decodes as long as no request arrives or finishes and no decode runs out of KV: the
+  // running set and its order are unchanged; a waiting request was kept out by the token
+  // budget (the same decodes use the same share), max_num_seqs (the same count) or KV memory
+  // (which decode growth only shrinks); in exclusive mode a decode-only iteration already
+  // means no prefill could be admitted, for the same lasting reasons.
+  if (!repeatable_) return false;
+  if (config_.paged) {
+    const auto& paged = static_cast<const PagedKvCache&>(*kv_);
+    int64_t new_blocks = 0;
+    for (const BatchItem& item : batch.items) {
+      if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
+    }
+    if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
+  }
+  for (const BatchItem& item : batch.items) {
+    if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {
+      throw std::logic_error("decode growth failed after its blocks were counted");
+    }
+  }
+  return true;
 }
 
 void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,

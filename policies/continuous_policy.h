@@ -81,6 +81,7 @@ class ContinuousPolicy final : public Policy {
   void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
                         SimTime now) override;
   bool idle() const override { return waiting_.empty() && running_.empty() && swapped_.empty(); }
+  bool repeat_decode_step(const Batch& batch) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
 
   const ContinuousPolicyConfig& config() const { return config_; }
@@ -110,6 +111,10 @@ class ContinuousPolicy final : public Policy {
   std::deque<RequestId> swapped_;
   std::vector<int64_t> swapped_tokens_;
   std::vector<bool> finished_flag_;
+  // Whether the last schedule() returned decodes only, without preempting, with nothing
+  // swapped out: then every reason that kept new requests out persists until a request
+  // finishes or arrives (see repeat_decode_step).
+  bool repeatable_ = false;
   int64_t partial_prefills_ = 0;  // items of the batch being built that do not finish a prefill
 };
 

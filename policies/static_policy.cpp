@@ -113,6 +113,19 @@ void StaticPolicy::schedule(SimTime now, Batch& batch) {
   }
 }
 
+bool StaticPolicy::repeat_decode_step(const Batch& batch) {
+  // A decode iteration of a running batch repeats until a row finishes (the simulation stops
+  // repeating before that): the same rows, each one token further, the padding rows too.
+  if (batch_.empty() || !batch.shape.prefills.empty()) return false;
+  ++steps_;
+  for (const BatchItem& item : batch.items) {
+    if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {
+      throw std::logic_error("static batch row outgrew its reservation");
+    }
+  }
+  return true;
+}
+
 void StaticPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
                                     SimTime /*now*/) {
   // The batch's KV is one preallocated tensor: rows are freed together when the batch ends.

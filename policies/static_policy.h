@@ -48,6 +48,7 @@ class StaticPolicy final : public Policy {
                         SimTime now) override;
   bool idle() const override { return waiting_.empty() && batch_.empty(); }
   const KvCacheManager& kv_cache() const override { return *kv_; }
+  bool repeat_decode_step(const Batch& batch) override;
 
   const StaticPolicyConfig& config() const { return config_; }
 

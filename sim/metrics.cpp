@@ -15,7 +15,6 @@ void WeightedSamples::add(double value, int64_t weight) {
     samples_.emplace_back(value, weight);
   }
   total_weight_ += weight;
-  weighted_sum_ += value * static_cast<double>(weight);
 }
 
 void WeightedSamples::sort() const {
@@ -35,7 +34,12 @@ void WeightedSamples::sort() const {
 }
 
 double WeightedSamples::mean() const {
-  return total_weight_ > 0 ? weighted_sum_ / static_cast<double>(total_weight_) : 0.0;
+  if (total_weight_ == 0) return 0.0;
+  // Summed from the stored (value, weight) pairs, not kept as a running sum: k adds of v and
+  // one add of (v, k) store the same pair, so they give the same mean to the last bit.
+  double sum = 0;
+  for (const auto& [value, weight] : samples_) sum += value * static_cast<double>(weight);
+  return sum / static_cast<double>(total_weight_);
 }
 
 double WeightedSamples::percentile(double q) const {

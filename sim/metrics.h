@@ -68,7 +68,6 @@ class WeightedSamples {
   mutable std::vector<std::pair<double, int64_t>> samples_;
   mutable bool sorted_ = true;
   int64_t total_weight_ = 0;
-  double weighted_sum_ = 0;
   void sort() const;
 };
 
@@ -98,6 +97,9 @@ struct SimulationResult {
   WeightedSamples tbt_s;                    // every inter-token gap
   Summary summary;
   int64_t kv_capacity_tokens = 0;
+  // Iterations advanced by decode fast-forward rather than one by one (a speed figure, not a
+  // result: the results are the same either way).
+  int64_t fast_forwarded_iterations = 0;
 };
 
 }  // namespace batchsim

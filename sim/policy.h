@@ -82,6 +82,17 @@ class Policy {
   // True when the policy holds no waiting or running request.
   virtual bool idle() const = 0;
   virtual const KvCacheManager& kv_cache() const = 0;
+
+  // Decode fast-forward (DESIGN.md, "Performance principles"). After schedule() returned a
+  // batch of decodes only, the simulation may ask, once per further iteration: "with no
+  // arrival and no request finishing in between, would your next schedule() return exactly
+  // this batch again — the same requests, one token each, nothing else, no preemption?" A
+  // policy that can prove it takes its own state through that schedule() (KV growth by one
+  // token per request, counters) and returns true; otherwise it changes nothing and returns
+  // false, and the simulation calls schedule() as usual. The simulation then applies the
+  // repeated iterations in one step. The default never repeats. Results must be identical
+  // either way: tests run every policy with fast-forward on and off and compare the outputs.
+  virtual bool repeat_decode_step(const Batch& /*batch*/) { return false; }
 };
 
 // Policy options as KEY=VALUE strings (from --policy-opt or an experiment file). Typed getters

@@ -1,6 +1,7 @@
 #include "sim/simulation.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <fmt/format.h>
 
@@ -173,8 +174,11 @@ void Simulation::try_start_iteration() {
   }
 
   // Check the batch the policy built: each request at most once, never past its known tokens.
+  int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
   for (const BatchItem& item : batch_.items) {
     RequestProgress& p = progress_[item.id];
+    min_remaining = std::min<int64_t>(min_remaining,
+                                      workload_[item.id].output_tokens - p.generated_tokens);
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
     }
@@ -194,81 +198,156 @@ void Simulation::try_start_iteration() {
   }
 
   const IterationCost cost = cost_model_.iteration(batch_.shape);
-  SimTime duration = SimTime::from_seconds(cost.total_s) + batch_.extra_time;
-  if (duration <= SimTime::zero()) duration = SimTime::from_ns(1);
-
+  const SimTime duration =
+      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + batch_.extra_time);
   current_ = IterationRecord{};
   current_.index = iterations_;
   current_.start = now_;
   current_.duration = duration;
   current_.cost = cost;
+  first_end_ = now_ + duration;
+  repeats_ = 0;
   busy_ = true;
-  events_.push(now_ + duration, EventKind::kIterationDone);
+  SimTime end = first_end_;
+  if (options_.fast_forward && !options_.on_iteration && batch_.shape.prefills.empty() &&
+      batch_.extra_time == SimTime::zero()) {
+    end = fast_forward(first_end_, min_remaining);
+  }
+  events_.push(end, EventKind::kIterationDone);
 }
 
-void Simulation::finish_iteration() {
-  busy_ = false;
-  finished_.clear();
-  const SimTime gap_now = now_;
-  int32_t num_prefills = 0, num_decodes = 0;
-  int64_t prefill_tokens = 0;
-  for (const BatchItem& item : batch_.items) {
-    RequestProgress& p = progress_[item.id];
-    const Request& r = workload_[item.id];
-    const int64_t known = r.prompt_tokens + p.generated_tokens;
-    const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
-                            item.new_tokens == 1;
-    if (was_decode) {
-      ++num_decodes;
-    } else {
-      ++num_prefills;
-      prefill_tokens += item.new_tokens;
-    }
-    p.computed_tokens += item.new_tokens;
-    if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
-    // All known tokens are in the KV cache: the model samples the next token.
-    ++p.generated_tokens;
-    if (p.generated_tokens == 1) {
-      p.first_token = gap_now;
-    } else {
-      const SimTime gap = gap_now - p.last_token;
-      if (gap > p.max_tbt) p.max_tbt = gap;
-      result_.tbt_s.add(gap.seconds());
-    }
-    p.last_token = gap_now;
-    if (p.generated_tokens >= r.output_tokens) {
-      p.state = RequestState::kFinished;
-      p.finished = gap_now;
-      finished_.push_back(item.id);
-    }
-  }
-  policy_.on_iteration_end(batch_, finished_, now_);
-  settled_ += static_cast<int64_t>(finished_.size());
-
+SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
+  // Repeat the decode batch while (a) no request finishes before the last repeat — a request
+  // with r tokens to go finishes in the r-th iteration —, (b) no event falls due at or before
+  // an intermediate iteration boundary (an arrival there would be seen by the next
+  // schedule()), and (c) the policy vouches that its next schedule() would be this batch.
+  const SimTime next_event = events_.empty() ? SimTime::max() : events_.next_time();
+  BatchShape shape = batch_.shape;  // decodes only: copying allocates nothing
+  repeat_gaps_.clear();
+  max_repeat_gap_ = SimTime::zero();
   const KvCacheManager& kv = policy_.kv_cache();
-  current_.num_requests = static_cast<int32_t>(batch_.items.size());
-  current_.num_prefills = num_prefills;
-  current_.num_decodes = num_decodes;
-  current_.prefill_tokens = prefill_tokens;
-  current_.bubble_slots = batch_.bubble_slots;
-  current_.kv_used_tokens = kv.used_tokens();
-  current_.kv_allocated_tokens = kv.allocated_tokens();
-  ++iterations_;
+  while (repeats_ + 1 < min_remaining && end < next_event) {
+    // The KV state as the previous iteration leaves it, before the policy grows it again.
+    const int64_t kv_used = kv.used_tokens(), kv_allocated = kv.allocated_tokens();
+    if (!policy_.repeat_decode_step(batch_)) break;
+    set_decode_counts(current_);
+    close_iteration(kv_used, kv_allocated, kv.capacity_tokens());
 
+    shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
+    ++shape.decode_context_max;
+    const IterationCost cost = cost_model_.iteration(shape);
+    const SimTime duration = std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s));
+    current_ = IterationRecord{};
+    current_.index = iterations_;
+    current_.start = end;
+    current_.duration = duration;
+    current_.cost = cost;
+    repeat_gaps_.push_back(duration);
+    max_repeat_gap_ = std::max(max_repeat_gap_, duration);
+    end += duration;
+    ++repeats_;
+  }
+  result_.fast_forwarded_iterations += repeats_;
+  return end;
+}
+
+void Simulation::set_decode_counts(IterationRecord& record) const {
+  record.num_requests = static_cast<int32_t>(batch_.items.size());
+  record.num_prefills = 0;
+  record.prefill_tokens = 0;
+  record.num_decodes = static_cast<int32_t>(batch_.items.size());
+  record.bubble_slots = batch_.bubble_slots;
+}
+
+void Simulation::close_iteration(int64_t kv_used, int64_t kv_allocated, int64_t kv_capacity) {
+  current_.kv_used_tokens = kv_used;
+  current_.kv_allocated_tokens = kv_allocated;
+  ++iterations_;
   const double dur_s = current_.duration.seconds();
-  const double capacity = static_cast<double>(std::max<int64_t>(1, kv.capacity_tokens()));
-  const double used = static_cast<double>(kv.used_tokens()) / capacity;
-  const double alloc = static_cast<double>(kv.allocated_tokens()) / capacity;
+  const double capacity = static_cast<double>(std::max<int64_t>(1, kv_capacity));
+  const double used = static_cast<double>(kv_used) / capacity;
+  const double alloc = static_cast<double>(kv_allocated) / capacity;
   busy_s_ += dur_s;
   kv_used_area_ += used * dur_s;
   kv_alloc_area_ += alloc * dur_s;
   kv_used_peak_ = std::max(kv_used_peak_, used);
   kv_alloc_peak_ = std::max(kv_alloc_peak_, alloc);
-  bubble_slots_ += batch_.bubble_slots;
-  useful_slots_ += static_cast<int64_t>(batch_.items.size());
-
-  if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
+  bubble_slots_ += current_.bubble_slots;
+  useful_slots_ += current_.num_requests;
   if (options_.record_iterations) result_.iterations.push_back(current_);
+}
+
+void Simulation::record_token(RequestProgress& p, SimTime at) {
+  if (p.generated_tokens == 0) {
+    p.first_token = at;
+  } else {
+    const SimTime gap = at - p.last_token;
+    if (gap > p.max_tbt) p.max_tbt = gap;
+    result_.tbt_s.add(gap.seconds());
+  }
+  ++p.generated_tokens;
+  p.last_token = at;
+}
+
+void Simulation::finish_iteration() {
+  busy_ = false;
+  finished_.clear();
+  int32_t num_prefills = 0, num_decodes = 0;
+  int64_t prefill_tokens = 0;
+  if (repeats_ > 0) {
+    // 1 + repeats_ identical decode iterations: the first token of each request closes a gap
+    // of its own; every later one closes the common gap of its iteration.
+    const auto rows = static_cast<int64_t>(batch_.items.size());
+    for (const BatchItem& item : batch_.items) {
+      RequestProgress& p = progress_[item.id];
+      p.computed_tokens += 1 + repeats_;
+      record_token(p, first_end_);
+      p.generated_tokens += static_cast<int32_t>(repeats_);
+      p.last_token = now_;
+      if (max_repeat_gap_ > p.max_tbt) p.max_tbt = max_repeat_gap_;
+      if (p.generated_tokens >= workload_[item.id].output_tokens) {
+        p.state = RequestState::kFinished;
+        p.finished = now_;
+        finished_.push_back(item.id);
+      }
+    }
+    for (const SimTime gap : repeat_gaps_) result_.tbt_s.add(gap.seconds(), rows);
+    num_decodes = static_cast<int32_t>(rows);
+  } else {
+    for (const BatchItem& item : batch_.items) {
+      RequestProgress& p = progress_[item.id];
+      const Request& r = workload_[item.id];
+      const int64_t known = r.prompt_tokens + p.generated_tokens;
+      const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
+                              item.new_tokens == 1;
+      if (was_decode) {
+        ++num_decodes;
+      } else {
+        ++num_prefills;
+        prefill_tokens += item.new_tokens;
+      }
+      p.computed_tokens += item.new_tokens;
+      if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
+      // All known tokens are in the KV cache: the model samples the next token.
+      record_token(p, now_);
+      if (p.generated_tokens >= r.output_tokens) {
+        p.state = RequestState::kFinished;
+        p.finished = now_;
+        finished_.push_back(item.id);
+      }
+    }
+  }
+  policy_.on_iteration_end(batch_, finished_, now_);
+  settled_ += static_cast<int64_t>(finished_.size());
+
+  current_.num_requests = static_cast<int32_t>(batch_.items.size());
+  current_.num_prefills = num_prefills;
+  current_.num_decodes = num_decodes;
+  current_.prefill_tokens = prefill_tokens;
+  current_.bubble_slots = batch_.bubble_slots;
+  const KvCacheManager& kv = policy_.kv_cache();
+  close_iteration(kv.used_tokens(), kv.allocated_tokens(), kv.capacity_tokens());
+  if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
   try_start_iteration();
 }
 

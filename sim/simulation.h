@@ -35,6 +35,7 @@ class EventQueue {
  public:
   void push(SimTime time, EventKind kind, int64_t payload = 0);
   Event pop();
+  SimTime next_time() const { return heap_.top().time; }
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
  private:
@@ -50,6 +51,10 @@ class EventQueue {
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
   bool record_iterations = false;
+  // Advance runs of identical decode iterations in one step where the policy vouches for it
+  // (Policy::repeat_decode_step); the results are the same to the byte. Off while
+  // `on_iteration` is set, since that wants every batch.
+  bool fast_forward = true;
   // Called after every iteration with the applied batch: tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
 };
@@ -65,6 +70,11 @@ class Simulation {
   void try_start_iteration();
   void finish_iteration();
   void reject(RequestId id, std::string reason);
+  SimTime fast_forward(SimTime end, int64_t min_remaining);
+  void set_decode_counts(IterationRecord& record) const;
+  // Adds the finished `current_` iteration to the run's sums (and to the log when recording).
+  void close_iteration(int64_t kv_used, int64_t kv_allocated, int64_t kv_capacity);
+  void record_token(RequestProgress& p, SimTime at);
 
   const Workload& workload_;
   Policy& policy_;
@@ -84,6 +94,12 @@ class Simulation {
   int64_t settled_ = 0;  // finished + rejected
   int64_t iterations_ = 0;
   IterationRecord current_;
+  // Fast-forward state of the iteration in flight: its first iteration's end, how many
+  // identical decode iterations follow it, and their durations.
+  SimTime first_end_;
+  int64_t repeats_ = 0;
+  std::vector<SimTime> repeat_gaps_;
+  SimTime max_repeat_gap_;
   // Running sums for the summary, so iteration records need not be kept.
   double busy_s_ = 0, kv_used_area_ = 0, kv_alloc_area_ = 0, kv_used_peak_ = 0, kv_alloc_peak_ = 0;
   int64_t bubble_slots_ = 0, useful_slots_ = 0;

@@ -1,0 +1,106 @@
+// Decode fast-forward (Policy::repeat_decode_step) must not change a single result: every
+// registered policy, on workloads that arrive at once, steadily and in bursts, with KV memory
+// tight enough to force preemptions, gives the same records, iteration log and summary with
+// fast-forward on and off — compared exactly, not within a tolerance.
+#include <gtest/gtest.h>
+
+#include "policies/registry.h"
+#include "sim/simulation.h"
+#include "sim/workload.h"
+
+namespace batchsim {
+namespace {
+
+struct Case {
+  const char* arrival;
+  const char* prompt;
+  const char* output;
+  double memory_utilization;  // low values leave little KV: preemptions
+};
+
+SimulationResult run(const std::string& policy_name, const Workload& w, double utilization,
+                     bool fast_forward) {
+  const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
+  auto policy = make_policy(policy_name, PolicyOptions());
+  SimulationOptions options;
+  options.gpu_memory_utilization = utilization;
+  options.record_iterations = true;
+  options.fast_forward = fast_forward;
+  return Simulation(w, *policy, cm, options).run();
+}
+
+void expect_same_distribution(const Distribution& a, const Distribution& b, const char* what) {
+  EXPECT_EQ(a.count, b.count) << what;
+  EXPECT_EQ(a.mean, b.mean) << what;
+  EXPECT_EQ(a.p50, b.p50) << what;
+  EXPECT_EQ(a.p90, b.p90) << what;
+  EXPECT_EQ(a.p99, b.p99) << what;
+  EXPECT_EQ(a.max, b.max) << what;
+}
+
+TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
+  const Case cases[] = {
+      {"offline", "uniform:16:600", "capexp:100:400", 0.9},
+      {"poisson:6", "lognormal:300:0.7", "uniform:1:300", 0.9},
+      {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41},  // little KV room
+  };
+  int64_t repeated_somewhere = 0;
+  for (const Case& c : cases) {
+    WorkloadSpec spec;
+    spec.arrival = c.arrival;
+    spec.prompt_len = c.prompt;
+    spec.output_len = c.output;
+    spec.num_requests = 150;
+    spec.seed = 5;
+    const Workload w = make_workload(spec);
+    for (const PolicyInfo& info : registered_policies()) {
+      SCOPED_TRACE(info.name + " on " + c.arrival);
+      const SimulationResult slow = run(info.name, w, c.memory_utilization, false);
+      const SimulationResult fast = run(info.name, w, c.memory_utilization, true);
+      ASSERT_EQ(slow.requests.size(), fast.requests.size());
+      for (size_t i = 0; i < slow.requests.size(); ++i) {
+        const RequestRecord &a = slow.requests[i], &b = fast.requests[i];
+        ASSERT_EQ(a.state, b.state) << i;
+        EXPECT_EQ(a.first_scheduled, b.first_scheduled) << i;
+        EXPECT_EQ(a.first_token, b.first_token) << i;
+        EXPECT_EQ(a.finished, b.finished) << i;
+        EXPECT_EQ(a.max_tbt, b.max_tbt) << i;
+        EXPECT_EQ(a.preemptions, b.preemptions) << i;
+      }
+      ASSERT_EQ(slow.iterations.size(), fast.iterations.size());
+      for (size_t i = 0; i < slow.iterations.size(); ++i) {
+        const IterationRecord &a = slow.iterations[i], &b = fast.iterations[i];
+        ASSERT_EQ(a.start, b.start) << i;
+        EXPECT_EQ(a.duration, b.duration) << i;
+        EXPECT_EQ(a.num_decodes, b.num_decodes) << i;
+        EXPECT_EQ(a.num_prefills, b.num_prefills) << i;
+        EXPECT_EQ(a.bubble_slots, b.bubble_slots) << i;
+        EXPECT_EQ(a.kv_used_tokens, b.kv_used_tokens) << i;
+        EXPECT_EQ(a.kv_allocated_tokens, b.kv_allocated_tokens) << i;
+        EXPECT_EQ(a.cost.total_s, b.cost.total_s) << i;
+      }
+      const Summary &a = slow.summary, &b = fast.summary;
+      expect_same_distribution(a.e2e_s, b.e2e_s, "e2e");
+      expect_same_distribution(a.ttft_s, b.ttft_s, "ttft");
+      expect_same_distribution(a.tpot_s, b.tpot_s, "tpot");
+      expect_same_distribution(a.tbt_s, b.tbt_s, "tbt");
+      EXPECT_EQ(a.iterations, b.iterations);
+      EXPECT_EQ(a.preemptions, b.preemptions);
+      EXPECT_EQ(a.bubble_fraction, b.bubble_fraction);
+      EXPECT_EQ(a.kv_used_fraction_mean, b.kv_used_fraction_mean);
+      EXPECT_EQ(a.kv_allocated_fraction_mean, b.kv_allocated_fraction_mean);
+      EXPECT_EQ(a.kv_used_fraction_peak, b.kv_used_fraction_peak);
+      EXPECT_EQ(a.busy_fraction, b.busy_fraction);
+      EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
+      if (c.memory_utilization < 0.5 && info.base != "static") {
+        EXPECT_GT(a.preemptions + a.requests_rejected, 0) << "the tight case should preempt";
+      }
+      EXPECT_EQ(slow.fast_forwarded_iterations, 0);
+      repeated_somewhere += fast.fast_forwarded_iterations;
+    }
+  }
+  EXPECT_GT(repeated_somewhere, 1000);  // the fast path really ran
+}
+
+}  // namespace
+}  // namespace batchsim
