@@ -168,9 +168,7 @@ RunDone execute(const Experiment& e, const PlannedRun& run, const Workload& work
 
 bool meets_slo(const ordered_json& summary, const CapacitySpec& c) {
   for (const auto& [path, bound] : c.slo) {
-    std::string pointer = "/" + path;
-    std::replace(pointer.begin(), pointer.end(), '.', '/');
-    if (summary.at(ordered_json::json_pointer(pointer)).get<double>() > bound) return false;
+    if (summary.at(json_path_pointer(path)).get<double>() > bound) return false;
   }
   return true;
 }

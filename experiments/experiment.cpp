@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "experiments/output.h"
+#include "experiments/report.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
 #include "policies/registry.h"
@@ -199,9 +200,7 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
       }
       for (const auto& s : kv.second) {
         const std::string path = s.first.as<std::string>();
-        std::string pointer = "/" + path;
-        std::replace(pointer.begin(), pointer.end(), '.', '/');
-        const auto ptr = nlohmann::ordered_json::json_pointer(pointer);
+        const auto ptr = json_path_pointer(path);
         if (!probe.contains(ptr) || !probe.at(ptr).is_number()) {
           where.fail(s.first, key + "." + path,
                      "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "

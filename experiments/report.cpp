@@ -21,9 +21,7 @@ using nlohmann::ordered_json;
 namespace {
 
 std::optional<double> number_at(const ordered_json& j, const std::string& dotted) {
-  std::string pointer = "/" + dotted;
-  std::replace(pointer.begin(), pointer.end(), '.', '/');
-  const auto ptr = ordered_json::json_pointer(pointer);
+  const auto ptr = json_path_pointer(dotted);
   if (!j.contains(ptr)) return std::nullopt;
   const auto& v = j.at(ptr);
   if (!v.is_number()) return std::nullopt;
@@ -269,6 +267,12 @@ int64_t int_at(const ordered_json& j, const char* key) {
 }
 
 }  // namespace
+
+ordered_json::json_pointer json_path_pointer(const std::string& dotted_path) {
+  std::string pointer = "/" + dotted_path;
+  std::replace(pointer.begin(), pointer.end(), '.', '/');
+  return ordered_json::json_pointer(pointer);
+}
 
 void sort_results(ResultSet& results) {
   auto key = [](const ordered_json& j) {

@@ -27,6 +27,10 @@ struct ResultSet {
 // Sorts runs by (experiment.run, experiment.capacity_probe) and capacities by experiment.run.
 void sort_results(ResultSet& results);
 
+// "latency.ttft_s.p99" -> the JSON pointer "/latency/ttft_s/p99": results.csv columns, SLO keys
+// and report columns all name summary.json figures by such dotted paths.
+nlohmann::ordered_json::json_pointer json_path_pointer(const std::string& dotted_path);
+
 // Leaves of a JSON object as (dotted path, CSV cell text). Numbers keep nlohmann's
 // round-trip text, so a value read back from the CSV is the value in summary.json.
 std::vector<std::pair<std::string, std::string>> flatten_json(const nlohmann::ordered_json& j);
