@@ -13,6 +13,7 @@
 #include "experiments/experiment.h"
 #include "experiments/output.h"
 #include "experiments/validate.h"
+#include "experiments/calibrate.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
@@ -36,6 +37,7 @@ commands:
   list      list built-in models, gpus or policies:  batchsim list {models,gpus,policies}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
+  calibrate fit a hardware profile on a GPU's measurements:  batchsim calibrate fit DIR --out P.yaml
 
 `batchsim <command> --help` shows a command's options.
 )";
@@ -359,6 +361,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "list") return cmd_list(rest, out);
   if (command == "bench") return cmd_bench(rest, out);
   if (command == "validate") return validate_command(rest, out);
+  if (command == "calibrate") return calibrate_command(rest, out);
   throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));
 }
 

@@ -1,0 +1,58 @@
+// `batchsim calibrate fit` on real measurements (the published Vidur A100 profile of
+// Llama-2-7B, in the schema batchsim-calibrate writes): a usable profile that records its fit
+// error per operator, and clear errors for bad input.
+#include "experiments/calibrate.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "hwmodel/error.h"
+#include "hwmodel/hardware_profile.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
+  const auto dir = testing::scratch_dir("calibrate-fit");
+  const auto meas = testing::data_dir() / "measured/vidur/compute/a100/meta-llama/Llama-2-7b-hf";
+  std::ostringstream out;
+  ASSERT_EQ(calibrate_command({"fit", meas.string(), "--base-gpu", "a100-80gb", "--out",
+                               (dir / "p.yaml").string(), "--report", (dir / "r.json").string()},
+                              out),
+            0);
+  const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
+  EXPECT_GT(p.gemm_eta_max, 0.0);
+  EXPECT_LE(p.gemm_eta_max, 1.0);
+  EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("a100-80gb").peak_flops);
+  EXPECT_THAT(p.provenance, HasSubstr("fit error per operator"));
+  EXPECT_THAT(p.provenance, HasSubstr("mlp_up_proj"));
+  EXPECT_THAT(p.provenance, HasSubstr("attn_decode"));
+
+  std::ifstream in(dir / "r.json");
+  const auto report = nlohmann::json::parse(in);
+  // The fit reproduces the rows it was fitted on: whole iterations within 10%.
+  EXPECT_LT(report["iteration_fitted"]["mape"].get<double>(), 10.0);
+}
+
+TEST(CalibrateFit, BadInputIsNamed) {
+  std::ostringstream out;
+  EXPECT_THROW(calibrate_command({"fit", "--out", "x.yaml"}, out), UserError);
+  EXPECT_THROW(calibrate_command({"fit", "/nonexistent/meas", "--out", "x.yaml"}, out), UserError);
+  EXPECT_THROW(calibrate_command({"measure"}, out), UserError);
+  try {
+    calibrate_command({"fit", testing::data_dir().string(), "--out", "x.yaml", "--bogus"}, out);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bogus"));
+  }
+}
+
+}  // namespace
+}  // namespace batchsim
