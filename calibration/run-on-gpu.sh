@@ -108,13 +108,12 @@ BATCHSIM=$CMAKE_BUILD/experiments/batchsim
 if [ -n "${BATCHSIM_BUILD_PID:-}" ]; then
   wait "$BATCHSIM_BUILD_PID" || echo "building batchsim failed: $(tail -5 "$BUILD_DIR/batchsim-build.log")"
 fi
-# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (to be wired in experiments/
-# ---- by the fit engineer; the same command works on any CPU machine with meas.tar.gz).
-# `batchsim validate` (issue 4) fits the same way and reports the error per operator; it makes
-# the profile when `calibrate fit` does not exist yet.
+# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (experiments/calibrate.cpp;
+# the same command works on any CPU machine with meas.tar.gz). It writes the profile with its
+# fit error per operator; `batchsim validate` then writes the full report as JSON.
 VALIDATION=$BUILD_DIR/validation.json
 if [ -x "$BATCHSIM" ] && "$BATCHSIM" calibrate fit --help > /dev/null 2>&1; then
-  if ! timeout 120 "$BATCHSIM" calibrate fit "$MEAS" --out "$PROFILE"; then
+  if ! timeout 120 "$BATCHSIM" calibrate fit "$MEAS" --out "$PROFILE" --fit-on llama-2-7b; then
     failures+=("fit")
   fi
 else
