@@ -145,7 +145,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   const RunConfig config = config_from(vm);
   validate(config);
-  const Workload workload = make_workload(config.workload);
+  const BuiltWorkload built = build_workload(config.workload);
+  for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
+  const Workload& workload = built.requests;
   const RunOutcome run = run_simulation(config, &workload);
   print_setup(out, config, workload.size(), run.result.kv_capacity_tokens);
   print_comparison_table(out, {&run});
