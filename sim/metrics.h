@@ -50,7 +50,7 @@ struct IterationRecord {
   int64_t prefill_tokens = 0;
   int32_t num_decodes = 0;
   int64_t bubble_slots = 0;
-  int64_t kv_used_tokens = 0;     // after the iteration
+  int64_t kv_used_tokens = 0;     // while the iteration runs (after scheduling)
   int64_t kv_allocated_tokens = 0;
   int32_t waiting = 0;            // not yet finished, not in this batch: filled by the replica
   IterationCost cost;

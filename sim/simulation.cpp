@@ -205,6 +205,7 @@ void Simulation::try_start_iteration() {
   current_.start = now_;
   current_.duration = duration;
   current_.cost = cost;
+  sample_kv(current_);
   first_end_ = now_ + duration;
   repeats_ = 0;
   busy_ = true;
@@ -225,13 +226,10 @@ SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
   BatchShape shape = batch_.shape;  // decodes only: copying allocates nothing
   repeat_gaps_.clear();
   max_repeat_gap_ = SimTime::zero();
-  const KvCacheManager& kv = policy_.kv_cache();
   while (repeats_ + 1 < min_remaining && end < next_event) {
-    // The KV state as the previous iteration leaves it, before the policy grows it again.
-    const int64_t kv_used = kv.used_tokens(), kv_allocated = kv.allocated_tokens();
     if (!policy_.repeat_decode_step(batch_)) break;
     set_decode_counts(current_);
-    close_iteration(kv_used, kv_allocated, kv.capacity_tokens());
+    close_iteration();
 
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
@@ -242,6 +240,7 @@ SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
     current_.start = end;
     current_.duration = duration;
     current_.cost = cost;
+    sample_kv(current_);  // as the repeated schedule() left it
     repeat_gaps_.push_back(duration);
     max_repeat_gap_ = std::max(max_repeat_gap_, duration);
     end += duration;
@@ -259,14 +258,19 @@ void Simulation::set_decode_counts(IterationRecord& record) const {
   record.bubble_slots = batch_.bubble_slots;
 }
 
-void Simulation::close_iteration(int64_t kv_used, int64_t kv_allocated, int64_t kv_capacity) {
-  current_.kv_used_tokens = kv_used;
-  current_.kv_allocated_tokens = kv_allocated;
+void Simulation::sample_kv(IterationRecord& record) const {
+  const KvCacheManager& kv = policy_.kv_cache();
+  record.kv_used_tokens = kv.used_tokens();
+  record.kv_allocated_tokens = kv.allocated_tokens();
+}
+
+void Simulation::close_iteration() {
   ++iterations_;
   const double dur_s = current_.duration.seconds();
-  const double capacity = static_cast<double>(std::max<int64_t>(1, kv_capacity));
-  const double used = static_cast<double>(kv_used) / capacity;
-  const double alloc = static_cast<double>(kv_allocated) / capacity;
+  const double capacity =
+      static_cast<double>(std::max<int64_t>(1, policy_.kv_cache().capacity_tokens()));
+  const double used = static_cast<double>(current_.kv_used_tokens) / capacity;
+  const double alloc = static_cast<double>(current_.kv_allocated_tokens) / capacity;
   busy_s_ += dur_s;
   kv_used_area_ += used * dur_s;
   kv_alloc_area_ += alloc * dur_s;
@@ -345,8 +349,7 @@ void Simulation::finish_iteration() {
   current_.num_decodes = num_decodes;
   current_.prefill_tokens = prefill_tokens;
   current_.bubble_slots = batch_.bubble_slots;
-  const KvCacheManager& kv = policy_.kv_cache();
-  close_iteration(kv.used_tokens(), kv.allocated_tokens(), kv.capacity_tokens());
+  close_iteration();
   if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
   try_start_iteration();
 }

@@ -72,8 +72,11 @@ class Simulation {
   void reject(RequestId id, std::string reason);
   SimTime fast_forward(SimTime end, int64_t min_remaining);
   void set_decode_counts(IterationRecord& record) const;
+  // KV memory while the iteration runs: as the policy's schedule() left it, before the
+  // iteration's finished requests free theirs.
+  void sample_kv(IterationRecord& record) const;
   // Adds the finished `current_` iteration to the run's sums (and to the log when recording).
-  void close_iteration(int64_t kv_used, int64_t kv_allocated, int64_t kv_capacity);
+  void close_iteration();
   void record_token(RequestProgress& p, SimTime at);
 
   const Workload& workload_;

@@ -41,12 +41,12 @@ class GreedyPolicy final : public Policy {
     }
     for (RequestId id : running_) {
       const auto& p = env_->progress_of(id);
-      kv_->try_grow(id, p.computed_tokens + 1);
+      if (!kv_->try_grow(id, p.computed_tokens + 1)) throw std::logic_error("KV outgrown");
       batch.add(id, 1, p.computed_tokens, /*is_decode=*/true, /*samples=*/true);
     }
     for (RequestId id : waiting_) {
       const int32_t prompt = env_->request(id).prompt_tokens;
-      kv_->try_admit(id, prompt, prompt);
+      kv_->try_admit(id, prompt, prompt + env_->request(id).output_tokens);
       batch.add(id, prompt, 0, /*is_decode=*/false, /*samples=*/true);
       running_.push_back(id);
     }
@@ -103,6 +103,11 @@ TEST(Simulation, OneRequestTimesEveryTokenFromTheCostModel) {
   const SimTime t3 = t2 + duration_of(cm, decode2);
 
   ASSERT_EQ(r.iterations.size(), 3u);
+  // KV is sampled while each iteration runs, before the last one frees the request's.
+  EXPECT_EQ(r.iterations[0].kv_used_tokens, 100);
+  EXPECT_EQ(r.iterations[1].kv_used_tokens, 101);
+  EXPECT_EQ(r.iterations[2].kv_used_tokens, 102);
+  EXPECT_EQ(r.iterations[2].kv_allocated_tokens, 103);  // prompt + output, reserved up front
   const RequestRecord& rec = r.requests[0];
   EXPECT_EQ(rec.state, RequestState::kFinished);
   EXPECT_EQ(rec.first_token, t1);
