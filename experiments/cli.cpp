@@ -316,7 +316,9 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
 
 int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
   auto desc = run_options();
-  desc.add_options()("repeat", po::value<int>()->default_value(3), "runs to time (the best is reported)");
+  desc.add_options()("repeat", po::value<int>()->default_value(3), "runs to time (the best is reported)")
+      ("no-fast-forward", po::bool_switch(), "step every decode iteration one by one (to measure "
+       "what fast-forward saves; results are identical)");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     fmt::print(out, "usage: batchsim bench [options]\n\n{}\n", fmt::streamed(desc));
@@ -329,7 +331,9 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
   double best_s = 1e300;
   RunOutcome last;
   for (int i = 0; i < repeat; ++i) {
-    last = run_simulation(config, &workload);
+    RunHooks hooks;
+    hooks.fast_forward = !vm["no-fast-forward"].as<bool>();
+    last = run_simulation(config, &workload, hooks);
     best_s = std::min(best_s, last.wall_s);
   }
   const Summary& s = last.result.summary;

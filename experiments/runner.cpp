@@ -27,6 +27,7 @@ RunOutcome run_simulation(const RunConfig& config, const Workload* workload,
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.record_iterations = config.iteration_log || hooks.record_iterations;
   options.on_iteration = hooks.on_iteration;
+  options.fast_forward = hooks.fast_forward;
 
   RunOutcome outcome;
   outcome.config = config;

@@ -22,6 +22,7 @@ struct RunOutcome {
 // every batch to draw the slot timeline.
 struct RunHooks {
   bool record_iterations = false;
+  bool fast_forward = true;  // off only to measure what decode fast-forward saves
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
 };
 
