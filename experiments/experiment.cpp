@@ -275,15 +275,33 @@ Experiment parse_experiment(const std::filesystem::path& file,
   return parse_experiment_text(ss.str(), file, adjust_base);
 }
 
+namespace {
+
+Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
+                                 const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base);
+
+}  // namespace
+
 Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
                                  const std::function<void(RunConfig&)>& adjust_base) {
-  const Where where{file};
-  YAML::Node root;
   try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
+    return parse_experiment_node(YAML::Load(text), text, file, adjust_base);
+  } catch (const YAML::ParserException& e) {
     throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    // A shape no key check expected (a list where a scalar belongs, a mapping as a key): still
+    // the user's file, so still a message with its line, not an internal error.
+    throw UserError(fmt::format("{}:{}: unexpected YAML here: {}", file.string(), e.mark.line + 1, e.msg));
   }
+}
+
+namespace {
+
+Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
+                                 const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base) {
+  const Where where{file};
   if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
 
   Experiment e;
@@ -399,6 +417,8 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
   for (const PlannedRun& run : expand_runs(e)) check_planned(e, run);
   return e;
 }
+
+}  // namespace
 
 Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies) {
   Experiment e;

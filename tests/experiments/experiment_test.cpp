@@ -116,6 +116,8 @@ TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
   EXPECT_THAT(parse_error("base: {model: no-such-model}\n"), HasSubstr("no-such-model"));
   EXPECT_THAT(parse_error("base: [1, 2]\n"), HasSubstr("base: expected a mapping"));
   EXPECT_THAT(parse_error("base: {\n"), HasSubstr("not valid YAML"));
+  // A shape no key check expected is still a UserError with a line, never an internal error.
+  EXPECT_THAT(parse_error("axes:\n  tp:\n    - {value: [1, 2]}\n"), HasSubstr("bad.yaml:3: unexpected YAML"));
 }
 
 TEST(ExperimentParse, CliReportsBadFilesAsUserErrors) {
