@@ -121,7 +121,8 @@ void write_kv_timeline(const SimulationResult& result, const fs::path& file) {
     for (size_t k = i; k < std::min(its.size(), i + stride); ++k) {
       if (its[k].kv_allocated_tokens > peak->kv_allocated_tokens) peak = &its[k];
     }
-    fmt::print(out, "{:.6f},{},{},{}\n", (peak->start + peak->duration).seconds(), peak->kv_used_tokens,
+    // KV is sampled while the iteration runs (after scheduling), so it belongs to its start.
+    fmt::print(out, "{:.6f},{},{},{}\n", peak->start.seconds(), peak->kv_used_tokens,
                peak->kv_allocated_tokens, peak->num_requests);
   }
 }
