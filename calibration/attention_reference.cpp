@@ -280,6 +280,51 @@ void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> bloc
   }
 }
 
+namespace {
+
+// `used` marks token slots (physical block · block_size + slot); everything else becomes NaN.
+int64_t poison_slots_except(PagedKvCache& cache, const std::vector<char>& used) {
+  const int64_t row = static_cast<int64_t>(cache.layout.num_kv_heads) * cache.layout.head_dim;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int64_t poisoned = 0;
+  for (size_t slot = 0; slot < used.size(); ++slot) {
+    if (used[slot]) continue;
+    const int64_t begin = static_cast<int64_t>(slot) * row;
+    std::fill_n(cache.k.begin() + begin, row, nan);
+    std::fill_n(cache.v.begin() + begin, row, nan);
+    ++poisoned;
+  }
+  return poisoned;
+}
+
+void mark_sequence_slots(const PagedKvCache& cache, const int32_t* block_table, int num_tokens,
+                         std::vector<char>& used) {
+  const int block = cache.layout.block_size_tokens;
+  for (int t = 0; t < num_tokens; ++t) {
+    const int32_t physical = block_table[t / block];
+    require(physical >= 0 && physical < cache.num_blocks, "block table entry outside the cache");
+    used[static_cast<size_t>(physical) * block + t % block] = 1;
+  }
+}
+
+}  // namespace
+
+int64_t poison_unused_kv_slots(PagedKvCache& cache, const DecodeBatch& batch) {
+  std::vector<char> used(static_cast<size_t>(cache.num_blocks) * cache.layout.block_size_tokens, 0);
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    mark_sequence_slots(cache, batch.block_table(s), batch.seq_lens_tokens[static_cast<size_t>(s)], used);
+  }
+  return poison_slots_except(cache, used);
+}
+
+int64_t poison_unused_kv_slots(PagedKvCache& cache, std::span<const int32_t> block_table, int num_tokens) {
+  require(static_cast<int64_t>(block_table.size()) * cache.layout.block_size_tokens >= num_tokens,
+          "block table too short for the tokens to keep");
+  std::vector<char> used(static_cast<size_t>(cache.num_blocks) * cache.layout.block_size_tokens, 0);
+  mark_sequence_slots(cache, block_table.data(), num_tokens, used);
+  return poison_slots_except(cache, used);
+}
+
 DecodeCase make_random_decode_case(const AttentionShape& shape, std::span<const int> seq_lens_tokens,
                                    int block_size_tokens, bool round_bf16, std::mt19937_64& rng) {
   shape.validate();
@@ -305,6 +350,7 @@ DecodeCase make_random_decode_case(const AttentionShape& shape, std::span<const 
     }
   }
   c.cache = make_random_cache(shape, block_size_tokens, num_blocks, round_bf16, rng);
+  poison_unused_kv_slots(c.cache, c.batch);
   c.q.resize(static_cast<size_t>(c.batch.num_seqs()) * shape.num_heads * shape.head_dim);
   fill_uniform(c.q, -kQueryRange, kQueryRange, round_bf16, rng);
   return c;
@@ -326,6 +372,7 @@ PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_toke
   std::shuffle(physical.begin(), physical.end(), rng);
   c.block_table.assign(physical.begin(), physical.begin() + blocks);
   c.cache = make_random_cache(shape, block_size_tokens, num_blocks, round_bf16, rng);
+  poison_unused_kv_slots(c.cache, c.block_table, prior_tokens + chunk_tokens);
   c.q.resize(static_cast<size_t>(chunk_tokens) * shape.num_heads * shape.head_dim);
   fill_uniform(c.q, -kQueryRange, kQueryRange, round_bf16, rng);
   return c;

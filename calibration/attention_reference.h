@@ -103,6 +103,11 @@ void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> bloc
 // Random test cases, shared by the CPU tests and `batchsim-calibrate check`. Physical blocks
 // are a random permutation, so a wrong block-table lookup reads another sequence's data.
 // With `round_bf16` every value is representable in BF16, so GPU and CPU see the same inputs.
+// Every K/V slot that holds no token of the case — the tail of each sequence's last block and
+// the spare blocks — is a quiet NaN (poison_unused_kv_slots), as a real cache's tail may hold
+// anything (vLLM issue 641): a kernel that reads past a sequence's end, or applies a zero
+// softmax weight to such a V row (0 · NaN = NaN), or follows a wrong block-table entry into a
+// spare block, then produces NaN, which max_scaled_error never passes.
 struct DecodeCase {
   AttentionShape shape;
   PagedKvCache cache;
@@ -123,6 +128,12 @@ struct PrefillCase {
 PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_tokens,
                                      int chunk_tokens, int block_size_tokens, bool round_bf16,
                                      std::mt19937_64& rng);
+
+// Sets every K and V element of `cache` to a quiet NaN except those of the tokens in use:
+// tokens 0 … seq_lens[s] − 1 of each sequence s, through its block table. Returns the number
+// of token slots poisoned.
+int64_t poison_unused_kv_slots(PagedKvCache& cache, const DecodeBatch& batch);
+int64_t poison_unused_kv_slots(PagedKvCache& cache, std::span<const int32_t> block_table, int num_tokens);
 
 // Largest |a − b| / (atol + rtol·|b|) over the elements; ≤ 1 means "within tolerance".
 double max_scaled_error(std::span<const float> actual, std::span<const float> expected,

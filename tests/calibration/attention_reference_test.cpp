@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -209,8 +210,67 @@ TEST(Bf16, RoundsToNearestEven) {
   std::mt19937_64 rng(9);
   const std::vector<int> lens{3};
   const DecodeCase c = make_random_decode_case(AttentionShape{2, 1, 8, 0}, lens, 16, true, rng);
-  for (float x : c.cache.k) ASSERT_EQ(round_to_bf16(x), x);
+  for (float x : c.cache.k) {
+    if (std::isnan(x)) continue;  // an unused, poisoned slot
+    ASSERT_EQ(round_to_bf16(x), x);
+  }
   for (float x : c.q) ASSERT_EQ(round_to_bf16(x), x);
+}
+
+TEST(AttentionReference, UnusedCacheSlotsArePoisonedSoStrayReadsFail) {
+  // The generated caches hold NaN wherever no token lives: the tail of each last block and the
+  // spare blocks. `check` uploads the same caches, so a GPU kernel that reads V past a
+  // sequence's end (even with a zero softmax weight: 0 · NaN = NaN) or a wrong block fails.
+  std::mt19937_64 rng(10);
+  const AttentionShape shape{4, 2, 16, 0};
+  const std::vector<int> lens{20, 16, 1};
+  DecodeCase c = make_random_decode_case(shape, lens, 16, false, rng);
+  const int64_t slots = static_cast<int64_t>(c.cache.num_blocks) * 16;
+  int64_t nan_rows = 0;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    const int64_t row = slot * shape.num_kv_heads * shape.head_dim;
+    const bool k_nan = std::isnan(c.cache.k[static_cast<size_t>(row)]);
+    EXPECT_EQ(k_nan, std::isnan(c.cache.v[static_cast<size_t>(row)])) << "slot " << slot;
+    nan_rows += k_nan;
+  }
+  EXPECT_EQ(nan_rows, slots - (20 + 16 + 1));
+  std::vector<float> out(c.q.size());
+  decode_attention_reference(c.shape, c.cache, c.batch, c.q, out);
+  for (float x : out) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LE(max_scaled_error(out, naive_decode(c), kAtol, kRtol), 1.0);
+
+  // One token past the end of a partial last block (the off-by-one a kernel could make):
+  // NaN, which never passes the comparison.
+  DecodeCase past = c;
+  past.batch.seq_lens_tokens[0] = 21;
+  std::vector<float> past_out(c.q.size());
+  decode_attention_reference(past.shape, past.cache, past.batch, past.q, past_out);
+  EXPECT_TRUE(std::isinf(max_scaled_error(past_out, out, kAtol, kRtol)));
+
+  // A block-table entry pointing at a spare block (no sequence owns it): NaN too.
+  std::vector<char> owned(static_cast<size_t>(c.cache.num_blocks), 0);
+  for (int s = 0; s < c.batch.num_seqs(); ++s) {
+    for (int b = 0; b * 16 < c.batch.seq_lens_tokens[static_cast<size_t>(s)]; ++b) {
+      owned[static_cast<size_t>(c.batch.block_table(s)[b])] = 1;
+    }
+  }
+  const auto spare = std::find(owned.begin(), owned.end(), 0);
+  ASSERT_NE(spare, owned.end());
+  DecodeCase wrong = c;
+  wrong.batch.block_tables[0] = static_cast<int32_t>(spare - owned.begin());
+  std::vector<float> wrong_out(c.q.size());
+  decode_attention_reference(wrong.shape, wrong.cache, wrong.batch, wrong.q, wrong_out);
+  EXPECT_TRUE(std::isinf(max_scaled_error(wrong_out, out, kAtol, kRtol)));
+
+  // Prefill: everything past prior + chunk is poisoned, everything before is not.
+  const PrefillCase p = make_random_prefill_case(shape, 5, 6, 16, false, rng);
+  for (int t = 0; t < 16; ++t) {
+    const float k0 = p.cache.k[static_cast<size_t>(p.cache.layout.token_row_offset(p.block_table.data(), t, 0))];
+    EXPECT_EQ(std::isnan(k0), t >= 11) << "token " << t;
+  }
+  std::vector<float> prefill_out(p.q.size());
+  prefill_attention_reference(p.shape, p.cache, p.block_table, 5, 6, p.q, prefill_out);
+  for (float x : prefill_out) ASSERT_TRUE(std::isfinite(x));
 }
 
 TEST(MaxScaledError, NanNeverPasses) {
