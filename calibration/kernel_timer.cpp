@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "calibration/cuda_kernels.h"
 #include "calibration/cuda_runtime_support.h"
@@ -45,7 +46,8 @@ void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_re
   *max_records = 0;  // fill the buffer
 }
 
-void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_bytes) {
+void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t,
+                                  size_t valid_bytes) {
   std::vector<KernelSpan> kernels;
   std::vector<ExternalTag> tags;
   CUpti_Activity* record = nullptr;
@@ -62,8 +64,15 @@ void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, 
       tags.push_back({correlation, external});
     }
   }
+  // Dropped records, from this buffer's queue and from the global one (each count resets when
+  // read). Earlier code read only the global queue, which misses per-stream buffers. A failed
+  // query counts 0: the per-sample kernel counts below still catch lost kernel records.
   size_t dropped = 0;
-  cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
+  for (const auto& [ctx, stream] : {std::pair{context, stream_id}, std::pair{CUcontext{}, uint32_t{0}}}) {
+    size_t n = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &n) == CUPTI_SUCCESS) dropped += n;
+    if (ctx == nullptr) break;  // the buffer was the global queue's: counted once
+  }
   std::free(buffer);
   std::lock_guard lock(sink().mutex);
   sink().kernels.insert(sink().kernels.end(), kernels.begin(), kernels.end());
@@ -74,21 +83,29 @@ void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, 
 class CuptiTimer final : public KernelTimer {
  public:
   CuptiTimer() {
-    BATCHSIM_CUDA_CHECK(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed));
-    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    // External-correlation records are emitted alongside API activity records ("when a CUPTI
-    // activity API record is created while within an external API region", cupti_activity.h),
-    // so the runtime and driver API kinds must be on too; their records are ignored.
-    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
-    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
-    BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+    try {
+      BATCHSIM_CUDA_CHECK(cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed));
+      BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+      // External-correlation records are emitted alongside API activity records ("when a CUPTI
+      // activity API record is created while within an external API region", cupti_activity.h),
+      // so the runtime and driver API kinds must be on too; their records are ignored.
+      BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+      BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
+      BATCHSIM_CUDA_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+    } catch (...) {
+      // The destructor does not run for a half-built object: whatever kinds were enabled
+      // would stay on (tracing overhead, unbounded record buffers) under the event timer.
+      disable_all();
+      throw;
+    }
   }
   ~CuptiTimer() override {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    disable_all();
+    std::lock_guard lock(sink().mutex);  // nothing will read them any more
+    sink().kernels.clear();
+    sink().tags.clear();
+    sink().dropped = 0;
   }
   CuptiTimer(const CuptiTimer&) = delete;
   CuptiTimer& operator=(const CuptiTimer&) = delete;
@@ -103,8 +120,13 @@ class CuptiTimer final : public KernelTimer {
       prepare();
       BATCHSIM_CUDA_CHECK(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
                                                                  first_id + static_cast<uint64_t>(i)));
-      launch();
       uint64_t popped = 0;
+      try {
+        launch();
+      } catch (...) {  // keep CUPTI's per-thread id stack balanced for the next point
+        cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
+        throw;
+      }
       BATCHSIM_CUDA_CHECK(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped));
     }
     BATCHSIM_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -143,6 +165,13 @@ class CuptiTimer final : public KernelTimer {
   }
 
  private:
+  static void disable_all() noexcept {
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  }
+
   uint64_t next_external_id_ = 1;
 };
 
