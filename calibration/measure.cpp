@@ -11,6 +11,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -156,15 +157,19 @@ void measure_bandwidth(Session& s) {
 
 // --- GEMMs ---------------------------------------------------------------------------------
 
-void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype) {
+MlpCsvWriter open_mlp_csv(Session& s, const CalibrationModel& model, GemmDtype dtype) {
+  const std::string file = dtype == GemmDtype::kBf16 ? "mlp.csv" : "mlp_fp16.csv";
+  return MlpCsvWriter(model_measurement_dir(s.options().out_dir, s.gpu_slug(), model) / file);
+}
+
+void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, MlpCsvWriter& csv,
+                   std::span<const int> tensor_parallel_degrees) {
   const bool quick = s.options().quick;
   const std::vector<int> grid = quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
-  const std::string file = dtype == GemmDtype::kBf16 ? "mlp.csv" : "mlp_fp16.csv";
-  MlpCsvWriter csv(model_measurement_dir(s.options().out_dir, s.gpu_slug(), model) / file);
   CublasLtHandle handle;
   DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
   const bool bf16 = dtype == GemmDtype::kBf16;
-  for (int tp : s.options().tensor_parallel_degrees) {
+  for (int tp : tensor_parallel_degrees) {
     std::vector<GemmShape> shapes;
     try {
       shapes = layer_gemm_shapes(model, tp);
@@ -372,8 +377,12 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
   measure_bandwidth(s);
   for (const std::string& name : options.models) {
     const CalibrationModel& model = find_calibration_model(name);
-    log << "GEMMs " << model.name << " (bf16)\n";
-    measure_gemms(s, model, GemmDtype::kBf16);
+    // Order for a run cut short by --time-budget-s: the first TP degree's GEMMs and the
+    // attention kernels (what a single-GPU fit needs) before the other TP degrees' GEMMs.
+    const std::span<const int> tps(options.tensor_parallel_degrees);
+    MlpCsvWriter mlp = open_mlp_csv(s, model, GemmDtype::kBf16);
+    log << "GEMMs " << model.name << " (bf16), TP " << tps.front() << "\n";
+    measure_gemms(s, model, GemmDtype::kBf16, mlp, tps.first(1));
     log << "attention " << model.name << "\n";
     const std::filesystem::path dir = model_measurement_dir(options.out_dir, s.gpu_slug(), model);
     AttentionWriters csv{AttentionCsvWriter(dir / "attention.csv", AttentionFileKind::kVidur),
@@ -388,9 +397,14 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
       }
       measure_attention(s, model, tp, csv);
     }
+    if (tps.size() > 1) {
+      log << "GEMMs " << model.name << " (bf16), other TP degrees\n";
+      measure_gemms(s, model, GemmDtype::kBf16, mlp, tps.subspan(1));
+    }
     if (options.fp16) {
       log << "GEMMs " << model.name << " (fp16)\n";
-      measure_gemms(s, model, GemmDtype::kFp16);
+      MlpCsvWriter mlp_fp16 = open_mlp_csv(s, model, GemmDtype::kFp16);
+      measure_gemms(s, model, GemmDtype::kFp16, mlp_fp16, tps);
     }
   }
   // Again at the end: the timer may have fallen back to CUDA events during the run.

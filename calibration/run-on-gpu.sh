@@ -19,23 +19,78 @@
 #   build/experiments/batchsim calibrate fit <meas dir> --out profile.yaml
 #
 # Environment: OUT (default ./calibration-out), BUILD_DIR (default ./build-gpu),
-# MEASURE_BUDGET_S (default 240: measuring stops after that, keeping the rows so far),
-# CALIBRATE_BUILD (auto | nvcc: skip the CMake attempt).
+# SCRIPT_BUDGET_S (default 450: the whole script ends within this many seconds, results
+# copied; give the device call's timeout some margin above it), MEASURE_BUDGET_S (default
+# 240, and never more than what SCRIPT_BUDGET_S leaves: measuring stops after that, keeping
+# the rows so far), CALIBRATE_BUILD (auto | nvcc: skip the CMake attempt), CALIBRATE_BIN /
+# BATCHSIM_BIN (use these already-built binaries instead of building: a rerun on a warm
+# machine, or a dry run of the later steps with stand-ins).
+#
+# Whatever fails, the script copies what it has to $OUT before it exits (an EXIT trap), and
+# its last line says "done" or "FAILED: <steps>" (exit 0 / 1).
 set -euo pipefail
 
+START_S=$SECONDS
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-$ROOT/calibration-out}
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
+SCRIPT_BUDGET_S=${SCRIPT_BUDGET_S:-450}
 MEASURE_BUDGET_S=${MEASURE_BUDGET_S:-240}
 MEAS=$BUILD_DIR/meas
 PROFILE=$BUILD_DIR/profile.yaml
+VALIDATION=$BUILD_DIR/validation.json
 JOBS=$(nproc)
 mkdir -p "$OUT" "$BUILD_DIR"
 exec > >(tee "$OUT/run.log") 2>&1
+TEE_PID=$!
 
 failures=()
-step() { printf '\n== %s  %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+step() { printf '\n== %s  +%ds  %s\n' "$(date -u +%H:%M:%S)" "$((SECONDS - START_S))" "$*"; }
+# Seconds left before SCRIPT_BUDGET_S, minus a reserve for the steps after the caller's.
+left() { local r=$((SCRIPT_BUDGET_S - (SECONDS - START_S) - ${1:-0})); echo $((r > 1 ? r : 1)); }
+
+copied=""
+copy_results() {  # idempotent: runs at the end, or from the EXIT trap after a failure
+  [ -z "$copied" ] || return 0
+  copied=1
+  step "copy results to $OUT"
+  copy_one() {  # copy_one NAME FILE: flat copy, if the file exists
+    if [ -n "$2" ] && [ -f "$2" ]; then cp "$2" "$OUT/$1"; else echo "not produced: $1"; fi
+  }
+  if [ -d "$MEAS" ]; then
+    tar -C "$BUILD_DIR" -czf "$OUT/meas.tar.gz" meas || echo "tar of $MEAS failed"
+    copy_one device.json "$MEAS/device.json"
+    copy_one bandwidth.csv "$MEAS/bandwidth.csv"
+    copy_one mlp.csv "$(find "$MEAS/compute" -name mlp.csv 2>/dev/null | head -1)"
+    copy_one attention.csv "$(find "$MEAS/compute" -name attention.csv 2>/dev/null | head -1)"
+  else
+    echo "no measurement directory ($MEAS)"
+  fi
+  copy_one profile.yaml "$PROFILE"
+  copy_one validation.json "$VALIDATION"
+  ls -l "$OUT"
+}
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  set +e
+  if [ -n "${BATCHSIM_BUILD_PID:-}" ]; then kill "$BATCHSIM_BUILD_PID" 2> /dev/null; fi
+  copy_results
+  local status=0
+  if [ "$rc" -ne 0 ] || [ ${#failures[@]} -gt 0 ]; then
+    step "FAILED: ${failures[*]:-} (exit status $rc)"
+    status=1
+  else
+    step "done"
+  fi
+  # Let tee finish run.log before the caller collects $OUT.
+  exec > /dev/null 2>&1
+  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$TEE_PID" 2> /dev/null || break; sleep 0.5; done
+  exit "$status"
+}
+trap on_exit EXIT
+die() { failures+=("$1"); echo "ERROR: $1${2:+: $2}"; exit 1; }
 
 export PATH=/usr/local/cuda/bin:$PATH
 # CUPTI sits in include/ and lib64/ (package installs), extras/CUPTI/ (runfile installs), or a
@@ -58,7 +113,22 @@ if [ -z "$CUPTI_INCLUDE" ] || [ -z "$CUPTI_LIBRARY" ]; then
   fi
 fi
 echo "CUPTI: header in ${CUPTI_INCLUDE:-?}, library ${CUPTI_LIBRARY:-?}"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib ${CUPTI_LIBRARY:+"$(dirname "$CUPTI_LIBRARY")"}; do
+# cuBLASLt: the toolkit's, else a pip wheel's (nvidia/cublas).
+CUBLASLT_DIR=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+  if [ -z "$CUBLASLT_DIR" ] && ls "$d"/libcublasLt.so* > /dev/null 2>&1; then CUBLASLT_DIR=$d; fi
+done
+if [ -z "$CUBLASLT_DIR" ]; then
+  wheel=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__))' 2>/dev/null || true)
+  if [ -n "$wheel" ] && ls "$wheel"/lib/libcublasLt.so* > /dev/null 2>&1; then
+    CUBLASLT_DIR=$wheel/lib
+    # A wheel ships only libcublasLt.so.N: give the linker an unversioned name beside our objects.
+    mkdir -p "$BUILD_DIR/lib"
+    ln -sf "$(ls "$CUBLASLT_DIR"/libcublasLt.so.* | head -1)" "$BUILD_DIR/lib/libcublasLt.so"
+  fi
+fi
+echo "cuBLASLt: ${CUBLASLT_DIR:-? (linking with -lcublasLt and hoping)}"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib ${CUPTI_LIBRARY:+"$(dirname "$CUPTI_LIBRARY")"} ${CUBLASLT_DIR:+"$CUBLASLT_DIR"}; do
   if [ -d "$d" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 done
 
@@ -69,51 +139,75 @@ nvcc --version | tail -2
 step "build batchsim-calibrate (CMake, whole project configured)"
 CMAKE_BUILD=$BUILD_DIR/cmake
 CALIBRATE=""
-if [ "${CALIBRATE_BUILD:-auto}" != nvcc ] && timeout 120 cmake -S "$ROOT" -B "$CMAKE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+BATCHSIM_BUILD_PID=""
+# The CMake path needs the project's CPU libraries; without them configure fails in seconds.
+if [ -n "${CALIBRATE_BIN:-}" ]; then
+  echo "using the prebuilt $CALIBRATE_BIN"
+  CALIBRATE=$CALIBRATE_BIN
+elif [ "${CALIBRATE_BUILD:-auto}" != nvcc ] && timeout 90 cmake -S "$ROOT" -B "$CMAKE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBATCHSIM_BUILD_TESTS=OFF -DBATCHSIM_BUILD_BENCH=OFF \
-    && timeout 300 cmake --build "$CMAKE_BUILD" --target batchsim-calibrate -j "$JOBS"; then
+    && timeout 240 cmake --build "$CMAKE_BUILD" --target batchsim-calibrate -j "$JOBS"; then
   CALIBRATE=$CMAKE_BUILD/calibration/batchsim-calibrate
-  # The fit needs the `batchsim` CLI (all of the project): build it while the GPU measures.
-  ( timeout 420 cmake --build "$CMAKE_BUILD" --target batchsim -j "$((JOBS > 4 ? JOBS - 2 : JOBS))" \
-      > "$BUILD_DIR/batchsim-build.log" 2>&1 ) &
+  # The fit needs the `batchsim` CLI (all of the project): build it while the GPU measures,
+  # but never past the point where the fit and the copy must start.
+  timeout "$(left 60)" cmake --build "$CMAKE_BUILD" --target batchsim -j "$((JOBS > 4 ? JOBS - 2 : JOBS))" \
+      > "$BUILD_DIR/batchsim-build.log" 2>&1 &
   BATCHSIM_BUILD_PID=$!
 else
   step "building batchsim-calibrate with nvcc alone (CMake skipped or failed above)"
   OBJ=$BUILD_DIR/nvcc-obj
   mkdir -p "$OBJ"
   # Every source in calibration/ belongs to the binary (see calibration/CMakeLists.txt).
-  ls calibration/*.cpp calibration/*.cu | timeout 300 xargs -P "$JOBS" -I{} sh -c \
+  ls calibration/*.cpp calibration/*.cu | timeout 240 xargs -P "$JOBS" -I{} sh -c \
     'nvcc -std=c++20 -O3 -arch=sm_90 --expt-relaxed-constexpr -I"$0" ${2:+-I"$2"} -c "$0/{}" -o "$1/$(basename {}).o"' \
-    "$ROOT" "$OBJ" "$CUPTI_INCLUDE"
-  nvcc -arch=sm_90 "$OBJ"/*.o -lcublasLt "${CUPTI_LIBRARY:--lcupti}" -o "$BUILD_DIR/batchsim-calibrate"
+    "$ROOT" "$OBJ" "$CUPTI_INCLUDE" || die "nvcc build of batchsim-calibrate" "compiler errors above"
+  nvcc -arch=sm_90 "$OBJ"/*.o ${CUBLASLT_DIR:+-L"$CUBLASLT_DIR"} -L"$BUILD_DIR/lib" -lcublasLt \
+      "${CUPTI_LIBRARY:--lcupti}" -o "$BUILD_DIR/batchsim-calibrate" || die "nvcc link of batchsim-calibrate"
   CALIBRATE=$BUILD_DIR/batchsim-calibrate
-  BATCHSIM_BUILD_PID=""
 fi
-"$CALIBRATE" info
+"$CALIBRATE" info || die "batchsim-calibrate info" "no usable CUDA device (exit 3) or the binary does not start"
 
 step "check: CUDA kernels vs the CPU reference"
-if ! timeout 180 "$CALIBRATE" check; then
+if ! timeout 120 "$CALIBRATE" check; then
   failures+=("kernel check")  # keep going: the timings are still worth bringing back
 fi
 
-step "measure --quick (budget ${MEASURE_BUDGET_S} s)"
-rm -rf "$MEAS" "$PROFILE" "$BUILD_DIR/validation.json"
-if ! timeout $((MEASURE_BUDGET_S + 90)) "$CALIBRATE" measure --quick --out "$MEAS" \
-      --time-budget-s "$MEASURE_BUDGET_S"; then
+# CUPTI has never run on these machines. A measure run with no time for any point does only
+# the setup — CUDA context, CUPTI enable and its self-test (a timed copy kernel) — so a CUPTI
+# that fails or hangs costs a minute at most here instead of the whole measurement.
+step "probe: timer setup and CUPTI self-test (a measure run with no points)"
+timer_args=()
+if timeout 60 "$CALIBRATE" measure --quick --out "$BUILD_DIR/probe" --time-budget-s 0.001 > "$BUILD_DIR/probe.log" 2>&1; then
+  grep -E '^timer' "$BUILD_DIR/probe.log" || true
+else
+  cat "$BUILD_DIR/probe.log"
+  echo "the probe failed or hung: measuring with --timer event (CUDA events)"
+  timer_args=(--timer event)
+fi
+
+# Measure for what is left, keeping ~75 s for the rest of the point in flight, the fit and
+# the copy (measure stops starting new points at its budget; a --quick point is capped at
+# 0.25 s of sampling plus its setup).
+budget=$(left 75)
+budget=$((budget < MEASURE_BUDGET_S ? budget : MEASURE_BUDGET_S))
+step "measure --quick ${timer_args[*]:-} (budget ${budget} s)"
+rm -rf "$MEAS" "$PROFILE" "$VALIDATION"
+if ! timeout $((budget + 45)) "$CALIBRATE" measure --quick --out "$MEAS" --time-budget-s "$budget" \
+      ${timer_args[@]+"${timer_args[@]}"}; then
   failures+=("measure")
 fi
 
 step "fit"
-BATCHSIM=$CMAKE_BUILD/experiments/batchsim
-if [ -n "${BATCHSIM_BUILD_PID:-}" ]; then
-  wait "$BATCHSIM_BUILD_PID" || echo "building batchsim failed: $(tail -5 "$BUILD_DIR/batchsim-build.log")"
+BATCHSIM=${BATCHSIM_BIN:-$CMAKE_BUILD/experiments/batchsim}
+if [ -n "$BATCHSIM_BUILD_PID" ]; then
+  wait "$BATCHSIM_BUILD_PID" || echo "building batchsim failed or ran out of time: $(tail -5 "$BUILD_DIR/batchsim-build.log")"
+  BATCHSIM_BUILD_PID=""
 fi
 # ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (experiments/calibrate.cpp;
 # the same command works on any CPU machine with meas.tar.gz). It writes the profile with its
 # fit error per operator; `batchsim validate` then writes the full report as JSON.
-VALIDATION=$BUILD_DIR/validation.json
 if [ -x "$BATCHSIM" ] && "$BATCHSIM" calibrate fit --help > /dev/null 2>&1; then
-  if ! timeout 120 "$BATCHSIM" calibrate fit "$MEAS" --out "$PROFILE" --fit-on llama-2-7b; then
+  if ! timeout "$(left 15)" "$BATCHSIM" calibrate fit "$MEAS" --out "$PROFILE" --fit-on llama-2-7b; then
     failures+=("fit")
   fi
 else
@@ -122,34 +216,14 @@ fi
 if [ -x "$BATCHSIM" ] && "$BATCHSIM" validate --help > /dev/null 2>&1; then
   profile_args=()
   [ -f "$PROFILE" ] || profile_args=(--profile-out "$PROFILE")
-  if ! timeout 120 "$BATCHSIM" validate --measurements "$MEAS" --fit-on llama-2-7b \
+  if ! timeout "$(left 10)" "$BATCHSIM" validate --measurements "$MEAS" --fit-on llama-2-7b \
         --out "$VALIDATION" ${profile_args[@]+"${profile_args[@]}"}; then
     failures+=("validate")
   fi
 fi
 if [ ! -f "$PROFILE" ]; then
   echo "No profile fitted here (no batchsim CLI in this build). On a CPU machine:"
-  echo "  tar xzf meas.tar.gz && build/experiments/batchsim calibrate fit meas --out profile.yaml"
+  echo "  tar xzf meas.tar.gz && build/experiments/batchsim calibrate fit meas --out profile.yaml --fit-on llama-2-7b"
   echo "  (or: build/experiments/batchsim validate --measurements meas --fit-on llama-2-7b --profile-out profile.yaml)"
 fi
-
-step "copy results to $OUT"
-copy_one() {  # copy_one NAME FILE: flat copy, if the file exists
-  if [ -n "$2" ] && [ -f "$2" ]; then cp "$2" "$OUT/$1"; else echo "not produced: $1"; fi
-}
-if [ -d "$MEAS" ]; then
-  tar -C "$BUILD_DIR" -czf "$OUT/meas.tar.gz" meas
-  copy_one device.json "$MEAS/device.json"
-  copy_one bandwidth.csv "$MEAS/bandwidth.csv"
-  copy_one mlp.csv "$(find "$MEAS/compute" -name mlp.csv 2>/dev/null | head -1)"
-  copy_one attention.csv "$(find "$MEAS/compute" -name attention.csv 2>/dev/null | head -1)"
-fi
-copy_one profile.yaml "$PROFILE"
-copy_one validation.json "$VALIDATION"
-ls -l "$OUT"
-
-if [ ${#failures[@]} -gt 0 ]; then
-  step "FAILED: ${failures[*]}"
-  exit 1
-fi
-step "done"
+# on_exit copies the results and prints "done" or "FAILED: ...".
