@@ -1,5 +1,6 @@
 #include "experiments/compare.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
@@ -43,8 +44,19 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
   j["axes"] = ordered_json::array();
   for (const auto& a : e.axes) {
     ordered_json values = ordered_json::array();
-    for (const auto& v : a.values) values.push_back(v.label);
-    j["axes"].push_back({{"name", a.name}, {"values", values}});
+    // The run keys its values set ("rate" for the Poisson-rate shorthand), so the report's
+    // setup names those parts as the axis's rather than showing base values no run used.
+    std::set<std::string> sets;
+    for (const auto& v : a.values) {
+      values.push_back(v.label);
+      if (v.rate) sets.insert("rate");
+      for (const auto& kv : v.settings) {
+        std::string key = kv.first.as<std::string>();
+        std::replace(key.begin(), key.end(), '_', '-');
+        sets.insert(key);
+      }
+    }
+    j["axes"].push_back({{"name", a.name}, {"values", values}, {"sets", sets}});
   }
   j["seeds"] = e.seeds;
   j["units"] = units;
@@ -245,7 +257,6 @@ fs::path plots_dir() {
   return env != nullptr ? fs::path(env) : fs::path(BATCHSIM_SOURCE_DIR) / "plots";
 }
 
-// Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
 // Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
 // The note names no absolute path, so a report does not depend on where it was written.
 std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress) {

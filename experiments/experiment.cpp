@@ -13,6 +13,7 @@
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
 #include "policies/registry.h"
+#include "sim/workload.h"
 
 namespace batchsim {
 
@@ -238,6 +239,15 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
     resolve_model(run.config.model);
     resolve_gpu(run.config.gpu);
     make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
+    // The workload's specs too (build_workload would find them only once runs have started,
+    // and name no file): the same parsers, without generating anything.
+    const WorkloadSpec& w = run.config.workload;
+    parse_length_distribution(w.prompt_len, "--prompt-len");
+    parse_length_distribution(w.output_len, "--output-len");
+    if (w.arrival == "trace" && w.trace.empty()) {
+      throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
+    }
+    if (!w.arrival.empty() && w.arrival != "trace") parse_arrival_process(w.arrival, "--arrival");
     if (!run.config.workload.trace.empty() && !std::filesystem::exists(run.config.workload.trace)) {
       throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "
                                   "experiment file)", run.config.workload.trace.string()));

@@ -343,25 +343,68 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
 
   out << "## Setup\n\n";
   const ordered_json& base = e["base"];
-  fmt::print(out, "- model `{}` on `{}` (TP {}), GPU memory utilisation {}\n", base["model"].get<std::string>(),
-             base["gpu"].get<std::string>(), base["tp"].dump(), base["gpu_memory_utilization"].dump());
+  // Which axis sets a run key ("output-len" -> "cap"): such parts differ between runs, so the
+  // setup names the axis instead of the base value.
+  std::map<std::string, std::string> axis_setting;
+  for (const auto& axis : e["axes"]) {
+    if (!axis.contains("sets")) continue;
+    for (const auto& key : axis["sets"]) axis_setting.emplace(key.get<std::string>(), axis["name"].get<std::string>());
+  }
+  auto by_axis = [&](const char* key) -> std::optional<std::string> {
+    const auto it = axis_setting.find(key);
+    if (it == axis_setting.end()) return std::nullopt;
+    return fmt::format("axis `{}`", it->second);
+  };
+  auto code_or_axis = [&](const char* key, const char* base_key) {
+    const auto axis = by_axis(key);
+    return axis ? fmt::format("per {}", *axis) : fmt::format("`{}`", base[base_key].get<std::string>());
+  };
+  fmt::print(out, "- model {} on {} (TP {}), GPU memory utilisation {}\n", code_or_axis("model", "model"),
+             code_or_axis("gpu", "gpu"), by_axis("tp") ? "per " + *by_axis("tp") : base["tp"].dump(),
+             by_axis("gpu-memory-utilization") ? "per " + *by_axis("gpu-memory-utilization")
+                                               : base["gpu_memory_utilization"].dump());
   const std::string trace = base["trace"].get<std::string>();
   const std::string arrival = base["arrival"].get<std::string>();
+  const auto trace_axis = by_axis("trace");
+  const bool has_trace = trace_axis || !trace.empty();
+  const auto arrival_axis = by_axis("arrival");
+  const auto rate_axis = by_axis("rate");
+  // A trace brings its arrivals too unless an arrival process is set (see build_workload).
+  const bool trace_arrivals = has_trace && !arrival_axis && !rate_axis && (arrival.empty() || arrival == "trace") &&
+                              !is_capacity(results);
+  const std::string trace_name =
+      trace_axis ? fmt::format("the trace of {}", *trace_axis) : fmt::format("`{}`", fs::path(trace).filename().string());
   const std::string lengths =
-      trace.empty() ? fmt::format("prompt `{}`, output `{}`", base["prompt_len"].get<std::string>(),
-                                  base["output_len"].get<std::string>())
-                    : fmt::format("lengths from `{}`", fs::path(trace).filename().string());
-  const std::string arrivals =
-      is_capacity(results) ? "Poisson arrivals at each probed rate"
-      : !arrival.empty()   ? fmt::format("arrival `{}`", arrival)
-                           : (trace.empty() ? "all at t=0" : "the trace's timestamps");
-  fmt::print(out, "- workload: {} requests, {}, {}{}\n",
-             base["num_requests"].get<int64_t>() == 0 ? std::string("all") : base["num_requests"].dump(),
-             lengths, arrivals, e["axes"].empty() ? "" : " (the axes below change parts of it)");
+      has_trace ? fmt::format("lengths{} from {}", trace_arrivals ? " and arrivals" : "", trace_name)
+                : fmt::format("prompt {}, output {}", code_or_axis("prompt-len", "prompt_len"),
+                              code_or_axis("output-len", "output_len"));
+  std::string arrivals;
+  if (is_capacity(results)) arrivals = ", Poisson arrivals at each probed rate";
+  else if (rate_axis) {
+    arrivals = fmt::format(", {} arrivals at the rates of {}",
+                           arrival.rfind("gamma:", 0) == 0 ? "gamma (CV of `" + arrival + "`)" : "Poisson", *rate_axis);
+  }
+  else if (arrival_axis) arrivals = fmt::format(", arrivals per {}", *arrival_axis);
+  else if (trace_arrivals) arrivals = "";
+  else if (arrival.empty() || arrival == "offline") arrivals = ", all at t=0";
+  else arrivals = fmt::format(", arrival `{}`", arrival);
+  const std::string count = by_axis("num-requests") ? "requests per " + *by_axis("num-requests")
+                            : base["num_requests"].get<int64_t>() == 0
+                                ? std::string("all requests")
+                                : fmt::format("{} requests", base["num_requests"].dump());
+  fmt::print(out, "- workload: {}, {}{}\n", count, lengths, arrivals);
   for (const auto& axis : e["axes"]) {
     std::vector<std::string> values;
     for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());
-    fmt::print(out, "- axis `{}`: {}\n", axis["name"].get<std::string>(), fmt::join(values, ", "));
+    // An axis not named after the one key it sets says what it sets ("cap" sets output-len).
+    std::vector<std::string> sets;
+    if (axis.contains("sets")) {
+      for (const auto& k : axis["sets"]) sets.push_back(k.get<std::string>() == "rate" ? "the Poisson rate in req/s" : "`" + k.get<std::string>() + "`");
+    }
+    const bool named_after = sets.size() == 1 && sets[0] == "`" + axis["name"].get<std::string>() + "`";
+    fmt::print(out, "- axis `{}`{}: {}\n", axis["name"].get<std::string>(),
+               sets.empty() || named_after ? "" : fmt::format(" (sets {})", fmt::join(sets, ", ")),
+               fmt::join(values, ", "));
   }
   std::vector<std::string> seeds;
   for (const auto& s : e["seeds"]) seeds.push_back(s.dump());

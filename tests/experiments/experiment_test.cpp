@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using nlohmann::ordered_json;
 
 std::string read_file(const fs::path& p) {
@@ -118,6 +119,15 @@ TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
   EXPECT_THAT(parse_error("base: {\n"), HasSubstr("not valid YAML"));
   // A shape no key check expected is still a UserError with a line, never an internal error.
   EXPECT_THAT(parse_error("axes:\n  tp:\n    - {value: [1, 2]}\n"), HasSubstr("bad.yaml:3: unexpected YAML"));
+  // Malformed distributions and arrivals are found before anything runs, naming the file and
+  // the run, not only a flag name after the first runs have started.
+  EXPECT_THAT(parse_error("base: {output-len: \"capexp:128\"}\n"),
+              AllOf(HasSubstr("bad.yaml: run 0000_continuous_s0"), HasSubstr("output-len")));
+  EXPECT_THAT(parse_error("axes:\n  prompt-len: [\"fixed:8\", \"uniform:9:3\"]\n"),
+              AllOf(HasSubstr("bad.yaml: run 0001_continuous_prompt-len-uniform-9-3_s0"), HasSubstr("prompt-len")));
+  EXPECT_THAT(parse_error("base: {arrival: \"poisson:fast\"}\n"),
+              AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("arrival")));
+  EXPECT_THAT(parse_error("base: {arrival: trace}\n"), AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("trace")));
 }
 
 TEST(ExperimentParse, CliReportsBadFilesAsUserErrors) {
@@ -327,6 +337,43 @@ TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
   // Two seeds: cells read "mean (min–max)"; the baseline's speedup is 1.00x.
   EXPECT_THAT(report, ContainsRegex("\\| rate=2 \\| static-4 \\| 40 \\| 0 \\| [0-9.]+ \\([0-9.]+–[0-9.]+\\)"));
   EXPECT_THAT(report, HasSubstr("| 1.00x |"));
+}
+
+// The Setup section describes the workload every run shares; a part an axis sets is named as
+// the axis's, never shown as the base value no run used (a trace replay once read "prompt
+// fixed:512, all at t=0").
+TEST(Compare, ReportSetupNamesTheWorkloadPartsThatAxesSet) {
+  const fs::path out = testing::scratch_dir("experiment_report_setup");
+  std::ofstream(out / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,6\n1.5,30,7\n";
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 3}
+policies: [tgi]
+axes:
+  trace: [{label: tiny, value: t.csv}]
+  output-len: ["fixed:4"]
+)", out / "setup.yaml");
+  run_experiment(e, options_for(out / "res"), std::cerr);
+  const std::string report = read_file(out / "res" / "report.md");
+  EXPECT_THAT(report, HasSubstr("lengths and arrivals from the trace of axis `trace`"));
+  EXPECT_THAT(report, Not(HasSubstr("fixed:512")));
+  EXPECT_THAT(report, Not(HasSubstr("all at t=0")));
+
+  const Experiment rates = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(rates, options_for(out / "rates"), std::cerr);
+  const std::string r2 = read_file(out / "rates" / "report.md");
+  EXPECT_THAT(r2, HasSubstr("40 requests, prompt `uniform:64:256`, output `uniform:8:64`, "
+                            "Poisson arrivals at the rates of axis `rate`"));
+  EXPECT_THAT(r2, Not(HasSubstr("all at t=0")));
+
+  const Experiment counts = parse_experiment_text(R"(
+base: {arrival: offline, prompt-len: "fixed:16", output-len: "fixed:4"}
+policies: [tgi]
+axes:
+  num-requests: [2, 4]
+)", "counts.yaml");
+  run_experiment(counts, options_for(out / "counts"), std::cerr);
+  EXPECT_THAT(read_file(out / "counts" / "report.md"),
+              HasSubstr("workload: requests per axis `num-requests`, prompt `fixed:16`, output `fixed:4`, all at t=0"));
 }
 
 TEST(Compare, CapacityModeSearchesEachCombinationAndItsProbesAreRuns) {
