@@ -18,7 +18,7 @@
 # CUDA) and the fit is left for a CPU machine — it is a pure function of the CSVs:
 #   build/experiments/batchsim calibrate fit <meas dir> --out profile.yaml
 #
-# Environment: OUT (default ./calibration-out), BUILD_DIR (default ./build-gpu),
+# Environment: OUT (default ./build-gpu-out), BUILD_DIR (default ./build-gpu),
 # SCRIPT_BUDGET_S (default 450: the whole script ends within this many seconds, results
 # copied; give the device call's timeout some margin above it), MEASURE_BUDGET_S (default
 # 240, and never more than what SCRIPT_BUDGET_S leaves: measuring stops after that, keeping
@@ -33,7 +33,7 @@ set -euo pipefail
 START_S=$SECONDS
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-OUT=${OUT:-$ROOT/calibration-out}
+OUT=${OUT:-$ROOT/build-gpu-out}  # build*/ is git-ignored
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
 SCRIPT_BUDGET_S=${SCRIPT_BUDGET_S:-450}
 MEASURE_BUDGET_S=${MEASURE_BUDGET_S:-240}
