@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <utility>
 
 namespace batchsim::calibration {
 
@@ -46,9 +47,16 @@ DeviceInfo query_device_info(int device) {
   d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   d.l2_cache_bytes = prop.l2CacheSize;
   d.memory_bus_width_bits = prop.memoryBusWidth;
-  // CUDA 13 removed cudaDeviceProp::clockRate/memoryClockRate; the attributes remain.
-  BATCHSIM_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_clock_khz, cudaDevAttrClockRate, device));
-  BATCHSIM_CUDA_CHECK(cudaDeviceGetAttribute(&d.memory_clock_khz, cudaDevAttrMemoryClockRate, device));
+  // CUDA 13 removed cudaDeviceProp::clockRate/memoryClockRate; the attributes remain. They are
+  // only recorded, so a driver that refuses them leaves 0 rather than failing `info`/`measure`
+  // (the error is not sticky; cudaGetLastError clears it).
+  for (const auto& [attribute, value] : {std::pair{cudaDevAttrClockRate, &d.sm_clock_khz},
+                                         std::pair{cudaDevAttrMemoryClockRate, &d.memory_clock_khz}}) {
+    if (cudaDeviceGetAttribute(value, attribute, device) != cudaSuccess) {
+      *value = 0;
+      cudaGetLastError();
+    }
+  }
   BATCHSIM_CUDA_CHECK(cudaDriverGetVersion(&d.driver_version));
   BATCHSIM_CUDA_CHECK(cudaRuntimeGetVersion(&d.runtime_version));
   d.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
