@@ -459,13 +459,19 @@ void require_head_dim(int head_dim) {
 template <int HEAD_DIM>
 void launch_decode(const DecodeAttentionArgs& a, int partition_size_tokens, cudaStream_t stream) {
   const bool partitioned = partition_size_tokens > 0;
-  const int partition_tokens = partitioned ? partition_size_tokens : a.max_seq_len_tokens;
-  const int max_num_partitions = ceil_div(a.max_seq_len_tokens, partition_tokens);
-  const size_t smem_bytes = static_cast<size_t>(partition_tokens) * sizeof(float);
+  const int partition_tokens = decode_partition_tokens(a.max_seq_len_tokens, partition_size_tokens);
+  const int max_num_partitions = decode_num_partitions(a.max_seq_len_tokens, partition_size_tokens);
+  const auto smem_bytes = static_cast<size_t>(decode_dynamic_smem_bytes(a.max_seq_len_tokens, partition_size_tokens));
+  if (static_cast<int64_t>(smem_bytes) > kDecodeMaxDynamicSmemBytes || a.num_seqs > kMaxGridYZ ||
+      max_num_partitions > kMaxGridYZ) {
+    throw std::invalid_argument("decode attention: " + std::to_string(a.num_seqs) + " sequences of up to " +
+                                std::to_string(a.max_seq_len_tokens) + " tokens exceed the launch limits" +
+                                (partitioned ? "" : " (use the partitioned variant)"));
+  }
   // Past 48 KiB of static + dynamic shared memory a kernel must opt in; the static part is
   // ~4.6 KiB, so opt in well before that (the call is cheap and happens outside timed work
   // for both timers: CUPTI times kernels only, the event timer's stream is held meanwhile).
-  if (smem_bytes > 32 * 1024) {
+  if (static_cast<int64_t>(smem_bytes) > kDecodeSmemOptInBytes) {
     BATCHSIM_CUDA_CHECK(cudaFuncSetAttribute(paged_decode_kernel<HEAD_DIM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem_bytes)));

@@ -69,4 +69,27 @@ inline bool use_single_pass_decode(int num_seqs, int num_heads, int max_context_
          (max_num_partitions == 1 || num_seqs * num_heads > 512);
 }
 
+// Launch geometry of the decode kernel (cuda_attention.cu), here so that the CPU tests can
+// check it for every measured point: a wrong size here fails only at launch on a GPU.
+// partition_size_tokens == 0 means single pass: one partition spanning the longest context.
+inline int decode_partition_tokens(int max_context_tokens, int partition_size_tokens) {
+  return partition_size_tokens > 0 ? partition_size_tokens : max_context_tokens;
+}
+inline int decode_num_partitions(int max_context_tokens, int partition_size_tokens) {
+  return ceil_div(max_context_tokens, decode_partition_tokens(max_context_tokens, partition_size_tokens));
+}
+// Dynamic shared memory: one fp32 logit per token of the CTA's partition.
+inline int64_t decode_dynamic_smem_bytes(int max_context_tokens, int partition_size_tokens) {
+  return static_cast<int64_t>(decode_partition_tokens(max_context_tokens, partition_size_tokens)) *
+         static_cast<int64_t>(sizeof(float));
+}
+// Above this the launcher raises cudaFuncAttributeMaxDynamicSharedMemorySize (the kernel's
+// static shared memory is ~4.6 KiB: q, the reduction slots and the P·V partial sums, ptxas -v;
+// 48 KiB of static + dynamic is the limit without opting in).
+inline constexpr int64_t kDecodeSmemOptInBytes = 32 * 1024;
+// What one CTA may opt in to on sm_90 (227 KiB), less the decode kernel's static part.
+inline constexpr int64_t kDecodeMaxDynamicSmemBytes = 227 * 1024 - 8 * 1024;
+// CUDA's limit on gridDim.y and gridDim.z (sequences and partitions of the decode grid).
+inline constexpr int64_t kMaxGridYZ = 65535;
+
 }  // namespace batchsim::calibration
