@@ -168,7 +168,7 @@ fi
 "$CALIBRATE" info || die "batchsim-calibrate info" "no usable CUDA device (exit 3) or the binary does not start"
 
 step "check: CUDA kernels vs the CPU reference"
-if ! timeout 120 "$CALIBRATE" check; then
+if ! timeout -k 10 120 "$CALIBRATE" check; then
   failures+=("kernel check")  # keep going: the timings are still worth bringing back
 fi
 
@@ -177,7 +177,7 @@ fi
 # that fails or hangs costs a minute at most here instead of the whole measurement.
 step "probe: timer setup and CUPTI self-test (a measure run with no points)"
 timer_args=()
-if timeout 60 "$CALIBRATE" measure --quick --out "$BUILD_DIR/probe" --time-budget-s 0.001 > "$BUILD_DIR/probe.log" 2>&1; then
+if timeout -k 10 60 "$CALIBRATE" measure --quick --out "$BUILD_DIR/probe" --time-budget-s 0.001 > "$BUILD_DIR/probe.log" 2>&1; then
   grep -E '^timer' "$BUILD_DIR/probe.log" || true
 else
   cat "$BUILD_DIR/probe.log"
@@ -192,7 +192,7 @@ budget=$(left 75)
 budget=$((budget < MEASURE_BUDGET_S ? budget : MEASURE_BUDGET_S))
 step "measure --quick ${timer_args[*]:-} (budget ${budget} s)"
 rm -rf "$MEAS" "$PROFILE" "$VALIDATION"
-if ! timeout $((budget + 45)) "$CALIBRATE" measure --quick --out "$MEAS" --time-budget-s "$budget" \
+if ! timeout -k 10 $((budget + 45)) "$CALIBRATE" measure --quick --out "$MEAS" --time-budget-s "$budget" \
       ${timer_args[@]+"${timer_args[@]}"}; then
   failures+=("measure")
 fi
