@@ -99,6 +99,36 @@ def _axis_names(res):
     return [a["name"] for a in res.experiment.get("axes", [])]
 
 
+AXIS_TITLES = {"rate": "request rate (requests/s, Poisson)", "num-requests": "number of requests",
+               "tp": "tensor-parallel GPUs", "gpu": "GPU", "model": "model", "trace": "trace",
+               "prompt-len": "prompt length (tokens)", "output-len": "output length (tokens)"}
+
+
+def _axis_title(res):
+    """The x label of a single-axis bar chart: units for the known axes; for a named axis
+    ("cap"), the run keys it sets, so a reader knows what the numbers are."""
+    axis = res.experiment["axes"][0]
+    name = axis["name"]
+    if name in AXIS_TITLES:
+        return AXIS_TITLES[name]
+    sets = axis.get("sets", [])
+    return f"{name} (sets {', '.join(sets)})" if sets else name
+
+
+def _log_ticks(ax, which="x"):
+    """Plain numbers on a log axis (20, 50, 100 rather than a lone 10^2): with two or three
+    decades, matplotlib's default leaves one or two labelled ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    if not (lo > 0 and hi > lo):
+        return
+    subs = (1.0, 2.0, 5.0) if math.log10(hi / lo) <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _tick_label(res, group):
     """With one axis, "num-requests=64" says less than "64" under an x label "num-requests"."""
     if not group:
@@ -128,7 +158,7 @@ def _bars(ax, res, groups, metric, ylabel, colors, rows=None):
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([_tick_label(res, g) for g in groups], fontsize=9)
     if len(_axis_names(res)) == 1:
-        ax.set_xlabel(_axis_names(res)[0])
+        ax.set_xlabel(_axis_title(res))
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
 
@@ -176,16 +206,21 @@ def latency_bars(res, out_dir):
     fig, axes = plt.subplots(2, 2, figsize=(width, 7))
     for ax, (metric, label) in zip(axes.flat, panels):
         _bars(ax, res, groups, metric, label, colors, runs)
-        ax.set_yscale("log")
-        ax.grid(axis="y", alpha=0.3, which="both")
+        # Log only when the values span orders of magnitude (static queueing vs the rest): bars
+        # on a log axis whose range is a few percent would turn a 5% gap into a twofold one.
+        values = [v for v in (_num(r.get(metric)) for r in runs) if v > 0]
+        if values and max(values) / min(values) > 10:
+            ax.set_yscale("log")
+            ax.grid(axis="y", alpha=0.3, which="both")
+            _log_ticks(ax, "y")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{res.experiment['name']}: latency per policy")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "latency.png"), dpi=DPI)
     plt.close(fig)
     return [("latency.png", "Latency per policy",
-             "Means over seeds (whiskers: min–max); logarithmic y axis, since static batching's "
-             "queueing dwarfs the rest.")]
+             "Means over seeds (whiskers: min–max). A panel whose values span more than tenfold "
+             "(static batching's queueing dwarfs the rest) has a logarithmic y axis.")]
 
 
 LATENCY_NAMES = {"e2e_s": "e2e latency", "ttft_s": "TTFT", "tpot_s": "TPOT", "tbt_s": "TBT",
@@ -213,34 +248,51 @@ def latency_vs_qps(res, out_dir):
     if not rows:
         return []
     colors = policy_colors(res.policies)
-    # One line per (policy, other axes): the group label minus its rate part.
+    capacity_spec = res.experiment.get("capacity") or {}
+    slo = capacity_spec.get("slo", {})
+    rate_axes = {a["name"] for a in res.experiment.get("axes", []) if "rate" in a.get("sets", [])} or {"rate"}
+
+    # One line per (policy, other axes): the group label minus its rate part. A capacity search
+    # probes its own rates per seed, so there each seed's probes are a line of their own:
+    # averaging different seeds' probes at different rates would draw a zigzag no run made.
     def other_axes(r):
-        return " ".join(p for p in r["experiment.group"].split(" ") if not p.startswith("rate="))
+        return " ".join(p for p in r["experiment.group"].split(" ") if p.split("=", 1)[0] not in rate_axes)
     lines = OrderedDict()
     for r in rows:
-        key = (r["experiment.policy"], other_axes(r))
+        key = (r["experiment.policy"], other_axes(r), r["experiment.seed"] if slo else "")
         lines.setdefault(key, {}).setdefault(_num(r["experiment.rate"]), []).append(r)
     others = list(OrderedDict((k[1], True) for k in lines))
     styles = ["-", "--", ":", "-."]
     panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
               ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
-    capacity_spec = res.experiment.get("capacity") or {}
-    slo = capacity_spec.get("slo", {})
     if slo:
         # A capacity search is judged on its SLO figures: show those first.
         named = [(k, _metric_label(k)) for k in slo]
         panels = (named + [p for p in panels if p[0] not in slo])[:4]
+
+    def meets(r):
+        return all(_num(r.get(k)) <= bound for k, bound in slo.items())
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
     for ax, (metric, label) in zip(axes.flat, panels):
-        for (policy, other), by_rate in lines.items():
+        labelled = set()
+        for (policy, other, _seed), by_rate in lines.items():
             rates = sorted(by_rate)
             # A log axis cannot show 0 (no queueing at low load): leave those points out.
             stats = [_spread([v if v > 0 else math.nan for v in (_num(r[metric]) for r in by_rate[q])])
                      for q in rates]
             name = policy if len(others) == 1 else f"{policy} {other}"
             ls = styles[others.index(other) % len(styles)]
-            ax.plot(rates, [s[0] for s in stats], ls, marker="o", ms=3, color=colors[policy], label=name)
-            if any(s[1] != s[2] for s in stats):
+            means = [s[0] for s in stats]
+            ax.plot(rates, means, ls, marker=None if slo else "o", ms=3, lw=1 if slo else 1.5,
+                    color=colors[policy], label=None if name in labelled else name)
+            labelled.add(name)
+            if slo:
+                met = [meets(by_rate[q][0]) for q in rates]
+                ax.scatter([q for q, m in zip(rates, met) if m], [v for v, m in zip(means, met) if m],
+                           s=14, color=colors[policy], zorder=3)
+                ax.scatter([q for q, m in zip(rates, met) if not m], [v for v, m in zip(means, met) if not m],
+                           s=14, facecolors="white", edgecolors=colors[policy], zorder=3)
+            elif any(s[1] != s[2] for s in stats):
                 ax.fill_between(rates, [s[1] for s in stats], [s[2] for s in stats],
                                 color=colors[policy], alpha=0.15)
         if metric in slo:
@@ -250,16 +302,27 @@ def latency_vs_qps(res, out_dir):
             ax.set_xscale("log")  # probes are spaced geometrically
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
+    for ax in axes.flat:
+        _log_ticks(ax, "y")
+        if slo:
+            _log_ticks(ax, "x")
     for ax in axes[1]:
         ax.set_xlabel("request rate (requests/s, Poisson)")
-    axes[0][0].legend(fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if slo:
+        from matplotlib.lines import Line2D
+        handles += [Line2D([], [], ls="", marker="o", color="gray", ms=4),
+                    Line2D([], [], ls="", marker="o", markerfacecolor="white", markeredgecolor="gray", ms=4)]
+        labels += ["probe met every SLO", "probe missed an SLO"]
+    axes[0][0].legend(handles, labels, fontsize=8)
     fig.suptitle(f"{res.experiment['name']}: latency vs load")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "latency_vs_qps.png"), dpi=DPI)
     plt.close(fig)
     if slo:
-        caption = ("Points are the capacity search's probes (each seed probes its own rates); dashed "
-                   "lines are the SLO bounds; both axes are logarithmic.")
+        caption = ("Each line is one seed's capacity search, its points the probed rates (filled: the "
+                   "probe met every SLO; hollow: it missed one); dashed lines are the SLO bounds; both "
+                   "axes are logarithmic.")
     else:
         caption = "Mean over seeds, band = min–max; the y axis is logarithmic."
     return [("latency_vs_qps.png", "Latency vs request rate", caption)]
@@ -292,9 +355,10 @@ def cdfs(res, out_dir):
         axes[1].set_xlabel("time between tokens (ms)")
         for ax in axes:
             ax.set_xscale("log")
-            ax.set_ylabel("fraction")
+            ax.set_ylabel("fraction of requests" if ax is axes[0] else "fraction of gaps")
             ax.set_ylim(0, 1.01)
             ax.grid(alpha=0.3, which="both")
+            _log_ticks(ax, "x")
         axes[0].set_title("TTFT, per request")
         axes[1].set_title("TBT, every inter-token gap")
         axes[0].legend(fontsize=8)
@@ -403,12 +467,7 @@ def capacity(res, out_dir):
     colors = policy_colors(res.policies)
     groups = res.groups(res.capacities)
     fig, ax = plt.subplots(figsize=(max(7.5, 0.8 * len(groups) * len(res.policies) + 2), 4.5))
-    saved = res.runs
-    res.runs = res.capacities  # _bars reads res.runs
-    try:
-        _bars(ax, res, groups, "capacity.rate_rps", "capacity (requests/s)", colors)
-    finally:
-        res.runs = saved
+    _bars(ax, res, groups, "capacity.rate_rps", "capacity (requests/s)", colors, res.capacities)
     slo = " and ".join(_slo_text(k, v) for k, v in res.experiment["capacity"]["slo"].items())
     ax.set_title(f"{res.experiment['name']}: largest request rate meeting\n{slo}", fontsize=10)
     for bar in ax.patches:  # the number itself is what a reader quotes

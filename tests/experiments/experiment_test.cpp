@@ -502,5 +502,47 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
 }
 
+// The other figure paths: a capacity search (capacity bars, probes vs rate with SLO lines, one
+// line per seed) and an experiment without a rate axis (latency bars per policy).
+TEST(Plots, FigureScriptsDrawCapacityAndPerPolicyLatencyFigures) {
+  if (find_plot_python().empty()) {
+    GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
+  }
+  const fs::path root = testing::scratch_dir("experiment_plots_more");
+  const Experiment cap = parse_experiment_text(R"(
+base: {num-requests: 40, prompt-len: "uniform:128:512", output-len: "uniform:16:128"}
+policies: [vllm-v0, sarathi]
+seeds: [0, 1]
+capacity:
+  slo: {latency.tbt_s.p99: 0.1}
+  rate-low: 0.5
+  rate-high: 100
+  tolerance: 0.1
+)", "cap.yaml");
+  CompareOptions o = options_for(root / "cap");
+  o.plots = true;
+  run_experiment(cap, o, std::cerr);
+  for (const char* f : {"capacity.png", "latency_vs_qps.png"}) {
+    EXPECT_TRUE(fs::exists(root / "cap" / "figures" / f)) << f << "\n"
+        << read_file(root / "cap" / "figures" / "make_figures.log");
+  }
+  const Experiment lengths = parse_experiment_text(R"(
+base: {num-requests: 12, arrival: offline, prompt-len: "fixed:64"}
+policies: [hf-static, tgi]
+axes:
+  cap:
+    - {label: "8", output-len: "uniform:1:8"}
+    - {label: "32", output-len: "uniform:1:32"}
+)", "lengths.yaml");
+  o = options_for(root / "lengths");
+  o.plots = true;
+  run_experiment(lengths, o, std::cerr);
+  for (const char* f : {"throughput.png", "latency.png", "cdf_cap-8.png", "kv_cap-32.png"}) {
+    EXPECT_TRUE(fs::exists(root / "lengths" / "figures" / f)) << f << "\n"
+        << read_file(root / "lengths" / "figures" / "make_figures.log");
+  }
+  EXPECT_THAT(read_file(root / "lengths" / "report.md"), HasSubstr("(figures/latency.png)"));
+}
+
 }  // namespace
 }  // namespace batchsim
