@@ -51,9 +51,7 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
       values.push_back(v.label);
       if (v.rate) sets.insert("rate");
       for (const auto& kv : v.settings) {
-        std::string key = kv.first.as<std::string>();
-        std::replace(key.begin(), key.end(), '_', '-');
-        sets.insert(key);
+        sets.insert(normalize_key(kv.first.as<std::string>()));
       }
     }
     j["axes"].push_back({{"name", a.name}, {"values", values}, {"sets", sets}});
@@ -102,16 +100,10 @@ std::string workload_key(const WorkloadSpec& w) {
                      w.num_requests, w.trace_speedup, w.seed);
 }
 
-std::ofstream open_file(const fs::path& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
-  return out;
-}
-
 // The TBT distribution as quantiles: the simulation keeps every inter-token gap only as
 // weighted samples, and a CDF needs no more than this.
 void write_tbt_quantiles(const SimulationResult& result, const fs::path& file) {
-  auto out = open_file(file);
+  auto out = open_for_write(file);
   out << "quantile,tbt_s\n";
   if (result.tbt_s.count() == 0) return;
   std::vector<double> qs;
@@ -124,7 +116,7 @@ void write_tbt_quantiles(const SimulationResult& result, const fs::path& file) {
 // KV use over time, thinned to at most ~2000 points (each the peak of its stretch, so a
 // short spike is not lost): enough for a figure, small enough for hundreds of runs.
 void write_kv_timeline(const SimulationResult& result, const fs::path& file) {
-  auto out = open_file(file);
+  auto out = open_for_write(file);
   out << "time_s,kv_used_tokens,kv_allocated_tokens,running_requests\n";
   const auto& its = result.iterations;
   const size_t stride = std::max<size_t>(1, (its.size() + 1999) / 2000);
@@ -217,7 +209,7 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir) {
     std::map<RequestId, int> slot_of;
     std::set<int> free_slots;
     int slots = 0;
-    auto out = open_file(dir / (p.label + ".csv"));
+    auto out = open_for_write(dir / (p.label + ".csv"));
     out << "iteration,start_s,end_s,slot,request,state\n";
     for (const LoggedIteration& it : log) {
       std::vector<RequestId> ended;
@@ -283,7 +275,7 @@ std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress
 }
 
 void write_text(const fs::path& file, const std::string& text) {
-  auto out = open_file(file);
+  auto out = open_for_write(file);
   out << text;
 }
 

@@ -32,11 +32,6 @@ struct Where {
   }
 };
 
-std::string normalize(std::string key) {
-  std::replace(key.begin(), key.end(), '_', '-');
-  return key;
-}
-
 // Run keys an axis may be named after (RunConfig keys, see run_config.h). `policy` and `seed`
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
@@ -48,7 +43,7 @@ bool is_axis_run_key(const std::string& key) {
 
 void reject_reserved_keys(const YAML::Node& mapping, const Where& where, const std::string& path) {
   for (const auto& kv : mapping) {
-    const std::string key = normalize(kv.first.as<std::string>());
+    const std::string key = normalize_key(kv.first.as<std::string>());
     if (key == "policy") where.fail(kv.first, path + "policy", "list policies under the top-level 'policies' key");
     if (key == "seed") where.fail(kv.first, path + "seed", "list seeds under the top-level 'seeds' key");
     if (key == "out") where.fail(kv.first, path + "out", "the output folder is given with --out");
@@ -84,7 +79,7 @@ PolicyVariant parse_policy_variant(const YAML::Node& node, const Where& where, c
   }
   if (!node.IsMap()) where.fail(node, key, "expected a policy name or a mapping {policy, label, policy-opt}");
   for (const auto& kv : node) {
-    const std::string k = normalize(kv.first.as<std::string>());
+    const std::string k = normalize_key(kv.first.as<std::string>());
     if (k == "policy") v.policy = as<std::string>(kv.second, where, key + ".policy", "a policy name");
     else if (k == "label") v.label = as<std::string>(kv.second, where, key + ".label", "a string");
     else if (k == "policy-opt") v.options = option_map(kv.second, where, key + ".policy-opt");
@@ -131,7 +126,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
   } else if (node.IsMap()) {
     for (const auto& kv : node) {
       const std::string raw = kv.first.as<std::string>();
-      const std::string k = normalize(raw);
+      const std::string k = normalize_key(raw);
       const std::string sub = key + "." + raw;
       if (k == "label") {
         v.label = as<std::string>(kv.second, where, sub, "a string");
@@ -192,7 +187,7 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
   }();
   for (const auto& kv : node) {
     const std::string raw = kv.first.as<std::string>();
-    const std::string k = normalize(raw);
+    const std::string k = normalize_key(raw);
     const std::string key = "capacity." + raw;
     if (k == "slo") {
       if (!kv.second.IsMap() || kv.second.size() == 0) {
@@ -323,7 +318,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
-    const std::string k = normalize(raw);
+    const std::string k = normalize_key(raw);
     if (k == "name") e.name = as<std::string>(kv.second, where, raw, "a string");
     else if (k == "description") {
       e.description = as<std::string>(kv.second, where, raw, "a string");
@@ -370,7 +365,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     if (!axes_node->IsMap()) where.fail(*axes_node, "axes", "expected a mapping of axis name: [values]");
     for (const auto& kv : *axes_node) {
       Axis axis;
-      axis.name = normalize(kv.first.as<std::string>());
+      axis.name = normalize_key(kv.first.as<std::string>());
       const std::string key = "axes." + kv.first.as<std::string>();
       if (axis.name == "policy" || axis.name == "policies") where.fail(kv.first, key, "list policies under the top-level 'policies' key");
       if (axis.name == "seed" || axis.name == "seeds") where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
@@ -399,7 +394,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     s.base = e.base;
     for (const auto& kv : *slot_node) {
       const std::string raw = kv.first.as<std::string>();
-      const std::string k = normalize(raw);
+      const std::string k = normalize_key(raw);
       const std::string key = "slot-timeline." + raw;
       if (k == "policies") s.policies = parse_policies(kv.second, where, key);
       else if (k == "base") {

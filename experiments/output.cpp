@@ -33,12 +33,6 @@ const char* state_name(RequestState s) {
   return "?";
 }
 
-std::ofstream open_for_write(const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
-  return out;
-}
-
 // Seconds of a SimTime, or empty for "never" (a rejected request has no TTFT).
 std::string opt_seconds(SimTime t, SimTime origin) {
   if (t == SimTime::max()) return "";
@@ -46,6 +40,12 @@ std::string opt_seconds(SimTime t, SimTime origin) {
 }
 
 }  // namespace
+
+std::ofstream open_for_write(const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
+  return out;
+}
 
 nlohmann::ordered_json config_to_json(const RunConfig& c) {
   nlohmann::ordered_json j;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <iosfwd>
 #include <vector>
 
@@ -24,6 +25,10 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 // summary_to_json's); iterations.csv only when `outcome.config.iteration_log`.
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
                        const nlohmann::ordered_json& summary);
+
+// Opens `path` for writing (binary: the same bytes on every platform). Throws UserError naming
+// the file when it cannot be written.
+std::ofstream open_for_write(const std::filesystem::path& path);
 
 // A short table: one row per run, headline figures as columns.
 void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/output.h"
 #include "hwmodel/error.h"
 
 namespace batchsim {
@@ -313,8 +314,7 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
       pos = static_cast<size_t>(it - columns.begin()) + 1;
     }
   }
-  std::ofstream out(file, std::ios::binary);
-  if (!out) throw UserError(fmt::format("--out: cannot write {}", file.string()));
+  auto out = open_for_write(file);
   auto cell = [](const std::string& s) {
     if (s.find_first_of(",\"\n") == std::string::npos) return s;
     std::string q = "\"";
@@ -335,8 +335,7 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
 }
 
 void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
-  std::ofstream out(dir / "report.md", std::ios::binary);
-  if (!out) throw UserError(fmt::format("--out: cannot write {}", (dir / "report.md").string()));
+  auto out = open_for_write(dir / "report.md");
   const ordered_json& e = results.experiment;
   fmt::print(out, "# {}\n\n", e["name"].get<std::string>());
   if (!e["description"].get<std::string>().empty()) fmt::print(out, "{}\n\n", e["description"].get<std::string>());

@@ -7,6 +7,13 @@
 
 namespace batchsim {
 
+std::string normalize_key(std::string key) {
+  for (char& ch : key) {
+    if (ch == '_') ch = '-';
+  }
+  return key;
+}
+
 RunConfig default_run_config() {
   RunConfig c;
   c.workload.arrival = "";
@@ -26,13 +33,6 @@ std::pair<std::string, std::string> parse_policy_opt(const std::string& text) {
 }
 
 namespace {
-
-std::string normalize_key(std::string key) {
-  for (char& ch : key) {
-    if (ch == '_') ch = '-';
-  }
-  return key;
-}
 
 template <typename T>
 T scalar(const YAML::Node& node, const std::filesystem::path& file, const std::string& key) {

@@ -35,6 +35,9 @@ struct RunConfig {
 // lengths (prompt 512, output capexp:128:512).
 RunConfig default_run_config();
 
+// "num_requests" -> "num-requests": run keys are spelled with dashes or underscores alike.
+std::string normalize_key(std::string key);
+
 // Applies a YAML mapping of run keys to `config`. Throws UserError naming the file and key.
 void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
 // Applies the run keys of a YAML mapping (as apply_yaml_config does for a whole file); errors
