@@ -514,7 +514,15 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   }
   pick(full, tail, t);
   drop_single_group(t);
+  // Means only: "mean (min–max)" in fourteen columns wraps any terminal; report.md keeps it.
+  const size_t seeds = results.experiment.contains("seeds") ? results.experiment["seeds"].size() : 1;
+  if (seeds > 1) {
+    for (auto& row : t.rows) {
+      for (auto& cell : row) cell = cell.substr(0, cell.find(" ("));
+    }
+  }
   render_text(out, t);
+  if (seeds > 1) fmt::print(out, "(mean over {} seeds; report.md has the min–max)\n", seeds);
 }
 
 ResultSet load_result_set(const fs::path& dir) {

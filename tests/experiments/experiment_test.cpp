@@ -376,6 +376,22 @@ axes:
               HasSubstr("workload: requests per axis `num-requests`, prompt `fixed:16`, output `fixed:4`, all at t=0"));
 }
 
+// The terminal gets a short table: with several seeds, means only (a 14-column table of
+// "mean (min–max)" cells wrapped past 250 characters); report.md keeps the spread.
+TEST(Compare, TerminalTableShowsMeansOverSeedsAndSaysWhereTheSpreadIs) {
+  const fs::path out = testing::scratch_dir("experiment_terminal");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  const ResultSet results = run_experiment(e, options_for(out), std::cerr);
+  std::ostringstream text;
+  print_result_table(text, results);
+  EXPECT_THAT(text.str(), Not(ContainsRegex("[0-9]–[0-9]")));
+  EXPECT_THAT(text.str(), HasSubstr("mean over 2 seeds"));
+  EXPECT_THAT(text.str(), ContainsRegex("rate=2 +static-4 +40 +0 +[0-9.]+ "));
+  std::istringstream lines(text.str());
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 170u) << line;
+  EXPECT_THAT(read_file(out / "report.md"), ContainsRegex("[0-9]–[0-9]"));  // the report keeps min–max
+}
+
 TEST(Compare, CapacityModeSearchesEachCombinationAndItsProbesAreRuns) {
   const fs::path root = testing::scratch_dir("experiment_capacity");
   const Experiment e = parse_experiment_text(R"(
