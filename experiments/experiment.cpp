@@ -231,8 +231,13 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
 void check_planned(const Experiment& e, const PlannedRun& run) {
   try {
     validate(run.config);
-    resolve_model(run.config.model);
-    resolve_gpu(run.config.gpu);
+    const CostModel cost(resolve_model(run.config.model), resolve_gpu(run.config.gpu), run.config.tp);
+    // The simulation refuses this too, but only once it runs, without naming the file or run.
+    if (cost.kv_capacity_tokens(run.config.gpu_memory_utilization) < 1) {
+      throw UserError(fmt::format("model '{}' at --tp {} leaves no room for a KV cache on '{}' "
+                                  "(--gpu-memory-utilization {})", run.config.model, run.config.tp,
+                                  run.config.gpu, run.config.gpu_memory_utilization));
+    }
     make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
     // The workload's specs too (build_workload would find them only once runs have started,
     // and name no file): the same parsers, without generating anything.

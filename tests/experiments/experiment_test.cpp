@@ -128,6 +128,9 @@ TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
   EXPECT_THAT(parse_error("base: {arrival: \"poisson:fast\"}\n"),
               AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("arrival")));
   EXPECT_THAT(parse_error("base: {arrival: trace}\n"), AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("trace")));
+  // A model that leaves no room for KV on the GPU of one combination: before any run starts.
+  EXPECT_THAT(parse_error("base: {model: llama-2-70b, gpu: a100-80gb}\naxes:\n  tp: [2, 1]\n"),
+              AllOf(HasSubstr("bad.yaml: run 0001_continuous_tp-1_s0"), HasSubstr("no room for a KV cache")));
 }
 
 TEST(ExperimentParse, CliReportsBadFilesAsUserErrors) {
