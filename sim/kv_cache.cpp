@@ -13,12 +13,15 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
     : KvCacheManager(num_requests),
       num_blocks_(num_blocks),
       block_size_(block_size),
-      // vLLM v0: watermark_blocks = int(watermark * num_gpu_blocks).
-      watermark_blocks_(static_cast<int64_t>(watermark_fraction * static_cast<double>(num_blocks))),
+      watermark_blocks_(0),
       free_blocks_(num_blocks) {
   if (block_size < 1) throw UserError("block_size must be >= 1");
   if (num_blocks < 1) throw UserError("the KV cache has no blocks: the model's weights leave no memory for KV");
-  if (watermark_fraction < 0 || watermark_fraction >= 1) throw UserError("watermark must be in [0, 1)");
+  // Checked before the cast below, and written so that NaN fails: casting NaN to an integer is
+  // undefined (on x86 it gives INT64_MIN, a watermark that admits into negative free blocks).
+  if (!(watermark_fraction >= 0 && watermark_fraction < 1)) throw UserError("watermark must be in [0, 1)");
+  // vLLM v0: watermark_blocks = int(watermark * num_gpu_blocks).
+  watermark_blocks_ = static_cast<int64_t>(watermark_fraction * static_cast<double>(num_blocks));
 }
 
 bool PagedKvCache::can_admit(int64_t tokens, int64_t /*reserve_tokens*/) const {

@@ -25,7 +25,9 @@ T parse_number(const std::string& key, const std::string& text, T min, T max, co
   if (ec != std::errc() || end != text.data() + text.size()) {
     throw UserError(fmt::format("--policy-opt {}={}: expected {}", key, text, what));
   }
-  if (value < min || value > max) {
+  // Written so that NaN (which from_chars accepts as "nan") fails too: every comparison with
+  // NaN is false, and a NaN watermark or timeout would reach integer casts (undefined).
+  if (!(value >= min && value <= max)) {
     throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, text, min, max));
   }
   return value;

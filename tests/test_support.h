@@ -2,6 +2,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <string>
 
 namespace batchsim::testing {
 
@@ -12,5 +14,15 @@ std::filesystem::path data_dir();
 std::filesystem::path source_dir();
 // A fresh empty directory under the build tree for a test's outputs.
 std::filesystem::path scratch_dir(const std::string& name);
+
+// Writes `contents` byte for byte (no newline translation) to dir/name, creating `dir`, and
+// returns the path. Throws std::runtime_error when the file cannot be written, so that a test
+// of a reader never silently reads a file that is not there.
+std::filesystem::path write_text_file(const std::filesystem::path& dir, const std::string& name,
+                                      const std::string& contents);
+
+// The message of the UserError that `f` throws. When `f` returns normally the current test
+// fails and the result is "" (any other exception propagates and fails the test too).
+std::string user_error_of(const std::function<void()>& f);
 
 }  // namespace batchsim::testing

@@ -7,19 +7,10 @@
 #include "policies/continuous_policy.h"
 #include "policies/static_policy.h"
 #include "policy_test_rig.h"
+#include "test_support.h"
 
 namespace batchsim::testing {
 namespace {
-
-std::string user_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return "";
-}
 
 // The config a continuous preset resolves to, once attached to a run (the default budget
 // depends on max_model_len).
@@ -113,25 +104,25 @@ TEST(Registry, AUserOptionOverridesThePreset) {
 }
 
 TEST(Registry, AnUnknownOptionIsAnErrorNamingIt) {
-  std::string msg = user_error([] { policy("tgi", {{"bogus_knob", "1"}}); });
+  std::string msg = user_error_of([] { policy("tgi", {{"bogus_knob", "1"}}); });
   EXPECT_NE(msg.find("bogus_knob"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tgi"), std::string::npos) << msg;
   // Chunking options belong to the chunked schedulers only.
-  msg = user_error([] { policy("vllm-v0", {{"long_prefill_token_threshold", "64"}}); });
+  msg = user_error_of([] { policy("vllm-v0", {{"long_prefill_token_threshold", "64"}}); });
   EXPECT_NE(msg.find("long_prefill_token_threshold"), std::string::npos) << msg;
-  msg = user_error([] { policy("vllm", {{"prefill", "exclusive"}}); });
+  msg = user_error_of([] { policy("vllm", {{"prefill", "exclusive"}}); });
   EXPECT_NE(msg.find("prefill"), std::string::npos) << msg;
-  msg = user_error([] { policy("hf-static", {{"max_num_seqs", "4"}}); });
+  msg = user_error_of([] { policy("hf-static", {{"max_num_seqs", "4"}}); });
   EXPECT_NE(msg.find("max_num_seqs"), std::string::npos) << msg;
 }
 
 TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
-  std::string msg = user_error([] { policy("tgi", {{"reserve_to", "max_model_len"}}); });
+  std::string msg = user_error_of([] { policy("tgi", {{"reserve_to", "max_model_len"}}); });
   EXPECT_NE(msg.find("reserve_to=max_model_len"), std::string::npos) << msg;
   EXPECT_NE(msg.find("kv=reserve"), std::string::npos) << msg;
-  msg = user_error([] { policy("orca", {{"block_size", "32"}}); });
+  msg = user_error_of([] { policy("orca", {{"block_size", "32"}}); });
   EXPECT_NE(msg.find("block_size=32"), std::string::npos) << msg;
-  msg = user_error([] { policy("continuous", {{"kv", "reserve"}, {"watermark", "0.01"}}); });
+  msg = user_error_of([] { policy("continuous", {{"kv", "reserve"}, {"watermark", "0.01"}}); });
   EXPECT_NE(msg.find("watermark=0.01"), std::string::npos) << msg;
   // A preset's own value for the other manager is not the user's mistake.
   EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
@@ -143,16 +134,21 @@ TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
 TEST(Registry, ABadValueIsAnErrorNamingTheOption) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"kv", "contiguous"}, {"watermark", "0.9"}, {"max_num_seqs", "0"},
-           {"preemption", "kill"}, {"block_size", "x"}}) {
-    const std::string msg = user_error([&] { policy("continuous", {{key, value}}); });
+           {"preemption", "kill"}, {"block_size", "x"},
+           // from_chars reads "nan" as a number; NaN compares false with both bounds.
+           {"watermark", "nan"}, {"max_num_seqs", "nan"}}) {
+    const std::string msg = user_error_of([&] { policy("continuous", {{key, value}}); });
     EXPECT_NE(msg.find(key + "=" + value), std::string::npos) << msg;
   }
-  const std::string msg = user_error([] { policy("static", {{"release", "never"}}); });
+  std::string msg = user_error_of([] { policy("static", {{"release", "never"}}); });
   EXPECT_NE(msg.find("release=never"), std::string::npos) << msg;
+  // A NaN timeout would reach SimTime::from_seconds (llround of NaN is unspecified).
+  msg = user_error_of([] { policy("static", {{"batch_timeout_s", "nan"}}); });
+  EXPECT_NE(msg.find("batch_timeout_s=nan"), std::string::npos) << msg;
 }
 
 TEST(Registry, AnUnknownPolicyListsTheKnownOnes) {
-  const std::string msg = user_error([] { policy("vllm-v2"); });
+  const std::string msg = user_error_of([] { policy("vllm-v2"); });
   EXPECT_NE(msg.find("vllm-v2"), std::string::npos) << msg;
   for (const PolicyInfo& info : registered_policies()) {
     EXPECT_NE(msg.find(info.name), std::string::npos) << msg;

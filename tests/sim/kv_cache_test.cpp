@@ -1,5 +1,7 @@
 #include "sim/kv_cache.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "hwmodel/error.h"
@@ -65,6 +67,10 @@ TEST(KvCache, BadConfigurationIsAUserError) {
   EXPECT_THROW(PagedKvCache(1, 0, 16), UserError);
   EXPECT_THROW(PagedKvCache(1, 10, 0), UserError);
   EXPECT_THROW(ReservedKvCache(1, 0), UserError);
+  EXPECT_THROW(PagedKvCache(1, 10, 16, 1.0), UserError);
+  EXPECT_THROW(PagedKvCache(1, 10, 16, -0.1), UserError);
+  // NaN fails every comparison: a range check written as `w < 0 || w >= 1` lets it through.
+  EXPECT_THROW(PagedKvCache(1, 10, 16, std::nan("")), UserError);
 }
 
 }  // namespace

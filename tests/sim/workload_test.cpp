@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,9 +13,12 @@
 #include "hwmodel/error.h"
 #include "sim/random.h"
 #include "sim/workload.h"
+#include "test_support.h"
 
 namespace batchsim {
 namespace {
+
+using testing::user_error_of;
 
 constexpr int kSamples = 100'000;
 
@@ -278,15 +280,6 @@ TEST(ArrivalProcess, DescribeRoundTrips) {
 
 // ---- parse errors ----------------------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
-
 TEST(SpecParsing, EveryMalformedLengthSpecNamesOptionSpecAndProblem) {
   const struct {
     const char* spec;
@@ -321,7 +314,7 @@ TEST(SpecParsing, EveryMalformedLengthSpecNamesOptionSpecAndProblem) {
   };
   for (const auto& c : cases) {
     const std::string message =
-        error_of([&] { parse_length_distribution(c.spec, "--prompt-len"); });
+        user_error_of([&] { parse_length_distribution(c.spec, "--prompt-len"); });
     EXPECT_EQ(message.rfind(std::string("--prompt-len: \"") + c.spec + "\": ", 0), 0u)
         << message;
     EXPECT_NE(message.find(c.problem), std::string::npos) << c.spec << " -> " << message;
@@ -348,11 +341,11 @@ TEST(SpecParsing, EveryMalformedArrivalSpecNamesOptionSpecAndProblem) {
       {"trace", "\"trace\" replays a trace's own timestamps; give a trace file (--trace FILE)"},
   };
   for (const auto& c : cases) {
-    const std::string message = error_of([&] { parse_arrival_process(c.spec, "--arrival"); });
+    const std::string message = user_error_of([&] { parse_arrival_process(c.spec, "--arrival"); });
     EXPECT_EQ(message.rfind(std::string("--arrival: \"") + c.spec + "\": ", 0), 0u) << message;
     EXPECT_NE(message.find(c.problem), std::string::npos) << c.spec << " -> " << message;
   }
-  EXPECT_EQ(error_of([] { parse_arrival_process("poisson:abc", "--arrival"); }),
+  EXPECT_EQ(user_error_of([] { parse_arrival_process("poisson:abc", "--arrival"); }),
             "--arrival: \"poisson:abc\": RATE must be a positive number");
 }
 
@@ -460,7 +453,7 @@ TEST(MakeWorkload, SpecErrorsNameTheOption) {
     WorkloadSpec spec;
     spec.num_requests = 10;
     edit(spec);
-    return error_of([&] { make_workload(spec); });
+    return user_error_of([&] { make_workload(spec); });
   };
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = 0; }),
             "--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
