@@ -532,6 +532,9 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
 TraceReadResult TraceParser::read(double speedup) {
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) fail_file("is a directory, not a trace file");
+  // A character device (/dev/zero, /dev/urandom) never ends and may hold no newline: getline
+  // would grow one line until memory runs out. Pipes stay allowed (--trace <(zcat t.csv.gz)).
+  if (std::filesystem::is_character_file(path_, ec)) fail_file("is a device, not a trace file");
   in_.open(path_, std::ios::binary);
   if (!in_) {
     fail_file(std::filesystem::exists(path_, ec) ? "cannot open trace file (permission?)"
