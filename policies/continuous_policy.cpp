@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "hwmodel/error.h"
+
 namespace batchsim {
 
 ContinuousPolicy::ContinuousPolicy(ContinuousPolicyConfig config, std::string name)
@@ -14,6 +16,15 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   env_ = &env;
   const auto n = static_cast<int64_t>(env.requests->size());
   if (config_.paged) {
+    // Weights that leave no KV memory at all are reported by the simulation; here the memory
+    // exists but is smaller than one block, which the user fixes differently.
+    if (env.kv_capacity_tokens < config_.block_size) {
+      throw UserError(fmt::format(
+          "the KV memory left after the weights holds {} tokens, less than one block of "
+          "block_size={}: use a smaller block_size, or more memory (--gpu-memory-utilization, "
+          "--tp, a larger GPU)",
+          env.kv_capacity_tokens, config_.block_size));
+    }
     kv_ = std::make_unique<PagedKvCache>(n, env.kv_capacity_tokens / config_.block_size,
                                          config_.block_size, config_.watermark);
   } else {

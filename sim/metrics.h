@@ -86,6 +86,7 @@ struct Summary {
   int64_t preemptions = 0;
   int64_t iterations = 0;
   double bubble_fraction = 0;      // bubble slots / (bubble + useful slots) over all iterations
+  // Over the KV memory, SimulationResult::kv_capacity_tokens (not the blocks carved from it).
   double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;        // real tokens / capacity
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // held / capacity
   double busy_fraction = 0;        // time the replica was computing / makespan

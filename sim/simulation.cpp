@@ -267,8 +267,10 @@ void Simulation::sample_kv(IterationRecord& record) const {
 void Simulation::close_iteration() {
   ++iterations_;
   const double dur_s = current_.duration.seconds();
-  const double capacity =
-      static_cast<double>(std::max<int64_t>(1, policy_.kv_cache().capacity_tokens()));
+  // Over the KV memory (summary.json's kv.capacity_tokens, which the KV plot divides by too),
+  // not over the manager's own capacity: a paged cache carves whole blocks from that memory,
+  // and the tokens left over hold no block — they are memory that is never allocated.
+  const double capacity = static_cast<double>(std::max<int64_t>(1, result_.kv_capacity_tokens));
   const double used = static_cast<double>(current_.kv_used_tokens) / capacity;
   const double alloc = static_cast<double>(current_.kv_allocated_tokens) / capacity;
   busy_s_ += dur_s;

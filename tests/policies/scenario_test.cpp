@@ -6,6 +6,7 @@
 #include "policies/continuous_policy.h"
 #include "policies/static_policy.h"
 #include "policy_test_rig.h"
+#include "test_support.h"
 
 namespace batchsim::testing {
 namespace {
@@ -260,6 +261,23 @@ TEST(Preemption, ReservedKvNeverPreempts) {
   EXPECT_EQ(run.steps[0].kv_used_tokens, 8);
 }
 
+TEST(KvUtilisation, FractionsAreOfTheWholeKvMemoryNotOfTheBlocksCarvedFromIt) {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;  // 2 blocks of 16 (32 tokens); 8 tokens of memory hold no block
+  const CostModel cm = rig_cost_model(o);
+  // 20 + 13 - 1 = 32 tokens: both blocks, full, in the last iteration.
+  const RecordedRun run = run_preset("tgi", make_workload({{0, 20, 13}}), cm, {{"block_size", "16"}});
+  EXPECT_EQ(run.result.kv_capacity_tokens, 40);  // what summary.json reports as kv.capacity_tokens
+  // Over the reported capacity, as README "Outputs" defines them and the KV plot draws them.
+  EXPECT_DOUBLE_EQ(run.result.summary.kv_allocated_fraction_peak, 32.0 / 40.0);
+  EXPECT_DOUBLE_EQ(run.result.summary.kv_used_fraction_peak, 32.0 / 40.0);
+  // Iterations of 10 ms: the prefill holds 20 tokens in 2 blocks, then decodes grow by one.
+  double used_area = 0;
+  for (int tokens = 20; tokens <= 32; ++tokens) used_area += tokens;
+  EXPECT_NEAR(run.result.summary.kv_used_fraction_mean, used_area / 13 / 40.0, 1e-12);
+  EXPECT_NEAR(run.result.summary.kv_allocated_fraction_mean, 32.0 / 40.0, 1e-12);
+}
+
 TEST(ReservedKv, OrcaReservesMaxModelLenSoFewerRequestsRunAtOnce) {
   RigOptions o;
   o.kv_capacity_tokens = 200;
@@ -340,6 +358,18 @@ TEST(Rejection, ARequestThatCanNeverFitIsRejectedNotLoopedOn) {
       EXPECT_EQ(run.result.summary.requests_rejected, 2);
     }
   }
+}
+
+TEST(Rejection, KvMemorySmallerThanOneBlockIsAUserErrorThatSaysSo) {
+  RigOptions o;
+  o.kv_capacity_tokens = 10;
+  const CostModel cm = rig_cost_model(o);
+  const Workload w = make_workload({{0, 2, 2}});
+  const std::string msg = user_error_of([&] { run_preset("tgi", w, cm); });
+  EXPECT_NE(msg.find("holds 10 tokens, less than one block of block_size=16"), std::string::npos)
+      << msg;
+  // A block that fits is fine.
+  EXPECT_EQ(run_preset("tgi", w, cm, {{"block_size", "8"}}).result.summary.requests_completed, 1);
 }
 
 TEST(Rejection, APromptLongerThanTheBudgetIsRejectedUnlessChunked) {
