@@ -3,10 +3,11 @@
 // preemption, head-of-line waiting and rejection all happen. Invariants are asserted on every
 // iteration through SimulationOptions::on_iteration (vLLM asserts its budget at the end of every
 // schedule(); issue 3 item 6):
-//   token budget respected; running <= max_num_seqs; blocks in use + free = total and every
-//   block belongs to a request; each scheduled request's KV covers exactly its computed tokens;
-//   every output token generated exactly once; every request finishes once or is rejected
-//   with a reason; time never goes backwards.
+//   token budget respected; running <= max_num_seqs; partial prefills <= max_num_partial_prefills;
+//   blocks in use (summed over requests) + free = total; each scheduled request's KV covers
+//   exactly its computed tokens; every output token generated exactly once (and the records'
+//   first-token and finish times and the number of TBT gaps agree with that count); every
+//   request finishes once or is rejected with a reason; time never goes backwards.
 #include <random>
 
 #include <gtest/gtest.h>
@@ -34,6 +35,9 @@ std::vector<Variant> variants() {
   v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"long_prefill_token_threshold", "24"},
                         {"max_num_partial_prefills", "2"}}});
   v.push_back({"sarathi", {{"max_num_batched_tokens", "48"}, {"preemption", "swap"}}});
+  // Swap with several chunked prefills in flight: a victim may leave mid-prefill.
+  v.push_back({"vllm", {{"max_num_batched_tokens", "40"}, {"max_num_partial_prefills", "3"},
+                        {"preemption", "swap"}, {"block_size", "4"}}});
   v.push_back({"chunked-prefill", {{"kv", "reserve"}, {"max_num_batched_tokens", "96"}}});
   v.push_back({"hf-static", {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"ft-static", {{"batch_size", "3"}, {"max_new_tokens", "64"}}});
@@ -64,6 +68,10 @@ struct Track {
   bool finished = false;
   bool scheduled = false;
   int32_t recomputes = 0;
+  // Ends of the iterations that sampled the first and the last output token, by this test's
+  // own count: the simulation's records must agree.
+  SimTime first_token = SimTime::max();
+  SimTime finished_at = SimTime::max();
 };
 
 struct Totals {
@@ -73,14 +81,14 @@ struct Totals {
 void check_kv(const KvCacheManager& kv, RequestId n) {
   int64_t tokens = 0;
   if (const auto* paged = dynamic_cast<const PagedKvCache*>(&kv)) {
-    ASSERT_EQ(paged->allocated_blocks() + paged->free_blocks(), paged->num_blocks());
+    // Blocks in use (counted request by request, not the cache's own tally) + free = total.
     ASSERT_GE(paged->free_blocks(), 0);
     int64_t blocks = 0;
     for (RequestId id = 0; id < n; ++id) {
       blocks += paged->blocks_of(id);
       tokens += paged->tokens_of(id);
     }
-    ASSERT_EQ(blocks, paged->allocated_blocks()) << "a block belongs to no request";
+    ASSERT_EQ(blocks + paged->free_blocks(), paged->num_blocks()) << "blocks lost or made up";
   } else {
     const auto& reserved = dynamic_cast<const ReservedKvCache&>(kv);
     int64_t reservations = 0;
@@ -138,6 +146,7 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
       ASSERT_GE(batch.shape.total_tokens(), tokens);  // padding and finished rows only add
     }
     // Every output token exactly once.
+    int64_t partial_prefills = 0;  // items that end the step with their prefill unfinished
     for (const BatchItem& item : batch.items) {
       Track& t = track[item.id];
       ASSERT_FALSE(t.finished) << "request " << item.id << " scheduled after it finished";
@@ -152,9 +161,14 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
       ASSERT_GE(item.new_tokens, 1);
       ASSERT_LE(t.computed + item.new_tokens, known);
       t.computed += item.new_tokens;
+      if (t.computed < known) ++partial_prefills;
       if (t.computed == known) {
         ++t.generated;
-        if (t.generated == w[item.id].output_tokens) t.finished = true;
+        if (t.generated == 1) t.first_token = rec.start + rec.duration;
+        if (t.generated == w[item.id].output_tokens) {
+          t.finished = true;
+          t.finished_at = rec.start + rec.duration;
+        }
       }
       // The KV of a request still running covers exactly what it has computed.
       if (!t.finished && continuous != nullptr) {
@@ -162,13 +176,16 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
         ASSERT_EQ(p.kv_cache().tokens_of(item.id), t.computed);
       }
     }
+    if (continuous != nullptr) {
+      ASSERT_LE(partial_prefills, continuous->config().max_num_partial_prefills);
+    }
     check_kv(p.kv_cache(), n);
   };
   Simulation sim(w, *policy_ptr, cm, options);
   const SimulationResult result = sim.run();
   if (::testing::Test::HasFatalFailure()) return;
 
-  int64_t completed = 0, rejected = 0, output_tokens = 0, recomputes = 0;
+  int64_t completed = 0, rejected = 0, output_tokens = 0, recomputes = 0, gaps = 0;
   for (RequestId id = 0; id < n; ++id) {
     const RequestRecord& r = result.requests[id];
     const Track& t = track[id];
@@ -178,7 +195,9 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
       output_tokens += r.output_tokens;
       EXPECT_TRUE(t.finished) << id;
       EXPECT_EQ(t.generated, r.output_tokens) << id;
-      EXPECT_LE(r.first_token, r.finished);
+      EXPECT_EQ(r.first_token, t.first_token) << id;
+      EXPECT_EQ(r.finished, t.finished_at) << id;
+      gaps += r.output_tokens - 1;
     } else {
       ASSERT_EQ(r.state, RequestState::kRejected) << id;
       ++rejected;
@@ -190,6 +209,9 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
   EXPECT_EQ(result.summary.requests_completed, completed);
   EXPECT_EQ(result.summary.requests_rejected, rejected);
   EXPECT_EQ(result.summary.output_tokens, output_tokens);
+  // Each output token after a request's first closes exactly one time-between-tokens gap: a
+  // token counted twice or lost would change the number of gaps.
+  EXPECT_EQ(result.tbt_s.count(), gaps);
   EXPECT_GE(result.summary.preemptions, recomputes);
   if (fixed != nullptr) {
     EXPECT_EQ(result.summary.preemptions, 0);
