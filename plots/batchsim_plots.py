@@ -398,8 +398,9 @@ def kv_over_time(res, out_dir):
             ax.set_yticks([0, 50, 100])
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
-            ax.text(0.005, 0.9, policy, transform=ax.transAxes, va="top", fontsize=8,
-                    bbox=dict(facecolor="white", alpha=0.8, lw=0, pad=1))
+            # The name sits right of the panel: inside, it covered the curve near full KV.
+            ax.text(1.01, 0.5, policy, transform=ax.transAxes, va="center", ha="left", fontsize=8)
+        axes[-1, 0].set_xlim(left=0)  # time starts at the first arrival; no negative margin
         axes[-1, 0].set_xlabel("simulated time (s)")
         fig.supylabel("KV cache (% of capacity)", fontsize=9)
         fig.suptitle(f"{res.experiment['name']}: KV memory over time ({_group_title(g)})", fontsize=10)
@@ -452,13 +453,19 @@ def slot_timeline(res, out_dir):
     axes[-1, 0].set_xlabel("iteration")
     fig.legend(handles=[Patch(color=c, label=s if s != "idle" else "idle (bubble)") for s, c in SLOT_STATES.items()],
                loc="upper right", ncol=4, fontsize=8)
+    # The timeline runs its own small workload, not the experiment's: say which.
+    base = spec.get("base", {})
+    workload = (f"{base.get('num_requests')} requests, prompt {base.get('prompt_len')}, "
+                f"output {base.get('output_len')} tokens" if base.get("trace", "") == "" else
+                f"{base.get('num_requests')} requests of {os.path.basename(base['trace'])}")
+    fig.suptitle(f"{res.experiment['name']}: slot timeline ({workload})", fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(os.path.join(out_dir, "slot_timeline.png"), dpi=DPI)
     plt.close(fig)
     return [("slot_timeline.png", "Slot timeline",
-             "Rows are batch slots, columns iterations. A static batch keeps finished rows idle "
-             "until its longest sequence ends; continuous batching refills a slot in the iteration "
-             "after its sequence ends.")]
+             f"A small run of its own ({workload}). Rows are batch slots, columns iterations. A "
+             "static batch keeps finished rows idle until its longest sequence ends; continuous "
+             "batching refills a slot in the iteration after its sequence ends.")]
 
 
 def capacity(res, out_dir):
