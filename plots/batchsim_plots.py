@@ -192,6 +192,11 @@ def throughput(res, out_dir):
     return [("throughput.png", "Throughput per policy", caption)]
 
 
+# The four latency figures a comparison shows, as (summary.json path, axis label).
+LATENCY_PANELS = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
+                  ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+
+
 def latency_bars(res, out_dir):
     """Latency per policy when there is no rate axis (a trace replay, an offline burst): with
     arrivals fixed, throughput is often capped by the arrival rate and latency tells policies apart."""
@@ -200,8 +205,7 @@ def latency_bars(res, out_dir):
         return []
     groups = res.groups(runs)
     colors = policy_colors(res.policies)
-    panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
-              ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+    panels = list(LATENCY_PANELS)
     width = min(16, max(9, 0.5 * len(groups) * len(res.policies) + 4))
     fig, axes = plt.subplots(2, 2, figsize=(width, 7))
     for ax, (metric, label) in zip(axes.flat, panels):
@@ -263,8 +267,7 @@ def latency_vs_qps(res, out_dir):
         lines.setdefault(key, {}).setdefault(_num(r["experiment.rate"]), []).append(r)
     others = list(OrderedDict((k[1], True) for k in lines))
     styles = ["-", "--", ":", "-."]
-    panels = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
-              ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+    panels = list(LATENCY_PANELS)
     if slo:
         # A capacity search is judged on its SLO figures: show those first.
         named = [(k, _metric_label(k)) for k in slo]

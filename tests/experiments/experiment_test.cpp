@@ -482,6 +482,10 @@ TEST(Compare, QuickModeComparesPoliciesFromFlags) {
                       out.string(), "--no-plots", "--jobs", "2"}, text, err), 0);
   EXPECT_THAT(text.str(), HasSubstr("speedup vs hf-static"));
   EXPECT_THAT(text.str(), ContainsRegex("tgi +30 +0 "));
+  // Progress goes to stderr, one line per finished run; stdout keeps only the table.
+  EXPECT_THAT(err.str(), ContainsRegex("\\[1/2\\] 000[01]_"));
+  EXPECT_THAT(err.str(), ContainsRegex("\\[2/2\\] 000[01]_"));
+  EXPECT_THAT(text.str(), Not(HasSubstr("[1/2]")));
   EXPECT_TRUE(fs::exists(out / "results.csv"));
   EXPECT_TRUE(fs::exists(out / "report.md"));
   EXPECT_FALSE(fs::exists(out / "experiment.yaml"));
