@@ -260,7 +260,8 @@ def latency_vs_qps(res, out_dir):
     # probes its own rates per seed, so there each seed's probes are a line of their own:
     # averaging different seeds' probes at different rates would draw a zigzag no run made.
     def other_axes(r):
-        return " ".join(p for p in r["experiment.group"].split(" ") if p.split("=", 1)[0] not in rate_axes)
+        # From the per-axis columns, not by splitting the group text: a label may hold spaces.
+        return " ".join(f"{a}={r.get('experiment.axes.' + a, '')}" for a in _axis_names(res) if a not in rate_axes)
     lines = OrderedDict()
     for r in rows:
         key = (r["experiment.policy"], other_axes(r), r["experiment.seed"] if slo else "")
@@ -275,7 +276,7 @@ def latency_vs_qps(res, out_dir):
 
     def meets(r):
         return all(_num(r.get(k)) <= bound for k, bound in slo.items())
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
     for ax, (metric, label) in zip(axes.flat, panels):
         labelled = set()
         for (policy, other, _seed), by_rate in lines.items():
@@ -317,9 +318,12 @@ def latency_vs_qps(res, out_dir):
         handles += [Line2D([], [], ls="", marker="o", color="gray", ms=4),
                     Line2D([], [], ls="", marker="o", markerfacecolor="white", markeredgecolor="gray", ms=4)]
         labels += ["probe met every SLO", "probe missed an SLO"]
-    axes[0][0].legend(handles, labels, fontsize=8)
+    # Above the panels: inside one, the legend covered the lines it names.
+    ncol = min(4, len(labels))
+    rows = math.ceil(len(labels) / ncol)
+    fig.legend(handles, labels, fontsize=8, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.955))
     fig.suptitle(f"{res.experiment['name']}: latency vs load")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95 - 0.03 * rows))
     fig.savefig(os.path.join(out_dir, "latency_vs_qps.png"), dpi=DPI)
     plt.close(fig)
     if slo:
