@@ -61,6 +61,11 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
                                  r.prompt_tokens, budget_));
     return;
   }
+  // vLLM v0 can_allocate says NEVER from the prompt's blocks alone; we test the whole footprint
+  // (prompt + output - 1). A request preempted by recompute is readmitted with prompt +
+  // generated tokens, through the same watermark check: one whose footprint leaves less than
+  // the watermark in an empty cache could be admitted, grow, be preempted and then never be
+  // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
   if (!kv_->fits_when_empty(reserve_tokens(id))) {
     env_->reject(id, fmt::format("needs {} KV tokens, more than the KV cache can ever hold ({})",
                                  reserve_tokens(id), kv_->capacity_tokens()));

@@ -324,8 +324,10 @@ TEST(Admission, WatermarkKeepsBlocksFreeAtAdmissionButNotForGrowth) {
   const Workload w = make_workload({{0, 8, 3}, {0, 20, 3}, {0, 8, 3}});
   const RecordedRun run = run_preset("vllm-v0", w, cm, {{"block_size", "4"}, {"watermark", "0.2"}});
   expect_states(run, {{0, 0, {{A, 8}, {B, 20}}}, {1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{C, 8}}}});
-  // A request whose footprint leaves less than the watermark even in an empty cache is
-  // rejected (v0 AllocStatus.NEVER), not looped on.
+  // A request whose whole footprint leaves less than the watermark even in an empty cache is
+  // rejected on arrival, not looped on. (v0's NEVER looks at the prompt only — 8 blocks here,
+  // 10 - 8 >= 2 — but after a recompute preemption the 9-block re-prefill could never pass
+  // the watermark again; see ContinuousPolicy::on_arrival.)
   const Workload big = make_workload({{0, 30, 6}});  // 35 tokens: 9 blocks, 10 - 9 < 2
   const RecordedRun r = run_preset("vllm-v0", big, cm, {{"block_size", "4"}, {"watermark", "0.2"}});
   EXPECT_EQ(r.result.summary.requests_rejected, 1);
