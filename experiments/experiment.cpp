@@ -226,6 +226,17 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
   return c;
 }
 
+// A workload's specs, checked before anything runs (build_workload would find them only once
+// runs have started, and name no file): the same parsers, without generating anything.
+void check_workload_spec(const WorkloadSpec& w) {
+  parse_length_distribution(w.prompt_len, "--prompt-len");
+  parse_length_distribution(w.output_len, "--output-len");
+  if (w.arrival == "trace" && w.trace.empty()) {
+    throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
+  }
+  if (!w.arrival.empty() && w.arrival != "trace") parse_arrival_process(w.arrival, "--arrival");
+}
+
 // Checks a config the way a run would, before any run starts, so a typo in the 40th
 // combination does not surface after 39 simulations.
 void check_planned(const Experiment& e, const PlannedRun& run) {
@@ -239,15 +250,7 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
                                   run.config.gpu, run.config.gpu_memory_utilization));
     }
     make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
-    // The workload's specs too (build_workload would find them only once runs have started,
-    // and name no file): the same parsers, without generating anything.
-    const WorkloadSpec& w = run.config.workload;
-    parse_length_distribution(w.prompt_len, "--prompt-len");
-    parse_length_distribution(w.output_len, "--output-len");
-    if (w.arrival == "trace" && w.trace.empty()) {
-      throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
-    }
-    if (!w.arrival.empty() && w.arrival != "trace") parse_arrival_process(w.arrival, "--arrival");
+    check_workload_spec(run.config.workload);
     if (!run.config.workload.trace.empty() && !std::filesystem::exists(run.config.workload.trace)) {
       throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "
                                   "experiment file)", run.config.workload.trace.string()));
@@ -263,7 +266,11 @@ RunConfig config_at_rate(const RunConfig& config, double rate) {
   RunConfig c = config;
   const std::string& a = c.workload.arrival;
   if (a.rfind("gamma:", 0) == 0) {
-    // Keep the burstiness (CV), change the rate.
+    // Keep the burstiness (CV), change the rate. "gamma:1" has no CV to keep: refuse it rather
+    // than read its rate as the CV.
+    if (std::count(a.begin(), a.end(), ':') != 2) {
+      throw UserError(fmt::format("arrival '{}': expected gamma:RATE:CV", a));
+    }
     const auto last = a.rfind(':');
     c.workload.arrival = fmt::format("gamma:{}:{}", rate, a.substr(last + 1));
   } else if (a.empty() || a == "offline" || a.rfind("poisson:", 0) == 0 || a == "trace") {
@@ -422,9 +429,20 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
         throw UserError(fmt::format("{}: slot-timeline policy {}: {}", file.string(), p.label, err.what()));
       }
     }
+    try {
+      check_workload_spec(s.base.workload);
+    } catch (const UserError& err) {
+      throw UserError(fmt::format("{}: slot-timeline: {}", file.string(), err.what()));
+    }
     e.slot_timeline = std::move(s);
   }
-  for (const PlannedRun& run : expand_runs(e)) check_planned(e, run);
+  std::vector<PlannedRun> runs;
+  try {
+    runs = expand_runs(e);  // a rate axis rewrites the arrival, which can fail (config_at_rate)
+  } catch (const UserError& err) {
+    throw UserError(fmt::format("{}: {}", file.string(), err.what()));
+  }
+  for (const PlannedRun& run : runs) check_planned(e, run);
   return e;
 }
 

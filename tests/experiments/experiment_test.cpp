@@ -128,6 +128,14 @@ TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
   EXPECT_THAT(parse_error("base: {arrival: \"poisson:fast\"}\n"),
               AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("arrival")));
   EXPECT_THAT(parse_error("base: {arrival: trace}\n"), AllOf(HasSubstr("bad.yaml: run 0000"), HasSubstr("trace")));
+  // The slot timeline's own workload is checked as well, and a gamma arrival without its CV is
+  // not silently given CV 1 when a rate axis replaces its rate.
+  EXPECT_THAT(parse_error("slot-timeline:\n  base: {output-len: \"fixed:0\"}\n"),
+              AllOf(HasSubstr("bad.yaml: slot-timeline"), HasSubstr("output-len")));
+  EXPECT_THAT(parse_error("base: {arrival: \"gamma:1\"}\naxes:\n  rate: [2]\n"),
+              AllOf(HasSubstr("bad.yaml"), HasSubstr("gamma:1")));
+  EXPECT_THAT(parse_error("base: {arrival: \"gamma:1\"}\ncapacity: {slo: {latency.tbt_s.p99: 0.1}}\n"),
+              AllOf(HasSubstr("bad.yaml: run 0000_continuous_s0"), HasSubstr("gamma:1")));
   // A model that leaves no room for KV on the GPU of one combination: before any run starts.
   EXPECT_THAT(parse_error("base: {model: llama-2-70b, gpu: a100-80gb}\naxes:\n  tp: [2, 1]\n"),
               AllOf(HasSubstr("bad.yaml: run 0001_continuous_tp-1_s0"), HasSubstr("no room for a KV cache")));
