@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "policies/registry.h"
+#include "policy_test_rig.h"
 #include "sim/simulation.h"
 #include "sim/workload.h"
 
@@ -22,17 +23,13 @@ struct Case {
   double memory_utilization;  // low values leave little KV: preemptions
 };
 
-struct Variant {
-  std::string name;
-  std::map<std::string, std::string> options;
-};
+using testing::PolicyVariant;
 
 // Every registered policy as shipped, plus options that change when a decode run may repeat:
 // a static timeout (wake-ups in the event queue), swap (KV in flight), several partial
 // prefills, a small budget and few sequences (requests left waiting while decodes repeat).
-std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  for (const PolicyInfo& info : registered_policies()) v.push_back({info.name, {}});
+std::vector<PolicyVariant> variants() {
+  std::vector<PolicyVariant> v = testing::registered_variants();
   v.push_back({"hf-static", {{"batch_size", "16"}, {"batch_timeout_s", "0.2"}}});
   v.push_back({"ft-static", {{"batch_size", "5"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"vllm-v0", {{"preemption", "swap"}, {"max_num_seqs", "12"}}});
@@ -43,10 +40,10 @@ std::vector<Variant> variants() {
   return v;
 }
 
-SimulationResult run(const Variant& variant, const Workload& w, double utilization,
+SimulationResult run(const PolicyVariant& variant, const Workload& w, double utilization,
                      bool fast_forward) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
-  auto policy = make_policy(variant.name, PolicyOptions(variant.options));
+  auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;
   options.gpu_memory_utilization = utilization;
   options.record_iterations = true;
@@ -78,8 +75,8 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
     spec.num_requests = 150;
     spec.seed = 5;
     const Workload w = make_workload(spec);
-    for (const Variant& v : variants()) {
-      SCOPED_TRACE(v.name + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
+    for (const PolicyVariant& v : variants()) {
+      SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
       const SimulationResult slow = run(v, w, c.memory_utilization, false);
       const SimulationResult fast = run(v, w, c.memory_utilization, true);
       ASSERT_EQ(slow.requests.size(), fast.requests.size());
@@ -118,7 +115,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       EXPECT_EQ(a.busy_fraction, b.busy_fraction);
       EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
       // Reserved KV never preempts: a reservation holds the whole footprint from admission.
-      const bool reserves = v.name.find("static") != std::string::npos ||
+      const bool reserves = v.policy.find("static") != std::string::npos ||
                             (v.options.count("kv") != 0 && v.options.at("kv") == "reserve");
       if (c.memory_utilization < 0.5 && !reserves) {
         EXPECT_GT(a.preemptions + a.requests_rejected, 0) << "the tight case should preempt";

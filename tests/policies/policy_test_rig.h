@@ -150,6 +150,20 @@ inline std::unique_ptr<Policy> policy(const std::string& name,
   return make_policy(name, PolicyOptions(std::move(options)));
 }
 
+// A policy by name with the options that override its preset, for the suites that sweep many
+// configurations.
+struct PolicyVariant {
+  std::string policy;
+  std::map<std::string, std::string> options;
+};
+
+// Every registered policy with its shipped options.
+inline std::vector<PolicyVariant> registered_variants() {
+  std::vector<PolicyVariant> v;
+  for (const PolicyInfo& info : registered_policies()) v.push_back({info.name, {}});
+  return v;
+}
+
 inline RecordedRun run_preset(const std::string& name, const Workload& workload,
                               const CostModel& cm,
                               std::map<std::string, std::string> options = {}) {

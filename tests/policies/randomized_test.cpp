@@ -19,14 +19,8 @@
 namespace batchsim::testing {
 namespace {
 
-struct Variant {
-  std::string policy;
-  std::map<std::string, std::string> options;
-};
-
-std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  for (const PolicyInfo& info : registered_policies()) v.push_back({info.name, {}});
+std::vector<PolicyVariant> variants() {
+  std::vector<PolicyVariant> v = registered_variants();
   v.push_back({"continuous", {{"preemption", "swap"}, {"block_size", "8"}}});
   v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}}});
   v.push_back({"vllm-v0", {{"max_num_seqs", "6"}, {"preemption", "swap"}}});
@@ -104,7 +98,7 @@ void check_kv(const KvCacheManager& kv, RequestId n) {
   ASSERT_LE(kv.allocated_tokens(), kv.capacity_tokens());
 }
 
-void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
+void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) {
   SCOPED_TRACE(fmt::format("policy {} seed {}", variant.policy, seed));
   RigOptions rig;
   rig.kv_capacity_tokens = 512;
@@ -227,7 +221,7 @@ void run_and_check(const Variant& variant, uint64_t seed, Totals& totals) {
 
 TEST(RandomizedPolicies, InvariantsHoldOnEveryIterationOfEveryPolicy) {
   Totals totals;
-  for (const Variant& v : variants()) {
+  for (const PolicyVariant& v : variants()) {
     for (uint64_t seed = 1; seed <= 30; ++seed) {
       run_and_check(v, seed, totals);
       if (::testing::Test::HasFatalFailure()) return;
