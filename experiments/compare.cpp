@@ -253,13 +253,14 @@ fs::path plots_dir() {
 // The note names no absolute path, so a report does not depend on where it was written.
 std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress) {
   const std::string script = (plots_dir() / "make_figures.py").string();
-  const std::string manual = "python3 plots/make_figures.py <this folder>";
-  if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them with `{}`.", manual);
+  // Merging a folder into itself redraws the figures and rewrites this report with them.
+  const std::string manual = "batchsim merge <this folder> --out <this folder>";
+  if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them into this report with `{}`.", manual);
   const std::string python = find_plot_python();
   if (python.empty()) {
     fmt::print(progress, "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
-                         "or set BATCHSIM_PYTHON); figures skipped. Later: python3 {} {}\n", script,
-               dir.string());
+                         "or set BATCHSIM_PYTHON); figures skipped. Later: batchsim merge {} --out {}\n",
+               dir.string(), dir.string());
     return fmt::format("Figures were not drawn: no Python 3 with matplotlib was found. Install "
                        "Debian's python3-matplotlib and run `{}`.", manual);
   }

@@ -533,6 +533,23 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
 }
 
+// A --no-plots report says how to put the figures into it later, and that way works: merging
+// the folder into itself draws them and rewrites report.md with them.
+TEST(Plots, ANoPlotsReportGetsItsFiguresByMergingTheFolderIntoItself) {
+  const fs::path out = testing::scratch_dir("experiment_plots_later");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  EXPECT_THAT(read_file(out / "report.md"), HasSubstr("batchsim merge <this folder> --out <this folder>"));
+  if (find_plot_python().empty()) {
+    GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
+  }
+  std::ostringstream text, err;
+  ASSERT_EQ(cli_main({"merge", out.string(), "--out", out.string()}, text, err), 0) << err.str();
+  EXPECT_THAT(read_file(out / "report.md"), HasSubstr("(figures/throughput.png)"));
+  EXPECT_TRUE(fs::exists(out / "figures" / "throughput.png"));
+  EXPECT_TRUE(fs::exists(out / "runs"));
+}
+
 // The other figure paths: a capacity search (capacity bars, probes vs rate with SLO lines, one
 // line per seed) and an experiment without a rate axis (latency bars per policy).
 TEST(Plots, FigureScriptsDrawCapacityAndPerPolicyLatencyFigures) {
