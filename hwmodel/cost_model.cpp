@@ -57,7 +57,8 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   cost.prefill_attention_s = layers * prefill_attention_time_s(gpu_, prefill);
 
   const OperatorWork decode =
-      decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum);
+      decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum,
+                            shape.decode_context_max);
   cost.decode_attention_s = layers * decode_attention_time_s(gpu_, decode, shape.num_decodes);
 
   cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, model_.dtype_bytes);

@@ -28,8 +28,10 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // The efficiency parameters keep the defaults of HardwareProfile: datasheet defaults, NOT
 // fitted (see hwmodel/README.md; fitted profiles live in hwmodel/profiles/).
 HardwareProfile datasheet(std::string name, double tflops, double hbm_gb_per_s, int64_t mem_mib,
-                          double link_gb_per_s, double link_latency_us, double pcie_gb_per_s) {
+                          double link_gb_per_s, double link_latency_us, double pcie_gb_per_s,
+                          int sm_count) {
   HardwareProfile p;
+  p.sm_count = sm_count;
   p.name = std::move(name);
   p.source = "datasheet";
   p.peak_flops = tflops * kTera;
@@ -45,24 +47,26 @@ HardwareProfile datasheet(std::string name, double tflops, double hbm_gb_per_s, 
   return p;
 }
 
+// SM counts (the last argument): A100 108, H100/H200 SXM 132, L40S 142, A40 84 (NVIDIA
+// whitepapers and datasheets); they set the waves of decode attention (roofline.h).
 std::vector<HardwareProfile> make_builtin_gpus() {
   return {
       // NVIDIA A100 datasheet: 312 TFLOP/s dense BF16; NVLink 3 600 GB/s bidirectional;
       // PCIe Gen4 x16 64 GB/s bidirectional. 40 GB: 1,555 GB/s; 80 GB SXM: 2,039 GB/s.
-      datasheet("a100-40gb", 312, 1555, 40960, 300, 10, 32),
-      datasheet("a100-80gb", 312, 2039, 81920, 300, 10, 32),
+      datasheet("a100-40gb", 312, 1555, 40960, 300, 10, 32, 108),
+      datasheet("a100-80gb", 312, 2039, 81920, 300, 10, 32, 108),
       // NVIDIA H100 SXM5: 989 TFLOP/s dense BF16, 3.35 TB/s, 80 GB; NVLink 4 900 GB/s
       // bidirectional; PCIe Gen5 x16 128 GB/s bidirectional.
-      datasheet("h100-sxm", 989, 3350, 81559, 450, 10, 64),
+      datasheet("h100-sxm", 989, 3350, 81559, 450, 10, 64, 132),
       // NVIDIA H200 SXM: H100 compute with 141 GB HBM3e at 4.8 TB/s; same NVLink and PCIe.
-      datasheet("h200", 989, 4800, 143771, 450, 10, 64),
+      datasheet("h200", 989, 4800, 143771, 450, 10, 64, 132),
       // NVIDIA L40S: 362 TFLOP/s dense BF16, 864 GB/s, 48 GB; no NVLink, so collectives run
       // over PCIe Gen4 x16 (32 GB/s per direction) with a higher latency.
-      datasheet("l40s", 362, 864, 46068, 32, 25, 32),
+      datasheet("l40s", 362, 864, 46068, 32, 25, 32, 142),
       // NVIDIA A40 (the other GPU of Vidur's measurements): 149.7 TFLOP/s dense FP16/BF16
       // tensor, 696 GB/s GDDR6, 48 GB; a two-GPU NVLink bridge at 112.5 GB/s per direction,
       // PCIe Gen4 x16.
-      datasheet("a40", 149.7, 696, 46068, 112.5, 15, 32),
+      datasheet("a40", 149.7, 696, 46068, 112.5, 15, 32, 84),
   };
 }
 
@@ -104,6 +108,11 @@ const std::vector<NumberKey>& number_keys() {
     add("prefill_attention_per_head_token_s", &HardwareProfile::prefill_attention_per_head_token_s);
     add("decode_attention_per_seq_kv_head_s", &HardwareProfile::decode_attention_per_seq_kv_head_s);
     add("decode_attention_roofline_exponent", &HardwareProfile::decode_attention_roofline_exponent);
+    add("sm_count", &HardwareProfile::sm_count);
+    add("decode_attention_sm_bytes_per_s", &HardwareProfile::decode_attention_sm_bytes_per_s);
+    add("prefill_attention_sm_bytes_per_s", &HardwareProfile::prefill_attention_sm_bytes_per_s);
+    add("prefill_attention_roofline_exponent",
+        &HardwareProfile::prefill_attention_roofline_exponent);
     for (int i = 0; i < kNumElementwiseOps; ++i) {
       const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
       k.push_back({op + "_efficiency",

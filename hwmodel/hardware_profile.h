@@ -75,6 +75,14 @@ struct HardwareProfile {
   // as (t_units^p + t_kv^p)^(1/p) with p = decode_attention_roofline_exponent (0: max).
   double decode_attention_per_seq_kv_head_s = 0;
   double decode_attention_roofline_exponent = 0;
+  // Decode waves (roofline.h, decode_attention_time_s): the GPU's SM count (datasheet) and the
+  // K/V bytes per second one SM streams (fitted; 0 leaves the wave term out).
+  double sm_count = 0;
+  double decode_attention_sm_bytes_per_s = 0;
+  // Prefill: the same per-SM K/V bound for query tiles (roofline.h, prefill_attention_time_s)
+  // and the exponent combining it with the FLOP time (0: max).
+  double prefill_attention_sm_bytes_per_s = 0;
+  double prefill_attention_roofline_exponent = 0;
 
   // Norms, rotary embedding, MLP activation, residual add, embedding lookup.
   std::array<StreamingKernel, kNumElementwiseOps> elementwise{};

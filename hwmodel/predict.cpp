@@ -48,7 +48,8 @@ double predict_attention(const HardwareProfile& gpu, const AttentionRow& row) {
   // Each decode reads its cached context plus the K/V it just wrote (BatchShape::add_decode).
   const int64_t context_sum = row.batch_size * (row.kv_cache_size + 1);
   return decode_attention_time_s(
-      gpu, decode_attention_work(model, row.tp, row.batch_size, context_sum), row.batch_size);
+      gpu, decode_attention_work(model, row.tp, row.batch_size, context_sum, row.kv_cache_size + 1),
+      row.batch_size);
 }
 
 double predict_all_reduce(const HardwareProfile& gpu, const AllReduceRow& row) {

@@ -63,18 +63,59 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
   const double dh = model.head_dim;
   const double causal_pairs = c * (c + 1) / 2;
   const double pairs = c * p + causal_pairs;
-  return {4 * hq * dh * pairs, model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh),
-          c * hq, 4 * hq * dh * causal_pairs};
+  OperatorWork w{4 * hq * dh * pairs,
+                 model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh), c * hq,
+                 4 * hq * dh * causal_pairs};
+  if (new_tokens > 0) {
+    const double tiles = static_cast<double>((new_tokens + kFlashPrefillBlockTokens - 1) /
+                                             kFlashPrefillBlockTokens);
+    w.ctas = tiles * hq;
+    w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.dtype_bytes / (hq / hkv);
+  }
+  return w;
 }
 
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
-                                   int64_t context_sum) {
+                                   int64_t context_sum, int64_t context_max) {
   const double n = static_cast<double>(num_decodes);
   const double ctx = static_cast<double>(context_sum);
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
   const double hkv = static_cast<double>(kv_heads_per_gpu(model, tp));
   const double dh = model.head_dim;
-  return {4 * hq * dh * ctx, model.dtype_bytes * (2 * ctx * hkv * dh + 2 * n * hq * dh), n * hkv};
+  if (context_max <= 0 && num_decodes > 0) {
+    context_max = (context_sum + num_decodes - 1) / num_decodes;  // equal contexts
+  }
+  OperatorWork w{4 * hq * dh * ctx, model.dtype_bytes * (2 * ctx * hkv * dh + 2 * n * hq * dh),
+                 n * hkv};
+  w.unit_bytes_max = model.dtype_bytes * 2.0 * static_cast<double>(context_max) * dh;
+  w.context_max = context_max;
+  return w;
+}
+
+int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm_count) {
+  if (sm_count <= 0 || ctas <= 0) return 1;
+  // "If we have enough to almost fill the SMs, then just use 1 split."
+  if (static_cast<double>(ctas) >= 0.8 * static_cast<double>(sm_count)) return 1;
+  const int64_t n_blocks = std::max<int64_t>(
+      1, (context_tokens + kFlashDecodeBlockTokens - 1) / kFlashDecodeBlockTokens);
+  const int64_t max_splits = std::min({int64_t{128}, sm_count, n_blocks});
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  // A split count is eligible when it changes the blocks per split (else it is the previous one).
+  auto eligible = [&](int64_t s) {
+    return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1);
+  };
+  auto wave_efficiency = [&](int64_t s) {
+    const double waves = static_cast<double>(ctas * s) / static_cast<double>(sm_count);
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (eligible(s)) best = std::max(best, wave_efficiency(s));
+  }
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (eligible(s) && wave_efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
 }
 
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens) {
@@ -141,19 +182,38 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
   const double compute_s =
       (work.flops - work.causal_flops) / (gpu.peak_flops * gpu.prefill_attention_efficiency) +
       work.causal_flops / (gpu.peak_flops * gpu.prefill_attention_causal_efficiency);
+  double memory_s = streaming_s(gpu, work.bytes, gpu.hbm_efficiency);
+  if (gpu.sm_count > 0 && gpu.prefill_attention_sm_bytes_per_s > 0 && work.ctas > 0) {
+    const double waves = std::ceil(work.ctas / gpu.sm_count);
+    memory_s = std::max(memory_s, waves * (work.cta_kv_bytes / work.ctas) /
+                                      gpu.prefill_attention_sm_bytes_per_s);
+  }
   return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
-         std::max(compute_s, streaming_s(gpu, work.bytes, gpu.hbm_efficiency));
+         roofline_combine(compute_s, memory_s, gpu.prefill_attention_roofline_exponent);
 }
 
 double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
                                int64_t num_decodes) {
   if (num_decodes <= 0) return 0;
-  const double kv_s = std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
-                               streaming_s(gpu, work.bytes, gpu.decode_attention_efficiency));
+  double kv_s = std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
+                         streaming_s(gpu, work.bytes, gpu.decode_attention_efficiency));
+  const double fixed_s = work.units * gpu.decode_attention_per_seq_kv_head_s;
+  const auto sm_count = static_cast<int64_t>(gpu.sm_count);
+  if (sm_count > 0 && work.units > 0 && gpu.decode_attention_sm_bytes_per_s > 0) {
+    const auto ctas = static_cast<int64_t>(work.units);
+    const int64_t splits = flash_decode_num_splits(ctas, work.context_max, sm_count);
+    const double waves =
+        std::ceil(static_cast<double>(ctas * splits) / static_cast<double>(sm_count));
+    // The busiest SM streams `waves` blocks of the mean unit's share, and no SM finishes
+    // before the longest unit's share is read.
+    const double unit_bytes = work.bytes / work.units;
+    const double sm_bytes =
+        std::max(waves * unit_bytes, work.unit_bytes_max) / static_cast<double>(splits);
+    kv_s = std::max(kv_s, sm_bytes / gpu.decode_attention_sm_bytes_per_s);
+  }
   return gpu.attention_launch_s +
          static_cast<double>(num_decodes) * gpu.decode_attention_per_seq_s +
-         roofline_combine(work.units * gpu.decode_attention_per_seq_kv_head_s, kv_s,
-                          gpu.decode_attention_roofline_exponent);
+         roofline_combine(fixed_s, kv_s, gpu.decode_attention_roofline_exponent);
 }
 
 double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double bytes) {

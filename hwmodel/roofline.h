@@ -33,12 +33,24 @@ struct OperatorWork {
   double bytes = 0;
   double units = 0;
   double causal_flops = 0;  // prefill: the part of `flops` in the chunk's own causal triangle
+  // Decode: K and V bytes of the largest work unit (the longest sequence's context for one KV
+  // head), and the context length FlashAttention's split-KV heuristic sees (the longest).
+  double unit_bytes_max = 0;
+  int64_t context_max = 0;
+  // Prefill: thread blocks of the FlashAttention call (query tiles x query heads) and the K/V
+  // bytes they read from HBM, summed over blocks (see prefill_attention_work).
+  double ctas = 0;
+  double cta_kv_bytes = 0;
 
   OperatorWork& operator+=(const OperatorWork& o) {
     flops += o.flops;
     bytes += o.bytes;
     units += o.units;
     causal_flops += o.causal_flops;
+    ctas += o.ctas;
+    cta_kv_bytes += o.cta_kv_bytes;
+    unit_bytes_max = unit_bytes_max > o.unit_bytes_max ? unit_bytes_max : o.unit_bytes_max;
+    context_max = context_max > o.context_max ? context_max : o.context_max;
     return *this;
   }
 };
@@ -72,14 +84,30 @@ OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int dtype_bytes);
 // each costing 2*head_dim FLOPs for QK^T and 2*head_dim for PV, per query head.
 // Bytes: Q read and O written (new_tokens * q_heads * head_dim each) plus K and V of all keys
 // read once (re-reads of K/V tiles by later query tiles are served from L2 and not counted).
+// Thread blocks: one per kFlashPrefillBlockTokens query tile and query head; each reads the K/V
+// of the keys its tile sees, on average context_before + new_tokens / 2 (causal), and with
+// grouped-query attention the q_heads / kv_heads blocks of a KV group share those reads (one
+// goes to HBM, the others hit L2), so cta_kv_bytes counts K/V bytes / group size per block.
+inline constexpr int64_t kFlashPrefillBlockTokens = 64;  // kBlockM of FlashAttention-2's
+                                                         // paged-KV (split-KV) kernel
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
                                     int64_t context_before);
 // Decode attention: one query per sequence over its context (context_sum = sum of the
 // sequences' context lengths including the new token). Bytes: K and V of every context token
 // plus Q and O; FLOPs as above with one query. Memory-bound for every real shape (arithmetic
-// intensity ~ q_heads / kv_heads FLOP/byte).
+// intensity ~ q_heads / kv_heads FLOP/byte). `context_max` is the longest context (0: all
+// equal, context_sum / num_decodes).
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
-                                   int64_t context_sum);
+                                   int64_t context_sum, int64_t context_max = 0);
+
+// FlashAttention-2's split-KV choice for a decode call (flash-attention csrc/flash_attn/
+// flash_api.cpp, num_splits_heuristic): with `ctas` = sequences x KV heads thread blocks and
+// fewer than 0.8 x sm_count of them, the KV sequence of `context_tokens` (in blocks of
+// kFlashDecodeBlockTokens) is split over several blocks so that the waves fill the SMs; the
+// smallest split count whose wave efficiency is within 85% of the best is taken. 1 otherwise.
+// A bounded loop (at most 128 candidates), no allocation.
+inline constexpr int64_t kFlashDecodeBlockTokens = 128;  // kBlockN of the split-KV kernel, d=128
+int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm_count);
 
 // Bytes of the activation tensor one tensor-parallel all-reduce sums: tokens * hidden * dtype.
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens);
@@ -111,9 +139,16 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
                         int dtype_bytes);
 // One variable-length prefill attention call (all chunks of an iteration summed in `work`):
 //   attention_launch_s + units * prefill_attention_per_head_token_s
-//   + max((flops - causal_flops) / (peak * prefill_attention_efficiency)
-//           + causal_flops / (peak * prefill_attention_causal_efficiency),
-//         bytes / (hbm * hbm_efficiency)).
+//   + roofline_combine((flops - causal_flops) / (peak * prefill_attention_efficiency)
+//                        + causal_flops / (peak * prefill_attention_causal_efficiency),
+//                      max(bytes / (hbm * hbm_efficiency),
+//                          waves * (cta_kv_bytes / ctas) / prefill_attention_sm_bytes_per_s),
+//                      prefill_attention_roofline_exponent),
+// waves = ceil(ctas / sm_count). The second memory term is the decode one (an SM streams K/V
+// at a bounded rate) for the query tiles: small chunks over long contexts have few blocks,
+// each reading the whole context. Fitted on Llama-2-7B (MHA, group 1) only, it predicts the
+// GQA (group 8) file's prefill without a fitted term for the group (hwmodel/README.md).
+// Without sm_count or a per-SM rate (datasheet profiles) the term is left out.
 // Queries against the prior context run as full tiles; the chunk's own triangle runs as
 // causal-masked tiles, which FlashAttention executes at a lower rate (in Vidur's A100 profiles,
 // both the Llama-2-7B and the 70B-shape files, about half of the unmasked rate).
@@ -122,10 +157,21 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
 //   attention_launch_s + num_decodes * decode_attention_per_seq_s
 //   + roofline_combine(units * decode_attention_per_seq_kv_head_s,
 //                      max(flops / (peak * prefill_attention_efficiency),
-//                          bytes / (hbm * decode_attention_efficiency)),
-//                      decode_attention_roofline_exponent).
-// The per-unit term is the fixed work of each (sequence, KV head) block of the kernel; it
-// dominates short contexts (Vidur's A100 decode profile: ~45 ns per unit at 32 tokens).
+//                          bytes / (hbm * decode_attention_efficiency),
+//                          max(waves * unit_bytes / splits, unit_bytes_max / splits)
+//                            / decode_attention_sm_bytes_per_s),
+//                      decode_attention_roofline_exponent),
+// with units = sequences x KV heads (one thread block each, the kernel's grid), splits =
+// flash_decode_num_splits and waves = ceil(units * splits / sm_count).
+// Why waves: in Vidur's A100 profiles decode time is a function of units and context alone
+// (above 0.8 x 108 units the 64/8-head file at batch b matches Llama-2-7B's 32/32 heads at
+// batch b/8 within 2% on average), and it steps where units cross multiples of the SM count
+// (most at 2 x 108: Llama-2-7B at batch 7, 14, 21, 28) because one SM streams K/V at a bounded
+// rate: an SM holding one more block than the others finishes a whole block later. The longest
+// sequence's block bounds the call the same way (the heterogeneous-context effect; Vidur
+// profiles only equal contexts, so this floor uses the per-SM rate fitted on those and is not a
+// fitted correction). Profiles without sm_count or a per-SM
+// rate (datasheet ones) leave the wave term out.
 double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
                                int64_t num_decodes);
 // launch + elementwise_bytes / (hbm * efficiency) of the op's StreamingKernel.

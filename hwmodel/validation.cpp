@@ -99,6 +99,18 @@ ValidationReport validate_cost_model(const Measurements& measurements,
                                                                            row.median_s, what);
   }
 
+  // Leave-one-degree-out fits of the pooled all-reduce model, for the held-out figures below.
+  std::map<int, AllReduceFit> without_degree;
+  if (!rows.name().empty()) {
+    for (const AllReduceRow& row : measurements.all_reduce) {
+      if (without_degree.count(row.num_workers) || row.num_workers < 2) continue;
+      std::vector<AllReduceRow> others;
+      for (const AllReduceRow& r : measurements.all_reduce) {
+        if (r.num_workers != row.num_workers) others.push_back(r);
+      }
+      without_degree[row.num_workers] = fit_pooled_all_reduce(others);
+    }
+  }
   for (const AllReduceRow& row : measurements.all_reduce) {
     if (!usable(row.median_s) || row.num_workers < 2) continue;
     const std::string what = fmt::format("{} GPUs, {} bytes", row.num_workers, row.size_bytes);
@@ -108,6 +120,16 @@ ValidationReport validate_cost_model(const Measurements& measurements,
                                                                               row.median_s, what);
     report.by_model[fmt::format("all_reduce tp={}", row.num_workers)]["all_reduce"].add(
         predicted_s, row.median_s, what);
+    // Held out: this degree predicted by a fit on the other degrees (what a degree that was not
+    // measured gets, through interconnect_*).
+    const auto it = without_degree.find(row.num_workers);
+    if (it != without_degree.end() && it->second.bytes_per_s > 0) {
+      HardwareProfile other = profile;
+      other.allreduce.clear();
+      other.interconnect_latency_s = it->second.latency_s;
+      other.interconnect_bytes_per_s = it->second.bytes_per_s;
+      report.held_out["all_reduce"].add(predict_all_reduce(other, row), row.median_s, what);
+    }
   }
 
   for (const CpuOverheadRow& row : measurements.cpu_overheads) {

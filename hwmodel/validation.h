@@ -11,7 +11,8 @@
 // operators, not inside the iteration.
 //
 // All-reduce times do not depend on the model: when a fit was made they are fitted on every row
-// and reported under "fitted" (in-sample) only.
+// and reported under "fitted" (in-sample); "held_out" then holds a leave-one-degree-out check:
+// each tensor-parallel degree predicted by the pooled latency + bandwidth fit of the others.
 #pragma once
 
 #include <cstdint>

@@ -139,6 +139,15 @@ void copy_attention(const HardwareProfile& from, HardwareProfile& to) {
   to.decode_attention_efficiency = from.decode_attention_efficiency;
   to.decode_attention_roofline_exponent = from.decode_attention_roofline_exponent;
   to.decode_attention_per_seq_s = from.decode_attention_per_seq_s;
+  // Per-SM K/V rates carry over as fractions of each GPU's per-SM share of its HBM bandwidth
+  // (like the efficiencies, relative to the GPU's own datasheet); the SM count is the GPU's own.
+  auto per_sm_rate = [&](double rate) {
+    if (from.sm_count <= 0 || to.sm_count <= 0) return 0.0;
+    return rate / (from.hbm_bytes_per_s / from.sm_count) * (to.hbm_bytes_per_s / to.sm_count);
+  };
+  to.decode_attention_sm_bytes_per_s = per_sm_rate(from.decode_attention_sm_bytes_per_s);
+  to.prefill_attention_sm_bytes_per_s = per_sm_rate(from.prefill_attention_sm_bytes_per_s);
+  to.prefill_attention_roofline_exponent = from.prefill_attention_roofline_exponent;
 }
 
 void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
@@ -161,6 +170,8 @@ void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProf
   if (!any_prefill) notes.push_back("no prefill attention rows of the fit model: base values kept");
   if (!any_decode) notes.push_back("no decode attention rows of the fit model: base values kept");
   if (points.empty()) return;
+  // The wave terms need the GPU's SM count (a datasheet value); without it they stay off.
+  const bool waves = p.sm_count > 0;
   auto apply = [&](const Eigen::VectorXd& x) {
     HardwareProfile q = p;
     q.attention_launch_s = from_log(x(0));
@@ -174,22 +185,43 @@ void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProf
       q.decode_attention_roofline_exponent = from_log(x(5));
     }
     if (any_prefill) q.prefill_attention_causal_efficiency = from_logit(x(6));
+    if (any_decode && waves) q.decode_attention_sm_bytes_per_s = from_log(x(7));
+    if (any_prefill && waves) {
+      q.prefill_attention_sm_bytes_per_s = from_log(x(8));
+      q.prefill_attention_roofline_exponent = from_log(x(9));
+    }
     return q;
   };
-  Eigen::VectorXd x0(7);
+  Eigen::VectorXd x0(10);
+  // The per-SM rates start at an even share of the datasheet bandwidth, the prefill corner at
+  // p = 2.
   x0 << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
       to_logit(p.decode_attention_efficiency), to_log(2),
-      to_logit(p.prefill_attention_causal_efficiency);
-  const auto result = fit::levenberg_marquardt(
-      [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
-        const HardwareProfile q = apply(x);
-        for (size_t i = 0; i < points.size(); ++i) {
-          r(static_cast<Eigen::Index>(i)) =
-              std::log(predict_attention(q, *points[i]) / points[i]->median_s);
-        }
-      },
-      x0, static_cast<int>(points.size()));
-  p = apply(result.x);
+      to_logit(p.prefill_attention_causal_efficiency),
+      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10),
+      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10), to_log(2);
+  const fit::ResidualFunction residuals = [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
+    const HardwareProfile q = apply(x);
+    for (size_t i = 0; i < points.size(); ++i) {
+      r(static_cast<Eigen::Index>(i)) =
+          std::log(predict_attention(q, *points[i]) / points[i]->median_s);
+    }
+  };
+  // The two roofline corners (decode, prefill) make the cost non-convex: start from a soft and
+  // a hard corner for each and keep the lowest cost on the fit rows (a fixed order: the fit
+  // stays a pure function of the data).
+  fit::LmResult best;
+  bool have_best = false;
+  for (const double prefill_p : {1.5, 4.0}) {
+    for (const double decode_p : {1.5, 4.0}) {
+      x0(5) = to_log(decode_p);
+      x0(9) = to_log(prefill_p);
+      fit::LmResult r = fit::levenberg_marquardt(residuals, x0, static_cast<int>(points.size()));
+      if (!have_best || r.cost < best.cost) best = std::move(r);
+      have_best = true;
+    }
+  }
+  p = apply(best.x);
   p.decode_attention_per_seq_s = 0;  // the per-(sequence, KV head) term replaces it
 }
 
@@ -211,10 +243,10 @@ void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::
     const LinearFit f = fit_intercept_slope(points);
     if (f.slope > 0) p.allreduce.push_back({tp, f.intercept, 1 / f.slope});
   }
-  const LinearFit f = fit_intercept_slope(all);
-  if (f.slope > 0) {
-    p.interconnect_latency_s = f.intercept;
-    p.interconnect_bytes_per_s = 1 / f.slope;
+  const AllReduceFit pooled = fit_pooled_all_reduce(m.all_reduce);
+  if (pooled.bytes_per_s > 0) {
+    p.interconnect_latency_s = pooled.latency_s;
+    p.interconnect_bytes_per_s = pooled.bytes_per_s;
   }
 }
 
@@ -252,6 +284,18 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
 }
 
 }  // namespace
+
+AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows) {
+  std::vector<std::pair<double, double>> points;
+  for (const AllReduceRow& row : rows) {
+    if (row.num_workers < 2 || !usable(row.median_s)) continue;
+    points.emplace_back(row.size_bytes * 2.0 * (row.num_workers - 1) / row.num_workers,
+                        row.median_s);
+  }
+  if (points.empty()) return {};
+  const LinearFit f = fit_intercept_slope(points);
+  return {0, f.intercept, f.slope > 0 ? 1 / f.slope : 0};
+}
 
 FitModelRows::FitModelRows(const Measurements& m, std::string_view fit_on) {
   if (fit_on.empty()) return;  // no fit model: every row is held out

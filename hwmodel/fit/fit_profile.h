@@ -15,7 +15,9 @@
 //     prefill_attention_per_head_token_s, prefill_attention_efficiency,
 //     prefill_attention_causal_efficiency,
 //     decode_attention_per_seq_kv_head_s, decode_attention_efficiency,
-//     decode_attention_roofline_exponent (Levenberg–Marquardt, jointly: one launch);
+//     decode_attention_roofline_exponent, and when the base has an sm_count
+//     decode_attention_sm_bytes_per_s, prefill_attention_sm_bytes_per_s,
+//     prefill_attention_roofline_exponent (Levenberg–Marquardt, jointly: one launch);
 //   all-reduce (every single-node degree; model-independent) -> one AllReduceFit per degree plus
 //     interconnect_latency_s / interconnect_bytes_per_s over all degrees (NNLS);
 //   CPU overheads of the fit model -> iteration_overhead_s, iteration_overhead_per_seq_s,
@@ -73,6 +75,12 @@ struct FitResult {
 // lists the files read and the fit's notes.
 FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
                       const HardwareProfile& base, const HardwareProfile* fallback = nullptr);
+
+// latency + wire bytes / bandwidth fitted (NNLS, relative error) over all-reduce rows of any
+// degrees pooled, wire bytes = size x 2 (n-1)/n: what fit_profile sets as interconnect_*, and
+// what `batchsim validate` fits on all degrees but one to predict the one left out. tp = 0;
+// bytes_per_s = 0 when the rows give no positive slope.
+AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows);
 
 // The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
 // ../shared/data/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or

@@ -183,6 +183,72 @@ TEST(Roofline, AttentionUnitCostsByHand) {
   EXPECT_NEAR(decode_attention_time_s(gpu, d, 10), 5e-6 + 40e-7 + d.bytes / 0.5e12, 1e-15);
 }
 
+// FlashAttention-2's num_splits_heuristic (flash_api.cpp), worked by hand for 108 SMs.
+TEST(Roofline, FlashDecodeSplitsFollowFlashAttentionsHeuristic) {
+  // 88 blocks >= 0.8 x 108: enough to fill the SMs, no split.
+  EXPECT_EQ(flash_decode_num_splits(88, 4033, 108), 1);
+  // 32 blocks over 32 KV blocks of 128 tokens: eligible splits 1, 2, 3, 4, 5, 6, 7, 8, 11, 16,
+  // 32 have wave efficiencies .30 .59 .89 .59 .74 .89 .69 .79 .81 .95 .95; the first within
+  // 85% of the best (.95) is 3.
+  EXPECT_EQ(flash_decode_num_splits(32, 4033, 108), 3);
+  // One KV block cannot be split; no SM count, no split.
+  EXPECT_EQ(flash_decode_num_splits(32, 33, 108), 1);
+  EXPECT_EQ(flash_decode_num_splits(32, 4033, 0), 1);
+}
+
+// Decode waves: the busiest of sm_count SMs streams ceil(units / SMs) units' K/V at the per-SM
+// rate, and the longest sequence's unit bounds the call (mixed contexts).
+TEST(Roofline, DecodeWavesAndTheLongestSequenceByHand) {
+  HardwareProfile gpu = round_profile();
+  gpu.sm_count = 108;
+  gpu.decode_attention_sm_bytes_per_s = 1e9;  // slow enough to bind over 0.5 TB/s of HBM
+  const ModelSpec m = resolve_model("llama-2-7b");  // 32 KV heads, head_dim 128
+  // 192 units: at most 2 per SM; 224 units put a third on some SMs.
+  const OperatorWork two = decode_attention_work(m, 1, 6, 6 * 1000);
+  const OperatorWork full = decode_attention_work(m, 1, 7, 7 * 1000);
+  const double unit_bytes = 1000.0 * 128 * 2 * 2;  // K and V of one head, 1000 tokens
+  EXPECT_DOUBLE_EQ(two.unit_bytes_max, unit_bytes);
+  // Per unit, Q and O add 2 x 128 x 2 bytes x (query heads / KV heads = 1) to the mean.
+  const double mean_unit = unit_bytes + 2 * 128 * 2;
+  EXPECT_GT(2 * mean_unit / 1e9, two.bytes / 0.5e12);
+  EXPECT_NEAR(decode_attention_time_s(gpu, two, 6), 2 * mean_unit / 1e9, 1e-12);
+  EXPECT_NEAR(decode_attention_time_s(gpu, full, 7), 3 * mean_unit / 1e9, 1e-12);
+  // Same total context, one long sequence: its unit alone outlasts the waves of the mean.
+  const OperatorWork mixed = decode_attention_work(m, 1, 6, 6 * 1000, 5000);
+  EXPECT_NEAR(decode_attention_time_s(gpu, mixed, 6), 5000.0 * 128 * 4 / 1e9, 1e-12);
+  // Without a per-SM rate (datasheet profiles) the wave term is off.
+  gpu.decode_attention_sm_bytes_per_s = 0;
+  EXPECT_NEAR(decode_attention_time_s(gpu, full, 7), full.bytes / 0.5e12, 1e-15);
+}
+
+// Prefill query tiles of 64 tokens x query heads; with grouped-query attention the blocks of a
+// KV group share their K/V reads.
+TEST(Roofline, PrefillTilesAndGroupedKvReadsByHand) {
+  const ModelSpec l7 = resolve_model("llama-2-7b");   // 32 query heads, 32 KV heads
+  const ModelSpec l70 = resolve_model("llama-2-70b");  // at TP 2: 32 query, 4 KV heads per GPU
+  const OperatorWork mha = prefill_attention_work(l7, 1, 128, 1024);
+  EXPECT_DOUBLE_EQ(mha.ctas, 2 * 32);
+  // Each block reads on average 1024 + 64 keys of K and V, 128 dims, 2 bytes.
+  EXPECT_DOUBLE_EQ(mha.cta_kv_bytes, 64 * 1088.0 * 2 * 128 * 2);
+  const OperatorWork gqa = prefill_attention_work(l70, 2, 128, 1024);
+  EXPECT_DOUBLE_EQ(gqa.ctas, mha.ctas);
+  EXPECT_DOUBLE_EQ(gqa.cta_kv_bytes, mha.cta_kv_bytes / 8);
+  EXPECT_DOUBLE_EQ(gqa.flops, mha.flops);  // same query heads and head_dim: same FLOPs
+  HardwareProfile gpu = round_profile();
+  gpu.sm_count = 108;
+  gpu.prefill_attention_sm_bytes_per_s = 1e9;
+  // 64 blocks fit in one wave: the per-SM bound is one mean block's bytes, 557 us, over the
+  // FLOP time (97 us at 25 and 12.5 TFLOP/s) and the HBM time.
+  const double compute_s =
+      (mha.flops - mha.causal_flops) / 25e12 + mha.causal_flops / 12.5e12;
+  const double per_sm_s = mha.cta_kv_bytes / 64 / 1e9;
+  EXPECT_GT(per_sm_s, std::max(compute_s, mha.bytes / 1e12));
+  EXPECT_NEAR(prefill_attention_time_s(gpu, mha), per_sm_s, 1e-12);
+  // 8 x fewer HBM bytes per block: the FLOPs bind again.
+  EXPECT_NEAR(prefill_attention_time_s(gpu, gqa), std::max(compute_s, per_sm_s / 8), 1e-12);
+  EXPECT_LT(prefill_attention_time_s(gpu, gqa), prefill_attention_time_s(gpu, mha));
+}
+
 TEST(CostModel, Opt13bDecodeIterationByHand) {
   const ModelSpec m = resolve_model("opt-13b");
   const CostModel cm(m, round_profile());

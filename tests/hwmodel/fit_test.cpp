@@ -5,12 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "hwmodel/cost_model.h"
 #include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/predict.h"
+#include "hwmodel/roofline.h"
 #include "hwmodel/validation.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
@@ -38,6 +40,10 @@ HardwareProfile truth_profile() {
   p.decode_attention_per_seq_kv_head_s = 4e-8;
   p.decode_attention_efficiency = 0.9;
   p.decode_attention_roofline_exponent = 1.4;
+  // x 108 SMs above 0.9 of the HBM rate, so that both roofs bind somewhere on the grid.
+  p.decode_attention_sm_bytes_per_s = 2.0e10;
+  p.prefill_attention_sm_bytes_per_s = 2.5e10;
+  p.prefill_attention_roofline_exponent = 2.5;
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.3 + 0.1 * i, 1e-6 * (i + 2)};
   p.allreduce = {{2, 1e-5, 1.6e11}, {4, 2e-5, 1.5e11}};
   p.iteration_overhead_s = 8e-4;
@@ -157,6 +163,14 @@ TEST(FitProfile, FittedParametersArePlausible) {
     }
     EXPECT_GT(p.gemm_roofline_exponent, 0);
     EXPECT_GE(p.gemm_m_half, 0);
+    EXPECT_GT(p.decode_attention_roofline_exponent, 0);
+    EXPECT_GT(p.prefill_attention_roofline_exponent, 0);
+    // All SMs together cannot stream decode K/V faster than the HBM datasheet rate; prefill
+    // blocks also hit L2 (query tiles of one head share K/V), so only an order of magnitude.
+    EXPECT_GT(p.decode_attention_sm_bytes_per_s, 0);
+    EXPECT_LE(p.decode_attention_sm_bytes_per_s * p.sm_count, p.hbm_bytes_per_s);
+    EXPECT_GT(p.prefill_attention_sm_bytes_per_s, 0);
+    EXPECT_LT(p.prefill_attention_sm_bytes_per_s * p.sm_count, 5 * p.hbm_bytes_per_s);
     // GEMMs saturate at 60-85% of the tensor-core peak (README: 206-221 TFLOP/s of 312 on A100).
     EXPECT_GT(p.gemm_eta_max, 0.6);
     EXPECT_LT(p.gemm_eta_max, 0.85);
@@ -170,8 +184,8 @@ TEST(FitProfile, FittedParametersArePlausible) {
 
 // The accuracy bound of issue 4: fitted on Llama-2-7B only, the model must stay this close to
 // the A100 measurements of the seven other models. Measured when written (hwmodel/README.md):
-// GEMMs 5.4-7.4%, iteration 3.9%, prefill 23.8%, decode 16.2%, CPU 19.5%. A regression of a few
-// points in any of them fails here.
+// GEMMs 5.4-7.4%, iteration 4.0%, prefill 14.1%, decode 14.7% (23.8% and 16.2% before the
+// per-SM K/V terms), CPU 19.5%. A regression of a few points in any of them fails here.
 TEST(FitProfile, HeldOutAccuracyOnA100) {
   const Measurements m = read_measurements(vidur_dir(), "a100");
   const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile);
@@ -183,11 +197,14 @@ TEST(FitProfile, HeldOutAccuracyOnA100) {
   EXPECT_LT(r.iteration_held_out.mape_percent, 5.0);
   EXPECT_GT(r.iteration_held_out.count, 7000);
   EXPECT_LT(r.iteration_fitted.mape_percent, 6.0);
-  EXPECT_LT(r.held_out.at("attn_prefill").mape_percent, 28.0);
-  EXPECT_LT(r.held_out.at("attn_decode").mape_percent, 20.0);
-  EXPECT_LT(r.fitted.at("attn_prefill").mape_percent, 9.0);
-  EXPECT_LT(r.fitted.at("attn_decode").mape_percent, 9.0);
+  EXPECT_LT(r.held_out.at("attn_prefill").mape_percent, 17.0);
+  EXPECT_LT(r.held_out.at("attn_decode").mape_percent, 17.0);
+  EXPECT_LT(r.fitted.at("attn_prefill").mape_percent, 6.5);
+  EXPECT_LT(r.fitted.at("attn_decode").mape_percent, 6.5);
   EXPECT_LT(r.fitted.at("all_reduce").mape_percent, 15.0);
+  // Leave-one-degree-out (2, 4, 8 GPUs each predicted from the other two): measured 13.4%.
+  EXPECT_EQ(r.held_out.at("all_reduce").count, r.fitted.at("all_reduce").count);
+  EXPECT_LT(r.held_out.at("all_reduce").mape_percent, 16.0);
   EXPECT_LT(r.held_out.at("cpu_overhead").mape_percent, 24.0);
   // Every token-level operator, norms and activations included, stays under 20% on average.
   for (int op = 0; op < kNumTokenOps; ++op) {
@@ -197,6 +214,38 @@ TEST(FitProfile, HeldOutAccuracyOnA100) {
   // The fit is worth having: the datasheet profile is at least twice as far off per iteration.
   const ValidationReport datasheet = validate_cost_model(m, "", resolve_gpu("a100-80gb"));
   EXPECT_GT(datasheet.iteration_held_out.mape_percent, 2 * r.iteration_held_out.mape_percent);
+}
+
+// The held-out attention file (64 query / 8 KV heads at TP 2) against the Llama-2-7B fit (32/32
+// heads), split where FlashAttention's decode kernel changes: below 0.8 x 108 (sequence, KV
+// head) blocks it splits the KV sequence, and that file does so from its cache capacity rather
+// than the context (its batch 21 -> 22 at 32 tokens goes 17 -> 9 us), which Llama-2-7B's rows
+// do not show; at 88 blocks and more the two files agree at equal blocks and context.
+TEST(FitProfile, HeldOutAttentionByKernelRegime) {
+  const Measurements m = read_measurements(vidur_dir(), "a100");
+  ErrorStats decode_unsplit, decode_split, prefill;
+  for (const AttentionRow& row : m.attention) {
+    if (row.source != "attention-70b-shape-tp2") continue;
+    const double predicted_s = predict_attention(a100_fit().profile, row);
+    const std::string what =
+        std::to_string(row.batch_size) + "/" + std::to_string(row.kv_cache_size);
+    if (row.is_prefill) {
+      prefill.add(predicted_s, row.median_s, what);
+    } else {
+      const int64_t blocks = row.batch_size * kv_heads_per_gpu(row.as_model_spec(), row.tp);
+      (blocks >= 88 ? decode_unsplit : decode_split).add(predicted_s, row.median_s, what);
+    }
+  }
+  std::printf("held-out 70b-shape: decode >= 88 blocks %.1f%% (max %.1f%%, %ld rows), "
+              "< 88 blocks %.1f%% (max %.1f%%, %ld rows), prefill %.1f%% (max %.1f%%)\n",
+              decode_unsplit.mape_percent, decode_unsplit.max_ape_percent,
+              static_cast<long>(decode_unsplit.count), decode_split.mape_percent,
+              decode_split.max_ape_percent, static_cast<long>(decode_split.count),
+              prefill.mape_percent, prefill.max_ape_percent);
+  EXPECT_GT(decode_unsplit.count, 8000);
+  EXPECT_LT(decode_unsplit.mape_percent, 13.0);
+  EXPECT_GT(decode_split.mape_percent, decode_unsplit.mape_percent);
+  EXPECT_LT(prefill.mape_percent, 17.0);
 }
 
 TEST(FitProfile, HeldOutAccuracyOnA40) {

@@ -76,6 +76,13 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
        "decode_attention_per_seq_kv_head_s");
   near(a.decode_attention_roofline_exponent, b.decode_attention_roofline_exponent,
        "decode_attention_roofline_exponent");
+  near(a.sm_count, b.sm_count, "sm_count");
+  near(a.decode_attention_sm_bytes_per_s, b.decode_attention_sm_bytes_per_s,
+       "decode_attention_sm_bytes_per_s");
+  near(a.prefill_attention_sm_bytes_per_s, b.prefill_attention_sm_bytes_per_s,
+       "prefill_attention_sm_bytes_per_s");
+  near(a.prefill_attention_roofline_exponent, b.prefill_attention_roofline_exponent,
+       "prefill_attention_roofline_exponent");
   for (int i = 0; i < kNumElementwiseOps; ++i) {
     near(a.elementwise[i].efficiency, b.elementwise[i].efficiency,
          elementwise_op_name(static_cast<ElementwiseOp>(i)));
