@@ -118,6 +118,10 @@ RunConfig config_from(const po::variables_map& vm) {
 
 void print_warnings(const RunOutcome& run, std::ostream& err) {
   const auto lines = rejection_warnings(run.result);
+  if (lines.empty()) return;
+  const Summary& s = run.result.summary;
+  fmt::print(err, "batchsim: warning: {}: {} of {} requests rejected, never to be served:\n",
+             run.config.policy, s.requests_rejected, s.requests_total);
   const size_t shown = std::min<size_t>(lines.size(), 5);
   for (size_t i = 0; i < shown; ++i) {
     fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, lines[i]);

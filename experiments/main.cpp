@@ -9,6 +9,7 @@
 // Exit codes: 0 success, 2 bad input (the message names the option, file or line),
 // 3 internal error (a bug: please report it).
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ int main(int argc, char** argv) {
   } catch (const batchsim::UserError& e) {
     std::cerr << "batchsim: error: " << e.what() << '\n';
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "batchsim: error: out of memory (try fewer requests or a shorter trace)\n";
+    return 3;
   } catch (const std::exception& e) {
     std::cerr << "batchsim: internal error: " << e.what() << '\n';
     return 3;

@@ -95,8 +95,11 @@ void validate(const RunConfig& c) {
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
   }
-  if (c.workload.num_requests < 0) {
-    throw UserError(fmt::format("--num-requests {}: must be >= 0", c.workload.num_requests));
+  // Request ids are 32-bit; far below that, memory runs out first (about 200 bytes a request).
+  constexpr int64_t kMaxRequests = 100'000'000;
+  if (c.workload.num_requests < 0 || c.workload.num_requests > kMaxRequests) {
+    throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests,
+                                kMaxRequests));
   }
   if (!(c.workload.trace_speedup > 0)) {
     throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
