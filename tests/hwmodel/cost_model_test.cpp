@@ -15,7 +15,7 @@ namespace batchsim {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::user_error_message;
+using testing::user_error_of;
 
 GemmShape shape_of(const ModelSpec& m, int tp, LayerGemm g) {
   return layer_gemm_shapes(m, tp)[static_cast<int>(g)];
@@ -321,9 +321,9 @@ TEST(CostModel, TensorParallelAddsTwoAllReducesPerLayer) {
 }
 
 TEST(CostModel, BadTensorParallelIsAUserError) {
-  EXPECT_THAT(user_error_message([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }),
+  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }),
               HasSubstr("--tp 3"));
-  EXPECT_THAT(user_error_message([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }),
+  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }),
               HasSubstr(">= 1"));
 }
 
@@ -344,7 +344,7 @@ TEST(CostModel, KvCapacityByHand) {
   // 70B weights (138 GB) do not fit one 80 GB GPU.
   const CostModel big(resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"));
   EXPECT_LE(big.kv_capacity_tokens(0.9), 0);
-  EXPECT_THAT(user_error_message([&] { cm.kv_capacity_tokens(1.5); }), HasSubstr("1.5"));
+  EXPECT_THAT(user_error_of([&] { cm.kv_capacity_tokens(1.5); }), HasSubstr("1.5"));
 }
 
 // Adding tokens to an iteration never makes it faster, for any profile shape.

@@ -21,7 +21,7 @@ namespace batchsim {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::user_error_message;
+using testing::user_error_of;
 
 std::filesystem::path vidur_dir() { return testing::data_dir() / "measured" / "vidur"; }
 
@@ -279,7 +279,7 @@ TEST(FitModelRows, AConfigFileMatchesRowsOfTheSameShape) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
   const auto dir = testing::scratch_dir("fit_config");
   // A model shaped like Llama-2-7B under another name: its rows are found by shape.
-  const auto config = testing::write_file(dir, "config.json", R"({"_name_or_path": "my/llama",
+  const auto config = testing::write_text_file(dir, "config.json", R"({"_name_or_path": "my/llama",
     "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
     "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
     "max_position_embeddings": 4096})");
@@ -307,7 +307,7 @@ TEST(FitProfile, DeviceFoldersMapToDatasheetGpus) {
 TEST(FitProfile, UnknownFitModelListsTheMeasuredModels) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
   EXPECT_THAT(
-      user_error_message([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
+      user_error_of([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
       ::testing::AllOf(HasSubstr("llama-3-8b"), HasSubstr("llama-2-70b"), HasSubstr("phi-2")));
 }
 

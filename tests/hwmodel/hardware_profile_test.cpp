@@ -13,8 +13,8 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::user_error_message;
-using testing::write_file;
+using testing::user_error_of;
+using testing::write_text_file;
 
 TEST(HardwareProfile, BuiltinsCarryTheDatasheetCeilings) {
   struct Expected {
@@ -103,11 +103,11 @@ TEST(HardwareProfile, MultiLineSourceRoundTrips) {
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
   const auto dir = testing::scratch_dir("profile_allreduce");
   const auto bad_key =
-      write_file(dir, "ar.yaml", "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_key); }),
+      write_text_file(dir, "ar.yaml", "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_key); }),
               AllOf(HasSubstr("ar.yaml"), HasSubstr("allreduce.latency")));
-  const auto no_bw = write_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(no_bw); }),
+  const auto no_bw = write_text_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(no_bw); }),
               AllOf(HasSubstr("bw.yaml"), HasSubstr("bytes_per_s")));
 }
 
@@ -121,7 +121,7 @@ TEST(HardwareProfile, BuiltinsRoundTrip) {
 
 TEST(HardwareProfile, ReadsJsonAndInheritsFromBase) {
   const auto dir = testing::scratch_dir("profile_json");
-  const auto path = write_file(dir, "slow-h100.json",
+  const auto path = write_text_file(dir, "slow-h100.json",
                                R"({"base": "h100-sxm", "gemm_eta_max": 0.5,
                                    "hbm_bytes_per_s": 3.0e12})");
   const HardwareProfile p = load_hardware_profile(path);
@@ -135,33 +135,33 @@ TEST(HardwareProfile, ReadsJsonAndInheritsFromBase) {
 
 TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
   const auto dir = testing::scratch_dir("profile_errors");
-  const auto unknown = write_file(dir, "typo.yaml", "base: a100-80gb\ngemm_eta_maks: 0.5\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(unknown); }),
+  const auto unknown = write_text_file(dir, "typo.yaml", "base: a100-80gb\ngemm_eta_maks: 0.5\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(unknown); }),
               AllOf(HasSubstr("typo.yaml"), HasSubstr("gemm_eta_maks"), HasSubstr("unknown key")));
 
-  const auto not_number = write_file(dir, "nan.yaml", "base: a100-80gb\npeak_flops: fast\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(not_number); }),
+  const auto not_number = write_text_file(dir, "nan.yaml", "base: a100-80gb\npeak_flops: fast\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(not_number); }),
               AllOf(HasSubstr("nan.yaml"), HasSubstr("peak_flops"), HasSubstr("number")));
 
-  const auto bad_eta = write_file(dir, "eta.yaml", "base: a100-80gb\nhbm_efficiency: 1.5\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_eta); }),
+  const auto bad_eta = write_text_file(dir, "eta.yaml", "base: a100-80gb\nhbm_efficiency: 1.5\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_eta); }),
               AllOf(HasSubstr("eta.yaml"), HasSubstr("hbm_efficiency"), HasSubstr("(0, 1]")));
 
-  const auto no_peak = write_file(dir, "empty.yaml", "name: nothing\nmemory_bytes: 1e9\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(no_peak); }),
+  const auto no_peak = write_text_file(dir, "empty.yaml", "name: nothing\nmemory_bytes: 1e9\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(no_peak); }),
               AllOf(HasSubstr("empty.yaml"), HasSubstr("peak_flops")));
 
-  const auto bad_base = write_file(dir, "base.yaml", "base: b200\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(bad_base); }),
+  const auto bad_base = write_text_file(dir, "base.yaml", "base: b200\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_base); }),
               AllOf(HasSubstr("base.yaml"), HasSubstr("b200"), HasSubstr("a100-80gb")));
 
-  const auto broken = write_file(dir, "broken.yaml", "peak_flops: [1, 2\n");
-  EXPECT_THAT(user_error_message([&] { load_hardware_profile(broken); }), HasSubstr("broken.yaml"));
+  const auto broken = write_text_file(dir, "broken.yaml", "peak_flops: [1, 2\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(broken); }), HasSubstr("broken.yaml"));
 }
 
 TEST(HardwareProfile, UnknownNameListsKnownGpus) {
   EXPECT_THAT(
-      user_error_message([] { resolve_gpu("tpu-v9"); }),
+      user_error_of([] { resolve_gpu("tpu-v9"); }),
       AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"), HasSubstr("l40s")));
 }
 

@@ -12,28 +12,10 @@
 
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
+#include "test_support.h"
 
 namespace batchsim::testing {
 
-// Writes `text` to dir/name (creating dir) and returns the path.
-inline std::filesystem::path write_file(const std::filesystem::path& dir, const std::string& name,
-                                        const std::string& text) {
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-// The message of the UserError `f` throws; a test failure if it throws none.
-inline std::string user_error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return "";
-}
 
 // Every field of two profiles equal within a relative tolerance (names and sources exactly
 // when `compare_text`).

@@ -15,8 +15,8 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::user_error_message;
-using testing::write_file;
+using testing::user_error_of;
+using testing::write_text_file;
 
 std::filesystem::path vidur_dir() { return testing::data_dir() / "measured" / "vidur"; }
 
@@ -58,29 +58,29 @@ TEST(Measurements, TheA40TreeHasNoAttentionOrNetwork) {
 }
 
 TEST(Measurements, ATreeOfSeveralGpusNeedsADevice) {
-  EXPECT_THAT(user_error_message([] { read_measurements(vidur_dir()); }),
+  EXPECT_THAT(user_error_of([] { read_measurements(vidur_dir()); }),
               AllOf(HasSubstr("a100"), HasSubstr("a40"), HasSubstr("several GPUs")));
-  EXPECT_THAT(user_error_message([] { read_measurements(vidur_dir(), "h100"); }),
+  EXPECT_THAT(user_error_of([] { read_measurements(vidur_dir(), "h100"); }),
               AllOf(HasSubstr("h100"), HasSubstr("a100")));
-  EXPECT_THAT(user_error_message([] { read_measurements("/nonexistent/measurements"); }),
+  EXPECT_THAT(user_error_of([] { read_measurements("/nonexistent/measurements"); }),
               HasSubstr("/nonexistent/measurements"));
 }
 
 // What calibration/ writes: a flat folder of Vidur-schema CSVs.
 TEST(Measurements, ReadsAFlatCalibrationFolder) {
   const auto dir = testing::scratch_dir("measurements_flat");
-  write_file(dir / "my-model", "mlp.csv",
+  write_text_file(dir / "my-model", "mlp.csv",
              "time_stats.attn_pre_proj.median,time_stats.add.median,n_head,n_kv_head,n_embd,"
              "n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers\n"
              "0.5,,32,8,4096,14336,128256,True,64,2\n");
-  write_file(dir, "attention.csv",
+  write_text_file(dir, "attention.csv",
              "time_stats.attn_decode.median,time_stats.attn_prefill.median,n_embd,n_q_head,"
              "n_kv_head,num_tensor_parallel_workers,batch_size,prefill_chunk_size,kv_cache_size,"
              "is_prefill\n"
              "0.02,,4096,32,8,1,4,0,512,False\n"
              ",0.3,4096,32,8,1,1,256,0,True\n");
-  write_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
-  write_file(dir, "notes.csv", "something,else\n1,2\n");
+  write_text_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
+  write_text_file(dir, "notes.csv", "something,else\n1,2\n");
   const Measurements m = read_measurements(dir);
   ASSERT_EQ(m.token_ops.size(), 1u);
   const TokenOpRow& row = m.token_ops[0];
@@ -100,15 +100,15 @@ TEST(Measurements, ReadsAFlatCalibrationFolder) {
 
 TEST(Measurements, MalformedRowsNameFileAndLine) {
   const auto dir = testing::scratch_dir("measurements_bad");
-  write_file(dir, "all_reduce.csv",
+  write_text_file(dir, "all_reduce.csv",
              "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n0.07,two,8192\n");
-  EXPECT_THAT(user_error_message([&] { read_measurements(dir); }),
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir); }),
               AllOf(HasSubstr("all_reduce.csv:3"), HasSubstr("num_workers"), HasSubstr("'two'")));
-  write_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2\n");
-  EXPECT_THAT(user_error_message([&] { read_measurements(dir); }),
+  write_text_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2\n");
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir); }),
               AllOf(HasSubstr("all_reduce.csv:2"), HasSubstr("2 fields")));
   const auto empty = testing::scratch_dir("measurements_empty");
-  EXPECT_THAT(user_error_message([&] { read_measurements(empty); }),
+  EXPECT_THAT(user_error_of([&] { read_measurements(empty); }),
               HasSubstr("no measurement CSVs"));
 }
 

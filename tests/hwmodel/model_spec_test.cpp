@@ -14,8 +14,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-using testing::user_error_message;
-using testing::write_file;
+using testing::user_error_of;
+using testing::write_text_file;
 
 TEST(ModelSpec, BuiltinsHaveThePublishedShapes) {
   const ModelSpec opt = resolve_model("opt-13b");
@@ -75,7 +75,7 @@ TEST(ModelSpec, KvBytesPerTokenMatchPublishedFigures) {
 TEST(HfConfig, ReadsLlamaStyleConfig) {
   const auto dir = testing::scratch_dir("hf_llama");
   // The keys of meta-llama/Meta-Llama-3-8B's config.json.
-  const auto path = write_file(dir / "my-llama", "config.json", R"({
+  const auto path = write_text_file(dir / "my-llama", "config.json", R"({
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
     "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 8192,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
@@ -101,7 +101,7 @@ TEST(HfConfig, ReadsLlamaStyleConfig) {
 TEST(HfConfig, ExplicitHeadDimAndMissingKvHeads) {
   const auto dir = testing::scratch_dir("hf_headdim");
   // Gemma-style: head_dim is not hidden / heads; no num_key_value_heads means MHA.
-  const auto path = write_file(dir, "config.json", R"({
+  const auto path = write_text_file(dir, "config.json", R"({
     "_name_or_path": "org/odd", "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh",
     "hidden_size": 3072, "intermediate_size": 24576, "max_position_embeddings": 8192,
     "num_attention_heads": 16, "num_hidden_layers": 28, "head_dim": 256,
@@ -117,7 +117,7 @@ TEST(HfConfig, ExplicitHeadDimAndMissingKvHeads) {
 TEST(HfConfig, ReadsOptConfig) {
   const auto dir = testing::scratch_dir("hf_opt");
   // The keys of facebook/opt-13b's config.json.
-  const auto path = write_file(dir, "config.json", R"({
+  const auto path = write_text_file(dir, "config.json", R"({
     "_name_or_path": "facebook/opt-13b", "activation_function": "relu", "model_type": "opt",
     "do_layer_norm_before": true, "ffn_dim": 20480, "hidden_size": 5120,
     "max_position_embeddings": 2048, "num_attention_heads": 40, "num_hidden_layers": 40,
@@ -133,7 +133,7 @@ TEST(HfConfig, ReadsOptConfig) {
 
 TEST(HfConfig, ReadsGptNeoxAndGpt2Configs) {
   const auto dir = testing::scratch_dir("hf_neox");
-  const auto neox = write_file(dir / "neox", "config.json", R"({
+  const auto neox = write_text_file(dir / "neox", "config.json", R"({
     "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 2560,
     "intermediate_size": 10240, "max_position_embeddings": 2048, "num_attention_heads": 32,
     "num_hidden_layers": 32, "vocab_size": 50432 })");
@@ -142,7 +142,7 @@ TEST(HfConfig, ReadsGptNeoxAndGpt2Configs) {
   EXPECT_EQ(n.head_dim, 80);
   EXPECT_EQ(n.ffn_size, 10240);
   // GPT-2 names its keys n_*; n_inner null means 4 * n_embd.
-  const auto gpt2 = write_file(dir / "gpt2", "config.json", R"({
+  const auto gpt2 = write_text_file(dir / "gpt2", "config.json", R"({
     "model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12,
     "n_layer": 12, "n_inner": null, "n_positions": 1024, "vocab_size": 50257 })");
   const ModelSpec g = load_hf_config(gpt2);
@@ -154,35 +154,35 @@ TEST(HfConfig, ReadsGptNeoxAndGpt2Configs) {
 
 TEST(HfConfig, ErrorsNameTheFileAndKey) {
   const auto dir = testing::scratch_dir("hf_errors");
-  const auto missing = write_file(dir, "missing.json", R"({"model_type": "llama",
+  const auto missing = write_text_file(dir, "missing.json", R"({"model_type": "llama",
     "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 11008,
     "vocab_size": 32000, "max_position_embeddings": 4096})");
-  EXPECT_THAT(user_error_message([&] { load_hf_config(missing); }),
+  EXPECT_THAT(user_error_of([&] { load_hf_config(missing); }),
               AllOf(HasSubstr("missing.json"), HasSubstr("num_hidden_layers")));
 
-  const auto wrong_type = write_file(dir, "wrong.json", R"({"model_type": "llama",
+  const auto wrong_type = write_text_file(dir, "wrong.json", R"({"model_type": "llama",
     "num_hidden_layers": "32", "hidden_size": 4096, "num_attention_heads": 32,
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})");
-  EXPECT_THAT(user_error_message([&] { load_hf_config(wrong_type); }),
+  EXPECT_THAT(user_error_of([&] { load_hf_config(wrong_type); }),
               AllOf(HasSubstr("wrong.json"), HasSubstr("num_hidden_layers"),
                     HasSubstr("positive integer")));
 
-  const auto bad_gqa = write_file(dir, "gqa.json", R"({"num_hidden_layers": 2,
+  const auto bad_gqa = write_text_file(dir, "gqa.json", R"({"num_hidden_layers": 2,
     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 5,
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})");
-  EXPECT_THAT(user_error_message([&] { load_hf_config(bad_gqa); }),
+  EXPECT_THAT(user_error_of([&] { load_hf_config(bad_gqa); }),
               AllOf(HasSubstr("gqa.json"), HasSubstr("num_key_value_heads")));
 
-  const auto not_json = write_file(dir, "broken.json", "{ \"hidden_size\": ");
-  EXPECT_THAT(user_error_message([&] { load_hf_config(not_json); }),
+  const auto not_json = write_text_file(dir, "broken.json", "{ \"hidden_size\": ");
+  EXPECT_THAT(user_error_of([&] { load_hf_config(not_json); }),
               AllOf(HasSubstr("broken.json"), HasSubstr("not valid JSON")));
 
-  EXPECT_THAT(user_error_message([&] { load_hf_config(dir / "absent.json"); }),
+  EXPECT_THAT(user_error_of([&] { load_hf_config(dir / "absent.json"); }),
               AllOf(HasSubstr("absent.json"), HasSubstr("cannot open")));
 }
 
 TEST(ModelSpec, UnknownNameListsKnownModels) {
-  EXPECT_THAT(user_error_message([] { resolve_model("llama-9-1t"); }),
+  EXPECT_THAT(user_error_of([] { resolve_model("llama-9-1t"); }),
               AllOf(HasSubstr("llama-9-1t"), HasSubstr("opt-13b"), HasSubstr("llama-3-70b"),
                     HasSubstr("mistral-7b")));
 }
