@@ -18,17 +18,8 @@
 
 namespace batchsim {
 
-struct RequestRecord {
-  RequestId id = 0;
-  SimTime arrival;
-  int32_t prompt_tokens = 0;
-  int32_t output_tokens = 0;
-  RequestState state = RequestState::kPending;
-  SimTime first_scheduled = SimTime::max();
-  SimTime first_token = SimTime::max();
-  SimTime finished = SimTime::max();
-  SimTime max_tbt = SimTime::zero();
-  int32_t preemptions = 0;
+// A request's arrival data and its final progress, side by side, plus why it was rejected.
+struct RequestRecord : Request, RequestProgress {
   std::string reject_reason;
 
   bool completed() const { return state == RequestState::kFinished; }

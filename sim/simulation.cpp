@@ -99,19 +99,9 @@ SimulationResult Simulation::run() {
   }
 
   for (RequestId id = 0; id < n; ++id) {
-    const Request& r = workload_[id];
-    const RequestProgress& p = progress_[id];
     RequestRecord& rec = result_.requests[id];
-    rec.id = id;
-    rec.arrival = r.arrival;
-    rec.prompt_tokens = r.prompt_tokens;
-    rec.output_tokens = r.output_tokens;
-    rec.state = p.state;
-    rec.first_scheduled = p.first_scheduled;
-    rec.first_token = p.first_token;
-    rec.finished = p.finished;
-    rec.max_tbt = p.max_tbt;
-    rec.preemptions = p.preemptions;
+    static_cast<Request&>(rec) = workload_[id];
+    static_cast<RequestProgress&>(rec) = progress_[id];
   }
   result_.summary = summarize(result_, busy_s_);
   Summary& s = result_.summary;
