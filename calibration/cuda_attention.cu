@@ -190,6 +190,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Stages keys t0 … t0 + TILE - 1 of one KV head from the paged cache into shared-memory tiles,
+// 16 bytes per thread per step; keys past `last_position` are zero-filled, never read. Both
+// prefill kernels (CUDA-core and tensor-core) stage K/V this way.
+template <int TILE, int HEAD_DIM>
+__device__ void stage_kv_tile(const PagedKvLayout& layout, const int32_t* block_table,
+                              int kv_head, int t0, int last_position,
+                              const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                              __nv_bfloat16 (&k_tile)[TILE][HEAD_DIM],
+                              __nv_bfloat16 (&v_tile)[TILE][HEAD_DIM]) {
+  constexpr int kChunksPerRow = HEAD_DIM / 8;  // 16-byte chunks of a BF16 row
+  for (int c = threadIdx.x; c < TILE * kChunksPerRow; c += kThreads) {
+    const int j = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
+    uint4 k_raw = make_uint4(0, 0, 0, 0), v_raw = make_uint4(0, 0, 0, 0);
+    if (t0 + j <= last_position) {
+      const int64_t g = layout.token_row_offset(block_table, t0 + j, kv_head) + off;
+      k_raw = *reinterpret_cast<const uint4*>(k_cache + g);
+      v_raw = *reinterpret_cast<const uint4*>(v_cache + g);
+    }
+    *reinterpret_cast<uint4*>(&k_tile[j][off]) = k_raw;
+    *reinterpret_cast<uint4*>(&v_tile[j][off]) = v_raw;
+  }
+}
+
 // Chunked prefill: CTA (row tile, head) owns kRowsPerCta query rows; each warp kRowsPerWarp of
 // them with head_dim split across lanes. KV tiles of kTileTokens tokens pass through shared
 // memory; each row keeps a running max m, sum l and unnormalised output (online softmax).
@@ -200,7 +223,6 @@ constexpr int kTileTokens = 32;
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillAttentionArgs a) {
   constexpr int kVec = HEAD_DIM / 32;
-  constexpr int kChunksPerRow = HEAD_DIM / 8;  // 16-byte chunks of a bf16 row
   __shared__ __align__(16) __nv_bfloat16 k_s[kTileTokens][HEAD_DIM];
   __shared__ __align__(16) __nv_bfloat16 v_s[kTileTokens][HEAD_DIM];
 
@@ -236,17 +258,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillAtte
 
   for (int t0 = 0; t0 <= last_position; t0 += kTileTokens) {
     __syncthreads();  // the previous tile is no longer read
-    for (int c = threadIdx.x; c < kTileTokens * kChunksPerRow; c += kThreads) {
-      const int j = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
-      uint4 k_raw = make_uint4(0, 0, 0, 0), v_raw = make_uint4(0, 0, 0, 0);
-      if (t0 + j <= last_position) {
-        const int64_t g = layout.token_row_offset(a.block_table, t0 + j, kv_head) + off;
-        k_raw = *reinterpret_cast<const uint4*>(k_cache + g);
-        v_raw = *reinterpret_cast<const uint4*>(v_cache + g);
-      }
-      *reinterpret_cast<uint4*>(&k_s[j][off]) = k_raw;
-      *reinterpret_cast<uint4*>(&v_s[j][off]) = v_raw;
-    }
+    stage_kv_tile(layout, a.block_table, kv_head, t0, last_position, k_cache, v_cache, k_s, v_s);
     __syncthreads();
     const int tile_end = min(kTileTokens, last_position - t0 + 1);
     for (int j = 0; j < tile_end; ++j) {
@@ -349,17 +361,7 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_tc_kernel(PrefillA
 
   for (int t0 = 0; t0 <= last_position; t0 += kKeys) {
     __syncthreads();  // previous K/V tile no longer read
-    for (int c = threadIdx.x; c < kKeys * kChunksPerRow; c += kThreads) {
-      const int j = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
-      uint4 k_raw = make_uint4(0, 0, 0, 0), v_raw = make_uint4(0, 0, 0, 0);
-      if (t0 + j <= last_position) {
-        const int64_t g = layout.token_row_offset(a.block_table, t0 + j, kv_head) + off;
-        k_raw = *reinterpret_cast<const uint4*>(k_cache + g);
-        v_raw = *reinterpret_cast<const uint4*>(v_cache + g);
-      }
-      *reinterpret_cast<uint4*>(&sm.k[j][off]) = k_raw;
-      *reinterpret_cast<uint4*>(&sm.v[j][off]) = v_raw;
-    }
+    stage_kv_tile(layout, a.block_table, kv_head, t0, last_position, k_cache, v_cache, sm.k, sm.v);
     __syncthreads();
 
     // S = Q·Kᵀ for this warp's 16 rows: K stored [key][d] is Kᵀ in column-major order.
