@@ -218,7 +218,7 @@ SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
   max_repeat_gap_ = SimTime::zero();
   while (repeats_ + 1 < min_remaining && end < next_event) {
     if (!policy_.repeat_decode_step(batch_)) break;
-    set_decode_counts(current_);
+    set_counts(current_, /*num_prefills=*/0, /*prefill_tokens=*/0);
     close_iteration();
 
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
@@ -240,11 +240,12 @@ SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
   return end;
 }
 
-void Simulation::set_decode_counts(IterationRecord& record) const {
+void Simulation::set_counts(IterationRecord& record, int32_t num_prefills,
+                            int64_t prefill_tokens) const {
   record.num_requests = static_cast<int32_t>(batch_.items.size());
-  record.num_prefills = 0;
-  record.prefill_tokens = 0;
-  record.num_decodes = static_cast<int32_t>(batch_.items.size());
+  record.num_prefills = num_prefills;
+  record.num_decodes = record.num_requests - num_prefills;
+  record.prefill_tokens = prefill_tokens;
   record.bubble_slots = batch_.bubble_slots;
 }
 
@@ -285,10 +286,17 @@ void Simulation::record_token(RequestProgress& p, SimTime at) {
   p.last_token = at;
 }
 
+void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
+  if (p.generated_tokens < workload_[id].output_tokens) return;
+  p.state = RequestState::kFinished;
+  p.finished = now_;
+  finished_.push_back(id);
+}
+
 void Simulation::finish_iteration() {
   busy_ = false;
   finished_.clear();
-  int32_t num_prefills = 0, num_decodes = 0;
+  int32_t num_prefills = 0;
   int64_t prefill_tokens = 0;
   if (repeats_ > 0) {
     // 1 + repeats_ identical decode iterations: the first token of each request closes a gap
@@ -301,14 +309,9 @@ void Simulation::finish_iteration() {
       p.generated_tokens += static_cast<int32_t>(repeats_);
       p.last_token = now_;
       if (max_repeat_gap_ > p.max_tbt) p.max_tbt = max_repeat_gap_;
-      if (p.generated_tokens >= workload_[item.id].output_tokens) {
-        p.state = RequestState::kFinished;
-        p.finished = now_;
-        finished_.push_back(item.id);
-      }
+      finish_if_done(item.id, p);
     }
     for (const SimTime gap : repeat_gaps_) result_.tbt_s.add(gap.seconds(), rows);
-    num_decodes = static_cast<int32_t>(rows);
   } else {
     for (const BatchItem& item : batch_.items) {
       RequestProgress& p = progress_[item.id];
@@ -316,9 +319,7 @@ void Simulation::finish_iteration() {
       const int64_t known = r.prompt_tokens + p.generated_tokens;
       const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
                               item.new_tokens == 1;
-      if (was_decode) {
-        ++num_decodes;
-      } else {
+      if (!was_decode) {
         ++num_prefills;
         prefill_tokens += item.new_tokens;
       }
@@ -326,21 +327,13 @@ void Simulation::finish_iteration() {
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
       record_token(p, now_);
-      if (p.generated_tokens >= r.output_tokens) {
-        p.state = RequestState::kFinished;
-        p.finished = now_;
-        finished_.push_back(item.id);
-      }
+      finish_if_done(item.id, p);
     }
   }
   policy_.on_iteration_end(batch_, finished_, now_);
   settled_ += static_cast<int64_t>(finished_.size());
 
-  current_.num_requests = static_cast<int32_t>(batch_.items.size());
-  current_.num_prefills = num_prefills;
-  current_.num_decodes = num_decodes;
-  current_.prefill_tokens = prefill_tokens;
-  current_.bubble_slots = batch_.bubble_slots;
+  set_counts(current_, num_prefills, prefill_tokens);
   close_iteration();
   if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
   try_start_iteration();

@@ -71,13 +71,14 @@ class Simulation {
   void finish_iteration();
   void reject(RequestId id, std::string reason);
   SimTime fast_forward(SimTime end, int64_t min_remaining);
-  void set_decode_counts(IterationRecord& record) const;
+  void set_counts(IterationRecord& record, int32_t num_prefills, int64_t prefill_tokens) const;
   // KV memory while the iteration runs: as the policy's schedule() left it, before the
   // iteration's finished requests free theirs.
   void sample_kv(IterationRecord& record) const;
   // Adds the finished `current_` iteration to the run's sums (and to the log when recording).
   void close_iteration();
   void record_token(RequestProgress& p, SimTime at);
+  void finish_if_done(RequestId id, RequestProgress& p);  // at its last output token
 
   const Workload& workload_;
   Policy& policy_;
