@@ -1,14 +1,12 @@
 #include "experiments/calibrate.h"
 
-#include <fstream>
 #include <ostream>
 
 #include <boost/program_options.hpp>
-#include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
+#include "experiments/validate.h"
 #include "hwmodel/error.h"
-#include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/validation.h"
 
@@ -72,29 +70,17 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   if (profile_out.empty()) throw UserError("calibrate fit: give --out PROFILE.yaml");
 
   const Measurements measurements = read_measurements(dir);
-  if (fit_on.empty()) fit_on = first_measured_model(measurements);
-  if (base_gpu.empty()) base_gpu = datasheet_gpu_for_device(measurements.device);
-  if (base_gpu.empty()) {
-    throw UserError(fmt::format("calibrate fit: device '{}' is not a built-in GPU: give "
-                                "--base-gpu with its datasheet ceilings",
-                                measurements.device));
-  }
-  FitResult fit = fit_profile(measurements, fit_on, resolve_gpu(base_gpu));
-  ValidationReport report = validate_cost_model(measurements, fit_on, fit.profile);
-  report.notes.insert(report.notes.begin(), fit.notes.begin(), fit.notes.end());
-  print_validation_table(report, out);
-
-  HardwareProfile profile = std::move(fit.profile);
-  if (!profile.provenance.empty() && profile.provenance.back() != '\n') profile.provenance += '\n';
-  profile.provenance += error_lines(report);
-  save_hardware_profile(profile, profile_out);
-  out << "wrote " << profile_out << '\n';
-  if (!report_out.empty()) {
-    std::ofstream file(report_out);
-    if (!file) throw UserError(fmt::format("calibrate fit: cannot write {}", report_out));
-    file << validation_json(report).dump(2) << '\n';
-    out << "wrote " << report_out << '\n';
-  }
+  ValidateOptions options;
+  options.fit_on = fit_on.empty() ? first_measured_model(measurements) : fit_on;
+  options.base_gpu = base_gpu;
+  options.out_json = report_out;
+  options.profile_out = profile_out;
+  ValidationRun run = fit_and_validate(measurements, options);
+  print_validation_table(run.report, out);
+  std::string& provenance = run.profile.provenance;
+  if (!provenance.empty() && provenance.back() != '\n') provenance += '\n';
+  provenance += error_lines(run.report);
+  write_validation_outputs(run, options, out);
   return 0;
 }
 

@@ -18,46 +18,55 @@ namespace po = boost::program_options;
 
 namespace batchsim {
 
+ValidationRun fit_and_validate(const Measurements& measurements, const ValidateOptions& options) {
+  ValidationRun run;
+  std::vector<std::string> fit_notes;
+  if (!options.gpu.empty() && options.fit_on.empty()) {
+    run.profile = resolve_gpu(options.gpu);
+  } else {
+    std::string base = options.base_gpu;
+    if (base.empty()) base = datasheet_gpu_for_device(measurements.device);
+    if (base.empty()) {
+      throw UserError(fmt::format(
+          "--base-gpu is required: device '{}' is not a built-in GPU (give the datasheet GPU "
+          "the measurements were taken on, e.g. a100-80gb)",
+          measurements.device));
+    }
+    HardwareProfile fallback;
+    if (!options.fallback_gpu.empty()) fallback = resolve_gpu(options.fallback_gpu);
+    FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base),
+                                options.fallback_gpu.empty() ? nullptr : &fallback);
+    run.profile = std::move(fit.profile);
+    fit_notes = std::move(fit.notes);
+  }
+  run.report = validate_cost_model(measurements, options.fit_on, run.profile);
+  run.report.notes.insert(run.report.notes.begin(), fit_notes.begin(), fit_notes.end());
+  return run;
+}
+
+void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
+                              std::ostream& out) {
+  if (!options.out_json.empty()) {
+    std::ofstream file(options.out_json);
+    if (!file) throw UserError(fmt::format("{}: cannot write", options.out_json.string()));
+    file << validation_json(run.report).dump(2) << '\n';
+    out << "wrote " << options.out_json.string() << '\n';
+  }
+  if (!options.profile_out.empty()) {
+    save_hardware_profile(run.profile, options.profile_out);
+    out << "wrote " << options.profile_out.string() << '\n';
+  }
+}
+
 int run_validate(const ValidateOptions& options, std::ostream& out) {
   if (options.measurements_dir.empty()) throw UserError("validate: --measurements is required");
   if (options.fit_on.empty() && options.gpu.empty()) {
     throw UserError("validate: give --fit-on MODEL (fit a profile) or --gpu PROFILE (check one)");
   }
   const Measurements measurements = read_measurements(options.measurements_dir, options.device);
-
-  HardwareProfile profile;
-  std::vector<std::string> fit_notes;
-  if (!options.gpu.empty() && options.fit_on.empty()) {
-    profile = resolve_gpu(options.gpu);
-  } else {
-    std::string base = options.base_gpu;
-    if (base.empty()) base = datasheet_gpu_for_device(measurements.device);
-    if (base.empty()) {
-      throw UserError("validate: --base-gpu is required (the datasheet GPU the measurements "
-                      "were taken on, e.g. a100-80gb)");
-    }
-    HardwareProfile fallback;
-    if (!options.fallback_gpu.empty()) fallback = resolve_gpu(options.fallback_gpu);
-    FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base),
-                                options.fallback_gpu.empty() ? nullptr : &fallback);
-    profile = std::move(fit.profile);
-    fit_notes = std::move(fit.notes);
-  }
-
-  ValidationReport report = validate_cost_model(measurements, options.fit_on, profile);
-  report.notes.insert(report.notes.begin(), fit_notes.begin(), fit_notes.end());
-  print_validation_table(report, out);
-
-  if (!options.out_json.empty()) {
-    std::ofstream file(options.out_json);
-    if (!file) throw UserError(fmt::format("{}: cannot write", options.out_json.string()));
-    file << validation_json(report).dump(2) << '\n';
-    out << "wrote " << options.out_json.string() << '\n';
-  }
-  if (!options.profile_out.empty()) {
-    save_hardware_profile(profile, options.profile_out);
-    out << "wrote " << options.profile_out.string() << '\n';
-  }
+  const ValidationRun run = fit_and_validate(measurements, options);
+  print_validation_table(run.report, out);
+  write_validation_outputs(run, options, out);
   return 0;
 }
 

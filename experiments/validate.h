@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/validation.h"
+
 namespace batchsim {
 
 struct ValidateOptions {
@@ -29,6 +32,19 @@ struct ValidateOptions {
   std::filesystem::path out_json;     // optional: the report as JSON
   std::filesystem::path profile_out;  // optional: the fitted profile as YAML
 };
+
+struct Measurements;
+
+// A profile (fitted on options.fit_on, or options.gpu as it is) and its error report against
+// the measurements. Shared by `batchsim validate` and `batchsim calibrate fit`.
+struct ValidationRun {
+  HardwareProfile profile;
+  ValidationReport report;
+};
+ValidationRun fit_and_validate(const Measurements& measurements, const ValidateOptions& options);
+// Writes options.out_json (the report) and options.profile_out (the profile) where set.
+void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
+                              std::ostream& out);
 
 // Runs the command and prints the table to `out`. Returns the exit status (0); throws
 // UserError for bad input.
