@@ -25,8 +25,10 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
           "--tp, a larger GPU)",
           env.kv_capacity_tokens, config_.block_size));
     }
+    PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
+    if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
     kv_ = std::make_unique<PagedKvCache>(n, env.kv_capacity_tokens / config_.block_size,
-                                         config_.block_size, config_.watermark);
+                                         config_.block_size, config_.watermark, prefix);
   } else {
     kv_ = std::make_unique<ReservedKvCache>(n, env.kv_capacity_tokens);
   }
@@ -84,8 +86,7 @@ SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
   return SimTime::from_seconds(bytes / pcie);
 }
 
-int64_t ContinuousPolicy::step_tokens(RequestId id, int64_t budget) const {
-  const int64_t need = env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
+int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
   if (config_.chunked) {
     // vLLM v1 schedule(): num_new_tokens = num_tokens - num_computed_tokens, clamped by
     // long_prefill_token_threshold (when > 0) and by the token budget left.
@@ -143,7 +144,7 @@ bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
-    const int64_t n = step_tokens(id, budget);
+    const int64_t n = step_tokens(need_of(id), budget);
     if (n == 0) break;
     bool scheduled = true;
     while (!kv_->try_grow(id, p.computed_tokens + n)) {
@@ -174,7 +175,7 @@ void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
     const int64_t tokens = swapped_tokens_[id];
     // The victim may have been swapped out in the middle of a chunked prefill: it resumes
     // with its next chunk, else with a decode.
-    const int64_t n = step_tokens(id, budget);
+    const int64_t n = step_tokens(need_of(id), budget);
     if (n == 0) break;
     // Blocks for the swapped-in KV plus the tokens this step writes.
     if (!kv_->try_admit(id, tokens + n, reserve_tokens(id))) break;
@@ -193,8 +194,11 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
-    const int64_t need = env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
-    const int64_t n = step_tokens(id, budget);
+    // vLLM v1 get_computed_blocks: a prefix whose KV the cache holds is not computed again
+    // (0 without prefix caching). A waiting request has computed nothing (new, or recomputed).
+    const int64_t cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
+    const int64_t need = need_of(id) - cached;
+    const int64_t n = step_tokens(need, budget);
     if (n == 0) break;
     // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
     // step with their prefill unfinished; a new request that would be cut waits.
@@ -202,9 +206,15 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
     // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
     // every block of the prompt), also when an over-long re-prefill is cut at the budget:
     // else it would be admitted for one chunk and preempted again at the next.
-    if (!config_.chunked && !kv_->can_admit(need, reserve_tokens(id))) break;
+    if (!config_.chunked && !kv_->can_admit(id, cached + need, reserve_tokens(id))) break;
     // vLLM v0 can_allocate (watermark) / v1 allocate_slots returning None: wait.
-    if (!kv_->try_admit(id, n, reserve_tokens(id))) break;
+    if (!kv_->try_admit(id, cached + n, reserve_tokens(id))) break;
+    if (cached > 0) {
+      if (static_cast<const PagedKvCache&>(*kv_).shared_tokens_of(id) != cached) {
+        throw std::logic_error("prefix cache shared another prefix than it found");
+      }
+      env_->use_cached_prefix(id, cached);
+    }
     waiting_.pop_front();
     running_.push_back(id);
     add_step(id, n, batch);
@@ -247,7 +257,11 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     for (const BatchItem& item : batch.items) {
       if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
     }
-    if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
+    // With prefix caching, growth may take only never-cached free blocks: evicting a cached
+    // block changes what a waiting request would find cached, and a shorter hit can need
+    // fewer free blocks (a budget-capped chunk), so schedule() must look again.
+    const int64_t free = paged.prefix_caching() ? paged.uncached_free_blocks() : paged.free_blocks();
+    if (new_blocks > free) return false;  // schedule() would preempt (or evict)
   }
   for (const BatchItem& item : batch.items) {
     if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {

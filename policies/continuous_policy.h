@@ -35,6 +35,14 @@
 //                          pcie_bytes_per_s, added to the iteration's time) and back when it is
 //                          readmitted, before any new request (v0: no prefills while `swapped`
 //                          is non-empty).
+//   prefix_caching=true    vLLM v1 automatic prefix caching (vllm/v1/core/kv_cache_manager.py
+//                          get_computed_blocks; SGLang RadixAttention): kv=paged only. At
+//                          admission the longest cached run of the prompt's blocks is shared
+//                          instead of computed (sim/kv_cache.h, "Prefix caching"): the request's
+//                          computed tokens start there (PolicyEnv::use_cached_prefix) and its
+//                          first chunk attends to them. Needs the workload's prompt-block
+//                          hashes (a trace's hash_ids or --prefix); without them nothing is
+//                          shared and the results are those of prefix_caching=false.
 //   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
@@ -69,6 +77,7 @@ struct ContinuousPolicyConfig {
   int64_t long_prefill_token_threshold = 0;  // 0: off; caps one request's chunk
   int64_t max_num_partial_prefills = 1;      // requests whose prefill may be unfinished at once
   bool swap = false;                    // preemption=swap (else recompute)
+  bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
 };
 
 class ContinuousPolicy final : public Policy {
@@ -96,8 +105,12 @@ class ContinuousPolicy final : public Policy {
   void schedule_swapped(Batch& batch, int64_t& budget);
   void schedule_waiting(Batch& batch, int64_t& budget);
   void preempt(RequestId victim, Batch& batch);
-  // Tokens `id` computes this step with `budget` tokens left; 0 when it must wait.
-  int64_t step_tokens(RequestId id, int64_t budget) const;
+  // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
+  // left; 0 when it must wait.
+  int64_t step_tokens(int64_t need, int64_t budget) const;
+  int64_t need_of(RequestId id) const {
+    return env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
+  }
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
   SimTime transfer_time(int64_t tokens) const;
 

@@ -33,8 +33,10 @@ const std::vector<PolicyInfo>& registered_policies() {
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
         {"watermark", "0.01"}}},
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler: chunked prefill, budget 2048, 256 seqs, recompute",
-       {{"max_num_batched_tokens", "2048"}, {"max_num_seqs", "256"}, {"preemption", "recompute"}}},
+       "vLLM v1 scheduler: chunked prefill, budget 2048, 256 seqs, recompute, prefix caching",
+       {{"max_num_batched_tokens", "2048"}, {"max_num_seqs", "256"}, {"preemption", "recompute"},
+        // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
+        {"prefix_caching", "true"}}},
       {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget",
        {{"max_num_batched_tokens", "512"}}},
   };
@@ -58,6 +60,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"max_num_seqs", "256", "most sequences running at once"},
       {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration; a longer prompt is rejected"},
       {"preemption", "recompute", "newest running request is preempted: recompute | swap (KV over the GPU's PCIe, both ways)"},
+      {"prefix_caching", "false", "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
@@ -103,6 +106,8 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.max_num_batched_tokens =
       o.get_int("max_num_batched_tokens", chunked ? 2048 : 0, chunked ? 1 : 0, 1 << 24);
   c.swap = o.get_choice("preemption", "recompute", {"recompute", "swap"}) == "swap";
+  // Read even with kv=reserve, where a preset's value is ignored (a user's is refused above).
+  c.prefix_caching = o.get_bool("prefix_caching", false) && c.paged;
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
     c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 1, 1, 1 << 20);
@@ -133,7 +138,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
   if (info.base != "static") {
     const bool paged = merged.values().count("kv") == 0 || merged.values().at("kv") == "paged";
     for (const auto& [key, value] : options.values()) {
-      const bool paged_only = key == "block_size" || key == "watermark";
+      const bool paged_only = key == "block_size" || key == "watermark" || key == "prefix_caching";
       if ((paged_only && !paged) || (key == "reserve_to" && paged)) {
         throw UserError(fmt::format("--policy-opt {}={}: only applies with kv={} (policy '{}' "
                                     "uses kv={})",

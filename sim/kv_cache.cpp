@@ -2,14 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "hwmodel/error.h"
 
 namespace batchsim {
 
+namespace {
+
+// splitmix64's finaliser over the hash and the block index: a bijection of its input, so
+// distinct (hash, k) collide only as often as random 64-bit keys do.
+uint64_t mix_key(uint64_t hash, int64_t k) {
+  uint64_t x = hash + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(k) + 1);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
-                           double watermark_fraction)
+                           double watermark_fraction, PrefixCacheSource prefix)
     : KvCacheManager(num_requests),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -22,18 +39,144 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   if (!(watermark_fraction >= 0 && watermark_fraction < 1)) throw UserError("watermark must be in [0, 1)");
   // vLLM v0: watermark_blocks = int(watermark * num_gpu_blocks).
   watermark_blocks_ = static_cast<int64_t>(watermark_fraction * static_cast<double>(num_blocks));
+  if (!prefix.usable()) return;
+  if (num_blocks > std::numeric_limits<int32_t>::max()) {
+    throw UserError("prefix caching: more KV blocks than 2^31; use a larger block_size");
+  }
+  if (prefix.hashes->block_tokens < 1 ||
+      static_cast<int64_t>(prefix.hashes->offsets.size()) != static_cast<int64_t>(prefix.requests->size()) + 1) {
+    throw std::logic_error("prefix caching: prefix block hashes do not match the workload");
+  }
+  caching_ = true;
+  prefix_ = prefix;
+  blocks_.resize(static_cast<size_t>(num_requests));
+  hit_tokens_.assign(static_cast<size_t>(num_requests), 0);
+  ref_.assign(static_cast<size_t>(num_blocks), 0);
+  key_.assign(static_cast<size_t>(num_blocks), 0);
+  in_table_.assign(static_cast<size_t>(num_blocks), 0);
+  lru_prev_.assign(static_cast<size_t>(num_blocks), kNone);
+  lru_next_.assign(static_cast<size_t>(num_blocks), kNone);
+  uncached_free_.reserve(static_cast<size_t>(num_blocks));
+  // A stack popped from the back: block 0 is handed out first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) uncached_free_.push_back(static_cast<int32_t>(b));
+  table_.reserve(static_cast<size_t>(num_blocks));
 }
 
-bool PagedKvCache::can_admit(int64_t tokens, int64_t /*reserve_tokens*/) const {
-  // vLLM v0 can_allocate: OK only if free - required >= watermark_blocks.
-  return free_blocks_ - blocks_for(tokens) >= watermark_blocks_;
+int64_t PagedKvCache::cacheable_blocks(RequestId id) const {
+  const int64_t hashed = static_cast<int64_t>(prefix_.hashes->of(id).size()) * prefix_.hashes->block_tokens;
+  return std::min<int64_t>((*prefix_.requests)[id].prompt_tokens, hashed) / block_size_;
+}
+
+uint64_t PagedKvCache::block_key(RequestId id, int64_t k) const {
+  const int64_t last_token = (k + 1) * block_size_ - 1;
+  return mix_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], k);
+}
+
+int64_t PagedKvCache::look_up(RequestId id, int64_t max_blocks) const {
+  scratch_.clear();
+  int64_t evictable = 0;
+  const int64_t n = std::min(cacheable_blocks(id), max_blocks);
+  for (int64_t k = 0; k < n; ++k) {
+    const auto it = table_.find(block_key(id, k));
+    if (it == table_.end()) break;
+    scratch_.push_back(it->second);
+    evictable += ref_[it->second] == 0;
+  }
+  return evictable;
+}
+
+int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) const {
+  if (!caching_ || known_tokens < 1) return 0;
+  look_up(id, (known_tokens - 1) / block_size_);
+  return static_cast<int64_t>(scratch_.size()) * block_size_;
+}
+
+void PagedKvCache::lru_unlink(int32_t b) {
+  const int32_t prev = lru_prev_[b], next = lru_next_[b];
+  (prev == kNone ? lru_head_ : lru_next_[prev]) = next;
+  (next == kNone ? lru_tail_ : lru_prev_[next]) = prev;
+  lru_prev_[b] = lru_next_[b] = kNone;
+  --evictable_;
+}
+
+void PagedKvCache::lru_push_back(int32_t b) {
+  lru_prev_[b] = lru_tail_;
+  lru_next_[b] = kNone;
+  (lru_tail_ == kNone ? lru_head_ : lru_next_[lru_tail_]) = b;
+  lru_tail_ = b;
+  ++evictable_;
+}
+
+int32_t PagedKvCache::take_free_block() {
+  --free_blocks_;
+  if (!uncached_free_.empty()) {
+    const int32_t b = uncached_free_.back();
+    uncached_free_.pop_back();
+    ref_[b] = 1;
+    return b;
+  }
+  // Evict the least recently freed cached block (FreeKVCacheBlockQueue.popleft, then
+  // BlockPool._maybe_evict_cached_block).
+  const int32_t b = lru_head_;
+  if (b == kNone) throw std::logic_error("PagedKvCache: no free block to take");
+  lru_unlink(b);
+  table_.erase(key_[b]);
+  in_table_[b] = 0;
+  ref_[b] = 1;
+  return b;
+}
+
+void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens) {
+  // Blocks that become full with tokens (from_tokens, to_tokens] and are cacheable.
+  const int64_t end = std::min(to_tokens / block_size_, cacheable_blocks(id));
+  const std::vector<int32_t>& blocks = blocks_[id];
+  for (int64_t k = from_tokens / block_size_; k < end; ++k) {
+    const int32_t b = blocks[static_cast<size_t>(k)];
+    const uint64_t key = block_key(id, k);
+    if (table_.try_emplace(key, b).second) {
+      key_[b] = key;
+      in_table_[b] = 1;
+    }
+  }
+}
+
+bool PagedKvCache::can_admit(RequestId id, int64_t tokens, int64_t /*reserve_tokens*/) const {
+  if (!caching_) {
+    // vLLM v0 can_allocate: OK only if free - required >= watermark_blocks.
+    return free_blocks_ - blocks_for(tokens) >= watermark_blocks_;
+  }
+  // Hit blocks are not allocated, but those at ref 0 leave the free pool when shared.
+  const int64_t evictable_hits = look_up(id, (tokens - 1) / block_size_);
+  const int64_t hits = static_cast<int64_t>(scratch_.size());
+  return free_blocks_ - (blocks_for(tokens) - hits) - evictable_hits >= watermark_blocks_;
 }
 
 bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
   if (holds(id)) throw std::logic_error("PagedKvCache: request admitted twice");
-  if (!can_admit(tokens, reserve_tokens)) return false;
-  const int64_t needed = blocks_for(tokens);
-  free_blocks_ -= needed;
+  if (!can_admit(id, tokens, reserve_tokens)) return false;
+  if (caching_) {
+    // can_admit left the hit blocks in scratch_.
+    std::vector<int32_t>& blocks = blocks_[id];
+    blocks.clear();
+    for (const int32_t b : scratch_) {
+      if (ref_[b] == 0) {
+        lru_unlink(b);  // evictable -> in use
+        --free_blocks_;
+      } else {
+        ++shared_refs_;
+      }
+      ++ref_[b];
+      blocks.push_back(b);
+    }
+    const int64_t hit_tokens = static_cast<int64_t>(blocks.size()) * block_size_;
+    hit_tokens_[id] = hit_tokens;
+    for (int64_t k = static_cast<int64_t>(blocks.size()); k < blocks_for(tokens); ++k) {
+      blocks.push_back(take_free_block());
+    }
+    enter_full_blocks(id, hit_tokens, tokens);
+  } else {
+    free_blocks_ -= blocks_for(tokens);
+  }
   tokens_[id] = tokens;
   used_tokens_ += tokens;
   return true;
@@ -46,7 +189,12 @@ bool PagedKvCache::try_grow(RequestId id, int64_t tokens) {
   // Decode growth ignores the watermark (vLLM v0 can_append_slots).
   const int64_t needed = blocks_for(tokens) - blocks_for(have);
   if (needed > free_blocks_) return false;
-  free_blocks_ -= needed;
+  if (caching_) {
+    for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
+    enter_full_blocks(id, have, tokens);
+  } else {
+    free_blocks_ -= needed;
+  }
   used_tokens_ += tokens - have;
   tokens_[id] = tokens;
   return true;
@@ -54,7 +202,26 @@ bool PagedKvCache::try_grow(RequestId id, int64_t tokens) {
 
 void PagedKvCache::release(RequestId id) {
   if (!holds(id)) return;
-  free_blocks_ += blocks_for(tokens_[id]);
+  if (caching_) {
+    std::vector<int32_t>& blocks = blocks_[id];
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {  // tail first (v1 free order)
+      const int32_t b = *it;
+      if (--ref_[b] > 0) {
+        --shared_refs_;
+        continue;
+      }
+      ++free_blocks_;
+      if (in_table_[b]) {
+        lru_push_back(b);
+      } else {
+        uncached_free_.push_back(b);
+      }
+    }
+    blocks.clear();
+    hit_tokens_[id] = 0;
+  } else {
+    free_blocks_ += blocks_for(tokens_[id]);
+  }
   used_tokens_ -= tokens_[id];
   tokens_[id] = -1;
 }
@@ -63,18 +230,64 @@ bool PagedKvCache::fits_when_empty(int64_t reserve_tokens) const {
   return num_blocks_ - blocks_for(reserve_tokens) >= watermark_blocks_;
 }
 
+void PagedKvCache::check_invariants() const {
+  auto fail = [](const std::string& what) { throw std::logic_error("PagedKvCache: " + what); };
+  const auto n = static_cast<RequestId>(tokens_.size());
+  int64_t held_blocks = 0, tokens = 0;
+  for (RequestId id = 0; id < n; ++id) {
+    held_blocks += blocks_of(id);
+    tokens += tokens_of(id);
+    if (caching_ && static_cast<int64_t>(blocks_[id].size()) != blocks_of(id)) {
+      fail(fmt::format("request {} holds {} blocks for {} tokens", id, blocks_[id].size(),
+                       tokens_of(id)));
+    }
+  }
+  if (tokens != used_tokens_) fail("per-request tokens do not add up to used_tokens");
+  if (free_blocks_ < 0 || free_blocks_ > num_blocks_) fail("free block count out of range");
+  if (!caching_) {
+    if (held_blocks + free_blocks_ != num_blocks_) fail("blocks lost or made up");
+    return;
+  }
+  std::vector<int32_t> refs(static_cast<size_t>(num_blocks_), 0);
+  for (RequestId id = 0; id < n; ++id) {
+    for (const int32_t b : blocks_[id]) ++refs[b];
+  }
+  int64_t referenced = 0, shared = 0;
+  for (int64_t b = 0; b < num_blocks_; ++b) {
+    if (refs[b] != ref_[b]) fail(fmt::format("block {} has ref {} but {} holders", b, ref_[b], refs[b]));
+    referenced += refs[b] > 0;
+    shared += std::max(refs[b] - 1, 0);
+  }
+  if (shared != shared_refs_) fail("shared reference count is off");
+  if (referenced + free_blocks_ != num_blocks_) fail("allocated + free != num_blocks");
+  int64_t lru = 0;
+  for (int32_t b = lru_head_; b != kNone; b = lru_next_[b]) {
+    if (ref_[b] != 0) fail(fmt::format("evictable block {} is referenced", b));
+    if (!in_table_[b]) fail(fmt::format("evictable block {} is not cached", b));
+    if (++lru > num_blocks_) fail("evictable list has a cycle");
+  }
+  if (lru != evictable_) fail("evictable count is off");
+  for (const int32_t b : uncached_free_) {
+    if (ref_[b] != 0 || in_table_[b]) fail(fmt::format("free block {} is referenced or cached", b));
+  }
+  if (lru + static_cast<int64_t>(uncached_free_.size()) != free_blocks_) fail("free pools do not add up");
+  for (const auto& [key, b] : table_) {
+    if (!in_table_[b] || key_[b] != key) fail(fmt::format("table entry of block {} is stale", b));
+  }
+}
+
 ReservedKvCache::ReservedKvCache(int64_t num_requests, int64_t capacity_tokens)
     : KvCacheManager(num_requests), capacity_(capacity_tokens), reserved_(num_requests, 0) {
   if (capacity_tokens < 1) throw UserError("the KV cache has no room: the model's weights leave no memory for KV");
 }
 
-bool ReservedKvCache::can_admit(int64_t tokens, int64_t reserve_tokens) const {
+bool ReservedKvCache::can_admit(RequestId /*id*/, int64_t tokens, int64_t reserve_tokens) const {
   return reserved_total_ + std::max(tokens, reserve_tokens) <= capacity_;
 }
 
 bool ReservedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
   if (holds(id)) throw std::logic_error("ReservedKvCache: request admitted twice");
-  if (!can_admit(tokens, reserve_tokens)) return false;
+  if (!can_admit(id, tokens, reserve_tokens)) return false;
   if (reserve_tokens < tokens) reserve_tokens = tokens;
   reserved_total_ += reserve_tokens;
   reserved_[id] = reserve_tokens;

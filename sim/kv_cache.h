@@ -6,22 +6,29 @@
 //    written and freed on completion or preemption. Admission keeps `watermark_blocks` free
 //    (vLLM v0 SelfAttnBlockSpaceManager.can_allocate); growth of running requests ignores the
 //    watermark (can_append_slots).
+//    With prefix caching (vLLM v1 automatic prefix caching, SGLang RadixAttention) physical
+//    blocks are shared by reference count between requests whose prompts start alike; see
+//    "Prefix caching" below.
 //  * ReservedKvCache (HF pipelines, FasterTransformer, Orca): contiguous memory; at admission a
 //    request reserves its whole future footprint (prompt + max_new_tokens, or max_model_len
 //    when the server cannot know the output length). The vLLM paper measures this
 //    over-reservation as 60-80% waste.
 //
 // Invariants (checked by tests on every iteration of randomized runs):
-//   paged:    allocated_blocks + free_blocks == num_blocks; a request's blocks cover its tokens.
+//   paged:    allocated_blocks + free_blocks == num_blocks; a request's blocks cover its tokens;
+//             with prefix caching also: reference counts equal the requests holding each block,
+//             no evictable block is referenced (PagedKvCache::check_invariants checks them all).
 //   reserved: reserved_tokens <= capacity_tokens; a request's tokens <= its reservation.
 //   both:     used_tokens <= allocated_tokens <= capacity_tokens.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/request.h"
+#include "sim/trace_reader.h"
 
 namespace batchsim {
 
@@ -42,7 +49,12 @@ class KvCacheManager {
   // Whether a request of `reserve_tokens` could be admitted into an otherwise empty cache.
   virtual bool fits_when_empty(int64_t reserve_tokens) const = 0;
   // Whether try_admit(id, tokens, reserve_tokens) would succeed now (changes nothing).
-  virtual bool can_admit(int64_t tokens, int64_t reserve_tokens) const = 0;
+  virtual bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const = 0;
+  // Prompt tokens of `id` whose KV another request already computed and the cache still
+  // holds: what try_admit(id, tokens, ...) shares instead of allocating, for any tokens in
+  // (result, known_tokens]. Never all of `known_tokens` (at least the last token is computed
+  // so that the model can sample). 0 for managers without prefix caching.
+  virtual int64_t cached_prefix_tokens(RequestId /*id*/, int64_t /*known_tokens*/) const { return 0; }
 
   virtual int64_t capacity_tokens() const = 0;
   virtual int64_t allocated_tokens() const = 0;   // blocks * block_size, or reservations
@@ -56,19 +68,52 @@ class KvCacheManager {
   int64_t used_tokens_ = 0;
 };
 
+// What prefix caching needs to know of each request: its prompt length and the hashes of its
+// prompt blocks (sim/trace_reader.h). Caching is off unless both are given and hashes exist.
+struct PrefixCacheSource {
+  const Workload* requests = nullptr;
+  const PrefixBlockHashes* hashes = nullptr;
+  bool usable() const { return requests != nullptr && hashes != nullptr && !hashes->empty(); }
+};
+
+// Prefix caching (vLLM v1 vllm/v1/core/kv_cache_manager.py get_computed_blocks and
+// allocate_slots, vllm/v1/core/block_pool.py, FreeKVCacheBlockQueue in kv_cache_utils.py):
+//  * Paged block k (block_size B) of a request is cacheable when it is full and lies inside
+//    both its prompt and the tokens its hashes cover (n_hash * G, G = hashes.block_tokens).
+//    Its key is mix(hashes[((k+1)B - 1) / G], k): the hash covering its last token identifies
+//    the whole prefix up to there (the hashes are chained), k its place in it.
+//  * Admission shares the longest run of cached blocks from block 0 (ref++), but never the
+//    whole of the tokens to hold (v1 max_cache_hit_length = num_tokens - 1: the last token is
+//    recomputed to sample from it). New blocks that are (or become) full and cacheable enter
+//    the table when they are allocated, as v1 caches blocks in allocate_slots, so a request
+//    admitted later in the same step can hit them. A key already in the table is not entered
+//    twice: the duplicate block stays uncached.
+//  * Release does ref--; a block at ref 0 that is in the table stays there, *evictable*, and
+//    counts as free. Blocks are freed last block first (v1 frees in reverse so that a prefix
+//    outlives its tail).
+//  * Allocation takes a never-cached free block first and only then evicts the least recently
+//    freed evictable block. v1 keeps one LRU queue of all free blocks, cached or not, and may
+//    evict a cached block while uncached ones are free; taking uncached blocks first keeps
+//    more prefixes for the same memory and differs from v1 only in which cached block goes.
+//  * Admission needs its new blocks plus its evictable hit blocks (which leave the free pool
+//    when shared) to be free, keeping the watermark (v1 allocate_slots counts
+//    num_evictable_computed_blocks the same way).
+// Every operation costs O(blocks it touches) hash-table operations; nothing is per token.
 class PagedKvCache final : public KvCacheManager {
  public:
   PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
-               double watermark_fraction = 0.0);
+               double watermark_fraction = 0.0, PrefixCacheSource prefix = {});
   std::string_view kind() const override { return "paged"; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   bool try_grow(RequestId id, int64_t tokens) override;
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
-  bool can_admit(int64_t tokens, int64_t reserve_tokens) const override;
+  bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
+  int64_t cached_prefix_tokens(RequestId id, int64_t known_tokens) const override;
   int64_t capacity_tokens() const override { return num_blocks_ * block_size_; }
   int64_t allocated_tokens() const override { return (num_blocks_ - free_blocks_) * block_size_; }
-  int64_t used_tokens() const override { return used_tokens_; }
+  // Tokens written, each shared block once (a shared block is full in every holder).
+  int64_t used_tokens() const override { return used_tokens_ - shared_refs_ * block_size_; }
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t free_blocks() const { return free_blocks_; }
@@ -78,11 +123,48 @@ class PagedKvCache final : public KvCacheManager {
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
   int64_t blocks_of(RequestId id) const { return blocks_for(tokens_of(id)); }
 
+  bool prefix_caching() const { return caching_; }
+  // Prompt tokens `id` shared from the cache at its current admission (0 when not held).
+  int64_t shared_tokens_of(RequestId id) const { return holds(id) && caching_ ? hit_tokens_[id] : 0; }
+  int64_t cached_blocks() const { return static_cast<int64_t>(table_.size()); }  // in the table
+  int64_t evictable_blocks() const { return evictable_; }      // cached, ref 0, counted free
+  int64_t uncached_free_blocks() const { return static_cast<int64_t>(uncached_free_.size()); }
+  // Recounts everything from the per-request block lists and throws std::logic_error naming
+  // the first broken invariant. O(blocks + requests): for tests, not for the hot path.
+  void check_invariants() const;
+
  private:
+  static constexpr int32_t kNone = -1;
+  int64_t cacheable_blocks(RequestId id) const;
+  uint64_t block_key(RequestId id, int64_t k) const;
+  // Cached blocks from block 0, at most `max_blocks`, into scratch_; returns how many of them
+  // are evictable (ref 0).
+  int64_t look_up(RequestId id, int64_t max_blocks) const;
+  int32_t take_free_block();
+  void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
+  void lru_unlink(int32_t b);
+  void lru_push_back(int32_t b);
+
   int64_t num_blocks_;
   int32_t block_size_;
   int64_t watermark_blocks_;
   int64_t free_blocks_;
+
+  // Prefix caching only (all empty when off).
+  bool caching_ = false;
+  PrefixCacheSource prefix_;
+  std::vector<std::vector<int32_t>> blocks_;  // per request, in token order
+  std::vector<int64_t> hit_tokens_;           // per request: shared at admission
+  std::vector<int32_t> ref_;                  // per block
+  std::vector<uint64_t> key_;                 // per block; meaningful when in_table_
+  std::vector<uint8_t> in_table_;
+  std::vector<int32_t> lru_prev_, lru_next_;  // evictable blocks, least recently freed first
+  int32_t lru_head_ = kNone, lru_tail_ = kNone;
+  int64_t evictable_ = 0;
+  std::vector<int32_t> uncached_free_;        // free blocks that are not in the table
+  std::unordered_map<uint64_t, int32_t> table_;
+  int64_t shared_refs_ = 0;                   // sum over blocks of max(ref - 1, 0)
+  mutable std::vector<int32_t> scratch_;      // hit blocks of the last look_up
 };
 
 class ReservedKvCache final : public KvCacheManager {
@@ -93,7 +175,7 @@ class ReservedKvCache final : public KvCacheManager {
   bool try_grow(RequestId id, int64_t tokens) override;
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
-  bool can_admit(int64_t tokens, int64_t reserve_tokens) const override;
+  bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
   int64_t capacity_tokens() const override { return capacity_; }
   int64_t allocated_tokens() const override { return reserved_total_; }
   int64_t used_tokens() const override { return used_tokens_; }

@@ -81,6 +81,11 @@ struct Summary {
   double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;        // real tokens / capacity
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // held / capacity
   double busy_fraction = 0;        // time the replica was computing / makespan
+  // Prefix caching, over every admission of a request that had to prefill (first admissions
+  // and readmissions after recompute, not swap-ins): the tokens whose KV it needed (prompt,
+  // plus the generated tokens of a readmission), and those of them found cached.
+  int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
+  double prefix_hit_rate = 0;      // prefill_cached_tokens / prefill_admitted_tokens
 };
 
 struct SimulationResult {

@@ -30,6 +30,7 @@
 #include "sim/batch.h"
 #include "sim/kv_cache.h"
 #include "sim/request.h"
+#include "sim/trace_reader.h"
 
 namespace batchsim {
 
@@ -41,6 +42,9 @@ struct RequestProgress {
   int64_t computed_tokens = 0;   // tokens whose KV has been computed (reset by recompute)
   int32_t generated_tokens = 0;  // output tokens produced so far
   int32_t preemptions = 0;
+  // Prompt tokens served from the prefix cache, summed over the request's admissions (a
+  // request readmitted after a recompute preemption may hit again, as in vLLM v1).
+  int64_t cached_tokens = 0;
   SimTime first_scheduled = SimTime::max();
   SimTime first_token = SimTime::max();
   SimTime last_token = SimTime::max();
@@ -61,6 +65,13 @@ struct PolicyEnv {
   // again; with swap its KV is kept (on the host) and nothing is recomputed. The replica's
   // progress is read-only to policies, so this is the one way to move a request backwards.
   std::function<void(RequestId, bool keeps_kv)> preempt;
+  // Each request's prompt-block hashes, for prefix caching; null or empty when the workload
+  // has none (then no prefix can be shared).
+  const PrefixBlockHashes* prefix_blocks = nullptr;
+  // Tells the replica that waiting request `id`, being admitted now with nothing computed,
+  // found its first `tokens` tokens in the prefix cache: its computed tokens jump there, and
+  // its prefill starts after them (0 < tokens < known tokens; anything else is a bug).
+  std::function<void(RequestId, int64_t tokens)> use_cached_prefix;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }

@@ -38,7 +38,13 @@ SimulationResult Simulation::run() {
       throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", i));
     }
   }
+  if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() &&
+      static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
+    throw std::logic_error("prefix block hashes do not match the workload");
+  }
   progress_.assign(n, RequestProgress{});
+  admission_hit_.assign(n, 0);
+  prefill_admitted_tokens_ = prefill_cached_tokens_ = 0;
   scheduled_in_iteration_.assign(n, -1);
   result_ = SimulationResult{};
   result_.requests.resize(n);
@@ -68,6 +74,19 @@ SimulationResult Simulation::run() {
     ++p.preemptions;
     p.state = RequestState::kWaiting;
     if (!keeps_kv) p.computed_tokens = 0;
+  };
+  env_.prefix_blocks = options_.prefix_blocks;
+  env_.use_cached_prefix = [this](RequestId id, int64_t tokens) {
+    RequestProgress& p = progress_[id];
+    if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
+        tokens >= env_.known_tokens(id)) {
+      throw std::logic_error(fmt::format(
+          "policy claimed {} cached tokens for request {} (computed {}, known {})", tokens, id,
+          p.computed_tokens, env_.known_tokens(id)));
+    }
+    p.computed_tokens = tokens;
+    p.cached_tokens += tokens;
+    admission_hit_[id] = tokens;
   };
   policy_.attach(env_);
 
@@ -115,6 +134,12 @@ SimulationResult Simulation::run() {
   }
   s.kv_used_fraction_peak = kv_used_peak_;
   s.kv_allocated_fraction_peak = kv_alloc_peak_;
+  s.prefill_admitted_tokens = prefill_admitted_tokens_;
+  s.prefill_cached_tokens = prefill_cached_tokens_;
+  if (prefill_admitted_tokens_ > 0) {
+    s.prefix_hit_rate = static_cast<double>(prefill_cached_tokens_) /
+                        static_cast<double>(prefill_admitted_tokens_);
+  }
   return std::move(result_);
 }
 
@@ -183,6 +208,13 @@ void Simulation::try_start_iteration() {
       throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
     }
     scheduled_in_iteration_[item.id] = iterations_;
+    // A waiting request with nothing computed but its cached prefix is admitted to prefill (a
+    // swapped-in one keeps computed tokens of its own).
+    if (p.state == RequestState::kWaiting && p.computed_tokens == admission_hit_[item.id]) {
+      prefill_admitted_tokens_ += env_.known_tokens(item.id);
+      prefill_cached_tokens_ += admission_hit_[item.id];
+      admission_hit_[item.id] = 0;
+    }
     p.state = RequestState::kRunning;
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }

@@ -55,6 +55,9 @@ struct SimulationOptions {
   // (Policy::repeat_decode_step); the results are the same to the byte. Off while
   // `on_iteration` is set, since that wants every batch.
   bool fast_forward = true;
+  // The workload's prompt-block hashes (BuiltWorkload::prefix_blocks), handed to the policy
+  // for prefix caching; null or empty: none. Must outlive the run.
+  const PrefixBlockHashes* prefix_blocks = nullptr;
   // Called after every iteration with the applied batch: tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
 };
@@ -107,6 +110,10 @@ class Simulation {
   // Running sums for the summary, so iteration records need not be kept.
   double busy_s_ = 0, kv_used_area_ = 0, kv_alloc_area_ = 0, kv_used_peak_ = 0, kv_alloc_peak_ = 0;
   int64_t bubble_slots_ = 0, useful_slots_ = 0;
+  // Prefix caching: tokens found cached at each request's admission in progress (reset when it
+  // is first scheduled), and the sums over all admissions of prefills.
+  std::vector<int64_t> admission_hit_;
+  int64_t prefill_admitted_tokens_ = 0, prefill_cached_tokens_ = 0;
 };
 
 Summary summarize(const SimulationResult& result, double busy_s);

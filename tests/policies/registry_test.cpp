@@ -175,7 +175,9 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       return kv.first == "kv" && kv.second == "reserve";
     });
     for (const PolicyOptionDoc& d : docs) {
-      if (reserve ? (d.key == "block_size" || d.key == "watermark") : d.key == "reserve_to") continue;
+      const bool paged_only =
+          d.key == "block_size" || d.key == "watermark" || d.key == "prefix_caching";
+      if (reserve ? paged_only : d.key == "reserve_to") continue;
       std::string value = d.default_value;
       if (d.key == "max_num_batched_tokens") value = "4096";
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;

@@ -1,6 +1,7 @@
 #include "sim/kv_cache.h"
 
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -71,6 +72,177 @@ TEST(KvCache, BadConfigurationIsAUserError) {
   EXPECT_THROW(PagedKvCache(1, 10, 16, -0.1), UserError);
   // NaN fails every comparison: a range check written as `w < 0 || w >= 1` lets it through.
   EXPECT_THROW(PagedKvCache(1, 10, 16, std::nan("")), UserError);
+}
+
+// Prefix caching: requests with prompts of the given lengths and prompt-block hashes (one
+// hash per `hash_tokens` tokens), kept alive for the cache that points at them.
+struct PrefixFixture {
+  Workload requests;
+  PrefixBlockHashes hashes;
+
+  PrefixFixture(int32_t hash_tokens, const std::vector<std::pair<int32_t, std::vector<uint64_t>>>& prompts) {
+    hashes.block_tokens = hash_tokens;
+    hashes.offsets.push_back(0);
+    for (const auto& [prompt, ids] : prompts) {
+      Request r;
+      r.id = static_cast<RequestId>(requests.size());
+      r.prompt_tokens = prompt;
+      r.output_tokens = 8;
+      requests.push_back(r);
+      hashes.hashes.insert(hashes.hashes.end(), ids.begin(), ids.end());
+      hashes.offsets.push_back(static_cast<int64_t>(hashes.hashes.size()));
+    }
+  }
+  PagedKvCache cache(int64_t num_blocks, int32_t block_size, double watermark = 0.0) const {
+    return PagedKvCache(static_cast<int64_t>(requests.size()), num_blocks, block_size, watermark,
+                        PrefixCacheSource{&requests, &hashes});
+  }
+};
+
+TEST(PrefixCache, ASecondRequestSharesTheCachedPrefixByReference) {
+  // Block size 4, one hash per 8 tokens. Request 1 starts like request 0 for 16 tokens.
+  const PrefixFixture f(8, {{16, {1, 2}}, {20, {1, 2, 3}}});
+  PagedKvCache kv = f.cache(10, 4);
+  ASSERT_TRUE(kv.prefix_caching());
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 20), 0);  // nothing cached yet
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  EXPECT_EQ(kv.cached_blocks(), 4);  // full prompt blocks enter the table at allocation
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 20), 16);
+  ASSERT_TRUE(kv.try_admit(1, 20, 20));
+  EXPECT_EQ(kv.shared_tokens_of(1), 16);
+  EXPECT_EQ(kv.allocated_blocks(), 5);  // 4 shared + 1 new, not 4 + 5
+  EXPECT_EQ(kv.used_tokens(), 20);      // the shared 16 tokens count once
+  EXPECT_EQ(kv.tokens_of(1), 20);
+  kv.check_invariants();
+  kv.release(0);  // still referenced by request 1: nothing is freed
+  EXPECT_EQ(kv.allocated_blocks(), 5);
+  EXPECT_EQ(kv.evictable_blocks(), 0);
+  kv.check_invariants();
+  kv.release(1);  // every block is free; the 5 full prompt blocks stay cached
+  EXPECT_EQ(kv.free_blocks(), 10);
+  EXPECT_EQ(kv.evictable_blocks(), 5);
+  EXPECT_EQ(kv.used_tokens(), 0);
+  kv.check_invariants();
+}
+
+TEST(PrefixCache, AHitNeverCoversTheWholePrompt) {
+  // vLLM v1 max_cache_hit_length = num_tokens - 1: the last token is computed to sample.
+  const PrefixFixture f(8, {{16, {1, 2}}, {16, {1, 2}}});
+  PagedKvCache kv = f.cache(10, 4);
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 16), 12);
+  // A readmitted request knows more tokens (prompt + generated): the whole prompt may hit.
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 17), 16);
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));
+  EXPECT_EQ(kv.shared_tokens_of(1), 12);
+  EXPECT_EQ(kv.allocated_blocks(), 5);
+  kv.check_invariants();
+}
+
+TEST(PrefixCache, OnlyFullBlocksInsideThePromptAndTheHashesAreCached) {
+  // Prompt 14 with hashes over 16 tokens: blocks 0-2 (12 tokens) are full and cacheable;
+  // block 3 holds 2 prompt tokens. Prompt 30 with one hash (8 tokens): only blocks 0-1.
+  const PrefixFixture f(8, {{14, {1, 2}}, {30, {5}}});
+  PagedKvCache kv = f.cache(20, 4);
+  ASSERT_TRUE(kv.try_admit(0, 14, 14));
+  EXPECT_EQ(kv.cached_blocks(), 3);
+  ASSERT_TRUE(kv.try_grow(0, 16));  // block 3 fills with a generated token: not a prompt block
+  EXPECT_EQ(kv.cached_blocks(), 3);
+  ASSERT_TRUE(kv.try_admit(1, 30, 30));
+  EXPECT_EQ(kv.cached_blocks(), 5);
+  kv.check_invariants();
+}
+
+TEST(PrefixCache, ChunkedPrefillEntersBlocksAsTheyFill) {
+  const PrefixFixture f(8, {{16, {1, 2}}, {16, {1, 2, 9}}});
+  PagedKvCache kv = f.cache(10, 4);
+  ASSERT_TRUE(kv.try_admit(0, 6, 16));  // a first chunk of 6: block 0 full, block 1 not
+  EXPECT_EQ(kv.cached_blocks(), 1);
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 16), 4);
+  ASSERT_TRUE(kv.try_grow(0, 16));
+  EXPECT_EQ(kv.cached_blocks(), 4);
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 16), 12);
+  kv.check_invariants();
+}
+
+TEST(PrefixCache, AllocationTakesUncachedBlocksFirstThenEvictsTheLeastRecentlyFreed) {
+  // 6 blocks of 4 tokens; one hash per 8 tokens.
+  const PrefixFixture f(8, {{8, {10}}, {8, {20}}, {12, {30, 31}}, {12, {10, 11}}, {12, {20, 21}}});
+  PagedKvCache kv = f.cache(6, 4);
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));
+  kv.release(0);  // its 2 blocks: cached, evictable
+  ASSERT_TRUE(kv.try_admit(1, 8, 8));  // 4 never-cached blocks are free: no eviction
+  EXPECT_EQ(kv.cached_blocks(), 4);
+  EXPECT_EQ(kv.cached_prefix_tokens(3, 12), 8);
+  kv.release(1);
+  EXPECT_EQ(kv.evictable_blocks(), 4);
+  EXPECT_EQ(kv.uncached_free_blocks(), 2);
+  // 3 blocks: the 2 uncached ones, then one eviction: request 0's tail block, freed first
+  // (blocks are freed last block first, and request 0 was freed before request 1).
+  ASSERT_TRUE(kv.try_admit(2, 12, 12));
+  EXPECT_EQ(kv.evictable_blocks(), 3);
+  EXPECT_EQ(kv.cached_prefix_tokens(3, 12), 4);  // request 0's prefix lost its second block
+  EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 8);  // request 1's is intact
+  kv.check_invariants();
+  // Readmitted, request 0 finds the block of its prefix that is left, and one more block
+  // evicts the next least recently freed (request 1's tail).
+  kv.release(2);
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));
+  EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 4);
+  EXPECT_EQ(kv.shared_tokens_of(0), 4);
+  kv.check_invariants();
+}
+
+TEST(PrefixCache, AdmissionCountsHitsAsNeedingNoNewBlocksButEvictableHitsAsTaken) {
+  const PrefixFixture f(4, {{12, {1, 2, 3}}, {16, {1, 2, 3, 4}}, {4, {9}}});
+  {
+    PagedKvCache kv = f.cache(4, 4);
+    ASSERT_TRUE(kv.try_admit(0, 12, 12));  // 3 blocks held, 1 free
+    // Without sharing request 1 would need 4 blocks; with its 12-token prefix held, one.
+    PagedKvCache plain(3, 4, 4);
+    ASSERT_TRUE(plain.try_admit(0, 12, 12));
+    EXPECT_FALSE(plain.can_admit(1, 16, 16));
+    EXPECT_TRUE(kv.can_admit(1, 16, 16));
+    ASSERT_TRUE(kv.try_admit(1, 16, 16));
+    EXPECT_EQ(kv.free_blocks(), 0);
+    kv.check_invariants();
+  }
+  {
+    PagedKvCache kv = f.cache(4, 4);
+    ASSERT_TRUE(kv.try_admit(0, 12, 12));
+    kv.release(0);                        // 3 evictable + 1 uncached free
+    ASSERT_TRUE(kv.try_admit(2, 4, 4));   // takes the uncached block
+    EXPECT_EQ(kv.free_blocks(), 3);
+    // Request 1's 3 hit blocks are free only while nobody holds them: sharing them takes them
+    // from the free pool, and it needs a fourth.
+    EXPECT_EQ(kv.cached_prefix_tokens(1, 16), 12);
+    EXPECT_FALSE(kv.can_admit(1, 16, 16));
+    EXPECT_FALSE(kv.try_admit(1, 16, 16));
+    EXPECT_FALSE(kv.holds(1));
+    kv.check_invariants();
+  }
+}
+
+TEST(PrefixCache, WatermarkAppliesToNewAndEvictableHitBlocks) {
+  const PrefixFixture f(4, {{8, {1, 2}}, {12, {1, 2, 3}}});
+  PagedKvCache kv = f.cache(10, 4, 0.2);  // watermark 2 blocks
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));
+  kv.release(0);
+  // 2 evictable hits + 1 new = 3 of 10 free: 7 >= 2.
+  EXPECT_TRUE(kv.can_admit(1, 12, 12));
+  EXPECT_TRUE(kv.fits_when_empty(32));
+  EXPECT_FALSE(kv.fits_when_empty(33));
+}
+
+TEST(PrefixCache, WithoutHashesTheCacheIsThePlainOne) {
+  const Workload requests(2);
+  const PrefixBlockHashes none;
+  PagedKvCache kv(2, 10, 16, 0.0, PrefixCacheSource{&requests, &none});
+  EXPECT_FALSE(kv.prefix_caching());
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 100), 0);
+  ASSERT_TRUE(kv.try_admit(0, 17, 17));
+  EXPECT_EQ(kv.allocated_blocks(), 2);
+  kv.check_invariants();
 }
 
 }  // namespace
