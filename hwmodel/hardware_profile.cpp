@@ -27,14 +27,15 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // figure for one small NCCL all-reduce within a node. PCIe: per direction.
 // The efficiency parameters keep the defaults of HardwareProfile: datasheet defaults, NOT
 // fitted (see hwmodel/README.md; fitted profiles live in hwmodel/profiles/).
-HardwareProfile datasheet(std::string name, double tflops, double hbm_gb_per_s, int64_t mem_mib,
-                          double link_gb_per_s, double link_latency_us, double pcie_gb_per_s,
-                          int sm_count) {
+HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, double hbm_gb_per_s,
+                          int64_t mem_mib, double link_gb_per_s, double link_latency_us,
+                          double pcie_gb_per_s, int sm_count) {
   HardwareProfile p;
   p.sm_count = sm_count;
   p.name = std::move(name);
   p.source = "datasheet";
   p.peak_flops = tflops * kTera;
+  p.peak_fp8_flops = fp8_tflops * kTera;
   p.hbm_bytes_per_s = hbm_gb_per_s * kGB;
   p.memory_bytes = mem_mib * kMiB;
   p.interconnect_bytes_per_s = link_gb_per_s * kGB;
@@ -49,24 +50,29 @@ HardwareProfile datasheet(std::string name, double tflops, double hbm_gb_per_s, 
 
 // SM counts (the last argument): A100 108, H100/H200 SXM 132, L40S 142, A40 84 (NVIDIA
 // whitepapers and datasheets); they set the waves of decode attention (roofline.h).
+// FP8 (the third argument): dense FP8 tensor-core TFLOP/s, the datasheets' figure "with
+// sparsity" halved; 0 for Ampere GPUs, which have no FP8 tensor cores.
 std::vector<HardwareProfile> make_builtin_gpus() {
   return {
       // NVIDIA A100 datasheet: 312 TFLOP/s dense BF16; NVLink 3 600 GB/s bidirectional;
       // PCIe Gen4 x16 64 GB/s bidirectional. 40 GB: 1,555 GB/s; 80 GB SXM: 2,039 GB/s.
-      datasheet("a100-40gb", 312, 1555, 40960, 300, 10, 32, 108),
-      datasheet("a100-80gb", 312, 2039, 81920, 300, 10, 32, 108),
-      // NVIDIA H100 SXM5: 989 TFLOP/s dense BF16, 3.35 TB/s, 80 GB; NVLink 4 900 GB/s
-      // bidirectional; PCIe Gen5 x16 128 GB/s bidirectional.
-      datasheet("h100-sxm", 989, 3350, 81559, 450, 10, 64, 132),
-      // NVIDIA H200 SXM: H100 compute with 141 GB HBM3e at 4.8 TB/s; same NVLink and PCIe.
-      datasheet("h200", 989, 4800, 143771, 450, 10, 64, 132),
-      // NVIDIA L40S: 362 TFLOP/s dense BF16, 864 GB/s, 48 GB; no NVLink, so collectives run
-      // over PCIe Gen4 x16 (32 GB/s per direction) with a higher latency.
-      datasheet("l40s", 362, 864, 46068, 32, 25, 32, 142),
+      datasheet("a100-40gb", 312, 0, 1555, 40960, 300, 10, 32, 108),
+      datasheet("a100-80gb", 312, 0, 2039, 81920, 300, 10, 32, 108),
+      // NVIDIA H100 SXM5: 989 TFLOP/s dense BF16, 1,979 dense FP8 (3,958 with sparsity),
+      // 3.35 TB/s, 80 GB; NVLink 4 900 GB/s bidirectional; PCIe Gen5 x16 128 GB/s
+      // bidirectional.
+      datasheet("h100-sxm", 989, 1979, 3350, 81559, 450, 10, 64, 132),
+      // NVIDIA H200 SXM: H100 compute (989 BF16, 1,979 FP8) with 141 GB HBM3e at 4.8 TB/s;
+      // same NVLink and PCIe.
+      datasheet("h200", 989, 1979, 4800, 143771, 450, 10, 64, 132),
+      // NVIDIA L40S: 362 TFLOP/s dense BF16, 733 dense FP8 (1,466 with sparsity), 864 GB/s,
+      // 48 GB; no NVLink, so collectives run over PCIe Gen4 x16 (32 GB/s per direction) with a
+      // higher latency.
+      datasheet("l40s", 362, 733, 864, 46068, 32, 25, 32, 142),
       // NVIDIA A40 (the other GPU of Vidur's measurements): 149.7 TFLOP/s dense FP16/BF16
       // tensor, 696 GB/s GDDR6, 48 GB; a two-GPU NVLink bridge at 112.5 GB/s per direction,
-      // PCIe Gen4 x16.
-      datasheet("a40", 149.7, 696, 46068, 112.5, 15, 32, 84),
+      // PCIe Gen4 x16. Ampere: no FP8.
+      datasheet("a40", 149.7, 0, 696, 46068, 112.5, 15, 32, 84),
   };
 }
 
@@ -86,6 +92,7 @@ const std::vector<NumberKey>& number_keys() {
                    efficiency});
     };
     add("peak_flops", &HardwareProfile::peak_flops);
+    add("peak_fp8_flops", &HardwareProfile::peak_fp8_flops);
     add("hbm_bytes_per_s", &HardwareProfile::hbm_bytes_per_s);
     add("interconnect_bytes_per_s", &HardwareProfile::interconnect_bytes_per_s);
     add("interconnect_latency_s", &HardwareProfile::interconnect_latency_s);

@@ -39,6 +39,9 @@ struct HardwareProfile {
   std::string source;          // one line: "datasheet", or what a fitted profile was fitted from
   std::string provenance;      // fitted profiles: the measurement files read and the fit's notes
   double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
+  // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
+  // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).
+  double peak_fp8_flops = 0;
   double hbm_bytes_per_s = 0;  // HBM bandwidth of one GPU
   int64_t memory_bytes = 0;    // HBM capacity of one GPU
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives

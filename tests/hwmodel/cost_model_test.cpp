@@ -15,6 +15,7 @@ namespace batchsim {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::round_profile;
 using testing::user_error_of;
 
 GemmShape shape_of(const ModelSpec& m, int tp, LayerGemm g) {
@@ -91,29 +92,6 @@ TEST(Roofline, GqaShapesSplitHeadsAndReplicateKvHeads) {
   const OperatorWork p = prefill_attention_work(l70, 8, 100, 0);
   EXPECT_DOUBLE_EQ(p.flops, 20684800.0);
   EXPECT_DOUBLE_EQ(p.bytes, 460800.0);
-}
-
-// A profile with round numbers so that times can be worked out by hand.
-HardwareProfile round_profile() {
-  HardwareProfile p;
-  p.name = "round";
-  p.peak_flops = 100e12;
-  p.hbm_bytes_per_s = 1e12;
-  p.memory_bytes = int64_t{80} << 30;
-  p.interconnect_bytes_per_s = 100e9;
-  p.interconnect_latency_s = 10e-6;
-  p.gemm_eta_max = 0.5;
-  p.gemm_m_half = 0;
-  p.hbm_efficiency = 1.0;
-  p.prefill_attention_efficiency = 0.25;
-  p.prefill_attention_causal_efficiency = 0.125;
-  p.decode_attention_efficiency = 0.5;
-  p.decode_attention_per_seq_s = 0;
-  p.kernel_launch_s = 0;
-  p.iteration_overhead_s = 1e-3;
-  p.iteration_overhead_per_seq_s = 0;
-  for (auto& k : p.elementwise) k = {1.0, 0.0};
-  return p;
 }
 
 TEST(Roofline, GemmTimeTakesTheBindingRoof) {

@@ -45,11 +45,31 @@ TEST(HardwareProfile, BuiltinsCarryTheDatasheetCeilings) {
             resolve_gpu("l40s").interconnect_bytes_per_s);
 }
 
+// Dense FP8 tensor-core peaks (datasheets' "with sparsity" figures halved); Ampere has none.
+TEST(HardwareProfile, BuiltinsCarryTheFp8PeakWhereTheGpuHasOne) {
+  EXPECT_DOUBLE_EQ(resolve_gpu("h100-sxm").peak_fp8_flops, 1979e12);
+  EXPECT_DOUBLE_EQ(resolve_gpu("h200").peak_fp8_flops, 1979e12);
+  EXPECT_DOUBLE_EQ(resolve_gpu("l40s").peak_fp8_flops, 733e12);
+  for (const char* ampere : {"a100-40gb", "a100-80gb", "a40", "a100-80gb-fitted", "a40-fitted"}) {
+    EXPECT_EQ(resolve_gpu(ampere).peak_fp8_flops, 0) << ampere;
+  }
+  // A profile file sets it like any ceiling, and inherits it from its base.
+  const auto dir = testing::scratch_dir("profile_fp8");
+  EXPECT_DOUBLE_EQ(
+      load_hardware_profile(write_text_file(dir, "h.yaml", "base: h100-sxm\n")).peak_fp8_flops,
+      1979e12);
+  EXPECT_DOUBLE_EQ(load_hardware_profile(write_text_file(dir, "a.yaml",
+                                                         "base: a100-80gb\npeak_fp8_flops: 1e15\n"))
+                       .peak_fp8_flops,
+                   1e15);
+}
+
 HardwareProfile odd_profile() {
   HardwareProfile p;
   p.name = "test-gpu";
   p.source = "fitted from: somewhere, with: colons";
   p.peak_flops = 123.456789e12;
+  p.peak_fp8_flops = 246.913579e12;
   p.hbm_bytes_per_s = 1.23456789e12;
   p.memory_bytes = 12345678901;
   p.interconnect_bytes_per_s = 1.5e11;

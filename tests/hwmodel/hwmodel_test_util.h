@@ -16,6 +16,28 @@
 
 namespace batchsim::testing {
 
+// A profile with round numbers so that times can be worked out by hand.
+inline HardwareProfile round_profile() {
+  HardwareProfile p;
+  p.name = "round";
+  p.peak_flops = 100e12;
+  p.hbm_bytes_per_s = 1e12;
+  p.memory_bytes = int64_t{80} << 30;
+  p.interconnect_bytes_per_s = 100e9;
+  p.interconnect_latency_s = 10e-6;
+  p.gemm_eta_max = 0.5;
+  p.gemm_m_half = 0;
+  p.hbm_efficiency = 1.0;
+  p.prefill_attention_efficiency = 0.25;
+  p.prefill_attention_causal_efficiency = 0.125;
+  p.decode_attention_efficiency = 0.5;
+  p.decode_attention_per_seq_s = 0;
+  p.kernel_launch_s = 0;
+  p.iteration_overhead_s = 1e-3;
+  p.iteration_overhead_per_seq_s = 0;
+  for (auto& k : p.elementwise) k = {1.0, 0.0};
+  return p;
+}
 
 // Every field of two profiles equal within a relative tolerance (names and sources exactly
 // when `compare_text`).
@@ -31,6 +53,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   }
   EXPECT_EQ(a.memory_bytes, b.memory_bytes);
   near(a.peak_flops, b.peak_flops, "peak_flops");
+  near(a.peak_fp8_flops, b.peak_fp8_flops, "peak_fp8_flops");
   near(a.hbm_bytes_per_s, b.hbm_bytes_per_s, "hbm_bytes_per_s");
   near(a.interconnect_bytes_per_s, b.interconnect_bytes_per_s, "interconnect_bytes_per_s");
   near(a.interconnect_latency_s, b.interconnect_latency_s, "interconnect_latency_s");
