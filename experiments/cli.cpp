@@ -58,6 +58,8 @@ po::options_description run_options() {
       ("prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")
       ("output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")
       ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
+      ("prefix", po::value<std::string>(), "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
+       "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
       ("seed", po::value<uint64_t>(), "random seed (default 0)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
@@ -103,6 +105,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("prompt-len")) c.workload.prompt_len = vm["prompt-len"].as<std::string>();
   if (vm.count("output-len")) c.workload.output_len = vm["output-len"].as<std::string>();
   if (vm.count("trace-speedup")) c.workload.trace_speedup = vm["trace-speedup"].as<double>();
+  if (vm.count("prefix")) c.workload.prefix = vm["prefix"].as<std::string>();
   if (vm.count("seed")) c.workload.seed = vm["seed"].as<uint64_t>();
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
@@ -151,10 +154,13 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   validate(config);
   const BuiltWorkload built = build_workload(config.workload);
   for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
-  const Workload& workload = built.requests;
-  const RunOutcome run = run_simulation(config, &workload);
-  print_setup(out, config, workload.size(), run.result.kv_capacity_tokens);
+  const RunOutcome run = run_simulation(config, &built);
+  print_setup(out, config, built.requests.size(), run.result.kv_capacity_tokens);
   print_comparison_table(out, {&run});
+  if (const Summary& s = run.result.summary; s.prefill_cached_tokens > 0) {
+    fmt::print(out, "prefix cache: {:.1f}% hit rate ({} of {} tokens to prefill found cached)\n",
+               100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
+  }
   print_warnings(run, err);
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
@@ -331,13 +337,14 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
   RunConfig config = config_from(vm);
   const int repeat = vm["repeat"].as<int>();
   if (repeat < 1) throw UserError("--repeat: must be >= 1");
-  const Workload workload = make_workload(config.workload);
+  const BuiltWorkload built = build_workload(config.workload);
+  const Workload& workload = built.requests;
   double best_s = 1e300;
   RunOutcome last;
   for (int i = 0; i < repeat; ++i) {
     RunHooks hooks;
     hooks.fast_forward = !vm["no-fast-forward"].as<bool>();
-    last = run_simulation(config, &workload, hooks);
+    last = run_simulation(config, &built, hooks);
     best_s = std::min(best_s, last.wall_s);
   }
   const Summary& s = last.result.summary;

@@ -96,8 +96,8 @@ ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
 // ---- one run ------------------------------------------------------------------------------
 
 std::string workload_key(const WorkloadSpec& w) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len, w.trace.string(),
-                     w.num_requests, w.trace_speedup, w.seed);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len, w.trace.string(),
+                     w.num_requests, w.trace_speedup, w.seed, w.prefix);
 }
 
 // The TBT distribution as quantiles: the simulation keeps every inter-token gap only as
@@ -146,7 +146,7 @@ struct RunDone {
   double wall_s = 0;
 };
 
-RunDone execute(const Experiment& e, const PlannedRun& run, const Workload& workload,
+RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload& workload,
                 const fs::path& runs_dir, std::optional<int> capacity_probe = std::nullopt) {
   RunHooks hooks;
   hooks.record_iterations = true;  // for kv_timeline.csv and the iteration budget
@@ -192,7 +192,7 @@ struct LoggedIteration {
 void write_slot_timeline(const Experiment& e, const fs::path& dir) {
   const SlotTimelineSpec& spec = *e.slot_timeline;
   fs::create_directories(dir);
-  const Workload workload = make_workload(spec.base.workload);
+  const BuiltWorkload workload = build_workload(spec.base.workload);
   for (const PolicyVariant& p : spec.policies) {
     RunConfig config = spec.base;
     config.out.clear();
@@ -351,14 +351,14 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
 
   // Every combination with the same workload keys and seed gets the very same request
   // sequence: built once here, shared read-only by the threads.
-  std::map<std::string, std::shared_ptr<const Workload>> workloads;
+  std::map<std::string, std::shared_ptr<const BuiltWorkload>> workloads;
   if (!e.capacity) {
     for (const PlannedRun* run : mine) {
       const std::string key = workload_key(run->config.workload);
       if (workloads.count(key)) continue;
       BuiltWorkload built = build_workload(run->config.workload);
       for (const auto& w : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", w);
-      workloads[key] = std::make_shared<const Workload>(std::move(built.requests));
+      workloads[key] = std::make_shared<const BuiltWorkload>(std::move(built));
     }
   }
 
@@ -406,7 +406,7 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
             probe.rate = rate;
             probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
             const BuiltWorkload built = build_workload(probe.config.workload);
-            RunDone done = execute(e, probe, built.requests, runs_dir, probe_index);
+            RunDone done = execute(e, probe, built, runs_dir, probe_index);
             if (probe_index == 0) {
               // Every probe reads the same trace rows; say what was adjusted in them once.
               warnings = built.warnings;

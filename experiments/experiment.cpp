@@ -37,7 +37,7 @@ struct Where {
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "tp", "arrival", "trace", "num-requests", "prompt-len", "output-len",
-      "trace-speedup", "gpu-memory-utilization", "iteration-log"};
+      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log"};
   return keys.count(key) > 0;
 }
 
@@ -231,6 +231,7 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
 void check_workload_spec(const WorkloadSpec& w) {
   parse_length_distribution(w.prompt_len, "--prompt-len");
   parse_length_distribution(w.output_len, "--output-len");
+  if (!w.prefix.empty()) parse_prefix_spec(w.prefix, "--prefix");
   if (w.arrival == "trace" && w.trace.empty()) {
     throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
   }

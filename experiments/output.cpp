@@ -61,6 +61,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["output_len"] = c.workload.output_len;
   j["trace_speedup"] = c.workload.trace_speedup;
   j["seed"] = c.workload.seed;
+  j["prefix"] = c.workload.prefix;
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   return j;
 }
@@ -96,6 +97,10 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
              {"used_fraction_peak", s.kv_used_fraction_peak},
              {"allocated_fraction_mean", s.kv_allocated_fraction_mean},
              {"allocated_fraction_peak", s.kv_allocated_fraction_peak}};
+  // Over the admissions that had to prefill (see Summary): 0 without prefix caching.
+  j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate},
+                       {"cached_tokens", s.prefill_cached_tokens},
+                       {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
   return j;
 }
 
@@ -116,10 +121,11 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   {
     auto out = open_for_write(dir / "requests.csv");
     out << "id,arrival_s,prompt_tokens,output_tokens,state,first_scheduled_s,first_token_s,"
-           "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason\n";
+           "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
+           "cached_tokens\n";
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n", r.id,
+      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}\n", r.id,
                  r.arrival.seconds(), r.prompt_tokens, r.output_tokens, state_name(r.state),
                  opt_seconds(r.first_scheduled, SimTime::zero()),
                  opt_seconds(r.first_token, SimTime::zero()),
@@ -129,7 +135,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  done ? fmt::format("{:.9f}", r.tpot_s()) : "",
                  done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
                  done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
-                 r.reject_reason);
+                 r.reject_reason, r.cached_tokens);
     }
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {

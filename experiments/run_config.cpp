@@ -80,6 +80,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, shown);
     else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
     else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
+    else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
     else if (key == "seed") c.workload.seed = scalar<uint64_t>(v, file, shown);
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);

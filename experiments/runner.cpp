@@ -9,16 +9,16 @@
 
 namespace batchsim {
 
-RunOutcome run_simulation(const RunConfig& config, const Workload* workload,
+RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload,
                           const RunHooks& hooks) {
   validate(config);
   const ModelSpec model = resolve_model(config.model);
   const HardwareProfile gpu = resolve_gpu(config.gpu);
   const CostModel cost_model(model, gpu, config.tp);
 
-  Workload generated;
+  BuiltWorkload generated;
   if (workload == nullptr) {
-    generated = make_workload(config.workload);
+    generated = build_workload(config.workload);
     workload = &generated;
   }
   std::unique_ptr<Policy> policy = make_policy(config.policy, PolicyOptions(config.policy_opts));
@@ -28,11 +28,12 @@ RunOutcome run_simulation(const RunConfig& config, const Workload* workload,
   options.record_iterations = config.iteration_log || hooks.record_iterations;
   options.on_iteration = hooks.on_iteration;
   options.fast_forward = hooks.fast_forward;
+  options.prefix_blocks = &workload->prefix_blocks;
 
   RunOutcome outcome;
   outcome.config = config;
   const auto start = std::chrono::steady_clock::now();
-  Simulation sim(*workload, *policy, cost_model, options);
+  Simulation sim(workload->requests, *policy, cost_model, options);
   outcome.result = sim.run();
   outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;

@@ -27,8 +27,9 @@ struct RunHooks {
 };
 
 // Runs `config`; when `workload` is given it is used instead of generating one (so that a
-// comparison feeds every policy the same request sequence). Throws UserError for bad input.
-RunOutcome run_simulation(const RunConfig& config, const Workload* workload = nullptr,
+// comparison feeds every policy the same request sequence); its prefix_blocks reach the policy
+// for prefix caching. Throws UserError for bad input.
+RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload = nullptr,
                           const RunHooks& hooks = {});
 
 // Lines such as "3 requests rejected: ..." for the terminal, naming each distinct reason once.

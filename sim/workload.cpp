@@ -22,6 +22,7 @@ constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
 constexpr uint32_t kArrivalStream = 0;
 constexpr uint32_t kPromptStream = 1;
 constexpr uint32_t kOutputStream = 2;
+constexpr uint32_t kPrefixStream = 3;
 
 constexpr SpecSyntax kArrivalSyntaxes[] = {
     {"offline", "every request at t = 0 (a batch job)"},
@@ -37,6 +38,13 @@ constexpr SpecSyntax kLengthSyntaxes[] = {
     {"capexp:MEAN:CAP", "exponential with mean MEAN, samples above CAP redrawn (the Anyscale "
                         "continuous-batching benchmark), rounded to the nearest integer >= 1"},
     {"lognormal:MEDIAN:SIGMA", "MEDIAN * exp(SIGMA * N(0,1)), rounded to the nearest integer >= 1"},
+};
+
+constexpr SpecSyntax kPrefixSyntaxes[] = {
+    {"shared:TOKENS", "every prompt starts with the same TOKENS tokens (a system prompt), "
+                      "added to its sampled length"},
+    {"groups:TOKENS:N", "N distinct prefixes of TOKENS tokens, each request drawing one "
+                        "uniformly, added to its sampled length"},
 };
 
 // A spec split at ':' with the option it came from, for parsing and for error messages of the
@@ -271,6 +279,55 @@ void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng,
 
 std::span<const SpecSyntax> arrival_process_syntaxes() { return kArrivalSyntaxes; }
 std::span<const SpecSyntax> length_distribution_syntaxes() { return kLengthSyntaxes; }
+std::span<const SpecSyntax> prefix_syntaxes() { return kPrefixSyntaxes; }
+
+PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
+  const SpecText text(spec, option);
+  const std::string_view kind = text.kind();
+  PrefixSpec prefix;
+  if (kind == "shared") {
+    text.expect_parameters(1, "shared:TOKENS");
+    prefix.tokens = static_cast<int32_t>(text.integer(1, "TOKENS", 1, "1"));
+    prefix.groups = 1;
+    return prefix;
+  }
+  if (kind == "groups") {
+    text.expect_parameters(2, "groups:TOKENS:N");
+    prefix.tokens = static_cast<int32_t>(text.integer(1, "TOKENS", 1, "1"));
+    prefix.groups = static_cast<int32_t>(text.integer(2, "N", 1, "1"));
+    return prefix;
+  }
+  text.fail(fmt::format("unknown prefix \"{}\"; expected {}", kind,
+                        list_syntaxes(kPrefixSyntaxes)));
+}
+
+namespace {
+
+// Prepends `prefix` to every prompt and describes it in `built.prefix_blocks`: one hash per
+// request, the index of its prefix group, covering block_tokens = TOKENS tokens.
+void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option,
+                BuiltWorkload& built) {
+  Rng rng = Rng::for_stream(seed, kPrefixStream);
+  PrefixBlockHashes& blocks = built.prefix_blocks;
+  blocks.block_tokens = prefix.tokens;
+  blocks.offsets.reserve(built.requests.size() + 1);
+  blocks.hashes.reserve(built.requests.size());
+  blocks.offsets.push_back(0);
+  for (Request& r : built.requests) {
+    const int64_t prompt = static_cast<int64_t>(r.prompt_tokens) + prefix.tokens;
+    if (prompt > kMaxTokens) {
+      throw UserError(fmt::format("{}: request {} would have a prompt of {} tokens, more than "
+                                  "{}", option, r.id, prompt, kMaxTokens));
+    }
+    r.prompt_tokens = static_cast<int32_t>(prompt);
+    const uint64_t group =
+        prefix.groups > 1 ? sample_below(rng, static_cast<uint64_t>(prefix.groups)) : 0;
+    blocks.hashes.push_back(group);
+    blocks.offsets.push_back(static_cast<int64_t>(blocks.hashes.size()));
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
                                                               std::string_view option) {
@@ -344,6 +401,9 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       parse_length_distribution(spec.prompt_len, "--prompt-len");
   const std::unique_ptr<LengthDistribution> output_len =
       parse_length_distribution(spec.output_len, "--output-len");
+  // tokens 0: no prefix.
+  const PrefixSpec prefix =
+      spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
 
   BuiltWorkload built;
   const bool replay_timestamps =
@@ -400,6 +460,16 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
                                       spec.trace.filename().string(),
                                       trace_format_name(trace.format));
     }
+  }
+
+  if (prefix.tokens > 0) {
+    if (!built.prefix_blocks.empty()) {
+      throw UserError(fmt::format("--prefix {}: the trace {} brings its own prompt-block hashes "
+                                  "(hash_ids), which say what its requests share; drop --prefix",
+                                  spec.prefix, spec.trace.string()));
+    }
+    add_prefix(prefix, spec.seed, "--prefix", built);
+    built.description += fmt::format(", prefix {} added to each prompt", spec.prefix);
   }
 
   // Invariants of request.h, relied on by the simulation.

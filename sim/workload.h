@@ -11,6 +11,11 @@
 //             (TIMESTAMP,ContextTokens,GeneratedTokens), generic CSV
 //             (arrival_s,prompt_tokens,output_tokens), Mooncake JSONL (timestamp ms,
 //             input_length, output_length, hash_ids).
+//   prefix    "shared:TOKENS" (every prompt starts with the same TOKENS tokens: a system
+//             prompt) | "groups:TOKENS:N" (N distinct prefixes of TOKENS tokens, each request
+//             draws one uniformly). The prompt is TOKENS + the sampled (or trace) length, as
+//             vLLM's benchmark_prefix_caching builds prefix + random suffix; the workload gets
+//             PrefixBlockHashes that mark the prefix as shared, for prefix caching.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -39,6 +44,15 @@ struct SpecSyntax {
 };
 std::span<const SpecSyntax> arrival_process_syntaxes();
 std::span<const SpecSyntax> length_distribution_syntaxes();
+std::span<const SpecSyntax> prefix_syntaxes();
+
+// A parsed --prefix: `tokens` shared tokens at the start of every prompt, drawn from `groups`
+// distinct prefixes (1 for shared:TOKENS). Throws UserError naming `option` and the spec.
+struct PrefixSpec {
+  int32_t tokens = 0;
+  int32_t groups = 0;
+};
+PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option);
 
 class LengthDistribution {
  public:
@@ -77,6 +91,7 @@ struct WorkloadSpec {
   int64_t num_requests = 0;            // 0: all of a trace; required (> 0) without one
   double trace_speedup = 1.0;          // divides trace arrival offsets
   uint64_t seed = 0;
+  std::string prefix;                  // empty: none; else a --prefix spec (see above)
 };
 
 // A built workload with what a user must be told about it.
@@ -84,7 +99,7 @@ struct BuiltWorkload {
   Workload requests;
   std::string description;             // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
   std::vector<std::string> warnings;   // trace rows adjusted (see trace_reader.h); print them
-  PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake), else empty
+  PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake) or --prefix
 };
 
 // Semantics:
@@ -99,6 +114,11 @@ struct BuiltWorkload {
 //     arrival order), arrival times from the process as above ("Azure conversation lengths at
 //     Poisson rate X"). trace_speedup must then be 1: it would mean nothing.
 //   * prompt_len / output_len are validated even when a trace brings its own lengths.
+//   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
+//     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
+//     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the
+//     group identifies it), so any KV block size shares every full block inside the prefix.
+//     A trace that brings its own hash_ids cannot take a --prefix (an error says so).
 // Throws UserError for any malformed part (naming the option, or the trace file and line).
 BuiltWorkload build_workload(const WorkloadSpec& spec);
 // build_workload(spec).requests. Callers that face a user should call build_workload and print

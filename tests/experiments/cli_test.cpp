@@ -156,5 +156,30 @@ TEST(Cli, AModelThatDoesNotFitSaysSoAndSuggestsTp) {
   EXPECT_EQ(run_cli({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4", "--num-requests", "5"}), 0);
 }
 
+TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
+  EXPECT_THAT(error_of({"run", "--prefix", "shared:x", "--num-requests", "5"}),
+              HasSubstr("--prefix: \"shared:x\""));
+  EXPECT_THAT(error_of({"run", "--prefix", "groups:100", "--num-requests", "5"}),
+              HasSubstr("--prefix"));
+  EXPECT_THAT(error_of({"run", "--policy", "orca", "--policy-opt", "prefix_caching=true",
+                        "--num-requests", "5"}),
+              HasSubstr("prefix_caching=true: only applies with kv=paged"));
+  EXPECT_THAT(error_of({"run", "--policy", "hf-static", "--policy-opt", "prefix_caching=true",
+                        "--num-requests", "5"}),
+              HasSubstr("no option 'prefix_caching'"));
+  // A shared system prompt with the vllm preset (prefix caching on): hits, reported and written.
+  const auto dir = testing::scratch_dir("cli_prefix");
+  const auto config = testing::write_text_file(dir, "run.yaml",
+                                               "prefix: shared:512\nnum-requests: 40\n"
+                                               "arrival: poisson:20\npolicy: vllm\n");
+  std::string text;
+  ASSERT_EQ(run_cli({"run", "--config", config.string(), "--out", (dir / "out").string()}, &text), 0);
+  EXPECT_THAT(text, HasSubstr("prefix cache:"));
+  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  EXPECT_EQ(summary["config"]["prefix"], "shared:512");
+  EXPECT_GT(summary["prefix_cache"]["hit_rate"].get<double>(), 0.4);  // 496 of ~1024 per request
+  EXPECT_THAT(slurp(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens\n"));
+}
+
 }  // namespace
 }  // namespace batchsim

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -472,6 +473,81 @@ TEST(MakeWorkload, SpecErrorsNameTheOption) {
             "--prompt-len: \"uniform:2:1\": B must be an integer >= A");
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.arrival = "gamma:1"; }),
             "--arrival: \"gamma:1\": expected gamma:RATE:CV (2 parameters after \"gamma:\")");
+}
+
+WorkloadSpec prefix_spec(const std::string& prefix) {
+  WorkloadSpec spec;
+  spec.arrival = "poisson:4";
+  spec.prompt_len = "uniform:10:300";
+  spec.output_len = "uniform:1:50";
+  spec.num_requests = 200;
+  spec.seed = 9;
+  spec.prefix = prefix;
+  return spec;
+}
+
+TEST(WorkloadPrefix, SharedAddsTheSystemPromptToEverySampledPromptAndChangesNothingElse) {
+  const BuiltWorkload plain = build_workload(prefix_spec(""));
+  const BuiltWorkload shared = build_workload(prefix_spec("shared:1000"));
+  EXPECT_TRUE(plain.prefix_blocks.empty());
+  ASSERT_EQ(shared.requests.size(), plain.requests.size());
+  ASSERT_FALSE(shared.prefix_blocks.empty());
+  EXPECT_EQ(shared.prefix_blocks.block_tokens, 1000);
+  for (size_t i = 0; i < plain.requests.size(); ++i) {
+    const auto id = static_cast<RequestId>(i);
+    EXPECT_EQ(shared.requests[i].prompt_tokens, plain.requests[i].prompt_tokens + 1000);
+    EXPECT_EQ(shared.requests[i].output_tokens, plain.requests[i].output_tokens);
+    EXPECT_EQ(shared.requests[i].arrival, plain.requests[i].arrival);
+    ASSERT_EQ(shared.prefix_blocks.of(id).size(), 1u);
+    EXPECT_EQ(shared.prefix_blocks.of(id)[0], shared.prefix_blocks.of(0)[0]);  // one prefix
+  }
+  EXPECT_NE(shared.description.find("prefix shared:1000"), std::string::npos) << shared.description;
+}
+
+TEST(WorkloadPrefix, GroupsDrawEachRequestsPrefixFromItsOwnStream) {
+  const BuiltWorkload plain = build_workload(prefix_spec(""));
+  const BuiltWorkload groups = build_workload(prefix_spec("groups:64:5"));
+  std::set<uint64_t> seen;
+  for (size_t i = 0; i < groups.requests.size(); ++i) {
+    EXPECT_EQ(groups.requests[i].prompt_tokens, plain.requests[i].prompt_tokens + 64);
+    EXPECT_EQ(groups.requests[i].arrival, plain.requests[i].arrival);
+    seen.insert(groups.prefix_blocks.of(static_cast<RequestId>(i))[0]);
+  }
+  EXPECT_EQ(seen.size(), 5u);  // 200 uniform draws among 5 reach all 5
+  EXPECT_LT(*seen.rbegin(), 5u);
+  // Same spec and seed, same draws.
+  EXPECT_EQ(build_workload(prefix_spec("groups:64:5")).prefix_blocks.hashes,
+            groups.prefix_blocks.hashes);
+}
+
+TEST(WorkloadPrefix, MalformedSpecsNameTheOption) {
+  const auto error_for = [](const std::string& prefix) {
+    return user_error_of([&] { build_workload(prefix_spec(prefix)); });
+  };
+  EXPECT_EQ(error_for("shared"), "--prefix: \"shared\": expected shared:TOKENS (1 parameter after \"shared:\")");
+  EXPECT_EQ(error_for("shared:0"), "--prefix: \"shared:0\": TOKENS must be an integer >= 1");
+  EXPECT_EQ(error_for("groups:100"),
+            "--prefix: \"groups:100\": expected groups:TOKENS:N (2 parameters after \"groups:\")");
+  EXPECT_EQ(error_for("groups:100:0"), "--prefix: \"groups:100:0\": N must be an integer >= 1");
+  EXPECT_NE(error_for("system:100").find("--prefix: \"system:100\": unknown prefix"), std::string::npos);
+  EXPECT_NE(error_for("shared:2147483647").find("--prefix: request 0 would have a prompt of"),
+            std::string::npos);
+}
+
+TEST(WorkloadPrefix, ATraceWithItsOwnHashesRefusesAPrefixAndOneWithoutTakesIt) {
+  const auto dir = testing::scratch_dir("workload_prefix");
+  WorkloadSpec spec;
+  spec.prefix = "shared:32";
+  spec.trace = testing::write_text_file(
+      dir, "hashed.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n");
+  const std::string msg = user_error_of([&] { build_workload(spec); });
+  EXPECT_NE(msg.find("--prefix shared:32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("hash_ids"), std::string::npos) << msg;
+  spec.trace = testing::write_text_file(dir, "plain.csv", "arrival_s,prompt_tokens,output_tokens\n0,100,5\n");
+  const BuiltWorkload built = build_workload(spec);
+  EXPECT_EQ(built.requests[0].prompt_tokens, 132);
+  EXPECT_FALSE(built.prefix_blocks.empty());
 }
 
 }  // namespace
