@@ -47,7 +47,7 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   std::string dir, profile_out, fit_on, base_gpu, report_out;
   po::options_description d("batchsim calibrate fit options");
   d.add_options()
-      ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate")
+      ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate, or one of its CSVs")
       ("out", po::value(&profile_out), "the hardware profile to write (YAML)")
       ("fit-on", po::value(&fit_on), "model whose rows to fit on (default: the first measured)")
       ("base-gpu", po::value(&base_gpu), "datasheet GPU for the ceilings (default: from the device)")
@@ -63,10 +63,10 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
     throw UserError(fmt::format("calibrate fit: {}", e.what()));
   }
   if (vm.count("help")) {
-    out << "usage: batchsim calibrate fit MEASUREMENTS_DIR --out PROFILE.yaml [options]\n\n" << d << '\n';
+    out << "usage: batchsim calibrate fit MEASUREMENTS --out PROFILE.yaml [options]\n\n" << d << '\n';
     return 0;
   }
-  if (dir.empty()) throw UserError("calibrate fit: give the measurement directory");
+  if (dir.empty()) throw UserError("calibrate fit: give the measurement directory (or one CSV of it)");
   if (profile_out.empty()) throw UserError("calibrate fit: give --out PROFILE.yaml");
 
   const Measurements measurements = read_measurements(dir);
@@ -88,9 +88,11 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
 
 int calibrate_command(const std::vector<std::string>& args, std::ostream& out) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    out << "usage: batchsim calibrate fit MEASUREMENTS_DIR --out PROFILE.yaml [options]\n"
+    out << "usage: batchsim calibrate fit MEASUREMENTS --out PROFILE.yaml [options]\n"
            "  Fits a hardware profile on the measurements `batchsim-calibrate measure` wrote\n"
-           "  on a GPU (see calibration/README.md), and records the fit error per operator.\n";
+           "  on a GPU (see calibration/README.md), and records the fit error per operator.\n"
+           "  MEASUREMENTS is the measurement directory, or one CSV of it (e.g. its mlp.csv:\n"
+           "  operators without rows then keep the base GPU's datasheet values).\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "fit") return calibrate_fit({args.begin() + 1, args.end()}, out);

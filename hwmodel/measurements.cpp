@@ -280,11 +280,36 @@ std::vector<std::string> subdirectories(const fs::path& dir) {
   return names;
 }
 
+// The GPU folder of a file inside a Vidur-style tree: "a100" for .../compute/a100/org/m/mlp.csv.
+std::string device_of_tree_file(const fs::path& file) {
+  std::string previous;
+  for (const fs::path& part : file.parent_path()) {
+    if (previous == "compute") return part.string();
+    previous = part.string();
+  }
+  return "";
+}
+
 }  // namespace
 
 Measurements read_measurements(const fs::path& dir, std::string_view device) {
+  if (fs::is_regular_file(dir)) {
+    // One CSV, e.g. the mlp.csv of one model: read alone; its GPU is the tree folder it lies in.
+    Measurements out;
+    out.root = dir.parent_path().string();
+    out.device = device.empty() ? device_of_tree_file(fs::absolute(dir)) : std::string(device);
+    read_file(dir, out);
+    make_relative(out.files_read, dir.parent_path());
+    make_relative(out.files_skipped, dir.parent_path());
+    if (out.files_read.empty()) {
+      throw UserError(fmt::format("{}: not a measurement CSV (expected the header of Vidur's "
+                                  "mlp.csv, attention.csv, all_reduce.csv or cpu overheads)",
+                                  dir.string()));
+    }
+    return out;
+  }
   if (!fs::is_directory(dir)) {
-    throw UserError(fmt::format("{}: measurement directory not found", dir.string()));
+    throw UserError(fmt::format("{}: no such measurement directory or file", dir.string()));
   }
   Measurements out;
   out.root = dir.string();

@@ -119,6 +119,8 @@ struct Measurements {
 //    (all GPUs of a node on NVSwitch, what tensor parallelism runs on) over other topologies.
 //    An empty `device` is allowed only when the tree holds one device.
 //  - Anything else: every CSV under `dir`, recursively (what calibration/ writes).
+//  - A single CSV file: that file alone; `device` defaults to the folder after `compute/` in
+//    its path (calibration's compute/<gpu>/<org>/<model>/mlp.csv), else stays empty.
 // Throws UserError naming the file and line for malformed rows, or a missing directory.
 Measurements read_measurements(const std::filesystem::path& dir, std::string_view device = "");
 

@@ -18,6 +18,7 @@ namespace batchsim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   const auto dir = testing::scratch_dir("calibrate-fit");
@@ -39,6 +40,32 @@ TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   const auto report = nlohmann::json::parse(in);
   // The fit reproduces the rows it was fitted on: whole iterations within 10%.
   EXPECT_LT(report["iteration_fitted"]["mape"].get<double>(), 10.0);
+}
+
+// `batchsim calibrate fit meas/compute/<gpu>/.../mlp.csv`: one CSV fits the GEMM curve; the GPU
+// comes from the tree folder in its path (no --base-gpu), and operators without rows in it keep
+// the datasheet's values.
+TEST(CalibrateFit, FitsOneCsvAndTakesTheGpuFromItsPath) {
+  const auto dir = testing::scratch_dir("calibrate-fit-csv");
+  const auto csv = testing::data_dir() / "measured/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv";
+  std::ostringstream out;
+  ASSERT_EQ(calibrate_command({"fit", csv.string(), "--out", (dir / "p.yaml").string()}, out), 0);
+  const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
+  const HardwareProfile datasheet = resolve_gpu("a100-80gb");
+  EXPECT_DOUBLE_EQ(p.peak_flops, datasheet.peak_flops);
+  EXPECT_NE(p.gemm_eta_max, datasheet.gemm_eta_max);  // fitted on the file's GEMM rows
+  EXPECT_THAT(p.provenance, HasSubstr("mlp.csv"));
+  EXPECT_THAT(p.provenance, HasSubstr("mlp_up_proj"));
+  EXPECT_THAT(p.provenance, Not(HasSubstr("attn_decode")));  // no attention rows in the file
+
+  // A CSV that is not a measurement file is named.
+  const auto bogus = testing::write_text_file(dir, "notes.csv", "a,b\n1,2\n");
+  try {
+    calibrate_command({"fit", bogus.string(), "--out", (dir / "q.yaml").string()}, out);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("notes.csv: not a measurement CSV"));
+  }
 }
 
 TEST(CalibrateFit, BadInputIsNamed) {
