@@ -184,15 +184,22 @@ struct LoggedIteration {
   int64_t index;
   SimTime start, end;
   std::vector<BatchItem> items;
+  // Requests of earlier batches that hold no KV after this iteration although they were not in
+  // it: preempted while this batch was scheduled (recompute or swap), or finished earlier and
+  // released with their static batch, which the drawing tells apart by the finish time.
+  std::vector<RequestId> lost_kv;
 };
 
 // Draws each batch as slots: a request takes the lowest free slot when it is first scheduled
 // and frees it at its end of sequence, so a static batch shows its finished rows as idle
-// slots until the whole batch ends, and continuous batching shows them refilled at once.
-void write_slot_timeline(const Experiment& e, const fs::path& dir) {
+// slots until the whole batch ends, and continuous batching shows them refilled at once. A
+// preempted request frees its slot too (one "preempted" cell), and takes the lowest free slot
+// again when it is readmitted.
+void write_slot_timeline(const Experiment& e, const fs::path& dir, std::ostream& progress) {
   const SlotTimelineSpec& spec = *e.slot_timeline;
   fs::create_directories(dir);
   const BuiltWorkload workload = build_workload(spec.base.workload);
+  for (const auto& w : workload.warnings) fmt::print(progress, "batchsim: warning: slot timeline: {}\n", w);
   for (const PolicyVariant& p : spec.policies) {
     RunConfig config = spec.base;
     config.out.clear();
@@ -200,17 +207,41 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir) {
     config.policy = p.policy;
     for (const auto& [k, v] : p.options) config.policy_opts[k] = v;
     std::vector<LoggedIteration> log;
+    std::set<RequestId> holding;  // requests seen in a batch that still held KV after it
     RunHooks hooks;
-    hooks.on_iteration = [&](const Batch& batch, const IterationRecord& it, const Policy&) {
+    hooks.on_iteration = [&](const Batch& batch, const IterationRecord& it, const Policy& policy) {
       if (static_cast<int64_t>(log.size()) >= spec.max_iterations) return;
-      log.push_back({it.index, it.start, it.start + it.duration, batch.items});
+      LoggedIteration logged{it.index, it.start, it.start + it.duration, batch.items, {}};
+      std::set<RequestId> in_batch;
+      for (const BatchItem& item : batch.items) in_batch.insert(item.id);
+      holding.insert(in_batch.begin(), in_batch.end());
+      for (auto id = holding.begin(); id != holding.end();) {
+        if (policy.kv_cache().holds(*id)) {
+          ++id;
+          continue;
+        }
+        if (!in_batch.count(*id)) logged.lost_kv.push_back(*id);
+        id = holding.erase(id);
+      }
+      log.push_back(std::move(logged));
     };
     const RunOutcome outcome = run_simulation(config, &workload, hooks);
+    for (const auto& w : rejection_warnings(outcome.result)) {
+      fmt::print(progress, "batchsim: warning: slot timeline {}: {}\n", p.label, w);
+    }
     std::map<RequestId, int> slot_of;
     std::set<int> free_slots;
     int slots = 0;
     auto out = open_for_write(dir / (p.label + ".csv"));
     out << "iteration,start_s,end_s,slot,request,state\n";
+    const auto row = [&](const LoggedIteration& it, int slot, RequestId id, const char* state) {
+      fmt::print(out, "{},{:.6f},{:.6f},{},{},{}\n", it.index, it.start.seconds(), it.end.seconds(),
+                 slot, id, state);
+    };
+    const auto vacate = [&](RequestId id) {
+      free_slots.insert(slot_of.at(id));
+      slot_of.erase(id);
+    };
     for (const LoggedIteration& it : log) {
       std::vector<RequestId> ended;
       for (const BatchItem& item : it.items) {
@@ -223,15 +254,17 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir) {
         const RequestRecord& r = outcome.result.requests[static_cast<size_t>(item.id)];
         const bool decode = item.new_tokens == 1 && item.context_before >= r.prompt_tokens;
         const bool eos = r.completed() && r.finished == it.end;
-        const char* state = eos ? "end" : decode ? "decode" : "prefill";
         if (eos) ended.push_back(item.id);
-        fmt::print(out, "{},{:.6f},{:.6f},{},{},{}\n", it.index, it.start.seconds(), it.end.seconds(),
-                   pos->second, item.id, state);
+        row(it, pos->second, item.id, eos ? "end" : decode ? "decode" : "prefill");
       }
-      for (RequestId id : ended) {
-        free_slots.insert(slot_of[id]);
-        slot_of.erase(id);
+      for (RequestId id : it.lost_kv) {
+        const RequestRecord& r = outcome.result.requests[static_cast<size_t>(id)];
+        if (r.completed() && r.finished <= it.end) continue;  // released with its static batch
+        if (!slot_of.count(id)) continue;
+        row(it, slot_of.at(id), id, "preempted");
+        vacate(id);
       }
+      for (RequestId id : ended) vacate(id);
     }
   }
 }
@@ -463,7 +496,7 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
   if (e.capacity) results.capacities = std::move(capacities);
   sort_results(results);
   if (write) {
-    if (e.slot_timeline && options.shard_index == 0) write_slot_timeline(e, options.out / "slot_timeline");
+    if (e.slot_timeline && options.shard_index == 0) write_slot_timeline(e, options.out / "slot_timeline", progress);
     write_summaries(options.out, results, options.plots, progress);
   }
   return results;

@@ -423,7 +423,7 @@ def kv_over_time(res, out_dir):
 
 
 SLOT_STATES = OrderedDict([("idle", "#e6e6e6"), ("prefill", "#3b75af"), ("decode", "#8fc176"),
-                           ("end", "#d9534f")])
+                           ("end", "#d9534f"), ("preempted", "#f0ad4e")])
 
 
 def slot_timeline(res, out_dir):
@@ -459,7 +459,7 @@ def slot_timeline(res, out_dir):
         ax.set_title(f"{label}: {n} iterations", fontsize=10, loc="left")
     axes[-1, 0].set_xlabel("iteration")
     fig.legend(handles=[Patch(color=c, label=s if s != "idle" else "idle (bubble)") for s, c in SLOT_STATES.items()],
-               loc="upper right", ncol=4, fontsize=8)
+               loc="upper right", ncol=len(SLOT_STATES), fontsize=8)
     # The timeline runs its own small workload, not the experiment's: say which.
     base = spec.get("base", {})
     workload = (f"{base.get('num_requests')} requests, prompt {base.get('prompt_len')}, "

@@ -483,6 +483,42 @@ slot-timeline: {max-iterations: 1000}
   EXPECT_GT(first_second_batch, last_end_first_batch);
 }
 
+// With KV memory for a few requests only, continuous batching preempts: a preempted request
+// gives its slot up (one "preempted" cell) and takes the lowest free slot when readmitted, so
+// the timeline never shows more slots than max_num_seqs or a slot holding two requests.
+TEST(Compare, SlotTimelineFreesThePreemptedRequestsSlot) {
+  const fs::path out = testing::scratch_dir("experiment_slots_preempt");
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 12, prompt-len: "fixed:200", output-len: "fixed:600", gpu-memory-utilization: 0.2}
+policies:
+  - {policy: vllm-v0, label: recompute, policy-opt: {max_num_seqs: 6}}
+  - {policy: vllm-v0, label: swap, policy-opt: {max_num_seqs: 6, preemption: swap}}
+slot-timeline: {max-iterations: 100000}
+)", "slots.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  for (const char* label : {"recompute", "swap"}) {
+    SCOPED_TRACE(label);
+    const auto rows = read_csv_rows(out / "slot_timeline" / (std::string(label) + ".csv"));
+    ASSERT_GT(rows.size(), 1u);
+    std::map<std::string, int> preempted, ends;
+    std::map<std::pair<std::string, std::string>, std::string> holder;  // (iteration, slot) -> request
+    int max_slot = 0;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      max_slot = std::max(max_slot, std::stoi(r[3]));
+      if (r[5] == "preempted") ++preempted[r[4]];
+      if (r[5] == "end") ++ends[r[4]];
+      const auto [it, fresh] = holder.try_emplace({r[0], r[3]}, r[4]);
+      EXPECT_TRUE(fresh) << "iteration " << r[0] << " slot " << r[3] << " holds requests "
+                         << it->second << " and " << r[4];
+    }
+    EXPECT_FALSE(preempted.empty());  // KV for 3025 tokens, 6 x 800 wanted
+    EXPECT_LT(max_slot, 6);           // a preempted request's slot is reused, not kept
+    EXPECT_EQ(ends.size(), 12u);      // every request, preempted or not, ends exactly once
+    for (const auto& [id, n] : ends) EXPECT_EQ(n, 1) << "request " << id;
+  }
+}
+
 TEST(Compare, QuickModeComparesPoliciesFromFlags) {
   const fs::path out = testing::scratch_dir("experiment_quick");
   std::ostringstream text, err;
