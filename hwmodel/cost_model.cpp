@@ -18,6 +18,15 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel)
         fmt::format("model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
                     model_.name, model_.num_heads, model_.ffn_size, tp_));
   }
+  if (model_.is_moe() &&
+      (model_.experts_per_token < 1 || model_.experts_per_token > model_.num_experts ||
+       model_.shared_expert_ffn_size < 0 || model_.shared_expert_ffn_size % tp_ != 0)) {
+    // vLLM shards each expert's (and the shared expert's) intermediate size like a dense MLP.
+    throw UserError(fmt::format(
+        "model '{}': top-{} of {} experts with shared expert FFN {} cannot run on --tp {}",
+        model_.name, model_.experts_per_token, model_.num_experts, model_.shared_expert_ffn_size,
+        tp_));
+  }
   if (model_.num_kv_heads % tp_ != 0 && tp_ % model_.num_kv_heads != 0) {
     // KV heads are either split or replicated whole (vLLM QKVParallelLinear).
     throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}", model_.name,
@@ -31,6 +40,7 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel)
         fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
   }
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
+  moe_gemms_ = moe_gemm_shapes(model_, tp_);
   lm_head_ = lm_head_shape(model_, tp_);
 }
 
@@ -40,13 +50,33 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   const double layers = model_.num_layers;
   const int64_t tokens = shape.total_tokens();
 
+  // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
+  // MLP is one expert of all of them.
+  const ExpertLoad load = expected_expert_load(model_, tokens);
+  const int w_bytes = model_.dtype_bytes;
   for (int g = 0; g < kNumLayerGemms; ++g) {
-    cost.layer_gemm_s[g] = layers * gemm_time_s(gpu_, layer_gemms_[g], tokens, model_.dtype_bytes);
-    cost.gemm_s += cost.layer_gemm_s[g];
+    const bool mlp = g == static_cast<int>(LayerGemm::mlp_up) ||
+                     g == static_cast<int>(LayerGemm::mlp_down);
+    const double layer_s =
+        mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts,
+                                  w_bytes)
+            : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_bytes);
+    cost.layer_gemm_s[g] = layers * layer_s;
   }
-  // The MLP up projection is the largest GEMM; its regime is the layer's.
-  cost.gemm_compute_bound = gemm_compute_bound(
-      gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)], tokens, model_.dtype_bytes);
+  if (model_.is_moe()) {
+    // The router is unquantised (16-bit) and replicated; the shared expert runs on every token.
+    cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] +=
+        layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, kActivationBytes) +
+                  gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_bytes));
+    cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] +=
+        layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_bytes);
+  }
+  for (double s : cost.layer_gemm_s) cost.gemm_s += s;
+  // The MLP up projection is the largest GEMM; its regime is the layer's (an MoE layer's: one
+  // routed expert's on its share of the tokens).
+  cost.gemm_compute_bound =
+      grouped_gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)],
+                                 load.tokens_per_expert, load.experts, w_bytes);
 
   // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
   // varlen API, as vLLM calls it), so their work is summed under one roofline.
@@ -61,7 +91,8 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
                             shape.decode_context_max);
   cost.decode_attention_s = layers * decode_attention_time_s(gpu_, decode, shape.num_decodes);
 
-  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, model_.dtype_bytes);
+  // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
+  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, kActivationBytes);
 
   // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
   // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
@@ -90,13 +121,22 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
 
 double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {
   const auto& g = layer_gemms_;
-  const double per_token_elements = 4.0 * model_.hidden_size +
-                                    static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
-                                    static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
-                                    static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
+  const double mlp_elements = static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
+                              static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
+  double per_token_elements = 4.0 * model_.hidden_size +
+                              static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
+                              mlp_elements;
+  if (model_.is_moe()) {
+    // The line above counted one expert's intermediate outputs; a token has k of them.
+    const auto& m = moe_gemms_;
+    per_token_elements += (model_.experts_per_token - 1) * mlp_elements +
+                          static_cast<double>(model_.experts_per_token) * model_.hidden_size +
+                          static_cast<double>(m.router.n) + static_cast<double>(m.shared_up.n) +
+                          static_cast<double>(m.shared_down.k);
+  }
   const double logits_bytes = static_cast<double>(kSamplerRows) * lm_head_.n * 4.0;
   return kRuntimeReserveBytes +
-         static_cast<double>(activation_tokens) * per_token_elements * model_.dtype_bytes +
+         static_cast<double>(activation_tokens) * per_token_elements * kActivationBytes +
          logits_bytes;
 }
 

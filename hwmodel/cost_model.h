@@ -6,6 +6,9 @@
 //   time = max(FLOPs / (peak_flops * eta_c), bytes / (hbm_bytes_per_s * eta_m)) + launch
 // summed over operators and layers, plus the LM head for sampling sequences only, plus
 // tensor-parallel all-reduces, plus a per-iteration CPU overhead (DESIGN.md, "Cost model").
+// An MoE layer's MLP is its router, the routed experts as one grouped GEMM per projection over
+// the experts the iteration's tokens touch (expected_expert_load in roofline.h), and its shared
+// expert; all of it is reported in the layer's mlp_up / mlp_down GEMM time.
 //
 // Thread safety: a CostModel is immutable after construction; `iteration` is const and may be
 // called from many threads.
@@ -59,6 +62,8 @@ struct BatchShape {
 // Seconds per part of one iteration; `total_s` is their sum.
 struct IterationCost {
   double gemm_s = 0;  // all layers' QKV, O, MLP GEMMs (sum of layer_gemm_s)
+  // (MoE: mlp_up holds the router, the routed experts' up[/gate] and the shared expert's;
+  // mlp_down the routed and shared experts' down projections.)
   double prefill_attention_s = 0;
   double decode_attention_s = 0;
   double lm_head_s = 0;
@@ -90,7 +95,10 @@ class CostModel {
   //     memory", about 1 GiB on A100/H100)
   //   + activation_tokens * the live activations of one layer's forward per token
   //     (residual, normed input, attention output, MLP output: 4 * hidden; the QKV output;
-  //     the up[/gate] output and the activated FFN), all in dtype
+  //     the up[/gate] output and the activated FFN), all 16-bit (kActivationBytes); in an MoE
+  //     layer the up[/gate] and activated outputs of the top-k experts (fused_moe's
+  //     intermediate caches), their k outputs of hidden before the combine, the router logits
+  //     and the shared expert's up[/gate] and activated outputs
   //   + the sampler's fp32 logits for kSamplerRows rows (vLLM samples max_num_seqs = 256 rows in
   //     its profile run).
   // An estimate, not a measurement: it lands within a few percent of the KV blocks vLLM
@@ -110,6 +118,7 @@ class CostModel {
   int tp_;
   // Shapes per GPU, computed once so that iteration() does no work proportional to the model.
   std::array<GemmShape, kNumLayerGemms> layer_gemms_;
+  MoeGemmShapes moe_gemms_;
   GemmShape lm_head_;
 };
 

@@ -9,29 +9,56 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "hwmodel/error.h"
 
 namespace batchsim {
 
-int64_t ModelSpec::layer_gemm_params() const {
-  const int64_t d = hidden_size;
-  const int64_t q_dim = int64_t{num_heads} * head_dim;
-  const int64_t kv_dim = int64_t{num_kv_heads} * head_dim;
-  const int64_t qkv = d * (q_dim + 2 * kv_dim);
-  const int64_t o = q_dim * d;
-  const int64_t up = d * int64_t{ffn_size} * (gated_mlp ? 2 : 1);
-  const int64_t down = int64_t{ffn_size} * d;
-  return qkv + o + up + down;
+namespace {
+
+// Weights of one MLP (or expert) of intermediate size `ffn`: up[/gate] and down.
+int64_t mlp_params(const ModelSpec& m, int64_t ffn) {
+  return int64_t{m.hidden_size} * ffn * (m.gated_mlp ? 3 : 2);
 }
 
+// One layer's GEMM weights with `routed_experts` of the routed experts counted (all of them
+// for memory, top-k for what one token runs). An MoE layer also has its router (hidden x
+// experts) and shared expert; a dense layer is one MLP of ffn_size.
+int64_t layer_params(const ModelSpec& m, int64_t routed_experts) {
+  const int64_t d = m.hidden_size;
+  const int64_t q_dim = int64_t{m.num_heads} * m.head_dim;
+  const int64_t kv_dim = int64_t{m.num_kv_heads} * m.head_dim;
+  const int64_t attention = d * (q_dim + 2 * kv_dim) + q_dim * d;  // QKV and O
+  if (!m.is_moe()) return attention + mlp_params(m, m.ffn_size);
+  return attention + d * m.num_experts + routed_experts * mlp_params(m, m.ffn_size) +
+         mlp_params(m, m.shared_expert_ffn_size);
+}
+
+// Embedding and LM head, counted separately even when tied (see the header).
+int64_t embedding_params(const ModelSpec& m) { return 2 * int64_t{m.vocab_size} * m.hidden_size; }
+
+}  // namespace
+
+int64_t ModelSpec::layer_gemm_params() const { return layer_params(*this, num_experts); }
+
 int64_t ModelSpec::total_params() const {
-  // Embedding and LM head are both counted: see the header. Norms and biases are < 0.1%.
-  return int64_t{num_layers} * layer_gemm_params() + 2 * int64_t{vocab_size} * hidden_size;
+  // Norms and biases are < 0.1%.
+  return int64_t{num_layers} * layer_gemm_params() + embedding_params(*this);
+}
+
+int64_t ModelSpec::active_params() const {
+  return int64_t{num_layers} * layer_params(*this, experts_per_token) + embedding_params(*this);
+}
+
+int64_t ModelSpec::weight_bytes() const {
+  const int64_t router = is_moe() ? int64_t{num_layers} * hidden_size * num_experts : 0;
+  const int64_t unquantised = embedding_params(*this) + router;
+  return (total_params() - unquantised) * dtype_bytes + unquantised * kActivationBytes;
 }
 
 int64_t ModelSpec::kv_bytes_per_token() const {
-  return 2 * int64_t{num_layers} * num_kv_heads * head_dim * dtype_bytes;
+  return 2 * int64_t{num_layers} * num_kv_heads * head_dim * kv_dtype_bytes;
 }
 
 namespace {
@@ -52,6 +79,15 @@ ModelSpec spec(std::string name, int layers, int hidden, int heads, int kv_heads
   m.dtype_bytes = 2;
   m.max_context_tokens = max_context;
   return m;
+}
+
+// `dense` with its MLP replaced by `experts` routed experts of its ffn_size, top `top_k`, and a
+// shared expert of `shared_ffn` (0: none).
+ModelSpec moe(ModelSpec dense, int experts, int top_k, int shared_ffn = 0) {
+  dense.num_experts = experts;
+  dense.experts_per_token = top_k;
+  dense.shared_expert_ffn_size = shared_ffn;
+  return dense;
 }
 
 std::vector<ModelSpec> make_builtin_models() {
@@ -78,6 +114,20 @@ std::vector<ModelSpec> make_builtin_models() {
       spec("qwen-72b", 80, 8192, 64, 64, 24576, true, 152064, 32768),
       // microsoft/phi-2: GeLU MLP, not gated.
       spec("phi-2", 32, 2560, 32, 32, 10240, false, 51200, 2048),
+      // Mixture of experts (SwiGLU experts; vLLM runs them with fused_moe).
+      // mistralai/Mixtral-8x7B-v0.1: num_local_experts 8, num_experts_per_tok 2,
+      // intermediate_size 14336 per expert, max_position_embeddings 32768. 46.7B parameters,
+      // 12.9B active per token (Jiang et al. 2024, "Mixtral of Experts", section 2.1).
+      moe(spec("mixtral-8x7b", 32, 4096, 32, 8, 14336, true, 32000, 32768), 8, 2),
+      // mistralai/Mixtral-8x22B-Instruct-v0.1 (vocabulary 32768; the base v0.1 release had
+      // 32000): 56 layers, 48 heads, 8 KV heads, 16384 per expert, 65536 positions.
+      // 141B parameters, 39B active (Mistral AI's release notes).
+      moe(spec("mixtral-8x22b", 56, 6144, 48, 8, 16384, true, 32768, 65536), 8, 2),
+      // Qwen/Qwen1.5-MoE-A2.7B: num_experts 60, num_experts_per_tok 4, moe_intermediate_size
+      // 1408, shared_expert_intermediate_size 5632 (one shared expert, gated by a sigmoid whose
+      // hidden x 1 weight is not counted), MHA with 16 heads, decoder_sparse_step 1 (every
+      // layer MoE). 14.3B parameters, 2.7B active (the model card).
+      moe(spec("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 1408, true, 151936, 8192), 60, 4, 5632),
   };
   std::sort(models.begin(), models.end(),
             [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });
@@ -144,6 +194,73 @@ bool is_gated(const std::string& model_type, const std::string& hidden_act) {
   return hidden_act == "silu" || hidden_act == "swish" || hidden_act == "swiglu";
 }
 
+// Mixture-of-experts keys. Mixtral: num_local_experts, num_experts_per_tok, intermediate_size
+// per expert (transformers MixtralConfig). Qwen2-MoE / Qwen3-MoE: num_experts,
+// num_experts_per_tok, moe_intermediate_size per expert, shared_expert_intermediate_size
+// (Qwen2MoeConfig). Layouts this model cannot represent are errors rather than a silently
+// dense model.
+void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
+                  ModelSpec& m) {
+  for (const char* key : {"n_routed_experts", "moe_num_experts", "ffn_config"}) {
+    // DeepSeek-V2/V3 (MLA attention, first_k_dense_replace dense layers) and DBRX (nested
+    // ffn_config) are not modelled.
+    if (j.contains(key)) {
+      throw UserError(fmt::format(
+          "{}: key '{}': this mixture-of-experts layout (DeepSeek/DBRX-style) is not supported; "
+          "supported are Mixtral and Qwen2-MoE configs",
+          path.string(), key));
+    }
+  }
+  const int experts = c.optional_int({"num_local_experts", "num_experts"}).value_or(0);
+  if (experts <= 1) return;  // one expert is a dense MLP
+  m.num_experts = experts;
+  m.experts_per_token = c.required_int({"num_experts_per_tok"});
+  if (m.experts_per_token > experts) {
+    throw UserError(fmt::format("{}: key 'num_experts_per_tok' is {}, more than the {} experts",
+                                path.string(), m.experts_per_token, experts));
+  }
+  if (auto per_expert = c.optional_int({"moe_intermediate_size"})) m.ffn_size = *per_expert;
+  m.shared_expert_ffn_size = c.optional_int({"shared_expert_intermediate_size"}).value_or(0);
+  // Qwen2-MoE can make some layers dense (decoder_sparse_step > 1, mlp_only_layers); a model of
+  // identical layers cannot represent that.
+  if (c.optional_int({"decoder_sparse_step"}).value_or(1) != 1) {
+    throw UserError(fmt::format(
+        "{}: key 'decoder_sparse_step' other than 1 (dense layers between MoE layers) is not "
+        "supported",
+        path.string()));
+  }
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null() &&
+                                           !(it->is_array() && it->empty())) {
+    throw UserError(fmt::format(
+        "{}: key 'mlp_only_layers' must be empty: dense layers in an MoE model are not supported",
+        path.string()));
+  }
+}
+
+// Whether quantization_config says FP8 weights: quant_method "fp8" (vLLM's Fp8Config; AutoFP8
+// and llm-compressor's FP8 checkpoints) or "fbgemm_fp8" (Meta's Llama 3.1 405B FP8). Other
+// methods (GPTQ, AWQ, bitsandbytes, compressed-tensors INT8/INT4, ...) change the kernels in
+// ways this cost model does not represent, so they are an error naming the key.
+bool weights_are_fp8(const nlohmann::json& j, const std::filesystem::path& path) {
+  auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return false;
+  const char* key = "quantization_config.quant_method";
+  if (!it->is_object()) {
+    throw UserError(fmt::format("{}: key 'quantization_config' must be an object, got {}",
+                                path.string(), it->dump()));
+  }
+  auto method = it->find("quant_method");
+  if (method == it->end() || !method->is_string()) {
+    throw UserError(fmt::format("{}: key '{}' is missing or not a string", path.string(), key));
+  }
+  const std::string name = method->get<std::string>();
+  if (name == "fp8" || name == "fbgemm_fp8") return true;
+  throw UserError(fmt::format(
+      "{}: key '{}' has unsupported value '{}' (supported: fp8, fbgemm_fp8; 16-bit checkpoints "
+      "have no quantization_config)",
+      path.string(), key, name));
+}
+
 }  // namespace
 
 const std::vector<ModelSpec>& builtin_models() {
@@ -186,6 +303,7 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   m.vocab_size = c.required_int({"vocab_size"});
   m.max_context_tokens =
       c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
+  read_experts(c, j, path, m);
   // vLLM's dtype "auto" serves float32 checkpoints in float16
   // (vllm/config.py, _get_and_verify_dtype), so every floating dtype costs 2 bytes here.
   const std::string dtype = c.string_or("torch_dtype", "float16");
@@ -197,6 +315,8 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
                     "(float16, bfloat16 or float32)",
                     path.string(), dtype));
   }
+  m.kv_dtype_bytes = 2;  // vLLM's --kv-cache-dtype auto: the activations' 16-bit dtype
+  if (weights_are_fp8(j, path)) m.dtype_bytes = 1;
   std::string name = c.string_or("_name_or_path", "");
   if (name.empty()) {
     name = path.parent_path().filename().string();
@@ -219,6 +339,36 @@ ModelSpec resolve_model(std::string_view name_or_path) {
   }
   throw UserError(fmt::format("unknown model '{}': not a built-in model ({}) nor a config.json",
                               name_or_path, known_model_names()));
+}
+
+int parse_dtype_bytes(std::string_view text, std::string_view option) {
+  for (const char* two : {"bf16", "bfloat16", "fp16", "float16", "half"}) {
+    if (text == two) return 2;
+  }
+  // vLLM's fp8 KV cache stores e4m3 or e5m2 (--kv-cache-dtype fp8, fp8_e4m3, fp8_e5m2); its
+  // --quantization fp8 stores e4m3 weights. Both are one byte.
+  for (const char* one : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {
+    if (text == one) return 1;
+  }
+  if (text == "auto") return 0;
+  throw UserError(fmt::format(
+      "{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3, "
+      "fp8_e5m2)",
+      option, text));
+}
+
+ModelSpec with_dtypes(ModelSpec model, int weight_bytes, int kv_bytes) {
+  for (const auto& [what, bytes] : {std::pair<const char*, int>{"weight", weight_bytes},
+                                    {"KV cache", kv_bytes}}) {
+    if (bytes != 0 && bytes != 1 && bytes != 2) {
+      throw UserError(fmt::format(
+          "model '{}': {} bytes per element must be 1 (fp8) or 2 (bf16/fp16), got {}", model.name,
+          what, bytes));
+    }
+  }
+  if (weight_bytes != 0) model.dtype_bytes = weight_bytes;
+  if (kv_bytes != 0) model.kv_dtype_bytes = kv_bytes;
+  return model;
 }
 
 }  // namespace batchsim

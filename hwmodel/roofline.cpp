@@ -27,7 +27,7 @@ int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
 
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp) {
   return 2 * int64_t{model.num_layers} * kv_heads_per_gpu(model, tp) * model.head_dim *
-         model.dtype_bytes;
+         model.kv_dtype_bytes;
 }
 
 std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp) {
@@ -47,11 +47,35 @@ GemmShape lm_head_shape(const ModelSpec& model, int tp) {
   return {model.hidden_size, model.vocab_size / tp};
 }
 
-OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int dtype_bytes) {
-  const double m = static_cast<double>(m_tokens);
+MoeGemmShapes moe_gemm_shapes(const ModelSpec& model, int tp) {
+  if (!model.is_moe()) return {};
+  const int64_t d = model.hidden_size;
+  const int64_t shared = model.shared_expert_ffn_size / tp;
+  return {{d, model.num_experts}, {d, shared * (model.gated_mlp ? 2 : 1)}, {shared, d}};
+}
+
+ExpertLoad expected_expert_load(const ModelSpec& model, int64_t tokens) {
+  const double t = static_cast<double>(tokens);
+  if (!model.is_moe()) return {1, t};
+  if (tokens <= 0) return {};
+  const double e = model.num_experts;
+  const double k = model.experts_per_token;
+  const double touched = e * (1 - std::pow(1 - k / e, t));
+  return {touched, t * k / touched};
+}
+
+OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
+                               int weight_bytes) {
+  const double m = groups * rows_per_group;
   const double k = static_cast<double>(shape.k);
   const double n = static_cast<double>(shape.n);
-  return {2 * m * k * n, dtype_bytes * (m * k + k * n + m * n)};
+  // For 16-bit weights this is 2 (MK + KN + MN): every term is an integer below 2^53 for real
+  // shapes, so the split sum is exact and dense costs are unchanged bit for bit.
+  return {2 * m * k * n, kActivationBytes * (m * k + m * n) + weight_bytes * groups * k * n};
+}
+
+OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int weight_bytes) {
+  return grouped_gemm_work(shape, static_cast<double>(m_tokens), 1, weight_bytes);
 }
 
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
@@ -63,14 +87,15 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
   const double dh = model.head_dim;
   const double causal_pairs = c * (c + 1) / 2;
   const double pairs = c * p + causal_pairs;
-  OperatorWork w{4 * hq * dh * pairs,
-                 model.dtype_bytes * (2 * c * hq * dh + 2 * (p + c) * hkv * dh), c * hq,
-                 4 * hq * dh * causal_pairs};
+  // Q and O are 16-bit activations; K and V are read at the cache's dtype.
+  const double qo_bytes = kActivationBytes * (2 * c * hq * dh);
+  const double kv_bytes = model.kv_dtype_bytes * (2 * (p + c) * hkv * dh);
+  OperatorWork w{4 * hq * dh * pairs, qo_bytes + kv_bytes, c * hq, 4 * hq * dh * causal_pairs};
   if (new_tokens > 0) {
     const double tiles = static_cast<double>((new_tokens + kFlashPrefillBlockTokens - 1) /
                                              kFlashPrefillBlockTokens);
     w.ctas = tiles * hq;
-    w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.dtype_bytes / (hq / hkv);
+    w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.kv_dtype_bytes / (hq / hkv);
   }
   return w;
 }
@@ -85,9 +110,10 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
   if (context_max <= 0 && num_decodes > 0) {
     context_max = (context_sum + num_decodes - 1) / num_decodes;  // equal contexts
   }
-  OperatorWork w{4 * hq * dh * ctx, model.dtype_bytes * (2 * ctx * hkv * dh + 2 * n * hq * dh),
-                 n * hkv};
-  w.unit_bytes_max = model.dtype_bytes * 2.0 * static_cast<double>(context_max) * dh;
+  const double kv_bytes = model.kv_dtype_bytes * (2 * ctx * hkv * dh);
+  const double qo_bytes = kActivationBytes * (2 * n * hq * dh);
+  OperatorWork w{4 * hq * dh * ctx, kv_bytes + qo_bytes, n * hkv};
+  w.unit_bytes_max = model.kv_dtype_bytes * 2.0 * static_cast<double>(context_max) * dh;
   w.context_max = context_max;
   return w;
 }
@@ -119,11 +145,11 @@ int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm
 }
 
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens) {
-  return static_cast<double>(tokens) * model.hidden_size * model.dtype_bytes;
+  return static_cast<double>(tokens) * model.hidden_size * kActivationBytes;
 }
 
 double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64_t tokens) {
-  const double m = static_cast<double>(tokens) * model.dtype_bytes;
+  const double m = static_cast<double>(tokens) * kActivationBytes;
   const double d = model.hidden_size;
   switch (op) {
     case ElementwiseOp::norm: return 2 * m * d;
@@ -131,8 +157,12 @@ double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64
       return 2 * m * static_cast<double>(q_heads_per_gpu(model, tp) + kv_heads_per_gpu(model, tp)) *
              model.head_dim;
     case ElementwiseOp::activation: {
+      const double per_row = model.gated_mlp ? 3 : 2;  // elements moved per intermediate column
       const double ffn = static_cast<double>(model.ffn_size / tp);
-      return m * ffn * (model.gated_mlp ? 3 : 2);
+      if (!model.is_moe()) return m * ffn * per_row;
+      const double k = model.experts_per_token;
+      const double shared = static_cast<double>(model.shared_expert_ffn_size / tp);
+      return m * (k * ffn * per_row + shared * per_row + (k + 1) * d);
     }
     case ElementwiseOp::residual_add: return 3 * m * d;
     case ElementwiseOp::embedding: return 2 * m * d;
@@ -148,33 +178,50 @@ double roofline_combine(double a_s, double b_s, double exponent) {
   return hi * std::pow(std::pow(a_s / hi, exponent) + std::pow(b_s / hi, exponent), 1 / exponent);
 }
 
-double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens) {
-  const double m = static_cast<double>(m_tokens);
-  return gpu.gemm_eta_max * m / (m + gpu.gemm_m_half);
+double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows) {
+  return gpu.gemm_eta_max * m_rows / (m_rows + gpu.gemm_m_half);
+}
+
+double gemm_peak_flops(const HardwareProfile& gpu, int weight_bytes) {
+  return weight_bytes == 1 && gpu.peak_fp8_flops > 0 ? gpu.peak_fp8_flops : gpu.peak_flops;
 }
 
 namespace {
-double gemm_compute_s(const HardwareProfile& gpu, const OperatorWork& w, int64_t m_tokens) {
-  return w.flops / (gpu.peak_flops * gemm_compute_efficiency(gpu, m_tokens));
+double gemm_compute_s(const HardwareProfile& gpu, const OperatorWork& w, double m_rows,
+                      int weight_bytes) {
+  return w.flops / (gemm_peak_flops(gpu, weight_bytes) * gemm_compute_efficiency(gpu, m_rows));
 }
 double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) {
   return bytes / (gpu.hbm_bytes_per_s * efficiency);
 }
 }  // namespace
 
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, int dtype_bytes) {
-  if (m_tokens <= 0) return 0;
-  const OperatorWork w = gemm_work(shape, m_tokens, dtype_bytes);
-  return gpu.kernel_launch_s + roofline_combine(gemm_compute_s(gpu, w, m_tokens),
-                                                streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
-                                                gpu.gemm_roofline_exponent);
+double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
+                           double groups, int weight_bytes) {
+  if (!(rows_per_group > 0 && groups > 0) || shape.k <= 0 || shape.n <= 0) return 0;
+  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, weight_bytes);
+  return gpu.kernel_launch_s +
+         roofline_combine(gemm_compute_s(gpu, w, rows_per_group, weight_bytes),
+                          streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
+                          gpu.gemm_roofline_exponent);
+}
+
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                   int weight_bytes) {
+  return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
+}
+
+bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
+                                double rows_per_group, double groups, int weight_bytes) {
+  if (!(rows_per_group > 0 && groups > 0)) return false;
+  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, weight_bytes);
+  return gemm_compute_s(gpu, w, rows_per_group, weight_bytes) >=
+         streaming_s(gpu, w.bytes, gpu.hbm_efficiency);
 }
 
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        int dtype_bytes) {
-  if (m_tokens <= 0) return false;
-  const OperatorWork w = gemm_work(shape, m_tokens, dtype_bytes);
-  return gemm_compute_s(gpu, w, m_tokens) >= streaming_s(gpu, w.bytes, gpu.hbm_efficiency);
+                        int weight_bytes) {
+  return grouped_gemm_compute_bound(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
 }
 
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {

@@ -5,7 +5,9 @@
 // model that is fitted is exactly the model that is simulated. Everything here is per GPU:
 // with tensor parallelism `tp`, query heads, KV heads, the QKV/up output columns and the O/down
 // input rows are divided by tp (Megatron-LM column/row parallel layers, as in vLLM's
-// QKVParallelLinear / RowParallelLinear).
+// QKVParallelLinear / RowParallelLinear). An MoE layer's experts are split the same way, each
+// expert's intermediate dimension over the tp GPUs (vLLM FusedMoE's default tensor parallelism);
+// expert parallelism (whole experts per GPU) is not modelled.
 //
 // Units: FLOPs and bytes are plain counts (double, since they exceed 2^53 only for absurd
 // batches); times are seconds.
@@ -70,20 +72,55 @@ int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp);
 
 // Per-GPU weight shapes. QKV: (hidden, (q + 2 kv) * head_dim / tp); O: (q * head_dim / tp,
 // hidden); up: (hidden, ffn * (gated ? 2 : 1) / tp); down: (ffn / tp, hidden). LM head: (hidden,
-// vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead.
+// vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead. For an MoE model up and down are
+// those of ONE routed expert (ffn_size is per expert).
 std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp);
 GemmShape lm_head_shape(const ModelSpec& model, int tp);
 
-// 2*M*K*N FLOPs; bytes = dtype * (M*K + K*N + M*N): activations in, weights, activations out.
-OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int dtype_bytes);
+// The rest of an MoE layer's MLP, per GPU: the router (hidden, experts), whole on every GPU
+// (vLLM's MixtralMoE / Qwen2MoeSparseMoeBlock gate is a ReplicatedLinear), and the shared
+// expert's up[/gate] and down, split by tp like a dense MLP (zero shapes when there is none).
+struct MoeGemmShapes {
+  GemmShape router;
+  GemmShape shared_up;
+  GemmShape shared_down;
+};
+MoeGemmShapes moe_gemm_shapes(const ModelSpec& model, int tp);
+
+// How the tokens of one iteration spread over a layer's routed experts.
+struct ExpertLoad {
+  double experts = 0;            // distinct experts that receive a token: their weights are read
+  double tokens_per_expert = 0;  // rows each of them multiplies (the M of its GEMM)
+};
+// Dense model: one "expert" of all T tokens. MoE with top-k routing over E experts, T > 0:
+// under uniform, independent routing a token leaves a given expert out with probability
+// 1 - k/E, so the expected number of distinct experts touched is E (1 - (1 - k/E)^T) (the
+// occupancy expectation; the balanced-routing estimate of MoE serving analyses), and the T k
+// token-expert rows split evenly over them: T k / touched each, which is T k / E once T is large
+// (1 token: k experts of 1 row). Real routers are not uniform (expert load imbalance); that,
+// and its effect on the slowest expert, is not modelled.
+ExpertLoad expected_expert_load(const ModelSpec& model, int64_t tokens);
+
+// 2*M*K*N FLOPs; bytes = kActivationBytes * (M*K + M*N) for the activations in and out, plus
+// weight_bytes * K*N for the weights.
+OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int weight_bytes);
+// A grouped GEMM: `groups` weight matrices of `shape`, each multiplying `rows_per_group` rows,
+// in one kernel (vLLM's fused_moe Triton kernel over the touched experts, tokens sorted by
+// expert: vllm/model_executor/layers/fused_moe/fused_moe.py). FLOPs and activation bytes of
+// groups x rows_per_group rows, weight bytes of `groups` matrices; counts may be fractional
+// (expectations). gemm_work is one group of m_tokens rows.
+OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
+                               int weight_bytes);
 
 // Causal attention of `new_tokens` queries over `context_before + new_tokens` keys, flash style
 // (FlashAttention, Dao et al. 2022: the score matrix never reaches HBM). Query i of the chunk
 // sees context_before + i + 1 keys, so the (query, key) pairs are
 //   new_tokens * context_before + new_tokens * (new_tokens + 1) / 2,
 // each costing 2*head_dim FLOPs for QK^T and 2*head_dim for PV, per query head.
-// Bytes: Q read and O written (new_tokens * q_heads * head_dim each) plus K and V of all keys
-// read once (re-reads of K/V tiles by later query tiles are served from L2 and not counted).
+// Bytes: Q read and O written (new_tokens * q_heads * head_dim each, kActivationBytes) plus K
+// and V of all keys read once at kv_dtype_bytes (re-reads of K/V tiles by later query tiles are
+// served from L2 and not counted). FP8 K/V halve the K/V bytes but not the FLOPs: the
+// attention kernels dequantise K/V and multiply at the 16-bit rate.
 // Thread blocks: one per kFlashPrefillBlockTokens query tile and query head; each reads the K/V
 // of the keys its tile sees, on average context_before + new_tokens / 2 (causal), and with
 // grouped-query attention the q_heads / kv_heads blocks of a KV group share those reads (one
@@ -94,9 +131,9 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
                                     int64_t context_before);
 // Decode attention: one query per sequence over its context (context_sum = sum of the
 // sequences' context lengths including the new token). Bytes: K and V of every context token
-// plus Q and O; FLOPs as above with one query. Memory-bound for every real shape (arithmetic
-// intensity ~ q_heads / kv_heads FLOP/byte). `context_max` is the longest context (0: all
-// equal, context_sum / num_decodes).
+// (kv_dtype_bytes) plus Q and O (kActivationBytes); FLOPs as above with one query.
+// Memory-bound for every real shape (arithmetic intensity ~ q_heads / kv_heads FLOP/byte).
+// `context_max` is the longest context (0: all equal, context_sum / num_decodes).
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
                                    int64_t context_sum, int64_t context_max = 0);
 
@@ -109,14 +146,17 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
 inline constexpr int64_t kFlashDecodeBlockTokens = 128;  // kBlockN of the split-KV kernel, d=128
 int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm_count);
 
-// Bytes of the activation tensor one tensor-parallel all-reduce sums: tokens * hidden * dtype.
+// Bytes of the activation tensor one tensor-parallel all-reduce sums:
+// tokens * hidden * kActivationBytes.
 double allreduce_message_bytes(const ModelSpec& model, int64_t tokens);
 
 // HBM bytes of one elementwise kernel over `tokens` tokens on one GPU (reads + writes):
 //   norm (RMSNorm/LayerNorm): read and write tokens x hidden;
 //   rope: read and write the query and key heads of the GPU;
 //   activation: gated reads gate and up (2 x ffn/tp) and writes ffn/tp, else reads and writes
-//     ffn/tp;
+//     ffn/tp; in an MoE layer, for each of the tokens x top-k routed rows (fused_moe runs
+//     silu_and_mul on its intermediate cache) and for each token's shared expert, plus the
+//     top-k combine (moe_sum: reads the k expert outputs of hidden per token, writes one);
 //   residual_add: reads two tokens x hidden tensors and writes one;
 //   embedding: gathers tokens rows of hidden and writes them.
 // Norm, residual add and embedding work on the whole hidden state on every GPU.
@@ -128,15 +168,30 @@ double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64
 // p = 1 is the sum (no overlap), p -> infinity the hard roofline.
 double roofline_combine(double a_s, double b_s, double exponent);
 
-// GEMM efficiency at M tokens: eta_max * M / (M + m_half). Small M cannot fill the tensor
+// GEMM efficiency at M rows: eta_max * M / (M + m_half). Small M cannot fill the tensor
 // cores' tiles (cuBLAS tiles are 64..256 rows), so achieved FLOP/s rises with M and saturates.
-double gemm_compute_efficiency(const HardwareProfile& gpu, int64_t m_tokens);
-// kernel_launch_s + roofline_combine(flops / (peak * eta_c(M)), bytes / (hbm * hbm_efficiency),
-//                                  gemm_roofline_exponent).
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, int dtype_bytes);
+// A grouped (MoE) GEMM is evaluated at its rows per expert: each expert's tiles hold only its
+// own tokens.
+double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows);
+// The FLOP ceiling of a GEMM with `weight_bytes`-byte weights: peak_fp8_flops for 1-byte
+// weights on a GPU with FP8 tensor cores (vLLM's fp8 W8A8 path quantises the activations too
+// and runs an FP8 GEMM, cutlass_scaled_mm), else peak_flops: 16-bit weights, or FP8 weights on
+// a GPU without FP8 tensor cores (A100: vLLM's fp8_marlin kernel dequantises the weights to
+// 16-bit in registers and multiplies at the 16-bit rate, saving only the weight bytes).
+double gemm_peak_flops(const HardwareProfile& gpu, int weight_bytes);
+// kernel_launch_s + roofline_combine(flops / (gemm_peak_flops * eta_c(M)),
+//                                  bytes / (hbm * hbm_efficiency), gemm_roofline_exponent).
+// The efficiencies, fitted on 16-bit GEMMs, are applied to the FP8 ceiling unchanged.
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                   int weight_bytes);
+// The same for a grouped GEMM (one launch; eta_c at rows_per_group). Zero without rows.
+double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
+                           double groups, int weight_bytes);
 // Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        int dtype_bytes);
+                        int weight_bytes);
+bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
+                                double rows_per_group, double groups, int weight_bytes);
 // One variable-length prefill attention call (all chunks of an iteration summed in `work`):
 //   attention_launch_s + units * prefill_attention_per_head_token_s
 //   + roofline_combine((flops - causal_flops) / (peak * prefill_attention_efficiency)
