@@ -21,6 +21,7 @@ struct Case {
   const char* prompt;
   const char* output;
   double memory_utilization;  // low values leave little KV: preemptions
+  const char* prefix = "";     // --prefix: shared prompt prefixes, for prefix caching
 };
 
 using testing::PolicyVariant;
@@ -37,10 +38,13 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"vllm", {{"max_num_batched_tokens", "256"}, {"max_num_partial_prefills", "3"},
                         {"long_prefill_token_threshold", "100"}, {"preemption", "swap"}}});
   v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}, {"max_num_seqs", "8"}}});
+  // Prefix caching (on in the vllm preset) in the mixed and exclusive schedulers too.
+  v.push_back({"tgi", {{"prefix_caching", "true"}, {"max_num_seqs", "12"}}});
+  v.push_back({"vllm-v0", {{"prefix_caching", "true"}}});
   return v;
 }
 
-SimulationResult run(const PolicyVariant& variant, const Workload& w, double utilization,
+SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization,
                      bool fast_forward) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
@@ -48,7 +52,8 @@ SimulationResult run(const PolicyVariant& variant, const Workload& w, double uti
   options.gpu_memory_utilization = utilization;
   options.record_iterations = true;
   options.fast_forward = fast_forward;
-  return Simulation(w, *policy, cm, options).run();
+  options.prefix_blocks = &w.prefix_blocks;
+  return Simulation(w.requests, *policy, cm, options).run();
 }
 
 void expect_same_distribution(const Distribution& a, const Distribution& b, const char* what) {
@@ -65,8 +70,11 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       {"offline", "uniform:16:600", "capexp:100:400", 0.9},
       {"poisson:6", "lognormal:300:0.7", "uniform:1:300", 0.9},
       {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41},  // little KV room
+      // Shared prefixes: hits, and with little KV room decode growth that evicts them.
+      {"poisson:10", "uniform:16:600", "capexp:100:400", 0.9, "groups:500:3"},
+      {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41, "groups:700:6"},
   };
-  int64_t repeated_somewhere = 0;
+  int64_t repeated_somewhere = 0, cached_somewhere = 0;
   for (const Case& c : cases) {
     WorkloadSpec spec;
     spec.arrival = c.arrival;
@@ -74,7 +82,8 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
     spec.output_len = c.output;
     spec.num_requests = 150;
     spec.seed = 5;
-    const Workload w = make_workload(spec);
+    spec.prefix = c.prefix;
+    const BuiltWorkload w = build_workload(spec);
     for (const PolicyVariant& v : variants()) {
       SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
       const SimulationResult slow = run(v, w, c.memory_utilization, false);
@@ -88,6 +97,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
         EXPECT_EQ(a.finished, b.finished) << i;
         EXPECT_EQ(a.max_tbt, b.max_tbt) << i;
         EXPECT_EQ(a.preemptions, b.preemptions) << i;
+        EXPECT_EQ(a.cached_tokens, b.cached_tokens) << i;
       }
       ASSERT_EQ(slow.iterations.size(), fast.iterations.size());
       for (size_t i = 0; i < slow.iterations.size(); ++i) {
@@ -114,6 +124,8 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       EXPECT_EQ(a.kv_used_fraction_peak, b.kv_used_fraction_peak);
       EXPECT_EQ(a.busy_fraction, b.busy_fraction);
       EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
+      EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
+      cached_somewhere += a.prefill_cached_tokens;
       // Reserved KV never preempts: a reservation holds the whole footprint from admission.
       const bool reserves = v.policy.find("static") != std::string::npos ||
                             (v.options.count("kv") != 0 && v.options.at("kv") == "reserve");
@@ -125,6 +137,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
     }
   }
   EXPECT_GT(repeated_somewhere, 1000);  // the fast path really ran
+  EXPECT_GT(cached_somewhere, 0);       // and prefix caching with it
 }
 
 }  // namespace

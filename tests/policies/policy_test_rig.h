@@ -124,10 +124,12 @@ struct RecordedRun {
   std::vector<Step> steps;
 };
 
-inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const CostModel& cm) {
+inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const CostModel& cm,
+                                const PrefixBlockHashes* prefix_blocks = nullptr) {
   RecordedRun run;
   SimulationOptions options;
   options.gpu_memory_utilization = 1.0;
+  options.prefix_blocks = prefix_blocks;
   options.on_iteration = [&run](const Batch& b, const IterationRecord& rec, const Policy& p) {
     Step s;
     s.items = b.items;
@@ -166,9 +168,23 @@ inline std::vector<PolicyVariant> registered_variants() {
 
 inline RecordedRun run_preset(const std::string& name, const Workload& workload,
                               const CostModel& cm,
-                              std::map<std::string, std::string> options = {}) {
+                              std::map<std::string, std::string> options = {},
+                              const PrefixBlockHashes* prefix_blocks = nullptr) {
   auto p = policy(name, std::move(options));
-  return run_recorded(*p, workload, cm);
+  return run_recorded(*p, workload, cm, prefix_blocks);
+}
+
+// Prompt-block hashes, one list per request (one hash per `block_tokens` prompt tokens).
+inline PrefixBlockHashes prefix_hashes(int32_t block_tokens,
+                                       const std::vector<std::vector<uint64_t>>& per_request) {
+  PrefixBlockHashes h;
+  h.block_tokens = block_tokens;
+  h.offsets.push_back(0);
+  for (const auto& ids : per_request) {
+    h.hashes.insert(h.hashes.end(), ids.begin(), ids.end());
+    h.offsets.push_back(static_cast<int64_t>(h.hashes.size()));
+  }
+  return h;
 }
 
 // Iterations it_begin..it_end (inclusive) each run exactly `active`: (request, new tokens).

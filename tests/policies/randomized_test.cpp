@@ -7,7 +7,10 @@
 //   blocks in use (summed over requests) + free = total; each scheduled request's KV covers
 //   exactly its computed tokens; every output token generated exactly once (and the records'
 //   first-token and finish times and the number of TBT gaps agree with that count); every
-//   request finishes once or is rejected with a reason; time never goes backwards.
+//   request finishes once or is rejected with a reason; time never goes backwards. The
+//   workloads carry prompt-block hashes (three groups of requests share prefixes of different
+//   lengths), so the policies with prefix caching on (the vllm preset, and variants) hit,
+//   evict and share blocks; their caches' reference counts are rechecked every iteration.
 #include <random>
 
 #include <gtest/gtest.h>
@@ -35,10 +38,20 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"chunked-prefill", {{"kv", "reserve"}, {"max_num_batched_tokens", "96"}}});
   v.push_back({"hf-static", {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"ft-static", {{"batch_size", "3"}, {"max_new_tokens", "64"}}});
+  // Prefix caching with whole prefills, exclusive prefills, swap, small blocks and a watermark.
+  v.push_back({"tgi", {{"prefix_caching", "true"}, {"block_size", "4"}}});
+  v.push_back({"vllm-v0", {{"prefix_caching", "true"}, {"preemption", "swap"}, {"block_size", "8"}}});
+  v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"max_num_partial_prefills", "2"},
+                        {"watermark", "0.05"}, {"block_size", "8"}}});
   return v;
 }
 
-Workload random_workload(uint64_t seed) {
+struct RandomWorkload {
+  Workload requests;
+  PrefixBlockHashes prefix_blocks;
+};
+
+RandomWorkload random_workload(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const double mean_gap_s = 0.001 + 0.04 * unit(rng);
@@ -53,7 +66,23 @@ Workload random_workload(uint64_t seed) {
     if (unit(rng) < 0.05) s.prompt_tokens = 300 + static_cast<int32_t>(unit(rng) * 250);
     specs.push_back(s);
   }
-  return make_workload(specs);
+  RandomWorkload w{make_workload(specs), {}};
+  // One hash per 8 prompt tokens: a request of group g shares its first kShared[g] hashes
+  // with the rest of its group, then has hashes of its own. Drawn from a generator of their
+  // own, so the requests are those the seed gave before hashes existed.
+  constexpr uint64_t kShared[] = {2, 6, 40};
+  std::mt19937_64 group_rng(seed * 7919 + 1);
+  w.prefix_blocks.block_tokens = 8;
+  w.prefix_blocks.offsets.push_back(0);
+  for (const Request& r : w.requests) {
+    const uint64_t g = group_rng() % 3;
+    for (uint64_t j = 0; j < static_cast<uint64_t>((r.prompt_tokens + 7) / 8); ++j) {
+      w.prefix_blocks.hashes.push_back(j < kShared[g] ? g * 1000 + j
+                                                      : (static_cast<uint64_t>(r.id + 1) << 32) + j);
+    }
+    w.prefix_blocks.offsets.push_back(static_cast<int64_t>(w.prefix_blocks.hashes.size()));
+  }
+  return w;
 }
 
 struct Track {
@@ -62,6 +91,7 @@ struct Track {
   bool finished = false;
   bool scheduled = false;
   int32_t recomputes = 0;
+  int64_t cached = 0;  // prompt tokens found cached at admissions this test saw
   // Ends of the iterations that sampled the first and the last output token, by this test's
   // own count: the simulation's records must agree.
   SimTime first_token = SimTime::max();
@@ -69,12 +99,20 @@ struct Track {
 };
 
 struct Totals {
-  int64_t preemptions = 0, rejected = 0, iterations = 0, swapped_iterations = 0;
+  int64_t preemptions = 0, rejected = 0, iterations = 0, swapped_iterations = 0, cached = 0;
 };
 
 void check_kv(const KvCacheManager& kv, RequestId n) {
   int64_t tokens = 0;
-  if (const auto* paged = dynamic_cast<const PagedKvCache*>(&kv)) {
+  const auto* paged = dynamic_cast<const PagedKvCache*>(&kv);
+  const bool shares = paged != nullptr && paged->prefix_caching();
+  if (shares) {
+    // Shared blocks count once in the cache and once per holder in the requests: the cache
+    // recounts references, free pools and the table from its per-request block lists.
+    ASSERT_NO_THROW(paged->check_invariants());
+    for (RequestId id = 0; id < n; ++id) tokens += paged->tokens_of(id);
+    ASSERT_GE(tokens, kv.used_tokens());
+  } else if (paged) {
     // Blocks in use (counted request by request, not the cache's own tally) + free = total.
     ASSERT_GE(paged->free_blocks(), 0);
     int64_t blocks = 0;
@@ -93,7 +131,9 @@ void check_kv(const KvCacheManager& kv, RequestId n) {
     }
     ASSERT_EQ(reservations, reserved.allocated_tokens());
   }
-  ASSERT_EQ(tokens, kv.used_tokens());
+  if (!shares) {
+    ASSERT_EQ(tokens, kv.used_tokens());
+  }
   ASSERT_LE(kv.used_tokens(), kv.allocated_tokens());
   ASSERT_LE(kv.allocated_tokens(), kv.capacity_tokens());
 }
@@ -106,7 +146,8 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   rig.iteration_s = 0.004;
   rig.per_sequence_s = 0.0005;
   const CostModel cm = rig_cost_model(rig);
-  const Workload w = random_workload(seed);
+  const RandomWorkload random = random_workload(seed);
+  const Workload& w = random.requests;
   const auto n = static_cast<RequestId>(w.size());
   auto policy_ptr = policy(variant.policy, variant.options);
   const auto* continuous = dynamic_cast<const ContinuousPolicy*>(policy_ptr.get());
@@ -117,6 +158,7 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   SimTime last_end = SimTime::zero();
   SimulationOptions options;
   options.gpu_memory_utilization = 1.0;
+  options.prefix_blocks = &random.prefix_blocks;
   options.on_iteration = [&](const Batch& batch, const IterationRecord& rec, const Policy& p) {
     ++totals.iterations;
     if (batch.extra_time > SimTime::zero()) ++totals.swapped_iterations;
@@ -145,13 +187,20 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
       Track& t = track[item.id];
       ASSERT_FALSE(t.finished) << "request " << item.id << " scheduled after it finished";
       t.scheduled = true;
-      if (item.context_before != t.computed) {
-        // Only a recompute preemption moves a request back, and then to zero.
-        ASSERT_EQ(item.context_before, 0) << "request " << item.id;
-        ++t.recomputes;
-        t.computed = 0;
-      }
       const int64_t known = w[item.id].prompt_tokens + t.generated;
+      if (item.context_before != t.computed) {
+        // Only a recompute preemption moves a request back, to zero; and an admission with
+        // prefix caching moves it to its cached prefix: whole blocks, short of what it knows.
+        if (t.computed > 0) ++t.recomputes;
+        if (item.context_before != 0) {
+          const auto* paged = dynamic_cast<const PagedKvCache*>(&p.kv_cache());
+          ASSERT_TRUE(paged != nullptr && paged->prefix_caching()) << "request " << item.id;
+          ASSERT_LT(item.context_before, known) << "request " << item.id;
+          ASSERT_EQ(item.context_before % paged->block_size(), 0) << "request " << item.id;
+          t.cached += item.context_before;
+        }
+        t.computed = item.context_before;
+      }
       ASSERT_GE(item.new_tokens, 1);
       ASSERT_LE(t.computed + item.new_tokens, known);
       t.computed += item.new_tokens;
@@ -191,6 +240,8 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
       EXPECT_EQ(t.generated, r.output_tokens) << id;
       EXPECT_EQ(r.first_token, t.first_token) << id;
       EXPECT_EQ(r.finished, t.finished_at) << id;
+      // A hit equal to what a recomputed request had computed looks like no jump here.
+      EXPECT_GE(r.cached_tokens, t.cached) << id;
       gaps += r.output_tokens - 1;
     } else {
       ASSERT_EQ(r.state, RequestState::kRejected) << id;
@@ -207,6 +258,10 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   // token counted twice or lost would change the number of gaps.
   EXPECT_EQ(result.tbt_s.count(), gaps);
   EXPECT_GE(result.summary.preemptions, recomputes);
+  int64_t cached = 0;
+  for (const RequestRecord& r : result.requests) cached += r.cached_tokens;
+  EXPECT_EQ(result.summary.prefill_cached_tokens, cached);
+  totals.cached += cached;
   if (fixed != nullptr) {
     EXPECT_EQ(result.summary.preemptions, 0);
   }
@@ -232,6 +287,7 @@ TEST(RandomizedPolicies, InvariantsHoldOnEveryIterationOfEveryPolicy) {
   EXPECT_GT(totals.swapped_iterations, 10);
   EXPECT_GT(totals.rejected, 10);
   EXPECT_GT(totals.iterations, 10000);
+  EXPECT_GT(totals.cached, 10000);
 }
 
 }  // namespace
