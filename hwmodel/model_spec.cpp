@@ -123,11 +123,12 @@ std::vector<ModelSpec> make_builtin_models() {
       // 32000): 56 layers, 48 heads, 8 KV heads, 16384 per expert, 65536 positions.
       // 141B parameters, 39B active (Mistral AI's release notes).
       moe(spec("mixtral-8x22b", 56, 6144, 48, 8, 16384, true, 32768, 65536), 8, 2),
-      // Qwen/Qwen1.5-MoE-A2.7B: num_experts 60, num_experts_per_tok 4, moe_intermediate_size
+      // Qwen/Qwen1.5-MoE-A2.7B (named so that it fits `batchsim list models`' name column; it is
+      // the only Qwen1.5 MoE): num_experts 60, num_experts_per_tok 4, moe_intermediate_size
       // 1408, shared_expert_intermediate_size 5632 (one shared expert, gated by a sigmoid whose
       // hidden x 1 weight is not counted), MHA with 16 heads, decoder_sparse_step 1 (every
       // layer MoE). 14.3B parameters, 2.7B active (the model card).
-      moe(spec("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 1408, true, 151936, 8192), 60, 4, 5632),
+      moe(spec("qwen1.5-moe", 24, 2048, 16, 16, 1408, true, 151936, 8192), 60, 4, 5632),
   };
   std::sort(models.begin(), models.end(),
             [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });

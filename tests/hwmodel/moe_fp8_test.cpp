@@ -50,7 +50,7 @@ TEST(MoeModelSpec, OtherMoeBuiltinsMatchTheirPublishedSizes) {
   EXPECT_NEAR(static_cast<double>(big.total_params()), 141e9, 0.02 * 141e9);
   EXPECT_NEAR(static_cast<double>(big.active_params()), 39e9, 0.02 * 39e9);
   // Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active (model card); the shared expert is active.
-  const ModelSpec qwen = resolve_model("qwen1.5-moe-a2.7b");
+  const ModelSpec qwen = resolve_model("qwen1.5-moe");
   EXPECT_EQ(qwen.shared_expert_ffn_size, 5632);
   EXPECT_NEAR(static_cast<double>(qwen.total_params()), 14.3e9, 0.02 * 14.3e9);
   EXPECT_NEAR(static_cast<double>(qwen.active_params()), 2.7e9, 0.02 * 2.7e9);
@@ -142,7 +142,7 @@ TEST(MoeHfConfig, ReadsQwen2MoeExpertsAndSharedExpert) {
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false,
     "vocab_size": 151936, "mlp_only_layers": [] })");
   const ModelSpec m = load_hf_config(path);
-  const ModelSpec builtin = resolve_model("qwen1.5-moe-a2.7b");
+  const ModelSpec builtin = resolve_model("qwen1.5-moe");
   EXPECT_EQ(m.num_experts, 60);
   EXPECT_EQ(m.experts_per_token, 4);
   EXPECT_EQ(m.ffn_size, 1408);
@@ -217,7 +217,7 @@ TEST(MoeRouting, ExpectedDistinctExpertsUnderUniformRouting) {
   EXPECT_NEAR(expected_expert_load(mixtral, 256).experts, 8, 1e-9);
   EXPECT_NEAR(expected_expert_load(mixtral, 256).tokens_per_expert, 64, 1e-9);
   // Qwen's 60 experts, top 4: 16 tokens touch 60 (1 - (56/60)^16) = 39.4 of them.
-  EXPECT_NEAR(expected_expert_load(resolve_model("qwen1.5-moe-a2.7b"), 16).experts,
+  EXPECT_NEAR(expected_expert_load(resolve_model("qwen1.5-moe"), 16).experts,
               60 * (1 - std::pow(56.0 / 60, 16)), 1e-9);
   // A Monte Carlo check of the expectation: 8 tokens, top-2 of 8 without replacement.
   std::mt19937_64 rng(3);
@@ -249,12 +249,12 @@ TEST(MoeCostModel, ShapesSplitEachExpertOverTensorParallelGpus) {
   EXPECT_EQ(m2.router.k, 4096);  // replicated, not split
   EXPECT_EQ(m2.router.n, 8);
   EXPECT_EQ(m2.shared_up.n, 0);
-  const MoeGemmShapes q2 = moe_gemm_shapes(resolve_model("qwen1.5-moe-a2.7b"), 2);
+  const MoeGemmShapes q2 = moe_gemm_shapes(resolve_model("qwen1.5-moe"), 2);
   EXPECT_EQ(q2.shared_up.n, 5632);  // 2 x 2816
   EXPECT_EQ(q2.shared_down.k, 2816);
   EXPECT_EQ(moe_gemm_shapes(resolve_model("llama-2-7b"), 1).router.n, 0);
   // Every expert's FFN and the shared expert's must divide by tp.
-  ModelSpec odd = resolve_model("qwen1.5-moe-a2.7b");
+  ModelSpec odd = resolve_model("qwen1.5-moe");
   odd.shared_expert_ffn_size = 5630;
   EXPECT_THAT(user_error_of([&] { CostModel(odd, round_profile(), 4); }),
               AllOf(HasSubstr("shared expert FFN 5630"), HasSubstr("--tp 4")));
@@ -331,7 +331,7 @@ TEST(MoeCostModel, ExpertGemmEfficiencyIsThatOfItsShareOfTheTokens) {
 }
 
 TEST(MoeCostModel, SharedExpertRunsOnEveryToken) {
-  const ModelSpec qwen = resolve_model("qwen1.5-moe-a2.7b");
+  const ModelSpec qwen = resolve_model("qwen1.5-moe");
   ModelSpec no_shared = qwen;
   no_shared.shared_expert_ffn_size = 0;
   const HardwareProfile gpu = flops_only(0);
@@ -396,7 +396,7 @@ TEST(MoeCostModel, MoreWorkIsNeverFaster) {
   fitted.gemm_roofline_exponent = 1.5;
   std::mt19937_64 rng(11);
   std::uniform_int_distribution<int64_t> len(1, 3000);
-  for (const char* model : {"mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
+  for (const char* model : {"mixtral-8x7b", "qwen1.5-moe"}) {
     for (const HardwareProfile& gpu : {round_profile(), fitted, resolve_gpu("h100-sxm")}) {
       const CostModel cm(resolve_model(model), gpu);
       BatchShape shape;
