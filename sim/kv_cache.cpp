@@ -25,6 +25,51 @@ uint64_t mix_key(uint64_t hash, int64_t k) {
 
 }  // namespace
 
+BlockKeyTable::BlockKeyTable(int64_t max_entries) {
+  size_t slots = 16;
+  while (slots < 2 * static_cast<size_t>(std::max<int64_t>(max_entries, 1))) slots *= 2;
+  keys_.assign(slots, 0);
+  blocks_.assign(slots, kAbsent);
+  mask_ = slots - 1;
+}
+
+size_t BlockKeyTable::slot_of(uint64_t key) const {
+  size_t i = key & mask_;
+  while (blocks_[i] != kAbsent && keys_[i] != key) i = (i + 1) & mask_;
+  return i;
+}
+
+int32_t BlockKeyTable::find(uint64_t key) const { return blocks_[slot_of(key)]; }
+
+bool BlockKeyTable::insert(uint64_t key, int32_t block) {
+  const size_t i = slot_of(key);
+  if (blocks_[i] != kAbsent) return false;
+  if (2 * (size_ + 1) > static_cast<int64_t>(blocks_.size())) {
+    throw std::logic_error("BlockKeyTable: more entries than it was sized for");
+  }
+  keys_[i] = key;
+  blocks_[i] = block;
+  ++size_;
+  return true;
+}
+
+void BlockKeyTable::erase(uint64_t key) {
+  size_t hole = slot_of(key);
+  if (blocks_[hole] == kAbsent) throw std::logic_error("BlockKeyTable: erasing a missing key");
+  // Backward-shift deletion: move later entries of the probe run into the hole when their home
+  // slot does not lie (cyclically) between the hole and where they are.
+  for (size_t j = (hole + 1) & mask_; blocks_[j] != kAbsent; j = (j + 1) & mask_) {
+    const size_t home = keys_[j] & mask_;
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    keys_[hole] = keys_[j];
+    blocks_[hole] = blocks_[j];
+    hole = j;
+  }
+  blocks_[hole] = kAbsent;
+  --size_;
+}
+
 PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
                            double watermark_fraction, PrefixCacheSource prefix)
     : KvCacheManager(num_requests),
@@ -51,6 +96,7 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   prefix_ = prefix;
   blocks_.resize(static_cast<size_t>(num_requests));
   hit_tokens_.assign(static_cast<size_t>(num_requests), 0);
+  cacheable_.assign(static_cast<size_t>(num_requests), 0);
   ref_.assign(static_cast<size_t>(num_blocks), 0);
   key_.assign(static_cast<size_t>(num_blocks), 0);
   in_table_.assign(static_cast<size_t>(num_blocks), 0);
@@ -59,7 +105,7 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   uncached_free_.reserve(static_cast<size_t>(num_blocks));
   // A stack popped from the back: block 0 is handed out first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) uncached_free_.push_back(static_cast<int32_t>(b));
-  table_.reserve(static_cast<size_t>(num_blocks));
+  table_ = BlockKeyTable(num_blocks);
 }
 
 int64_t PagedKvCache::cacheable_blocks(RequestId id) const {
@@ -72,23 +118,35 @@ uint64_t PagedKvCache::block_key(RequestId id, int64_t k) const {
   return mix_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], k);
 }
 
-int64_t PagedKvCache::look_up(RequestId id, int64_t max_blocks) const {
-  scratch_.clear();
-  int64_t evictable = 0;
-  const int64_t n = std::min(cacheable_blocks(id), max_blocks);
+void PagedKvCache::scan(RequestId id) const {
+  if (run_id_ == id && run_generation_ == generation_) return;
+  run_.clear();
+  const int64_t n = cacheable_blocks(id);
   for (int64_t k = 0; k < n; ++k) {
-    const auto it = table_.find(block_key(id, k));
-    if (it == table_.end()) break;
-    scratch_.push_back(it->second);
-    evictable += ref_[it->second] == 0;
+    const uint64_t key = block_key(id, k);
+    const int32_t b = table_.find(key);
+    if (b == BlockKeyTable::kAbsent) {
+      run_end_key_ = key;
+      break;
+    }
+    run_.push_back(b);
   }
-  return evictable;
+  run_id_ = id;
+  run_generation_ = generation_;
+}
+
+PagedKvCache::Hit PagedKvCache::look_up(RequestId id, int64_t max_blocks) const {
+  scan(id);
+  Hit hit;
+  hit.blocks = std::min(static_cast<int64_t>(run_.size()), max_blocks);
+  for (int64_t k = 0; k < hit.blocks; ++k) hit.evictable += ref_[run_[k]] == 0;
+  return hit;
 }
 
 int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) const {
   if (!caching_ || known_tokens < 1) return 0;
-  look_up(id, (known_tokens - 1) / block_size_);
-  return static_cast<int64_t>(scratch_.size()) * block_size_;
+  scan(id);
+  return std::min(static_cast<int64_t>(run_.size()), (known_tokens - 1) / block_size_) * block_size_;
 }
 
 void PagedKvCache::lru_unlink(int32_t b) {
@@ -121,6 +179,7 @@ int32_t PagedKvCache::take_free_block() {
   if (b == kNone) throw std::logic_error("PagedKvCache: no free block to take");
   lru_unlink(b);
   table_.erase(key_[b]);
+  ++generation_;  // the block may have been in the run scan() keeps
   in_table_[b] = 0;
   ref_[b] = 1;
   return b;
@@ -128,14 +187,15 @@ int32_t PagedKvCache::take_free_block() {
 
 void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens) {
   // Blocks that become full with tokens (from_tokens, to_tokens] and are cacheable.
-  const int64_t end = std::min(to_tokens / block_size_, cacheable_blocks(id));
+  const int64_t end = std::min<int64_t>(to_tokens / block_size_, cacheable_[id]);
   const std::vector<int32_t>& blocks = blocks_[id];
   for (int64_t k = from_tokens / block_size_; k < end; ++k) {
     const int32_t b = blocks[static_cast<size_t>(k)];
     const uint64_t key = block_key(id, k);
-    if (table_.try_emplace(key, b).second) {
+    if (table_.insert(key, b)) {
       key_[b] = key;
       in_table_[b] = 1;
+      if (key == run_end_key_) ++generation_;  // the run scan() keeps may go on further
     }
   }
 }
@@ -146,19 +206,22 @@ bool PagedKvCache::can_admit(RequestId id, int64_t tokens, int64_t /*reserve_tok
     return free_blocks_ - blocks_for(tokens) >= watermark_blocks_;
   }
   // Hit blocks are not allocated, but those at ref 0 leave the free pool when shared.
-  const int64_t evictable_hits = look_up(id, (tokens - 1) / block_size_);
-  const int64_t hits = static_cast<int64_t>(scratch_.size());
-  return free_blocks_ - (blocks_for(tokens) - hits) - evictable_hits >= watermark_blocks_;
+  const Hit hit = look_up(id, (tokens - 1) / block_size_);
+  return free_blocks_ - (blocks_for(tokens) - hit.blocks) - hit.evictable >= watermark_blocks_;
 }
 
 bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
   if (holds(id)) throw std::logic_error("PagedKvCache: request admitted twice");
   if (!can_admit(id, tokens, reserve_tokens)) return false;
   if (caching_) {
-    // can_admit left the hit blocks in scratch_.
+    // The hit can_admit counted (scan() kept the run: nothing changed since).
+    const int64_t hits = look_up(id, (tokens - 1) / block_size_).blocks;
     std::vector<int32_t>& blocks = blocks_[id];
     blocks.clear();
-    for (const int32_t b : scratch_) {
+    blocks.reserve(static_cast<size_t>(blocks_for(std::max(tokens, reserve_tokens))));
+    cacheable_[id] = static_cast<int32_t>(cacheable_blocks(id));
+    for (int64_t k = 0; k < hits; ++k) {
+      const int32_t b = run_[k];
       if (ref_[b] == 0) {
         lru_unlink(b);  // evictable -> in use
         --free_blocks_;
@@ -191,7 +254,7 @@ bool PagedKvCache::try_grow(RequestId id, int64_t tokens) {
   if (needed > free_blocks_) return false;
   if (caching_) {
     for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
-    enter_full_blocks(id, have, tokens);
+    if (have / block_size_ < cacheable_[id]) enter_full_blocks(id, have, tokens);
   } else {
     free_blocks_ -= needed;
   }
@@ -271,9 +334,13 @@ void PagedKvCache::check_invariants() const {
     if (ref_[b] != 0 || in_table_[b]) fail(fmt::format("free block {} is referenced or cached", b));
   }
   if (lru + static_cast<int64_t>(uncached_free_.size()) != free_blocks_) fail("free pools do not add up");
-  for (const auto& [key, b] : table_) {
+  int64_t in_table = 0;
+  for (int64_t b = 0; b < num_blocks_; ++b) in_table += in_table_[b];
+  if (in_table != table_.size()) fail("blocks marked cached and table entries differ");
+  table_.for_each([&](uint64_t key, int32_t b) {
     if (!in_table_[b] || key_[b] != key) fail(fmt::format("table entry of block {} is stale", b));
-  }
+    if (table_.find(key) != b) fail(fmt::format("table entry of block {} cannot be found", b));
+  });
 }
 
 ReservedKvCache::ReservedKvCache(int64_t num_requests, int64_t capacity_tokens)

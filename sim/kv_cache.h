@@ -24,7 +24,6 @@
 
 #include <cstdint>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "sim/request.h"
@@ -66,6 +65,33 @@ class KvCacheManager {
   explicit KvCacheManager(int64_t num_requests) : tokens_(num_requests, -1) {}
   std::vector<int64_t> tokens_;  // per request: tokens written, -1 when holding nothing
   int64_t used_tokens_ = 0;
+};
+
+// key -> block of the prefix cache: open addressing with linear probing and backward-shift
+// deletion, sized to at most half full. A std::unordered_map allocated a node per insert and
+// spent most of a cached Mooncake replay in malloc and cache misses (Abseil's flat_hash_map
+// and vLLM's dict do not allocate per entry either). Keys are already well mixed.
+class BlockKeyTable {
+ public:
+  static constexpr int32_t kAbsent = -1;
+  explicit BlockKeyTable(int64_t max_entries = 0);
+  int32_t find(uint64_t key) const;
+  bool insert(uint64_t key, int32_t block);  // false, changing nothing, if the key is there
+  void erase(uint64_t key);                  // the key must be there
+  int64_t size() const { return size_; }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (blocks_[i] != kAbsent) f(keys_[i], blocks_[i]);
+    }
+  }
+
+ private:
+  size_t slot_of(uint64_t key) const;  // where `key` is, or the empty slot ending its probe
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> blocks_;  // kAbsent: empty slot
+  uint64_t mask_ = 0;
+  int64_t size_ = 0;
 };
 
 // What prefix caching needs to know of each request: its prompt length and the hashes of its
@@ -126,7 +152,7 @@ class PagedKvCache final : public KvCacheManager {
   bool prefix_caching() const { return caching_; }
   // Prompt tokens `id` shared from the cache at its current admission (0 when not held).
   int64_t shared_tokens_of(RequestId id) const { return holds(id) && caching_ ? hit_tokens_[id] : 0; }
-  int64_t cached_blocks() const { return static_cast<int64_t>(table_.size()); }  // in the table
+  int64_t cached_blocks() const { return table_.size(); }  // in the table
   int64_t evictable_blocks() const { return evictable_; }      // cached, ref 0, counted free
   int64_t uncached_free_blocks() const { return static_cast<int64_t>(uncached_free_.size()); }
   // Recounts everything from the per-request block lists and throws std::logic_error naming
@@ -137,9 +163,16 @@ class PagedKvCache final : public KvCacheManager {
   static constexpr int32_t kNone = -1;
   int64_t cacheable_blocks(RequestId id) const;
   uint64_t block_key(RequestId id, int64_t k) const;
-  // Cached blocks from block 0, at most `max_blocks`, into scratch_; returns how many of them
-  // are evictable (ref 0).
-  int64_t look_up(RequestId id, int64_t max_blocks) const;
+  // The longest run of cached blocks of `id` from block 0, into run_. A request at the head
+  // of the waiting queue is looked up at every step while it waits, so the run is kept until
+  // the run may have changed (generation_: a block left the table, or the key that ended the
+  // run entered it) or another request is looked up.
+  void scan(RequestId id) const;
+  struct Hit {
+    int64_t blocks = 0;     // the first `blocks` of run_
+    int64_t evictable = 0;  // of them at ref 0
+  };
+  Hit look_up(RequestId id, int64_t max_blocks) const;
   int32_t take_free_block();
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
   void lru_unlink(int32_t b);
@@ -162,9 +195,14 @@ class PagedKvCache final : public KvCacheManager {
   int32_t lru_head_ = kNone, lru_tail_ = kNone;
   int64_t evictable_ = 0;
   std::vector<int32_t> uncached_free_;        // free blocks that are not in the table
-  std::unordered_map<uint64_t, int32_t> table_;
+  BlockKeyTable table_;
   int64_t shared_refs_ = 0;                   // sum over blocks of max(ref - 1, 0)
-  mutable std::vector<int32_t> scratch_;      // hit blocks of the last look_up
+  std::vector<int32_t> cacheable_;            // per request held: cacheable_blocks()
+  uint64_t generation_ = 0;                   // see scan()
+  mutable std::vector<int32_t> run_;          // cached blocks found by the last scan()
+  mutable uint64_t run_end_key_ = 0;          // the key that ended the run (if one did)
+  mutable RequestId run_id_ = -1;
+  mutable uint64_t run_generation_ = 0;
 };
 
 class ReservedKvCache final : public KvCacheManager {

@@ -1,6 +1,8 @@
 #include "sim/kv_cache.h"
 
 #include <cmath>
+#include <map>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -243,6 +245,36 @@ TEST(PrefixCache, WithoutHashesTheCacheIsThePlainOne) {
   ASSERT_TRUE(kv.try_admit(0, 17, 17));
   EXPECT_EQ(kv.allocated_blocks(), 2);
   kv.check_invariants();
+}
+
+TEST(BlockKeyTable, AgreesWithAMapThroughCollidingInsertsAndErases) {
+  // 64 entries at most: 128 slots. Keys share their low bits in clusters, so probe runs wrap
+  // around the end of the table and backward-shift deletion has entries to move.
+  BlockKeyTable table(64);
+  std::map<uint64_t, int32_t> reference;
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 20000; ++step) {
+    const uint64_t key = (rng() % 5) * 128 + 120 + (rng() % 12) + ((rng() % 40) << 20);
+    if (rng() % 2 == 0 && reference.size() < 64) {
+      const auto block = static_cast<int32_t>(step);
+      const bool fresh = reference.emplace(key, block).second;
+      ASSERT_EQ(table.insert(key, block), fresh) << step;
+    } else if (reference.count(key) != 0) {
+      table.erase(key);
+      reference.erase(key);
+    }
+    ASSERT_EQ(table.size(), static_cast<int64_t>(reference.size()));
+    if (step % 97 == 0) {
+      for (const auto& [k, b] : reference) ASSERT_EQ(table.find(k), b) << step;
+      int64_t seen = 0;
+      table.for_each([&](uint64_t k, int32_t b) {
+        ++seen;
+        EXPECT_EQ(reference.at(k), b);
+      });
+      ASSERT_EQ(seen, table.size());
+    }
+  }
+  EXPECT_EQ(table.find(12345), BlockKeyTable::kAbsent);
 }
 
 }  // namespace
