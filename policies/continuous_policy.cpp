@@ -1,6 +1,7 @@
 #include "policies/continuous_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -187,7 +188,47 @@ void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
   }
 }
 
+int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const {
+  // The checks of schedule_waiting below, on copies of its budgets.
+  int64_t count = 0;
+  int64_t room = kv_->admission_room();
+  int64_t seqs = static_cast<int64_t>(running_.size());
+  int64_t partial = partial_prefills_;
+  for (const RequestId id : waiting_) {
+    if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) break;
+    const int64_t cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
+    const int64_t need = need_of(id) - cached;
+    const int64_t n = step_tokens(need, budget);
+    if (n == 0) break;
+    if (n < need) {
+      if (partial >= config_.max_num_partial_prefills) break;
+      ++partial;
+    }
+    const int64_t cost = kv_->admission_cost(cached + (config_.chunked ? n : need), reserve_tokens(id));
+    if (cost > room) break;
+    room -= cost;
+    budget -= n;
+    ++seqs;
+    ++count;
+  }
+  return count;
+}
+
+bool ContinuousPolicy::admission_allowed(int64_t budget) const {
+  if (config_.max_waiting_tokens == 0 || running_.empty() || waiting_.empty()) return true;
+  // TGI: `if waiting_tokens >= max_waiting_tokens` take any new requests; else only a batch of
+  // at least floor(batch_size * waiting_served_ratio) (queue.next_batch's min_size).
+  if (steps_since_admission_ + 1 >= config_.max_waiting_tokens) return true;
+  const auto min_size = static_cast<int64_t>(
+      std::floor(static_cast<double>(running_.size()) * config_.waiting_served_ratio));
+  return count_admissible(budget, min_size) >= min_size;
+}
+
 void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
+  if (!admission_allowed(budget)) {
+    held_back_ = true;
+    return;
+  }
   // vLLM v1 schedule() step 2 / v0 _schedule_prefills: FCFS while a sequence slot
   // (max_num_seqs), budget and KV are left; the first request that does not fit stops
   // admission (head-of-line), so a later, smaller request never overtakes it.
@@ -217,30 +258,38 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
     }
     waiting_.pop_front();
     running_.push_back(id);
+    admitted_ = true;
     add_step(id, n, batch);
     budget -= n;
   }
 }
 
-void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
-  int64_t budget = budget_;
-  partial_prefills_ = 0;
-  repeatable_ = false;
+bool ContinuousPolicy::fill_batch(Batch& batch, int64_t& budget) {
   if (!config_.mixed_prefill && !config_.chunked) {
     // vLLM v0 `_schedule_default`: admit prefills if nothing is swapped out; only when no
     // prefill was admitted, run the decodes; only when nothing was preempted, swap in.
     if (swapped_.empty()) schedule_waiting(batch, budget);
-    if (!batch.empty()) return;
-    if (!schedule_running(batch, budget)) return;
+    if (!batch.empty()) return true;
+    if (!schedule_running(batch, budget)) return false;
     schedule_swapped(batch, budget);
   } else {
     // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
     // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
-    if (!schedule_running(batch, budget)) return;
+    if (!schedule_running(batch, budget)) return false;
     schedule_swapped(batch, budget);
     if (swapped_.empty()) schedule_waiting(batch, budget);
   }
-  repeatable_ = !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
+  return true;
+}
+
+void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
+  int64_t budget = budget_;
+  partial_prefills_ = 0;
+  admitted_ = false;
+  held_back_ = false;
+  const bool preempted = !fill_batch(batch, budget);
+  repeatable_ = !preempted && !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
+  steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
 }
 
 bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
@@ -251,6 +300,10 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   // (which decode growth only shrinks); in exclusive mode a decode-only iteration already
   // means no prefill could be admitted, for the same lasting reasons.
   if (!repeatable_) return false;
+  // TGI's wait rule is the one reason to keep new requests out that expires by itself: the
+  // schedule() after enough decode steps lets them in. (Its other branch, too few requests
+  // fitting at once, lasts: decodes only shrink the room.)
+  if (held_back_ && steps_since_admission_ + 1 >= config_.max_waiting_tokens) return false;
   if (config_.paged) {
     const auto& paged = static_cast<const PagedKvCache&>(*kv_);
     int64_t new_blocks = 0;
@@ -270,6 +323,7 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
       throw std::logic_error("decode growth failed after its blocks were counted");
     }
   }
+  ++steps_since_admission_;  // as schedule() would count this decode-only step
   return true;
 }
 

@@ -43,6 +43,14 @@
 //                          first chunk attends to them. Needs the workload's prompt-block
 //                          hashes (a trace's hash_ids or --prefix); without them nothing is
 //                          shared and the results are those of prefix_caching=false.
+//   max_waiting_tokens     TGI's router (text-generation-inference router/src/infer.rs
+//                          batching_task): while a batch runs, new requests are prefilled only
+//                          when at least floor(waiting_served_ratio x running) of them would be
+//                          admitted at once, or when max_waiting_tokens decode steps have passed
+//                          since the last admission (TGI's waiting_tokens counter, 1 after a
+//                          prefill); meanwhile the batch decodes undisturbed. The count is a dry
+//                          run of admission (KvCacheManager::admission_room). 0: off, admit
+//                          whenever possible (vLLM, Orca).
 //   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
@@ -78,6 +86,8 @@ struct ContinuousPolicyConfig {
   int64_t max_num_partial_prefills = 1;      // requests whose prefill may be unfinished at once
   bool swap = false;                    // preemption=swap (else recompute)
   bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
+  int64_t max_waiting_tokens = 0;       // TGI --max-waiting-tokens (20); 0: off
+  double waiting_served_ratio = 1.2;    // TGI --waiting-served-ratio
 };
 
 class ContinuousPolicy final : public Policy {
@@ -103,7 +113,14 @@ class ContinuousPolicy final : public Policy {
   // Returns false when a preemption happened.
   bool schedule_running(Batch& batch, int64_t& budget);
   void schedule_swapped(Batch& batch, int64_t& budget);
+  // The scheduling steps of one iteration; false when a preemption cut them short.
+  bool fill_batch(Batch& batch, int64_t& budget);
   void schedule_waiting(Batch& batch, int64_t& budget);
+  // TGI's wait rule (max_waiting_tokens): whether new requests may be admitted now.
+  bool admission_allowed(int64_t budget) const;
+  // How many waiting requests schedule_waiting would admit with `budget` tokens left, counting
+  // no further than `enough`; changes nothing.
+  int64_t count_admissible(int64_t budget, int64_t enough) const;
   void preempt(RequestId victim, Batch& batch);
   // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
   // left; 0 when it must wait.
@@ -129,6 +146,9 @@ class ContinuousPolicy final : public Policy {
   // finishes or arrives (see repeat_decode_step).
   bool repeatable_ = false;
   int64_t partial_prefills_ = 0;  // items of the batch being built that do not finish a prefill
+  bool admitted_ = false;         // the batch being built admitted a waiting request
+  bool held_back_ = false;        // ... or TGI's wait rule kept the waiting requests out
+  int64_t steps_since_admission_ = 0;  // schedule() calls since one last admitted (TGI: waiting_tokens - 1)
 };
 
 }  // namespace batchsim

@@ -26,8 +26,17 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"orca", "continuous",
        "Orca: mixed iterations, contiguous KV reserved for max_model_len",
        {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}},
-      {"tgi", "continuous", "TGI-like: continuous, mixed prefill+decode, paged KV",
-       {{"kv", "paged"}, {"prefill", "mixed"}}},
+      // text-generation-inference 1.x router: a new batch is prefilled on its own and then
+      // concatenated (router/src/infer.rs), with the 20-step / 1.2 wait rule; admission counts
+      // input + max_new_tokens of every running request against max_batch_total_tokens
+      // (router/src/queue.rs next_batch), and the server allocates those blocks up front
+      // (flash_causal_lm.py), which is a reservation of prompt + output; prefill budget
+      // --max-batch-prefill-tokens 4096.
+      {"tgi", "continuous",
+       "TGI 1.x: prefill-only iterations after a wait rule, KV reserved for prompt + max_new_tokens",
+       {{"kv", "reserve"}, {"reserve_to", "output"}, {"prefill", "exclusive"},
+        {"max_num_batched_tokens", "4096"}, {"max_waiting_tokens", "20"},
+        {"waiting_served_ratio", "1.2"}}},
       {"vllm-v0", "continuous",
        "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
@@ -60,6 +69,8 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"max_num_seqs", "256", "most sequences running at once"},
       {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration; a longer prompt is rejected"},
       {"preemption", "recompute", "newest running request is preempted: recompute | swap (KV over the GPU's PCIe, both ways)"},
+      {"max_waiting_tokens", "0", "TGI wait rule: admit only after this many decode steps, or when enough fit at once (0: off)"},
+      {"waiting_served_ratio", "1.2", "TGI wait rule: 'enough' = this x the running requests"},
       {"prefix_caching", "false", "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
@@ -108,6 +119,8 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.swap = o.get_choice("preemption", "recompute", {"recompute", "swap"}) == "swap";
   // Read even with kv=reserve, where a preset's value is ignored (a user's is refused above).
   c.prefix_caching = o.get_bool("prefix_caching", false) && c.paged;
+  c.max_waiting_tokens = o.get_int("max_waiting_tokens", 0, 0, 1 << 24);
+  c.waiting_served_ratio = o.get_double("waiting_served_ratio", 1.2, 0.0, 1e6);
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
     c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 1, 1, 1 << 20);

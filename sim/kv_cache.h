@@ -22,6 +22,7 @@
 //   both:     used_tokens <= allocated_tokens <= capacity_tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,12 @@ class KvCacheManager {
   // (result, known_tokens]. Never all of `known_tokens` (at least the last token is computed
   // so that the model can sample). 0 for managers without prefix caching.
   virtual int64_t cached_prefix_tokens(RequestId /*id*/, int64_t /*known_tokens*/) const { return 0; }
+  // For a dry run of admission that changes nothing (TGI's "would enough requests fit?"):
+  // the room left for new requests and what admitting one takes from it, in the manager's own
+  // unit (paged: free blocks above the watermark; reserving: unreserved tokens). Prefix-cache
+  // hits are not subtracted, so a dry run never counts more admissions than would succeed.
+  virtual int64_t admission_room() const = 0;
+  virtual int64_t admission_cost(int64_t tokens, int64_t reserve_tokens) const = 0;
 
   virtual int64_t capacity_tokens() const = 0;
   virtual int64_t allocated_tokens() const = 0;   // blocks * block_size, or reservations
@@ -136,6 +143,10 @@ class PagedKvCache final : public KvCacheManager {
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
   int64_t cached_prefix_tokens(RequestId id, int64_t known_tokens) const override;
+  int64_t admission_room() const override { return free_blocks_ - watermark_blocks_; }
+  int64_t admission_cost(int64_t tokens, int64_t /*reserve_tokens*/) const override {
+    return blocks_for(tokens);
+  }
   int64_t capacity_tokens() const override { return num_blocks_ * block_size_; }
   int64_t allocated_tokens() const override { return (num_blocks_ - free_blocks_) * block_size_; }
   // Tokens written, each shared block once (a shared block is full in every holder).
@@ -214,6 +225,10 @@ class ReservedKvCache final : public KvCacheManager {
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
+  int64_t admission_room() const override { return capacity_ - reserved_total_; }
+  int64_t admission_cost(int64_t tokens, int64_t reserve_tokens) const override {
+    return std::max(tokens, reserve_tokens);
+  }
   int64_t capacity_tokens() const override { return capacity_; }
   int64_t allocated_tokens() const override { return reserved_total_; }
   int64_t used_tokens() const override { return used_tokens_; }

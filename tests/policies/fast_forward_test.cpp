@@ -29,18 +29,37 @@ using testing::PolicyVariant;
 // Every registered policy as shipped, plus options that change when a decode run may repeat:
 // a static timeout (wake-ups in the event queue), swap (KV in flight), several partial
 // prefills, a small budget and few sequences (requests left waiting while decodes repeat).
+// Whether the variant's KV manager reserves (static batching, or kv=reserve by the preset or
+// by the variant's options).
+bool reserves_kv(const PolicyVariant& v) {
+  if (v.policy.find("static") != std::string::npos) return true;
+  std::string kv = "paged";
+  for (const PolicyInfo& info : registered_policies()) {
+    if (info.name != v.policy) continue;
+    for (const auto& [key, value] : info.preset) {
+      if (key == "kv") kv = value;
+    }
+  }
+  if (v.options.count("kv") != 0) kv = v.options.at("kv");
+  return kv == "reserve";
+}
+
 std::vector<PolicyVariant> variants() {
   std::vector<PolicyVariant> v = testing::registered_variants();
   v.push_back({"hf-static", {{"batch_size", "16"}, {"batch_timeout_s", "0.2"}}});
   v.push_back({"ft-static", {{"batch_size", "5"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"vllm-v0", {{"preemption", "swap"}, {"max_num_seqs", "12"}}});
-  v.push_back({"tgi", {{"preemption", "swap"}, {"max_num_batched_tokens", "1024"}}});
+  v.push_back({"continuous", {{"preemption", "swap"}, {"max_num_batched_tokens", "1024"}}});
   v.push_back({"vllm", {{"max_num_batched_tokens", "256"}, {"max_num_partial_prefills", "3"},
                         {"long_prefill_token_threshold", "100"}, {"preemption", "swap"}}});
   v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}, {"max_num_seqs", "8"}}});
   // Prefix caching (on in the vllm preset) in the mixed and exclusive schedulers too.
-  v.push_back({"tgi", {{"prefix_caching", "true"}, {"max_num_seqs", "12"}}});
+  v.push_back({"continuous", {{"prefix_caching", "true"}, {"max_num_seqs", "12"}}});
   v.push_back({"vllm-v0", {{"prefix_caching", "true"}}});
+  // TGI's wait rule, whose hold on waiting requests expires after some decode steps, on paged
+  // KV and in mixed iterations as well as in the tgi preset (shipped, above).
+  v.push_back({"vllm-v0", {{"max_waiting_tokens", "5"}, {"max_num_seqs", "12"}}});
+  v.push_back({"continuous", {{"max_waiting_tokens", "3"}, {"waiting_served_ratio", "0.5"}}});
   return v;
 }
 
@@ -127,8 +146,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
       cached_somewhere += a.prefill_cached_tokens;
       // Reserved KV never preempts: a reservation holds the whole footprint from admission.
-      const bool reserves = v.policy.find("static") != std::string::npos ||
-                            (v.options.count("kv") != 0 && v.options.at("kv") == "reserve");
+      const bool reserves = reserves_kv(v);
       if (c.memory_utilization < 0.5 && !reserves) {
         EXPECT_GT(a.preemptions + a.requests_rejected, 0) << "the tight case should preempt";
       }

@@ -31,9 +31,9 @@ const PrefixBlockHashes kTwoPrefixes =
 
 TEST(PrefixCaching, ALaterRequestPrefillsOnlyWhatIsNotCached) {
   const CostModel cm = rig_cost_model();
-  // vllm (chunked prefill, caching on by its preset) and tgi (whole prefills) with caching on.
+  // vllm (chunked prefill, caching on by its preset) and continuous (whole prefills) with caching on.
   for (const auto& [name, options] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"vllm", {}}, {"tgi", {{"prefix_caching", "true"}}}}) {
+           {"vllm", {}}, {"continuous", {{"prefix_caching", "true"}}}}) {
     SCOPED_TRACE(name);
     const RecordedRun run = run_preset(name, two_requests(0.05), cm, options, &kTwoPrefixes);
     const BatchItem* second = first_item(run, 1);

@@ -28,7 +28,7 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}}});
   v.push_back({"vllm-v0", {{"max_num_seqs", "6"}, {"preemption", "swap"}}});
   v.push_back({"vllm-v0", {{"watermark", "0.1"}, {"block_size", "8"}}});
-  v.push_back({"tgi", {{"max_num_batched_tokens", "200"}, {"block_size", "4"}}});
+  v.push_back({"continuous", {{"max_num_batched_tokens", "200"}, {"block_size", "4"}}});
   v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"long_prefill_token_threshold", "24"},
                         {"max_num_partial_prefills", "2"}}});
   v.push_back({"sarathi", {{"max_num_batched_tokens", "48"}, {"preemption", "swap"}}});
@@ -38,8 +38,12 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"chunked-prefill", {{"kv", "reserve"}, {"max_num_batched_tokens", "96"}}});
   v.push_back({"hf-static", {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"ft-static", {{"batch_size", "3"}, {"max_new_tokens", "64"}}});
+  // TGI's wait rule on paged KV, where preemption can empty the running set it waits on.
+  v.push_back({"vllm-v0", {{"max_waiting_tokens", "4"}, {"block_size", "4"}}});
+  v.push_back({"vllm", {{"max_waiting_tokens", "6"}, {"waiting_served_ratio", "2"},
+                        {"max_num_batched_tokens", "64"}}});
   // Prefix caching with whole prefills, exclusive prefills, swap, small blocks and a watermark.
-  v.push_back({"tgi", {{"prefix_caching", "true"}, {"block_size", "4"}}});
+  v.push_back({"continuous", {{"prefix_caching", "true"}, {"block_size", "4"}}});
   v.push_back({"vllm-v0", {{"prefix_caching", "true"}, {"preemption", "swap"}, {"block_size", "8"}}});
   v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"max_num_partial_prefills", "2"},
                         {"watermark", "0.05"}, {"block_size", "8"}}});

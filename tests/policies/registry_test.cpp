@@ -44,9 +44,13 @@ TEST(Registry, PresetsMirrorTheirEngines) {
   {
     auto p = policy("tgi");
     const auto& c = as_continuous(*p).config();
-    EXPECT_TRUE(c.paged);
-    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.paged);  // admission counts prompt + max_new_tokens of every request
+    EXPECT_FALSE(c.reserve_max_model_len);
+    EXPECT_FALSE(c.mixed_prefill);  // a new batch is prefilled on its own
     EXPECT_FALSE(c.chunked);
+    EXPECT_EQ(c.max_num_batched_tokens, 4096);
+    EXPECT_EQ(c.max_waiting_tokens, 20);
+    EXPECT_DOUBLE_EQ(c.waiting_served_ratio, 1.2);
   }
   {
     auto p = policy("vllm-v0");
@@ -117,7 +121,7 @@ TEST(Registry, AnUnknownOptionIsAnErrorNamingIt) {
 }
 
 TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
-  std::string msg = user_error_of([] { policy("tgi", {{"reserve_to", "max_model_len"}}); });
+  std::string msg = user_error_of([] { policy("continuous", {{"reserve_to", "max_model_len"}}); });
   EXPECT_NE(msg.find("reserve_to=max_model_len"), std::string::npos) << msg;
   EXPECT_NE(msg.find("kv=reserve"), std::string::npos) << msg;
   msg = user_error_of([] { policy("orca", {{"block_size", "32"}}); });
@@ -126,7 +130,7 @@ TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
   EXPECT_NE(msg.find("watermark=0.01"), std::string::npos) << msg;
   // A preset's own value for the other manager is not the user's mistake.
   EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
-  EXPECT_FALSE(as_continuous(*policy("tgi", {{"kv", "reserve"}, {"reserve_to", "output"}}))
+  EXPECT_FALSE(as_continuous(*policy("continuous", {{"kv", "reserve"}, {"reserve_to", "output"}}))
                    .config()
                    .paged);
 }

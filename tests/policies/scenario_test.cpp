@@ -61,7 +61,7 @@ TEST(WriteUpScenario, FasterTransformerStyleStopsComputingFinishedRowsButKeepsTh
 
 TEST(WriteUpScenario, ContinuousAdmitsEWhenAEndsAndFWhenCEnds) {
   const CostModel cm = rig_cost_model();
-  const RecordedRun run = run_preset("tgi", write_up_workload(), cm, {{"max_num_seqs", "4"}});
+  const RecordedRun run = run_preset("continuous", write_up_workload(), cm, {{"max_num_seqs", "4"}});
   expect_states(run, {
       {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
       {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
@@ -113,7 +113,7 @@ TEST(LongPromptScenario, ExclusivePrefillStallsTheDecodesForAnIteration) {
 
 TEST(LongPromptScenario, MixedPrefillRunsTheWholePromptWithTheDecodes) {
   const CostModel cm = rig_cost_model();
-  const RecordedRun run = run_preset("tgi", long_prompt_workload(), cm);
+  const RecordedRun run = run_preset("continuous", long_prompt_workload(), cm);
   expect_states(run, {{1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{A, 1}, {B, 1}, {L, 200}}}});
   EXPECT_DOUBLE_EQ(ms(run.result.requests[A].max_tbt), 10.0);
 }
@@ -216,9 +216,44 @@ void expect_preempted_and_readmitted(const RecordedRun& run, int32_t b_readmit_t
   EXPECT_EQ(run.result.summary.output_tokens, 40);
 }
 
+// TGI's router (router/src/infer.rs): A and B decode; C arrives during iteration 1. One waiting
+// request is fewer than floor(2 running x 1.2) = 2, so C waits until the 5th step after the
+// last prefill (waiting_tokens 1, 2, ... reaches max_waiting_tokens), then is prefilled alone.
+TEST(TgiWaitRule, ANewRequestWaitsForMaxWaitingTokensUnlessEnoughFitAtOnce) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 4, 30}, {0, 4, 30}, {0.015, 4, 5}});
+  const RecordedRun held = run_preset("tgi", w, cm, {{"max_waiting_tokens", "5"}});
+  expect_states(held, {{0, 0, {{A, 4}, {B, 4}}}, {1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}},
+                       {6, 9, {{A, 1}, {B, 1}, {C, 1}}}});
+  EXPECT_DOUBLE_EQ(ms(held.result.requests[C].first_scheduled), 50.0);
+  // The same on paged KV: the rule is independent of the KV manager.
+  expect_states(run_preset("vllm-v0", w, cm, {{"max_waiting_tokens", "5"}}), {{1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}}});
+  // With waiting_served_ratio 0.5, one waiting request is enough: C is prefilled at once.
+  const RecordedRun eager = run_preset("tgi", w, cm, {{"max_waiting_tokens", "5"}, {"waiting_served_ratio", "0.5"}});
+  expect_states(eager, {{1, 1, {{A, 1}, {B, 1}}}, {2, 2, {{C, 4}}}});
+  // Off (max_waiting_tokens 0): admitted as soon as it is there, as vLLM does.
+  expect_states(run_preset("tgi", w, cm, {{"max_waiting_tokens", "0"}}), {{2, 2, {{C, 4}}}});
+}
+
+// "Enough fit at once" is a dry run of admission: two waiting requests count only if the KV
+// reservation left holds both, else the rule waits its full max_waiting_tokens steps.
+TEST(TgiWaitRule, OnlyRequestsThatFitCountAsEnough) {
+  RigOptions o;
+  o.kv_capacity_tokens = 80;
+  const CostModel cm = rig_cost_model(o);
+  // A reserves 4 + 30 - 1 = 33 tokens; C and D reserve 33 each: 47 left holds one of them.
+  const Workload w = make_workload({{0, 4, 30}, {0.005, 4, 30}, {0.005, 4, 30}});
+  const RecordedRun run = run_preset("tgi", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "1"}});
+  // floor(1 x 1) = 1 request is enough and one fits: B is admitted at once, C never fits.
+  expect_states(run, {{0, 0, {{A, 4}}}, {1, 1, {{B, 4}}}, {2, 29, {{A, 1}, {B, 1}}}});
+  const RecordedRun strict = run_preset("tgi", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "2"}});
+  // 2 needed, 1 fits: B waits for the 4th step after A's prefill.
+  expect_states(strict, {{0, 0, {{A, 4}}}, {1, 3, {{A, 1}}}, {4, 4, {{B, 4}}}});
+}
+
 TEST(Preemption, RecomputeFreesTheNewestAndReprefillsPromptPlusGenerated) {
   const CostModel cm = rig_cost_model(kv_pressure_rig());
-  for (const char* name : {"tgi", "vllm-v0", "vllm"}) {
+  for (const char* name : {"continuous", "vllm-v0", "vllm"}) {
     SCOPED_TRACE(name);
     const RecordedRun run = run_preset(name, kv_pressure_workload(), cm, {{"block_size", "4"}});
     // B had 13 tokens when preempted: it prefills 8 + 13 = 21 tokens again from scratch.
@@ -231,7 +266,7 @@ TEST(Preemption, RecomputeFreesTheNewestAndReprefillsPromptPlusGenerated) {
 
 TEST(Preemption, SwapMovesTheVictimsKvOverPcieBothWays) {
   const CostModel cm = rig_cost_model(kv_pressure_rig());
-  const RecordedRun run = run_preset("tgi", kv_pressure_workload(), cm,
+  const RecordedRun run = run_preset("continuous", kv_pressure_workload(), cm,
                                      {{"block_size", "4"}, {"preemption", "swap"}});
   // B keeps its 20 computed tokens on the host and resumes with a decode after them.
   expect_preempted_and_readmitted(run, 1);
@@ -247,7 +282,7 @@ TEST(Preemption, SwapInComesBeforeNewRequests) {
   // C (small) arrives while B is swapped out: vLLM v0 admits no prefill while `swapped` is
   // non-empty, so C waits for B to be swapped back in even though C would fit earlier.
   const Workload w = make_workload({{0, 8, 20}, {0, 8, 20}, {0.15, 2, 2}});
-  const RecordedRun run = run_preset("tgi", w, cm, {{"block_size", "4"}, {"preemption", "swap"}});
+  const RecordedRun run = run_preset("continuous", w, cm, {{"block_size", "4"}, {"preemption", "swap"}});
   expect_states(run, {{13, 19, {{A, 1}}}, {20, 20, {{B, 1}, {C, 2}}}});
 }
 
@@ -266,7 +301,7 @@ TEST(KvUtilisation, FractionsAreOfTheWholeKvMemoryNotOfTheBlocksCarvedFromIt) {
   o.kv_capacity_tokens = 40;  // 2 blocks of 16 (32 tokens); 8 tokens of memory hold no block
   const CostModel cm = rig_cost_model(o);
   // 20 + 13 - 1 = 32 tokens: both blocks, full, in the last iteration.
-  const RecordedRun run = run_preset("tgi", make_workload({{0, 20, 13}}), cm, {{"block_size", "16"}});
+  const RecordedRun run = run_preset("continuous", make_workload({{0, 20, 13}}), cm, {{"block_size", "16"}});
   EXPECT_EQ(run.result.kv_capacity_tokens, 40);  // what summary.json reports as kv.capacity_tokens
   // Over the reported capacity, as README "Outputs" defines them and the KV plot draws them.
   EXPECT_DOUBLE_EQ(run.result.summary.kv_allocated_fraction_peak, 32.0 / 40.0);
@@ -290,14 +325,14 @@ TEST(ReservedKv, OrcaReservesMaxModelLenSoFewerRequestsRunAtOnce) {
                        {4, 4, {{3, 4}, {4, 4}}}});
   EXPECT_EQ(orca.steps[0].kv_allocated_tokens, 3 * 64);
   // Paged KV holds only what is written: all five run at once.
-  const RecordedRun paged = run_preset("tgi", w, cm);
+  const RecordedRun paged = run_preset("continuous", w, cm);
   expect_states(paged, {{0, 0, {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 4}}}});
 }
 
 TEST(Admission, MaxNumSeqsBoundsTheRunningSet) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 4, 3}, {0, 4, 3}, {0, 4, 3}});
-  const RecordedRun run = run_preset("tgi", w, cm, {{"max_num_seqs", "2"}});
+  const RecordedRun run = run_preset("continuous", w, cm, {{"max_num_seqs", "2"}});
   expect_states(run, {{0, 0, {{A, 4}, {B, 4}}}, {1, 2, {{A, 1}, {B, 1}}}, {3, 3, {{C, 4}}}});
 }
 
@@ -307,7 +342,7 @@ TEST(Admission, FcfsHeadOfLineASmallRequestNeverOvertakes) {
   const CostModel cm = rig_cost_model(o);
   // A holds 5 blocks; B needs 6 and waits; C needs 1 and would fit, but stays behind B.
   const Workload w = make_workload({{0, 20, 3}, {0, 24, 2}, {0, 4, 2}});
-  for (const char* name : {"tgi", "vllm-v0", "vllm"}) {
+  for (const char* name : {"continuous", "vllm-v0", "vllm"}) {
     SCOPED_TRACE(name);
     const RecordedRun run = run_preset(name, w, cm, {{"block_size", "4"}});
     expect_states(run, {{0, 0, {{A, 20}}}, {1, 2, {{A, 1}}}, {3, 3, {{B, 24}, {C, 4}}}});
@@ -367,17 +402,17 @@ TEST(Rejection, KvMemorySmallerThanOneBlockIsAUserErrorThatSaysSo) {
   o.kv_capacity_tokens = 10;
   const CostModel cm = rig_cost_model(o);
   const Workload w = make_workload({{0, 2, 2}});
-  const std::string msg = user_error_of([&] { run_preset("tgi", w, cm); });
+  const std::string msg = user_error_of([&] { run_preset("continuous", w, cm); });
   EXPECT_NE(msg.find("holds 10 tokens, less than one block of block_size=16"), std::string::npos)
       << msg;
   // A block that fits is fine.
-  EXPECT_EQ(run_preset("tgi", w, cm, {{"block_size", "8"}}).result.summary.requests_completed, 1);
+  EXPECT_EQ(run_preset("continuous", w, cm, {{"block_size", "8"}}).result.summary.requests_completed, 1);
 }
 
 TEST(Rejection, APromptLongerThanTheBudgetIsRejectedUnlessChunked) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 20, 2}, {0, 4, 2}});
-  const RecordedRun plain = run_preset("tgi", w, cm, {{"max_num_batched_tokens", "16"}});
+  const RecordedRun plain = run_preset("continuous", w, cm, {{"max_num_batched_tokens", "16"}});
   EXPECT_EQ(plain.result.requests[A].state, RequestState::kRejected);
   EXPECT_NE(plain.result.requests[A].reject_reason.find("max_num_batched_tokens"),
             std::string::npos);
@@ -394,7 +429,7 @@ TEST(Preemption, ARecomputedPrefillLongerThanTheBudgetIsChunkedNotDroppedOrOverB
   o.kv_capacity_tokens = 48;
   const CostModel cm = rig_cost_model(o);
   const Workload w = make_workload({{0, 8, 30}, {0, 8, 30}});
-  const RecordedRun run = run_preset("tgi", w, cm, {{"block_size", "4"}, {"max_num_batched_tokens", "20"}});
+  const RecordedRun run = run_preset("continuous", w, cm, {{"block_size", "4"}, {"max_num_batched_tokens", "20"}});
   // At iteration 17 A needs a 7th block: B (17 tokens generated) is preempted.
   expect_states(run, {{0, 0, {{A, 8}, {B, 8}}}, {1, 16, {{A, 1}, {B, 1}}}, {17, 29, {{A, 1}}},
                       {30, 30, {{B, 20}}},  // B's 8 + 17 = 25 tokens, cut at the budget
