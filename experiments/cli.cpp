@@ -52,6 +52,9 @@ po::options_description run_options() {
       ("tp", po::value<int>(), "tensor-parallel degree (default 1)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
+      ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: weight element type (vLLM "
+       "--quantization fp8; auto: the model's)")
+      ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
       ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
       ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
       ("num-requests", po::value<int64_t>(), "number of requests (first N of a trace; default 1000)")
@@ -88,6 +91,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("model")) c.model = vm["model"].as<std::string>();
   if (vm.count("gpu")) c.gpu = vm["gpu"].as<std::string>();
   if (vm.count("tp")) c.tp = vm["tp"].as<int>();
+  if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
+  if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
   if (vm.count("policy-opt")) {
     for (const auto& text : vm["policy-opt"].as<std::vector<std::string>>()) {
@@ -136,8 +141,11 @@ void print_warnings(const RunOutcome& run, std::ostream& err) {
 }
 
 void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens) {
-  fmt::print(out, "model {} on {} (tp {}), {} requests, arrival {}, KV capacity {} tokens\n",
-             c.model, c.gpu, c.tp, num_requests,
+  std::string dtypes;
+  if (c.weight_dtype != "auto") dtypes += " weights " + c.weight_dtype;
+  if (c.kv_cache_dtype != "auto") dtypes += std::string(dtypes.empty() ? "" : ",") + " KV " + c.kv_cache_dtype;
+  fmt::print(out, "model {}{} on {} (tp {}), {} requests, arrival {}, KV capacity {} tokens\n",
+             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, c.tp, num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
              kv_tokens);

@@ -36,7 +36,7 @@ struct Where {
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
-      "model", "gpu", "tp", "arrival", "trace", "num-requests", "prompt-len", "output-len",
+      "model", "gpu", "tp", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log"};
   return keys.count(key) > 0;
 }
@@ -243,7 +243,7 @@ void check_workload_spec(const WorkloadSpec& w) {
 void check_planned(const Experiment& e, const PlannedRun& run) {
   try {
     validate(run.config);
-    const CostModel cost(resolve_model(run.config.model), resolve_gpu(run.config.gpu), run.config.tp);
+    const CostModel cost(resolve_run_model(run.config), resolve_gpu(run.config.gpu), run.config.tp);
     // The simulation refuses this too, but only once it runs, without naming the file or run.
     if (cost.kv_capacity_tokens(run.config.gpu_memory_utilization) < 1) {
       throw UserError(fmt::format("model '{}' at --tp {} leaves no room for a KV cache on '{}' "

@@ -52,6 +52,8 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["model"] = c.model;
   j["gpu"] = c.gpu;
   j["tp"] = c.tp;
+  j["weight_dtype"] = c.weight_dtype;
+  j["kv_cache_dtype"] = c.kv_cache_dtype;
   j["policy"] = c.policy;
   j["policy_opts"] = c.policy_opts;
   j["arrival"] = c.workload.arrival;

@@ -69,6 +69,8 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     if (key == "model") c.model = scalar<std::string>(v, file, shown);
     else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
     else if (key == "tp") c.tp = scalar<int>(v, file, shown);
+    else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
+    else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
     else if (key == "policy-opt") {
       if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
@@ -91,8 +93,15 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
   }
 }
 
+ModelSpec resolve_run_model(const RunConfig& c) {
+  return with_dtypes(resolve_model(c.model), parse_dtype_bytes(c.weight_dtype, "--weight-dtype"),
+                     parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
+}
+
 void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
+  parse_dtype_bytes(c.weight_dtype, "--weight-dtype");
+  parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
   }

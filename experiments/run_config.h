@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "hwmodel/model_spec.h"
 #include "sim/workload.h"
 
 namespace YAML {
@@ -23,6 +24,10 @@ struct RunConfig {
   std::string model = "llama-2-7b";
   std::string gpu = "a100-80gb";
   int tp = 1;
+  // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
+  // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
+  std::string weight_dtype = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string policy = "continuous";
   std::map<std::string, std::string> policy_opts;
   WorkloadSpec workload;
@@ -48,5 +53,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
 std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
 // Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).
 void validate(const RunConfig& config);
+// The model the run simulates: `model` (built-in or config.json) with the run's dtypes.
+ModelSpec resolve_run_model(const RunConfig& config);
 
 }  // namespace batchsim

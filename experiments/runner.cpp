@@ -12,7 +12,7 @@ namespace batchsim {
 RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload,
                           const RunHooks& hooks) {
   validate(config);
-  const ModelSpec model = resolve_model(config.model);
+  const ModelSpec model = resolve_run_model(config);
   const HardwareProfile gpu = resolve_gpu(config.gpu);
   const CostModel cost_model(model, gpu, config.tp);
 

@@ -87,6 +87,34 @@ TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
   EXPECT_EQ(summary["requests"]["completed"], 9);
 }
 
+// --kv-cache-dtype fp8 halves KV bytes per token: the same memory holds about twice the
+// tokens (exactly, up to rounding); --weight-dtype fp8 frees weight memory for more KV. Both are
+// echoed in summary.json (also from a config file) and a bad value names its option.
+TEST(Cli, DtypeOptionsChangeKvCapacityAndAreEchoed) {
+  const auto dir = testing::scratch_dir("cli-dtypes");
+  const auto capacity = [&](const std::vector<std::string>& extra, const std::string& name) {
+    std::vector<std::string> args = {"run", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2",
+                                     "--num-requests", "20", "--out", (dir / name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_cli(args), 0);
+    const auto summary = nlohmann::json::parse(slurp(dir / name / "summary.json"));
+    return std::make_pair(summary["kv"]["capacity_tokens"].get<int64_t>(), summary["config"]);
+  };
+  const auto [bf16, bf16_config] = capacity({}, "auto");
+  const auto [kv8, kv8_config] = capacity({"--kv-cache-dtype", "fp8"}, "kv8");
+  EXPECT_NEAR(static_cast<double>(kv8), 2.0 * static_cast<double>(bf16), 2.0);
+  EXPECT_EQ(bf16_config["kv_cache_dtype"], "auto");
+  EXPECT_EQ(kv8_config["kv_cache_dtype"], "fp8");
+  // FP8 weights: ~46.7B parameters at one byte instead of two leave more room for KV.
+  std::ofstream(dir / "w8.yaml") << "weight-dtype: fp8\n";
+  const auto [w8, w8_config] = capacity({"--config", (dir / "w8.yaml").string()}, "w8");
+  EXPECT_GT(w8, bf16 * 3 / 2);
+  EXPECT_EQ(w8_config["weight_dtype"], "fp8");
+
+  EXPECT_THAT(error_of({"run", "--kv-cache-dtype", "fp4", "--num-requests", "5"}), HasSubstr("--kv-cache-dtype"));
+  EXPECT_THAT(error_of({"run", "--weight-dtype", "int3", "--num-requests", "5"}), HasSubstr("--weight-dtype"));
+}
+
 TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
   const auto dir = testing::scratch_dir("cli-reject");
   // OPT-13B has a 2048-token context: the second request can never be served.
