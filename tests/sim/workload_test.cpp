@@ -357,6 +357,13 @@ TEST(SpecParsing, SyntaxListsCoverEveryKind) {
   EXPECT_EQ(arrivals, (std::vector<std::string>{"offline", "poisson:RATE", "gamma:RATE:CV", "trace"}));
   EXPECT_EQ(lengths, (std::vector<std::string>{"fixed:N", "uniform:A:B", "capexp:MEAN:CAP",
                                                "lognormal:MEDIAN:SIGMA"}));
+  std::vector<std::string> prefixes;
+  for (const SpecSyntax& s : prefix_syntaxes()) prefixes.emplace_back(s.syntax);
+  EXPECT_EQ(prefixes, (std::vector<std::string>{"shared:TOKENS", "groups:TOKENS:N"}));
+  // The unknown-kind message lists them.
+  EXPECT_NE(user_error_of([] { parse_prefix_spec("sys:1", "--prefix"); })
+                .find("expected shared:TOKENS or groups:TOKENS:N"),
+            std::string::npos);
 }
 
 // ---- synthetic workloads ---------------------------------------------------------------------
