@@ -141,10 +141,12 @@ std::string known_model_names() {
   return names;
 }
 
-// Reads config.json values, naming the file and key in every error.
+// Reads config.json values, naming the file and key in every error. `prefix` names the object
+// holding the keys when it is nested ("ffn_config." for DBRX's).
 class HfConfig {
  public:
-  HfConfig(const nlohmann::json& j, const std::filesystem::path& path) : j_(j), path_(path) {}
+  HfConfig(const nlohmann::json& j, const std::filesystem::path& path, std::string prefix = "")
+      : j_(j), path_(path), prefix_(std::move(prefix)) {}
 
   // The first of `keys` present and not null, as a positive integer.
   std::optional<int> optional_int(std::initializer_list<const char*> keys) const {
@@ -153,8 +155,8 @@ class HfConfig {
       if (it == j_.end() || it->is_null()) continue;
       if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
           it->get<int64_t>() > std::numeric_limits<int>::max()) {
-        throw UserError(fmt::format("{}: key '{}' must be a positive integer, got {}",
-                                    path_.string(), key, it->dump()));
+        throw UserError(fmt::format("{}: key '{}{}' must be a positive integer, got {}",
+                                    path_.string(), prefix_, key, it->dump()));
       }
       return it->get<int>();
     }
@@ -163,31 +165,41 @@ class HfConfig {
   int required_int(std::initializer_list<const char*> keys) const {
     if (auto v = optional_int(keys)) return *v;
     std::string names;
-    for (const char* key : keys) names += (names.empty() ? "'" : "' or '") + std::string(key);
+    for (const char* key : keys) names += (names.empty() ? "'" : "' or '") + prefix_ + key;
     throw UserError(fmt::format("{}: missing key {}'", path_.string(), names));
   }
   std::string string_or(const char* key, std::string fallback) const {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_string()) {
-      throw UserError(
-          fmt::format("{}: key '{}' must be a string, got {}", path_.string(), key, it->dump()));
+      throw UserError(fmt::format("{}: key '{}{}' must be a string, got {}", path_.string(),
+                                  prefix_, key, it->dump()));
     }
     return it->get<std::string>();
+  }
+  // The object under `key`, read with this reader's rules; an error when it is not an object.
+  HfConfig object(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end() || !it->is_object()) {
+      throw UserError(fmt::format("{}: key '{}{}' must be an object", path_.string(), prefix_, key));
+    }
+    return HfConfig(*it, path_, prefix_ + key + ".");
   }
 
  private:
   const nlohmann::json& j_;
   const std::filesystem::path& path_;
+  std::string prefix_;
 };
 
 // Architectures whose MLP is gated (gate and up projections, then down): SwiGLU or GeGLU.
 // Those known not to be (OPT, GPT-2, GPT-NeoX, Phi, Falcon, BLOOM) fall through to the
 // activation rule, which gives them non-gated for relu/gelu.
 bool is_gated(const std::string& model_type, const std::string& hidden_act) {
-  static const char* const kGated[] = {"llama", "mistral",  "mixtral",  "qwen2",    "qwen3",
-                                       "qwen",  "gemma",    "gemma2",   "internlm", "internlm2",
-                                       "yi",    "deepseek", "baichuan", "olmo",     "cohere"};
+  static const char* const kGated[] = {"llama",  "mistral",  "mixtral",  "qwen2",    "qwen3",
+                                       "qwen",   "gemma",    "gemma2",   "internlm", "internlm2",
+                                       "yi",     "deepseek", "baichuan", "olmo",     "cohere",
+                                       "dbrx"};
   for (const char* t : kGated) {
     if (model_type == t) return true;
   }
@@ -202,15 +214,12 @@ bool is_gated(const std::string& model_type, const std::string& hidden_act) {
 // dense model.
 void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
                   ModelSpec& m) {
-  for (const char* key : {"n_routed_experts", "moe_num_experts", "ffn_config"}) {
-    // DeepSeek-V2/V3 (MLA attention, first_k_dense_replace dense layers) and DBRX (nested
-    // ffn_config) are not modelled.
-    if (j.contains(key)) {
-      throw UserError(fmt::format(
-          "{}: key '{}': this mixture-of-experts layout (DeepSeek/DBRX-style) is not supported; "
-          "supported are Mixtral and Qwen2-MoE configs",
-          path.string(), key));
-    }
+  // DeepSeek-V2/V3 (MLA attention, first_k_dense_replace dense layers) is not modelled.
+  if (j.contains("n_routed_experts")) {
+    throw UserError(fmt::format(
+        "{}: key 'n_routed_experts': DeepSeek-style mixture of experts is not supported "
+        "(supported: Mixtral, Qwen2-MoE and DBRX configs)",
+        path.string()));
   }
   const int experts = c.optional_int({"num_local_experts", "num_experts"}).value_or(0);
   if (experts <= 1) return;  // one expert is a dense MLP
@@ -236,6 +245,52 @@ void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesys
         "{}: key 'mlp_only_layers' must be empty: dense layers in an MoE model are not supported",
         path.string()));
   }
+}
+
+// Llama-, Mistral-, Qwen-, OPT-, GPT-NeoX- and GPT-2-style keys, and Mixtral / Qwen2-MoE
+// experts.
+void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
+                 const std::string& model_type, ModelSpec& m) {
+  // GPT-2 style names (n_layer, n_embd, n_head, n_inner, n_positions) are the aliases.
+  m.num_layers = c.required_int({"num_hidden_layers", "n_layer", "num_layers"});
+  m.hidden_size = c.required_int({"hidden_size", "n_embd", "d_model"});
+  m.num_heads = c.required_int({"num_attention_heads", "n_head"});
+  m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}).value_or(m.num_heads);
+  m.head_dim = c.optional_int({"head_dim"}).value_or(m.hidden_size / m.num_heads);
+  const std::string hidden_act = c.string_or("hidden_act", c.string_or("activation_function", ""));
+  // OPT names its FFN size ffn_dim; GPT-2 n_inner (null means 4 * n_embd).
+  m.ffn_size = c.optional_int({"intermediate_size", "ffn_dim", "n_inner"})
+                   .value_or(model_type == "gpt2" ? 4 * m.hidden_size : 0);
+  if (m.ffn_size == 0) m.ffn_size = c.required_int({"intermediate_size", "ffn_dim"});
+  m.gated_mlp = is_gated(model_type, hidden_act);
+  m.vocab_size = c.required_int({"vocab_size"});
+  m.max_context_tokens =
+      c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
+  read_experts(c, j, path, m);
+}
+
+// DBRX (databricks/dbrx-base config.json, transformers DbrxConfig) names its shapes
+// differently: d_model, n_heads, n_layers, max_seq_len at the top, the KV heads in
+// attn_config.kv_n_heads, and GLU experts (gated, SiLU) in ffn_config: ffn_hidden_size per
+// expert, moe_num_experts, moe_top_k.
+void read_dbrx(const HfConfig& c, const std::filesystem::path& path, ModelSpec& m) {
+  m.num_layers = c.required_int({"n_layers"});
+  m.hidden_size = c.required_int({"d_model"});
+  m.num_heads = c.required_int({"n_heads"});
+  m.num_kv_heads = c.object("attn_config").optional_int({"kv_n_heads"}).value_or(m.num_heads);
+  m.head_dim = m.hidden_size / m.num_heads;
+  m.vocab_size = c.required_int({"vocab_size"});
+  m.max_context_tokens = c.required_int({"max_seq_len"});
+  m.gated_mlp = true;
+  const HfConfig ffn = c.object("ffn_config");
+  m.ffn_size = ffn.required_int({"ffn_hidden_size"});
+  m.num_experts = ffn.required_int({"moe_num_experts"});
+  m.experts_per_token = ffn.required_int({"moe_top_k"});
+  if (m.experts_per_token > m.num_experts) {
+    throw UserError(fmt::format("{}: key 'ffn_config.moe_top_k' is {}, more than the {} experts",
+                                path.string(), m.experts_per_token, m.num_experts));
+  }
+  if (m.num_experts == 1) m.num_experts = m.experts_per_token = 0;  // one expert: dense
 }
 
 // Whether quantization_config says FP8 weights: quant_method "fp8" (vLLM's Fp8Config; AutoFP8
@@ -282,29 +337,18 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   const HfConfig c(j, path);
 
   ModelSpec m;
-  // GPT-2 style names (n_layer, n_embd, n_head, n_inner, n_positions) are the aliases.
-  m.num_layers = c.required_int({"num_hidden_layers", "n_layer", "num_layers"});
-  m.hidden_size = c.required_int({"hidden_size", "n_embd", "d_model"});
-  m.num_heads = c.required_int({"num_attention_heads", "n_head"});
-  m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}).value_or(m.num_heads);
-  m.head_dim = c.optional_int({"head_dim"}).value_or(m.hidden_size / m.num_heads);
+  const std::string model_type = c.string_or("model_type", "");
+  if (model_type == "dbrx") {
+    read_dbrx(c, path, m);
+  } else {
+    read_shapes(c, j, path, model_type, m);
+  }
   if (m.num_heads % m.num_kv_heads != 0) {
     throw UserError(
         fmt::format("{}: num_attention_heads {} is not a multiple of "
                     "num_key_value_heads {}",
                     path.string(), m.num_heads, m.num_kv_heads));
   }
-  const std::string model_type = c.string_or("model_type", "");
-  const std::string hidden_act = c.string_or("hidden_act", c.string_or("activation_function", ""));
-  // OPT names its FFN size ffn_dim; GPT-2 n_inner (null means 4 * n_embd).
-  m.ffn_size = c.optional_int({"intermediate_size", "ffn_dim", "n_inner"})
-                   .value_or(model_type == "gpt2" ? 4 * m.hidden_size : 0);
-  if (m.ffn_size == 0) m.ffn_size = c.required_int({"intermediate_size", "ffn_dim"});
-  m.gated_mlp = is_gated(model_type, hidden_act);
-  m.vocab_size = c.required_int({"vocab_size"});
-  m.max_context_tokens =
-      c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
-  read_experts(c, j, path, m);
   // vLLM's dtype "auto" serves float32 checkpoints in float16
   // (vllm/config.py, _get_and_verify_dtype), so every floating dtype costs 2 bytes here.
   const std::string dtype = c.string_or("torch_dtype", "float16");

@@ -152,6 +152,37 @@ TEST(MoeHfConfig, ReadsQwen2MoeExpertsAndSharedExpert) {
   EXPECT_EQ(m.active_params(), builtin.active_params());
 }
 
+TEST(MoeHfConfig, ReadsDbrxNestedConfig) {
+  const auto dir = testing::scratch_dir("hf_dbrx");
+  // The keys of databricks/dbrx-base's config.json.
+  const auto path = write_text_file(dir, "config.json", R"({
+    "architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144,
+    "n_heads": 48, "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352,
+    "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+    "ffn_config": {"ffn_hidden_size": 10752, "moe_jitter_eps": 0, "moe_loss_weight": 0.05,
+                   "moe_num_experts": 16, "moe_top_k": 4},
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16" })");
+  const ModelSpec m = load_hf_config(path);
+  EXPECT_EQ(m.num_layers, 40);
+  EXPECT_EQ(m.num_kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.ffn_size, 10752);
+  EXPECT_EQ(m.num_experts, 16);
+  EXPECT_EQ(m.experts_per_token, 4);
+  EXPECT_TRUE(m.gated_mlp);
+  EXPECT_EQ(m.max_context_tokens, 32768);
+  // "132B total parameters of which 36B parameters are active on any input" (Databricks).
+  EXPECT_NEAR(static_cast<double>(m.total_params()), 132e9, 0.02 * 132e9);
+  EXPECT_NEAR(static_cast<double>(m.active_params()), 36e9, 0.02 * 36e9);
+  // Nested keys are named with their object in errors.
+  const auto bad = write_text_file(dir, "bad.json", R"({"model_type": "dbrx", "d_model": 6144,
+    "n_heads": 48, "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352,
+    "attn_config": {"kv_n_heads": 8},
+    "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": "4"}})");
+  EXPECT_THAT(user_error_of([&] { load_hf_config(bad); }),
+              AllOf(HasSubstr("bad.json"), HasSubstr("ffn_config.moe_top_k")));
+}
+
 TEST(Fp8HfConfig, Fp8QuantizationConfigMeansOneByteWeights) {
   const auto dir = testing::scratch_dir("hf_fp8");
   // As in FP8 checkpoints made with AutoFP8 / llm-compressor (e.g. neuralmagic's
