@@ -290,6 +290,8 @@ void PagedKvCache::release(RequestId id) {
 }
 
 bool PagedKvCache::fits_when_empty(int64_t reserve_tokens) const {
+  // Prefix-cache hits are not counted: a cached prefix may be evicted before the request is
+  // (re)admitted, so it must fit without one.
   return num_blocks_ - blocks_for(reserve_tokens) >= watermark_blocks_;
 }
 

@@ -122,8 +122,8 @@ struct PrefixCacheSource {
 //    admitted later in the same step can hit them. A key already in the table is not entered
 //    twice: the duplicate block stays uncached.
 //  * Release does ref--; a block at ref 0 that is in the table stays there, *evictable*, and
-//    counts as free. Blocks are freed last block first (v1 frees in reverse so that a prefix
-//    outlives its tail).
+//    counts as free. Blocks are freed last block first (v1 single_type_kv_cache_manager.py
+//    free() frees in reverse so that a prefix outlives its tail).
 //  * Allocation takes a never-cached free block first and only then evicts the least recently
 //    freed evictable block. v1 keeps one LRU queue of all free blocks, cached or not, and may
 //    evict a cached block while uncached ones are free; taking uncached blocks first keeps
