@@ -167,10 +167,23 @@ std::string first_policy(const ResultSet& results) {
   return p.is_array() && !p.empty() ? p[0]["label"].get<std::string>() : "";
 }
 
+// The prefix-cache hit rate is a column only when some run of the result set found anything
+// cached: without prefix hashes (synthetic prompts, no --prefix) or without prefix_caching it is
+// 0 everywhere, and a column of zeros would only widen every table of the other experiments.
+constexpr Column kPrefixHitColumn = {"prefix_cache.hit_rate", "prefix hit %", 100, 1};
+
+bool any_prefix_hits(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) {
+    return number_at(r, "prefix_cache.cached_tokens").value_or(0) > 0;
+  });
+}
+
 Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
+  std::vector<Column> columns = throughput_columns();
+  if (any_prefix_hits(results.runs)) columns.push_back(kPrefixHitColumn);
   Table t;
   t.headers = {"group", "policy"};
-  for (const Column& c : throughput_columns()) t.headers.push_back(c.header);
+  for (const Column& c : columns) t.headers.push_back(c.header);
   const bool budget = results.experiment.value("iteration_budget", 0) > 0;
   if (budget) {
     t.headers.push_back(fmt::format("done in {} it", results.experiment["iteration_budget"].get<int64_t>()));
@@ -185,7 +198,7 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   }
   for (const Row& r : rows) {
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
-    for (const Column& c : throughput_columns()) {
+    for (const Column& c : columns) {
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
     }
     if (budget) cells.push_back(format_spread(spread_of(r.runs, "experiment.completed_within_budget", 1), 1));
@@ -435,7 +448,13 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "## Throughput\n\n";
     out << "Throughput counts completed requests over the makespan (first arrival to last "
            "completion); total tokens/s counts prompt + output tokens, as the Anyscale benchmark "
-           "does. Speedup is output tokens/s relative to the first policy of the same group.\n\n";
+           "does. Speedup is output tokens/s relative to the first policy of the same group.";
+    if (any_prefix_hits(results.runs)) {
+      out << " Prefix hit %: of the tokens admissions had to prefill, those found in the prefix "
+             "cache and not computed (`prefix_cache.hit_rate`; readmissions after a preemption "
+             "count too, so compare TTFT rather than hit rates across loads).";
+    }
+    out << "\n\n";
     render_markdown(out, throughput_table(results, rows));
     out << "## Latency\n\n";
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
@@ -493,7 +512,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   // The terminal gets the headline columns only; report.md has them all.
   Table t;
   const std::vector<std::string> keep = {"group", "policy", "done", "rej", "out tok/s", "total tok/s",
-                                         "req/s", "preempt", "bubble %"};
+                                         "req/s", "preempt", "bubble %", kPrefixHitColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {
       const auto it = std::find(src.headers.begin(), src.headers.end(), name);

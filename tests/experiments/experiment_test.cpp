@@ -519,6 +519,43 @@ slot-timeline: {max-iterations: 100000}
   }
 }
 
+// The prefix-cache hit rate is a column of report.md and of the terminal table only when some
+// run found anything cached; every other result set keeps the table it had.
+TEST(Compare, ReportShowsThePrefixHitRateOnlyWhenSomethingWasCached) {
+  const fs::path out = testing::scratch_dir("experiment_prefix_column");
+  constexpr const char* kPrefix = R"(
+base: {num-requests: 30, arrival: "poisson:20", prompt-len: "uniform:16:64", output-len: "uniform:4:16"}
+policies:
+  - {policy: vllm, label: no-cache, policy-opt: {prefix_caching: false}}
+  - vllm
+axes:
+  prefix: ["shared:64"]
+)";
+  const ResultSet cached = run_experiment(parse_experiment_text(kPrefix, "prefix.yaml"), options_for(out / "on"), std::cerr);
+  std::ostringstream text;
+  print_result_table(text, cached);
+  const std::string report = read_file(out / "on" / "report.md");
+  EXPECT_THAT(report, HasSubstr("| prefix hit % |"));
+  EXPECT_THAT(report, HasSubstr("`prefix_cache.hit_rate`"));
+  // no-cache computes every prompt; vllm finds the 64-token prefix (its 4 full 16-token blocks)
+  // cached in all but the first requests, so about half of each ~104-token prompt.
+  EXPECT_THAT(report, ContainsRegex("\\| no-cache \\|( [^|]+ \\|){9} 0\\.0 \\| 1\\.00x \\|"));
+  EXPECT_THAT(report, ContainsRegex("\\| vllm \\|( [^|]+ \\|){9} [1-9][0-9]\\.[0-9] \\| [0-9.]+x \\|"));
+  EXPECT_THAT(text.str(), ContainsRegex("prefix hit %"));
+  EXPECT_THAT(text.str(), ContainsRegex("vllm +30 +0 .* [1-9][0-9]\\.[0-9] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x"));
+
+  // The same without a shared prefix: nothing to find in the cache, so no column.
+  const std::string no_prefix = std::string(kPrefix).substr(0, std::string(kPrefix).find("axes:"));
+  const ResultSet uncached = run_experiment(parse_experiment_text(no_prefix, "plain.yaml"), options_for(out / "off"), std::cerr);
+  std::ostringstream plain;
+  print_result_table(plain, uncached);
+  EXPECT_THAT(read_file(out / "off" / "report.md"), Not(HasSubstr("prefix hit")));
+  EXPECT_THAT(read_file(out / "off" / "report.md"), Not(HasSubstr("prefix_cache.hit_rate")));
+  EXPECT_THAT(plain.str(), Not(HasSubstr("prefix hit")));
+  // results.csv carries the figure either way.
+  EXPECT_THAT(read_file(out / "off" / "results.csv"), HasSubstr("prefix_cache.hit_rate"));
+}
+
 TEST(Compare, QuickModeComparesPoliciesFromFlags) {
   const fs::path out = testing::scratch_dir("experiment_quick");
   std::ostringstream text, err;
