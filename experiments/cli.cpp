@@ -292,14 +292,24 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
   const std::string what = args.empty() ? "" : args[0];
   if (what == "models") {
-    fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>9}\n", "name",
-               "layers", "hidden", "heads", "kv", "ffn", "gated", "vocab", "context", "params");
+    fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>9} {:>10} {:>8}\n", "name",
+               "layers", "hidden", "heads", "kv", "ffn", "gated", "vocab", "context", "params", "experts",
+               "active");
     for (const ModelSpec& m : builtin_models()) {
-      fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>8.1f}B\n", m.name,
+      // E routed experts, top-k per token, "+sh" when a shared expert runs for every token too.
+      const std::string experts =
+          m.is_moe() ? fmt::format("{}/top{}{}", m.num_experts, m.experts_per_token,
+                                   m.shared_expert_ffn_size > 0 ? "+sh" : "")
+                     : "-";
+      fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>8.1f}B {:>10} {:>7.1f}B\n", m.name,
                  m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size,
                  m.gated_mlp ? "yes" : "no", m.vocab_size, m.max_context_tokens,
-                 static_cast<double>(m.total_params()) / 1e9);
+                 static_cast<double>(m.total_params()) / 1e9, experts,
+                 static_cast<double>(m.active_params()) / 1e9);
     }
+    fmt::print(out, "\nMoE rows: ffn is one expert's; params counts every expert (what must fit in memory), "
+                    "active what one token runs through\n(router, its top-k experts, the shared expert); "
+                    "experts E/topK, +sh: plus a shared expert. Dense: active = params.\n");
     fmt::print(out, "\nAny Hugging Face config.json path also works as --model.\n");
     return 0;
   }

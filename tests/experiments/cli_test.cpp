@@ -3,6 +3,7 @@
 #include "experiments/cli.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -169,6 +170,29 @@ TEST(Cli, ListsShowEverythingBuiltIn) {
                         "max_num_batched_tokens", "watermark=0.01"}) {
     EXPECT_THAT(text, HasSubstr(p));
   }
+}
+
+// MoE rows show experts and active parameters besides the total; dense rows read "-" and
+// active = total; every row of the table is as wide as the header (columns stay aligned).
+TEST(Cli, ListModelsShowsExpertsAndActiveParameters) {
+  std::string text;
+  ASSERT_EQ(run_cli({"list", "models"}, &text), 0);
+  std::istringstream lines(text);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_THAT(header, ::testing::ContainsRegex("params +experts +active$"));
+  std::map<std::string, std::string> rows;
+  for (std::string line; std::getline(lines, line) && !line.empty();) {
+    EXPECT_EQ(line.size(), header.size()) << line;
+    rows[line.substr(0, line.find(' '))] = line;
+  }
+  ASSERT_TRUE(rows.count("mixtral-8x7b"));
+  // Mixtral 8x7B: 46.7B parameters, 12.9B active (Jiang et al. 2024, section 2.1).
+  EXPECT_THAT(rows["mixtral-8x7b"], ::testing::ContainsRegex(" 46\\.7B +8/top2 +12\\.9B$"));
+  // Qwen1.5-MoE-A2.7B: 60 experts, top 4, plus a shared expert; 14.3B total, 2.7B active.
+  EXPECT_THAT(rows["qwen1.5-moe"], ::testing::ContainsRegex(" 14\\.3B +60/top4\\+sh +2\\.7B$"));
+  ASSERT_TRUE(rows.count("llama-2-70b"));
+  EXPECT_THAT(rows["llama-2-70b"], ::testing::ContainsRegex(" 69\\.0B +- +69\\.0B$"));
 }
 
 }  // namespace
