@@ -26,14 +26,18 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"orca", "continuous",
        "Orca: mixed iterations, contiguous KV reserved for max_model_len",
        {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}},
+      // The simplified TGI of issue 3 (continuous, mixed, paged), kept as specified; tgi-router
+      // below is what TGI's router really does.
+      {"tgi", "continuous", "TGI-like: continuous, mixed prefill+decode, paged KV",
+       {{"kv", "paged"}, {"prefill", "mixed"}}},
       // text-generation-inference 1.x router: a new batch is prefilled on its own and then
       // concatenated (router/src/infer.rs), with the 20-step / 1.2 wait rule; admission counts
       // input + max_new_tokens of every running request against max_batch_total_tokens
       // (router/src/queue.rs next_batch), and the server allocates those blocks up front
       // (flash_causal_lm.py), which is a reservation of prompt + output; prefill budget
       // --max-batch-prefill-tokens 4096.
-      {"tgi", "continuous",
-       "TGI 1.x: prefill-only iterations after a wait rule, KV reserved for prompt + max_new_tokens",
+      {"tgi-router", "continuous",
+       "TGI 1.x router: prefill-only iterations after a wait rule, KV reserved for prompt + max_new_tokens",
        {{"kv", "reserve"}, {"reserve_to", "output"}, {"prefill", "exclusive"},
         {"max_num_batched_tokens", "4096"}, {"max_waiting_tokens", "20"},
         {"waiting_served_ratio", "1.2"}}},

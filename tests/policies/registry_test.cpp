@@ -44,6 +44,14 @@ TEST(Registry, PresetsMirrorTheirEngines) {
   {
     auto p = policy("tgi");
     const auto& c = as_continuous(*p).config();
+    EXPECT_TRUE(c.paged);
+    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.chunked);
+    EXPECT_EQ(c.max_waiting_tokens, 0);
+  }
+  {
+    auto p = policy("tgi-router");
+    const auto& c = as_continuous(*p).config();
     EXPECT_FALSE(c.paged);  // admission counts prompt + max_new_tokens of every request
     EXPECT_FALSE(c.reserve_max_model_len);
     EXPECT_FALSE(c.mixed_prefill);  // a new batch is prefilled on its own
@@ -187,7 +195,7 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
     }
   }
-  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi"}) {
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }

@@ -222,17 +222,17 @@ void expect_preempted_and_readmitted(const RecordedRun& run, int32_t b_readmit_t
 TEST(TgiWaitRule, ANewRequestWaitsForMaxWaitingTokensUnlessEnoughFitAtOnce) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 4, 30}, {0, 4, 30}, {0.015, 4, 5}});
-  const RecordedRun held = run_preset("tgi", w, cm, {{"max_waiting_tokens", "5"}});
+  const RecordedRun held = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "5"}});
   expect_states(held, {{0, 0, {{A, 4}, {B, 4}}}, {1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}},
                        {6, 9, {{A, 1}, {B, 1}, {C, 1}}}});
   EXPECT_DOUBLE_EQ(ms(held.result.requests[C].first_scheduled), 50.0);
   // The same on paged KV: the rule is independent of the KV manager.
   expect_states(run_preset("vllm-v0", w, cm, {{"max_waiting_tokens", "5"}}), {{1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}}});
   // With waiting_served_ratio 0.5, one waiting request is enough: C is prefilled at once.
-  const RecordedRun eager = run_preset("tgi", w, cm, {{"max_waiting_tokens", "5"}, {"waiting_served_ratio", "0.5"}});
+  const RecordedRun eager = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "5"}, {"waiting_served_ratio", "0.5"}});
   expect_states(eager, {{1, 1, {{A, 1}, {B, 1}}}, {2, 2, {{C, 4}}}});
   // Off (max_waiting_tokens 0): admitted as soon as it is there, as vLLM does.
-  expect_states(run_preset("tgi", w, cm, {{"max_waiting_tokens", "0"}}), {{2, 2, {{C, 4}}}});
+  expect_states(run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "0"}}), {{2, 2, {{C, 4}}}});
 }
 
 // "Enough fit at once" is a dry run of admission: two waiting requests count only if the KV
@@ -243,10 +243,10 @@ TEST(TgiWaitRule, OnlyRequestsThatFitCountAsEnough) {
   const CostModel cm = rig_cost_model(o);
   // A reserves 4 + 30 - 1 = 33 tokens; C and D reserve 33 each: 47 left holds one of them.
   const Workload w = make_workload({{0, 4, 30}, {0.005, 4, 30}, {0.005, 4, 30}});
-  const RecordedRun run = run_preset("tgi", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "1"}});
+  const RecordedRun run = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "1"}});
   // floor(1 x 1) = 1 request is enough and one fits: B is admitted at once, C never fits.
   expect_states(run, {{0, 0, {{A, 4}}}, {1, 1, {{B, 4}}}, {2, 29, {{A, 1}, {B, 1}}}});
-  const RecordedRun strict = run_preset("tgi", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "2"}});
+  const RecordedRun strict = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "2"}});
   // 2 needed, 1 fits: B waits for the 4th step after A's prefill.
   expect_states(strict, {{0, 0, {{A, 4}}}, {1, 3, {{A, 1}}}, {4, 4, {{B, 4}}}});
 }
