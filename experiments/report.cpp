@@ -188,8 +188,11 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   if (budget) {
     t.headers.push_back(fmt::format("done in {} it", results.experiment["iteration_budget"].get<int64_t>()));
   }
+  // A speedup needs a second policy to compare with: with one policy it would read 1.00x
+  // everywhere (an experiment that sweeps models or dtypes under one policy).
   const std::string baseline = first_policy(results);
-  t.headers.push_back(fmt::format("speedup vs {}", baseline));
+  const bool speedup = results.experiment["policies"].size() > 1;
+  if (speedup) t.headers.push_back(fmt::format("speedup vs {}", baseline));
   std::map<std::string, double> baseline_tps;  // group -> mean output tokens/s of the baseline
   for (const Row& r : rows) {
     if (r.policy == baseline) {
@@ -202,9 +205,11 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
     }
     if (budget) cells.push_back(format_spread(spread_of(r.runs, "experiment.completed_within_budget", 1), 1));
-    const auto it = baseline_tps.find(r.group);
-    const double tps = spread_of(r.runs, "throughput.output_tokens_per_s", 1).mean;
-    cells.push_back(it != baseline_tps.end() && it->second > 0 ? fmt::format("{:.2f}x", tps / it->second) : "–");
+    if (speedup) {
+      const auto it = baseline_tps.find(r.group);
+      const double tps = spread_of(r.runs, "throughput.output_tokens_per_s", 1).mean;
+      cells.push_back(it != baseline_tps.end() && it->second > 0 ? fmt::format("{:.2f}x", tps / it->second) : "–");
+    }
     t.rows.push_back(std::move(cells));
   }
   return t;

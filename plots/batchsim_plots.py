@@ -156,7 +156,16 @@ def _bars(ax, res, groups, metric, ylabel, colors, rows=None):
         ax.bar(xs, means, width, label=policy, color=colors[policy],
                yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=3)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([_tick_label(res, g) for g in groups], fontsize=9)
+    labels = [_tick_label(res, g) for g in groups]
+    # Many groups of several axes (a load x model x dtype sweep) overlap as stacked
+    # "axis=value" lines: write the values only, slanted, and name the axes once below.
+    crowded = len(_axis_names(res)) > 1 and sum(len(label) for label in labels) > 120
+    if crowded:
+        labels = [" / ".join(part.split("=", 1)[-1] for part in g.split(" ")) for g in groups]
+        ax.set_xticklabels(labels, fontsize=8, rotation=35, ha="right", rotation_mode="anchor")
+        ax.set_xlabel(" / ".join(_axis_names(res)))
+    else:
+        ax.set_xticklabels(labels, fontsize=9)
     if len(_axis_names(res)) == 1:
         ax.set_xlabel(_axis_title(res))
     ax.set_ylabel(ylabel)

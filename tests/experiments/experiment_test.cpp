@@ -556,6 +556,22 @@ axes:
   EXPECT_THAT(read_file(out / "off" / "results.csv"), HasSubstr("prefix_cache.hit_rate"));
 }
 
+// One policy swept over an axis has nothing to compare throughput with: no speedup column
+// (it would read 1.00x on every row), in report.md or on the terminal.
+TEST(Compare, OnePolicyGetsNoSpeedupColumn) {
+  const fs::path out = testing::scratch_dir("experiment_one_policy");
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 6, prompt-len: "fixed:32", output-len: "fixed:8"}
+policies: [vllm]
+axes: {tp: [1, 2]}
+)", "one.yaml");
+  std::ostringstream table;
+  print_result_table(table, run_experiment(e, options_for(out), std::cerr));
+  EXPECT_THAT(read_file(out / "report.md"), Not(HasSubstr("speedup")));
+  EXPECT_THAT(table.str(), Not(HasSubstr("speedup")));
+  EXPECT_THAT(table.str(), HasSubstr("vllm"));
+}
+
 TEST(Compare, QuickModeComparesPoliciesFromFlags) {
   const fs::path out = testing::scratch_dir("experiment_quick");
   std::ostringstream text, err;
