@@ -34,7 +34,8 @@ commands:
   compare   run an experiment file (or --policies a,b,c) on the same request sequences:
             results.csv, report.md and figures
   merge     join the results folders of `compare --shard K/N` runs
-  list      list built-in models, gpus or policies:  batchsim list {models,gpus,policies}
+  list      list built-in models, gpus, policies or routers:
+            batchsim list {models,gpus,policies,routers}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
   calibrate fit a hardware profile on a GPU's measurements:  batchsim calibrate fit DIR --out P.yaml
@@ -52,6 +53,10 @@ po::options_description run_options() {
       ("tp", po::value<int>(), "tensor-parallel degree (default 1)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
+      ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
+       "cache) behind a router (default 1)")
+      ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
+       "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")
       ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: weight element type (vLLM "
        "--quantization fp8; auto: the model's)")
       ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
@@ -94,6 +99,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
+  if (vm.count("replicas")) c.replicas = vm["replicas"].as<int>();
+  if (vm.count("router")) c.router = vm["router"].as<std::string>();
   if (vm.count("policy-opt")) {
     for (const auto& text : vm["policy-opt"].as<std::vector<std::string>>()) {
       auto [k, v] = parse_policy_opt(text);
@@ -144,11 +151,15 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   std::string dtypes;
   if (c.weight_dtype != "auto") dtypes += " weights " + c.weight_dtype;
   if (c.kv_cache_dtype != "auto") dtypes += std::string(dtypes.empty() ? "" : ",") + " KV " + c.kv_cache_dtype;
-  fmt::print(out, "model {}{} on {} (tp {}), {} requests, arrival {}, KV capacity {} tokens\n",
-             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, c.tp, num_requests,
+  // A cluster says so: "4 replicas x (tp 1), router least-outstanding"; one replica reads as before.
+  const std::string group =
+      c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
+                     : fmt::format("tp {}", c.tp);
+  fmt::print(out, "model {}{} on {} ({}), {} requests, arrival {}, KV capacity {} tokens{}\n",
+             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
-             kv_tokens);
+             kv_tokens, c.replicas > 1 ? " per replica" : "");
 }
 
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -339,7 +350,12 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     }
     return 0;
   }
-  throw UserError(fmt::format("list: expected models, gpus or policies, got '{}'", what));
+  if (what == "routers") {
+    for (const RouterInfo& r : routers()) fmt::print(out, "{:<18} {}\n", r.name, r.description);
+    fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
+    return 0;
+  }
+  throw UserError(fmt::format("list: expected models, gpus, policies or routers, got '{}'", what));
 }
 
 int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {

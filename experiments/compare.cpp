@@ -211,6 +211,8 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir, std::ostream&
     RunHooks hooks;
     hooks.on_iteration = [&](const Batch& batch, const IterationRecord& it, const Policy& policy) {
       if (static_cast<int64_t>(log.size()) >= spec.max_iterations) return;
+      // A cluster's timeline is its first replica's: slots are a replica's batch rows.
+      if (it.replica != 0) return;
       LoggedIteration logged{it.index, it.start, it.start + it.duration, batch.items, {}};
       std::set<RequestId> in_batch;
       for (const BatchItem& item : batch.items) in_batch.insert(item.id);

@@ -36,7 +36,7 @@ struct Where {
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
-      "model", "gpu", "tp", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
+      "model", "gpu", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log"};
   return keys.count(key) > 0;
 }

@@ -52,6 +52,8 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["model"] = c.model;
   j["gpu"] = c.gpu;
   j["tp"] = c.tp;
+  j["replicas"] = c.replicas;
+  j["router"] = c.router;
   j["weight_dtype"] = c.weight_dtype;
   j["kv_cache_dtype"] = c.kv_cache_dtype;
   j["policy"] = c.policy;
@@ -103,6 +105,20 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate},
                        {"cached_tokens", s.prefill_cached_tokens},
                        {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
+  // A cluster's replicas one by one (the figures above are cluster-wide); a single replica's
+  // would repeat them.
+  if (s.replicas.size() > 1) {
+    nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
+    for (const ReplicaSummary& r : s.replicas) {
+      replicas.push_back({{"requests", r.requests},
+                          {"completed", r.completed},
+                          {"iterations", r.iterations},
+                          {"busy_fraction", r.busy_fraction},
+                          {"kv_allocated_fraction_mean", r.kv_allocated_fraction_mean},
+                          {"prefix_hit_rate", r.prefix_hit_rate}});
+    }
+    j["replicas"] = replicas;
+  }
   return j;
 }
 
@@ -120,14 +136,16 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "summary.json");
     out << summary.dump(2) << '\n';
   }
+  // A cluster's files get a replica column; a single replica's stay as they always were.
+  const bool cluster = outcome.result.summary.replicas.size() > 1;
   {
     auto out = open_for_write(dir / "requests.csv");
     out << "id,arrival_s,prompt_tokens,output_tokens,state,first_scheduled_s,first_token_s,"
            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens\n";
+           "cached_tokens" << (cluster ? ",replica\n" : "\n");
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}\n", r.id,
+      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}", r.id,
                  r.arrival.seconds(), r.prompt_tokens, r.output_tokens, state_name(r.state),
                  opt_seconds(r.first_scheduled, SimTime::zero()),
                  opt_seconds(r.first_token, SimTime::zero()),
@@ -138,21 +156,26 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
                  done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
                  r.reject_reason, r.cached_tokens);
+      if (cluster) fmt::print(out, ",{}", r.replica);
+      out << '\n';
     }
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
     auto out = open_for_write(dir / "iterations.csv");
     out << "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
            "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
-           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound\n";
+           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound"
+        << (cluster ? ",replica\n" : "\n");
     for (const IterationRecord& it : outcome.result.iterations) {
       const IterationCost& c = it.cost;
-      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}\n",
+      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}",
                  it.index, it.start.seconds(), it.duration.seconds(), it.num_requests,
                  it.num_prefills, it.prefill_tokens, it.num_decodes, it.bubble_slots,
                  it.kv_used_tokens, it.kv_allocated_tokens, c.gemm_s, c.prefill_attention_s,
                  c.decode_attention_s, c.lm_head_s, c.communication_s, c.overhead_s,
                  c.gemm_compute_bound ? 1 : 0);
+      if (cluster) fmt::print(out, ",{}", it.replica);
+      out << '\n';
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "hwmodel/error.h"
+#include "sim/simulation.h"
 
 namespace batchsim {
 
@@ -72,6 +73,8 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
+    else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
+    else if (key == "router") c.router = scalar<std::string>(v, file, shown);
     else if (key == "policy-opt") {
       if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
       for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
@@ -102,6 +105,12 @@ void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
   parse_dtype_bytes(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
+  // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.
+  constexpr int kMaxReplicas = 4096;
+  if (c.replicas < 1 || c.replicas > kMaxReplicas) {
+    throw UserError(fmt::format("--replicas {}: must be in [1, {}]", c.replicas, kMaxReplicas));
+  }
+  parse_router(c.router, "--router");
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
   }

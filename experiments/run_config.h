@@ -30,6 +30,10 @@ struct RunConfig {
   std::string kv_cache_dtype = "auto";
   std::string policy = "continuous";
   std::map<std::string, std::string> policy_opts;
+  // A cluster of identical replicas (each `tp` GPUs, its own policy and KV cache) behind a
+  // router (sim/simulation.h, Router): 1 is a single replica.
+  int replicas = 1;
+  std::string router = "round-robin";
   WorkloadSpec workload;
   double gpu_memory_utilization = 0.9;
   std::filesystem::path out;     // empty: print only

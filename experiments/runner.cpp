@@ -21,7 +21,13 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     generated = build_workload(config.workload);
     workload = &generated;
   }
-  std::unique_ptr<Policy> policy = make_policy(config.policy, PolicyOptions(config.policy_opts));
+  // One policy instance per replica: each has its own queues and KV cache.
+  std::vector<std::unique_ptr<Policy>> policies;
+  std::vector<Policy*> replicas;
+  for (int i = 0; i < config.replicas; ++i) {
+    policies.push_back(make_policy(config.policy, PolicyOptions(config.policy_opts)));
+    replicas.push_back(policies.back().get());
+  }
 
   SimulationOptions options;
   options.gpu_memory_utilization = config.gpu_memory_utilization;
@@ -29,11 +35,13 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   options.on_iteration = hooks.on_iteration;
   options.fast_forward = hooks.fast_forward;
   options.prefix_blocks = &workload->prefix_blocks;
+  options.router = parse_router(config.router, "--router");
+  options.router_seed = config.workload.seed;
 
   RunOutcome outcome;
   outcome.config = config;
   const auto start = std::chrono::steady_clock::now();
-  Simulation sim(workload->requests, *policy, cost_model, options);
+  Simulation sim(workload->requests, replicas, cost_model, options);
   outcome.result = sim.run();
   outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;

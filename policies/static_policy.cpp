@@ -17,7 +17,6 @@ void StaticPolicy::attach(PolicyEnv& env) {
 }
 
 void StaticPolicy::on_arrival(RequestId id, SimTime /*now*/) {
-  ++arrived_;
   const Request& r = env_->request(id);
   const int64_t need = r.prompt_tokens + std::max<int64_t>(r.output_tokens, config_.max_new_tokens);
   if (env_->max_model_len > 0 && r.prompt_tokens + r.output_tokens > env_->max_model_len) {
@@ -35,7 +34,7 @@ void StaticPolicy::on_arrival(RequestId id, SimTime /*now*/) {
 
 bool StaticPolicy::form_batch(SimTime now, Batch& batch) {
   if (waiting_.empty()) return false;
-  const bool all_arrived = arrived_ == static_cast<int64_t>(env_->requests->size());
+  const bool all_arrived = env_->all_arrived();
   const auto waiting = static_cast<int64_t>(waiting_.size());
   if (waiting < config_.batch_size && !all_arrived) {
     if (config_.batch_timeout_s <= 0) return false;  // wait for more arrivals

@@ -60,7 +60,6 @@ class StaticPolicy final : public Policy {
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<ReservedKvCache> kv_;
   std::deque<RequestId> waiting_;
-  int64_t arrived_ = 0;
   std::vector<RequestId> batch_;   // the running batch, in admission order
   int64_t padded_prompt_ = 0;      // longest prompt in the batch
   int64_t steps_ = 0;              // decode steps done by the batch

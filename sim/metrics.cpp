@@ -17,6 +17,10 @@ void WeightedSamples::add(double value, int64_t weight) {
   total_weight_ += weight;
 }
 
+void WeightedSamples::merge(const WeightedSamples& other) {
+  for (const auto& [value, weight] : other.samples_) add(value, weight);
+}
+
 void WeightedSamples::sort() const {
   if (sorted_) return;
   std::sort(samples_.begin(), samples_.end());

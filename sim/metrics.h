@@ -33,7 +33,8 @@ struct RequestRecord : Request, RequestProgress {
 };
 
 struct IterationRecord {
-  int64_t index = 0;
+  int64_t index = 0;              // of the replica's iterations
+  int32_t replica = 0;            // which replica ran it
   SimTime start;
   SimTime duration;
   int32_t num_requests = 0;       // items scheduled
@@ -51,6 +52,8 @@ struct IterationRecord {
 class WeightedSamples {
  public:
   void add(double value, int64_t weight = 1);
+  // Adds every sample of `other`, in its stored order.
+  void merge(const WeightedSamples& other);
   int64_t count() const { return total_weight_; }
   double mean() const;
   double percentile(double q) const;  // q in [0, 1]; 0 when empty
@@ -68,6 +71,14 @@ struct Distribution {
   static Distribution of(const WeightedSamples& s);
 };
 
+// One replica of a cluster: what the router sent it and how busy it was.
+struct ReplicaSummary {
+  int64_t requests = 0, completed = 0, iterations = 0;
+  double busy_fraction = 0;               // its computing time / the cluster's makespan
+  double kv_allocated_fraction_mean = 0;  // while it computes
+  double prefix_hit_rate = 0;
+};
+
 struct Summary {
   int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
@@ -80,12 +91,13 @@ struct Summary {
   // Over the KV memory, SimulationResult::kv_capacity_tokens (not the blocks carved from it).
   double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;        // real tokens / capacity
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // held / capacity
-  double busy_fraction = 0;        // time the replica was computing / makespan
+  double busy_fraction = 0;        // time a replica was computing / makespan (replicas' mean)
   // Prefix caching, over every admission of a request that had to prefill (first admissions
   // and readmissions after recompute, not swap-ins): the tokens whose KV it needed (prompt,
   // plus the generated tokens of a readmission), and those of them found cached.
   int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
   double prefix_hit_rate = 0;      // prefill_cached_tokens / prefill_admitted_tokens
+  std::vector<ReplicaSummary> replicas;  // one per replica, in index order
 };
 
 struct SimulationResult {

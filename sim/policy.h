@@ -42,6 +42,7 @@ struct RequestProgress {
   int64_t computed_tokens = 0;   // tokens whose KV has been computed (reset by recompute)
   int32_t generated_tokens = 0;  // output tokens produced so far
   int32_t preemptions = 0;
+  int32_t replica = 0;           // the replica the router sent it to
   // Prompt tokens served from the prefix cache, summed over the request's admissions (a
   // request readmitted after a recompute preemption may hit again, as in vLLM v1).
   int64_t cached_tokens = 0;
@@ -72,9 +73,15 @@ struct PolicyEnv {
   // found its first `tokens` tokens in the prefix cache: its computed tokens jump there, and
   // its prefill starts after them (0 < tokens < known tokens; anything else is a bug).
   std::function<void(RequestId, int64_t tokens)> use_cached_prefix;
+  // Requests that have arrived so far in the whole run, whichever replica the router gave them
+  // to: a policy can tell that none is left to come (a static batcher then runs a short batch
+  // instead of waiting for one that can never fill). Counting its own arrivals would not do in
+  // a cluster, where a replica sees only its share.
+  const int64_t* arrived = nullptr;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
+  bool all_arrived() const { return *arrived == static_cast<int64_t>(requests->size()); }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {
     return request(id).prompt_tokens + progress_of(id).generated_tokens;

@@ -1,6 +1,7 @@
 #include "sim/simulation.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <stdexcept>
 #include <fmt/format.h>
@@ -23,9 +24,63 @@ Event EventQueue::pop() {
   return e;
 }
 
+namespace {
+
+// The random router's stream of the run's seed (Rng::for_stream): well clear of the workload's
+// streams (0-3 in sim/workload.cpp), so routing draws never shift a workload sample.
+constexpr uint32_t kRouterStream = 16;
+
+const std::vector<RouterInfo> kRouters = {
+    {Router::kRoundRobin, "round-robin", "i-th arrival to replica i mod N (Vidur's round_robin)"},
+    {Router::kRandom, "random", "uniform over replicas, from the run's seed (Vidur's random)"},
+    {Router::kLeastOutstanding, "least-outstanding",
+     "fewest routed, unfinished requests; ties to the lowest index (Vidur's lor)"},
+    {Router::kLeastKv, "least-kv",
+     "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
+    {Router::kPrefix, "prefix",
+     "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
+     "production-stack prefixaware); round-robin without hashes"},
+};
+
+}  // namespace
+
+const std::vector<RouterInfo>& routers() { return kRouters; }
+
+std::string_view router_name(Router router) {
+  for (const RouterInfo& info : kRouters) {
+    if (info.router == router) return info.name;
+  }
+  return "?";
+}
+
+Router parse_router(std::string_view name, std::string_view option) {
+  std::string known;
+  for (const RouterInfo& info : kRouters) {
+    if (info.name == name) return info.router;
+    known += (known.empty() ? "" : ", ") + std::string(info.name);
+  }
+  throw UserError(fmt::format("{} '{}': unknown router (expected one of {})", option, name, known));
+}
+
 Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model,
                        SimulationOptions options)
-    : workload_(workload), policy_(policy), cost_model_(cost_model), options_(std::move(options)) {}
+    : Simulation(workload, std::span<Policy* const>(std::array<Policy*, 1>{&policy}), cost_model,
+                 std::move(options)) {}
+
+Simulation::Simulation(const Workload& workload, std::span<Policy* const> policies,
+                       const CostModel& cost_model, SimulationOptions options)
+    : workload_(workload),
+      policies_(policies.begin(), policies.end()),
+      cost_model_(cost_model),
+      options_(std::move(options)) {
+  if (policies_.empty()) throw std::logic_error("a simulation needs at least one replica");
+  for (const Policy* p : policies_) {
+    if (p == nullptr) throw std::logic_error("null policy");
+    if (std::count(policies_.begin(), policies_.end(), p) > 1) {
+      throw std::logic_error("each replica needs a policy instance of its own");
+    }
+  }
+}
 
 SimulationResult Simulation::run() {
   const auto n = static_cast<int64_t>(workload_.size());
@@ -44,8 +99,11 @@ SimulationResult Simulation::run() {
   }
   progress_.assign(n, RequestProgress{});
   admission_hit_.assign(n, 0);
-  prefill_admitted_tokens_ = prefill_cached_tokens_ = 0;
-  scheduled_in_iteration_.assign(n, -1);
+  scheduled_in_batch_.assign(n, -1);
+  batches_ = 0;
+  arrived_ = 0;
+  next_round_robin_ = 0;
+  router_rng_ = Rng::for_stream(options_.router_seed, kRouterStream);
   result_ = SimulationResult{};
   result_.requests.resize(n);
   result_.kv_capacity_tokens = cost_model_.kv_capacity_tokens(options_.gpu_memory_utilization);
@@ -60,38 +118,48 @@ SimulationResult Simulation::run() {
         static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, options_.gpu_memory_utilization));
   }
 
-  env_.requests = &workload_;
-  env_.progress = &progress_;
-  env_.cost_model = &cost_model_;
-  env_.kv_capacity_tokens = result_.kv_capacity_tokens;
-  env_.max_model_len = cost_model_.model().max_context_tokens;
-  env_.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
-  env_.preempt = [this](RequestId id, bool keeps_kv) {
-    RequestProgress& p = progress_[id];
-    if (p.state != RequestState::kRunning) {
-      throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
-    }
-    ++p.preemptions;
-    p.state = RequestState::kWaiting;
-    if (!keeps_kv) p.computed_tokens = 0;
-  };
-  env_.prefix_blocks = options_.prefix_blocks;
-  env_.use_cached_prefix = [this](RequestId id, int64_t tokens) {
-    RequestProgress& p = progress_[id];
-    if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
-        tokens >= env_.known_tokens(id)) {
-      throw std::logic_error(fmt::format(
-          "policy claimed {} cached tokens for request {} (computed {}, known {})", tokens, id,
-          p.computed_tokens, env_.known_tokens(id)));
-    }
-    p.computed_tokens = tokens;
-    p.cached_tokens += tokens;
-    admission_hit_[id] = tokens;
-  };
-  policy_.attach(env_);
+  // Sized once and never again: each policy keeps a pointer to its replica's env.
+  replicas_.clear();
+  replicas_.resize(policies_.size());
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = replicas_[i];
+    r.policy = policies_[i];
+    r.index = static_cast<int32_t>(i);
+    PolicyEnv& env = r.env;
+    env.requests = &workload_;
+    env.progress = &progress_;
+    env.cost_model = &cost_model_;
+    env.kv_capacity_tokens = result_.kv_capacity_tokens;
+    env.max_model_len = cost_model_.model().max_context_tokens;
+    env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
+    env.preempt = [this](RequestId id, bool keeps_kv) {
+      RequestProgress& p = progress_[id];
+      if (p.state != RequestState::kRunning) {
+        throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
+      }
+      ++p.preemptions;
+      p.state = RequestState::kWaiting;
+      if (!keeps_kv) p.computed_tokens = 0;
+    };
+    env.prefix_blocks = options_.prefix_blocks;
+    env.arrived = &arrived_;
+    env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
+      RequestProgress& p = progress_[id];
+      if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
+          tokens >= env.known_tokens(id)) {
+        throw std::logic_error(fmt::format(
+            "policy claimed {} cached tokens for request {} (computed {}, known {})", tokens, id,
+            p.computed_tokens, env.known_tokens(id)));
+      }
+      p.computed_tokens = tokens;
+      p.cached_tokens += tokens;
+      admission_hit_[id] = tokens;
+    };
+    r.policy->attach(env);
+  }
 
   // All arrivals are queued up front, so that arrivals at one instant have consecutive
-  // sequence numbers and are all seen before the replica schedules at that instant.
+  // sequence numbers and are all seen before any replica schedules at that instant.
   for (const Request& r : workload_) events_.push(r.arrival, EventKind::kArrival, r.id);
 
   while (!events_.empty()) {
@@ -102,19 +170,21 @@ SimulationResult Simulation::run() {
       case EventKind::kArrival:
         arrive(static_cast<RequestId>(e.payload));
         break;
-      case EventKind::kWakeUp:
-        if (wake_pending_ && e.time == wake_time_) wake_pending_ = false;
-        try_start_iteration();
+      case EventKind::kWakeUp: {
+        Replica& r = replicas_[static_cast<size_t>(e.payload)];
+        if (r.wake_pending && e.time == r.wake_time) r.wake_pending = false;
+        try_start_iteration(r);
         break;
+      }
       case EventKind::kIterationDone:
-        finish_iteration();
+        finish_iteration(replicas_[static_cast<size_t>(e.payload)]);
         break;
     }
   }
   if (settled_ != n) {
     throw std::logic_error(fmt::format(
-        "policy '{}' left {} of {} requests neither finished nor rejected", policy_.name(),
-        n - settled_, n));
+        "policy '{}' left {} of {} requests neither finished nor rejected",
+        policies_.front()->name(), n - settled_, n));
   }
 
   for (RequestId id = 0; id < n; ++id) {
@@ -122,35 +192,139 @@ SimulationResult Simulation::run() {
     static_cast<Request&>(rec) = workload_[id];
     static_cast<RequestProgress&>(rec) = progress_[id];
   }
-  result_.summary = summarize(result_, busy_s_);
-  Summary& s = result_.summary;
-  s.iterations = iterations_;
-  s.bubble_fraction = (bubble_slots_ + useful_slots_) > 0
-                          ? static_cast<double>(bubble_slots_) / static_cast<double>(bubble_slots_ + useful_slots_)
-                          : 0.0;
-  if (busy_s_ > 0) {
-    s.kv_used_fraction_mean = kv_used_area_ / busy_s_;
-    s.kv_allocated_fraction_mean = kv_alloc_area_ / busy_s_;
-  }
-  s.kv_used_fraction_peak = kv_used_peak_;
-  s.kv_allocated_fraction_peak = kv_alloc_peak_;
-  s.prefill_admitted_tokens = prefill_admitted_tokens_;
-  s.prefill_cached_tokens = prefill_cached_tokens_;
-  if (prefill_admitted_tokens_ > 0) {
-    s.prefix_hit_rate = static_cast<double>(prefill_cached_tokens_) /
-                        static_cast<double>(prefill_admitted_tokens_);
-  }
+  summarize_replicas();
   return std::move(result_);
 }
 
+void Simulation::summarize_replicas() {
+  // Cluster-wide sums, in replica order (so they are the same whatever order the replicas'
+  // events interleaved in); with one replica these are that replica's figures, to the bit.
+  double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
+  int64_t bubble = 0, useful = 0, iterations = 0, admitted = 0, cached = 0;
+  for (Replica& r : replicas_) {
+    busy_s += r.busy_s;
+    kv_used_area += r.kv_used_area;
+    kv_alloc_area += r.kv_alloc_area;
+    kv_used_peak = std::max(kv_used_peak, r.kv_used_peak);
+    kv_alloc_peak = std::max(kv_alloc_peak, r.kv_alloc_peak);
+    bubble += r.bubble_slots;
+    useful += r.useful_slots;
+    iterations += r.iterations;
+    admitted += r.prefill_admitted_tokens;
+    cached += r.prefill_cached_tokens;
+    if (replicas_.size() == 1) {
+      result_.tbt_s = std::move(r.tbt_s);
+    } else {
+      result_.tbt_s.merge(r.tbt_s);
+    }
+  }
+  if (replicas_.size() > 1 && options_.record_iterations) {
+    // Replicas close iterations in event order, and fast-forward closes a run of them early:
+    // order the log by start (then replica) so that it does not depend on either.
+    std::stable_sort(result_.iterations.begin(), result_.iterations.end(),
+                     [](const IterationRecord& a, const IterationRecord& b) {
+                       return a.start != b.start ? a.start < b.start : a.replica < b.replica;
+                     });
+  }
+  const auto num_replicas = static_cast<double>(replicas_.size());
+  result_.summary = summarize(result_, busy_s / num_replicas);
+  Summary& s = result_.summary;
+  s.iterations = iterations;
+  s.bubble_fraction = (bubble + useful) > 0
+                          ? static_cast<double>(bubble) / static_cast<double>(bubble + useful)
+                          : 0.0;
+  // KV fractions while busy, weighted by busy time over the replicas (all have the capacity).
+  if (busy_s > 0) {
+    s.kv_used_fraction_mean = kv_used_area / busy_s;
+    s.kv_allocated_fraction_mean = kv_alloc_area / busy_s;
+  }
+  s.kv_used_fraction_peak = kv_used_peak;
+  s.kv_allocated_fraction_peak = kv_alloc_peak;
+  s.prefill_admitted_tokens = admitted;
+  s.prefill_cached_tokens = cached;
+  if (admitted > 0) {
+    s.prefix_hit_rate = static_cast<double>(cached) / static_cast<double>(admitted);
+  }
+  for (const Replica& r : replicas_) {
+    ReplicaSummary rs;
+    rs.requests = r.routed;
+    rs.iterations = r.iterations;
+    if (s.makespan_s > 0) rs.busy_fraction = r.busy_s / s.makespan_s;
+    if (r.busy_s > 0) rs.kv_allocated_fraction_mean = r.kv_alloc_area / r.busy_s;
+    if (r.prefill_admitted_tokens > 0) {
+      rs.prefix_hit_rate = static_cast<double>(r.prefill_cached_tokens) /
+                           static_cast<double>(r.prefill_admitted_tokens);
+    }
+    s.replicas.push_back(rs);
+  }
+  for (const RequestRecord& rec : result_.requests) {
+    if (rec.completed()) ++s.replicas[static_cast<size_t>(rec.replica)].completed;
+  }
+}
+
+int32_t Simulation::route(RequestId id) {
+  const auto n = static_cast<int64_t>(replicas_.size());
+  if (n == 1) return 0;
+  // Fewest by `key`, ties to the lowest index.
+  const auto least = [this](auto key) {
+    size_t best = 0;
+    for (size_t i = 1; i < replicas_.size(); ++i) {
+      if (key(replicas_[i]) < key(replicas_[best])) best = i;
+    }
+    return static_cast<int32_t>(best);
+  };
+  switch (options_.router) {
+    case Router::kRoundRobin:
+      break;
+    case Router::kRandom:
+      return static_cast<int32_t>(sample_below(router_rng_, static_cast<uint64_t>(n)));
+    case Router::kLeastOutstanding:
+      return least([](const Replica& r) { return r.outstanding; });
+    case Router::kLeastKv:
+      // Allocated KV (all replicas have the same capacity), then outstanding requests: a
+      // burst arrives before any replica allocates, and must still spread.
+      return least([](const Replica& r) {
+        return std::pair(r.policy->kv_cache().allocated_tokens(), r.outstanding);
+      });
+    case Router::kPrefix:
+      // Requests that share their first prompt block share a replica, whose prefix cache then
+      // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
+      if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty()) {
+        const auto hashes = options_.prefix_blocks->of(id);
+        if (!hashes.empty()) return static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
+      }
+      break;
+  }
+  return static_cast<int32_t>(next_round_robin_++ % n);
+}
+
 void Simulation::arrive(RequestId id) {
-  progress_[id].state = RequestState::kWaiting;
-  policy_.on_arrival(id, now_);
+  ++arrived_;
+  Replica& r = replicas_[static_cast<size_t>(route(id))];
+  ++r.routed;
+  ++r.outstanding;
+  RequestProgress& p = progress_[id];
+  p.replica = r.index;
+  p.state = RequestState::kWaiting;
+  r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
-  if (!busy_ && !(wake_pending_ && wake_time_ == now_)) {
-    wake_pending_ = true;
-    wake_time_ = now_;
-    events_.push(now_, EventKind::kWakeUp);
+  wake_now(r);
+  // The last arrival also changes what the other replicas may do (a static batcher that waits
+  // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
+  // so every idle replica that holds work gets to schedule again. With one replica there is no
+  // other.
+  if (arrived_ == static_cast<int64_t>(workload_.size())) {
+    for (Replica& other : replicas_) {
+      if (!other.policy->idle()) wake_now(other);
+    }
+  }
+}
+
+void Simulation::wake_now(Replica& r) {
+  if (!r.busy && !(r.wake_pending && r.wake_time == now_)) {
+    r.wake_pending = true;
+    r.wake_time = now_;
+    events_.push(now_, EventKind::kWakeUp, r.index);
   }
 }
 
@@ -161,158 +335,179 @@ void Simulation::reject(RequestId id, std::string reason) {
   }
   p.state = RequestState::kRejected;
   result_.requests[id].reject_reason = std::move(reason);
+  --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
 }
 
-void Simulation::try_start_iteration() {
-  if (busy_) return;
-  batch_.clear();
-  policy_.schedule(now_, batch_);
-  if (batch_.empty()) {
-    if (batch_.wake_at) {
-      if (*batch_.wake_at <= now_) {
+void Simulation::try_start_iteration(Replica& r) {
+  if (r.busy) return;
+  Batch& batch = r.batch;
+  Policy& policy = *r.policy;
+  batch.clear();
+  policy.schedule(now_, batch);
+  if (batch.empty()) {
+    if (batch.wake_at) {
+      if (*batch.wake_at <= now_) {
         throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future",
-                                           policy_.name()));
+                                           policy.name()));
       }
-      if (!wake_pending_ || *batch_.wake_at < wake_time_) {
-        wake_pending_ = true;
-        wake_time_ = *batch_.wake_at;
-        events_.push(wake_time_, EventKind::kWakeUp);
+      if (!r.wake_pending || *batch.wake_at < r.wake_time) {
+        r.wake_pending = true;
+        r.wake_time = *batch.wake_at;
+        events_.push(r.wake_time, EventKind::kWakeUp, r.index);
       }
-    } else if (!policy_.idle() && events_.empty()) {
+    } else if (!policy.idle() && events_.empty()) {
       throw std::logic_error(fmt::format(
           "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
           "left to wait for",
-          policy_.name(), now_.seconds()));
+          policy.name(), now_.seconds()));
     }
     return;
   }
 
   // Check the batch the policy built: each request at most once, never past its known tokens.
+  const int64_t stamp = batches_++;
   int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
-  for (const BatchItem& item : batch_.items) {
+  for (const BatchItem& item : batch.items) {
     RequestProgress& p = progress_[item.id];
     min_remaining = std::min<int64_t>(min_remaining,
                                       workload_[item.id].output_tokens - p.generated_tokens);
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
     }
+    if (p.replica != r.index) {
+      throw std::logic_error(fmt::format("replica {} scheduled request {} routed to replica {}",
+                                         r.index, item.id, p.replica));
+    }
     if (item.new_tokens < 1 || item.context_before != p.computed_tokens ||
-        p.computed_tokens + item.new_tokens > env_.known_tokens(item.id)) {
+        p.computed_tokens + item.new_tokens > r.env.known_tokens(item.id)) {
       throw std::logic_error(fmt::format(
           "policy scheduled request {} with {} new tokens after {} (computed {}, known {})",
           item.id, item.new_tokens, item.context_before, p.computed_tokens,
-          env_.known_tokens(item.id)));
+          r.env.known_tokens(item.id)));
     }
-    if (scheduled_in_iteration_[item.id] == iterations_) {
+    if (scheduled_in_batch_[item.id] == stamp) {
       throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
     }
-    scheduled_in_iteration_[item.id] = iterations_;
+    scheduled_in_batch_[item.id] = stamp;
     // A waiting request with nothing computed but its cached prefix is admitted to prefill (a
     // swapped-in one keeps computed tokens of its own).
     if (p.state == RequestState::kWaiting && p.computed_tokens == admission_hit_[item.id]) {
-      prefill_admitted_tokens_ += env_.known_tokens(item.id);
-      prefill_cached_tokens_ += admission_hit_[item.id];
+      r.prefill_admitted_tokens += r.env.known_tokens(item.id);
+      r.prefill_cached_tokens += admission_hit_[item.id];
       admission_hit_[item.id] = 0;
     }
     p.state = RequestState::kRunning;
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
 
-  const IterationCost cost = cost_model_.iteration(batch_.shape);
+  const IterationCost cost = cost_model_.iteration(batch.shape);
   const SimTime duration =
-      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + batch_.extra_time);
-  current_ = IterationRecord{};
-  current_.index = iterations_;
-  current_.start = now_;
-  current_.duration = duration;
-  current_.cost = cost;
-  sample_kv(current_);
-  first_end_ = now_ + duration;
-  repeats_ = 0;
-  busy_ = true;
-  SimTime end = first_end_;
-  if (options_.fast_forward && !options_.on_iteration && batch_.shape.prefills.empty() &&
-      batch_.extra_time == SimTime::zero()) {
-    end = fast_forward(first_end_, min_remaining);
+      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + batch.extra_time);
+  r.current = IterationRecord{};
+  r.current.index = r.iterations;
+  r.current.replica = r.index;
+  r.current.start = now_;
+  r.current.duration = duration;
+  r.current.cost = cost;
+  sample_kv(r);
+  r.first_end = now_ + duration;
+  r.repeats = 0;
+  r.busy = true;
+  SimTime end = r.first_end;
+  if (options_.fast_forward && !options_.on_iteration && batch.shape.prefills.empty() &&
+      batch.extra_time == SimTime::zero()) {
+    end = fast_forward(r, r.first_end, min_remaining);
   }
-  events_.push(end, EventKind::kIterationDone);
+  events_.push(end, EventKind::kIterationDone, r.index);
 }
 
-SimTime Simulation::fast_forward(SimTime end, int64_t min_remaining) {
+SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining) {
   // Repeat the decode batch while (a) no request finishes before the last repeat — a request
-  // with r tokens to go finishes in the r-th iteration —, (b) no event falls due at or before
-  // an intermediate iteration boundary (an arrival there would be seen by the next
-  // schedule()), and (c) the policy vouches that its next schedule() would be this batch.
-  const SimTime next_event = events_.empty() ? SimTime::max() : events_.next_time();
-  BatchShape shape = batch_.shape;  // decodes only: copying allocates nothing
-  repeat_gaps_.clear();
-  max_repeat_gap_ = SimTime::zero();
-  while (repeats_ + 1 < min_remaining && end < next_event) {
-    if (!policy_.repeat_decode_step(batch_)) break;
-    set_counts(current_, /*num_prefills=*/0, /*prefill_tokens=*/0);
-    close_iteration();
+  // with r tokens to go finishes in the r-th iteration —, (b) no arrival falls due at or
+  // before an intermediate iteration boundary (an arrival there may be routed here and would be
+  // seen by the next schedule()), and (c) the policy vouches that its next schedule() would be
+  // this batch.
+  // Why the next arrival of ANY request bounds it: only an arrival can add work to a busy
+  // replica (its own wake-ups are no-ops while it is busy; other replicas' iteration ends touch
+  // only their own policies). Which replica an arrival goes to is known only when it arrives
+  // (least-outstanding and least-kv read the replicas' state then), so we stop before every
+  // arrival. That also keeps routing exact: a router reading this replica at time t sees the
+  // state after its last schedule() at or before t, which no repeat runs past.
+  const SimTime next_arrival = arrived_ < static_cast<int64_t>(workload_.size())
+                                   ? workload_[static_cast<size_t>(arrived_)].arrival
+                                   : SimTime::max();
+  Batch& batch = r.batch;
+  BatchShape shape = batch.shape;  // decodes only: copying allocates nothing
+  r.repeat_gaps.clear();
+  r.max_repeat_gap = SimTime::zero();
+  while (r.repeats + 1 < min_remaining && end < next_arrival) {
+    if (!r.policy->repeat_decode_step(batch)) break;
+    set_counts(r, /*num_prefills=*/0, /*prefill_tokens=*/0);
+    close_iteration(r);
 
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
     const IterationCost cost = cost_model_.iteration(shape);
     const SimTime duration = std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s));
-    current_ = IterationRecord{};
-    current_.index = iterations_;
-    current_.start = end;
-    current_.duration = duration;
-    current_.cost = cost;
-    sample_kv(current_);  // as the repeated schedule() left it
-    repeat_gaps_.push_back(duration);
-    max_repeat_gap_ = std::max(max_repeat_gap_, duration);
+    r.current = IterationRecord{};
+    r.current.index = r.iterations;
+    r.current.replica = r.index;
+    r.current.start = end;
+    r.current.duration = duration;
+    r.current.cost = cost;
+    sample_kv(r);  // as the repeated schedule() left it
+    r.repeat_gaps.push_back(duration);
+    r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
     end += duration;
-    ++repeats_;
+    ++r.repeats;
   }
-  result_.fast_forwarded_iterations += repeats_;
+  result_.fast_forwarded_iterations += r.repeats;
   return end;
 }
 
-void Simulation::set_counts(IterationRecord& record, int32_t num_prefills,
-                            int64_t prefill_tokens) const {
-  record.num_requests = static_cast<int32_t>(batch_.items.size());
+void Simulation::set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens) {
+  IterationRecord& record = r.current;
+  record.num_requests = static_cast<int32_t>(r.batch.items.size());
   record.num_prefills = num_prefills;
   record.num_decodes = record.num_requests - num_prefills;
   record.prefill_tokens = prefill_tokens;
-  record.bubble_slots = batch_.bubble_slots;
+  record.bubble_slots = r.batch.bubble_slots;
 }
 
-void Simulation::sample_kv(IterationRecord& record) const {
-  const KvCacheManager& kv = policy_.kv_cache();
-  record.kv_used_tokens = kv.used_tokens();
-  record.kv_allocated_tokens = kv.allocated_tokens();
+void Simulation::sample_kv(Replica& r) {
+  const KvCacheManager& kv = r.policy->kv_cache();
+  r.current.kv_used_tokens = kv.used_tokens();
+  r.current.kv_allocated_tokens = kv.allocated_tokens();
 }
 
-void Simulation::close_iteration() {
-  ++iterations_;
-  const double dur_s = current_.duration.seconds();
+void Simulation::close_iteration(Replica& r) {
+  ++r.iterations;
+  const IterationRecord& current = r.current;
+  const double dur_s = current.duration.seconds();
   // Over the KV memory (summary.json's kv.capacity_tokens, which the KV plot divides by too),
   // not over the manager's own capacity: a paged cache carves whole blocks from that memory,
   // and the tokens left over hold no block — they are memory that is never allocated.
   const double capacity = static_cast<double>(std::max<int64_t>(1, result_.kv_capacity_tokens));
-  const double used = static_cast<double>(current_.kv_used_tokens) / capacity;
-  const double alloc = static_cast<double>(current_.kv_allocated_tokens) / capacity;
-  busy_s_ += dur_s;
-  kv_used_area_ += used * dur_s;
-  kv_alloc_area_ += alloc * dur_s;
-  kv_used_peak_ = std::max(kv_used_peak_, used);
-  kv_alloc_peak_ = std::max(kv_alloc_peak_, alloc);
-  bubble_slots_ += current_.bubble_slots;
-  useful_slots_ += current_.num_requests;
-  if (options_.record_iterations) result_.iterations.push_back(current_);
+  const double used = static_cast<double>(current.kv_used_tokens) / capacity;
+  const double alloc = static_cast<double>(current.kv_allocated_tokens) / capacity;
+  r.busy_s += dur_s;
+  r.kv_used_area += used * dur_s;
+  r.kv_alloc_area += alloc * dur_s;
+  r.kv_used_peak = std::max(r.kv_used_peak, used);
+  r.kv_alloc_peak = std::max(r.kv_alloc_peak, alloc);
+  r.bubble_slots += current.bubble_slots;
+  r.useful_slots += current.num_requests;
+  if (options_.record_iterations) result_.iterations.push_back(current);
 }
 
-void Simulation::record_token(RequestProgress& p, SimTime at) {
+void Simulation::record_token(Replica& r, RequestProgress& p, SimTime at) {
   if (p.generated_tokens == 0) {
     p.first_token = at;
   } else {
     const SimTime gap = at - p.last_token;
     if (gap > p.max_tbt) p.max_tbt = gap;
-    result_.tbt_s.add(gap.seconds());
+    r.tbt_s.add(gap.seconds());
   }
   ++p.generated_tokens;
   p.last_token = at;
@@ -325,30 +520,31 @@ void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
   finished_.push_back(id);
 }
 
-void Simulation::finish_iteration() {
-  busy_ = false;
+void Simulation::finish_iteration(Replica& r) {
+  r.busy = false;
   finished_.clear();
+  const Batch& batch = r.batch;
   int32_t num_prefills = 0;
   int64_t prefill_tokens = 0;
-  if (repeats_ > 0) {
-    // 1 + repeats_ identical decode iterations: the first token of each request closes a gap
+  if (r.repeats > 0) {
+    // 1 + repeats identical decode iterations: the first token of each request closes a gap
     // of its own; every later one closes the common gap of its iteration.
-    const auto rows = static_cast<int64_t>(batch_.items.size());
-    for (const BatchItem& item : batch_.items) {
+    const auto rows = static_cast<int64_t>(batch.items.size());
+    for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress_[item.id];
-      p.computed_tokens += 1 + repeats_;
-      record_token(p, first_end_);
-      p.generated_tokens += static_cast<int32_t>(repeats_);
+      p.computed_tokens += 1 + r.repeats;
+      record_token(r, p, r.first_end);
+      p.generated_tokens += static_cast<int32_t>(r.repeats);
       p.last_token = now_;
-      if (max_repeat_gap_ > p.max_tbt) p.max_tbt = max_repeat_gap_;
+      if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
       finish_if_done(item.id, p);
     }
-    for (const SimTime gap : repeat_gaps_) result_.tbt_s.add(gap.seconds(), rows);
+    for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
   } else {
-    for (const BatchItem& item : batch_.items) {
+    for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress_[item.id];
-      const Request& r = workload_[item.id];
-      const int64_t known = r.prompt_tokens + p.generated_tokens;
+      const Request& req = workload_[item.id];
+      const int64_t known = req.prompt_tokens + p.generated_tokens;
       const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
                               item.new_tokens == 1;
       if (!was_decode) {
@@ -358,17 +554,18 @@ void Simulation::finish_iteration() {
       p.computed_tokens += item.new_tokens;
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
-      record_token(p, now_);
+      record_token(r, p, now_);
       finish_if_done(item.id, p);
     }
   }
-  policy_.on_iteration_end(batch_, finished_, now_);
+  r.policy->on_iteration_end(batch, finished_, now_);
   settled_ += static_cast<int64_t>(finished_.size());
+  r.outstanding -= static_cast<int64_t>(finished_.size());
 
-  set_counts(current_, num_prefills, prefill_tokens);
-  close_iteration();
-  if (options_.on_iteration) options_.on_iteration(batch_, current_, policy_);
-  try_start_iteration();
+  set_counts(r, num_prefills, prefill_tokens);
+  close_iteration(r);
+  if (options_.on_iteration) options_.on_iteration(batch, r.current, *r.policy);
+  try_start_iteration(r);
 }
 
 Summary summarize(const SimulationResult& result, double busy_s) {

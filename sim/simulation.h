@@ -1,10 +1,15 @@
-// batchsim — the discrete-event core: an event queue and one replica driving a policy.
+// batchsim — the discrete-event core: an event queue and N identical replicas, each driving a
+// policy of its own, behind a request router.
 //
 // Events are ordered by (time, insertion sequence), so equal-time events run in a fixed order
 // and the same inputs give byte-identical outputs (ns-3's Scheduler contract). Two kinds of
-// event: a request arrives; the replica finishes an iteration (or a policy's wake-up is due).
-// The replica asks its policy for the next batch, asks the cost model for its duration,
-// schedules the iteration's end, and advances the requests' progress when it ends.
+// event: a request arrives (and the router assigns it to a replica); a replica finishes an
+// iteration (or its policy's wake-up is due). A replica asks its policy for the next batch,
+// asks the cost model for its duration, schedules the iteration's end, and advances the
+// requests' progress when it ends. Replicas share nothing but the event queue and the
+// (read-only) workload: each has its own policy, queues and KV cache, as the replicas behind
+// Vidur's global scheduler do (Agrawal et al., "Vidur", MLSys 2024). One replica is the
+// single-GPU-group simulation of old, to the byte.
 // Every request either finishes exactly once or is rejected with a reason; the loop ends when
 // every request has done one or the other.
 #pragma once
@@ -12,11 +17,14 @@
 #include <cstdint>
 #include <functional>
 #include <queue>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "hwmodel/cost_model.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
+#include "sim/random.h"
 #include "sim/request.h"
 
 namespace batchsim {
@@ -27,7 +35,7 @@ struct Event {
   SimTime time;
   uint64_t seq = 0;
   EventKind kind = EventKind::kArrival;
-  int64_t payload = 0;  // request id for arrivals
+  int64_t payload = 0;  // request id for arrivals, replica index otherwise
 };
 
 // A binary heap keyed by (time, seq): O(log n) push and pop; equal times pop in push order.
@@ -48,6 +56,30 @@ class EventQueue {
   uint64_t next_seq_ = 0;
 };
 
+// How a cluster's router picks the replica of an arriving request. Vidur's global schedulers
+// (round robin, random, least outstanding requests: Agrawal et al., MLSys 2024, and its
+// vidur/scheduler/global_scheduler/), a KV-load variant, and prefix affinity as SGLang's
+// cache-aware router (sgl-router, "cache_aware" policy) and the vLLM production-stack router
+// ("prefixaware" routing logic) do it, so that requests that share a prompt prefix meet the
+// KV blocks they could reuse.
+enum class Router : uint8_t {
+  kRoundRobin,        // i-th arrival to replica i mod N
+  kRandom,            // uniform, from the run's seed (its own stream: see router_rng)
+  kLeastOutstanding,  // fewest routed-but-unsettled requests; ties: lowest index
+  kLeastKv,           // least KV allocated; ties: fewest outstanding, then lowest index
+  kPrefix,            // first prefix-block hash mod N; requests without hashes round-robin
+};
+
+struct RouterInfo {
+  Router router;
+  std::string_view name;
+  std::string_view description;
+};
+const std::vector<RouterInfo>& routers();
+std::string_view router_name(Router router);
+// Throws UserError naming `option` (e.g. "--router") and the known routers.
+Router parse_router(std::string_view name, std::string_view option = "--router");
+
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
   bool record_iterations = false;
@@ -58,64 +90,95 @@ struct SimulationOptions {
   // The workload's prompt-block hashes (BuiltWorkload::prefix_blocks), handed to the policy
   // for prefix caching; null or empty: none. Must outlive the run.
   const PrefixBlockHashes* prefix_blocks = nullptr;
-  // Called after every iteration with the applied batch: tests hang invariant checks here.
+  // Multi-replica runs: how arrivals are routed, and the seed of the random router (the run's
+  // workload seed; the router draws from a stream of its own, so routing never shifts the
+  // workload's samples). Ignored with one replica.
+  Router router = Router::kRoundRobin;
+  uint64_t router_seed = 0;
+  // Called after every iteration with the applied batch (IterationRecord::replica says whose):
+  // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
 };
 
 class Simulation {
  public:
+  // One replica.
   Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model,
              SimulationOptions options = {});
+  // One replica per policy (identical policies, one instance each), routed by options.router.
+  Simulation(const Workload& workload, std::span<Policy* const> policies,
+             const CostModel& cost_model, SimulationOptions options = {});
   SimulationResult run();
 
  private:
+  // Everything one GPU group holds: its policy (queues, KV cache), the iteration in flight and
+  // its fast-forward state, and its running sums. Replicas never read each other's state.
+  struct Replica {
+    Policy* policy = nullptr;
+    PolicyEnv env;
+    int32_t index = 0;
+    bool busy = false;
+    bool wake_pending = false;
+    SimTime wake_time = SimTime::max();
+    Batch batch;
+    int64_t iterations = 0;
+    IterationRecord current;
+    // Fast-forward state of the iteration in flight: its first iteration's end, how many
+    // identical decode iterations follow it, and their durations.
+    SimTime first_end;
+    int64_t repeats = 0;
+    std::vector<SimTime> repeat_gaps;
+    SimTime max_repeat_gap;
+    // Running sums for the summary, so iteration records need not be kept.
+    double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
+    int64_t bubble_slots = 0, useful_slots = 0;
+    int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
+    // Every inter-token gap of this replica's requests, kept per replica so that the order in
+    // which replicas' iterations interleave (which fast-forward changes) cannot change a sum.
+    WeightedSamples tbt_s;
+    int64_t routed = 0, outstanding = 0;  // requests routed here; of them, not yet settled
+  };
+
   void arrive(RequestId id);
-  void try_start_iteration();
-  void finish_iteration();
+  void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
+  int32_t route(RequestId id);
+  void try_start_iteration(Replica& r);
+  void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
-  SimTime fast_forward(SimTime end, int64_t min_remaining);
-  void set_counts(IterationRecord& record, int32_t num_prefills, int64_t prefill_tokens) const;
+  SimTime fast_forward(Replica& r, SimTime end, int64_t min_remaining);
+  static void set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens);
   // KV memory while the iteration runs: as the policy's schedule() left it, before the
   // iteration's finished requests free theirs.
-  void sample_kv(IterationRecord& record) const;
-  // Adds the finished `current_` iteration to the run's sums (and to the log when recording).
-  void close_iteration();
-  void record_token(RequestProgress& p, SimTime at);
+  static void sample_kv(Replica& r);
+  // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
+  void close_iteration(Replica& r);
+  static void record_token(Replica& r, RequestProgress& p, SimTime at);
   void finish_if_done(RequestId id, RequestProgress& p);  // at its last output token
+  void summarize_replicas();
 
   const Workload& workload_;
-  Policy& policy_;
+  std::vector<Policy*> policies_;
   const CostModel& cost_model_;
   SimulationOptions options_;
-  PolicyEnv env_;
+  std::vector<Replica> replicas_;  // sized once: policies keep pointers to their env
   EventQueue events_;
   SimTime now_;
-  bool busy_ = false;
-  bool wake_pending_ = false;
-  SimTime wake_time_ = SimTime::max();
-  Batch batch_;
+  int64_t arrived_ = 0;            // arrivals processed (they come in workload order)
+  int64_t next_round_robin_ = 0;
+  Rng router_rng_{0};
   std::vector<RequestId> finished_;
   std::vector<RequestProgress> progress_;
-  std::vector<int64_t> scheduled_in_iteration_;  // catches a request listed twice in a batch
+  std::vector<int64_t> scheduled_in_batch_;  // catches a request listed twice in a batch
+  int64_t batches_ = 0;                      // batches started, over all replicas
   SimulationResult result_;
   int64_t settled_ = 0;  // finished + rejected
-  int64_t iterations_ = 0;
-  IterationRecord current_;
-  // Fast-forward state of the iteration in flight: its first iteration's end, how many
-  // identical decode iterations follow it, and their durations.
-  SimTime first_end_;
-  int64_t repeats_ = 0;
-  std::vector<SimTime> repeat_gaps_;
-  SimTime max_repeat_gap_;
-  // Running sums for the summary, so iteration records need not be kept.
-  double busy_s_ = 0, kv_used_area_ = 0, kv_alloc_area_ = 0, kv_used_peak_ = 0, kv_alloc_peak_ = 0;
-  int64_t bubble_slots_ = 0, useful_slots_ = 0;
   // Prefix caching: tokens found cached at each request's admission in progress (reset when it
-  // is first scheduled), and the sums over all admissions of prefills.
+  // is first scheduled); the sums over all admissions of prefills are per replica.
   std::vector<int64_t> admission_hit_;
-  int64_t prefill_admitted_tokens_ = 0, prefill_cached_tokens_ = 0;
 };
 
+// Cluster-wide figures of a run's request records; `busy_s` is the busy time per replica
+// (summed over replicas / their number), so busy_fraction is the replicas' mean.
 Summary summarize(const SimulationResult& result, double busy_s);
 
 }  // namespace batchsim

@@ -63,6 +63,60 @@ TEST(Cli, BadInputNamesTheCulprit) {
   EXPECT_THAT(error_of({"frobnicate"}), HasSubstr("frobnicate"));
 }
 
+// --replicas and --router: bad values name the option (flag or YAML key); a cluster's run says
+// how many replicas and which router in its header, echoes both in summary.json with one entry
+// per replica, and adds a replica column to requests.csv and iterations.csv.
+TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
+  EXPECT_THAT(error_of({"run", "--replicas", "0", "--num-requests", "5"}), HasSubstr("--replicas 0"));
+  EXPECT_THAT(error_of({"run", "--replicas", "100000", "--num-requests", "5"}), HasSubstr("--replicas"));
+  EXPECT_THAT(error_of({"run", "--replicas", "two", "--num-requests", "5"}), HasSubstr("replicas"));
+  EXPECT_THAT(error_of({"run", "--router", "fastest", "--num-requests", "5"}),
+              HasSubstr("--router 'fastest'"));
+  const auto dir = testing::scratch_dir("cli-replicas");
+  {
+    std::ofstream(dir / "bad.yaml") << "replicas: 2\nrouter: nearest\n";
+    EXPECT_THAT(error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"}),
+                HasSubstr("nearest"));
+  }
+  std::ofstream(dir / "cluster.yaml") << "replicas: 3\nrouter: least-outstanding\n";
+  std::string text;
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "cluster.yaml").string(), "--arrival", "poisson:20",
+                     "--num-requests", "90", "--iteration-log", "--out", (dir / "out").string()},
+                    &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("3 replicas x (tp 1), router least-outstanding"));
+  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  EXPECT_EQ(summary["config"]["replicas"], 3);
+  EXPECT_EQ(summary["config"]["router"], "least-outstanding");
+  ASSERT_EQ(summary["replicas"].size(), 3u);
+  int64_t routed = 0;
+  for (const auto& r : summary["replicas"]) {
+    routed += r["requests"].get<int64_t>();
+    EXPECT_GT(r["busy_fraction"].get<double>(), 0);
+  }
+  EXPECT_EQ(routed, 90);
+  const std::string requests = slurp(dir / "out" / "requests.csv");
+  EXPECT_THAT(requests.substr(0, requests.find('\n')), ::testing::EndsWith(",replica"));
+  const std::string iterations = slurp(dir / "out" / "iterations.csv");
+  EXPECT_THAT(iterations.substr(0, iterations.find('\n')), ::testing::EndsWith(",replica"));
+
+  // One replica: the header, requests.csv and summary.json read as they did before clusters.
+  ASSERT_EQ(run_cli({"run", "--arrival", "poisson:20", "--num-requests", "30", "--out",
+                     (dir / "one").string()},
+                    &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("(tp 1), 30 requests"));
+  EXPECT_THAT(slurp(dir / "one" / "requests.csv"), ::testing::Not(HasSubstr("replica")));
+  const auto one = nlohmann::json::parse(slurp(dir / "one" / "summary.json"));
+  EXPECT_FALSE(one.contains("replicas"));
+  EXPECT_EQ(one["config"]["replicas"], 1);
+
+  ASSERT_EQ(run_cli({"list", "routers"}, &text), 0);
+  for (const char* r : {"round-robin", "random", "least-outstanding", "least-kv", "prefix"}) {
+    EXPECT_THAT(text, HasSubstr(r));
+  }
+}
+
 TEST(Cli, MalformedTraceLineIsNamedByLine) {
   const auto dir = testing::scratch_dir("cli-bad-trace");
   std::ofstream(dir / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,abc,5\n";

@@ -200,6 +200,25 @@ seeds: [7, 8]
   EXPECT_EQ(names.size(), runs.size());
 }
 
+// `replicas` and `router` are run keys an axis may sweep: "how many replicas, which router".
+TEST(ExperimentExpand, ReplicasAndRouterAreAxes) {
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 20, arrival: "poisson:10"}
+policies: [vllm]
+axes:
+  replicas: [1, 4]
+  router: [round-robin, least-outstanding]
+)", "cluster.yaml");
+  const std::vector<PlannedRun> runs = expand_runs(e);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].config.replicas, 1);
+  EXPECT_EQ(runs[0].config.router, "round-robin");
+  EXPECT_EQ(runs[3].config.replicas, 4);
+  EXPECT_EQ(runs[3].config.router, "least-outstanding");
+  EXPECT_THAT(parse_error("axes:\n  replicas: [0]\n"), HasSubstr("--replicas 0"));
+  EXPECT_THAT(parse_error("axes:\n  router: [nearest]\n"), HasSubstr("nearest"));
+}
+
 TEST(ExperimentExpand, RateKeepsGammaBurstinessAndRejectsOfflineOnlyArrivals) {
   RunConfig c = default_run_config();
   c.workload.arrival = "gamma:1:4";
