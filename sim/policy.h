@@ -39,10 +39,10 @@ enum class RequestState : uint8_t { kPending, kWaiting, kRunning, kFinished, kRe
 // Progress of one request through the replica, advanced only by the replica.
 struct RequestProgress {
   RequestState state = RequestState::kPending;
+  int32_t replica = 0;           // the replica the router sent it to (in the padding after state)
   int64_t computed_tokens = 0;   // tokens whose KV has been computed (reset by recompute)
   int32_t generated_tokens = 0;  // output tokens produced so far
   int32_t preemptions = 0;
-  int32_t replica = 0;           // the replica the router sent it to
   // Prompt tokens served from the prefix cache, summed over the request's admissions (a
   // request readmitted after a recompute preemption may hit again, as in vLLM v1).
   int64_t cached_tokens = 0;

@@ -366,6 +366,9 @@ void Simulation::try_start_iteration(Replica& r) {
   }
 
   // Check the batch the policy built: each request at most once, never past its known tokens.
+  // (That a replica lists only requests routed to it is checked by the cluster tests through
+  // on_iteration, not here: a policy only ever hears of its own arrivals, and the check per
+  // item cost a single-replica run 2% of its time.)
   const int64_t stamp = batches_++;
   int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
   for (const BatchItem& item : batch.items) {
@@ -374,10 +377,6 @@ void Simulation::try_start_iteration(Replica& r) {
                                       workload_[item.id].output_tokens - p.generated_tokens);
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
-    }
-    if (p.replica != r.index) {
-      throw std::logic_error(fmt::format("replica {} scheduled request {} routed to replica {}",
-                                         r.index, item.id, p.replica));
     }
     if (item.new_tokens < 1 || item.context_before != p.computed_tokens ||
         p.computed_tokens + item.new_tokens > r.env.known_tokens(item.id)) {
