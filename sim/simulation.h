@@ -64,7 +64,7 @@ class EventQueue {
 // KV blocks they could reuse.
 enum class Router : uint8_t {
   kRoundRobin,        // i-th arrival to replica i mod N
-  kRandom,            // uniform, from the run's seed (its own stream: see router_rng)
+  kRandom,            // uniform, from SimulationOptions::router_seed (a stream of its own)
   kLeastOutstanding,  // fewest routed-but-unsettled requests; ties: lowest index
   kLeastKv,           // least KV allocated; ties: fewest outstanding, then lowest index
   kPrefix,            // first prefix-block hash mod N; requests without hashes round-robin
