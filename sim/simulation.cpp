@@ -401,15 +401,7 @@ void Simulation::try_start_iteration(Replica& r) {
   }
 
   const IterationCost cost = cost_model_.iteration(batch.shape);
-  const SimTime duration =
-      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + batch.extra_time);
-  r.current = IterationRecord{};
-  r.current.index = r.iterations;
-  r.current.replica = r.index;
-  r.current.start = now_;
-  r.current.duration = duration;
-  r.current.cost = cost;
-  sample_kv(r);
+  const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
   r.first_end = now_ + duration;
   r.repeats = 0;
   r.busy = true;
@@ -419,6 +411,21 @@ void Simulation::try_start_iteration(Replica& r) {
     end = fast_forward(r, r.first_end, min_remaining);
   }
   events_.push(end, EventKind::kIterationDone, r.index);
+}
+
+SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCost& cost,
+                                   SimTime extra_time) {
+  // At least 1 ns, so that simulated time moves on with every iteration.
+  const SimTime duration =
+      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + extra_time);
+  r.current = IterationRecord{};
+  r.current.index = r.iterations;
+  r.current.replica = r.index;
+  r.current.start = start;
+  r.current.duration = duration;
+  r.current.cost = cost;
+  sample_kv(r);
+  return duration;
 }
 
 SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining) {
@@ -447,15 +454,8 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
 
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
-    const IterationCost cost = cost_model_.iteration(shape);
-    const SimTime duration = std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s));
-    r.current = IterationRecord{};
-    r.current.index = r.iterations;
-    r.current.replica = r.index;
-    r.current.start = end;
-    r.current.duration = duration;
-    r.current.cost = cost;
-    sample_kv(r);  // as the repeated schedule() left it
+    // KV is sampled as the repeated schedule() left it.
+    const SimTime duration = open_iteration(r, end, cost_model_.iteration(shape), SimTime::zero());
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
     end += duration;

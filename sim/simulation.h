@@ -150,6 +150,9 @@ class Simulation {
   // KV memory while the iteration runs: as the policy's schedule() left it, before the
   // iteration's finished requests free theirs.
   static void sample_kv(Replica& r);
+  // Starts the replica's `current` iteration record at `start` (KV sampled now) and returns its
+  // duration: the cost model's time plus `extra_time` (swap transfers), at least 1 ns.
+  SimTime open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time);
   // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
   void close_iteration(Replica& r);
   static void record_token(Replica& r, RequestProgress& p, SimTime at);
