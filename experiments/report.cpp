@@ -178,8 +178,31 @@ bool any_prefix_hits(const std::vector<ordered_json>& runs) {
   });
 }
 
+// The replica count is a column only when some run of the result set is a cluster (more than one
+// replica), so single-replica experiments keep their tables; and not when an axis named
+// `replicas` already puts the count in every run's group label ("replicas=4 router=..."): the
+// column would repeat the label on every row. An axis that sets `replicas` under other labels
+// (a mapping axis, `{label: big, replicas: 8}`) does not show the count, so the column stays.
+// (The terminal drops a group column that is the same on every row, so there a single-valued
+// `replicas` axis goes unshown, as any single-valued axis does; report.md keeps it.)
+constexpr Column kReplicasColumn = {"config.replicas", "replicas", 1, 0};
+
+bool replicas_column(const std::vector<ordered_json>& runs) {
+  const bool cluster = std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) {
+    return number_at(r, "config.replicas").value_or(1) > 1;
+  });
+  const bool in_group_label = std::all_of(runs.begin(), runs.end(), [](const ordered_json& r) {
+    const auto n = number_at(r, "config.replicas");
+    const auto label = json_path_pointer("experiment.axes.replicas");
+    return n && r.contains(label) && r.at(label).is_string() &&
+           r.at(label).get<std::string>() == fmt::format("{}", static_cast<int64_t>(*n));
+  });
+  return cluster && !in_group_label;
+}
+
 Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   std::vector<Column> columns = throughput_columns();
+  if (replicas_column(results.runs)) columns.insert(columns.begin(), kReplicasColumn);
   if (any_prefix_hits(results.runs)) columns.push_back(kPrefixHitColumn);
   Table t;
   t.headers = {"group", "policy"};
@@ -454,6 +477,10 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "Throughput counts completed requests over the makespan (first arrival to last "
            "completion); total tokens/s counts prompt + output tokens, as the Anyscale benchmark "
            "does. Speedup is output tokens/s relative to the first policy of the same group.";
+    if (replicas_column(results.runs)) {
+      out << " Replicas: identical engines behind the router (`config.replicas`); throughput and "
+             "latencies are the cluster's, over all its requests.";
+    }
     if (any_prefix_hits(results.runs)) {
       out << " Prefix hit %: of the tokens admissions had to prefill, those found in the prefix "
              "cache and not computed (`prefix_cache.hit_rate`; readmissions after a preemption "
@@ -516,8 +543,9 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   const Table lat = latency_table(rows);
   // The terminal gets the headline columns only; report.md has them all.
   Table t;
-  const std::vector<std::string> keep = {"group", "policy", "done", "rej", "out tok/s", "total tok/s",
-                                         "req/s", "preempt", "bubble %", kPrefixHitColumn.header};
+  const std::vector<std::string> keep = {"group",   "policy",     kReplicasColumn.header, "done",
+                                         "rej",     "out tok/s",  "total tok/s",          "req/s",
+                                         "preempt", "bubble %",   kPrefixHitColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {
       const auto it = std::find(src.headers.begin(), src.headers.end(), name);

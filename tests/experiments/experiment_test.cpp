@@ -575,6 +575,56 @@ axes:
   EXPECT_THAT(read_file(out / "off" / "results.csv"), HasSubstr("prefix_cache.hit_rate"));
 }
 
+// A `replicas` column appears in the throughput table (report.md and terminal) only when some
+// run has more than one replica and the group label does not already show the count: not for
+// single-replica result sets (every other experiment keeps its table), nor under an axis named
+// `replicas`, whose label reads "replicas=2"; but under a mapping axis with its own labels.
+TEST(Compare, ReportShowsTheReplicaCountOnlyForClustersItsGroupsDoNotName) {
+  const fs::path out = testing::scratch_dir("experiment_replicas_column");
+  const std::string base = R"(
+base: {num-requests: 12, arrival: "poisson:20", prompt-len: "uniform:16:64", output-len: "uniform:4:16"BASE}
+policies: [vllm]
+)";
+  auto run = [&](const std::string& name, const std::string& base_extra, const std::string& axes,
+                 std::string& table) {
+    std::string yaml = base;
+    yaml.replace(yaml.find("BASE"), 4, base_extra);
+    const ResultSet r = run_experiment(parse_experiment_text(yaml + axes, name + ".yaml"), options_for(out / name), std::cerr);
+    std::ostringstream text;
+    print_result_table(text, r);
+    table = text.str();
+    return read_file(out / name / "report.md");
+  };
+  std::string table;
+
+  // Two replicas in the base, routers as the axis: the count is nowhere else in the row.
+  std::string report = run("base", ", replicas: 2", "axes:\n  router: [round-robin, least-outstanding]\n", table);
+  EXPECT_THAT(report, HasSubstr("| group | policy | replicas | done |"));
+  EXPECT_THAT(report, HasSubstr("| router=least-outstanding | vllm | 2 | 12 |"));
+  EXPECT_THAT(report, HasSubstr("`config.replicas`"));
+  EXPECT_THAT(table, ContainsRegex("group +policy +replicas +done"));
+  EXPECT_THAT(table, ContainsRegex("router=round-robin +vllm +2 +12 "));
+
+  // A mapping axis that sets replicas under its own labels: the column says how many.
+  report = run("mapping", "", "axes:\n  size:\n    - {label: one, replicas: 1}\n    - {label: pair, replicas: 2}\n", table);
+  EXPECT_THAT(report, HasSubstr("| size=one | vllm | 1 | 12 |"));
+  EXPECT_THAT(report, HasSubstr("| size=pair | vllm | 2 | 12 |"));
+  EXPECT_THAT(table, ContainsRegex("size=pair +vllm +2 +12 "));
+
+  // An axis named `replicas`: "replicas=2" is the group label, so no column.
+  report = run("axis", "", "axes:\n  replicas: [1, 2]\n", table);
+  EXPECT_THAT(report, HasSubstr("| replicas=2 | vllm | 12 |"));
+  EXPECT_THAT(report, Not(HasSubstr("| replicas |")));
+  EXPECT_THAT(report, Not(HasSubstr("`config.replicas`")));
+  EXPECT_THAT(table, Not(ContainsRegex("policy +replicas")));
+
+  // One replica everywhere: the table it always had.
+  report = run("single", "", "axes:\n  router: [round-robin, least-outstanding]\n", table);
+  EXPECT_THAT(report, HasSubstr("| group | policy | done |"));
+  EXPECT_THAT(report, Not(HasSubstr("| replicas |")));
+  EXPECT_THAT(table, Not(ContainsRegex("policy +replicas")));
+}
+
 // One policy swept over an axis has nothing to compare throughput with: no speedup column
 // (it would read 1.00x on every row), in report.md or on the terminal.
 TEST(Compare, OnePolicyGetsNoSpeedupColumn) {
@@ -617,7 +667,14 @@ TEST(ShippedExperiments, ParseAndExpand) {
     EXPECT_FALSE(expand_runs(e).empty());
     EXPECT_FALSE(e.description.empty());
   }
-  EXPECT_GE(files, 5);
+  EXPECT_GE(files, 8);
+  // The cluster experiment sweeps cluster size × router over one trace.
+  const std::vector<PlannedRun> cluster = expand_runs(parse_experiment(testing::source_dir() / "experiments" / "cluster-routing.yaml"));
+  ASSERT_EQ(cluster.size(), 9u);
+  EXPECT_EQ(cluster[0].config.replicas, 2);
+  EXPECT_EQ(cluster[0].config.router, "round-robin");
+  EXPECT_EQ(cluster[8].config.replicas, 8);
+  EXPECT_EQ(cluster[8].config.router, "least-kv");
 }
 
 TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
