@@ -21,7 +21,10 @@
 namespace batchsim {
 namespace {
 
+using testing::expect_same_distribution;
+using testing::expect_same_requests;
 using testing::PolicyVariant;
+using testing::spec_workload;
 
 CostModel llama_on_a100() {
   return CostModel(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
@@ -80,46 +83,11 @@ SimulationResult run_cluster(const PolicyVariant& variant, const BuiltWorkload& 
   return result;
 }
 
-BuiltWorkload workload(const char* arrival, const char* prompt, const char* output, int64_t n,
-                       uint64_t seed, const char* prefix = "") {
-  WorkloadSpec spec;
-  spec.arrival = arrival;
-  spec.prompt_len = prompt;
-  spec.output_len = output;
-  spec.num_requests = n;
-  spec.seed = seed;
-  spec.prefix = prefix;
-  return build_workload(spec);
-}
-
-void expect_same_requests(const SimulationResult& a, const SimulationResult& b) {
-  ASSERT_EQ(a.requests.size(), b.requests.size());
-  for (size_t i = 0; i < a.requests.size(); ++i) {
-    const RequestRecord &x = a.requests[i], &y = b.requests[i];
-    ASSERT_EQ(x.state, y.state) << i;
-    EXPECT_EQ(x.first_scheduled, y.first_scheduled) << i;
-    EXPECT_EQ(x.first_token, y.first_token) << i;
-    EXPECT_EQ(x.finished, y.finished) << i;
-    EXPECT_EQ(x.max_tbt, y.max_tbt) << i;
-    EXPECT_EQ(x.preemptions, y.preemptions) << i;
-    EXPECT_EQ(x.cached_tokens, y.cached_tokens) << i;
-    EXPECT_EQ(x.reject_reason, y.reject_reason) << i;
-  }
-}
-
-void expect_same_distribution(const Distribution& a, const Distribution& b, const char* what) {
-  EXPECT_EQ(a.count, b.count) << what;
-  EXPECT_EQ(a.mean, b.mean) << what;
-  EXPECT_EQ(a.p50, b.p50) << what;
-  EXPECT_EQ(a.p99, b.p99) << what;
-  EXPECT_EQ(a.max, b.max) << what;
-}
-
 // One replica through the cluster path, under every router, fast-forward on and off, gives the
 // plain single-policy run exactly: records, iteration log and summary.
 TEST(Cluster, OneReplicaIsThePlainRunForEveryPolicyAndRouter) {
   const BuiltWorkload w =
-      workload("gamma:12:3", "uniform:16:700", "capexp:150:600", 160, 3, "groups:400:4");
+      spec_workload("gamma:12:3", "uniform:16:700", "capexp:150:600", 160, 3, "groups:400:4");
   const CostModel cm = llama_on_a100();
   for (const PolicyVariant& v : testing::registered_variants()) {
     SCOPED_TRACE(v.policy);
@@ -168,7 +136,7 @@ TEST(Cluster, OneReplicaIsThePlainRunForEveryPolicyAndRouter) {
 // replica's requests must see exactly what they see when that sub-workload runs alone.
 TEST(Cluster, RoundRobinIsIndependentRunsOnTheSplitWorkload) {
   constexpr int kReplicas = 3;
-  const BuiltWorkload w = workload("poisson:30", "uniform:16:900", "capexp:150:700", 240, 8);
+  const BuiltWorkload w = spec_workload("poisson:30", "uniform:16:900", "capexp:150:700", 240, 8);
   std::vector<PolicyVariant> variants = {{"continuous", {}}, {"vllm", {}}, {"hf-static", {}},
                                          {"vllm-v0", {{"preemption", "swap"}}}, {"tgi", {}}};
   for (const PolicyVariant& v : variants) {
@@ -216,7 +184,7 @@ TEST(Cluster, RoundRobinIsIndependentRunsOnTheSplitWorkload) {
 // records, iteration log (ordered by start, then replica) and summary, under every router.
 TEST(Cluster, FastForwardChangesNothingInACluster) {
   const BuiltWorkload w =
-      workload("gamma:25:3", "uniform:16:800", "capexp:200:800", 300, 4, "groups:500:6");
+      spec_workload("gamma:25:3", "uniform:16:800", "capexp:200:800", 300, 4, "groups:500:6");
   int64_t repeated = 0;
   for (const PolicyVariant& v : std::vector<PolicyVariant>{{"vllm", {}}, {"continuous", {}},
                                                            {"ft-static", {}}}) {
@@ -250,7 +218,7 @@ TEST(Cluster, FastForwardChangesNothingInACluster) {
 // Every request settles exactly once on the replica it was routed to; every replica works.
 TEST(Cluster, EveryRequestSettlesOnceOnItsReplica) {
   const BuiltWorkload w =
-      workload("poisson:40", "uniform:16:900", "capexp:150:700", 300, 2, "groups:300:5");
+      spec_workload("poisson:40", "uniform:16:900", "capexp:150:700", 300, 2, "groups:300:5");
   for (const RouterInfo& router : routers()) {
     SCOPED_TRACE(router.name);
     ClusterRun c;
@@ -278,7 +246,7 @@ TEST(Cluster, EveryRequestSettlesOnceOnItsReplica) {
 // and waiting), while least-outstanding routes around the backlog: the TTFT tail collapses.
 // (Measured: p99 TTFT 6.6 s round-robin vs 0.15 s least-outstanding.)
 TEST(Cluster, LeastOutstandingBeatsRoundRobinOnTailTtftWithUnequalOutputs) {
-  const BuiltWorkload w = workload("poisson:3.7", "uniform:64:1024", "uniform:1:2000", 1000, 11);
+  const BuiltWorkload w = spec_workload("poisson:3.7", "uniform:64:1024", "uniform:1:2000", 1000, 11);
   ClusterRun c;
   c.replicas = 4;
   c.router = Router::kRoundRobin;
@@ -294,7 +262,7 @@ TEST(Cluster, LeastOutstandingBeatsRoundRobinOnTailTtftWithUnequalOutputs) {
 // round-robin spreads every group over all four replicas, each of which must prefill it anew.
 TEST(Cluster, PrefixRoutingRaisesTheHitRateOverRoundRobin) {
   const BuiltWorkload w =
-      workload("poisson:20", "uniform:16:400", "capexp:100:300", 600, 5, "groups:512:8");
+      spec_workload("poisson:20", "uniform:16:400", "capexp:100:300", 600, 5, "groups:512:8");
   ClusterRun c;
   c.replicas = 4;
   c.router = Router::kRoundRobin;
@@ -312,7 +280,7 @@ TEST(Cluster, PrefixRoutingRaisesTheHitRateOverRoundRobin) {
 }
 
 TEST(Cluster, RandomRoutingFollowsTheSeed) {
-  const BuiltWorkload w = workload("poisson:30", "uniform:16:400", "capexp:100:300", 200, 1);
+  const BuiltWorkload w = spec_workload("poisson:30", "uniform:16:400", "capexp:100:300", 200, 1);
   const auto assignment = [&](uint64_t seed) {
     ClusterRun c;
     c.replicas = 4;

@@ -24,6 +24,8 @@ struct Case {
   const char* prefix = "";     // --prefix: shared prompt prefixes, for prefix caching
 };
 
+using testing::expect_same_distribution;
+using testing::expect_same_requests;
 using testing::PolicyVariant;
 
 // Every registered policy as shipped, plus options that change when a decode run may repeat:
@@ -75,15 +77,6 @@ SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, doubl
   return Simulation(w.requests, *policy, cm, options).run();
 }
 
-void expect_same_distribution(const Distribution& a, const Distribution& b, const char* what) {
-  EXPECT_EQ(a.count, b.count) << what;
-  EXPECT_EQ(a.mean, b.mean) << what;
-  EXPECT_EQ(a.p50, b.p50) << what;
-  EXPECT_EQ(a.p90, b.p90) << what;
-  EXPECT_EQ(a.p99, b.p99) << what;
-  EXPECT_EQ(a.max, b.max) << what;
-}
-
 TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   const Case cases[] = {
       {"offline", "uniform:16:600", "capexp:100:400", 0.9},
@@ -95,29 +88,12 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   };
   int64_t repeated_somewhere = 0, cached_somewhere = 0;
   for (const Case& c : cases) {
-    WorkloadSpec spec;
-    spec.arrival = c.arrival;
-    spec.prompt_len = c.prompt;
-    spec.output_len = c.output;
-    spec.num_requests = 150;
-    spec.seed = 5;
-    spec.prefix = c.prefix;
-    const BuiltWorkload w = build_workload(spec);
+    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix);
     for (const PolicyVariant& v : variants()) {
       SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
       const SimulationResult slow = run(v, w, c.memory_utilization, false);
       const SimulationResult fast = run(v, w, c.memory_utilization, true);
-      ASSERT_EQ(slow.requests.size(), fast.requests.size());
-      for (size_t i = 0; i < slow.requests.size(); ++i) {
-        const RequestRecord &a = slow.requests[i], &b = fast.requests[i];
-        ASSERT_EQ(a.state, b.state) << i;
-        EXPECT_EQ(a.first_scheduled, b.first_scheduled) << i;
-        EXPECT_EQ(a.first_token, b.first_token) << i;
-        EXPECT_EQ(a.finished, b.finished) << i;
-        EXPECT_EQ(a.max_tbt, b.max_tbt) << i;
-        EXPECT_EQ(a.preemptions, b.preemptions) << i;
-        EXPECT_EQ(a.cached_tokens, b.cached_tokens) << i;
-      }
+      expect_same_requests(slow, fast);
       ASSERT_EQ(slow.iterations.size(), fast.iterations.size());
       for (size_t i = 0; i < slow.iterations.size(); ++i) {
         const IterationRecord &a = slow.iterations[i], &b = fast.iterations[i];

@@ -20,6 +20,7 @@
 #include "hwmodel/error.h"
 #include "policies/registry.h"
 #include "sim/simulation.h"
+#include "sim/workload.h"
 
 namespace batchsim::testing {
 
@@ -210,6 +211,46 @@ inline void expect_states(const RecordedRun& run, const std::vector<ExpectedStat
       EXPECT_EQ(describe(run.steps[it].active()), describe(want)) << "iteration " << it;
     }
   }
+}
+
+// A synthetic workload from its spec strings (prefix: "" or a --prefix spec).
+inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt,
+                                   const std::string& output, int64_t num_requests, uint64_t seed,
+                                   const std::string& prefix = "") {
+  WorkloadSpec spec;
+  spec.arrival = arrival;
+  spec.prompt_len = prompt;
+  spec.output_len = output;
+  spec.num_requests = num_requests;
+  spec.seed = seed;
+  spec.prefix = prefix;
+  return build_workload(spec);
+}
+
+// Two runs that must agree request by request (fast-forward on/off, one replica vs the plain
+// run, ...): the same fate, timestamps, preemptions, cached tokens and rejection reason.
+inline void expect_same_requests(const SimulationResult& a, const SimulationResult& b) {
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    const RequestRecord &x = a.requests[i], &y = b.requests[i];
+    ASSERT_EQ(x.state, y.state) << i;
+    EXPECT_EQ(x.first_scheduled, y.first_scheduled) << i;
+    EXPECT_EQ(x.first_token, y.first_token) << i;
+    EXPECT_EQ(x.finished, y.finished) << i;
+    EXPECT_EQ(x.max_tbt, y.max_tbt) << i;
+    EXPECT_EQ(x.preemptions, y.preemptions) << i;
+    EXPECT_EQ(x.cached_tokens, y.cached_tokens) << i;
+    EXPECT_EQ(x.reject_reason, y.reject_reason) << i;
+  }
+}
+
+inline void expect_same_distribution(const Distribution& a, const Distribution& b, const char* what) {
+  EXPECT_EQ(a.count, b.count) << what;
+  EXPECT_EQ(a.mean, b.mean) << what;
+  EXPECT_EQ(a.p50, b.p50) << what;
+  EXPECT_EQ(a.p90, b.p90) << what;
+  EXPECT_EQ(a.p99, b.p99) << what;
+  EXPECT_EQ(a.max, b.max) << what;
 }
 
 }  // namespace batchsim::testing

@@ -120,14 +120,8 @@ void expect_same_results(const SimulationResult& a, const SimulationResult& b) {
 }
 
 TEST(PrefixCaching, OffOrWithoutHashesTheResultsAreThoseOfNoCaching) {
-  WorkloadSpec spec;
-  spec.arrival = "poisson:30";
-  spec.prompt_len = "uniform:50:600";
-  spec.output_len = "capexp:100:400";
-  spec.num_requests = 300;
-  spec.seed = 3;
-  spec.prefix = "groups:256:3";
-  const BuiltWorkload built = build_workload(spec);
+  const BuiltWorkload built =
+      spec_workload("poisson:30", "uniform:50:600", "capexp:100:400", 300, 3, "groups:256:3");
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto run = [&](const std::string& caching, const PrefixBlockHashes* hashes) {
     auto p = policy("vllm", {{"prefix_caching", caching}});
