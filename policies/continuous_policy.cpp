@@ -188,23 +188,34 @@ void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
   }
 }
 
+ContinuousPolicy::AdmissionStep ContinuousPolicy::admission_step(RequestId id, int64_t budget,
+                                                                 int64_t partial_prefills) const {
+  AdmissionStep step;
+  // vLLM v1 get_computed_blocks: a prefix whose KV the cache holds is not computed again
+  // (0 without prefix caching). A waiting request has computed nothing (new, or recomputed).
+  step.cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
+  step.need = need_of(id) - step.cached;
+  step.tokens = step_tokens(step.need, budget);
+  // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
+  // step with their prefill unfinished; a new request that would be cut waits.
+  if (step.tokens < step.need && partial_prefills >= config_.max_num_partial_prefills) step.tokens = 0;
+  return step;
+}
+
 int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const {
-  // The checks of schedule_waiting below, on copies of its budgets.
+  // schedule_waiting's admissions, on copies of its budgets and with the KV room as a count.
   int64_t count = 0;
   int64_t room = kv_->admission_room();
   int64_t seqs = static_cast<int64_t>(running_.size());
   int64_t partial = partial_prefills_;
   for (const RequestId id : waiting_) {
     if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) break;
-    const int64_t cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
-    const int64_t need = need_of(id) - cached;
-    const int64_t n = step_tokens(need, budget);
+    const AdmissionStep step = admission_step(id, budget, partial);
+    const int64_t n = step.tokens;
     if (n == 0) break;
-    if (n < need) {
-      if (partial >= config_.max_num_partial_prefills) break;
-      ++partial;
-    }
-    const int64_t cost = kv_->admission_cost(cached + (config_.chunked ? n : need), reserve_tokens(id));
+    if (n < step.need) ++partial;
+    const int64_t cost =
+        kv_->admission_cost(step.cached + (config_.chunked ? n : step.need), reserve_tokens(id));
     if (cost > room) break;
     room -= cost;
     budget -= n;
@@ -235,15 +246,8 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
-    // vLLM v1 get_computed_blocks: a prefix whose KV the cache holds is not computed again
-    // (0 without prefix caching). A waiting request has computed nothing (new, or recomputed).
-    const int64_t cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
-    const int64_t need = need_of(id) - cached;
-    const int64_t n = step_tokens(need, budget);
+    const auto [cached, need, n] = admission_step(id, budget, partial_prefills_);
     if (n == 0) break;
-    // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
-    // step with their prefill unfinished; a new request that would be cut waits.
-    if (n < need && partial_prefills_ >= config_.max_num_partial_prefills) break;
     // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
     // every block of the prompt), also when an over-long re-prefill is cut at the budget:
     // else it would be admitted for one chunk and preempted again at the next.

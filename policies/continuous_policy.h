@@ -116,6 +116,16 @@ class ContinuousPolicy final : public Policy {
   // The scheduling steps of one iteration; false when a preemption cut them short.
   bool fill_batch(Batch& batch, int64_t& budget);
   void schedule_waiting(Batch& batch, int64_t& budget);
+  // What admitting waiting request `id` would compute with `budget` tokens left while
+  // `partial_prefills` items of the batch leave their prefill unfinished: its cached prefix,
+  // the tokens it still needs beyond it, and this step's tokens (0: it must wait). Shared by
+  // the admission and its dry run, so that both apply the same rules.
+  struct AdmissionStep {
+    int64_t cached = 0;
+    int64_t need = 0;
+    int64_t tokens = 0;
+  };
+  AdmissionStep admission_step(RequestId id, int64_t budget, int64_t partial_prefills) const;
   // TGI's wait rule (max_waiting_tokens): whether new requests may be admitted now.
   bool admission_allowed(int64_t budget) const;
   // How many waiting requests schedule_waiting would admit with `budget` tokens left, counting
