@@ -321,11 +321,16 @@ void Simulation::arrive(RequestId id) {
 }
 
 void Simulation::wake_now(Replica& r) {
-  if (!r.busy && !(r.wake_pending && r.wake_time == now_)) {
-    r.wake_pending = true;
-    r.wake_time = now_;
-    events_.push(now_, EventKind::kWakeUp, r.index);
-  }
+  if (!r.busy) wake_at(r, now_);
+}
+
+void Simulation::wake_at(Replica& r, SimTime at) {
+  // One pending wake-up per replica, the earliest: a later event it replaces still pops and
+  // lets the replica schedule, but no longer clears the pending flag (see run()).
+  if (r.wake_pending && r.wake_time <= at) return;
+  r.wake_pending = true;
+  r.wake_time = at;
+  events_.push(at, EventKind::kWakeUp, r.index);
 }
 
 void Simulation::reject(RequestId id, std::string reason) {
@@ -351,11 +356,7 @@ void Simulation::try_start_iteration(Replica& r) {
         throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future",
                                            policy.name()));
       }
-      if (!r.wake_pending || *batch.wake_at < r.wake_time) {
-        r.wake_pending = true;
-        r.wake_time = *batch.wake_at;
-        events_.push(r.wake_time, EventKind::kWakeUp, r.index);
-      }
+      wake_at(r, *batch.wake_at);
     } else if (!policy.idle() && events_.empty()) {
       throw std::logic_error(fmt::format(
           "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "

@@ -141,6 +141,7 @@ class Simulation {
 
   void arrive(RequestId id);
   void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
+  void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
   int32_t route(RequestId id);
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
