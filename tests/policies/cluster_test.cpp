@@ -21,8 +21,9 @@
 namespace batchsim {
 namespace {
 
-using testing::expect_same_distribution;
+using testing::expect_same_iterations;
 using testing::expect_same_requests;
+using testing::expect_same_summary;
 using testing::PolicyVariant;
 using testing::spec_workload;
 
@@ -107,24 +108,10 @@ TEST(Cluster, OneReplicaIsThePlainRunForEveryPolicyAndRouter) {
         c.utilization = 0.45;
         const SimulationResult one = run_cluster(v, w, c);
         expect_same_requests(plain, one);
-        ASSERT_EQ(plain.iterations.size(), one.iterations.size());
-        for (size_t i = 0; i < plain.iterations.size(); ++i) {
-          EXPECT_EQ(plain.iterations[i].start, one.iterations[i].start) << i;
-          EXPECT_EQ(plain.iterations[i].index, one.iterations[i].index) << i;
-          EXPECT_EQ(plain.iterations[i].kv_allocated_tokens, one.iterations[i].kv_allocated_tokens) << i;
-          EXPECT_EQ(one.iterations[i].replica, 0);
-        }
-        const Summary &a = plain.summary, &b = one.summary;
-        expect_same_distribution(a.ttft_s, b.ttft_s, "ttft");
-        expect_same_distribution(a.tbt_s, b.tbt_s, "tbt");
-        expect_same_distribution(a.e2e_s, b.e2e_s, "e2e");
-        EXPECT_EQ(a.busy_fraction, b.busy_fraction);
-        EXPECT_EQ(a.kv_used_fraction_mean, b.kv_used_fraction_mean);
-        EXPECT_EQ(a.kv_allocated_fraction_peak, b.kv_allocated_fraction_peak);
-        EXPECT_EQ(a.bubble_fraction, b.bubble_fraction);
-        EXPECT_EQ(a.iterations, b.iterations);
-        EXPECT_EQ(a.prefix_hit_rate, b.prefix_hit_rate);
-        EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
+        expect_same_iterations(plain, one);
+        for (const IterationRecord& it : one.iterations) EXPECT_EQ(it.replica, 0);
+        const Summary& b = one.summary;
+        expect_same_summary(plain.summary, b);
         ASSERT_EQ(b.replicas.size(), 1u);
         EXPECT_EQ(b.replicas[0].requests, static_cast<int64_t>(w.requests.size()));
       }
@@ -199,16 +186,8 @@ TEST(Cluster, FastForwardChangesNothingInACluster) {
       c.fast_forward = true;
       const SimulationResult fast = run_cluster(v, w, c);
       expect_same_requests(slow, fast);
-      ASSERT_EQ(slow.iterations.size(), fast.iterations.size());
-      for (size_t i = 0; i < slow.iterations.size(); ++i) {
-        ASSERT_EQ(slow.iterations[i].start, fast.iterations[i].start) << i;
-        ASSERT_EQ(slow.iterations[i].replica, fast.iterations[i].replica) << i;
-        EXPECT_EQ(slow.iterations[i].kv_used_tokens, fast.iterations[i].kv_used_tokens) << i;
-      }
-      expect_same_distribution(slow.summary.tbt_s, fast.summary.tbt_s, "tbt");
-      expect_same_distribution(slow.summary.ttft_s, fast.summary.ttft_s, "ttft");
-      EXPECT_EQ(slow.summary.busy_fraction, fast.summary.busy_fraction);
-      EXPECT_EQ(slow.summary.kv_used_fraction_mean, fast.summary.kv_used_fraction_mean);
+      expect_same_iterations(slow, fast);
+      expect_same_summary(slow.summary, fast.summary);
       repeated += fast.fast_forwarded_iterations;
     }
   }

@@ -24,8 +24,9 @@ struct Case {
   const char* prefix = "";     // --prefix: shared prompt prefixes, for prefix caching
 };
 
-using testing::expect_same_distribution;
+using testing::expect_same_iterations;
 using testing::expect_same_requests;
+using testing::expect_same_summary;
 using testing::PolicyVariant;
 
 // Every registered policy as shipped, plus options that change when a decode run may repeat:
@@ -94,32 +95,9 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       const SimulationResult slow = run(v, w, c.memory_utilization, false);
       const SimulationResult fast = run(v, w, c.memory_utilization, true);
       expect_same_requests(slow, fast);
-      ASSERT_EQ(slow.iterations.size(), fast.iterations.size());
-      for (size_t i = 0; i < slow.iterations.size(); ++i) {
-        const IterationRecord &a = slow.iterations[i], &b = fast.iterations[i];
-        ASSERT_EQ(a.start, b.start) << i;
-        EXPECT_EQ(a.duration, b.duration) << i;
-        EXPECT_EQ(a.num_decodes, b.num_decodes) << i;
-        EXPECT_EQ(a.num_prefills, b.num_prefills) << i;
-        EXPECT_EQ(a.bubble_slots, b.bubble_slots) << i;
-        EXPECT_EQ(a.kv_used_tokens, b.kv_used_tokens) << i;
-        EXPECT_EQ(a.kv_allocated_tokens, b.kv_allocated_tokens) << i;
-        EXPECT_EQ(a.cost.total_s, b.cost.total_s) << i;
-      }
-      const Summary &a = slow.summary, &b = fast.summary;
-      expect_same_distribution(a.e2e_s, b.e2e_s, "e2e");
-      expect_same_distribution(a.ttft_s, b.ttft_s, "ttft");
-      expect_same_distribution(a.tpot_s, b.tpot_s, "tpot");
-      expect_same_distribution(a.tbt_s, b.tbt_s, "tbt");
-      EXPECT_EQ(a.iterations, b.iterations);
-      EXPECT_EQ(a.preemptions, b.preemptions);
-      EXPECT_EQ(a.bubble_fraction, b.bubble_fraction);
-      EXPECT_EQ(a.kv_used_fraction_mean, b.kv_used_fraction_mean);
-      EXPECT_EQ(a.kv_allocated_fraction_mean, b.kv_allocated_fraction_mean);
-      EXPECT_EQ(a.kv_used_fraction_peak, b.kv_used_fraction_peak);
-      EXPECT_EQ(a.busy_fraction, b.busy_fraction);
-      EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
-      EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
+      expect_same_iterations(slow, fast);
+      const Summary& a = slow.summary;
+      expect_same_summary(a, fast.summary);
       cached_somewhere += a.prefill_cached_tokens;
       // Reserved KV never preempts: a reservation holds the whole footprint from admission.
       const bool reserves = reserves_kv(v);

@@ -253,4 +253,41 @@ inline void expect_same_distribution(const Distribution& a, const Distribution& 
   EXPECT_EQ(a.max, b.max) << what;
 }
 
+// ... and iteration by iteration (both runs recorded their iterations).
+inline void expect_same_iterations(const SimulationResult& x, const SimulationResult& y) {
+  ASSERT_EQ(x.iterations.size(), y.iterations.size());
+  for (size_t i = 0; i < x.iterations.size(); ++i) {
+    const IterationRecord &a = x.iterations[i], &b = y.iterations[i];
+    ASSERT_EQ(a.start, b.start) << i;
+    ASSERT_EQ(a.replica, b.replica) << i;
+    EXPECT_EQ(a.index, b.index) << i;
+    EXPECT_EQ(a.duration, b.duration) << i;
+    EXPECT_EQ(a.num_decodes, b.num_decodes) << i;
+    EXPECT_EQ(a.num_prefills, b.num_prefills) << i;
+    EXPECT_EQ(a.bubble_slots, b.bubble_slots) << i;
+    EXPECT_EQ(a.kv_used_tokens, b.kv_used_tokens) << i;
+    EXPECT_EQ(a.kv_allocated_tokens, b.kv_allocated_tokens) << i;
+    EXPECT_EQ(a.cost.total_s, b.cost.total_s) << i;
+  }
+}
+
+// ... and in every summary figure.
+inline void expect_same_summary(const Summary& a, const Summary& b) {
+  expect_same_distribution(a.e2e_s, b.e2e_s, "e2e");
+  expect_same_distribution(a.ttft_s, b.ttft_s, "ttft");
+  expect_same_distribution(a.tpot_s, b.tpot_s, "tpot");
+  expect_same_distribution(a.tbt_s, b.tbt_s, "tbt");
+  EXPECT_EQ(a.iterations, b.iterations);
+  EXPECT_EQ(a.preemptions, b.preemptions);
+  EXPECT_EQ(a.bubble_fraction, b.bubble_fraction);
+  EXPECT_EQ(a.kv_used_fraction_mean, b.kv_used_fraction_mean);
+  EXPECT_EQ(a.kv_allocated_fraction_mean, b.kv_allocated_fraction_mean);
+  EXPECT_EQ(a.kv_used_fraction_peak, b.kv_used_fraction_peak);
+  EXPECT_EQ(a.kv_allocated_fraction_peak, b.kv_allocated_fraction_peak);
+  EXPECT_EQ(a.busy_fraction, b.busy_fraction);
+  EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
+  EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
+  EXPECT_EQ(a.prefix_hit_rate, b.prefix_hit_rate);
+}
+
 }  // namespace batchsim::testing
