@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <unordered_map>
 
 #include "hwmodel/error.h"
+#include "hwmodel/line_reader.h"
 
 namespace batchsim {
 
@@ -65,22 +65,22 @@ namespace {
 constexpr double kMs = 1e-3;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A CSV file read line by line, with columns looked up by header name. Vidur's files have no
-// quoted fields; a line with a different number of fields than the header is an error.
+// A CSV file (plain or gzip) read line by line, with columns looked up by header name. Vidur's
+// files have no quoted fields; a line with a different number of fields than the header is an
+// error.
 class CsvFile {
  public:
-  explicit CsvFile(const fs::path& path) : path_(path), in_(path) {
-    if (!in_) throw UserError(fmt::format("{}: cannot open", path.string()));
+  explicit CsvFile(const fs::path& path) : path_(path), in_(path, "measurement file") {
     std::string header;
-    if (!std::getline(in_, header)) throw UserError(fmt::format("{}: empty file", path.string()));
+    if (!in_.next(header)) throw UserError(fmt::format("{}: empty file", path.string()));
+    if (!header.empty() && header.back() == '\r') header.pop_back();
     split(header, header_);
     for (size_t i = 0; i < header_.size(); ++i) index_.emplace(header_[i], i);
   }
   bool has(std::string_view column) const { return index_.count(std::string(column)) != 0; }
   bool next() {
     std::string line;
-    while (std::getline(in_, line)) {
-      ++line_no_;
+    while (in_.next(line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.empty()) continue;
       split(line, fields_);
@@ -120,7 +120,7 @@ class CsvFile {
     fail(fmt::format("column '{}': '{}' is not a boolean", column, s));
   }
   [[noreturn]] void fail(const std::string& why) const {
-    throw UserError(fmt::format("{}:{}: {}", path_.string(), line_no_ + 1, why));
+    throw UserError(fmt::format("{}:{}: {}", path_.string(), in_.line_number(), why));
   }
 
  private:
@@ -141,11 +141,10 @@ class CsvFile {
   }
 
   fs::path path_;
-  std::ifstream in_;
+  LineReader in_;
   std::vector<std::string> header_;
   std::vector<std::string> fields_;
   std::unordered_map<std::string, size_t> index_;
-  int64_t line_no_ = 0;
 };
 
 // "org/model" from .../compute/<device>/<org>/<model>/file.csv, else the parent folder name.
@@ -259,13 +258,27 @@ void make_relative(std::vector<std::string>& paths, const fs::path& root) {
   for (std::string& p : paths) p = fs::path(p).lexically_relative(root).generic_string();
 }
 
+// A table is stored as NAME.csv or, gzip-compressed, as NAME.csv.gz; both read the same.
+bool is_csv_file(const fs::path& file) {
+  const std::string name = file.filename().string();
+  return name.ends_with(".csv") || name.ends_with(".csv.gz");
+}
+
+// dir/NAME.csv or dir/NAME.csv.gz, whichever exists.
+std::optional<fs::path> csv_file(const fs::path& dir, const std::string& name) {
+  for (const char* extension : {".csv", ".csv.gz"}) {
+    const fs::path file = dir / (name + extension);
+    if (fs::is_regular_file(file)) return file;
+  }
+  return std::nullopt;
+}
+
 std::vector<fs::path> csv_files_under(const fs::path& dir) {
   std::vector<fs::path> files;
   if (!fs::exists(dir)) return files;
   if (fs::is_regular_file(dir)) return {dir};
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".csv")
-      files.push_back(entry.path());
+    if (entry.is_regular_file() && is_csv_file(entry.path())) files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());  // a fixed order: fits are reproducible
   return files;
@@ -338,12 +351,11 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
       for (const std::string& name : subdirectories(dir / "network")) {
         if (!network && name.rfind(chosen + "_", 0) == 0) network = dir / "network" / name;
       }
-      if (network && fs::is_regular_file(*network / "all_reduce.csv")) {
-        files.push_back(*network / "all_reduce.csv");
+      if (network) {
+        if (const auto all_reduce = csv_file(*network, "all_reduce")) files.push_back(*all_reduce);
       }
     }
-    const fs::path cpu = dir / "cpu_overheads" / (chosen + ".csv");
-    if (fs::is_regular_file(cpu)) files.push_back(cpu);
+    if (const auto cpu = csv_file(dir / "cpu_overheads", chosen)) files.push_back(*cpu);
   } else {
     files = csv_files_under(dir);
   }

@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build
   libboost-program-options-dev libeigen3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libyaml-cpp-dev
+  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   python3 python3-matplotlib
 )
 missing=()

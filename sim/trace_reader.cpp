@@ -5,7 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <memory>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hwmodel/error.h"
+#include "hwmodel/line_reader.h"
 
 namespace batchsim {
 
@@ -186,7 +187,7 @@ class TraceParser {
   std::filesystem::path path_;
   std::string name_;
   int64_t max_requests_;
-  std::ifstream in_;
+  std::unique_ptr<LineReader> in_;  // plain or gzip text
   std::string buffer_;
   int64_t line_no_ = 0;
 
@@ -200,8 +201,8 @@ class TraceParser {
 };
 
 bool TraceParser::next_line(std::string_view& line) {
-  while (std::getline(in_, buffer_)) {
-    ++line_no_;
+  while (in_->next(buffer_)) {
+    line_no_ = in_->line_number();
     std::string_view view = buffer_;
     if (line_no_ == 1 && view.starts_with("\xEF\xBB\xBF")) view.remove_prefix(3);  // UTF-8 BOM
     view = trim(view);
@@ -210,7 +211,6 @@ bool TraceParser::next_line(std::string_view& line) {
       return true;
     }
   }
-  if (in_.bad()) fail_file(fmt::format("read error after line {}", line_no_));
   return false;
 }
 
@@ -532,14 +532,10 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
 TraceReadResult TraceParser::read(double speedup) {
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) fail_file("is a directory, not a trace file");
-  // A character device (/dev/zero, /dev/urandom) never ends and may hold no newline: getline
-  // would grow one line until memory runs out. Pipes stay allowed (--trace <(zcat t.csv.gz)).
+  // A character device (/dev/zero, /dev/urandom) never ends. Pipes stay allowed (--trace
+  // <(my-generator)); gzip files need none, LineReader reads them as they are.
   if (std::filesystem::is_character_file(path_, ec)) fail_file("is a device, not a trace file");
-  in_.open(path_, std::ios::binary);
-  if (!in_) {
-    fail_file(std::filesystem::exists(path_, ec) ? "cannot open trace file (permission?)"
-                                                 : "no such trace file");
-  }
+  in_ = std::make_unique<LineReader>(path_, "trace file");
   std::string_view line;
   if (!next_line(line)) fail_file("empty file, expected a trace header or a JSON line");
 

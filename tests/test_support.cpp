@@ -6,19 +6,35 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "hwmodel/error.h"
 
 namespace batchsim::testing {
 
-std::filesystem::path data_dir() {
+namespace {
+std::filesystem::path data_folder(const char* env_subfolder, const char* repo_folder) {
   const char* env = std::getenv("BATCHSIM_DATA_DIR");
-  std::filesystem::path dir = env != nullptr ? env : BATCHSIM_DEFAULT_DATA_DIR;
-  if (!std::filesystem::is_directory(dir / "traces")) {
-    throw std::runtime_error("shared data not found at " + dir.string() +
-                             " (set BATCHSIM_DATA_DIR to the folder holding traces/ and measured/)");
+  const std::filesystem::path dir = env != nullptr && *env != '\0'
+                                        ? std::filesystem::path(env) / env_subfolder
+                                        : source_dir() / repo_folder;
+  if (!std::filesystem::is_directory(dir)) {
+    throw std::runtime_error("test data not found at " + dir.string() +
+                             (env != nullptr ? " ($BATCHSIM_DATA_DIR/" + std::string(env_subfolder) + ")"
+                                             : std::string(" (part of the repository)")));
   }
   return dir;
+}
+}  // namespace
+
+std::filesystem::path traces_dir() { return data_folder("traces", "experiments/traces"); }
+std::filesystem::path measured_dir() { return data_folder("measured", "hwmodel/measured"); }
+
+std::filesystem::path data_file(const std::filesystem::path& dir, const std::string& relative) {
+  const std::filesystem::path plain = dir / relative;
+  std::filesystem::path gz = plain;
+  gz += ".gz";
+  return !std::filesystem::exists(plain) && std::filesystem::exists(gz) ? gz : plain;
 }
 
 std::filesystem::path source_dir() { return BATCHSIM_SOURCE_DIR; }
@@ -38,6 +54,19 @@ std::filesystem::path write_text_file(const std::filesystem::path& dir, const st
   out << contents;
   out.close();
   if (!out) throw std::runtime_error("test could not write " + path.string());
+  return path;
+}
+
+std::filesystem::path write_gzip_file(const std::filesystem::path& dir, const std::string& name,
+                                      const std::string& contents) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / name;
+  gzFile out = gzopen(path.c_str(), "wb9");
+  if (out == nullptr) throw std::runtime_error("test could not write " + path.string());
+  const int written = contents.empty() ? 0 : gzwrite(out, contents.data(), static_cast<unsigned>(contents.size()));
+  if (gzclose(out) != Z_OK || written != static_cast<int>(contents.size())) {
+    throw std::runtime_error("test could not write " + path.string());
+  }
   return path;
 }
 

@@ -7,9 +7,15 @@
 
 namespace batchsim::testing {
 
-// ../shared/data beside the repo (or $BATCHSIM_DATA_DIR). Tests that need the real traces or
-// measurements fail with a clear message when it is missing: CI has it.
-std::filesystem::path data_dir();
+// The real data the repository ships: traces beside the experiments that replay them
+// (experiments/traces/), measurement tables beside the fits that read them (hwmodel/measured/).
+// $BATCHSIM_DATA_DIR, when set, replaces both by DIR/traces and DIR/measured, so the tests can
+// run on a user's own copy of the same layout. A missing folder fails with a clear message.
+std::filesystem::path traces_dir();
+std::filesystem::path measured_dir();
+// dir/relative, or dir/relative.gz where only the gzip-compressed file exists (the repository
+// stores its large tables compressed; a user's copy may not be).
+std::filesystem::path data_file(const std::filesystem::path& dir, const std::string& relative);
 // The repository root (for shipped experiment files, profiles, plots).
 std::filesystem::path source_dir();
 // A fresh empty directory under the build tree for a test's outputs.
@@ -19,6 +25,10 @@ std::filesystem::path scratch_dir(const std::string& name);
 // returns the path. Throws std::runtime_error when the file cannot be written, so that a test
 // of a reader never silently reads a file that is not there.
 std::filesystem::path write_text_file(const std::filesystem::path& dir, const std::string& name,
+                                      const std::string& contents);
+
+// Writes `contents` gzip-compressed to dir/name (as `gzip` would) and returns the path.
+std::filesystem::path write_gzip_file(const std::filesystem::path& dir, const std::string& name,
                                       const std::string& contents);
 
 // The message of the UserError that `f` throws. When `f` returns normally the current test

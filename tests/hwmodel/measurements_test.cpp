@@ -1,4 +1,4 @@
-// Reading Vidur-schema measurement CSVs: the shared data and calibration-style directories.
+// Reading Vidur-schema measurement CSVs: the shipped Vidur tables and calibration-style directories.
 #include "hwmodel/measurements.h"
 
 #include <gmock/gmock.h>
@@ -18,7 +18,7 @@ using ::testing::HasSubstr;
 using testing::user_error_of;
 using testing::write_text_file;
 
-std::filesystem::path vidur_dir() { return testing::data_dir() / "measured" / "vidur"; }
+std::filesystem::path vidur_dir() { return testing::measured_dir() / "vidur"; }
 
 TEST(Measurements, ReadsTheSharedA100Tree) {
   const Measurements m = read_measurements(vidur_dir(), "a100");
@@ -35,7 +35,7 @@ TEST(Measurements, ReadsTheSharedA100Tree) {
   ASSERT_EQ(m.files_skipped.size(), 1u);
   EXPECT_THAT(m.files_skipped[0], HasSubstr("attention_SUBSET_raw_samples.csv"));
 
-  // The first data row of Llama-2-7B's mlp.csv (../shared/data/measured/vidur): 4096 tokens,
+  // The first data row of Llama-2-7B's mlp.csv (hwmodel/measured/vidur): 4096 tokens,
   // TP 1, QKV median 1.911 ms; its shape columns 32, 32, 4096, 11008, gated.
   const auto it = std::find_if(m.token_ops.begin(), m.token_ops.end(), [](const TokenOpRow& r) {
     return r.model == "meta-llama/Llama-2-7b-hf";
@@ -79,7 +79,9 @@ TEST(Measurements, ReadsAFlatCalibrationFolder) {
              "is_prefill\n"
              "0.02,,4096,32,8,1,4,0,512,False\n"
              ",0.3,4096,32,8,1,1,256,0,True\n");
-  write_text_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
+  // Compressed tables read as plain ones (the repository ships its tables as .csv.gz).
+  testing::write_gzip_file(dir, "all_reduce.csv.gz",
+                           "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
   write_text_file(dir, "notes.csv", "something,else\n1,2\n");
   const Measurements m = read_measurements(dir);
   ASSERT_EQ(m.token_ops.size(), 1u);
@@ -96,6 +98,7 @@ TEST(Measurements, ReadsAFlatCalibrationFolder) {
   ASSERT_EQ(m.all_reduce.size(), 1u);
   EXPECT_DOUBLE_EQ(m.all_reduce[0].size_bytes, 4096);
   EXPECT_EQ(m.files_skipped, std::vector<std::string>{"notes.csv"});
+  EXPECT_THAT(m.files_read, ::testing::Contains("all_reduce.csv.gz"));
 }
 
 TEST(Measurements, MalformedRowsNameFileAndLine) {
@@ -118,7 +121,7 @@ TEST(Measurements, CanonicalNamesMatchBuiltins) {
   EXPECT_EQ(canonical_model_name("codellama/CodeLlama-34b-Instruct-hf"), "codellama-34b");
   EXPECT_EQ(canonical_model_name("Qwen/Qwen-72B"), "qwen-72b");
   EXPECT_EQ(canonical_model_name("llama-2-7b"), "llama-2-7b");
-  // Every Vidur model of the shared data is a built-in (so whole iterations know its layers).
+  // Every Vidur model of the shipped tables is a built-in (so whole iterations know its layers).
   const Measurements m = read_measurements(vidur_dir(), "a100");
   for (const TokenOpRow& row : m.token_ops) {
     const std::string name = canonical_model_name(row.model);

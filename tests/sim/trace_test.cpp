@@ -1,4 +1,4 @@
-// Tests of the trace readers: the real traces in ../shared/data/traces (counts, first and last
+// Tests of the trace readers: the real traces in experiments/traces (counts, first and last
 // rows, whole-file token sums computed independently with Python), and small hand-written files
 // for every error path and every adjustment (unsorted rows, zero lengths, date rollovers).
 #include <gtest/gtest.h>
@@ -14,13 +14,12 @@
 namespace batchsim {
 namespace {
 
-using testing::data_dir;
 using testing::scratch_dir;
 using testing::user_error_of;
 using testing::write_text_file;
 
 std::filesystem::path trace_path(const std::string& relative) {
-  return data_dir() / "traces" / relative;
+  return testing::data_file(testing::traces_dir(), relative);
 }
 
 struct Sums {
@@ -190,8 +189,8 @@ TEST(RealTraces, TraceLengthsWithPoissonArrivals) {
     ASSERT_EQ(mixed.requests[i].output_tokens, trace[i].output_tokens);
     ASSERT_EQ(mixed.requests[i].arrival, poisson[i].arrival);
   }
-  EXPECT_EQ(mixed.description,
-            "1000 requests: poisson:5 arrivals, seed 17; lengths from conv.csv (azure-csv)");
+  EXPECT_EQ(mixed.description, "1000 requests: poisson:5 arrivals, seed 17; lengths from " +
+                                   spec.trace.filename().string() + " (azure-csv)");
 
   spec.trace_speedup = 2.0;  // meaningless with generated arrivals: refused, not ignored
   EXPECT_NE(user_error_of([&] { make_workload(spec); }).find("--trace-speedup: 2 scales"),
@@ -208,8 +207,8 @@ TEST(RealTraces, MakeWorkloadReplaysTraceTimestampsByDefault) {
   ASSERT_EQ(built.requests.size(), 500u);
   for (size_t i = 0; i < direct.size(); ++i) ASSERT_EQ(built.requests[i].arrival, direct[i].arrival);
   EXPECT_EQ(built.prefix_blocks.offsets.size(), 501u);
-  EXPECT_EQ(built.description,
-            "500 requests: arrivals / 2 and lengths from conversation.jsonl (mooncake-jsonl)");
+  EXPECT_EQ(built.description, "500 requests: arrivals / 2 and lengths from " +
+                                   spec.trace.filename().string() + " (mooncake-jsonl)");
   spec.arrival = "trace";
   EXPECT_EQ(make_workload(spec).back().arrival, direct.back().arrival);
 }
@@ -404,6 +403,37 @@ TEST(TraceErrors, MalformedLinesNameFileAndLine) {
     EXPECT_EQ(message.rfind(path.string() + c.error, 0), 0u)
         << c.name << ": " << message;
   }
+}
+
+// A user's own gzip-compressed trace reads exactly as the plain file, in every format, and a
+// broken one is named with the line where reading stopped.
+TEST(TraceFormats, GzipCompressedTracesReadAsThePlainFile) {
+  const std::filesystem::path dir = scratch_dir("trace_test_gzip");
+  const std::vector<std::pair<std::string, std::string>> traces = {
+      {"azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,7\n"
+                    "2023-11-16 18:17:04.5000000,200,9\n"},
+      {"generic.csv", "arrival_s,prompt_tokens,output_tokens\n0.5,10,3\n1.25,20,4\n2,30,5\n"},
+      {"mooncake.jsonl", "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [1, 2]}\n"
+                         "{\"timestamp\": 30, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 3]}\n"}};
+  for (const auto& [name, text] : traces) {
+    const TraceReadResult plain = read_trace_detailed(write_text_file(dir, name, text), 0, 1.0);
+    const TraceReadResult gz = read_trace_detailed(testing::write_gzip_file(dir, name + ".gz", text), 0, 1.0);
+    EXPECT_EQ(gz.format, plain.format) << name;
+    ASSERT_EQ(gz.requests.size(), plain.requests.size()) << name;
+    for (size_t i = 0; i < plain.requests.size(); ++i) {
+      EXPECT_EQ(gz.requests[i].arrival, plain.requests[i].arrival) << name;
+      EXPECT_EQ(gz.requests[i].prompt_tokens, plain.requests[i].prompt_tokens) << name;
+      EXPECT_EQ(gz.requests[i].output_tokens, plain.requests[i].output_tokens) << name;
+    }
+    EXPECT_EQ(gz.prefix_blocks.hashes, plain.prefix_blocks.hashes) << name;
+  }
+  // Errors in a compressed trace name the file and the line, as in a plain one.
+  const auto bad = testing::write_gzip_file(dir, "bad.csv.gz", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n4,5\n");
+  EXPECT_EQ(user_error_of([&] { read_trace(bad, 0, 1.0); }),
+            bad.string() + ":3: expected 3 fields, got 2");
+  // A file that is not gzip at all but named .gz is read as text (zlib looks at the bytes).
+  const auto plain_named_gz = write_text_file(dir, "plain.csv.gz", traces[1].second);
+  EXPECT_EQ(read_trace(plain_named_gz, 0, 1.0).size(), 3u);
 }
 
 TEST(TraceErrors, MaxRequestsStopsBeforeALaterBadLine) {
