@@ -1,7 +1,7 @@
 // batchsim calibration — the measurement directory and its CSV files.
 //
 // The files follow Vidur's profiling schema (microsoft/vidur, data/profiling/compute/<gpu>/
-// <org>/<model>/{mlp,attention}.csv; copies in ../shared/data/measured/vidur/), so one reader and
+// <org>/<model>/{mlp,attention}.csv; copies in hwmodel/measured/vidur/), so one reader and
 // one fit (hwmodel/measurements.h, hwmodel/fit/) serve our own measurements and the published
 // ones. A measurement directory mirrors Vidur's data/profiling/ root:
 //

@@ -104,7 +104,7 @@ std::vector<ModelSpec> make_builtin_models() {
       // mistralai/Mistral-7B-v0.1: max_position_embeddings 32768 (sliding window 4096, which
       // this model does not represent: attention reads the whole context).
       spec("mistral-7b", 32, 4096, 32, 8, 14336, true, 32000, 32768),
-      // The other models of Vidur's measurements (../shared/data/measured/vidur), so that
+      // The other models of Vidur's measurements (hwmodel/measured/vidur), so that
       // `batchsim validate` can cost whole iterations of them.
       // codellama/CodeLlama-34b-Instruct-hf
       spec("codellama-34b", 48, 8192, 64, 8, 22016, true, 32000, 16384),

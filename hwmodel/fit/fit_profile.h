@@ -83,7 +83,7 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
 AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows);
 
 // The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
-// ../shared/data/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or
+// hwmodel/measured/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or
 // "h200", -> itself); empty when unknown.
 std::string datasheet_gpu_for_device(std::string_view device);
 

@@ -1,7 +1,8 @@
 // Our measurement files must carry Vidur's columns, in Vidur's order and units, so that the
-// reader and fit written for the published measurements (../shared/data/measured/vidur/) read
-// ours unchanged. The published headers are read from the shared data, not copied here.
+// reader and fit written for the published measurements (hwmodel/measured/vidur/) read
+// ours unchanged. The published headers are read from the shipped tables, not copied here.
 #include "calibration/measurement_csv.h"
+#include "hwmodel/line_reader.h"
 
 #include <gtest/gtest.h>
 
@@ -48,10 +49,9 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::filesystem::
 }
 
 std::vector<std::string> read_header(const std::filesystem::path& path) {
-  std::vector<std::string> header;
-  std::ifstream in(path);
+  LineReader in(path);  // the published tables are stored gzip-compressed
   std::string line;
-  EXPECT_TRUE(std::getline(in, line)) << path;
+  EXPECT_TRUE(in.next(line)) << path;
   return split_csv_line(line);
 }
 
@@ -77,7 +77,8 @@ SampleSummary summary_from(double median_s) {
 
 TEST(MlpCsv, CarriesVidurColumnsInOrderAndRoundTripsValues) {
   const std::filesystem::path published =
-      testing::data_dir() / "measured/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv";
+      testing::data_file(testing::measured_dir(),
+                         "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
   const std::vector<std::string> ours = MlpCsvWriter::header();
   // Vidur's columns for the operators we measure plus all shape columns. Norms, rope,
   // activation and embedding are not GEMMs and are not measured by calibration.
@@ -120,12 +121,12 @@ TEST(MlpCsv, CarriesVidurColumnsInOrderAndRoundTripsValues) {
 }
 
 TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
-  const std::filesystem::path vidur = testing::data_dir() / "measured/vidur/compute/a100";
+  const std::filesystem::path vidur = testing::measured_dir() / "vidur/compute/a100";
   const std::vector<std::string> ours = AttentionCsvWriter::header(AttentionFileKind::kVidur);
-  expect_ordered_subset(read_header(vidur / "meta-llama/Llama-2-7b-hf/attention_SUBSET_tp1_1810rows.csv"), ours,
+  expect_ordered_subset(read_header(testing::data_file(vidur, "meta-llama/Llama-2-7b-hf/attention_SUBSET_tp1_1810rows.csv")), ours,
                         [](const std::string&) { return true; });
   // The complete profile also has reshape timings, which are not attention kernels.
-  expect_ordered_subset(read_header(vidur / "attention-70b-shape-tp2/attention.csv"), ours,
+  expect_ordered_subset(read_header(testing::data_file(vidur, "attention-70b-shape-tp2/attention.csv")), ours,
                         [](const std::string& c) { return c.find("reshape") == std::string::npos; });
 
   const std::filesystem::path file = testing::scratch_dir("calibration_attention_csv") / "attention.csv";

@@ -22,7 +22,7 @@ using ::testing::Not;
 
 TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   const auto dir = testing::scratch_dir("calibrate-fit");
-  const auto meas = testing::data_dir() / "measured/vidur/compute/a100/meta-llama/Llama-2-7b-hf";
+  const auto meas = testing::measured_dir() / "vidur/compute/a100/meta-llama/Llama-2-7b-hf";
   std::ostringstream out;
   ASSERT_EQ(calibrate_command({"fit", meas.string(), "--base-gpu", "a100-80gb", "--out",
                                (dir / "p.yaml").string(), "--report", (dir / "r.json").string()},
@@ -47,7 +47,8 @@ TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
 // the datasheet's values.
 TEST(CalibrateFit, FitsOneCsvAndTakesTheGpuFromItsPath) {
   const auto dir = testing::scratch_dir("calibrate-fit-csv");
-  const auto csv = testing::data_dir() / "measured/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv";
+  const auto csv = testing::data_file(testing::measured_dir(),
+                                     "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
   std::ostringstream out;
   ASSERT_EQ(calibrate_command({"fit", csv.string(), "--out", (dir / "p.yaml").string()}, out), 0);
   const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
@@ -74,7 +75,7 @@ TEST(CalibrateFit, BadInputIsNamed) {
   EXPECT_THROW(calibrate_command({"fit", "/nonexistent/meas", "--out", "x.yaml"}, out), UserError);
   EXPECT_THROW(calibrate_command({"measure"}, out), UserError);
   try {
-    calibrate_command({"fit", testing::data_dir().string(), "--out", "x.yaml", "--bogus"}, out);
+    calibrate_command({"fit", testing::measured_dir().string(), "--out", "x.yaml", "--bogus"}, out);
     FAIL() << "expected a UserError";
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), HasSubstr("bogus"));

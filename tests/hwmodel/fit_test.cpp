@@ -23,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::user_error_of;
 
-std::filesystem::path vidur_dir() { return testing::data_dir() / "measured" / "vidur"; }
+std::filesystem::path vidur_dir() { return testing::measured_dir() / "vidur"; }
 
 // A profile with parameters unlike the datasheet defaults, to generate measurements from.
 HardwareProfile truth_profile() {
@@ -259,13 +259,19 @@ TEST(FitProfile, HeldOutAccuracyOnA40) {
   EXPECT_THAT(fit.notes, ::testing::Contains(HasSubstr("no prefill attention rows")));
 }
 
-// The profiles in hwmodel/profiles/ are what the fit produces from the shared data today, so
+// The profiles in hwmodel/profiles/ are what the fit produces from the shipped measurements today, so
 // they cannot silently drift from the code or the data they claim to come from.
 TEST(FitProfile, ShippedProfilesAreFreshFits) {
   const HardwareProfile shipped_a100 = resolve_gpu("a100-80gb-fitted");
   EXPECT_THAT(shipped_a100.source, HasSubstr("llama-2-7b"));
   EXPECT_EQ(shipped_a100.source.find('\n'), std::string::npos);  // one line for `list gpus`
   EXPECT_THAT(shipped_a100.provenance, HasSubstr("compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"));
+  // The data a shipped profile names is in the repository, not beside it.
+  for (const char* name : {"a100-80gb-fitted", "a40-fitted"}) {
+    const HardwareProfile p = resolve_gpu(name);
+    EXPECT_THAT(p.source, HasSubstr("hwmodel/measured/vidur")) << name;
+    EXPECT_THAT(p.source + p.provenance, ::testing::Not(HasSubstr("shared"))) << name;
+  }
   testing::expect_profiles_near(a100_fit().profile, shipped_a100, 1e-6, false);
 
   const HardwareProfile shipped_a40 = resolve_gpu("a40-fitted");

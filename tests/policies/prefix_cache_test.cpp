@@ -140,7 +140,7 @@ TEST(PrefixCaching, OffOrWithoutHashesTheResultsAreThoseOfNoCaching) {
 
 TEST(PrefixCaching, MooncakeConversationTraceHitsAndLowersTtft) {
   WorkloadSpec spec;
-  spec.trace = data_dir() / "traces" / "mooncake-fast25" / "conversation.jsonl";
+  spec.trace = testing::data_file(testing::traces_dir(), "mooncake-fast25/conversation.jsonl");
   spec.num_requests = 1500;
   const BuiltWorkload built = build_workload(spec);
   ASSERT_FALSE(built.prefix_blocks.empty());
