@@ -67,6 +67,13 @@ class Args {
     }
   }
   bool done() const { return pos_ >= tokens_.size(); }
+  // `measure --help` (anywhere among the options) asks for the command's help, not a run.
+  bool wants_help() const {
+    for (const std::string& t : tokens_) {
+      if (t == "--help" || t == "-h") return true;
+    }
+    return false;
+  }
   std::string next_option() {
     const std::string t = tokens_[pos_++];
     if (t.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + t + "'");
@@ -120,6 +127,13 @@ int run(int argc, char** argv) {
     std::cout << kUsage << "\n" << kMeasureHelp << "\nmodels:";
     for (const CalibrationModel& m : calibration_models()) std::cout << " " << m.name;
     std::cout << "\n";
+    return 0;
+  }
+  if ((command == "measure" || command == "check" || command == "info") && args.wants_help()) {
+    std::cout << "usage: batchsim-calibrate " << command
+              << (command == "measure" ? " --out DIR [options]\n" : command == "check" ? " [--seed N]\n" : "\n");
+    if (command == "info") std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
+    else std::cout << kMeasureHelp;
     return 0;
   }
   if (command == "info") {

@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "experiments/command_line.h"
 #include "experiments/validate.h"
 #include "hwmodel/error.h"
 #include "hwmodel/measurements.h"
@@ -44,24 +45,20 @@ std::string error_lines(const ValidationReport& report) {
 }
 
 int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
-  std::string dir, profile_out, fit_on, base_gpu, report_out;
+  std::string dir, profile_out, fit_on, base_gpu, report_out, device;
   po::options_description d("batchsim calibrate fit options");
   d.add_options()
       ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate, or one of its CSVs")
       ("out", po::value(&profile_out), "the hardware profile to write (YAML)")
+      ("device", po::value(&device), "the GPU folder to read when the tree holds several "
+       "(compute/<device>/..., e.g. a100)")
       ("fit-on", po::value(&fit_on), "model whose rows to fit on (default: the first measured)")
       ("base-gpu", po::value(&base_gpu), "datasheet GPU for the ceilings (default: from the device)")
       ("report", po::value(&report_out), "also write the full error report as JSON")
       ("help,h", "show this help");
   po::positional_options_description pos;
   pos.add("measurements", 1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(d).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(fmt::format("calibrate fit: {}", e.what()));
-  }
+  const po::variables_map vm = parse_command_line(args, d, &pos, "calibrate fit");
   if (vm.count("help")) {
     out << "usage: batchsim calibrate fit MEASUREMENTS --out PROFILE.yaml [options]\n\n" << d << '\n';
     return 0;
@@ -69,7 +66,7 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   if (dir.empty()) throw UserError("calibrate fit: give the measurement directory (or one CSV of it)");
   if (profile_out.empty()) throw UserError("calibrate fit: give --out PROFILE.yaml");
 
-  const Measurements measurements = read_measurements(dir);
+  const Measurements measurements = read_measurements(dir, device);
   ValidateOptions options;
   options.fit_on = fit_on.empty() ? first_measured_model(measurements) : fit_on;
   options.base_gpu = base_gpu;

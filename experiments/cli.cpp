@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/command_line.h"
 #include "experiments/compare.h"
 #include "experiments/experiment.h"
 #include "experiments/output.h"
@@ -62,13 +63,14 @@ po::options_description run_options() {
       ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
       ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
       ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
-      ("num-requests", po::value<int64_t>(), "number of requests (first N of a trace; default 1000)")
+      ("num-requests", po::value<int64_t>(), "number of requests (default 1000; with --trace, every "
+       "request of the trace unless N is given: then its first N)")
       ("prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")
       ("output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")
       ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
       ("prefix", po::value<std::string>(), "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
        "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
-      ("seed", po::value<uint64_t>(), "random seed (default 0)")
+      ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
       ("iteration-log", po::bool_switch(), "also write iterations.csv")
@@ -78,16 +80,7 @@ po::options_description run_options() {
 
 po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
                         const po::positional_options_description* positional = nullptr) {
-  po::variables_map vm;
-  try {
-    auto parser = po::command_line_parser(args).options(desc);
-    if (positional != nullptr) parser.positional(*positional);
-    po::store(parser.run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(e.what());
-  }
-  return vm;
+  return parse_command_line(args, desc, positional);
 }
 
 // Applies the run flags present in `vm` on top of `c` (flags override a --config file or an
@@ -118,7 +111,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("output-len")) c.workload.output_len = vm["output-len"].as<std::string>();
   if (vm.count("trace-speedup")) c.workload.trace_speedup = vm["trace-speedup"].as<double>();
   if (vm.count("prefix")) c.workload.prefix = vm["prefix"].as<std::string>();
-  if (vm.count("seed")) c.workload.seed = vm["seed"].as<uint64_t>();
+  if (vm.count("seed")) c.workload.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
@@ -132,19 +125,8 @@ RunConfig config_from(const po::variables_map& vm) {
 }
 
 void print_warnings(const RunOutcome& run, std::ostream& err) {
-  const auto lines = rejection_warnings(run.result);
-  if (lines.empty()) return;
-  const Summary& s = run.result.summary;
-  fmt::print(err, "batchsim: warning: {}: {} of {} requests rejected, never to be served:\n",
-             run.config.policy, s.requests_rejected, s.requests_total);
-  const size_t shown = std::min<size_t>(lines.size(), 5);
-  for (size_t i = 0; i < shown; ++i) {
-    fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, lines[i]);
-  }
-  if (lines.size() > shown) {
-    fmt::print(err, "batchsim: warning: {}: ... and {} more rejection reasons (see requests.csv)\n",
-               run.config.policy, lines.size() - shown);
-  }
+  const std::string line = rejection_warning(run.result);
+  if (!line.empty()) fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
 }
 
 void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens) {
@@ -171,6 +153,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   const RunConfig config = config_from(vm);
   validate(config);
+  if (config.iteration_log && config.out.empty()) {
+    throw UserError("--iteration-log: iterations.csv is written into the --out folder; give --out DIR");
+  }
   const BuiltWorkload built = build_workload(config.workload);
   for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
   const RunOutcome run = run_simulation(config, &built);
@@ -206,6 +191,17 @@ DIR/results.csv, DIR/report.md, DIR/figures/ and DIR/runs/<run>/. Run flags over
 experiment's base (e.g. --num-requests 200 for a quick look). The second form compares policies
 on one workload given by run flags.
 )";
+
+// 0, or 1 when some runs of the set failed: the rest ran and was written, and the exit status
+// says the set is not whole.
+int exit_status_of(const ResultSet& results, bool wrote_report, std::ostream& err) {
+  const auto failed = failed_runs(results);
+  if (failed.empty()) return 0;
+  fmt::print(err, "batchsim: error: {} of {} runs failed (listed above{})\n", failed.size(),
+             results.capacities.empty() ? results.runs.size() : results.capacities.size(),
+             wrote_report ? " and in report.md" : "");
+  return 1;
+}
 
 int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   auto desc = run_options();
@@ -246,7 +242,7 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
       if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
       base.out.clear();
     });
-    if (vm.count("seed")) experiment.seeds = {vm["seed"].as<uint64_t>()};
+    if (vm.count("seed")) experiment.seeds = {parse_seed(vm["seed"].as<std::string>(), "--seed")};
   } else {
     const RunConfig base = config_from(vm);
     validate(base);
@@ -270,7 +266,7 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   print_result_table(out, results);
   if (!options.out.empty()) fmt::print(out, "wrote {}\n", (options.out / "report.md").string());
-  return 0;
+  return exit_status_of(results, !options.out.empty(), err);
 }
 
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -297,11 +293,27 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
   const ResultSet results = merge_results(dirs, merged_dir, !vm["no-plots"].as<bool>(), err);
   print_result_table(out, results);
   fmt::print(out, "wrote {}\n", (merged_dir / "report.md").string());
-  return 0;
+  return exit_status_of(results, true, err);
 }
+
+constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus,policies,routers}
+
+  models    built-in models (any Hugging Face config.json also works as --model)
+  gpus      built-in GPUs and shipped profiles (any profile file also works as --gpu)
+  policies  policies and engine presets, and every policy option with its default
+  routers   request routers for --replicas N
+)";
 
 int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
   const std::string what = args.empty() ? "" : args[0];
+  if (what == "--help" || what == "-h") {
+    out << kListUsage;
+    return 0;
+  }
+  if (args.size() > 1) {
+    throw UserError(fmt::format("list: takes one of models, gpus, policies, routers; got '{}'",
+                                fmt::join(args, " ")));
+  }
   if (what == "models") {
     fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>9} {:>10} {:>8}\n", "name",
                "layers", "hidden", "heads", "kv", "ffn", "gated", "vocab", "context", "params", "experts",
@@ -360,7 +372,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
 
 int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
   auto desc = run_options();
-  desc.add_options()("repeat", po::value<int>()->default_value(3), "runs to time (the best is reported)")
+  desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")
       ("no-fast-forward", po::bool_switch(), "step every decode iteration one by one (to measure "
        "what fast-forward saves; results are identical)");
   const auto vm = parse(args, desc);

@@ -160,7 +160,7 @@ RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload&
   done.summary["experiment"] = block;
   const ordered_json summary = summary_to_json(outcome);
   for (const auto& [k, v] : summary.items()) done.summary[k] = v;
-  done.warnings = rejection_warnings(outcome.result);
+  if (std::string w = rejection_warning(outcome.result); !w.empty()) done.warnings.push_back(std::move(w));
   done.wall_s = outcome.wall_s;
   if (!runs_dir.empty()) {
     const fs::path dir = runs_dir / run.name;
@@ -169,6 +169,27 @@ RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload&
     write_kv_timeline(outcome.result, dir / "kv_timeline.csv");
   }
   return done;
+}
+
+void write_text(const fs::path& file, const std::string& text) {
+  auto out = open_for_write(file);
+  out << text;
+}
+
+// A combination that cannot run (a model too large for the GPU, a TP degree the model does not
+// divide by): its row says why, in place of figures, and the sweep goes on. The folder has a
+// summary.json too, so that `merge` and the report see the failure as well.
+ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::string& why,
+                        const fs::path& runs_dir) {
+  ordered_json summary;
+  summary["experiment"] = experiment_block(e, run);
+  summary["config"] = config_to_json(run.config);
+  summary["error"] = why;
+  if (!runs_dir.empty()) {
+    fs::create_directories(runs_dir / run.name);
+    write_text(runs_dir / run.name / "summary.json", summary.dump(2) + "\n");
+  }
+  return summary;
 }
 
 bool meets_slo(const ordered_json& summary, const CapacitySpec& c) {
@@ -228,7 +249,7 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir, std::ostream&
       log.push_back(std::move(logged));
     };
     const RunOutcome outcome = run_simulation(config, &workload, hooks);
-    for (const auto& w : rejection_warnings(outcome.result)) {
+    if (const std::string w = rejection_warning(outcome.result); !w.empty()) {
       fmt::print(progress, "batchsim: warning: slot timeline {}: {}\n", p.label, w);
     }
     std::map<RequestId, int> slot_of;
@@ -310,11 +331,6 @@ std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress
   return "";
 }
 
-void write_text(const fs::path& file, const std::string& text) {
-  auto out = open_for_write(file);
-  out << text;
-}
-
 void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
   write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
   if (!results.experiment_yaml.empty()) write_text(dir / "experiment.yaml", results.experiment_yaml);
@@ -386,14 +402,20 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
 
   // Every combination with the same workload keys and seed gets the very same request
   // sequence: built once here, shared read-only by the threads.
+  // A workload that cannot be built fails the combinations that use it, not the sweep.
   std::map<std::string, std::shared_ptr<const BuiltWorkload>> workloads;
+  std::map<std::string, std::string> workload_errors;
   if (!e.capacity) {
     for (const PlannedRun* run : mine) {
       const std::string key = workload_key(run->config.workload);
-      if (workloads.count(key)) continue;
-      BuiltWorkload built = build_workload(run->config.workload);
-      for (const auto& w : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", w);
-      workloads[key] = std::make_shared<const BuiltWorkload>(std::move(built));
+      if (workloads.count(key) || workload_errors.count(key)) continue;
+      try {
+        BuiltWorkload built = build_workload(run->config.workload);
+        for (const auto& w : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", w);
+        workloads[key] = std::make_shared<const BuiltWorkload>(std::move(built));
+      } catch (const UserError& why) {
+        workload_errors[key] = why.what();
+      }
     }
   }
 
@@ -416,64 +438,90 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
       fmt::print(progress, "    warning: {}\n", warnings[i]);
     }
   };
+  // One combination: a run, or a capacity search over runs.
+  auto run_one = [&](size_t i) {
+    const PlannedRun& run = *mine[i];
+    if (!e.capacity) {
+      const std::string key = workload_key(run.config.workload);
+      if (const auto it = workload_errors.find(key); it != workload_errors.end()) {
+        throw UserError(it->second);
+      }
+      const auto& workload = *workloads.at(key);
+      RunDone done = execute(e, run, workload, runs_dir);
+      const auto& s = done.summary;
+      report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,
+                         s["throughput"]["output_tokens_per_s"].get<double>(),
+                         s["latency"]["e2e_s"]["p50"].get<double>(), done.wall_s),
+             done.warnings);
+      run_summaries[i].push_back(std::move(done.summary));
+    } else {
+      double wall_s = 0;
+      int probe_index = 0;
+      std::vector<std::string> warnings;
+      const CapacityResult cap = find_capacity(*e.capacity, [&](double rate) {
+        PlannedRun probe = run;
+        probe.config = config_at_rate(run.config, rate);
+        probe.rate = rate;
+        probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
+        const BuiltWorkload built = build_workload(probe.config.workload);
+        RunDone done = execute(e, probe, built, runs_dir, probe_index);
+        if (probe_index == 0) {
+          // Every probe reads the same trace rows; say what was adjusted in them once.
+          warnings = built.warnings;
+          warnings.insert(warnings.end(), done.warnings.begin(), done.warnings.end());
+        }
+        ++probe_index;
+        wall_s += done.wall_s;
+        const bool ok = meets_slo(done.summary, *e.capacity);
+        run_summaries[i].push_back(std::move(done.summary));
+        return ok;
+      });
+      ordered_json c;
+      c["experiment"] = experiment_block(e, run);
+      ordered_json probes_rate = ordered_json::array(), probes_met = ordered_json::array();
+      for (const auto& p : cap.probes) {
+        probes_rate.push_back(p.rate);
+        probes_met.push_back(p.meets);
+      }
+      c["capacity"] = {{"rate_rps", cap.capacity_rps},
+                       {"status", cap.status},
+                       {"bracket_low_rps", cap.bracket_low},
+                       {"bracket_high_rps", cap.bracket_high},
+                       {"probes", cap.probes.size()},
+                       {"probe_rates_rps", probes_rate},
+                       {"probe_met", probes_met}};
+      if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
+      capacities[i] = std::move(c);
+      report(fmt::format("{}: capacity {:.3f} req/s ({}, {} probes, {:.2f} s wall)", run.name,
+                         cap.capacity_rps, cap.status, cap.probes.size(), wall_s),
+             warnings);
+    }
+  };
+  // A combination that cannot run is reported in its row and the others go on.
+  auto record_failure = [&](size_t i, const std::string& why) {
+    const PlannedRun& run = *mine[i];
+    report(fmt::format("{}: FAILED: {}", run.name, why), {});
+    if (!e.capacity) {
+      run_summaries[i] = {failed_run(e, run, why, runs_dir)};
+      return;
+    }
+    ordered_json c;
+    c["experiment"] = experiment_block(e, run);
+    c["capacity"] = {{"status", "error"}};
+    c["error"] = why;
+    if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
+    run_summaries[i].clear();
+    capacities[i] = std::move(c);
+  };
   auto work = [&] {
     while (!failed) {
       const size_t i = next++;
       if (i >= mine.size()) return;
-      const PlannedRun& run = *mine[i];
       try {
-        if (!e.capacity) {
-          const auto& workload = *workloads.at(workload_key(run.config.workload));
-          RunDone done = execute(e, run, workload, runs_dir);
-          const auto& s = done.summary;
-          report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,
-                             s["throughput"]["output_tokens_per_s"].get<double>(),
-                             s["latency"]["e2e_s"]["p50"].get<double>(), done.wall_s),
-                 done.warnings);
-          run_summaries[i].push_back(std::move(done.summary));
-        } else {
-          double wall_s = 0;
-          int probe_index = 0;
-          std::vector<std::string> warnings;
-          const CapacityResult cap = find_capacity(*e.capacity, [&](double rate) {
-            PlannedRun probe = run;
-            probe.config = config_at_rate(run.config, rate);
-            probe.rate = rate;
-            probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
-            const BuiltWorkload built = build_workload(probe.config.workload);
-            RunDone done = execute(e, probe, built, runs_dir, probe_index);
-            if (probe_index == 0) {
-              // Every probe reads the same trace rows; say what was adjusted in them once.
-              warnings = built.warnings;
-              warnings.insert(warnings.end(), done.warnings.begin(), done.warnings.end());
-            }
-            ++probe_index;
-            wall_s += done.wall_s;
-            const bool ok = meets_slo(done.summary, *e.capacity);
-            run_summaries[i].push_back(std::move(done.summary));
-            return ok;
-          });
-          ordered_json c;
-          c["experiment"] = experiment_block(e, run);
-          ordered_json probes_rate = ordered_json::array(), probes_met = ordered_json::array();
-          for (const auto& p : cap.probes) {
-            probes_rate.push_back(p.rate);
-            probes_met.push_back(p.meets);
-          }
-          c["capacity"] = {{"rate_rps", cap.capacity_rps},
-                           {"status", cap.status},
-                           {"bracket_low_rps", cap.bracket_low},
-                           {"bracket_high_rps", cap.bracket_high},
-                           {"probes", cap.probes.size()},
-                           {"probe_rates_rps", probes_rate},
-                           {"probe_met", probes_met}};
-          if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
-          capacities[i] = std::move(c);
-          report(fmt::format("{}: capacity {:.3f} req/s ({}, {} probes, {:.2f} s wall)", run.name,
-                             cap.capacity_rps, cap.status, cap.probes.size(), wall_s),
-                 warnings);
-        }
-      } catch (...) {
+        run_one(i);
+      } catch (const UserError& why) {
+        record_failure(i, why.what());
+      } catch (...) {  // a bug, not bad input: stop the sweep and report it
         std::lock_guard<std::mutex> lock(progress_mutex);
         if (!error) error = std::current_exception();
         failed = true;

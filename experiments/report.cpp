@@ -461,6 +461,11 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
                                                : static_cast<int64_t>(results.runs.size());
   fmt::print(out, "- {} {} of {}{}\n\n", present, is_capacity(results) ? "capacity searches" : "runs",
              expected, present < expected ? " (**incomplete: merge the missing shards**)" : "");
+  if (const auto failed = failed_runs(results); !failed.empty()) {
+    fmt::print(out, "## Failed runs\n\n{} of {} could not run; their rows read `–`:\n\n", failed.size(), present);
+    for (const auto& [name, why] : failed) fmt::print(out, "- `{}`: {}\n", name, why);
+    out << "\n";
+  }
 
   if (is_capacity(results)) {
     out << "## Capacity\n\n";
@@ -530,12 +535,29 @@ void drop_single_group(Table& t) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& results) {
+  std::vector<std::pair<std::string, std::string>> failed;
+  for (const auto* list : {&results.runs, &results.capacities}) {
+    for (const ordered_json& r : *list) {
+      if (r.contains("error")) failed.emplace_back(string_at(r, "experiment", "run_name"), r["error"].get<std::string>());
+    }
+  }
+  return failed;
+}
+
+namespace {
+void print_failures(std::ostream& out, const ResultSet& results) {
+  for (const auto& [name, why] : failed_runs(results)) fmt::print(out, "FAILED {}: {}\n", name, why);
+}
+}  // namespace
+
 void print_result_table(std::ostream& out, const ResultSet& results) {
   if (is_capacity(results)) {
     fmt::print(out, "capacity under {}:\n", slo_text(results));
     Table t = capacity_table(results);
     drop_single_group(t);
     render_text(out, t);
+    print_failures(out, results);
     return;
   }
   const std::vector<Row> rows = group_rows(results.runs);
@@ -575,6 +597,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   }
   render_text(out, t);
   if (seeds > 1) fmt::print(out, "(mean over {} seeds; report.md has the min–max)\n", seeds);
+  print_failures(out, results);
 }
 
 ResultSet load_result_set(const fs::path& dir) {

@@ -44,8 +44,12 @@ void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohman
 void write_report(const std::filesystem::path& dir, const ResultSet& results,
                   const std::string& figures_note);
 
-// The terminal version of the comparison (and capacity) table.
+// The terminal version of the comparison (and capacity) table, then one line per failed run.
 void print_result_table(std::ostream& out, const ResultSet& results);
+
+// (run name, why) of every run or capacity search that could not run (its summary carries
+// "error"), in run order.
+std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& results);
 
 // Reads experiment.json, experiment.yaml, runs/*/summary.json and capacity/*.json of a results
 // folder. Throws UserError naming the folder when it is not one.

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
+#include <limits>
+
 #include "hwmodel/error.h"
 #include "sim/simulation.h"
 
@@ -33,6 +36,16 @@ std::pair<std::string, std::string> parse_policy_opt(const std::string& text) {
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
+uint64_t parse_seed(const std::string& text, const std::string& option) {
+  uint64_t seed = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw UserError(fmt::format("{}: '{}' is not a seed (a whole number from 0 to {})", option,
+                                text, std::numeric_limits<uint64_t>::max()));
+  }
+  return seed;
+}
+
 namespace {
 
 template <typename T>
@@ -57,6 +70,11 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
     throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
   }
   if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping of run keys", file.string()));
+  // A run's own summary.json reproduces it: its `config` block holds the run keys.
+  if (root["batchsim_version"] && root["config"] && root["config"].IsMap()) {
+    apply_yaml_mapping(root["config"], file, c, "config.");
+    return;
+  }
   apply_yaml_mapping(root, file, c);
 }
 
@@ -75,7 +93,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
     else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
     else if (key == "router") c.router = scalar<std::string>(v, file, shown);
-    else if (key == "policy-opt") {
+    else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
       if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
       for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
     }
@@ -86,7 +104,13 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
     else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
     else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
-    else if (key == "seed") c.workload.seed = scalar<uint64_t>(v, file, shown);
+    else if (key == "seed") {
+      try {
+        c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+      }
+    }
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);

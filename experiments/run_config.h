@@ -55,6 +55,9 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
                         RunConfig& config, const std::string& key_prefix = "");
 // Parses "KEY=VALUE" (from --policy-opt). Throws UserError naming the option.
 std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
+
+// A seed as typed: a whole number from 0 to 2^64-1 (no sign, no wrap-around of "-1").
+uint64_t parse_seed(const std::string& text, const std::string& option);
 // Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).
 void validate(const RunConfig& config);
 // The model the run simulates: `model` (built-in or config.json) with the run's dtypes.

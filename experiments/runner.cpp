@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "hwmodel/cost_model.h"
 #include "policies/registry.h"
@@ -47,19 +48,32 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   return outcome;
 }
 
-std::vector<std::string> rejection_warnings(const SimulationResult& result) {
-  std::map<std::string, std::pair<int64_t, RequestId>> by_reason;  // reason -> (count, first id)
+std::string rejection_warning(const SimulationResult& result) {
+  struct Kind {
+    int64_t count = 0;
+    RequestId first = 0;
+  };
+  std::map<std::string, Kind> kinds;
+  std::vector<const std::string*> order;  // kinds in the order of their first request
+  int64_t rejected = 0;
   for (const RequestRecord& r : result.requests) {
     if (r.state != RequestState::kRejected) continue;
-    auto [it, inserted] = by_reason.try_emplace(r.reject_reason, 0, r.id);
-    ++it->second.first;
+    ++rejected;
+    const std::string& reason = r.reject_reason;
+    const size_t colon = reason.find(": ");
+    auto [it, inserted] = kinds.try_emplace(reason.substr(0, colon), Kind{0, r.id});
+    if (inserted) order.push_back(&it->first);
+    ++it->second.count;
   }
-  std::vector<std::string> lines;
-  for (const auto& [reason, count_id] : by_reason) {
-    lines.push_back(fmt::format("{} request(s) rejected (first: request {}): {}",
-                                count_id.first, count_id.second, reason));
+  if (rejected == 0) return "";
+  std::vector<std::string> parts;
+  for (const std::string* kind : order) {
+    const Kind& k = kinds.at(*kind);
+    parts.push_back(fmt::format("{} {} (first: request {})", k.count, *kind, k.first));
   }
-  return lines;
+  return fmt::format("{} of {} requests rejected, never to be served: {}; each request's reason "
+                     "is in requests.csv",
+                     rejected, result.requests.size(), fmt::join(parts, ", "));
 }
 
 }  // namespace batchsim

@@ -32,7 +32,10 @@ struct RunHooks {
 RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload = nullptr,
                           const RunHooks& hooks = {});
 
-// Lines such as "3 requests rejected: ..." for the terminal, naming each distinct reason once.
-std::vector<std::string> rejection_warnings(const SimulationResult& result);
+// One line for the terminal when requests were rejected, "" otherwise: how many of how many, and
+// per kind of reason (the part of a reason before ": ", see sim/policy.h) the count and the
+// first request, e.g. "217 of 3000 requests rejected, never to be served: 217 prompt + output
+// exceed max_model_len 4096 (first: request 2635); each request's reason is in requests.csv".
+std::string rejection_warning(const SimulationResult& result);
 
 }  // namespace batchsim

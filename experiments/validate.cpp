@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "experiments/command_line.h"
 #include "hwmodel/error.h"
 #include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/hardware_profile.h"
@@ -86,13 +87,7 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
        "profile whose attention parameters are used when the measurements have no attention")
       ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
       ("help,h", "show this help");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(d).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(std::string("validate: ") + e.what());
-  }
+  const po::variables_map vm = parse_command_line(args, d, nullptr, "validate");
   if (vm.count("help")) {
     out << "usage: batchsim validate --measurements DIR --fit-on MODEL [--out FILE.json]\n"
         << d << '\n';

@@ -317,6 +317,19 @@ bool weights_are_fp8(const nlohmann::json& j, const std::filesystem::path& path)
       path.string(), key, name));
 }
 
+// The name a config.json gives its model: `_name_or_path` when it has one (the Hugging Face id it
+// was saved from); else, for a file named config.json, its folder (the layout of a Hugging Face
+// snapshot, `Llama-3-8B/config.json`); else the file's own name (`configs/llama-3-8b.json` is
+// "llama-3-8b", not "configs").
+std::string model_name_of_config(const std::string& name_or_path, const std::filesystem::path& path) {
+  if (!name_or_path.empty()) return name_or_path;
+  const std::filesystem::path absolute = std::filesystem::absolute(path);
+  if (absolute.filename() == "config.json" && !absolute.parent_path().filename().empty()) {
+    return absolute.parent_path().filename().string();
+  }
+  return path.stem().string();
+}
+
 }  // namespace
 
 const std::vector<ModelSpec>& builtin_models() {
@@ -362,12 +375,7 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   }
   m.kv_dtype_bytes = 2;  // vLLM's --kv-cache-dtype auto: the activations' 16-bit dtype
   if (weights_are_fp8(j, path)) m.dtype_bytes = 1;
-  std::string name = c.string_or("_name_or_path", "");
-  if (name.empty()) {
-    name = path.parent_path().filename().string();
-    if (name.empty()) name = path.stem().string();
-  }
-  m.name = name;
+  m.name = model_name_of_config(c.string_or("_name_or_path", ""), path);
   return m;
 }
 

@@ -53,15 +53,15 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   const Request& r = env_->request(id);
   const int64_t total = static_cast<int64_t>(r.prompt_tokens) + r.output_tokens;
   if (env_->max_model_len > 0 && total > env_->max_model_len) {
-    env_->reject(id, fmt::format("prompt {} + output {} tokens exceed max_model_len {}",
-                                 r.prompt_tokens, r.output_tokens, env_->max_model_len));
+    env_->reject(id, fmt::format("prompt + output exceed max_model_len {}: {} + {} tokens",
+                                 env_->max_model_len, r.prompt_tokens, r.output_tokens));
     return;
   }
   // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
   if (!config_.chunked && r.prompt_tokens > budget_) {
-    env_->reject(id, fmt::format("prompt of {} tokens exceeds max_num_batched_tokens {} "
-                                 "(chunked prefill is off)",
-                                 r.prompt_tokens, budget_));
+    env_->reject(id, fmt::format("prompt exceeds max_num_batched_tokens {} (chunked prefill "
+                                 "is off): {} tokens",
+                                 budget_, r.prompt_tokens));
     return;
   }
   // vLLM v0 can_allocate says NEVER from the prompt's blocks alone; we test the whole footprint
@@ -70,8 +70,8 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // the watermark in an empty cache could be admitted, grow, be preempted and then never be
   // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
   if (!kv_->fits_when_empty(reserve_tokens(id))) {
-    env_->reject(id, fmt::format("needs {} KV tokens, more than the KV cache can ever hold ({})",
-                                 reserve_tokens(id), kv_->capacity_tokens()));
+    env_->reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
+                                 kv_->capacity_tokens(), reserve_tokens(id)));
     return;
   }
   waiting_.push_back(id);

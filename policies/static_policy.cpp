@@ -20,13 +20,13 @@ void StaticPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   const Request& r = env_->request(id);
   const int64_t need = r.prompt_tokens + std::max<int64_t>(r.output_tokens, config_.max_new_tokens);
   if (env_->max_model_len > 0 && r.prompt_tokens + r.output_tokens > env_->max_model_len) {
-    env_->reject(id, fmt::format("prompt {} + output {} tokens exceed the model's context of {}",
-                                 r.prompt_tokens, r.output_tokens, env_->max_model_len));
+    env_->reject(id, fmt::format("prompt + output exceed the model's context of {}: {} + {} tokens",
+                                 env_->max_model_len, r.prompt_tokens, r.output_tokens));
     return;
   }
   if (!kv_->fits_when_empty(need)) {
-    env_->reject(id, fmt::format("needs {} KV tokens, more than the whole KV capacity of {}",
-                                 need, kv_->capacity_tokens()));
+    env_->reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
+                                 kv_->capacity_tokens(), need));
     return;
   }
   waiting_.push_back(id);

@@ -12,7 +12,9 @@
 //   schedule(now, batch) whenever the replica is free (the batch is cleared by the caller),
 //   on_iteration_end(batch, finished, now) after the replica applied a batch.
 // A request the policy can never serve is handed to env.reject(id, reason) exactly once and
-// must then leave every queue. A policy must never return an empty batch while it holds
+// must then leave every queue. A reason reads "KIND: DETAIL": the kind is the rule and its limit,
+// the same for every request it rejects ("prompt + output exceed max_model_len 4096"), the
+// detail this request's figures ("4069 + 46 tokens"); warnings group requests by kind. A policy must never return an empty batch while it holds
 // schedulable work, unless it sets batch.wake_at (e.g. a static batch timeout): the simulation
 // treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
 #pragma once
