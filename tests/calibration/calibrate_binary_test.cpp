@@ -54,6 +54,13 @@ TEST(CalibrateBinary, RejectsBadUsageWithAMessage) {
   EXPECT_EQ(bad_model.exit_code, 2);
   EXPECT_NE(bad_model.output.find("gpt-5"), std::string::npos) << bad_model.output;
   EXPECT_EQ(run(binary + " --help").exit_code, 0);
+  // A command's own help is help, not a run with a missing --out (this exited 2 once).
+  for (const char* command : {" measure --help", " measure -h", " check --help", " info --help"}) {
+    const RunResult help = run(binary + command);
+    EXPECT_EQ(help.exit_code, 0) << command << ":\n" << help.output;
+    EXPECT_NE(help.output.find("usage: batchsim-calibrate"), std::string::npos) << command;
+  }
+  EXPECT_NE(run(binary + " measure --help").output.find("--out DIR"), std::string::npos);
 }
 #else
 TEST(CalibrateBinary, NotBuiltWithoutTheCudaToolkit) { GTEST_SKIP() << "batchsim-calibrate not built"; }

@@ -69,6 +69,25 @@ TEST(CalibrateFit, FitsOneCsvAndTakesTheGpuFromItsPath) {
   }
 }
 
+// A tree of several GPUs needs --device, as the error says, and calibrate fit accepts it.
+TEST(CalibrateFit, ATreeOfSeveralGpusTakesTheDeviceItsErrorNames) {
+  const auto dir = testing::scratch_dir("calibrate-fit-device");
+  const auto tree = testing::measured_dir() / "vidur";
+  std::ostringstream out;
+  try {
+    calibrate_command({"fit", tree.string(), "--out", (dir / "p.yaml").string()}, out);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("several GPUs (a100, a40)"), HasSubstr("--device")));
+  }
+  ASSERT_EQ(calibrate_command({"fit", tree.string(), "--device", "a40", "--fit-on", "llama-2-7b",
+                               "--out", (dir / "p.yaml").string()},
+                              out),
+            0);
+  const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
+  EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("a40").peak_flops);
+}
+
 TEST(CalibrateFit, BadInputIsNamed) {
   std::ostringstream out;
   EXPECT_THROW(calibrate_command({"fit", "--out", "x.yaml"}, out), UserError);
