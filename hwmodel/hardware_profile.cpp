@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -138,13 +139,45 @@ const std::vector<NumberKey>& number_keys() {
   throw UserError(fmt::format("{}: key '{}' {}", where, key, why));
 }
 
+// "file:LINE" for a node of the file (yaml-cpp counts lines from 0; built-in text has none).
+std::string at_line(const std::string& where, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  return mark.line >= 0 ? fmt::format("{}:{}", where, mark.line + 1) : where;
+}
+
+// A mapping's key as text; a key that is a list or a map is an error naming its line.
+std::string key_text(const YAML::Node& key, const std::string& where) {
+  if (!key.IsScalar()) {
+    throw UserError(fmt::format("{}: a key must be a name, got a {}", at_line(where, key),
+                                key.IsSequence() ? "list" : key.IsMap() ? "map" : "null"));
+  }
+  return key.Scalar();
+}
+
+// Values beyond any GPU: they would overflow what they are multiplied into.
+constexpr double kMaxValue = 1e30;
+
 double read_double(const YAML::Node& node, const std::string& where, const std::string& key) {
   double v = 0;
   if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
-    bad_value(where, key, "must be a number");
+    bad_value(at_line(where, node), key, "must be a number");
   }
-  if (!(v >= 0) || v > 1e300) bad_value(where, key, "must be a finite number >= 0");
+  if (!(v >= 0) || v > kMaxValue) {
+    bad_value(at_line(where, node), key,
+              fmt::format("must be a finite number from 0 to {:g}, got {}", kMaxValue, node.Scalar()));
+  }
   return v;
+}
+
+// A whole number in [low, high], range-checked before the conversion.
+int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key,
+                     double low, double high) {
+  const double v = read_double(node, where, key);
+  if (v != std::floor(v) || v < low || v > high) {
+    bad_value(at_line(where, node), key,
+              fmt::format("must be a whole number from {:.0f} to {:.0f}, got {}", low, high, node.Scalar()));
+  }
+  return static_cast<int64_t>(v);
 }
 
 std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where) {
@@ -156,14 +189,13 @@ std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::stri
     if (!entry.IsMap()) bad_value(where, "allreduce", "entries must be maps");
     AllReduceFit fit;
     for (const auto& kv : entry) {
-      const std::string key = kv.first.as<std::string>();
-      const double v = read_double(kv.second, where, "allreduce." + key);
+      const std::string key = key_text(kv.first, where);
       if (key == "tp") {
-        fit.tp = static_cast<int>(v);
+        fit.tp = static_cast<int>(read_integer(kv.second, where, "allreduce.tp", 2, 4096));
       } else if (key == "latency_s") {
-        fit.latency_s = v;
+        fit.latency_s = read_double(kv.second, where, "allreduce." + key);
       } else if (key == "bytes_per_s") {
-        fit.bytes_per_s = v;
+        fit.bytes_per_s = read_double(kv.second, where, "allreduce." + key);
       } else {
         bad_value(where, "allreduce." + key, "is unknown (tp, latency_s, bytes_per_s)");
       }
@@ -204,7 +236,7 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
   }
   p.name = default_name;
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = key_text(kv.first, where);
     const YAML::Node& value = kv.second;
     if (key == "base") continue;
     if (key == "name" || key == "source" || key == "provenance") {
@@ -213,7 +245,8 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       continue;
     }
     if (key == "memory_bytes") {
-      p.memory_bytes = static_cast<int64_t>(read_double(value, where, key));
+      // A petabyte is far beyond any GPU; checked before the conversion to an integer.
+      p.memory_bytes = read_integer(value, where, key, 1, 1e15);
       continue;
     }
     if (key == "allreduce") {
@@ -237,6 +270,15 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
   if (p.peak_flops <= 0) bad_value(where, "peak_flops", "is required and must be > 0");
   if (p.hbm_bytes_per_s <= 0) bad_value(where, "hbm_bytes_per_s", "is required and must be > 0");
   if (p.memory_bytes <= 0) bad_value(where, "memory_bytes", "is required and must be > 0");
+  // Links of zero bandwidth would make a transfer over them free (swap preemption, all-reduce),
+  // not impossible: they must be given, and positive.
+  for (const auto& [key, value] : {std::pair<const char*, double>{"pcie_bytes_per_s", p.pcie_bytes_per_s},
+                                   {"interconnect_bytes_per_s", p.interconnect_bytes_per_s}}) {
+    if (!(value > 0)) bad_value(where, key, "must be > 0 (bytes per second of the link)");
+  }
+  if (p.sm_count != std::floor(p.sm_count) || p.sm_count > 1e6) {
+    bad_value(where, "sm_count", fmt::format("must be a whole number (0: no wave model), got {}", p.sm_count));
+  }
   for (const auto& k : number_keys()) {
     const double v = k.get(p);
     if (k.is_efficiency && !(v > 0 && v <= 1)) {

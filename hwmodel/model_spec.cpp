@@ -17,43 +17,56 @@ namespace batchsim {
 
 namespace {
 
+// The parameter counts below are templates on the number type: int64_t for the exact counts,
+// double for the range check of a config (check_model_size), which must not overflow on sizes
+// no real model has.
+
 // Weights of one MLP (or expert) of intermediate size `ffn`: up[/gate] and down.
-int64_t mlp_params(const ModelSpec& m, int64_t ffn) {
-  return int64_t{m.hidden_size} * ffn * (m.gated_mlp ? 3 : 2);
+template <typename T>
+T mlp_params(const ModelSpec& m, T ffn) {
+  return T(m.hidden_size) * ffn * T(m.gated_mlp ? 3 : 2);
 }
 
 // One layer's GEMM weights with `routed_experts` of the routed experts counted (all of them
 // for memory, top-k for what one token runs). An MoE layer also has its router (hidden x
 // experts) and shared expert; a dense layer is one MLP of ffn_size.
-int64_t layer_params(const ModelSpec& m, int64_t routed_experts) {
-  const int64_t d = m.hidden_size;
-  const int64_t q_dim = int64_t{m.num_heads} * m.head_dim;
-  const int64_t kv_dim = int64_t{m.num_kv_heads} * m.head_dim;
-  const int64_t attention = d * (q_dim + 2 * kv_dim) + q_dim * d;  // QKV and O
-  if (!m.is_moe()) return attention + mlp_params(m, m.ffn_size);
-  return attention + d * m.num_experts + routed_experts * mlp_params(m, m.ffn_size) +
-         mlp_params(m, m.shared_expert_ffn_size);
+template <typename T>
+T layer_params(const ModelSpec& m, T routed_experts) {
+  const T d = T(m.hidden_size);
+  const T q_dim = T(m.num_heads) * T(m.head_dim);
+  const T kv_dim = T(m.num_kv_heads) * T(m.head_dim);
+  const T attention = d * (q_dim + T(2) * kv_dim) + q_dim * d;  // QKV and O
+  if (!m.is_moe()) return attention + mlp_params<T>(m, T(m.ffn_size));
+  return attention + d * T(m.num_experts) + routed_experts * mlp_params<T>(m, T(m.ffn_size)) +
+         mlp_params<T>(m, T(m.shared_expert_ffn_size));
 }
 
 // Embedding and LM head, counted separately even when tied (see the header).
-int64_t embedding_params(const ModelSpec& m) { return 2 * int64_t{m.vocab_size} * m.hidden_size; }
+template <typename T>
+T embedding_params(const ModelSpec& m) {
+  return T(2) * T(m.vocab_size) * T(m.hidden_size);
+}
+
+template <typename T>
+T all_params(const ModelSpec& m) {
+  // Norms and biases are < 0.1%.
+  return T(m.num_layers) * layer_params<T>(m, T(m.num_experts)) + embedding_params<T>(m);
+}
 
 }  // namespace
 
-int64_t ModelSpec::layer_gemm_params() const { return layer_params(*this, num_experts); }
+int64_t ModelSpec::layer_gemm_params() const { return layer_params<int64_t>(*this, num_experts); }
 
-int64_t ModelSpec::total_params() const {
-  // Norms and biases are < 0.1%.
-  return int64_t{num_layers} * layer_gemm_params() + embedding_params(*this);
-}
+int64_t ModelSpec::total_params() const { return all_params<int64_t>(*this); }
 
 int64_t ModelSpec::active_params() const {
-  return int64_t{num_layers} * layer_params(*this, experts_per_token) + embedding_params(*this);
+  return int64_t{num_layers} * layer_params<int64_t>(*this, experts_per_token) +
+         embedding_params<int64_t>(*this);
 }
 
 int64_t ModelSpec::weight_bytes() const {
   const int64_t router = is_moe() ? int64_t{num_layers} * hidden_size * num_experts : 0;
-  const int64_t unquantised = embedding_params(*this) + router;
+  const int64_t unquantised = embedding_params<int64_t>(*this) + router;
   return (total_params() - unquantised) * dtype_bytes + unquantised * kActivationBytes;
 }
 
@@ -141,6 +154,21 @@ std::string known_model_names() {
   return names;
 }
 
+// Upper bounds of a config's sizes, each far above every published model (Llama-3.1-405B: 126
+// layers, hidden 16,384, FFN 53,248, 128 heads of 128; vocabularies to 256k; DeepSeek-V3 256
+// experts), so that only a typo or a hostile file meets them. check_model_size bounds their
+// product too, so that no size computed from them overflows 64 bits.
+constexpr int kMaxLayers = 1024;
+constexpr int kMaxHidden = 1 << 18;
+constexpr int kMaxHeads = 1 << 14;
+constexpr int kMaxHeadDim = 1 << 14;
+constexpr int kMaxFfn = 1 << 22;
+constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxExperts = 1 << 16;
+// 100 trillion parameters: fifty times the largest published model, and 1.6e14 weight bytes,
+// far inside int64.
+constexpr double kMaxParams = 1e14;
+
 // Reads config.json values, naming the file and key in every error. `prefix` names the object
 // holding the keys when it is nested ("ffn_config." for DBRX's).
 class HfConfig {
@@ -148,22 +176,26 @@ class HfConfig {
   HfConfig(const nlohmann::json& j, const std::filesystem::path& path, std::string prefix = "")
       : j_(j), path_(path), prefix_(std::move(prefix)) {}
 
-  // The first of `keys` present and not null, as a positive integer.
-  std::optional<int> optional_int(std::initializer_list<const char*> keys) const {
+  // The first of `keys` present and not null, as an integer from 1 to `max`.
+  std::optional<int> optional_int(std::initializer_list<const char*> keys,
+                                  int max = std::numeric_limits<int>::max()) const {
     for (const char* key : keys) {
       auto it = j_.find(key);
       if (it == j_.end() || it->is_null()) continue;
-      if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
-          it->get<int64_t>() > std::numeric_limits<int>::max()) {
-        throw UserError(fmt::format("{}: key '{}{}' must be a positive integer, got {}",
-                                    path_.string(), prefix_, key, it->dump()));
+      const bool in_range = it->is_number_unsigned()  ? it->get<uint64_t>() <= uint64_t(max)
+                            : it->is_number_integer() ? it->get<int64_t>() <= int64_t{max}
+                                                      : false;
+      if (!in_range || !it->is_number_integer() || it->get<int64_t>() <= 0) {
+        throw UserError(fmt::format("{}: key '{}{}' must be an integer from 1 to {}, got {}",
+                                    path_.string(), prefix_, key, max, it->dump()));
       }
       return it->get<int>();
     }
     return std::nullopt;
   }
-  int required_int(std::initializer_list<const char*> keys) const {
-    if (auto v = optional_int(keys)) return *v;
+  int required_int(std::initializer_list<const char*> keys,
+                   int max = std::numeric_limits<int>::max()) const {
+    if (auto v = optional_int(keys, max)) return *v;
     std::string names;
     for (const char* key : keys) names += (names.empty() ? "'" : "' or '") + prefix_ + key;
     throw UserError(fmt::format("{}: missing key {}'", path_.string(), names));
@@ -221,16 +253,16 @@ void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesys
         "(supported: Mixtral, Qwen2-MoE and DBRX configs)",
         path.string()));
   }
-  const int experts = c.optional_int({"num_local_experts", "num_experts"}).value_or(0);
+  const int experts = c.optional_int({"num_local_experts", "num_experts"}, kMaxExperts).value_or(0);
   if (experts <= 1) return;  // one expert is a dense MLP
   m.num_experts = experts;
-  m.experts_per_token = c.required_int({"num_experts_per_tok"});
+  m.experts_per_token = c.required_int({"num_experts_per_tok"}, kMaxExperts);
   if (m.experts_per_token > experts) {
     throw UserError(fmt::format("{}: key 'num_experts_per_tok' is {}, more than the {} experts",
                                 path.string(), m.experts_per_token, experts));
   }
-  if (auto per_expert = c.optional_int({"moe_intermediate_size"})) m.ffn_size = *per_expert;
-  m.shared_expert_ffn_size = c.optional_int({"shared_expert_intermediate_size"}).value_or(0);
+  if (auto per_expert = c.optional_int({"moe_intermediate_size"}, kMaxFfn)) m.ffn_size = *per_expert;
+  m.shared_expert_ffn_size = c.optional_int({"shared_expert_intermediate_size"}, kMaxFfn).value_or(0);
   // Qwen2-MoE can make some layers dense (decoder_sparse_step > 1, mlp_only_layers); a model of
   // identical layers cannot represent that.
   if (c.optional_int({"decoder_sparse_step"}).value_or(1) != 1) {
@@ -252,18 +284,23 @@ void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesys
 void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
                  const std::string& model_type, ModelSpec& m) {
   // GPT-2 style names (n_layer, n_embd, n_head, n_inner, n_positions) are the aliases.
-  m.num_layers = c.required_int({"num_hidden_layers", "n_layer", "num_layers"});
-  m.hidden_size = c.required_int({"hidden_size", "n_embd", "d_model"});
-  m.num_heads = c.required_int({"num_attention_heads", "n_head"});
-  m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}).value_or(m.num_heads);
-  m.head_dim = c.optional_int({"head_dim"}).value_or(m.hidden_size / m.num_heads);
+  m.num_layers = c.required_int({"num_hidden_layers", "n_layer", "num_layers"}, kMaxLayers);
+  m.hidden_size = c.required_int({"hidden_size", "n_embd", "d_model"}, kMaxHidden);
+  m.num_heads = c.required_int({"num_attention_heads", "n_head"}, kMaxHeads);
+  m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}, kMaxHeads).value_or(m.num_heads);
+  m.head_dim = c.optional_int({"head_dim"}, kMaxHeadDim).value_or(m.hidden_size / m.num_heads);
+  if (m.head_dim == 0) {
+    throw UserError(fmt::format("{}: hidden_size {} is smaller than num_attention_heads {}, so "
+                                "head_dim (hidden_size / heads) would be 0; give key 'head_dim'",
+                                path.string(), m.hidden_size, m.num_heads));
+  }
   const std::string hidden_act = c.string_or("hidden_act", c.string_or("activation_function", ""));
   // OPT names its FFN size ffn_dim; GPT-2 n_inner (null means 4 * n_embd).
-  m.ffn_size = c.optional_int({"intermediate_size", "ffn_dim", "n_inner"})
+  m.ffn_size = c.optional_int({"intermediate_size", "ffn_dim", "n_inner"}, kMaxFfn)
                    .value_or(model_type == "gpt2" ? 4 * m.hidden_size : 0);
-  if (m.ffn_size == 0) m.ffn_size = c.required_int({"intermediate_size", "ffn_dim"});
+  if (m.ffn_size == 0) m.ffn_size = c.required_int({"intermediate_size", "ffn_dim"}, kMaxFfn);
   m.gated_mlp = is_gated(model_type, hidden_act);
-  m.vocab_size = c.required_int({"vocab_size"});
+  m.vocab_size = c.required_int({"vocab_size"}, kMaxVocab);
   m.max_context_tokens =
       c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
   read_experts(c, j, path, m);
@@ -274,18 +311,22 @@ void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesyst
 // attn_config.kv_n_heads, and GLU experts (gated, SiLU) in ffn_config: ffn_hidden_size per
 // expert, moe_num_experts, moe_top_k.
 void read_dbrx(const HfConfig& c, const std::filesystem::path& path, ModelSpec& m) {
-  m.num_layers = c.required_int({"n_layers"});
-  m.hidden_size = c.required_int({"d_model"});
-  m.num_heads = c.required_int({"n_heads"});
-  m.num_kv_heads = c.object("attn_config").optional_int({"kv_n_heads"}).value_or(m.num_heads);
+  m.num_layers = c.required_int({"n_layers"}, kMaxLayers);
+  m.hidden_size = c.required_int({"d_model"}, kMaxHidden);
+  m.num_heads = c.required_int({"n_heads"}, kMaxHeads);
+  m.num_kv_heads = c.object("attn_config").optional_int({"kv_n_heads"}, kMaxHeads).value_or(m.num_heads);
   m.head_dim = m.hidden_size / m.num_heads;
-  m.vocab_size = c.required_int({"vocab_size"});
+  if (m.head_dim == 0) {
+    throw UserError(fmt::format("{}: d_model {} is smaller than n_heads {}", path.string(),
+                                m.hidden_size, m.num_heads));
+  }
+  m.vocab_size = c.required_int({"vocab_size"}, kMaxVocab);
   m.max_context_tokens = c.required_int({"max_seq_len"});
   m.gated_mlp = true;
   const HfConfig ffn = c.object("ffn_config");
-  m.ffn_size = ffn.required_int({"ffn_hidden_size"});
-  m.num_experts = ffn.required_int({"moe_num_experts"});
-  m.experts_per_token = ffn.required_int({"moe_top_k"});
+  m.ffn_size = ffn.required_int({"ffn_hidden_size"}, kMaxFfn);
+  m.num_experts = ffn.required_int({"moe_num_experts"}, kMaxExperts);
+  m.experts_per_token = ffn.required_int({"moe_top_k"}, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
     throw UserError(fmt::format("{}: key 'ffn_config.moe_top_k' is {}, more than the {} experts",
                                 path.string(), m.experts_per_token, m.num_experts));
@@ -330,6 +371,20 @@ std::string model_name_of_config(const std::string& name_or_path, const std::fil
   return path.stem().string();
 }
 
+// Each size is bounded on its own (kMax*); their product too, computed in floating point so that
+// it cannot wrap: a config whose weights wrap to a small int64 would "fit" on any GPU.
+void check_model_size(const ModelSpec& m, const std::filesystem::path& path) {
+  const double params = all_params<double>(m);
+  if (params > kMaxParams) {
+    throw UserError(fmt::format(
+        "{}: the sizes give {:.3g} parameters, more than any real model ({:g}): check "
+        "num_hidden_layers ({}), hidden_size ({}), intermediate_size ({}), the expert count ({}) "
+        "and vocab_size ({})",
+        path.string(), params, kMaxParams, m.num_layers, m.hidden_size, m.ffn_size,
+        m.num_experts, m.vocab_size));
+  }
+}
+
 }  // namespace
 
 const std::vector<ModelSpec>& builtin_models() {
@@ -343,7 +398,8 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number beyond a double (1e400).
     throw UserError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
   }
   if (!j.is_object()) throw UserError(fmt::format("{}: expected a JSON object", path.string()));
@@ -376,6 +432,7 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
   m.kv_dtype_bytes = 2;  // vLLM's --kv-cache-dtype auto: the activations' 16-bit dtype
   if (weights_are_fp8(j, path)) m.dtype_bytes = 1;
   m.name = model_name_of_config(c.string_or("_name_or_path", ""), path);
+  check_model_size(m, path);
   return m;
 }
 

@@ -165,7 +165,7 @@ TEST(HfConfig, ErrorsNameTheFileAndKey) {
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})");
   EXPECT_THAT(user_error_of([&] { load_hf_config(wrong_type); }),
               AllOf(HasSubstr("wrong.json"), HasSubstr("num_hidden_layers"),
-                    HasSubstr("positive integer")));
+                    HasSubstr("must be an integer from 1 to")));
 
   const auto bad_gqa = write_text_file(dir, "gqa.json", R"({"num_hidden_layers": 2,
     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 5,
