@@ -211,6 +211,8 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
       ("jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")
       ("shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")
       ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
+      ("max-runs", po::value<int64_t>(), "refuse an experiment that expands to more runs than "
+       "this (default: the file's max-runs, else 100000)")
       ("dry-run", po::bool_switch(), "list the runs the experiment expands to, run nothing");
   po::positional_options_description positional;
   positional.add("experiment", 1);
@@ -237,11 +239,13 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
     if (!vm.count("out") && !vm["dry-run"].as<bool>()) {
       throw UserError("compare EXPERIMENT.yaml: give --out DIR for the results");
     }
+    const int64_t max_runs = vm.count("max-runs") ? vm["max-runs"].as<int64_t>() : 0;
+    if (vm.count("max-runs") && max_runs < 1) throw UserError("--max-runs: must be >= 1");
     experiment = parse_experiment(vm["experiment"].as<std::string>(), [&](RunConfig& base) {
       apply_run_flags(vm, base);
       if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
       base.out.clear();
-    });
+    }, max_runs);
     if (vm.count("seed")) experiment.seeds = {parse_seed(vm["seed"].as<std::string>(), "--seed")};
   } else {
     const RunConfig base = config_from(vm);
@@ -255,6 +259,7 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
       fmt::print(out, "{}{}\n", run.name,
                  run.index % options.shard_count == options.shard_index ? "" : "  (other shard)");
     }
+    fmt::print(out, "{} {}\n", count_runs(experiment), experiment.capacity ? "capacity searches" : "runs");
     return 0;
   }
   const ResultSet results = run_experiment(experiment, options, err);

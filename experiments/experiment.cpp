@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -52,11 +54,18 @@ void reject_reserved_keys(const YAML::Node& mapping, const Where& where, const s
 
 template <typename T>
 T as(const YAML::Node& node, const Where& where, const std::string& key, const char* expected) {
+  T value{};
   try {
-    return node.as<T>();
+    value = node.as<T>();
   } catch (const YAML::Exception&) {
     where.fail(node, key, fmt::format("expected {}", expected));
   }
+  if constexpr (std::is_floating_point_v<T>) {
+    // yaml-cpp reads .nan and .inf: a NaN SLO bound is met by every rate, an infinite rate
+    // never ends a run.
+    if (!std::isfinite(value)) where.fail(node, key, fmt::format("expected {}, a finite number", expected));
+  }
+  return value;
 }
 
 std::map<std::string, std::string> option_map(const YAML::Node& node, const Where& where,
@@ -202,7 +211,9 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
                      "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "
                      "latency.tbt_s.p99, latency.e2e_s.p50)");
         }
-        c.slo.emplace_back(path, as<double>(s.second, where, key + "." + path, "a number"));
+        const double bound = as<double>(s.second, where, key + "." + path, "a number");
+        if (bound < 0) where.fail(s.second, key + "." + path, "an upper bound must be >= 0");
+        c.slo.emplace_back(path, bound);
       }
     } else if (k == "rate-low") {
       c.rate_low = as<double>(kv.second, where, key, "a rate (requests/s)");
@@ -283,26 +294,28 @@ RunConfig config_at_rate(const RunConfig& config, double rate) {
 }
 
 Experiment parse_experiment(const std::filesystem::path& file,
-                            const std::function<void(RunConfig&)>& adjust_base) {
+                            const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw UserError(fmt::format("{}: cannot read the experiment file", file.string()));
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_experiment_text(ss.str(), file, adjust_base);
+  return parse_experiment_text(ss.str(), file, adjust_base, max_runs);
 }
 
 namespace {
 
 Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
                                  const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base);
+                                 const std::function<void(RunConfig&)>& adjust_base,
+                                 int64_t max_runs);
 
 }  // namespace
 
 Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base) {
+                                 const std::function<void(RunConfig&)>& adjust_base,
+                                 int64_t max_runs) {
   try {
-    return parse_experiment_node(YAML::Load(text), text, file, adjust_base);
+    return parse_experiment_node(YAML::Load(text), text, file, adjust_base, max_runs);
   } catch (const YAML::ParserException& e) {
     throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
   } catch (const YAML::Exception& e) {
@@ -316,7 +329,8 @@ namespace {
 
 Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
                                  const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base) {
+                                 const std::function<void(RunConfig&)>& adjust_base,
+                                 int64_t max_runs) {
   const Where where{file};
   if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
 
@@ -359,16 +373,40 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     else if (k == "iteration-budget") {
       e.iteration_budget = as<int64_t>(kv.second, where, raw, "an iteration count");
       if (e.iteration_budget < 1) where.fail(kv.second, raw, "must be >= 1");
+    } else if (k == "max-runs") {
+      e.max_runs = as<int64_t>(kv.second, where, raw, "a number of runs");
+      if (e.max_runs < 1) where.fail(kv.second, raw, "must be >= 1");
     } else {
       where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
-                                "seeds, capacity, slot-timeline, iteration-budget)");
+                                "seeds, capacity, slot-timeline, iteration-budget, max-runs)");
     }
   }
+  if (max_runs > 0) e.max_runs = max_runs;
   // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
   if (adjust_base) adjust_base(e.base);
   if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
   if (policies_node) e.policies = parse_policies(*policies_node, where, "policies");
   else e.policies.push_back({e.base.policy, e.base.policy, {}});
+
+  // Count before anything is expanded: three axes of 3,000 values are 2.7e10 runs.
+  {
+    double runs = static_cast<double>(e.policies.size()) * static_cast<double>(e.seeds.size());
+    std::string sizes;
+    if (axes_node && axes_node->IsMap()) {
+      for (const auto& kv : *axes_node) {
+        const double n = kv.second.IsSequence() ? static_cast<double>(kv.second.size()) : 1.0;
+        runs *= n;
+        sizes += fmt::format(" x {} ({})", n, kv.first.Scalar());
+      }
+    }
+    if (runs > static_cast<double>(e.max_runs)) {
+      throw UserError(fmt::format(
+          "{}: expands to {:.4g} {} ({} policies x {} seeds{}), more than the limit of {}; raise "
+          "it with `max-runs: N` in the file or `compare --max-runs N`, or shorten the axes",
+          file.string(), runs, capacity_node ? "capacity searches" : "runs", e.policies.size(),
+          e.seeds.size(), sizes, e.max_runs));
+    }
+  }
 
   std::set<std::string> labels;
   for (const auto& p : e.policies) labels.insert(p.label);
@@ -462,7 +500,17 @@ Experiment experiment_from_policies(const RunConfig& base, const std::vector<std
   return e;
 }
 
+int64_t count_runs(const Experiment& e) {
+  double runs = static_cast<double>(e.policies.size()) * static_cast<double>(e.seeds.size());
+  for (const Axis& a : e.axes) runs *= static_cast<double>(a.values.size());
+  return runs >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(runs);
+}
+
 std::vector<PlannedRun> expand_runs(const Experiment& e) {
+  if (count_runs(e) > e.max_runs) {
+    throw UserError(fmt::format("{}: expands to {} runs, more than the limit of {} (max-runs)",
+                                e.file.string(), count_runs(e), e.max_runs));
+  }
   // Odometer over the axes, first axis slowest.
   std::vector<size_t> pick(e.axes.size(), 0);
   std::vector<PlannedRun> runs;

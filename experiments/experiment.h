@@ -79,7 +79,16 @@ struct Experiment {
   std::optional<CapacitySpec> capacity;
   std::optional<SlotTimelineSpec> slot_timeline;
   int64_t iteration_budget = 0;  // > 0: count requests completed within this many iterations
+  // Refuse to expand beyond this many runs (capacity mode: searches); `max-runs:` in the file,
+  // or `compare --max-runs N`. The product of a few long axes is easily billions of runs, and
+  // expanding them eagerly would only exhaust memory.
+  int64_t max_runs = kDefaultMaxRuns;
+  static constexpr int64_t kDefaultMaxRuns = 100'000;
 };
+
+// Runs an experiment expands to (policies x seeds x the product of its axes' lengths), counted
+// without expanding; saturates at INT64_MAX.
+int64_t count_runs(const Experiment& experiment);
 
 // One combination of axis values, seed and policy.
 struct PlannedRun {
@@ -97,11 +106,14 @@ struct PlannedRun {
 // (e.g. "axes.cap[2].per-policy.tgi") for anything malformed.
 // `adjust_base`, when given, edits the base after the file's `base` is read and before anything
 // is expanded or checked: the CLI applies run flags there (`--num-requests 200` shortens a run).
+// `max_runs` > 0 replaces the file's `max-runs` (the CLI's --max-runs).
 Experiment parse_experiment(const std::filesystem::path& file,
-                            const std::function<void(RunConfig&)>& adjust_base = {});
+                            const std::function<void(RunConfig&)>& adjust_base = {},
+                            int64_t max_runs = 0);
 // The same from YAML text (`file` only names it in messages and anchors relative paths).
 Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base = {});
+                                 const std::function<void(RunConfig&)>& adjust_base = {},
+                                 int64_t max_runs = 0);
 
 // The quick mode `batchsim compare --policies a,b,c`: one base configuration, one policy axis.
 Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies);

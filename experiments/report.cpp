@@ -311,8 +311,15 @@ int64_t int_at(const ordered_json& j, const char* key) {
 }  // namespace
 
 ordered_json::json_pointer json_path_pointer(const std::string& dotted_path) {
-  std::string pointer = "/" + dotted_path;
-  std::replace(pointer.begin(), pointer.end(), '.', '/');
+  // Each dotted part is one key: a '~' or '/' in it is escaped (RFC 6901), so a path of any
+  // text is a valid pointer, that merely names no figure ("a~b" is the key "a~b").
+  std::string pointer = "/";
+  for (char ch : dotted_path) {
+    if (ch == '.') pointer += '/';
+    else if (ch == '~') pointer += "~0";
+    else if (ch == '/') pointer += "~1";
+    else pointer += ch;
+  }
   return ordered_json::json_pointer(pointer);
 }
 

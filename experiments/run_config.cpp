@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <limits>
 
 #include "hwmodel/error.h"
@@ -70,12 +71,17 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
     throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
   }
   if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping of run keys", file.string()));
-  // A run's own summary.json reproduces it: its `config` block holds the run keys.
-  if (root["batchsim_version"] && root["config"] && root["config"].IsMap()) {
-    apply_yaml_mapping(root["config"], file, c, "config.");
-    return;
+  try {
+    // A run's own summary.json reproduces it: its `config` block holds the run keys.
+    if (root["batchsim_version"] && root["config"] && root["config"].IsMap()) {
+      apply_yaml_mapping(root["config"], file, c, "config.");
+      return;
+    }
+    apply_yaml_mapping(root, file, c);
+  } catch (const YAML::Exception& e) {
+    // A shape no key check expected (a list or a mapping as a key): still named by line.
+    throw UserError(fmt::format("{}:{}: unexpected YAML here: {}", file.string(), e.mark.line + 1, e.msg));
   }
-  apply_yaml_mapping(root, file, c);
 }
 
 void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
@@ -144,7 +150,7 @@ void validate(const RunConfig& c) {
     throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests,
                                 kMaxRequests));
   }
-  if (!(c.workload.trace_speedup > 0)) {
+  if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
     throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
   }
 }

@@ -1,6 +1,9 @@
 #include "sim/policy.h"
 
 #include <charconv>
+#include <cmath>
+#include <type_traits>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -27,6 +30,11 @@ T parse_number(const std::string& key, const std::string& text, T min, T max, co
   }
   // Written so that NaN (which from_chars accepts as "nan") fails too: every comparison with
   // NaN is false, and a NaN watermark or timeout would reach integer casts (undefined).
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) {
+      throw UserError(fmt::format("--policy-opt {}={}: must be a finite number", key, text));
+    }
+  }
   if (!(value >= min && value <= max)) {
     throw UserError(fmt::format("--policy-opt {}={}: must be in [{}, {}]", key, text, min, max));
   }

@@ -464,7 +464,8 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
   json object;
   try {
     object = json::parse(line.begin(), line.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number beyond a double (1e400).
     // e.what() is "[json.exception.parse_error.101] parse error at ...": keep the readable part.
     std::string_view what = e.what();
     if (const size_t bracket = what.find("] "); bracket != std::string_view::npos) {
