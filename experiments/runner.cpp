@@ -1,14 +1,44 @@
 #include "experiments/runner.h"
 
 #include <chrono>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "hwmodel/cost_model.h"
+#include "hwmodel/error.h"
 #include "policies/registry.h"
 
 namespace batchsim {
+
+int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests) {
+  // Measured: `run --num-requests N --arrival poisson:50` at N = 200k and 1M, peak RSS
+  // difference over the request difference (README, "Robustness").
+  const double per_request = policy_base == "static" ? 1489 : 403;
+  return static_cast<int64_t>(1.1 * per_request * static_cast<double>(requests)) + (int64_t{64} << 20);
+}
+
+void check_memory(int64_t needed, int64_t available, int64_t requests, const std::string& policy) {
+  if (available <= 0 || needed <= available) return;
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  throw UserError(fmt::format(
+      "--num-requests: {} requests under {} need about {:.1f} GiB, more than the {:.1f} GiB this "
+      "machine has available; simulate fewer requests (or shard the sweep)",
+      requests, policy, static_cast<double>(needed) / kGiB, static_cast<double>(available) / kGiB));
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
 
 RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload,
                           const RunHooks& hooks) {
@@ -22,6 +52,9 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     generated = build_workload(config.workload);
     workload = &generated;
   }
+  const std::string base = policy_base(config.policy);
+  const auto requests = static_cast<int64_t>(workload->requests.size());
+  check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
   // One policy instance per replica: each has its own queues and KV cache.
   std::vector<std::unique_ptr<Policy>> policies;
   std::vector<Policy*> replicas;

@@ -26,6 +26,18 @@ struct RunHooks {
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
 };
 
+// Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",
+// "chunked-prefill") needs, from the per-request cost measured on the whole process (README,
+// "Robustness": about 400 B a request for the continuous policies, 1.5 kB for static batching,
+// whose batches keep per-slot records) with a 10% margin, plus 64 MiB for the program itself.
+int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests);
+// Throws UserError when `needed` exceeds `available` bytes (both named in GiB), so that a run
+// too large for the machine stops with a message instead of being killed by the kernel's OOM
+// killer halfway; `available` <= 0 means unknown and passes.
+void check_memory(int64_t needed, int64_t available, int64_t requests, const std::string& policy);
+// MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read.
+int64_t available_memory_bytes();
+
 // Runs `config`; when `workload` is given it is used instead of generating one (so that a
 // comparison feeds every policy the same request sequence); its prefix_blocks reach the policy
 // for prefix caching. Throws UserError for bad input.

@@ -144,6 +144,8 @@ StaticPolicyConfig static_config(const PolicyOptions& o) {
 
 }  // namespace
 
+const std::string& policy_base(std::string_view name) { return find_policy(name).base; }
+
 std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options) {
   const PolicyInfo& info = find_policy(name);
   PolicyOptions merged;

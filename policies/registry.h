@@ -30,6 +30,8 @@ struct PolicyInfo {
 
 const std::vector<PolicyInfo>& registered_policies();
 const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base);
+// "static", "continuous" or "chunked-prefill" for a policy or preset name; UserError if unknown.
+const std::string& policy_base(std::string_view name);
 // Throws UserError for an unknown name (listing the known ones) or a bad option.
 std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options);
 

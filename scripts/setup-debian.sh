@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages batchsim needs to build, test and plot. Idempotent:
 # packages already present are skipped by apt. Run as root (or with sudo).
+#   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build
@@ -9,6 +10,9 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   python3 python3-matplotlib
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

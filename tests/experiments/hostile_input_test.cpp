@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "experiments/cli.h"
+#include "experiments/runner.h"
 #include "hwmodel/error.h"
 #include "test_support.h"
 
@@ -104,6 +105,25 @@ TEST(HostileInput, AnExperimentTooLargeToExpandIsCountedAndRefused) {
   EXPECT_THAT(cli_error({"compare", capped.string(), "--dry-run"}), HasSubstr("more than the limit of 4"));
   EXPECT_EQ(cli({"compare", capped.string(), "--dry-run", "--max-runs", "6"}), 0);
   EXPECT_THAT(cli_error({"compare", six.string(), "--dry-run", "--max-runs", "0"}), HasSubstr("--max-runs"));
+}
+
+}  // namespace
+}  // namespace batchsim
+
+namespace batchsim {
+namespace {
+
+// A run too large for the machine's memory stops before it starts, with the figures, instead of
+// being killed by the kernel halfway.
+TEST(HostileInput, ARunThatCannotFitInMemoryIsRefusedUpFront) {
+  EXPECT_EQ(memory_needed_bytes("continuous", 1'000'000), int64_t(1.1 * 403 * 1e6) + (int64_t{64} << 20));
+  EXPECT_GT(memory_needed_bytes("static", 1000), memory_needed_bytes("chunked-prefill", 1000));
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_NO_THROW(check_memory(2 * gib, 3 * gib, 100, "vllm"));
+  EXPECT_NO_THROW(check_memory(2 * gib, 0, 100, "vllm"));  // unknown: no check
+  EXPECT_THAT(user_error_of([&] { check_memory(5 * gib, 2 * gib, 12'000'000, "vllm"); }),
+              HasSubstr("--num-requests: 12000000 requests under vllm need about 5.0 GiB, more than the 2.0 GiB"));
+  EXPECT_GT(available_memory_bytes(), 0);  // Linux: /proc/meminfo
 }
 
 }  // namespace
