@@ -5,14 +5,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <unordered_map>
 
 #include "hwmodel/error.h"
-#include "hwmodel/line_reader.h"
+#include "hwmodel/csv_table.h"
 
 namespace batchsim {
 
@@ -65,88 +63,6 @@ namespace {
 constexpr double kMs = 1e-3;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A CSV file (plain or gzip) read line by line, with columns looked up by header name. Vidur's
-// files have no quoted fields; a line with a different number of fields than the header is an
-// error.
-class CsvFile {
- public:
-  explicit CsvFile(const fs::path& path) : path_(path), in_(path, "measurement file") {
-    std::string header;
-    if (!in_.next(header)) throw UserError(fmt::format("{}: empty file", path.string()));
-    if (!header.empty() && header.back() == '\r') header.pop_back();
-    split(header, header_);
-    for (size_t i = 0; i < header_.size(); ++i) index_.emplace(header_[i], i);
-  }
-  bool has(std::string_view column) const { return index_.count(std::string(column)) != 0; }
-  bool next() {
-    std::string line;
-    while (in_.next(line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) continue;
-      split(line, fields_);
-      if (fields_.size() != header_.size()) {
-        fail(fmt::format("{} fields, the header has {}", fields_.size(), header_.size()));
-      }
-      return true;
-    }
-    return false;
-  }
-  const std::string& text(std::string_view column) const { return fields_[column_index(column)]; }
-  // NaN for an empty field (Vidur leaves a median empty when an operator was not timed).
-  double number_or_nan(std::string_view column) const {
-    const std::string& s = text(column);
-    if (s.empty()) return kNaN;
-    double v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size()) {
-      fail(fmt::format("column '{}': '{}' is not a number", column, s));
-    }
-    return v;
-  }
-  double number(std::string_view column) const {
-    const double v = number_or_nan(column);
-    if (std::isnan(v)) fail(fmt::format("column '{}' is empty", column));
-    return v;
-  }
-  int64_t integer(std::string_view column) const {
-    const double v = number(column);
-    if (v != std::floor(v)) fail(fmt::format("column '{}': {} is not an integer", column, v));
-    return static_cast<int64_t>(v);
-  }
-  bool boolean(std::string_view column) const {
-    const std::string& s = text(column);
-    if (s == "True" || s == "true" || s == "1") return true;
-    if (s == "False" || s == "false" || s == "0") return false;
-    fail(fmt::format("column '{}': '{}' is not a boolean", column, s));
-  }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw UserError(fmt::format("{}:{}: {}", path_.string(), in_.line_number(), why));
-  }
-
- private:
-  static void split(const std::string& line, std::vector<std::string>& out) {
-    out.clear();
-    size_t start = 0;
-    while (true) {
-      const size_t comma = line.find(',', start);
-      out.emplace_back(line.substr(start, comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  size_t column_index(std::string_view column) const {
-    auto it = index_.find(std::string(column));
-    if (it == index_.end()) fail(fmt::format("missing column '{}'", column));
-    return it->second;
-  }
-
-  fs::path path_;
-  LineReader in_;
-  std::vector<std::string> header_;
-  std::vector<std::string> fields_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
 // "org/model" from .../compute/<device>/<org>/<model>/file.csv, else the parent folder name.
 std::string source_of(const fs::path& file) {
   const fs::path dir = file.parent_path();
@@ -158,19 +74,19 @@ std::string source_of(const fs::path& file) {
   return model;
 }
 
-void read_token_ops(CsvFile& csv, const fs::path& file, Measurements& out) {
+void read_token_ops(CsvTable& csv, const fs::path& file, Measurements& out) {
   const std::string model = source_of(file);
   while (csv.next()) {
     TokenOpRow row;
     row.model = model;
-    row.shape.num_heads = static_cast<int>(csv.integer("n_head"));
-    row.shape.num_kv_heads = static_cast<int>(csv.integer("n_kv_head"));
-    row.shape.hidden_size = static_cast<int>(csv.integer("n_embd"));
-    row.shape.ffn_size = static_cast<int>(csv.integer("n_expanded_embd"));
-    row.shape.vocab_size = static_cast<int>(csv.integer("vocab_size"));
+    row.shape.num_heads = static_cast<int>(csv.integer("n_head", 1, 1 << 20));
+    row.shape.num_kv_heads = static_cast<int>(csv.integer("n_kv_head", 1, 1 << 20));
+    row.shape.hidden_size = static_cast<int>(csv.integer("n_embd", 1, 1 << 24));
+    row.shape.ffn_size = static_cast<int>(csv.integer("n_expanded_embd", 1, 1 << 26));
+    row.shape.vocab_size = static_cast<int>(csv.integer("vocab_size", 1, 1 << 26));
     row.shape.gated_mlp = csv.boolean("use_gated_mlp");
-    row.num_tokens = csv.integer("num_tokens");
-    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers"));
+    row.num_tokens = csv.integer("num_tokens", 1, int64_t{1} << 40);
+    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers", 1, 1 << 16));
     if (row.shape.num_heads <= 0 || row.shape.hidden_size <= 0 || row.num_tokens <= 0 ||
         row.tp <= 0) {
       csv.fail("shape, num_tokens and tensor parallel workers must be positive");
@@ -184,21 +100,21 @@ void read_token_ops(CsvFile& csv, const fs::path& file, Measurements& out) {
   }
 }
 
-void read_attention(CsvFile& csv, const fs::path& file, Measurements& out) {
+void read_attention(CsvTable& csv, const fs::path& file, Measurements& out) {
   const std::string source = source_of(file);
   const bool has_prefill = csv.has("time_stats.attn_prefill.median");
   const bool has_decode = csv.has("time_stats.attn_decode.median");
   while (csv.next()) {
     AttentionRow row;
     row.source = source;
-    row.hidden_size = static_cast<int>(csv.integer("n_embd"));
-    row.num_heads = static_cast<int>(csv.integer("n_q_head"));
-    row.num_kv_heads = static_cast<int>(csv.integer("n_kv_head"));
-    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers"));
+    row.hidden_size = static_cast<int>(csv.integer("n_embd", 1, 1 << 24));
+    row.num_heads = static_cast<int>(csv.integer("n_q_head", 1, 1 << 20));
+    row.num_kv_heads = static_cast<int>(csv.integer("n_kv_head", 1, 1 << 20));
+    row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers", 1, 1 << 16));
     row.is_prefill = csv.boolean("is_prefill");
-    row.batch_size = csv.integer("batch_size");
-    row.prefill_chunk_size = csv.integer("prefill_chunk_size");
-    row.kv_cache_size = csv.integer("kv_cache_size");
+    row.batch_size = csv.integer("batch_size", 0, int64_t{1} << 40);
+    row.prefill_chunk_size = csv.integer("prefill_chunk_size", 0, int64_t{1} << 40);
+    row.kv_cache_size = csv.integer("kv_cache_size", 0, int64_t{1} << 40);
     const char* column =
         row.is_prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median";
     if (!(row.is_prefill ? has_prefill : has_decode)) continue;
@@ -211,24 +127,24 @@ void read_attention(CsvFile& csv, const fs::path& file, Measurements& out) {
   }
 }
 
-void read_all_reduce(CsvFile& csv, Measurements& out) {
+void read_all_reduce(CsvTable& csv, Measurements& out) {
   while (csv.next()) {
     AllReduceRow row;
-    row.num_workers = static_cast<int>(csv.integer("num_workers"));
+    row.num_workers = static_cast<int>(csv.integer("num_workers", 1, 1 << 16));
     row.size_bytes = csv.number("size");
     row.median_s = csv.number("time_stats.all_reduce.median") * kMs;
     // Tensor parallelism runs within one node; rows spanning nodes measure the network.
-    if (csv.has("devices_per_node") && csv.integer("devices_per_node") < row.num_workers) continue;
+    if (csv.has("devices_per_node") && csv.integer("devices_per_node", 1, 1 << 16) < row.num_workers) continue;
     out.all_reduce.push_back(row);
   }
 }
 
-void read_cpu_overheads(CsvFile& csv, Measurements& out) {
+void read_cpu_overheads(CsvTable& csv, Measurements& out) {
   while (csv.next()) {
     CpuOverheadRow row;
     row.model = csv.text("model_name");
-    row.batch_size = csv.integer("batch_size");
-    row.tp = static_cast<int>(csv.integer("tensor_parallel_degree"));
+    row.batch_size = csv.integer("batch_size", 0, int64_t{1} << 40);
+    row.tp = static_cast<int>(csv.integer("tensor_parallel_degree", 1, 1 << 16));
     row.schedule_s = csv.number("schedule_median") * kMs;
     row.sampler_s = csv.number("sampler_e2e_median") * kMs;
     row.prepare_inputs_s = csv.number("prepare_inputs_e2e_median") * kMs;
@@ -238,7 +154,7 @@ void read_cpu_overheads(CsvFile& csv, Measurements& out) {
 }
 
 void read_file(const fs::path& file, Measurements& out) {
-  CsvFile csv(file);
+  CsvTable csv(file);
   if (csv.has("num_tokens") && csv.has("n_expanded_embd")) {
     read_token_ops(csv, file, out);
   } else if (csv.has("is_prefill") && csv.has("n_q_head")) {

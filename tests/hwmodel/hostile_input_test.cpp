@@ -7,6 +7,7 @@
 
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
+#include "hwmodel/measurements.h"
 #include "hwmodel/model_spec.h"
 #include "test_support.h"
 
@@ -110,6 +111,23 @@ TEST(HostileProfile, KeysThatAreNotNamesAreRefusedByLine) {
               HasSubstr("mapkey.yaml:2: a key must be a name, got a map"));
   EXPECT_THAT(profile_error("arkey", "base: a100-80gb\nallreduce:\n  - {[1]: 2}\n"),
               HasSubstr("a key must be a name, got a list"));
+}
+
+// A measurement table's integers are range-checked before any conversion (1e30 tokens was cast
+// to int64, undefined behaviour), and non-finite times are refused, by file and line.
+TEST(HostileMeasurements, NumbersOutOfRangeAreNamedByLine) {
+  const auto dir = testing::scratch_dir("hostile_measurements");
+  const std::string header =
+      "time_stats.attn_pre_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,"
+      "num_tokens,num_tensor_parallel_workers\n";
+  write_text_file(dir, "mlp.csv", header + "0.5,32,8,4096,14336,128256,True,64,2\n0.5,32,8,4096,14336,128256,True,1e30,2\n");
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }),
+              AllOf(HasSubstr("mlp.csv:3: column 'num_tokens': 1e30 is not a whole number from 1 to")));
+  write_text_file(dir, "mlp.csv", header + "inf,32,8,4096,14336,128256,True,64,2\n");
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }),
+              HasSubstr("mlp.csv:2: column 'time_stats.attn_pre_proj.median': 'inf' is not a finite number"));
+  write_text_file(dir, "mlp.csv", header + "0.5,0,8,4096,14336,128256,True,64,2\n");
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }), HasSubstr("column 'n_head': 0 is not a whole number"));
 }
 
 }  // namespace
