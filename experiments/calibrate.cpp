@@ -8,6 +8,7 @@
 #include "experiments/command_line.h"
 #include "experiments/validate.h"
 #include "hwmodel/error.h"
+#include "hwmodel/kernel_tables.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/validation.h"
 
@@ -45,7 +46,7 @@ std::string error_lines(const ValidationReport& report) {
 }
 
 int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
-  std::string dir, profile_out, fit_on, base_gpu, report_out, device;
+  std::string dir, profile_out, fit_on, base_gpu, report_out, device, framework = "vllm";
   po::options_description d("batchsim calibrate fit options");
   d.add_options()
       ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate, or one of its CSVs")
@@ -55,6 +56,8 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
       ("fit-on", po::value(&fit_on), "model whose rows to fit on (default: the first measured)")
       ("base-gpu", po::value(&base_gpu), "datasheet GPU for the ceilings (default: from the device)")
       ("report", po::value(&report_out), "also write the full error report as JSON")
+      ("framework", po::value(&framework), "kernel tables (aiconfigurator layout): whose kernels, vllm | "
+       "sglang | trtllm (default vllm)")
       ("help,h", "show this help");
   po::positional_options_description pos;
   pos.add("measurements", 1);
@@ -66,6 +69,20 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   if (dir.empty()) throw UserError("calibrate fit: give the measurement directory (or one CSV of it)");
   if (profile_out.empty()) throw UserError("calibrate fit: give --out PROFILE.yaml");
 
+  if (is_kernel_table_dir(dir)) {
+    // NVIDIA's kernel tables of a GPU: the profile is fitted on every row, and the report is
+    // the held-out check of the same fit on half of the shapes.
+    ValidateOptions kernel;
+    kernel.measurements_dir = dir;
+    kernel.framework = framework;
+    kernel.base_gpu = base_gpu;
+    kernel.fit_on = fit_on;
+    kernel.device = device;
+    kernel.profile_out = profile_out;
+    kernel.profile_name = std::filesystem::path(profile_out).stem().string();
+    kernel.out_json = report_out;
+    return run_validate_kernel_tables(kernel, out);
+  }
   const Measurements measurements = read_measurements(dir, device);
   ValidateOptions options;
   options.fit_on = fit_on.empty() ? first_measured_model(measurements) : fit_on;

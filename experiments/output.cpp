@@ -42,6 +42,8 @@ std::string opt_seconds(SimTime t, SimTime origin) {
 }  // namespace
 
 std::ofstream open_for_write(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   std::ofstream out(path, std::ios::binary);
   if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
   return out;

@@ -1,6 +1,7 @@
 // batchsim — `batchsim validate` (see validate.h).
 #include "experiments/validate.h"
 
+#include <algorithm>
 #include <fstream>
 #include <ostream>
 
@@ -9,9 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/command_line.h"
+#include "experiments/output.h"
 #include "hwmodel/error.h"
 #include "hwmodel/fit/fit_profile.h"
+#include "hwmodel/fit/fit_kernel_tables.h"
 #include "hwmodel/hardware_profile.h"
+#include "hwmodel/kernel_tables.h"
+#include "hwmodel/kernel_validation.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/validation.h"
 
@@ -48,8 +53,7 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
 void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
                               std::ostream& out) {
   if (!options.out_json.empty()) {
-    std::ofstream file(options.out_json);
-    if (!file) throw UserError(fmt::format("{}: cannot write", options.out_json.string()));
+    auto file = open_for_write(options.out_json);
     file << validation_json(run.report).dump(2) << '\n';
     out << "wrote " << options.out_json.string() << '\n';
   }
@@ -59,8 +63,71 @@ void write_validation_outputs(const ValidationRun& run, const ValidateOptions& o
   }
 }
 
+std::string kernel_table_base_gpu(const std::string& system, const ValidateOptions& options) {
+  if (!options.base_gpu.empty()) return options.base_gpu;
+  std::string name = system;
+  std::replace(name.begin(), name.end(), '_', '-');
+  const std::string base = datasheet_gpu_for_device(name);
+  if (base.empty()) {
+    throw UserError(fmt::format("--base-gpu is required: system '{}' is not a built-in GPU (give the datasheet "
+                                "GPU the tables were measured on, e.g. h100-sxm)",
+                                system));
+  }
+  return base;
+}
+
+int run_validate_kernel_tables(const ValidateOptions& options, std::ostream& out) {
+  if (!options.fit_on.empty()) {
+    throw UserError("--fit-on: kernel tables time kernels, not a model's layers; leave it out");
+  }
+  if (!options.device.empty() || !options.fallback_gpu.empty()) {
+    throw UserError("--device and --fallback-gpu apply to Vidur-style trees, not to kernel tables");
+  }
+  const KernelTables tables = read_kernel_tables(options.measurements_dir, options.framework);
+  KernelValidationReport report;
+  if (!options.gpu.empty()) {
+    report = score_kernel_tables(tables, resolve_gpu(options.gpu), KernelRows::kAll);
+  } else {
+    const HardwareProfile base = resolve_gpu(kernel_table_base_gpu(tables.system, options));
+    KernelFitResult held_out_fit = fit_kernel_tables(tables, base, KernelRows::kTrain);
+    held_out_fit.profile.name += " (fitted on the training half)";
+    report = score_kernel_tables(tables, held_out_fit.profile, KernelRows::kHeldOut);
+    if (!options.profile_out.empty()) {
+      KernelFitResult full = fit_kernel_tables(tables, base, KernelRows::kAll);
+      if (!options.profile_name.empty()) full.profile.name = options.profile_name;
+      // What a reader of the profile needs to trust it: its held-out errors.
+      std::string& provenance = full.profile.provenance;
+      provenance += "held-out error (fitted on half the shapes, scored on the other half):\n";
+      for (const auto& [name, op] : report.operators) {
+        if (op.stats.count > 0) {
+          provenance += fmt::format("  {}: MAPE {:.1f}%, p90 {:.1f}% ({} rows)\n", name, op.stats.mape_percent,
+                                    op.stats.p90_percent(), op.stats.count);
+        }
+      }
+      save_hardware_profile(full.profile, options.profile_out);
+      out << "wrote " << options.profile_out.string() << '\n';
+    }
+  }
+  print_kernel_validation(report, out);
+  if (!options.rows_out.empty()) {
+    auto file = open_for_write(options.rows_out);
+    file << "operator,row,measured_ms,predicted_ms\n";
+    for (const KernelScoredRow& r : report.scored) {
+      file << fmt::format("{},\"{}\",{:.6g},{:.6g}\n", r.op, r.what, r.measured_s * 1e3, r.predicted_s * 1e3);
+    }
+    out << "wrote " << options.rows_out.string() << '\n';
+  }
+  if (!options.out_json.empty()) {
+    auto file = open_for_write(options.out_json);
+    file << kernel_validation_json(report).dump(2) << '\n';
+    out << "wrote " << options.out_json.string() << '\n';
+  }
+  return 0;
+}
+
 int run_validate(const ValidateOptions& options, std::ostream& out) {
   if (options.measurements_dir.empty()) throw UserError("validate: --measurements is required");
+  if (is_kernel_table_dir(options.measurements_dir)) return run_validate_kernel_tables(options, out);
   if (options.fit_on.empty() && options.gpu.empty()) {
     throw UserError("validate: give --fit-on MODEL (fit a profile) or --gpu PROFILE (check one)");
   }
@@ -86,6 +153,11 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
       ("fallback-gpu", po::value(&o.fallback_gpu),
        "profile whose attention parameters are used when the measurements have no attention")
       ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
+      ("framework", po::value(&o.framework), "kernel tables: whose kernels, vllm | sglang | trtllm "
+       "(default vllm)")
+      ("profile-name", po::value(&o.profile_name), "kernel tables: the name of the --profile-out profile")
+      ("rows-out", po::value<std::string>(), "kernel tables: write every scored row (operator, shape, "
+       "measured and predicted ms) as CSV")
       ("help,h", "show this help");
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate");
   if (vm.count("help")) {
@@ -94,6 +166,7 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   o.measurements_dir = measurements;
+  if (vm.count("rows-out")) o.rows_out = vm["rows-out"].as<std::string>();
   o.out_json = out_json;
   o.profile_out = profile_out;
   return run_validate(o, out);

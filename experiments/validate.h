@@ -31,6 +31,9 @@ struct ValidateOptions {
   std::string fallback_gpu;  // attention parameters when the measurements have none
   std::filesystem::path out_json;     // optional: the report as JSON
   std::filesystem::path profile_out;  // optional: the fitted profile as YAML
+  std::string framework = "vllm";     // kernel tables: whose kernels (vllm, sglang, trtllm)
+  std::string profile_name;           // kernel tables: the fitted profile's name
+  std::filesystem::path rows_out;     // kernel tables: every scored row as CSV
 };
 
 struct Measurements;
@@ -45,6 +48,15 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
 // Writes options.out_json (the report) and options.profile_out (the profile) where set.
 void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
                               std::ostream& out);
+
+// The kernel-table path of `validate` and `calibrate fit` (aiconfigurator layout,
+// hwmodel/kernel_tables.h): with options.gpu, that profile scored on every row; otherwise a
+// profile fitted on the training half scored on the held-out half, and, when
+// options.profile_out is set, a profile fitted on every row written there.
+int run_validate_kernel_tables(const ValidateOptions& options, std::ostream& out);
+// The datasheet GPU of a kernel-table system folder ("h100_sxm" -> "h100-sxm"), or
+// options.base_gpu; UserError when neither names one.
+std::string kernel_table_base_gpu(const std::string& system, const ValidateOptions& options);
 
 // Runs the command and prints the table to `out`. Returns the exit status (0); throws
 // UserError for bad input.

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "hwmodel/error.h"
+#include "hwmodel/line_reader.h"
 #include "hwmodel/shipped_profiles.h"
 
 namespace batchsim {
@@ -114,6 +115,7 @@ const std::vector<NumberKey>& number_keys() {
         &HardwareProfile::iteration_overhead_per_extra_worker_s);
     add("attention_launch_s", &HardwareProfile::attention_launch_s);
     add("prefill_attention_per_head_token_s", &HardwareProfile::prefill_attention_per_head_token_s);
+    add("prefill_attention_per_seq_s", &HardwareProfile::prefill_attention_per_seq_s);
     add("decode_attention_per_seq_kv_head_s", &HardwareProfile::decode_attention_per_seq_kv_head_s);
     add("decode_attention_roofline_exponent", &HardwareProfile::decode_attention_roofline_exponent);
     add("sm_count", &HardwareProfile::sm_count);
@@ -180,39 +182,58 @@ int64_t read_integer(const YAML::Node& node, const std::string& where, const std
   return static_cast<int64_t>(v);
 }
 
-std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where) {
+// `key` is the profile key: allreduce (NCCL) or custom_allreduce.
+std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where, const std::string& key_name) {
   if (!node.IsSequence()) {
-    bad_value(where, "allreduce", "must be a list of {tp, latency_s, bytes_per_s}");
+    bad_value(where, key_name, "must be a list of {tp, latency_s, bytes_per_s}");
   }
   std::vector<AllReduceFit> fits;
   for (const YAML::Node& entry : node) {
-    if (!entry.IsMap()) bad_value(where, "allreduce", "entries must be maps");
+    if (!entry.IsMap()) bad_value(where, key_name, "entries must be maps");
     AllReduceFit fit;
     for (const auto& kv : entry) {
       const std::string key = key_text(kv.first, where);
       if (key == "tp") {
-        fit.tp = static_cast<int>(read_integer(kv.second, where, "allreduce.tp", 2, 4096));
+        fit.tp = static_cast<int>(read_integer(kv.second, where, key_name + ".tp", 2, 4096));
       } else if (key == "latency_s") {
-        fit.latency_s = read_double(kv.second, where, "allreduce." + key);
+        fit.latency_s = read_double(kv.second, where, key_name + "." + key);
       } else if (key == "bytes_per_s") {
-        fit.bytes_per_s = read_double(kv.second, where, "allreduce." + key);
+        fit.bytes_per_s = read_double(kv.second, where, key_name + "." + key);
       } else {
-        bad_value(where, "allreduce." + key, "is unknown (tp, latency_s, bytes_per_s)");
+        bad_value(where, key_name + "." + key, "is unknown (tp, latency_s, bytes_per_s)");
       }
     }
     if (fit.tp < 2 || fit.bytes_per_s <= 0) {
-      bad_value(where, "allreduce", "entries need tp >= 2 and bytes_per_s > 0");
+      bad_value(where, key_name, "entries need tp >= 2 and bytes_per_s > 0");
     }
     fits.push_back(fit);
   }
   return fits;
 }
 
+// The text of a GEMM table file a profile names (relative to the profile); where it was found
+// goes into error messages.
+using TableReader = std::function<std::pair<std::string, std::string>(const std::string& file)>;
+
+void read_gemm_tables(const YAML::Node& node, const std::string& where, const TableReader& read_table,
+                      HardwareProfile& p) {
+  if (!node.IsMap()) bad_value(at_line(where, node), "gemm_tables", "must be a map {bf16: FILE, fp8: FILE}");
+  for (const auto& kv : node) {
+    const std::string dtype = key_text(kv.first, where);
+    if (!kv.second.IsScalar()) bad_value(at_line(where, kv.second), "gemm_tables." + dtype, "must be a file name");
+    auto [text, found_at] = read_table(kv.second.Scalar());
+    auto source = std::make_shared<GemmTableSource>(kv.second.Scalar(), std::move(text), found_at);
+    if (dtype == "bf16") p.gemm_table_bf16 = std::move(source);
+    else if (dtype == "fp8") p.gemm_table_fp8 = std::move(source);
+    else bad_value(at_line(where, kv.first), "gemm_tables." + dtype, "is unknown (bf16, fp8)");
+  }
+}
+
 // A profile from a parsed YAML map; `where` names the file in errors, `default_name` is used
 // when the map has no `name`.
 HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where,
                                   const std::string& default_name,
-                                  const std::vector<HardwareProfile>& bases) {
+                                  const std::vector<HardwareProfile>& bases, const TableReader& read_table) {
   if (!root.IsMap()) {
     throw UserError(fmt::format("{}: a hardware profile is a map of keys to values", where));
   }
@@ -249,8 +270,12 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       p.memory_bytes = read_integer(value, where, key, 1, 1e15);
       continue;
     }
-    if (key == "allreduce") {
-      p.allreduce = read_allreduce(value, where);
+    if (key == "allreduce" || key == "custom_allreduce") {
+      (key == "allreduce" ? p.allreduce : p.custom_allreduce) = read_allreduce(value, where, key);
+      continue;
+    }
+    if (key == "gemm_tables") {
+      read_gemm_tables(value, where, read_table, p);
       continue;
     }
     bool known = false;
@@ -295,9 +320,18 @@ std::vector<HardwareProfile> make_all_gpus() {
     const auto& shipped = detail::kShippedProfiles[i];
     const std::string file = shipped.file_name;
     const std::string stem = file.substr(0, file.rfind('.'));
+    if (!file.ends_with(".yaml")) continue;  // a GEMM table a profile names
+    const TableReader shipped_table = [](const std::string& name) -> std::pair<std::string, std::string> {
+      for (std::size_t t = 0; t < detail::kNumShippedProfiles; ++t) {
+        if (name == detail::kShippedProfiles[t].file_name) {
+          return {detail::kShippedProfiles[t].yaml, "hwmodel/profiles/" + name};
+        }
+      }
+      throw std::logic_error("shipped profile names a missing GEMM table: " + name);
+    };
     try {
       gpus.push_back(profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file, stem,
-                                       datasheets));
+                                       datasheets, shipped_table));
     } catch (const std::exception& e) {
       // A shipped profile that does not load is a bug in the build, not a user error.
       throw std::logic_error(std::string("shipped profile broken: ") + e.what());
@@ -334,7 +368,17 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
   } catch (const YAML::Exception& e) {
     throw UserError(fmt::format("{}: not valid YAML/JSON ({})", path.string(), e.what()));
   }
-  return profile_from_yaml(root, path.string(), path.stem().string(), builtin_gpus());
+  const TableReader file_table = [&path](const std::string& name) -> std::pair<std::string, std::string> {
+    const std::filesystem::path table = path.parent_path() / name;
+    LineReader in(table, "GEMM table");
+    std::string text, line;
+    while (in.next(line)) {
+      text += line;
+      text += '\n';
+    }
+    return {std::move(text), table.string()};
+  };
+  return profile_from_yaml(root, path.string(), path.stem().string(), builtin_gpus(), file_table);
 }
 
 std::string hardware_profile_yaml(const HardwareProfile& profile) {
@@ -358,9 +402,17 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references
   for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
-  if (!profile.allreduce.empty()) {
-    out << YAML::Key << "allreduce" << YAML::Value << YAML::BeginSeq;
-    for (const AllReduceFit& f : profile.allreduce) {
+  if (profile.gemm_table_bf16 || profile.gemm_table_fp8) {
+    out << YAML::Key << "gemm_tables" << YAML::Value << YAML::BeginMap;
+    if (profile.gemm_table_bf16) out << YAML::Key << "bf16" << YAML::Value << profile.gemm_table_bf16->file();
+    if (profile.gemm_table_fp8) out << YAML::Key << "fp8" << YAML::Value << profile.gemm_table_fp8->file();
+    out << YAML::EndMap;
+  }
+  for (const auto& [key, fits] : {std::pair<const char*, const std::vector<AllReduceFit>&>{"allreduce", profile.allreduce},
+                                   {"custom_allreduce", profile.custom_allreduce}}) {
+    if (fits.empty()) continue;
+    out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+    for (const AllReduceFit& f : fits) {
       out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key
           << "latency_s" << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value
           << f.bytes_per_s << YAML::EndMap;
@@ -371,7 +423,20 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   return std::string(out.c_str()) + "\n";
 }
 
-void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path) {
+void save_hardware_profile(const HardwareProfile& original, const std::filesystem::path& path) {
+  // The tables go beside the profile, named after it, and the profile names them so.
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  HardwareProfile profile = original;
+  for (auto* source : {&profile.gemm_table_bf16, &profile.gemm_table_fp8}) {
+    if (!*source) continue;
+    const GemmTable& table = (*source)->table();
+    const std::string name = path.stem().string() + ".gemm-" + table.dtype() + ".txt";
+    std::ofstream file(path.parent_path() / name);
+    file << table.to_text();
+    if (!file) throw UserError(fmt::format("{}: cannot write GEMM table", (path.parent_path() / name).string()));
+    *source = std::make_shared<GemmTableSource>(name, table);
+  }
   const std::string text = hardware_profile_yaml(profile);
   std::ofstream file(path);
   if (!file) throw UserError(fmt::format("{}: cannot write hardware profile", path.string()));

@@ -9,9 +9,12 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "hwmodel/gemm_table.h"
 
 namespace batchsim {
 
@@ -74,6 +77,9 @@ struct HardwareProfile {
   // Prefill: per query token and query head held by the GPU (the diagonal tiles, softmax
   // rescaling and per-tile setup that the FLOP count misses).
   double prefill_attention_per_head_token_s = 0;
+  // Prefill: per sequence (chunk) of the variable-length call: its metadata and the per-sequence
+  // part of the KV-cache write (kernel-table fits; Vidur's rows are one sequence each, so 0 there).
+  double prefill_attention_per_seq_s = 0;
   // Decode: per (sequence, KV head held by the GPU) work unit, combined with the KV read time
   // as (t_units^p + t_kv^p)^(1/p) with p = decode_attention_roofline_exponent (0: max).
   double decode_attention_per_seq_kv_head_s = 0;
@@ -92,6 +98,22 @@ struct HardwareProfile {
 
   // All-reduce fits per tensor-parallel degree; degrees not listed use interconnect_*.
   std::vector<AllReduceFit> allreduce;
+  // The same for a serving framework's own all-reduce kernel (vLLM's custom all-reduce over
+  // NVLink peer memory, vllm/distributed/device_communicators/custom_all_reduce.py), which an
+  // engine uses instead of NCCL for small messages: latency + message bytes / bytes_per_s (it
+  // moves each rank's whole message, not a ring's share). Empty: not measured.
+  std::vector<AllReduceFit> custom_allreduce;
+
+  // Measured GEMM times (gemm_table.h) for 16-bit and FP8 weights, looked up before the GEMM
+  // roofline (roofline.h, gemm_time_s); null: none. Shared: profiles are copied freely. In a
+  // profile file: `gemm_tables: {bf16: FILE, fp8: FILE}`, files beside the profile.
+  std::shared_ptr<const GemmTableSource> gemm_table_bf16;
+  std::shared_ptr<const GemmTableSource> gemm_table_fp8;
+  // The table for weights of `weight_bytes` bytes (2 or 1), or null.
+  const GemmTable* gemm_table(int weight_bytes) const {
+    const auto& source = weight_bytes == 1 ? gemm_table_fp8 : gemm_table_bf16;
+    return source ? &source->table() : nullptr;
+  }
 };
 
 // The datasheet GPUs, then the fitted profiles shipped in hwmodel/profiles/ (compiled in).
@@ -99,6 +121,7 @@ const std::vector<HardwareProfile>& builtin_gpus();
 // A built-in GPU by name, or a profile file (YAML or JSON) when `name_or_path` names a file.
 HardwareProfile resolve_gpu(std::string_view name_or_path);
 HardwareProfile load_hardware_profile(const std::filesystem::path& path);
+// Writes the profile and, beside it, its GEMM tables as <stem>.gemm-<dtype>.txt.
 void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path);
 // The profile as the YAML text save_hardware_profile writes (key order of hwmodel/README.md).
 std::string hardware_profile_yaml(const HardwareProfile& profile);

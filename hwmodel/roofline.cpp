@@ -96,6 +96,7 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
                                              kFlashPrefillBlockTokens);
     w.ctas = tiles * hq;
     w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.kv_dtype_bytes / (hq / hkv);
+    w.sequences = 1;
   }
   return w;
 }
@@ -206,9 +207,18 @@ double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double r
                           gpu.gemm_roofline_exponent);
 }
 
+double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                            int weight_bytes) {
+  return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
+}
+
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                    int weight_bytes) {
-  return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
+  if (m_tokens <= 0 || shape.k <= 0 || shape.n <= 0) return 0;
+  if (const GemmTable* table = gpu.gemm_table(weight_bytes)) {
+    if (const auto s = table->seconds(static_cast<double>(m_tokens), shape.n, shape.k)) return *s;
+  }
+  return gemm_roofline_time_s(gpu, shape, m_tokens, weight_bytes);
 }
 
 bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
@@ -236,6 +246,7 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
                                       gpu.prefill_attention_sm_bytes_per_s);
   }
   return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
+         work.sequences * gpu.prefill_attention_per_seq_s +
          roofline_combine(compute_s, memory_s, gpu.prefill_attention_roofline_exponent);
 }
 
@@ -276,6 +287,14 @@ double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp
     if (fit.tp == tp) return fit.latency_s + wire_bytes / fit.bytes_per_s;
   }
   return gpu.interconnect_latency_s + wire_bytes / gpu.interconnect_bytes_per_s;
+}
+
+std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp) {
+  if (tp <= 1) return 0.0;
+  for (const AllReduceFit& fit : gpu.custom_allreduce) {
+    if (fit.tp == tp) return fit.latency_s + message_bytes / fit.bytes_per_s;
+  }
+  return std::nullopt;
 }
 
 double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp) {

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
@@ -43,6 +44,7 @@ struct OperatorWork {
   // bytes they read from HBM, summed over blocks (see prefill_attention_work).
   double ctas = 0;
   double cta_kv_bytes = 0;
+  double sequences = 0;  // prefill: the chunks (sequences) of the call
 
   OperatorWork& operator+=(const OperatorWork& o) {
     flops += o.flops;
@@ -51,6 +53,7 @@ struct OperatorWork {
     causal_flops += o.causal_flops;
     ctas += o.ctas;
     cta_kv_bytes += o.cta_kv_bytes;
+    sequences += o.sequences;
     unit_bytes_max = unit_bytes_max > o.unit_bytes_max ? unit_bytes_max : o.unit_bytes_max;
     context_max = context_max > o.context_max ? context_max : o.context_max;
     return *this;
@@ -179,11 +182,16 @@ double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows);
 // a GPU without FP8 tensor cores (A100: vLLM's fp8_marlin kernel dequantises the weights to
 // 16-bit in registers and multiplies at the 16-bit rate, saving only the weight bytes).
 double gemm_peak_flops(const HardwareProfile& gpu, int weight_bytes);
-// kernel_launch_s + roofline_combine(flops / (gemm_peak_flops * eta_c(M)),
-//                                  bytes / (hbm * hbm_efficiency), gemm_roofline_exponent).
-// The efficiencies, fitted on 16-bit GEMMs, are applied to the FP8 ceiling unchanged.
+// The measured time of the profile's GEMM table for the weights' dtype (gemm_table.h) where
+// the shape lies in its span; elsewhere, and without a table, gemm_roofline_time_s.
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                    int weight_bytes);
+// kernel_launch_s + roofline_combine(flops / (gemm_peak_flops * eta_c(M)),
+//                                  bytes / (hbm * hbm_efficiency), gemm_roofline_exponent).
+// The efficiencies, fitted on 16-bit GEMMs, are applied to the FP8 ceiling unchanged. (What a
+// profile's GEMM table falls back to; the fit fits this.)
+double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
+                            int weight_bytes);
 // The same for a grouped GEMM (one launch; eta_c at rows_per_group). Zero without rows.
 double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
                            double groups, int weight_bytes);
@@ -236,6 +244,9 @@ double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double b
 // profile's `allreduce` entry for tp if there is one, else interconnect_latency_s and
 // interconnect_bytes_per_s. Zero for tp == 1.
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
+// The framework's custom all-reduce over tp GPUs (HardwareProfile::custom_allreduce): latency +
+// message bytes / bandwidth; nullopt when the profile has no fit for tp. Zero for tp == 1.
+std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
 // CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch + per
 // tensor-parallel worker beyond the first.
 double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -11,8 +12,17 @@
 
 namespace batchsim {
 
+double ErrorStats::p90_percent() const {
+  if (ape_percent.empty()) return 0;
+  std::vector<double> sorted = ape_percent;
+  const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(sorted.size()))) - 1;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(rank), sorted.end());
+  return sorted[rank];
+}
+
 void ErrorStats::add(double predicted_s, double measured_s, const std::string& what) {
   const double ape = std::abs(predicted_s / measured_s - 1) * 100;
+  ape_percent.push_back(ape);
   mape_percent = (mape_percent * static_cast<double>(count) + ape) / static_cast<double>(count + 1);
   ++count;
   if (ape > max_ape_percent || count == 1) {
@@ -150,6 +160,7 @@ namespace {
 
 nlohmann::json stats_json(const ErrorStats& s) {
   return {{"mape", s.mape_percent},
+          {"p90", s.p90_percent()},
           {"max_ape", s.max_ape_percent},
           {"count", s.count},
           {"worst", s.worst_case}};

@@ -33,8 +33,11 @@ struct ErrorStats {
   double mape_percent = 0;     // mean of |predicted / measured - 1| * 100
   double max_ape_percent = 0;  // worst |predicted / measured - 1| * 100
   std::string worst_case;      // which row, with measured and predicted times
+  std::vector<double> ape_percent;  // every row's error, for the percentiles
 
   void add(double predicted_s, double measured_s, const std::string& what);
+  // The 90th percentile of the rows' errors (nearest rank); 0 without rows.
+  double p90_percent() const;
 };
 
 struct ValidationReport {

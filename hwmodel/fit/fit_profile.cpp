@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -34,66 +35,29 @@ bool usable(double measured_s) { return std::isfinite(measured_s) && measured_s 
 constexpr TokenOp kGemmOps[] = {TokenOp::attn_pre_proj, TokenOp::attn_post_proj,
                                 TokenOp::mlp_up_proj, TokenOp::mlp_down_proj};
 
-// launch + slope * x fitted on relative error: rows (1/t, x/t) . (launch, slope) ~ 1.
-struct LinearFit {
-  double intercept = 0;
-  double slope = 0;
-};
-LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_and_t) {
-  Eigen::MatrixXd a(static_cast<Eigen::Index>(x_and_t.size()), 2);
-  Eigen::VectorXd b = Eigen::VectorXd::Ones(a.rows());
-  for (Eigen::Index i = 0; i < a.rows(); ++i) {
-    const auto [x, t] = x_and_t[static_cast<size_t>(i)];
-    a(i, 0) = 1 / t;
-    a(i, 1) = x / t;
-  }
-  const Eigen::VectorXd c = fit::nnls(a, b);
-  return {c(0), c(1)};
-}
 
 void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
                std::vector<std::string>& notes) {
-  struct Point {
-    const TokenOpRow* row;
-    TokenOp op;
-    double t;
-  };
-  std::vector<Point> points;
+  std::vector<GemmFitPoint> points;
   for (const TokenOpRow& row : m.token_ops) {
     if (!rows.token_row(row)) continue;
+    const ModelSpec model = row.shape.as_model_spec();
+    const auto shapes = layer_gemm_shapes(model, row.tp);
     for (TokenOp op : kGemmOps) {
-      if (usable(row.median_s[static_cast<int>(op)])) {
-        points.push_back({&row, op, row.median_s[static_cast<int>(op)]});
-      }
+      const double t = row.median_s[static_cast<int>(op)];
+      if (!usable(t)) continue;
+      LayerGemm gemm = LayerGemm::qkv;
+      if (op == TokenOp::attn_post_proj) gemm = LayerGemm::o;
+      if (op == TokenOp::mlp_up_proj) gemm = LayerGemm::mlp_up;
+      if (op == TokenOp::mlp_down_proj) gemm = LayerGemm::mlp_down;
+      points.push_back({shapes[static_cast<int>(gemm)], row.num_tokens, model.dtype_bytes, t});
     }
   }
   if (points.empty()) {
     notes.push_back("no GEMM rows of the fit model: GEMM parameters are the base profile's");
     return;
   }
-  auto apply = [&p](const Eigen::VectorXd& x) {
-    HardwareProfile q = p;
-    q.kernel_launch_s = from_log(x(0));
-    q.gemm_eta_max = from_logit(x(1));
-    q.hbm_efficiency = from_logit(x(2));
-    q.gemm_m_half = from_log(x(3));
-    q.gemm_roofline_exponent = from_log(x(4));
-    return q;
-  };
-  Eigen::VectorXd x0(5);
-  // Start from a smooth corner (p = 2) and a few microseconds of launch; the datasheet
-  // efficiencies of the base are the starting roofs.
-  x0 << to_log(5e-6), to_logit(p.gemm_eta_max), to_logit(p.hbm_efficiency), to_log(32), to_log(2);
-  const auto result = fit::levenberg_marquardt(
-      [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
-        const HardwareProfile q = apply(x);
-        for (size_t i = 0; i < points.size(); ++i) {
-          r(static_cast<Eigen::Index>(i)) =
-              std::log(predict_token_op(q, *points[i].row, points[i].op) / points[i].t);
-        }
-      },
-      x0, static_cast<int>(points.size()));
-  p = apply(result.x);
+  fit_gemm_roofline(points, p);
 }
 
 void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
@@ -170,59 +134,10 @@ void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProf
   if (!any_prefill) notes.push_back("no prefill attention rows of the fit model: base values kept");
   if (!any_decode) notes.push_back("no decode attention rows of the fit model: base values kept");
   if (points.empty()) return;
-  // The wave terms need the GPU's SM count (a datasheet value); without it they stay off.
-  const bool waves = p.sm_count > 0;
-  auto apply = [&](const Eigen::VectorXd& x) {
-    HardwareProfile q = p;
-    q.attention_launch_s = from_log(x(0));
-    if (any_prefill) {
-      q.prefill_attention_per_head_token_s = from_log(x(1));
-      q.prefill_attention_efficiency = from_logit(x(2));
-    }
-    if (any_decode) {
-      q.decode_attention_per_seq_kv_head_s = from_log(x(3));
-      q.decode_attention_efficiency = from_logit(x(4));
-      q.decode_attention_roofline_exponent = from_log(x(5));
-    }
-    if (any_prefill) q.prefill_attention_causal_efficiency = from_logit(x(6));
-    if (any_decode && waves) q.decode_attention_sm_bytes_per_s = from_log(x(7));
-    if (any_prefill && waves) {
-      q.prefill_attention_sm_bytes_per_s = from_log(x(8));
-      q.prefill_attention_roofline_exponent = from_log(x(9));
-    }
-    return q;
-  };
-  Eigen::VectorXd x0(10);
-  // The per-SM rates start at an even share of the datasheet bandwidth, the prefill corner at
-  // p = 2.
-  x0 << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
-      to_logit(p.decode_attention_efficiency), to_log(2),
-      to_logit(p.prefill_attention_causal_efficiency),
-      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10),
-      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10), to_log(2);
-  const fit::ResidualFunction residuals = [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
-    const HardwareProfile q = apply(x);
-    for (size_t i = 0; i < points.size(); ++i) {
-      r(static_cast<Eigen::Index>(i)) =
-          std::log(predict_attention(q, *points[i]) / points[i]->median_s);
-    }
-  };
-  // The two roofline corners (decode, prefill) make the cost non-convex: start from a soft and
-  // a hard corner for each and keep the lowest cost on the fit rows (a fixed order: the fit
-  // stays a pure function of the data).
-  fit::LmResult best;
-  bool have_best = false;
-  for (const double prefill_p : {1.5, 4.0}) {
-    for (const double decode_p : {1.5, 4.0}) {
-      x0(5) = to_log(decode_p);
-      x0(9) = to_log(prefill_p);
-      fit::LmResult r = fit::levenberg_marquardt(residuals, x0, static_cast<int>(points.size()));
-      if (!have_best || r.cost < best.cost) best = std::move(r);
-      have_best = true;
-    }
-  }
-  p = apply(best.x);
-  p.decode_attention_per_seq_s = 0;  // the per-(sequence, KV head) term replaces it
+  fit_attention_parameters(
+      points.size(), any_prefill, any_decode,
+      [&](const HardwareProfile& q, size_t i) { return predict_attention(q, *points[i]); },
+      [&](size_t i) { return points[i]->median_s; }, p);
 }
 
 void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::string>& notes) {
@@ -284,6 +199,107 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
 }
 
 }  // namespace
+
+// ---- the shared cores (fit_profile.h) ----
+
+LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_and_t) {
+  Eigen::MatrixXd a(static_cast<Eigen::Index>(x_and_t.size()), 2);
+  Eigen::VectorXd b = Eigen::VectorXd::Ones(a.rows());
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    const auto [x, t] = x_and_t[static_cast<size_t>(i)];
+    a(i, 0) = 1 / t;
+    a(i, 1) = x / t;
+  }
+  const Eigen::VectorXd c = fit::nnls(a, b);
+  return {c(0), c(1)};
+}
+
+void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
+                              const std::function<double(const HardwareProfile&, size_t)>& predict,
+                              const std::function<double(size_t)>& measured, HardwareProfile& p,
+                              bool per_sequence) {
+  // The wave terms need the GPU's SM count (a datasheet value); without it they stay off.
+  const bool waves = p.sm_count > 0;
+  auto apply = [&](const Eigen::VectorXd& x) {
+    HardwareProfile q = p;
+    q.attention_launch_s = from_log(x(0));
+    if (any_prefill) {
+      q.prefill_attention_per_head_token_s = from_log(x(1));
+      q.prefill_attention_efficiency = from_logit(x(2));
+    }
+    if (any_decode) {
+      q.decode_attention_per_seq_kv_head_s = from_log(x(3));
+      q.decode_attention_efficiency = from_logit(x(4));
+      q.decode_attention_roofline_exponent = from_log(x(5));
+    }
+    if (any_prefill) q.prefill_attention_causal_efficiency = from_logit(x(6));
+    if (any_decode && waves) q.decode_attention_sm_bytes_per_s = from_log(x(7));
+    if (any_prefill && waves) {
+      q.prefill_attention_sm_bytes_per_s = from_log(x(8));
+      q.prefill_attention_roofline_exponent = from_log(x(9));
+    }
+    if (any_prefill && per_sequence) q.prefill_attention_per_seq_s = from_log(x(10));
+    return q;
+  };
+  Eigen::VectorXd x0(per_sequence ? 11 : 10);
+  // The per-SM rates start at an even share of the datasheet bandwidth, the prefill corner at
+  // p = 2.
+  x0.head(10) << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
+      to_logit(p.decode_attention_efficiency), to_log(2),
+      to_logit(p.prefill_attention_causal_efficiency),
+      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10),
+      to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10), to_log(2);
+  if (per_sequence) x0(10) = to_log(1e-7);
+  const fit::ResidualFunction residuals = [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
+    const HardwareProfile q = apply(x);
+    for (size_t i = 0; i < count; ++i) {
+      r(static_cast<Eigen::Index>(i)) = std::log(predict(q, i) / measured(i));
+    }
+  };
+  // The two roofline corners (decode, prefill) make the cost non-convex: start from a soft and
+  // a hard corner for each and keep the lowest cost on the fit rows (a fixed order: the fit
+  // stays a pure function of the data).
+  fit::LmResult best;
+  bool have_best = false;
+  for (const double prefill_p : {1.5, 4.0}) {
+    for (const double decode_p : {1.5, 4.0}) {
+      x0(5) = to_log(decode_p);
+      x0(9) = to_log(prefill_p);
+      fit::LmResult r = fit::levenberg_marquardt(residuals, x0, static_cast<int>(count));
+      if (!have_best || r.cost < best.cost) best = std::move(r);
+      have_best = true;
+    }
+  }
+  p = apply(best.x);
+  p.decode_attention_per_seq_s = 0;  // the per-(sequence, KV head) term replaces it
+}
+
+void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile& p) {
+  auto apply = [&p](const Eigen::VectorXd& x) {
+    HardwareProfile q = p;
+    q.kernel_launch_s = from_log(x(0));
+    q.gemm_eta_max = from_logit(x(1));
+    q.hbm_efficiency = from_logit(x(2));
+    q.gemm_m_half = from_log(x(3));
+    q.gemm_roofline_exponent = from_log(x(4));
+    return q;
+  };
+  Eigen::VectorXd x0(5);
+  // Start from a smooth corner (p = 2) and a few microseconds of launch; the datasheet
+  // efficiencies of the base are the starting roofs.
+  x0 << to_log(5e-6), to_logit(p.gemm_eta_max), to_logit(p.hbm_efficiency), to_log(32), to_log(2);
+  const auto result = fit::levenberg_marquardt(
+      [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
+        const HardwareProfile q = apply(x);
+        for (size_t i = 0; i < points.size(); ++i) {
+          const GemmFitPoint& g = points[i];
+          r(static_cast<Eigen::Index>(i)) =
+              std::log(gemm_roofline_time_s(q, g.shape, g.m, g.weight_bytes) / g.seconds);
+        }
+      },
+      x0, static_cast<int>(points.size()));
+  p = apply(result.x);
+}
 
 AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows) {
   std::vector<std::pair<double, double>> points;
@@ -357,6 +373,12 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   HardwareProfile& p = result.profile;
   p = base;
   p.name = base.name + "-fitted";
+  if (p.gemm_table_bf16 || p.gemm_table_fp8) {
+    // Tables are measurements of the base's own GPU; a fit on other measurements replaces them
+    // by its roofline (which must be fitted without them).
+    p.gemm_table_bf16 = p.gemm_table_fp8 = nullptr;
+    result.notes.push_back(fmt::format("GEMM tables of base '{}' dropped: fitted here on these rows", base.name));
+  }
   fit_gemms(measurements, rows, p, result.notes);
   fit_elementwise(measurements, rows, p, result.notes);
   fit_attention(measurements, rows, p, fallback, result.notes);

@@ -28,11 +28,13 @@
 // GPU's own peak), and says so in FitResult::notes.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hwmodel/hardware_profile.h"
+#include "hwmodel/roofline.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/model_spec.h"
 
@@ -81,6 +83,35 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
 // what `batchsim validate` fits on all degrees but one to predict the one left out. tp = 0;
 // bytes_per_s = 0 when the rows give no positive slope.
 AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows);
+
+// ---- the fitting cores, shared by the fits on Vidur's tables (fit_profile) and on kernel
+// tables (fit_kernel_tables.h) ----
+
+// intercept + slope * x fitted on relative error: rows (1/t, x/t) . (intercept, slope) ~ 1,
+// non-negative (NNLS). The all-reduce and elementwise fits' form: launch + bytes / bandwidth.
+struct LinearFit {
+  double intercept = 0;
+  double slope = 0;
+};
+LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_and_t);
+
+struct GemmFitPoint {
+  GemmShape shape;
+  int64_t m = 0;
+  int weight_bytes = 2;
+  double seconds = 0;
+};
+// kernel_launch_s, gemm_eta_max, hbm_efficiency, gemm_m_half, gemm_roofline_exponent of
+// gemm_roofline_time_s, by Levenberg–Marquardt on log(predicted / measured).
+void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile& p);
+// The attention parameters (see the list above) on `count` rows: predict(q, i) is row i's time
+// under profile q, measured(i) its measured time; prefill and decode parameters are fitted only
+// when rows of that kind exist (any_prefill, any_decode). Four starting corners, the best kept.
+// `per_sequence` also fits prefill_attention_per_seq_s (rows with several sequences per call).
+void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
+                              const std::function<double(const HardwareProfile&, size_t)>& predict,
+                              const std::function<double(size_t)>& measured, HardwareProfile& p,
+                              bool per_sequence = false);
 
 // The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
 // hwmodel/measured/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or

@@ -20,6 +20,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+std::string user_error_of_calibrate(const std::vector<std::string>& args) {
+  std::ostringstream out;
+  return testing::user_error_of([&] { calibrate_command(args, out); });
+}
+
 TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   const auto dir = testing::scratch_dir("calibrate-fit");
   const auto meas = testing::measured_dir() / "vidur/compute/a100/meta-llama/Llama-2-7b-hf";
@@ -86,6 +91,32 @@ TEST(CalibrateFit, ATreeOfSeveralGpusTakesTheDeviceItsErrorNames) {
             0);
   const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
   EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("a40").peak_flops);
+}
+
+// NVIDIA's kernel tables of a GPU (aiconfigurator layout) fit a profile with its GEMM tables
+// beside it, and the profile records its held-out errors.
+TEST(CalibrateFit, FitsAProfileOnKernelTables) {
+  const auto dir = testing::scratch_dir("calibrate-fit-kernel-tables");
+  std::ostringstream out;
+  ASSERT_EQ(calibrate_command({"fit", (testing::measured_dir() / "aiconfigurator" / "h100_sxm").string(), "--out",
+                               (dir / "my-h100.yaml").string(), "--report", (dir / "r.json").string()},
+                              out),
+            0);
+  EXPECT_THAT(out.str(), HasSubstr("held-out half"));
+  const HardwareProfile p = load_hardware_profile(dir / "my-h100.yaml");
+  EXPECT_EQ(p.name, "my-h100");
+  EXPECT_NE(p.gemm_table(2), nullptr);
+  EXPECT_NE(p.gemm_table(1), nullptr);
+  EXPECT_TRUE(std::filesystem::exists(dir / "my-h100.gemm-bf16.txt"));
+  EXPECT_THAT(p.provenance, HasSubstr("held-out error"));
+  EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("h100-sxm").peak_flops);
+  std::ifstream in(dir / "r.json");
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_GT(report["operators"]["gemm"]["count"].get<int64_t>(), 30000);
+  EXPECT_TRUE(report["operators"]["gemm"].contains("p90"));
+  EXPECT_THAT(user_error_of_calibrate({"fit", (testing::measured_dir() / "aiconfigurator" / "h100_sxm").string(),
+                                       "--out", (dir / "q.yaml").string(), "--framework", "tgi"}),
+              HasSubstr("no kernel tables of framework 'tgi'"));
 }
 
 TEST(CalibrateFit, BadInputIsNamed) {

@@ -88,18 +88,26 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
        "prefill_attention_sm_bytes_per_s");
   near(a.prefill_attention_roofline_exponent, b.prefill_attention_roofline_exponent,
        "prefill_attention_roofline_exponent");
+  near(a.prefill_attention_per_seq_s, b.prefill_attention_per_seq_s, "prefill_attention_per_seq_s");
   for (int i = 0; i < kNumElementwiseOps; ++i) {
     near(a.elementwise[i].efficiency, b.elementwise[i].efficiency,
          elementwise_op_name(static_cast<ElementwiseOp>(i)));
     near(a.elementwise[i].launch_s, b.elementwise[i].launch_s,
          elementwise_op_name(static_cast<ElementwiseOp>(i)));
   }
-  ASSERT_EQ(a.allreduce.size(), b.allreduce.size());
-  for (size_t i = 0; i < a.allreduce.size(); ++i) {
-    EXPECT_EQ(a.allreduce[i].tp, b.allreduce[i].tp);
-    near(a.allreduce[i].latency_s, b.allreduce[i].latency_s, "allreduce latency_s");
-    near(a.allreduce[i].bytes_per_s, b.allreduce[i].bytes_per_s, "allreduce bytes_per_s");
+  using Fits = std::vector<AllReduceFit> HardwareProfile::*;
+  for (const Fits fits : {Fits{&HardwareProfile::allreduce}, Fits{&HardwareProfile::custom_allreduce}}) {
+    const auto& x = a.*fits;
+    const auto& y = b.*fits;
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].tp, y[i].tp);
+      near(x[i].latency_s, y[i].latency_s, "allreduce latency_s");
+      near(x[i].bytes_per_s, y[i].bytes_per_s, "allreduce bytes_per_s");
+    }
   }
+  EXPECT_EQ(a.gemm_table_bf16 == nullptr, b.gemm_table_bf16 == nullptr);
+  EXPECT_EQ(a.gemm_table_fp8 == nullptr, b.gemm_table_fp8 == nullptr);
 }
 
 }  // namespace batchsim::testing

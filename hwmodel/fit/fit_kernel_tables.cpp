@@ -1,0 +1,226 @@
+// batchsim — fitting a profile on aiconfigurator-layout kernel tables (see fit_kernel_tables.h).
+#include "hwmodel/fit/fit_kernel_tables.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "hwmodel/fit/fit_profile.h"
+#include "hwmodel/roofline.h"
+
+namespace batchsim {
+
+namespace {
+
+// Alternate halves of a sorted list of distinct values: index parity.
+template <typename T>
+size_t index_in(const std::vector<T>& sorted, const T& value) {
+  return static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), value) - sorted.begin());
+}
+
+template <typename T>
+void sort_unique(std::vector<T>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+bool on_side(bool train, KernelRows rows) {
+  return rows == KernelRows::kAll || (rows == KernelRows::kTrain) == train;
+}
+
+}  // namespace
+
+KernelSplit::KernelSplit(const KernelTables& tables) {
+  for (const auto& r : tables.gemm) {
+    gemm_n_.push_back(r.n);
+    gemm_k_.push_back(r.k);
+  }
+  for (const auto& r : tables.attention) head_configs_.emplace_back(r.num_heads, r.num_kv_heads);
+  for (const auto& r : tables.collectives) message_sizes_.emplace_back(r.implementation, r.num_gpus, r.elements);
+  sort_unique(gemm_n_);
+  sort_unique(gemm_k_);
+  sort_unique(head_configs_);
+  sort_unique(message_sizes_);
+}
+
+bool KernelSplit::gemm(const KernelGemmRow& r, KernelRows rows) const {
+  return on_side((index_in(gemm_n_, r.n) + index_in(gemm_k_, r.k)) % 2 == 0, rows);
+}
+
+bool KernelSplit::attention(const KernelAttentionRow& r, KernelRows rows) const {
+  return on_side(index_in(head_configs_, std::pair(r.num_heads, r.num_kv_heads)) % 2 == 0, rows);
+}
+
+bool KernelSplit::collective(const KernelCollectiveRow& r, KernelRows rows) const {
+  // Within one (implementation, GPU count) the message sizes alternate; the smallest and the
+  // largest stay in training so that held-out sizes are interpolated, not extrapolated.
+  const auto key = std::tuple(r.implementation, r.num_gpus, r.elements);
+  const size_t i = index_in(message_sizes_, key);
+  const auto first = std::lower_bound(message_sizes_.begin(), message_sizes_.end(),
+                                      std::tuple(r.implementation, r.num_gpus, int64_t{0}));
+  const auto last = std::upper_bound(message_sizes_.begin(), message_sizes_.end(),
+                                     std::tuple(r.implementation, r.num_gpus, std::numeric_limits<int64_t>::max()));
+  const size_t begin = static_cast<size_t>(first - message_sizes_.begin());
+  const size_t end = static_cast<size_t>(last - message_sizes_.begin());
+  const bool edge = i == begin || i + 1 == end;
+  return on_side(edge || (i - begin) % 2 == 0, rows);
+}
+
+std::string gemm_row_skip_reason(const KernelGemmRow& r) {
+  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8") return "";
+  if (r.dtype == "fp8_block") return "block-scaled FP8 (fp8_block, DeepSeek-style): not modelled";
+  return fmt::format("dtype {}: not modelled", r.dtype);
+}
+
+std::string attention_row_skip_reason(const KernelAttentionRow& r) {
+  if (r.window != 0) return "sliding-window attention: not modelled (full causal only)";
+  if (r.kernel != "vllm_flash_attn_fa3" && !r.kernel.empty()) {
+    return fmt::format("kernel {}: the fit is for FlashAttention-3, vLLM's kernel on Hopper", r.kernel);
+  }
+  if (r.attn_dtype != "bfloat16" && r.attn_dtype != "float16") return fmt::format("attention dtype {}: not modelled", r.attn_dtype);
+  if (r.kv_cache_dtype != "bfloat16" && r.kv_cache_dtype != "float16" && r.kv_cache_dtype != "fp8") {
+    return fmt::format("KV cache dtype {}: not modelled", r.kv_cache_dtype);
+  }
+  if (r.head_dim != 128) return fmt::format("head_dim {}: fitted and scored on Llama-like heads (head_dim 128)", r.head_dim);
+  return "";
+}
+
+std::string collective_row_skip_reason(const KernelCollectiveRow& r) {
+  if (r.op != "all_reduce") return fmt::format("{}: tensor parallelism runs all-reduces only", r.op);
+  if (r.num_gpus < 2) return "one GPU: no all-reduce";
+  if (r.implementation == "nccl" && r.dtype != "half" && r.dtype != "bfloat16") {
+    return fmt::format("NCCL {} messages: the activations all-reduced are 16-bit", r.dtype);
+  }
+  if (r.implementation != "nccl" && r.implementation.find("graph") == std::string::npos) {
+    return fmt::format("{}: the engine runs its custom all-reduce under CUDA graphs", r.implementation);
+  }
+  return "";
+}
+
+int gemm_row_weight_bytes(const KernelGemmRow& r) { return r.dtype == "fp8" ? 1 : 2; }
+
+ModelSpec attention_row_model(const KernelAttentionRow& r) {
+  ModelSpec m;
+  m.name = "kernel-table-attention";
+  m.num_layers = 1;
+  m.num_heads = static_cast<int>(r.num_heads);
+  m.num_kv_heads = static_cast<int>(r.num_kv_heads);
+  m.head_dim = static_cast<int>(r.head_dim);
+  m.hidden_size = m.num_heads * m.head_dim;
+  m.dtype_bytes = 2;
+  m.kv_dtype_bytes = r.kv_cache_dtype == "fp8" ? 1 : 2;
+  return m;
+}
+
+double predict_kernel_attention(const HardwareProfile& gpu, const KernelAttentionRow& r) {
+  const ModelSpec m = attention_row_model(r);
+  if (r.prefill) {
+    // `batch` sequences of `isl` new tokens in one variable-length call, as CostModel sums them.
+    OperatorWork work;
+    const OperatorWork one = prefill_attention_work(m, 1, r.isl, 0);
+    for (int64_t b = 0; b < r.batch; ++b) work += one;
+    return prefill_attention_time_s(gpu, work);
+  }
+  // Each decode reads its cached context plus the token it just wrote (BatchShape::add_decode).
+  const int64_t context = r.context + 1;
+  return decode_attention_time_s(gpu, decode_attention_work(m, 1, r.batch, r.batch * context, context), r.batch);
+}
+
+double predict_kernel_gemm(const HardwareProfile& gpu, const KernelGemmRow& r) {
+  return gemm_time_s(gpu, GemmShape{r.k, r.n}, r.m, gemm_row_weight_bytes(r));
+}
+
+double predict_kernel_collective(const HardwareProfile& gpu, const KernelCollectiveRow& r) {
+  if (r.implementation == "nccl") return allreduce_time_s(gpu, r.bytes, r.num_gpus);
+  const auto t = custom_allreduce_time_s(gpu, r.bytes, r.num_gpus);
+  return t ? *t : std::numeric_limits<double>::quiet_NaN();
+}
+
+KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProfile& base, KernelRows rows) {
+  const KernelSplit split(tables);
+  KernelFitResult result;
+  HardwareProfile& p = result.profile;
+  p = base;
+  p.name = base.name + "-fitted";
+  p.gemm_table_bf16 = p.gemm_table_fp8 = nullptr;
+  const std::string where = fmt::format("{} ({})", tables.system, tables.framework);
+
+  // GEMM: the tables per dtype, and the roofline outside them fitted on the 16-bit rows.
+  std::map<std::string, std::vector<GemmPoint>> by_dtype;
+  std::map<std::string, std::string> kernels;
+  std::vector<GemmFitPoint> roofline_points;
+  for (const KernelGemmRow& r : tables.gemm) {
+    if (!gemm_row_skip_reason(r).empty() || !split.gemm(r, rows)) continue;
+    const std::string dtype = r.dtype == "fp8" ? "fp8" : "bf16";
+    by_dtype[dtype].push_back({r.m, r.n, r.k, r.seconds});
+    kernels[dtype] = r.kernel;
+    if (dtype == "bf16") roofline_points.push_back({GemmShape{r.k, r.n}, r.m, 2, r.seconds});
+  }
+  for (auto& [dtype, points] : by_dtype) {
+    auto table = GemmTable::from_points(dtype, fmt::format("{} gemm_perf, {} ({} points)", where, kernels[dtype], points.size()), points);
+    auto source = std::make_shared<GemmTableSource>(fmt::format("{}.gemm-{}.txt", p.name, dtype), std::move(table));
+    (dtype == "fp8" ? p.gemm_table_fp8 : p.gemm_table_bf16) = std::move(source);
+  }
+  if (!roofline_points.empty()) {
+    fit_gemm_roofline(roofline_points, p);
+  } else {
+    result.notes.push_back("no 16-bit GEMM rows: the GEMM roofline is the base profile's");
+  }
+
+  // Attention of Llama-like heads, prefill and decode together (one launch floor).
+  std::vector<const KernelAttentionRow*> attention;
+  bool any_prefill = false, any_decode = false;
+  for (const KernelAttentionRow& r : tables.attention) {
+    if (!attention_row_skip_reason(r).empty() || !split.attention(r, rows)) continue;
+    // One parameter set cannot follow both KV dtypes: FA3's FP8-KV path dequantises K and V,
+    // so it is nowhere near twice as fast as the byte count says (fitted on both, bf16 rows come
+    // out 10% slow and FP8 rows 7% fast). The fit is for vLLM's default, a 16-bit KV cache;
+    // FP8-KV rows are scored apart (kernel_validation.h).
+    if (r.kv_cache_dtype == "fp8") continue;
+    attention.push_back(&r);
+    (r.prefill ? any_prefill : any_decode) = true;
+  }
+  if (!attention.empty()) {
+    fit_attention_parameters(
+        attention.size(), any_prefill, any_decode,
+        [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
+        [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true);
+    p.decode_attention_per_seq_s = 0;
+  } else {
+    result.notes.push_back("no Llama-like attention rows: attention parameters are the base profile's");
+  }
+
+  // All-reduce: one latency + bandwidth per (implementation, GPU count). NCCL's is on a ring's
+  // wire bytes (allreduce_time_s), the custom kernel's on the message bytes.
+  std::map<std::pair<bool, int>, std::vector<std::pair<double, double>>> comm;
+  for (const KernelCollectiveRow& r : tables.collectives) {
+    if (!collective_row_skip_reason(r).empty() || !split.collective(r, rows)) continue;
+    const bool nccl = r.implementation == "nccl";
+    const double x = nccl ? r.bytes * 2.0 * (r.num_gpus - 1) / r.num_gpus : r.bytes;
+    comm[{nccl, r.num_gpus}].emplace_back(x, r.seconds);
+  }
+  if (!comm.empty()) {
+    p.allreduce.clear();
+    p.custom_allreduce.clear();
+  }
+  for (const auto& [key, points] : comm) {
+    const LinearFit f = fit_intercept_slope(points);
+    if (f.slope > 0) (key.first ? p.allreduce : p.custom_allreduce).push_back({key.second, f.intercept, 1 / f.slope});
+  }
+  if (comm.empty()) result.notes.push_back("no all-reduce rows: interconnect values are the base profile's");
+
+  p.source = fmt::format("fitted on {} kernel tables of {}{}, ceilings of {}", tables.framework, tables.system,
+                         rows == KernelRows::kTrain ? " (training half)" : "", base.name);
+  p.provenance = "fitted by hwmodel/fit/fit_kernel_tables.cpp from:";
+  for (const std::string& f : tables.files_read) p.provenance += "\n  " + f;
+  if (!result.notes.empty()) p.provenance += "\nnotes:";
+  for (const std::string& n : result.notes) p.provenance += "\n  " + n;
+  p.provenance += "\n";
+  return result;
+}
+
+}  // namespace batchsim

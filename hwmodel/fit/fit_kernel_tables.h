@@ -1,0 +1,80 @@
+// batchsim — fitting a hardware profile on kernel tables (aiconfigurator layout, kernel_tables.h).
+//
+// What a profile takes from a GPU's kernel tables, and how:
+//   - GEMM: the measured tables themselves (gemm_table.h), one per weight dtype the cost model
+//     runs (bfloat16 rows -> the 16-bit table, fp8 rows -> the FP8 table; block-scaled fp8_block
+//     rows are not modelled), and the roofline they fall back to outside their span fitted on
+//     the 16-bit rows (fit_gemm_roofline);
+//   - attention: the roofline's attention parameters (fit_attention_parameters) fitted on the
+//     context (prefill) and generation (decode) rows of Llama-like heads (head_dim 128, full
+//     causal attention, FlashAttention-3, the kernel vLLM runs on Hopper) with a 16-bit KV
+//     cache; the measured times include vLLM's KV-cache write and metadata, so the fitted
+//     launch floor carries them;
+//   - all-reduce: latency + bandwidth per GPU count for NCCL (`allreduce`) and for the
+//     framework's custom all-reduce under CUDA graphs (`custom_allreduce`).
+// The rest of the profile (ceilings, memory, elementwise kernels, CPU costs) is the base's.
+//
+// Held-out scoring (`batchsim validate` on a kernel-table folder) fits on one half of the rows
+// and scores the other, split by shape so that no held-out shape was seen:
+//   GEMM: the (n, k) weight shapes, alternating on the grid (a checkerboard by grid index);
+//   attention: the head configurations (heads, KV heads), alternating in sorted order;
+//   all-reduce: the message sizes of each GPU count, alternating.
+// The fused-MoE table is scored, never fitted (the MoE cost is the roofline's grouped GEMMs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/kernel_tables.h"
+#include "hwmodel/model_spec.h"
+
+namespace batchsim {
+
+// Which rows a fit or a score uses: all of them, or one side of the held-out split above.
+enum class KernelRows { kAll, kTrain, kHeldOut };
+
+// Whether a row is on the `rows` side of the split; tables are needed to place a GEMM's (n, k)
+// and an attention row's head configuration on the grid.
+class KernelSplit {
+ public:
+  explicit KernelSplit(const KernelTables& tables);
+  bool gemm(const KernelGemmRow& r, KernelRows rows) const;
+  bool attention(const KernelAttentionRow& r, KernelRows rows) const;
+  bool collective(const KernelCollectiveRow& r, KernelRows rows) const;
+
+ private:
+  std::vector<int64_t> gemm_n_, gemm_k_;
+  std::vector<std::pair<int64_t, int64_t>> head_configs_;
+  std::vector<std::tuple<std::string, int, int64_t>> message_sizes_;
+};
+
+// Why a row cannot be expressed by the cost model (or is outside what the fit is for), or ""
+// when it can. The fit and the score use the same rules, and the score counts each reason.
+std::string gemm_row_skip_reason(const KernelGemmRow& r);
+std::string attention_row_skip_reason(const KernelAttentionRow& r);
+std::string collective_row_skip_reason(const KernelCollectiveRow& r);
+
+// Weight bytes of a GEMM row's dtype: 2 (bfloat16) or 1 (fp8).
+int gemm_row_weight_bytes(const KernelGemmRow& r);
+// The ModelSpec of one layer with an attention row's per-GPU heads (tp 1) and KV dtype.
+ModelSpec attention_row_model(const KernelAttentionRow& r);
+// The cost model's time for a row under `gpu`.
+double predict_kernel_attention(const HardwareProfile& gpu, const KernelAttentionRow& r);
+double predict_kernel_gemm(const HardwareProfile& gpu, const KernelGemmRow& r);
+double predict_kernel_collective(const HardwareProfile& gpu, const KernelCollectiveRow& r);
+
+struct KernelFitResult {
+  HardwareProfile profile;
+  std::vector<std::string> notes;
+};
+// Fits `base` on the `rows` side (kAll or kTrain) of `tables`. The profile is named
+// "<base.name>-fitted" (the caller may rename it); its source and provenance say what it was
+// fitted on.
+KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProfile& base,
+                                  KernelRows rows = KernelRows::kAll);
+
+}  // namespace batchsim

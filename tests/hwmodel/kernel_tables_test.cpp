@@ -1,0 +1,164 @@
+// Kernel tables in aiconfigurator's layout: the reader on NVIDIA's H100 tables shipped here, the
+// GEMM tables a profile carries (looked up by the cost model, written and read back beside the
+// profile), and the held-out accuracy of a profile fitted on half of the shapes and scored on
+// the other half. The accuracy figures are those hwmodel/README.md quotes; a change to the
+// model or the fit that makes them worse fails here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "hwmodel/error.h"
+#include "hwmodel/fit/fit_kernel_tables.h"
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/kernel_tables.h"
+#include "hwmodel/kernel_validation.h"
+#include "hwmodel/roofline.h"
+#include <fmt/format.h>
+
+#include "hwmodel_test_util.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::user_error_of;
+using testing::write_text_file;
+
+std::filesystem::path h100_dir() { return testing::measured_dir() / "aiconfigurator" / "h100_sxm"; }
+
+const KernelTables& h100_tables() {
+  static const KernelTables tables = read_kernel_tables(h100_dir(), "vllm");
+  return tables;
+}
+
+TEST(KernelTables, ReadsNvidiasH100TablesForVllm) {
+  const KernelTables& t = h100_tables();
+  EXPECT_EQ(t.system, "h100_sxm");
+  EXPECT_EQ(t.framework, "vllm");
+  // Row counts of the shipped files (hwmodel/measured/README.md).
+  EXPECT_EQ(t.gemm.size(), 107188u);
+  size_t prefill = 0;
+  for (const auto& r : t.attention) prefill += r.prefill;
+  EXPECT_EQ(prefill, 50830u);
+  EXPECT_EQ(t.attention.size() - prefill, 62166u);
+  EXPECT_EQ(t.moe.size(), 49862u);
+  // NCCL's version is the one system.yaml names (2.27.3), not the newest folder.
+  EXPECT_THAT(t.files_read, ::testing::Contains("comm/nccl/2.27.3/nccl_perf.csv.gz"));
+  EXPECT_THAT(t.files_read, ::testing::Contains("comm/vllm/0.24.0/custom_allreduce_perf.csv.gz"));
+  // Milliseconds became seconds: (n, k) = (4096, 4096), m = 1 in bf16 takes about 13 us.
+  for (const auto& r : t.gemm) {
+    if (r.dtype == "bfloat16" && r.m == 1 && r.n == 4096 && r.k == 4096) EXPECT_NEAR(r.seconds, 13e-6, 3e-6);
+  }
+  EXPECT_TRUE(is_kernel_table_dir(h100_dir()));
+  EXPECT_FALSE(is_kernel_table_dir(testing::measured_dir() / "vidur"));
+}
+
+TEST(KernelTables, BadFoldersAndRowsAreNamed) {
+  EXPECT_THAT(user_error_of([] { read_kernel_tables(h100_dir(), "tensorflow-serving"); }),
+              AllOf(HasSubstr("no kernel tables of framework 'tensorflow-serving'"), HasSubstr("has: vllm")));
+  const auto dir = testing::scratch_dir("kernel_tables_bad");
+  write_text_file(dir / "gemm" / "vllm" / "1.0", "gemm_perf.csv",
+                  "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
+                  "VLLM,1.0,H100,gemm,cublas,bfloat16,1,4096,4096,0.013\n"
+                  "VLLM,1.0,H100,gemm,cublas,bfloat16,1e30,4096,4096,0.013\n");
+  EXPECT_THAT(user_error_of([&] { read_kernel_tables(dir, "vllm"); }),
+              HasSubstr("gemm_perf.csv:3: column 'm': 1e30 is not a whole number"));
+  write_text_file(dir / "gemm" / "vllm" / "1.0", "gemm_perf.csv",
+                  "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
+                  "VLLM,1.0,H100,gemm,cublas,bfloat16,1,4096,4096,-1\n");
+  EXPECT_THAT(user_error_of([&] { read_kernel_tables(dir, "vllm"); }), HasSubstr("gemm_perf.csv:2: column 'latency' must be > 0"));
+}
+
+// A profile names its GEMM tables; the cost model looks GEMMs up there and falls back to the
+// roofline outside their span; saving writes the tables beside the profile and they read back.
+TEST(KernelTables, AProfileCarriesGemmTablesThatTheCostModelUses) {
+  const auto dir = testing::scratch_dir("kernel_tables_profile");
+  std::vector<GemmPoint> points;
+  for (int64_t m : {1, 64, 4096})
+    for (int64_t n : {1024, 4096})
+      for (int64_t k : {1024, 4096}) points.push_back({m, n, k, 1e-5 * static_cast<double>(m) / 64.0 + 2e-6});
+  write_text_file(dir, "mine.gemm-bf16.txt", GemmTable::from_points("bf16", "test", points).to_text());
+  write_text_file(dir, "mine.yaml", "base: h100-sxm\ngemm_tables: {bf16: mine.gemm-bf16.txt}\n");
+  const HardwareProfile p = load_hardware_profile(dir / "mine.yaml");
+  ASSERT_NE(p.gemm_table(2), nullptr);
+  EXPECT_EQ(p.gemm_table(1), nullptr);  // no FP8 table: FP8 GEMMs use the roofline
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, 2), 1e-5 + 2e-6);
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 8192, 2), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 8192, 2));
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, 1), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 64, 1));
+
+  save_hardware_profile(p, dir / "copy.yaml");
+  EXPECT_TRUE(std::filesystem::exists(dir / "copy.gemm-bf16.txt"));
+  const HardwareProfile back = load_hardware_profile(dir / "copy.yaml");
+  EXPECT_NEAR(gemm_time_s(back, GemmShape{3000, 2000}, 500, 2) / gemm_time_s(p, GemmShape{3000, 2000}, 500, 2), 1, 1e-4);
+
+  write_text_file(dir, "broken.yaml", "base: h100-sxm\ngemm_tables: {bf16: missing.txt}\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "broken.yaml"); }), HasSubstr("missing.txt: no such GEMM table"));
+  write_text_file(dir, "dtype.yaml", "base: h100-sxm\ngemm_tables: {int4: mine.gemm-bf16.txt}\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "dtype.yaml"); }), HasSubstr("'gemm_tables.int4' is unknown"));
+}
+
+// Fitted on half of the shapes, scored on the other half (fit_kernel_tables.h). The issue's
+// targets where they are met, and today's figures as a bound where they are not yet
+// (context attention: 11.5% against a 10% target; hwmodel/README.md says why).
+TEST(KernelTables, HeldOutAccuracyOnTheH100Tables) {
+  const KernelTables& t = h100_tables();
+  const KernelFitResult fit = fit_kernel_tables(t, resolve_gpu("h100-sxm"), KernelRows::kTrain);
+  const KernelValidationReport r = score_kernel_tables(t, fit.profile, KernelRows::kHeldOut);
+  const auto& gemm = r.operators.at("gemm");
+  for (const char* part : {"bf16 n,k >= 1024", "fp8 n,k >= 1024"}) {
+    SCOPED_TRACE(part);
+    const ErrorStats& s = gemm.parts.at(part);
+    EXPECT_GT(s.count, 9000);
+    EXPECT_LE(s.mape_percent, 7.0);
+    EXPECT_LE(s.p90_percent(), 15.0);
+  }
+  // Elsewhere no worse than the roofline alone (what the profiles had before tables).
+  for (const char* dtype : {"bf16", "fp8"}) {
+    for (const char* region : {">= 1024", "< 1024 (either)"}) {
+      const std::string part = fmt::format("{} n,k {}", dtype, region);
+      EXPECT_LT(gemm.parts.at(part).mape_percent, gemm.parts.at(part + ", roofline alone").mape_percent) << part;
+    }
+  }
+  EXPECT_EQ(gemm.skipped.at("block-scaled FP8 (fp8_block, DeepSeek-style): not modelled"), 35704);
+  EXPECT_LE(r.operators.at("generation_attention").stats.mape_percent, 10.0);
+  EXPECT_LE(r.operators.at("context_attention").stats.mape_percent, 12.0);
+  EXPECT_GT(r.operators.at("context_attention").stats.count, 2000);
+  EXPECT_LE(r.operators.at("nccl_all_reduce").stats.mape_percent, 12.0);
+  EXPECT_LE(r.operators.at("custom_all_reduce").stats.mape_percent, 12.0);
+  EXPECT_GT(r.operators.at("moe").stats.count, 0);  // scored, not fitted
+  // Every row is scored (16-bit KV in the headline, FP8 KV as its part) or skipped with a
+  // reason: on all rows, the three add up to the table.
+  const KernelValidationReport all = score_kernel_tables(t, fit.profile, KernelRows::kAll);
+  const KernelOperatorScore& context = all.operators.at("context_attention");
+  int64_t skipped = 0;
+  for (const auto& [why, n] : context.skipped) skipped += n;
+  EXPECT_EQ(skipped + context.stats.count + context.parts.at("kv fp8 (not in the fit or the headline)").count, 50830);
+}
+
+// hwmodel/profiles/h100-sxm-fitted.yaml and its GEMM tables are what the fit makes of the
+// shipped tables today (hwmodel/README.md has the command).
+TEST(KernelTables, ShippedH100ProfileIsAFreshFit) {
+  const HardwareProfile shipped = resolve_gpu("h100-sxm-fitted");
+  const KernelFitResult fresh = fit_kernel_tables(h100_tables(), resolve_gpu("h100-sxm"), KernelRows::kAll);
+  testing::expect_profiles_near(fresh.profile, shipped, 1e-6, false);
+  EXPECT_THAT(shipped.provenance, HasSubstr("held-out error"));
+  for (int bytes : {2, 1}) {
+    ASSERT_NE(shipped.gemm_table(bytes), nullptr);
+    const GemmTable& a = *shipped.gemm_table(bytes);
+    const GemmTable& b = *fresh.profile.gemm_table(bytes);
+    ASSERT_EQ(a.columns().size(), b.columns().size());
+    for (size_t c = 0; c < a.columns().size(); c += 37) {
+      for (size_t m = 0; m < a.m_grid().size(); ++m) {
+        const double x = a.columns()[c].seconds[m], y = b.columns()[c].seconds[m];
+        if (std::isnan(y)) EXPECT_TRUE(std::isnan(x));
+        else EXPECT_NEAR(x / y, 1.0, 1e-4);  // five significant digits in the file
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace batchsim
