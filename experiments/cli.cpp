@@ -72,6 +72,9 @@ po::options_description run_options() {
        "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
       ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
+      ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
+       "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
+       "closed loop; default 0: open loop)")
       ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
       ("iteration-log", po::bool_switch(), "also write iterations.csv")
       ("help,h", "show this help");
@@ -113,6 +116,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("prefix")) c.workload.prefix = vm["prefix"].as<std::string>();
   if (vm.count("seed")) c.workload.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
+  if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
 }

@@ -39,7 +39,7 @@ struct Where {
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
-      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log"};
+      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency"};
   return keys.count(key) > 0;
 }
 

@@ -69,6 +69,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["seed"] = c.workload.seed;
   j["prefix"] = c.workload.prefix;
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
+  j["max_concurrency"] = c.max_concurrency;
   return j;
 }
 

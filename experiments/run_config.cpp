@@ -118,6 +118,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
       }
     }
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
+    else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);
     else {
@@ -143,6 +144,11 @@ void validate(const RunConfig& c) {
   parse_router(c.router, "--router");
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
+  }
+  constexpr int64_t kMaxConcurrency = 10'000'000;
+  if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
+    throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
+                                c.max_concurrency, kMaxConcurrency));
   }
   // Request ids are 32-bit; far below that, memory runs out first (about 200 bytes a request).
   constexpr int64_t kMaxRequests = 100'000'000;

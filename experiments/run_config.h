@@ -36,6 +36,9 @@ struct RunConfig {
   std::string router = "round-robin";
   WorkloadSpec workload;
   double gpu_memory_utilization = 0.9;
+  // Closed-loop clients (vllm bench serve --max-concurrency): at most this many requests in
+  // flight; 0 = open loop. See SimulationOptions::max_concurrency.
+  int64_t max_concurrency = 0;
   std::filesystem::path out;     // empty: print only
   bool iteration_log = false;
 };

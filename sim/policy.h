@@ -80,10 +80,18 @@ struct PolicyEnv {
   // instead of waiting for one that can never fill). Counting its own arrivals would not do in
   // a cluster, where a replica sees only its share.
   const int64_t* arrived = nullptr;
+  // With closed-loop clients (SimulationOptions::max_concurrency): whether every client has a
+  // request in flight, so that none can arrive before one settles. Null: open loop.
+  const bool* clients_saturated = nullptr;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
-  bool all_arrived() const { return *arrived == static_cast<int64_t>(requests->size()); }
+  // No request can arrive before one settles: all have, or the closed-loop clients are all
+  // waiting on theirs (a batcher waiting for more would wait forever).
+  bool all_arrived() const {
+    return *arrived == static_cast<int64_t>(requests->size()) ||
+           (clients_saturated != nullptr && *clients_saturated);
+  }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {
     return request(id).prompt_tokens + progress_of(id).generated_tokens;

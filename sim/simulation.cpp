@@ -97,6 +97,14 @@ SimulationResult Simulation::run() {
       static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
+  if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");
+  const bool closed_loop = options_.max_concurrency > 0;
+  if (closed_loop) sent_ = workload_;
+  requests_ = closed_loop ? &sent_ : &workload_;
+  in_flight_ = pending_sends_ = scheduled_ = 0;
+  clients_saturated_ = false;
+  held_.clear();
+  released_.assign(closed_loop ? n : 0, 0);
   progress_.assign(n, RequestProgress{});
   admission_hit_.assign(n, 0);
   scheduled_in_batch_.assign(n, -1);
@@ -126,7 +134,7 @@ SimulationResult Simulation::run() {
     r.policy = policies_[i];
     r.index = static_cast<int32_t>(i);
     PolicyEnv& env = r.env;
-    env.requests = &workload_;
+    env.requests = requests_;
     env.progress = &progress_;
     env.cost_model = &cost_model_;
     env.kv_capacity_tokens = result_.kv_capacity_tokens;
@@ -143,6 +151,7 @@ SimulationResult Simulation::run() {
     };
     env.prefix_blocks = options_.prefix_blocks;
     env.arrived = &arrived_;
+    env.clients_saturated = closed_loop ? &clients_saturated_ : nullptr;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
@@ -168,7 +177,7 @@ SimulationResult Simulation::run() {
     now_ = e.time;
     switch (e.kind) {
       case EventKind::kArrival:
-        arrive(static_cast<RequestId>(e.payload));
+        client_arrival(static_cast<RequestId>(e.payload));
         break;
       case EventKind::kWakeUp: {
         Replica& r = replicas_[static_cast<size_t>(e.payload)];
@@ -189,7 +198,7 @@ SimulationResult Simulation::run() {
 
   for (RequestId id = 0; id < n; ++id) {
     RequestRecord& rec = result_.requests[id];
-    static_cast<Request&>(rec) = workload_[id];
+    static_cast<Request&>(rec) = (*requests_)[id];
     static_cast<RequestProgress&>(rec) = progress_[id];
   }
   summarize_replicas();
@@ -298,6 +307,45 @@ int32_t Simulation::route(RequestId id) {
   return static_cast<int32_t>(next_round_robin_++ % n);
 }
 
+void Simulation::client_arrival(RequestId id) {
+  if (options_.max_concurrency <= 0) {
+    ++scheduled_;
+    arrive(id);
+    return;
+  }
+  if (released_[static_cast<size_t>(id)] != 0) {  // a send the client queued at a settle
+    released_[static_cast<size_t>(id)] = 0;
+    --pending_sends_;
+    arrive(id);
+    return;
+  }
+  ++scheduled_;
+  if (in_flight_ >= options_.max_concurrency) {
+    held_.push_back(id);
+    return;
+  }
+  ++in_flight_;
+  clients_saturated_ = in_flight_ >= options_.max_concurrency;
+  arrive(id);
+}
+
+void Simulation::release_clients(int64_t count) {
+  if (options_.max_concurrency <= 0) return;
+  in_flight_ -= count;
+  // Sends are events at `now_`, after what is being handled: a policy that rejects on arrival
+  // settles inside arrive(), and a send from there must not recurse into it.
+  while (in_flight_ < options_.max_concurrency && !held_.empty()) {
+    const RequestId id = held_.front();
+    held_.pop_front();
+    sent_[static_cast<size_t>(id)].arrival = now_;
+    released_[static_cast<size_t>(id)] = 1;
+    ++pending_sends_;
+    ++in_flight_;
+    events_.push(now_, EventKind::kArrival, id);
+  }
+  clients_saturated_ = in_flight_ >= options_.max_concurrency;
+}
+
 void Simulation::arrive(RequestId id) {
   ++arrived_;
   Replica& r = replicas_[static_cast<size_t>(route(id))];
@@ -313,7 +361,7 @@ void Simulation::arrive(RequestId id) {
   // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
   // so every idle replica that holds work gets to schedule again. With one replica there is no
   // other.
-  if (arrived_ == static_cast<int64_t>(workload_.size())) {
+  if (arrived_ == static_cast<int64_t>(workload_.size()) || clients_saturated_) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) wake_now(other);
     }
@@ -342,6 +390,7 @@ void Simulation::reject(RequestId id, std::string reason) {
   result_.requests[id].reject_reason = std::move(reason);
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
+  release_clients(1);
 }
 
 void Simulation::try_start_iteration(Replica& r) {
@@ -375,7 +424,7 @@ void Simulation::try_start_iteration(Replica& r) {
   for (const BatchItem& item : batch.items) {
     RequestProgress& p = progress_[item.id];
     min_remaining = std::min<int64_t>(min_remaining,
-                                      workload_[item.id].output_tokens - p.generated_tokens);
+                                      (*requests_)[item.id].output_tokens - p.generated_tokens);
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
     }
@@ -411,6 +460,7 @@ void Simulation::try_start_iteration(Replica& r) {
       batch.extra_time == SimTime::zero()) {
     end = fast_forward(r, r.first_end, min_remaining);
   }
+  r.done_at = end;
   events_.push(end, EventKind::kIterationDone, r.index);
 }
 
@@ -441,9 +491,21 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   // (least-outstanding and least-kv read the replicas' state then), so we stop before every
   // arrival. That also keeps routing exact: a router reading this replica at time t sees the
   // state after its last schedule() at or before t, which no repeat runs past.
-  const SimTime next_arrival = arrived_ < static_cast<int64_t>(workload_.size())
-                                   ? workload_[static_cast<size_t>(arrived_)].arrival
-                                   : SimTime::max();
+  // The next request to reach a replica: the workload's next arrival; with closed-loop clients,
+  // a send queued at this instant, and none before a settle (which ends the run) while every
+  // client slot is taken.
+  SimTime next_arrival = scheduled_ < static_cast<int64_t>(workload_.size())
+                             ? workload_[static_cast<size_t>(scheduled_)].arrival
+                             : SimTime::max();
+  if (pending_sends_ > 0) {
+    next_arrival = now_;
+  } else if (options_.max_concurrency > 0 && in_flight_ >= options_.max_concurrency) {
+    // A settle on another replica, at its iteration's end, can send a held request here.
+    next_arrival = SimTime::max();
+    for (const Replica& other : replicas_) {
+      if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
+    }
+  }
   Batch& batch = r.batch;
   BatchShape shape = batch.shape;  // decodes only: copying allocates nothing
   r.repeat_gaps.clear();
@@ -514,7 +576,7 @@ void Simulation::record_token(Replica& r, RequestProgress& p, SimTime at) {
 }
 
 void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
-  if (p.generated_tokens < workload_[id].output_tokens) return;
+  if (p.generated_tokens < (*requests_)[id].output_tokens) return;
   p.state = RequestState::kFinished;
   p.finished = now_;
   finished_.push_back(id);
@@ -522,6 +584,7 @@ void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
 
 void Simulation::finish_iteration(Replica& r) {
   r.busy = false;
+  r.done_at = SimTime::max();
   finished_.clear();
   const Batch& batch = r.batch;
   int32_t num_prefills = 0;
@@ -543,7 +606,7 @@ void Simulation::finish_iteration(Replica& r) {
   } else {
     for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress_[item.id];
-      const Request& req = workload_[item.id];
+      const Request& req = (*requests_)[item.id];
       const int64_t known = req.prompt_tokens + p.generated_tokens;
       const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
                               item.new_tokens == 1;
@@ -561,6 +624,7 @@ void Simulation::finish_iteration(Replica& r) {
   r.policy->on_iteration_end(batch, finished_, now_);
   settled_ += static_cast<int64_t>(finished_.size());
   r.outstanding -= static_cast<int64_t>(finished_.size());
+  release_clients(static_cast<int64_t>(finished_.size()));
 
   set_counts(r, num_prefills, prefill_tokens);
   close_iteration(r);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <queue>
 #include <span>
@@ -95,6 +96,13 @@ struct SimulationOptions {
   // workload's samples). Ignored with one replica.
   Router router = Router::kRoundRobin;
   uint64_t router_seed = 0;
+  // Closed-loop clients, as `vllm bench serve --max-concurrency C` runs them: at most C requests
+  // in flight (sent, not yet finished or rejected); a request whose arrival comes while C are
+  // in flight waits at the client and is sent the moment one settles. Its arrival, from which
+  // TTFT and e2e are measured, is the time it is sent (vLLM's benchmark starts a request's clock
+  // once the semaphore lets it go). With every arrival at t = 0 this is a pure closed loop.
+  // 0: open loop (every request is sent at its arrival).
+  int64_t max_concurrency = 0;
   // Called after every iteration with the applied batch (IterationRecord::replica says whose):
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
@@ -120,6 +128,7 @@ class Simulation {
     bool busy = false;
     bool wake_pending = false;
     SimTime wake_time = SimTime::max();
+    SimTime done_at = SimTime::max();  // when the iteration (or fast-forwarded run) in flight ends
     Batch batch;
     int64_t iterations = 0;
     IterationRecord current;
@@ -140,6 +149,10 @@ class Simulation {
   };
 
   void arrive(RequestId id);
+  // An arrival event: sent now, or held at the client while max_concurrency are in flight.
+  void client_arrival(RequestId id);
+  // `count` requests settled: the client sends as many of the requests it holds.
+  void release_clients(int64_t count);
   void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
   int32_t route(RequestId id);
@@ -161,6 +174,16 @@ class Simulation {
   void summarize_replicas();
 
   const Workload& workload_;
+  // The requests as sent: the workload itself, or with closed-loop clients a copy whose arrivals
+  // are the send times (PolicyEnv::requests and the records read this).
+  const Workload* requests_ = nullptr;
+  Workload sent_;
+  int64_t in_flight_ = 0;            // closed loop: sent, not settled
+  bool clients_saturated_ = false;   // closed loop: in_flight_ has reached max_concurrency
+  std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
+  std::vector<uint8_t> released_;    // closed loop: the pending arrival event is a send
+  int64_t pending_sends_ = 0;        // closed loop: send events queued at `now_`
+  int64_t scheduled_ = 0;            // arrival events (at workload times) processed
   std::vector<Policy*> policies_;
   const CostModel& cost_model_;
   SimulationOptions options_;

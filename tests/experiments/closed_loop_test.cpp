@@ -1,0 +1,152 @@
+// Closed-loop clients (--max-concurrency C, vllm bench serve's semantics): exactly C requests in
+// flight while any wait at the client, each waiting request sent the moment one settles and
+// timed from then, fast-forward exact, and batchers that wait for a full batch do not wait
+// forever on clients that cannot send more.
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "experiments/cli.h"
+#include "experiments/runner.h"
+#include "hwmodel/error.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::HasSubstr;
+
+RunConfig closed_loop_config(const std::string& policy, int64_t concurrency, const std::string& arrival = "offline") {
+  RunConfig c = default_run_config();
+  c.policy = policy;
+  c.max_concurrency = concurrency;
+  c.workload.arrival = arrival;
+  c.workload.num_requests = 60;
+  c.workload.prompt_len = "uniform:64:900";
+  c.workload.output_len = "uniform:2:120";
+  c.workload.seed = 3;
+  return c;
+}
+
+// The most requests in flight at once: sent (arrival) and not yet settled.
+int64_t max_in_flight(const SimulationResult& r) {
+  std::vector<std::pair<SimTime, int>> edges;
+  for (const RequestRecord& q : r.requests) {
+    edges.emplace_back(q.arrival, +1);
+    edges.emplace_back(q.finished, -1);
+  }
+  std::sort(edges.begin(), edges.end());  // at equal times a settle (-1) comes before a send
+  int64_t now = 0, peak = 0;
+  for (const auto& [t, d] : edges) peak = std::max(peak, now += d);
+  return peak;
+}
+
+TEST(ClosedLoop, ExactlyCInFlightAndEachSentWhenOneSettles) {
+  for (const char* policy : {"vllm", "vllm-v0", "orca", "sarathi"}) {
+    SCOPED_TRACE(policy);
+    const RunOutcome run = run_simulation(closed_loop_config(policy, 4));
+    const auto& reqs = run.result.requests;
+    ASSERT_EQ(run.result.summary.requests_completed, 60);
+    EXPECT_EQ(max_in_flight(run.result), 4);
+    std::multiset<SimTime> finishes;
+    for (const auto& q : reqs) finishes.insert(q.finished);
+    int64_t at_zero = 0;
+    for (const auto& q : reqs) {
+      if (q.arrival == SimTime::zero()) {
+        ++at_zero;
+        continue;
+      }
+      // Sent at a settle: the finish of a request sent before it.
+      EXPECT_TRUE(finishes.count(q.arrival) > 0) << "request " << q.id;
+    }
+    EXPECT_EQ(at_zero, 4);
+    // While requests wait at the client, four are in flight: the number sent by each finish
+    // equals the number that finished then (requests are sent in order).
+    std::map<SimTime, int> sent_at, finished_at;
+    for (const auto& q : reqs) {
+      if (q.arrival > SimTime::zero()) ++sent_at[q.arrival];
+      ++finished_at[q.finished];
+    }
+    int64_t sent_total = 4;
+    for (const auto& [t, n] : finished_at) {
+      const int sent = sent_at.count(t) ? sent_at[t] : 0;
+      EXPECT_EQ(sent, std::min<int64_t>(n, 60 - sent_total)) << t.seconds();
+      sent_total += sent;
+    }
+    for (size_t i = 1; i < reqs.size(); ++i) EXPECT_LE(reqs[i - 1].arrival, reqs[i].arrival);
+  }
+}
+
+TEST(ClosedLoop, CapsARateDrivenStreamAndTimesRequestsFromTheirSend) {
+  RunConfig open = closed_loop_config("vllm", 0, "poisson:50");
+  RunConfig capped = closed_loop_config("vllm", 3, "poisson:50");
+  const RunOutcome a = run_simulation(open), b = run_simulation(capped);
+  EXPECT_GT(max_in_flight(a.result), 3);
+  EXPECT_EQ(max_in_flight(b.result), 3);
+  for (size_t i = 0; i < a.result.requests.size(); ++i) {
+    EXPECT_GE(b.result.requests[i].arrival, a.result.requests[i].arrival);  // never before it is due
+    EXPECT_GE(b.result.requests[i].ttft_s(), 0.0);
+  }
+  // Fewer in flight: shorter batches, so each request's own latency is lower.
+  EXPECT_LT(b.result.summary.e2e_s.p50, a.result.summary.e2e_s.p50);
+}
+
+TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
+  // With several replicas a settle on one sends a request that the router may give to another
+  // in the middle of its fast-forwarded run.
+  for (const auto& [replicas, router] : {std::pair<int, const char*>{1, "round-robin"}, {3, "round-robin"},
+                                         {3, "least-outstanding"}, {3, "random"}}) {
+    for (const char* policy : {"vllm", "continuous", "tgi"}) {
+      SCOPED_TRACE(fmt::format("{} x{} {}", policy, replicas, router));
+      RunConfig c = closed_loop_config(policy, 5);
+      c.replicas = replicas;
+      c.router = router;
+      c.workload.output_len = "uniform:50:400";
+      RunHooks off;
+      off.fast_forward = false;
+      const RunOutcome fast = run_simulation(c), slow = run_simulation(c, nullptr, off);
+      ASSERT_EQ(fast.result.requests.size(), slow.result.requests.size());
+      for (size_t i = 0; i < fast.result.requests.size(); ++i) {
+        EXPECT_EQ(fast.result.requests[i].arrival, slow.result.requests[i].arrival) << i;
+        EXPECT_EQ(fast.result.requests[i].finished, slow.result.requests[i].finished) << i;
+        EXPECT_EQ(fast.result.requests[i].first_token, slow.result.requests[i].first_token) << i;
+      }
+      EXPECT_GT(fast.result.fast_forwarded_iterations, 0);
+    }
+  }
+}
+
+// A static batcher waiting for 16 requests would wait forever on 4 clients: once every client
+// has a request in flight, nothing can arrive before one settles, so it runs what it has.
+TEST(ClosedLoop, StaticBatchersRunWhatTheClientsCanSend) {
+  RunConfig c = closed_loop_config("hf-static", 4);
+  c.policy_opts["batch_size"] = "16";
+  const RunOutcome run = run_simulation(c);
+  EXPECT_EQ(run.result.summary.requests_completed, 60);
+  EXPECT_EQ(max_in_flight(run.result), 4);
+}
+
+TEST(ClosedLoop, TheOptionIsCheckedAndEchoed) {
+  EXPECT_THAT(testing::user_error_of([] {
+                std::ostringstream o, e;
+                cli_main({"run", "--max-concurrency", "-1", "--num-requests", "5"}, o, e);
+              }),
+              HasSubstr("--max-concurrency -1: must be in [0, 10000000]"));
+  const auto dir = testing::scratch_dir("closed-loop-cli");
+  std::ostringstream o, e;
+  ASSERT_EQ(cli_main({"run", "--max-concurrency", "8", "--num-requests", "30", "--out", (dir / "r").string()}, o, e), 0);
+  std::ifstream in(dir / "r" / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_EQ(summary["config"]["max_concurrency"], 8);
+}
+
+}  // namespace
+}  // namespace batchsim
