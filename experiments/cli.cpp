@@ -14,6 +14,7 @@
 #include "experiments/experiment.h"
 #include "experiments/output.h"
 #include "experiments/validate.h"
+#include "experiments/validate_serving.h"
 #include "experiments/calibrate.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
@@ -39,6 +40,7 @@ commands:
             batchsim list {models,gpus,policies,routers}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
+  validate-serving  replay measured serving benchmarks and report the TTFT and TPOT error
   calibrate fit a hardware profile on a GPU's measurements:  batchsim calibrate fit DIR --out P.yaml
 
 `batchsim <command> --help` shows a command's options.
@@ -434,6 +436,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "bench") return cmd_bench(rest, out);
   if (command == "validate") return validate_command(rest, out);
   if (command == "calibrate") return calibrate_command(rest, out);
+  if (command == "validate-serving") return validate_serving_command(rest, out);
   throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));
 }
 

@@ -94,6 +94,17 @@ ModelSpec spec(std::string name, int layers, int hidden, int heads, int kv_heads
   return m;
 }
 
+ModelSpec with_hf_id(ModelSpec m, std::string id) {
+  m.hf_id = std::move(id);
+  return m;
+}
+
+// For models whose heads are not hidden / heads wide (Qwen3: 64 x 128 > 5120).
+ModelSpec with_head_dim(ModelSpec m, int head_dim) {
+  m.head_dim = head_dim;
+  return m;
+}
+
 // `dense` with its MLP replaced by `experts` routed experts of its ffn_size, top `top_k`, and a
 // shared expert of `shared_ffn` (0: none).
 ModelSpec moe(ModelSpec dense, int experts, int top_k, int shared_ffn = 0) {
@@ -142,6 +153,14 @@ std::vector<ModelSpec> make_builtin_models() {
       // hidden x 1 weight is not counted), MHA with 16 heads, decoder_sparse_step 1 (every
       // layer MoE). 14.3B parameters, 2.7B active (the model card).
       moe(spec("qwen1.5-moe", 24, 2048, 16, 16, 1408, true, 151936, 8192), 60, 4, 5632),
+      // meta-llama/Llama-3.1-8B-Instruct: Llama-3-8B's shapes with a 131,072-token context
+      // (rope scaling). The model of NVIDIA's measured serving results (measured/aiconfigurator).
+      with_hf_id(spec("llama-3.1-8b", 32, 4096, 32, 8, 14336, true, 128256, 131072),
+                 "meta-llama/Llama-3.1-8B-Instruct"),
+      // Qwen/Qwen3-32B: 64 layers, hidden 5120, 64 query heads of head_dim 128 (8192 wide, more
+      // than the hidden size), 8 KV heads, intermediate 25600, vocabulary 151936, 40,960 positions.
+      with_hf_id(with_head_dim(spec("qwen3-32b", 64, 5120, 64, 8, 25600, true, 151936, 40960), 128),
+                 "Qwen/Qwen3-32B"),
   };
   std::sort(models.begin(), models.end(),
             [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });
@@ -438,7 +457,7 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
 
 ModelSpec resolve_model(std::string_view name_or_path) {
   for (const auto& m : builtin_models()) {
-    if (m.name == name_or_path) return m;
+    if (m.name == name_or_path || (!m.hf_id.empty() && m.hf_id == name_or_path)) return m;
   }
   const std::filesystem::path path(name_or_path);
   std::error_code ec;

@@ -26,6 +26,9 @@ inline constexpr int kActivationBytes = 2;
 
 struct ModelSpec {
   std::string name;
+  // The Hugging Face repository a built-in's shapes come from ("meta-llama/Llama-3.1-8B-Instruct");
+  // resolve_model accepts it for the built-in. Empty for models read from a config.json.
+  std::string hf_id;
   int num_layers = 0;
   int hidden_size = 0;     // d_model
   int num_heads = 0;       // query heads

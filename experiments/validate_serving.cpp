@@ -1,0 +1,196 @@
+// batchsim — `batchsim validate-serving` (see validate_serving.h).
+#include "experiments/validate_serving.h"
+
+#include <cmath>
+#include <map>
+#include <ostream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <nlohmann/json.hpp>
+
+#include "experiments/command_line.h"
+#include "experiments/output.h"
+#include "experiments/run_config.h"
+#include "experiments/runner.h"
+#include "hwmodel/csv_table.h"
+#include "hwmodel/error.h"
+#include "hwmodel/model_spec.h"
+
+namespace po = boost::program_options;
+
+namespace batchsim {
+
+namespace {
+
+struct ServingRow {
+  int64_t line = 0;
+  std::string backend, version, model_path, precision;
+  int64_t isl = 0, osl = 0, concurrency = 0;
+  int tp = 1;
+  double ttft_ms = 0, tpot_ms = 0;
+  double predicted_ttft_ms = 0, predicted_tpot_ms = 0;
+};
+
+struct ServingOptions {
+  std::string measurements, gpu, policy = "vllm", system = "h100_sxm", backend, models_dir, out;
+  int64_t requests_per_client = 10;
+};
+
+// The model a row names: a built-in by its Hugging Face id (or name), or DIR/<id>/config.json.
+std::string model_for(const std::string& model_path, const ServingOptions& o) {
+  if (!o.models_dir.empty()) {
+    const std::filesystem::path config = std::filesystem::path(o.models_dir) / model_path / "config.json";
+    if (std::filesystem::is_regular_file(config)) return config.string();
+  }
+  for (const ModelSpec& m : builtin_models()) {
+    if (m.hf_id == model_path || m.name == model_path) return m.name;
+  }
+  return "";
+}
+
+struct Mape {
+  double sum = 0;
+  int64_t count = 0;
+  void add(double predicted, double measured) {
+    sum += std::abs(predicted / measured - 1) * 100;
+    ++count;
+  }
+  double value() const { return count > 0 ? sum / static_cast<double>(count) : 0; }
+};
+
+}  // namespace
+
+int validate_serving_command(const std::vector<std::string>& args, std::ostream& out) {
+  ServingOptions o;
+  po::options_description d("batchsim validate-serving options");
+  d.add_options()
+      ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
+      ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
+      ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default vllm)")
+      ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
+      ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
+      ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
+      ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 10)")
+      ("out", po::value(&o.out), "write the per-row report as JSON")
+      ("help,h", "show this help");
+  const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
+  if (vm.count("help")) {
+    out << "usage: batchsim validate-serving --measurements FILE.csv --gpu PROFILE [options]\n\n"
+           "Replays every row of a measured serving benchmark with closed-loop clients and compares\n"
+           "the predicted mean TTFT and TPOT with the measured ones.\n\n"
+        << d << '\n';
+    return 0;
+  }
+  if (o.measurements.empty()) throw UserError("validate-serving: --measurements is required");
+  if (o.gpu.empty()) throw UserError("validate-serving: --gpu is required");
+  if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
+    throw UserError("--requests-per-client: must be in [1, 1000]");
+  }
+  resolve_gpu(o.gpu);  // a bad name fails here, before any row
+
+  CsvTable csv(o.measurements);
+  std::vector<ServingRow> rows;
+  std::map<std::string, int64_t> skipped;
+  while (csv.next()) {
+    if (csv.text("system") != o.system) {
+      ++skipped[fmt::format("system {} (not {})", csv.text("system"), o.system)];
+      continue;
+    }
+    if (!o.backend.empty() && csv.text("backend") != o.backend) continue;
+    if (csv.text("mode") != "agg") {
+      ++skipped[fmt::format("{} serving (prefill/decode disaggregation is not simulated)", csv.text("mode"))];
+      continue;
+    }
+    if (csv.integer("pp_size", 1, 1 << 10) != 1) {
+      ++skipped["pipeline parallelism: not simulated"];
+      continue;
+    }
+    ServingRow r;
+    r.line = 0;
+    r.backend = csv.text("backend");
+    r.version = csv.text("backend_version");
+    r.model_path = csv.text("model_path");
+    r.precision = csv.text("precision");
+    r.isl = csv.integer("isl", 1, 1 << 24);
+    r.osl = csv.integer("osl", 1, 1 << 24);
+    r.concurrency = csv.integer("batch_size", 1, 1 << 20);
+    r.tp = static_cast<int>(csv.integer("tp_size", 1, 64));
+    r.ttft_ms = csv.number("silicon_ttft_ms");
+    r.tpot_ms = csv.number("silicon_tpot_ms");
+    if (!(r.ttft_ms > 0 && r.tpot_ms > 0)) csv.fail("silicon_ttft_ms and silicon_tpot_ms must be > 0");
+    if (r.precision != "" && r.precision != "fp8" && r.precision != "bf16" && r.precision != "fp16") {
+      ++skipped[fmt::format("precision {}: not modelled", r.precision)];
+      continue;
+    }
+    if (model_for(r.model_path, o).empty()) {
+      ++skipped[fmt::format("model {}: not built in (give --models-dir with its config.json)", r.model_path)];
+      continue;
+    }
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty()) throw UserError(fmt::format("{}: no rows to replay for system {}", o.measurements, o.system));
+
+  Mape ttft, tpot;
+  std::map<std::string, std::pair<Mape, Mape>> by_backend;
+  nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
+  for (ServingRow& r : rows) {
+    RunConfig c = default_run_config();
+    c.model = model_for(r.model_path, o);
+    c.gpu = o.gpu;
+    c.tp = r.tp;
+    c.policy = o.policy;
+    c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
+    c.workload.arrival = "offline";
+    c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
+    c.workload.output_len = fmt::format("fixed:{}", r.osl);
+    c.workload.num_requests = r.concurrency * o.requests_per_client;
+    c.max_concurrency = r.concurrency;
+    const RunOutcome run = run_simulation(c);
+    const Summary& s = run.result.summary;
+    r.predicted_ttft_ms = s.ttft_s.mean * 1e3;
+    r.predicted_tpot_ms = s.tpot_s.mean * 1e3;
+    ttft.add(r.predicted_ttft_ms, r.ttft_ms);
+    tpot.add(r.predicted_tpot_ms, r.tpot_ms);
+    by_backend[r.backend].first.add(r.predicted_ttft_ms, r.ttft_ms);
+    by_backend[r.backend].second.add(r.predicted_tpot_ms, r.tpot_ms);
+    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"model", r.model_path},
+                           {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
+                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"measured_ttft_ms", r.ttft_ms},
+                           {"predicted_ttft_ms", r.predicted_ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
+                           {"predicted_tpot_ms", r.predicted_tpot_ms}, {"rejected", s.requests_rejected}});
+  }
+
+  fmt::print(out, "{} rows of {} replayed on {} with policy {} ({} requests per client):\n", rows.size(),
+             o.measurements, o.gpu, o.policy, o.requests_per_client);
+  fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
+  for (const auto& [backend, m] : by_backend) {
+    fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", backend, m.first.count, m.first.value(), m.second.value());
+  }
+  fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", "all", ttft.count, ttft.value(), tpot.value());
+  for (const auto& [why, n] : skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
+
+  if (!o.out.empty()) {
+    nlohmann::ordered_json j;
+    j["measurements"] = o.measurements;
+    j["gpu"] = o.gpu;
+    j["policy"] = o.policy;
+    j["requests_per_client"] = o.requests_per_client;
+    j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; times in ms (means over requests)";
+    j["ttft"] = {{"mape", ttft.value()}, {"count", ttft.count}};
+    j["tpot"] = {{"mape", tpot.value()}, {"count", tpot.count}};
+    for (const auto& [backend, m] : by_backend) {
+      j["by_backend"][backend] = {{"ttft_mape", m.first.value()}, {"tpot_mape", m.second.value()}, {"count", m.first.count}};
+    }
+    j["skipped"] = nlohmann::ordered_json::object();
+    for (const auto& [why, n] : skipped) j["skipped"][why] = n;
+    j["rows"] = report_rows;
+    auto file = open_for_write(o.out);
+    file << j.dump(2) << '\n';
+    fmt::print(out, "wrote {}\n", o.out);
+  }
+  return 0;
+}
+
+}  // namespace batchsim
