@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of tests/fuzz with clang (ASan + UBSan + fuzzer coverage) in
-# build-fuzz/, seeds each corpus from the data the repository ships, and runs every harness for
-# SECONDS (default 20). Exits non-zero on the first crash, leak, sanitizer report or timeout;
-# the input that caused it is left in build-fuzz/findings/<harness>/. Corpora persist in
-# build-fuzz/corpus/<harness>/, so repeated runs keep what earlier runs found.
+# build-sanitize/ (shared with scripts/sanitize.sh), seeds each corpus from the data the
+# repository ships, and runs every harness for SECONDS (default 20). Exits non-zero on the first
+# crash, leak, sanitizer report or timeout; the input that caused it is left in
+# build-sanitize/findings/<harness>/. Corpora persist in build-sanitize/corpus/<harness>/, so
+# repeated runs keep what earlier runs found.
 #   scripts/fuzz.sh            # CI: 20 s per harness
 #   scripts/fuzz.sh 3600       # an hour per harness (see tests/fuzz/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 scripts/setup-debian.sh --fuzz
-build=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DBATCHSIM_FUZZ=ON -DBATCHSIM_WITH_CUDA=OFF -DBATCHSIM_BUILD_TESTS=OFF -DBATCHSIM_BUILD_BENCH=OFF >/dev/null
+build=build-sanitize
+scripts/configure-sanitized.sh
 cmake --build "$build" --target fuzzers -j"$(nproc)"
 
 seed() {  # seed HARNESS FILE...: copy files into the harness's corpus (idempotent)

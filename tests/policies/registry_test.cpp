@@ -149,7 +149,8 @@ TEST(Registry, ABadValueIsAnErrorNamingTheOption) {
            {"preemption", "kill"}, {"block_size", "x"},
            // from_chars reads "nan" as a number; NaN compares false with both bounds.
            {"watermark", "nan"}, {"max_num_seqs", "nan"}}) {
-    const std::string msg = user_error_of([&] { policy("continuous", {{key, value}}); });
+    // Copies: clang 14 cannot capture structured bindings (P1091, clang 16).
+    const std::string msg = user_error_of([&, k = key, v = value] { policy("continuous", {{k, v}}); });
     EXPECT_NE(msg.find(key + "=" + value), std::string::npos) << msg;
   }
   std::string msg = user_error_of([] { policy("static", {{"release", "never"}}); });
@@ -176,8 +177,8 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
     EXPECT_FALSE(info.description.empty());
     const auto& docs = policy_option_docs(info.base);
     for (const auto& [key, value] : info.preset) {
-      const bool documented = std::any_of(docs.begin(), docs.end(), [&](const PolicyOptionDoc& d) {
-        return d.key == key && !d.description.empty();
+      const bool documented = std::any_of(docs.begin(), docs.end(), [k = key](const PolicyOptionDoc& d) {
+        return d.key == k && !d.description.empty();
       });
       EXPECT_TRUE(documented) << info.name << " sets undocumented " << key;
     }
