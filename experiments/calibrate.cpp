@@ -46,17 +46,18 @@ std::string error_lines(const ValidationReport& report) {
 }
 
 int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
-  std::string dir, profile_out, fit_on, base_gpu, report_out, device, framework = "vllm";
+  ValidateOptions o;
+  std::string dir, profile_out, report_out;
   po::options_description d("batchsim calibrate fit options");
   d.add_options()
       ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate, or one of its CSVs")
       ("out", po::value(&profile_out), "the hardware profile to write (YAML)")
-      ("device", po::value(&device), "the GPU folder to read when the tree holds several "
+      ("device", po::value(&o.device), "the GPU folder to read when the tree holds several "
        "(compute/<device>/..., e.g. a100)")
-      ("fit-on", po::value(&fit_on), "model whose rows to fit on (default: the first measured)")
-      ("base-gpu", po::value(&base_gpu), "datasheet GPU for the ceilings (default: from the device)")
+      ("fit-on", po::value(&o.fit_on), "model whose rows to fit on (default: the first measured)")
+      ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from the device)")
       ("report", po::value(&report_out), "also write the full error report as JSON")
-      ("framework", po::value(&framework), "kernel tables (aiconfigurator layout): whose kernels, vllm | "
+      ("framework", po::value(&o.framework), "kernel tables (aiconfigurator layout): whose kernels, vllm | "
        "sglang | trtllm (default vllm)")
       ("help,h", "show this help");
   po::positional_options_description pos;
@@ -68,33 +69,24 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   }
   if (dir.empty()) throw UserError("calibrate fit: give the measurement directory (or one CSV of it)");
   if (profile_out.empty()) throw UserError("calibrate fit: give --out PROFILE.yaml");
+  o.measurements_dir = dir;
+  o.profile_out = profile_out;
+  o.out_json = report_out;
 
   if (is_kernel_table_dir(dir)) {
     // NVIDIA's kernel tables of a GPU: the profile is fitted on every row, and the report is
     // the held-out check of the same fit on half of the shapes.
-    ValidateOptions kernel;
-    kernel.measurements_dir = dir;
-    kernel.framework = framework;
-    kernel.base_gpu = base_gpu;
-    kernel.fit_on = fit_on;
-    kernel.device = device;
-    kernel.profile_out = profile_out;
-    kernel.profile_name = std::filesystem::path(profile_out).stem().string();
-    kernel.out_json = report_out;
-    return run_validate_kernel_tables(kernel, out);
+    o.profile_name = o.profile_out.stem().string();
+    return run_validate_kernel_tables(o, out);
   }
-  const Measurements measurements = read_measurements(dir, device);
-  ValidateOptions options;
-  options.fit_on = fit_on.empty() ? first_measured_model(measurements) : fit_on;
-  options.base_gpu = base_gpu;
-  options.out_json = report_out;
-  options.profile_out = profile_out;
-  ValidationRun run = fit_and_validate(measurements, options);
+  const Measurements measurements = read_measurements(dir, o.device);
+  if (o.fit_on.empty()) o.fit_on = first_measured_model(measurements);
+  ValidationRun run = fit_and_validate(measurements, o);
   print_validation_table(run.report, out);
   std::string& provenance = run.profile.provenance;
   if (!provenance.empty() && provenance.back() != '\n') provenance += '\n';
   provenance += error_lines(run.report);
-  write_validation_outputs(run, options, out);
+  write_validation_outputs(run, o, out);
   return 0;
 }
 

@@ -185,10 +185,7 @@ ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::s
   summary["experiment"] = experiment_block(e, run);
   summary["config"] = config_to_json(run.config);
   summary["error"] = why;
-  if (!runs_dir.empty()) {
-    fs::create_directories(runs_dir / run.name);
-    write_text(runs_dir / run.name / "summary.json", summary.dump(2) + "\n");
-  }
+  if (!runs_dir.empty()) write_text(runs_dir / run.name / "summary.json", summary.dump(2) + "\n");
   return summary;
 }
 

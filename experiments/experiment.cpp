@@ -388,26 +388,6 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   if (policies_node) e.policies = parse_policies(*policies_node, where, "policies");
   else e.policies.push_back({e.base.policy, e.base.policy, {}});
 
-  // Count before anything is expanded: three axes of 3,000 values are 2.7e10 runs.
-  {
-    double runs = static_cast<double>(e.policies.size()) * static_cast<double>(e.seeds.size());
-    std::string sizes;
-    if (axes_node && axes_node->IsMap()) {
-      for (const auto& kv : *axes_node) {
-        const double n = kv.second.IsSequence() ? static_cast<double>(kv.second.size()) : 1.0;
-        runs *= n;
-        sizes += fmt::format(" x {} ({})", n, kv.first.Scalar());
-      }
-    }
-    if (runs > static_cast<double>(e.max_runs)) {
-      throw UserError(fmt::format(
-          "{}: expands to {:.4g} {} ({} policies x {} seeds{}), more than the limit of {}; raise "
-          "it with `max-runs: N` in the file or `compare --max-runs N`, or shorten the axes",
-          file.string(), runs, capacity_node ? "capacity searches" : "runs", e.policies.size(),
-          e.seeds.size(), sizes, e.max_runs));
-    }
-  }
-
   std::set<std::string> labels;
   for (const auto& p : e.policies) labels.insert(p.label);
   if (axes_node) {
@@ -500,16 +480,30 @@ Experiment experiment_from_policies(const RunConfig& base, const std::vector<std
   return e;
 }
 
-int64_t count_runs(const Experiment& e) {
+namespace {
+double count_runs_exactly(const Experiment& e) {
   double runs = static_cast<double>(e.policies.size()) * static_cast<double>(e.seeds.size());
   for (const Axis& a : e.axes) runs *= static_cast<double>(a.values.size());
+  return runs;
+}
+}  // namespace
+
+int64_t count_runs(const Experiment& e) {
+  const double runs = count_runs_exactly(e);
   return runs >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(runs);
 }
 
 std::vector<PlannedRun> expand_runs(const Experiment& e) {
-  if (count_runs(e) > e.max_runs) {
-    throw UserError(fmt::format("{}: expands to {} runs, more than the limit of {} (max-runs)",
-                                e.file.string(), count_runs(e), e.max_runs));
+  // Counted before anything is expanded: three axes of 3,000 values are 2.7e10 runs. (The
+  // parser calls this too, and names the file.)
+  if (const double runs = count_runs_exactly(e); runs > static_cast<double>(e.max_runs)) {
+    std::string sizes;
+    for (const Axis& a : e.axes) sizes += fmt::format(" x {} ({})", a.values.size(), a.name);
+    throw UserError(fmt::format(
+        "expands to {:.4g} {} ({} policies x {} seeds{}), more than the limit of {}; raise it with "
+        "`max-runs: N` in the file or `compare --max-runs N`, or shorten the axes",
+        runs, e.capacity ? "capacity searches" : "runs", e.policies.size(), e.seeds.size(), sizes,
+        e.max_runs));
   }
   // Odometer over the axes, first axis slowest.
   std::vector<size_t> pick(e.axes.size(), 0);

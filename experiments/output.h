@@ -26,8 +26,8 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
                        const nlohmann::ordered_json& summary);
 
-// Opens `path` for writing (binary: the same bytes on every platform). Throws UserError naming
-// the file when it cannot be written.
+// Opens `path` for writing (binary: the same bytes on every platform), creating its folder.
+// Throws UserError naming the file when it cannot be written.
 std::ofstream open_for_write(const std::filesystem::path& path);
 
 // A short table: one row per run, headline figures as columns.

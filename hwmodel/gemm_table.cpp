@@ -6,13 +6,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
 
 #include "hwmodel/error.h"
-#include "hwmodel/line_reader.h"
 
 namespace batchsim {
 
@@ -222,14 +220,5 @@ const GemmTable& GemmTableSource::table() const {
   return table_;
 }
 
-GemmTable GemmTable::load(const std::filesystem::path& path) {
-  LineReader in(path, "GEMM table");
-  std::string text, line;
-  while (in.next(line)) {
-    text += line;
-    text += '\n';
-  }
-  return parse(text, path.string());
-}
 
 }  // namespace batchsim

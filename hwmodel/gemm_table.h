@@ -26,7 +26,6 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,7 +51,6 @@ class GemmTable {
   static GemmTable from_points(std::string dtype, std::string source, const std::vector<GemmPoint>& points);
   // The text format above; `where` names the file in errors.
   static GemmTable parse(const std::string& text, const std::string& where);
-  static GemmTable load(const std::filesystem::path& path);
   std::string to_text() const;
 
   // Seconds of an m x k by k x n GEMM, or nullopt outside the grid's span. `m` may be

@@ -74,7 +74,7 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     const double predicted = predict_kernel_gemm(profile, r);
     const std::string what = fmt::format("{} m={} n={} k={}", r.dtype, r.m, r.n, r.k);
     add(report, "gemm", predicted, r.seconds, what);
-    const std::string dtype = r.dtype == "fp8" ? "fp8" : "bf16";
+    const std::string dtype = gemm_row_table_dtype(r);
     const bool large = r.n >= 1024 && r.k >= 1024;
     op.parts[fmt::format("{} n,k {}", dtype, large ? ">= 1024" : "< 1024 (either)")].add(predicted, r.seconds, what);
     const GemmTable* table = profile.gemm_table(gemm_row_weight_bytes(r));

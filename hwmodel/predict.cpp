@@ -25,17 +25,24 @@ bool token_op_elementwise(TokenOp op, ElementwiseOp& kind) {
   throw std::logic_error("token_op_elementwise: bad TokenOp");
 }
 
+LayerGemm token_op_gemm(TokenOp op) {
+  switch (op) {
+    case TokenOp::attn_pre_proj: return LayerGemm::qkv;
+    case TokenOp::attn_post_proj: return LayerGemm::o;
+    case TokenOp::mlp_up_proj: return LayerGemm::mlp_up;
+    case TokenOp::mlp_down_proj: return LayerGemm::mlp_down;
+    default: break;
+  }
+  throw std::logic_error("token_op_gemm: not a GEMM operator");
+}
+
 double predict_token_op(const HardwareProfile& gpu, const TokenOpRow& row, TokenOp op) {
   const ModelSpec model = row.shape.as_model_spec();
   ElementwiseOp kind{};
   if (token_op_elementwise(op, kind)) {
     return elementwise_time_s(gpu, kind, elementwise_bytes(model, row.tp, kind, row.num_tokens));
   }
-  LayerGemm gemm = LayerGemm::qkv;
-  if (op == TokenOp::attn_post_proj) gemm = LayerGemm::o;
-  if (op == TokenOp::mlp_up_proj) gemm = LayerGemm::mlp_up;
-  if (op == TokenOp::mlp_down_proj) gemm = LayerGemm::mlp_down;
-  const GemmShape shape = layer_gemm_shapes(model, row.tp)[static_cast<int>(gemm)];
+  const GemmShape shape = layer_gemm_shapes(model, row.tp)[static_cast<int>(token_op_gemm(op))];
   return gemm_time_s(gpu, shape, row.num_tokens, model.dtype_bytes);
 }
 

@@ -10,6 +10,7 @@
 
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/measurements.h"
+#include "hwmodel/roofline.h"
 
 namespace batchsim {
 
@@ -22,6 +23,9 @@ double predict_cpu_overhead(const HardwareProfile& gpu, const CpuOverheadRow& ro
 
 // The elementwise kind a token-level operator is (norm, rope, ...), or false for the GEMMs.
 bool token_op_elementwise(TokenOp op, ElementwiseOp& kind);
+// The layer GEMM a GEMM operator of Vidur's is (attn_pre_proj -> qkv, ..., mlp_down_proj ->
+// mlp_down); the elementwise operators are not GEMMs (std::logic_error).
+LayerGemm token_op_gemm(TokenOp op);
 
 // "llama-2-7b" for Vidur's "meta-llama/Llama-2-7b-hf", "llama-3-8b" for "Meta-Llama-3-8B",
 // "codellama-34b" for "CodeLlama-34b-Instruct-hf": lower case, organisation, "meta-" and the

@@ -280,9 +280,11 @@ double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double b
   return k.launch_s + streaming_s(gpu, bytes, k.efficiency);
 }
 
+double ring_allreduce_wire_bytes(double message_bytes, int tp) { return message_bytes * 2.0 * (tp - 1) / tp; }
+
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp) {
   if (tp <= 1) return 0;
-  const double wire_bytes = message_bytes * 2.0 * (tp - 1) / tp;
+  const double wire_bytes = ring_allreduce_wire_bytes(message_bytes, tp);
   for (const AllReduceFit& fit : gpu.allreduce) {
     if (fit.tp == tp) return fit.latency_s + wire_bytes / fit.bytes_per_s;
   }

@@ -244,6 +244,8 @@ double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double b
 // profile's `allreduce` entry for tp if there is one, else interconnect_latency_s and
 // interconnect_bytes_per_s. Zero for tp == 1.
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
+// The bytes a ring all-reduce of `message_bytes` sends per GPU over tp GPUs: 2 (tp-1)/tp of it.
+double ring_allreduce_wire_bytes(double message_bytes, int tp);
 // The framework's custom all-reduce over tp GPUs (HardwareProfile::custom_allreduce): latency +
 // message bytes / bandwidth; nullopt when the profile has no fit for tp. Zero for tp == 1.
 std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);

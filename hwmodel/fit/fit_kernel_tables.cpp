@@ -103,6 +103,8 @@ std::string collective_row_skip_reason(const KernelCollectiveRow& r) {
 
 int gemm_row_weight_bytes(const KernelGemmRow& r) { return r.dtype == "fp8" ? 1 : 2; }
 
+const char* gemm_row_table_dtype(const KernelGemmRow& r) { return gemm_row_weight_bytes(r) == 1 ? "fp8" : "bf16"; }
+
 ModelSpec attention_row_model(const KernelAttentionRow& r) {
   ModelSpec m;
   m.name = "kernel-table-attention";
@@ -155,7 +157,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   std::vector<GemmFitPoint> roofline_points;
   for (const KernelGemmRow& r : tables.gemm) {
     if (!gemm_row_skip_reason(r).empty() || !split.gemm(r, rows)) continue;
-    const std::string dtype = r.dtype == "fp8" ? "fp8" : "bf16";
+    const std::string dtype = gemm_row_table_dtype(r);
     by_dtype[dtype].push_back({r.m, r.n, r.k, r.seconds});
     kernels[dtype] = r.kernel;
     if (dtype == "bf16") roofline_points.push_back({GemmShape{r.k, r.n}, r.m, 2, r.seconds});
@@ -189,7 +191,6 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
         attention.size(), any_prefill, any_decode,
         [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
         [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true);
-    p.decode_attention_per_seq_s = 0;
   } else {
     result.notes.push_back("no Llama-like attention rows: attention parameters are the base profile's");
   }
@@ -200,7 +201,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   for (const KernelCollectiveRow& r : tables.collectives) {
     if (!collective_row_skip_reason(r).empty() || !split.collective(r, rows)) continue;
     const bool nccl = r.implementation == "nccl";
-    const double x = nccl ? r.bytes * 2.0 * (r.num_gpus - 1) / r.num_gpus : r.bytes;
+    const double x = nccl ? ring_allreduce_wire_bytes(r.bytes, r.num_gpus) : r.bytes;
     comm[{nccl, r.num_gpus}].emplace_back(x, r.seconds);
   }
   if (!comm.empty()) {
@@ -215,11 +216,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
 
   p.source = fmt::format("fitted on {} kernel tables of {}{}, ceilings of {}", tables.framework, tables.system,
                          rows == KernelRows::kTrain ? " (training half)" : "", base.name);
-  p.provenance = "fitted by hwmodel/fit/fit_kernel_tables.cpp from:";
-  for (const std::string& f : tables.files_read) p.provenance += "\n  " + f;
-  if (!result.notes.empty()) p.provenance += "\nnotes:";
-  for (const std::string& n : result.notes) p.provenance += "\n  " + n;
-  p.provenance += "\n";
+  p.provenance = fit_provenance("hwmodel/fit/fit_kernel_tables.cpp", tables.files_read, "", result.notes);
   return result;
 }
 

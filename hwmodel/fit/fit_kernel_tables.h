@@ -58,8 +58,10 @@ std::string gemm_row_skip_reason(const KernelGemmRow& r);
 std::string attention_row_skip_reason(const KernelAttentionRow& r);
 std::string collective_row_skip_reason(const KernelCollectiveRow& r);
 
-// Weight bytes of a GEMM row's dtype: 2 (bfloat16) or 1 (fp8).
+// Weight bytes of a GEMM row's dtype: 2 (bfloat16) or 1 (fp8); and the profile table it goes
+// to, "bf16" or "fp8" (GemmTable::dtype).
 int gemm_row_weight_bytes(const KernelGemmRow& r);
+const char* gemm_row_table_dtype(const KernelGemmRow& r);
 // The ModelSpec of one layer with an attention row's per-GPU heads (tp 1) and KV dtype.
 ModelSpec attention_row_model(const KernelAttentionRow& r);
 // The cost model's time for a row under `gpu`.

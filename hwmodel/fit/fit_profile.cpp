@@ -46,11 +46,7 @@ void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile&
     for (TokenOp op : kGemmOps) {
       const double t = row.median_s[static_cast<int>(op)];
       if (!usable(t)) continue;
-      LayerGemm gemm = LayerGemm::qkv;
-      if (op == TokenOp::attn_post_proj) gemm = LayerGemm::o;
-      if (op == TokenOp::mlp_up_proj) gemm = LayerGemm::mlp_up;
-      if (op == TokenOp::mlp_down_proj) gemm = LayerGemm::mlp_down;
-      points.push_back({shapes[static_cast<int>(gemm)], row.num_tokens, model.dtype_bytes, t});
+      points.push_back({shapes[static_cast<int>(token_op_gemm(op))], row.num_tokens, model.dtype_bytes, t});
     }
   }
   if (points.empty()) {
@@ -145,7 +141,7 @@ void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::
   std::vector<std::pair<double, double>> all;
   for (const AllReduceRow& row : m.all_reduce) {
     if (row.num_workers < 2 || !usable(row.median_s)) continue;
-    const double wire = row.size_bytes * 2.0 * (row.num_workers - 1) / row.num_workers;
+    const double wire = ring_allreduce_wire_bytes(row.size_bytes, row.num_workers);
     by_degree[row.num_workers].emplace_back(wire, row.median_s);
     all.emplace_back(wire, row.median_s);
   }
@@ -201,6 +197,16 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
 }  // namespace
 
 // ---- the shared cores (fit_profile.h) ----
+
+std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files,
+                           const std::string& context, const std::vector<std::string>& notes) {
+  std::string text = fmt::format("fitted by {} from:", fitter);
+  for (const std::string& f : files) text += "\n  " + f;
+  if (!context.empty()) text += "\n" + context;
+  if (!notes.empty()) text += "\nnotes:";
+  for (const std::string& n : notes) text += "\n  " + n;
+  return text + "\n";
+}
 
 LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_and_t) {
   Eigen::MatrixXd a(static_cast<Eigen::Index>(x_and_t.size()), 2);
@@ -305,7 +311,7 @@ AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows) {
   std::vector<std::pair<double, double>> points;
   for (const AllReduceRow& row : rows) {
     if (row.num_workers < 2 || !usable(row.median_s)) continue;
-    points.emplace_back(row.size_bytes * 2.0 * (row.num_workers - 1) / row.num_workers,
+    points.emplace_back(ring_allreduce_wire_bytes(row.size_bytes, row.num_workers),
                         row.median_s);
   }
   if (points.empty()) return {};
@@ -387,14 +393,12 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   p.source =
       fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
                   measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);
-  p.provenance = "fitted by hwmodel/fit/fit_profile.cpp from:";
-  for (const std::string& f : measurements.files_read) p.provenance += "\n  " + f;
-  if (!base.provenance.empty() || base.source != "datasheet") {
-    p.provenance += fmt::format("\nbase profile '{}': {}", base.name, base.source);
-  }
-  if (!result.notes.empty()) p.provenance += "\nnotes:";
-  for (const std::string& n : result.notes) p.provenance += "\n  " + n;
-  p.provenance += "\n";
+  p.provenance = fit_provenance(
+      "hwmodel/fit/fit_profile.cpp", measurements.files_read,
+      !base.provenance.empty() || base.source != "datasheet"
+          ? fmt::format("base profile '{}': {}", base.name, base.source)
+          : "",
+      result.notes);
   return result;
 }
 

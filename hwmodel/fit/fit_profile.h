@@ -87,6 +87,11 @@ AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows);
 // ---- the fitting cores, shared by the fits on Vidur's tables (fit_profile) and on kernel
 // tables (fit_kernel_tables.h) ----
 
+// A fitted profile's provenance: "fitted by FITTER from:" and the files read, then `context`
+// (one line, or nothing when empty), then the fit's notes; ends with a newline.
+std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files,
+                           const std::string& context, const std::vector<std::string>& notes);
+
 // intercept + slope * x fitted on relative error: rows (1/t, x/t) . (intercept, slope) ~ 1,
 // non-negative (NNLS). The all-reduce and elementwise fits' form: launch + bytes / bandwidth.
 struct LinearFit {
