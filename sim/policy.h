@@ -80,9 +80,10 @@ struct PolicyEnv {
   // instead of waiting for one that can never fill). Counting its own arrivals would not do in
   // a cluster, where a replica sees only its share.
   const int64_t* arrived = nullptr;
-  // With closed-loop clients (SimulationOptions::max_concurrency): whether every client has a
-  // request in flight, so that none can arrive before one settles. Null: open loop.
-  const bool* clients_saturated = nullptr;
+  // With closed-loop clients (SimulationOptions::max_concurrency > 0): how many requests they
+  // have in flight; once that reaches max_concurrency, none can arrive before one settles.
+  const int64_t* clients_in_flight = nullptr;
+  int64_t max_concurrency = 0;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
@@ -90,7 +91,7 @@ struct PolicyEnv {
   // waiting on theirs (a batcher waiting for more would wait forever).
   bool all_arrived() const {
     return *arrived == static_cast<int64_t>(requests->size()) ||
-           (clients_saturated != nullptr && *clients_saturated);
+           (max_concurrency > 0 && *clients_in_flight >= max_concurrency);
   }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {

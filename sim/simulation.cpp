@@ -102,7 +102,6 @@ SimulationResult Simulation::run() {
   if (closed_loop) sent_ = workload_;
   requests_ = closed_loop ? &sent_ : &workload_;
   in_flight_ = pending_sends_ = scheduled_ = 0;
-  clients_saturated_ = false;
   held_.clear();
   released_.assign(closed_loop ? n : 0, 0);
   progress_.assign(n, RequestProgress{});
@@ -151,7 +150,8 @@ SimulationResult Simulation::run() {
     };
     env.prefix_blocks = options_.prefix_blocks;
     env.arrived = &arrived_;
-    env.clients_saturated = closed_loop ? &clients_saturated_ : nullptr;
+    env.clients_in_flight = &in_flight_;
+    env.max_concurrency = options_.max_concurrency;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
@@ -325,7 +325,6 @@ void Simulation::client_arrival(RequestId id) {
     return;
   }
   ++in_flight_;
-  clients_saturated_ = in_flight_ >= options_.max_concurrency;
   arrive(id);
 }
 
@@ -343,7 +342,6 @@ void Simulation::release_clients(int64_t count) {
     ++in_flight_;
     events_.push(now_, EventKind::kArrival, id);
   }
-  clients_saturated_ = in_flight_ >= options_.max_concurrency;
 }
 
 void Simulation::arrive(RequestId id) {
@@ -361,7 +359,7 @@ void Simulation::arrive(RequestId id) {
   // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
   // so every idle replica that holds work gets to schedule again. With one replica there is no
   // other.
-  if (arrived_ == static_cast<int64_t>(workload_.size()) || clients_saturated_) {
+  if (arrived_ == static_cast<int64_t>(workload_.size()) || clients_saturated()) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) wake_now(other);
     }
@@ -499,7 +497,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
                              : SimTime::max();
   if (pending_sends_ > 0) {
     next_arrival = now_;
-  } else if (options_.max_concurrency > 0 && in_flight_ >= options_.max_concurrency) {
+  } else if (clients_saturated()) {
     // A settle on another replica, at its iteration's end, can send a held request here.
     next_arrival = SimTime::max();
     for (const Replica& other : replicas_) {

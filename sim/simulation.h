@@ -153,6 +153,10 @@ class Simulation {
   void client_arrival(RequestId id);
   // `count` requests settled: the client sends as many of the requests it holds.
   void release_clients(int64_t count);
+  // Closed loop: every client has a request in flight.
+  bool clients_saturated() const {
+    return options_.max_concurrency > 0 && in_flight_ >= options_.max_concurrency;
+  }
   void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
   int32_t route(RequestId id);
@@ -179,7 +183,6 @@ class Simulation {
   const Workload* requests_ = nullptr;
   Workload sent_;
   int64_t in_flight_ = 0;            // closed loop: sent, not settled
-  bool clients_saturated_ = false;   // closed loop: in_flight_ has reached max_concurrency
   std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
   std::vector<uint8_t> released_;    // closed loop: the pending arrival event is a send
   int64_t pending_sends_ = 0;        // closed loop: send events queued at `now_`
