@@ -36,8 +36,8 @@ commands:
   compare   run an experiment file (or --policies a,b,c) on the same request sequences:
             results.csv, report.md and figures
   merge     join the results folders of `compare --shard K/N` runs
-  list      list built-in models, gpus, policies or routers:
-            batchsim list {models,gpus,policies,routers}
+  list      list built-in models, gpus, engines, policies or routers:
+            batchsim list {models,gpus,engines,policies,routers}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
   validate-serving  replay measured serving benchmarks and report the TTFT and TPOT error
@@ -53,6 +53,8 @@ po::options_description run_options() {
       ("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")
       ("model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")
       ("gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")
+      ("engine", po::value<std::string>(), "engine profile: built-in name or file (default: the policy's "
+       "engine; batchsim list engines)")
       ("tp", po::value<int>(), "tensor-parallel degree (default 1)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
@@ -93,6 +95,7 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
 void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("model")) c.model = vm["model"].as<std::string>();
   if (vm.count("gpu")) c.gpu = vm["gpu"].as<std::string>();
+  if (vm.count("engine")) c.engine = vm["engine"].as<std::string>();
   if (vm.count("tp")) c.tp = vm["tp"].as<int>();
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
@@ -143,8 +146,9 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   const std::string group =
       c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
                      : fmt::format("tp {}", c.tp);
-  fmt::print(out, "model {}{} on {} ({}), {} requests, arrival {}, KV capacity {} tokens{}\n",
-             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, num_requests,
+  fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}, KV capacity {} tokens{}\n",
+             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
+             num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
              kv_tokens, c.replicas > 1 ? " per replica" : "");
@@ -307,10 +311,11 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return exit_status_of(results, true, err);
 }
 
-constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus,policies,routers}
+constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus,engines,policies,routers}
 
   models    built-in models (any Hugging Face config.json also works as --model)
   gpus      built-in GPUs and shipped profiles (any profile file also works as --gpu)
+  engines   engine profiles: what the serving software costs (any engine file works as --engine)
   policies  policies and engine presets, and every policy option with its default
   routers   request routers for --replicas N
 )";
@@ -322,7 +327,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   if (args.size() > 1) {
-    throw UserError(fmt::format("list: takes one of models, gpus, policies, routers; got '{}'",
+    throw UserError(fmt::format("list: takes one of models, gpus, engines, policies, routers; got '{}'",
                                 fmt::join(args, " ")));
   }
   if (what == "models") {
@@ -356,9 +361,25 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     fmt::print(out, "\nA hardware profile file (YAML/JSON) also works as --gpu.\n");
     return 0;
   }
+  if (what == "engines") {
+    fmt::print(out, "{:<18} {:>9} {:>8} {:>7} {:>9} {:>7} {:>7} {:>9}  {}\n", "name", "cpu/iter", "cpu/seq",
+               "overlap", "launch", "graphs", "allred", "kv write", "description");
+    for (const EngineProfile& e : builtin_engines()) {
+      fmt::print(out, "{:<18} {:>7.2f}ms {:>6.1f}us {:>7} {:>7.0f}us {:>7} {:>7} {:>9}  {}\n", e.name,
+                 e.cpu.per_iteration_s * 1e3, e.cpu.per_sequence_s * 1e6, e.cpu_overlaps_gpu ? "yes" : "no",
+                 e.launch_per_kernel_s * 1e6,
+                 e.cuda_graph_max_tokens > 0 ? fmt::format("<={}", e.cuda_graph_max_tokens) : "-",
+                 allreduce_impl_name(e.allreduce), kv_cache_write_name(e.kv_cache_write), e.description);
+    }
+    fmt::print(out, "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
+                    "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
+                    "allred: all-reduce; kv write: in place or by concatenation.\nEach number's source is "
+                    "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
+    return 0;
+  }
   if (what == "policies") {
     for (const PolicyInfo& p : registered_policies()) {
-      fmt::print(out, "{:<16} {}\n", p.name, p.description);
+      fmt::print(out, "{:<16} {} (engine {})\n", p.name, p.description, p.engine);
       if (!p.preset.empty()) {
         std::vector<std::string> kv;
         for (const auto& [k, v] : p.preset) kv.push_back(k + "=" + v);
@@ -378,7 +399,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
     return 0;
   }
-  throw UserError(fmt::format("list: expected models, gpus, policies or routers, got '{}'", what));
+  throw UserError(fmt::format("list: expected models, gpus, engines, policies or routers, got '{}'", what));
 }
 
 int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {

@@ -58,6 +58,14 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
   }
   j["seeds"] = e.seeds;
   j["units"] = units;
+  if (e.published) {
+    ordered_json ratios = ordered_json::array();
+    for (const auto& [policy, group, ratio] : e.published->ratios) {
+      ratios.push_back({{"policy", policy}, {"group", group}, {"ratio", ratio}});
+    }
+    j["published"] = {{"source", e.published->source}, {"metric", e.published->metric},
+                      {"baseline", e.published->baseline}, {"ratios", ratios}};
+  }
   j["iteration_budget"] = e.iteration_budget;
   if (e.capacity) {
     ordered_json slo = ordered_json::object();

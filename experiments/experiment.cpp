@@ -38,7 +38,7 @@ struct Where {
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
-      "model", "gpu", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
+      "model", "gpu", "engine", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency"};
   return keys.count(key) > 0;
 }
@@ -97,6 +97,53 @@ PolicyVariant parse_policy_variant(const YAML::Node& node, const Where& where, c
   if (v.policy.empty()) where.fail(node, key + ".policy", "missing");
   if (v.label.empty()) v.label = v.policy;
   return v;
+}
+
+// The `published:` block: {source, metric, baseline, ratios: {POLICY: {GROUP: RATIO}}}, every
+// policy label and group one the experiment runs, so that a typo cannot leave a row empty.
+PublishedSpec parse_published(const YAML::Node& node, const Where& where, const Experiment& e,
+                              const std::vector<PlannedRun>& runs) {
+  if (!node.IsMap()) where.fail(node, "published", "expected a mapping {source, metric, baseline, ratios}");
+  PublishedSpec p;
+  std::set<std::string> labels, groups;
+  for (const PolicyVariant& v : e.policies) labels.insert(v.label);
+  for (const PlannedRun& r : runs) groups.insert(r.group);
+  auto label_of = [&](const YAML::Node& n, const std::string& key) {
+    const std::string label = as<std::string>(n, where, key, "a policy label");
+    if (!labels.count(label)) {
+      where.fail(n, key, fmt::format("'{}' is not a policy label of this experiment ({})", label, fmt::join(labels, ", ")));
+    }
+    return label;
+  };
+  std::optional<YAML::Node> ratios;
+  for (const auto& kv : node) {
+    const std::string raw = kv.first.as<std::string>();
+    const std::string key = "published." + raw;
+    if (raw == "source") p.source = as<std::string>(kv.second, where, key, "a citation");
+    else if (raw == "metric") p.metric = as<std::string>(kv.second, where, key, "a summary.json path");
+    else if (raw == "baseline") p.baseline = label_of(kv.second, key);
+    else if (raw == "ratios") ratios = kv.second;
+    else where.fail(kv.first, key, "unknown key (expected source, metric, baseline, ratios)");
+  }
+  if (p.source.empty() || p.metric.empty() || p.baseline.empty() || !ratios) {
+    where.fail(node, "published", "needs source, metric, baseline and ratios");
+  }
+  if (!ratios->IsMap()) where.fail(*ratios, "published.ratios", "expected {POLICY: {GROUP: RATIO}}");
+  for (const auto& per_policy : *ratios) {
+    const std::string label = label_of(per_policy.first, "published.ratios");
+    const std::string key = "published.ratios." + label;
+    if (!per_policy.second.IsMap()) where.fail(per_policy.second, key, "expected {GROUP: RATIO}, e.g. {cap=1536: 23}");
+    for (const auto& g : per_policy.second) {
+      const std::string group = g.first.as<std::string>();
+      if (!groups.count(group)) {
+        where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
+      }
+      const double ratio = as<double>(g.second, where, key + "." + group, "a ratio");
+      if (!(ratio > 0)) where.fail(g.second, key + "." + group, "must be > 0");
+      p.ratios.emplace_back(label, group, ratio);
+    }
+  }
+  return p;
 }
 
 std::vector<PolicyVariant> parse_policies(const YAML::Node& node, const Where& where,
@@ -340,7 +387,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   e.name = file.stem().string();
   e.base = default_run_config();
   // Default-constructed YAML nodes count as defined: track presence separately.
-  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node;
+  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -369,6 +416,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
         where.fail(kv.second, raw, "expected a seed or a non-empty list of seeds");
       }
     } else if (k == "capacity") capacity_node = kv.second;
+    else if (k == "published") published_node = kv.second;
     else if (k == "slot-timeline") slot_node = kv.second;
     else if (k == "iteration-budget") {
       e.iteration_budget = as<int64_t>(kv.second, where, raw, "an iteration count");
@@ -378,7 +426,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       if (e.max_runs < 1) where.fail(kv.second, raw, "must be >= 1");
     } else {
       where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
-                                "seeds, capacity, slot-timeline, iteration-budget, max-runs)");
+                                "seeds, capacity, slot-timeline, iteration-budget, max-runs, published)");
     }
   }
   if (max_runs > 0) e.max_runs = max_runs;
@@ -460,6 +508,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     throw UserError(fmt::format("{}: {}", file.string(), err.what()));
   }
   for (const PlannedRun& run : runs) check_planned(e, run);
+  if (published_node) e.published = parse_published(*published_node, where, e, runs);
   return e;
 }
 

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -67,6 +68,17 @@ struct SlotTimelineSpec {
   int64_t max_iterations = 400;           // columns drawn
 };
 
+// Figures a paper or a blog published for the same workload, to compare with (the report's
+// "Against the published figures"): ratios of one summary.json figure, each policy over the
+// baseline policy in the same group.
+struct PublishedSpec {
+  std::string source;    // citation, one line
+  std::string metric;    // summary.json path, e.g. "throughput.total_tokens_per_s"
+  std::string baseline;  // a policy label
+  // (policy label, group as runs name it e.g. "cap=1536", published ratio)
+  std::vector<std::tuple<std::string, std::string, double>> ratios;
+};
+
 struct Experiment {
   std::filesystem::path file;  // where it was read from (relative paths resolve against it)
   std::string source_text;     // the file as written, copied to the results folder
@@ -78,6 +90,7 @@ struct Experiment {
   std::vector<uint64_t> seeds;
   std::optional<CapacitySpec> capacity;
   std::optional<SlotTimelineSpec> slot_timeline;
+  std::optional<PublishedSpec> published;
   int64_t iteration_budget = 0;  // > 0: count requests completed within this many iterations
   // Refuse to expand beyond this many runs (capacity mode: searches); `max-runs:` in the file,
   // or `compare --max-runs N`. The product of a few long axes is easily billions of runs, and

@@ -53,6 +53,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   nlohmann::ordered_json j;
   j["model"] = c.model;
   j["gpu"] = c.gpu;
+  j["engine"] = run_engine_name(c);
   j["tp"] = c.tp;
   j["replicas"] = c.replicas;
   j["router"] = c.router;

@@ -382,6 +382,37 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
   }
 }
 
+// "Against the published figures": each published ratio beside the simulated one (the mean of
+// the metric over seeds, policy over baseline in the same group).
+void write_published_section(std::ostream& out, const ordered_json& published, const std::vector<Row>& rows) {
+  const std::string metric = published["metric"].get<std::string>();
+  const std::string baseline = published["baseline"].get<std::string>();
+  auto mean_of = [&](const std::string& policy, const std::string& group) -> std::optional<double> {
+    for (const Row& r : rows) {
+      if (r.policy == policy && r.group == group) {
+        const Spread s = spread_of(r.runs, metric, 1.0);
+        if (s.n > 0) return s.mean;
+      }
+    }
+    return std::nullopt;
+  };
+  fmt::print(out, "## Against the published figures\n\n{} over `{}` in the same group, as published ({}) and as "
+                  "simulated here (mean over seeds). The engines' numbers are cited in their profiles "
+                  "(`batchsim list engines`); none is fitted to these ratios.\n\n",
+             metric, baseline, published["source"].get<std::string>());
+  Table t;
+  t.headers = {"policy", "group", "published", "simulated", "simulated / published"};
+  for (const auto& r : published["ratios"]) {
+    const std::string policy = r["policy"].get<std::string>(), group = r["group"].get<std::string>();
+    const double ratio = r["ratio"].get<double>();
+    const auto num = mean_of(policy, group), den = mean_of(baseline, group);
+    const bool ok = num && den && *den > 0;
+    t.rows.push_back({policy, group, fmt::format("{:.1f}x", ratio), ok ? fmt::format("{:.2f}x", *num / *den) : "–",
+                      ok ? fmt::format("{:.2f}", *num / *den / ratio) : "–"});
+  }
+  render_markdown(out, t);
+}
+
 void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
   auto out = open_for_write(dir / "report.md");
   const ordered_json& e = results.experiment;
@@ -504,6 +535,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
            "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
     render_markdown(out, latency_table(rows));
+    if (e.contains("published")) write_published_section(out, e["published"], rows);
   }
 
   out << "## Figures\n\n";

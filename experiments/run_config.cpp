@@ -1,5 +1,7 @@
 #include "experiments/run_config.h"
 
+#include "policies/registry.h"
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -97,6 +99,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
+    else if (key == "engine") c.engine = scalar<std::string>(v, file, shown);
     else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
     else if (key == "router") c.router = scalar<std::string>(v, file, shown);
     else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
@@ -159,6 +162,10 @@ void validate(const RunConfig& c) {
   if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
     throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
   }
+}
+
+std::string run_engine_name(const RunConfig& config) {
+  return config.engine.empty() ? policy_engine(config.policy) : config.engine;
 }
 
 }  // namespace batchsim

@@ -30,6 +30,9 @@ struct RunConfig {
   std::string kv_cache_dtype = "auto";
   std::string policy = "continuous";
   std::map<std::string, std::string> policy_opts;
+  // Engine profile (built-in name or file, hwmodel/engines/); empty: the policy's own engine
+  // (policies/registry.h, policy_engine).
+  std::string engine;
   // A cluster of identical replicas (each `tp` GPUs, its own policy and KV cache) behind a
   // router (sim/simulation.h, Router): 1 is a single replica.
   int replicas = 1;
@@ -65,5 +68,7 @@ uint64_t parse_seed(const std::string& text, const std::string& option);
 void validate(const RunConfig& config);
 // The model the run simulates: `model` (built-in or config.json) with the run's dtypes.
 ModelSpec resolve_run_model(const RunConfig& config);
+// The engine the run simulates: `engine`, or the policy's default.
+std::string run_engine_name(const RunConfig& config);
 
 }  // namespace batchsim

@@ -44,8 +44,10 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
                                 options.fallback_gpu.empty() ? nullptr : &fallback);
     run.profile = std::move(fit.profile);
     fit_notes = std::move(fit.notes);
+    run.fitted_cpu = fit.cpu;
   }
-  run.report = validate_cost_model(measurements, options.fit_on, run.profile);
+  const CpuOverhead cpu = run.fitted_cpu ? *run.fitted_cpu : resolve_engine(options.engine).cpu;
+  run.report = validate_cost_model(measurements, options.fit_on, run.profile, cpu);
   run.report.notes.insert(run.report.notes.begin(), fit_notes.begin(), fit_notes.end());
   return run;
 }
@@ -153,6 +155,8 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
       ("fallback-gpu", po::value(&o.fallback_gpu),
        "profile whose attention parameters are used when the measurements have no attention")
       ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
+      ("engine", po::value(&o.engine),
+       "with --gpu: score Vidur's CPU-overhead rows on this engine's CPU cost (default vllm)")
       ("framework", po::value(&o.framework), "kernel tables: whose kernels, vllm | sglang | trtllm "
        "(default vllm)")
       ("profile-name", po::value(&o.profile_name), "kernel tables: the name of the --profile-out profile")

@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ValidateOptions {
   std::string framework = "vllm";     // kernel tables: whose kernels (vllm, sglang, trtllm)
   std::string profile_name;           // kernel tables: the fitted profile's name
   std::filesystem::path rows_out;     // kernel tables: every scored row as CSV
+  // Vidur trees with --gpu: the engine whose CPU cost the CPU-overhead rows are scored on (a
+  // fit scores the CPU cost it fitted).
+  std::string engine = "vllm";
 };
 
 struct Measurements;
@@ -43,6 +47,7 @@ struct Measurements;
 struct ValidationRun {
   HardwareProfile profile;
   ValidationReport report;
+  std::optional<CpuOverhead> fitted_cpu;  // the engine CPU cost the fit measured, if any
 };
 ValidationRun fit_and_validate(const Measurements& measurements, const ValidateOptions& options);
 // Writes options.out_json (the report) and options.profile_out (the profile) where set.

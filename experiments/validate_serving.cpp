@@ -35,6 +35,7 @@ struct ServingRow {
 
 struct ServingOptions {
   std::string measurements, gpu, policy = "vllm", system = "h100_sxm", backend, models_dir, out;
+  std::string engine;  // empty: each row's backend's engine (engine_for_backend)
   int64_t requests_per_client = 10;
 };
 
@@ -60,6 +61,12 @@ struct Mape {
   double value() const { return count > 0 ? sum / static_cast<double>(count) : 0; }
 };
 
+// The engine profile of a measured row's backend (aiconfigurator's backend names).
+std::string engine_for_backend(const std::string& backend) {
+  if (backend == "vllm" || backend == "sglang" || backend == "trtllm") return backend;
+  throw UserError(fmt::format("validate-serving: no engine profile for backend '{}' (give --engine)", backend));
+}
+
 }  // namespace
 
 int validate_serving_command(const std::vector<std::string>& args, std::ostream& out) {
@@ -69,6 +76,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
       ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default vllm)")
+      ("engine", po::value(&o.engine), "engine profile of every replayed run (default: the row's backend's: "
+       "vllm, sglang or trtllm)")
       ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
       ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
@@ -141,6 +150,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     c.gpu = o.gpu;
     c.tp = r.tp;
     c.policy = o.policy;
+    c.engine = o.engine.empty() ? engine_for_backend(r.backend) : o.engine;
     c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
     c.workload.arrival = "offline";
     c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
@@ -155,15 +165,17 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     tpot.add(r.predicted_tpot_ms, r.tpot_ms);
     by_backend[r.backend].first.add(r.predicted_ttft_ms, r.ttft_ms);
     by_backend[r.backend].second.add(r.predicted_tpot_ms, r.tpot_ms);
-    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"model", r.model_path},
+    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"engine", c.engine},
+                           {"model", r.model_path},
                            {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
                            {"concurrency", r.concurrency}, {"tp", r.tp}, {"measured_ttft_ms", r.ttft_ms},
                            {"predicted_ttft_ms", r.predicted_ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
                            {"predicted_tpot_ms", r.predicted_tpot_ms}, {"rejected", s.requests_rejected}});
   }
 
-  fmt::print(out, "{} rows of {} replayed on {} with policy {} ({} requests per client):\n", rows.size(),
-             o.measurements, o.gpu, o.policy, o.requests_per_client);
+  fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {} ({} requests per client):\n",
+             rows.size(), o.measurements, o.gpu, o.policy, o.engine.empty() ? "of each backend" : o.engine,
+             o.requests_per_client);
   fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
   for (const auto& [backend, m] : by_backend) {
     fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", backend, m.first.count, m.first.value(), m.second.value());
@@ -176,6 +188,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["measurements"] = o.measurements;
     j["gpu"] = o.gpu;
     j["policy"] = o.policy;
+    j["engine"] = o.engine.empty() ? "by backend" : o.engine;
     j["requests_per_client"] = o.requests_per_client;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; times in ms (means over requests)";
     j["ttft"] = {{"mape", ttft.value()}, {"count", ttft.count}};

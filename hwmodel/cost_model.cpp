@@ -3,14 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hwmodel/error.h"
 
 namespace batchsim {
 
-CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel)
-    : model_(std::move(model)), gpu_(std::move(gpu)), tp_(tensor_parallel) {
+CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, EngineProfile engine)
+    : model_(std::move(model)), gpu_(std::move(gpu)), tp_(tensor_parallel), engine_(std::move(engine)) {
   if (tp_ < 1) throw UserError(fmt::format("tensor parallel degree must be >= 1, got {}", tp_));
   if (model_.num_heads % tp_ != 0 || model_.ffn_size % tp_ != 0) {
     // vLLM refuses the same (vllm/config.py verify_with_parallel_config).
@@ -90,6 +91,19 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
       decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum,
                             shape.decode_context_max);
   cost.decode_attention_s = layers * decode_attention_time_s(gpu_, decode, shape.num_decodes);
+  if (engine_.kv_cache_write == KvCacheWrite::concat) {
+    // Concatenating a token onto a layer's cache reads the old cache and writes the new one:
+    // twice the context's K/V bytes per layer, streamed (HF DynamicCache / past_key_values).
+    const double per_token_layer =
+        static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)) / model_.num_layers;
+    auto copy_s = [&](double context_tokens) {
+      return 2 * context_tokens * per_token_layer / (gpu_.hbm_bytes_per_s * gpu_.hbm_efficiency);
+    };
+    double prefill_context = 0;
+    for (const PrefillChunk& chunk : shape.prefills) prefill_context += chunk.context_before + chunk.new_tokens;
+    if (!shape.prefills.empty()) cost.prefill_attention_s += layers * copy_s(prefill_context);
+    if (shape.num_decodes > 0) cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
+  }
 
   // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
   cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, kActivationBytes);
@@ -108,15 +122,27 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
 
   // Two all-reduces per layer: after the attention output projection and after the MLP down
   // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
-  cost.communication_s =
-      2 * layers * allreduce_time_s(gpu_, allreduce_message_bytes(model_, tokens), tp_);
+  cost.communication_s = 2 * layers * allreduce_s(allreduce_message_bytes(model_, tokens));
 
+  const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
+                           cost.lm_head_s + cost.elementwise_s + cost.communication_s;
+  // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
+  const double launch_s = engine_.launch_s(model_.num_layers, tokens);
+  const double device_s = std::max(kernels_s, launch_s);
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
-  cost.overhead_s = iteration_overhead_time_s(gpu_, sequences, tp_);
-
-  cost.total_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
-                 cost.elementwise_s + cost.communication_s + cost.overhead_s;
+  const double cpu_s = engine_.cpu.seconds(sequences, tp_);
+  cost.overhead_s = (device_s - kernels_s) +
+                    (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s);
+  cost.total_s = kernels_s + cost.overhead_s;
   return cost;
+}
+
+double CostModel::allreduce_s(double message_bytes) const {
+  if (engine_.allreduce == AllReduceImpl::custom && message_bytes <= engine_.custom_allreduce_max_bytes) {
+    // The engine's own kernel where the GPU profile has measured it; NCCL otherwise.
+    if (const auto s = custom_allreduce_time_s(gpu_, message_bytes, tp_)) return *s;
+  }
+  return allreduce_time_s(gpu_, message_bytes, tp_);
 }
 
 double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {

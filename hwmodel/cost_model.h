@@ -5,7 +5,10 @@
 // sequences sample a token) and keeps no scheduler state. Per transformer layer and operator:
 //   time = max(FLOPs / (peak_flops * eta_c), bytes / (hbm_bytes_per_s * eta_m)) + launch
 // summed over operators and layers, plus the LM head for sampling sequences only, plus
-// tensor-parallel all-reduces, plus a per-iteration CPU overhead (DESIGN.md, "Cost model").
+// tensor-parallel all-reduces (DESIGN.md, "Cost model"). The engine (engine_profile.h) adds
+// what the serving software costs: its CPU work per iteration (in series with the GPU or
+// overlapped), host launch time where it outruns the kernels, its all-reduce implementation
+// and how it writes the KV cache.
 // An MoE layer's MLP is its router, the routed experts as one grouped GEMM per projection over
 // the experts the iteration's tokens touch (expected_expert_load in roofline.h), and its shared
 // expert; all of it is reported in the layer's mlp_up / mlp_down GEMM time.
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
 #include "hwmodel/roofline.h"
@@ -69,6 +73,9 @@ struct IterationCost {
   double lm_head_s = 0;
   double elementwise_s = 0;  // norms, rotary embedding, MLP activation, residual add, embedding
   double communication_s = 0;
+  // What the engine adds beyond the kernels: its CPU work that the GPU waits for (all of it, or
+  // with an overlapping engine the part beyond the GPU time) plus the time the GPU waits for
+  // kernel launches that fall behind it.
   double overhead_s = 0;
   double total_s = 0;
   bool gemm_compute_bound = false;  // whether the layer GEMMs hit the FLOP roof
@@ -78,7 +85,8 @@ struct IterationCost {
 
 class CostModel {
  public:
-  CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1);
+  // The default engine is `bare` (kernels only); runs pass the preset's or --engine's.
+  CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1, EngineProfile engine = {});
 
   IterationCost iteration(const BatchShape& shape) const;
 
@@ -110,12 +118,16 @@ class CostModel {
 
   const ModelSpec& model() const { return model_; }
   const HardwareProfile& gpu() const { return gpu_; }
+  const EngineProfile& engine() const { return engine_; }
   int tensor_parallel() const { return tp_; }
 
  private:
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
+  EngineProfile engine_;
+  // One all-reduce of `message_bytes` as the engine runs it.
+  double allreduce_s(double message_bytes) const;
   // Shapes per GPU, computed once so that iteration() does no work proportional to the model.
   std::array<GemmShape, kNumLayerGemms> layer_gemms_;
   MoeGemmShapes moe_gemms_;

@@ -13,10 +13,17 @@
 #include "hwmodel/error.h"
 #include "hwmodel/line_reader.h"
 #include "hwmodel/shipped_profiles.h"
+#include "hwmodel/yaml_fields.h"
 
 namespace batchsim {
 
 namespace {
+
+using yaml_fields::at_line;
+using yaml_fields::bad_value;
+using yaml_fields::key_text;
+using yaml_fields::read_double;
+using yaml_fields::read_integer;
 
 constexpr double kGB = 1e9;
 constexpr double kTera = 1e12;
@@ -43,10 +50,6 @@ HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, do
   p.interconnect_bytes_per_s = link_gb_per_s * kGB;
   p.interconnect_latency_s = link_latency_us * 1e-6;
   p.pcie_bytes_per_s = pcie_gb_per_s * kGB;
-  // A round 1 ms of CPU per iteration (scheduling, input preparation, sampling): the order
-  // Vidur measured for a Sarathi/vLLM-style engine on A100 (cpu_overheads/a100.csv, 1.5-2 ms
-  // at small batches). Not fitted; the fitted profiles replace it.
-  p.iteration_overhead_s = 1e-3;
   return p;
 }
 
@@ -109,10 +112,6 @@ const std::vector<NumberKey>& number_keys() {
     add("decode_attention_efficiency", &HardwareProfile::decode_attention_efficiency, true);
     add("decode_attention_per_seq_s", &HardwareProfile::decode_attention_per_seq_s);
     add("kernel_launch_s", &HardwareProfile::kernel_launch_s);
-    add("iteration_overhead_s", &HardwareProfile::iteration_overhead_s);
-    add("iteration_overhead_per_seq_s", &HardwareProfile::iteration_overhead_per_seq_s);
-    add("iteration_overhead_per_extra_worker_s",
-        &HardwareProfile::iteration_overhead_per_extra_worker_s);
     add("attention_launch_s", &HardwareProfile::attention_launch_s);
     add("prefill_attention_per_head_token_s", &HardwareProfile::prefill_attention_per_head_token_s);
     add("prefill_attention_per_seq_s", &HardwareProfile::prefill_attention_per_seq_s);
@@ -134,52 +133,6 @@ const std::vector<NumberKey>& number_keys() {
     return k;
   }();
   return keys;
-}
-
-[[noreturn]] void bad_value(const std::string& where, const std::string& key,
-                            const std::string& why) {
-  throw UserError(fmt::format("{}: key '{}' {}", where, key, why));
-}
-
-// "file:LINE" for a node of the file (yaml-cpp counts lines from 0; built-in text has none).
-std::string at_line(const std::string& where, const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  return mark.line >= 0 ? fmt::format("{}:{}", where, mark.line + 1) : where;
-}
-
-// A mapping's key as text; a key that is a list or a map is an error naming its line.
-std::string key_text(const YAML::Node& key, const std::string& where) {
-  if (!key.IsScalar()) {
-    throw UserError(fmt::format("{}: a key must be a name, got a {}", at_line(where, key),
-                                key.IsSequence() ? "list" : key.IsMap() ? "map" : "null"));
-  }
-  return key.Scalar();
-}
-
-// Values beyond any GPU: they would overflow what they are multiplied into.
-constexpr double kMaxValue = 1e30;
-
-double read_double(const YAML::Node& node, const std::string& where, const std::string& key) {
-  double v = 0;
-  if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
-    bad_value(at_line(where, node), key, "must be a number");
-  }
-  if (!(v >= 0) || v > kMaxValue) {
-    bad_value(at_line(where, node), key,
-              fmt::format("must be a finite number from 0 to {:g}, got {}", kMaxValue, node.Scalar()));
-  }
-  return v;
-}
-
-// A whole number in [low, high], range-checked before the conversion.
-int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key,
-                     double low, double high) {
-  const double v = read_double(node, where, key);
-  if (v != std::floor(v) || v < low || v > high) {
-    bad_value(at_line(where, node), key,
-              fmt::format("must be a whole number from {:.0f} to {:.0f}, got {}", low, high, node.Scalar()));
-  }
-  return static_cast<int64_t>(v);
 }
 
 // `key` is the profile key: allreduce (NCCL) or custom_allreduce.
@@ -277,6 +230,14 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     if (key == "gemm_tables") {
       read_gemm_tables(value, where, read_table, p);
       continue;
+    }
+    if (key.starts_with("iteration_overhead")) {
+      // Profiles written before engine profiles existed carry the engine's CPU cost.
+      throw UserError(fmt::format(
+          "{}: key '{}' is an engine's CPU cost, no longer a GPU's: remove it here and put it in an "
+          "engine profile (cpu.per_iteration_s, cpu.per_sequence_s, cpu.per_extra_worker_s; "
+          "--engine FILE, see hwmodel/README.md \"Engine profiles\")",
+          at_line(where, kv.first), key));
     }
     bool known = false;
     for (const auto& k : number_keys()) {

@@ -63,12 +63,9 @@ struct HardwareProfile {
   double prefill_attention_efficiency = 0.5;  // of peak_flops, queries against prior context
   double decode_attention_efficiency = 0.7;   // of hbm_bytes_per_s
   double decode_attention_per_seq_s = 0;      // additive, per sequence and layer
-  double kernel_launch_s = 0;                 // per GEMM launch (incl. the LM head)
-  double iteration_overhead_s = 0;            // CPU: scheduling, input prep, sampling (fixed)
-  double iteration_overhead_per_seq_s = 0;    // CPU: per sequence in the batch
-  // CPU: per tensor-parallel worker beyond the first (the driver prepares and ships inputs to
-  // every worker: Vidur's A40 overheads grow ~1 ms per extra worker under Sarathi/Ray).
-  double iteration_overhead_per_extra_worker_s = 0;
+  // Per GEMM launch (incl. the LM head): the GPU-side floor of a kernel as CUPTI times it. What
+  // the serving software adds (CPU work, host launch time) is an engine's (engine_profile.h).
+  double kernel_launch_s = 0;
 
   // Prefill attention within the chunk's own causal triangle, of peak_flops.
   double prefill_attention_causal_efficiency = 0.5;

@@ -63,8 +63,8 @@ double predict_all_reduce(const HardwareProfile& gpu, const AllReduceRow& row) {
   return allreduce_time_s(gpu, row.size_bytes, row.num_workers);
 }
 
-double predict_cpu_overhead(const HardwareProfile& gpu, const CpuOverheadRow& row) {
-  return iteration_overhead_time_s(gpu, row.batch_size, row.tp);
+double predict_cpu_overhead(const CpuOverhead& cpu, const CpuOverheadRow& row) {
+  return cpu.seconds(row.batch_size, row.tp);
 }
 
 std::string canonical_model_name(std::string_view measured_model) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/roofline.h"
@@ -19,7 +20,8 @@ double predict_token_op(const HardwareProfile& gpu, const TokenOpRow& row, Token
 // Seconds of a prefill or decode attention row (one layer, one GPU).
 double predict_attention(const HardwareProfile& gpu, const AttentionRow& row);
 double predict_all_reduce(const HardwareProfile& gpu, const AllReduceRow& row);
-double predict_cpu_overhead(const HardwareProfile& gpu, const CpuOverheadRow& row);
+// An engine's CPU time (engine_profile.h) for the batch and TP degree of a CPU-overhead row.
+double predict_cpu_overhead(const CpuOverhead& cpu, const CpuOverheadRow& row);
 
 // The elementwise kind a token-level operator is (norm, rope, ...), or false for the GEMMs.
 bool token_op_elementwise(TokenOp op, ElementwiseOp& kind);

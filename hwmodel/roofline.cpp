@@ -299,10 +299,5 @@ std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double
   return std::nullopt;
 }
 
-double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp) {
-  return gpu.iteration_overhead_s +
-         gpu.iteration_overhead_per_seq_s * static_cast<double>(num_sequences) +
-         gpu.iteration_overhead_per_extra_worker_s * std::max(0, tp - 1);
-}
 
 }  // namespace batchsim

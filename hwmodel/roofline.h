@@ -249,8 +249,5 @@ double ring_allreduce_wire_bytes(double message_bytes, int tp);
 // The framework's custom all-reduce over tp GPUs (HardwareProfile::custom_allreduce): latency +
 // message bytes / bandwidth; nullopt when the profile has no fit for tp. Zero for tp == 1.
 std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
-// CPU time of one iteration outside the GPU kernels: fixed + per sequence in the batch + per
-// tensor-parallel worker beyond the first.
-double iteration_overhead_time_s(const HardwareProfile& gpu, int64_t num_sequences, int tp);
 
 }  // namespace batchsim

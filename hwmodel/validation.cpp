@@ -49,7 +49,7 @@ int layers_of(const std::string& measured_model) {
 
 ValidationReport validate_cost_model(const Measurements& measurements,
                                      std::string_view fit_on_model,
-                                     const HardwareProfile& profile) {
+                                     const HardwareProfile& profile, const CpuOverhead& cpu) {
   const FitModelRows rows(measurements, fit_on_model);
   ValidationReport report;
   report.fit_on = rows.name();
@@ -145,7 +145,7 @@ ValidationReport validate_cost_model(const Measurements& measurements,
   for (const CpuOverheadRow& row : measurements.cpu_overheads) {
     if (!usable(row.total_s())) continue;
     const std::string what = fmt::format("{} tp={} batch={}", row.model, row.tp, row.batch_size);
-    const double predicted_s = predict_cpu_overhead(profile, row);
+    const double predicted_s = predict_cpu_overhead(cpu, row);
     // Without rows of the fit model the CPU fit used every model's rows: all are in-sample.
     const bool fitted = rows.cpu_rows_by_name() ? rows.cpu_row(row) : !rows.name().empty();
     (fitted ? report.fitted : report.held_out)["cpu_overhead"].add(predicted_s, row.total_s(),

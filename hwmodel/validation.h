@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/measurements.h"
 
@@ -53,9 +54,11 @@ struct ValidationReport {
 };
 
 // Operator names in reports: Vidur's token-level names (token_op_name), then "attn_prefill",
-// "attn_decode", "all_reduce", "cpu_overhead".
+// "attn_decode", "all_reduce", "cpu_overhead". The CPU-overhead rows measure an engine, not the
+// GPU: they are scored on `cpu` (the fitted one, or an engine profile's).
 ValidationReport validate_cost_model(const Measurements& measurements,
-                                     std::string_view fit_on_model, const HardwareProfile& profile);
+                                     std::string_view fit_on_model, const HardwareProfile& profile,
+                                     const CpuOverhead& cpu);
 
 // The report as JSON: operators.<name>.{mape,max_ape,count,worst} over held-out models,
 // operators_fitted.<name>..., iteration.{mape,max_ape,count}, iteration_fitted, by_model,

@@ -19,17 +19,18 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"chunked-prefill", "chunked-prefill",
        "stall-free batching with a per-iteration token budget (Sarathi-Serve, OSDI'24)", {}},
       {"hf-static", "static", "HF pipeline: padded prompts, every slot held until the longest ends",
-       {{"pad", "true"}, {"release", "batch"}}},
+       {{"pad", "true"}, {"release", "batch"}}, "hf-transformers"},
       {"ft-static", "static",
        "FasterTransformer-like: no padding, finished rows stop computing, slots not refilled",
-       {{"pad", "false"}, {"release", "request"}}},
+       {{"pad", "false"}, {"release", "request"}}, "fastertransformer"},
+      // Orca (OSDI'22, section 5) is a C++ engine with fused CUDA kernels, as FasterTransformer.
       {"orca", "continuous",
        "Orca: mixed iterations, contiguous KV reserved for max_model_len",
-       {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}},
+       {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}, "fastertransformer"},
       // The simplified TGI of issue 3 (continuous, mixed, paged), kept as specified; tgi-router
       // below is what TGI's router really does.
       {"tgi", "continuous", "TGI-like: continuous, mixed prefill+decode, paged KV",
-       {{"kv", "paged"}, {"prefill", "mixed"}}},
+       {{"kv", "paged"}, {"prefill", "mixed"}}, "tgi"},
       // text-generation-inference 1.x router: a new batch is prefilled on its own and then
       // concatenated (router/src/infer.rs), with the 20-step / 1.2 wait rule; admission counts
       // input + max_new_tokens of every running request against max_batch_total_tokens
@@ -40,18 +41,22 @@ const std::vector<PolicyInfo>& registered_policies() {
        "TGI 1.x router: prefill-only iterations after a wait rule, KV reserved for prompt + max_new_tokens",
        {{"kv", "reserve"}, {"reserve_to", "output"}, {"prefill", "exclusive"},
         {"max_num_batched_tokens", "4096"}, {"max_waiting_tokens", "20"},
-        {"waiting_served_ratio", "1.2"}}},
+        {"waiting_served_ratio", "1.2"}},
+       "tgi"},
       {"vllm-v0", "continuous",
        "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
-        {"watermark", "0.01"}}},
+        {"watermark", "0.01"}},
+       "vllm-v0"},
       {"vllm", "chunked-prefill",
        "vLLM v1 scheduler: chunked prefill, budget 2048, 256 seqs, recompute, prefix caching",
        {{"max_num_batched_tokens", "2048"}, {"max_num_seqs", "256"}, {"preemption", "recompute"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
-        {"prefix_caching", "true"}}},
+        {"prefix_caching", "true"}},
+       "vllm"},
+      // Sarathi-Serve is built on a vLLM fork of its time (the engine Vidur measured).
       {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget",
-       {{"max_num_batched_tokens", "512"}}},
+       {{"max_num_batched_tokens", "512"}}, "vllm-v0"},
   };
   return policies;
 }
@@ -145,6 +150,7 @@ StaticPolicyConfig static_config(const PolicyOptions& o) {
 }  // namespace
 
 const std::string& policy_base(std::string_view name) { return find_policy(name).base; }
+const std::string& policy_engine(std::string_view name) { return find_policy(name).engine; }
 
 std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options) {
   const PolicyInfo& info = find_policy(name);

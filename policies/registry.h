@@ -26,12 +26,17 @@ struct PolicyInfo {
   std::string base;         // "static", "continuous" or "chunked-prefill"
   std::string description;  // one line, with the source it mirrors
   std::vector<std::pair<std::string, std::string>> preset;  // options the preset sets
+  // The engine profile (hwmodel/engines/) the preset's engine runs as, unless --engine says
+  // otherwise; the base policies run as current vLLM.
+  std::string engine = "vllm";
 };
 
 const std::vector<PolicyInfo>& registered_policies();
 const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base);
 // "static", "continuous" or "chunked-prefill" for a policy or preset name; UserError if unknown.
 const std::string& policy_base(std::string_view name);
+// The engine a policy or preset runs as by default; UserError if the policy is unknown.
+const std::string& policy_engine(std::string_view name);
 // Throws UserError for an unknown name (listing the known ones) or a bad option.
 std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& options);
 

@@ -161,8 +161,8 @@ void fit_all_reduce(const Measurements& m, HardwareProfile& p, std::vector<std::
   }
 }
 
-void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
-             std::vector<std::string>& notes) {
+void fit_cpu(const Measurements& m, const FitModelRows& rows, FitResult& result) {
+  std::vector<std::string>& notes = result.notes;
   // Rows (1/t, batch/t, (tp-1)/t) . (fixed, per sequence, per extra worker) ~ 1.
   std::vector<std::array<double, 3>> points;  // batch size, extra workers, t
   bool multi_worker = false;
@@ -174,7 +174,7 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
     }
   }
   if (points.empty()) {
-    notes.push_back("no CPU overhead rows: iteration overheads are the base profile's");
+    notes.push_back("no CPU overhead rows: no engine CPU cost measured");
     return;
   }
   if (!rows.cpu_rows_by_name()) {
@@ -186,12 +186,15 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, HardwareProfile& p
     a.row(i) << 1 / t, batch / t, extra_workers / t;
   }
   const Eigen::VectorXd c = fit::nnls(a, Eigen::VectorXd::Ones(a.rows()));
-  p.iteration_overhead_s = c(0);
-  p.iteration_overhead_per_seq_s = c(1);
-  p.iteration_overhead_per_extra_worker_s = c(2);
+  result.cpu = CpuOverhead{c(0), c(1), c(2)};
   if (!multi_worker) {
     notes.push_back("CPU overhead rows of the fit model are all TP 1: no per-worker cost fitted");
   }
+  // The CPU rows time the engine Vidur profiled, not the GPU: reported, not part of the profile.
+  notes.push_back(fmt::format("engine CPU overhead measured with these tables (an engine profile's cpu block, "
+                              "not this profile's): {:.4g} ms per iteration + {:.4g} us per sequence + {:.4g} ms "
+                              "per extra TP worker",
+                              c(0) * 1e3, c(1) * 1e6, c(2) * 1e3));
 }
 
 }  // namespace
@@ -389,7 +392,7 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   fit_elementwise(measurements, rows, p, result.notes);
   fit_attention(measurements, rows, p, fallback, result.notes);
   fit_all_reduce(measurements, p, result.notes);
-  fit_cpu(measurements, rows, p, result.notes);
+  fit_cpu(measurements, rows, result);
   p.source =
       fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
                   measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);

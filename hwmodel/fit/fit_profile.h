@@ -20,8 +20,8 @@
 //     prefill_attention_roofline_exponent (Levenberg–Marquardt, jointly: one launch);
 //   all-reduce (every single-node degree; model-independent) -> one AllReduceFit per degree plus
 //     interconnect_latency_s / interconnect_bytes_per_s over all degrees (NNLS);
-//   CPU overheads of the fit model -> iteration_overhead_s, iteration_overhead_per_seq_s,
-//     iteration_overhead_per_extra_worker_s (NNLS).
+//   CPU overheads of the fit model -> FitResult::cpu, an engine's cost and not the profile's
+//     (engine_profile.h): per iteration, per sequence, per extra TP worker (NNLS).
 // A part with no rows keeps the base profile's values, or, for attention, takes a `fallback`
 // profile's attention parameters when one is given (e.g. the fitted A100's for an A40 that
 // was not profiled for attention: same FlashAttention kernels, efficiencies relative to each
@@ -29,10 +29,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel/measurements.h"
@@ -69,6 +71,8 @@ struct FitResult {
   HardwareProfile profile;
   std::string fit_on;              // canonical name of the model fitted on
   std::vector<std::string> notes;  // parts left at the base values, clamps applied
+  // The CPU cost of the engine the measurements ran under, when they have CPU-overhead rows.
+  std::optional<CpuOverhead> cpu;
 };
 
 // Fits `base`'s efficiency parameters on the rows of `fit_on_model` (a built-in name such as

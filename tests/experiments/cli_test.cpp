@@ -105,7 +105,7 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
                      (dir / "one").string()},
                     &text),
             0);
-  EXPECT_THAT(text, HasSubstr("(tp 1), 30 requests"));
+  EXPECT_THAT(text, HasSubstr("(tp 1), engine vllm, 30 requests"));
   EXPECT_THAT(slurp(dir / "one" / "requests.csv"), ::testing::Not(HasSubstr("replica")));
   const auto one = nlohmann::json::parse(slurp(dir / "one" / "summary.json"));
   EXPECT_FALSE(one.contains("replicas"));
@@ -221,9 +221,37 @@ TEST(Cli, ListsShowEverythingBuiltIn) {
   }
   ASSERT_EQ(run_cli({"list", "policies"}, &text), 0);
   for (const char* p : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi",
-                        "max_num_batched_tokens", "watermark=0.01"}) {
+                        "max_num_batched_tokens", "watermark=0.01", "(engine hf-transformers)"}) {
     EXPECT_THAT(text, HasSubstr(p));
   }
+  ASSERT_EQ(run_cli({"list", "engines"}, &text), 0);
+  for (const char* e : {"bare", "vllm", "vllm-v0", "hf-transformers", "fastertransformer", "tgi", "sglang",
+                        "trtllm", "concat", "custom"}) {
+    EXPECT_THAT(text, HasSubstr(e));
+  }
+}
+
+// A run simulates its policy's engine unless --engine (or an `engine` key) names another; the
+// engine is echoed in the header and in summary.json, and an unknown one is an error naming it.
+TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
+  const auto dir = testing::scratch_dir("cli-engine");
+  std::string text;
+  ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--num-requests", "8", "--out", (dir / "hf").string()}, &text), 0);
+  EXPECT_THAT(text, HasSubstr("engine hf-transformers"));
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "hf" / "summary.json"))["config"]["engine"], "hf-transformers");
+  ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--engine", "bare", "--num-requests", "8", "--out",
+                     (dir / "bare").string()},
+                    &text),
+            0);
+  const auto hf = nlohmann::json::parse(slurp(dir / "hf" / "summary.json"));
+  const auto bare = nlohmann::json::parse(slurp(dir / "bare" / "summary.json"));
+  EXPECT_EQ(bare["config"]["engine"], "bare");
+  // The same schedule on a faster engine: HF's concatenated cache and eager launches cost time.
+  EXPECT_GT(bare["throughput"]["total_tokens_per_s"].get<double>(), hf["throughput"]["total_tokens_per_s"].get<double>());
+  std::ofstream(dir / "run.yaml") << "engine: fastertransformer\npolicy: hf-static\n";
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "run.yaml").string(), "--num-requests", "8"}, &text), 0);
+  EXPECT_THAT(text, HasSubstr("engine fastertransformer"));
+  EXPECT_THAT(error_of({"run", "--engine", "vllm-9", "--num-requests", "8"}), HasSubstr("unknown engine 'vllm-9'"));
 }
 
 // MoE rows show experts and active parameters besides the total; dense rows read "-" and

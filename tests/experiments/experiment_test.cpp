@@ -353,6 +353,42 @@ TEST(Compare, ShardsMergedEqualTheUnshardedRunWhateverTheJobs) {
   EXPECT_THROW(merge_results({root / "s0", root / "s0"}, root / "twice", false, std::cerr), UserError);
 }
 
+// A `published:` block names policies and groups the experiment runs; the report puts each
+// published ratio beside the simulated one, computed from the runs' own summaries.
+TEST(Compare, PublishedRatiosAreCheckedAndReportedBesideTheSimulatedOnes) {
+  const std::string head = R"(
+name: pub
+base: {model: llama-2-7b, gpu: a100-80gb, num-requests: 30, arrival: offline, prompt-len: "fixed:128"}
+policies: [{policy: static, label: static-4, policy-opt: {batch_size: 4}}, continuous]
+axes:
+  cap: [{label: "64", output-len: "capexp:32:64"}]
+seeds: [0, 1]
+)";
+  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: vllm, ratios: {}}\n"),
+              HasSubstr("'vllm' is not a policy label"));
+  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=65: 2}}}\n"),
+              HasSubstr("'cap=65' is not a group"));
+  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=64: -1}}}\n"),
+              HasSubstr("must be > 0"));
+  EXPECT_THAT(parse_error(head + "published: {source: s, baseline: static-4, ratios: {}}\n"), HasSubstr("needs source"));
+  const fs::path out = testing::scratch_dir("experiment_published");
+  const Experiment e = parse_experiment_text(
+      head + "published: {source: A study, metric: throughput.total_tokens_per_s, baseline: static-4, "
+             "ratios: {continuous: {cap=64: 3}}}\n",
+      "pub.yaml");
+  const ResultSet results = run_experiment(e, options_for(out), std::cerr);
+  double continuous = 0, baseline = 0;
+  for (const auto& r : results.runs) {
+    const double tps = r["throughput"]["total_tokens_per_s"].get<double>();
+    (r["experiment"]["policy"] == "continuous" ? continuous : baseline) += tps / 2;  // mean of 2 seeds
+  }
+  const std::string report = read_file(out / "report.md");
+  EXPECT_THAT(report, HasSubstr("## Against the published figures"));
+  EXPECT_THAT(report, HasSubstr("A study"));
+  EXPECT_THAT(report, HasSubstr(fmt::format("| continuous | cap=64 | 3.0x | {:.2f}x | {:.2f} |", continuous / baseline,
+                                            continuous / baseline / 3)));
+}
+
 TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
   const fs::path out = testing::scratch_dir("experiment_report");
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");

@@ -229,7 +229,9 @@ TEST(Roofline, PrefillTilesAndGroupedKvReadsByHand) {
 
 TEST(CostModel, Opt13bDecodeIterationByHand) {
   const ModelSpec m = resolve_model("opt-13b");
-  const CostModel cm(m, round_profile());
+  EngineProfile engine;  // 1 ms of CPU per iteration, in series with the GPU
+  engine.cpu.per_iteration_s = 1e-3;
+  const CostModel cm(m, round_profile(), 1, engine);
   BatchShape shape;
   shape.add_decode(99);  // context 100 including the new token
   shape.num_sampled = 1;
@@ -331,7 +333,6 @@ TEST(CostModel, MoreWorkIsNeverFaster) {
   fitted.gemm_m_half = 48;
   fitted.kernel_launch_s = 4e-6;
   fitted.decode_attention_per_seq_s = 2e-7;
-  fitted.iteration_overhead_per_seq_s = 1e-5;
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int64_t> len(1, 3000);
   for (const char* model : {"opt-13b", "llama-3-8b"}) {

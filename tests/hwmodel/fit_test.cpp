@@ -46,11 +46,11 @@ HardwareProfile truth_profile() {
   p.prefill_attention_roofline_exponent = 2.5;
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.3 + 0.1 * i, 1e-6 * (i + 2)};
   p.allreduce = {{2, 1e-5, 1.6e11}, {4, 2e-5, 1.5e11}};
-  p.iteration_overhead_s = 8e-4;
-  p.iteration_overhead_per_seq_s = 4e-5;
-  p.iteration_overhead_per_extra_worker_s = 1e-3;
   return p;
 }
+
+// The engine CPU cost the synthetic CPU-overhead rows are generated with.
+const CpuOverhead kTruthCpu{8e-4, 4e-5, 1e-3};
 
 // Noise-free measurements of Llama-2-7B under `truth`, on Vidur's grid shapes.
 Measurements synthetic_measurements(const HardwareProfile& truth) {
@@ -104,7 +104,7 @@ Measurements synthetic_measurements(const HardwareProfile& truth) {
       r.model = "meta-llama/Llama-2-7b-hf";
       r.batch_size = batch;
       r.tp = tp;
-      r.schedule_s = predict_cpu_overhead(truth, r);  // the whole overhead in one part
+      r.schedule_s = predict_cpu_overhead(kTruthCpu, r);  // the whole overhead in one part
       m.cpu_overheads.push_back(r);
     }
   }
@@ -124,8 +124,13 @@ TEST(FitProfile, RecoversTheParametersThatGeneratedTheMeasurements) {
   expected.interconnect_latency_s = fit.profile.interconnect_latency_s;
   expected.interconnect_bytes_per_s = fit.profile.interconnect_bytes_per_s;
   testing::expect_profiles_near(fit.profile, expected, 2e-3, /*compare_text=*/false);
+  // The CPU rows are the engine's: recovered into FitResult::cpu, not into the profile.
+  ASSERT_TRUE(fit.cpu.has_value());
+  EXPECT_NEAR(fit.cpu->per_iteration_s, kTruthCpu.per_iteration_s, 2e-3 * kTruthCpu.per_iteration_s);
+  EXPECT_NEAR(fit.cpu->per_sequence_s, kTruthCpu.per_sequence_s, 2e-3 * kTruthCpu.per_sequence_s);
+  EXPECT_NEAR(fit.cpu->per_extra_worker_s, kTruthCpu.per_extra_worker_s, 2e-3 * kTruthCpu.per_extra_worker_s);
   // And therefore every measurement is reproduced.
-  const ValidationReport report = validate_cost_model(m, "llama-2-7b", fit.profile);
+  const ValidationReport report = validate_cost_model(m, "llama-2-7b", fit.profile, *fit.cpu);
   for (const auto& [name, stats] : report.fitted) EXPECT_LT(stats.max_ape_percent, 0.5) << name;
 }
 
@@ -155,9 +160,7 @@ TEST(FitProfile, FittedParametersArePlausible) {
       EXPECT_GE(k.launch_s, 0);
       EXPECT_LT(k.launch_s, 20e-6);  // a kernel launch, not a stall
     }
-    for (double s : {p.kernel_launch_s, p.attention_launch_s, p.iteration_overhead_s,
-                     p.iteration_overhead_per_seq_s, p.iteration_overhead_per_extra_worker_s,
-                     p.prefill_attention_per_head_token_s, p.decode_attention_per_seq_kv_head_s,
+    for (double s : {p.kernel_launch_s, p.attention_launch_s, p.prefill_attention_per_head_token_s, p.decode_attention_per_seq_kv_head_s,
                      p.interconnect_latency_s}) {
       EXPECT_GE(s, 0);
     }
@@ -188,7 +191,7 @@ TEST(FitProfile, FittedParametersArePlausible) {
 // per-SM K/V terms), CPU 19.5%. A regression of a few points in any of them fails here.
 TEST(FitProfile, HeldOutAccuracyOnA100) {
   const Measurements m = read_measurements(vidur_dir(), "a100");
-  const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile);
+  const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile, *a100_fit().cpu);
   for (const char* gemm : {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}) {
     ASSERT_TRUE(r.held_out.count(gemm)) << gemm;
     EXPECT_LT(r.held_out.at(gemm).mape_percent, 9.0) << gemm;
@@ -212,7 +215,7 @@ TEST(FitProfile, HeldOutAccuracyOnA100) {
     EXPECT_LT(r.held_out.at(name).mape_percent, 20.0) << name;
   }
   // The fit is worth having: the datasheet profile is at least twice as far off per iteration.
-  const ValidationReport datasheet = validate_cost_model(m, "", resolve_gpu("a100-80gb"));
+  const ValidationReport datasheet = validate_cost_model(m, "", resolve_gpu("a100-80gb"), resolve_engine("vllm").cpu);
   EXPECT_GT(datasheet.iteration_held_out.mape_percent, 2 * r.iteration_held_out.mape_percent);
 }
 
@@ -251,7 +254,7 @@ TEST(FitProfile, HeldOutAttentionByKernelRegime) {
 TEST(FitProfile, HeldOutAccuracyOnA40) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
   const FitResult fit = fit_profile(m, "llama-2-7b", resolve_gpu("a40"));
-  const ValidationReport r = validate_cost_model(m, "llama-2-7b", fit.profile);
+  const ValidationReport r = validate_cost_model(m, "llama-2-7b", fit.profile, fit.cpu.value_or(CpuOverhead{}));
   for (const char* gemm : {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}) {
     EXPECT_LT(r.held_out.at(gemm).mape_percent, 10.0) << gemm;
   }
@@ -348,7 +351,7 @@ TEST(FitProfile, CostModelUsesTheValidatedPredictions) {
 
 TEST(Validation, JsonHasTheDocumentedKeys) {
   const Measurements m = read_measurements(vidur_dir(), "a100");
-  const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile);
+  const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile, *a100_fit().cpu);
   const nlohmann::json j = validation_json(r);
   EXPECT_EQ(j["fit_on"], "llama-2-7b");
   for (const char* op : {"attn_pre_proj", "mlp_down_proj", "attn_prefill", "attn_decode",

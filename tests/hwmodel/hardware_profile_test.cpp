@@ -82,11 +82,8 @@ HardwareProfile odd_profile() {
   p.decode_attention_efficiency = 0.6543;
   p.decode_attention_per_seq_s = 1.1e-7;
   p.kernel_launch_s = 3.3e-6;
-  p.iteration_overhead_s = 1.7e-3;
-  p.iteration_overhead_per_seq_s = 2.2e-5;
   p.gemm_roofline_exponent = 1.55;
   p.prefill_attention_causal_efficiency = 0.2345;
-  p.iteration_overhead_per_extra_worker_s = 9.5e-4;
   p.attention_launch_s = 6.5e-6;
   p.prefill_attention_per_head_token_s = 4.9e-9;
   p.decode_attention_per_seq_kv_head_s = 4.4e-8;

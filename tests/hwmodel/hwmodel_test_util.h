@@ -33,8 +33,6 @@ inline HardwareProfile round_profile() {
   p.decode_attention_efficiency = 0.5;
   p.decode_attention_per_seq_s = 0;
   p.kernel_launch_s = 0;
-  p.iteration_overhead_s = 1e-3;
-  p.iteration_overhead_per_seq_s = 0;
   for (auto& k : p.elementwise) k = {1.0, 0.0};
   return p;
 }
@@ -69,11 +67,6 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.decode_attention_efficiency, b.decode_attention_efficiency, "decode_attention_efficiency");
   near(a.decode_attention_per_seq_s, b.decode_attention_per_seq_s, "decode_attention_per_seq_s");
   near(a.kernel_launch_s, b.kernel_launch_s, "kernel_launch_s");
-  near(a.iteration_overhead_s, b.iteration_overhead_s, "iteration_overhead_s");
-  near(a.iteration_overhead_per_seq_s, b.iteration_overhead_per_seq_s,
-       "iteration_overhead_per_seq_s");
-  near(a.iteration_overhead_per_extra_worker_s, b.iteration_overhead_per_extra_worker_s,
-       "iteration_overhead_per_extra_worker_s");
   near(a.attention_launch_s, b.attention_launch_s, "attention_launch_s");
   near(a.prefill_attention_per_head_token_s, b.prefill_attention_per_head_token_s,
        "prefill_attention_per_head_token_s");

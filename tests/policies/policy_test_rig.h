@@ -59,8 +59,6 @@ inline CostModel rig_cost_model(const RigOptions& o = {}) {
   gpu.hbm_bytes_per_s = 1e30;
   gpu.interconnect_bytes_per_s = 1e30;
   gpu.pcie_bytes_per_s = o.pcie_bytes_per_s;
-  gpu.iteration_overhead_s = o.iteration_s;
-  gpu.iteration_overhead_per_seq_s = o.per_sequence_s;
   const ModelSpec model = tiny_model(o.max_context_tokens);
   gpu.memory_bytes = 0;
   CostModel probe(model, gpu);
@@ -68,11 +66,15 @@ inline CostModel rig_cost_model(const RigOptions& o = {}) {
                        probe.activation_reserve_bytes(CostModel::kDefaultActivationTokens);
   gpu.memory_bytes = static_cast<int64_t>(std::ceil(fixed)) +
                      o.kv_capacity_tokens * model.kv_bytes_per_token();
-  CostModel cm(model, gpu);
+  // The fixed cost per iteration and per sequence is an engine's CPU time.
+  EngineProfile engine;
+  engine.cpu.per_iteration_s = o.iteration_s;
+  engine.cpu.per_sequence_s = o.per_sequence_s;
+  CostModel cm(model, gpu, 1, engine);
   // Nudge away any rounding so the capacity is exact.
   while (cm.kv_capacity_tokens(1.0) < o.kv_capacity_tokens) {
     gpu.memory_bytes += 1;
-    cm = CostModel(model, gpu);
+    cm = CostModel(model, gpu, 1, engine);
   }
   EXPECT_EQ(cm.kv_capacity_tokens(1.0), o.kv_capacity_tokens);
   return cm;

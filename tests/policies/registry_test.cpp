@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "hwmodel/engine_profile.h"
 #include "policies/continuous_policy.h"
+#include "policies/registry.h"
 #include "policies/static_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
@@ -199,6 +201,19 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
   for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
+}
+
+// Every preset runs as an engine that exists (hwmodel/engines/), the one it mirrors.
+TEST(Registry, EveryPresetNamesAShippedEngine) {
+  for (const PolicyInfo& p : registered_policies()) {
+    EXPECT_NO_THROW(resolve_engine(p.engine)) << p.name << " names engine " << p.engine;
+  }
+  EXPECT_EQ(policy_engine("hf-static"), "hf-transformers");
+  EXPECT_EQ(policy_engine("ft-static"), "fastertransformer");
+  EXPECT_EQ(policy_engine("vllm-v0"), "vllm-v0");
+  EXPECT_EQ(policy_engine("vllm"), "vllm");
+  EXPECT_EQ(policy_engine("tgi-router"), "tgi");
+  EXPECT_EQ(policy_engine("continuous"), "vllm");
 }
 
 }  // namespace
