@@ -8,6 +8,8 @@
 #include "experiments/command_line.h"
 #include "experiments/validate.h"
 #include "hwmodel/error.h"
+#include "hwmodel/fit/transfer_profile.h"
+#include "hwmodel/hardware_profile.h"
 #include "hwmodel/kernel_tables.h"
 #include "hwmodel/measurements.h"
 #include "hwmodel/validation.h"
@@ -90,6 +92,39 @@ int calibrate_fit(const std::vector<std::string>& args, std::ostream& out) {
   return 0;
 }
 
+// `calibrate transfer PROFILE --to GPU --out FILE`: the fitted profile's efficiencies on another
+// datasheet GPU's ceilings (hwmodel/fit/transfer_profile.h), written with its GEMM tables.
+int calibrate_transfer(const std::vector<std::string>& args, std::ostream& out) {
+  std::string from, to, profile_out, name;
+  po::options_description d("batchsim calibrate transfer options");
+  d.add_options()
+      ("profile", po::value(&from), "the fitted profile to transfer (a built-in name or a profile file)")
+      ("to", po::value(&to), "the datasheet GPU whose ceilings it moves onto (batchsim list gpus, or a file)")
+      ("out", po::value(&profile_out), "the profile to write (YAML; its GEMM tables beside it)")
+      ("name", po::value(&name), "the written profile's name (default: the --out file name without extension)")
+      ("help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("profile", 1);
+  const po::variables_map vm = parse_command_line(args, d, &pos, "calibrate transfer");
+  if (vm.count("help")) {
+    out << "usage: batchsim calibrate transfer PROFILE --to GPU --out PROFILE.yaml [--name NAME]\n\n" << d << '\n';
+    return 0;
+  }
+  if (from.empty()) throw UserError("calibrate transfer: give the fitted profile to transfer (e.g. h100-sxm-fitted)");
+  if (to.empty()) throw UserError("calibrate transfer: give --to GPU, the datasheet GPU to move it onto (e.g. h200)");
+  if (profile_out.empty()) throw UserError("calibrate transfer: give --out PROFILE.yaml");
+  const HardwareProfile fitted = resolve_gpu(from);
+  HardwareProfile p = transfer_profile(fitted, resolve_gpu(to));
+  // Named like any profile file without a name key: after the file.
+  p.name = name.empty() ? std::filesystem::path(profile_out).stem().string() : name;
+  save_hardware_profile(p, profile_out);
+  // What the transfer did: the paragraph it added after the fitted profile's provenance.
+  std::string added = p.provenance.substr(fitted.provenance.size());
+  if (!added.empty() && added.front() == '\n') added.erase(0, 1);
+  out << p.source << '\n' << added << "wrote " << profile_out << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int calibrate_command(const std::vector<std::string>& args, std::ostream& out) {
@@ -98,11 +133,17 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out) {
            "  Fits a hardware profile on the measurements `batchsim-calibrate measure` wrote\n"
            "  on a GPU (see calibration/README.md), and records the fit error per operator.\n"
            "  MEASUREMENTS is the measurement directory, or one CSV of it (e.g. its mlp.csv:\n"
-           "  operators without rows then keep the base GPU's datasheet values).\n";
+           "  operators without rows then keep the base GPU's datasheet values).\n"
+           "usage: batchsim calibrate transfer PROFILE --to GPU --out PROFILE.yaml [--name NAME]\n"
+           "  Moves a fitted profile's efficiencies onto another datasheet GPU's ceilings,\n"
+           "  rescaling what is absolute (e.g. an H200 from the H100 tables: \n"
+           "  batchsim calibrate transfer h100-sxm-fitted --to h200 --out h200.yaml); the\n"
+           "  profile's provenance lists each rescaling (hwmodel/README.md).\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "fit") return calibrate_fit({args.begin() + 1, args.end()}, out);
-  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit)", args[0]));
+  if (args[0] == "transfer") return calibrate_transfer({args.begin() + 1, args.end()}, out);
+  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit, transfer)", args[0]));
 }
 
 }  // namespace batchsim

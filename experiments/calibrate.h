@@ -8,6 +8,12 @@
 // The fit is hwmodel/fit (plain C++, Eigen): the same code `batchsim validate` runs on the
 // published Vidur measurements. The profile records what it was fitted from and, per operator,
 // the fit's error against the measurements, so a user can see how far to trust it.
+//
+//   batchsim calibrate transfer PROFILE --to GPU --out PROFILE.yaml [--name NAME]
+//
+// moves a fitted profile onto another datasheet GPU's ceilings (hwmodel/fit/transfer_profile.h:
+// efficiencies kept, absolute quantities rescaled, each rescaling recorded in the provenance),
+// e.g. an H200 profile from the H100 kernel tables.
 #pragma once
 
 #include <iosfwd>

@@ -1,5 +1,6 @@
 #include "experiments/cli.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ostream>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "experiments/runner.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
+#include "hwmodel/hardware_profile.h"
 #include "policies/registry.h"
 
 namespace po = boost::program_options;
@@ -37,11 +39,13 @@ commands:
             results.csv, report.md and figures
   merge     join the results folders of `compare --shard K/N` runs
   list      list built-in models, gpus, engines, policies or routers:
-            batchsim list {models,gpus,engines,policies,routers}
+            batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
   validate-serving  replay measured serving benchmarks and report the TTFT and TPOT error
   calibrate fit a hardware profile on a GPU's measurements:  batchsim calibrate fit DIR --out P.yaml
+            or move a fitted one onto another GPU's datasheet:
+            batchsim calibrate transfer PROFILE --to GPU --out P.yaml
 
 `batchsim <command> --help` shows a command's options.
 )";
@@ -311,10 +315,12 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return exit_status_of(results, true, err);
 }
 
-constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus,engines,policies,routers}
+constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers}
 
   models    built-in models (any Hugging Face config.json also works as --model)
-  gpus      built-in GPUs and shipped profiles (any profile file also works as --gpu)
+  gpus      built-in GPUs and shipped profiles, then the profile files given, each with where
+            it came from: datasheet, fitted on ..., transferred from ... (any profile file
+            also works as --gpu)
   engines   engine profiles: what the serving software costs (any engine file works as --engine)
   policies  policies and engine presets, and every policy option with its default
   routers   request routers for --replicas N
@@ -326,7 +332,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     out << kListUsage;
     return 0;
   }
-  if (args.size() > 1) {
+  if (args.size() > 1 && what != "gpus") {
     throw UserError(fmt::format("list: takes one of models, gpus, engines, policies, routers; got '{}'",
                                 fmt::join(args, " ")));
   }
@@ -353,12 +359,19 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   if (what == "gpus") {
-    fmt::print(out, "{:<16} {:>10} {:>10} {:>8}  {}\n", "name", "TFLOP/s", "HBM GB/s", "mem GB", "source");
-    for (const HardwareProfile& g : builtin_gpus()) {
-      fmt::print(out, "{:<16} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, g.peak_flops / 1e12,
+    // The built-ins, then the files named after `gpus` (a profile written by `calibrate fit` or
+    // `calibrate transfer`), so that where a profile's numbers came from is one command away.
+    std::vector<HardwareProfile> gpus = builtin_gpus();
+    for (size_t i = 1; i < args.size(); ++i) gpus.push_back(load_hardware_profile(args[i]));
+    size_t width = 16;
+    for (const HardwareProfile& g : gpus) width = std::max(width, g.name.size());
+    fmt::print(out, "{:<{}} {:>10} {:>10} {:>8}  {}\n", "name", width, "TFLOP/s", "HBM GB/s", "mem GB", "source");
+    for (const HardwareProfile& g : gpus) {
+      fmt::print(out, "{:<{}} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, width, g.peak_flops / 1e12,
                  g.hbm_bytes_per_s / 1e9, static_cast<double>(g.memory_bytes) / 1e9, g.source);
     }
-    fmt::print(out, "\nA hardware profile file (YAML/JSON) also works as --gpu.\n");
+    fmt::print(out, "\nA hardware profile file (YAML/JSON) also works as --gpu; `batchsim list gpus FILE` "
+                    "lists it here.\n");
     return 0;
   }
   if (what == "engines") {

@@ -61,6 +61,7 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
   KernelValidationReport report;
   report.tables = fmt::format("{} ({})", tables.system, tables.framework);
   report.profile = profile.name;
+  report.profile_source = profile.source;
   report.rows = rows == KernelRows::kHeldOut ? "held-out half" : rows == KernelRows::kTrain ? "training half" : "all rows";
   auto& ops = report.operators;
 
@@ -143,6 +144,7 @@ nlohmann::json kernel_validation_json(const KernelValidationReport& report) {
   nlohmann::json j;
   j["tables"] = report.tables;
   j["profile"] = report.profile;
+  j["profile_source"] = report.profile_source;
   j["rows"] = report.rows;
   j["units"] = "mape, p90 and max_ape are percent: |predicted / measured - 1| * 100";
   for (const auto& [name, op] : report.operators) {
@@ -158,6 +160,8 @@ nlohmann::json kernel_validation_json(const KernelValidationReport& report) {
 
 void print_kernel_validation(const KernelValidationReport& report, std::ostream& out) {
   fmt::print(out, "profile {} on the kernel tables of {}, {}:\n", report.profile, report.tables, report.rows);
+  // A transferred or datasheet profile reads as such before its errors do.
+  fmt::print(out, "profile source: {}\n", report.profile_source);
   fmt::print(out, "{:<46} {:>7} {:>7} {:>7} {:>8}\n", "operator", "rows", "MAPE %", "p90 %", "skipped");
   for (const auto& [name, op] : report.operators) {
     int64_t skipped = 0;

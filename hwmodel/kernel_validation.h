@@ -40,7 +40,8 @@ struct KernelScoredRow {
 
 struct KernelValidationReport {
   std::string tables;   // e.g. "h100_sxm (vllm)"
-  std::string profile;  // the profile scored
+  std::string profile;         // the profile scored
+  std::string profile_source;  // its source line (datasheet, fitted on ..., transferred from ...)
   std::string rows;     // which rows: "held-out half" or "all rows"
   std::map<std::string, KernelOperatorScore> operators;
   std::vector<KernelScoredRow> scored;  // every scored row, for `validate --rows-out`
@@ -49,9 +50,11 @@ struct KernelValidationReport {
 KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
                                            KernelRows rows);
 
+// tables, profile, profile_source, rows, and
 // operators.<name>.{mape,p90,max_ape,count,skipped{why: rows},parts{...}}, errors in percent.
 nlohmann::json kernel_validation_json(const KernelValidationReport& report);
-// One line per operator (and GEMM part): rows, MAPE, p90, and the skipped rows' count.
+// The profile and its source line, then one line per operator (and GEMM part): rows, MAPE,
+// p90, and the skipped rows' count.
 void print_kernel_validation(const KernelValidationReport& report, std::ostream& out);
 
 }  // namespace batchsim

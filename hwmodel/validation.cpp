@@ -193,13 +193,19 @@ nlohmann::json validation_json(const ValidationReport& report) {
     for (const auto& [name, s] : ops) j["by_model"][group][name] = stats_json(s);
   }
   j["notes"] = report.notes;
+  // Where the profile's numbers came from (datasheet, fitted on ..., transferred from ...),
+  // beside the whole profile below.
+  j["profile"] = report.profile.name;
+  j["profile_source"] = report.profile.source;
   j["profile_yaml"] = hardware_profile_yaml(report.profile);
   return j;
 }
 
 void print_validation_table(const ValidationReport& report, std::ostream& out) {
-  out << fmt::format("Cost model vs measurements, profile '{}', fitted on {}\n",
-                     report.profile.name, report.fit_on);
+  out << fmt::format("Cost model vs measurements, profile '{}', {}\n", report.profile.name,
+                     report.fit_on.empty() ? "checked as it is" : "fitted on " + report.fit_on);
+  // A transferred or datasheet profile reads as such before its errors do.
+  out << fmt::format("profile source: {}\n", report.profile.source);
   out << fmt::format("{:<26} {:>22} {:>22}\n", "operator", "held-out MAPE / max",
                      "fitted MAPE / max");
   auto cell = [](const std::map<std::string, ErrorStats>& m, const std::string& name) {

@@ -62,9 +62,11 @@ ValidationReport validate_cost_model(const Measurements& measurements,
 
 // The report as JSON: operators.<name>.{mape,max_ape,count,worst} over held-out models,
 // operators_fitted.<name>..., iteration.{mape,max_ape,count}, iteration_fitted, by_model,
-// profile (the keys of a profile file), notes. Errors are in percent.
+// profile (its name), profile_source (its source line: datasheet, fitted on ..., transferred
+// from ...), profile_yaml (the keys of a profile file), notes. Errors are in percent.
 nlohmann::json validation_json(const ValidationReport& report);
-// A terminal table: per operator, held-out and fitted MAPE / max APE.
+// A terminal table: the profile and its source line, then per operator, held-out and fitted
+// MAPE / max APE.
 void print_validation_table(const ValidationReport& report, std::ostream& out);
 
 }  // namespace batchsim

@@ -13,6 +13,7 @@
 
 #include "hwmodel/error.h"
 #include "hwmodel/fit/solvers.h"
+#include "hwmodel/fit/transfer_profile.h"
 #include "hwmodel/predict.h"
 #include "hwmodel/roofline.h"
 
@@ -101,12 +102,8 @@ void copy_attention(const HardwareProfile& from, HardwareProfile& to) {
   to.decode_attention_per_seq_s = from.decode_attention_per_seq_s;
   // Per-SM K/V rates carry over as fractions of each GPU's per-SM share of its HBM bandwidth
   // (like the efficiencies, relative to the GPU's own datasheet); the SM count is the GPU's own.
-  auto per_sm_rate = [&](double rate) {
-    if (from.sm_count <= 0 || to.sm_count <= 0) return 0.0;
-    return rate / (from.hbm_bytes_per_s / from.sm_count) * (to.hbm_bytes_per_s / to.sm_count);
-  };
-  to.decode_attention_sm_bytes_per_s = per_sm_rate(from.decode_attention_sm_bytes_per_s);
-  to.prefill_attention_sm_bytes_per_s = per_sm_rate(from.prefill_attention_sm_bytes_per_s);
+  to.decode_attention_sm_bytes_per_s = per_sm_rate_on(from.decode_attention_sm_bytes_per_s, from, to);
+  to.prefill_attention_sm_bytes_per_s = per_sm_rate_on(from.prefill_attention_sm_bytes_per_s, from, to);
   to.prefill_attention_roofline_exponent = from.prefill_attention_roofline_exponent;
 }
 

@@ -1,6 +1,7 @@
 // `batchsim calibrate fit` on real measurements (the published Vidur A100 profile of
 // Llama-2-7B, in the schema batchsim-calibrate writes): a usable profile that records its fit
-// error per operator, and clear errors for bad input.
+// error per operator, and clear errors for bad input. `batchsim calibrate transfer`: a fitted
+// profile written onto another GPU's ceilings, which `list gpus` and `validate` show as such.
 #include "experiments/calibrate.h"
 
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "experiments/cli.h"
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "test_support.h"
@@ -130,6 +132,96 @@ TEST(CalibrateFit, BadInputIsNamed) {
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), HasSubstr("bogus"));
   }
+}
+
+// How a user simulates an H200 from the H100 tables: the written profile loads (its rescaled
+// GEMM tables beside it), says where it came from, and runs.
+TEST(CalibrateTransfer, WritesALoadableProfileWithItsTables) {
+  const auto dir = testing::scratch_dir("calibrate-transfer");
+  std::ostringstream out;
+  ASSERT_EQ(calibrate_command({"transfer", "h100-sxm-fitted", "--to", "h200", "--out",
+                               (dir / "h200-from-h100.yaml").string()},
+                              out),
+            0);
+  EXPECT_THAT(out.str(), HasSubstr("transferred from h100-sxm-fitted to h200 ceilings"));
+  EXPECT_THAT(out.str(), HasSubstr("x 1.433 (HBM bandwidth per SM"));  // what was rescaled, on screen
+  EXPECT_THAT(out.str(), HasSubstr("wrote "));
+  EXPECT_TRUE(std::filesystem::exists(dir / "h200-from-h100.gemm-bf16.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "h200-from-h100.gemm-fp8.txt"));
+  const HardwareProfile p = load_hardware_profile(dir / "h200-from-h100.yaml");
+  EXPECT_EQ(p.name, "h200-from-h100");
+  EXPECT_EQ(p.source, "transferred from h100-sxm-fitted to h200 ceilings");
+  EXPECT_DOUBLE_EQ(p.hbm_bytes_per_s, resolve_gpu("h200").hbm_bytes_per_s);
+  EXPECT_DOUBLE_EQ(p.gemm_eta_max, resolve_gpu("h100-sxm-fitted").gemm_eta_max);
+  ASSERT_NE(p.gemm_table(2), nullptr);
+  EXPECT_THAT(p.gemm_table(2)->source(), HasSubstr("rescaled from h100-sxm-fitted to h200"));
+
+  ASSERT_EQ(calibrate_command({"transfer", "h100-sxm-fitted", "--to", "h200", "--out", (dir / "x.yaml").string(),
+                               "--name", "my-h200"},
+                              out),
+            0);
+  EXPECT_EQ(load_hardware_profile(dir / "x.yaml").name, "my-h200");
+
+  std::ostringstream run_out, run_err;
+  ASSERT_EQ(cli_main({"run", "--gpu", (dir / "h200-from-h100.yaml").string(), "--model", "llama-3-8b",
+                      "--policy", "vllm", "--num-requests", "20"},
+                     run_out, run_err),
+            0);
+}
+
+// `list gpus FILE` and `validate --gpu FILE` (report and JSON) say a profile is transferred.
+TEST(CalibrateTransfer, ListAndValidateShowWhereAProfileCameFrom) {
+  const auto dir = testing::scratch_dir("calibrate-transfer-shown");
+  const auto profile = dir / "a40-from-a100.yaml";
+  std::ostringstream out;
+  ASSERT_EQ(calibrate_command({"transfer", "a100-80gb-fitted", "--to", "a40", "--out", profile.string()}, out), 0);
+
+  std::ostringstream list, err;
+  ASSERT_EQ(cli_main({"list", "gpus", profile.string()}, list, err), 0);
+  EXPECT_THAT(list.str(), HasSubstr("a40-from-a100"));
+  EXPECT_THAT(list.str(), HasSubstr("transferred from a100-80gb-fitted to a40 ceilings"));
+  EXPECT_THAT(list.str(), HasSubstr("fitted on llama-2-7b rows"));  // the shipped ones still listed
+  EXPECT_THAT(list.str(), HasSubstr("datasheet"));
+
+  std::ostringstream report;
+  ASSERT_EQ(cli_main({"validate", "--measurements", (testing::measured_dir() / "vidur").string(), "--device", "a40",
+                      "--gpu", profile.string(), "--out", (dir / "v.json").string()},
+                     report, err),
+            0);
+  EXPECT_THAT(report.str(), HasSubstr("profile 'a40-from-a100', checked as it is\n"
+                                      "profile source: transferred from a100-80gb-fitted to a40 ceilings\n"));
+  std::ifstream in(dir / "v.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["profile_source"], "transferred from a100-80gb-fitted to a40 ceilings");
+  EXPECT_EQ(j["profile"], "a40-from-a100");
+
+  // The kernel-table report too.
+  std::ostringstream kernels;
+  ASSERT_EQ(cli_main({"validate", "--measurements", (testing::measured_dir() / "aiconfigurator" / "h100_sxm").string(),
+                      "--gpu", "h100-sxm-fitted", "--out", (dir / "k.json").string()},
+                     kernels, err),
+            0);
+  EXPECT_THAT(kernels.str(), HasSubstr("profile source: fitted on vllm kernel tables of h100_sxm"));
+  std::ifstream kin(dir / "k.json");
+  EXPECT_THAT(nlohmann::json::parse(kin)["profile_source"].get<std::string>(), HasSubstr("fitted on vllm kernel"));
+}
+
+TEST(CalibrateTransfer, BadInputIsNamed) {
+  const auto out_file = (testing::scratch_dir("calibrate-transfer-bad") / "p.yaml").string();
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "--to", "h200", "--out", out_file}),
+              HasSubstr("give the fitted profile to transfer"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--out", out_file}), HasSubstr("give --to GPU"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h200"}), HasSubstr("give --out"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "b300", "--out", out_file}),
+              HasSubstr("unknown GPU 'b300'"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "a40-fitted", "--out", out_file}),
+              HasSubstr("the target must be a datasheet GPU"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h100-sxm", "--out", out_file}),
+              HasSubstr("the same GPU"));
+  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h200", "--out", out_file, "--from",
+                                       "x"}),
+              HasSubstr("calibrate transfer: unrecognised option '--from'"));
+  EXPECT_FALSE(std::filesystem::exists(out_file));  // nothing written on a refusal
 }
 
 }  // namespace

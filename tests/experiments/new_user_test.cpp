@@ -48,7 +48,7 @@ TEST(NewUser, HelpOfEveryCommandExitsZero) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--help"}, {"run", "--help"}, {"compare", "--help"}, {"merge", "--help"},
         {"list", "--help"}, {"bench", "--help"}, {"validate", "--help"}, {"calibrate", "--help"},
-        {"calibrate", "fit", "--help"}}) {
+        {"calibrate", "fit", "--help"}, {"calibrate", "transfer", "--help"}}) {
     const CliRun r = cli(args);
     EXPECT_EQ(r.rc, 0) << args[0];
     EXPECT_THAT(r.out, HasSubstr("usage: batchsim")) << args[0];
