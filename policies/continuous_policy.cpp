@@ -1,6 +1,7 @@
 #include "policies/continuous_policy.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 
@@ -13,8 +14,23 @@ namespace batchsim {
 ContinuousPolicy::ContinuousPolicy(ContinuousPolicyConfig config, std::string name)
     : config_(config), name_(std::move(name)) {}
 
+BatchDefaults vllm_batch_defaults(ContinuousPolicyConfig::UsageContext context, int64_t gpu_memory_bytes,
+                                  const std::string& gpu_name) {
+  const bool large = gpu_memory_bytes >= (int64_t{70} << 30) && gpu_name.find("a100") == std::string::npos;
+  const bool llm = context == ContinuousPolicyConfig::UsageContext::llm_class;
+  if (large) return {llm ? 16384 : 8192, 1024};
+  return {llm ? 8192 : 2048, 256};
+}
+
 void ContinuousPolicy::attach(PolicyEnv& env) {
   env_ = &env;
+  if (config_.usage_context != ContinuousPolicyConfig::UsageContext::none && env.cost_model != nullptr) {
+    std::string name = env.cost_model->gpu().name;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    const BatchDefaults d = vllm_batch_defaults(config_.usage_context, env.cost_model->gpu().memory_bytes, name);
+    if (!config_.max_num_batched_tokens_set) config_.max_num_batched_tokens = d.max_num_batched_tokens;
+    if (!config_.max_num_seqs_set) config_.max_num_seqs = d.max_num_seqs;
+  }
   const auto n = static_cast<int64_t>(env.requests->size());
   if (config_.paged) {
     // Weights that leave no KV memory at all are reported by the simulation; here the memory

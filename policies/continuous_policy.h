@@ -88,7 +88,25 @@ struct ContinuousPolicyConfig {
   bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
   int64_t max_waiting_tokens = 0;       // TGI --max-waiting-tokens (20); 0: off
   double waiting_served_ratio = 1.2;    // TGI --waiting-served-ratio
+  // vLLM's defaults by GPU and usage context, for the limits the user did not set
+  // (vllm_batch_defaults): none keeps max_num_seqs and max_num_batched_tokens as they are.
+  enum class UsageContext { none, api_server, llm_class };
+  UsageContext usage_context = UsageContext::none;
+  bool max_num_seqs_set = true;            // false: from usage_context at attach
+  bool max_num_batched_tokens_set = true;  // false: from usage_context at attach
 };
+
+// vLLM's max_num_batched_tokens and max_num_seqs defaults (vllm/engine/arg_utils.py,
+// EngineArgs.get_batch_defaults, v0.10-0.12): on GPUs of at least 70 GiB that are not A100s
+// (H100, H200, MI300X) 8192 tokens / 1024 sequences for the API server and 16384 / 1024 for the
+// offline LLM class; elsewhere 2048 / 256 and 8192 / 256. `gpu_name` is the profile's name (vLLM
+// reads the device name; an A100 profile says "a100").
+struct BatchDefaults {
+  int64_t max_num_batched_tokens = 0;
+  int64_t max_num_seqs = 0;
+};
+BatchDefaults vllm_batch_defaults(ContinuousPolicyConfig::UsageContext context, int64_t gpu_memory_bytes,
+                                  const std::string& gpu_name);
 
 class ContinuousPolicy final : public Policy {
  public:

@@ -48,9 +48,11 @@ const std::vector<PolicyInfo>& registered_policies() {
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
         {"watermark", "0.01"}},
        "vllm-v0"},
+      // Budget and sequence cap from the GPU and usage context as vLLM sets them
+      // (vllm_batch_defaults; usage_context=none with explicit values for the old 2048 / 256).
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler: chunked prefill, budget 2048, 256 seqs, recompute, prefix caching",
-       {{"max_num_batched_tokens", "2048"}, {"max_num_seqs", "256"}, {"preemption", "recompute"},
+       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), recompute, prefix caching",
+       {{"usage_context", "api_server"}, {"preemption", "recompute"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
         {"prefix_caching", "true"}},
        "vllm"},
@@ -81,6 +83,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"max_waiting_tokens", "0", "TGI wait rule: admit only after this many decode steps, or when enough fit at once (0: off)"},
       {"waiting_served_ratio", "1.2", "TGI wait rule: 'enough' = this x the running requests"},
       {"prefix_caching", "false", "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
+      {"usage_context", "none", "api_server | llm: max_num_batched_tokens and max_num_seqs not given follow vLLM's defaults for the GPU (vllm serve | offline LLM); none: the defaults above"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
@@ -125,6 +128,12 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.max_num_seqs = o.get_int("max_num_seqs", 256, 1, 1 << 20);
   c.max_num_batched_tokens =
       o.get_int("max_num_batched_tokens", chunked ? 2048 : 0, chunked ? 1 : 0, 1 << 24);
+  const std::string usage = o.get_choice("usage_context", "none", {"none", "api_server", "llm"});
+  c.usage_context = usage == "api_server" ? ContinuousPolicyConfig::UsageContext::api_server
+                    : usage == "llm"      ? ContinuousPolicyConfig::UsageContext::llm_class
+                                          : ContinuousPolicyConfig::UsageContext::none;
+  c.max_num_seqs_set = o.values().count("max_num_seqs") > 0;
+  c.max_num_batched_tokens_set = o.values().count("max_num_batched_tokens") > 0;
   c.swap = o.get_choice("preemption", "recompute", {"recompute", "swap"}) == "swap";
   // Read even with kv=reserve, where a preset's value is ignored (a user's is refused above).
   c.prefix_caching = o.get_bool("prefix_caching", false) && c.paged;

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "hwmodel/engine_profile.h"
+#include "hwmodel/model_spec.h"
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/cost_model.h"
 #include "policies/continuous_policy.h"
 #include "policies/registry.h"
 #include "policies/static_policy.h"
@@ -78,8 +81,10 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     auto p = policy("vllm");
     const auto& c = as_continuous(*p).config();
     EXPECT_TRUE(c.chunked);
-    EXPECT_EQ(c.max_num_batched_tokens, 2048);
-    EXPECT_EQ(c.max_num_seqs, 256);
+    // Budget and sequence cap come from the GPU at attach (VllmTakesItsBatchDefaultsFromTheGpu).
+    EXPECT_EQ(c.usage_context, ContinuousPolicyConfig::UsageContext::api_server);
+    EXPECT_FALSE(c.max_num_batched_tokens_set);
+    EXPECT_FALSE(c.max_num_seqs_set);
     EXPECT_FALSE(c.swap);
     EXPECT_EQ(c.max_num_partial_prefills, 1);
     EXPECT_EQ(c.long_prefill_token_threshold, 0);
@@ -201,6 +206,38 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
   for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
+}
+
+// vLLM's EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py, 0.10-0.12): H100-class GPUs
+// (>= 70 GiB, not an A100) get 8192 tokens / 1024 sequences behind the API server and 16384 /
+// 1024 offline; others 2048 / 256 and 8192 / 256. Values the user gives win.
+TEST(Registry, VllmTakesItsBatchDefaultsFromTheGpu) {
+  using U = ContinuousPolicyConfig::UsageContext;
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_EQ(vllm_batch_defaults(U::api_server, 80 * gib, "h100-sxm").max_num_batched_tokens, 8192);
+  EXPECT_EQ(vllm_batch_defaults(U::api_server, 80 * gib, "h100-sxm").max_num_seqs, 1024);
+  EXPECT_EQ(vllm_batch_defaults(U::llm_class, 140 * gib, "h200").max_num_batched_tokens, 16384);
+  EXPECT_EQ(vllm_batch_defaults(U::api_server, 80 * gib, "a100-80gb-fitted").max_num_batched_tokens, 2048);
+  EXPECT_EQ(vllm_batch_defaults(U::api_server, 80 * gib, "a100-80gb-fitted").max_num_seqs, 256);
+  EXPECT_EQ(vllm_batch_defaults(U::llm_class, 48 * gib, "l40s").max_num_batched_tokens, 8192);
+  EXPECT_EQ(vllm_batch_defaults(U::api_server, 69 * gib, "h100-sxm").max_num_seqs, 256);
+
+  // Attached to a run: 1100 requests of 4-token prompts arriving at once. The H100 admits 1024
+  // of them in the first step (4096 tokens, within its 8192 budget); the A100 256 (its sequence
+  // cap); the user's budget or cap, or usage_context=none (2048 / 256), override the defaults.
+  Workload w;
+  for (int i = 0; i < 1100; ++i) w.push_back({i, SimTime{}, 4, 2});
+  auto first_step = [&](const char* gpu, std::map<std::string, std::string> opts) {
+    const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu(gpu));
+    auto p = policy("vllm", std::move(opts));
+    const RecordedRun run = run_recorded(*p, w, cm);
+    return run.steps.at(0).shape.prefill_tokens();
+  };
+  EXPECT_EQ(first_step("h100-sxm", {}), 1024 * 4);
+  EXPECT_EQ(first_step("a100-80gb", {}), 256 * 4);
+  EXPECT_EQ(first_step("h100-sxm", {{"max_num_batched_tokens", "2048"}}), 2048);
+  EXPECT_EQ(first_step("h100-sxm", {{"max_num_seqs", "100"}}), 100 * 4);
+  EXPECT_EQ(first_step("h100-sxm", {{"usage_context", "none"}}), 256 * 4);
 }
 
 // Every preset runs as an engine that exists (hwmodel/engines/), the one it mirrors.
