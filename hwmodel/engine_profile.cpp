@@ -204,14 +204,7 @@ const std::vector<EngineProfile>& builtin_engines() {
 }
 
 EngineProfile load_engine_profile(const std::filesystem::path& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path.string());
-  } catch (const YAML::BadFile&) {
-    throw UserError(fmt::format("{}: cannot open engine profile", path.string()));
-  } catch (const YAML::Exception& e) {
-    throw UserError(fmt::format("{}: not valid YAML/JSON ({})", path.string(), e.what()));
-  }
+  const YAML::Node root = yaml_fields::load_file(path, "engine profile");
   return engine_from_yaml(root, path.string(), path.stem().string(), builtin_engines());
 }
 

@@ -321,14 +321,7 @@ const std::vector<HardwareProfile>& builtin_gpus() {
 }
 
 HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path.string());
-  } catch (const YAML::BadFile&) {
-    throw UserError(fmt::format("{}: cannot open hardware profile", path.string()));
-  } catch (const YAML::Exception& e) {
-    throw UserError(fmt::format("{}: not valid YAML/JSON ({})", path.string(), e.what()));
-  }
+  const YAML::Node root = yaml_fields::load_file(path, "hardware profile");
   const TableReader file_table = [&path](const std::string& name) -> std::pair<std::string, std::string> {
     const std::filesystem::path table = path.parent_path() / name;
     LineReader in(table, "GEMM table");

@@ -48,6 +48,16 @@ int64_t read_integer(const YAML::Node& node, const std::string& where, const std
   return static_cast<int64_t>(v);
 }
 
+YAML::Node load_file(const std::filesystem::path& path, const std::string& what) {
+  try {
+    return YAML::LoadFile(path.string());
+  } catch (const YAML::BadFile&) {
+    throw UserError(fmt::format("{}: cannot open {}", path.string(), what));
+  } catch (const YAML::Exception& e) {
+    throw UserError(fmt::format("{}:{}: not valid YAML/JSON ({})", path.string(), e.mark.line + 1, e.msg));
+  }
+}
+
 std::string read_string(const YAML::Node& node, const std::string& where, const std::string& key) {
   if (!node.IsScalar()) bad_value(at_line(where, node), key, "must be a string");
   return node.Scalar();

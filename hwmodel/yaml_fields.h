@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace batchsim::yaml_fields {
@@ -23,6 +24,8 @@ double read_double(const YAML::Node& node, const std::string& where, const std::
 // A whole number in [low, high], range-checked before the conversion.
 int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key,
                      double low, double high);
+// The parsed file; UserError "<path>: cannot open <what>" or "<path>:LINE: not valid YAML/JSON (...)".
+YAML::Node load_file(const std::filesystem::path& path, const std::string& what);
 // A string scalar.
 std::string read_string(const YAML::Node& node, const std::string& where, const std::string& key);
 
