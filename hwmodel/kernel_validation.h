@@ -40,7 +40,11 @@ struct KernelScoredRow {
 
 struct KernelValidationReport {
   std::string tables;   // e.g. "h100_sxm (vllm)"
+  // One line: the tables with every framework and version read, e.g. "NVIDIA aiconfigurator
+  // kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)".
+  std::string measured_on;
   std::string profile;  // the profile scored
+  KernelRows side = KernelRows::kAll;  // which rows were scored (fit_kernel_tables.h)
   std::string rows;     // which rows: "held-out half" or "all rows"
   std::map<std::string, KernelOperatorScore> operators;
   std::vector<KernelScoredRow> scored;  // every scored row, for `validate --rows-out`
@@ -49,7 +53,12 @@ struct KernelValidationReport {
 KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
                                            KernelRows rows);
 
-// operators.<name>.{mape,p90,max_ape,count,skipped{why: rows},parts{...}}, errors in percent.
+// The report as a fitted profile's validation block (hardware_profile.h): each operator's
+// headline MAPE / p90 / rows, and whether they are the held-out half's.
+ProfileValidation profile_validation(const KernelValidationReport& report);
+
+// tables, measured_on, profile, rows, operators.<name>.{mape,p90,max_ape,count,skipped{why: rows},
+// parts{...}}, errors in percent.
 nlohmann::json kernel_validation_json(const KernelValidationReport& report);
 // One line per operator (and GEMM part): rows, MAPE, p90, and the skipped rows' count.
 void print_kernel_validation(const KernelValidationReport& report, std::ostream& out);
