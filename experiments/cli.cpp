@@ -179,6 +179,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     fmt::print(out, "prefix cache: {:.1f}% hit rate ({} of {} tokens to prefill found cached)\n",
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
   }
+  fmt::print(out, "{}\n", trust_line(trust_json(run.gpu)));
   print_warnings(run, err);
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);

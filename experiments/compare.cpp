@@ -339,7 +339,12 @@ std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress
 void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
   write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
   if (!results.experiment_yaml.empty()) write_text(dir / "experiment.yaml", results.experiment_yaml);
-  write_flat_csv(dir / "results.csv", results.runs);
+  // A run's `trust` is its GPU profile's, the same for every run on that GPU and three figures
+  // per operator: report.md shows it once per profile and each summary.json keeps it, so
+  // results.csv leaves it out rather than repeat dozens of columns on every row.
+  std::vector<ordered_json> rows = results.runs;
+  for (ordered_json& row : rows) row.erase("trust");
+  write_flat_csv(dir / "results.csv", rows);
   if (!results.capacities.empty()) write_flat_csv(dir / "capacity.csv", results.capacities);
   write_report(dir, results, make_figures(dir, plots, progress));
 }

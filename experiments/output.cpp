@@ -4,6 +4,7 @@
 #include <ostream>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 #include "hwmodel/error.h"
 
@@ -74,6 +75,44 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   return j;
 }
 
+nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
+  nlohmann::ordered_json j;
+  j["profile"] = gpu.name;
+  j["source"] = gpu.source;
+  const ProfileValidation& v = gpu.validation;
+  j["validated"] = !v.empty();
+  if (v.empty()) {
+    // Said outright rather than left out: a reader must not take silence for a good score.
+    j["reason"] = gpu.source == "datasheet"
+                      ? "datasheet ceilings and default efficiencies, never compared with measurements "
+                        "(a fitted profile records its error: batchsim list gpus)"
+                      : "the profile records no validation figures (no `validation` block, hwmodel/README.md)";
+    return j;
+  }
+  j["measured_on"] = v.measured_on;
+  j["held_out"] = v.held_out;
+  j["scored_on"] = v.scored_on;
+  nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+  for (const OperatorError& e : v.operators) {
+    ops[e.op] = {{"mape", e.mape_percent}, {"p90", e.p90_percent}, {"count", e.count}};
+  }
+  j["operators"] = ops;
+  return j;
+}
+
+std::string trust_line(const nlohmann::ordered_json& trust) {
+  const std::string profile = trust.value("profile", "");
+  if (!trust.value("validated", false)) {
+    return fmt::format("trust: {} not validated: {}", profile, trust.value("reason", ""));
+  }
+  std::vector<std::string> ops;
+  for (const auto& [name, e] : trust["operators"].items()) {
+    ops.push_back(fmt::format("{} {:.1f}%", name, e["mape"].get<double>()));
+  }
+  return fmt::format("trust: {}, {} MAPE on {}: {}", profile, trust.value("held_out", false) ? "held-out" : "in-sample",
+                     trust.value("measured_on", ""), fmt::join(ops, ", "));
+}
+
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   const Summary& s = outcome.result.summary;
   nlohmann::ordered_json j;
@@ -123,6 +162,7 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
     }
     j["replicas"] = replicas;
   }
+  j["trust"] = trust_json(outcome.gpu);
   return j;
 }
 

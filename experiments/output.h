@@ -18,6 +18,17 @@ namespace batchsim {
 nlohmann::ordered_json config_to_json(const RunConfig& config);
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome);
 
+// summary.json's `trust`: how far to trust a run's figures, from its GPU profile's validation
+// block (hardware_profile.h). {profile, source, validated: true, measured_on, held_out,
+// scored_on, operators: {NAME: {mape, p90, count}}} (percent), or {profile, source,
+// validated: false, reason} for a profile that records none (a datasheet GPU).
+nlohmann::ordered_json trust_json(const HardwareProfile& gpu);
+// That block in one terminal line: "trust: h100-sxm-fitted, held-out MAPE on NVIDIA
+// aiconfigurator kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3): context_attention 11.5%,
+// ..." or "trust: a100-80gb not validated: <reason>". Made from the JSON, so that the report
+// (which reads summary.json files) and `batchsim run` say the same.
+std::string trust_line(const nlohmann::ordered_json& trust);
+
 // Writes summary.json, requests.csv and (when iterations were recorded) iterations.csv into
 // `dir`, creating it. Throws UserError when the directory cannot be written.
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir);

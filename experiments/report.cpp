@@ -200,6 +200,51 @@ bool replicas_column(const std::vector<ordered_json>& runs) {
   return cluster && !in_group_label;
 }
 
+// The `trust` blocks of the runs' GPU profiles (summary.json), each once, in run order; failed
+// runs have none.
+std::vector<const ordered_json*> distinct_trust(const ResultSet& results) {
+  std::vector<const ordered_json*> blocks;
+  for (const ordered_json& r : results.runs) {
+    if (!r.contains("trust")) continue;
+    const ordered_json& t = r["trust"];
+    if (std::none_of(blocks.begin(), blocks.end(), [&](const ordered_json* b) { return *b == t; })) {
+      blocks.push_back(&t);
+    }
+  }
+  return blocks;
+}
+
+// "How far to trust these figures": per GPU profile what its error was measured on, and one
+// table of every validated profile's per-operator figures.
+void write_trust_section(std::ostream& out, const ResultSet& results) {
+  const auto blocks = distinct_trust(results);
+  if (blocks.empty()) return;
+  out << "## How far to trust these figures\n\n"
+         "Every figure here comes from the cost model, so it is as good as the model's iteration "
+         "times. Each GPU profile records how far they are from measured times (`trust` in each "
+         "run's `summary.json`; MAPE and p90 of |predicted / measured − 1| over the rows scored, in "
+         "percent):\n\n";
+  Table t;
+  t.headers = {"profile", "operator", "MAPE %", "p90 %", "rows"};
+  for (const ordered_json* b : blocks) {
+    const std::string profile = b->value("profile", "");
+    const std::string source = b->value("source", "");
+    const std::string name = fmt::format("`{}`{}", profile, source.empty() ? "" : " (" + source + ")");
+    if (!b->value("validated", false)) {
+      fmt::print(out, "- {}: **not validated**: {}\n", name, b->value("reason", ""));
+      continue;
+    }
+    fmt::print(out, "- {}: {} ({}) on {}\n", name, b->value("held_out", false) ? "held out" : "in-sample",
+               b->value("scored_on", ""), b->value("measured_on", ""));
+    for (const auto& [op, e] : (*b)["operators"].items()) {
+      t.rows.push_back({profile, op, fmt::format("{:.1f}", e["mape"].get<double>()),
+                        fmt::format("{:.1f}", e["p90"].get<double>()), e["count"].dump()});
+    }
+  }
+  out << "\n";
+  if (!t.rows.empty()) render_markdown(out, t);
+}
+
 Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   std::vector<Column> columns = throughput_columns();
   if (replicas_column(results.runs)) columns.insert(columns.begin(), kReplicasColumn);
@@ -504,6 +549,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     for (const auto& [name, why] : failed) fmt::print(out, "- `{}`: {}\n", name, why);
     out << "\n";
   }
+  write_trust_section(out, results);
 
   if (is_capacity(results)) {
     out << "## Capacity\n\n";
@@ -636,6 +682,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   }
   render_text(out, t);
   if (seeds > 1) fmt::print(out, "(mean over {} seeds; report.md has the min–max)\n", seeds);
+  for (const ordered_json* trust : distinct_trust(results)) fmt::print(out, "{}\n", trust_line(*trust));
   print_failures(out, results);
 }
 

@@ -38,13 +38,15 @@ std::vector<std::pair<std::string, std::string>> flatten_json(const nlohmann::or
 // path that precedes it in its document (so optional keys stay beside their siblings).
 void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohmann::ordered_json>& rows);
 
-// report.md in `dir`: setup, comparison tables (mean and min–max over seeds, speedup vs the
+// report.md in `dir`: setup, how far to trust these figures (each GPU profile's `trust` once),
+// comparison tables (mean and min–max over seeds, speedup vs the
 // first policy), capacity table, figures listed in figures/figures.json, the experiment file.
 // `figures_note` explains missing figures (e.g. no matplotlib) and is printed when not empty.
 void write_report(const std::filesystem::path& dir, const ResultSet& results,
                   const std::string& figures_note);
 
-// The terminal version of the comparison (and capacity) table, then one line per failed run.
+// The terminal version of the comparison (and capacity) table, each GPU profile's trust line,
+// then one line per failed run.
 void print_result_table(std::ostream& out, const ResultSet& results);
 
 // (run name, why) of every run or capacity search that could not run (its summary carries

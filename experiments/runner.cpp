@@ -75,6 +75,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
 
   RunOutcome outcome;
   outcome.config = config;
+  outcome.gpu = gpu;
   const auto start = std::chrono::steady_clock::now();
   Simulation sim(workload->requests, replicas, cost_model, options);
   outcome.result = sim.run();

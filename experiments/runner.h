@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "experiments/run_config.h"
+#include "hwmodel/hardware_profile.h"
 #include "sim/simulation.h"
 
 namespace batchsim {
 
 struct RunOutcome {
   RunConfig config;
+  HardwareProfile gpu;  // the profile config.gpu resolved to: summary.json's `trust` is its validation
   SimulationResult result;
   double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
 };

@@ -164,6 +164,71 @@ std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::stri
   return fits;
 }
 
+// One line of text under `key` (the validation block's measured_on and scored_on): shown in
+// run output and reports, where a line break would break the line.
+std::string read_line(const YAML::Node& node, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) bad_value(at_line(where, node), key, "must be a string");
+  if (node.Scalar().empty() || node.Scalar().find('\n') != std::string::npos) {
+    bad_value(at_line(where, node), key, "must be one line of text");
+  }
+  return node.Scalar();
+}
+
+// `validation: {measured_on, held_out, scored_on, operators: {NAME: {mape, p90, count}}}`:
+// every key required, so that a figure never stands without what it was measured on.
+ProfileValidation read_validation(const YAML::Node& node, const std::string& where) {
+  const std::string block = "validation";
+  if (!node.IsMap()) {
+    bad_value(at_line(where, node), block, "must be a map {measured_on, held_out, scored_on, operators}");
+  }
+  ProfileValidation v;
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const std::string key = key_text(kv.first, where);
+    const std::string name = block + "." + key;
+    if (!seen.insert(key).second) bad_value(at_line(where, kv.first), name, "is given twice");
+    if (key == "measured_on" || key == "scored_on") {
+      (key == "measured_on" ? v.measured_on : v.scored_on) = read_line(kv.second, where, name);
+    } else if (key == "held_out") {
+      if (!kv.second.IsScalar() || !YAML::convert<bool>::decode(kv.second, v.held_out)) {
+        bad_value(at_line(where, kv.second), name, "must be true or false");
+      }
+    } else if (key == "operators") {
+      if (!kv.second.IsMap() || kv.second.size() == 0) {
+        bad_value(at_line(where, kv.second), name, "must be a map of operator names to {mape, p90, count}");
+      }
+      for (const auto& op : kv.second) {
+        OperatorError e;
+        e.op = key_text(op.first, where);
+        const std::string op_name = name + "." + e.op;
+        if (e.op.empty()) bad_value(at_line(where, op.first), name, "names an operator with an empty name");
+        for (const OperatorError& other : v.operators) {
+          if (other.op == e.op) bad_value(at_line(where, op.first), op_name, "is given twice");
+        }
+        if (!op.second.IsMap()) bad_value(at_line(where, op.second), op_name, "must be a map {mape, p90, count}");
+        std::set<std::string> fields;
+        for (const auto& f : op.second) {
+          const std::string field = key_text(f.first, where);
+          const std::string field_name = op_name + "." + field;
+          if (field == "mape") e.mape_percent = read_double(f.second, where, field_name);
+          else if (field == "p90") e.p90_percent = read_double(f.second, where, field_name);
+          else if (field == "count") e.count = read_integer(f.second, where, field_name, 1, 1e15);
+          else bad_value(at_line(where, f.first), field_name, "is unknown (mape, p90, count)");
+          fields.insert(field);
+        }
+        if (fields.size() != 3) bad_value(at_line(where, op.second), op_name, "needs mape, p90 and count");
+        v.operators.push_back(std::move(e));
+      }
+    } else {
+      bad_value(at_line(where, kv.first), name, "is unknown (measured_on, held_out, scored_on, operators)");
+    }
+  }
+  for (const char* key : {"measured_on", "held_out", "scored_on", "operators"}) {
+    if (!seen.count(key)) bad_value(at_line(where, node), block + "." + key, "is required");
+  }
+  return v;
+}
+
 // The text of a GEMM table file a profile names (relative to the profile); where it was found
 // goes into error messages.
 using TableReader = std::function<std::pair<std::string, std::string>(const std::string& file)>;
@@ -200,6 +265,7 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       names += (names.empty() ? "" : ", ") + g.name;
       if (g.name == base.Scalar()) {
         p = g;
+        p.validation = {};  // the base's figures are not this profile's (hardware_profile.h)
         found = true;
       }
     }
@@ -229,6 +295,10 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     }
     if (key == "gemm_tables") {
       read_gemm_tables(value, where, read_table, p);
+      continue;
+    }
+    if (key == "validation") {
+      p.validation = read_validation(value, where);
       continue;
     }
     if (key.starts_with("iteration_overhead")) {
@@ -352,6 +422,21 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
       out << (text.back() == '\n' ? YAML::Literal : YAML::DoubleQuoted);
     }
     out << text;
+  }
+  if (const ProfileValidation& v = profile.validation; !v.empty()) {
+    out << YAML::Key << "validation" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "measured_on" << YAML::Value << v.measured_on;
+    out << YAML::Key << "held_out" << YAML::Value << v.held_out;
+    out << YAML::Key << "scored_on" << YAML::Value << v.scored_on;
+    out << YAML::Key << "operators" << YAML::Value << YAML::BeginMap;
+    // Percentages as their shortest exact text ("6.5", not 17 digits of 6.5000000000000000):
+    // they are rounded to 0.1 and read back the same.
+    for (const OperatorError& e : v.operators) {
+      out << YAML::Key << e.op << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mape"
+          << YAML::Value << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value
+          << fmt::format("{}", e.p90_percent) << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
+    }
+    out << YAML::EndMap << YAML::EndMap;
   }
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references

@@ -37,10 +37,35 @@ struct AllReduceFit {
   double bytes_per_s = 0;
 };
 
+// How far a fitted profile's predictions are from measured times: what a reader needs to know
+// to trust a run on it (summary.json's `trust`, the report's "how far to trust these figures").
+// Written by `batchsim validate --profile-out` and `batchsim calibrate fit` from the scores they
+// compute (validation.h, kernel_validation.h); empty in datasheet profiles, which were never
+// compared with a measurement.
+struct OperatorError {
+  std::string op;            // the operator's name in the validation report ("gemm", "attn_decode")
+  double mape_percent = 0;   // mean |predicted / measured - 1| x 100 over the rows, to 0.1
+  double p90_percent = 0;    // its 90th percentile (nearest rank), to 0.1
+  int64_t count = 0;         // rows scored
+  bool operator==(const OperatorError&) const = default;
+};
+
+struct ProfileValidation {
+  std::string measured_on;  // one line: the measurements scored against (tables, GPU, framework)
+  bool held_out = false;    // scored on rows the fit did not see (else on the rows it was fitted on)
+  std::string scored_on;    // one line: which rows, e.g. "fitted on half the shapes, scored on the other half"
+  std::vector<OperatorError> operators;  // in the report's order; empty: not validated
+  bool empty() const { return operators.empty(); }
+  bool operator==(const ProfileValidation&) const = default;
+};
+
 struct HardwareProfile {
   std::string name;
   std::string source;          // one line: "datasheet", or what a fitted profile was fitted from
   std::string provenance;      // fitted profiles: the measurement files read and the fit's notes
+  // Fitted profiles: their error against measurements (above). Not inherited through a file's
+  // `base`: a profile that changes its base's values is not what was scored.
+  ProfileValidation validation;
   double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
   // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
   // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).

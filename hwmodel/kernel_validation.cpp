@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,19 @@ void add(KernelValidationReport& report, const std::string& name, double predict
   report.scored.push_back({name, what, measured, predicted});
 }
 
+// "NVIDIA aiconfigurator kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)": the framework
+// and version folders of the files read (<family>/<framework>/<version>/<table>), each once.
+std::string tables_measured_on(const KernelTables& tables) {
+  std::vector<std::string> versions;
+  for (const std::string& file : tables.files_read) {
+    const size_t a = file.find('/'), b = file.find('/', a + 1), c = file.find('/', b + 1);
+    if (a == std::string::npos || b == std::string::npos || c == std::string::npos) continue;
+    std::string v = file.substr(a + 1, b - a - 1) + " " + file.substr(b + 1, c - b - 1);
+    if (std::find(versions.begin(), versions.end(), v) == versions.end()) versions.push_back(std::move(v));
+  }
+  return fmt::format("NVIDIA aiconfigurator kernel tables of {} ({})", tables.system, fmt::join(versions, ", "));
+}
+
 }  // namespace
 
 KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
@@ -60,8 +75,10 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
   const KernelSplit split(tables);
   KernelValidationReport report;
   report.tables = fmt::format("{} ({})", tables.system, tables.framework);
+  report.measured_on = tables_measured_on(tables);
   report.profile = profile.name;
   report.profile_source = profile.source;
+  report.side = rows;
   report.rows = rows == KernelRows::kHeldOut ? "held-out half" : rows == KernelRows::kTrain ? "training half" : "all rows";
   auto& ops = report.operators;
 
@@ -143,6 +160,7 @@ nlohmann::json kernel_validation_json(const KernelValidationReport& report) {
   };
   nlohmann::json j;
   j["tables"] = report.tables;
+  j["measured_on"] = report.measured_on;
   j["profile"] = report.profile;
   j["profile_source"] = report.profile_source;
   j["rows"] = report.rows;
@@ -156,6 +174,19 @@ nlohmann::json kernel_validation_json(const KernelValidationReport& report) {
     j["operators"][name] = o;
   }
   return j;
+}
+
+ProfileValidation profile_validation(const KernelValidationReport& report) {
+  ProfileValidation v;
+  v.measured_on = report.measured_on;
+  v.held_out = report.side == KernelRows::kHeldOut;
+  // The split of fit_kernel_tables.h: by shape, so that no scored shape was fitted on.
+  v.scored_on = v.held_out ? "fitted on half the shapes, scored on the other half"
+                           : fmt::format("scored on the {}", report.rows);
+  for (const auto& [name, op] : report.operators) {
+    if (op.stats.count > 0) v.operators.push_back(operator_error(name, op.stats));
+  }
+  return v;
 }
 
 void print_kernel_validation(const KernelValidationReport& report, std::ostream& out) {

@@ -40,8 +40,12 @@ struct KernelScoredRow {
 
 struct KernelValidationReport {
   std::string tables;   // e.g. "h100_sxm (vllm)"
+  // One line: the tables with every framework and version read, e.g. "NVIDIA aiconfigurator
+  // kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)".
+  std::string measured_on;
   std::string profile;         // the profile scored
   std::string profile_source;  // its source line (datasheet, fitted on ..., transferred from ...)
+  KernelRows side = KernelRows::kAll;  // which rows were scored (fit_kernel_tables.h)
   std::string rows;     // which rows: "held-out half" or "all rows"
   std::map<std::string, KernelOperatorScore> operators;
   std::vector<KernelScoredRow> scored;  // every scored row, for `validate --rows-out`
@@ -50,7 +54,11 @@ struct KernelValidationReport {
 KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
                                            KernelRows rows);
 
-// tables, profile, profile_source, rows, and
+// The report as a fitted profile's validation block (hardware_profile.h): each operator's
+// headline MAPE / p90 / rows, and whether they are the held-out half's.
+ProfileValidation profile_validation(const KernelValidationReport& report);
+
+// tables, measured_on, profile, profile_source, rows,
 // operators.<name>.{mape,p90,max_ape,count,skipped{why: rows},parts{...}}, errors in percent.
 nlohmann::json kernel_validation_json(const KernelValidationReport& report);
 // The profile and its source line, then one line per operator (and GEMM part): rows, MAPE,

@@ -53,6 +53,8 @@ ValidationReport validate_cost_model(const Measurements& measurements,
   const FitModelRows rows(measurements, fit_on_model);
   ValidationReport report;
   report.fit_on = rows.name();
+  report.measured_on = fmt::format("operator timings (Vidur schema) of {} in {}",
+                                   measurements.device.empty() ? "one GPU" : measurements.device, measurements.root);
   report.profile = profile;
 
   std::map<std::string, int> unknown_layers;
@@ -179,9 +181,37 @@ std::vector<std::string> operator_order() {
 
 }  // namespace
 
+OperatorError operator_error(std::string op, const ErrorStats& stats) {
+  auto tenth = [](double percent) { return std::round(percent * 10) / 10; };
+  return {std::move(op), tenth(stats.mape_percent), tenth(stats.p90_percent()), stats.count};
+}
+
+ProfileValidation profile_validation(const ValidationReport& report) {
+  ProfileValidation v;
+  v.measured_on = report.measured_on;
+  v.held_out = report.iteration_held_out.count > 0;
+  v.scored_on = v.held_out ? fmt::format("fitted on {}, scored on the other models (all-reduce: each GPU count "
+                                         "predicted from the others)",
+                                         report.fit_on)
+                           : fmt::format("scored on the {} rows it was fitted on (no other model measured)",
+                                         report.fit_on);
+  // The whole iteration first: the figure closest to what a run's latencies are made of.
+  const ErrorStats& iteration = v.held_out ? report.iteration_held_out : report.iteration_fitted;
+  if (iteration.count > 0) v.operators.push_back(operator_error("iteration", iteration));
+  const auto& per_op = v.held_out ? report.held_out : report.fitted;
+  for (const std::string& name : operator_order()) {
+    // The CPU-overhead rows score an engine's CPU cost (engine_profile.h), not this profile.
+    if (name == "cpu_overhead") continue;
+    const auto it = per_op.find(name);
+    if (it != per_op.end() && it->second.count > 0) v.operators.push_back(operator_error(name, it->second));
+  }
+  return v;
+}
+
 nlohmann::json validation_json(const ValidationReport& report) {
   nlohmann::json j;
   j["fit_on"] = report.fit_on;
+  j["measured_on"] = report.measured_on;
   j["units"] = "mape and max_ape are percent: |predicted / measured - 1| * 100";
   j["operators"] = nlohmann::json::object();
   j["operators_fitted"] = nlohmann::json::object();

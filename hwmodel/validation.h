@@ -43,6 +43,7 @@ struct ErrorStats {
 
 struct ValidationReport {
   std::string fit_on;
+  std::string measured_on;  // one line: the GPU and folder of the measurements
   HardwareProfile profile;
   std::map<std::string, ErrorStats> held_out;  // operator name -> over models not fitted on
   std::map<std::string, ErrorStats> fitted;    // operator name -> over the fit model's rows
@@ -60,7 +61,16 @@ ValidationReport validate_cost_model(const Measurements& measurements,
                                      std::string_view fit_on_model, const HardwareProfile& profile,
                                      const CpuOverhead& cpu);
 
-// The report as JSON: operators.<name>.{mape,max_ape,count,worst} over held-out models,
+// An operator's figures as a profile records them (hardware_profile.h): MAPE and p90 rounded
+// to 0.1%, the precision every report prints them at.
+OperatorError operator_error(std::string op, const ErrorStats& stats);
+// The report as a fitted profile's validation block: "iteration" (the whole iteration), then
+// each operator in the order of the table below, with the figures over the models not fitted
+// on when there are any, else over the fit model's rows (held_out false: nothing else was
+// measured).
+ProfileValidation profile_validation(const ValidationReport& report);
+
+// The report as JSON: fit_on, measured_on, operators.<name>.{mape,max_ape,count,worst} over held-out models,
 // operators_fitted.<name>..., iteration.{mape,max_ape,count}, iteration_fitted, by_model,
 // profile (its name), profile_source (its source line: datasheet, fitted on ..., transferred
 // from ...), profile_yaml (the keys of a profile file), notes. Errors are in percent.

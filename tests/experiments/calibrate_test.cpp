@@ -39,14 +39,30 @@ TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   EXPECT_GT(p.gemm_eta_max, 0.0);
   EXPECT_LE(p.gemm_eta_max, 1.0);
   EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("a100-80gb").peak_flops);
-  EXPECT_THAT(p.provenance, HasSubstr("fit error per operator"));
-  EXPECT_THAT(p.provenance, HasSubstr("mlp_up_proj"));
-  EXPECT_THAT(p.provenance, HasSubstr("attn_decode"));
 
   std::ifstream in(dir / "r.json");
   const auto report = nlohmann::json::parse(in);
   // The fit reproduces the rows it was fitted on: whole iterations within 10%.
   EXPECT_LT(report["iteration_fitted"]["mape"].get<double>(), 10.0);
+  // Only Llama-2-7B was measured, so the profile's figures are over the rows it was fitted on,
+  // and it says so; each is the report's, to 0.1%.
+  const ProfileValidation& v = p.validation;
+  EXPECT_FALSE(v.held_out);
+  EXPECT_THAT(v.scored_on, HasSubstr("rows it was fitted on"));
+  EXPECT_THAT(v.measured_on, HasSubstr("Llama-2-7b-hf"));
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.operators.front().op, "iteration");
+  EXPECT_NEAR(v.operators.front().mape_percent, report["iteration_fitted"]["mape"].get<double>(), 0.05);
+  std::vector<std::string> names;
+  for (const OperatorError& e : v.operators) {
+    names.push_back(e.op);
+    if (e.op == "iteration") continue;
+    const auto& fitted = report["operators_fitted"][e.op];
+    EXPECT_EQ(e.count, fitted["count"].get<int64_t>()) << e.op;
+    EXPECT_NEAR(e.mape_percent, fitted["mape"].get<double>(), 0.05) << e.op;
+    EXPECT_NEAR(e.p90_percent, fitted["p90"].get<double>(), 0.05) << e.op;
+  }
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"mlp_up_proj", "attn_decode"}));
 }
 
 // `batchsim calibrate fit meas/compute/<gpu>/.../mlp.csv`: one CSV fits the GEMM curve; the GPU
@@ -63,8 +79,10 @@ TEST(CalibrateFit, FitsOneCsvAndTakesTheGpuFromItsPath) {
   EXPECT_DOUBLE_EQ(p.peak_flops, datasheet.peak_flops);
   EXPECT_NE(p.gemm_eta_max, datasheet.gemm_eta_max);  // fitted on the file's GEMM rows
   EXPECT_THAT(p.provenance, HasSubstr("mlp.csv"));
-  EXPECT_THAT(p.provenance, HasSubstr("mlp_up_proj"));
-  EXPECT_THAT(p.provenance, Not(HasSubstr("attn_decode")));  // no attention rows in the file
+  std::vector<std::string> scored;
+  for (const OperatorError& e : p.validation.operators) scored.push_back(e.op);
+  EXPECT_THAT(scored, ::testing::Contains("mlp_up_proj"));
+  EXPECT_THAT(scored, Not(::testing::Contains("attn_decode")));  // no attention rows in the file
 
   // A CSV that is not a measurement file is named.
   const auto bogus = testing::write_text_file(dir, "notes.csv", "a,b\n1,2\n");
@@ -110,12 +128,19 @@ TEST(CalibrateFit, FitsAProfileOnKernelTables) {
   EXPECT_NE(p.gemm_table(2), nullptr);
   EXPECT_NE(p.gemm_table(1), nullptr);
   EXPECT_TRUE(std::filesystem::exists(dir / "my-h100.gemm-bf16.txt"));
-  EXPECT_THAT(p.provenance, HasSubstr("held-out error"));
   EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("h100-sxm").peak_flops);
   std::ifstream in(dir / "r.json");
   const auto report = nlohmann::json::parse(in);
   EXPECT_GT(report["operators"]["gemm"]["count"].get<int64_t>(), 30000);
   EXPECT_TRUE(report["operators"]["gemm"].contains("p90"));
+  // The profile records the held-out figures of the report.
+  EXPECT_TRUE(p.validation.held_out);
+  EXPECT_EQ(p.validation.measured_on, report["measured_on"].get<std::string>());
+  ASSERT_FALSE(p.validation.empty());
+  for (const OperatorError& e : p.validation.operators) {
+    EXPECT_EQ(e.count, report["operators"][e.op]["count"].get<int64_t>()) << e.op;
+    EXPECT_NEAR(e.mape_percent, report["operators"][e.op]["mape"].get<double>(), 0.05) << e.op;
+  }
   EXPECT_THAT(user_error_of_calibrate({"fit", (testing::measured_dir() / "aiconfigurator" / "h100_sxm").string(),
                                        "--out", (dir / "q.yaml").string(), "--framework", "tgi"}),
               HasSubstr("no kernel tables of framework 'tgi'"));

@@ -2,6 +2,7 @@
 // on the shared A100/A40 data are plausible, its accuracy on models it was not fitted on stays
 // within bounds, the shipped profiles are what it produces, and the cost model uses exactly the
 // validated predictions.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -278,10 +279,30 @@ TEST(FitProfile, ShippedProfilesAreFreshFits) {
   testing::expect_profiles_near(a100_fit().profile, shipped_a100, 1e-6, false);
 
   const HardwareProfile shipped_a40 = resolve_gpu("a40-fitted");
-  const FitResult a40 = fit_profile(read_measurements(vidur_dir(), "a40"), "llama-2-7b",
-                                    resolve_gpu("a40"), &shipped_a100);
+  const Measurements a40_rows = read_measurements(vidur_dir(), "a40");
+  const FitResult a40 = fit_profile(a40_rows, "llama-2-7b", resolve_gpu("a40"), &shipped_a100);
   testing::expect_profiles_near(a40.profile, shipped_a40, 1e-6, false);
   EXPECT_THAT(shipped_a40.provenance, HasSubstr("taken from profile 'a100-80gb-fitted'"));
+
+  // Their validation blocks are the held-out scores of those fits (what `validate
+  // --profile-out` writes), naming the data as the regeneration commands do, from the
+  // repository root (the test reads it by another path).
+  auto expect_validation = [](const HardwareProfile& shipped, ProfileValidation fresh, const char* device) {
+    SCOPED_TRACE(shipped.name);
+    EXPECT_EQ(shipped.validation.measured_on,
+              fmt::format("operator timings (Vidur schema) of {} in hwmodel/measured/vidur", device));
+    EXPECT_THAT(fresh.measured_on, HasSubstr(fmt::format("of {} in ", device)));
+    fresh.measured_on = shipped.validation.measured_on;
+    EXPECT_EQ(shipped.validation, fresh);
+    EXPECT_TRUE(shipped.validation.held_out);
+    EXPECT_EQ(shipped.validation.operators.at(0).op, "iteration");
+  };
+  expect_validation(shipped_a100,
+                    profile_validation(validate_cost_model(read_measurements(vidur_dir(), "a100"),
+                                                           "llama-2-7b", a100_fit().profile, *a100_fit().cpu)),
+                    "a100");
+  expect_validation(shipped_a40, profile_validation(validate_cost_model(a40_rows, "llama-2-7b", a40.profile, *a40.cpu)),
+                    "a40");
 }
 
 TEST(FitModelRows, AConfigFileMatchesRowsOfTheSameShape) {

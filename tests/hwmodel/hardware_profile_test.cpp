@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::user_error_of;
 using testing::write_text_file;
 
@@ -90,6 +91,8 @@ HardwareProfile odd_profile() {
   p.decode_attention_roofline_exponent = 1.15;
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.5 + 0.01 * i, 1e-6 * (i + 1)};
   p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
+  p.validation = {"tables: of 'somewhere' #1", true, "half: the shapes",
+                  {{"gemm", 6.5, 12.9, 35816}, {"op: with a colon", 0.1, 100.3, 1}, {"attn", 0, 1234.5, 7}}};
   return p;
 }
 
@@ -115,6 +118,76 @@ TEST(HardwareProfile, MultiLineSourceRoundTrips) {
   save_hardware_profile(p, dir / "p.yaml");
   EXPECT_EQ(load_hardware_profile(dir / "p.yaml").source, p.source);
   EXPECT_EQ(load_hardware_profile(dir / "p.yaml").provenance, p.provenance);
+}
+
+// The validation block reads back as written, operators in their order, and is written for a
+// reader: each figure as its shortest text, not 17 digits.
+TEST(HardwareProfile, ValidationBlockRoundTrips) {
+  const auto dir = testing::scratch_dir("profile_validation");
+  const HardwareProfile p = odd_profile();
+  save_hardware_profile(p, dir / "p.yaml");
+  const HardwareProfile back = load_hardware_profile(dir / "p.yaml");
+  EXPECT_EQ(back.validation, p.validation);
+  ASSERT_EQ(back.validation.operators.size(), 3u);
+  EXPECT_EQ(back.validation.operators[1].op, "op: with a colon");
+  const std::string text = hardware_profile_yaml(p);
+  EXPECT_THAT(text, HasSubstr("\nvalidation:\n"));
+  EXPECT_THAT(text, HasSubstr("gemm: {mape: 6.5, p90: 12.9, count: 35816}"));
+  // Datasheet profiles have none, and write none.
+  EXPECT_TRUE(resolve_gpu("h100-sxm").validation.empty());
+  EXPECT_THAT(hardware_profile_yaml(resolve_gpu("h100-sxm")), Not(HasSubstr("validation")));
+}
+
+TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
+  const auto dir = testing::scratch_dir("profile_bad_validation");
+  const std::string good_op = "gemm: {mape: 6.5, p90: 12.9, count: 100}";
+  // A block with `replace` in place of the operators line, or `extra` added.
+  auto block = [&](const std::string& extra, const std::string& operators = "") {
+    return "base: h100-sxm\nvalidation:\n  measured_on: my tables\n  held_out: true\n  scored_on: half\n" +
+           extra + "  operators:\n    " + (operators.empty() ? good_op : operators) + "\n";
+  };
+  auto error_of = [&](const std::string& text) {
+    return user_error_of([&] { load_hardware_profile(write_text_file(dir, "v.yaml", text)); });
+  };
+  EXPECT_EQ(load_hardware_profile(write_text_file(dir, "ok.yaml", block(""))).validation.operators.at(0),
+            (OperatorError{"gemm", 6.5, 12.9, 100}));
+  EXPECT_THAT(error_of(block("  mape: 3\n")), AllOf(HasSubstr("v.yaml:6"), HasSubstr("'validation.mape' is unknown")));
+  EXPECT_THAT(error_of(block("", "gemm: {mape: 1, p90: 2, rows: 3}")),
+              HasSubstr("'validation.operators.gemm.rows' is unknown (mape, p90, count)"));
+  EXPECT_THAT(error_of(block("", "gemm: {mape: 1, count: 3}")),
+              HasSubstr("'validation.operators.gemm' needs mape, p90 and count"));
+  EXPECT_THAT(error_of(block("", "gemm: {mape: -1, p90: 2, count: 3}")),
+              AllOf(HasSubstr("'validation.operators.gemm.mape'"), HasSubstr("finite number")));
+  EXPECT_THAT(error_of(block("", "gemm: {mape: 1, p90: 2, count: 2.5}")),
+              HasSubstr("'validation.operators.gemm.count' must be a whole number"));
+  EXPECT_THAT(error_of(block("", "gemm: {mape: 1, p90: 2, count: 0}")),
+              HasSubstr("'validation.operators.gemm.count' must be a whole number from 1"));
+  EXPECT_THAT(error_of(block("", "{gemm: {mape: 1, p90: 2, count: 3}, gemm: {mape: 1, p90: 2, count: 3}}")),
+              HasSubstr("'validation.operators.gemm' is given twice"));
+  EXPECT_THAT(error_of(block("", "gemm: 6.5")), HasSubstr("'validation.operators.gemm' must be a map"));
+  EXPECT_THAT(error_of("base: h100-sxm\nvalidation: [1, 2]\n"), HasSubstr("'validation' must be a map"));
+  EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: x\n  held_out: maybe\n"),
+              HasSubstr("'validation.held_out' must be true or false"));
+  EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: \"two\\nlines\"\n"),
+              HasSubstr("'validation.measured_on' must be one line of text"));
+  // Every key is required: a figure never stands without what it was measured on.
+  EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  held_out: true\n  scored_on: half\n  operators: {" +
+                       good_op + "}\n"),
+              AllOf(HasSubstr("v.yaml:3"), HasSubstr("'validation.measured_on' is required")));
+  EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: x\n  held_out: true\n  scored_on: half\n"),
+              HasSubstr("'validation.operators' is required"));
+  EXPECT_THAT(error_of(block("", "{}")), HasSubstr("'validation.operators' must be a map of operator names"));
+}
+
+// A profile built on a fitted one through `base` changes what was scored: its figures are its
+// own block's, never the base's.
+TEST(HardwareProfile, ValidationIsNotInheritedFromTheBase) {
+  const auto dir = testing::scratch_dir("profile_validation_base");
+  ASSERT_FALSE(resolve_gpu("h100-sxm-fitted").validation.empty());
+  const HardwareProfile derived =
+      load_hardware_profile(write_text_file(dir, "d.yaml", "base: h100-sxm-fitted\nhbm_bytes_per_s: 4.8e12\n"));
+  EXPECT_TRUE(derived.validation.empty());
+  EXPECT_NE(derived.gemm_table(2), nullptr);  // the rest of the base is still there
 }
 
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {

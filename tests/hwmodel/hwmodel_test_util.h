@@ -8,11 +8,25 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ostream>
 #include <string>
 
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "test_support.h"
+
+namespace batchsim {
+// GoogleTest prints a validation block as its YAML, not as bytes.
+inline void PrintTo(const ProfileValidation& v, std::ostream* os) {
+  HardwareProfile p;
+  p.validation = v;
+  const std::string yaml = hardware_profile_yaml(p);
+  *os << yaml.substr(0, yaml.find("\nmemory_bytes"));
+}
+inline void PrintTo(const OperatorError& e, std::ostream* os) {
+  *os << e.op << " {mape " << e.mape_percent << ", p90 " << e.p90_percent << ", count " << e.count << "}";
+}
+}  // namespace batchsim
 
 namespace batchsim::testing {
 
@@ -48,6 +62,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
     EXPECT_EQ(a.name, b.name);
     EXPECT_EQ(a.source, b.source);
     EXPECT_EQ(a.provenance, b.provenance);
+    EXPECT_EQ(a.validation, b.validation);  // figures to 0.1%, kept exactly
   }
   EXPECT_EQ(a.memory_bytes, b.memory_bytes);
   near(a.peak_flops, b.peak_flops, "peak_flops");

@@ -1,0 +1,162 @@
+// How far to trust a run (issue 12, item 9): summary.json's `trust` carries the GPU profile's
+// validation figures, or says outright that there are none; `batchsim run` prints them in one
+// line, and the experiment report shows them once per GPU profile used.
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "experiments/cli.h"
+#include "hwmodel/hardware_profile.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using nlohmann::ordered_json;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// `batchsim ARGS`: its stdout; the exit status must be 0.
+std::string run_cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  EXPECT_EQ(cli_main(args, out, err), 0) << err.str();
+  return out.str();
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A short run on `gpu`: its summary.json and what it printed.
+std::pair<ordered_json, std::string> run_on(const std::string& gpu, const fs::path& out) {
+  const std::string printed = run_cli({"run", "--gpu", gpu, "--num-requests", "20", "--out", out.string()});
+  return {ordered_json::parse(read_file(out / "summary.json")), printed};
+}
+
+// The trust block holds the profile's figures as they are, operator by operator in its order.
+void expect_trust_is(const ordered_json& trust, const HardwareProfile& gpu) {
+  EXPECT_EQ(trust["profile"], gpu.name);
+  EXPECT_EQ(trust["source"], gpu.source);
+  EXPECT_EQ(trust["validated"], true);
+  EXPECT_EQ(trust["measured_on"], gpu.validation.measured_on);
+  EXPECT_EQ(trust["held_out"], gpu.validation.held_out);
+  EXPECT_EQ(trust["scored_on"], gpu.validation.scored_on);
+  ASSERT_EQ(trust["operators"].size(), gpu.validation.operators.size());
+  size_t i = 0;
+  for (const auto& [name, e] : trust["operators"].items()) {
+    const OperatorError& want = gpu.validation.operators[i++];
+    EXPECT_EQ(name, want.op);
+    EXPECT_EQ(e["mape"].get<double>(), want.mape_percent) << name;
+    EXPECT_EQ(e["p90"].get<double>(), want.p90_percent) << name;
+    EXPECT_EQ(e["count"].get<int64_t>(), want.count) << name;
+  }
+}
+
+TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
+  const fs::path dir = testing::scratch_dir("trust_fitted");
+  const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
+  ASSERT_FALSE(h100.validation.empty());
+  const auto [summary, printed] = run_on("h100-sxm-fitted", dir / "h100");
+  expect_trust_is(summary["trust"], h100);
+  // One line on the terminal, with every operator's MAPE.
+  EXPECT_EQ(occurrences(printed, "trust: "), 1u);
+  EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted, held-out MAPE on " + h100.validation.measured_on + ": "));
+  for (const OperatorError& e : h100.validation.operators) {
+    EXPECT_THAT(printed, HasSubstr(fmt::format("{} {:.1f}%", e.op, e.mape_percent)));
+  }
+
+  // A profile file's own block reaches the summary as written (in-sample figures too).
+  const fs::path mine = testing::write_text_file(dir, "mine.yaml", R"(base: a100-80gb
+name: my-a100
+source: fitted on my own GPU
+validation:
+  measured_on: batchsim-calibrate on one A100 SXM, vLLM 0.6
+  held_out: false
+  scored_on: the rows it was fitted on
+  operators:
+    gemm: {mape: 3.2, p90: 7.5, count: 420}
+    attn_decode: {mape: 9.9, p90: 21, count: 64}
+)");
+  const auto [own, own_printed] = run_on(mine.string(), dir / "mine");
+  expect_trust_is(own["trust"], load_hardware_profile(mine));
+  EXPECT_EQ(own["trust"]["operators"]["gemm"]["mape"], 3.2);
+  EXPECT_THAT(own_printed, HasSubstr("trust: my-a100, in-sample MAPE on batchsim-calibrate on one A100 SXM, "
+                                     "vLLM 0.6: gemm 3.2%, attn_decode 9.9%"));
+}
+
+TEST(Trust, ARunOnADatasheetProfileSaysItIsNotValidated) {
+  const fs::path dir = testing::scratch_dir("trust_datasheet");
+  const auto [summary, printed] = run_on("a100-80gb", dir / "datasheet");
+  const ordered_json& trust = summary["trust"];
+  EXPECT_EQ(trust["profile"], "a100-80gb");
+  EXPECT_EQ(trust["source"], "datasheet");
+  EXPECT_EQ(trust["validated"], false);
+  EXPECT_THAT(trust["reason"].get<std::string>(), HasSubstr("never compared with measurements"));
+  EXPECT_FALSE(trust.contains("operators"));
+  EXPECT_THAT(printed, HasSubstr("trust: a100-80gb not validated: datasheet ceilings"));
+
+  // A profile derived from a fitted one is not what was scored: it says it has no figures.
+  const fs::path derived =
+      testing::write_text_file(dir, "faster.yaml", "base: h100-sxm-fitted\nhbm_bytes_per_s: 4.8e12\n");
+  const auto [own, own_printed] = run_on(derived.string(), dir / "derived");
+  EXPECT_EQ(own["trust"]["validated"], false);
+  EXPECT_THAT(own["trust"]["reason"].get<std::string>(), HasSubstr("no `validation` block"));
+  EXPECT_THAT(own_printed, HasSubstr("trust: faster not validated"));
+}
+
+// An experiment over two GPUs: report.md says per profile how far to trust the figures, once
+// each however many runs used it; results.csv leaves the per-GPU block out.
+TEST(Trust, TheReportShowsEveryGpuProfileUsedOnce) {
+  const fs::path dir = testing::scratch_dir("trust_report");
+  const fs::path file = testing::write_text_file(dir, "two-gpus.yaml", R"(name: two-gpus
+base: {model: llama-2-7b, num-requests: 20, prompt-len: "fixed:128", output-len: "fixed:16"}
+policies: [continuous, vllm]
+axes:
+  gpu: [h100-sxm-fitted, a100-80gb]
+)");
+  const std::string printed =
+      run_cli({"compare", file.string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "1"});
+  const std::string report = read_file(dir / "out" / "report.md");
+  EXPECT_EQ(occurrences(report, "## How far to trust these figures"), 1u);
+  const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
+  EXPECT_EQ(occurrences(report, "- `h100-sxm-fitted` (" + h100.source + "): held out (" +
+                                    h100.validation.scored_on + ") on " + h100.validation.measured_on + "\n"),
+            1u);
+  EXPECT_THAT(report, HasSubstr("| profile | operator | MAPE % | p90 % | rows |"));
+  for (const OperatorError& e : h100.validation.operators) {
+    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.1f} | {} |\n", e.op,
+                                              e.mape_percent, e.p90_percent, e.count)),
+              1u)
+        << e.op;
+  }
+  EXPECT_EQ(occurrences(report, "- `a100-80gb` (datasheet): **not validated**: "), 1u);
+  EXPECT_THAT(report, Not(HasSubstr("| a100-80gb |")));
+  // The section stands before the results it qualifies.
+  EXPECT_LT(report.find("## How far to trust these figures"), report.find("## Throughput"));
+
+  // The terminal: one trust line per profile after the table.
+  EXPECT_EQ(occurrences(printed, "trust: h100-sxm-fitted, held-out MAPE on "), 1u);
+  EXPECT_EQ(occurrences(printed, "trust: a100-80gb not validated"), 1u);
+
+  // Every run's summary.json keeps its block; results.csv does not repeat it on every row.
+  const std::string csv = read_file(dir / "out" / "results.csv");
+  EXPECT_THAT(csv.substr(0, csv.find('\n')), Not(HasSubstr("trust")));
+  EXPECT_THAT(csv.substr(0, csv.find('\n')), HasSubstr("throughput.output_tokens_per_s"));
+}
+
+}  // namespace
+}  // namespace batchsim
