@@ -215,6 +215,15 @@ ContinuousPolicy::AdmissionStep ContinuousPolicy::admission_step(RequestId id, i
   // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
   // step with their prefill unfinished; a new request that would be cut waits.
   if (step.tokens < step.need && partial_prefills >= config_.max_num_partial_prefills) step.tokens = 0;
+  // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
+  // every block of the prompt), also when an over-long re-prefill is cut at the budget: else
+  // it would be admitted for one chunk and preempted again at the next. With chunking the
+  // same holds under admission=full_prompt: vLLM v1 allocate_slots(full_sequence_must_fit=
+  // scheduler_reserve_full_isl) refuses a request unless blocks for all its num_tokens
+  // (prompt + output so far), less its prefix-cache hit, are free, and allocates only this
+  // step's chunk (vllm/v1/core/kv_cache_manager.py, main 2026-05; v0.19.0 and later).
+  const bool whole = !config_.chunked || config_.admit_full_prompt;
+  step.fit = step.cached + (whole ? step.need : step.tokens);
   return step;
 }
 
@@ -230,10 +239,10 @@ int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const
     const int64_t n = step.tokens;
     if (n == 0) break;
     if (n < step.need) ++partial;
-    const int64_t cost =
-        kv_->admission_cost(step.cached + (config_.chunked ? n : step.need), reserve_tokens(id));
-    if (cost > room) break;
-    room -= cost;
+    // Room for what admission checks, less what it allocates (the first chunk only, under
+    // admission=full_prompt).
+    if (kv_->admission_cost(step.fit, reserve_tokens(id)) > room) break;
+    room -= kv_->admission_cost(step.cached + n, reserve_tokens(id));
     budget -= n;
     ++seqs;
     ++count;
@@ -262,12 +271,10 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
-    const auto [cached, need, n] = admission_step(id, budget, partial_prefills_);
+    const auto [cached, need, n, fit] = admission_step(id, budget, partial_prefills_);
     if (n == 0) break;
-    // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
-    // every block of the prompt), also when an over-long re-prefill is cut at the budget:
-    // else it would be admitted for one chunk and preempted again at the next.
-    if (!config_.chunked && !kv_->can_admit(id, cached + need, reserve_tokens(id))) break;
+    // Room for more than this step writes (admission_step): checked, not allocated.
+    if (fit > cached + n && !kv_->can_admit(id, fit, reserve_tokens(id))) break;
     // vLLM v0 can_allocate (watermark) / v1 allocate_slots returning None: wait.
     if (!kv_->try_admit(id, cached + n, reserve_tokens(id))) break;
     if (cached > 0) {

@@ -25,6 +25,24 @@
 //                          long_prefill_token_threshold caps one request's chunk (v1);
 //                          max_num_partial_prefills bounds the requests whose prefill is
 //                          unfinished at the end of a step.
+//   admission=full_prompt|first_chunk  (chunked only) whether a waiting request is admitted
+//                          only when KV for all the tokens it knows (its prompt, plus what it
+//                          generated before a recompute preemption) is free, counting its
+//                          prefix-cache hit, or as soon as its first chunk fits.
+//                          full_prompt: vLLM v1 `scheduler_reserve_full_isl` (default True;
+//                          vllm/config/scheduler.py, checked by allocate_slots with
+//                          full_sequence_must_fit in vllm/v1/core/kv_cache_manager.py; added by
+//                          PR #37307, 2026-03, first released in v0.19.0) and Sarathi-Serve
+//                          (sarathi/core/scheduler/sarathi_scheduler.py: can_allocate then
+//                          _allocate of every prompt block, sarathi-serve main 2024-07). Only
+//                          the check is modelled: the blocks are allocated chunk by chunk as v1
+//                          does, whereas Sarathi-Serve holds them from admission on, so here its
+//                          later chunks grow just in time like any running request.
+//                          first_chunk: vLLM v1 before v0.19 (and with the option off), where a
+//                          request admitted for its first chunk may be preempted by its own
+//                          later chunks, recomputing what it had prefilled.
+//                          Without chunking admission always needs room for the whole prefill
+//                          (v0 can_allocate).
 //   preemption=recompute|swap  when a running request cannot grow, the newest running request
 //                          is preempted (vLLM `running.pop()`; TRT-LLM MAX_UTILIZATION pauses the
 //                          last started), possibly the one being grown; no new request is
@@ -55,10 +73,12 @@
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
 // Admission is FCFS and head-of-line: the first waiting request that does not fit stops
-// admission (vLLM v0 and v1). A request that can never be served (prompt + output beyond
-// max_model_len, prompt beyond max_num_batched_tokens without chunking — v0 prompt_limit —,
-// footprint beyond the whole KV cache — v0 AllocStatus.NEVER) is rejected on arrival with its
-// reason.
+// admission (vLLM v0 and v1: allocate_slots returning None breaks the WAITING loop of v1
+// schedule(), which skips ahead only past requests waiting for remote KV, a grammar or more
+// of a streamed input, or over the LoRA limit). A request that can never be served (prompt +
+// output beyond max_model_len, prompt beyond max_num_batched_tokens without chunking — v0
+// prompt_limit —, footprint beyond the whole KV cache — v0 AllocStatus.NEVER) is rejected on
+// arrival with its reason.
 // Invariants (asserted per iteration by tests/policies): Σ new_tokens <= max_num_batched_tokens;
 // running <= max_num_seqs; each running request's KV covers exactly its computed tokens plus
 // this step's.
@@ -84,6 +104,7 @@ struct ContinuousPolicyConfig {
   int64_t max_num_batched_tokens = 0;   // 0: max(max_model_len, 2048) (vLLM v0 default)
   int64_t long_prefill_token_threshold = 0;  // 0: off; caps one request's chunk
   int64_t max_num_partial_prefills = 1;      // requests whose prefill may be unfinished at once
+  bool admit_full_prompt = false;            // admission=full_prompt (chunked only)
   bool swap = false;                    // preemption=swap (else recompute)
   bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
   int64_t max_waiting_tokens = 0;       // TGI --max-waiting-tokens (20); 0: off
@@ -136,12 +157,15 @@ class ContinuousPolicy final : public Policy {
   void schedule_waiting(Batch& batch, int64_t& budget);
   // What admitting waiting request `id` would compute with `budget` tokens left while
   // `partial_prefills` items of the batch leave their prefill unfinished: its cached prefix,
-  // the tokens it still needs beyond it, and this step's tokens (0: it must wait). Shared by
-  // the admission and its dry run, so that both apply the same rules.
+  // the tokens it still needs beyond it, this step's tokens (0: it must wait) and the tokens
+  // whose KV must be free to admit it (cached + tokens, or cached + need when admission needs
+  // room for its whole prefill). Shared by the admission and its dry run, so that both apply
+  // the same rules.
   struct AdmissionStep {
     int64_t cached = 0;
     int64_t need = 0;
     int64_t tokens = 0;
+    int64_t fit = 0;
   };
   AdmissionStep admission_step(RequestId id, int64_t budget, int64_t partial_prefills) const;
   // TGI's wait rule (max_waiting_tokens): whether new requests may be admitted now.

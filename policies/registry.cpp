@@ -51,14 +51,18 @@ const std::vector<PolicyInfo>& registered_policies() {
       // Budget and sequence cap from the GPU and usage context as vLLM sets them
       // (vllm_batch_defaults; usage_context=none with explicit values for the old 2048 / 256).
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), recompute, prefix caching",
+       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching",
        {{"usage_context", "api_server"}, {"preemption", "recompute"},
+        // scheduler_reserve_full_isl, on by default since v0.19.0 (vllm/config/scheduler.py).
+        {"admission", "full_prompt"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
         {"prefix_caching", "true"}},
        "vllm"},
-      // Sarathi-Serve is built on a vLLM fork of its time (the engine Vidur measured).
-      {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget",
-       {{"max_num_batched_tokens", "512"}}, "vllm-v0"},
+      // Sarathi-Serve is built on a vLLM fork of its time (the engine Vidur measured). Its
+      // scheduler admits a request only when blocks for its whole prompt can be allocated
+      // (sarathi/core/scheduler/sarathi_scheduler.py, block_manager.can_allocate).
+      {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget, whole prompt's KV free to admit",
+       {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}}, "vllm-v0"},
   };
   return policies;
 }
@@ -95,6 +99,8 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
     }
     docs.push_back({"long_prefill_token_threshold", "0", "cap on one request's chunk (0: off)"});
     docs.push_back({"max_num_partial_prefills", "1", "requests whose prefill may be unfinished after a step"});
+    docs.push_back({"admission", "first_chunk",
+                    "first_chunk: admit when the first chunk's KV fits | full_prompt: only when the KV of the whole prompt is free (vLLM v1 scheduler_reserve_full_isl, Sarathi-Serve)"});
     return docs;
   }();
   if (base == "static") return static_docs;
@@ -142,6 +148,8 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
     c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 1, 1, 1 << 20);
+    c.admit_full_prompt =
+        o.get_choice("admission", "first_chunk", {"first_chunk", "full_prompt"}) == "full_prompt";
   }
   return c;
 }

@@ -88,12 +88,20 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     EXPECT_FALSE(c.swap);
     EXPECT_EQ(c.max_num_partial_prefills, 1);
     EXPECT_EQ(c.long_prefill_token_threshold, 0);
+    EXPECT_TRUE(c.admit_full_prompt);  // scheduler_reserve_full_isl=True
   }
   {
     auto p = policy("sarathi");
     const auto& c = as_continuous(*p).config();
     EXPECT_TRUE(c.chunked);
     EXPECT_EQ(c.max_num_batched_tokens, 512);
+    EXPECT_TRUE(c.admit_full_prompt);  // can_allocate on the whole prompt
+  }
+  {
+    // The base keeps admission by first chunk; the old vllm behaviour is one option away.
+    EXPECT_FALSE(as_continuous(*policy("chunked-prefill")).config().admit_full_prompt);
+    EXPECT_FALSE(
+        as_continuous(*policy("vllm", {{"admission", "first_chunk"}})).config().admit_full_prompt);
   }
 }
 
@@ -129,6 +137,11 @@ TEST(Registry, AnUnknownOptionIsAnErrorNamingIt) {
   // Chunking options belong to the chunked schedulers only.
   msg = user_error_of([] { policy("vllm-v0", {{"long_prefill_token_threshold", "64"}}); });
   EXPECT_NE(msg.find("long_prefill_token_threshold"), std::string::npos) << msg;
+  // Without chunking admission always needs the whole prefill's room: there is no choice.
+  msg = user_error_of([] { policy("continuous", {{"admission", "first_chunk"}}); });
+  EXPECT_NE(msg.find("admission"), std::string::npos) << msg;
+  msg = user_error_of([] { policy("vllm", {{"admission", "whole"}}); });
+  EXPECT_NE(msg.find("full_prompt"), std::string::npos) << msg;
   msg = user_error_of([] { policy("vllm", {{"prefill", "exclusive"}}); });
   EXPECT_NE(msg.find("prefill"), std::string::npos) << msg;
   msg = user_error_of([] { policy("hf-static", {{"max_num_seqs", "4"}}); });

@@ -1,6 +1,9 @@
 // Iteration-exact scenario tables: which requests run in iterations i..j, with how many tokens.
 // Every iteration of the rig's GPU costs 10 ms, whatever the batch; requests are named A, B, ...
 // in id order.
+#include <map>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "policies/continuous_policy.h"
@@ -173,6 +176,114 @@ TEST(ChunkedPrefill, LongPrefillThresholdCapsOneRequestsChunk) {
                                       {"long_prefill_token_threshold", "32"},
                                       {"max_num_partial_prefills", "2"}});
   expect_states(two, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
+}
+
+// Full-prompt admission (admission=full_prompt, on in the vllm and sarathi presets). 10 blocks
+// of 4 tokens, budget 8. A (prompt 8, output 20) grows from 2 to 7 blocks. B (prompt 32, 8
+// blocks, one output token) arrives in iteration 1; C (prompt 4, output 2) in iteration 2.
+Workload full_prompt_workload() {
+  return make_workload({{0, 8, 20}, {0.015, 32, 1}, {0.025, 4, 2}});
+}
+std::map<std::string, std::string> full_prompt_options(const char* admission) {
+  return {{"block_size", "4"}, {"max_num_batched_tokens", "8"}, {"admission", admission}};
+}
+RigOptions ten_blocks_of_four() {
+  RigOptions o;
+  o.kv_capacity_tokens = 40;
+  return o;
+}
+
+// vLLM v1 schedule(), WAITING loop (vllm/v1/core/sched/scheduler.py, main 2026-05):
+// allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl) returns None unless the
+// blocks of the whole prompt are free, and None breaks the loop. Sarathi-Serve's
+// SarathiScheduler._schedule breaks on block_manager.can_allocate, which counts every prompt
+// block. vLLM's tests have no scheduler test of the option; the KV manager's refusal is
+// tests/v1/core/test_prefix_caching.py test_can_fit_full_sequence_full_attention_still_gates_oversized.
+TEST(FullPromptAdmission, APromptWhoseKvIsNotFreeWaitsAndPreemptsNothing) {
+  const CostModel cm = rig_cost_model(ten_blocks_of_four());
+  for (const char* name : {"vllm", "sarathi"}) {
+    SCOPED_TRACE(name);
+    // From the presets, without the admission option.
+    auto options = full_prompt_options("full_prompt");
+    options.erase("admission");
+    const RecordedRun run = run_preset(name, full_prompt_workload(), cm, options);
+    expect_states(run, {
+        {0, 0, {{A, 8}}},
+        // B's first chunk (2 blocks) would fit in the 7 free blocks, its 8 never do while A
+        // runs: B waits. C (2 blocks) would fit too, but stays behind B: v1 breaks, it does
+        // not skip (FCFS, head-of-line).
+        {1, 19, {{A, 1}}},
+        {20, 23, {{B, 8}}},  // A has ended: B's 32 tokens in chunks of 8
+        {24, 24, {{C, 4}}},
+        {25, 25, {{C, 1}}},
+    });
+    EXPECT_EQ(run.steps.size(), 26u);
+    EXPECT_EQ(run.result.summary.preemptions, 0);
+    EXPECT_EQ(run.steps[19].kv_allocated_tokens, 0);  // A used 7 blocks, then ended
+    EXPECT_EQ(run.steps[18].kv_allocated_tokens, 28);
+  }
+}
+
+// The old rule (admission=first_chunk; vLLM v1 before v0.19.0, or with
+// --no-scheduler-reserve-full-isl): B is admitted for its first chunk, grows until A's next
+// block leaves none, and is preempted and recomputed again and again until A ends; C waits
+// behind it either way. The thrashing PR #37307 describes.
+TEST(FullPromptAdmission, AdmittingTheFirstChunkPreemptsAndRecomputes) {
+  const CostModel cm = rig_cost_model(ten_blocks_of_four());
+  const RecordedRun run =
+      run_preset("vllm", full_prompt_workload(), cm, full_prompt_options("first_chunk"));
+  expect_states(run, {
+      {0, 0, {{A, 8}}},
+      {1, 1, {{A, 1}}},
+      {2, 4, {{A, 1}, {B, 7}}},  // 21 tokens of B: 6 blocks, A 3: 9 of 10
+      {5, 5, {{A, 1}}},          // A's 4th block leaves B none: B (the newest) is preempted
+      {6, 8, {{A, 1}, {B, 7}}},
+      {9, 9, {{A, 1}}},
+      {10, 11, {{A, 1}, {B, 7}}},
+      {12, 12, {{A, 1}}},
+      {13, 14, {{A, 1}, {B, 7}}},
+      {15, 15, {{A, 1}}},
+      {16, 16, {{A, 1}, {B, 7}}},
+      {17, 17, {{A, 1}}},
+      {18, 18, {{A, 1}, {B, 7}}},
+      {19, 19, {{A, 1}}},
+      {20, 23, {{B, 8}}},
+      {24, 24, {{C, 4}}},
+      {25, 25, {{C, 1}}},
+  });
+  EXPECT_EQ(run.steps.size(), 26u);
+  EXPECT_EQ(run.result.requests[B].preemptions, 6);
+  EXPECT_EQ(run.result.summary.preemptions, 6);
+  // B prefills 12 chunks of 7 tokens that are thrown away before its 32 that count.
+  int64_t b_prefill = 0;
+  for (const Step& s : run.steps) {
+    if (const BatchItem* item = s.item(B)) b_prefill += item->new_tokens;
+  }
+  EXPECT_EQ(b_prefill, 12 * 7 + 32);
+}
+
+// v1's check counts the prefix-cache hit as allocate_slots does: the blocks to allocate for
+// the whole prompt, less the cached ones (plus any cached block at ref 0, which leaves the
+// free pool when shared). 5 blocks of 16, budget 8: A (prompt 32, output 6) holds 3 blocks
+// when B (prompt 48 starting with A's 32 tokens) arrives in iteration 4.
+TEST(FullPromptAdmission, APrefixCacheHitCountsAgainstTheWholePrompt) {
+  RigOptions o;
+  o.kv_capacity_tokens = 80;
+  const CostModel cm = rig_cost_model(o);
+  const Workload w = make_workload({{0, 32, 6}, {0.045, 48, 2}});
+  const PrefixBlockHashes hashes = prefix_hashes(16, {{1, 2}, {1, 2, 3}});
+  const std::map<std::string, std::string> options = {{"max_num_batched_tokens", "8"}};
+  // Cached: B needs one new block for its 48 tokens, 2 are free: admitted after its 32.
+  const RecordedRun hit = run_preset("vllm", w, cm, options, &hashes);
+  expect_states(hit, {{0, 3, {{A, 8}}}, {4, 4, {{A, 1}}}, {5, 6, {{A, 1}, {B, 7}}},
+                      {7, 7, {{A, 1}, {B, 2}}}, {8, 8, {{A, 1}, {B, 1}}}});
+  EXPECT_EQ(hit.steps[5].item(B)->context_before, 32);
+  // Without caching the whole prompt needs 3 blocks: B waits for A to end, although its first
+  // chunk (1 block) would fit.
+  auto off_options = options;
+  off_options["prefix_caching"] = "false";
+  const RecordedRun off = run_preset("vllm", w, cm, off_options, &hashes);
+  expect_states(off, {{0, 3, {{A, 8}}}, {4, 8, {{A, 1}}}, {9, 14, {{B, 8}}}, {15, 15, {{B, 1}}}});
 }
 
 TEST(ChunkedPrefill, NewRequestsFillTheBudgetLeftByTheDecodes) {
