@@ -212,9 +212,13 @@ ContinuousPolicy::AdmissionStep ContinuousPolicy::admission_step(RequestId id, i
   step.cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
   step.need = need_of(id) - step.cached;
   step.tokens = step_tokens(step.need, budget);
-  // Sarathi-Serve / vLLM max_num_partial_prefills: at most that many requests may end the
-  // step with their prefill unfinished; a new request that would be cut waits.
-  if (step.tokens < step.need && partial_prefills >= config_.max_num_partial_prefills) step.tokens = 0;
+  // max_num_partial_prefills (vLLM v0's concurrent partial prefills; v1 has no such bound): at
+  // most that many requests may end the step with their prefill unfinished; a new request
+  // that would be cut waits.
+  if (config_.max_num_partial_prefills > 0 && step.tokens < step.need &&
+      partial_prefills >= config_.max_num_partial_prefills) {
+    step.tokens = 0;
+  }
   // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
   // every block of the prompt), also when an over-long re-prefill is cut at the budget: else
   // it would be admitted for one chunk and preempted again at the next. With chunking the

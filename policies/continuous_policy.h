@@ -22,9 +22,8 @@
 //                          prefill in progress, which is the newest), then new requests, the last
 //                          one cut to the remaining budget; a chunk attends to the KV of earlier
 //                          chunks (BatchShape carries each chunk's context_before).
-//                          long_prefill_token_threshold caps one request's chunk (v1);
-//                          max_num_partial_prefills bounds the requests whose prefill is
-//                          unfinished at the end of a step.
+//                          long_prefill_token_threshold caps one request's chunk (v1), so
+//                          that several partial prefills share the budget.
 //   admission=full_prompt|first_chunk  (chunked only) whether a waiting request is admitted
 //                          only when KV for all the tokens it knows (its prompt, plus what it
 //                          generated before a recompute preemption) is free, counting its
@@ -43,6 +42,15 @@
 //                          later chunks, recomputing what it had prefilled.
 //                          Without chunking admission always needs room for the whole prefill
 //                          (v0 can_allocate).
+//   max_num_partial_prefills  (chunked only; 0: no bound) at most this many requests may end a
+//                          step with their prefill unfinished: a new request that would be cut
+//                          waits. vLLM v1 never reads the option (vllm/v1/core/sched/scheduler.py;
+//                          EngineArgs._check_feature_supported refuses any value but 1 as
+//                          "Concurrent Partial Prefill"), nor does Sarathi-Serve bound them; the
+//                          bound is the gist of vLLM v0's concurrent partial prefills
+//                          (vllm/core/scheduler.py PartialPrefillMetadata, PR #10235, until V0's
+//                          removal in v0.11), which also splits the budget into equal slots and
+//                          caps the long prompts (max_long_partial_prefills) — not modelled.
 //   preemption=recompute|swap  when a running request cannot grow, the newest running request
 //                          is preempted (vLLM `running.pop()`; TRT-LLM MAX_UTILIZATION pauses the
 //                          last started), possibly the one being grown; no new request is
@@ -103,7 +111,7 @@ struct ContinuousPolicyConfig {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 0;   // 0: max(max_model_len, 2048) (vLLM v0 default)
   int64_t long_prefill_token_threshold = 0;  // 0: off; caps one request's chunk
-  int64_t max_num_partial_prefills = 1;      // requests whose prefill may be unfinished at once
+  int64_t max_num_partial_prefills = 0;      // requests whose prefill may be unfinished; 0: any
   bool admit_full_prompt = false;            // admission=full_prompt (chunked only)
   bool swap = false;                    // preemption=swap (else recompute)
   bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)

@@ -50,6 +50,8 @@ const std::vector<PolicyInfo>& registered_policies() {
        "vllm-v0"},
       // Budget and sequence cap from the GPU and usage context as vLLM sets them
       // (vllm_batch_defaults; usage_context=none with explicit values for the old 2048 / 256).
+      // No bound on partial prefills (the base's max_num_partial_prefills=0): v1's scheduler
+      // never reads the option.
       {"vllm", "chunked-prefill",
        "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching",
        {{"usage_context", "api_server"}, {"preemption", "recompute"},
@@ -98,7 +100,8 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       if (d.key == "max_num_batched_tokens") d = {d.key, "2048", "token budget per iteration"};
     }
     docs.push_back({"long_prefill_token_threshold", "0", "cap on one request's chunk (0: off)"});
-    docs.push_back({"max_num_partial_prefills", "1", "requests whose prefill may be unfinished after a step"});
+    docs.push_back({"max_num_partial_prefills", "0",
+                    "requests whose prefill may be unfinished after a step; a new one that would be cut waits (vLLM v0's concurrent partial prefills; 0: no bound, as vLLM v1 and Sarathi-Serve)"});
     docs.push_back({"admission", "first_chunk",
                     "first_chunk: admit when the first chunk's KV fits | full_prompt: only when the KV of the whole prompt is free (vLLM v1 scheduler_reserve_full_isl, Sarathi-Serve)"});
     return docs;
@@ -147,7 +150,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.waiting_served_ratio = o.get_double("waiting_served_ratio", 1.2, 0.0, 1e6);
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
-    c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 1, 1, 1 << 20);
+    c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 0, 0, 1 << 20);
     c.admit_full_prompt =
         o.get_choice("admission", "first_chunk", {"first_chunk", "full_prompt"}) == "full_prompt";
   }

@@ -86,7 +86,7 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     EXPECT_FALSE(c.max_num_batched_tokens_set);
     EXPECT_FALSE(c.max_num_seqs_set);
     EXPECT_FALSE(c.swap);
-    EXPECT_EQ(c.max_num_partial_prefills, 1);
+    EXPECT_EQ(c.max_num_partial_prefills, 0);  // v1 never reads it: no bound
     EXPECT_EQ(c.long_prefill_token_threshold, 0);
     EXPECT_TRUE(c.admit_full_prompt);  // scheduler_reserve_full_isl=True
   }
@@ -95,6 +95,7 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     const auto& c = as_continuous(*p).config();
     EXPECT_TRUE(c.chunked);
     EXPECT_EQ(c.max_num_batched_tokens, 512);
+    EXPECT_EQ(c.max_num_partial_prefills, 0);
     EXPECT_TRUE(c.admit_full_prompt);  // can_allocate on the whole prompt
   }
   {
@@ -102,6 +103,10 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     EXPECT_FALSE(as_continuous(*policy("chunked-prefill")).config().admit_full_prompt);
     EXPECT_FALSE(
         as_continuous(*policy("vllm", {{"admission", "first_chunk"}})).config().admit_full_prompt);
+    EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_partial_prefills", "1"}}))
+                  .config()
+                  .max_num_partial_prefills,
+              1);
   }
 }
 

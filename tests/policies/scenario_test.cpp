@@ -157,10 +157,12 @@ TEST(LongPromptScenario, TheCostModelChargesAChunkForTheContextItAttendsTo) {
 TEST(ChunkedPrefill, LongPrefillThresholdCapsOneRequestsChunk) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 100, 2}, {0, 100, 2}});
-  // One partial prefill at a time: B waits until A's last chunk leaves room to start.
+  // Bounded to one partial prefill at a time (vLLM v0's concurrent partial prefills; not a
+  // preset's default): B waits until A's last chunk leaves room to start.
   const RecordedRun one = run_preset("sarathi", w, cm,
                                      {{"max_num_batched_tokens", "256"},
-                                      {"long_prefill_token_threshold", "32"}});
+                                      {"long_prefill_token_threshold", "32"},
+                                      {"max_num_partial_prefills", "1"}});
   expect_states(one, {
       {0, 2, {{A, 32}}},          // B would be cut too, while A's prefill is unfinished
       {3, 3, {{A, 4}, {B, 32}}},  // A's last chunk completes its prefill: B may start
@@ -176,6 +178,47 @@ TEST(ChunkedPrefill, LongPrefillThresholdCapsOneRequestsChunk) {
                                       {"long_prefill_token_threshold", "32"},
                                       {"max_num_partial_prefills", "2"}});
   expect_states(two, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
+  // Unbounded, the default: the same here, where two chunks never fill the budget.
+  const RecordedRun any = run_preset("sarathi", w, cm,
+                                     {{"max_num_batched_tokens", "256"},
+                                      {"long_prefill_token_threshold", "32"}});
+  expect_states(any, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
+}
+
+// vLLM v1 caps each request's chunk at long_prefill_token_threshold in both loops of
+// schedule() and never bounds the partial prefills (max_num_partial_prefills is not read by
+// vllm/v1/core/sched/scheduler.py): the budget is filled by as many capped chunks as it
+// holds. Translated from vLLM's tests/v1/core/test_scheduler.py
+// test_schedule_concurrent_partial_requests (main 2026-05): three 800-token prompts, budget
+// 1024, threshold 400.
+TEST(ChunkedPrefill, SeveralPartialPrefillsFillTheBudgetWhenEachChunkIsCapped) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 800, 3}, {0, 800, 3}, {0, 800, 3}});
+  const std::map<std::string, std::string> options = {{"max_num_batched_tokens", "1024"},
+                                                      {"long_prefill_token_threshold", "400"}};
+  const RecordedRun run = run_preset("vllm", w, cm, options);
+  expect_states(run, {
+      {0, 0, {{A, 400}, {B, 400}, {C, 224}}},  // C gets 1024 - 400 - 400
+      {1, 1, {{A, 400}, {B, 400}, {C, 224}}},  // A and B complete their prompts
+      {2, 2, {{A, 1}, {B, 1}, {C, 352}}},      // 800 - 224 - 224
+      {3, 3, {{A, 1}, {B, 1}, {C, 1}}},
+      {4, 4, {{C, 1}}},
+  });
+  EXPECT_EQ(run.steps.size(), 5u);
+  // Bounded to one partial prefill (max_num_partial_prefills=1, which v1 refuses), 624 tokens
+  // of the first step's budget stay idle and every prompt's first token comes later.
+  auto bounded_options = options;
+  bounded_options["max_num_partial_prefills"] = "1";
+  const RecordedRun bounded = run_preset("vllm", w, cm, bounded_options);
+  expect_states(bounded, {
+      {0, 0, {{A, 400}}},
+      {1, 1, {{A, 400}, {B, 400}}},
+      {2, 2, {{A, 1}, {B, 400}, {C, 400}}},
+      {3, 3, {{A, 1}, {B, 1}, {C, 400}}},
+      {4, 4, {{B, 1}, {C, 1}}},
+      {5, 5, {{C, 1}}},
+  });
+  EXPECT_EQ(bounded.steps.size(), 6u);
 }
 
 // Full-prompt admission (admission=full_prompt, on in the vllm and sarathi presets). 10 blocks
