@@ -92,6 +92,9 @@ SimulationResult Simulation::run() {
     if (workload_[i].prompt_tokens < 1 || workload_[i].output_tokens < 1) {
       throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", i));
     }
+    if (workload_[i].max_tokens != 0 && workload_[i].max_tokens < workload_[i].output_tokens) {
+      throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", i));
+    }
   }
   if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() &&
       static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
