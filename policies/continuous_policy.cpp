@@ -62,7 +62,15 @@ int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
     return env_->max_model_len;
   }
   // The last output token is sampled but never fed back, so it needs no KV.
-  return static_cast<int64_t>(r.prompt_tokens) + r.output_tokens - 1;
+  // A reservation is made before the output's length is known, so for the longest output the
+  // client allows: TGI 1.x's router counts input + max_new_tokens (router/src/queue.rs
+  // next_batch), TensorRT-LLM 1.x GUARANTEED_NO_EVICT reserves prompt + mMaxNewTokens
+  // (capacityScheduler.cpp through kvCacheManager.cpp getRemainingBlocksToCompletion). Paged
+  // KV is allocated as tokens are written, so what the request really holds, prompt + output,
+  // decides whether it can ever fit (vLLM's can_allocate / allocate_slots never read
+  // max_tokens).
+  const int64_t output = config_.paged ? r.output_tokens : env_->output_limit(id);
+  return static_cast<int64_t>(r.prompt_tokens) + output - 1;
 }
 
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
