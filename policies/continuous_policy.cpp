@@ -35,7 +35,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   if (config_.paged) {
     // Weights that leave no KV memory at all are reported by the simulation; here the memory
     // exists but is smaller than one block, which the user fixes differently.
-    if (env.kv_capacity_tokens < config_.block_size) {
+    if (env.num_gpu_blocks == 0 && env.kv_capacity_tokens < config_.block_size) {
       throw UserError(fmt::format(
           "the KV memory left after the weights holds {} tokens, less than one block of "
           "block_size={}: use a smaller block_size, or more memory (--gpu-memory-utilization, "
@@ -44,8 +44,9 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     }
     PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
     if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
-    kv_ = std::make_unique<PagedKvCache>(n, env.kv_capacity_tokens / config_.block_size,
-                                         config_.block_size, config_.watermark, prefix);
+    const int64_t blocks =
+        env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
+    kv_ = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
   } else {
     kv_ = std::make_unique<ReservedKvCache>(n, env.kv_capacity_tokens);
   }

@@ -76,7 +76,7 @@ namespace batchsim {
 
 struct ContinuousPolicyConfig {
   bool paged = true;
-  int32_t block_size = 16;              // vLLM CacheConfig.DEFAULT_BLOCK_SIZE
+  int32_t block_size = kDefaultBlockSize;  // vLLM CacheConfig's default
   double watermark = 0.0;               // fraction of blocks kept free at admission (v0: 0.01)
   bool reserve_max_model_len = false;   // kv=reserve: reserve max_model_len, not prompt+output
   bool mixed_prefill = true;            // false: vLLM v0 exclusive prefill iterations

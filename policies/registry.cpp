@@ -118,7 +118,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   ContinuousPolicyConfig c;
   c.chunked = chunked;
   c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
-  c.block_size = static_cast<int32_t>(o.get_int("block_size", 16, 1, 1024));
+  c.block_size = static_cast<int32_t>(o.get_int("block_size", kDefaultBlockSize, 1, 1024));
   c.watermark = o.get_double("watermark", 0.0, 0.0, 0.5);
   c.reserve_max_model_len =
       o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";

@@ -61,7 +61,12 @@ struct PolicyEnv {
   const Workload* requests = nullptr;
   const std::vector<RequestProgress>* progress = nullptr;
   const CostModel* cost_model = nullptr;
-  int64_t kv_capacity_tokens = 0;  // from GPU memory, utilisation and weights
+  // KV memory in tokens: from GPU memory, utilisation and weights, or num_gpu_blocks x
+  // kDefaultBlockSize when that is set.
+  int64_t kv_capacity_tokens = 0;
+  // SimulationOptions::num_gpu_blocks: a paged manager has exactly this many blocks (0: as
+  // many as kv_capacity_tokens holds).
+  int64_t num_gpu_blocks = 0;
   int32_t max_model_len = 0;       // the model's context limit
   std::function<void(RequestId, std::string)> reject;
   // Preempts running request `id`: it goes back to waiting and its preemption count grows.

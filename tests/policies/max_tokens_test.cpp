@@ -1,9 +1,11 @@
-// The client's max_tokens in the policies:
+// The client's max_tokens in the policies, and a KV cache sized by block count:
 //  * reserving policies (kv=reserve reserve_to=output as TGI's router and TensorRT-LLM
 //    GUARANTEED_NO_EVICT, static batching's max_new_tokens=0) reserve prompt + max_tokens, so
 //    fewer requests run at once when max_tokens exceeds the output, and exactly as many as
 //    before when it equals it; paged policies allocate what is written and do not change;
-//  * a reservation is cut to the model's context, as TensorRT-LLM cuts maxNewTokens.
+//  * a reservation is cut to the model's context, as TensorRT-LLM cuts maxNewTokens;
+//  * --num-gpu-blocks N gives a paged policy N blocks of its block_size and a reserving one
+//    N x 16 tokens, whatever the GPU's memory.
 #include <gtest/gtest.h>
 
 #include "policies/continuous_policy.h"
@@ -158,6 +160,75 @@ TEST(MaxTokensReservation, FastForwardStaysExactWithLimitsOpenAndClosedLoop) {
       }
     }
   }
+}
+
+// ---- --num-gpu-blocks ---------------------------------------------------------------------------
+
+SimulationResult run_with_blocks(const std::string& name, std::map<std::string, std::string> options,
+                                 const Workload& w, const CostModel& cm, int64_t blocks,
+                                 int replicas = 1, int64_t* policy_capacity = nullptr) {
+  std::vector<std::unique_ptr<Policy>> owned;
+  std::vector<Policy*> policies;
+  for (int i = 0; i < replicas; ++i) {
+    owned.push_back(policy(name, options));
+    policies.push_back(owned.back().get());
+  }
+  SimulationOptions so;
+  so.gpu_memory_utilization = 1.0;
+  so.num_gpu_blocks = blocks;
+  SimulationResult result = Simulation(w, policies, cm, so).run();
+  if (policy_capacity != nullptr) {
+    *policy_capacity = owned.front()->kv_cache().capacity_tokens();
+    for (const auto& p : owned) EXPECT_EQ(p->kv_cache().capacity_tokens(), *policy_capacity);
+  }
+  return result;
+}
+
+TEST(NumGpuBlocks, APagedCacheHasExactlyThatManyBlocksOfItsBlockSize) {
+  const CostModel cm = rig_cost_model();  // 100,000 tokens of memory, which the count replaces
+  const Workload w = limited(4, 30, 10, 0);
+  int64_t capacity = 0;
+  EXPECT_EQ(run_with_blocks("continuous", {}, w, cm, 37, 1, &capacity).kv_capacity_tokens, 37 * 16);
+  EXPECT_EQ(capacity, 37 * 16);
+  EXPECT_EQ(run_with_blocks("vllm", {{"block_size", "32"}}, w, cm, 37, 1, &capacity).kv_capacity_tokens, 37 * 32);
+  EXPECT_EQ(capacity, 37 * 32);
+  // Each replica of a cluster gets the count.
+  EXPECT_EQ(run_with_blocks("vllm", {}, w, cm, 37, 3, &capacity).kv_capacity_tokens, 37 * 16);
+  // Also more than the memory holds: the count replaces the estimate (vLLM's override too).
+  EXPECT_EQ(run_with_blocks("continuous", {}, w, cm, 100'000, 1, &capacity).kv_capacity_tokens, 1'600'000);
+  // Without a count the capacity is the memory's, as before.
+  EXPECT_EQ(run_with_blocks("continuous", {}, w, cm, 0).kv_capacity_tokens, 100'000);
+}
+
+TEST(NumGpuBlocks, AReservingPolicyGetsThatManyBlocksOf16Tokens) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = limited(4, 30, 10, 0);
+  int64_t capacity = 0;
+  for (const auto& [name, options] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"continuous", kReserveToOutput}, {"orca", {}}, {"tgi-router", {}}, {"hf-static", {}}}) {
+    EXPECT_EQ(run_with_blocks(name, options, w, cm, 37, 1, &capacity).kv_capacity_tokens, 37 * 16) << name;
+    EXPECT_EQ(capacity, 37 * 16) << name;
+  }
+}
+
+TEST(NumGpuBlocks, TheCountDecidesWhatFitsAndWhatRunsAtOnce) {
+  const CostModel cm = rig_cost_model();
+  // 8 blocks = 128 tokens: a request of 100 + 40 - 1 = 139 tokens never fits.
+  const SimulationResult one = run_with_blocks("continuous", {}, limited(1, 100, 40, 0), cm, 8);
+  ASSERT_EQ(one.summary.requests_rejected, 1);
+  EXPECT_EQ(one.requests[0].reject_reason,
+            "needs more KV than the whole cache holds (128 tokens): 139 tokens");
+  // Reserving 30 + 10 - 1 = 39 tokens each, 8 x 16 = 128 tokens hold three at once.
+  std::unique_ptr<Policy> p = policy("continuous", kReserveToOutput);
+  SimulationOptions so;
+  so.gpu_memory_utilization = 1.0;
+  so.num_gpu_blocks = 8;
+  size_t first_batch = 0;
+  so.on_iteration = [&](const Batch& b, const IterationRecord& rec, const Policy&) {
+    if (rec.index == 0) first_batch = b.items.size();
+  };
+  Simulation(limited(6, 30, 10, 0), *p, cm, so).run();
+  EXPECT_EQ(first_batch, 3u);
 }
 
 }  // namespace
