@@ -67,6 +67,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   SimulationOptions options;
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.max_concurrency = config.max_concurrency;
+  options.num_gpu_blocks = config.num_gpu_blocks;
   options.record_iterations = config.iteration_log || hooks.record_iterations;
   options.on_iteration = hooks.on_iteration;
   options.fast_forward = hooks.fast_forward;
