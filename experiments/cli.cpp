@@ -78,11 +78,19 @@ po::options_description run_options() {
       ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
       ("prefix", po::value<std::string>(), "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
        "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
+      ("max-tokens", po::value<std::string>(), "the client's limit on output tokens, as --prompt-len: the "
+       "output ends at EOS (--output-len or the trace's) or at max_tokens, whichever comes first; "
+       "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")
+      ("ignore-eos", po::bool_switch(), "every request runs to its max_tokens, as benchmarks send them "
+       "(vllm bench serve --ignore-eos)")
       ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
        "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
        "closed loop; default 0: open loop)")
+      ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
+       "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
+       "reserving ones (default 0: from memory)")
       ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
       ("iteration-log", po::bool_switch(), "also write iterations.csv")
       ("help,h", "show this help");
@@ -123,9 +131,12 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("output-len")) c.workload.output_len = vm["output-len"].as<std::string>();
   if (vm.count("trace-speedup")) c.workload.trace_speedup = vm["trace-speedup"].as<double>();
   if (vm.count("prefix")) c.workload.prefix = vm["prefix"].as<std::string>();
+  if (vm.count("max-tokens")) c.workload.max_tokens = vm["max-tokens"].as<std::string>();
+  if (vm["ignore-eos"].as<bool>()) c.workload.ignore_eos = true;
   if (vm.count("seed")) c.workload.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
+  if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
 }

@@ -104,8 +104,9 @@ ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
 // ---- one run ------------------------------------------------------------------------------
 
 std::string workload_key(const WorkloadSpec& w) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len, w.trace.string(),
-                     w.num_requests, w.trace_speedup, w.seed, w.prefix);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len,
+                     w.trace.string(), w.num_requests, w.trace_speedup, w.seed, w.prefix,
+                     w.max_tokens, w.ignore_eos);
 }
 
 // The TBT distribution as quantiles: the simulation keeps every inter-token gap only as

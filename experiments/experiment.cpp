@@ -39,7 +39,8 @@ struct Where {
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
-      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency"};
+      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
+      "max-tokens", "ignore-eos", "num-gpu-blocks"};
   return keys.count(key) > 0;
 }
 
@@ -290,6 +291,7 @@ void check_workload_spec(const WorkloadSpec& w) {
   parse_length_distribution(w.prompt_len, "--prompt-len");
   parse_length_distribution(w.output_len, "--output-len");
   if (!w.prefix.empty()) parse_prefix_spec(w.prefix, "--prefix");
+  if (!w.max_tokens.empty()) parse_length_distribution(w.max_tokens, "--max-tokens");
   if (w.arrival == "trace" && w.trace.empty()) {
     throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
   }

@@ -70,8 +70,11 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["trace_speedup"] = c.workload.trace_speedup;
   j["seed"] = c.workload.seed;
   j["prefix"] = c.workload.prefix;
+  j["max_tokens"] = c.workload.max_tokens;
+  j["ignore_eos"] = c.workload.ignore_eos;
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
+  j["num_gpu_blocks"] = c.num_gpu_blocks;
   return j;
 }
 
@@ -184,13 +187,14 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   const bool cluster = outcome.result.summary.replicas.size() > 1;
   {
     auto out = open_for_write(dir / "requests.csv");
-    out << "id,arrival_s,prompt_tokens,output_tokens,state,first_scheduled_s,first_token_s,"
+    out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
            "cached_tokens" << (cluster ? ",replica\n" : "\n");
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}", r.id,
-                 r.arrival.seconds(), r.prompt_tokens, r.output_tokens, state_name(r.state),
+      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}", r.id,
+                 r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
+                 state_name(r.state),
                  opt_seconds(r.first_scheduled, SimTime::zero()),
                  opt_seconds(r.first_token, SimTime::zero()),
                  opt_seconds(r.finished, SimTime::zero()),

@@ -516,6 +516,18 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
                                 ? std::string("all requests")
                                 : fmt::format("{} requests", base["num_requests"].dump());
   fmt::print(out, "- workload: {}, {}{}\n", count, lengths, arrivals);
+  // Client limits and a KV cache sized by block count change what the figures mean; a file
+  // without them reads as before. (value(): experiment.json of older results lacks the keys.)
+  std::vector<std::string> limits;
+  if (const auto axis = by_axis("max-tokens")) limits.push_back("max_tokens per " + *axis);
+  else if (const std::string m = base.value("max_tokens", ""); !m.empty()) limits.push_back(fmt::format("max_tokens `{}`", m));
+  if (const auto axis = by_axis("ignore-eos")) limits.push_back("EOS ignored or not per " + *axis);
+  else if (base.value("ignore_eos", false)) limits.push_back("EOS ignored: every request runs to its max_tokens");
+  if (const auto axis = by_axis("num-gpu-blocks")) limits.push_back("KV cache blocks per " + *axis);
+  else if (const int64_t n = base.value("num_gpu_blocks", int64_t{0}); n > 0) {
+    limits.push_back(fmt::format("KV cache of {} blocks (`num-gpu-blocks`)", n));
+  }
+  if (!limits.empty()) fmt::print(out, "- {}\n", fmt::join(limits, "; "));
   for (const auto& axis : e["axes"]) {
     std::vector<std::string> values;
     for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());

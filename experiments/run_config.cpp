@@ -113,6 +113,8 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
     else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
     else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
+    else if (key == "max-tokens") c.workload.max_tokens = scalar<std::string>(v, file, shown);
+    else if (key == "ignore-eos") c.workload.ignore_eos = scalar<bool>(v, file, shown);
     else if (key == "seed") {
       try {
         c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
@@ -122,6 +124,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     }
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
+    else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);
     else {
@@ -152,6 +155,13 @@ void validate(const RunConfig& c) {
   if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
+  }
+  // 2^24 blocks are 268M tokens at block_size 16, far beyond any GPU's KV cache, and with
+  // prefix caching the cache keeps a few dozen bytes per block.
+  constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
+  if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {
+    throw UserError(fmt::format("--num-gpu-blocks {}: must be in [0, {}] (0: size the KV cache from GPU memory)",
+                                c.num_gpu_blocks, kMaxGpuBlocks));
   }
   // Request ids are 32-bit; far below that, memory runs out first (about 200 bytes a request).
   constexpr int64_t kMaxRequests = 100'000'000;

@@ -42,6 +42,9 @@ struct RunConfig {
   // Closed-loop clients (vllm bench serve --max-concurrency): at most this many requests in
   // flight; 0 = open loop. See SimulationOptions::max_concurrency.
   int64_t max_concurrency = 0;
+  // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
+  // 0: from GPU memory.
+  int64_t num_gpu_blocks = 0;
   std::filesystem::path out;     // empty: print only
   bool iteration_log = false;
 };

@@ -15,8 +15,9 @@ namespace batchsim {
 
 int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests) {
   // Measured: `run --num-requests N --arrival poisson:50` at N = 200k and 1M, peak RSS
-  // difference over the request difference (README, "Robustness").
-  const double per_request = policy_base == "static" ? 1489 : 403;
+  // difference over the request difference (README, "Robustness"); 16 bytes more than before
+  // requests carried max_tokens (the workload's Request and the record's, 24 -> 32 bytes each).
+  const double per_request = policy_base == "static" ? 1507 : 418;
   return static_cast<int64_t>(1.1 * per_request * static_cast<double>(requests)) + (int64_t{64} << 20);
 }
 
@@ -66,6 +67,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   SimulationOptions options;
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.max_concurrency = config.max_concurrency;
+  options.num_gpu_blocks = config.num_gpu_blocks;
   options.record_iterations = config.iteration_log || hooks.record_iterations;
   options.on_iteration = hooks.on_iteration;
   options.fast_forward = hooks.fast_forward;

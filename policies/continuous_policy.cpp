@@ -35,7 +35,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   if (config_.paged) {
     // Weights that leave no KV memory at all are reported by the simulation; here the memory
     // exists but is smaller than one block, which the user fixes differently.
-    if (env.kv_capacity_tokens < config_.block_size) {
+    if (env.num_gpu_blocks == 0 && env.kv_capacity_tokens < config_.block_size) {
       throw UserError(fmt::format(
           "the KV memory left after the weights holds {} tokens, less than one block of "
           "block_size={}: use a smaller block_size, or more memory (--gpu-memory-utilization, "
@@ -44,8 +44,9 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     }
     PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
     if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
-    kv_ = std::make_unique<PagedKvCache>(n, env.kv_capacity_tokens / config_.block_size,
-                                         config_.block_size, config_.watermark, prefix);
+    const int64_t blocks =
+        env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
+    kv_ = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
   } else {
     kv_ = std::make_unique<ReservedKvCache>(n, env.kv_capacity_tokens);
   }
@@ -62,7 +63,15 @@ int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
     return env_->max_model_len;
   }
   // The last output token is sampled but never fed back, so it needs no KV.
-  return static_cast<int64_t>(r.prompt_tokens) + r.output_tokens - 1;
+  // A reservation is made before the output's length is known, so for the longest output the
+  // client allows: TGI 1.x's router counts input + max_new_tokens (router/src/queue.rs
+  // next_batch), TensorRT-LLM 1.x GUARANTEED_NO_EVICT reserves prompt + mMaxNewTokens
+  // (capacityScheduler.cpp through kvCacheManager.cpp getRemainingBlocksToCompletion). Paged
+  // KV is allocated as tokens are written, so what the request really holds, prompt + output,
+  // decides whether it can ever fit (vLLM's can_allocate / allocate_slots never read
+  // max_tokens).
+  const int64_t output = config_.paged ? r.output_tokens : env_->output_limit(id);
+  return static_cast<int64_t>(r.prompt_tokens) + output - 1;
 }
 
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {

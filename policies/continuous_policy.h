@@ -6,9 +6,10 @@
 // admission, preemption) and *packing* (token budget, chunks).
 //   kv=paged|reserve       PagedAttention blocks allocated just in time as tokens are written
 //                          (vLLM block_manager / v1 kv_cache_manager.allocate_slots), or a
-//                          contiguous reservation at admission of prompt + output
-//                          (reserve_to=output: TensorRT-LLM GUARANTEED_NO_EVICT, a server told
-//                          max_new_tokens = the request's output length) or of max_model_len
+//                          contiguous reservation at admission of prompt + max_tokens
+//                          (reserve_to=output: TensorRT-LLM GUARANTEED_NO_EVICT and TGI reserve
+//                          for the client's max_new_tokens, PolicyEnv::output_limit; without
+//                          --max-tokens that is the request's output length) or of max_model_len
 //                          (reserve_to=max_model_len: Orca, which cannot know the output length;
 //                          the over-reservation the vLLM paper measures, section 2.3).
 //   prefill=exclusive|mixed  vLLM v0 `_schedule_default` (vllm/core/scheduler.py): an iteration
@@ -103,7 +104,7 @@ namespace batchsim {
 
 struct ContinuousPolicyConfig {
   bool paged = true;
-  int32_t block_size = 16;              // vLLM CacheConfig.DEFAULT_BLOCK_SIZE
+  int32_t block_size = kDefaultBlockSize;  // vLLM CacheConfig's default
   double watermark = 0.0;               // fraction of blocks kept free at admission (v0: 0.01)
   bool reserve_max_model_len = false;   // kv=reserve: reserve max_model_len, not prompt+output
   bool mixed_prefill = true;            // false: vLLM v0 exclusive prefill iterations

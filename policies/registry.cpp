@@ -75,13 +75,13 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"batch_timeout_s", "0", "start a partial batch when the oldest waited this long (0: never)"},
       {"pad", "true", "pad prompts to the batch's longest"},
       {"release", "batch", "batch: finished rows compute until the longest ends; request: they stop"},
-      {"max_new_tokens", "0", "output tokens reserved per row (0: the batch's longest output)"},
+      {"max_new_tokens", "0", "output tokens reserved per row (0: the batch's longest max_tokens, = output without --max-tokens)"},
   };
   static const std::vector<PolicyOptionDoc> continuous_docs = {
       {"kv", "paged", "paged (PagedAttention blocks) | reserve (contiguous reservation)"},
       {"block_size", "16", "tokens per KV block (kv=paged)"},
       {"watermark", "0", "fraction of blocks kept free at admission (kv=paged)"},
-      {"reserve_to", "output", "kv=reserve: reserve prompt+output (TRT-LLM no-evict) | max_model_len (Orca)"},
+      {"reserve_to", "output", "kv=reserve: reserve prompt+max_tokens (TRT-LLM no-evict, TGI; max_tokens = output without --max-tokens) | max_model_len (Orca)"},
       {"prefill", "mixed", "mixed (Orca) | exclusive (vLLM v0: prefill-only iterations)"},
       {"max_num_seqs", "256", "most sequences running at once"},
       {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration; a longer prompt is rejected"},
@@ -127,7 +127,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   ContinuousPolicyConfig c;
   c.chunked = chunked;
   c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
-  c.block_size = static_cast<int32_t>(o.get_int("block_size", 16, 1, 1024));
+  c.block_size = static_cast<int32_t>(o.get_int("block_size", kDefaultBlockSize, 1, 1024));
   c.watermark = o.get_double("watermark", 0.0, 0.0, 0.5);
   c.reserve_max_model_len =
       o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";

@@ -16,14 +16,21 @@ void StaticPolicy::attach(PolicyEnv& env) {
                                           env.kv_capacity_tokens);
 }
 
+int64_t StaticPolicy::output_allowance(RequestId id) const {
+  if (config_.max_new_tokens > 0) {
+    return std::max<int64_t>(env_->request(id).output_tokens, config_.max_new_tokens);
+  }
+  return env_->output_limit(id);
+}
+
 void StaticPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   const Request& r = env_->request(id);
-  const int64_t need = r.prompt_tokens + std::max<int64_t>(r.output_tokens, config_.max_new_tokens);
   if (env_->max_model_len > 0 && r.prompt_tokens + r.output_tokens > env_->max_model_len) {
     env_->reject(id, fmt::format("prompt + output exceed the model's context of {}: {} + {} tokens",
                                  env_->max_model_len, r.prompt_tokens, r.output_tokens));
     return;
   }
+  const int64_t need = r.prompt_tokens + output_allowance(id);
   if (!kv_->fits_when_empty(need)) {
     env_->reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
                                  kv_->capacity_tokens(), need));
@@ -55,7 +62,7 @@ bool StaticPolicy::form_batch(SimTime now, Batch& batch) {
   for (int64_t i = 0; i < take; ++i) {
     const Request& r = env_->request(waiting_[i]);
     const int64_t p = std::max<int64_t>(max_prompt, r.prompt_tokens);
-    const int64_t o = std::max<int64_t>(max_output, std::max<int64_t>(r.output_tokens, config_.max_new_tokens));
+    const int64_t o = std::max<int64_t>(max_output, output_allowance(waiting_[i]));
     // The first request always fits: on_arrival rejected any that cannot fit alone.
     if (i > 0 && (i + 1) * (p + o) > kv_->capacity_tokens()) break;
     max_prompt = p;

@@ -32,8 +32,9 @@ struct StaticPolicyConfig {
   double batch_timeout_s = 0;  // 0: wait for a full batch (or for all remaining requests)
   bool pad = true;
   bool release_per_request = false;
-  // KV reserved per request: padded prompt + this many output tokens; 0 means the batch's
-  // longest output (a server that is told max_new_tokens per batch).
+  // KV reserved per request: padded prompt + this many output tokens (or the row's own output,
+  // if longer); 0 means the batch's longest max_tokens (PolicyEnv::output_limit: a server
+  // told each request's max_new_tokens, which HF `generate` takes per batch).
   int64_t max_new_tokens = 0;
 };
 
@@ -54,6 +55,8 @@ class StaticPolicy final : public Policy {
 
  private:
   bool form_batch(SimTime now, Batch& batch);
+  // Output tokens row `id` reserves (see StaticPolicyConfig::max_new_tokens).
+  int64_t output_allowance(RequestId id) const;
 
   StaticPolicyConfig config_;
   std::string name_;

@@ -32,6 +32,10 @@
 
 namespace batchsim {
 
+// Tokens per KV block unless a policy says otherwise: vLLM's CacheConfig default block_size.
+// Also the unit of --num-gpu-blocks for managers that have no blocks (SimulationOptions).
+inline constexpr int32_t kDefaultBlockSize = 16;
+
 class KvCacheManager {
  public:
   virtual ~KvCacheManager() = default;

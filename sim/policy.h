@@ -19,6 +19,7 @@
 // treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,7 +61,12 @@ struct PolicyEnv {
   const Workload* requests = nullptr;
   const std::vector<RequestProgress>* progress = nullptr;
   const CostModel* cost_model = nullptr;
-  int64_t kv_capacity_tokens = 0;  // from GPU memory, utilisation and weights
+  // KV memory in tokens: from GPU memory, utilisation and weights, or num_gpu_blocks x
+  // kDefaultBlockSize when that is set.
+  int64_t kv_capacity_tokens = 0;
+  // SimulationOptions::num_gpu_blocks: a paged manager has exactly this many blocks (0: as
+  // many as kv_capacity_tokens holds).
+  int64_t num_gpu_blocks = 0;
   int32_t max_model_len = 0;       // the model's context limit
   std::function<void(RequestId, std::string)> reject;
   // Preempts running request `id`: it goes back to waiting and its preemption count grows.
@@ -96,6 +102,17 @@ struct PolicyEnv {
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {
     return request(id).prompt_tokens + progress_of(id).generated_tokens;
+  }
+  // The most output tokens request `id` may generate, which a server that reserves KV ahead
+  // must reserve for: the client's max_tokens (Request::output_limit), cut to what the model's
+  // context leaves after the prompt, as TensorRT-LLM lowers a request's maxNewTokens
+  // (cpp/include/tensorrt_llm/batch_manager/llmRequest.h, validate()). Policies reject a
+  // request whose prompt + output exceed the context before reserving, so for every request
+  // they reserve for this is at least its output length.
+  int64_t output_limit(RequestId id) const {
+    const Request& r = request(id);
+    if (max_model_len <= 0) return r.output_limit();
+    return std::min<int64_t>(r.output_limit(), static_cast<int64_t>(max_model_len) - r.prompt_tokens);
   }
 };
 

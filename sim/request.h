@@ -1,7 +1,11 @@
 // batchsim — requests and workloads.
 //
-// A Request is immutable arrival data: when it arrives, how many prompt tokens it brings and
-// how many output tokens it will generate before its end-of-sequence. Its progress through a
+// A Request is immutable arrival data: when it arrives, how many prompt tokens it brings, how
+// many output tokens it will generate, and the client's limit on them (max_tokens, the
+// max_tokens / max_new_tokens of an OpenAI or TGI request). The output ends at the model's
+// end-of-sequence or at max_tokens, whichever comes first, so output_tokens is already that
+// minimum (sim/workload.h builds it); max_tokens matters to servers that reserve KV for the
+// longest output a request may have before knowing when it ends. Its progress through a
 // server (tokens computed, tokens generated, preemptions, timestamps) lives in RequestProgress,
 // owned by the simulation. Request ids are dense: a workload of n requests has ids 0..n-1 in
 // arrival order, so per-request state is a plain vector indexed by id.
@@ -21,6 +25,12 @@ struct Request {
   SimTime arrival;
   int32_t prompt_tokens = 0;   // >= 1
   int32_t output_tokens = 0;   // >= 1; the first one is produced by the prefill
+  // The client's limit on output tokens, >= output_tokens; 0: none beyond the output itself,
+  // so that a request built as {id, arrival, prompt, output} runs as it always did.
+  int32_t max_tokens = 0;
+
+  // The most output tokens the client allows: max_tokens, or the output length without one.
+  int32_t output_limit() const { return max_tokens > 0 ? max_tokens : output_tokens; }
 };
 
 // Sorted by arrival (ties keep their input order); ids are 0..n-1 in that order.

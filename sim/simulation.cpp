@@ -92,12 +92,16 @@ SimulationResult Simulation::run() {
     if (workload_[i].prompt_tokens < 1 || workload_[i].output_tokens < 1) {
       throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", i));
     }
+    if (workload_[i].max_tokens != 0 && workload_[i].max_tokens < workload_[i].output_tokens) {
+      throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", i));
+    }
   }
   if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() &&
       static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
   if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");
+  if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
   const bool closed_loop = options_.max_concurrency > 0;
   if (closed_loop) sent_ = workload_;
   requests_ = closed_loop ? &sent_ : &workload_;
@@ -136,7 +140,9 @@ SimulationResult Simulation::run() {
     env.requests = requests_;
     env.progress = &progress_;
     env.cost_model = &cost_model_;
-    env.kv_capacity_tokens = result_.kv_capacity_tokens;
+    env.kv_capacity_tokens = options_.num_gpu_blocks > 0 ? options_.num_gpu_blocks * kDefaultBlockSize
+                                                         : result_.kv_capacity_tokens;
+    env.num_gpu_blocks = options_.num_gpu_blocks;
     env.max_model_len = cost_model_.model().max_context_tokens;
     env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
     env.preempt = [this](RequestId id, bool keeps_kv) {
@@ -165,6 +171,11 @@ SimulationResult Simulation::run() {
       admission_hit_[id] = tokens;
     };
     r.policy->attach(env);
+  }
+  // Blocks given by count: the capacity is what the policy built from them (N x its block
+  // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
+  if (options_.num_gpu_blocks > 0) {
+    result_.kv_capacity_tokens = replicas_.front().policy->kv_cache().capacity_tokens();
   }
 
   // All arrivals are queued up front, so that arrivals at one instant have consecutive

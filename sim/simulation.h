@@ -103,6 +103,14 @@ struct SimulationOptions {
   // once the semaphore lets it go). With every arrival at t = 0 this is a pure closed loop.
   // 0: open loop (every request is sent at its arrival).
   int64_t max_concurrency = 0;
+  // The KV cache's size in blocks, as vLLM's --num-gpu-blocks-override sets it
+  // (CacheConfig.num_gpu_blocks_override, which replaces the count profiled from memory):
+  // a paged policy gets this many blocks of its block_size, a policy that reserves contiguous
+  // KV this many blocks of kDefaultBlockSize tokens, so that one value gives vLLM-like and
+  // reserving policies the same tokens at the default block size. Not checked against the
+  // GPU's memory: it replaces the memory estimate. kv.capacity_tokens reports what the policy
+  // got. 0: from memory (gpu_memory_utilization).
+  int64_t num_gpu_blocks = 0;
   // Called after every iteration with the applied batch (IterationRecord::replica says whose):
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;

@@ -33,6 +33,9 @@ constexpr std::array<std::string_view, 3> kAzureHeader = {"TIMESTAMP", "ContextT
                                                           "GeneratedTokens"};
 constexpr std::array<std::string_view, 3> kGenericHeader = {"arrival_s", "prompt_tokens",
                                                             "output_tokens"};
+// The same with the client's limit on output tokens (Request::max_tokens) as a fourth column.
+constexpr std::array<std::string_view, 4> kGenericHeaderWithMaxTokens = {
+    "arrival_s", "prompt_tokens", "output_tokens", "max_tokens"};
 // Mooncake's hash_ids cover this many prompt tokens each (Mooncake FAST'25 trace README).
 constexpr int32_t kMooncakeBlockTokens = 512;
 
@@ -48,7 +51,8 @@ std::string_view trim(std::string_view s) {
 
 // Splits a CSV line on commas (our traces quote nothing). Returns the number of fields; only
 // the first fields.size() are stored.
-size_t split_csv(std::string_view line, std::array<std::string_view, 3>& fields) {
+template <size_t N>
+size_t split_csv(std::string_view line, std::array<std::string_view, N>& fields) {
   size_t count = 0;
   for (;;) {
     const size_t comma = line.find(',');
@@ -149,6 +153,7 @@ struct RawRow {
   int64_t time_ns;
   int32_t prompt_tokens;
   int32_t output_tokens;
+  int32_t max_tokens = 0;  // 0: the trace has no max_tokens column
 };
 
 class TraceParser {
@@ -176,11 +181,15 @@ class TraceParser {
 
   void read_azure_row(std::string_view line);
   void read_generic_row(std::string_view line);
+  int32_t max_tokens_text(std::string_view text) const;
   void read_mooncake_row(std::string_view line);
   void read_mooncake_row_with_nlohmann(std::string_view line);
   int64_t timestamp_ns_from_ms(int64_t ms) const;
   int64_t timestamp_ns_from_ms(double ms) const;
-  void split_fields(std::string_view line, std::array<std::string_view, 3>& fields) const;
+  // The first `expected` fields of a line that must have exactly that many (at most N).
+  template <size_t N>
+  void split_fields(std::string_view line, std::array<std::string_view, N>& fields,
+                    size_t expected = N) const;
 
   TraceReadResult finish(double speedup);
 
@@ -192,6 +201,7 @@ class TraceParser {
   int64_t line_no_ = 0;
 
   TraceFormat format_ = TraceFormat::kGenericCsv;
+  bool has_max_tokens_ = false;  // a generic CSV with the max_tokens column
   std::vector<RawRow> rows_;
   std::vector<int64_t> hash_offsets_{0};
   std::vector<uint64_t> hashes_;
@@ -234,12 +244,11 @@ int32_t TraceParser::length_text(std::string_view text, std::string_view column,
   return length(*value, column, clamped_rows);
 }
 
-void TraceParser::split_fields(std::string_view line,
-                               std::array<std::string_view, 3>& fields) const {
+template <size_t N>
+void TraceParser::split_fields(std::string_view line, std::array<std::string_view, N>& fields,
+                               size_t expected) const {
   const size_t count = split_csv(line, fields);
-  if (count != fields.size()) {
-    fail_line(fmt::format("expected {} fields, got {}", fields.size(), count));
-  }
+  if (count != expected) fail_line(fmt::format("expected {} fields, got {}", expected, count));
 }
 
 void TraceParser::read_azure_row(std::string_view line) {
@@ -257,9 +266,19 @@ void TraceParser::read_azure_row(std::string_view line) {
   rows_.push_back({*time_ns, prompt, output});
 }
 
+int32_t TraceParser::max_tokens_text(std::string_view text) const {
+  // Unlike a zero length (see "Zero lengths"), a limit of 0 tokens is no request a server
+  // accepts (OpenAI's and TGI's max_tokens are >= 1): the row is malformed.
+  if (const std::optional<int64_t> value = parse_int64(text); value && *value < 1) {
+    fail_line(fmt::format("max_tokens must be >= 1, got {}", *value));
+  }
+  int64_t never_clamped = 0;
+  return length_text(text, "max_tokens", never_clamped);
+}
+
 void TraceParser::read_generic_row(std::string_view line) {
-  std::array<std::string_view, 3> fields;
-  split_fields(line, fields);
+  std::array<std::string_view, 4> fields;
+  split_fields(line, fields, has_max_tokens_ ? 4 : 3);
   const std::optional<double> arrival_s = parse_double(fields[0]);
   if (!arrival_s) fail_line(fmt::format("arrival_s \"{}\" is not a number", fields[0]));
   if (std::abs(*arrival_s) * 1e9 > static_cast<double>(kMaxAbsTimeNs)) {
@@ -267,7 +286,8 @@ void TraceParser::read_generic_row(std::string_view line) {
   }
   const int32_t prompt = length_text(fields[1], "prompt_tokens", prompt_clamped_);
   const int32_t output = length_text(fields[2], "output_tokens", output_clamped_);
-  rows_.push_back({std::llround(*arrival_s * 1e9), prompt, output});
+  const int32_t max_tokens = has_max_tokens_ ? max_tokens_text(fields[3]) : 0;
+  rows_.push_back({std::llround(*arrival_s * 1e9), prompt, output, max_tokens});
 }
 
 // Scans Mooncake's flat JSON objects without building a DOM: {"key": number | [integers], ...}.
@@ -540,14 +560,17 @@ TraceReadResult TraceParser::read(double speedup) {
   std::string_view line;
   if (!next_line(line)) fail_file("empty file, expected a trace header or a JSON line");
 
-  const auto header_is = [&](const std::array<std::string_view, 3>& expected) {
-    std::array<std::string_view, 3> fields;
-    return split_csv(line, fields) == 3 && fields == expected;
+  const auto header_is = [&]<size_t N>(const std::array<std::string_view, N>& expected) {
+    std::array<std::string_view, N> fields;
+    return split_csv(line, fields) == N && fields == expected;
   };
   if (header_is(kAzureHeader)) {
     format_ = TraceFormat::kAzureCsv;
   } else if (header_is(kGenericHeader)) {
     format_ = TraceFormat::kGenericCsv;
+  } else if (header_is(kGenericHeaderWithMaxTokens)) {
+    format_ = TraceFormat::kGenericCsv;
+    has_max_tokens_ = true;
   } else if (line.starts_with('{')) {
     format_ = TraceFormat::kMooncakeJsonl;
     if (want_more()) read_mooncake_row(line);  // JSONL has no header: line 1 is data
@@ -594,6 +617,7 @@ TraceReadResult TraceParser::finish(double speedup) {
 
   const int64_t first_ns = rows_[order.front()].time_ns;
   result.requests.reserve(rows_.size());
+  if (has_max_tokens_) result.max_tokens.reserve(rows_.size());
   for (size_t k = 0; k < order.size(); ++k) {
     const RawRow& row = rows_[order[k]];
     int64_t offset_ns = row.time_ns - first_ns;  // both within ±4e18: no overflow
@@ -606,8 +630,11 @@ TraceReadResult TraceParser::finish(double speedup) {
       }
       offset_ns = std::llround(scaled_ns);
     }
-    result.requests.push_back(Request{static_cast<RequestId>(k), SimTime::from_ns(offset_ns),
-                                      row.prompt_tokens, row.output_tokens});
+    result.requests.push_back(Request{.id = static_cast<RequestId>(k),
+                                      .arrival = SimTime::from_ns(offset_ns),
+                                      .prompt_tokens = row.prompt_tokens,
+                                      .output_tokens = row.output_tokens});
+    if (has_max_tokens_) result.max_tokens.push_back(row.max_tokens);
   }
 
   if (any_hash_ids_) {

@@ -9,6 +9,11 @@
 //                             full calendar arithmetic, so midnight, month and leap-day
 //                             rollovers are exact. (Azure/AzurePublicDataset, Splitwise ISCA'24.)
 //   generic CSV               header `arrival_s,prompt_tokens,output_tokens`; arrival in seconds.
+//                             An optional fourth column `max_tokens` (header
+//                             `arrival_s,prompt_tokens,output_tokens,max_tokens`) is the client's
+//                             limit on output tokens, an integer >= 1 on every row; output_tokens
+//                             is then the length at which the model would have ended by itself
+//                             (EOS), and build_workload ends the output at the smaller of the two.
 //   Mooncake JSONL            no header: one JSON object per line with `timestamp` (ms),
 //                             `input_length`, `output_length` and optionally `hash_ids` (one id
 //                             per 512-token prompt block; equal ids = shared prefix).
@@ -73,6 +78,10 @@ struct TraceReadResult {
   int64_t rows_output_clamped = 0;   // output 0 raised to 1
   int64_t rows_out_of_order = 0;     // rows earlier than the row above them; sorted stably
   PrefixBlockHashes prefix_blocks;   // Mooncake hash_ids, permuted along with the sort
+  // A generic CSV's max_tokens column, one per request in `requests` order; empty without the
+  // column. Kept apart from the requests, whose output_tokens stay the trace's EOS lengths, so
+  // that a --max-tokens that overrides the column still ends outputs at EOS (build_workload).
+  std::vector<int32_t> max_tokens;
   std::vector<std::string> warnings; // one line per kind of adjustment, naming the file
 };
 

@@ -23,6 +23,7 @@ constexpr uint32_t kArrivalStream = 0;
 constexpr uint32_t kPromptStream = 1;
 constexpr uint32_t kOutputStream = 2;
 constexpr uint32_t kPrefixStream = 3;
+constexpr uint32_t kMaxTokensStream = 4;
 
 constexpr SpecSyntax kArrivalSyntaxes[] = {
     {"offline", "every request at t = 0 (a batch job)"},
@@ -327,6 +328,18 @@ void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option
   }
 }
 
+// Ends every request's output at its client limit: `limits` (one per request, or empty for
+// none) become max_tokens, and the output, so far the EOS length, becomes the smaller of the
+// two, or the limit itself with ignore_eos (a benchmark's request never stops early).
+void apply_max_tokens(std::span<const int32_t> limits, bool ignore_eos, Workload& requests) {
+  if (limits.empty()) return;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.max_tokens = limits[i];
+    r.output_tokens = ignore_eos ? limits[i] : std::min(r.output_tokens, limits[i]);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
@@ -401,11 +414,14 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       parse_length_distribution(spec.prompt_len, "--prompt-len");
   const std::unique_ptr<LengthDistribution> output_len =
       parse_length_distribution(spec.output_len, "--output-len");
+  const std::unique_ptr<LengthDistribution> max_tokens =
+      spec.max_tokens.empty() ? nullptr : parse_length_distribution(spec.max_tokens, "--max-tokens");
   // tokens 0: no prefix.
   const PrefixSpec prefix =
       spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
 
   BuiltWorkload built;
+  std::vector<int32_t> limits;  // each request's max_tokens; empty: none given
   const bool replay_timestamps =
       !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
   if (replay_timestamps) {
@@ -418,6 +434,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     built.requests = std::move(trace.requests);
     built.warnings = std::move(trace.warnings);
     built.prefix_blocks = std::move(trace.prefix_blocks);
+    limits = std::move(trace.max_tokens);
   } else {
     const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
     // Parsed before a trace is read: a malformed option is reported without reading the file.
@@ -454,6 +471,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       built.requests = std::move(trace.requests);
       built.warnings = std::move(trace.warnings);
       built.prefix_blocks = std::move(trace.prefix_blocks);
+      limits = std::move(trace.max_tokens);
       assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
       built.description = fmt::format("{} requests: {} arrivals, seed {}; lengths from {} ({})",
                                       built.requests.size(), arrival->describe(), spec.seed,
@@ -461,6 +479,18 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
                                       trace_format_name(trace.format));
     }
   }
+
+  if (max_tokens != nullptr) {
+    // Overrides a trace's column: the user asked for these limits.
+    Rng max_tokens_rng = Rng::for_stream(spec.seed, kMaxTokensStream);
+    limits.resize(built.requests.size());
+    for (int32_t& limit : limits) limit = max_tokens->sample(max_tokens_rng);
+    built.description += fmt::format(", max_tokens {}", max_tokens->describe());
+  } else if (!limits.empty()) {
+    built.description += ", max_tokens from the trace";
+  }
+  apply_max_tokens(limits, spec.ignore_eos, built.requests);
+  if (spec.ignore_eos) built.description += ", ignoring EOS";
 
   if (prefix.tokens > 0) {
     if (!built.prefix_blocks.empty()) {
@@ -476,9 +506,11 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   for (size_t i = 0; i < built.requests.size(); ++i) {
     const Request& r = built.requests[i];
     if (r.id != static_cast<RequestId>(i) || r.prompt_tokens < 1 || r.output_tokens < 1 ||
+        (r.max_tokens != 0 && r.max_tokens < r.output_tokens) ||
         (i > 0 && r.arrival < built.requests[i - 1].arrival)) {
       throw std::logic_error(fmt::format("build_workload: request {} breaks the Workload "
-                                         "invariants (dense ids, sorted arrivals, lengths >= 1)",
+                                         "invariants (dense ids, sorted arrivals, lengths >= 1, "
+                                         "output <= max_tokens)",
                                          i));
     }
   }

@@ -16,6 +16,12 @@
 //             draws one uniformly). The prompt is TOKENS + the sampled (or trace) length, as
 //             vLLM's benchmark_prefix_caching builds prefix + random suffix; the workload gets
 //             PrefixBlockHashes that mark the prefix as shared, for prefix caching.
+//   max_tokens a length distribution (as above): each request's client limit on output tokens
+//             (Request::max_tokens), sampled per request, synthetic or from a trace (it then
+//             replaces a generic CSV's max_tokens column). The output ends at EOS (the sampled
+//             or trace output length) or at max_tokens, whichever comes first.
+//   ignore_eos every request runs to its max_tokens, as benchmarks send requests
+//             (vllm bench serve --ignore-eos): output = max_tokens.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -92,6 +98,8 @@ struct WorkloadSpec {
   double trace_speedup = 1.0;          // divides trace arrival offsets
   uint64_t seed = 0;
   std::string prefix;                  // empty: none; else a --prefix spec (see above)
+  std::string max_tokens;              // empty: a trace's max_tokens column, else the output length
+  bool ignore_eos = false;             // output = max_tokens
 };
 
 // A built workload with what a user must be told about it.
@@ -114,6 +122,11 @@ struct BuiltWorkload {
 //     arrival order), arrival times from the process as above ("Azure conversation lengths at
 //     Poisson rate X"). trace_speedup must then be 1: it would mean nothing.
 //   * prompt_len / output_len are validated even when a trace brings its own lengths.
+//   * max_tokens (optional): sampled from stream 4 of `seed`, so arrivals, prompts, outputs and
+//     prefix groups are the same with and without it; each request's output_tokens becomes
+//     min(its EOS length, max_tokens), or max_tokens with ignore_eos. Without it, a generic
+//     CSV's max_tokens column gives the limits the same way; with neither, max_tokens is the
+//     output length (Request::output_limit) and ignore_eos changes nothing.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the
