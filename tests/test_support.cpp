@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -68,6 +69,13 @@ std::filesystem::path write_gzip_file(const std::filesystem::path& dir, const st
     throw std::runtime_error("test could not write " + path.string());
   }
   return path;
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string user_error_of(const std::function<void()>& f) {

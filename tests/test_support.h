@@ -35,4 +35,7 @@ std::filesystem::path write_gzip_file(const std::filesystem::path& dir, const st
 // fails and the result is "" (any other exception propagates and fails the test too).
 std::string user_error_of(const std::function<void()>& f);
 
+// The whole file as it is on disk (empty when it cannot be read: the assertion on it then fails).
+std::string read_text_file(const std::filesystem::path& path);
+
 }  // namespace batchsim::testing

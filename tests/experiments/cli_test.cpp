@@ -34,13 +34,6 @@ std::string error_of(std::vector<std::string> args) {
   return "<no error>";
 }
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(Cli, BadInputNamesTheCulprit) {
   EXPECT_THAT(error_of({"run", "--model", "gpt-5", "--num-requests", "5"}), HasSubstr("gpt-5"));
   EXPECT_THAT(error_of({"run", "--gpu", "tpu-v9", "--num-requests", "5"}), HasSubstr("tpu-v9"));
@@ -85,7 +78,7 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
                     &text),
             0);
   EXPECT_THAT(text, HasSubstr("3 replicas x (tp 1), router least-outstanding"));
-  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["replicas"], 3);
   EXPECT_EQ(summary["config"]["router"], "least-outstanding");
   ASSERT_EQ(summary["replicas"].size(), 3u);
@@ -95,9 +88,9 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
     EXPECT_GT(r["busy_fraction"].get<double>(), 0);
   }
   EXPECT_EQ(routed, 90);
-  const std::string requests = slurp(dir / "out" / "requests.csv");
+  const std::string requests = testing::read_text_file(dir / "out" / "requests.csv");
   EXPECT_THAT(requests.substr(0, requests.find('\n')), ::testing::EndsWith(",replica"));
-  const std::string iterations = slurp(dir / "out" / "iterations.csv");
+  const std::string iterations = testing::read_text_file(dir / "out" / "iterations.csv");
   EXPECT_THAT(iterations.substr(0, iterations.find('\n')), ::testing::EndsWith(",replica"));
 
   // One replica: the header, requests.csv and summary.json read as they did before clusters.
@@ -106,8 +99,8 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
                     &text),
             0);
   EXPECT_THAT(text, HasSubstr("(tp 1), engine vllm, 30 requests"));
-  EXPECT_THAT(slurp(dir / "one" / "requests.csv"), ::testing::Not(HasSubstr("replica")));
-  const auto one = nlohmann::json::parse(slurp(dir / "one" / "summary.json"));
+  EXPECT_THAT(testing::read_text_file(dir / "one" / "requests.csv"), ::testing::Not(HasSubstr("replica")));
+  const auto one = nlohmann::json::parse(testing::read_text_file(dir / "one" / "summary.json"));
   EXPECT_FALSE(one.contains("replicas"));
   EXPECT_EQ(one["config"]["replicas"], 1);
 
@@ -135,7 +128,7 @@ TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
   ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--num-requests", "9",
                      "--out", (dir / "out").string()}),
             0);
-  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["num_requests"], 9);  // the flag wins
   EXPECT_EQ(summary["config"]["policy"], "vllm");   // from the file
   EXPECT_EQ(summary["config"]["policy_opts"]["max_num_seqs"], "4");
@@ -152,7 +145,7 @@ TEST(Cli, DtypeOptionsChangeKvCapacityAndAreEchoed) {
                                      "--num-requests", "20", "--out", (dir / name).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_cli(args), 0);
-    const auto summary = nlohmann::json::parse(slurp(dir / name / "summary.json"));
+    const auto summary = nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
     return std::make_pair(summary["kv"]["capacity_tokens"].get<int64_t>(), summary["config"]);
   };
   const auto [bf16, bf16_config] = capacity({}, "auto");
@@ -181,10 +174,10 @@ TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
                       &text),
               0);
     EXPECT_THAT(text, HasSubstr("rejected")) << policy;
-    const auto summary = nlohmann::json::parse(slurp(dir / policy / "summary.json"));
+    const auto summary = nlohmann::json::parse(testing::read_text_file(dir / policy / "summary.json"));
     EXPECT_EQ(summary["requests"]["rejected"], 1) << policy;
     EXPECT_EQ(summary["requests"]["completed"], 2) << policy;
-    EXPECT_THAT(slurp(dir / policy / "requests.csv"), HasSubstr("exceed")) << policy;
+    EXPECT_THAT(testing::read_text_file(dir / policy / "requests.csv"), HasSubstr("exceed")) << policy;
   }
 }
 
@@ -197,7 +190,7 @@ TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
               0);
   }
   for (const char* file : {"summary.json", "requests.csv", "iterations.csv"}) {
-    const std::string a = slurp(dir / "a" / file), b = slurp(dir / "b" / file);
+    const std::string a = testing::read_text_file(dir / "a" / file), b = testing::read_text_file(dir / "b" / file);
     EXPECT_FALSE(a.empty()) << file;
     EXPECT_EQ(a, b) << file;
   }
@@ -205,7 +198,7 @@ TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
                      "--prompt-len", "lognormal:400:1", "--output-len", "capexp:100:800",
                      "--seed", "12", "--out", (dir / "c").string()}),
             0);
-  EXPECT_NE(slurp(dir / "a" / "requests.csv"), slurp(dir / "c" / "requests.csv"));
+  EXPECT_NE(testing::read_text_file(dir / "a" / "requests.csv"), testing::read_text_file(dir / "c" / "requests.csv"));
 }
 
 TEST(Cli, ListsShowEverythingBuiltIn) {
@@ -238,13 +231,13 @@ TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
   std::string text;
   ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--num-requests", "8", "--out", (dir / "hf").string()}, &text), 0);
   EXPECT_THAT(text, HasSubstr("engine hf-transformers"));
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "hf" / "summary.json"))["config"]["engine"], "hf-transformers");
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "hf" / "summary.json"))["config"]["engine"], "hf-transformers");
   ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--engine", "bare", "--num-requests", "8", "--out",
                      (dir / "bare").string()},
                     &text),
             0);
-  const auto hf = nlohmann::json::parse(slurp(dir / "hf" / "summary.json"));
-  const auto bare = nlohmann::json::parse(slurp(dir / "bare" / "summary.json"));
+  const auto hf = nlohmann::json::parse(testing::read_text_file(dir / "hf" / "summary.json"));
+  const auto bare = nlohmann::json::parse(testing::read_text_file(dir / "bare" / "summary.json"));
   EXPECT_EQ(bare["config"]["engine"], "bare");
   // The same schedule on a faster engine: HF's concatenated cache and eager launches cost time.
   EXPECT_GT(bare["throughput"]["total_tokens_per_s"].get<double>(), hf["throughput"]["total_tokens_per_s"].get<double>());
@@ -309,10 +302,10 @@ TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
   std::string text;
   ASSERT_EQ(run_cli({"run", "--config", config.string(), "--out", (dir / "out").string()}, &text), 0);
   EXPECT_THAT(text, HasSubstr("prefix cache:"));
-  const auto summary = nlohmann::json::parse(slurp(dir / "out" / "summary.json"));
+  const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["prefix"], "shared:512");
   EXPECT_GT(summary["prefix_cache"]["hit_rate"].get<double>(), 0.4);  // 496 of ~1024 per request
-  EXPECT_THAT(slurp(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens\n"));
+  EXPECT_THAT(testing::read_text_file(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens\n"));
 }
 
 }  // namespace

@@ -27,13 +27,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using nlohmann::ordered_json;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<std::vector<std::string>> read_csv_rows(const fs::path& p) {
   // Our CSVs quote only cells with commas or quotes; the files read here have none inside
   // the columns the tests look at, but keep quoted cells whole anyway.
@@ -306,7 +299,7 @@ TEST(Compare, ResultsCsvColumnsAreSummaryJsonPaths) {
     std::map<std::string, std::string> cells;
     for (size_t c = 0; c < header.size(); ++c) cells[header[c]] = rows[i][c];
     const fs::path summary_file = out / "runs" / cells.at("experiment.run_name") / "summary.json";
-    const auto summary = ordered_json::parse(read_file(summary_file));
+    const auto summary = ordered_json::parse(testing::read_text_file(summary_file));
     std::set<std::string> paths;
     for (const auto& [path, text] : flatten_json(summary)) {
       // Except the GPU profile's `trust`, the same on every run of a GPU (report.md has it).
@@ -346,15 +339,15 @@ TEST(Compare, ShardsMergedEqualTheUnshardedRunWhateverTheJobs) {
   EXPECT_TRUE(fs::exists(root / "s0" / "slot_timeline"));
   EXPECT_FALSE(fs::exists(root / "s1" / "slot_timeline"));
   merge_results({root / "s1", root / "s0"}, root / "merged", false, std::cerr);
-  EXPECT_EQ(read_file(root / "merged" / "results.csv"), read_file(root / "all" / "results.csv"));
-  EXPECT_EQ(read_file(root / "merged" / "report.md"), read_file(root / "all" / "report.md"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"), testing::read_text_file(root / "all" / "results.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "report.md"), testing::read_text_file(root / "all" / "report.md"));
   for (const auto& entry : fs::directory_iterator(root / "all" / "runs")) {
     const fs::path name = entry.path().filename();
-    EXPECT_EQ(read_file(root / "merged" / "runs" / name / "summary.json"),
-              read_file(entry.path() / "summary.json")) << name;
+    EXPECT_EQ(testing::read_text_file(root / "merged" / "runs" / name / "summary.json"),
+              testing::read_text_file(entry.path() / "summary.json")) << name;
   }
   // A shard alone is reported as incomplete; merging a shard twice is refused.
-  EXPECT_THAT(read_file(root / "s0" / "report.md"), HasSubstr("incomplete"));
+  EXPECT_THAT(testing::read_text_file(root / "s0" / "report.md"), HasSubstr("incomplete"));
   EXPECT_THROW(merge_results({root / "s0", root / "s0"}, root / "twice", false, std::cerr), UserError);
 }
 
@@ -387,7 +380,7 @@ seeds: [0, 1]
     const double tps = r["throughput"]["total_tokens_per_s"].get<double>();
     (r["experiment"]["policy"] == "continuous" ? continuous : baseline) += tps / 2;  // mean of 2 seeds
   }
-  const std::string report = read_file(out / "report.md");
+  const std::string report = testing::read_text_file(out / "report.md");
   EXPECT_THAT(report, HasSubstr("## Against the published figures"));
   EXPECT_THAT(report, HasSubstr("A study"));
   EXPECT_THAT(report, HasSubstr(fmt::format("| continuous | cap=64 | 3.0x | {:.2f}x | {:.2f} |", continuous / baseline,
@@ -398,7 +391,7 @@ TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
   const fs::path out = testing::scratch_dir("experiment_report");
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");
   run_experiment(e, options_for(out), std::cerr);
-  const std::string report = read_file(out / "report.md");
+  const std::string report = testing::read_text_file(out / "report.md");
   for (const char* must : {"# small", "out tok/s", "total tok/s", "req/s", "e2e p50 s", "e2e p90 s",
                            "e2e p99 s", "TTFT p99 s", "TPOT p50 ms", "TBT p99 ms", "preempt",
                            "KV used mean %", "bubble %", "speedup vs static-4", "| rate=8 | continuous |",
@@ -424,14 +417,14 @@ axes:
   output-len: ["fixed:4"]
 )", out / "setup.yaml");
   run_experiment(e, options_for(out / "res"), std::cerr);
-  const std::string report = read_file(out / "res" / "report.md");
+  const std::string report = testing::read_text_file(out / "res" / "report.md");
   EXPECT_THAT(report, HasSubstr("lengths and arrivals from the trace of axis `trace`"));
   EXPECT_THAT(report, Not(HasSubstr("fixed:512")));
   EXPECT_THAT(report, Not(HasSubstr("all at t=0")));
 
   const Experiment rates = parse_experiment_text(kSmall, "small.yaml");
   run_experiment(rates, options_for(out / "rates"), std::cerr);
-  const std::string r2 = read_file(out / "rates" / "report.md");
+  const std::string r2 = testing::read_text_file(out / "rates" / "report.md");
   EXPECT_THAT(r2, HasSubstr("40 requests, prompt `uniform:64:256`, output `uniform:8:64`, "
                             "Poisson arrivals at the rates of axis `rate`"));
   EXPECT_THAT(r2, Not(HasSubstr("all at t=0")));
@@ -443,7 +436,7 @@ axes:
   num-requests: [2, 4]
 )", "counts.yaml");
   run_experiment(counts, options_for(out / "counts"), std::cerr);
-  EXPECT_THAT(read_file(out / "counts" / "report.md"),
+  EXPECT_THAT(testing::read_text_file(out / "counts" / "report.md"),
               HasSubstr("workload: requests per axis `num-requests`, prompt `fixed:16`, output `fixed:4`, all at t=0"));
 }
 
@@ -460,7 +453,7 @@ TEST(Compare, TerminalTableShowsMeansOverSeedsAndSaysWhereTheSpreadIs) {
   EXPECT_THAT(text.str(), ContainsRegex("rate=2 +static-4 +40 +0 +[0-9.]+ "));
   std::istringstream lines(text.str());
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 170u) << line;
-  EXPECT_THAT(read_file(out / "report.md"), ContainsRegex("[0-9]–[0-9]"));  // the report keeps min–max
+  EXPECT_THAT(testing::read_text_file(out / "report.md"), ContainsRegex("[0-9]–[0-9]"));  // the report keeps min–max
 }
 
 TEST(Compare, CapacityModeSearchesEachCombinationAndItsProbesAreRuns) {
@@ -497,7 +490,7 @@ capacity:
     EXPECT_TRUE(found_fail);
   }
   EXPECT_TRUE(fs::exists(root / "all" / "capacity.csv"));
-  EXPECT_THAT(read_file(root / "all" / "report.md"), HasSubstr("capacity req/s"));
+  EXPECT_THAT(testing::read_text_file(root / "all" / "report.md"), HasSubstr("capacity req/s"));
   // Shards of a capacity experiment split the searches and merge back to the same files.
   CompareOptions s0 = options_for(root / "s0"), s1 = options_for(root / "s1");
   s0.shard_count = s1.shard_count = 2;
@@ -505,8 +498,8 @@ capacity:
   run_experiment(e, s0, std::cerr);
   run_experiment(e, s1, std::cerr);
   merge_results({root / "s0", root / "s1"}, root / "merged", false, std::cerr);
-  EXPECT_EQ(read_file(root / "merged" / "capacity.csv"), read_file(root / "all" / "capacity.csv"));
-  EXPECT_EQ(read_file(root / "merged" / "results.csv"), read_file(root / "all" / "results.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "capacity.csv"), testing::read_text_file(root / "all" / "capacity.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"), testing::read_text_file(root / "all" / "results.csv"));
 }
 
 TEST(Compare, SlotTimelineShowsStaticSlotsIdleUntilTheBatchEnds) {
@@ -594,7 +587,7 @@ axes:
   const ResultSet cached = run_experiment(parse_experiment_text(kPrefix, "prefix.yaml"), options_for(out / "on"), std::cerr);
   std::ostringstream text;
   print_result_table(text, cached);
-  const std::string report = read_file(out / "on" / "report.md");
+  const std::string report = testing::read_text_file(out / "on" / "report.md");
   EXPECT_THAT(report, HasSubstr("| prefix hit % |"));
   EXPECT_THAT(report, HasSubstr("`prefix_cache.hit_rate`"));
   // no-cache computes every prompt; vllm finds the 64-token prefix (its 4 full 16-token blocks)
@@ -609,11 +602,11 @@ axes:
   const ResultSet uncached = run_experiment(parse_experiment_text(no_prefix, "plain.yaml"), options_for(out / "off"), std::cerr);
   std::ostringstream plain;
   print_result_table(plain, uncached);
-  EXPECT_THAT(read_file(out / "off" / "report.md"), Not(HasSubstr("prefix hit")));
-  EXPECT_THAT(read_file(out / "off" / "report.md"), Not(HasSubstr("prefix_cache.hit_rate")));
+  EXPECT_THAT(testing::read_text_file(out / "off" / "report.md"), Not(HasSubstr("prefix hit")));
+  EXPECT_THAT(testing::read_text_file(out / "off" / "report.md"), Not(HasSubstr("prefix_cache.hit_rate")));
   EXPECT_THAT(plain.str(), Not(HasSubstr("prefix hit")));
   // results.csv carries the figure either way.
-  EXPECT_THAT(read_file(out / "off" / "results.csv"), HasSubstr("prefix_cache.hit_rate"));
+  EXPECT_THAT(testing::read_text_file(out / "off" / "results.csv"), HasSubstr("prefix_cache.hit_rate"));
 }
 
 // A `replicas` column appears in the throughput table (report.md and terminal) only when some
@@ -634,7 +627,7 @@ policies: [vllm]
     std::ostringstream text;
     print_result_table(text, r);
     table = text.str();
-    return read_file(out / name / "report.md");
+    return testing::read_text_file(out / name / "report.md");
   };
   std::string table;
 
@@ -677,7 +670,7 @@ axes: {tp: [1, 2]}
 )", "one.yaml");
   std::ostringstream table;
   print_result_table(table, run_experiment(e, options_for(out), std::cerr));
-  EXPECT_THAT(read_file(out / "report.md"), Not(HasSubstr("speedup")));
+  EXPECT_THAT(testing::read_text_file(out / "report.md"), Not(HasSubstr("speedup")));
   EXPECT_THAT(table.str(), Not(HasSubstr("speedup")));
   EXPECT_THAT(table.str(), HasSubstr("vllm"));
 }
@@ -729,12 +722,12 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   run_experiment(e, o, std::cerr);
   for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png",
                         "kv_rate-2.png", "slot_timeline.png", "figures.json"}) {
-    EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << read_file(out / "figures" / "make_figures.log");
+    EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << testing::read_text_file(out / "figures" / "make_figures.log");
     if (fs::exists(out / "figures" / f)) {
       EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
     }
   }
-  const std::string report = read_file(out / "report.md");
+  const std::string report = testing::read_text_file(out / "report.md");
   EXPECT_THAT(report, HasSubstr("![Slot timeline](figures/slot_timeline.png)"));
   EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
 }
@@ -745,13 +738,13 @@ TEST(Plots, ANoPlotsReportGetsItsFiguresByMergingTheFolderIntoItself) {
   const fs::path out = testing::scratch_dir("experiment_plots_later");
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");
   run_experiment(e, options_for(out), std::cerr);
-  EXPECT_THAT(read_file(out / "report.md"), HasSubstr("batchsim merge <this folder> --out <this folder>"));
+  EXPECT_THAT(testing::read_text_file(out / "report.md"), HasSubstr("batchsim merge <this folder> --out <this folder>"));
   if (find_plot_python().empty()) {
     GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
   }
   std::ostringstream text, err;
   ASSERT_EQ(cli_main({"merge", out.string(), "--out", out.string()}, text, err), 0) << err.str();
-  EXPECT_THAT(read_file(out / "report.md"), HasSubstr("(figures/throughput.png)"));
+  EXPECT_THAT(testing::read_text_file(out / "report.md"), HasSubstr("(figures/throughput.png)"));
   EXPECT_TRUE(fs::exists(out / "figures" / "throughput.png"));
   EXPECT_TRUE(fs::exists(out / "runs"));
 }
@@ -778,7 +771,7 @@ capacity:
   run_experiment(cap, o, std::cerr);
   for (const char* f : {"capacity.png", "latency_vs_qps.png"}) {
     EXPECT_TRUE(fs::exists(root / "cap" / "figures" / f)) << f << "\n"
-        << read_file(root / "cap" / "figures" / "make_figures.log");
+        << testing::read_text_file(root / "cap" / "figures" / "make_figures.log");
   }
   const Experiment lengths = parse_experiment_text(R"(
 base: {num-requests: 12, arrival: offline, prompt-len: "fixed:64"}
@@ -793,9 +786,9 @@ axes:
   run_experiment(lengths, o, std::cerr);
   for (const char* f : {"throughput.png", "latency.png", "cdf_cap-8.png", "kv_cap-32.png"}) {
     EXPECT_TRUE(fs::exists(root / "lengths" / "figures" / f)) << f << "\n"
-        << read_file(root / "lengths" / "figures" / "make_figures.log");
+        << testing::read_text_file(root / "lengths" / "figures" / "make_figures.log");
   }
-  EXPECT_THAT(read_file(root / "lengths" / "report.md"), HasSubstr("(figures/latency.png)"));
+  EXPECT_THAT(testing::read_text_file(root / "lengths" / "report.md"), HasSubstr("(figures/latency.png)"));
 }
 
 }  // namespace

@@ -30,13 +30,6 @@ std::string error_of(std::vector<std::string> args) {
   return testing::user_error_of([&] { run_cli(std::move(args)); });
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(MaxTokensCli, BadValuesNameTheOption) {
   EXPECT_THAT(error_of({"run", "--max-tokens", "uniform:5:1", "--num-requests", "5"}),
               HasSubstr("--max-tokens: \"uniform:5:1\""));
@@ -59,13 +52,13 @@ TEST(MaxTokensCli, TheOptionsAreEchoedWrittenAndRerunFromTheSummary) {
                      "--output-len", "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos",
                      "--num-gpu-blocks", "500", "--out", (dir / "a").string()}),
             0);
-  const auto summary = nlohmann::json::parse(slurp(dir / "a" / "summary.json"));
+  const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "a" / "summary.json"));
   EXPECT_EQ(summary["config"]["max_tokens"], "fixed:128");
   EXPECT_EQ(summary["config"]["ignore_eos"], true);
   EXPECT_EQ(summary["config"]["num_gpu_blocks"], 500);
   EXPECT_EQ(summary["kv"]["capacity_tokens"], 500 * 16);  // tgi-router reserves: blocks of 16
   EXPECT_EQ(summary["tokens"]["output"], 40 * 128);        // every request ran to max_tokens
-  const std::string requests = slurp(dir / "a" / "requests.csv");
+  const std::string requests = testing::read_text_file(dir / "a" / "requests.csv");
   EXPECT_THAT(requests, HasSubstr("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,"));
   std::istringstream rows(requests);
   std::string line;
@@ -78,13 +71,13 @@ TEST(MaxTokensCli, TheOptionsAreEchoedWrittenAndRerunFromTheSummary) {
   EXPECT_EQ(n, 40);
   // The summary reruns the run (its config block holds the new keys), byte for byte.
   ASSERT_EQ(run_cli({"run", "--config", (dir / "a" / "summary.json").string(), "--out", (dir / "b").string()}), 0);
-  EXPECT_EQ(slurp(dir / "a" / "summary.json"), slurp(dir / "b" / "summary.json"));
-  EXPECT_EQ(requests, slurp(dir / "b" / "requests.csv"));
+  EXPECT_EQ(testing::read_text_file(dir / "a" / "summary.json"), testing::read_text_file(dir / "b" / "summary.json"));
+  EXPECT_EQ(requests, testing::read_text_file(dir / "b" / "requests.csv"));
   // A paged policy gets the blocks at its own block size.
   ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--policy-opt", "block_size=32", "--num-requests", "10",
                      "--num-gpu-blocks", "500", "--out", (dir / "c").string()}),
             0);
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "c" / "summary.json"))["kv"]["capacity_tokens"], 500 * 32);
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "c" / "summary.json"))["kv"]["capacity_tokens"], 500 * 32);
 }
 
 TEST(MaxTokensCli, TheYamlKeysSetTheSameRun) {
@@ -98,7 +91,7 @@ TEST(MaxTokensCli, TheYamlKeysSetTheSameRun) {
                      "--output-len", "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos",
                      "--num-gpu-blocks", "500", "--out", (dir / "f").string()}),
             0);
-  EXPECT_EQ(slurp(dir / "y" / "summary.json"), slurp(dir / "f" / "summary.json"));
+  EXPECT_EQ(testing::read_text_file(dir / "y" / "summary.json"), testing::read_text_file(dir / "f" / "summary.json"));
 }
 
 TEST(MaxTokensCli, TheOptionsAreExperimentAxes) {
@@ -135,12 +128,12 @@ TEST(MaxTokensCli, TheOptionsAreExperimentAxes) {
             0);
   std::map<std::string, int64_t> output_tokens;
   for (const auto& entry : fs::directory_iterator(dir / "cmp" / "runs")) {
-    const auto s = nlohmann::json::parse(slurp(entry.path() / "summary.json"));
+    const auto s = nlohmann::json::parse(testing::read_text_file(entry.path() / "summary.json"));
     output_tokens[s["config"]["max_tokens"].get<std::string>()] = s["tokens"]["output"].get<int64_t>();
   }
   EXPECT_EQ(output_tokens, (std::map<std::string, int64_t>{{"fixed:5", 20 * 5}, {"fixed:50", 20 * 50}}));
   // The report's setup says what the runs were asked to do.
-  EXPECT_THAT(slurp(dir / "cmp" / "report.md"),
+  EXPECT_THAT(testing::read_text_file(dir / "cmp" / "report.md"),
               HasSubstr("- max_tokens per axis `max-tokens`; EOS ignored: every request runs to its max_tokens\n"));
 }
 

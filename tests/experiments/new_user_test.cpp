@@ -37,13 +37,6 @@ CliRun cli(const std::vector<std::string>& args) {
   return r;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(NewUser, HelpOfEveryCommandExitsZero) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--help"}, {"run", "--help"}, {"compare", "--help"}, {"merge", "--help"},
@@ -99,15 +92,15 @@ TEST(NewUser, ASummaryJsonFeedsBackAsConfig) {
             0);
   ASSERT_EQ(cli({"run", "--config", (dir / "a" / "summary.json").string(), "--out", (dir / "b").string()}).rc, 0);
   for (const char* file : {"summary.json", "requests.csv"}) {
-    EXPECT_EQ(slurp(dir / "a" / file), slurp(dir / "b" / file)) << file;
+    EXPECT_EQ(testing::read_text_file(dir / "a" / file), testing::read_text_file(dir / "b" / file)) << file;
   }
-  const auto summary = nlohmann::json::parse(slurp(dir / "b" / "summary.json"));
+  const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "b" / "summary.json"));
   EXPECT_EQ(summary["config"]["policy_opts"]["max_num_seqs"], "7");
   // A flag still overrides the file.
   ASSERT_EQ(cli({"run", "--config", (dir / "a" / "summary.json").string(), "--seed", "6", "--out",
                  (dir / "c").string()}).rc,
             0);
-  EXPECT_NE(slurp(dir / "a" / "requests.csv"), slurp(dir / "c" / "requests.csv"));
+  EXPECT_NE(testing::read_text_file(dir / "a" / "requests.csv"), testing::read_text_file(dir / "c" / "requests.csv"));
 }
 
 // Hundreds of requests over the context limit make one warning line, per kind of reason.
@@ -157,13 +150,13 @@ axes:
   EXPECT_THAT(r.err, HasSubstr("batchsim: error: 2 of 6 runs failed"));
   EXPECT_THAT(r.out, HasSubstr("FAILED 0002_vllm_model-llama-2-70b_s0: "));
   EXPECT_THAT(r.out, HasSubstr("llama-2-70b"));
-  const std::string report = slurp(dir / "out" / "report.md");
+  const std::string report = testing::read_text_file(dir / "out" / "report.md");
   EXPECT_THAT(report, HasSubstr("## Failed runs"));
   EXPECT_THAT(report, HasSubstr("`0003_hf-static_model-llama-2-70b_s0`: "));
   // The feasible points ran and wrote their figures; the failed rows say why in results.csv.
-  const std::string csv = slurp(dir / "out" / "results.csv");
+  const std::string csv = testing::read_text_file(dir / "out" / "results.csv");
   EXPECT_THAT(csv, HasSubstr("error"));
-  const auto ok = nlohmann::json::parse(slurp(dir / "out" / "runs" / "0004_vllm_model-llama-2-7b_s0" / "summary.json"));
+  const auto ok = nlohmann::json::parse(testing::read_text_file(dir / "out" / "runs" / "0004_vllm_model-llama-2-7b_s0" / "summary.json"));
   EXPECT_EQ(ok["requests"]["completed"], 20);
   // merge keeps the failure (and so the non-zero exit's reason) with the rest.
   std::ostringstream out, err;

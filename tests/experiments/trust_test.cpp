@@ -21,13 +21,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using nlohmann::ordered_json;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // `batchsim ARGS`: its stdout; the exit status must be 0.
 std::string run_cli(const std::vector<std::string>& args) {
   std::ostringstream out, err;
@@ -44,7 +37,7 @@ size_t occurrences(const std::string& text, const std::string& what) {
 // A short run on `gpu`: its summary.json and what it printed.
 std::pair<ordered_json, std::string> run_on(const std::string& gpu, const fs::path& out) {
   const std::string printed = run_cli({"run", "--gpu", gpu, "--num-requests", "20", "--out", out.string()});
-  return {ordered_json::parse(read_file(out / "summary.json")), printed};
+  return {ordered_json::parse(testing::read_text_file(out / "summary.json")), printed};
 }
 
 // The trust block holds the profile's figures as they are, operator by operator in its order.
@@ -130,7 +123,7 @@ axes:
 )");
   const std::string printed =
       run_cli({"compare", file.string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "1"});
-  const std::string report = read_file(dir / "out" / "report.md");
+  const std::string report = testing::read_text_file(dir / "out" / "report.md");
   EXPECT_EQ(occurrences(report, "## How far to trust these figures"), 1u);
   const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
   EXPECT_EQ(occurrences(report, "- `h100-sxm-fitted` (" + h100.source + "): held out (" +
@@ -153,7 +146,7 @@ axes:
   EXPECT_EQ(occurrences(printed, "trust: a100-80gb not validated"), 1u);
 
   // Every run's summary.json keeps its block; results.csv does not repeat it on every row.
-  const std::string csv = read_file(dir / "out" / "results.csv");
+  const std::string csv = testing::read_text_file(dir / "out" / "results.csv");
   EXPECT_THAT(csv.substr(0, csv.find('\n')), Not(HasSubstr("trust")));
   EXPECT_THAT(csv.substr(0, csv.find('\n')), HasSubstr("throughput.output_tokens_per_s"));
 }
