@@ -122,6 +122,9 @@ const std::vector<NumberKey>& number_keys() {
     add("prefill_attention_sm_bytes_per_s", &HardwareProfile::prefill_attention_sm_bytes_per_s);
     add("prefill_attention_roofline_exponent",
         &HardwareProfile::prefill_attention_roofline_exponent);
+    add("prefill_attention_per_tile_s", &HardwareProfile::prefill_attention_per_tile_s);
+    add("attention_kv_write_efficiency", &HardwareProfile::attention_kv_write_efficiency);
+    add("attention_kv_write_per_token_s", &HardwareProfile::attention_kv_write_per_token_s);
     for (int i = 0; i < kNumElementwiseOps; ++i) {
       const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
       k.push_back({op + "_efficiency",
@@ -284,6 +287,14 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       (key == "name" ? p.name : key == "source" ? p.source : p.provenance) = value.Scalar();
       continue;
     }
+    if (key == "prefill_attention_kernel") {
+      if (!value.IsScalar() || (value.Scalar() != "fa2" && value.Scalar() != "fa3")) {
+        bad_value(where, key, "must be fa2 (FlashAttention-2) or fa3 (FlashAttention-3, Hopper)");
+      }
+      p.prefill_attention_kernel = value.Scalar() == "fa3" ? PrefillAttentionKernel::flash_attention_3
+                                                          : PrefillAttentionKernel::flash_attention_2;
+      continue;
+    }
     if (key == "memory_bytes") {
       // A petabyte is far beyond any GPU; checked before the conversion to an integer.
       p.memory_bytes = read_integer(value, where, key, 1, 1e15);
@@ -335,6 +346,12 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
   if (p.sm_count != std::floor(p.sm_count) || p.sm_count > 1e6) {
     bad_value(where, "sm_count", fmt::format("must be a whole number (0: no wave model), got {}", p.sm_count));
   }
+  if (!(p.attention_kv_write_efficiency >= 0 && p.attention_kv_write_efficiency <= 1)) {
+    bad_value(where, "attention_kv_write_efficiency", "is an efficiency and must be in [0, 1] (0: not charged)");
+  }
+  if (p.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3 && p.sm_count <= 0) {
+    bad_value(where, "prefill_attention_kernel", "fa3 needs sm_count: its tiles are spread over the SMs");
+  }
   for (const auto& k : number_keys()) {
     const double v = k.get(p);
     if (k.is_efficiency && !(v > 0 && v <= 1)) {
@@ -378,6 +395,10 @@ std::string known_gpu_names() {
 }
 
 }  // namespace
+
+const char* prefill_attention_kernel_name(PrefillAttentionKernel kernel) {
+  return kernel == PrefillAttentionKernel::flash_attention_3 ? "fa3" : "fa2";
+}
 
 const char* elementwise_op_name(ElementwiseOp op) {
   static constexpr const char* kNames[kNumElementwiseOps] = {"norm", "rope", "activation",
@@ -441,6 +462,8 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references
   for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
+  out << YAML::Key << "prefill_attention_kernel" << YAML::Value
+      << prefill_attention_kernel_name(profile.prefill_attention_kernel);
   if (profile.gemm_table_bf16 || profile.gemm_table_fp8) {
     out << YAML::Key << "gemm_tables" << YAML::Value << YAML::BeginMap;
     if (profile.gemm_table_bf16) out << YAML::Key << "bf16" << YAML::Value << profile.gemm_table_bf16->file();

@@ -59,6 +59,12 @@ struct ProfileValidation {
   bool operator==(const ProfileValidation&) const = default;
 };
 
+// Which kernel's tiling prefill attention is costed by (roofline.h, prefill_attention_time_s):
+// FlashAttention-2's (64-token query tiles per query head, the per-SM K/V bound) or
+// FlashAttention-3's on Hopper (packed-GQA tiles of kBlockM rows over kBlockN-key blocks).
+enum class PrefillAttentionKernel { flash_attention_2, flash_attention_3 };
+const char* prefill_attention_kernel_name(PrefillAttentionKernel kernel);  // "fa2", "fa3"
+
 struct HardwareProfile {
   std::string name;
   std::string source;          // one line: "datasheet", or what a fitted profile was fitted from
@@ -114,6 +120,15 @@ struct HardwareProfile {
   // and the exponent combining it with the FLOP time (0: max).
   double prefill_attention_sm_bytes_per_s = 0;
   double prefill_attention_roofline_exponent = 0;
+  PrefillAttentionKernel prefill_attention_kernel = PrefillAttentionKernel::flash_attention_2;
+  // FlashAttention-3 prefill: the fixed time of one tile on its SM (loading Q, the first K/V
+  // pages, writing O).
+  double prefill_attention_per_tile_s = 0;
+  // Writing the new tokens' K and V into the KV cache, of hbm_bytes_per_s; 0: not charged (the
+  // measurements fitted time it apart or not at all, as Vidur's attn_prefill does).
+  double attention_kv_write_efficiency = 0;
+  // ... and per new token (the cache write runs one thread block per token).
+  double attention_kv_write_per_token_s = 0;
 
   // Norms, rotary embedding, MLP activation, residual add, embedding lookup.
   std::array<StreamingKernel, kNumElementwiseOps> elementwise{};

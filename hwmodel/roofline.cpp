@@ -97,8 +97,68 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
     w.ctas = tiles * hq;
     w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.kv_dtype_bytes / (hq / hkv);
     w.sequences = 1;
+    // Counted with the two-warp-group tile: a sequence of at most 64 packed rows is one tile
+    // over the same K/V blocks under either height (both have kBlockN 128 at head_dim 128).
+    const Fa3Tile tile = fa3_prefill_tile(model.head_dim, model.kv_dtype_bytes);
+    const Fa3Tile small = fa3_prefill_tile(model.head_dim, model.kv_dtype_bytes, true);
+    const int64_t group = std::max<int64_t>(1, q_heads_per_gpu(model, tp) / kv_heads_per_gpu(model, tp));
+    w.fa3 = fa3_prefill_tiles(new_tokens, context_before, group, tile);
+    w.fa3.tiles *= hkv;
+    w.fa3.iterations *= hkv;
+    w.fa3.iteration_flops = 4.0 * static_cast<double>(tile.m * tile.n) * dh;
+    w.fa3.small_iteration_flops = 4.0 * static_cast<double>(small.m * small.n) * dh;
+    w.kv_write_tokens = c;
+    w.kv_write_bytes = c * hkv * dh * 2 * (kActivationBytes + model.kv_dtype_bytes);
   }
   return w;
+}
+
+int64_t floor_sum(int64_t n, int64_t m, int64_t a, int64_t b) {
+  int64_t sum = 0;
+  while (n > 0) {
+    // Take the whole multiples of m out of a and b, then count the lattice points under the
+    // remaining line with the axes swapped (a < m and b < m from here on).
+    sum += (n * (n - 1) / 2) * (a / m) + n * (b / m);
+    a %= m;
+    b %= m;
+    const int64_t y_max = a * n + b;
+    if (y_max < m) break;
+    n = y_max / m;
+    b = y_max % m;
+    std::swap(m, a);
+  }
+  return sum;
+}
+
+Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group) {
+  if (kv_dtype_bytes == 1) {
+    if (head_dim <= 64) return {192, 160};
+    if (head_dim <= 96) return {192, 128};
+    if (head_dim <= 192) return {128, 160};
+    return {128, 128};
+  }
+  const bool one = one_mma_warp_group && (head_dim == 64 || head_dim == 128);
+  if (head_dim <= 64) return {one ? 64 : 192, 128};
+  if (head_dim <= 96) return {192, 128};
+  if (head_dim <= 128) return {one ? 64 : 128, 128};
+  if (head_dim <= 192) return {128, 96};
+  return {128, 80};
+}
+
+Fa3PrefillTiles fa3_prefill_tiles(int64_t new_tokens, int64_t context_before, int64_t group, Fa3Tile tile) {
+  Fa3PrefillTiles t;
+  if (new_tokens <= 0) return t;
+  const int64_t c = new_tokens, p = context_before, g = group, m = tile.m, n = tile.n;
+  const int64_t rows = c * g;
+  const int64_t tiles = (rows + m - 1) / m;
+  // Before the last tile, last_i = floor(((i + 1) m - 1) / g) < c - 1, and the nested floors
+  // fold into one: ceil((p + last_i + 1) / n) = floor(((i + 1) m - 1 + g (p + n)) / (g n)).
+  const int64_t last_blocks = (p + c + n - 1) / n;
+  t.tiles = static_cast<double>(tiles);
+  t.iterations = static_cast<double>(floor_sum(tiles - 1, g * n, m, m - 1 + g * (p + n)) + last_blocks);
+  t.iterations_max = static_cast<double>(last_blocks);
+  t.packed_rows_max = static_cast<double>(rows);
+  return t;
 }
 
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
@@ -234,8 +294,28 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
   return grouped_gemm_compute_bound(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
 }
 
+namespace {
+// The FlashAttention-3 part of prefill_attention_time_s: the busiest SM's tiles.
+double fa3_prefill_sm_s(const HardwareProfile& gpu, const Fa3PrefillTiles& t) {
+  const double flops = t.packed_rows_max <= 64 ? t.small_iteration_flops : t.iteration_flops;
+  const double iteration_s = flops / (gpu.peak_flops / gpu.sm_count * gpu.prefill_attention_efficiency);
+  const double all_s = t.tiles * gpu.prefill_attention_per_tile_s + t.iterations * iteration_s;
+  const double longest_s = gpu.prefill_attention_per_tile_s + t.iterations_max * iteration_s;
+  return std::max(all_s / gpu.sm_count, longest_s);
+}
+}  // namespace
+
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {
   if (work.flops <= 0) return 0;
+  double kv_write_s = work.kv_write_tokens * gpu.attention_kv_write_per_token_s;
+  if (gpu.attention_kv_write_efficiency > 0) {
+    kv_write_s += streaming_s(gpu, work.kv_write_bytes, gpu.attention_kv_write_efficiency);
+  }
+  if (gpu.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3 && gpu.sm_count > 0) {
+    return gpu.attention_launch_s + work.sequences * gpu.prefill_attention_per_seq_s + kv_write_s +
+           roofline_combine(fa3_prefill_sm_s(gpu, work.fa3), streaming_s(gpu, work.bytes, gpu.hbm_efficiency),
+                            gpu.prefill_attention_roofline_exponent);
+  }
   const double compute_s =
       (work.flops - work.causal_flops) / (gpu.peak_flops * gpu.prefill_attention_efficiency) +
       work.causal_flops / (gpu.peak_flops * gpu.prefill_attention_causal_efficiency);
@@ -246,7 +326,7 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
                                       gpu.prefill_attention_sm_bytes_per_s);
   }
   return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
-         work.sequences * gpu.prefill_attention_per_seq_s +
+         work.sequences * gpu.prefill_attention_per_seq_s + kv_write_s +
          roofline_combine(compute_s, memory_s, gpu.prefill_attention_roofline_exponent);
 }
 

@@ -13,6 +13,7 @@
 // batches); times are seconds.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,30 @@ namespace batchsim {
 struct GemmShape {
   int64_t k = 0;
   int64_t n = 0;
+};
+
+// FlashAttention-3's forward tiles for a prefill call (see fa3_prefill_tiles): how many, their
+// K/V-block iterations in all, the iterations of the longest, the most packed query rows (new
+// tokens x GQA group) of any sequence, which picks the tile height of the whole call, and the
+// FLOPs of one iteration (QK^T and PV over kBlockM x kBlockN x head_dim) of the two-warp-group
+// tile and of the one-warp-group tile the call runs when packed_rows_max <= 64.
+struct Fa3PrefillTiles {
+  double tiles = 0;
+  double iterations = 0;
+  double iterations_max = 0;
+  double packed_rows_max = 0;
+  double iteration_flops = 0;
+  double small_iteration_flops = 0;
+
+  Fa3PrefillTiles& operator+=(const Fa3PrefillTiles& o) {
+    tiles += o.tiles;
+    iterations += o.iterations;
+    iterations_max = std::max(iterations_max, o.iterations_max);
+    packed_rows_max = std::max(packed_rows_max, o.packed_rows_max);
+    iteration_flops = std::max(iteration_flops, o.iteration_flops);
+    small_iteration_flops = std::max(small_iteration_flops, o.small_iteration_flops);
+    return *this;
+  }
 };
 
 // FLOPs and HBM bytes moved by one operator call, and for attention the count of work units
@@ -45,6 +70,14 @@ struct OperatorWork {
   double ctas = 0;
   double cta_kv_bytes = 0;
   double sequences = 0;  // prefill: the chunks (sequences) of the call
+  // Prefill under FlashAttention-3 (fa3_prefill_tiles), all sequences of the call.
+  Fa3PrefillTiles fa3{};
+  // Prefill: writing the new tokens' K and V into the paged cache, a kernel of its own before
+  // attention (vLLM's reshape_and_cache_flash, csrc/cache_kernels.cu: one thread block per
+  // token): the tokens and the bytes (K and V read as 16-bit activations, written at the
+  // cache's dtype).
+  double kv_write_tokens = 0;
+  double kv_write_bytes = 0;
 
   OperatorWork& operator+=(const OperatorWork& o) {
     flops += o.flops;
@@ -54,6 +87,9 @@ struct OperatorWork {
     ctas += o.ctas;
     cta_kv_bytes += o.cta_kv_bytes;
     sequences += o.sequences;
+    fa3 += o.fa3;
+    kv_write_tokens += o.kv_write_tokens;
+    kv_write_bytes += o.kv_write_bytes;
     unit_bytes_max = unit_bytes_max > o.unit_bytes_max ? unit_bytes_max : o.unit_bytes_max;
     context_max = context_max > o.context_max ? context_max : o.context_max;
     return *this;
@@ -128,10 +164,41 @@ OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double gr
 // of the keys its tile sees, on average context_before + new_tokens / 2 (causal), and with
 // grouped-query attention the q_heads / kv_heads blocks of a KV group share those reads (one
 // goes to HBM, the others hit L2), so cta_kv_bytes counts K/V bytes / group size per block.
+// Those are FlashAttention-2's; FlashAttention-3's tiles are counted too (`fa3`, per KV head:
+// fa3_prefill_tiles), and the KV-cache write of the new tokens (kv_write_*). The profile's
+// prefill_attention_kernel picks which tiles prefill_attention_time_s costs.
 inline constexpr int64_t kFlashPrefillBlockTokens = 64;  // kBlockM of FlashAttention-2's
                                                          // paged-KV (split-KV) kernel
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
                                     int64_t context_before);
+
+// FlashAttention-3's forward tile on Hopper (kBlockM query rows x kBlockN keys) as vLLM runs it:
+// causal, paged K/V whose pages (16 or 64 tokens) are no multiple of kBlockN, so loaded without
+// TMA (vllm-project/flash-attention hopper/tile_size.h, tile_size_fwd_sm90, and flash_api.cpp,
+// get_pagedkv_tma; vLLM 0.24's vllm-flash-attn). 16-bit Q/K/V by head_dim: <= 64: 192 x 128,
+// <= 96: 192 x 128, <= 128: 128 x 128, <= 192: 128 x 96, else 128 x 80; FP8 (an FP8 KV cache:
+// vLLM quantises the query too): 192 x 160, 192 x 128, 128 x 160, 128 x 160, 128 x 128. When the
+// call's longest sequence packs at most 64 query rows, head_dim 64 and 128 run one MMA warp
+// group instead of two, kBlockM 64 (heuristics.h, use_one_mma_wg; its head_dim-64 kBlockN of
+// 192 is not followed).
+struct Fa3Tile {
+  int64_t m = 0;
+  int64_t n = 0;
+};
+Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group = false);
+// The tiles of one sequence of `new_tokens` queries after `context_before` cached tokens, for
+// one KV head, as FlashAttention-3 schedules them in vLLM's build. PackGQA is always on there
+// (FLASHATTENTION_PACKGQA_ONLY in vllm-flash-attn's CMakeLists.txt), so the `group` query heads
+// of a KV head share the M dimension, query token t of head h at row t * group + h (hopper/
+// pack_gqa.h): ceil(new_tokens x group / m) tiles per (sequence, KV head), not per query head.
+// Tile i (rows i m .. (i + 1) m - 1) runs over the K/V blocks of n keys up to its last token's
+// causal limit, ceil((context_before + last_i + 1) / n) with last_i = min(new_tokens - 1,
+// floor(((i + 1) m - 1) / group)) (hopper/block.h, get_n_block_min_max); the last tile is the
+// longest. Summed in closed form (floor_sum), not tile by tile.
+Fa3PrefillTiles fa3_prefill_tiles(int64_t new_tokens, int64_t context_before, int64_t group, Fa3Tile tile);
+// sum_{i=0}^{n-1} floor((a i + b) / m) for n, a, b >= 0 and m > 0, in O(log m) steps (the
+// Euclid-like reduction of AtCoder Library's floor_sum, atcoder/math.hpp).
+int64_t floor_sum(int64_t n, int64_t m, int64_t a, int64_t b);
 // Decode attention: one query per sequence over its context (context_sum = sum of the
 // sequences' context lengths including the new token). Bytes: K and V of every context token
 // (kv_dtype_bytes) plus Q and O (kActivationBytes); FLOPs as above with one query.
@@ -200,7 +267,8 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
                         int weight_bytes);
 bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
                                 double rows_per_group, double groups, int weight_bytes);
-// One variable-length prefill attention call (all chunks of an iteration summed in `work`):
+// One variable-length prefill attention call (all chunks of an iteration summed in `work`),
+// under a FlashAttention-2 profile (prefill_attention_kernel fa2, the default):
 //   attention_launch_s + units * prefill_attention_per_head_token_s
 //   + roofline_combine((flops - causal_flops) / (peak * prefill_attention_efficiency)
 //                        + causal_flops / (peak * prefill_attention_causal_efficiency),
@@ -215,6 +283,26 @@ bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
 // Queries against the prior context run as full tiles; the chunk's own triangle runs as
 // causal-masked tiles, which FlashAttention executes at a lower rate (in Vidur's A100 profiles,
 // both the Llama-2-7B and the 70B-shape files, about half of the unmasked rate).
+// Under a FlashAttention-3 profile (fa3, with sm_count) the FLOP and per-SM terms are its tiles':
+//   attention_launch_s + sequences * prefill_attention_per_seq_s + kv_write
+//   + roofline_combine(max(tiles_s / sm_count, longest tile's time),
+//                      bytes / (hbm * hbm_efficiency), prefill_attention_roofline_exponent),
+//   tiles_s = tiles * prefill_attention_per_tile_s + iterations * iteration_flops
+//             / (peak / sm_count * prefill_attention_efficiency)
+// (fa3_prefill_tiles; the one-warp-group tile's FLOPs when no sequence packs more than 64
+// rows). The kernel is persistent: one CTA per SM takes tiles from a queue, longest first for
+// causal attention (VarlenDynamicPersistentTileScheduler with LPT, hopper/
+// flash_fwd_launch_template.h), so the busiest SM holds the mean share, or the longest tile
+// when there are few. Why tiles per KV head: in NVIDIA's H100 tables one-token prompts cost
+// ~25 ns per (sequence, KV head) whatever the query heads (batch 64: 113.6 us at 64/64 heads,
+// 24.1 us at 64/8), and at equal FLOPs the GQA groups cost about the same (32 query heads,
+// batch 8 x 4,096 tokens: 1.98 / 1.96 / 1.91 / 1.90 ms at groups 4 / 8 / 16 / 32; MHA's 2.34 ms
+// is its KV-cache write, below).
+// Both forms add the KV-cache write when the profile charges it (attention_kv_write_*):
+//   kv_write = kv_write_tokens * attention_kv_write_per_token_s
+//              + kv_write_bytes / (hbm * attention_kv_write_efficiency),
+// what an MHA layer costs beyond a GQA one of the same FLOPs (64 heads, batch 8 x 4,096
+// tokens: 4.59 ms at 64 KV heads, 3.80 ms at 8).
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
 // One decode attention call over num_decodes sequences:
 //   attention_launch_s + num_decodes * decode_attention_per_seq_s

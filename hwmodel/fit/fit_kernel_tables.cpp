@@ -187,10 +187,18 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     (r.prefill ? any_prefill : any_decode) = true;
   }
   if (!attention.empty()) {
+    // The rows are FlashAttention-3's (attention_row_skip_reason): prefill is costed by its
+    // tiles, which need the GPU's SM count.
+    if (p.sm_count > 0) {
+      p.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
+    } else {
+      result.notes.push_back("base without sm_count: prefill attention costed as FlashAttention-2, not by "
+                             "FlashAttention-3's tiles");
+    }
     fit_attention_parameters(
         attention.size(), any_prefill, any_decode,
         [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
-        [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true);
+        [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true, /*kv_write=*/true);
   } else {
     result.notes.push_back("no Llama-like attention rows: attention parameters are the base profile's");
   }

@@ -7,9 +7,10 @@
 //     the 16-bit rows (fit_gemm_roofline);
 //   - attention: the roofline's attention parameters (fit_attention_parameters) fitted on the
 //     context (prefill) and generation (decode) rows of Llama-like heads (head_dim 128, full
-//     causal attention, FlashAttention-3, the kernel vLLM runs on Hopper) with a 16-bit KV
-//     cache; the measured times include vLLM's KV-cache write and metadata, so the fitted
-//     launch floor carries them;
+//     causal attention) with a 16-bit KV cache. The kernel is FlashAttention-3, vLLM's on
+//     Hopper, so prefill is costed by its tiles (prefill_attention_kernel fa3, roofline.h); the
+//     measured times include vLLM's KV-cache write (its own kernel: fitted as
+//     attention_kv_write_*) and metadata (the launch floor and per-sequence time carry it);
 //   - all-reduce: latency + bandwidth per GPU count for NCCL (`allreduce`) and for the
 //     framework's custom all-reduce under CUDA graphs (`custom_allreduce`).
 // The rest of the profile (ceilings, memory, elementwise kernels, CPU costs) is the base's.

@@ -105,6 +105,10 @@ void copy_attention(const HardwareProfile& from, HardwareProfile& to) {
   to.decode_attention_sm_bytes_per_s = per_sm_rate_on(from.decode_attention_sm_bytes_per_s, from, to);
   to.prefill_attention_sm_bytes_per_s = per_sm_rate_on(from.prefill_attention_sm_bytes_per_s, from, to);
   to.prefill_attention_roofline_exponent = from.prefill_attention_roofline_exponent;
+  to.prefill_attention_kernel = from.prefill_attention_kernel;
+  to.prefill_attention_per_tile_s = from.prefill_attention_per_tile_s;
+  to.attention_kv_write_efficiency = from.attention_kv_write_efficiency;
+  to.attention_kv_write_per_token_s = from.attention_kv_write_per_token_s;
 }
 
 void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
@@ -223,14 +227,18 @@ LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_an
 void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
                               const std::function<double(const HardwareProfile&, size_t)>& predict,
                               const std::function<double(size_t)>& measured, HardwareProfile& p,
-                              bool per_sequence) {
+                              bool per_sequence, bool kv_write) {
   // The wave terms need the GPU's SM count (a datasheet value); without it they stay off.
   const bool waves = p.sm_count > 0;
+  // FlashAttention-3's prefill (roofline.h) has a fixed time per tile where FlashAttention-2's
+  // has one per query token and head (slot 1), and one efficiency for all its K/V-block
+  // iterations: no causal one (slot 6) and no per-SM K/V rate (slot 8); those keep the base's.
+  const bool fa3 = p.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3;
   auto apply = [&](const Eigen::VectorXd& x) {
     HardwareProfile q = p;
     q.attention_launch_s = from_log(x(0));
     if (any_prefill) {
-      q.prefill_attention_per_head_token_s = from_log(x(1));
+      (fa3 ? q.prefill_attention_per_tile_s : q.prefill_attention_per_head_token_s) = from_log(x(1));
       q.prefill_attention_efficiency = from_logit(x(2));
     }
     if (any_decode) {
@@ -238,16 +246,20 @@ void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
       q.decode_attention_efficiency = from_logit(x(4));
       q.decode_attention_roofline_exponent = from_log(x(5));
     }
-    if (any_prefill) q.prefill_attention_causal_efficiency = from_logit(x(6));
+    if (any_prefill && !fa3) q.prefill_attention_causal_efficiency = from_logit(x(6));
     if (any_decode && waves) q.decode_attention_sm_bytes_per_s = from_log(x(7));
-    if (any_prefill && waves) {
-      q.prefill_attention_sm_bytes_per_s = from_log(x(8));
+    if (any_prefill && (waves || fa3)) {
+      if (!fa3) q.prefill_attention_sm_bytes_per_s = from_log(x(8));
       q.prefill_attention_roofline_exponent = from_log(x(9));
     }
     if (any_prefill && per_sequence) q.prefill_attention_per_seq_s = from_log(x(10));
+    if (kv_write) {
+      q.attention_kv_write_efficiency = from_logit(x(11));
+      q.attention_kv_write_per_token_s = from_log(x(12));
+    }
     return q;
   };
-  Eigen::VectorXd x0(per_sequence ? 11 : 10);
+  Eigen::VectorXd x0(kv_write ? 13 : per_sequence ? 11 : 10);
   // The per-SM rates start at an even share of the datasheet bandwidth, the prefill corner at
   // p = 2.
   x0.head(10) << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
@@ -255,7 +267,14 @@ void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
       to_logit(p.prefill_attention_causal_efficiency),
       to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10),
       to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10), to_log(2);
-  if (per_sequence) x0(10) = to_log(1e-7);
+  if (per_sequence || kv_write) x0(10) = to_log(1e-7);
+  // The KV-cache write starts at the GEMMs' streaming efficiency and 1 ns per token, a
+  // FlashAttention-3 tile at 1 us.
+  if (kv_write) {
+    x0(11) = to_logit(p.hbm_efficiency);
+    x0(12) = to_log(1e-9);
+  }
+  if (fa3) x0(1) = to_log(1e-6);
   const fit::ResidualFunction residuals = [&](const Eigen::VectorXd& x, Eigen::VectorXd& r) {
     const HardwareProfile q = apply(x);
     for (size_t i = 0; i < count; ++i) {

@@ -116,11 +116,15 @@ void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile&
 // The attention parameters (see the list above) on `count` rows: predict(q, i) is row i's time
 // under profile q, measured(i) its measured time; prefill and decode parameters are fitted only
 // when rows of that kind exist (any_prefill, any_decode). Four starting corners, the best kept.
-// `per_sequence` also fits prefill_attention_per_seq_s (rows with several sequences per call).
+// `per_sequence` also fits prefill_attention_per_seq_s (rows with several sequences per call),
+// `kv_write` attention_kv_write_efficiency and attention_kv_write_per_token_s (rows whose times
+// include the KV-cache write). Under a FlashAttention-3 profile (p.prefill_attention_kernel) the
+// prefill terms are its own: prefill_attention_per_tile_s and one prefill_attention_efficiency
+// in place of the per-head-token time, the causal efficiency and the per-SM K/V rate.
 void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
                               const std::function<double(const HardwareProfile&, size_t)>& predict,
                               const std::function<double(size_t)>& measured, HardwareProfile& p,
-                              bool per_sequence = false);
+                              bool per_sequence = false, bool kv_write = false);
 
 // The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
 // hwmodel/measured/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or

@@ -109,7 +109,8 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   // and reach more of the A40's slower memory; one GPU's fit cannot tell which bound binds.
   lines.push_back(
       "carried as fitted (fractions of the ceilings, or shapes of the roofline): gemm_eta_max, gemm_m_half, "
-      "hbm_efficiency, the attention and elementwise efficiencies, the roofline exponents");
+      "hbm_efficiency, the attention and elementwise efficiencies (attention_kv_write_efficiency too), the roofline "
+      "exponents, and the prefill attention kernel whose tiling they were fitted for");
 
   // Per-unit attention times are work the SMs do beside the FLOPs counted (prefill: diagonal
   // tiles, softmax rescaling, per-tile set-up per query token and head; decode: per thread
@@ -138,10 +139,13 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   }
 
   // Launch floors and per-sequence set-up (metadata, block tables) are latency, not
-  // throughput: no ceiling of the datasheet sets them, so they are kept.
+  // throughput: no ceiling of the datasheet sets them, so they are kept. So are the fixed time
+  // of one FlashAttention-3 tile on its SM (the target's SM count spreads the tiles, roofline.h)
+  // and the KV-cache write's per token (one thread block each): set-up, not FLOPs or bytes.
   lines.push_back(
       "kept (latency, not throughput): kernel_launch_s, attention_launch_s, the elementwise launch_s, "
-      "prefill_attention_per_seq_s, decode_attention_per_seq_s");
+      "prefill_attention_per_seq_s, decode_attention_per_seq_s, prefill_attention_per_tile_s, "
+      "attention_kv_write_per_token_s");
 
   // All-reduce fits: latency (NCCL's and the kernel's set-up) is kept; the bandwidth is a
   // fraction of the link, so it moves with the link. A fit overwrote the profile's interconnect

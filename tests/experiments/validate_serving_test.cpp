@@ -109,10 +109,10 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
   std::ifstream in(dir / "r.json");
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["ttft"]["count"], 534);
-  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 14.4);   // measured 13.9
-  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 67.7);   // 67.2
-  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 16.8);  // 16.3
-  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 22.2);  // 21.7
+  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 14.9);   // measured 14.4
+  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 67.2);   // 66.7
+  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 16.7);  // 16.2
+  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 22.3);  // 21.8
   EXPECT_EQ(j["rows"][0]["engine"], j["rows"][0]["backend"]);
 }
 

@@ -227,6 +227,120 @@ TEST(Roofline, PrefillTilesAndGroupedKvReadsByHand) {
   EXPECT_LT(prefill_attention_time_s(gpu, gqa), prefill_attention_time_s(gpu, mha));
 }
 
+// FlashAttention-3's tiles of one (sequence, KV head), one by one as hopper/block.h bounds
+// them (get_n_block_min_max with PackGQA: the tile's last row is a token of index
+// floor(((i + 1) m - 1) / group), and its keys end at that token's causal limit or the sequence).
+Fa3PrefillTiles fa3_tiles_one_by_one(int64_t c, int64_t p, int64_t group, Fa3Tile t) {
+  Fa3PrefillTiles r;
+  for (int64_t i = 0; i * t.m < c * group; ++i) {
+    const int64_t m_idx_max = ((i + 1) * t.m - 1) / group + 1;
+    const int64_t n_token_max = m_idx_max + (p + c) - c;
+    const int64_t n_block_max = std::min((p + c + t.n - 1) / t.n, (n_token_max + t.n - 1) / t.n);
+    r.tiles += 1;
+    r.iterations += static_cast<double>(n_block_max);
+    r.iterations_max = std::max(r.iterations_max, static_cast<double>(n_block_max));
+  }
+  return r;
+}
+
+TEST(Roofline, FloorSumAndFa3TilesMatchTheLoops) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t n = static_cast<int64_t>(rng() % 300), m = 1 + static_cast<int64_t>(rng() % 5000);
+    const int64_t a = static_cast<int64_t>(rng() % 400), b = static_cast<int64_t>(rng() % 100000);
+    int64_t sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += (a * i + b) / m;
+    ASSERT_EQ(floor_sum(n, m, a, b), sum) << n << " " << m << " " << a << " " << b;
+  }
+  const Fa3Tile tiles[] = {{128, 128}, {64, 128}, {192, 128}, {128, 80}, {128, 160}};
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t c = 1 + static_cast<int64_t>(rng() % 3000), p = static_cast<int64_t>(rng() % 2000);
+    const int64_t group = 1 + static_cast<int64_t>(rng() % 96);
+    const Fa3Tile t = tiles[rng() % 5];
+    const Fa3PrefillTiles want = fa3_tiles_one_by_one(c, p, group, t);
+    const Fa3PrefillTiles got = fa3_prefill_tiles(c, p, group, t);
+    ASSERT_EQ(got.tiles, want.tiles) << c << " " << p << " " << group;
+    ASSERT_EQ(got.iterations, want.iterations) << c << " " << p << " " << group << " " << t.m << "x" << t.n;
+    ASSERT_EQ(got.iterations_max, want.iterations_max);
+    ASSERT_EQ(got.packed_rows_max, static_cast<double>(c * group));
+  }
+}
+
+// FlashAttention-3 as vLLM builds it packs the query heads of a KV head into one tile's rows, so
+// its tiles are counted per (sequence, KV head): worked by hand for Llama-2-70B's 64/8 heads.
+TEST(Roofline, Fa3PrefillTilesPackTheGqaGroupByHand) {
+  // vllm-flash-attn hopper/tile_size.h: 16-bit head_dim 128 is 128 x 128 (64 x 128 on one MMA
+  // warp group), 64 is 192 x 128, 256 is 128 x 80; FP8 head_dim 128 is 128 x 160.
+  using MN = std::pair<int64_t, int64_t>;
+  auto tile = [](int d, int bytes, bool one = false) {
+    const Fa3Tile t = fa3_prefill_tile(d, bytes, one);
+    return MN(t.m, t.n);
+  };
+  EXPECT_EQ(tile(128, 2), MN(128, 128));
+  EXPECT_EQ(tile(128, 2, true), MN(64, 128));
+  EXPECT_EQ(tile(64, 2), MN(192, 128));
+  EXPECT_EQ(tile(256, 2), MN(128, 80));
+  EXPECT_EQ(tile(128, 1), MN(128, 160));
+  EXPECT_EQ(tile(128, 1, true), MN(128, 160));  // no one-warp-group FP8 tile
+
+  const ModelSpec gqa = resolve_model("llama-2-70b");  // 64 query heads, 8 KV heads, head_dim 128
+  ModelSpec mha = gqa;
+  mha.num_kv_heads = 64;
+  // 1,000 tokens, group 8: 8,000 packed rows, ceil(8000 / 128) = 63 tiles per KV head, tile i
+  // holding tokens 16 i .. 16 i + 15. Its K/V blocks: ceil(16 (i + 1) / 128) = floor(i / 8) + 1
+  // for i < 62 (8 x (1 + ... + 7) + 6 x 8 = 272), and the last, tokens 992..999, ceil(1000 / 128)
+  // = 8: 280 iterations per KV head.
+  const OperatorWork g = prefill_attention_work(gqa, 1, 1000, 0);
+  EXPECT_DOUBLE_EQ(g.fa3.tiles, 8 * 63);
+  EXPECT_DOUBLE_EQ(g.fa3.iterations, 8 * 280);
+  EXPECT_DOUBLE_EQ(g.fa3.iterations_max, 8);
+  EXPECT_DOUBLE_EQ(g.fa3.iteration_flops, 4.0 * 128 * 128 * 128);
+  // MHA: 8 tiles of 128 tokens per head, 1 + 2 + ... + 8 = 36 blocks each, for 64 heads.
+  const OperatorWork h = prefill_attention_work(mha, 1, 1000, 0);
+  EXPECT_DOUBLE_EQ(h.fa3.tiles, 64 * 8);
+  EXPECT_DOUBLE_EQ(h.fa3.iterations, 64 * 36);
+  EXPECT_DOUBLE_EQ(h.flops, g.flops);  // same query heads: same FLOPs, FlashAttention-2's CTAs
+  EXPECT_DOUBLE_EQ(h.ctas, g.ctas);
+  // The KV-cache write: 1,000 tokens x KV heads x 128 x (K, V) x (2 bytes read + 2 written).
+  EXPECT_DOUBLE_EQ(g.kv_write_tokens, 1000);
+  EXPECT_DOUBLE_EQ(g.kv_write_bytes, 1000.0 * 8 * 128 * 2 * 4);
+  EXPECT_DOUBLE_EQ(h.kv_write_bytes, 8 * g.kv_write_bytes);
+
+  HardwareProfile gpu = round_profile();  // 100 TFLOP/s, prefill at 25%
+  gpu.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
+  gpu.sm_count = 100;
+  gpu.prefill_attention_per_tile_s = 1e-6;
+  const double iteration_s = 4.0 * 128 * 128 * 128 / (100e12 / 100 * 0.25);  // 33.6 us on one SM
+  // Four such prompts: 2,016 tiles spread over 100 SMs, far above the HBM time (max corner).
+  OperatorWork four;
+  for (int i = 0; i < 4; ++i) four += g;
+  EXPECT_NEAR(prefill_attention_time_s(gpu, four), (2016 * 1e-6 + 8960 * iteration_s) / 100, 1e-12);
+  // One MHA prompt of 8 heads: 64 tiles, fewer than the SMs; the longest (8 blocks) binds.
+  ModelSpec small = mha;
+  small.num_heads = small.num_kv_heads = 8;
+  const OperatorWork one = prefill_attention_work(small, 1, 1000, 0);
+  EXPECT_GT(1e-6 + 8 * iteration_s, (64 * 1e-6 + 8 * 36 * iteration_s) / 100);
+  EXPECT_NEAR(prefill_attention_time_s(gpu, one), 1e-6 + 8 * iteration_s, 1e-12);
+  // 64 one-token prompts: one tile of 8 packed rows per (sequence, KV head), on the 64-row tile:
+  // 512 tiles with 64/8 heads, 4,096 with 64/64 (FlashAttention-2's count is 4,096 for both).
+  OperatorWork gqa_ones, mha_ones;
+  for (int i = 0; i < 64; ++i) {
+    gqa_ones += prefill_attention_work(gqa, 1, 1, 0);
+    mha_ones += prefill_attention_work(mha, 1, 1, 0);
+  }
+  EXPECT_DOUBLE_EQ(gqa_ones.fa3.tiles, 512);
+  EXPECT_DOUBLE_EQ(mha_ones.fa3.tiles, 4096);
+  EXPECT_DOUBLE_EQ(gqa_ones.ctas, mha_ones.ctas);
+  const double small_iteration_s = iteration_s / 2;  // 64 x 128
+  EXPECT_NEAR(prefill_attention_time_s(gpu, gqa_ones), 512 * (1e-6 + small_iteration_s) / 100, 1e-12);
+  EXPECT_NEAR(prefill_attention_time_s(gpu, mha_ones), 4096 * (1e-6 + small_iteration_s) / 100, 1e-12);
+  // The KV-cache write adds per token and per byte, under either kernel.
+  gpu.attention_kv_write_per_token_s = 1e-9;
+  gpu.attention_kv_write_efficiency = 0.5;
+  const double write_s = 4000 * 1e-9 + four.kv_write_bytes / 0.5e12;
+  EXPECT_NEAR(prefill_attention_time_s(gpu, four), (2016 * 1e-6 + 8960 * iteration_s) / 100 + write_s, 1e-12);
+}
+
 TEST(CostModel, Opt13bDecodeIterationByHand) {
   const ModelSpec m = resolve_model("opt-13b");
   EngineProfile engine;  // 1 ms of CPU per iteration, in series with the GPU

@@ -89,6 +89,11 @@ HardwareProfile odd_profile() {
   p.prefill_attention_per_head_token_s = 4.9e-9;
   p.decode_attention_per_seq_kv_head_s = 4.4e-8;
   p.decode_attention_roofline_exponent = 1.15;
+  p.sm_count = 77;
+  p.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
+  p.prefill_attention_per_tile_s = 1.7e-6;
+  p.attention_kv_write_efficiency = 0.61;
+  p.attention_kv_write_per_token_s = 6.1e-10;
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.5 + 0.01 * i, 1e-6 * (i + 1)};
   p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
   p.validation = {"tables: of 'somewhere' #1", true, "half: the shapes",
@@ -244,6 +249,16 @@ TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
   const auto bad_base = write_text_file(dir, "base.yaml", "base: b200\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_base); }),
               AllOf(HasSubstr("base.yaml"), HasSubstr("b200"), HasSubstr("a100-80gb")));
+
+  const auto kernel = write_text_file(dir, "fa4.yaml", "base: h100-sxm\nprefill_attention_kernel: fa4\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(kernel); }),
+              AllOf(HasSubstr("fa4.yaml"), HasSubstr("prefill_attention_kernel"), HasSubstr("fa2"), HasSubstr("fa3")));
+  const auto no_sms = write_text_file(dir, "sms.yaml", "base: h100-sxm\nsm_count: 0\nprefill_attention_kernel: fa3\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(no_sms); }),
+              AllOf(HasSubstr("sms.yaml"), HasSubstr("prefill_attention_kernel"), HasSubstr("sm_count")));
+  const auto write = write_text_file(dir, "write.yaml", "base: h100-sxm\nattention_kv_write_efficiency: 2\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(write); }),
+              AllOf(HasSubstr("write.yaml"), HasSubstr("attention_kv_write_efficiency"), HasSubstr("[0, 1]")));
 
   const auto broken = write_text_file(dir, "broken.yaml", "peak_flops: [1, 2\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(broken); }), HasSubstr("broken.yaml"));

@@ -97,6 +97,10 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.prefill_attention_roofline_exponent, b.prefill_attention_roofline_exponent,
        "prefill_attention_roofline_exponent");
   near(a.prefill_attention_per_seq_s, b.prefill_attention_per_seq_s, "prefill_attention_per_seq_s");
+  EXPECT_EQ(a.prefill_attention_kernel, b.prefill_attention_kernel);
+  near(a.prefill_attention_per_tile_s, b.prefill_attention_per_tile_s, "prefill_attention_per_tile_s");
+  near(a.attention_kv_write_efficiency, b.attention_kv_write_efficiency, "attention_kv_write_efficiency");
+  near(a.attention_kv_write_per_token_s, b.attention_kv_write_per_token_s, "attention_kv_write_per_token_s");
   for (int i = 0; i < kNumElementwiseOps; ++i) {
     near(a.elementwise[i].efficiency, b.elementwise[i].efficiency,
          elementwise_op_name(static_cast<ElementwiseOp>(i)));

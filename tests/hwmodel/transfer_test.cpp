@@ -64,12 +64,19 @@ TEST(TransferProfile, CeilingsAreTheTargetsAndEfficienciesTheFits) {
   EXPECT_DOUBLE_EQ(p.kernel_launch_s, from.kernel_launch_s);
   EXPECT_DOUBLE_EQ(p.attention_launch_s, from.attention_launch_s);
   EXPECT_DOUBLE_EQ(p.prefill_attention_per_seq_s, from.prefill_attention_per_seq_s);
+  EXPECT_DOUBLE_EQ(p.prefill_attention_per_tile_s, from.prefill_attention_per_tile_s);
+  EXPECT_DOUBLE_EQ(p.attention_kv_write_per_token_s, from.attention_kv_write_per_token_s);
+  // The kernel's tiling and the KV-cache write's share of HBM: as fitted.
+  EXPECT_EQ(p.prefill_attention_kernel, PrefillAttentionKernel::flash_attention_3);
+  EXPECT_DOUBLE_EQ(p.attention_kv_write_efficiency, from.attention_kv_write_efficiency);
   // Equal FLOP/s: per-unit compute times unchanged. Equal SMs, 4.8 / 3.35 TB/s: per-SM rates
-  // x 1.433. Equal NVLink: all-reduce fits unchanged.
+  // x 1.433 (the H100 fit's prefill has none: FlashAttention-3's tiles). Equal NVLink:
+  // all-reduce fits unchanged.
   EXPECT_DOUBLE_EQ(p.prefill_attention_per_head_token_s, from.prefill_attention_per_head_token_s);
   EXPECT_DOUBLE_EQ(p.decode_attention_per_seq_kv_head_s, from.decode_attention_per_seq_kv_head_s);
   EXPECT_NEAR(p.decode_attention_sm_bytes_per_s / from.decode_attention_sm_bytes_per_s, 4.8 / 3.35, 1e-12);
-  EXPECT_NEAR(p.prefill_attention_sm_bytes_per_s / from.prefill_attention_sm_bytes_per_s, 4.8 / 3.35, 1e-12);
+  EXPECT_EQ(from.prefill_attention_sm_bytes_per_s, 0);
+  EXPECT_EQ(p.prefill_attention_sm_bytes_per_s, 0);
   ASSERT_EQ(p.allreduce.size(), from.allreduce.size());
   ASSERT_EQ(p.custom_allreduce.size(), from.custom_allreduce.size());
   for (size_t i = 0; i < p.allreduce.size(); ++i) {
