@@ -36,8 +36,44 @@ struct ServingRow {
 struct ServingOptions {
   std::string measurements, gpu, policy = "vllm", system = "h100_sxm", backend, models_dir, out;
   std::string engine;  // empty: each row's backend's engine (engine_for_backend)
-  int64_t requests_per_client = 10;
+  std::string deployment = "aiconfigurator";
+  // aiperf's protocol in aiconfigurator's benchmark script
+  // (src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
+  // --num-requests concurrency x 20 after --warmup-request-count concurrency x 2. The warmup
+  // phase ends before the measured one starts (aiperf timing/credit_issuing_strategy.py waits
+  // for each phase to complete), leaving an idle engine whose prefix cache holds only random
+  // prompts, so it is not replayed.
+  int64_t requests_per_client = 20;
 };
+
+// The engine limits of a measured row's deployment. The silicon rows do not record their launch
+// flags; they come from NVIDIA's aiconfigurator gap analysis (silicon_data_source names its
+// files and, for some rows, the Dynamo runtime image), whose generator writes the deployment
+// it benchmarks by these rules (ai-dynamo/aiconfigurator at 095f58a,
+// src/aiconfigurator/generator/rule_plugin/{vllm,sglang,trtllm}.rule, unless
+// preserve_engine_limits; flag names from generator/config/backend_config_mapping.yaml):
+//   vLLM          --max-num-seqs B, --max-num-batched-tokens B + isl + 1500
+//   SGLang        --max-running-requests B, --max-prefill-tokens isl + 1500, --enable-mixed-chunk
+//   TensorRT-LLM  max_batch_size B, max_num_tokens B + isl + 1500 rounded up to a 32-token block
+// where B, the deployment's max_batch_size, is taken as the row's concurrency (the benchmark's
+// estimated_concurrency is workers x max_batch_size; a concurrency sweep on a deployment sized
+// for another B moves the token budget by B - concurrency tokens, and a sequence cap above the
+// concurrency never binds under closed-loop clients). Until the SGLang and TensorRT-LLM presets
+// exist the `vllm` preset stands in for them, with SGLang's prefill budget plus one decode token
+// per running request (mixed chunks put the decodes beside the prefill).
+std::map<std::string, std::string> deployment_limits(const ServingRow& r) {
+  int64_t tokens = r.concurrency + r.isl + 1500;
+  if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
+  return {{"max_num_seqs", std::to_string(r.concurrency)}, {"max_num_batched_tokens", std::to_string(tokens)}};
+}
+
+// The KV cache's element type: aiconfigurator's fp8 quantization profile quantizes the KV cache
+// with the weights (src/aiconfigurator/sdk/task_v1_compat.py, _PROFILE_TO_QUANT["fp8"]:
+// kvcache_quant_mode fp8), and the measured rows agree: the fp8 Qwen3-32B rows at TP 1-2 decode
+// faster than the bf16 KV cache could be read at the H100's peak bandwidth.
+std::string kv_dtype_for(const ServingRow& r, const ServingOptions& o) {
+  return o.deployment == "aiconfigurator" && r.precision == "fp8" ? "fp8" : "auto";
+}
 
 // The model a row names: a built-in by its Hugging Face id (or name), or DIR/<id>/config.json.
 std::string model_for(const std::string& model_path, const ServingOptions& o) {
@@ -81,7 +117,11 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
       ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
-      ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 10)")
+      ("deployment", po::value(&o.deployment), "aiconfigurator: the engine limits aiconfigurator's generator "
+       "sets for the benchmarked deployment (token budget concurrency + isl + 1500, sequence cap concurrency, "
+       "fp8 KV with fp8 weights; the default) | defaults: the presets' own defaults")
+      ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
+       "--num-requests in aiconfigurator's benchmark script)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
       ("help,h", "show this help");
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
@@ -96,6 +136,9 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   if (o.gpu.empty()) throw UserError("validate-serving: --gpu is required");
   if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
     throw UserError("--requests-per-client: must be in [1, 1000]");
+  }
+  if (o.deployment != "aiconfigurator" && o.deployment != "defaults") {
+    throw UserError(fmt::format("--deployment: '{}' is not aiconfigurator or defaults", o.deployment));
   }
   resolve_gpu(o.gpu);  // a bad name fails here, before any row
 
@@ -152,6 +195,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     c.policy = o.policy;
     c.engine = o.engine.empty() ? engine_for_backend(r.backend) : o.engine;
     c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
+    c.kv_cache_dtype = kv_dtype_for(r, o);
+    if (o.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r);
     c.workload.arrival = "offline";
     c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
     c.workload.output_len = fmt::format("fixed:{}", r.osl);
@@ -168,14 +213,15 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"engine", c.engine},
                            {"model", r.model_path},
                            {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
-                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"measured_ttft_ms", r.ttft_ms},
+                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", c.kv_cache_dtype},
+                           {"policy_opts", c.policy_opts}, {"measured_ttft_ms", r.ttft_ms},
                            {"predicted_ttft_ms", r.predicted_ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
                            {"predicted_tpot_ms", r.predicted_tpot_ms}, {"rejected", s.requests_rejected}});
   }
 
-  fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {} ({} requests per client):\n",
+  fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client):\n",
              rows.size(), o.measurements, o.gpu, o.policy, o.engine.empty() ? "of each backend" : o.engine,
-             o.requests_per_client);
+             o.deployment, o.requests_per_client);
   fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
   for (const auto& [backend, m] : by_backend) {
     fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", backend, m.first.count, m.first.value(), m.second.value());
@@ -189,6 +235,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["gpu"] = o.gpu;
     j["policy"] = o.policy;
     j["engine"] = o.engine.empty() ? "by backend" : o.engine;
+    j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; times in ms (means over requests)";
     j["ttft"] = {{"mape", ttft.value()}, {"count", ttft.count}};

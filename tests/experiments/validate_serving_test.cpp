@@ -56,7 +56,10 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   const auto j = nlohmann::json::parse(in);
   ASSERT_EQ(j["rows"].size(), 2u);
   // The same run by hand: the row's model by its Hugging Face id, 8 closed-loop clients, 32
-  // requests of 1024 + 128 tokens, all due at t = 0.
+  // requests of 1024 + 128 tokens, all due at t = 0, on the deployment aiconfigurator's generator
+  // writes for it: 8 sequences, 8 + 1024 + 1500 tokens per step, an fp8 KV cache with fp8 weights.
+  EXPECT_EQ(j["deployment"], "aiconfigurator");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["max_num_batched_tokens"], "2532");
   RunConfig c = default_run_config();
   c.model = "llama-3.1-8b";
   c.gpu = "h100-sxm-fitted";
@@ -66,10 +69,13 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   c.workload.output_len = "fixed:128";
   c.workload.num_requests = 32;
   c.max_concurrency = 8;
+  c.policy_opts = {{"max_num_seqs", "8"}, {"max_num_batched_tokens", "2532"}};
   const RunOutcome bf16 = run_simulation(c);
   EXPECT_DOUBLE_EQ(j["rows"][0]["predicted_ttft_ms"].get<double>(), bf16.result.summary.ttft_s.mean * 1e3);
   EXPECT_DOUBLE_EQ(j["rows"][0]["predicted_tpot_ms"].get<double>(), bf16.result.summary.tpot_s.mean * 1e3);
   c.weight_dtype = "fp8";  // the fp8 row
+  c.kv_cache_dtype = "fp8";
+  EXPECT_EQ(j["rows"][1]["kv_cache_dtype"], "fp8");
   const RunOutcome fp8 = run_simulation(c);
   EXPECT_DOUBLE_EQ(j["rows"][1]["predicted_tpot_ms"].get<double>(), fp8.result.summary.tpot_s.mean * 1e3);
   const double ape = std::abs(bf16.result.summary.ttft_s.mean * 1e3 / 150.0 - 1) * 100 +
@@ -89,6 +95,8 @@ TEST(ValidateServing, BadInputIsNamed) {
   EXPECT_THAT(error({"--gpu", "h100-sxm"}), HasSubstr("--measurements is required"));
   EXPECT_THAT(error({"--measurements", "/nonexistent.csv", "--gpu", "h100-sxm"}), HasSubstr("/nonexistent.csv"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "tpu"}), HasSubstr("unknown GPU 'tpu'"));
+  EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--deployment", "k8s"}),
+              HasSubstr("--deployment: 'k8s'"));
   const auto dir = testing::scratch_dir("validate-serving-bad");
   const auto csv = testing::write_text_file(dir, "s.csv", std::string(kHeader) + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
   EXPECT_THAT(error({"--measurements", csv.string(), "--gpu", "h100-sxm"}), HasSubstr("no rows to replay"));
@@ -109,10 +117,10 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
   std::ifstream in(dir / "r.json");
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["ttft"]["count"], 534);
-  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 14.9);   // measured 14.4
-  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 67.2);   // 66.7
-  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 16.7);  // 16.2
-  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 22.3);  // 21.8
+  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 11.0);   // measured 10.5
+  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 30.8);   // 30.3
+  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 19.0);  // 18.5
+  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 20.2);  // 19.7
   EXPECT_EQ(j["rows"][0]["engine"], j["rows"][0]["backend"]);
 }
 
