@@ -2,13 +2,20 @@
 //
 // SGLang schedules unlike vLLM in ways that are not options of one loop, so it has its own
 // class; the KV cache (PagedKvCache with prefix caching, the radix cache's stand-in) and the
-// arrival checks are shared with ContinuousPolicy. Sources: sgl-project/sglang main as stored
-// in 2025-26 (files named per rule in sglang_policy.cpp):
-// python/sglang/srt/managers/scheduler.py (get_next_batch_to_run, get_new_batch_prefill,
-// update_running_batch), schedule_policy.py (SchedulePolicy.calc_priority, PrefillAdder),
-// schedule_batch.py (check_decode_mem, retract_decode), scheduler_components/
-// new_token_ratio_tracker.py, environ.py, server_args.py and model_runner's
-// _resolve_max_num_reqs.
+// arrival checks are shared with ContinuousPolicy. Sources, sgl-project/sglang under
+// python/sglang/srt/ (read 2026 from the stored copies; the rules below have the same shape
+// from v0.4 to main, and where versions differ the newest is followed):
+//   managers/schedule_policy.py @ 00550cd (main): SchedulePolicy.calc_priority, PrefillAdder;
+//   managers/scheduler.py (v0.4-v0.5 and main @ 0003215): get_next_batch_to_run,
+//     get_new_batch_prefill, update_running_batch, self_check_during_idle;
+//   managers/schedule_batch.py @ 000eaff (v0.5): check_decode_mem, retract_decode, release_req;
+//   managers/scheduler_components/new_token_ratio_tracker.py @ 1a882c5 (main);
+//   environ.py (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14,
+//     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600, SGLANG_RETRACT_DECODE_STEPS 20,
+//     SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096);
+//   server_args.py (main): schedule_policy "fcfs", max_prefill_tokens 16384, page_size 1,
+//     _handle_gpu_memory_settings (chunked_prefill_size);
+//   model_executor model_runner's _resolve_max_num_reqs (main): max_running_requests.
 //
 // One iteration, as SGLang's get_next_batch_to_run:
 //  1. Prefill first. Unless the running batch is marked full (batch_is_full) or nothing waits,
@@ -31,7 +38,14 @@
 //     its minimum; an idle server resets it to its initial value.
 // Not modelled: enable_mixed_chunk (off by default), priority scheduling and its preemption,
 // the overlap scheduler's one-step lag (hwmodel/engines/sglang.yaml models its CPU overlap),
-// hierarchical cache, speculative decoding, the ignore_eos admission path.
+// hierarchical cache, speculative decoding, the ignore_eos admission path. Differences of the
+// stand-in cache: prefixes are matched in whole hash blocks of the workload (a trace's hash_ids
+// or --prefix), not token by token; a prefix is shared within the prefill batch that computes
+// it (vLLM v1's rule) where SGLang's tree holds it only after that prefill; admission's budget
+// counts an evictable prefix the request itself pins as still free (SGLang re-checks after
+// locking it), and the cache then refuses the admission if it does not fit.
+// Where SGLang would assert (no KV left for the one request left after retraction, which a
+// chunked prefill can hold), the chunked request is retracted too.
 // Invariants (asserted by tests/policies): an iteration is prefill-only or decode-only; its
 // prefill tokens <= chunked_prefill_size (and <= max_prefill_tokens unless one request alone
 // exceeds it); running + chunked <= max_running_requests; each request's KV covers exactly its
