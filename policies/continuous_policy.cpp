@@ -74,14 +74,36 @@ int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
   return static_cast<int64_t>(r.prompt_tokens) + output - 1;
 }
 
+bool reject_over_context(PolicyEnv& env, RequestId id) {
+  const Request& r = env.request(id);
+  const int64_t total = static_cast<int64_t>(r.prompt_tokens) + r.output_tokens;
+  if (env.max_model_len > 0 && total > env.max_model_len) {
+    env.reject(id, fmt::format("prompt + output exceed max_model_len {}: {} + {} tokens",
+                               env.max_model_len, r.prompt_tokens, r.output_tokens));
+    return true;
+  }
+  return false;
+}
+
+bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens) {
+  if (kv.fits_when_empty(footprint_tokens)) return false;
+  env.reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
+                             kv.capacity_tokens(), footprint_tokens));
+  return true;
+}
+
+bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch) {
+  const RequestProgress& p = env.progress_of(id);
+  const int64_t known = env.known_tokens(id);
+  const bool samples = p.computed_tokens + new_tokens == known;
+  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
+  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
+  return samples;
+}
+
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   const Request& r = env_->request(id);
-  const int64_t total = static_cast<int64_t>(r.prompt_tokens) + r.output_tokens;
-  if (env_->max_model_len > 0 && total > env_->max_model_len) {
-    env_->reject(id, fmt::format("prompt + output exceed max_model_len {}: {} + {} tokens",
-                                 env_->max_model_len, r.prompt_tokens, r.output_tokens));
-    return;
-  }
+  if (reject_over_context(*env_, id)) return;
   // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
   if (!config_.chunked && r.prompt_tokens > budget_) {
     env_->reject(id, fmt::format("prompt exceeds max_num_batched_tokens {} (chunked prefill "
@@ -94,11 +116,7 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // generated tokens, through the same watermark check: one whose footprint leaves less than
   // the watermark in an empty cache could be admitted, grow, be preempted and then never be
   // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
-  if (!kv_->fits_when_empty(reserve_tokens(id))) {
-    env_->reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
-                                 kv_->capacity_tokens(), reserve_tokens(id)));
-    return;
-  }
+  if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
   waiting_.push_back(id);
 }
 
@@ -132,12 +150,7 @@ int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
 }
 
 void ContinuousPolicy::add_step(RequestId id, int64_t new_tokens, Batch& batch) {
-  const RequestProgress& p = env_->progress_of(id);
-  const int64_t known = env_->known_tokens(id);
-  const bool samples = p.computed_tokens + new_tokens == known;
-  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
-  if (!samples) ++partial_prefills_;
-  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
+  if (!add_batch_step(*env_, id, new_tokens, batch)) ++partial_prefills_;
 }
 
 void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {

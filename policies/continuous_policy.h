@@ -138,6 +138,17 @@ struct BatchDefaults {
 BatchDefaults vllm_batch_defaults(ContinuousPolicyConfig::UsageContext context, int64_t gpu_memory_bytes,
                                   const std::string& gpu_name);
 
+// Arrival checks shared by the continuous schedulers (ContinuousPolicy, SglangPolicy): each
+// rejects `id` through env.reject with its reason and returns true when it can never be
+// served. Over the context: prompt + output beyond max_model_len. Over the cache: a footprint
+// of `footprint_tokens` that even an empty cache cannot hold (vLLM v0 AllocStatus.NEVER).
+bool reject_over_context(PolicyEnv& env, RequestId id);
+bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens);
+// Adds `new_tokens` of request `id` to `batch` at its computed tokens, sampling when they
+// complete what it knows (a decode when that is one generated token's successor). Returns
+// whether the step samples.
+bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch);
+
 class ContinuousPolicy final : public Policy {
  public:
   ContinuousPolicy(ContinuousPolicyConfig config, std::string name);

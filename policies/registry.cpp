@@ -7,6 +7,7 @@
 
 #include "hwmodel/error.h"
 #include "policies/continuous_policy.h"
+#include "policies/sglang_policy.h"
 #include "policies/static_policy.h"
 
 namespace batchsim {
@@ -65,6 +66,11 @@ const std::vector<PolicyInfo>& registered_policies() {
       // (sarathi/core/scheduler/sarathi_scheduler.py, block_manager.can_allocate).
       {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget, whole prompt's KV free to admit",
        {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}}, "vllm-v0"},
+      // SGLang's scheduler (policies/sglang_policy.h): its own loop, with SGLang's defaults
+      // (server_args.py, environ.py); schedule_policy=lpm is the cache-aware order.
+      {"sglang", "sglang",
+       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm",
+       {}, "sglang"},
   };
   return policies;
 }
@@ -106,8 +112,24 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
                     "first_chunk: admit when the first chunk's KV fits | full_prompt: only when the KV of the whole prompt is free (vLLM v1 scheduler_reserve_full_isl, Sarathi-Serve)"});
     return docs;
   }();
+  // SGLang's server arguments and environment variables, under their own names
+  // (policies/sglang_policy.h cites each).
+  static const std::vector<PolicyOptionDoc> sglang_docs = {
+      {"page_size", "1", "tokens per KV page (SGLang --page-size); also the radix cache's match granularity"},
+      {"chunked_prefill_size", "auto", "prefill tokens per batch and the chunk size; auto: by GPU memory, 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), else 16384"},
+      {"max_prefill_tokens", "16384", "prefill tokens per batch (the first request may exceed it)"},
+      {"max_running_requests", "auto", "most requests running; auto: min(clamp(KV tokens / context x 512, 2048, 4096), KV tokens / 2)"},
+      {"schedule_policy", "fcfs", "fcfs: arrival order | lpm: longest radix-cache prefix first (fcfs above 128 waiting)"},
+      {"prefix_caching", "true", "the radix cache: share KV of equal prompt prefixes (needs a trace's hash_ids or --prefix)"},
+      {"init_new_token_ratio", "0.7", "admission's starting share of running requests' max_new_tokens reserved (SGLANG_INIT_NEW_TOKEN_RATIO)"},
+      {"min_new_token_ratio_factor", "0.14", "floor of the ratio, as a fraction of its initial value (SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR)"},
+      {"new_token_ratio_decay_steps", "600", "decode steps over which the ratio decays from initial to floor (SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)"},
+      {"schedule_conservativeness", "1.0", "multiplies the initial ratio (capped at 1)"},
+      {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
+  };
   if (base == "static") return static_docs;
   if (base == "continuous") return continuous_docs;
+  if (base == "sglang") return sglang_docs;
   return chunked_docs;
 }
 
@@ -157,6 +179,30 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   return c;
 }
 
+SglangPolicyConfig sglang_config(const PolicyOptions& o) {
+  SglangPolicyConfig c;
+  c.page_size = static_cast<int32_t>(o.get_int("page_size", 1, 1, 1024));
+  // "auto" (0 inside): SGLang's own default, worked out when the policy meets the GPU and KV.
+  auto int_or_auto = [&o](const std::string& key, int64_t max) -> int64_t {
+    if (o.has(key) && o.values().at(key) == "auto") {
+      (void)o.get_choice(key, "auto", {"auto"});  // read, so that check_all_used accepts it
+      return 0;
+    }
+    return o.get_int(key, 0, 1, max);
+  };
+  c.chunked_prefill_size = int_or_auto("chunked_prefill_size", 1 << 24);
+  c.max_prefill_tokens = o.get_int("max_prefill_tokens", 16384, 1, 1 << 24);
+  c.max_running_requests = int_or_auto("max_running_requests", 1 << 20);
+  c.lpm = o.get_choice("schedule_policy", "fcfs", {"fcfs", "lpm"}) == "lpm";
+  c.radix_cache = o.get_bool("prefix_caching", true);
+  c.init_new_token_ratio = o.get_double("init_new_token_ratio", 0.7, 0.0, 1.0);
+  c.min_new_token_ratio_factor = o.get_double("min_new_token_ratio_factor", 0.14, 0.0, 1.0);
+  c.new_token_ratio_decay_steps = o.get_int("new_token_ratio_decay_steps", 600, 1, 1 << 30);
+  c.schedule_conservativeness = o.get_double("schedule_conservativeness", 1.0, 0.0, 1e6);
+  c.retract_decode_steps = o.get_int("retract_decode_steps", 20, 0, 1 << 20);
+  return c;
+}
+
 StaticPolicyConfig static_config(const PolicyOptions& o) {
   StaticPolicyConfig c;
   c.batch_size = o.get_int("batch_size", 8, 1, 1 << 20);
@@ -180,7 +226,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
 
   // An option the user set explicitly that the resolved KV manager ignores is a mistake worth
   // naming (a preset's own values are not: `orca kv=paged` is a legitimate ablation).
-  if (info.base != "static") {
+  if (info.base == "continuous" || info.base == "chunked-prefill") {
     const bool paged = merged.values().count("kv") == 0 || merged.values().at("kv") == "paged";
     for (const auto& [key, value] : options.values()) {
       const bool paged_only = key == "block_size" || key == "watermark" || key == "prefix_caching";
@@ -196,6 +242,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
   std::unique_ptr<Policy> policy;
   if (info.base == "static") {
     policy = std::make_unique<StaticPolicy>(static_config(merged), info.name);
+  } else if (info.base == "sglang") {
+    policy = std::make_unique<SglangPolicy>(sglang_config(merged), info.name);
   } else {
     policy = std::make_unique<ContinuousPolicy>(
         continuous_config(merged, info.base == "chunked-prefill"), info.name);

@@ -63,6 +63,11 @@ std::vector<PolicyVariant> variants() {
   // KV and in mixed iterations as well as in the tgi preset (shipped, above).
   v.push_back({"vllm-v0", {{"max_waiting_tokens", "5"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"max_waiting_tokens", "3"}, {"waiting_served_ratio", "0.5"}}});
+  // SGLang: decode runs repeat while the running batch is marked full; new_token_ratio decays
+  // on every one of them, repeated or not, and an optimistic ratio forces retractions.
+  v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"page_size", "16"}}});
+  v.push_back({"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"},
+                          {"max_running_requests", "12"}}});
   return v;
 }
 

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "policies/continuous_policy.h"
+#include "policies/sglang_policy.h"
 #include "policies/static_policy.h"
 #include "policy_test_rig.h"
 
@@ -48,6 +49,12 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"vllm-v0", {{"prefix_caching", "true"}, {"preemption", "swap"}, {"block_size", "8"}}});
   v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"max_num_partial_prefills", "2"},
                         {"watermark", "0.05"}, {"block_size", "8"}}});
+  // SGLang: lpm order, pages of 8, small chunks, an optimistic ratio (retractions), few slots.
+  v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"chunked_prefill_size", "48"}}});
+  v.push_back({"sglang", {{"page_size", "8"}, {"init_new_token_ratio", "0.05"},
+                          {"chunked_prefill_size", "100"}}});
+  v.push_back({"sglang", {{"max_running_requests", "3"}, {"max_prefill_tokens", "40"},
+                          {"schedule_policy", "lpm"}, {"prefix_caching", "false"}}});
   return v;
 }
 
@@ -157,7 +164,8 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   auto policy_ptr = policy(variant.policy, variant.options);
   const auto* continuous = dynamic_cast<const ContinuousPolicy*>(policy_ptr.get());
   const auto* fixed = dynamic_cast<const StaticPolicy*>(policy_ptr.get());
-  ASSERT_TRUE(continuous != nullptr || fixed != nullptr);
+  const auto* sglang = dynamic_cast<const SglangPolicy*>(policy_ptr.get());
+  ASSERT_TRUE(continuous != nullptr || fixed != nullptr || sglang != nullptr);
 
   std::vector<Track> track(n);
   SimTime last_end = SimTime::zero();
@@ -182,6 +190,23 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
       ASSERT_EQ(batch.shape.total_tokens(), tokens);  // no padding in continuous batching
       ASSERT_LE(static_cast<int64_t>(batch.items.size()), continuous->config().max_num_seqs);
       ASSERT_LE(static_cast<int64_t>(continuous->num_running()), continuous->config().max_num_seqs);
+    } else if (sglang != nullptr) {
+      // A prefill-only or a decode-only iteration; prefill within the chunk budget and
+      // max_prefill_tokens (which the last request admitted may overrun); requests within
+      // max_running_requests; new_token_ratio between its floor and 1.
+      ASSERT_EQ(batch.shape.total_tokens(), tokens);
+      if (!sglang->last_was_prefill()) {
+        ASSERT_EQ(batch.shape.num_decodes, static_cast<int64_t>(batch.items.size()));
+        ASSERT_EQ(tokens, static_cast<int64_t>(batch.items.size()));
+      } else {
+        ASSERT_LE(tokens, sglang->config().chunked_prefill_size);
+        // Each admission needs max_prefill_tokens left unspent (budget_state), so only the
+        // last item may overrun it.
+        ASSERT_LT(tokens - batch.items.back().new_tokens, sglang->config().max_prefill_tokens);
+      }
+      ASSERT_LE(static_cast<int64_t>(sglang->num_running()), sglang->config().max_running_requests);
+      ASSERT_GE(sglang->new_token_ratio(), sglang->min_new_token_ratio() - 1e-12);
+      ASSERT_LE(sglang->new_token_ratio(), 1.0);
     } else {
       ASSERT_LE(static_cast<int64_t>(batch.items.size()), fixed->config().batch_size);
       ASSERT_GE(batch.shape.total_tokens(), tokens);  // padding and finished rows only add
@@ -219,7 +244,7 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
         }
       }
       // The KV of a request still running covers exactly what it has computed.
-      if (!t.finished && continuous != nullptr) {
+      if (!t.finished && fixed == nullptr) {
         ASSERT_TRUE(p.kv_cache().holds(item.id));
         ASSERT_EQ(p.kv_cache().tokens_of(item.id), t.computed);
       }

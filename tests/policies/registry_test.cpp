@@ -221,7 +221,7 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
     }
   }
-  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi"}) {
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi", "sglang"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }
@@ -269,6 +269,7 @@ TEST(Registry, EveryPresetNamesAShippedEngine) {
   EXPECT_EQ(policy_engine("vllm"), "vllm");
   EXPECT_EQ(policy_engine("tgi-router"), "tgi");
   EXPECT_EQ(policy_engine("continuous"), "vllm");
+  EXPECT_EQ(policy_engine("sglang"), "sglang");
 }
 
 }  // namespace

@@ -1,0 +1,144 @@
+// batchsim — SGLang's scheduler (the `sglang` preset).
+//
+// SGLang schedules unlike vLLM in ways that are not options of one loop, so it has its own
+// class; the KV cache (PagedKvCache with prefix caching, the radix cache's stand-in) and the
+// arrival checks are shared with ContinuousPolicy. Sources, sgl-project/sglang under
+// python/sglang/srt/ (read 2026 from the stored copies; the rules below have the same shape
+// from v0.4 to main, and where versions differ the newest is followed):
+//   managers/schedule_policy.py @ 00550cd (main): SchedulePolicy.calc_priority, PrefillAdder;
+//   managers/scheduler.py (v0.4-v0.5 and main @ 0003215): get_next_batch_to_run,
+//     get_new_batch_prefill, update_running_batch, self_check_during_idle;
+//   managers/schedule_batch.py @ 000eaff (v0.5): check_decode_mem, retract_decode, release_req;
+//   managers/scheduler_components/new_token_ratio_tracker.py @ 1a882c5 (main);
+//   environ.py (SGLANG_INIT_NEW_TOKEN_RATIO 0.7, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14,
+//     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600, SGLANG_RETRACT_DECODE_STEPS 20,
+//     SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096);
+//   server_args.py (main): schedule_policy "fcfs", max_prefill_tokens 16384, page_size 1,
+//     _handle_gpu_memory_settings (chunked_prefill_size);
+//   model_executor model_runner's _resolve_max_num_reqs (main): max_running_requests.
+//
+// One iteration, as SGLang's get_next_batch_to_run:
+//  1. Prefill first. Unless the running batch is marked full (batch_is_full) or nothing waits,
+//     and no chunked prefill is in progress, a PrefillAdder packs a prefill-only batch: the
+//     chunked request's next chunk, then waiting requests in schedule_policy order (fcfs, or lpm:
+//     longest cached prefix first). Budgets: chunked_prefill_size tokens per batch (the chunk
+//     size; the one request that does not fit is cut there and becomes the chunked request,
+//     at most one at a time), max_prefill_tokens, max_running_requests, and KV: a request is
+//     admitted only while its extend tokens + min(max_new_tokens left, 4096) + one page stay below
+//     free (and evictable) KV minus what the running requests are expected to still write:
+//     Σ min(max_new_tokens left, 4096) × new_token_ratio, plus what this batch has taken.
+//     A request refused for KV (NO_TOKEN) or for max_running_requests marks the batch full:
+//     no prefill until a running request finishes or is retracted.
+//  2. Otherwise every running request decodes one token. If the KV for that step is not free,
+//     retract_decode retracts requests — fewest generated tokens first, the longest prompt
+//     among equals — until it is (always at least one, never the last), sends them to the back of
+//     the waiting queue to be prefilled again (prompt + generated, like vLLM's recompute), and
+//     sets new_token_ratio to (Σ generated + 20 × remaining) / Σ max_new_tokens of those left,
+//     capped at 1. A decode step without retraction lowers new_token_ratio by its decay, down to
+//     its minimum; an idle server resets it to its initial value.
+// Not modelled: enable_mixed_chunk (off by default), priority scheduling and its preemption,
+// the overlap scheduler's one-step lag (hwmodel/engines/sglang.yaml models its CPU overlap),
+// hierarchical cache, speculative decoding, the ignore_eos admission path. Differences of the
+// stand-in cache: prefixes are matched in whole hash blocks of the workload (a trace's hash_ids
+// or --prefix), not token by token; a prefix is shared within the prefill batch that computes
+// it (vLLM v1's rule) where SGLang's tree holds it only after that prefill; admission's budget
+// counts an evictable prefix the request itself pins as still free (SGLang re-checks after
+// locking it), and the cache then refuses the admission if it does not fit.
+// Where SGLang would assert (no KV left for the one request left after retraction, which a
+// chunked prefill can hold), the chunked request is retracted too.
+// Invariants (asserted by tests/policies): an iteration is prefill-only or decode-only; its
+// prefill tokens <= chunked_prefill_size (and <= max_prefill_tokens unless one request alone
+// exceeds it); running + chunked <= max_running_requests; each request's KV covers exactly its
+// computed tokens.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "policies/continuous_policy.h"
+#include "sim/policy.h"
+
+namespace batchsim {
+
+struct SglangPolicyConfig {
+  // SGLang's default page_size is 1 (one token per page): KV is allocated token by token and
+  // the radix tree matches any prefix length. PagedKvCache with block_size 1 is exactly that.
+  int32_t page_size = 1;
+  int64_t chunked_prefill_size = 0;   // 0: from the GPU's memory (sglang_chunked_prefill_size)
+  int64_t max_prefill_tokens = 16384;
+  int64_t max_running_requests = 0;   // 0: from the KV capacity (sglang_max_running_requests)
+  bool lpm = false;                   // schedule_policy=lpm (else fcfs, SGLang's default)
+  bool radix_cache = true;            // prefix sharing (disable_radix_cache=False)
+  double init_new_token_ratio = 0.7;  // SGLANG_INIT_NEW_TOKEN_RATIO
+  double min_new_token_ratio_factor = 0.14;  // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+  int64_t new_token_ratio_decay_steps = 600;  // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+  double schedule_conservativeness = 1.0;
+  int64_t retract_decode_steps = 20;  // SGLANG_RETRACT_DECODE_STEPS
+  int64_t clip_max_new_tokens = 4096;  // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+};
+
+// chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
+// < 35 GiB 2048, < 60 GiB 4096, < 160 GiB 8192 (H100, H200), else 16384 (B200, MI300).
+int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes);
+// max_running_requests when not given (model_runner _resolve_max_num_reqs):
+// min(clamp(capacity / context_len x 512, 2048, 4096), capacity / 2).
+int64_t sglang_max_running_requests(int64_t kv_capacity_tokens, int64_t context_len);
+
+class SglangPolicy final : public Policy {
+ public:
+  SglangPolicy(SglangPolicyConfig config, std::string name);
+  std::string_view name() const override { return name_; }
+  void attach(PolicyEnv& env) override;
+  void on_arrival(RequestId id, SimTime now) override;
+  void schedule(SimTime now, Batch& batch) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
+                        SimTime now) override;
+  bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0; }
+  bool repeat_decode_step(const Batch& batch) override;
+  const KvCacheManager& kv_cache() const override { return *kv_; }
+
+  const SglangPolicyConfig& config() const { return config_; }
+  double new_token_ratio() const { return new_token_ratio_; }
+  double min_new_token_ratio() const { return min_ratio_; }
+  double new_token_ratio_decay() const { return decay_; }
+  size_t num_running() const { return running_.size() + (chunked_ >= 0 ? 1 : 0); }
+  bool batch_is_full() const { return batch_is_full_; }
+  // Whether the last schedule() returned a prefill batch (else decodes only).
+  bool last_was_prefill() const { return last_was_prefill_; }
+
+ private:
+  // SGLang's max_new_tokens: the client's limit (PolicyEnv::output_limit), within the KV pool.
+  int64_t max_new_tokens(RequestId id) const;
+  // min(max_new_tokens - generated, clip): what admission expects a request still to write.
+  int64_t expected_new_tokens(RequestId id) const;
+  int64_t ceil_page(int64_t tokens) const;
+  // SchedulePolicy.calc_priority for lpm: the waiting queue by longest cached prefix.
+  void sort_waiting_by_prefix();
+  // get_new_batch_prefill; false when no prefill batch was formed.
+  bool schedule_prefill(Batch& batch);
+  // update_running_batch: retraction if needed, then one decode step for every running request.
+  void schedule_decode(Batch& batch);
+  int64_t pages_for_next_decode(std::span<const RequestId> requests) const;
+  void retract(RequestId id);
+  void add_step(RequestId id, int64_t new_tokens, Batch& batch);
+
+  SglangPolicyConfig config_;
+  std::string name_;
+  PolicyEnv* env_ = nullptr;
+  std::unique_ptr<PagedKvCache> kv_;
+  std::vector<RequestId> waiting_;
+  std::vector<RequestId> running_;  // the running (decoding) batch, in merge order
+  RequestId chunked_ = -1;          // the request whose prefill is cut into chunks
+  std::vector<RequestId> prefilled_;  // admitted by the last prefill batch, merged at its end
+  std::vector<bool> finished_flag_;
+  bool batch_is_full_ = false;
+  bool decode_shrank_ = false;      // a running request finished since the last decode step
+  bool repeatable_ = false;         // the last schedule() decoded without retracting
+  bool last_was_prefill_ = false;   // the last schedule() returned a prefill batch
+  double new_token_ratio_ = 0;
+  double init_ratio_ = 0, min_ratio_ = 0, decay_ = 0;
+};
+
+}  // namespace batchsim
