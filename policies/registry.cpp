@@ -126,6 +126,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"new_token_ratio_decay_steps", "600", "decode steps over which the ratio decays from initial to floor (SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)"},
       {"schedule_conservativeness", "1.0", "multiplies the initial ratio (capped at 1)"},
       {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
+      {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
   };
   if (base == "static") return static_docs;
   if (base == "continuous") return continuous_docs;
@@ -200,6 +201,7 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   c.new_token_ratio_decay_steps = o.get_int("new_token_ratio_decay_steps", 600, 1, 1 << 30);
   c.schedule_conservativeness = o.get_double("schedule_conservativeness", 1.0, 0.0, 1e6);
   c.retract_decode_steps = o.get_int("retract_decode_steps", 20, 0, 1 << 20);
+  c.mixed_chunk = o.get_bool("enable_mixed_chunk", false);
   return c;
 }
 

@@ -173,10 +173,14 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
   for (const RequestId id : running_) {
     offset += static_cast<double>(expected_new_tokens(id)) * new_token_ratio_;
   }
+  // Mixed chunks: the running requests' decode tokens come out of every budget first
+  // (PrefillAdder's mixed_with_decode_tokens).
+  const int64_t mixed_decodes = config_.mixed_chunk ? running_bs : 0;
+  offset += static_cast<double>(mixed_decodes);
   const int64_t page = config_.page_size;
   int64_t allocated = 0;  // tokens of new pages this batch took
-  int64_t rem_input = config_.max_prefill_tokens;
-  int64_t rem_chunk = config_.chunked_prefill_size;
+  int64_t rem_input = config_.max_prefill_tokens - mixed_decodes;
+  int64_t rem_chunk = config_.chunked_prefill_size - mixed_decodes;
   auto free_tokens = [&] { return kv_->free_blocks() * page; };
   auto rem_total = [&] { return static_cast<double>(free_tokens() + allocated) - offset; };
   auto charge = [&](int64_t extend, int64_t max_new, int64_t page_term) {
@@ -274,7 +278,19 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
   std::erase_if(waiting_, [&](RequestId id) {
     return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
   });
+  // mix_with_running: the running requests decode in this batch, after the prefill took its KV.
+  if (config_.mixed_chunk && !running_.empty() && pages_for_next_decode(running_) <= kv_->free_blocks()) {
+    grow_and_decode(running_, batch);
+    mixed_decodes_ = running_.size();
+  }
   return true;
+}
+
+void SglangPolicy::grow_and_decode(std::span<const RequestId> requests, Batch& batch) {
+  for (const RequestId id : requests) {
+    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1)) throw std::logic_error("decode growth failed after its pages were counted");
+    add_step(id, 1, batch);
+  }
 }
 
 int64_t SglangPolicy::pages_for_next_decode(std::span<const RequestId> requests) const {
@@ -352,16 +368,14 @@ void SglangPolicy::schedule_decode(Batch& batch) {
   } else {
     new_token_ratio_ = std::max(new_token_ratio_ - decay_, min_ratio_);
   }
-  for (const RequestId id : running_) {
-    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1)) throw std::logic_error("decode growth failed after its pages were counted");
-    add_step(id, 1, batch);
-  }
+  grow_and_decode(running_, batch);
   repeatable_ = !retracted;
 }
 
 void SglangPolicy::schedule(SimTime /*now*/, Batch& batch) {
   // Scheduler.get_next_batch_to_run: a prefill batch if one can be formed, else decode.
   repeatable_ = false;
+  mixed_decodes_ = 0;
   last_was_prefill_ = schedule_prefill(batch);
   if (last_was_prefill_) return;
   schedule_decode(batch);
@@ -396,6 +410,13 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
     // chunked request; its leaving, or a request that finished with its first token, makes the
     // running batch no longer full.
     if (chunked_ >= 0) batch_is_full_ = false;
+    if (mixed_decodes_ > 0 && !finished.empty()) {
+      // The decodes carried by the batch that finished leave the merged batch, which is then
+      // no longer full (filter_batch).
+      const auto before = running_.size();
+      std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
+      if (running_.size() != before) batch_is_full_ = false;
+    }
     for (const RequestId id : prefilled_) {
       if (finished_flag_[id]) {
         batch_is_full_ = false;

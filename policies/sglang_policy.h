@@ -36,7 +36,15 @@
 //     sets new_token_ratio to (Σ generated + 20 × remaining) / Σ max_new_tokens of those left,
 //     capped at 1. A decode step without retraction lowers new_token_ratio by its decay, down to
 //     its minimum; an idle server resets it to its initial value.
-// Not modelled: enable_mixed_chunk (off by default), priority scheduling and its preemption,
+// enable_mixed_chunk (--enable-mixed-chunk, off by default; aiconfigurator's generated
+// deployments turn it on): a prefill batch formed while requests are running takes every running
+// request's decode step too (get_new_batch_prefill: prepare_for_decode, then
+// ScheduleBatch.mix_with_running), and PrefillAdder starts with the prefill budgets
+// (max_prefill_tokens, chunked_prefill_size) and the KV budget less one token per running request
+// (mixed_with_decode_tokens = running_bs). Such a step neither decays the ratio nor retracts
+// (that is update_running_batch's, the decode-only path). If the decodes' next tokens do not fit
+// after the prefill took its KV, the step stays prefill-only (SGLang would fail to allocate).
+// Not modelled: priority scheduling and its preemption,
 // the overlap scheduler's one-step lag (hwmodel/engines/sglang.yaml models its CPU overlap),
 // hierarchical cache, speculative decoding, the ignore_eos admission path. Differences of the
 // stand-in cache: prefixes are matched in whole hash blocks of the workload (a trace's hash_ids
@@ -77,6 +85,7 @@ struct SglangPolicyConfig {
   double schedule_conservativeness = 1.0;
   int64_t retract_decode_steps = 20;  // SGLANG_RETRACT_DECODE_STEPS
   int64_t clip_max_new_tokens = 4096;  // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+  bool mixed_chunk = false;           // --enable-mixed-chunk (off by default)
 };
 
 // chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
@@ -107,6 +116,8 @@ class SglangPolicy final : public Policy {
   bool batch_is_full() const { return batch_is_full_; }
   // Whether the last schedule() returned a prefill batch (else decodes only).
   bool last_was_prefill() const { return last_was_prefill_; }
+  // Decode items the last prefill batch carried after its prefill items (enable_mixed_chunk).
+  size_t last_mixed_decodes() const { return mixed_decodes_; }
 
  private:
   // SGLang's max_new_tokens: the client's limit (PolicyEnv::output_limit), within the KV pool.
@@ -121,6 +132,8 @@ class SglangPolicy final : public Policy {
   // update_running_batch: retraction if needed, then one decode step for every running request.
   void schedule_decode(Batch& batch);
   int64_t pages_for_next_decode(std::span<const RequestId> requests) const;
+  // One decode step for each of `requests`, whose next tokens' pages were counted free.
+  void grow_and_decode(std::span<const RequestId> requests, Batch& batch);
   void retract(RequestId id);
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
 
@@ -132,6 +145,7 @@ class SglangPolicy final : public Policy {
   std::vector<RequestId> running_;  // the running (decoding) batch, in merge order
   RequestId chunked_ = -1;          // the request whose prefill is cut into chunks
   std::vector<RequestId> prefilled_;  // admitted by the last prefill batch, merged at its end
+  size_t mixed_decodes_ = 0;          // running requests the last prefill batch decoded
   std::vector<bool> finished_flag_;
   bool batch_is_full_ = false;
   bool decode_shrank_ = false;      // a running request finished since the last decode step

@@ -51,6 +51,7 @@ std::vector<PolicyVariant> variants() {
                         {"watermark", "0.05"}, {"block_size", "8"}}});
   // SGLang: lpm order, pages of 8, small chunks, an optimistic ratio (retractions), few slots.
   v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"chunked_prefill_size", "48"}}});
+  v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "40"}, {"max_prefill_tokens", "60"}}});
   v.push_back({"sglang", {{"page_size", "8"}, {"init_new_token_ratio", "0.05"},
                           {"chunked_prefill_size", "100"}}});
   v.push_back({"sglang", {{"max_running_requests", "3"}, {"max_prefill_tokens", "40"},
@@ -199,10 +200,20 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
         ASSERT_EQ(batch.shape.num_decodes, static_cast<int64_t>(batch.items.size()));
         ASSERT_EQ(tokens, static_cast<int64_t>(batch.items.size()));
       } else {
+        // With mixed chunks the running requests' decodes follow the prefill items, their
+        // tokens taken from both budgets first.
         ASSERT_LE(tokens, sglang->config().chunked_prefill_size);
+        const size_t decodes = sglang->last_mixed_decodes();
+        if (!sglang->config().mixed_chunk) ASSERT_EQ(decodes, 0u);
+        ASSERT_LT(decodes, batch.items.size());
+        for (size_t i = batch.items.size() - decodes; i < batch.items.size(); ++i) {
+          ASSERT_EQ(batch.items[i].new_tokens, 1);
+        }
+        const int64_t last_prefill = batch.items[batch.items.size() - decodes - 1].new_tokens;
         // Each admission needs max_prefill_tokens left unspent (budget_state), so only the
-        // last item may overrun it.
-        ASSERT_LT(tokens - batch.items.back().new_tokens, sglang->config().max_prefill_tokens);
+        // last prefill item may overrun it.
+        ASSERT_LT(tokens - static_cast<int64_t>(decodes) - last_prefill,
+                  sglang->config().max_prefill_tokens - static_cast<int64_t>(decodes));
       }
       ASSERT_LE(static_cast<int64_t>(sglang->num_running()), sglang->config().max_running_requests);
       ASSERT_GE(sglang->new_token_ratio(), sglang->min_new_token_ratio() - 1e-12);

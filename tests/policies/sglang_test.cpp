@@ -184,6 +184,28 @@ TEST(SglangScenario, ChunkedPrefillCutsAtTheChunkSizeAndStallsTheDecodes) {
   EXPECT_EQ(r.run.steps[3].items[0].context_before, 128);
 }
 
+TEST(SglangScenario, MixedChunksCarryTheDecodesAndTakeTheirTokensFromTheChunk) {
+  // The same requests with --enable-mixed-chunk (aiconfigurator's deployments set it): every
+  // prefill batch formed while C runs also decodes C, and C's token comes out of the chunk
+  // budget first (mixed_with_decode_tokens), so A is cut into 63 + 63 + 63 + 11 and B, 10
+  // tokens, fits beside A's last chunk. C is never stalled: its 10 tokens end at step 9, not 13.
+  const Workload w = make_workload({{0, 10, 10}, {0.005, 200, 5}, {0.005, 10, 3}});
+  constexpr RequestId kC = 0, kA = 1, kB = 2;
+  const RatioRun r = run_sglang(w, 100000, {{"chunked_prefill_size", "64"}, {"enable_mixed_chunk", "true"}});
+  expect_states(r.run, {
+      {0, 0, {{kC, 10}}},
+      {1, 3, {{kA, 63}, {kC, 1}}},
+      {4, 4, {{kA, 11}, {kB, 10}, {kC, 1}}},
+      {5, 6, {{kA, 1}, {kB, 1}, {kC, 1}}},
+      {7, 8, {{kA, 1}, {kC, 1}}},
+      {9, 9, {{kC, 1}}},
+  });
+  EXPECT_EQ(r.run.steps.size(), 10u);
+  // A mixed step is a prefill batch: it neither decays the ratio nor counts as decode-only.
+  EXPECT_EQ(r.ratio[1], r.ratio[0]);
+  EXPECT_EQ(r.run.steps[2].shape.num_decodes, 1);
+}
+
 // A's prompt is cached when B, C, D arrive together (in that order) with 0, 32 and 63 of their
 // 64 tokens cached (D repeats A's prompt: all but the last token, which is recomputed to
 // sample). One request runs at a time (max_running_requests 1), so the order of service is
