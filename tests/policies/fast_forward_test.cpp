@@ -44,6 +44,16 @@ bool reserves_kv(const PolicyVariant& v) {
     }
   }
   if (v.options.count("kv") != 0) kv = v.options.at("kv");
+  // TensorRT-LLM's capacity policies choose the KV manager (trtllm: no-evict reserves).
+  std::string capacity = "none";
+  for (const PolicyInfo& info : registered_policies()) {
+    if (info.name != v.policy) continue;
+    for (const auto& [key, value] : info.preset) {
+      if (key == "capacity_scheduler") capacity = value;
+    }
+  }
+  if (v.options.count("capacity_scheduler") != 0) capacity = v.options.at("capacity_scheduler");
+  if (capacity != "none") return capacity == "guaranteed_no_evict";
   return kv == "reserve";
 }
 
@@ -63,6 +73,14 @@ std::vector<PolicyVariant> variants() {
   // KV and in mixed iterations as well as in the tgi preset (shipped, above).
   v.push_back({"vllm-v0", {{"max_waiting_tokens", "5"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"max_waiting_tokens", "3"}, {"waiting_served_ratio", "0.5"}}});
+  // TensorRT-LLM's other capacity policy and chunked context; TGI's decode after admission on
+  // paged KV, where preemption empties the batch it waits on.
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}}});
+  v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "512"}}});
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
+                          {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
+  v.push_back({"tgi", {{"max_num_batched_tokens", "256"}}});
+  v.push_back({"vllm-v0", {{"decode_after_admission", "true"}, {"max_waiting_tokens", "5"}}});
   return v;
 }
 
