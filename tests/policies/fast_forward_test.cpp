@@ -34,27 +34,24 @@ using testing::PolicyVariant;
 // prefills, a small budget and few sequences (requests left waiting while decodes repeat).
 // Whether the variant's KV manager reserves (static batching, or kv=reserve by the preset or
 // by the variant's options).
+// The value of option `key` for variant `v`: its own, else its preset's, else `fallback`.
+std::string option_of(const PolicyVariant& v, const std::string& key, const std::string& fallback) {
+  if (v.options.count(key) != 0) return v.options.at(key);
+  for (const PolicyInfo& info : registered_policies()) {
+    if (info.name != v.policy) continue;
+    for (const auto& [k, value] : info.preset) {
+      if (k == key) return value;
+    }
+  }
+  return fallback;
+}
+
 bool reserves_kv(const PolicyVariant& v) {
   if (v.policy.find("static") != std::string::npos) return true;
-  std::string kv = "paged";
-  for (const PolicyInfo& info : registered_policies()) {
-    if (info.name != v.policy) continue;
-    for (const auto& [key, value] : info.preset) {
-      if (key == "kv") kv = value;
-    }
-  }
-  if (v.options.count("kv") != 0) kv = v.options.at("kv");
   // TensorRT-LLM's capacity policies choose the KV manager (trtllm: no-evict reserves).
-  std::string capacity = "none";
-  for (const PolicyInfo& info : registered_policies()) {
-    if (info.name != v.policy) continue;
-    for (const auto& [key, value] : info.preset) {
-      if (key == "capacity_scheduler") capacity = value;
-    }
-  }
-  if (v.options.count("capacity_scheduler") != 0) capacity = v.options.at("capacity_scheduler");
+  const std::string capacity = option_of(v, "capacity_scheduler", "none");
   if (capacity != "none") return capacity == "guaranteed_no_evict";
-  return kv == "reserve";
+  return option_of(v, "kv", "paged") == "reserve";
 }
 
 std::vector<PolicyVariant> variants() {
