@@ -48,7 +48,13 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
         env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
     kv_ = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
   } else {
-    kv_ = std::make_unique<ReservedKvCache>(n, env.kv_capacity_tokens);
+    // Counted in blocks only for TensorRT-LLM's no-evict reservation; --num-gpu-blocks then
+    // sets the block count as it does for a paged cache.
+    const int32_t unit = config_.reserve_blocks_to_completion ? config_.block_size : 1;
+    const int64_t capacity = env.num_gpu_blocks > 0 && config_.reserve_blocks_to_completion
+                                 ? env.num_gpu_blocks * unit
+                                 : env.kv_capacity_tokens;
+    kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
   }
   budget_ = config_.max_num_batched_tokens > 0
                 ? config_.max_num_batched_tokens
@@ -71,6 +77,9 @@ int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
   // decides whether it can ever fit (vLLM's can_allocate / allocate_slots never read
   // max_tokens).
   const int64_t output = config_.paged ? r.output_tokens : env_->output_limit(id);
+  // TensorRT-LLM counts mPromptLen + mMaxNewTokens (getRemainingBlocksToCompletion), the
+  // sampled-only last token included.
+  if (!config_.paged && config_.reserve_blocks_to_completion) return r.prompt_tokens + output;
   return static_cast<int64_t>(r.prompt_tokens) + output - 1;
 }
 
@@ -138,7 +147,11 @@ int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
     if (config_.long_prefill_token_threshold > 0) {
       n = std::min(n, config_.long_prefill_token_threshold);
     }
-    return std::min(n, budget);
+    n = std::min(n, budget);
+    // TensorRT-LLM setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED>: a chunk that is not the
+    // rest of the prompt is rounded down to a multiple of chunkUnitSize.
+    if (config_.chunk_unit > 1 && n < need) n -= n % config_.chunk_unit;
+    return n;
   }
   if (need <= budget) return need;
   // Without chunking a request runs its whole prefill in one iteration or waits (vLLM v0
@@ -176,20 +189,49 @@ void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
   }
 }
 
+RequestId ContinuousPolicy::preemption_victim(const Batch& batch) const {
+  if (!config_.generation_first) return running_.back();
+  // The decodes of this step are in the batch already; a victim must not be one of them.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    const RequestId id = *it;
+    if (std::none_of(batch.items.begin(), batch.items.end(),
+                     [id](const BatchItem& item) { return item.id == id; })) {
+      return id;
+    }
+  }
+  throw std::logic_error("no running request left to preempt");
+}
+
 bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
+  if (!config_.generation_first) return schedule_running_pass(batch, budget, RunningPass::all);
+  // TensorRT-LLM MicroBatchScheduler::operator(): generation requests take their tokens in the
+  // first loop; context chunks share what is left after it.
+  const bool decoded = schedule_running_pass(batch, budget, RunningPass::decodes);
+  const bool prefilled = schedule_running_pass(batch, budget, RunningPass::prefills);
+  return decoded && prefilled;
+}
+
+bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, RunningPass pass) {
   bool preempted = false;
   // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
   // while budget is left (a decode costs one token; a partial prefill its next chunk).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
+    if (pass != RunningPass::all) {
+      const bool decode = p.generated_tokens > 0 && need_of(id) == 1;
+      if (decode != (pass == RunningPass::decodes)) {
+        ++i;
+        continue;
+      }
+    }
     const int64_t n = step_tokens(need_of(id), budget);
     if (n == 0) break;
     bool scheduled = true;
     while (!kv_->try_grow(id, p.computed_tokens + n)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), possibly
       // this one.
-      const RequestId victim = running_.back();
+      const RequestId victim = preemption_victim(batch);
       preempt(victim, batch);
       preempted = true;
       if (victim == id) {
@@ -198,6 +240,8 @@ bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
       }
     }
     if (!scheduled) continue;  // running_[i] is now the next request (or the end)
+    // A victim of the decode pass may have been a prefill ahead of this request.
+    if (running_[i] != id) i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     add_step(id, n, batch);
     budget -= n;
     ++i;
@@ -287,10 +331,17 @@ bool ContinuousPolicy::admission_allowed(int64_t budget) const {
 }
 
 void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
+  // TGI batching_task: the inner loop's prefill is always followed by a decode.
+  if (config_.decode_after_admission && admitted_into_running_) {
+    forced_decode_ = !waiting_.empty();
+    return;
+  }
   if (!admission_allowed(budget)) {
     held_back_ = true;
     return;
   }
+  // Whether this admission joins a running batch (TGI's inner loop) or starts one.
+  into_running_ = !running_.empty();
   // vLLM v1 schedule() step 2 / v0 _schedule_prefills: FCFS while a sequence slot
   // (max_num_seqs), budget and KV are left; the first request that does not fit stops
   // admission (head-of-line), so a later, smaller request never overtakes it.
@@ -340,9 +391,12 @@ void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   partial_prefills_ = 0;
   admitted_ = false;
   held_back_ = false;
+  forced_decode_ = false;
+  into_running_ = false;
   const bool preempted = !fill_batch(batch, budget);
   repeatable_ = !preempted && !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
+  admitted_into_running_ = admitted_ && into_running_;
 }
 
 bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
@@ -353,6 +407,8 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   // (which decode growth only shrinks); in exclusive mode a decode-only iteration already
   // means no prefill could be admitted, for the same lasting reasons.
   if (!repeatable_) return false;
+  // decode_after_admission kept the waiting requests out of this step only.
+  if (forced_decode_) return false;
   // TGI's wait rule is the one reason to keep new requests out that expires by itself: the
   // schedule() after enough decode steps lets them in. (Its other branch, too few requests
   // fitting at once, lasts: decodes only shrink the room.)

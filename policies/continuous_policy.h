@@ -78,6 +78,34 @@
 //                          prefill); meanwhile the batch decodes undisturbed. The count is a dry
 //                          run of admission (KvCacheManager::admission_room). 0: off, admit
 //                          whenever possible (vLLM, Orca).
+//   decode_after_admission TGI's batching_task (text-generation-inference v3.3.7
+//                          backends/v3/src/backend.rs; 1.x router/src/infer.rs): a batch
+//                          prefilled into a running one is always followed by a decode of
+//                          everything (`cached_batch = decode(...)` ends every pass of the inner
+//                          loop), so an iteration that admitted while others were running is
+//                          followed by one that admits nobody. A batch prefilled when nothing
+//                          ran (the outer loop) may be followed at once by another prefill.
+//   capacity_scheduler     TensorRT-LLM's capacity policies (executor::CapacitySchedulerPolicy;
+//                          cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp, main 2026-05):
+//                          guaranteed_no_evict reserves ceil((prompt + max_tokens) /
+//                          tokens_per_block) blocks to completion (kvCacheManager.cpp
+//                          getRemainingBlocksToCompletion) and admits in order while they are
+//                          free (NoEvictScheduledBlocksManager), breaking at the first that does
+//                          not fit: kv=reserve counted in blocks of block_size; max_utilization
+//                          needs only the next step's blocks (getNeededBlocksOneStep: the whole
+//                          prompt for a first chunk, a block when a decode crosses one) and
+//                          pauses the last started request (recompute) when they run out:
+//                          kv=paged with admission of the whole prompt. TensorRT-LLM allocates
+//                          the whole prompt's blocks at the first chunk (allocateKvCache.cpp
+//                          addSequence); here later chunks grow just in time, so with chunking
+//                          a later chunk may preempt where TensorRT-LLM would not.
+//   enable_chunked_context TensorRT-LLM's micro-batch scheduler (microBatchScheduler.cpp) with
+//                          context chunking: generation requests first (one token each), then
+//                          context chunks in order, each the rest of its prompt or, when cut
+//                          by max_num_tokens, rounded down to a multiple of the chunk unit,
+//                          which is tokens_per_block (block_size). A chunk rounded down to 0
+//                          stops the step (TensorRT-LLM would still give a later, shorter
+//                          prompt the leftover; not modelled).
 //   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
@@ -118,6 +146,15 @@ struct ContinuousPolicyConfig {
   bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
   int64_t max_waiting_tokens = 0;       // TGI --max-waiting-tokens (20); 0: off
   double waiting_served_ratio = 1.2;    // TGI --waiting-served-ratio
+  bool decode_after_admission = false;  // TGI: an admission into a running batch, then a decode
+  // TensorRT-LLM GUARANTEED_NO_EVICT (kv=reserve): reserve ceil((prompt + max_tokens) /
+  // block_size) blocks, the last output token included, instead of prompt + max_tokens - 1
+  // tokens.
+  bool reserve_blocks_to_completion = false;
+  // TensorRT-LLM's micro-batch order with chunked context: decodes before any prefill chunk,
+  // and a chunk cut by the budget rounded down to a multiple of chunk_unit (0: no rounding).
+  bool generation_first = false;
+  int32_t chunk_unit = 0;
   // vLLM's defaults by GPU and usage context, for the limits the user did not set
   // (vllm_batch_defaults): none keeps max_num_seqs and max_num_batched_tokens as they are.
   enum class UsageContext { none, api_server, llm_class };
@@ -171,6 +208,12 @@ class ContinuousPolicy final : public Policy {
   // Schedules running requests in admission order, preempting the newest when KV runs out.
   // Returns false when a preemption happened.
   bool schedule_running(Batch& batch, int64_t& budget);
+  // One pass of schedule_running over the running requests of one kind.
+  enum class RunningPass { all, decodes, prefills };
+  bool schedule_running_pass(Batch& batch, int64_t& budget, RunningPass pass);
+  // The running request to preempt when one cannot grow: the newest, or with generation_first
+  // the newest not already in the batch (a decode scheduled before the prefill chunks).
+  RequestId preemption_victim(const Batch& batch) const;
   void schedule_swapped(Batch& batch, int64_t& budget);
   // The scheduling steps of one iteration; false when a preemption cut them short.
   bool fill_batch(Batch& batch, int64_t& budget);
@@ -220,6 +263,9 @@ class ContinuousPolicy final : public Policy {
   int64_t partial_prefills_ = 0;  // items of the batch being built that do not finish a prefill
   bool admitted_ = false;         // the batch being built admitted a waiting request
   bool held_back_ = false;        // ... or TGI's wait rule kept the waiting requests out
+  bool forced_decode_ = false;    // ... or decode_after_admission did
+  bool admitted_into_running_ = false;  // the last schedule() admitted while others ran
+  bool into_running_ = false;           // the batch being built admits into a running one
   int64_t steps_since_admission_ = 0;  // schedule() calls since one last admitted (TGI: waiting_tokens - 1)
 };
 

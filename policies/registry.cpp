@@ -28,22 +28,54 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"orca", "continuous",
        "Orca: mixed iterations, contiguous KV reserved for max_model_len",
        {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}, "fastertransformer"},
-      // The simplified TGI of issue 3 (continuous, mixed, paged), kept as specified; tgi-router
-      // below is what TGI's router really does.
-      {"tgi", "continuous", "TGI-like: continuous, mixed prefill+decode, paged KV",
-       {{"kv", "paged"}, {"prefill", "mixed"}}, "tgi"},
+      // text-generation-inference v3 (v3.3.7, backends/v3/src/backend.rs batching_task and
+      // queue.rs next_batch) on a model that supports chunking (the flash models; the server's
+      // PREFILL_CHUNKING defaults to 1): new requests are prefilled together with the running
+      // batch's next tokens (prefill(new_batch, cached_batch)), within max_batch_prefill_tokens
+      // less the running batch's current_tokens, the last entry cut to the budget left; the
+      // wait rule is ignored ("`waiting_served_ratio` and `max_waiting_tokens` will be
+      // ignored"); every such prefill is followed by a decode of the whole batch. The queue
+      // allocates input + max_new_tokens + speculate - 1 tokens of blocks at admission
+      // (block_allocator.rs SimpleAllocator::allocate; BLOCK_SIZE 1 with the default flashinfer
+      // attention, server/text_generation_server/models/globals.py), so KV is reserved for
+      // prompt + max_new_tokens. max_batch_prefill_tokens: the launcher's fallback 4096
+      // (launcher/src/main.rs; it uses the card's f16 FLOP/s over the model's FLOP per token,
+      // capped at max_position_embeddings, when it knows the card: set it to match);
+      // max_batch_size: none. Not modelled: the radix prefix cache (on by default), the
+      // server's choice of the running chunks' sizes (newest first, at least one token each).
+      {"tgi", "chunked-prefill",
+       "TGI v3: chunked prefill mixed with the running decodes (max_batch_prefill_tokens 4096), a decode after every admission, KV reserved for prompt + max_new_tokens",
+       {{"kv", "reserve"}, {"reserve_to", "output"}, {"max_num_batched_tokens", "4096"},
+        {"max_num_seqs", "1048576"}, {"decode_after_admission", "true"}},
+       "tgi"},
       // text-generation-inference 1.x router: a new batch is prefilled on its own and then
-      // concatenated (router/src/infer.rs), with the 20-step / 1.2 wait rule; admission counts
-      // input + max_new_tokens of every running request against max_batch_total_tokens
+      // concatenated (router/src/infer.rs batching_task, v1.4.5), with the 20-step / 1.2 wait
+      // rule, and every prefill into the running batch is followed by a decode; admission
+      // counts input + max_new_tokens of every running request against max_batch_total_tokens
       // (router/src/queue.rs next_batch), and the server allocates those blocks up front
       // (flash_causal_lm.py), which is a reservation of prompt + output; prefill budget
-      // --max-batch-prefill-tokens 4096.
+      // --max-batch-prefill-tokens 4096. (Until issue 13 `tgi` was a simplified TGI:
+      // continuous, mixed, paged; that is `--policy continuous --engine tgi`.)
       {"tgi-router", "continuous",
-       "TGI 1.x router: prefill-only iterations after a wait rule, KV reserved for prompt + max_new_tokens",
+       "TGI 1.x router: prefill-only iterations after a wait rule, a decode after each, KV reserved for prompt + max_new_tokens",
        {{"kv", "reserve"}, {"reserve_to", "output"}, {"prefill", "exclusive"},
         {"max_num_batched_tokens", "4096"}, {"max_waiting_tokens", "20"},
-        {"waiting_served_ratio", "1.2"}},
+        {"waiting_served_ratio", "1.2"}, {"decode_after_admission", "true"}},
        "tgi"},
+      // TensorRT-LLM in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp,
+      // microBatchScheduler.cpp, main 2026-05) with trtllm-serve's defaults: the capacity
+      // policy GUARANTEED_NO_EVICT (SchedulerConfig.capacity_scheduler_policy,
+      // tensorrt_llm/llmapi/llm_args.py), tokens_per_block 32 (KvCacheConfig), max_batch_size
+      // 2048 and max_num_tokens 8192 (BuildConfig, tensorrt_llm/builder.py, which
+      // tensorrt_llm/commands/serve.py takes its defaults from), chunked context off
+      // (enable_chunked_prefill False). Without chunking the micro-batch scheduler takes the
+      // generation requests first and then whole contexts in order until max_num_tokens, which
+      // is the mixed mode of the continuous base. Not modelled: KV block reuse (enable_block_reuse).
+      {"trtllm", "continuous",
+       "TensorRT-LLM in-flight batching: GUARANTEED_NO_EVICT (blocks to completion) or MAX_UTILIZATION, max_num_tokens 8192, max_batch_size 2048, tokens_per_block 32",
+       {{"capacity_scheduler", "guaranteed_no_evict"}, {"block_size", "32"},
+        {"max_num_batched_tokens", "8192"}, {"max_num_seqs", "2048"}},
+       "trtllm"},
       {"vllm-v0", "continuous",
        "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
@@ -96,11 +128,16 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"waiting_served_ratio", "1.2", "TGI wait rule: 'enough' = this x the running requests"},
       {"prefix_caching", "false", "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
       {"usage_context", "none", "api_server | llm: max_num_batched_tokens and max_num_seqs not given follow vLLM's defaults for the GPU (vllm serve | offline LLM); none: the defaults above"},
+      {"decode_after_admission", "false", "TGI's batching loop: an iteration that admitted into a running batch is followed by one that admits nobody"},
+      {"capacity_scheduler", "none", "TensorRT-LLM capacity policy, instead of kv/reserve_to: guaranteed_no_evict (reserve ceil((prompt+max_tokens)/block_size) blocks) | max_utilization (paged, whole prompt free to admit, pause the last started) | none"},
+      {"enable_chunked_context", "false", "TensorRT-LLM chunked context: decodes first, then prompt chunks rounded down to multiples of block_size (tokens_per_block) to fill max_num_batched_tokens"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
     docs.erase(std::remove_if(docs.begin(), docs.end(),
-                              [](const PolicyOptionDoc& d) { return d.key == "prefill"; }),
+                              [](const PolicyOptionDoc& d) {
+                                return d.key == "prefill" || d.key == "enable_chunked_context";
+                              }),
                docs.end());
     for (auto& d : docs) {
       if (d.key == "max_num_batched_tokens") d = {d.key, "2048", "token budget per iteration"};
@@ -148,13 +185,38 @@ const PolicyInfo& find_policy(std::string_view name) {
 
 ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   ContinuousPolicyConfig c;
-  c.chunked = chunked;
-  c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
+  // TensorRT-LLM's chunked context on the continuous base (TRT-LLM's own option name).
+  const bool context_chunking = !chunked && o.get_bool("enable_chunked_context", false);
+  c.chunked = chunked || context_chunking;
   c.block_size = static_cast<int32_t>(o.get_int("block_size", kDefaultBlockSize, 1, 1024));
+  if (context_chunking) {
+    // ContextChunkingConfig{kFIRST_COME_FIRST_SERVED, tokensPerBlock}: the chunk unit is the
+    // KV block (tensorrt_llm/_torch/pyexecutor/_util.py; trtGptModelInflightBatching.cpp).
+    c.generation_first = true;
+    c.chunk_unit = c.block_size;
+  }
+  const std::string capacity = o.get_choice("capacity_scheduler", "none",
+                                            {"none", "guaranteed_no_evict", "max_utilization"});
+  if (capacity == "none") {
+    c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
+    c.reserve_max_model_len =
+        o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";
+  } else {
+    for (const char* key : {"kv", "reserve_to"}) {
+      if (o.values().count(key) > 0) {
+        throw UserError(fmt::format("--policy-opt {}={}: capacity_scheduler={} decides the KV "
+                                    "manager; leave {} out",
+                                    key, o.values().at(key), capacity, key));
+      }
+    }
+    // GUARANTEED_NO_EVICT: blocks to completion reserved at admission; MAX_UTILIZATION: paged,
+    // the whole prompt's blocks free to start (getNeededBlocksOneStep of a first chunk).
+    c.paged = capacity == "max_utilization";
+    c.reserve_blocks_to_completion = !c.paged;
+    c.admit_full_prompt = c.paged;
+  }
   c.watermark = o.get_double("watermark", 0.0, 0.0, 0.5);
-  c.reserve_max_model_len =
-      o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";
-  if (!chunked) {
+  if (!c.chunked) {
     c.mixed_prefill = o.get_choice("prefill", "mixed", {"mixed", "exclusive"}) == "mixed";
   }
   c.max_num_seqs = o.get_int("max_num_seqs", 256, 1, 1 << 20);
@@ -171,11 +233,13 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.prefix_caching = o.get_bool("prefix_caching", false) && c.paged;
   c.max_waiting_tokens = o.get_int("max_waiting_tokens", 0, 0, 1 << 24);
   c.waiting_served_ratio = o.get_double("waiting_served_ratio", 1.2, 0.0, 1e6);
+  c.decode_after_admission = o.get_bool("decode_after_admission", false);
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
     c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 0, 0, 1 << 20);
-    c.admit_full_prompt =
-        o.get_choice("admission", "first_chunk", {"first_chunk", "full_prompt"}) == "full_prompt";
+    // MAX_UTILIZATION needs the whole prompt free unless the user says otherwise.
+    c.admit_full_prompt = o.get_choice("admission", c.admit_full_prompt ? "full_prompt" : "first_chunk",
+                                       {"first_chunk", "full_prompt"}) == "full_prompt";
   }
   return c;
 }
@@ -229,9 +293,15 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
   // An option the user set explicitly that the resolved KV manager ignores is a mistake worth
   // naming (a preset's own values are not: `orca kv=paged` is a legitimate ablation).
   if (info.base == "continuous" || info.base == "chunked-prefill") {
-    const bool paged = merged.values().count("kv") == 0 || merged.values().at("kv") == "paged";
+    const auto& set = merged.values();
+    const std::string capacity = set.count("capacity_scheduler") > 0 ? set.at("capacity_scheduler") : "none";
+    // capacity_scheduler decides the KV manager when set (continuous_config refuses kv then).
+    const bool paged = capacity == "max_utilization" ||
+                       (capacity != "guaranteed_no_evict" && (set.count("kv") == 0 || set.at("kv") == "paged"));
+    // GUARANTEED_NO_EVICT counts its reservations in blocks of block_size.
+    const bool blocks = paged || capacity == "guaranteed_no_evict";
     for (const auto& [key, value] : options.values()) {
-      const bool paged_only = key == "block_size" || key == "watermark" || key == "prefix_caching";
+      const bool paged_only = (key == "block_size" && !blocks) || key == "watermark" || key == "prefix_caching";
       if ((paged_only && !paged) || (key == "reserve_to" && paged)) {
         throw UserError(fmt::format("--policy-opt {}={}: only applies with kv={} (policy '{}' "
                                     "uses kv={})",

@@ -345,19 +345,23 @@ void PagedKvCache::check_invariants() const {
   });
 }
 
-ReservedKvCache::ReservedKvCache(int64_t num_requests, int64_t capacity_tokens)
-    : KvCacheManager(num_requests), capacity_(capacity_tokens), reserved_(num_requests, 0) {
-  if (capacity_tokens < 1) throw UserError("the KV cache has no room: the model's weights leave no memory for KV");
+ReservedKvCache::ReservedKvCache(int64_t num_requests, int64_t capacity_tokens, int32_t block_size)
+    : KvCacheManager(num_requests),
+      block_size_(block_size),
+      capacity_(block_size > 0 ? capacity_tokens / block_size * block_size : 0),
+      reserved_(num_requests, 0) {
+  if (block_size < 1) throw UserError("block_size must be >= 1");
+  if (capacity_ < 1) throw UserError("the KV cache has no room: the model's weights leave no memory for KV");
 }
 
 bool ReservedKvCache::can_admit(RequestId /*id*/, int64_t tokens, int64_t reserve_tokens) const {
-  return reserved_total_ + std::max(tokens, reserve_tokens) <= capacity_;
+  return reserved_total_ + rounded(std::max(tokens, reserve_tokens)) <= capacity_;
 }
 
 bool ReservedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
   if (holds(id)) throw std::logic_error("ReservedKvCache: request admitted twice");
   if (!can_admit(id, tokens, reserve_tokens)) return false;
-  if (reserve_tokens < tokens) reserve_tokens = tokens;
+  reserve_tokens = rounded(std::max(tokens, reserve_tokens));
   reserved_total_ += reserve_tokens;
   reserved_[id] = reserve_tokens;
   tokens_[id] = tokens;
@@ -384,7 +388,7 @@ void ReservedKvCache::release(RequestId id) {
 }
 
 bool ReservedKvCache::fits_when_empty(int64_t reserve_tokens) const {
-  return reserve_tokens <= capacity_;
+  return rounded(reserve_tokens) <= capacity_;
 }
 
 }  // namespace batchsim

@@ -12,7 +12,11 @@
 //  * ReservedKvCache (HF pipelines, FasterTransformer, Orca): contiguous memory; at admission a
 //    request reserves its whole future footprint (prompt + max_new_tokens, or max_model_len
 //    when the server cannot know the output length). The vLLM paper measures this
-//    over-reservation as 60-80% waste.
+//    over-reservation as 60-80% waste. A reservation may be counted in whole blocks
+//    (`block_size` > 1): TensorRT-LLM's GUARANTEED_NO_EVICT reserves
+//    ceil(tokens / tokens_per_block) blocks of a paged cache (capacityScheduler.cpp with
+//    kvCacheManager.cpp getRemainingBlocksToCompletion), which is a contiguous reservation
+//    rounded up to blocks; block_size 1 counts tokens.
 //
 // Invariants (checked by tests on every iteration of randomized runs):
 //   paged:    allocated_blocks + free_blocks == num_blocks; a request's blocks cover its tokens;
@@ -222,7 +226,8 @@ class PagedKvCache final : public KvCacheManager {
 
 class ReservedKvCache final : public KvCacheManager {
  public:
-  ReservedKvCache(int64_t num_requests, int64_t capacity_tokens);
+  // `capacity_tokens` is cut down to whole blocks; every reservation is rounded up to them.
+  ReservedKvCache(int64_t num_requests, int64_t capacity_tokens, int32_t block_size = 1);
   std::string_view kind() const override { return "reserve"; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   bool try_grow(RequestId id, int64_t tokens) override;
@@ -231,14 +236,17 @@ class ReservedKvCache final : public KvCacheManager {
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
   int64_t admission_room() const override { return capacity_ - reserved_total_; }
   int64_t admission_cost(int64_t tokens, int64_t reserve_tokens) const override {
-    return std::max(tokens, reserve_tokens);
+    return rounded(std::max(tokens, reserve_tokens));
   }
   int64_t capacity_tokens() const override { return capacity_; }
   int64_t allocated_tokens() const override { return reserved_total_; }
   int64_t used_tokens() const override { return used_tokens_; }
   int64_t reservation_of(RequestId id) const { return holds(id) ? reserved_[id] : 0; }
+  int32_t block_size() const { return block_size_; }
 
  private:
+  int64_t rounded(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_ * block_size_; }
+  int32_t block_size_;
   int64_t capacity_;
   int64_t reserved_total_ = 0;
   std::vector<int64_t> reserved_;

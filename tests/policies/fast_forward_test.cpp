@@ -34,17 +34,24 @@ using testing::PolicyVariant;
 // prefills, a small budget and few sequences (requests left waiting while decodes repeat).
 // Whether the variant's KV manager reserves (static batching, or kv=reserve by the preset or
 // by the variant's options).
-bool reserves_kv(const PolicyVariant& v) {
-  if (v.policy.find("static") != std::string::npos) return true;
-  std::string kv = "paged";
+// The value of option `key` for variant `v`: its own, else its preset's, else `fallback`.
+std::string option_of(const PolicyVariant& v, const std::string& key, const std::string& fallback) {
+  if (v.options.count(key) != 0) return v.options.at(key);
   for (const PolicyInfo& info : registered_policies()) {
     if (info.name != v.policy) continue;
-    for (const auto& [key, value] : info.preset) {
-      if (key == "kv") kv = value;
+    for (const auto& [k, value] : info.preset) {
+      if (k == key) return value;
     }
   }
-  if (v.options.count("kv") != 0) kv = v.options.at("kv");
-  return kv == "reserve";
+  return fallback;
+}
+
+bool reserves_kv(const PolicyVariant& v) {
+  if (v.policy.find("static") != std::string::npos) return true;
+  // TensorRT-LLM's capacity policies choose the KV manager (trtllm: no-evict reserves).
+  const std::string capacity = option_of(v, "capacity_scheduler", "none");
+  if (capacity != "none") return capacity == "guaranteed_no_evict";
+  return option_of(v, "kv", "paged") == "reserve";
 }
 
 std::vector<PolicyVariant> variants() {
@@ -69,6 +76,14 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
   v.push_back({"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"},
                           {"max_running_requests", "12"}}});
+  // TensorRT-LLM's other capacity policy and chunked context; TGI's decode after admission on
+  // paged KV, where preemption empties the batch it waits on.
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}}});
+  v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "512"}}});
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
+                          {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
+  v.push_back({"tgi", {{"max_num_batched_tokens", "256"}}});
+  v.push_back({"vllm-v0", {{"decode_after_admission", "true"}, {"max_waiting_tokens", "5"}}});
   return v;
 }
 

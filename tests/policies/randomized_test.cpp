@@ -56,6 +56,19 @@ std::vector<PolicyVariant> variants() {
                           {"chunked_prefill_size", "100"}}});
   v.push_back({"sglang", {{"max_running_requests", "3"}, {"max_prefill_tokens", "40"},
                           {"schedule_policy", "lpm"}, {"prefix_caching", "false"}}});
+  // TensorRT-LLM: both capacity policies, with and without chunked context (decodes first,
+  // chunks in whole blocks), small blocks so that chunks are cut and rounded.
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"block_size", "8"}}});
+  v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "48"},
+                          {"block_size", "8"}}});
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
+                          {"max_num_batched_tokens", "40"}, {"block_size", "4"}}});
+  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
+                          {"max_num_batched_tokens", "64"}, {"block_size", "16"}, {"max_num_seqs", "5"}}});
+  // TGI v3 with a small prefill budget (chunks), and its decode-after-admission on paged KV.
+  v.push_back({"tgi", {{"max_num_batched_tokens", "48"}}});
+  v.push_back({"vllm", {{"decode_after_admission", "true"}, {"max_num_batched_tokens", "64"}}});
+  v.push_back({"vllm-v0", {{"decode_after_admission", "true"}, {"block_size", "4"}}});
   return v;
 }
 

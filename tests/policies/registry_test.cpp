@@ -47,12 +47,38 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     EXPECT_FALSE(c.chunked);
   }
   {
+    // TGI v3 on a model that supports chunking (backends/v3/src/backend.rs).
     auto p = policy("tgi");
     const auto& c = as_continuous(*p).config();
-    EXPECT_TRUE(c.paged);
-    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.paged);  // the queue allocates input + max_new_tokens at admission
+    EXPECT_FALSE(c.reserve_max_model_len);
+    EXPECT_FALSE(c.reserve_blocks_to_completion);
+    EXPECT_TRUE(c.chunked);
+    EXPECT_EQ(c.max_num_batched_tokens, 4096);
+    EXPECT_EQ(c.max_num_seqs, 1 << 20);  // max_batch_size: none
+    EXPECT_EQ(c.max_waiting_tokens, 0);  // ignored with chunking
+    EXPECT_TRUE(c.decode_after_admission);
+  }
+  {
+    auto p = policy("trtllm");
+    const auto& c = as_continuous(*p).config();
+    EXPECT_FALSE(c.paged);  // GUARANTEED_NO_EVICT: blocks to completion reserved
+    EXPECT_TRUE(c.reserve_blocks_to_completion);
+    EXPECT_EQ(c.block_size, 32);
+    EXPECT_EQ(c.max_num_batched_tokens, 8192);
+    EXPECT_EQ(c.max_num_seqs, 2048);
     EXPECT_FALSE(c.chunked);
-    EXPECT_EQ(c.max_waiting_tokens, 0);
+    EXPECT_TRUE(c.mixed_prefill);
+    EXPECT_FALSE(c.decode_after_admission);
+    auto mu = policy("trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"}});
+    const auto& m = as_continuous(*mu).config();
+    EXPECT_TRUE(m.paged);
+    EXPECT_FALSE(m.reserve_blocks_to_completion);
+    EXPECT_TRUE(m.admit_full_prompt);
+    EXPECT_TRUE(m.chunked);
+    EXPECT_TRUE(m.generation_first);
+    EXPECT_EQ(m.chunk_unit, 32);
+    EXPECT_EQ(policy_engine("trtllm"), "trtllm");
   }
   {
     auto p = policy("tgi-router");
@@ -64,6 +90,7 @@ TEST(Registry, PresetsMirrorTheirEngines) {
     EXPECT_EQ(c.max_num_batched_tokens, 4096);
     EXPECT_EQ(c.max_waiting_tokens, 20);
     EXPECT_DOUBLE_EQ(c.waiting_served_ratio, 1.2);
+    EXPECT_TRUE(c.decode_after_admission);
   }
   {
     auto p = policy("vllm-v0");
@@ -216,12 +243,19 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       const bool paged_only =
           d.key == "block_size" || d.key == "watermark" || d.key == "prefix_caching";
       if (reserve ? paged_only : d.key == "reserve_to") continue;
+      // A TensorRT-LLM capacity policy chooses the KV manager: kv and reserve_to are refused
+      // beside it, and GUARANTEED_NO_EVICT (the trtllm default) reserves.
+      const bool capacity = std::any_of(info.preset.begin(), info.preset.end(),
+                                        [](const auto& kv) { return kv.first == "capacity_scheduler"; });
+      if (capacity && (d.key == "kv" || d.key == "reserve_to" || d.key == "watermark" || d.key == "prefix_caching")) {
+        continue;
+      }
       std::string value = d.default_value;
       if (d.key == "max_num_batched_tokens") value = "4096";
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
     }
   }
-  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi", "sglang"}) {
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi", "trtllm", "sglang"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }

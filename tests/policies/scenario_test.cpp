@@ -643,3 +643,154 @@ TEST(StaticBatching, TheBatchIsCutToWhatTheKvReservationAllows) {
 
 }  // namespace
 }  // namespace batchsim::testing
+
+namespace batchsim::testing {
+namespace {
+
+// TensorRT-LLM's capacity scheduler tests (cpp/tests/unit_tests/batch_manager/
+// capacitySchedulerTest.cpp, main 2026-05), translated: a KV cache of 100 tokens in blocks of
+// 10, requests of prompt 10 and max_new_tokens 80 (their output here). ExpectedState{itBegin,
+// itEnd, ...} there is [itBegin, itEnd); expect_states here is inclusive.
+RigOptions trtllm_rig() {
+  RigOptions o;
+  o.kv_capacity_tokens = 100;
+  return o;
+}
+
+const std::map<std::string, std::string> kTrtMaxUtil = {
+    {"capacity_scheduler", "max_utilization"}, {"block_size", "10"}, {"max_num_seqs", "2"}};
+
+// SimpleDoesntFitGuaranteedCompletion: each request reserves ceil((10 + 80) / 10) = 9 of the
+// 10 blocks to completion, so the second starts only when the first is done: 160 iterations.
+TEST(TrtllmCapacityScheduler, GuaranteedNoEvictRunsOneRequestToCompletionAtATime) {
+  const CostModel cm = rig_cost_model(trtllm_rig());
+  const Workload w = make_workload({{0, 10, 80}, {0, 10, 80}});
+  const RecordedRun run = run_preset("trtllm", w, cm, {{"block_size", "10"}, {"max_num_seqs", "2"}});
+  expect_states(run, {{0, 0, {{A, 10}}}, {1, 79, {{A, 1}}}, {80, 80, {{B, 10}}}, {81, 159, {{B, 1}}}});
+  EXPECT_EQ(run.steps.size(), 160u);
+  EXPECT_EQ(run.result.summary.preemptions, 0);
+  // The reservation is counted in whole blocks, the last output token included (90 = 9 x 10),
+  // where prompt + max_tokens - 1 tokens (TGI) would be 89.
+  EXPECT_EQ(run.steps[0].kv_allocated_tokens, 90);
+}
+
+// SimpleDoesntFitMaxUtilization: both run until iteration 41, where each would need a 6th
+// block; the last started (B) is paused, its KV freed; A ends at iteration 79 and B is
+// recomputed from its prompt and 41 generated tokens (51), 119 iterations in all.
+TEST(TrtllmCapacityScheduler, MaxUtilizationPausesTheLastStartedWhenBlocksRunOut) {
+  const CostModel cm = rig_cost_model(trtllm_rig());
+  const Workload w = make_workload({{0, 10, 80}, {0, 10, 80}});
+  const RecordedRun run = run_preset("trtllm", w, cm, kTrtMaxUtil);
+  expect_states(run, {{0, 0, {{A, 10}, {B, 10}}},
+                      {1, 40, {{A, 1}, {B, 1}}},
+                      {41, 79, {{A, 1}}},
+                      {80, 80, {{B, 51}}},
+                      {81, 118, {{B, 1}}}});
+  EXPECT_EQ(run.steps.size(), 119u);
+  EXPECT_EQ(run.result.requests[B].preemptions, 1);
+  EXPECT_EQ(run.result.requests[A].preemptions, 0);
+}
+
+// SimpleDoesntFitAddingNewRequestsMaxUtilization: four requests may run; C and D join at
+// iteration 10. At 21 all four would need a block and only A and B keep theirs (D, then C, are
+// paused); at 41 B is paused too. At 80 A is done: B (51 tokens) and C (21) restart, D (21)
+// does not fit; at 90 C is paused again; at 119 B ends and C and D run; at 139 D is paused;
+// C ends at 177 and D runs alone to the end, 227 iterations in all.
+TEST(TrtllmCapacityScheduler, MaxUtilizationWithRequestsAddedWhileRunning) {
+  const CostModel cm = rig_cost_model(trtllm_rig());
+  // C and D arrive during iteration 9, so they are scheduled at iteration 10 (itCount 10).
+  const Workload w = make_workload({{0, 10, 80}, {0, 10, 80}, {0.095, 10, 80}, {0.095, 10, 80}});
+  auto options = kTrtMaxUtil;
+  options["max_num_seqs"] = "4";
+  const RecordedRun run = run_preset("trtllm", w, cm, options);
+  expect_states(run, {{1, 9, {{A, 1}, {B, 1}}},
+                      {10, 10, {{A, 1}, {B, 1}, {C, 10}, {D, 10}}},
+                      {11, 20, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+                      {21, 40, {{A, 1}, {B, 1}}},
+                      {41, 79, {{A, 1}}},
+                      {80, 80, {{B, 51}, {C, 21}}},
+                      {81, 89, {{B, 1}, {C, 1}}},
+                      {90, 118, {{B, 1}}},
+                      {119, 119, {{C, 31}, {D, 21}}},
+                      {120, 138, {{C, 1}, {D, 1}}},
+                      {139, 177, {{C, 1}}},
+                      {178, 178, {{D, 41}}},
+                      {179, 226, {{D, 1}}}});
+  EXPECT_EQ(run.steps.size(), 227u);
+  EXPECT_EQ(run.result.requests[C].preemptions, 2);
+  EXPECT_EQ(run.result.requests[D].preemptions, 2);
+}
+
+// TensorRT-LLM's micro-batch scheduler with context chunking (microBatchScheduler.cpp):
+// generation requests take their tokens first, then each context the rest of its prompt or,
+// cut by max_num_tokens, a multiple of the chunk unit (tokens_per_block, here 10).
+TEST(TrtllmMicroBatchScheduler, DecodesFirstAndChunksInWholeBlocks) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 60, 3}, {0, 4, 5}});
+  const std::map<std::string, std::string> chunked = {
+      {"enable_chunked_context", "true"}, {"block_size", "10"}, {"max_num_batched_tokens", "24"}};
+  // Iteration 0: A's 24 tokens are cut to 20 (two blocks), B's whole prompt takes 4 of the 4
+  // left. Then B decodes first and A gets 23 -> 20, then its last 20 in full.
+  expect_states(run_preset("trtllm", w, cm, chunked), {{0, 0, {{A, 20}, {B, 4}}},
+                                                      {1, 1, {{A, 20}, {B, 1}}},
+                                                      {2, 2, {{A, 20}, {B, 1}}},
+                                                      {3, 4, {{A, 1}, {B, 1}}}});
+  // vLLM v1's order (the chunked-prefill base): running requests in admission order, chunks
+  // cut anywhere: A takes the whole budget and B's decode waits behind A's prefill.
+  const RecordedRun vllm = run_preset("chunked-prefill", w, cm, {{"max_num_batched_tokens", "24"}});
+  expect_states(vllm, {{0, 0, {{A, 24}}}, {1, 1, {{A, 24}}}, {2, 2, {{A, 12}, {B, 4}}}});
+}
+
+// The capacity policy decides the KV manager, so kv and reserve_to are refused beside it.
+TEST(TrtllmCapacityScheduler, KvOptionsBesideACapacityPolicyAreRefusedByName) {
+  const std::string msg = user_error_of([] { policy("trtllm", {{"kv", "paged"}}); });
+  EXPECT_NE(msg.find("kv=paged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("capacity_scheduler"), std::string::npos) << msg;
+  const std::string bad = user_error_of([] { policy("trtllm", {{"capacity_scheduler", "fcfs"}}); });
+  EXPECT_NE(bad.find("capacity_scheduler"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("max_utilization"), std::string::npos) << bad;
+}
+
+// TGI 1.x router/src/infer.rs batching_task: the outer loop prefills a batch when nothing runs;
+// each pass of the inner loop may prefill a new batch and always ends with a decode of all. So
+// two prefills may follow each other (the outer one, then an inner one), never three, and a
+// request arriving during an inner prefill waits for the decode after it.
+TEST(TgiRouterLoop, APrefillIntoTheRunningBatchIsAlwaysFollowedByADecode) {
+  const CostModel cm = rig_cost_model();
+  // waiting_served_ratio 0.5: one waiting request is enough while one or two run.
+  const std::map<std::string, std::string> eager = {{"waiting_served_ratio", "0.5"}};
+  const Workload w = make_workload({{0, 4, 30}, {0.005, 4, 30}, {0.015, 4, 30}});
+  const RecordedRun run = run_preset("tgi-router", w, cm, eager);
+  expect_states(run, {{0, 0, {{A, 4}}},           // outer prefill
+                      {1, 1, {{B, 4}}},           // inner prefill at once
+                      {2, 2, {{A, 1}, {B, 1}}},   // the decode that ends the pass: C waits
+                      {3, 3, {{C, 4}}},
+                      {4, 4, {{A, 1}, {B, 1}, {C, 1}}}});
+  // Before issue 13 batchsim prefilled C right after B, with no decode between.
+  auto old = eager;
+  old["decode_after_admission"] = "false";
+  expect_states(run_preset("tgi-router", w, cm, old), {{1, 1, {{B, 4}}}, {2, 2, {{C, 4}}}});
+}
+
+// TGI v3 backends/v3/src/backend.rs: on a model that supports chunking new requests join the
+// running batch's forward (prefill(new_batch, cached_batch)) within max_batch_prefill_tokens
+// less its current tokens, the last one cut; the wait rule is ignored; and the forward after
+// such a prefill is a decode of the batch (which runs its unfinished chunk) that admits nobody.
+TEST(TgiV3, NewRequestsPrefillWithTheRunningDecodesAndADecodeFollows) {
+  const CostModel cm = rig_cost_model();
+  const Workload w = make_workload({{0, 4, 10}, {0.005, 40, 5}, {0.015, 3, 2}});
+  const RecordedRun run = run_preset("tgi", w, cm, {{"max_num_batched_tokens", "24"}});
+  expect_states(run, {{0, 0, {{A, 4}}},
+                      {1, 1, {{A, 1}, {B, 23}}},          // B cut to the 24 - 1 left
+                      {2, 2, {{A, 1}, {B, 17}}},          // the decode: B's chunk, C held out
+                      {3, 3, {{A, 1}, {B, 1}, {C, 3}}},
+                      {4, 4, {{A, 1}, {B, 1}, {C, 1}}}});
+  // Without the decode after admission C would have joined iteration 2.
+  expect_states(run_preset("tgi", w, cm, {{"max_num_batched_tokens", "24"}, {"decode_after_admission", "false"}}),
+                {{2, 2, {{A, 1}, {B, 17}, {C, 3}}}});
+  // KV is reserved for prompt + max_new_tokens - 1 at admission, as v3's queue allocates it.
+  EXPECT_EQ(run.steps[0].kv_allocated_tokens, 4 + 10 - 1);
+}
+
+}  // namespace
+}  // namespace batchsim::testing
