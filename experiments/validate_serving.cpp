@@ -2,6 +2,7 @@
 #include "experiments/validate_serving.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <ostream>
 
@@ -17,6 +18,7 @@
 #include "hwmodel/csv_table.h"
 #include "hwmodel/error.h"
 #include "hwmodel/model_spec.h"
+#include "policies/registry.h"
 
 namespace po = boost::program_options;
 
@@ -34,9 +36,10 @@ struct ServingRow {
 };
 
 struct ServingOptions {
-  std::string measurements, gpu, policy = "vllm", system = "h100_sxm", backend, models_dir, out;
+  std::string measurements, gpu, system = "h100_sxm", backend, models_dir, out;
+  std::string policy;  // empty: each row's backend's preset (policy_for_backend)
   std::string engine;  // empty: each row's backend's engine (engine_for_backend)
-  std::string deployment = "aiconfigurator";
+  std::string deployment = "by-backend";
   // aiperf's protocol in aiconfigurator's benchmark script
   // (src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
   // --num-requests concurrency x 20 after --warmup-request-count concurrency x 2. The warmup
@@ -48,23 +51,61 @@ struct ServingOptions {
 
 // The engine limits of a measured row's deployment. The silicon rows do not record their launch
 // flags; they come from NVIDIA's aiconfigurator gap analysis (silicon_data_source names its
-// files and, for some rows, the Dynamo runtime image), whose generator writes the deployment
-// it benchmarks by these rules (ai-dynamo/aiconfigurator at 095f58a,
-// src/aiconfigurator/generator/rule_plugin/{vllm,sglang,trtllm}.rule, unless
-// preserve_engine_limits; flag names from generator/config/backend_config_mapping.yaml):
+// files and, for some rows, the Dynamo 0.8.0 runtime image), whose generator writes the
+// deployment it benchmarks by these rules (ai-dynamo/aiconfigurator
+// src/aiconfigurator/generator/rule_plugin/benchmark/{vllm,sglang,trtllm}.rule at 095f58a, the
+// same as the default rules of 5e0243eb1, 2026-01-24, when the dated rows were measured, but for
+// TensorRT-LLM's rounding; flag names from generator/config/backend_config_mapping.yaml):
 //   vLLM          --max-num-seqs B, --max-num-batched-tokens B + isl + 1500
 //   SGLang        --max-running-requests B, --max-prefill-tokens isl + 1500, --enable-mixed-chunk
-//   TensorRT-LLM  max_batch_size B, max_num_tokens B + isl + 1500 rounded up to a 32-token block
+//                 (chunked_prefill_size not set: SGLang's default by GPU memory)
+//   TensorRT-LLM  max_batch_size B, max_num_tokens B + isl + 1500 rounded up to a 32-token block,
+//                 chunked prefill off
 // where B, the deployment's max_batch_size, is taken as the row's concurrency (the benchmark's
 // estimated_concurrency is workers x max_batch_size; a concurrency sweep on a deployment sized
 // for another B moves the token budget by B - concurrency tokens, and a sequence cap above the
-// concurrency never binds under closed-loop clients). Until the SGLang and TensorRT-LLM presets
-// exist the `vllm` preset stands in for them, with SGLang's prefill budget plus one decode token
-// per running request (mixed chunks put the decodes beside the prefill).
-std::map<std::string, std::string> deployment_limits(const ServingRow& r) {
+// concurrency never binds under closed-loop clients). The limits are given under the option
+// names of the policy's scheduler (`base`: sglang, or the continuous schedulers); a static
+// policy gets none.
+std::map<std::string, std::string> deployment_limits(const ServingRow& r, const std::string& base) {
+  const auto b = std::to_string(r.concurrency);
+  if (base == "sglang") {
+    return {{"max_running_requests", b}, {"max_prefill_tokens", std::to_string(r.isl + 1500)},
+            {"enable_mixed_chunk", "true"}};
+  }
+  if (base != "continuous" && base != "chunked-prefill") return {};
   int64_t tokens = r.concurrency + r.isl + 1500;
   if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
-  return {{"max_num_seqs", std::to_string(r.concurrency)}, {"max_num_batched_tokens", std::to_string(tokens)}};
+  return {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
+}
+
+// The preset that schedules as a row's backend did: vLLM's V1 scheduler of its version (full-prompt
+// admission from v0.19.0 on), SGLang's, TensorRT-LLM's.
+std::string policy_for_backend(const ServingRow& r) {
+  if (r.backend == "sglang" || r.backend == "trtllm") return r.backend;
+  if (r.backend == "vllm") {
+    int major = 0, minor = 0;
+    if (std::sscanf(r.version.c_str(), "%d.%d", &major, &minor) == 2 && major == 0 && minor < 19) {
+      return "vllm-v1-2025";
+    }
+    return "vllm";
+  }
+  throw UserError(fmt::format("validate-serving: no policy preset for backend '{}' (give --policy)", r.backend));
+}
+
+// Which deployment a row ran on, when --deployment by-backend (the default): the one its backend's
+// rows show. vLLM's: aiconfigurator's limits. With vLLM's own 8192-token budget the 8 clients of
+// a 1,024-token row would have their prompts prefilled in one step (about 400 ms at TP 2), and the
+// rows of the same campaign on SGLang show that these closed loops do stay in lockstep; the
+// measured TTFT is 154 ms. SGLang 0.5.1's: its defaults. Its TTFT grows as the concurrency times
+// one prompt's prefill while its TPOT stays that of undisturbed decode steps: whole waves
+// prefilled in batches of up to max_prefill_tokens 16384 before decoding, which the generator's
+// --max-prefill-tokens isl + 1500 and --enable-mixed-chunk (set by it only from 2026-01-19,
+// aiconfigurator #257) would not give. TensorRT-LLM's: aiconfigurator's, the generator's first
+// backend (its TTFT is far off either way: hwmodel/README.md).
+std::string deployment_of(const ServingRow& r, const ServingOptions& o) {
+  if (o.deployment != "by-backend") return o.deployment;
+  return r.backend == "sglang" ? "defaults" : "aiconfigurator";
 }
 
 // The KV cache's element type: aiconfigurator's fp8 quantization profile quantizes the KV cache
@@ -72,7 +113,7 @@ std::map<std::string, std::string> deployment_limits(const ServingRow& r) {
 // kvcache_quant_mode fp8), and the measured rows agree: the fp8 Qwen3-32B rows at TP 1-2 decode
 // faster than the bf16 KV cache could be read at the H100's peak bandwidth.
 std::string kv_dtype_for(const ServingRow& r, const ServingOptions& o) {
-  return o.deployment == "aiconfigurator" && r.precision == "fp8" ? "fp8" : "auto";
+  return deployment_of(r, o) == "aiconfigurator" && r.precision == "fp8" ? "fp8" : "auto";
 }
 
 // The model a row names: a built-in by its Hugging Face id (or name), or DIR/<id>/config.json.
@@ -111,7 +152,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   d.add_options()
       ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
-      ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default vllm)")
+      ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
+       "vllm (vllm-v1-2025 before vLLM 0.19), sglang or trtllm)")
       ("engine", po::value(&o.engine), "engine profile of every replayed run (default: the row's backend's: "
        "vllm, sglang or trtllm)")
       ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
@@ -119,7 +161,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
       ("deployment", po::value(&o.deployment), "aiconfigurator: the engine limits aiconfigurator's generator "
        "sets for the benchmarked deployment (token budget concurrency + isl + 1500, sequence cap concurrency, "
-       "fp8 KV with fp8 weights; the default) | defaults: the presets' own defaults")
+       "fp8 KV with fp8 weights) | defaults: the presets' own defaults | by-backend (default): the one each "
+       "backend's rows show, aiconfigurator's for vLLM and TensorRT-LLM, the defaults for SGLang")
       ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
        "--num-requests in aiconfigurator's benchmark script)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
@@ -137,10 +180,11 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
     throw UserError("--requests-per-client: must be in [1, 1000]");
   }
-  if (o.deployment != "aiconfigurator" && o.deployment != "defaults") {
-    throw UserError(fmt::format("--deployment: '{}' is not aiconfigurator or defaults", o.deployment));
+  if (o.deployment != "aiconfigurator" && o.deployment != "defaults" && o.deployment != "by-backend") {
+    throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
   }
   resolve_gpu(o.gpu);  // a bad name fails here, before any row
+  if (!o.policy.empty()) (void)policy_base(o.policy);  // and so does an unknown policy
 
   CsvTable csv(o.measurements);
   std::vector<ServingRow> rows;
@@ -192,11 +236,12 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     c.model = model_for(r.model_path, o);
     c.gpu = o.gpu;
     c.tp = r.tp;
-    c.policy = o.policy;
+    c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
     c.engine = o.engine.empty() ? engine_for_backend(r.backend) : o.engine;
     c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
     c.kv_cache_dtype = kv_dtype_for(r, o);
-    if (o.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r);
+    const std::string deployment = deployment_of(r, o);
+    if (deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
     c.workload.arrival = "offline";
     c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
     c.workload.output_len = fmt::format("fixed:{}", r.osl);
@@ -210,17 +255,20 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     tpot.add(r.predicted_tpot_ms, r.tpot_ms);
     by_backend[r.backend].first.add(r.predicted_ttft_ms, r.ttft_ms);
     by_backend[r.backend].second.add(r.predicted_tpot_ms, r.tpot_ms);
-    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"engine", c.engine},
+    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", c.policy},
+                           {"engine", c.engine},
                            {"model", r.model_path},
                            {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
                            {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", c.kv_cache_dtype},
-                           {"policy_opts", c.policy_opts}, {"measured_ttft_ms", r.ttft_ms},
+                           {"deployment", deployment}, {"policy_opts", c.policy_opts},
+                           {"measured_ttft_ms", r.ttft_ms},
                            {"predicted_ttft_ms", r.predicted_ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
                            {"predicted_tpot_ms", r.predicted_tpot_ms}, {"rejected", s.requests_rejected}});
   }
 
   fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client):\n",
-             rows.size(), o.measurements, o.gpu, o.policy, o.engine.empty() ? "of each backend" : o.engine,
+             rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
+             o.engine.empty() ? "of each backend" : o.engine,
              o.deployment, o.requests_per_client);
   fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
   for (const auto& [backend, m] : by_backend) {
@@ -233,7 +281,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     nlohmann::ordered_json j;
     j["measurements"] = o.measurements;
     j["gpu"] = o.gpu;
-    j["policy"] = o.policy;
+    j["policy"] = o.policy.empty() ? "by backend" : o.policy;
     j["engine"] = o.engine.empty() ? "by backend" : o.engine;
     j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;

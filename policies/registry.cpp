@@ -93,6 +93,14 @@ const std::vector<PolicyInfo>& registered_policies() {
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
         {"prefix_caching", "true"}},
        "vllm"},
+      // The same scheduler before scheduler_reserve_full_isl (v0.8 to v0.18, the V1 engine of
+      // 2025): a request is admitted once its first chunk's KV fits, and may be preempted by its
+      // own later chunks.
+      {"vllm-v1-2025", "chunked-prefill",
+       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits",
+       {{"usage_context", "api_server"}, {"preemption", "recompute"}, {"admission", "first_chunk"},
+        {"prefix_caching", "true"}},
+       "vllm"},
       // Sarathi-Serve is built on a vLLM fork of its time (the engine Vidur measured). Its
       // scheduler admits a request only when blocks for its whole prompt can be allocated
       // (sarathi/core/scheduler/sarathi_scheduler.py, block_manager.can_allocate).

@@ -58,12 +58,14 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   // The same run by hand: the row's model by its Hugging Face id, 8 closed-loop clients, 32
   // requests of 1024 + 128 tokens, all due at t = 0, on the deployment aiconfigurator's generator
   // writes for it: 8 sequences, 8 + 1024 + 1500 tokens per step, an fp8 KV cache with fp8 weights.
-  EXPECT_EQ(j["deployment"], "aiconfigurator");
+  EXPECT_EQ(j["deployment"], "by-backend");
+  EXPECT_EQ(j["rows"][0]["deployment"], "aiconfigurator");
+  EXPECT_EQ(j["rows"][0]["policy"], "vllm-v1-2025");  // vLLM 0.12.0
   EXPECT_EQ(j["rows"][0]["policy_opts"]["max_num_batched_tokens"], "2532");
   RunConfig c = default_run_config();
   c.model = "llama-3.1-8b";
   c.gpu = "h100-sxm-fitted";
-  c.policy = "vllm";
+  c.policy = "vllm-v1-2025";
   c.workload.arrival = "offline";
   c.workload.prompt_len = "fixed:1024";
   c.workload.output_len = "fixed:128";
@@ -83,6 +85,43 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   EXPECT_NEAR(j["ttft"]["mape"].get<double>(), ape / 2, 1e-9);
 }
 
+// aiconfigurator's generator rules, under each scheduler's own option names: SGLang's prefill
+// budget isl + 1500 with mixed chunks, TensorRT-LLM's token budget rounded up to 32 tokens.
+TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
+  const auto dir = testing::scratch_dir("validate-serving-deploy");
+  std::string text = kHeader;
+  for (const char* backend : {"sglang", "trtllm"}) {
+    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
+    r.replace(r.find(",vllm,"), 6, fmt::format(",{},", backend));
+    text += r;
+  }
+  const auto csv = testing::write_text_file(dir, "s.csv", text);
+  std::ostringstream out, err;
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", "2", "--deployment", "aiconfigurator", "--out",
+                      (dir / "r.json").string()},
+                     out, err),
+            0);
+  std::ifstream in(dir / "r.json");
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["policy"], "sglang");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["max_prefill_tokens"], "2524");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["max_running_requests"], "8");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["enable_mixed_chunk"], "true");
+  EXPECT_EQ(j["rows"][1]["policy"], "trtllm");
+  EXPECT_EQ(j["rows"][1]["policy_opts"]["max_num_batched_tokens"], "2560");  // 8 + 1024 + 1500, to 32
+  // --deployment defaults: the presets' own limits.
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", "2", "--deployment", "defaults", "--out", (dir / "d.json").string()},
+                     out, err),
+            0);
+  std::ifstream in2(dir / "d.json");
+  const auto d = nlohmann::json::parse(in2);
+  EXPECT_TRUE(d["rows"][0]["policy_opts"].empty());
+  EXPECT_TRUE(d["rows"][1]["policy_opts"].empty());
+}
+
 TEST(ValidateServing, BadInputIsNamed) {
   auto error = [](std::vector<std::string> args) {
     return testing::user_error_of([&] {
@@ -97,6 +136,7 @@ TEST(ValidateServing, BadInputIsNamed) {
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "tpu"}), HasSubstr("unknown GPU 'tpu'"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--deployment", "k8s"}),
               HasSubstr("--deployment: 'k8s'"));
+  EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--policy", "nope"}), HasSubstr("nope"));
   const auto dir = testing::scratch_dir("validate-serving-bad");
   const auto csv = testing::write_text_file(dir, "s.csv", std::string(kHeader) + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
   EXPECT_THAT(error({"--measurements", csv.string(), "--gpu", "h100-sxm"}), HasSubstr("no rows to replay"));
@@ -117,10 +157,22 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
   std::ifstream in(dir / "r.json");
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["ttft"]["count"], 534);
-  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 11.0);   // measured 10.5
-  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 30.8);   // 30.3
-  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 19.0);  // 18.5
-  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 20.2);  // 19.7
+  EXPECT_LE(j["by_backend"]["vllm"]["tpot_mape"].get<double>(), 11.0);    // measured 10.5
+  EXPECT_LE(j["by_backend"]["vllm"]["ttft_mape"].get<double>(), 30.8);    // 30.3
+  EXPECT_LE(j["by_backend"]["sglang"]["tpot_mape"].get<double>(), 15.0);  // 14.5
+  EXPECT_LE(j["by_backend"]["sglang"]["ttft_mape"].get<double>(), 21.1);  // 20.6
+  EXPECT_LE(j["by_backend"]["trtllm"]["tpot_mape"].get<double>(), 19.5);  // 19.0
+  // Each backend's rows run on its own scheduler and the deployment its rows show.
+  for (const auto& row : j["rows"]) {
+    const std::string backend = row["backend"];
+    if (backend == "sglang") {
+      EXPECT_EQ(row["policy"], "sglang");
+      EXPECT_EQ(row["deployment"], "defaults");
+    } else {
+      EXPECT_EQ(row["policy"], backend == "vllm" ? "vllm-v1-2025" : "trtllm");  // vLLM 0.12: before full-prompt admission
+      EXPECT_EQ(row["deployment"], "aiconfigurator");
+    }
+  }
   EXPECT_EQ(j["rows"][0]["engine"], j["rows"][0]["backend"]);
 }
 

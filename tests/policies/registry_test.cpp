@@ -255,7 +255,7 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
     }
   }
-  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "sarathi", "trtllm", "sglang"}) {
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "vllm-v1-2025", "sarathi", "trtllm", "sglang"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }

@@ -303,6 +303,13 @@ TEST(FullPromptAdmission, AdmittingTheFirstChunkPreemptsAndRecomputes) {
     if (const BatchItem* item = s.item(B)) b_prefill += item->new_tokens;
   }
   EXPECT_EQ(b_prefill, 12 * 7 + 32);
+  // The versioned preset of 2025's V1 engine schedules exactly so without the option.
+  auto options = full_prompt_options("first_chunk");
+  options.erase("admission");
+  const RecordedRun v2025 = run_preset("vllm-v1-2025", full_prompt_workload(), cm, options);
+  ASSERT_EQ(v2025.steps.size(), run.steps.size());
+  for (size_t i = 0; i < run.steps.size(); ++i) EXPECT_EQ(v2025.steps[i].items.size(), run.steps[i].items.size()) << i;
+  EXPECT_EQ(v2025.result.summary.preemptions, 6);
 }
 
 // v1's check counts the prefix-cache hit as allocate_slots does: the blocks to allocate for
