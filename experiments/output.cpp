@@ -100,6 +100,13 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
     ops[e.op] = {{"mape", e.mape_percent}, {"p90", e.p90_percent}, {"count", e.count}};
   }
   j["operators"] = ops;
+  if (!v.serving.empty()) {
+    nlohmann::ordered_json backends = nlohmann::ordered_json::object();
+    for (const ServingError& e : v.serving.backends) {
+      backends[e.backend] = {{"ttft_mape", e.ttft_mape_percent}, {"tpot_mape", e.tpot_mape_percent}, {"count", e.count}};
+    }
+    j["serving"] = {{"measured_on", v.serving.measured_on}, {"backends", backends}};
+  }
   return j;
 }
 
@@ -112,8 +119,18 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
   for (const auto& [name, e] : trust["operators"].items()) {
     ops.push_back(fmt::format("{} {:.1f}%", name, e["mape"].get<double>()));
   }
-  return fmt::format("trust: {}, {} MAPE on {}: {}", profile, trust.value("held_out", false) ? "held-out" : "in-sample",
-                     trust.value("measured_on", ""), fmt::join(ops, ", "));
+  std::string line = fmt::format("trust: {}, {} MAPE on {}: {}", profile,
+                                 trust.value("held_out", false) ? "held-out" : "in-sample",
+                                 trust.value("measured_on", ""), fmt::join(ops, ", "));
+  if (trust.contains("serving")) {
+    std::vector<std::string> engines;
+    for (const auto& [name, e] : trust["serving"]["backends"].items()) {
+      engines.push_back(fmt::format("{} TTFT {:.1f}% TPOT {:.1f}%", name, e["ttft_mape"].get<double>(),
+                                    e["tpot_mape"].get<double>()));
+    }
+    line += fmt::format("; end to end on measured serving benchmarks: {}", fmt::join(engines, ", "));
+  }
+  return line;
 }
 
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {

@@ -243,6 +243,25 @@ void write_trust_section(std::ostream& out, const ResultSet& results) {
   }
   out << "\n";
   if (!t.rows.empty()) render_markdown(out, t);
+  // End to end: the profiles' predictions of measured serving benchmarks (validate-serving).
+  Table e2e;
+  e2e.headers = {"profile", "serving engine", "TTFT MAPE %", "TPOT MAPE %", "benchmark runs"};
+  std::vector<std::string> sources;
+  for (const ordered_json* b : blocks) {
+    if (!b->contains("serving")) continue;
+    const std::string profile = b->value("profile", "");
+    sources.push_back(fmt::format("`{}`: {}", profile, (*b)["serving"].value("measured_on", "")));
+    for (const auto& [engine, e] : (*b)["serving"]["backends"].items()) {
+      e2e.rows.push_back({profile, engine, fmt::format("{:.1f}", e["ttft_mape"].get<double>()),
+                          fmt::format("{:.1f}", e["tpot_mape"].get<double>()), e["count"].dump()});
+    }
+  }
+  if (e2e.rows.empty()) return;
+  out << "\nEnd to end, against measured serving benchmarks the model was never fitted on (mean TTFT and "
+         "TPOT of each benchmark run, `batchsim validate-serving`):\n\n";
+  for (const std::string& s : sources) fmt::print(out, "- {}\n", s);
+  out << "\n";
+  render_markdown(out, e2e);
 }
 
 Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {

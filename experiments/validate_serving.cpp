@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <ostream>
 
@@ -17,6 +18,7 @@
 #include "experiments/runner.h"
 #include "hwmodel/csv_table.h"
 #include "hwmodel/error.h"
+#include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
 #include "policies/registry.h"
 
@@ -36,7 +38,7 @@ struct ServingRow {
 };
 
 struct ServingOptions {
-  std::string measurements, gpu, system = "h100_sxm", backend, models_dir, out;
+  std::string measurements, gpu, system = "h100_sxm", backend, models_dir, out, profile_out;
   std::string policy;  // empty: each row's backend's preset (policy_for_backend)
   std::string engine;  // empty: each row's backend's engine (engine_for_backend)
   std::string deployment = "by-backend";
@@ -166,6 +168,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
        "--num-requests in aiconfigurator's benchmark script)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
+      ("profile-out", po::value(&o.profile_out), "write the --gpu profile here with these figures as its "
+       "validation.serving block (every backend replayed; the profile must carry a validation block)")
       ("help,h", "show this help");
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
   if (vm.count("help")) {
@@ -183,7 +187,15 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   if (o.deployment != "aiconfigurator" && o.deployment != "defaults" && o.deployment != "by-backend") {
     throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
   }
-  resolve_gpu(o.gpu);  // a bad name fails here, before any row
+  const HardwareProfile gpu = resolve_gpu(o.gpu);  // a bad name fails here, before any row
+  if (!o.profile_out.empty() && gpu.validation.empty()) {
+    throw UserError(fmt::format("--profile-out: profile '{}' has no validation block to add the serving figures "
+                                "to (fit it first: batchsim validate --profile-out, hwmodel/README.md)",
+                                gpu.name));
+  }
+  if (!o.profile_out.empty() && !o.backend.empty()) {
+    throw UserError("--profile-out: records every backend's figures; drop --backend");
+  }
   if (!o.policy.empty()) (void)policy_base(o.policy);  // and so does an unknown policy
 
   CsvTable csv(o.measurements);
@@ -277,6 +289,22 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", "all", ttft.count, ttft.value(), tpot.value());
   for (const auto& [why, n] : skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
 
+  if (!o.profile_out.empty()) {
+    HardwareProfile p = gpu;
+    p.validation.serving = {};
+    p.validation.serving.measured_on = fmt::format(
+        "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client",
+        ttft.count, std::filesystem::path(o.measurements).filename().string(), o.system,
+        o.policy.empty() ? "by backend" : o.policy, o.engine.empty() ? "by backend" : o.engine, o.deployment,
+        o.requests_per_client);
+    // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
+    auto tenth = [](double x) { return std::round(x * 10) / 10; };
+    for (const auto& [backend, m] : by_backend) {
+      p.validation.serving.backends.push_back({backend, tenth(m.first.value()), tenth(m.second.value()), m.first.count});
+    }
+    save_hardware_profile(p, o.profile_out);
+    fmt::print(out, "wrote {}\n", o.profile_out);
+  }
   if (!o.out.empty()) {
     nlohmann::ordered_json j;
     j["measurements"] = o.measurements;

@@ -177,8 +177,56 @@ std::string read_line(const YAML::Node& node, const std::string& where, const st
   return node.Scalar();
 }
 
-// `validation: {measured_on, held_out, scored_on, operators: {NAME: {mape, p90, count}}}`:
-// every key required, so that a figure never stands without what it was measured on.
+// `serving: {measured_on, backends: {NAME: {ttft_mape, tpot_mape, count}}}`, every key required.
+ServingValidation read_serving_validation(const YAML::Node& node, const std::string& where) {
+  const std::string block = "validation.serving";
+  if (!node.IsMap()) bad_value(at_line(where, node), block, "must be a map {measured_on, backends}");
+  ServingValidation v;
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const std::string key = key_text(kv.first, where);
+    const std::string name = block + "." + key;
+    if (!seen.insert(key).second) bad_value(at_line(where, kv.first), name, "is given twice");
+    if (key == "measured_on") {
+      v.measured_on = read_line(kv.second, where, name);
+    } else if (key == "backends") {
+      if (!kv.second.IsMap() || kv.second.size() == 0) {
+        bad_value(at_line(where, kv.second), name, "must be a map of backends to {ttft_mape, tpot_mape, count}");
+      }
+      for (const auto& b : kv.second) {
+        ServingError e;
+        e.backend = key_text(b.first, where);
+        const std::string b_name = name + "." + e.backend;
+        for (const ServingError& other : v.backends) {
+          if (other.backend == e.backend) bad_value(at_line(where, b.first), b_name, "is given twice");
+        }
+        if (!b.second.IsMap()) bad_value(at_line(where, b.second), b_name, "must be a map {ttft_mape, tpot_mape, count}");
+        std::set<std::string> fields;
+        for (const auto& f : b.second) {
+          const std::string field = key_text(f.first, where);
+          const std::string field_name = b_name + "." + field;
+          if (field == "ttft_mape") e.ttft_mape_percent = read_double(f.second, where, field_name);
+          else if (field == "tpot_mape") e.tpot_mape_percent = read_double(f.second, where, field_name);
+          else if (field == "count") e.count = read_integer(f.second, where, field_name, 1, 1e15);
+          else bad_value(at_line(where, f.first), field_name, "is unknown (ttft_mape, tpot_mape, count)");
+          fields.insert(field);
+        }
+        if (fields.size() != 3) bad_value(at_line(where, b.second), b_name, "needs ttft_mape, tpot_mape and count");
+        v.backends.push_back(std::move(e));
+      }
+    } else {
+      bad_value(at_line(where, kv.first), name, "is unknown (measured_on, backends)");
+    }
+  }
+  for (const char* key : {"measured_on", "backends"}) {
+    if (!seen.count(key)) bad_value(at_line(where, node), block + "." + key, "is required");
+  }
+  return v;
+}
+
+// `validation: {measured_on, held_out, scored_on, operators: {NAME: {mape, p90, count}},
+// [serving]}`: every key but serving required, so that a figure never stands without what it
+// was measured on.
 ProfileValidation read_validation(const YAML::Node& node, const std::string& where) {
   const std::string block = "validation";
   if (!node.IsMap()) {
@@ -222,8 +270,10 @@ ProfileValidation read_validation(const YAML::Node& node, const std::string& whe
         if (fields.size() != 3) bad_value(at_line(where, op.second), op_name, "needs mape, p90 and count");
         v.operators.push_back(std::move(e));
       }
+    } else if (key == "serving") {
+      v.serving = read_serving_validation(kv.second, where);
     } else {
-      bad_value(at_line(where, kv.first), name, "is unknown (measured_on, held_out, scored_on, operators)");
+      bad_value(at_line(where, kv.first), name, "is unknown (measured_on, held_out, scored_on, operators, serving)");
     }
   }
   for (const char* key : {"measured_on", "held_out", "scored_on", "operators"}) {
@@ -457,7 +507,20 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
           << YAML::Value << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value
           << fmt::format("{}", e.p90_percent) << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
     }
-    out << YAML::EndMap << YAML::EndMap;
+    out << YAML::EndMap;
+    if (!v.serving.empty()) {
+      out << YAML::Key << "serving" << YAML::Value << YAML::BeginMap;
+      out << YAML::Key << "measured_on" << YAML::Value << v.serving.measured_on;
+      out << YAML::Key << "backends" << YAML::Value << YAML::BeginMap;
+      for (const ServingError& e : v.serving.backends) {
+        out << YAML::Key << e.backend << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "ttft_mape"
+            << YAML::Value << fmt::format("{}", e.ttft_mape_percent) << YAML::Key << "tpot_mape" << YAML::Value
+            << fmt::format("{}", e.tpot_mape_percent) << YAML::Key << "count" << YAML::Value << e.count
+            << YAML::EndMap;
+      }
+      out << YAML::EndMap << YAML::EndMap;
+    }
+    out << YAML::EndMap;
   }
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references

@@ -50,11 +50,30 @@ struct OperatorError {
   bool operator==(const OperatorError&) const = default;
 };
 
+// End to end: a profile's predictions of measured serving benchmarks, per serving engine
+// (`batchsim validate-serving --profile-out`, experiments/validate_serving.h). Serving results
+// are never fitted on, so these are always out of sample.
+struct ServingError {
+  std::string backend;       // the benchmarks' serving engine ("vllm", "sglang", "trtllm")
+  double ttft_mape_percent = 0;  // mean |predicted / measured - 1| x 100 of the mean TTFT, to 0.1
+  double tpot_mape_percent = 0;  // the same of the mean TPOT
+  int64_t count = 0;             // benchmark runs replayed
+  bool operator==(const ServingError&) const = default;
+};
+
+struct ServingValidation {
+  std::string measured_on;  // one line: the benchmarks and how they were replayed
+  std::vector<ServingError> backends;
+  bool empty() const { return backends.empty(); }
+  bool operator==(const ServingValidation&) const = default;
+};
+
 struct ProfileValidation {
   std::string measured_on;  // one line: the measurements scored against (tables, GPU, framework)
   bool held_out = false;    // scored on rows the fit did not see (else on the rows it was fitted on)
   std::string scored_on;    // one line: which rows, e.g. "fitted on half the shapes, scored on the other half"
   std::vector<OperatorError> operators;  // in the report's order; empty: not validated
+  ServingValidation serving;             // optional: end-to-end figures
   bool empty() const { return operators.empty(); }
   bool operator==(const ProfileValidation&) const = default;
 };

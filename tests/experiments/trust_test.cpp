@@ -57,6 +57,17 @@ void expect_trust_is(const ordered_json& trust, const HardwareProfile& gpu) {
     EXPECT_EQ(e["p90"].get<double>(), want.p90_percent) << name;
     EXPECT_EQ(e["count"].get<int64_t>(), want.count) << name;
   }
+  // End to end, when the profile was replayed on serving benchmarks (validate-serving).
+  ASSERT_EQ(trust.contains("serving"), !gpu.validation.serving.empty());
+  if (gpu.validation.serving.empty()) return;
+  EXPECT_EQ(trust["serving"]["measured_on"], gpu.validation.serving.measured_on);
+  ASSERT_EQ(trust["serving"]["backends"].size(), gpu.validation.serving.backends.size());
+  for (const ServingError& want : gpu.validation.serving.backends) {
+    const auto& e = trust["serving"]["backends"][want.backend];
+    EXPECT_EQ(e["ttft_mape"].get<double>(), want.ttft_mape_percent) << want.backend;
+    EXPECT_EQ(e["tpot_mape"].get<double>(), want.tpot_mape_percent) << want.backend;
+    EXPECT_EQ(e["count"].get<int64_t>(), want.count) << want.backend;
+  }
 }
 
 TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
@@ -71,6 +82,13 @@ TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
   for (const OperatorError& e : h100.validation.operators) {
     EXPECT_THAT(printed, HasSubstr(fmt::format("{} {:.1f}%", e.op, e.mape_percent)));
   }
+  // The shipped H100 profile was replayed on NVIDIA's measured serving benchmarks too.
+  ASSERT_FALSE(h100.validation.serving.empty());
+  for (const ServingError& e : h100.validation.serving.backends) {
+    EXPECT_THAT(printed, HasSubstr(fmt::format("{} TTFT {:.1f}% TPOT {:.1f}%", e.backend, e.ttft_mape_percent,
+                                               e.tpot_mape_percent)));
+  }
+  EXPECT_THAT(printed, HasSubstr("; end to end on measured serving benchmarks: "));
 
   // A profile file's own block reaches the summary as written (in-sample figures too).
   const fs::path mine = testing::write_text_file(dir, "mine.yaml", R"(base: a100-80gb
@@ -135,6 +153,13 @@ axes:
                                               e.mape_percent, e.p90_percent, e.count)),
               1u)
         << e.op;
+  }
+  EXPECT_THAT(report, HasSubstr("| profile | serving engine | TTFT MAPE % | TPOT MAPE % | benchmark runs |"));
+  for (const ServingError& e : h100.validation.serving.backends) {
+    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.1f} | {} |\n", e.backend,
+                                              e.ttft_mape_percent, e.tpot_mape_percent, e.count)),
+              1u)
+        << e.backend;
   }
   EXPECT_EQ(occurrences(report, "- `a100-80gb` (datasheet): **not validated**: "), 1u);
   EXPECT_THAT(report, Not(HasSubstr("| a100-80gb |")));

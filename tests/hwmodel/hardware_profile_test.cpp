@@ -97,7 +97,8 @@ HardwareProfile odd_profile() {
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.5 + 0.01 * i, 1e-6 * (i + 1)};
   p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
   p.validation = {"tables: of 'somewhere' #1", true, "half: the shapes",
-                  {{"gemm", 6.5, 12.9, 35816}, {"op: with a colon", 0.1, 100.3, 1}, {"attn", 0, 1234.5, 7}}};
+                  {{"gemm", 6.5, 12.9, 35816}, {"op: with a colon", 0.1, 100.3, 1}, {"attn", 0, 1234.5, 7}},
+                  {"benchmarks: of #2", {{"vllm", 30.3, 10.5, 93}, {"z-engine", 0, 1000.1, 1}}}};
   return p;
 }
 
@@ -138,6 +139,9 @@ TEST(HardwareProfile, ValidationBlockRoundTrips) {
   const std::string text = hardware_profile_yaml(p);
   EXPECT_THAT(text, HasSubstr("\nvalidation:\n"));
   EXPECT_THAT(text, HasSubstr("gemm: {mape: 6.5, p90: 12.9, count: 35816}"));
+  EXPECT_THAT(text, HasSubstr("vllm: {ttft_mape: 30.3, tpot_mape: 10.5, count: 93}"));
+  ASSERT_EQ(back.validation.serving.backends.size(), 2u);
+  EXPECT_EQ(back.validation.serving.backends[1].backend, "z-engine");
   // Datasheet profiles have none, and write none.
   EXPECT_TRUE(resolve_gpu("h100-sxm").validation.empty());
   EXPECT_THAT(hardware_profile_yaml(resolve_gpu("h100-sxm")), Not(HasSubstr("validation")));
@@ -170,6 +174,18 @@ TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
   EXPECT_THAT(error_of(block("", "{gemm: {mape: 1, p90: 2, count: 3}, gemm: {mape: 1, p90: 2, count: 3}}")),
               HasSubstr("'validation.operators.gemm' is given twice"));
   EXPECT_THAT(error_of(block("", "gemm: 6.5")), HasSubstr("'validation.operators.gemm' must be a map"));
+  // The serving block: every key required, each backend's three figures.
+  const std::string serving = "  serving:\n    measured_on: my benchmarks\n    backends:\n      ";
+  EXPECT_EQ(load_hardware_profile(write_text_file(dir, "s.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5}\n")))
+                .validation.serving.backends.at(0),
+            (ServingError{"vllm", 3, 4, 5}));
+  EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, count: 5}\n")),
+              HasSubstr("'validation.serving.backends.vllm' needs ttft_mape, tpot_mape and count"));
+  EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5, p90: 1}\n")),
+              HasSubstr("'validation.serving.backends.vllm.p90' is unknown"));
+  EXPECT_THAT(error_of(block("  serving:\n    backends: {vllm: {ttft_mape: 3, tpot_mape: 4, count: 5}}\n")),
+              HasSubstr("'validation.serving.measured_on' is required"));
+  EXPECT_THAT(error_of(block("  serving: [1]\n")), HasSubstr("'validation.serving' must be a map"));
   EXPECT_THAT(error_of("base: h100-sxm\nvalidation: [1, 2]\n"), HasSubstr("'validation' must be a map"));
   EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: x\n  held_out: maybe\n"),
               HasSubstr("'validation.held_out' must be true or false"));
