@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed (CI, ssh)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 DPI = 110
 
@@ -556,6 +557,7 @@ def make_plan(folder):
                 ax.plot([row["replicas"]], [y], "o", markersize=11, markerfacecolor="none",
                         markeredgecolor=cmap(i % 10))
         ax.axhline(bound, linestyle="--", color="grey", linewidth=1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("replicas")
         ax.set_ylabel(f"{path} (s)")
         values = [v for row in plan["rows"] for p in row.get("probes", []) for v in [p["values"][k]] if v > 0]
