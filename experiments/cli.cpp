@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "experiments/compare.h"
 #include "experiments/experiment.h"
 #include "experiments/output.h"
+#include "experiments/plan.h"
 #include "experiments/validate.h"
 #include "experiments/validate_serving.h"
 #include "experiments/calibrate.h"
@@ -42,6 +44,8 @@ commands:
             batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
+  plan      the fewest replicas per GPU and TP degree that meet latency SLOs, replaying the
+            workload itself: batchsim plan --model M --gpu G1,G2 --tp 1,2 --slo ttft_p99=2s ...
   validate-serving  replay measured serving benchmarks and report the TTFT and TPOT error
   calibrate fit a hardware profile on a GPU's measurements:  batchsim calibrate fit DIR --out P.yaml
             or move a fitted one onto another GPU's datasheet:
@@ -300,6 +304,103 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
   return exit_status_of(results, !options.out.empty(), err);
 }
 
+constexpr const char* kPlanUsage = R"(usage: batchsim plan --model M --gpu G1[,G2...] --tp 1[,2...] --slo BOUND=S[,...]
+                    [--max-replicas N] [--price GPU=USD]... [workload options of run] [--out DIR]
+
+For each GPU and TP degree, the fewest replicas (behind --router) that meet every SLO when the
+workload itself is replayed: a trace with its own timestamps (--trace, --trace-speedup), or the
+synthetic arrivals of `batchsim run`. Rows are sorted by total GPUs (by cost when every GPU has
+a price: a profile's price_per_hour, or --price). Warns when no count up to --max-replicas
+meets the SLOs (and by how much the best missed), and when the busiest --window of arrivals is
+busier than the replicas found sustain. --out DIR writes plan.csv, plan.json, report.md and
+figures/plan_slo.png.
+
+SLO bounds (--slo, comma-separated or repeated): any summary.json figure by its path
+(latency.ttft_s.p99=2) or short form METRIC_STAT (ttft_p99, tbt_p99, tpot_p50, e2e_p99,
+queueing_p50), in seconds with an optional unit: ttft_p99=2s,tbt_p99=100ms.
+)";
+
+// Copies `from` without the options named in `leave_out` (plan redefines --gpu and --tp as lists).
+po::options_description options_without(const po::options_description& from, const std::set<std::string>& leave_out,
+                                        const std::string& caption) {
+  po::options_description d(caption);
+  for (const auto& option : from.options()) {
+    if (!leave_out.count(option->long_name())) d.add(option);
+  }
+  return d;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
+  std::vector<int> values;
+  for (const std::string& item : split_list(text)) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      values.push_back(v);
+    } catch (const std::exception&) {
+      throw UserError(fmt::format("{} {}: '{}' is not a whole number", option, text, item));
+    }
+  }
+  if (values.empty()) throw UserError(fmt::format("{}: give at least one value, e.g. {} 1,2", option, option));
+  return values;
+}
+
+int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
+  const std::set<std::string> plan_owns = {"gpu", "tp", "replicas", "out"};
+  auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
+  po::options_description own("plan options");
+  own.add_options()
+      ("gpu", po::value<std::string>(), "candidate GPUs: built-in names or profile files, comma-separated")
+      ("tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")
+      ("slo", po::value<std::vector<std::string>>()->composing(), "BOUND=SECONDS[,...]: upper bounds every "
+       "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms (repeatable)")
+      ("max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")
+      ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
+       "price_per_hour (repeatable)")
+      ("window", po::value<double>()->default_value(60), "busy-window width in seconds")
+      ("jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")
+      ("out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")
+      ("no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
+  desc.add(own);
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    fmt::print(out, "{}\n{}\n", kPlanUsage, fmt::streamed(desc));
+    return 0;
+  }
+  PlanSpec spec;
+  // The run options other than those plan owns apply as they do for `run`.
+  po::variables_map run_vm = vm;
+  for (const std::string& k : plan_owns) run_vm.erase(k);
+  spec.base = default_run_config();
+  if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), spec.base);
+  apply_run_flags(run_vm, spec.base);
+  if (spec.base.iteration_log) throw UserError("--iteration-log: plan writes no per-run files (run the answer with `batchsim run`)");
+  if (!vm.count("gpu")) throw UserError("--gpu: give the candidate GPUs, e.g. --gpu h100-sxm,a100-80gb");
+  spec.gpus = split_list(vm["gpu"].as<std::string>());
+  spec.tps = vm.count("tp") ? parse_int_list(vm["tp"].as<std::string>(), "--tp") : std::vector<int>{1};
+  if (!vm.count("slo")) throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms");
+  std::string slo_text;
+  for (const auto& s : vm["slo"].as<std::vector<std::string>>()) slo_text += (slo_text.empty() ? "" : ",") + s;
+  spec.slo = parse_slo_list(slo_text);
+  spec.max_replicas = vm["max-replicas"].as<int>();
+  if (vm.count("price")) {
+    for (const auto& p : vm["price"].as<std::vector<std::string>>()) spec.price_per_hour.insert(parse_price(p));
+  }
+  spec.window_s = vm["window"].as<double>();
+  spec.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
+                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const PlanResult plan = run_plan(spec, err);
+  print_plan(out, plan);
+  if (vm.count("out")) {
+    const std::filesystem::path dir = vm["out"].as<std::string>();
+    write_plan(plan, dir, !vm["no-plots"].as<bool>(), err);
+    fmt::print(out, "wrote {}\n", (dir / "plan.csv").string());
+  }
+  return 0;
+}
+
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   po::options_description desc("merge options");
   desc.add_options()
@@ -478,6 +579,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "run") return cmd_run(rest, out, err);
   if (command == "compare") return cmd_compare(rest, out, err);
   if (command == "merge") return cmd_merge(rest, out, err);
+  if (command == "plan") return cmd_plan(rest, out, err);
   if (command == "list") return cmd_list(rest, out);
   if (command == "bench") return cmd_bench(rest, out);
   if (command == "validate") return validate_command(rest, out);

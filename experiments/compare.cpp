@@ -71,6 +71,8 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
     ordered_json slo = ordered_json::object();
     for (const auto& [path, bound] : e.capacity->slo) slo[path] = bound;
     j["capacity"] = {{"slo", slo},
+                     {"search", e.capacity->search},
+                     {"max_replicas", e.capacity->max_replicas},
                      {"rate_low", e.capacity->rate_low},
                      {"rate_high", e.capacity->rate_high},
                      {"tolerance", e.capacity->tolerance},
@@ -98,6 +100,7 @@ ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
   b["axes"] = axes;
   b["seed"] = run.seed;
   if (run.rate) b["rate"] = *run.rate;
+  if (run.trace_speedup) b["trace_speedup"] = *run.trace_speedup;
   return b;
 }
 
@@ -196,13 +199,6 @@ ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::s
   summary["error"] = why;
   if (!runs_dir.empty()) write_text(runs_dir / run.name / "summary.json", summary.dump(2) + "\n");
   return summary;
-}
-
-bool meets_slo(const ordered_json& summary, const CapacitySpec& c) {
-  for (const auto& [path, bound] : c.slo) {
-    if (summary.at(json_path_pointer(path)).get<double>() > bound) return false;
-  }
-  return true;
 }
 
 // ---- the slot timeline ----------------------------------------------------------------------
@@ -311,18 +307,20 @@ fs::path plots_dir() {
   return env != nullptr ? fs::path(env) : fs::path(BATCHSIM_SOURCE_DIR) / "plots";
 }
 
-// Runs plots/make_figures.py on `dir`; returns a note for the report when figures are missing.
-// The note names no absolute path, so a report does not depend on where it was written.
 std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress) {
-  const std::string script = (plots_dir() / "make_figures.py").string();
   // Merging a folder into itself redraws the figures and rewrites this report with them.
-  const std::string manual = "batchsim merge <this folder> --out <this folder>";
+  return draw_figures(dir, plots, "batchsim merge <this folder> --out <this folder>", progress);
+}
+
+}  // namespace
+
+std::string draw_figures(const fs::path& dir, bool plots, const std::string& manual, std::ostream& progress) {
+  const std::string script = (plots_dir() / "make_figures.py").string();
   if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them into this report with `{}`.", manual);
   const std::string python = find_plot_python();
   if (python.empty()) {
     fmt::print(progress, "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
-                         "or set BATCHSIM_PYTHON); figures skipped. Later: batchsim merge {} --out {}\n",
-               dir.string(), dir.string());
+                         "or set BATCHSIM_PYTHON); figures skipped. Later: {}\n", manual);
     return fmt::format("Figures were not drawn: no Python 3 with matplotlib was found. Install "
                        "Debian's python3-matplotlib and run `{}`.", manual);
   }
@@ -336,6 +334,8 @@ std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress
   }
   return "";
 }
+
+namespace {
 
 void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
   write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
@@ -362,6 +362,13 @@ void prepare_out_dir(const fs::path& dir) {
 }
 
 }  // namespace
+
+bool meets_slo(const ordered_json& summary, const SloBounds& slo) {
+  for (const auto& [path, bound] : slo) {
+    if (summary.at(json_path_pointer(path)).get<double>() > bound) return false;
+  }
+  return true;
+}
 
 void parse_shard(const std::string& text, CompareOptions& options) {
   const auto slash = text.find('/');
@@ -469,43 +476,101 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
       double wall_s = 0;
       int probe_index = 0;
       std::vector<std::string> warnings;
-      const CapacityResult cap = find_capacity(*e.capacity, [&](double rate) {
+      const CapacitySpec& spec = *e.capacity;
+      // The base workload of a replicas search is the same for every probe: built once.
+      std::optional<BuiltWorkload> fixed;
+      if (spec.search == "replicas") fixed = build_workload(run.config.workload);
+      // One probe: the combination's run with the searched quantity set.
+      auto probe_with = [&](const std::function<void(PlannedRun&)>& set) {
         PlannedRun probe = run;
-        probe.config = config_at_rate(run.config, rate);
-        probe.rate = rate;
+        set(probe);
         probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
-        const BuiltWorkload built = build_workload(probe.config.workload);
-        RunDone done = execute(e, probe, built, runs_dir, probe_index);
+        BuiltWorkload built = fixed ? BuiltWorkload{} : build_workload(probe.config.workload);
+        const BuiltWorkload& workload = fixed ? *fixed : built;
+        // A sped-up trace's rate is its mean arrival rate: what the figures plot it against.
+        if (spec.search == "trace-speedup") probe.rate = mean_arrival_rate(workload.requests);
+        RunDone done = execute(e, probe, workload, runs_dir, probe_index);
         if (probe_index == 0) {
           // Every probe reads the same trace rows; say what was adjusted in them once.
-          warnings = built.warnings;
+          warnings = workload.warnings;
           warnings.insert(warnings.end(), done.warnings.begin(), done.warnings.end());
         }
         ++probe_index;
         wall_s += done.wall_s;
-        const bool ok = meets_slo(done.summary, *e.capacity);
+        const bool ok = meets_slo(done.summary, spec.slo);
         run_summaries[i].push_back(std::move(done.summary));
         return ok;
-      });
+      };
       ordered_json c;
       c["experiment"] = experiment_block(e, run);
-      ordered_json probes_rate = ordered_json::array(), probes_met = ordered_json::array();
-      for (const auto& p : cap.probes) {
-        probes_rate.push_back(p.rate);
-        probes_met.push_back(p.meets);
+      std::string line;
+      if (spec.search == "replicas") {
+        const CountSearch found = find_fewest(spec.max_replicas, [&](int n) {
+          return probe_with([&](PlannedRun& p) { p.config.replicas = n; });
+        });
+        ordered_json counts = ordered_json::array(), met = ordered_json::array();
+        for (const auto& p : found.probes) {
+          counts.push_back(p.count);
+          met.push_back(p.meets);
+        }
+        c["capacity"] = {{"searched", "replicas"},
+                         {"replicas", found.count},
+                         {"status", found.count > 0 ? "ok" : "above-range"},
+                         {"max_replicas", spec.max_replicas},
+                         {"probes", found.probes.size()},
+                         {"probe_replicas", counts},
+                         {"probe_met", met}};
+        line = found.count > 0 ? fmt::format("{}: fewest replicas {}", run.name, found.count)
+                               : fmt::format("{}: no replica count up to {} meets the SLO", run.name, spec.max_replicas);
+        line += fmt::format(" ({} probes, {:.2f} s wall)", found.probes.size(), wall_s);
+      } else {
+        const bool speedup = spec.search == "trace-speedup";
+        std::map<double, double> rate_at;  // speedup -> the replay's mean arrival rate
+        const CapacityResult cap = find_capacity(spec, [&](double x) {
+          return probe_with([&](PlannedRun& p) {
+            if (speedup) {
+              p.config.workload.trace_speedup = x;
+              p.trace_speedup = x;
+            } else {
+              p.config = config_at_rate(run.config, x);
+              p.rate = x;
+            }
+          });
+        });
+        ordered_json probes_x = ordered_json::array(), probes_met = ordered_json::array();
+        for (const auto& p : cap.probes) {
+          probes_x.push_back(p.rate);
+          probes_met.push_back(p.meets);
+        }
+        c["capacity"] = {{"searched", spec.search}};
+        if (speedup) {
+          // In requests/s too, so that a trace's capacity reads like a rate search's: the mean
+          // arrival rate of the trace replayed at the capacity's speedup.
+          double rate = 0;
+          if (cap.capacity_rps > 0) {
+            WorkloadSpec w = run.config.workload;
+            w.trace_speedup = cap.capacity_rps;
+            rate = mean_arrival_rate(make_workload(w));
+          }
+          c["capacity"]["trace_speedup"] = cap.capacity_rps;
+          c["capacity"]["rate_rps"] = rate;
+        } else {
+          c["capacity"]["rate_rps"] = cap.capacity_rps;
+        }
+        c["capacity"]["status"] = cap.status;
+        c["capacity"][speedup ? "bracket_low_speedup" : "bracket_low_rps"] = cap.bracket_low;
+        c["capacity"][speedup ? "bracket_high_speedup" : "bracket_high_rps"] = cap.bracket_high;
+        c["capacity"]["probes"] = cap.probes.size();
+        c["capacity"][speedup ? "probe_speedups" : "probe_rates_rps"] = probes_x;
+        c["capacity"]["probe_met"] = probes_met;
+        line = speedup ? fmt::format("{}: capacity trace-speedup {:.3f} = {:.3f} req/s", run.name,
+                                     cap.capacity_rps, c["capacity"]["rate_rps"].get<double>())
+                       : fmt::format("{}: capacity {:.3f} req/s", run.name, cap.capacity_rps);
+        line += fmt::format(" ({}, {} probes, {:.2f} s wall)", cap.status, cap.probes.size(), wall_s);
       }
-      c["capacity"] = {{"rate_rps", cap.capacity_rps},
-                       {"status", cap.status},
-                       {"bracket_low_rps", cap.bracket_low},
-                       {"bracket_high_rps", cap.bracket_high},
-                       {"probes", cap.probes.size()},
-                       {"probe_rates_rps", probes_rate},
-                       {"probe_met", probes_met}};
       if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
       capacities[i] = std::move(c);
-      report(fmt::format("{}: capacity {:.3f} req/s ({}, {} probes, {:.2f} s wall)", run.name,
-                         cap.capacity_rps, cap.status, cap.probes.size(), wall_s),
-             warnings);
+      report(line, warnings);
     }
   };
   // A combination that cannot run is reported in its row and the others go on.

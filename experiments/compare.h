@@ -46,6 +46,14 @@ ResultSet run_experiment(const Experiment& experiment, const CompareOptions& opt
 ResultSet merge_results(const std::vector<std::filesystem::path>& dirs,
                         const std::filesystem::path& out, bool plots, std::ostream& progress);
 
+// Whether a summary.json meets every SLO bound (each figure at or below its bound).
+bool meets_slo(const nlohmann::ordered_json& summary, const SloBounds& slo);
+
+// Runs plots/make_figures.py on `dir` (when `plots` and a Python with matplotlib exist); returns
+// "" or a note for the report saying why figures are missing and that `redraw` draws them.
+std::string draw_figures(const std::filesystem::path& dir, bool plots, const std::string& redraw,
+                         std::ostream& progress);
+
 // A Python 3 that can import matplotlib: $BATCHSIM_PYTHON, /usr/bin/python3 (Debian's
 // python3-matplotlib), then python3 on PATH. Empty when there is none.
 std::string find_plot_python();

@@ -235,13 +235,9 @@ std::string sanitize(const std::string& text) {
 }
 
 CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
-  if (!node.IsMap()) where.fail(node, "capacity", "expected a mapping {slo, rate-low, rate-high, ...}");
+  if (!node.IsMap()) where.fail(node, "capacity", "expected a mapping {slo, search, rate-low, rate-high, ...}");
   CapacitySpec c;
-  // A summary with every key present, to check that SLO paths name a number.
-  const nlohmann::ordered_json probe = [] {
-    RunOutcome empty;
-    return summary_to_json(empty);
-  }();
+  bool rate_range = false, speedup_range = false, replicas_max = false;
   for (const auto& kv : node) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -253,8 +249,7 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
       }
       for (const auto& s : kv.second) {
         const std::string path = s.first.as<std::string>();
-        const auto ptr = json_path_pointer(path);
-        if (!probe.contains(ptr) || !probe.at(ptr).is_number()) {
+        if (!is_summary_figure(path)) {
           where.fail(s.first, key + "." + path,
                      "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "
                      "latency.tbt_s.p99, latency.e2e_s.p50)");
@@ -263,10 +258,21 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
         if (bound < 0) where.fail(s.second, key + "." + path, "an upper bound must be >= 0");
         c.slo.emplace_back(path, bound);
       }
-    } else if (k == "rate-low") {
-      c.rate_low = as<double>(kv.second, where, key, "a rate (requests/s)");
-    } else if (k == "rate-high") {
-      c.rate_high = as<double>(kv.second, where, key, "a rate (requests/s)");
+    } else if (k == "search") {
+      c.search = normalize_key(as<std::string>(kv.second, where, key, "rate, trace-speedup or replicas"));
+      if (c.search != "rate" && c.search != "trace-speedup" && c.search != "replicas") {
+        where.fail(kv.second, key, fmt::format("'{}': expected rate, trace-speedup or replicas", c.search));
+      }
+    } else if (k == "rate-low" || k == "rate-high") {
+      (k == "rate-low" ? c.rate_low : c.rate_high) = as<double>(kv.second, where, key, "a rate (requests/s)");
+      rate_range = true;
+    } else if (k == "speedup-low" || k == "speedup-high") {
+      (k == "speedup-low" ? c.rate_low : c.rate_high) = as<double>(kv.second, where, key, "a speedup factor");
+      speedup_range = true;
+    } else if (k == "max-replicas") {
+      c.max_replicas = as<int>(kv.second, where, key, "an integer");
+      if (c.max_replicas < 1) where.fail(kv.second, key, "must be >= 1");
+      replicas_max = true;
     } else if (k == "tolerance") {
       c.tolerance = as<double>(kv.second, where, key, "a relative tolerance");
       if (!(c.tolerance > 0 && c.tolerance < 1)) where.fail(kv.second, key, "must be in (0, 1)");
@@ -274,13 +280,22 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
       c.max_probes = as<int>(kv.second, where, key, "an integer");
       if (c.max_probes < 2 || c.max_probes > 64) where.fail(kv.second, key, "must be in [2, 64]");
     } else {
-      where.fail(kv.first, key, "unknown key (expected slo, rate-low, rate-high, tolerance, max-probes)");
+      where.fail(kv.first, key, "unknown key (expected slo, search, rate-low, rate-high, speedup-low, "
+                                "speedup-high, max-replicas, tolerance, max-probes)");
     }
   }
   if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound");
+  // A range key of another search is a mistake worth naming: it would be silently ignored.
+  if (rate_range && c.search != "rate") where.fail(node, "capacity", fmt::format("rate-low/rate-high belong to search: rate, not {}", c.search));
+  if (speedup_range && c.search != "trace-speedup") where.fail(node, "capacity", fmt::format("speedup-low/speedup-high belong to search: trace-speedup, not {}", c.search));
+  if (replicas_max && c.search != "replicas") where.fail(node, "capacity", fmt::format("max-replicas belongs to search: replicas, not {}", c.search));
+  if (c.search == "trace-speedup" && !speedup_range) {
+    c.rate_low = 0.25;  // a quarter to 64 times the trace's own rate
+    c.rate_high = 64;
+  }
   if (!(c.rate_low > 0 && c.rate_high > c.rate_low)) {
-    where.fail(node, "capacity", fmt::format("need 0 < rate-low < rate-high (got {} and {})",
-                                             c.rate_low, c.rate_high));
+    where.fail(node, "capacity", fmt::format("need 0 < {0}-low < {0}-high (got {1} and {2})",
+                                             c.search == "rate" ? "rate" : "speedup", c.rate_low, c.rate_high));
   }
   return c;
 }
@@ -464,6 +479,9 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     for (const Axis& a : e.axes) {
       for (const AxisValue& v : a.values) {
         if (v.rate) where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
+        if (e.capacity->search != "rate" && (a.name == e.capacity->search || v.settings[e.capacity->search])) {
+          where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets {}, but this capacity search chooses it", a.name, e.capacity->search));
+        }
       }
     }
   }
@@ -509,7 +527,17 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   } catch (const UserError& err) {
     throw UserError(fmt::format("{}: {}", file.string(), err.what()));
   }
-  for (const PlannedRun& run : runs) check_planned(e, run);
+  for (const PlannedRun& run : runs) {
+    check_planned(e, run);
+    // Speeding up a trace's timestamps needs a trace replayed with them.
+    const WorkloadSpec& w = run.config.workload;
+    if (e.capacity && e.capacity->search == "trace-speedup" &&
+        (w.trace.empty() || !(w.arrival.empty() || w.arrival == "trace"))) {
+      throw UserError(fmt::format("{}: run {}: capacity search trace-speedup replays a trace with its own "
+                                  "timestamps: set `trace` and no other arrival (got arrival '{}'{})",
+                                  file.string(), run.name, w.arrival, w.trace.empty() ? ", no trace" : ""));
+    }
+  }
   if (published_node) e.published = parse_published(*published_node, where, e, runs);
   return e;
 }
@@ -602,6 +630,48 @@ std::vector<PlannedRun> expand_runs(const Experiment& e) {
     }
   }
   return runs;
+}
+
+double mean_arrival_rate(const Workload& requests) {
+  if (requests.size() < 2) return 0;
+  const double span_s = (requests.back().arrival - requests.front().arrival).seconds();
+  return span_s > 0 ? static_cast<double>(requests.size() - 1) / span_s : 0;
+}
+
+bool is_summary_figure(const std::string& path) {
+  // A summary with every key present, to check that a path names a number.
+  static const nlohmann::ordered_json probe = [] {
+    RunOutcome empty;
+    return summary_to_json(empty);
+  }();
+  const auto ptr = json_path_pointer(path);
+  return probe.contains(ptr) && probe.at(ptr).is_number();
+}
+
+CountSearch find_fewest(int max_n, const std::function<bool(int)>& meets, int first) {
+  CountSearch r;
+  auto probe = [&](int n) {
+    const bool ok = meets(n);
+    r.probes.push_back({n, ok});
+    return ok;
+  };
+  first = std::clamp(first, 1, std::max(1, max_n));
+  int fail = first - 1, pass = 0;  // invariant: !meets(fail) (0: none), meets(pass) when pass > 0
+  for (int n = first;; n = std::min(max_n, 2 * n)) {
+    if (probe(n)) {
+      pass = n;
+      break;
+    }
+    fail = n;
+    if (n >= max_n) return r;
+  }
+  while (pass - fail > 1) {
+    const int mid = fail + (pass - fail) / 2;
+    if (probe(mid)) pass = mid;
+    else fail = mid;
+  }
+  r.count = pass;
+  return r;
 }
 
 CapacityResult find_capacity(const CapacitySpec& spec, const std::function<bool(double)>& meets) {

@@ -51,13 +51,28 @@ struct Axis {
   std::vector<AxisValue> values;
 };
 
-// Bisection over the request rate (see find_capacity).
+// Upper bounds on summary.json figures, by their JSON path ("latency.ttft_s.p99": 0.5): the
+// SLOs of a capacity search and of `batchsim plan`. A run meets them when every figure is at or
+// below its bound (meets_slo, compare.h).
+using SloBounds = std::vector<std::pair<std::string, double>>;
+// Whether `path` names a numeric summary.json figure, so that an SLO may bound it.
+bool is_summary_figure(const std::string& path);
+
+// A capacity search (see find_capacity and find_fewest): what it varies, over which range.
 struct CapacitySpec {
-  // Upper bounds on summary.json figures, by their JSON path ("latency.ttft_s.p99": 0.5). A
-  // rate meets the SLO when every figure is at or below its bound.
-  std::vector<std::pair<std::string, double>> slo;
-  double rate_low = 0.1;     // requests/s
+  SloBounds slo;
+  // What the search varies (`search:` in the file):
+  //   "rate"           the largest Poisson (or gamma) rate meeting the SLO (lengths from the
+  //                    base, or from its trace at Poisson arrivals);
+  //   "trace-speedup"  the largest trace-speedup meeting the SLO: the base's trace replayed
+  //                    with its own timestamps (its bursts) divided by the probed factor;
+  //   "replicas"       the fewest replicas meeting the SLO, replaying the base workload as is.
+  std::string search = "rate";
+  // The searched range: requests/s for "rate" (rate-low, rate-high), speedup factors for
+  // "trace-speedup" (speedup-low, speedup-high); find_capacity bisects either.
+  double rate_low = 0.1;
   double rate_high = 64;
+  int max_replicas = 64;     // "replicas": the most it tries (max-replicas)
   double tolerance = 0.02;   // stop when high/low <= 1 + tolerance
   int max_probes = 14;
 };
@@ -112,6 +127,7 @@ struct PlannedRun {
   std::vector<std::pair<std::string, std::string>> axis_labels;  // (axis, value label)
   uint64_t seed = 0;
   std::optional<double> rate;
+  std::optional<double> trace_speedup;  // a capacity probe over trace-speedup
   std::string group;       // the axis labels joined ("cap=512"): runs compared side by side
 };
 
@@ -135,6 +151,10 @@ Experiment experiment_from_policies(const RunConfig& base, const std::vector<std
 // combinations whose rate is searched (their `rate` is unset).
 std::vector<PlannedRun> expand_runs(const Experiment& experiment);
 
+// Mean arrival rate of a workload in requests/s: (n - 1) requests over first to last arrival
+// (0 with fewer than two requests or no time between them).
+double mean_arrival_rate(const Workload& requests);
+
 // The config of `run` at request rate `rate` (Poisson, or gamma with the base's CV).
 RunConfig config_at_rate(const RunConfig& config, double rate);
 
@@ -155,5 +175,20 @@ struct CapacityResult {
 // (true below some rate, false above). Bisects geometrically, because capacities of different
 // policies differ by orders of magnitude and a relative tolerance is what a report quotes.
 CapacityResult find_capacity(const CapacitySpec& spec, const std::function<bool(double)>& meets);
+
+struct CountProbe {
+  int count = 0;
+  bool meets = false;
+};
+struct CountSearch {
+  int count = 0;  // the fewest that met it; 0: none up to the maximum did
+  std::vector<CountProbe> probes;  // in probe order
+};
+// The smallest n in [first, max_n] for which `meets(n)` holds, assuming it is monotone (false
+// below some n, true from there on) and false at first - 1: doubles from `first` until it holds
+// (or max_n fails), then bisects between the last failure and the first success, so about
+// 2 log2(answer / first) probes. Used for replica counts (`batchsim plan`, capacity search
+// "replicas"): with the workload fixed, more replicas never make the SLO figures worse.
+CountSearch find_fewest(int max_n, const std::function<bool(int)>& meets, int first = 1);
 
 }  // namespace batchsim

@@ -316,15 +316,25 @@ Table latency_table(const std::vector<Row>& rows) {
   return t;
 }
 
+// What a capacity search varied (CapacitySpec::search): "rate", "trace-speedup" or "replicas";
+// folders written before searches had kinds searched the rate.
+std::string capacity_search(const ResultSet& results) {
+  return results.experiment["capacity"].value("search", std::string("rate"));
+}
+
 Table capacity_table(const ResultSet& results) {
   const std::string baseline = first_policy(results);
+  const std::string search = capacity_search(results);
+  // The searched figure: fewest replicas, or the largest rate (a trace's speedup beside it).
+  const char* figure = search == "replicas" ? "capacity.replicas" : "capacity.rate_rps";
   Table t;
-  t.headers = {"group", "policy", "capacity req/s", fmt::format("vs {}", baseline), "status",
-               "probes per search"};
+  t.headers = {"group", "policy", search == "replicas" ? "fewest replicas" : "capacity req/s",
+               fmt::format("vs {}", baseline), "status", "probes per search"};
+  if (search == "trace-speedup") t.headers.insert(t.headers.begin() + 2, "trace speedup");
   const std::vector<Row> rows = group_rows(results.capacities);
   std::map<std::string, double> baseline_rate;  // group -> mean capacity of the first policy
   for (const Row& r : rows) {
-    if (r.policy == baseline) baseline_rate[r.group] = spread_of(r.runs, "capacity.rate_rps", 1).mean;
+    if (r.policy == baseline) baseline_rate[r.group] = spread_of(r.runs, figure, 1).mean;
   }
   for (const Row& r : rows) {
     std::vector<std::string> statuses;
@@ -332,13 +342,18 @@ Table capacity_table(const ResultSet& results) {
       const std::string s = (*c)["capacity"]["status"].get<std::string>();
       if (std::find(statuses.begin(), statuses.end(), s) == statuses.end()) statuses.push_back(s);
     }
-    const double rate = spread_of(r.runs, "capacity.rate_rps", 1).mean;
+    const double rate = spread_of(r.runs, figure, 1).mean;
     const auto it = baseline_rate.find(r.group);
-    t.rows.push_back({r.group.empty() ? "all" : r.group, r.policy,
-                      format_spread(spread_of(r.runs, "capacity.rate_rps", 1), 3),
-                      it != baseline_rate.end() && it->second > 0 ? fmt::format("{:.2f}x", rate / it->second) : "–",
-                      fmt::format("{}", fmt::join(statuses, ", ")),
-                      format_spread(spread_of(r.runs, "capacity.probes", 1), 1)});
+    std::vector<std::string> cells = {
+        r.group.empty() ? "all" : r.group, r.policy,
+        format_spread(spread_of(r.runs, figure, 1), search == "replicas" ? 1 : 3),
+        it != baseline_rate.end() && it->second > 0 ? fmt::format("{:.2f}x", rate / it->second) : "–",
+        fmt::format("{}", fmt::join(statuses, ", ")),
+        format_spread(spread_of(r.runs, "capacity.probes", 1), 1)};
+    if (search == "trace-speedup") {
+      cells.insert(cells.begin() + 2, format_spread(spread_of(r.runs, "capacity.trace_speedup", 1), 3));
+    }
+    t.rows.push_back(std::move(cells));
   }
   return t;
 }
@@ -521,7 +536,12 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
                 : fmt::format("prompt {}, output {}", code_or_axis("prompt-len", "prompt_len"),
                               code_or_axis("output-len", "output_len"));
   std::string arrivals;
-  if (is_capacity(results)) arrivals = ", Poisson arrivals at each probed rate";
+  if (is_capacity(results)) {
+    const std::string search = capacity_search(results);
+    arrivals = search == "rate"            ? ", Poisson arrivals at each probed rate"
+               : search == "trace-speedup" ? ", the trace's own arrivals sped up by each probed factor"
+                                           : "";
+  }
   else if (rate_axis) {
     arrivals = fmt::format(", {} arrivals at the rates of {}",
                            arrival.rfind("gamma:", 0) == 0 ? "gamma (CV of `" + arrival + "`)" : "Poisson", *rate_axis);
@@ -584,12 +604,22 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
 
   if (is_capacity(results)) {
     out << "## Capacity\n\n";
-    fmt::print(out, "The largest Poisson request rate meeting {}, found by geometric bisection "
-                    "between {} and {} req/s to a relative tolerance of {} (status `above-range`: "
-                    "the capacity is at least the upper end; `below-range`: not even the lower end "
-                    "meets the SLO).\n\n",
-               slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
-               e["capacity"]["tolerance"].dump());
+    const std::string search = capacity_search(results);
+    if (search == "replicas") {
+      fmt::print(out, "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
+                      "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
+                      "no count up to it meets the SLO).\n\n",
+                 slo_text(results), e["capacity"]["max_replicas"].dump());
+    } else {
+      fmt::print(out, "Searched: {}. The largest {} meeting {}, found by geometric bisection "
+                      "between {} and {}{} to a relative tolerance of {} (status `above-range`: "
+                      "the capacity is at least the upper end; `below-range`: not even the lower end "
+                      "meets the SLO).{}\n\n",
+                 search, search == "rate" ? "Poisson request rate" : "speedup of the trace's own timestamps",
+                 slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
+                 search == "rate" ? " req/s" : "x", e["capacity"]["tolerance"].dump(),
+                 search == "rate" ? "" : " Capacity in req/s: the sped-up trace's mean arrival rate.");
+    }
     render_markdown(out, capacity_table(results));
   } else {
     const std::vector<Row> rows = group_rows(results.runs);
@@ -669,7 +699,7 @@ void print_failures(std::ostream& out, const ResultSet& results) {
 
 void print_result_table(std::ostream& out, const ResultSet& results) {
   if (is_capacity(results)) {
-    fmt::print(out, "capacity under {}:\n", slo_text(results));
+    fmt::print(out, "capacity (searched: {}) under {}:\n", capacity_search(results), slo_text(results));
     Table t = capacity_table(results);
     drop_single_group(t);
     render_text(out, t);

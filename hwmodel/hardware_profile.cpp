@@ -345,6 +345,14 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
                                                           : PrefillAttentionKernel::flash_attention_2;
       continue;
     }
+    if (key == "price_per_hour") {
+      // Optional: what one GPU costs per hour (USD), for `batchsim plan` to rank by cost.
+      p.price_per_hour = read_double(value, where, key);
+      if (!(p.price_per_hour >= 0 && std::isfinite(p.price_per_hour))) {
+        bad_value(where, key, "must be a finite number >= 0 (USD per GPU-hour; 0: unknown)");
+      }
+      continue;
+    }
     if (key == "memory_bytes") {
       // A petabyte is far beyond any GPU; checked before the conversion to an integer.
       p.memory_bytes = read_integer(value, where, key, 1, 1e15);
@@ -523,6 +531,7 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
     out << YAML::EndMap;
   }
   out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
+  if (profile.price_per_hour > 0) out << YAML::Key << "price_per_hour" << YAML::Value << profile.price_per_hour;
   HardwareProfile copy = profile;  // number_keys() hands out mutable references
   for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
   out << YAML::Key << "prefill_attention_kernel" << YAML::Value

@@ -100,6 +100,9 @@ struct HardwareProfile {
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption
+  // Optional: USD per GPU-hour (a cloud list price, or what a purchase amortises to), which
+  // `batchsim plan` ranks candidates by; 0: unknown. Datasheet profiles carry none.
+  double price_per_hour = 0;
 
   // Efficiency parameters of the roofline (see roofline.h for how each is used).
   // GEMM: achieved FLOP/s = peak_flops * gemm_eta_max * M / (M + gemm_m_half).

@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed (CI, ssh)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 DPI = 110
 
@@ -490,9 +491,17 @@ def capacity(res, out_dir):
     colors = policy_colors(res.policies)
     groups = res.groups(res.capacities)
     fig, ax = plt.subplots(figsize=(max(7.5, 0.8 * len(groups) * len(res.policies) + 2), 4.5))
-    _bars(ax, res, groups, "capacity.rate_rps", "capacity (requests/s)", colors, res.capacities)
+    # What the search varied: the rate (a trace's speedup, shown as its mean rate) or replicas.
+    search = res.experiment["capacity"].get("search", "rate")
+    if search == "replicas":
+        key, label, what = "capacity.replicas", "fewest replicas", "fewest replicas meeting"
+    else:
+        key = "capacity.rate_rps"
+        label = "capacity (requests/s)" + (", trace sped up" if search == "trace-speedup" else "")
+        what = "largest request rate meeting"
+    _bars(ax, res, groups, key, label, colors, res.capacities)
     slo = " and ".join(_slo_text(k, v) for k, v in res.experiment["capacity"]["slo"].items())
-    ax.set_title(f"{res.experiment['name']}: largest request rate meeting\n{slo}", fontsize=10)
+    ax.set_title(f"{res.experiment['name']}: {what}\n{slo}", fontsize=10)
     for bar in ax.patches:  # the number itself is what a reader quotes
         if bar.get_height() > 0:
             ax.annotate(f"{bar.get_height():.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() / 2),
@@ -517,6 +526,51 @@ def make_all(folder):
     for figure in FIGURES:
         for name, title, caption in figure(res, out_dir):
             index.append({"file": name, "title": title, "caption": caption})
+    with open(os.path.join(out_dir, "figures.json"), "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+    return index
+
+
+def make_plan(folder):
+    """A `batchsim plan` folder: each SLO figure against the replica count, one line per GPU and
+    TP degree (every probe of its search), the SLO bound dashed, the answer ringed."""
+    with open(os.path.join(folder, "plan.json")) as f:
+        plan = json.load(f)
+    out_dir = os.path.join(folder, "figures")
+    os.makedirs(out_dir, exist_ok=True)
+    slo = list(plan["slo"].items())
+    fig, axes = plt.subplots(1, len(slo), figsize=(4.2 * len(slo) + 1, 3.8), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for k, (path, bound) in enumerate(slo):
+        ax = axes[0][k]
+        for i, row in enumerate(plan["rows"]):
+            probes = row.get("probes", [])
+            if not probes:
+                continue
+            xs = [p["replicas"] for p in probes]
+            ys = [p["values"][k] for p in probes]
+            label = f"{row['gpu']} tp {row['tp']}"
+            ax.plot(xs, ys, "-o", color=cmap(i % 10), label=label, markersize=4)
+            if row["meets_slo"]:
+                y = next(p["values"][k] for p in probes if p["replicas"] == row["replicas"])
+                ax.plot([row["replicas"]], [y], "o", markersize=11, markerfacecolor="none",
+                        markeredgecolor=cmap(i % 10))
+        ax.axhline(bound, linestyle="--", color="grey", linewidth=1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("replicas")
+        ax.set_ylabel(f"{path} (s)")
+        values = [v for row in plan["rows"] for p in row.get("probes", []) for v in [p["values"][k]] if v > 0]
+        if values and max(values) > 10 * min(values):
+            ax.set_yscale("log")
+        ax.set_title(f"{path} <= {bound:g} s", fontsize=9)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{plan['base']['model']}: SLO figures vs replicas", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "plan_slo.png"), dpi=DPI)
+    plt.close(fig)
+    index = [{"file": "plan_slo.png", "title": "SLO figures vs replicas",
+              "caption": "Every probed replica count per GPU and TP; dashed: the SLO bound; ringed: the answer."}]
     with open(os.path.join(out_dir, "figures.json"), "w") as f:
         json.dump(index, f, indent=2)
         f.write("\n")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draws the figures of a `batchsim compare` results folder into FOLDER/figures/.
+"""Draws the figures of a `batchsim compare` results folder (or a `batchsim plan --out`
+folder) into FOLDER/figures/.
 
     python3 plots/make_figures.py RESULTS_FOLDER
 
@@ -20,7 +21,8 @@ def main(argv):
         print(__doc__.strip())
         return 0 if len(argv) == 2 else 2
     folder = argv[1]
-    if not os.path.exists(os.path.join(folder, "experiment.json")):
+    plan = os.path.exists(os.path.join(folder, "plan.json"))
+    if not plan and not os.path.exists(os.path.join(folder, "experiment.json")):
         print(f"make_figures.py: {folder}: not a batchsim compare results folder (no experiment.json)",
               file=sys.stderr)
         return 2
@@ -30,7 +32,7 @@ def main(argv):
         print(f"make_figures.py: note: matplotlib is not importable ({e}); install python3-matplotlib",
               file=sys.stderr)
         return 3
-    for fig in batchsim_plots.make_all(folder):
+    for fig in (batchsim_plots.make_plan(folder) if plan else batchsim_plots.make_all(folder)):
         print(os.path.join(folder, "figures", fig["file"]))
     return 0
 

@@ -76,6 +76,7 @@ HardwareProfile odd_profile() {
   p.interconnect_bytes_per_s = 1.5e11;
   p.interconnect_latency_s = 7.25e-6;
   p.pcie_bytes_per_s = 2.5e10;
+  p.price_per_hour = 3.125;
   p.gemm_eta_max = 0.8123;
   p.gemm_m_half = 37.5;
   p.hbm_efficiency = 0.777;

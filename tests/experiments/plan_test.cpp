@@ -1,0 +1,329 @@
+// `batchsim plan` (issue 14): the fewest replicas per GPU and TP that meet the SLOs replaying
+// the workload itself agree with a brute-force sweep of `batchsim run`; the busy-window warning
+// fires on a trace with a burst and not on a flat one; bad options name the option. And the
+// capacity mode of experiment files searching trace-speedup or replicas instead of a rate.
+#include "experiments/plan.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "experiments/cli.h"
+#include "experiments/compare.h"
+#include "experiments/experiment.h"
+#include "hwmodel/error.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// `batchsim ARGS` in-process; what it printed (stdout, then stderr) in *text.
+int run_cli(const std::vector<std::string>& args, std::string* text = nullptr) {
+  std::ostringstream out, err;
+  const int rc = cli_main(args, out, err);
+  if (text != nullptr) *text = out.str() + err.str();
+  return rc;
+}
+
+std::string error_of(const std::vector<std::string>& args) {
+  return testing::user_error_of([&] { run_cli(args); });
+}
+
+// A generic CSV trace: `n` requests every `gap_s` seconds from t0, lengths cycling so that the
+// load is not uniform request by request.
+void add_requests(std::ostream& out, double t0, double gap_s, int n) {
+  for (int i = 0; i < n; ++i) out << t0 + gap_s * i << "," << 200 + 97 * (i % 7) << "," << 20 + 11 * (i % 5) << "\n";
+}
+
+fs::path flat_trace(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / "flat.csv");
+  out << "arrival_s,prompt_tokens,output_tokens\n";
+  add_requests(out, 0, 0.05, 400);  // 20 req/s for 20 s
+  return dir / "flat.csv";
+}
+
+// Two requests a second for two minutes, then a burst of 200 in 5 s (40 req/s), then calm again.
+fs::path burst_trace(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / "burst.csv");
+  out << "arrival_s,prompt_tokens,output_tokens\n";
+  add_requests(out, 0, 0.5, 120);
+  add_requests(out, 60, 0.025, 200);
+  add_requests(out, 65.25, 0.5, 110);
+  return dir / "burst.csv";
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  auto split = [](const std::string& l) {
+    std::vector<std::string> cells;
+    std::stringstream ss(l);
+    std::string c;
+    while (std::getline(ss, c, ',')) cells.push_back(c);
+    return cells;
+  };
+  if (std::getline(in, line)) header = split(line);
+  while (std::getline(in, line)) {
+    const auto cells = split(line);
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < header.size() && i < cells.size(); ++i) row[header[i]] = cells[i];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double ttft_p99_of_run(const fs::path& trace, int replicas, const fs::path& out) {
+  EXPECT_EQ(run_cli({"run", "--trace", trace.string(), "--policy", "vllm", "--replicas", std::to_string(replicas),
+                     "--router", "least-outstanding", "--out", out.string()}),
+            0);
+  std::ifstream in(out / "summary.json");
+  const auto j = nlohmann::json::parse(in);
+  return j["latency"]["ttft_s"]["p99"].get<double>();
+}
+
+TEST(Plan, AgreesWithABruteForceSweepOfRun) {
+  const fs::path dir = testing::scratch_dir("plan_brute_force");
+  const fs::path trace = flat_trace(dir);
+  // Brute force: every replica count from 1 to 6 through `batchsim run`.
+  std::vector<double> ttft(7, 0);
+  for (int r = 1; r <= 6; ++r) ttft[r] = ttft_p99_of_run(trace, r, dir / fmt::format("run{}", r));
+  // A bound that 3 replicas just meet; the answer is the fewest count at or under it.
+  const double bound = ttft[3];
+  int expected = 0;
+  for (int r = 1; r <= 6 && expected == 0; ++r) {
+    if (ttft[r] <= bound) expected = r;
+  }
+  ASSERT_GT(ttft[1], bound) << "one replica must be overloaded for the test to mean anything";
+  std::string text;
+  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--tp", "1", "--trace", trace.string(), "--policy", "vllm",
+                     "--router", "least-outstanding", "--slo", fmt::format("latency.ttft_s.p99={:.17g}", bound),
+                     "--max-replicas", "6", "--jobs", "1", "--out", (dir / "plan").string(), "--no-plots"},
+                    &text),
+            0)
+      << text;
+  const auto rows = read_csv(dir / "plan" / "plan.csv");
+  ASSERT_EQ(rows.size(), 1u) << text;
+  EXPECT_EQ(rows[0].at("gpu"), "a100-80gb");
+  EXPECT_EQ(rows[0].at("tp"), "1");
+  EXPECT_EQ(rows[0].at("replicas"), std::to_string(expected)) << text;
+  EXPECT_EQ(rows[0].at("total_gpus"), std::to_string(expected));
+  EXPECT_EQ(rows[0].at("meets_slo"), "true");
+  // The figure it reports is the run's, and so is the margin.
+  EXPECT_DOUBLE_EQ(std::stod(rows[0].at("slo.latency.ttft_s.p99.value")), ttft[expected]);
+  EXPECT_NEAR(std::stod(rows[0].at("slo.latency.ttft_s.p99.margin_percent")),
+              100 * (bound - ttft[expected]) / bound, 1e-6);
+  // Fewer runs than the brute force: doubling and bisection.
+  EXPECT_LT(std::stoi(rows[0].at("runs")), 6);
+  EXPECT_TRUE(fs::exists(dir / "plan" / "plan.json"));
+  EXPECT_THAT(testing::read_text_file(dir / "plan" / "report.md"), HasSubstr("replicas  GPUs"));
+}
+
+TEST(Plan, SaysWhenNoReplicaCountMeetsTheSloAndByHowMuch) {
+  const fs::path dir = testing::scratch_dir("plan_none");
+  std::string text;
+  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--trace", flat_trace(dir).string(), "--policy", "vllm",
+                     "--slo", "ttft_p99=1ms", "--max-replicas", "2", "--jobs", "1"},
+                    &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("no replica count up to 2 meets the SLOs"));
+  EXPECT_THAT(text, HasSubstr("ttft p99"));
+  EXPECT_THAT(text, HasSubstr("% over"));
+}
+
+TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
+  const fs::path dir = testing::scratch_dir("plan_busy");
+  const std::vector<std::string> common = {"plan", "--gpu", "a100-80gb", "--policy", "vllm", "--slo",
+                                           "ttft_p99=2s", "--max-replicas", "8", "--window", "10", "--jobs", "1"};
+  std::vector<std::string> flat = common, burst = common;
+  flat.insert(flat.end(), {"--trace", flat_trace(dir).string()});
+  burst.insert(burst.end(), {"--trace", burst_trace(dir).string()});
+  std::string flat_text, burst_text;
+  ASSERT_EQ(run_cli(flat, &flat_text), 0);
+  ASSERT_EQ(run_cli(burst, &burst_text), 0);
+  EXPECT_THAT(flat_text, Not(HasSubstr("busiest 10 s window (")));
+  EXPECT_THAT(flat_text, HasSubstr("not a burst"));
+  // The burst starts 60 s after the first arrival; the warning names the window holding it
+  // (from the calm arrival at 55 s: 10 calm ones and the 200 of the burst) and its rate.
+  EXPECT_THAT(burst_text, HasSubstr("warning: a100-80gb tp 1: the busiest 10 s window (55-65 s after the first "
+                                    "arrival: 210 requests, 21.0 req/s"));
+  EXPECT_THAT(burst_text, HasSubstr("is busier than the"));
+}
+
+TEST(Plan, BusiestWindowCountsArrivals) {
+  Workload w;
+  for (int i = 0; i < 10; ++i) w.push_back({i, SimTime::from_seconds(i), 1, 1});
+  for (int i = 0; i < 5; ++i) w.push_back({10 + i, SimTime::from_seconds(20 + 0.1 * i), 1, 1});
+  const BusyWindow b = busiest_window(w, 2);
+  EXPECT_EQ(b.arrivals, 5);
+  EXPECT_DOUBLE_EQ(b.start_s, 20);
+  EXPECT_DOUBLE_EQ(b.rate_rps, 2.5);
+}
+
+TEST(Plan, BadOptionsNameTheOption) {
+  const std::vector<std::string> ok = {"plan", "--num-requests", "20", "--arrival", "poisson:5"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = ok;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return error_of(a);
+  };
+  EXPECT_THAT(with({"--gpu", "tpu-v9", "--slo", "ttft_p99=2"}), HasSubstr("--gpu tpu-v9"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--tp", "0", "--slo", "ttft_p99=2"}), HasSubstr("--tp 0"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--tp", "one", "--slo", "ttft_p99=2"}), HasSubstr("--tp"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", ""}), HasSubstr("--slo: give at least one bound"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb"}), HasSubstr("--slo"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p42=2"}), HasSubstr("'ttft_p42' is not a summary.json figure"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=fast"}), HasSubstr("--slo ttft_p99=fast"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=2", "--price", "l40s=2"}),
+              HasSubstr("--price l40s=2: 'l40s' is not one of the --gpu candidates (a100-80gb)"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=2", "--price", "a100-80gb=cheap"}), HasSubstr("--price"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=2", "--max-replicas", "0"}), HasSubstr("--max-replicas"));
+  EXPECT_THAT(with({"--slo", "ttft_p99=2"}), HasSubstr("--gpu"));
+}
+
+TEST(Plan, SloListTakesPathsShortFormsAndUnits) {
+  const SloBounds slo = parse_slo_list("ttft_p99=2s,tbt_p99=100ms,latency.e2e_s.p50=30,queueing_p50_s=1.5");
+  ASSERT_EQ(slo.size(), 4u);
+  EXPECT_EQ(slo[0], (std::pair<std::string, double>{"latency.ttft_s.p99", 2}));
+  EXPECT_EQ(slo[1].first, "latency.tbt_s.p99");
+  EXPECT_DOUBLE_EQ(slo[1].second, 0.1);
+  EXPECT_EQ(slo[2], (std::pair<std::string, double>{"latency.e2e_s.p50", 30}));
+  EXPECT_EQ(slo[3], (std::pair<std::string, double>{"latency.queueing_s.p50", 1.5}));
+  EXPECT_THAT(testing::user_error_of([] { parse_slo_list("ttft_p99=2,ttft_p99=3"); }), HasSubstr("twice"));
+}
+
+TEST(Plan, RanksByCostWhenEveryGpuHasAPrice) {
+  const fs::path dir = testing::scratch_dir("plan_price");
+  // A profile file carrying its own price; the other GPU's comes from --price.
+  const fs::path profile = testing::write_text_file(dir, "priced.yaml", "base: a100-80gb\nname: priced-a100\nprice_per_hour: 9\n");
+  std::string text;
+  ASSERT_EQ(run_cli({"plan", "--gpu", profile.string() + ",a100-80gb", "--trace", flat_trace(dir).string(),
+                     "--policy", "vllm", "--slo", "ttft_p99=2s", "--max-replicas", "8", "--price",
+                     "a100-80gb=1.5", "--jobs", "2", "--out", (dir / "plan").string(), "--no-plots"},
+                    &text),
+            0)
+      << text;
+  const auto rows = read_csv(dir / "plan" / "plan.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  // The same silicon: the same replicas, so the cheaper one ranks first.
+  EXPECT_EQ(rows[0].at("gpu"), "a100-80gb");
+  EXPECT_DOUBLE_EQ(std::stod(rows[0].at("price_per_hour")), 1.5);
+  EXPECT_DOUBLE_EQ(std::stod(rows[1].at("price_per_hour")), 9);
+  EXPECT_EQ(rows[0].at("replicas"), rows[1].at("replicas"));
+  EXPECT_LT(std::stod(rows[0].at("cost_per_hour")), std::stod(rows[1].at("cost_per_hour")));
+  EXPECT_THAT(text, HasSubstr("$/hour"));
+}
+
+TEST(Plan, FewestSearchDoublesThenBisects) {
+  int calls = 0;
+  const CountSearch s = find_fewest(64, [&](int n) {
+    ++calls;
+    return n >= 11;
+  });
+  EXPECT_EQ(s.count, 11);
+  EXPECT_LE(calls, 8);  // 1 2 4 8 16, then 12 10 11
+  for (const CountProbe& p : s.probes) EXPECT_EQ(p.meets, p.count >= 11);
+  EXPECT_EQ(find_fewest(5, [](int) { return false; }).count, 0);
+  EXPECT_EQ(find_fewest(5, [](int n) { return n >= 5; }).count, 5);
+  EXPECT_EQ(find_fewest(64, [](int) { return true; }, 7).count, 7);
+}
+
+ResultSet run_text(const std::string& yaml, const fs::path& dir, const fs::path& trace) {
+  std::string text = yaml;
+  text.replace(text.find("TRACE"), 5, trace.string());
+  const Experiment e = parse_experiment_text(text, dir / "cap.yaml");
+  CompareOptions o;
+  o.out = dir / "out";
+  o.jobs = 2;
+  o.plots = false;
+  return run_experiment(e, o, std::cerr);
+}
+
+TEST(Capacity, SearchesTheTraceSpeedupAndSaysSo) {
+  const fs::path dir = testing::scratch_dir("capacity_trace_speedup");
+  const ResultSet r = run_text(R"(
+name: cap-trace
+base: {trace: TRACE}
+policies: [vllm]
+capacity:
+  search: trace-speedup
+  slo: {latency.ttft_s.p99: 1.0}
+  speedup-low: 0.25
+  speedup-high: 16
+  tolerance: 0.1
+)", dir, burst_trace(dir));
+  ASSERT_EQ(r.capacities.size(), 1u);
+  const auto& c = r.capacities[0]["capacity"];
+  EXPECT_EQ(c["searched"], "trace-speedup");
+  ASSERT_EQ(c["status"], "ok") << c.dump();
+  const double speedup = c["trace_speedup"].get<double>();
+  EXPECT_GT(c["rate_rps"].get<double>(), 0);
+  // Every probe replayed the trace at its speedup (not Poisson arrivals), and met the SLO exactly
+  // when its speedup was at most the capacity.
+  for (const auto& run : r.runs) {
+    EXPECT_EQ(run["config"]["arrival"], "") << run["config"].dump();
+    const double s = run["experiment"]["trace_speedup"].get<double>();
+    EXPECT_EQ(run["config"]["trace_speedup"].get<double>(), s);
+    EXPECT_EQ(run["latency"]["ttft_s"]["p99"].get<double>() <= 1.0, s <= speedup) << s;
+  }
+  const std::string report = testing::read_text_file(dir / "out" / "report.md");
+  EXPECT_THAT(report, HasSubstr("Searched: trace-speedup"));
+  EXPECT_THAT(report, HasSubstr("trace speedup"));
+}
+
+TEST(Capacity, SearchesReplicasAndSaysSo) {
+  const fs::path dir = testing::scratch_dir("capacity_replicas");
+  const ResultSet r = run_text(R"(
+name: cap-replicas
+base: {trace: TRACE, router: least-outstanding}
+policies: [vllm]
+capacity:
+  search: replicas
+  slo: {latency.ttft_s.p99: 2.0}
+  max-replicas: 8
+)", dir, flat_trace(dir));
+  ASSERT_EQ(r.capacities.size(), 1u);
+  const auto& c = r.capacities[0]["capacity"];
+  EXPECT_EQ(c["searched"], "replicas");
+  ASSERT_EQ(c["status"], "ok") << c.dump();
+  const int fewest = c["replicas"].get<int>();
+  for (const auto& run : r.runs) {
+    const int n = run["config"]["replicas"].get<int>();
+    EXPECT_EQ(run["latency"]["ttft_s"]["p99"].get<double>() <= 2.0, n >= fewest) << n;
+  }
+  EXPECT_THAT(testing::read_text_file(dir / "out" / "report.md"), HasSubstr("Searched: replicas"));
+}
+
+TEST(Capacity, TraceSpeedupSearchNeedsATraceAndItsOwnKeys) {
+  const fs::path dir = testing::scratch_dir("capacity_bad");
+  EXPECT_THAT(testing::user_error_of([&] {
+                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: trace-speedup, slo: {latency.ttft_s.p99: 1}}\n",
+                                      dir / "x.yaml");
+              }),
+              HasSubstr("trace-speedup replays a trace"));
+  EXPECT_THAT(testing::user_error_of([&] {
+                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: replicas, rate-high: 9, slo: {latency.ttft_s.p99: 1}}\n",
+                                      dir / "x.yaml");
+              }),
+              HasSubstr("rate-low/rate-high belong to search: rate"));
+  EXPECT_THAT(testing::user_error_of([&] {
+                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: qps, slo: {latency.ttft_s.p99: 1}}\n",
+                                      dir / "x.yaml");
+              }),
+              HasSubstr("capacity.search"));
+}
+
+}  // namespace
+}  // namespace batchsim
