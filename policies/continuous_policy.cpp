@@ -394,7 +394,11 @@ void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   forced_decode_ = false;
   into_running_ = false;
   const bool preempted = !fill_batch(batch, budget);
-  repeatable_ = !preempted && !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
+  // A step that admitted is no decode step even when its shape is all decodes: a request
+  // readmitted after recompute whose cache hit leaves one token to compute (its own output
+  // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.
+  repeatable_ = !preempted && !admitted_ && !batch.empty() && batch.shape.prefills.empty() &&
+                swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
 }
