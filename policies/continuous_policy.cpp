@@ -423,13 +423,12 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     for (const BatchItem& item : batch.items) {
       if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
     }
-    // With prefix caching and a request waiting, growth may take only never-cached free
-    // blocks: evicting a cached block changes what the waiting request would find cached, and
-    // a shorter hit can need fewer free blocks (a budget-capped chunk), so schedule() must
-    // look again. With nobody waiting, what is cached changes no decision of schedule().
-    const int64_t free = paged.prefix_caching() && !waiting_.empty() ? paged.uncached_free_blocks()
-                                                                     : paged.free_blocks();
-    if (new_blocks > free) return false;  // schedule() would preempt (or evict)
+    if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
+    // With prefix caching and a request waiting, growth must not evict a cached block: that
+    // changes what the waiting request would find cached, and a shorter hit can need fewer
+    // free blocks (a budget-capped chunk), so schedule() must look again. With nobody waiting,
+    // what is cached changes no decision of schedule().
+    if (!waiting_.empty() && paged.allocation_evicts(new_blocks)) return false;
   }
   for (const BatchItem& item : batch.items) {
     if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {
