@@ -424,11 +424,17 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
       if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
     }
     if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
-    // With prefix caching and a request waiting, growth must not evict a cached block: that
-    // changes what the waiting request would find cached, and a shorter hit can need fewer
-    // free blocks (a budget-capped chunk), so schedule() must look again. With nobody waiting,
-    // what is cached changes no decision of schedule().
-    if (!waiting_.empty() && paged.allocation_evicts(new_blocks)) return false;
+    // With prefix caching and a request waiting, growth must not evict a block of its cached
+    // prefix: a shorter hit can need fewer free blocks (a budget-capped chunk), so schedule()
+    // must look again. Admission stops at the head of the queue, so only the head's prefix
+    // counts, unless TGI's wait rule counts what the others would find; any other eviction
+    // only shrinks the free room, as growth does. With nobody waiting, what is cached
+    // changes no decision of schedule().
+    if (!waiting_.empty() && (config_.max_waiting_tokens > 0
+                                  ? paged.allocation_evicts(new_blocks)
+                                  : paged.allocation_evicts_run_of(waiting_.front(), new_blocks))) {
+      return false;
+    }
   }
   for (const BatchItem& item : batch.items) {
     if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {

@@ -107,6 +107,7 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   ref_.assign(static_cast<size_t>(num_blocks), 0);
   key_.assign(static_cast<size_t>(num_blocks), 0);
   in_table_.assign(static_cast<size_t>(num_blocks), 0);
+  index_.assign(static_cast<size_t>(num_blocks), 0);
   queue_prev_.assign(static_cast<size_t>(num_blocks), kNone);
   queue_next_.assign(static_cast<size_t>(num_blocks), kNone);
   // FreeKVCacheBlockQueue starts ordered by block id: block 0 is handed out first.
@@ -206,6 +207,18 @@ bool PagedKvCache::allocation_evicts(int64_t n) const {
   return false;
 }
 
+bool PagedKvCache::allocation_evicts_run_of(RequestId id, int64_t n) const {
+  if (!caching_) return false;
+  scan(id);
+  const auto run = static_cast<int64_t>(run_.size());
+  int32_t b = queue_head_;
+  for (int64_t i = 0; i < n && b != kNone; ++i, b = queue_next_[b]) {
+    // A block of the run sits at its index in it.
+    if (in_table_[b] && index_[b] < run && run_[index_[b]] == b) return true;
+  }
+  return false;
+}
+
 std::vector<int32_t> PagedKvCache::free_queue() const {
   std::vector<int32_t> queue;
   if (!caching_) return queue;
@@ -223,6 +236,7 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
     if (table_.insert(key, b)) {
       key_[b] = key;
       in_table_[b] = 1;
+      index_[b] = static_cast<int32_t>(k);
       if (key == run_end_key_) ++generation_;  // the run scan() keeps may go on further
     }
   }

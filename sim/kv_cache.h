@@ -193,6 +193,9 @@ class PagedKvCache final : public KvCacheManager {
   // Whether allocating `n` blocks now would evict a cached block: one of the first `n` of the
   // free queue is in the table. O(n).
   bool allocation_evicts(int64_t n) const;
+  // Whether it would evict a block of the cached run that `id` finds now (what
+  // cached_prefix_tokens(id, ...) counts). O(n), and a scan of `id` unless kept.
+  bool allocation_evicts_run_of(RequestId id, int64_t n) const;
   // For tests: the free queue, front (taken next) first, O(free blocks); and the blocks `id`
   // holds, in token order.
   std::vector<int32_t> free_queue() const;
@@ -234,6 +237,7 @@ class PagedKvCache final : public KvCacheManager {
   std::vector<int32_t> ref_;                  // per block
   std::vector<uint64_t> key_;                 // per block; meaningful when in_table_
   std::vector<uint8_t> in_table_;
+  std::vector<int32_t> index_;                // per block in the table: its index k in its request
   // The free queue: every block at ref 0, least recently freed first, linked through the
   // blocks as FreeKVCacheBlockQueue links them.
   std::vector<int32_t> queue_prev_, queue_next_;
