@@ -394,7 +394,11 @@ void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   forced_decode_ = false;
   into_running_ = false;
   const bool preempted = !fill_batch(batch, budget);
-  repeatable_ = !preempted && !batch.empty() && batch.shape.prefills.empty() && swapped_.empty();
+  // A step that admitted is no decode step even when its shape is all decodes: a request
+  // readmitted after recompute whose cache hit leaves one token to compute (its own output
+  // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.
+  repeatable_ = !preempted && !admitted_ && !batch.empty() && batch.shape.prefills.empty() &&
+                swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
 }
@@ -419,13 +423,18 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     for (const BatchItem& item : batch.items) {
       if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
     }
-    // With prefix caching and a request waiting, growth may take only never-cached free
-    // blocks: evicting a cached block changes what the waiting request would find cached, and
-    // a shorter hit can need fewer free blocks (a budget-capped chunk), so schedule() must
-    // look again. With nobody waiting, what is cached changes no decision of schedule().
-    const int64_t free = paged.prefix_caching() && !waiting_.empty() ? paged.uncached_free_blocks()
-                                                                     : paged.free_blocks();
-    if (new_blocks > free) return false;  // schedule() would preempt (or evict)
+    if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
+    // With prefix caching and a request waiting, growth must not evict a block of its cached
+    // prefix: a shorter hit can need fewer free blocks (a budget-capped chunk), so schedule()
+    // must look again. Admission stops at the head of the queue, so only the head's prefix
+    // counts, unless TGI's wait rule counts what the others would find; any other eviction
+    // only shrinks the free room, as growth does. With nobody waiting, what is cached
+    // changes no decision of schedule().
+    if (!waiting_.empty() && (config_.max_waiting_tokens > 0
+                                  ? paged.allocation_evicts(new_blocks)
+                                  : paged.allocation_evicts_run_of(waiting_.front(), new_blocks))) {
+      return false;
+    }
   }
   for (const BatchItem& item : batch.items) {
     if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {

@@ -64,7 +64,8 @@
 //                          is non-empty).
 //   prefix_caching=true    vLLM v1 automatic prefix caching (vllm/v1/core/kv_cache_manager.py
 //                          get_computed_blocks; SGLang RadixAttention): kv=paged only. At
-//                          admission the longest cached run of the prompt's blocks is shared
+//                          admission the longest cached run of the request's blocks (its
+//                          prompt's, and after a recompute preemption its own output's) is shared
 //                          instead of computed (sim/kv_cache.h, "Prefix caching"): the request's
 //                          computed tokens start there (PolicyEnv::use_cached_prefix) and its
 //                          first chunk attends to them. Needs the workload's prompt-block

@@ -304,10 +304,10 @@ int64_t SglangPolicy::pages_for_next_decode(std::span<const RequestId> requests)
 }
 
 void SglangPolicy::retract(RequestId id) {
-  // ScheduleBatch.release_req + Req.reset_for_retract: the KV is freed (a cached prompt prefix
-  // stays in the radix cache, evictable) and the request is prefilled again with its prompt and
-  // the tokens it generated; Scheduler._extend_requests_to_queue appends it to the waiting
-  // queue.
+  // ScheduleBatch.release_req + Req.reset_for_retract: the KV is freed (what is cached, its
+  // own generated blocks too, stays in the cache, evictable) and the request is prefilled
+  // again with its prompt and the tokens it generated; Scheduler._extend_requests_to_queue
+  // appends it to the waiting queue.
   kv_->release(id);
   env_->preempt(id, /*keeps_kv=*/false);
   waiting_.push_back(id);
@@ -402,7 +402,8 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
                                     SimTime /*now*/) {
   for (const RequestId id : finished) {
     finished_flag_[id] = true;
-    // Scheduler cache_finished_req: the prompt's KV stays in the radix cache, evictable.
+    // Scheduler cache_finished_req: the request's KV stays in the radix cache, evictable (it
+    // inserts origin_input_ids + output_ids, mem_cache/radix_cache.py).
     kv_->release(id);
   }
   if (last_was_prefill_) {

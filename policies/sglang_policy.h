@@ -51,7 +51,9 @@
 // or --prefix), not token by token; a prefix is shared within the prefill batch that computes
 // it (vLLM v1's rule) where SGLang's tree holds it only after that prefill; admission's budget
 // counts an evictable prefix the request itself pins as still free (SGLang re-checks after
-// locking it), and the cache then refuses the admission if it does not fit.
+// locking it), and the cache then refuses the admission if it does not fit; eviction follows
+// vLLM v1's free queue (least recently freed block first, a request's tail before its head)
+// where SGLang's RadixCache.evict takes the least recently accessed leaves.
 // Where SGLang would assert (no KV left for the one request left after retraction, which a
 // chunked prefill can hold), the chunked request is retracted too.
 // Invariants (asserted by tests/policies): an iteration is prefill-only or decode-only; its

@@ -23,6 +23,14 @@ uint64_t mix_key(uint64_t hash, int64_t k) {
   return x ^ (x >> 31);
 }
 
+// Keys of the blocks a request's own tokens fill (kv_cache.h "Prefix caching"): the chain so
+// far, salted so that it differs from a content key, then the request and the block index.
+constexpr uint64_t kOwnBlockSalt = 0xD6E8FEB86659FD93ULL;
+constexpr uint64_t kNoParentKey = 0x243F6A8885A308D3ULL;
+uint64_t own_block_key(uint64_t chain, RequestId id, int64_t k) {
+  return mix_key(mix_key(chain ^ kOwnBlockSalt, id), k);
+}
+
 }  // namespace
 
 BlockKeyTable::BlockKeyTable(int64_t max_entries) {
@@ -96,32 +104,41 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   prefix_ = prefix;
   blocks_.resize(static_cast<size_t>(num_requests));
   hit_tokens_.assign(static_cast<size_t>(num_requests), 0);
-  cacheable_.assign(static_cast<size_t>(num_requests), 0);
   ref_.assign(static_cast<size_t>(num_blocks), 0);
   key_.assign(static_cast<size_t>(num_blocks), 0);
   in_table_.assign(static_cast<size_t>(num_blocks), 0);
-  lru_prev_.assign(static_cast<size_t>(num_blocks), kNone);
-  lru_next_.assign(static_cast<size_t>(num_blocks), kNone);
-  uncached_free_.reserve(static_cast<size_t>(num_blocks));
-  // A stack popped from the back: block 0 is handed out first.
-  for (int64_t b = num_blocks - 1; b >= 0; --b) uncached_free_.push_back(static_cast<int32_t>(b));
+  index_.assign(static_cast<size_t>(num_blocks), 0);
+  queue_prev_.assign(static_cast<size_t>(num_blocks), kNone);
+  queue_next_.assign(static_cast<size_t>(num_blocks), kNone);
+  // FreeKVCacheBlockQueue starts ordered by block id: block 0 is handed out first.
+  for (int64_t b = 0; b < num_blocks; ++b) queue_push_back(static_cast<int32_t>(b));
   table_ = BlockKeyTable(num_blocks);
 }
 
-int64_t PagedKvCache::cacheable_blocks(RequestId id) const {
+int64_t PagedKvCache::content_blocks(RequestId id) const {
   const int64_t hashed = static_cast<int64_t>(prefix_.hashes->of(id).size()) * prefix_.hashes->block_tokens;
   return std::min<int64_t>((*prefix_.requests)[id].prompt_tokens, hashed) / block_size_;
 }
 
+int64_t PagedKvCache::max_full_blocks(RequestId id) const {
+  const Request& r = (*prefix_.requests)[id];
+  return (static_cast<int64_t>(r.prompt_tokens) + r.output_tokens) / block_size_;
+}
+
 uint64_t PagedKvCache::block_key(RequestId id, int64_t k) const {
-  const int64_t last_token = (k + 1) * block_size_ - 1;
-  return mix_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], k);
+  auto content_key = [&](int64_t j) {
+    const int64_t last_token = (j + 1) * block_size_ - 1;
+    return mix_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], j);
+  };
+  const int64_t content = content_blocks(id);
+  if (k < content) return content_key(k);
+  return own_block_key(content > 0 ? content_key(content - 1) : kNoParentKey, id, k);
 }
 
 void PagedKvCache::scan(RequestId id) const {
   if (run_id_ == id && run_generation_ == generation_) return;
   run_.clear();
-  const int64_t n = cacheable_blocks(id);
+  const int64_t n = max_full_blocks(id);
   for (int64_t k = 0; k < n; ++k) {
     const uint64_t key = block_key(id, k);
     const int32_t b = table_.find(key);
@@ -149,45 +166,69 @@ int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) c
   return std::min(static_cast<int64_t>(run_.size()), (known_tokens - 1) / block_size_) * block_size_;
 }
 
-void PagedKvCache::lru_unlink(int32_t b) {
-  const int32_t prev = lru_prev_[b], next = lru_next_[b];
-  (prev == kNone ? lru_head_ : lru_next_[prev]) = next;
-  (next == kNone ? lru_tail_ : lru_prev_[next]) = prev;
-  lru_prev_[b] = lru_next_[b] = kNone;
-  --evictable_;
+// The queue's own links only; free_blocks_ and evictable_ are counted by the callers.
+void PagedKvCache::queue_unlink(int32_t b) {
+  const int32_t prev = queue_prev_[b], next = queue_next_[b];
+  (prev == kNone ? queue_head_ : queue_next_[prev]) = next;
+  (next == kNone ? queue_tail_ : queue_prev_[next]) = prev;
+  queue_prev_[b] = queue_next_[b] = kNone;
 }
 
-void PagedKvCache::lru_push_back(int32_t b) {
-  lru_prev_[b] = lru_tail_;
-  lru_next_[b] = kNone;
-  (lru_tail_ == kNone ? lru_head_ : lru_next_[lru_tail_]) = b;
-  lru_tail_ = b;
-  ++evictable_;
+void PagedKvCache::queue_push_back(int32_t b) {
+  queue_prev_[b] = queue_tail_;
+  queue_next_[b] = kNone;
+  (queue_tail_ == kNone ? queue_head_ : queue_next_[queue_tail_]) = b;
+  queue_tail_ = b;
 }
 
 int32_t PagedKvCache::take_free_block() {
-  --free_blocks_;
-  if (!uncached_free_.empty()) {
-    const int32_t b = uncached_free_.back();
-    uncached_free_.pop_back();
-    ref_[b] = 1;
-    return b;
-  }
-  // Evict the least recently freed cached block (FreeKVCacheBlockQueue.popleft, then
-  // BlockPool._maybe_evict_cached_block).
-  const int32_t b = lru_head_;
+  // The least recently freed block (FreeKVCacheBlockQueue.popleft_n), evicted from the cache
+  // if it is in it (BlockPool.get_new_blocks, _maybe_evict_cached_block).
+  const int32_t b = queue_head_;
   if (b == kNone) throw std::logic_error("PagedKvCache: no free block to take");
-  lru_unlink(b);
-  table_.erase(key_[b]);
-  ++generation_;  // the block may have been in the run scan() keeps
-  in_table_[b] = 0;
+  queue_unlink(b);
+  --free_blocks_;
+  if (in_table_[b]) {
+    table_.erase(key_[b]);
+    ++generation_;  // the block may have been in the run scan() keeps
+    in_table_[b] = 0;
+    --evictable_;
+  }
   ref_[b] = 1;
   return b;
 }
 
+bool PagedKvCache::allocation_evicts(int64_t n) const {
+  if (!caching_) return false;
+  int32_t b = queue_head_;
+  for (int64_t i = 0; i < n && b != kNone; ++i, b = queue_next_[b]) {
+    if (in_table_[b]) return true;
+  }
+  return false;
+}
+
+bool PagedKvCache::allocation_evicts_run_of(RequestId id, int64_t n) const {
+  if (!caching_) return false;
+  scan(id);
+  const auto run = static_cast<int64_t>(run_.size());
+  int32_t b = queue_head_;
+  for (int64_t i = 0; i < n && b != kNone; ++i, b = queue_next_[b]) {
+    // A block of the run sits at its index in it.
+    if (in_table_[b] && index_[b] < run && run_[index_[b]] == b) return true;
+  }
+  return false;
+}
+
+std::vector<int32_t> PagedKvCache::free_queue() const {
+  std::vector<int32_t> queue;
+  if (!caching_) return queue;
+  for (int32_t b = queue_head_; b != kNone; b = queue_next_[b]) queue.push_back(b);
+  return queue;
+}
+
 void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens) {
-  // Blocks that become full with tokens (from_tokens, to_tokens] and are cacheable.
-  const int64_t end = std::min<int64_t>(to_tokens / block_size_, cacheable_[id]);
+  // Blocks that become full with tokens (from_tokens, to_tokens].
+  const int64_t end = to_tokens / block_size_;
   const std::vector<int32_t>& blocks = blocks_[id];
   for (int64_t k = from_tokens / block_size_; k < end; ++k) {
     const int32_t b = blocks[static_cast<size_t>(k)];
@@ -195,6 +236,7 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
     if (table_.insert(key, b)) {
       key_[b] = key;
       in_table_[b] = 1;
+      index_[b] = static_cast<int32_t>(k);
       if (key == run_end_key_) ++generation_;  // the run scan() keeps may go on further
     }
   }
@@ -219,12 +261,12 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     std::vector<int32_t>& blocks = blocks_[id];
     blocks.clear();
     blocks.reserve(static_cast<size_t>(blocks_for(std::max(tokens, reserve_tokens))));
-    cacheable_[id] = static_cast<int32_t>(cacheable_blocks(id));
     for (int64_t k = 0; k < hits; ++k) {
       const int32_t b = run_[k];
       if (ref_[b] == 0) {
-        lru_unlink(b);  // evictable -> in use
+        queue_unlink(b);  // evictable -> in use (BlockPool.touch)
         --free_blocks_;
+        --evictable_;
       } else {
         ++shared_refs_;
       }
@@ -254,7 +296,7 @@ bool PagedKvCache::try_grow(RequestId id, int64_t tokens) {
   if (needed > free_blocks_) return false;
   if (caching_) {
     for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
-    if (have / block_size_ < cacheable_[id]) enter_full_blocks(id, have, tokens);
+    if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);
   } else {
     free_blocks_ -= needed;
   }
@@ -273,12 +315,9 @@ void PagedKvCache::release(RequestId id) {
         --shared_refs_;
         continue;
       }
+      queue_push_back(b);
       ++free_blocks_;
-      if (in_table_[b]) {
-        lru_push_back(b);
-      } else {
-        uncached_free_.push_back(b);
-      }
+      evictable_ += in_table_[b];
     }
     blocks.clear();
     hit_tokens_[id] = 0;
@@ -325,17 +364,18 @@ void PagedKvCache::check_invariants() const {
   }
   if (shared != shared_refs_) fail("shared reference count is off");
   if (referenced + free_blocks_ != num_blocks_) fail("allocated + free != num_blocks");
-  int64_t lru = 0;
-  for (int32_t b = lru_head_; b != kNone; b = lru_next_[b]) {
-    if (ref_[b] != 0) fail(fmt::format("evictable block {} is referenced", b));
-    if (!in_table_[b]) fail(fmt::format("evictable block {} is not cached", b));
-    if (++lru > num_blocks_) fail("evictable list has a cycle");
+  int64_t queued = 0, evictable = 0;
+  std::vector<uint8_t> in_queue(static_cast<size_t>(num_blocks_), 0);
+  for (int32_t b = queue_head_; b != kNone; b = queue_next_[b]) {
+    if (ref_[b] != 0) fail(fmt::format("free block {} is referenced", b));
+    if (in_queue[b]) fail("free queue has a cycle");
+    in_queue[b] = 1;
+    evictable += in_table_[b];
+    ++queued;
+    if (queue_next_[b] == kNone && queue_tail_ != b) fail("free queue ends before its tail");
   }
-  if (lru != evictable_) fail("evictable count is off");
-  for (const int32_t b : uncached_free_) {
-    if (ref_[b] != 0 || in_table_[b]) fail(fmt::format("free block {} is referenced or cached", b));
-  }
-  if (lru + static_cast<int64_t>(uncached_free_.size()) != free_blocks_) fail("free pools do not add up");
+  if (queued != free_blocks_) fail("free queue and free block count differ");
+  if (evictable != evictable_) fail("evictable count is off");
   int64_t in_table = 0;
   for (int64_t b = 0; b < num_blocks_; ++b) in_table += in_table_[b];
   if (in_table != table_.size()) fail("blocks marked cached and table entries differ");

@@ -58,8 +58,9 @@ class KvCacheManager {
   virtual bool fits_when_empty(int64_t reserve_tokens) const = 0;
   // Whether try_admit(id, tokens, reserve_tokens) would succeed now (changes nothing).
   virtual bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const = 0;
-  // Prompt tokens of `id` whose KV another request already computed and the cache still
-  // holds: what try_admit(id, tokens, ...) shares instead of allocating, for any tokens in
+  // Leading tokens of `id` whose KV the cache still holds (computed by another request with
+  // the same prefix, or by `id` itself before a recompute preemption, its output included):
+  // what try_admit(id, tokens, ...) shares instead of allocating, for any tokens in
   // (result, known_tokens]. Never all of `known_tokens` (at least the last token is computed
   // so that the model can sample). 0 for managers without prefix caching.
   virtual int64_t cached_prefix_tokens(RequestId /*id*/, int64_t /*known_tokens*/) const { return 0; }
@@ -117,25 +118,41 @@ struct PrefixCacheSource {
   bool usable() const { return requests != nullptr && hashes != nullptr && !hashes->empty(); }
 };
 
-// Prefix caching (vLLM v1 vllm/v1/core/kv_cache_manager.py get_computed_blocks and
-// allocate_slots, vllm/v1/core/block_pool.py, FreeKVCacheBlockQueue in kv_cache_utils.py):
-//  * Paged block k (block_size B) of a request is cacheable when it is full and lies inside
-//    both its prompt and the tokens its hashes cover (n_hash * G, G = hashes.block_tokens).
-//    Its key is mix(hashes[((k+1)B - 1) / G], k): the hash covering its last token identifies
-//    the whole prefix up to there (the hashes are chained), k its place in it.
+// Prefix caching (vLLM v1 automatic prefix caching, read at vLLM main, commit 28be48f of
+// 2026-05-24: vllm/v1/core/kv_cache_manager.py get_computed_blocks and allocate_slots,
+// vllm/v1/core/block_pool.py, FreeKVCacheBlockQueue and hash_block_tokens in
+// vllm/v1/core/kv_cache_utils.py, cache_blocks and free in single_type_kv_cache_manager.py):
+//  * Every full paged block k (block_size B) of a request is cacheable, prompt or output: v1
+//    hashes each full block of all_token_ids as tokens are appended (get_request_block_hasher)
+//    and caches it. A block's key names its whole prefix, as hash_block_tokens chains a
+//    block's hash from its parent's and its own tokens. The simulator has no token ids, so:
+//     - the first `content_blocks` blocks, those inside both the prompt and the tokens the
+//       workload's prompt-block hashes cover (G = hashes.block_tokens), are keyed
+//       mix(hashes[((k+1)B - 1) / G], k): the hash covering the block's last token names the
+//       prefix up to there (the workload's hashes are chained), k its place in it;
+//     - every later block (the output, and prompt tokens the hashes do not describe, which
+//       the workloads make unique to the request) is keyed from the chain so far (the last
+//       content key), the request id and k. It is never shared with another request, but the
+//       request finds it again: one preempted by recompute is re-prefilled with prompt and
+//       output (v1 resets num_computed_tokens and looks its block_hashes up again), and hits
+//       what of its own blocks was not evicted.
+//    Nothing is invented for conversations: where a trace's hash_ids cover the history
+//    (Mooncake's multi-turn prompts hold the earlier turns and their answers), a later turn
+//    already shares those blocks through its prompt hashes.
 //  * Admission shares the longest run of cached blocks from block 0 (ref++), but never the
 //    whole of the tokens to hold (v1 max_cache_hit_length = num_tokens - 1: the last token is
-//    recomputed to sample from it). New blocks that are (or become) full and cacheable enter
-//    the table when they are allocated, as v1 caches blocks in allocate_slots, so a request
-//    admitted later in the same step can hit them. A key already in the table is not entered
-//    twice: the duplicate block stays uncached.
-//  * Release does ref--; a block at ref 0 that is in the table stays there, *evictable*, and
-//    counts as free. Blocks are freed last block first (v1 single_type_kv_cache_manager.py
-//    free() frees in reverse so that a prefix outlives its tail).
-//  * Allocation takes a never-cached free block first and only then evicts the least recently
-//    freed evictable block. v1 keeps one LRU queue of all free blocks, cached or not, and may
-//    evict a cached block while uncached ones are free; taking uncached blocks first keeps
-//    more prefixes for the same memory and differs from v1 only in which cached block goes.
+//    recomputed to sample from it). New blocks that are (or become) full enter the table when
+//    they are allocated, as v1 caches blocks in allocate_slots, so a request admitted later in
+//    the same step can hit them. A key already in the table is not entered twice: the
+//    duplicate block stays uncached (v1's BlockHashToBlockMap keeps both; either serves a hit).
+//  * One LRU free queue, as FreeKVCacheBlockQueue: it starts in block order and holds every
+//    block at ref 0, cached or not; those are the free blocks. Release does ref-- over the
+//    request's blocks last block first (free() passes them reversed to
+//    BlockPool.free_blocks) and appends those that reach 0, so a request's tail is evicted
+//    before its head and a prefix outlives its continuations. Allocation takes from the
+//    front, the least recently freed block; a cached one loses its key then (get_new_blocks,
+//    _maybe_evict_cached_block). A hit on a block at ref 0 takes it out of the queue
+//    (BlockPool.touch).
 //  * Admission needs its new blocks plus its evictable hit blocks (which leave the free pool
 //    when shared) to be free, keeping the watermark (v1 allocate_slots counts
 //    num_evictable_computed_blocks the same way).
@@ -169,18 +186,28 @@ class PagedKvCache final : public KvCacheManager {
   int64_t blocks_of(RequestId id) const { return blocks_for(tokens_of(id)); }
 
   bool prefix_caching() const { return caching_; }
-  // Prompt tokens `id` shared from the cache at its current admission (0 when not held).
+  // Tokens `id` shared from the cache at its current admission (0 when not held).
   int64_t shared_tokens_of(RequestId id) const { return holds(id) && caching_ ? hit_tokens_[id] : 0; }
   int64_t cached_blocks() const { return table_.size(); }  // in the table
   int64_t evictable_blocks() const { return evictable_; }      // cached, ref 0, counted free
-  int64_t uncached_free_blocks() const { return static_cast<int64_t>(uncached_free_.size()); }
+  // Whether allocating `n` blocks now would evict a cached block: one of the first `n` of the
+  // free queue is in the table. O(n).
+  bool allocation_evicts(int64_t n) const;
+  // Whether it would evict a block of the cached run that `id` finds now (what
+  // cached_prefix_tokens(id, ...) counts). O(n), and a scan of `id` unless kept.
+  bool allocation_evicts_run_of(RequestId id, int64_t n) const;
+  // For tests: the free queue, front (taken next) first, O(free blocks); and the blocks `id`
+  // holds, in token order.
+  std::vector<int32_t> free_queue() const;
+  const std::vector<int32_t>& block_ids_of(RequestId id) const { return blocks_[id]; }
   // Recounts everything from the per-request block lists and throws std::logic_error naming
   // the first broken invariant. O(blocks + requests): for tests, not for the hot path.
   void check_invariants() const;
 
  private:
   static constexpr int32_t kNone = -1;
-  int64_t cacheable_blocks(RequestId id) const;
+  int64_t content_blocks(RequestId id) const;   // keyed by the workload's hashes
+  int64_t max_full_blocks(RequestId id) const;  // full blocks of prompt + output
   uint64_t block_key(RequestId id, int64_t k) const;
   // The longest run of cached blocks of `id` from block 0, into run_. A request at the head
   // of the waiting queue is looked up at every step while it waits, so the run is kept until
@@ -194,8 +221,8 @@ class PagedKvCache final : public KvCacheManager {
   Hit look_up(RequestId id, int64_t max_blocks) const;
   int32_t take_free_block();
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
-  void lru_unlink(int32_t b);
-  void lru_push_back(int32_t b);
+  void queue_unlink(int32_t b);
+  void queue_push_back(int32_t b);
 
   int64_t num_blocks_;
   int32_t block_size_;
@@ -210,13 +237,14 @@ class PagedKvCache final : public KvCacheManager {
   std::vector<int32_t> ref_;                  // per block
   std::vector<uint64_t> key_;                 // per block; meaningful when in_table_
   std::vector<uint8_t> in_table_;
-  std::vector<int32_t> lru_prev_, lru_next_;  // evictable blocks, least recently freed first
-  int32_t lru_head_ = kNone, lru_tail_ = kNone;
-  int64_t evictable_ = 0;
-  std::vector<int32_t> uncached_free_;        // free blocks that are not in the table
+  std::vector<int32_t> index_;                // per block in the table: its index k in its request
+  // The free queue: every block at ref 0, least recently freed first, linked through the
+  // blocks as FreeKVCacheBlockQueue links them.
+  std::vector<int32_t> queue_prev_, queue_next_;
+  int32_t queue_head_ = kNone, queue_tail_ = kNone;
+  int64_t evictable_ = 0;                     // blocks in the queue that are in the table
   BlockKeyTable table_;
   int64_t shared_refs_ = 0;                   // sum over blocks of max(ref - 1, 0)
-  std::vector<int32_t> cacheable_;            // per request held: cacheable_blocks()
   uint64_t generation_ = 0;                   // see scan()
   mutable std::vector<int32_t> run_;          // cached blocks found by the last scan()
   mutable uint64_t run_end_key_ = 0;          // the key that ended the run (if one did)

@@ -78,9 +78,9 @@ TEST(PrefixCaching, AHitNeverCoversTheWholePrompt) {
 
 TEST(PrefixCaching, ARequestReadmittedAfterRecomputeHitsItsOwnPrefix) {
   // 4 blocks of 16 tokens. Both 20-token prompts are admitted (2 blocks each); when request 0
-  // needs a third block, request 1 (the newest) is preempted: its full prompt block stays
-  // cached and evictable, its partial block is freed uncached and taken by request 0, which
-  // ends within 3 blocks. Readmitted, request 1 starts after its cached 16 tokens.
+  // needs a third block, request 1 (the newest) is preempted with 32 tokens: both its blocks
+  // are full and cached, and freed tail first, so request 0 takes (evicts) its output block
+  // and ends within 3 blocks. Readmitted, request 1 starts after its cached 16 tokens.
   RigOptions rig;
   rig.kv_capacity_tokens = 64;
   const CostModel cm = rig_cost_model(rig);
@@ -100,6 +100,33 @@ TEST(PrefixCaching, ARequestReadmittedAfterRecomputeHitsItsOwnPrefix) {
     EXPECT_EQ(run.result.requests[1].cached_tokens, caching ? 16 : 0);
     EXPECT_EQ(run.result.requests[1].state, RequestState::kFinished);
   }
+}
+
+TEST(PrefixCaching, ARecomputedRequestReusesItsPromptAndGeneratedBlocks) {
+  // vLLM v1 caches every full block, output included, and a recompute preemption re-prefills
+  // prompt + output, looking its block hashes up again. 5 blocks of 16 tokens, 16-token
+  // prompts. Iteration 0 prefills both; 1-16 decode both to 32 tokens (2 full blocks each,
+  // one free block); at 17 request 0 takes the free block and request 1 (the newest) is
+  // preempted: its blocks, prompt and output, go to the free queue tail first. Request 1
+  // knows 33 tokens; its 32 cached ones need no new block but leave the free pool when shared,
+  // with one new block 3 > 2 free, so it waits until request 0 (20 tokens out) ends at 19.
+  // Readmitted at 20, it prefills 1 token after 32 cached (33 without its output blocks cached).
+  RigOptions rig;
+  rig.kv_capacity_tokens = 80;
+  const CostModel cm = rig_cost_model(rig);
+  const Workload w = make_workload({{0, 16, 20}, {0, 16, 30}});
+  const PrefixBlockHashes hashes = prefix_hashes(16, {{1}, {2}});
+  const RecordedRun run = run_preset("vllm", w, cm, {}, &hashes);
+  expect_states(run, {{0, 0, {{0, 16}, {1, 16}}},
+                      {1, 16, {{0, 1}, {1, 1}}},
+                      {17, 19, {{0, 1}}},
+                      {20, 20, {{1, 1}}},
+                      {21, 32, {{1, 1}}}});
+  EXPECT_EQ(run.steps.size(), 33u);
+  EXPECT_EQ(run.steps[20].item(1)->context_before, 32);
+  EXPECT_EQ(run.result.requests[1].preemptions, 1);
+  EXPECT_EQ(run.result.requests[1].cached_tokens, 32);
+  EXPECT_EQ(run.result.requests[1].state, RequestState::kFinished);
 }
 
 void expect_same_results(const SimulationResult& a, const SimulationResult& b) {

@@ -117,7 +117,8 @@ struct Track {
   bool finished = false;
   bool scheduled = false;
   int32_t recomputes = 0;
-  int64_t cached = 0;  // prompt tokens found cached at admissions this test saw
+  int64_t computed_most = 0;  // the most it ever had computed (before any preemption)
+  int64_t cached = 0;  // tokens found cached at admissions this test saw
   // Ends of the iterations that sampled the first and the last output token, by this test's
   // own count: the simulation's records must agree.
   SimTime first_token = SimTime::max();
@@ -126,6 +127,7 @@ struct Track {
 
 struct Totals {
   int64_t preemptions = 0, rejected = 0, iterations = 0, swapped_iterations = 0, cached = 0;
+  int64_t output_hits = 0;  // admissions whose hit went past the prompt
 };
 
 void check_kv(const KvCacheManager& kv, RequestId n) {
@@ -251,6 +253,12 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
           ASSERT_TRUE(paged != nullptr && paged->prefix_caching()) << "request " << item.id;
           ASSERT_LT(item.context_before, known) << "request " << item.id;
           ASSERT_EQ(item.context_before % paged->block_size(), 0) << "request " << item.id;
+          // Past its prompt a hit holds the request's own output (vLLM v1 caches output
+          // blocks; nobody else has them), so only what it computed before a preemption.
+          if (item.context_before > w[item.id].prompt_tokens) {
+            ASSERT_LE(item.context_before, t.computed_most) << "request " << item.id;
+            ++totals.output_hits;
+          }
           t.cached += item.context_before;
         }
         t.computed = item.context_before;
@@ -258,6 +266,7 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
       ASSERT_GE(item.new_tokens, 1);
       ASSERT_LE(t.computed + item.new_tokens, known);
       t.computed += item.new_tokens;
+      t.computed_most = std::max(t.computed_most, t.computed);
       if (t.computed < known) ++partial_prefills;
       if (t.computed == known) {
         ++t.generated;
@@ -342,6 +351,7 @@ TEST(RandomizedPolicies, InvariantsHoldOnEveryIterationOfEveryPolicy) {
   EXPECT_GT(totals.rejected, 10);
   EXPECT_GT(totals.iterations, 10000);
   EXPECT_GT(totals.cached, 10000);
+  EXPECT_GT(totals.output_hits, 10);
 }
 
 }  // namespace

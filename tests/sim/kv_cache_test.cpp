@@ -1,5 +1,6 @@
 #include "sim/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -141,17 +142,57 @@ TEST(PrefixCache, AHitNeverCoversTheWholePrompt) {
   kv.check_invariants();
 }
 
-TEST(PrefixCache, OnlyFullBlocksInsideThePromptAndTheHashesAreCached) {
-  // Prompt 14 with hashes over 16 tokens: blocks 0-2 (12 tokens) are full and cacheable;
-  // block 3 holds 2 prompt tokens. Prompt 30 with one hash (8 tokens): only blocks 0-1.
-  const PrefixFixture f(8, {{14, {1, 2}}, {30, {5}}});
-  PagedKvCache kv = f.cache(20, 4);
+TEST(PrefixCache, EveryFullBlockIsCachedThoseBeyondTheHashesUnderTheRequestsOwnKey) {
+  // Prompt 14 with hashes over 16 tokens: blocks 0-2 (12 tokens) are full prompt blocks;
+  // block 3 holds 2 prompt tokens and fills with generated ones. Prompt 30 with one hash
+  // (8 tokens): blocks 0-1 are keyed by the hash, blocks 2-6 by the request (its suffix).
+  const PrefixFixture f(8, {{14, {1, 2}}, {30, {5}}, {14, {1, 2}}, {30, {5}}});
+  PagedKvCache kv = f.cache(30, 4);
   ASSERT_TRUE(kv.try_admit(0, 14, 14));
   EXPECT_EQ(kv.cached_blocks(), 3);
-  ASSERT_TRUE(kv.try_grow(0, 16));  // block 3 fills with a generated token: not a prompt block
-  EXPECT_EQ(kv.cached_blocks(), 3);
+  ASSERT_TRUE(kv.try_grow(0, 16));  // block 3 is full: cached (vLLM v1 caches output blocks)
+  EXPECT_EQ(kv.cached_blocks(), 4);
   ASSERT_TRUE(kv.try_admit(1, 30, 30));
-  EXPECT_EQ(kv.cached_blocks(), 5);
+  EXPECT_EQ(kv.cached_blocks(), 11);
+  kv.check_invariants();
+  // Requests 2 and 3 start like 0 and 1 but find only the blocks the hashes describe: another
+  // request's output and unhashed suffix are its own.
+  EXPECT_EQ(kv.cached_prefix_tokens(2, 20), 12);
+  EXPECT_EQ(kv.cached_prefix_tokens(3, 30), 8);
+}
+
+TEST(PrefixCache, TwoRequestsOutputsNeverShareBlocks) {
+  // Identical prompts (same hashes, 8 tokens): both generate 8 tokens. Request 1, admitted
+  // as if readmitted with all 16 tokens known, finds request 0's prompt blocks but none of its
+  // output blocks; its own output fills other blocks than request 0's.
+  const PrefixFixture f(8, {{8, {1}}, {8, {1}}});
+  PagedKvCache kv = f.cache(10, 4);
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));
+  ASSERT_TRUE(kv.try_grow(0, 16));
+  EXPECT_EQ(kv.cached_blocks(), 4);
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 16), 8);
+  ASSERT_TRUE(kv.try_admit(1, 8, 8));
+  EXPECT_EQ(kv.shared_tokens_of(1), 4);  // the last prompt token is recomputed to sample
+  ASSERT_TRUE(kv.try_grow(1, 16));
+  const std::vector<int32_t> b0 = kv.block_ids_of(0);
+  const std::vector<int32_t> b1 = kv.block_ids_of(1);
+  ASSERT_EQ(b0.size(), 4u);
+  ASSERT_EQ(b1.size(), 4u);
+  EXPECT_EQ(b1[0], b0[0]);  // the shared prompt block
+  for (size_t k = 1; k < b1.size(); ++k) {
+    EXPECT_EQ(std::count(b0.begin(), b0.end(), b1[k]), 0) << "block " << k;
+  }
+  kv.check_invariants();
+  // Released, request 0 readmitted with its 16 tokens finds all its own blocks but the last
+  // (one token is always computed); request 1 likewise its own.
+  kv.release(0);
+  kv.release(1);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 16), 12);
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 17), 16);
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  EXPECT_EQ(kv.shared_tokens_of(0), 12);
+  EXPECT_EQ(std::vector<int32_t>(kv.block_ids_of(0).begin(), kv.block_ids_of(0).begin() + 3),
+            std::vector<int32_t>(b0.begin(), b0.begin() + 3));
   kv.check_invariants();
 }
 
@@ -167,31 +208,38 @@ TEST(PrefixCache, ChunkedPrefillEntersBlocksAsTheyFill) {
   kv.check_invariants();
 }
 
-TEST(PrefixCache, AllocationTakesUncachedBlocksFirstThenEvictsTheLeastRecentlyFreed) {
-  // 6 blocks of 4 tokens; one hash per 8 tokens.
-  const PrefixFixture f(8, {{8, {10}}, {8, {20}}, {12, {30, 31}}, {12, {10, 11}}, {12, {20, 21}}});
-  PagedKvCache kv = f.cache(6, 4);
-  ASSERT_TRUE(kv.try_admit(0, 8, 8));
-  kv.release(0);  // its 2 blocks: cached, evictable
-  ASSERT_TRUE(kv.try_admit(1, 8, 8));  // 4 never-cached blocks are free: no eviction
-  EXPECT_EQ(kv.cached_blocks(), 4);
-  EXPECT_EQ(kv.cached_prefix_tokens(3, 12), 8);
+TEST(PrefixCache, OneLruFreeQueueTailFirstCachedOrNot) {
+  // vLLM v1 FreeKVCacheBlockQueue: 8 blocks of 4 tokens, one hash per block.
+  const PrefixFixture f(4, {{8, {1, 2}}, {6, {7, 8}}, {20, {20, 21, 22, 23, 24}}, {8, {1, 2}},
+                            {12, {1, 2, 3}}, {8, {7, 9}}});
+  PagedKvCache kv = f.cache(8, 4);
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));  // block order
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));  // blocks 0, 1
+  kv.release(0);  // appended tail first: its last block is evicted before its first
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 1, 0}));
+  EXPECT_EQ(kv.evictable_blocks(), 2);
+  ASSERT_TRUE(kv.try_admit(1, 6, 6));  // blocks 2 (cached) and 3 (partial, not cached)
   kv.release(1);
-  EXPECT_EQ(kv.evictable_blocks(), 4);
-  EXPECT_EQ(kv.uncached_free_blocks(), 2);
-  // 3 blocks: the 2 uncached ones, then one eviction: request 0's tail block, freed first
-  // (blocks are freed last block first, and request 0 was freed before request 1).
-  ASSERT_TRUE(kv.try_admit(2, 12, 12));
-  EXPECT_EQ(kv.evictable_blocks(), 3);
-  EXPECT_EQ(kv.cached_prefix_tokens(3, 12), 4);  // request 0's prefix lost its second block
-  EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 8);  // request 1's is intact
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{4, 5, 6, 7, 1, 0, 3, 2}));
+  // Five blocks from the front: 4-7, then request 0's tail, although the never-cached block 3
+  // is free: one queue, least recently freed first.
+  ASSERT_TRUE(kv.try_admit(2, 20, 20));
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{0, 3, 2}));
+  EXPECT_EQ(kv.evictable_blocks(), 2);
+  EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 4);  // request 0's prefix lost its second block
+  EXPECT_EQ(kv.cached_prefix_tokens(5, 8), 4);   // request 1's, freed later, is intact
+  EXPECT_TRUE(kv.allocation_evicts(1));           // block 0 is next
   kv.check_invariants();
-  // Readmitted, request 0 finds the block of its prefix that is left, and one more block
-  // evicts the next least recently freed (request 1's tail).
-  kv.release(2);
-  ASSERT_TRUE(kv.try_admit(0, 8, 8));
-  EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 4);
-  EXPECT_EQ(kv.shared_tokens_of(0), 4);
+  // A hit on a free block takes it out of the queue (BlockPool.touch); the new block comes
+  // from the front.
+  ASSERT_TRUE(kv.try_admit(3, 8, 8));
+  EXPECT_EQ(kv.shared_tokens_of(3), 4);
+  EXPECT_EQ(kv.block_ids_of(3), (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{2}));
+  EXPECT_EQ(kv.evictable_blocks(), 1);
+  kv.check_invariants();
+  kv.release(3);
+  EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{2, 3, 0}));
   kv.check_invariants();
 }
 
