@@ -16,10 +16,12 @@
 #include "experiments/output.h"
 #include "experiments/validate.h"
 #include "experiments/validate_serving.h"
+#include "experiments/bench_result.h"
 #include "experiments/calibrate.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
+#include "experiments/slo.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
@@ -91,7 +93,17 @@ po::options_description run_options() {
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
        "reserving ones (default 0: from memory)")
-      ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
+      ("slo", po::value<std::string>(), "KEY=BOUND,...: upper bounds on summary.json figures, by path "
+       "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
+       "slo says whether the run met them (a rejected request is a violation)")
+      ("goodput", po::value<std::vector<std::string>>()->multitoken(), "KEY:MS ... (ttft, tpot, e2el; "
+       "vllm bench serve --goodput): a request is good when it completed within every threshold; "
+       "summary.json's goodput and bench.json's request_goodput")
+      ("percentile-metrics", po::value<std::string>(), "bench.json: metrics given mean/median/std/"
+       "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")
+      ("metric-percentiles", po::value<std::string>(), "bench.json: percentiles of those metrics, "
+       "e.g. 50,90,99 (vllm bench serve; default 99)")
+      ("out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")
       ("iteration-log", po::bool_switch(), "also write iterations.csv")
       ("help,h", "show this help");
   return d;
@@ -139,6 +151,14 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
+  if (vm.count("slo")) c.slo = parse_slo(vm["slo"].as<std::string>(), "--slo");
+  if (vm.count("goodput")) c.goodput = parse_goodput(vm["goodput"].as<std::vector<std::string>>(), "--goodput");
+  if (vm.count("percentile-metrics")) {
+    c.percentile_metrics = parse_percentile_metrics(vm["percentile-metrics"].as<std::string>(), "--percentile-metrics");
+  }
+  if (vm.count("metric-percentiles")) {
+    c.metric_percentiles = parse_metric_percentiles(vm["metric-percentiles"].as<std::string>(), "--metric-percentiles");
+  }
 }
 
 RunConfig config_from(const po::variables_map& vm) {
@@ -191,6 +211,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
   }
   fmt::print(out, "{}\n", trust_line(trust_json(run.gpu)));
+  if (!config.slo.empty() || !config.goodput.empty()) {
+    const auto summary = summary_to_json(run);
+    if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
+    if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
+  }
   print_warnings(run, err);
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
