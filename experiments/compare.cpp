@@ -18,6 +18,7 @@
 
 #include "experiments/output.h"
 #include "experiments/runner.h"
+#include "experiments/slo.h"
 #include "hwmodel/error.h"
 
 namespace batchsim {
@@ -68,9 +69,7 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
   }
   j["iteration_budget"] = e.iteration_budget;
   if (e.capacity) {
-    ordered_json slo = ordered_json::object();
-    for (const auto& [path, bound] : e.capacity->slo) slo[path] = bound;
-    j["capacity"] = {{"slo", slo},
+    j["capacity"] = {{"slo", slo_bounds_json(e.capacity->slo)},
                      {"rate_low", e.capacity->rate_low},
                      {"rate_high", e.capacity->rate_high},
                      {"tolerance", e.capacity->tolerance},
@@ -196,13 +195,6 @@ ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::s
   summary["error"] = why;
   if (!runs_dir.empty()) write_text(runs_dir / run.name / "summary.json", summary.dump(2) + "\n");
   return summary;
-}
-
-bool meets_slo(const ordered_json& summary, const CapacitySpec& c) {
-  for (const auto& [path, bound] : c.slo) {
-    if (summary.at(json_path_pointer(path)).get<double>() > bound) return false;
-  }
-  return true;
 }
 
 // ---- the slot timeline ----------------------------------------------------------------------
@@ -483,7 +475,7 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
         }
         ++probe_index;
         wall_s += done.wall_s;
-        const bool ok = meets_slo(done.summary, *e.capacity);
+        const bool ok = meets_slo(done.summary, e.capacity->slo);
         run_summaries[i].push_back(std::move(done.summary));
         return ok;
       });

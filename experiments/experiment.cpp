@@ -234,14 +234,11 @@ std::string sanitize(const std::string& text) {
   return out;
 }
 
-CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
+// `fallback`: the experiment's own `slo:` bounds, searched under when the capacity block gives
+// none.
+CapacitySpec parse_capacity(const YAML::Node& node, const Where& where, const SloBounds& fallback) {
   if (!node.IsMap()) where.fail(node, "capacity", "expected a mapping {slo, rate-low, rate-high, ...}");
   CapacitySpec c;
-  // A summary with every key present, to check that SLO paths name a number.
-  const nlohmann::ordered_json probe = [] {
-    RunOutcome empty;
-    return summary_to_json(empty);
-  }();
   for (const auto& kv : node) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -252,16 +249,15 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
                                    "e.g. latency.ttft_s.p99: 2.0");
       }
       for (const auto& s : kv.second) {
-        const std::string path = s.first.as<std::string>();
-        const auto ptr = json_path_pointer(path);
-        if (!probe.contains(ptr) || !probe.at(ptr).is_number()) {
-          where.fail(s.first, key + "." + path,
-                     "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "
-                     "latency.tbt_s.p99, latency.e2e_s.p50)");
+        const std::string name = s.first.as<std::string>();
+        // The SLO keys of --slo (experiments/slo.h): a summary.json path, or ttft_p99_s.
+        const auto resolved = resolve_slo_key(name);
+        if (!resolved) {
+          where.fail(s.first, key + "." + name, fmt::format("not a numeric summary.json figure (expected {})", kSloKeyHelp));
         }
-        const double bound = as<double>(s.second, where, key + "." + path, "a number");
-        if (bound < 0) where.fail(s.second, key + "." + path, "an upper bound must be >= 0");
-        c.slo.emplace_back(path, bound);
+        const double bound = as<double>(s.second, where, key + "." + name, "a number");
+        if (bound < 0) where.fail(s.second, key + "." + name, "an upper bound must be >= 0");
+        c.slo.emplace_back(resolved->path, bound * resolved->bound_scale);
       }
     } else if (k == "rate-low") {
       c.rate_low = as<double>(kv.second, where, key, "a rate (requests/s)");
@@ -277,7 +273,8 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
       where.fail(kv.first, key, "unknown key (expected slo, rate-low, rate-high, tolerance, max-probes)");
     }
   }
-  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound");
+  if (c.slo.empty()) c.slo = fallback;
+  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound (here or in the top-level slo)");
   if (!(c.rate_low > 0 && c.rate_high > c.rate_low)) {
     where.fail(node, "capacity", fmt::format("need 0 < rate-low < rate-high (got {} and {})",
                                              c.rate_low, c.rate_high));
@@ -389,7 +386,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   e.name = file.stem().string();
   e.base = default_run_config();
   // Default-constructed YAML nodes count as defined: track presence separately.
-  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node;
+  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node, slo_node;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -418,6 +415,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
         where.fail(kv.second, raw, "expected a seed or a non-empty list of seeds");
       }
     } else if (k == "capacity") capacity_node = kv.second;
+    else if (k == "slo") slo_node = kv.second;
     else if (k == "published") published_node = kv.second;
     else if (k == "slot-timeline") slot_node = kv.second;
     else if (k == "iteration-budget") {
@@ -428,8 +426,20 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       if (e.max_runs < 1) where.fail(kv.second, raw, "must be >= 1");
     } else {
       where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
-                                "seeds, capacity, slot-timeline, iteration-budget, max-runs, published)");
+                                "seeds, slo, capacity, slot-timeline, iteration-budget, max-runs, published)");
     }
+  }
+  if (slo_node) {
+    // Every run is judged: the bounds become the base's `slo` run key, a `goodput` entry its
+    // `goodput` (experiments/slo.h); they win over the same keys in `base`.
+    if (!slo_node->IsMap()) where.fail(*slo_node, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
+    YAML::Node bounds(YAML::NodeType::Map), keys(YAML::NodeType::Map);
+    for (const auto& kv : *slo_node) {
+      if (normalize_key(kv.first.as<std::string>()) == "goodput") keys.force_insert(kv.first, kv.second);
+      else bounds.force_insert(kv.first, kv.second);
+    }
+    if (bounds.size() > 0) keys.force_insert("slo", bounds);
+    apply_yaml_mapping(keys, file, e.base);
   }
   if (max_runs > 0) e.max_runs = max_runs;
   // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
@@ -460,7 +470,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     }
   }
   if (capacity_node) {
-    e.capacity = parse_capacity(*capacity_node, where);
+    e.capacity = parse_capacity(*capacity_node, where, e.base.slo);
     for (const Axis& a : e.axes) {
       for (const AxisValue& v : a.values) {
         if (v.rate) where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
