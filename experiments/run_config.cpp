@@ -85,8 +85,9 @@ SloBounds yaml_slo(const YAML::Node& v, const std::filesystem::path& file, const
   SloBounds bounds;
   for (const auto& b : v) {
     const std::string name = b.first.as<std::string>();
+    const auto value = scalar<double>(b.second, file, key + "." + name);  // names file and line itself
     try {
-      auto bound = slo_bound(name, scalar<double>(b.second, file, key + "." + name), key);
+      auto bound = slo_bound(name, value, key);
       for (const auto& [path, _] : bounds) {
         if (path == bound.first) throw UserError(fmt::format("{}: {} is bounded twice", key, path));
       }
@@ -107,8 +108,9 @@ GoodputSpec yaml_goodput(const YAML::Node& v, const std::filesystem::path& file,
   GoodputSpec spec;
   for (const auto& t : v) {
     const std::string name = t.first.as<std::string>();
+    const auto ms = scalar<double>(t.second, file, key + "." + name);  // names file and line itself
     try {
-      set_goodput_threshold(spec, name, scalar<double>(t.second, file, key + "." + name), key);
+      set_goodput_threshold(spec, name, ms, key);
     } catch (const UserError& e) {
       throw UserError(fmt::format("{}:{}: {}", file.string(), t.first.Mark().line + 1, e.what()));
     }

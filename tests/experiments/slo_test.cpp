@@ -409,6 +409,21 @@ slo:
   }
 }
 
+// A bad `slo:` block names the file, the line and the key.
+TEST(SloExperiment, BadBlocksNameFileLineAndKey) {
+  const fs::path dir = testing::scratch_dir("slo_experiment_bad");
+  const auto error = [&](const std::string& text) {
+    const fs::path file = testing::write_text_file(dir, "bad.yaml", text);
+    return testing::user_error_of([&] { parse_experiment(file); });
+  };
+  EXPECT_THAT(error("slo: [1, 2]\n"), HasSubstr("bad.yaml:1: slo: expected a mapping"));
+  EXPECT_THAT(error("base: {num-requests: 5}\nslo:\n  ttft_p99_s: 2\n  ttft_p95_s: 1\n"),
+              HasSubstr("bad.yaml:4: slo: 'ttft_p95_s' is not an SLO figure"));
+  EXPECT_THAT(error("slo:\n  goodput: {ttft: fast}\n"), HasSubstr("bad.yaml:2: key 'goodput.ttft' has a value of the wrong type"));
+  EXPECT_THAT(error("capacity: {slo: {ttft_p99_x: 1}}\n"), HasSubstr("capacity.slo.ttft_p99_x: not a numeric summary.json figure"));
+  EXPECT_THAT(error("capacity: {rate-low: 1}\n"), HasSubstr("capacity.slo: missing"));
+}
+
 // A capacity block without SLO bounds searches under the experiment's own `slo:`.
 TEST(SloExperiment, CapacitySearchesUnderTheTopLevelSlo) {
   const fs::path dir = testing::scratch_dir("slo_capacity");
