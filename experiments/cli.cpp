@@ -18,10 +18,12 @@
 #include "experiments/plan.h"
 #include "experiments/validate.h"
 #include "experiments/validate_serving.h"
+#include "experiments/bench_result.h"
 #include "experiments/calibrate.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
+#include "experiments/slo.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
@@ -95,7 +97,17 @@ po::options_description run_options() {
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
        "reserving ones (default 0: from memory)")
-      ("out", po::value<std::string>(), "write summary.json, requests.csv[, iterations.csv] here")
+      ("slo", po::value<std::string>(), "KEY=BOUND,...: upper bounds on summary.json figures, by path "
+       "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
+       "slo says whether the run met them (a rejected request is a violation)")
+      ("goodput", po::value<std::vector<std::string>>()->multitoken(), "KEY:MS ... (ttft, tpot, e2el; "
+       "vllm bench serve --goodput): a request is good when it completed within every threshold; "
+       "summary.json's goodput and bench.json's request_goodput")
+      ("percentile-metrics", po::value<std::string>(), "bench.json: metrics given mean/median/std/"
+       "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")
+      ("metric-percentiles", po::value<std::string>(), "bench.json: percentiles of those metrics, "
+       "e.g. 50,90,99 (vllm bench serve; default 99)")
+      ("out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")
       ("iteration-log", po::bool_switch(), "also write iterations.csv")
       ("help,h", "show this help");
   return d;
@@ -143,6 +155,14 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
+  if (vm.count("slo")) c.slo = parse_slo(vm["slo"].as<std::string>(), "--slo");
+  if (vm.count("goodput")) c.goodput = parse_goodput(vm["goodput"].as<std::vector<std::string>>(), "--goodput");
+  if (vm.count("percentile-metrics")) {
+    c.percentile_metrics = parse_percentile_metrics(vm["percentile-metrics"].as<std::string>(), "--percentile-metrics");
+  }
+  if (vm.count("metric-percentiles")) {
+    c.metric_percentiles = parse_metric_percentiles(vm["metric-percentiles"].as<std::string>(), "--metric-percentiles");
+  }
 }
 
 RunConfig config_from(const po::variables_map& vm) {
@@ -195,6 +215,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
   }
   fmt::print(out, "{}\n", trust_line(trust_json(run.gpu)));
+  if (!config.slo.empty() || !config.goodput.empty()) {
+    const auto summary = summary_to_json(run);
+    if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
+    if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
+  }
   print_warnings(run, err);
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
@@ -348,14 +373,14 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
-  const std::set<std::string> plan_owns = {"gpu", "tp", "replicas", "out"};
+  const std::set<std::string> plan_owns = {"gpu", "tp", "replicas", "out", "slo"};
   auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
   po::options_description own("plan options");
   own.add_options()
       ("gpu", po::value<std::string>(), "candidate GPUs: built-in names or profile files, comma-separated")
       ("tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")
-      ("slo", po::value<std::vector<std::string>>()->composing(), "BOUND=SECONDS[,...]: upper bounds every "
-       "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms (repeatable)")
+      ("slo", po::value<std::vector<std::string>>()->composing(), "KEY=BOUND[,...]: upper bounds every "
+       "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")
       ("max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")
       ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
        "price_per_hour (repeatable)")
@@ -380,10 +405,14 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (!vm.count("gpu")) throw UserError("--gpu: give the candidate GPUs, e.g. --gpu h100-sxm,a100-80gb");
   spec.gpus = split_list(vm["gpu"].as<std::string>());
   spec.tps = vm.count("tp") ? parse_int_list(vm["tp"].as<std::string>(), "--tp") : std::vector<int>{1};
-  if (!vm.count("slo")) throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms");
-  std::string slo_text;
-  for (const auto& s : vm["slo"].as<std::vector<std::string>>()) slo_text += (slo_text.empty() ? "" : ",") + s;
-  spec.slo = parse_slo_list(slo_text);
+  if (vm.count("slo")) {
+    std::string slo_text;
+    for (const auto& s : vm["slo"].as<std::vector<std::string>>()) slo_text += (slo_text.empty() ? "" : ",") + s;
+    spec.slo = parse_slo(slo_text, "--slo");
+  } else {
+    spec.slo = spec.base.slo;  // a --config file's slo: block
+  }
+  if (spec.slo.empty()) throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms");
   spec.max_replicas = vm["max-replicas"].as<int>();
   if (vm.count("price")) {
     for (const auto& p : vm["price"].as<std::vector<std::string>>()) spec.price_per_hour.insert(parse_price(p));

@@ -18,6 +18,7 @@
 
 #include "experiments/output.h"
 #include "experiments/runner.h"
+#include "experiments/slo.h"
 #include "hwmodel/error.h"
 
 namespace batchsim {
@@ -68,9 +69,7 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
   }
   j["iteration_budget"] = e.iteration_budget;
   if (e.capacity) {
-    ordered_json slo = ordered_json::object();
-    for (const auto& [path, bound] : e.capacity->slo) slo[path] = bound;
-    j["capacity"] = {{"slo", slo},
+    j["capacity"] = {{"slo", slo_bounds_json(e.capacity->slo)},
                      {"search", e.capacity->search},
                      {"max_replicas", e.capacity->max_replicas},
                      {"rate_low", e.capacity->rate_low},
@@ -362,13 +361,6 @@ void prepare_out_dir(const fs::path& dir) {
 }
 
 }  // namespace
-
-bool meets_slo(const ordered_json& summary, const SloBounds& slo) {
-  for (const auto& [path, bound] : slo) {
-    if (summary.at(json_path_pointer(path)).get<double>() > bound) return false;
-  }
-  return true;
-}
 
 void parse_shard(const std::string& text, CompareOptions& options) {
   const auto slash = text.find('/');

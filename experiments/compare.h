@@ -46,8 +46,6 @@ ResultSet run_experiment(const Experiment& experiment, const CompareOptions& opt
 ResultSet merge_results(const std::vector<std::filesystem::path>& dirs,
                         const std::filesystem::path& out, bool plots, std::ostream& progress);
 
-// Whether a summary.json meets every SLO bound (each figure at or below its bound).
-bool meets_slo(const nlohmann::ordered_json& summary, const SloBounds& slo);
 
 // Runs plots/make_figures.py on `dir` (when `plots` and a Python with matplotlib exist); returns
 // "" or a note for the report saying why figures are missing and that `redraw` draws them.

@@ -234,7 +234,9 @@ std::string sanitize(const std::string& text) {
   return out;
 }
 
-CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
+// `fallback`: the experiment's own `slo:` bounds, searched under when the capacity block gives
+// none.
+CapacitySpec parse_capacity(const YAML::Node& node, const Where& where, const SloBounds& fallback) {
   if (!node.IsMap()) where.fail(node, "capacity", "expected a mapping {slo, search, rate-low, rate-high, ...}");
   CapacitySpec c;
   bool rate_range = false, speedup_range = false, replicas_max = false;
@@ -248,15 +250,15 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
                                    "e.g. latency.ttft_s.p99: 2.0");
       }
       for (const auto& s : kv.second) {
-        const std::string path = s.first.as<std::string>();
-        if (!is_summary_figure(path)) {
-          where.fail(s.first, key + "." + path,
-                     "not a numeric summary.json figure (e.g. latency.ttft_s.p99, "
-                     "latency.tbt_s.p99, latency.e2e_s.p50)");
+        const std::string name = s.first.as<std::string>();
+        // The SLO keys of --slo (experiments/slo.h): a summary.json path, or ttft_p99_s.
+        const auto resolved = resolve_slo_key(name);
+        if (!resolved) {
+          where.fail(s.first, key + "." + name, fmt::format("not a numeric summary.json figure (expected {})", kSloKeyHelp));
         }
-        const double bound = as<double>(s.second, where, key + "." + path, "a number");
-        if (bound < 0) where.fail(s.second, key + "." + path, "an upper bound must be >= 0");
-        c.slo.emplace_back(path, bound);
+        const double bound = as<double>(s.second, where, key + "." + name, "a number");
+        if (bound < 0) where.fail(s.second, key + "." + name, "an upper bound must be >= 0");
+        c.slo.emplace_back(resolved->path, bound * resolved->bound_scale);
       }
     } else if (k == "search") {
       c.search = normalize_key(as<std::string>(kv.second, where, key, "rate, trace-speedup or replicas"));
@@ -284,7 +286,8 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where) {
                                 "speedup-high, max-replicas, tolerance, max-probes)");
     }
   }
-  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound");
+  if (c.slo.empty()) c.slo = fallback;
+  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound (here or in the top-level slo)");
   // A range key of another search is a mistake worth naming: it would be silently ignored.
   if (rate_range && c.search != "rate") where.fail(node, "capacity", fmt::format("rate-low/rate-high belong to search: rate, not {}", c.search));
   if (speedup_range && c.search != "trace-speedup") where.fail(node, "capacity", fmt::format("speedup-low/speedup-high belong to search: trace-speedup, not {}", c.search));
@@ -404,7 +407,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   e.name = file.stem().string();
   e.base = default_run_config();
   // Default-constructed YAML nodes count as defined: track presence separately.
-  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node;
+  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node, slo_node;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -433,6 +436,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
         where.fail(kv.second, raw, "expected a seed or a non-empty list of seeds");
       }
     } else if (k == "capacity") capacity_node = kv.second;
+    else if (k == "slo") slo_node = kv.second;
     else if (k == "published") published_node = kv.second;
     else if (k == "slot-timeline") slot_node = kv.second;
     else if (k == "iteration-budget") {
@@ -443,8 +447,20 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       if (e.max_runs < 1) where.fail(kv.second, raw, "must be >= 1");
     } else {
       where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
-                                "seeds, capacity, slot-timeline, iteration-budget, max-runs, published)");
+                                "seeds, slo, capacity, slot-timeline, iteration-budget, max-runs, published)");
     }
+  }
+  if (slo_node) {
+    // Every run is judged: the bounds become the base's `slo` run key, a `goodput` entry its
+    // `goodput` (experiments/slo.h); they win over the same keys in `base`.
+    if (!slo_node->IsMap()) where.fail(*slo_node, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
+    YAML::Node bounds(YAML::NodeType::Map), keys(YAML::NodeType::Map);
+    for (const auto& kv : *slo_node) {
+      if (normalize_key(kv.first.as<std::string>()) == "goodput") keys.force_insert(kv.first, kv.second);
+      else bounds.force_insert(kv.first, kv.second);
+    }
+    if (bounds.size() > 0) keys.force_insert("slo", bounds);
+    apply_yaml_mapping(keys, file, e.base);
   }
   if (max_runs > 0) e.max_runs = max_runs;
   // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
@@ -475,7 +491,7 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     }
   }
   if (capacity_node) {
-    e.capacity = parse_capacity(*capacity_node, where);
+    e.capacity = parse_capacity(*capacity_node, where, e.base.slo);
     for (const Axis& a : e.axes) {
       for (const AxisValue& v : a.values) {
         if (v.rate) where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
@@ -636,16 +652,6 @@ double mean_arrival_rate(const Workload& requests) {
   if (requests.size() < 2) return 0;
   const double span_s = (requests.back().arrival - requests.front().arrival).seconds();
   return span_s > 0 ? static_cast<double>(requests.size() - 1) / span_s : 0;
-}
-
-bool is_summary_figure(const std::string& path) {
-  // A summary with every key present, to check that a path names a number.
-  static const nlohmann::ordered_json probe = [] {
-    RunOutcome empty;
-    return summary_to_json(empty);
-  }();
-  const auto ptr = json_path_pointer(path);
-  return probe.contains(ptr) && probe.at(ptr).is_number();
 }
 
 CountSearch find_fewest(int max_n, const std::function<bool(int)>& meets, int first) {

@@ -51,12 +51,6 @@ struct Axis {
   std::vector<AxisValue> values;
 };
 
-// Upper bounds on summary.json figures, by their JSON path ("latency.ttft_s.p99": 0.5): the
-// SLOs of a capacity search and of `batchsim plan`. A run meets them when every figure is at or
-// below its bound (meets_slo, compare.h).
-using SloBounds = std::vector<std::pair<std::string, double>>;
-// Whether `path` names a numeric summary.json figure, so that an SLO may bound it.
-bool is_summary_figure(const std::string& path);
 
 // A capacity search (see find_capacity and find_fewest): what it varies, over which range.
 struct CapacitySpec {

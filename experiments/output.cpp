@@ -6,6 +6,8 @@
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
+#include "experiments/bench_result.h"
+#include "experiments/slo.h"
 #include "hwmodel/error.h"
 
 namespace batchsim {
@@ -182,6 +184,12 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
     }
     j["replicas"] = replicas;
   }
+  // Judged on the figures above (experiments/slo.h), when the run was given objectives.
+  if (!outcome.config.slo.empty()) j["slo"] = slo_json(evaluate_slo(j, outcome.config.slo), outcome.config.slo);
+  if (!outcome.config.goodput.empty()) {
+    j["goodput"] = goodput_json(compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
+                                outcome.config.goodput);
+  }
   j["trust"] = trust_json(outcome.gpu);
   return j;
 }
@@ -199,6 +207,11 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   {
     auto out = open_for_write(dir / "summary.json");
     out << summary.dump(2) << '\n';
+  }
+  {
+    // The same run under `vllm bench serve --save-result`'s keys (experiments/bench_result.h).
+    auto out = open_for_write(dir / "bench.json");
+    out << bench_json(outcome).dump(2) << '\n';
   }
   // A cluster's files get a replica column; a single replica's stay as they always were.
   const bool cluster = outcome.result.summary.replicas.size() > 1;

@@ -30,17 +30,6 @@ using nlohmann::ordered_json;
 
 namespace {
 
-// The short form of an SLO path ("ttft_p99" for latency.ttft_s.p99) and back.
-std::string slo_path_of(const std::string& name) {
-  if (is_summary_figure(name)) return name;
-  std::string n = name;
-  if (n.size() > 2 && n.substr(n.size() - 2) == "_s") n.resize(n.size() - 2);
-  const size_t us = n.rfind('_');
-  if (us == std::string::npos) return name;
-  const std::string path = fmt::format("latency.{}_s.{}", n.substr(0, us), n.substr(us + 1));
-  return is_summary_figure(path) ? path : name;
-}
-
 std::string slo_label(const std::string& path) {
   const std::string prefix = "latency.";
   if (path.rfind(prefix, 0) != 0) return path;
@@ -131,57 +120,6 @@ void check_spec(const PlanSpec& spec) {
 constexpr double kBusyFactorThreshold = 1.1;
 
 }  // namespace
-
-SloBounds parse_slo_list(const std::string& text, const std::string& option) {
-  SloBounds slo;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
-      throw UserError(fmt::format("{} {}: expected BOUND=SECONDS, e.g. ttft_p99=2s or latency.tbt_s.p99=0.1",
-                                  option, item));
-    }
-    const std::string name = item.substr(0, eq);
-    std::string value = item.substr(eq + 1);
-    const std::string path = slo_path_of(name);
-    if (!is_summary_figure(path)) {
-      throw UserError(fmt::format("{} {}: '{}' is not a summary.json figure (e.g. ttft_p99, tbt_p99, e2e_p50, "
-                                  "queueing_p50, or a path such as latency.ttft_s.p99)", option, item, name));
-    }
-    double scale = 1;
-    if (value.size() > 2 && value.substr(value.size() - 2) == "ms") {
-      scale = 1e-3;
-      value.resize(value.size() - 2);
-    } else if (value.size() > 1 && value.back() == 's') {
-      value.pop_back();
-    }
-    double bound = 0;
-    try {
-      size_t used = 0;
-      bound = std::stod(value, &used);
-      if (used != value.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw UserError(fmt::format("{} {}: '{}' is not a number of seconds (2, 2s, 100ms)", option, item,
-                                  item.substr(eq + 1)));
-    }
-    if (!(std::isfinite(bound) && bound >= 0)) {
-      throw UserError(fmt::format("{} {}: an upper bound must be a finite number >= 0", option, item));
-    }
-    for (const auto& [p, b] : slo) {
-      if (p == path) throw UserError(fmt::format("{}: {} is bounded twice", option, path));
-    }
-    slo.emplace_back(path, bound * scale);
-  }
-  if (slo.empty()) {
-    throw UserError(fmt::format("{}: give at least one bound, e.g. {} ttft_p99=2s,tbt_p99=100ms", option, option));
-  }
-  return slo;
-}
 
 std::pair<std::string, double> parse_price(const std::string& text) {
   const size_t eq = text.rfind('=');

@@ -97,10 +97,6 @@ void print_plan(std::ostream& out, const PlanResult& plan);
 // DIR/plan.csv, DIR/plan.json, DIR/report.md and DIR/figures/ (SLO figures vs replicas).
 void write_plan(const PlanResult& plan, const std::filesystem::path& dir, bool plots, std::ostream& progress);
 
-// `--slo` text: comma-separated BOUND=VALUE, each BOUND a summary.json path
-// (latency.ttft_s.p99) or its short form METRIC_STAT[_s] (ttft_p99, tbt_p99_s, e2e_p50), each
-// VALUE seconds, with an optional unit s or ms (2, 2s, 100ms). Throws UserError naming `option`.
-SloBounds parse_slo_list(const std::string& text, const std::string& option = "--slo");
 // "GPU=USD" of --price.
 std::pair<std::string, double> parse_price(const std::string& text);
 

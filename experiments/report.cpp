@@ -200,6 +200,32 @@ bool replicas_column(const std::vector<ordered_json>& runs) {
   return cluster && !in_group_label;
 }
 
+// The SLO and goodput columns appear when some run was judged (an experiment's `slo:` block,
+// or --slo / --goodput on compare): summary.json's `slo` and `goodput` (experiments/slo.h).
+bool any_slo(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) { return r.contains("slo"); });
+}
+bool any_goodput(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) { return r.contains("goodput"); });
+}
+constexpr Column kGoodputColumn = {"goodput.requests_per_s", "goodput req/s", 1, 3};
+constexpr Column kGoodFractionColumn = {"goodput.fraction", "good %", 100, 1};
+constexpr const char* kSloHeader = "SLO";
+
+// "pass" when every seed of the row met its SLO, "FAIL" when none did, "pass 2/3" between.
+std::string slo_cell(const std::vector<const ordered_json*>& runs) {
+  int judged = 0, met = 0;
+  for (const ordered_json* r : runs) {
+    if (!r->contains("slo")) continue;
+    ++judged;
+    met += (*r)["slo"].value("met", false);
+  }
+  if (judged == 0) return "–";
+  if (met == judged) return "pass";
+  if (met == 0) return "FAIL";
+  return fmt::format("pass {}/{}", met, judged);
+}
+
 // The `trust` blocks of the runs' GPU profiles (summary.json), each once, in run order; failed
 // runs have none.
 std::vector<const ordered_json*> distinct_trust(const ResultSet& results) {
@@ -268,8 +294,14 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   std::vector<Column> columns = throughput_columns();
   if (replicas_column(results.runs)) columns.insert(columns.begin(), kReplicasColumn);
   if (any_prefix_hits(results.runs)) columns.push_back(kPrefixHitColumn);
+  if (any_goodput(results.runs)) {
+    columns.push_back(kGoodputColumn);
+    columns.push_back(kGoodFractionColumn);
+  }
+  const bool slo = any_slo(results.runs);
   Table t;
   t.headers = {"group", "policy"};
+  if (slo) t.headers.push_back(kSloHeader);
   for (const Column& c : columns) t.headers.push_back(c.header);
   const bool budget = results.experiment.value("iteration_budget", 0) > 0;
   if (budget) {
@@ -288,6 +320,7 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   }
   for (const Row& r : rows) {
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
+    if (slo) cells.push_back(slo_cell(r.runs));
     for (const Column& c : columns) {
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
     }
@@ -492,6 +525,53 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
   render_markdown(out, t);
 }
 
+namespace {
+
+// Under the throughput table when runs were judged: what the SLO and goodput columns mean, the
+// bounds and thresholds, and every violation of every run that missed its SLO.
+void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs) {
+  const ordered_json* slo = nullptr;
+  const ordered_json* goodput = nullptr;
+  for (const ordered_json& r : runs) {
+    if (!slo && r.contains("slo")) slo = &r["slo"];
+    if (!goodput && r.contains("goodput")) goodput = &r["goodput"];
+  }
+  // An axis may set `slo` too: then the bounds differ from run to run.
+  const bool one_slo = std::all_of(runs.begin(), runs.end(), [&](const ordered_json& r) {
+    return !r.contains("slo") || r["slo"]["bounds"] == (*slo)["bounds"];
+  });
+  if (slo) {
+    std::vector<std::string> bounds;
+    for (const auto& [path, bound] : (*slo)["bounds"].items()) bounds.push_back(fmt::format("`{}` ≤ {}", path, bound.get<double>()));
+    if (!one_slo) bounds = {"the bounds of each run (`slo.bounds` in its summary.json; they differ between runs)"};
+    fmt::print(out, "SLO: {}, and no request rejected (a rejected request was never served, so no latency "
+               "percentile sees it). `pass`: every seed met it; `FAIL`: none did; `pass k/n`: k of n seeds "
+               "(`slo.met`, `slo.violations`).", fmt::join(bounds, " and "));
+  }
+  if (goodput) {
+    std::vector<std::string> t;
+    for (const auto& [key, ms] : (*goodput)["thresholds_ms"].items()) t.push_back(fmt::format("{} ≤ {} ms", key, ms.get<double>()));
+    fmt::print(out, "{}Goodput (`vllm bench serve --goodput`): requests that completed with {}, per second of the "
+               "makespan (`goodput.requests_per_s`), and as a share of all requests, rejected ones included "
+               "(`goodput.fraction`).", slo ? " " : "", fmt::join(t, " and "));
+  }
+  if (!slo && !goodput) return;
+  out << "\n\n";
+  std::vector<std::string> missed;
+  for (const ordered_json& r : runs) {
+    if (!r.contains("slo") || r["slo"].value("met", true)) continue;
+    std::vector<std::string> why;
+    for (const auto& v : r["slo"]["violations"]) {
+      why.push_back(fmt::format("`{}` {:.4g} > {}", v["metric"].get<std::string>(), v["value"].get<double>(),
+                                v["bound"].get<double>()));
+    }
+    missed.push_back(fmt::format("- {}: {}", string_at(r, "experiment", "run_name"), fmt::join(why, ", ")));
+  }
+  if (!missed.empty()) fmt::print(out, "Runs that missed the SLO:\n\n{}\n\n", fmt::join(missed, "\n"));
+}
+
+}  // namespace
+
 void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
   auto out = open_for_write(dir / "report.md");
   const ordered_json& e = results.experiment;
@@ -638,6 +718,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     }
     out << "\n\n";
     render_markdown(out, throughput_table(results, rows));
+    write_slo_section(out, results.runs);
     out << "## Latency\n\n";
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
            "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
@@ -658,7 +739,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
 
   out << "## Files\n\n"
          "- `results.csv`: one row per run; every column is a `summary.json` key by its JSON path\n"
-         "- `runs/<run>/`: `summary.json`, `requests.csv`, `tbt_quantiles.csv`, `kv_timeline.csv`\n";
+         "- `runs/<run>/`: `summary.json`, `bench.json` (`vllm bench serve --save-result` keys), `requests.csv`, `tbt_quantiles.csv`, `kv_timeline.csv`\n";
   if (is_capacity(results)) out << "- `capacity.csv`: one row per capacity search (`capacity/*.json`)\n";
   out << "- figures: `python3 plots/make_figures.py <this folder>` redraws them from these files\n\n";
   if (!results.experiment_yaml.empty()) {
@@ -711,8 +792,9 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   const Table lat = latency_table(rows);
   // The terminal gets the headline columns only; report.md has them all.
   Table t;
-  const std::vector<std::string> keep = {"group",   "policy",     kReplicasColumn.header, "done",
-                                         "rej",     "out tok/s",  "total tok/s",          "req/s",
+  const std::vector<std::string> keep = {"group",   "policy",     kSloHeader,
+                                         kReplicasColumn.header,  "done",       "rej",
+                                         "out tok/s", "total tok/s", "req/s",   kGoodputColumn.header,
                                          "preempt", "bubble %",   kPrefixHitColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {

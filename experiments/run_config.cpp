@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "experiments/bench_result.h"
 #include "hwmodel/error.h"
 #include "sim/simulation.h"
 
@@ -59,6 +60,63 @@ T scalar(const YAML::Node& node, const std::filesystem::path& file, const std::s
     throw UserError(fmt::format("{}:{}: key '{}' has a value of the wrong type", file.string(),
                                 node.Mark().line + 1, key));
   }
+}
+
+// A result option as a string ("ttft_p99_s=2,...") or a YAML list of items; each is handed to
+// `parse` with the key's name, and its errors get the file and line.
+template <typename F>
+auto option_text(const YAML::Node& v, const std::filesystem::path& file, const std::string& key, F parse) {
+  std::string text;
+  if (v.IsSequence()) {
+    for (const auto& item : v) text += (text.empty() ? "" : ",") + scalar<std::string>(item, file, key);
+  } else {
+    text = scalar<std::string>(v, file, key);
+  }
+  try {
+    return parse(text, key);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+  }
+}
+
+// `slo`: a mapping {ttft_p99_s: 2, latency.tbt_s.p99: 0.1}, or the --slo text.
+SloBounds yaml_slo(const YAML::Node& v, const std::filesystem::path& file, const std::string& key) {
+  if (!v.IsMap()) return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_slo(t, k); });
+  SloBounds bounds;
+  for (const auto& b : v) {
+    const std::string name = b.first.as<std::string>();
+    const auto value = scalar<double>(b.second, file, key + "." + name);  // names file and line itself
+    try {
+      auto bound = slo_bound(name, value, key);
+      for (const auto& [path, _] : bounds) {
+        if (path == bound.first) throw UserError(fmt::format("{}: {} is bounded twice", key, path));
+      }
+      bounds.push_back(std::move(bound));
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), b.first.Mark().line + 1, e.what()));
+    }
+  }
+  if (bounds.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one bound", file.string(), v.Mark().line + 1, key));
+  return bounds;
+}
+
+// `goodput`: a mapping {ttft: 2000, tpot: 100} (milliseconds), or the --goodput text.
+GoodputSpec yaml_goodput(const YAML::Node& v, const std::filesystem::path& file, const std::string& key) {
+  if (!v.IsMap()) {
+    return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_goodput({t}, k); });
+  }
+  GoodputSpec spec;
+  for (const auto& t : v) {
+    const std::string name = t.first.as<std::string>();
+    const auto ms = scalar<double>(t.second, file, key + "." + name);  // names file and line itself
+    try {
+      set_goodput_threshold(spec, name, ms, key);
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), t.first.Mark().line + 1, e.what()));
+    }
+  }
+  if (spec.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one threshold", file.string(), v.Mark().line + 1, key));
+  return spec;
 }
 
 }  // namespace
@@ -127,6 +185,18 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);
+    else if (key == "slo") c.slo = yaml_slo(v, file, shown);
+    else if (key == "goodput") c.goodput = yaml_goodput(v, file, shown);
+    else if (key == "percentile-metrics") {
+      c.percentile_metrics = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
+        return parse_percentile_metrics(t, k);
+      });
+    }
+    else if (key == "metric-percentiles") {
+      c.metric_percentiles = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
+        return parse_metric_percentiles(t, k);
+      });
+    }
     else {
       throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, shown));
     }

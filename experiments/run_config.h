@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "experiments/slo.h"
 #include "hwmodel/model_spec.h"
 #include "sim/workload.h"
 
@@ -47,6 +49,14 @@ struct RunConfig {
   int64_t num_gpu_blocks = 0;
   std::filesystem::path out;     // empty: print only
   bool iteration_log = false;
+  // How the results are judged and reported (nothing here changes the simulation):
+  // SLO bounds and goodput thresholds (experiments/slo.h; summary.json's `slo` and `goodput`
+  // when given), and which figures bench.json carries (experiments/bench_result.h; vLLM's
+  // defaults).
+  SloBounds slo;
+  GoodputSpec goodput;
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};
+  std::vector<double> metric_percentiles = {99};
 };
 
 // The defaults a bare `batchsim run` uses: 1000 requests arriving at once with Anyscale-style

@@ -66,6 +66,36 @@ double WeightedSamples::max() const {
   return samples_.back().first;
 }
 
+double WeightedSamples::value_at_rank(int64_t rank) const {
+  int64_t cumulative = 0;
+  for (const auto& [value, weight] : samples_) {
+    cumulative += weight;
+    if (cumulative > rank) return value;
+  }
+  return samples_.back().first;
+}
+
+double WeightedSamples::interpolated_percentile(double q) const {
+  if (total_weight_ == 0) return 0.0;
+  sort();
+  const double h = q * static_cast<double>(total_weight_ - 1);
+  const auto below = static_cast<int64_t>(std::floor(h));
+  const double lo = value_at_rank(below);
+  if (below + 1 >= total_weight_) return lo;
+  const double hi = value_at_rank(below + 1);
+  return lo + (h - static_cast<double>(below)) * (hi - lo);
+}
+
+double WeightedSamples::stddev() const {
+  if (total_weight_ == 0) return 0.0;
+  // Two passes over the stored pairs (mean first), as numpy does, rather than E[x^2] - E[x]^2,
+  // which cancels catastrophically when the spread is small beside the mean.
+  const double m = mean();
+  double sum = 0;
+  for (const auto& [value, weight] : samples_) sum += (value - m) * (value - m) * static_cast<double>(weight);
+  return std::sqrt(sum / static_cast<double>(total_weight_));
+}
+
 Distribution Distribution::of(const WeightedSamples& s) {
   Distribution d;
   d.count = s.count();

@@ -2,7 +2,9 @@
 // aggregate figures reported in summary.json.
 //
 // Percentiles use the nearest-rank definition on (value, weight) samples: the smallest value
-// whose cumulative weight reaches q * total weight. Time-between-tokens gaps are stored as
+// whose cumulative weight reaches q * total weight (summary.json). Figures written to be
+// compared with `vllm bench serve` use numpy's definitions instead (interpolated_percentile,
+// stddev: experiments/bench_result.h). Time-between-tokens gaps are stored as
 // (gap, count) pairs — one pair covers every sequence of a decode iteration that had the same
 // gap — so memory grows with iterations, not with tokens.
 #pragma once
@@ -58,11 +60,18 @@ class WeightedSamples {
   double mean() const;
   double percentile(double q) const;  // q in [0, 1]; 0 when empty
   double max() const;
+  // numpy.percentile's default ("linear") over the samples expanded by weight: with the W
+  // values sorted, rank h = q (W - 1) and the value is interpolated between those at floor(h)
+  // and floor(h) + 1. q in [0, 1]; 0 when empty. (vLLM's benchmark percentiles and medians.)
+  double interpolated_percentile(double q) const;
+  // Population standard deviation (numpy.std's default, ddof = 0); 0 when empty.
+  double stddev() const;
  private:
   mutable std::vector<std::pair<double, int64_t>> samples_;
   mutable bool sorted_ = true;
   int64_t total_weight_ = 0;
   void sort() const;
+  double value_at_rank(int64_t rank) const;  // 0-based, in the sorted expansion; sorted first
 };
 
 struct Distribution {
