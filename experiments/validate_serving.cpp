@@ -31,6 +31,7 @@ namespace {
 struct ServingRow {
   int64_t line = 0;
   std::string backend, version, model_path, precision;
+  std::string model;  // model_path resolved (model_for): a built-in name or a config.json
   int64_t isl = 0, osl = 0, concurrency = 0;
   int tp = 1;
   double ttft_ms = 0, tpot_ms = 0;
@@ -114,8 +115,8 @@ std::string deployment_of(const ServingRow& r, const ServingOptions& o) {
 // with the weights (src/aiconfigurator/sdk/task_v1_compat.py, _PROFILE_TO_QUANT["fp8"]:
 // kvcache_quant_mode fp8), and the measured rows agree: the fp8 Qwen3-32B rows at TP 1-2 decode
 // faster than the bf16 KV cache could be read at the H100's peak bandwidth.
-std::string kv_dtype_for(const ServingRow& r, const ServingOptions& o) {
-  return deployment_of(r, o) == "aiconfigurator" && r.precision == "fp8" ? "fp8" : "auto";
+std::string kv_dtype_for(const ServingRow& r, const std::string& deployment) {
+  return deployment == "aiconfigurator" && r.precision == "fp8" ? "fp8" : "auto";
 }
 
 // The model a row names: a built-in by its Hugging Face id (or name), or DIR/<id>/config.json.
@@ -232,7 +233,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ++skipped[fmt::format("precision {}: not modelled", r.precision)];
       continue;
     }
-    if (model_for(r.model_path, o).empty()) {
+    r.model = model_for(r.model_path, o);
+    if (r.model.empty()) {
       ++skipped[fmt::format("model {}: not built in (give --models-dir with its config.json)", r.model_path)];
       continue;
     }
@@ -245,14 +247,14 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
   for (ServingRow& r : rows) {
     RunConfig c = default_run_config();
-    c.model = model_for(r.model_path, o);
+    c.model = r.model;
     c.gpu = o.gpu;
     c.tp = r.tp;
     c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
     c.engine = o.engine.empty() ? engine_for_backend(r.backend) : o.engine;
     c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
-    c.kv_cache_dtype = kv_dtype_for(r, o);
     const std::string deployment = deployment_of(r, o);
+    c.kv_cache_dtype = kv_dtype_for(r, deployment);
     if (deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
     c.workload.arrival = "offline";
     c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
