@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "experiments/command_line.h"
+#include "experiments/engine_fit.h"
 #include "experiments/validate.h"
 #include "hwmodel/error.h"
 #include "hwmodel/fit/transfer_profile.h"
@@ -118,12 +119,16 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out) {
            "  Moves a fitted profile's efficiencies onto another datasheet GPU's ceilings,\n"
            "  rescaling what is absolute (e.g. an H200 from the H100 tables: \n"
            "  batchsim calibrate transfer h100-sxm-fitted --to h200 --out h200.yaml); the\n"
-           "  profile's provenance lists each rescaling (hwmodel/README.md).\n";
+           "  profile's provenance lists each rescaling (hwmodel/README.md).\n"
+           "usage: batchsim calibrate engine --measurements FILE.csv --gpu PROFILE --backend B --out ENGINE.yaml\n"
+           "  Fits an engine's residual time per iteration, per sequence and per extra TP worker\n"
+           "  to measured closed-loop serving benchmarks, scored on held-out rows.\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "fit") return calibrate_fit({args.begin() + 1, args.end()}, out);
   if (args[0] == "transfer") return calibrate_transfer({args.begin() + 1, args.end()}, out);
-  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit, transfer)", args[0]));
+  if (args[0] == "engine") return calibrate_engine_command({args.begin() + 1, args.end()}, out);
+  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit, transfer, engine)", args[0]));
 }
 
 }  // namespace batchsim

@@ -517,18 +517,23 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   if (what == "engines") {
-    fmt::print(out, "{:<18} {:>9} {:>8} {:>7} {:>9} {:>7} {:>7} {:>9}  {}\n", "name", "cpu/iter", "cpu/seq",
-               "overlap", "launch", "graphs", "allred", "kv write", "description");
+    fmt::print(out, "{:<18} {:>9} {:>8} {:>7} {:>9} {:>7} {:>7} {:>9} {:>14}  {}\n", "name", "cpu/iter", "cpu/seq",
+               "overlap", "launch", "graphs", "allred", "kv write", "residual", "description");
     for (const EngineProfile& e : builtin_engines()) {
-      fmt::print(out, "{:<18} {:>7.2f}ms {:>6.1f}us {:>7} {:>7.0f}us {:>7} {:>7} {:>9}  {}\n", e.name,
+      const CpuOverhead& r = e.residual;
+      const bool has_residual = r.per_iteration_s > 0 || r.per_sequence_s > 0 || r.per_extra_worker_s > 0;
+      fmt::print(out, "{:<18} {:>7.2f}ms {:>6.1f}us {:>7} {:>7.0f}us {:>7} {:>7} {:>9} {:>14}  {}\n", e.name,
                  e.cpu.per_iteration_s * 1e3, e.cpu.per_sequence_s * 1e6, e.cpu_overlaps_gpu ? "yes" : "no",
                  e.launch_per_kernel_s * 1e6,
                  e.cuda_graph_max_tokens > 0 ? fmt::format("<={}", e.cuda_graph_max_tokens) : "-",
-                 allreduce_impl_name(e.allreduce), kv_cache_write_name(e.kv_cache_write), e.description);
+                 allreduce_impl_name(e.allreduce), kv_cache_write_name(e.kv_cache_write),
+                 has_residual ? fmt::format("{:.2f}ms+{:.0f}us", r.per_iteration_s * 1e3, r.per_sequence_s * 1e6) : "-",
+                 e.description);
     }
     fmt::print(out, "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
                     "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
-                    "allred: all-reduce; kv write: in place or by concatenation.\nEach number's source is "
+                    "allred: all-reduce; kv write: in place or by concatenation;\nresidual: time per iteration + per sequence "
+                    "fitted to serving benchmarks (batchsim calibrate engine).\nEach number's source is "
                     "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
     return 0;
   }

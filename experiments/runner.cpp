@@ -46,7 +46,8 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   validate(config);
   const ModelSpec model = resolve_run_model(config);
   const HardwareProfile gpu = resolve_gpu(config.gpu);
-  const CostModel cost_model(model, gpu, config.tp, resolve_engine(run_engine_name(config)));
+  const CostModel cost_model(model, gpu, config.tp,
+                             hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(config)));
 
   BuiltWorkload generated;
   if (workload == nullptr) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "experiments/run_config.h"
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "sim/simulation.h"
 
@@ -26,6 +27,9 @@ struct RunHooks {
   bool record_iterations = false;
   bool fast_forward = true;  // off only to measure what decode fast-forward saves
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
+  // Replaces the engine profile config.engine names: `batchsim calibrate engine` tries candidate
+  // engines in memory. Must outlive the call.
+  const EngineProfile* engine = nullptr;
 };
 
 // Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",

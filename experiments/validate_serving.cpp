@@ -28,28 +28,9 @@ namespace batchsim {
 
 namespace {
 
-struct ServingRow {
-  int64_t line = 0;
-  std::string backend, version, model_path, precision;
-  std::string model;  // model_path resolved (model_for): a built-in name or a config.json
-  int64_t isl = 0, osl = 0, concurrency = 0;
-  int tp = 1;
-  double ttft_ms = 0, tpot_ms = 0;
-  double predicted_ttft_ms = 0, predicted_tpot_ms = 0;
-};
-
-struct ServingOptions {
-  std::string measurements, gpu, system = "h100_sxm", backend, models_dir, out, profile_out;
-  std::string policy;  // empty: each row's backend's preset (policy_for_backend)
-  std::string engine;  // empty: each row's backend's engine (engine_for_backend)
-  std::string deployment = "by-backend";
-  // aiperf's protocol in aiconfigurator's benchmark script
-  // (src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
-  // --num-requests concurrency x 20 after --warmup-request-count concurrency x 2. The warmup
-  // phase ends before the measured one starts (aiperf timing/credit_issuing_strategy.py waits
-  // for each phase to complete), leaving an idle engine whose prefix cache holds only random
-  // prompts, so it is not replayed.
-  int64_t requests_per_client = 20;
+struct ServingOptions : ServingReplayOptions {
+  std::string measurements, out, profile_out;
+  std::vector<std::string> engine_args;  // --engine as given: ENGINE or BACKEND=ENGINE
 };
 
 // The engine limits of a measured row's deployment. The silicon rows do not record their launch
@@ -106,7 +87,7 @@ std::string policy_for_backend(const ServingRow& r) {
 // --max-prefill-tokens isl + 1500 and --enable-mixed-chunk (set by it only from 2026-01-19,
 // aiconfigurator #257) would not give. TensorRT-LLM's: aiconfigurator's, the generator's first
 // backend (its TTFT is far off either way: hwmodel/README.md).
-std::string deployment_of(const ServingRow& r, const ServingOptions& o) {
+std::string deployment_of(const ServingRow& r, const ServingReplayOptions& o) {
   if (o.deployment != "by-backend") return o.deployment;
   return r.backend == "sglang" ? "defaults" : "aiconfigurator";
 }
@@ -120,7 +101,7 @@ std::string kv_dtype_for(const ServingRow& r, const std::string& deployment) {
 }
 
 // The model a row names: a built-in by its Hugging Face id (or name), or DIR/<id>/config.json.
-std::string model_for(const std::string& model_path, const ServingOptions& o) {
+std::string model_for(const std::string& model_path, const ServingReplayOptions& o) {
   if (!o.models_dir.empty()) {
     const std::filesystem::path config = std::filesystem::path(o.models_dir) / model_path / "config.json";
     if (std::filesystem::is_regular_file(config)) return config.string();
@@ -131,23 +112,136 @@ std::string model_for(const std::string& model_path, const ServingOptions& o) {
   return "";
 }
 
-struct Mape {
-  double sum = 0;
-  int64_t count = 0;
-  void add(double predicted, double measured) {
-    sum += std::abs(predicted / measured - 1) * 100;
-    ++count;
-  }
-  double value() const { return count > 0 ? sum / static_cast<double>(count) : 0; }
-};
-
 // The engine profile of a measured row's backend (aiconfigurator's backend names).
-std::string engine_for_backend(const std::string& backend) {
+std::string engine_for_backend(const std::string& backend, const ServingReplayOptions& o) {
+  if (const auto it = o.engines.find(backend); it != o.engines.end()) return it->second;
+  if (const auto it = o.engines.find(""); it != o.engines.end()) return it->second;
   if (backend == "vllm" || backend == "sglang" || backend == "trtllm") return backend;
   throw UserError(fmt::format("validate-serving: no engine profile for backend '{}' (give --engine)", backend));
 }
 
+// --engine ENGINE (every backend) or BACKEND=ENGINE (one backend; repeatable).
+std::map<std::string, std::string> parse_engine_args(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> engines;
+  for (const std::string& a : args) {
+    const auto eq = a.find('=');
+    const std::string backend = eq == std::string::npos ? "" : a.substr(0, eq);
+    const std::string engine = eq == std::string::npos ? a : a.substr(eq + 1);
+    if (engine.empty()) throw UserError(fmt::format("--engine '{}': names no engine", a));
+    if (!engines.emplace(backend, engine).second) {
+      throw UserError(fmt::format("--engine '{}': {} given twice", a,
+                                  backend.empty() ? "an engine for every backend" : "backend " + backend));
+    }
+    (void)resolve_engine(engine);  // an unknown engine fails here, before any row
+  }
+  return engines;
+}
+
+// The engines as the report names them: "vllm-h100-fitted", "sglang=X, vllm=Y", or `fallback`.
+std::string engines_text(const std::map<std::string, std::string>& engines, const std::string& fallback) {
+  if (engines.empty()) return fallback;
+  if (engines.size() == 1 && engines.begin()->first.empty()) return engines.begin()->second;
+  std::string text;
+  for (const auto& [backend, engine] : engines) {
+    text += (text.empty() ? "" : ", ") + (backend.empty() ? "others" : backend) + "=" + engine;
+  }
+  return text;
+}
+
 }  // namespace
+
+void Mape::add(double predicted, double measured) {
+  sum += std::abs(predicted / measured - 1) * 100;
+  ++count;
+}
+
+void check_replay_options(const ServingReplayOptions& o) {
+  if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
+    throw UserError("--requests-per-client: must be in [1, 1000]");
+  }
+  if (o.deployment != "aiconfigurator" && o.deployment != "defaults" && o.deployment != "by-backend") {
+    throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
+  }
+}
+
+ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o) {
+  CsvTable csv(measurements);
+  ServingRows out;
+  std::vector<ServingRow>& rows = out.rows;
+  std::map<std::string, int64_t>& skipped = out.skipped;
+  while (csv.next()) {
+    if (csv.text("system") != o.system) {
+      ++skipped[fmt::format("system {} (not {})", csv.text("system"), o.system)];
+      continue;
+    }
+    if (!o.backend.empty() && csv.text("backend") != o.backend) continue;
+    if (csv.text("mode") != "agg") {
+      ++skipped[fmt::format("{} serving (prefill/decode disaggregation is not simulated)", csv.text("mode"))];
+      continue;
+    }
+    if (csv.integer("pp_size", 1, 1 << 10) != 1) {
+      ++skipped["pipeline parallelism: not simulated"];
+      continue;
+    }
+    ServingRow r;
+    r.backend = csv.text("backend");
+    r.version = csv.text("backend_version");
+    r.model_path = csv.text("model_path");
+    r.precision = csv.text("precision");
+    r.isl = csv.integer("isl", 1, 1 << 24);
+    r.osl = csv.integer("osl", 1, 1 << 24);
+    r.concurrency = csv.integer("batch_size", 1, 1 << 20);
+    r.tp = static_cast<int>(csv.integer("tp_size", 1, 64));
+    r.ttft_ms = csv.number("silicon_ttft_ms");
+    r.tpot_ms = csv.number("silicon_tpot_ms");
+    if (!(r.ttft_ms > 0 && r.tpot_ms > 0)) csv.fail("silicon_ttft_ms and silicon_tpot_ms must be > 0");
+    if (r.precision != "" && r.precision != "fp8" && r.precision != "bf16" && r.precision != "fp16") {
+      ++skipped[fmt::format("precision {}: not modelled", r.precision)];
+      continue;
+    }
+    r.model = model_for(r.model_path, o);
+    if (r.model.empty()) {
+      ++skipped[fmt::format("model {}: not built in (give --models-dir with its config.json)", r.model_path)];
+      continue;
+    }
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty()) throw UserError(fmt::format("{}: no rows to replay for system {}", measurements, o.system));
+  return out;
+}
+
+ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOptions& o, const EngineProfile* engine) {
+  RunConfig c = default_run_config();
+  c.model = r.model;
+  c.gpu = o.gpu;
+  c.tp = r.tp;
+  c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
+  c.engine = engine_for_backend(r.backend, o);
+  c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
+  ServingPrediction p;
+  p.deployment = deployment_of(r, o);
+  c.kv_cache_dtype = kv_dtype_for(r, p.deployment);
+  if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
+  c.workload.output_len = fmt::format("fixed:{}", r.osl);
+  c.workload.num_requests = r.concurrency * o.requests_per_client;
+  c.max_concurrency = r.concurrency;
+  RunHooks hooks;
+  hooks.engine = engine;
+  const RunOutcome run = run_simulation(c, nullptr, hooks);
+  const Summary& s = run.result.summary;
+  p.ttft_ms = s.ttft_s.mean * 1e3;
+  p.tpot_ms = s.tpot_s.mean * 1e3;
+  p.rejected = s.requests_rejected;
+  p.sequences_per_iteration =
+      s.iterations > 0 ? static_cast<double>(s.output_tokens) / static_cast<double>(s.iterations) : 0;
+  p.policy = c.policy;
+  p.engine = engine != nullptr ? engine->name : c.engine;
+  p.kv_cache_dtype = c.kv_cache_dtype;
+  p.policy_opts = c.policy_opts;
+  return p;
+}
 
 int validate_serving_command(const std::vector<std::string>& args, std::ostream& out) {
   ServingOptions o;
@@ -157,8 +251,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
       ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
        "vllm (vllm-v1-2025 before vLLM 0.19), sglang or trtllm)")
-      ("engine", po::value(&o.engine), "engine profile of every replayed run (default: the row's backend's: "
-       "vllm, sglang or trtllm)")
+      ("engine", po::value(&o.engine_args)->composing(), "engine profile of every replayed run, or "
+       "BACKEND=ENGINE for one backend's rows (repeatable; default: the row's backend's: vllm, sglang or trtllm)")
       ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
       ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
@@ -182,12 +276,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   }
   if (o.measurements.empty()) throw UserError("validate-serving: --measurements is required");
   if (o.gpu.empty()) throw UserError("validate-serving: --gpu is required");
-  if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
-    throw UserError("--requests-per-client: must be in [1, 1000]");
-  }
-  if (o.deployment != "aiconfigurator" && o.deployment != "defaults" && o.deployment != "by-backend") {
-    throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
-  }
+  check_replay_options(o);
   const HardwareProfile gpu = resolve_gpu(o.gpu);  // a bad name fails here, before any row
   if (!o.profile_out.empty() && gpu.validation.empty()) {
     throw UserError(fmt::format("--profile-out: profile '{}' has no validation block to add the serving figures "
@@ -198,91 +287,35 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     throw UserError("--profile-out: records every backend's figures; drop --backend");
   }
   if (!o.policy.empty()) (void)policy_base(o.policy);  // and so does an unknown policy
+  o.engines = parse_engine_args(o.engine_args);
 
-  CsvTable csv(o.measurements);
-  std::vector<ServingRow> rows;
-  std::map<std::string, int64_t> skipped;
-  while (csv.next()) {
-    if (csv.text("system") != o.system) {
-      ++skipped[fmt::format("system {} (not {})", csv.text("system"), o.system)];
-      continue;
-    }
-    if (!o.backend.empty() && csv.text("backend") != o.backend) continue;
-    if (csv.text("mode") != "agg") {
-      ++skipped[fmt::format("{} serving (prefill/decode disaggregation is not simulated)", csv.text("mode"))];
-      continue;
-    }
-    if (csv.integer("pp_size", 1, 1 << 10) != 1) {
-      ++skipped["pipeline parallelism: not simulated"];
-      continue;
-    }
-    ServingRow r;
-    r.line = 0;
-    r.backend = csv.text("backend");
-    r.version = csv.text("backend_version");
-    r.model_path = csv.text("model_path");
-    r.precision = csv.text("precision");
-    r.isl = csv.integer("isl", 1, 1 << 24);
-    r.osl = csv.integer("osl", 1, 1 << 24);
-    r.concurrency = csv.integer("batch_size", 1, 1 << 20);
-    r.tp = static_cast<int>(csv.integer("tp_size", 1, 64));
-    r.ttft_ms = csv.number("silicon_ttft_ms");
-    r.tpot_ms = csv.number("silicon_tpot_ms");
-    if (!(r.ttft_ms > 0 && r.tpot_ms > 0)) csv.fail("silicon_ttft_ms and silicon_tpot_ms must be > 0");
-    if (r.precision != "" && r.precision != "fp8" && r.precision != "bf16" && r.precision != "fp16") {
-      ++skipped[fmt::format("precision {}: not modelled", r.precision)];
-      continue;
-    }
-    r.model = model_for(r.model_path, o);
-    if (r.model.empty()) {
-      ++skipped[fmt::format("model {}: not built in (give --models-dir with its config.json)", r.model_path)];
-      continue;
-    }
-    rows.push_back(std::move(r));
-  }
-  if (rows.empty()) throw UserError(fmt::format("{}: no rows to replay for system {}", o.measurements, o.system));
+  const ServingRows selected = read_serving_rows(o.measurements, o);
+  const std::map<std::string, int64_t>& skipped = selected.skipped;
 
   Mape ttft, tpot;
   std::map<std::string, std::pair<Mape, Mape>> by_backend;
   nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
-  for (ServingRow& r : rows) {
-    RunConfig c = default_run_config();
-    c.model = r.model;
-    c.gpu = o.gpu;
-    c.tp = r.tp;
-    c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
-    c.engine = o.engine.empty() ? engine_for_backend(r.backend) : o.engine;
-    c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
-    const std::string deployment = deployment_of(r, o);
-    c.kv_cache_dtype = kv_dtype_for(r, deployment);
-    if (deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
-    c.workload.arrival = "offline";
-    c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
-    c.workload.output_len = fmt::format("fixed:{}", r.osl);
-    c.workload.num_requests = r.concurrency * o.requests_per_client;
-    c.max_concurrency = r.concurrency;
-    const RunOutcome run = run_simulation(c);
-    const Summary& s = run.result.summary;
-    r.predicted_ttft_ms = s.ttft_s.mean * 1e3;
-    r.predicted_tpot_ms = s.tpot_s.mean * 1e3;
-    ttft.add(r.predicted_ttft_ms, r.ttft_ms);
-    tpot.add(r.predicted_tpot_ms, r.tpot_ms);
-    by_backend[r.backend].first.add(r.predicted_ttft_ms, r.ttft_ms);
-    by_backend[r.backend].second.add(r.predicted_tpot_ms, r.tpot_ms);
-    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", c.policy},
-                           {"engine", c.engine},
+  for (const ServingRow& r : selected.rows) {
+    const ServingPrediction p = replay_serving_row(r, o);
+    ttft.add(p.ttft_ms, r.ttft_ms);
+    tpot.add(p.tpot_ms, r.tpot_ms);
+    by_backend[r.backend].first.add(p.ttft_ms, r.ttft_ms);
+    by_backend[r.backend].second.add(p.tpot_ms, r.tpot_ms);
+    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.policy},
+                           {"engine", p.engine},
                            {"model", r.model_path},
                            {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
-                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", c.kv_cache_dtype},
-                           {"deployment", deployment}, {"policy_opts", c.policy_opts},
+                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", p.kv_cache_dtype},
+                           {"deployment", p.deployment}, {"policy_opts", p.policy_opts},
                            {"measured_ttft_ms", r.ttft_ms},
-                           {"predicted_ttft_ms", r.predicted_ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
-                           {"predicted_tpot_ms", r.predicted_tpot_ms}, {"rejected", s.requests_rejected}});
+                           {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
+                           {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected}});
   }
+  const std::vector<ServingRow>& rows = selected.rows;
 
   fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client):\n",
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
-             o.engine.empty() ? "of each backend" : o.engine,
+             engines_text(o.engines, "of each backend"),
              o.deployment, o.requests_per_client);
   fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
   for (const auto& [backend, m] : by_backend) {
@@ -297,7 +330,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     p.validation.serving.measured_on = fmt::format(
         "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client",
         ttft.count, std::filesystem::path(o.measurements).filename().string(), o.system,
-        o.policy.empty() ? "by backend" : o.policy, o.engine.empty() ? "by backend" : o.engine, o.deployment,
+        o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
         o.requests_per_client);
     // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
@@ -312,7 +345,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["measurements"] = o.measurements;
     j["gpu"] = o.gpu;
     j["policy"] = o.policy.empty() ? "by backend" : o.policy;
-    j["engine"] = o.engine.empty() ? "by backend" : o.engine;
+    j["engine"] = engines_text(o.engines, "by backend");
     j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; times in ms (means over requests)";

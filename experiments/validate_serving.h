@@ -19,13 +19,80 @@
 // the predicted and measured mean TTFT and TPOT, and their MAPE in percent (`ttft.mape`,
 // `tpot.mape`), over all rows and per backend; rows that cannot be replayed are counted with the
 // reason (another system, pipeline parallelism, disaggregated serving, an unknown model).
+//
+// The reading and the replay of rows are shared with `batchsim calibrate engine`
+// (experiments/engine_fit.h), which fits an engine's residual per-iteration time to such rows.
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "hwmodel/engine_profile.h"
+
 namespace batchsim {
+
+// One measured benchmark run of a silicon file.
+struct ServingRow {
+  std::string backend, version, model_path, precision;
+  std::string model;  // model_path resolved: a built-in name or a config.json
+  int64_t isl = 0, osl = 0, concurrency = 0;
+  int tp = 1;
+  double ttft_ms = 0, tpot_ms = 0;  // measured means
+};
+
+// How rows are chosen and replayed (the options of validate-serving).
+struct ServingReplayOptions {
+  std::string gpu, system = "h100_sxm", backend, models_dir;
+  std::string policy;  // empty: each row's backend's preset
+  // Engine profile per backend (aiconfigurator's backend names); the key "" applies to every
+  // backend without its own entry. A backend in neither: its own engine (vllm, sglang, trtllm).
+  std::map<std::string, std::string> engines;
+  std::string deployment = "by-backend";
+  // aiperf's protocol in aiconfigurator's benchmark script
+  // (src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2):
+  // --num-requests concurrency x 20 after --warmup-request-count concurrency x 2. The warmup
+  // phase ends before the measured one starts (aiperf timing/credit_issuing_strategy.py waits
+  // for each phase to complete), leaving an idle engine whose prefix cache holds only random
+  // prompts, so it is not replayed.
+  int64_t requests_per_client = 20;
+};
+
+// Throws UserError naming the option when --requests-per-client or --deployment is out of range.
+void check_replay_options(const ServingReplayOptions& o);
+
+struct ServingRows {
+  std::vector<ServingRow> rows;
+  std::map<std::string, int64_t> skipped;  // rows left out, by reason
+};
+
+// The rows of `measurements` that `o` selects and batchsim can replay. Throws UserError for a
+// malformed file (naming it and the line) or when no row is left.
+ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o);
+
+struct ServingPrediction {
+  double ttft_ms = 0, tpot_ms = 0;  // predicted means
+  int64_t rejected = 0;
+  // Sequences an iteration carried on average: output tokens over iterations (every iteration
+  // after a request's prefill gives it one token).
+  double sequences_per_iteration = 0;
+  std::string policy, engine, deployment, kv_cache_dtype;
+  std::map<std::string, std::string> policy_opts;
+};
+
+// Replays one row as a closed-loop run. `engine`, when given, replaces the engine `o` names.
+ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOptions& o,
+                                     const EngineProfile* engine = nullptr);
+
+// Mean absolute percentage error, |predicted / measured - 1| x 100.
+struct Mape {
+  double sum = 0;
+  int64_t count = 0;
+  void add(double predicted, double measured);
+  double value() const { return count > 0 ? sum / static_cast<double>(count) : 0; }
+};
 
 int validate_serving_command(const std::vector<std::string>& args, std::ostream& out);
 

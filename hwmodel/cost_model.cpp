@@ -132,7 +132,8 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   const double cpu_s = engine_.cpu.seconds(sequences, tp_);
   cost.overhead_s = (device_s - kernels_s) +
-                    (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s);
+                    (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
+                    engine_.residual.seconds(sequences, tp_);
   cost.total_s = kernels_s + cost.overhead_s;
   return cost;
 }

@@ -121,6 +121,11 @@ const std::vector<Group>& groups() {
                                     {{"nccl", AllReduceImpl::nccl}, {"custom", AllReduceImpl::custom}}),
         seconds_field("custom_max_bytes",
                       [](EngineProfile& e) -> double& { return e.custom_allreduce_max_bytes; })}},
+      {"residual",
+       {seconds_field("per_iteration_s", [](EngineProfile& e) -> double& { return e.residual.per_iteration_s; }),
+        seconds_field("per_sequence_s", [](EngineProfile& e) -> double& { return e.residual.per_sequence_s; }),
+        seconds_field("per_extra_worker_s",
+                      [](EngineProfile& e) -> double& { return e.residual.per_extra_worker_s; })}},
       {"kv_cache",
        {choice_field<KvCacheWrite>("write", [](EngineProfile& e) -> KvCacheWrite& { return e.kv_cache_write; },
                                    {{"in_place", KvCacheWrite::in_place}, {"concat", KvCacheWrite::concat}})}},
@@ -161,7 +166,7 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
     const auto group = std::find_if(groups().begin(), groups().end(), [&](const Group& g) { return g.name == key; });
     if (group == groups().end()) {
       throw UserError(fmt::format("{}: unknown key '{}' in engine profile (known: base, name, description, "
-                                  "sources, cpu, launch, cuda_graphs, allreduce, kv_cache; see hwmodel/README.md)",
+                                  "sources, cpu, launch, cuda_graphs, allreduce, residual, kv_cache; see hwmodel/README.md)",
                                   at_line(where, kv.first), key));
     }
     if (!value.IsMap()) bad_value(at_line(where, value), key, fmt::format("must be a map of {}", known_keys(*group)));
@@ -181,17 +186,36 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
 }
 
 std::vector<EngineProfile> make_builtin_engines() {
+  // A shipped engine may name another as its `base`, whatever the files' order: each pass loads
+  // those whose base is loaded, until none is left.
+  std::vector<std::size_t> pending(detail::kNumShippedEngines);
+  for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   std::vector<EngineProfile> engines;
-  for (std::size_t i = 0; i < detail::kNumShippedEngines; ++i) {
-    const auto& shipped = detail::kShippedEngines[i];
-    const std::string file = shipped.file_name;
-    try {
-      engines.push_back(engine_from_yaml(YAML::Load(shipped.yaml), "hwmodel/engines/" + file,
-                                         file.substr(0, file.rfind('.')), engines));
-    } catch (const std::exception& ex) {
-      // A shipped engine that does not load is a bug in the build, not a user error.
-      throw std::logic_error(std::string("shipped engine profile broken: ") + ex.what());
+  while (!pending.empty()) {
+    std::vector<std::size_t> later;
+    for (const std::size_t i : pending) {
+      const auto& shipped = detail::kShippedEngines[i];
+      const std::string file = shipped.file_name;
+      try {
+        const YAML::Node root = YAML::Load(shipped.yaml);
+        if (const YAML::Node base = root["base"]; base && base.IsScalar() &&
+            std::none_of(engines.begin(), engines.end(),
+                         [&](const EngineProfile& e) { return e.name == base.as<std::string>(); })) {
+          later.push_back(i);
+          continue;
+        }
+        engines.push_back(engine_from_yaml(root, "hwmodel/engines/" + file, file.substr(0, file.rfind('.')), engines));
+      } catch (const std::exception& ex) {
+        // A shipped engine that does not load is a bug in the build, not a user error.
+        throw std::logic_error(std::string("shipped engine profile broken: ") + ex.what());
+      }
     }
+    if (later.size() == pending.size()) {
+      throw std::logic_error(fmt::format("shipped engine profile broken: hwmodel/engines/{} names a base that is "
+                                         "not shipped",
+                                         detail::kShippedEngines[later.front()].file_name));
+    }
+    pending = std::move(later);
   }
   return engines;
 }

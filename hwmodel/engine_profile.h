@@ -59,6 +59,13 @@ struct EngineProfile {
   double custom_allreduce_max_bytes = 0;
 
   KvCacheWrite kv_cache_write = KvCacheWrite::in_place;
+  // Time on every iteration's critical path that neither the GPU profile's kernels nor the
+  // costs above account for, whatever its cause (host-device synchronisation for the sampled
+  // tokens, the sampler, input copies, ranks reaching an all-reduce at different times):
+  // measured as the gap between closed-loop serving benchmarks and the prediction, and fitted
+  // by `batchsim calibrate engine` (experiments/engine_fit.h). Never overlapped with the GPU.
+  // 0 in the engines whose numbers all cite a source.
+  CpuOverhead residual;
 
   // Host seconds the iteration's kernel launches take (graph or eager).
   double launch_s(int64_t num_layers, int64_t tokens) const;

@@ -35,6 +35,15 @@ std::filesystem::path write_gzip_file(const std::filesystem::path& dir, const st
 // fails and the result is "" (any other exception propagates and fails the test too).
 std::string user_error_of(const std::function<void()>& f);
 
+// The header line of aiconfigurator's silicon files (hwmodel/measured/README.md), for tests that
+// write their own rows of measured serving benchmarks.
+inline const std::string kSiliconHeader =
+    "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
+    "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,"
+    "prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"
+    "prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,"
+    "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
+
 // The whole file as it is on disk (empty when it cannot be read: the assertion on it then fails).
 std::string read_text_file(const std::filesystem::path& path);
 

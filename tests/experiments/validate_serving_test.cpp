@@ -22,13 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char* kHeader =
-    "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,"
-    "moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,"
-    "prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,"
-    "prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,"
-    "decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n";
-
 std::string row(const std::string& model, const std::string& system, const std::string& mode, int pp, int c, int tp,
                 const std::string& precision = "") {
   return fmt::format("x,src,vllm,0.12.0,{},{},{},{},1024,128,,,{},{},{},,1,1,,,,,,,,,,,,,,,150.0,15.0\n", model, system,
@@ -39,7 +32,7 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   const auto dir = testing::scratch_dir("validate-serving");
   const auto csv = testing::write_text_file(
       dir, "silicon.csv",
-      std::string(kHeader) + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1) +
+      testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1) +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1, "fp8") +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "disagg", 1, 8, 1) +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 2, 8, 1) +
@@ -90,7 +83,7 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
 // budget isl + 1500 with mixed chunks, TensorRT-LLM's token budget rounded up to 32 tokens.
 TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
   const auto dir = testing::scratch_dir("validate-serving-deploy");
-  std::string text = kHeader;
+  std::string text = testing::kSiliconHeader;
   for (const char* backend : {"sglang", "trtllm"}) {
     std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
     r.replace(r.find(",vllm,"), 6, fmt::format(",{},", backend));
@@ -128,7 +121,7 @@ TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
 TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
   const auto dir = testing::scratch_dir("validate-serving-profile");
   const auto csv = testing::write_text_file(
-      dir, "s.csv", std::string(kHeader) + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
+      dir, "s.csv", testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
   std::ostringstream out, err;
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
                       "--requests-per-client", "2", "--out", (dir / "r.json").string(), "--profile-out",
@@ -170,7 +163,7 @@ TEST(ValidateServing, BadInputIsNamed) {
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--profile-out", "p.yaml"}),
               HasSubstr("drop --backend"));
   const auto dir = testing::scratch_dir("validate-serving-bad");
-  const auto csv = testing::write_text_file(dir, "s.csv", std::string(kHeader) + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
+  const auto csv = testing::write_text_file(dir, "s.csv", testing::kSiliconHeader + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
   EXPECT_THAT(error({"--measurements", csv.string(), "--gpu", "h100-sxm"}), HasSubstr("no rows to replay"));
 }
 

@@ -34,6 +34,7 @@ EngineProfile odd_engine() {
   e.allreduce = AllReduceImpl::custom;
   e.custom_allreduce_max_bytes = 4194304;
   e.kv_cache_write = KvCacheWrite::concat;
+  e.residual = {9.5e-4, 2.25e-5, 1.5e-4};
   return e;
 }
 
@@ -55,6 +56,9 @@ void expect_same(const EngineProfile& a, const EngineProfile& b, bool compare_te
   EXPECT_EQ(a.allreduce, b.allreduce);
   EXPECT_EQ(a.custom_allreduce_max_bytes, b.custom_allreduce_max_bytes);
   EXPECT_EQ(a.kv_cache_write, b.kv_cache_write);
+  EXPECT_EQ(a.residual.per_iteration_s, b.residual.per_iteration_s);
+  EXPECT_EQ(a.residual.per_sequence_s, b.residual.per_sequence_s);
+  EXPECT_EQ(a.residual.per_extra_worker_s, b.residual.per_extra_worker_s);
 }
 
 TEST(EngineProfiles, FileRoundTripKeepsEveryField) {
@@ -87,6 +91,22 @@ TEST(EngineProfiles, BaseGivesTheDefaultsOfKeysTheFileLeavesOut) {
   expected.name = "mine";
   expected.cpu.per_sequence_s = 1e-5;
   expect_same(mine, expected);
+}
+
+// The engines fitted to H100 serving benchmarks are their base engines plus a residual only
+// (experiments/engine_fit.h; tests/experiments/engine_fit_test.cpp keeps the residual equal to a
+// fresh fit), whatever order the files load in.
+TEST(EngineProfiles, FittedEnginesAreTheirBaseWithAResidual) {
+  for (const char* base : {"vllm", "sglang", "trtllm"}) {
+    const EngineProfile fitted = resolve_engine(std::string(base) + "-h100-fitted");
+    EngineProfile expected = resolve_engine(base);
+    EXPECT_EQ(expected.residual.per_iteration_s + expected.residual.per_sequence_s, 0) << base;
+    expected.residual = fitted.residual;
+    expect_same(fitted, expected, /*compare_text=*/false);
+    EXPECT_GT(fitted.residual.per_iteration_s, 0) << base;
+    EXPECT_GT(fitted.residual.per_sequence_s, 0) << base;
+    EXPECT_THAT(fitted.sources, HasSubstr("fitted by batchsim calibrate engine")) << base;
+  }
 }
 
 TEST(EngineProfiles, BadFilesAreErrorsNamingTheKey) {
@@ -162,6 +182,23 @@ TEST(EngineCost, CpuRunsInSeriesUnlessTheEngineOverlapsIt) {
   const IterationCost tp4 = CostModel(m, round_profile(), 4, serial).iteration(shape);
   EXPECT_DOUBLE_EQ(tp1.overhead_s, 0);
   EXPECT_DOUBLE_EQ(tp4.overhead_s, 3e-3);
+}
+
+// The residual is on every iteration's critical path: added in full, even where the engine
+// overlaps its CPU work with the GPU.
+TEST(EngineCost, TheResidualAddsToEveryIterationOverlappedOrNot) {
+  const ModelSpec m = resolve_model("llama-2-7b");
+  const BatchShape shape = decodes(8, 500);
+  for (const bool overlaps : {false, true}) {
+    EngineProfile e;
+    e.cpu = {1e-4, 1e-6, 0};
+    e.cpu_overlaps_gpu = overlaps;
+    const IterationCost without = CostModel(m, round_profile(), 4, e).iteration(shape);
+    e.residual = {1e-3, 2e-5, 3e-4};
+    const IterationCost with = CostModel(m, round_profile(), 4, e).iteration(shape);
+    EXPECT_DOUBLE_EQ(with.total_s - without.total_s, 1e-3 + 8 * 2e-5 + 3 * 3e-4) << overlaps;
+    EXPECT_DOUBLE_EQ(with.overhead_s - without.overhead_s, 1e-3 + 8 * 2e-5 + 3 * 3e-4) << overlaps;
+  }
 }
 
 TEST(EngineCost, LaunchesStallTheGpuOnlyWhenTheyFallBehindAndGraphsRemoveThem) {
