@@ -546,7 +546,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
         fmt::print(out, "{:<16}   preset of {}: {}\n", "", p.base, fmt::join(kv, " "));
       }
     }
-    for (const char* base : {"static", "continuous", "chunked-prefill", "sglang"}) {
+    for (const std::string& base : policy_bases()) {
       fmt::print(out, "\noptions of {} (--policy-opt KEY=VALUE):\n", base);
       for (const PolicyOptionDoc& d : policy_option_docs(base)) {
         fmt::print(out, "  {:<30} default {:<26} {}\n", d.key, d.default_value, d.description);

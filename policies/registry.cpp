@@ -7,6 +7,7 @@
 
 #include "hwmodel/error.h"
 #include "policies/continuous_policy.h"
+#include "policies/example_sjf_policy.h"
 #include "policies/sglang_policy.h"
 #include "policies/static_policy.h"
 
@@ -114,6 +115,10 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"sglang", "sglang",
        "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm",
        {}, "sglang"},
+      // policies/README.md builds this one, line by line, as its worked example.
+      {"example-sjf", "example-sjf",
+       "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt first, the newest preempted",
+       {}},
   };
   return policies;
 }
@@ -180,12 +185,21 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
       {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
   };
+  static const std::vector<PolicyOptionDoc> example_sjf_docs = {
+      {"max_num_seqs", "64", "most requests running at once"},
+  };
   if (base == "static") return static_docs;
   if (base == "continuous") return continuous_docs;
   if (base == "sglang") return sglang_docs;
+  if (base == "example-sjf") return example_sjf_docs;
   return chunked_docs;
 }
 
+const std::vector<std::string>& policy_bases() {
+  static const std::vector<std::string> bases = {"static", "continuous", "chunked-prefill", "sglang",
+                                                 "example-sjf"};
+  return bases;
+}
 
 namespace {
 
@@ -299,6 +313,12 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   return c;
 }
 
+ExampleSjfConfig example_sjf_config(const PolicyOptions& o) {
+  ExampleSjfConfig c;
+  c.max_num_seqs = o.get_int("max_num_seqs", 64, 1, 1 << 20);
+  return c;
+}
+
 StaticPolicyConfig static_config(const PolicyOptions& o) {
   StaticPolicyConfig c;
   c.batch_size = o.get_int("batch_size", 8, 1, 1 << 20);
@@ -374,6 +394,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
     policy = std::make_unique<StaticPolicy>(static_config(merged), info.name);
   } else if (info.base == "sglang") {
     policy = std::make_unique<SglangPolicy>(sglang_config(merged), info.name);
+  } else if (info.base == "example-sjf") {
+    policy = std::make_unique<ExampleSjfPolicy>(example_sjf_config(merged), info.name);
   } else {
     policy = std::make_unique<ContinuousPolicy>(
         continuous_config(merged, info.base == "chunked-prefill"), info.name);

@@ -96,11 +96,12 @@ TEST(PriorityCli, BadInputNamesTheOption) {
   EXPECT_THAT(error_of({"run", "--config", config.string()}), HasSubstr("--priority: \"3\""));
 }
 
-TEST(PriorityCli, ListPoliciesShowsTheOptions) {
+TEST(PriorityCli, ListPoliciesShowsTheOptionsAndTheExample) {
   const std::string text = cli_output({"list", "policies"});
   EXPECT_THAT(text, HasSubstr("scheduling_policy"));
   EXPECT_THAT(text, HasSubstr("sjf_by"));
   EXPECT_THAT(text, HasSubstr("preempt_for_waiting=true"));  // the vllm-v0 preset
+  EXPECT_THAT(text, HasSubstr("options of example-sjf"));
 }
 
 // An experiment file takes the workload's priorities in `base` and the order as a variant's
