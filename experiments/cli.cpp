@@ -89,6 +89,9 @@ po::options_description run_options() {
        "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")
       ("ignore-eos", po::bool_switch(), "every request runs to its max_tokens, as benchmarks send them "
        "(vllm bench serve --ignore-eos)")
+      ("priority", po::value<std::string>(), "fixed:P | uniform:A:B | classes:P=W,P=W,...: each request's "
+       "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
+       "its own; replaces a trace's priority column (default: the trace's, else 0)")
       ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
@@ -149,6 +152,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("prefix")) c.workload.prefix = vm["prefix"].as<std::string>();
   if (vm.count("max-tokens")) c.workload.max_tokens = vm["max-tokens"].as<std::string>();
   if (vm["ignore-eos"].as<bool>()) c.workload.ignore_eos = true;
+  if (vm.count("priority")) c.workload.priority = vm["priority"].as<std::string>();
   if (vm.count("seed")) c.workload.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
@@ -210,6 +214,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const RunOutcome run = run_simulation(config, &built);
   print_setup(out, config, built.requests.size(), run.result.kv_capacity_tokens);
   print_comparison_table(out, {&run});
+  print_priority_classes(out, run.result.summary);
   if (const Summary& s = run.result.summary; s.prefill_cached_tokens > 0) {
     fmt::print(out, "prefix cache: {:.1f}% hit rate ({} of {} tokens to prefill found cached)\n",
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
@@ -546,7 +551,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
         fmt::print(out, "{:<16}   preset of {}: {}\n", "", p.base, fmt::join(kv, " "));
       }
     }
-    for (const char* base : {"static", "continuous", "chunked-prefill", "sglang"}) {
+    for (const std::string& base : policy_bases()) {
       fmt::print(out, "\noptions of {} (--policy-opt KEY=VALUE):\n", base);
       for (const PolicyOptionDoc& d : policy_option_docs(base)) {
         fmt::print(out, "  {:<30} default {:<26} {}\n", d.key, d.default_value, d.description);

@@ -40,7 +40,7 @@ bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks"};
+      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority"};
   return keys.count(key) > 0;
 }
 
@@ -310,6 +310,7 @@ void check_workload_spec(const WorkloadSpec& w) {
   parse_length_distribution(w.output_len, "--output-len");
   if (!w.prefix.empty()) parse_prefix_spec(w.prefix, "--prefix");
   if (!w.max_tokens.empty()) parse_length_distribution(w.max_tokens, "--max-tokens");
+  if (!w.priority.empty()) parse_priority_distribution(w.priority, "--priority");
   if (w.arrival == "trace" && w.trace.empty()) {
     throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
   }

@@ -74,6 +74,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["prefix"] = c.workload.prefix;
   j["max_tokens"] = c.workload.max_tokens;
   j["ignore_eos"] = c.workload.ignore_eos;
+  j["priority"] = c.workload.priority;
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
   j["num_gpu_blocks"] = c.num_gpu_blocks;
@@ -184,6 +185,23 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
     }
     j["replicas"] = replicas;
   }
+  // Per priority class, when the requests have more than one priority: what a priority-ordered
+  // scheduler bought the urgent ones and what it cost the rest. Keyed by the priority, most
+  // urgent first, so that a path such as priority_classes.0.ttft_s.p99 names a figure.
+  if (!s.priority_classes.empty()) {
+    nlohmann::ordered_json classes = nlohmann::ordered_json::object();
+    for (const PriorityClassSummary& c : s.priority_classes) {
+      classes[std::to_string(c.priority)] = {{"requests", c.requests},
+                                             {"completed", c.completed},
+                                             {"rejected", c.rejected},
+                                             {"preemptions", c.preemptions},
+                                             {"e2e_s", dist_json(c.e2e_s)},
+                                             {"ttft_s", dist_json(c.ttft_s)},
+                                             {"tpot_s", dist_json(c.tpot_s)},
+                                             {"queueing_s", dist_json(c.queueing_s)}};
+    }
+    j["priority_classes"] = classes;
+  }
   // Judged on the figures above (experiments/slo.h), when the run was given objectives.
   if (!outcome.config.slo.empty()) j["slo"] = slo_json(evaluate_slo(j, outcome.config.slo), outcome.config.slo);
   if (!outcome.config.goodput.empty()) {
@@ -219,10 +237,10 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "requests.csv");
     out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens" << (cluster ? ",replica\n" : "\n");
+           "cached_tokens,priority" << (cluster ? ",replica\n" : "\n");
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{}", r.id,
+      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
                  r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
                  state_name(r.state),
                  opt_seconds(r.first_scheduled, SimTime::zero()),
@@ -233,7 +251,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  done ? fmt::format("{:.9f}", r.tpot_s()) : "",
                  done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
                  done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
-                 r.reject_reason, r.cached_tokens);
+                 r.reject_reason, r.cached_tokens, r.priority);
       if (cluster) fmt::print(out, ",{}", r.replica);
       out << '\n';
     }
@@ -255,6 +273,17 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
       if (cluster) fmt::print(out, ",{}", it.replica);
       out << '\n';
     }
+  }
+}
+
+void print_priority_classes(std::ostream& out, const Summary& summary) {
+  if (summary.priority_classes.empty()) return;
+  fmt::print(out, "{:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "priority", "done/rej", "ttft p50",
+             "ttft p99", "e2e p50", "e2e p99", "preempt");
+  for (const PriorityClassSummary& c : summary.priority_classes) {
+    fmt::print(out, "{:>10} {:>9} {:>8.3f}s {:>8.3f}s {:>8.2f}s {:>8.2f}s {:>8}\n", c.priority,
+               fmt::format("{}/{}", c.completed, c.rejected), c.ttft_s.p50, c.ttft_s.p99, c.e2e_s.p50,
+               c.e2e_s.p99, c.preemptions);
   }
 }
 

@@ -43,5 +43,7 @@ std::ofstream open_for_write(const std::filesystem::path& path);
 
 // A short table: one row per run, headline figures as columns.
 void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs);
+// One row per priority class of a run (Summary::priority_classes); nothing when it has none.
+void print_priority_classes(std::ostream& out, const Summary& summary);
 
 }  // namespace batchsim

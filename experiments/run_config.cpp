@@ -173,6 +173,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
     else if (key == "max-tokens") c.workload.max_tokens = scalar<std::string>(v, file, shown);
     else if (key == "ignore-eos") c.workload.ignore_eos = scalar<bool>(v, file, shown);
+    else if (key == "priority") c.workload.priority = scalar<std::string>(v, file, shown);
     else if (key == "seed") {
       try {
         c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);

@@ -61,6 +61,8 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
                 : std::max<int64_t>(env.max_model_len, 2048);
   swapped_tokens_.assign(n, 0);
   finished_flag_.assign(n, false);
+  ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
+  waiting_ = WaitingQueue(&ranking_);
 }
 
 int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
@@ -126,7 +128,7 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // the watermark in an empty cache could be admitted, grow, be preempted and then never be
   // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
   if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
-  waiting_.push_back(id);
+  waiting_.add(id);
 }
 
 SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
@@ -166,14 +168,17 @@ void ContinuousPolicy::add_step(RequestId id, int64_t new_tokens, Batch& batch) 
   if (!add_batch_step(*env_, id, new_tokens, batch)) ++partial_prefills_;
 }
 
-void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
+void ContinuousPolicy::preempt(RequestId victim, Batch& batch, bool allow_swap) {
   running_.erase(std::find(running_.begin(), running_.end(), victim));
-  if (config_.swap) {
+  if (config_.swap && allow_swap) {
     // vLLM v0 _preempt_by_swap: the victim's blocks go to host memory (swap_out) and it joins
-    // `swapped`; its computed tokens are kept. The victim is always the newest running request,
-    // which has not been grown in this step yet, so it holds exactly its computed tokens.
-    const int64_t tokens = kv_->tokens_of(victim);
-    if (tokens != env_->progress_of(victim).computed_tokens) {
+    // `swapped`; its computed tokens are kept. Under fcfs the victim is the newest running
+    // request, which has not been grown in this step yet, so it holds exactly its computed
+    // tokens; a ranked victim may have been grown for an item of this step that was just taken
+    // out of the batch, and that KV is dropped, not moved.
+    const int64_t tokens = env_->progress_of(victim).computed_tokens;
+    const int64_t held = kv_->tokens_of(victim);
+    if (ranking_.ranked() ? held < tokens : held != tokens) {
       throw std::logic_error("swap victim holds KV for tokens it has not computed");
     }
     swapped_tokens_[victim] = tokens;
@@ -183,23 +188,74 @@ void ContinuousPolicy::preempt(RequestId victim, Batch& batch) {
     env_->preempt(victim, /*keeps_kv=*/true);
   } else {
     kv_->release(victim);
-    // Back to the head of the waiting queue (vLLM v0 appendleft, v1 prepend_request).
-    waiting_.push_front(victim);
+    // Back to the head of the waiting queue (vLLM v0 appendleft, v1 prepend_request), or to
+    // its rank under a ranked policy (PriorityRequestQueue.prepend_request adds by rank).
+    waiting_.add_preempted(victim);
     env_->preempt(victim, /*keeps_kv=*/false);
   }
 }
 
 RequestId ContinuousPolicy::preemption_victim(const Batch& batch) const {
+  const auto in_batch = [&batch](RequestId id) {
+    return std::any_of(batch.items.begin(), batch.items.end(),
+                       [id](const BatchItem& item) { return item.id == id; });
+  };
+  if (ranking_.ranked()) {
+    // vLLM v1 under --scheduling-policy priority: max(running, key=(priority, arrival_time)),
+    // scheduled in this step or not; with generation_first the decodes already in the batch
+    // stay, as below.
+    const RequestId* victim = nullptr;
+    for (const RequestId& id : running_) {
+      if (config_.generation_first && in_batch(id)) continue;
+      if (victim == nullptr || ranking_.before(*victim, id)) victim = &id;
+    }
+    if (victim == nullptr) throw std::logic_error("no running request left to preempt");
+    return *victim;
+  }
   if (!config_.generation_first) return running_.back();
   // The decodes of this step are in the batch already; a victim must not be one of them.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    const RequestId id = *it;
-    if (std::none_of(batch.items.begin(), batch.items.end(),
-                     [id](const BatchItem& item) { return item.id == id; })) {
-      return id;
-    }
+    if (!in_batch(*it)) return *it;
   }
   throw std::logic_error("no running request left to preempt");
+}
+
+int64_t ContinuousPolicy::remove_from_batch(RequestId victim, Batch& batch) {
+  const auto it = std::find_if(batch.items.begin(), batch.items.end(),
+                               [victim](const BatchItem& item) { return item.id == victim; });
+  if (it == batch.items.end()) return 0;
+  const int64_t tokens = it->new_tokens;
+  batch.items.erase(it);
+  // The shape is rebuilt from the items left: their progress is what it was when they were
+  // added (the replica advances it only after the iteration), so each is added as before.
+  std::vector<BatchItem> kept;
+  kept.swap(batch.items);
+  batch.shape.clear();
+  partial_prefills_ = 0;
+  for (const BatchItem& item : kept) add_step(item.id, item.new_tokens, batch);
+  return tokens;
+}
+
+bool ContinuousPolicy::preempt_for_best_waiting(Batch& batch) {
+  // vLLM v0 _schedule_priority_preemption: `while running_queue and _get_priority(
+  // running_queue[-1]) > _get_priority(seq_group)`: preempt the lowest-ranked running request
+  // unless the waiting head can be allocated (can_allocate OK) and scheduled (budget and
+  // max_num_seqs, counting the running ones), in which case the next step admits it.
+  if (waiting_.empty()) return false;
+  const RequestId head = waiting_.front();
+  bool preempted = false;
+  while (!running_.empty()) {
+    const RequestId victim = preemption_victim(batch);
+    if (!ranking_.before(head, victim)) break;
+    if (static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+      const AdmissionStep step = admission_step(head, budget_, 0);
+      if (step.tokens > 0 && kv_->can_admit(head, step.fit, reserve_tokens(head))) break;
+    }
+    // v0 appends the victim to `waiting` whatever its preemption mode: recompute.
+    preempt(victim, batch, /*allow_swap=*/false);
+    preempted = true;
+  }
+  return preempted;
 }
 
 bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
@@ -229,9 +285,12 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, Runn
     if (n == 0) break;
     bool scheduled = true;
     while (!kv_->try_grow(id, p.computed_tokens + n)) {
-      // Out of blocks: preempt the newest running request (vLLM `running.pop()`), possibly
-      // this one.
+      // Out of blocks: preempt the newest running request (vLLM `running.pop()`), or the
+      // lowest-ranked (priority, sjf), possibly this one. A ranked victim scheduled earlier in
+      // this step leaves the batch and its tokens go back to the budget (vLLM v1 refunds
+      // num_scheduled_tokens).
       const RequestId victim = preemption_victim(batch);
+      budget += remove_from_batch(victim, batch);
       preempt(victim, batch);
       preempted = true;
       if (victim == id) {
@@ -239,9 +298,15 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, Runn
         break;
       }
     }
-    if (!scheduled) continue;  // running_[i] is now the next request (or the end)
-    // A victim of the decode pass may have been a prefill ahead of this request.
-    if (running_[i] != id) i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
+    // vLLM v1 `if new_blocks is None: break`: a request that preempted itself ends the pass.
+    // Under fcfs it was the newest, so nothing runs after it anyway; under a ranked policy the
+    // higher-ranked requests behind it wait for the next step, as in v1.
+    if (!scheduled) break;
+    // A victim may have been ahead of this request (a prefill in the decode pass, or a
+    // lower-ranked request scheduled earlier).
+    if (i >= running_.size() || running_[i] != id) {
+      i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
+    }
     add_step(id, n, batch);
     budget -= n;
     ++i;
@@ -303,20 +368,21 @@ int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const
   int64_t room = kv_->admission_room();
   int64_t seqs = static_cast<int64_t>(running_.size());
   int64_t partial = partial_prefills_;
-  for (const RequestId id : waiting_) {
-    if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) break;
+  waiting_.visit_in_order([&](RequestId id) {
+    if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) return false;
     const AdmissionStep step = admission_step(id, budget, partial);
     const int64_t n = step.tokens;
-    if (n == 0) break;
+    if (n == 0) return false;
     if (n < step.need) ++partial;
     // Room for what admission checks, less what it allocates (the first chunk only, under
     // admission=full_prompt).
-    if (kv_->admission_cost(step.fit, reserve_tokens(id)) > room) break;
+    if (kv_->admission_cost(step.fit, reserve_tokens(id)) > room) return false;
     room -= kv_->admission_cost(step.cached + n, reserve_tokens(id));
     budget -= n;
     ++seqs;
     ++count;
-  }
+    return true;
+  });
   return count;
 }
 
@@ -342,9 +408,10 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   }
   // Whether this admission joins a running batch (TGI's inner loop) or starts one.
   into_running_ = !running_.empty();
-  // vLLM v1 schedule() step 2 / v0 _schedule_prefills: FCFS while a sequence slot
-  // (max_num_seqs), budget and KV are left; the first request that does not fit stops
-  // admission (head-of-line), so a later, smaller request never overtakes it.
+  // vLLM v1 schedule() step 2 / v0 _schedule_prefills: in the waiting queue's order (FCFS, or
+  // by rank) while a sequence slot (max_num_seqs), budget and KV are left; the first request
+  // that does not fit stops admission (head-of-line), so a later, smaller (or, under a ranked
+  // policy, lower-ranked) request never overtakes it.
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
@@ -374,8 +441,16 @@ bool ContinuousPolicy::fill_batch(Batch& batch, int64_t& budget) {
     // prefill was admitted, run the decodes; only when nothing was preempted, swap in.
     if (swapped_.empty()) schedule_waiting(batch, budget);
     if (!batch.empty()) return true;
+    // v0 under policy "priority": `if len(prefills.seq_groups) == 0`, first
+    // _schedule_priority_preemption, then the decodes of those left; its preemptions do not
+    // hold back the swap-in (only _schedule_running's do).
+    const bool forced = config_.preempt_for_waiting && ranking_.ranked() && preempt_for_best_waiting(batch);
     if (!schedule_running(batch, budget)) return false;
     schedule_swapped(batch, budget);
+    // v0 ends a step that preempted every running request with nothing scheduled; its next
+    // step, at once since nothing computes, admits the waiting requests: here the same step.
+    if (forced && batch.empty() && swapped_.empty()) schedule_waiting(batch, budget);
+    return !forced;
   } else {
     // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
     // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
@@ -387,13 +462,24 @@ bool ContinuousPolicy::fill_batch(Batch& batch, int64_t& budget) {
 }
 
 void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
-  int64_t budget = budget_;
-  partial_prefills_ = 0;
-  admitted_ = false;
-  held_back_ = false;
-  forced_decode_ = false;
-  into_running_ = false;
-  const bool preempted = !fill_batch(batch, budget);
+  bool preempted = false;
+  for (;;) {
+    int64_t budget = budget_;
+    partial_prefills_ = 0;
+    admitted_ = false;
+    held_back_ = false;
+    forced_decode_ = false;
+    into_running_ = false;
+    const bool cut_short = !fill_batch(batch, budget);
+    preempted |= cut_short;
+    // Under a ranked policy a step can end with nothing scheduled: the first request grown was
+    // the lowest-ranked and preempted itself, which ends the running pass (vLLM v1 `break`),
+    // and a step that preempted admits nobody. vLLM's step then computes nothing and the
+    // engine schedules again at once; the simulation runs no empty iteration, so that next
+    // step is taken here. Each such pass moves a request out of the running set, so it ends.
+    // (A swap-out's transfer time stays in batch.extra_time.)
+    if (!(cut_short && batch.empty() && ranking_.ranked())) break;
+  }
   // A step that admitted is no decode step even when its shape is all decodes: a request
   // readmitted after recompute whose cache hit leaves one token to compute (its own output
   // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.

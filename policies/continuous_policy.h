@@ -110,8 +110,33 @@
 //   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
-// Admission is FCFS and head-of-line: the first waiting request that does not fit stops
-// admission (vLLM v0 and v1: allocate_slots returning None breaks the WAITING loop of v1
+//   scheduling_policy=fcfs|priority|sjf  the order of the waiting queue and the choice of the
+//                          victim (policies/scheduling_order.h): fcfs as described here;
+//                          priority as vLLM v1's --scheduling-policy priority (scheduler.py
+//                          schedule(), 28be48f): waiting requests by (priority, arrival), a
+//                          preempted one back at its rank, and when a running request cannot
+//                          grow the victim is the lowest-ranked running request, which may be
+//                          one already scheduled in this step (it leaves the batch and its
+//                          tokens go back to the budget, as v1 refunds num_scheduled_tokens);
+//                          when the request being grown is itself the victim, no later running
+//                          request is scheduled in this step (v1: `if new_blocks is None:
+//                          break`). sjf ranks the same way by prompt or output length (sjf_by;
+//                          output is an oracle). The swapped queue stays FCFS (v0 keeps
+//                          `swapped` in arrival order under every policy).
+//   preempt_for_waiting    (prefill=exclusive, scheduling_policy priority or sjf) vLLM v0's
+//                          _schedule_priority_preemption (vllm/core/scheduler.py, last at
+//                          5f5271f, 2025-09, before V0's removal): in a step that admitted no
+//                          prefill, while the best waiting request cannot be admitted (KV,
+//                          max_num_seqs or budget) and the lowest-ranked running request ranks
+//                          below it, that running request is preempted by recompute (v0 puts it
+//                          back in `waiting` even in swap mode, dropping the swap-out list), so
+//                          the next step admits the waiting one. v1 has no such rule: a
+//                          high-priority arrival waits for room like any other. Not modelled:
+//                          v0 re-sorts `waiting` only in steps that admitted no prefill, so
+//                          arrivals in between keep arrival order among themselves until then;
+//                          here the queue is always in rank order.
+// Admission is head-of-line in the waiting queue's order (arrival order under fcfs): the first
+// waiting request that does not fit stops admission (vLLM v0 and v1: allocate_slots returning None breaks the WAITING loop of v1
 // schedule(), which skips ahead only past requests waiting for remote KV, a grammar or more
 // of a streamed input, or over the LoRA limit). A request that can never be served (prompt +
 // output beyond max_model_len, prompt beyond max_num_batched_tokens without chunking — v0
@@ -127,6 +152,7 @@
 #include <string>
 #include <vector>
 
+#include "policies/scheduling_order.h"
 #include "sim/policy.h"
 
 namespace batchsim {
@@ -162,6 +188,11 @@ struct ContinuousPolicyConfig {
   UsageContext usage_context = UsageContext::none;
   bool max_num_seqs_set = true;            // false: from usage_context at attach
   bool max_num_batched_tokens_set = true;  // false: from usage_context at attach
+  // The waiting queue's order and the preemption victim (policies/scheduling_order.h).
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::fcfs;
+  JobLength sjf_by = JobLength::output;
+  // vLLM v0 _schedule_priority_preemption (exclusive prefill, ranked policies only).
+  bool preempt_for_waiting = false;
 };
 
 // vLLM's max_num_batched_tokens and max_num_seqs defaults (vllm/engine/arg_utils.py,
@@ -212,9 +243,15 @@ class ContinuousPolicy final : public Policy {
   // One pass of schedule_running over the running requests of one kind.
   enum class RunningPass { all, decodes, prefills };
   bool schedule_running_pass(Batch& batch, int64_t& budget, RunningPass pass);
-  // The running request to preempt when one cannot grow: the newest, or with generation_first
-  // the newest not already in the batch (a decode scheduled before the prefill chunks).
+  // The running request to preempt when one cannot grow: the newest (fcfs) or the lowest-ranked
+  // (priority, sjf), or with generation_first the newest / lowest-ranked not already in the
+  // batch (a decode scheduled before the prefill chunks).
   RequestId preemption_victim(const Batch& batch) const;
+  // Takes `victim`'s item (scheduled earlier in this step) out of the batch and returns its
+  // tokens, which go back to the budget; 0 when it has none.
+  int64_t remove_from_batch(RequestId victim, Batch& batch);
+  // vLLM v0 _schedule_priority_preemption; true when it preempted.
+  bool preempt_for_best_waiting(Batch& batch);
   void schedule_swapped(Batch& batch, int64_t& budget);
   // The scheduling steps of one iteration; false when a preemption cut them short.
   bool fill_batch(Batch& batch, int64_t& budget);
@@ -237,7 +274,8 @@ class ContinuousPolicy final : public Policy {
   // How many waiting requests schedule_waiting would admit with `budget` tokens left, counting
   // no further than `enough`; changes nothing.
   int64_t count_admissible(int64_t budget, int64_t enough) const;
-  void preempt(RequestId victim, Batch& batch);
+  // Swap or recompute as configured; `allow_swap` false forces recompute.
+  void preempt(RequestId victim, Batch& batch, bool allow_swap = true);
   // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
   // left; 0 when it must wait.
   int64_t step_tokens(int64_t need, int64_t budget) const;
@@ -252,7 +290,8 @@ class ContinuousPolicy final : public Policy {
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<KvCacheManager> kv_;
   int64_t budget_ = 0;
-  std::deque<RequestId> waiting_;
+  RequestRanking ranking_;           // empty under fcfs
+  WaitingQueue waiting_;             // in the order admission takes requests
   std::vector<RequestId> running_;   // admission order: the newest is at the back
   std::deque<RequestId> swapped_;
   std::vector<int64_t> swapped_tokens_;

@@ -7,6 +7,7 @@
 
 #include "hwmodel/error.h"
 #include "policies/continuous_policy.h"
+#include "policies/example_sjf_policy.h"
 #include "policies/sglang_policy.h"
 #include "policies/static_policy.h"
 
@@ -76,10 +77,13 @@ const std::vector<PolicyInfo>& registered_policies() {
        {{"capacity_scheduler", "guaranteed_no_evict"}, {"block_size", "32"},
         {"max_num_batched_tokens", "8192"}, {"max_num_seqs", "2048"}},
        "trtllm"},
+      // With scheduling_policy=priority (or sjf) it follows v0's priority scheduling, forced
+      // preemption for a better-ranked waiting request included (_schedule_priority_preemption);
+      // the chunked presets below follow v1, which has none.
       {"vllm-v0", "continuous",
        "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
        {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
-        {"watermark", "0.01"}},
+        {"watermark", "0.01"}, {"preempt_for_waiting", "true"}},
        "vllm-v0"},
       // Budget and sequence cap from the GPU and usage context as vLLM sets them
       // (vllm_batch_defaults; usage_context=none with explicit values for the old 2048 / 256).
@@ -111,6 +115,10 @@ const std::vector<PolicyInfo>& registered_policies() {
       {"sglang", "sglang",
        "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm",
        {}, "sglang"},
+      // policies/README.md builds this one, line by line, as its worked example.
+      {"example-sjf", "example-sjf",
+       "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt first, the newest preempted",
+       {}},
   };
   return policies;
 }
@@ -139,12 +147,16 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"decode_after_admission", "false", "TGI's batching loop: an iteration that admitted into a running batch is followed by one that admits nobody"},
       {"capacity_scheduler", "none", "TensorRT-LLM capacity policy, instead of kv/reserve_to: guaranteed_no_evict (reserve ceil((prompt+max_tokens)/block_size) blocks) | max_utilization (paged, whole prompt free to admit, pause the last started) | none"},
       {"enable_chunked_context", "false", "TensorRT-LLM chunked context: decodes first, then prompt chunks rounded down to multiples of block_size (tokens_per_block) to fill max_num_batched_tokens"},
+      {"scheduling_policy", "fcfs", "fcfs: arrival order, the newest running request preempted | priority: vLLM's --scheduling-policy priority, waiting by (priority, arrival), smaller first, the lowest-ranked running request preempted | sjf: the same ranked by job length (sjf_by)"},
+      {"sjf_by", "output", "scheduling_policy=sjf's job length: output (the true output length, which no server knows: an oracle baseline) | prompt (known on arrival)"},
+      {"preempt_for_waiting", "false", "prefill=exclusive with priority or sjf: while the best waiting request cannot be admitted, preempt running requests ranked below it (vLLM v0 _schedule_priority_preemption; on in vllm-v0)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
     docs.erase(std::remove_if(docs.begin(), docs.end(),
                               [](const PolicyOptionDoc& d) {
-                                return d.key == "prefill" || d.key == "enable_chunked_context";
+                                return d.key == "prefill" || d.key == "enable_chunked_context" ||
+                                       d.key == "preempt_for_waiting";
                               }),
                docs.end());
     for (auto& d : docs) {
@@ -173,10 +185,20 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
       {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
   };
+  static const std::vector<PolicyOptionDoc> example_sjf_docs = {
+      {"max_num_seqs", "64", "most requests running at once"},
+  };
   if (base == "static") return static_docs;
   if (base == "continuous") return continuous_docs;
   if (base == "sglang") return sglang_docs;
+  if (base == "example-sjf") return example_sjf_docs;
   return chunked_docs;
+}
+
+const std::vector<std::string>& policy_bases() {
+  static const std::vector<std::string> bases = {"static", "continuous", "chunked-prefill", "sglang",
+                                                 "example-sjf"};
+  return bases;
 }
 
 namespace {
@@ -242,6 +264,20 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.max_waiting_tokens = o.get_int("max_waiting_tokens", 0, 0, 1 << 24);
   c.waiting_served_ratio = o.get_double("waiting_served_ratio", 1.2, 0.0, 1e6);
   c.decode_after_admission = o.get_bool("decode_after_admission", false);
+  const std::string order = o.get_choice("scheduling_policy", "fcfs", {"fcfs", "priority", "sjf"});
+  c.scheduling_policy = order == "priority" ? SchedulingPolicy::priority
+                        : order == "sjf"    ? SchedulingPolicy::sjf
+                                            : SchedulingPolicy::fcfs;
+  // Read whatever the order, so that a preset may set it; make_policy refuses a user's sjf_by
+  // without sjf.
+  c.sjf_by = o.get_choice("sjf_by", "output", {"output", "prompt"}) == "prompt" ? JobLength::prompt
+                                                                              : JobLength::output;
+  if (!chunked) {
+    // v0's _schedule_priority_preemption exists in _schedule_default (exclusive prefill) only;
+    // elsewhere a preset's value is ignored (a user's is refused by make_policy).
+    c.preempt_for_waiting = o.get_bool("preempt_for_waiting", false) && !c.chunked && !c.mixed_prefill &&
+                            c.scheduling_policy != SchedulingPolicy::fcfs;
+  }
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);
     c.max_num_partial_prefills = o.get_int("max_num_partial_prefills", 0, 0, 1 << 20);
@@ -274,6 +310,12 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   c.schedule_conservativeness = o.get_double("schedule_conservativeness", 1.0, 0.0, 1e6);
   c.retract_decode_steps = o.get_int("retract_decode_steps", 20, 0, 1 << 20);
   c.mixed_chunk = o.get_bool("enable_mixed_chunk", false);
+  return c;
+}
+
+ExampleSjfConfig example_sjf_config(const PolicyOptions& o) {
+  ExampleSjfConfig c;
+  c.max_num_seqs = o.get_int("max_num_seqs", 64, 1, 1 << 20);
   return c;
 }
 
@@ -317,6 +359,34 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
                                     paged ? "paged" : "reserve"));
       }
     }
+    // The scheduling order's own options, when the order (or the iteration mode) they need is
+    // not the one the policy runs.
+    const auto merged_value = [&set](const char* key, const char* fallback) {
+      return set.count(key) > 0 ? set.at(key) : std::string(fallback);
+    };
+    const std::string order = merged_value("scheduling_policy", "fcfs");
+    const bool exclusive = info.base == "continuous" && merged_value("prefill", "mixed") == "exclusive" &&
+                           !PolicyOptions(set).get_bool("enable_chunked_context", false);
+    for (const auto& [key, value] : options.values()) {
+      if (key == "sjf_by" && order != "sjf") {
+        throw UserError(fmt::format("--policy-opt sjf_by={}: only applies with scheduling_policy=sjf "
+                                    "(policy '{}' uses scheduling_policy={})",
+                                    value, info.name, order));
+      }
+      if (key == "preempt_for_waiting" && PolicyOptions(std::map<std::string, std::string>{{key, value}}).get_bool(key, false)) {
+        if (order == "fcfs") {
+          throw UserError(fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
+                                      "scheduling_policy=priority or sjf (policy '{}' uses fcfs)",
+                                      value, info.name));
+        }
+        if (!exclusive) {
+          throw UserError(fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
+                                      "prefill=exclusive on the continuous base (vLLM v0 "
+                                      "_schedule_default); policy '{}' runs mixed or chunked iterations",
+                                      value, info.name));
+        }
+      }
+    }
   }
 
   std::unique_ptr<Policy> policy;
@@ -324,6 +394,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
     policy = std::make_unique<StaticPolicy>(static_config(merged), info.name);
   } else if (info.base == "sglang") {
     policy = std::make_unique<SglangPolicy>(sglang_config(merged), info.name);
+  } else if (info.base == "example-sjf") {
+    policy = std::make_unique<ExampleSjfPolicy>(example_sjf_config(merged), info.name);
   } else {
     policy = std::make_unique<ContinuousPolicy>(
         continuous_config(merged, info.base == "chunked-prefill"), info.name);

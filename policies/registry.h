@@ -23,7 +23,7 @@ struct PolicyOptionDoc {
 
 struct PolicyInfo {
   std::string name;
-  std::string base;         // "static", "continuous", "chunked-prefill" or "sglang"
+  std::string base;         // one of policy_bases()
   std::string description;  // one line, with the source it mirrors
   std::vector<std::pair<std::string, std::string>> preset;  // options the preset sets
   // The engine profile (hwmodel/engines/) the preset's engine runs as, unless --engine says
@@ -33,8 +33,10 @@ struct PolicyInfo {
 
 const std::vector<PolicyInfo>& registered_policies();
 const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base);
-// "static", "continuous", "chunked-prefill" or "sglang" for a policy or preset name; UserError
-// if unknown.
+// The base policies, whose options `batchsim list policies` prints: "static", "continuous",
+// "chunked-prefill", "sglang", "example-sjf".
+const std::vector<std::string>& policy_bases();
+// The base (one of policy_bases()) of a policy or preset name; UserError if unknown.
 const std::string& policy_base(std::string_view name);
 // The engine a policy or preset runs as by default; UserError if the policy is unknown.
 const std::string& policy_engine(std::string_view name);

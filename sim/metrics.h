@@ -88,6 +88,14 @@ struct ReplicaSummary {
   double prefix_hit_rate = 0;
 };
 
+// The requests of one priority (Request::priority): how each class fared, to see what a
+// priority-ordered scheduler bought the urgent requests and what it cost the others.
+struct PriorityClassSummary {
+  int32_t priority = 0;
+  int64_t requests = 0, completed = 0, rejected = 0, preemptions = 0;
+  Distribution e2e_s, ttft_s, tpot_s, queueing_s;  // over its completed requests
+};
+
 struct Summary {
   int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
@@ -107,6 +115,9 @@ struct Summary {
   int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
   double prefix_hit_rate = 0;      // prefill_cached_tokens / prefill_admitted_tokens
   std::vector<ReplicaSummary> replicas;  // one per replica, in index order
+  // One per priority present, most urgent (smallest) first; empty when every request has the
+  // same priority (the class would repeat the figures above).
+  std::vector<PriorityClassSummary> priority_classes;
 };
 
 struct SimulationResult {

@@ -5,7 +5,10 @@
 // max_tokens / max_new_tokens of an OpenAI or TGI request). The output ends at the model's
 // end-of-sequence or at max_tokens, whichever comes first, so output_tokens is already that
 // minimum (sim/workload.h builds it); max_tokens matters to servers that reserve KV for the
-// longest output a request may have before knowing when it ends. Its progress through a
+// longest output a request may have before knowing when it ends. Its priority is the client's
+// (vLLM's `priority` request field): a smaller value is served first under a scheduler's
+// scheduling_policy=priority (policies/scheduling_order.h), and every request has 0 unless a
+// trace's `priority` column or --priority gives another. Its progress through a
 // server (tokens computed, tokens generated, preemptions, timestamps) lives in RequestProgress,
 // owned by the simulation. Request ids are dense: a workload of n requests has ids 0..n-1 in
 // arrival order, so per-request state is a plain vector indexed by id.
@@ -28,6 +31,9 @@ struct Request {
   // The client's limit on output tokens, >= output_tokens; 0: none beyond the output itself,
   // so that a request built as {id, arrival, prompt, output} runs as it always did.
   int32_t max_tokens = 0;
+  // Smaller is more urgent, as vLLM's (vllm/v1/request.py Request.__lt__); any int32, 0 by
+  // default. Only a priority-ordered scheduler reads it.
+  int32_t priority = 0;
 
   // The most output tokens the client allows: max_tokens, or the output length without one.
   int32_t output_limit() const { return max_tokens > 0 ? max_tokens : output_tokens; }

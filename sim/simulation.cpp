@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <fmt/format.h>
 
@@ -677,7 +678,40 @@ Summary summarize(const SimulationResult& result, double busy_s) {
   s.tbt_s = Distribution::of(result.tbt_s);
   s.normalized_latency_s_per_token = Distribution::of(norm);
   s.queueing_s = Distribution::of(queue);
+  s.priority_classes = summarize_priority_classes(result.requests);
   return s;
+}
+
+std::vector<PriorityClassSummary> summarize_priority_classes(const std::vector<RequestRecord>& requests) {
+  struct Samples {
+    PriorityClassSummary counts;
+    WeightedSamples e2e, ttft, tpot, queue;
+  };
+  std::map<int32_t, Samples> by_priority;  // ordered: the most urgent class first
+  for (const RequestRecord& r : requests) {
+    Samples& c = by_priority[r.priority];
+    ++c.counts.requests;
+    c.counts.preemptions += r.preemptions;
+    if (r.state == RequestState::kRejected) ++c.counts.rejected;
+    if (!r.completed()) continue;
+    ++c.counts.completed;
+    c.e2e.add(r.e2e_s());
+    c.ttft.add(r.ttft_s());
+    if (r.output_tokens > 1) c.tpot.add(r.tpot_s());
+    c.queue.add(r.queueing_s());
+  }
+  std::vector<PriorityClassSummary> classes;
+  if (by_priority.size() < 2) return classes;
+  for (auto& [priority, c] : by_priority) {
+    PriorityClassSummary summary = c.counts;
+    summary.priority = priority;
+    summary.e2e_s = Distribution::of(c.e2e);
+    summary.ttft_s = Distribution::of(c.ttft);
+    summary.tpot_s = Distribution::of(c.tpot);
+    summary.queueing_s = Distribution::of(c.queue);
+    classes.push_back(summary);
+  }
+  return classes;
 }
 
 }  // namespace batchsim

@@ -218,5 +218,8 @@ class Simulation {
 // Cluster-wide figures of a run's request records; `busy_s` is the busy time per replica
 // (summed over replicas / their number), so busy_fraction is the replicas' mean.
 Summary summarize(const SimulationResult& result, double busy_s);
+// Summary::priority_classes of these records: one class per priority, smallest first, or none
+// when all requests share one priority.
+std::vector<PriorityClassSummary> summarize_priority_classes(const std::vector<RequestRecord>& requests);
 
 }  // namespace batchsim

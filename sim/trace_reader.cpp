@@ -11,6 +11,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "hwmodel/error.h"
@@ -33,9 +34,13 @@ constexpr std::array<std::string_view, 3> kAzureHeader = {"TIMESTAMP", "ContextT
                                                           "GeneratedTokens"};
 constexpr std::array<std::string_view, 3> kGenericHeader = {"arrival_s", "prompt_tokens",
                                                             "output_tokens"};
-// The same with the client's limit on output tokens (Request::max_tokens) as a fourth column.
-constexpr std::array<std::string_view, 4> kGenericHeaderWithMaxTokens = {
-    "arrival_s", "prompt_tokens", "output_tokens", "max_tokens"};
+// Columns a CSV may add after its three, in any order, each at most once: the client's limit on
+// output tokens (Request::max_tokens; generic CSV only) and the request's priority
+// (Request::priority; both formats).
+constexpr std::string_view kMaxTokensColumn = "max_tokens";
+constexpr std::string_view kPriorityColumn = "priority";
+// A CSV line has at most its three columns and the two optional ones.
+constexpr size_t kMaxCsvFields = 5;
 // Mooncake's hash_ids cover this many prompt tokens each (Mooncake FAST'25 trace README).
 constexpr int32_t kMooncakeBlockTokens = 512;
 
@@ -154,6 +159,7 @@ struct RawRow {
   int32_t prompt_tokens;
   int32_t output_tokens;
   int32_t max_tokens = 0;  // 0: the trace has no max_tokens column
+  int32_t priority = 0;    // 0 also without a priority column
 };
 
 class TraceParser {
@@ -182,6 +188,13 @@ class TraceParser {
   void read_azure_row(std::string_view line);
   void read_generic_row(std::string_view line);
   int32_t max_tokens_text(std::string_view text) const;
+  int32_t priority_text(std::string_view text) const;
+  int32_t priority_value(int64_t value) const;
+  // The columns a CSV header names after its format's three, which `optional` allows; false
+  // for a header that is not `leading` followed by such columns. A repeated or unknown
+  // optional column is a line error naming it.
+  bool read_csv_header(std::string_view line, const std::array<std::string_view, 3>& leading,
+                       std::span<const std::string_view> optional);
   void read_mooncake_row(std::string_view line);
   void read_mooncake_row_with_nlohmann(std::string_view line);
   int64_t timestamp_ns_from_ms(int64_t ms) const;
@@ -202,6 +215,10 @@ class TraceParser {
 
   TraceFormat format_ = TraceFormat::kGenericCsv;
   bool has_max_tokens_ = false;  // a generic CSV with the max_tokens column
+  bool has_priority_ = false;    // any format with a priority column (JSONL: key)
+  size_t csv_fields_ = 3;        // fields on every CSV line
+  size_t max_tokens_field_ = 0;  // their positions, when present
+  size_t priority_field_ = 0;
   std::vector<RawRow> rows_;
   std::vector<int64_t> hash_offsets_{0};
   std::vector<uint64_t> hashes_;
@@ -252,8 +269,8 @@ void TraceParser::split_fields(std::string_view line, std::array<std::string_vie
 }
 
 void TraceParser::read_azure_row(std::string_view line) {
-  std::array<std::string_view, 3> fields;
-  split_fields(line, fields);
+  std::array<std::string_view, kMaxCsvFields> fields;
+  split_fields(line, fields, csv_fields_);
   const std::optional<int64_t> time_ns = parse_timestamp_ns(fields[0]);
   if (!time_ns) {
     fail_line(fmt::format(
@@ -263,7 +280,8 @@ void TraceParser::read_azure_row(std::string_view line) {
   }
   const int32_t prompt = length_text(fields[1], "ContextTokens", prompt_clamped_);
   const int32_t output = length_text(fields[2], "GeneratedTokens", output_clamped_);
-  rows_.push_back({*time_ns, prompt, output});
+  const int32_t priority = has_priority_ ? priority_text(fields[priority_field_]) : 0;
+  rows_.push_back({*time_ns, prompt, output, 0, priority});
 }
 
 int32_t TraceParser::max_tokens_text(std::string_view text) const {
@@ -276,9 +294,49 @@ int32_t TraceParser::max_tokens_text(std::string_view text) const {
   return length_text(text, "max_tokens", never_clamped);
 }
 
+int32_t TraceParser::priority_value(int64_t value) const {
+  // vLLM takes any Python int; ours are int32, as wide as any priority scheme needs.
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    fail_line(fmt::format("priority {} is out of range [{}, {}]", value,
+                          std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+  }
+  return static_cast<int32_t>(value);
+}
+
+int32_t TraceParser::priority_text(std::string_view text) const {
+  const std::optional<int64_t> value = parse_int64(text);
+  if (!value) fail_line(fmt::format("priority \"{}\" is not an integer", text));
+  return priority_value(*value);
+}
+
+bool TraceParser::read_csv_header(std::string_view line,
+                                  const std::array<std::string_view, 3>& leading,
+                                  std::span<const std::string_view> optional) {
+  std::array<std::string_view, kMaxCsvFields + 1> fields;
+  const size_t count = split_csv(line, fields);
+  if (count < leading.size() || !std::equal(leading.begin(), leading.end(), fields.begin())) {
+    return false;
+  }
+  if (count > kMaxCsvFields) fail_line(fmt::format("expected at most {} columns, got {}", kMaxCsvFields, count));
+  for (size_t i = leading.size(); i < count; ++i) {
+    const std::string_view column = fields[i];
+    if (std::find(optional.begin(), optional.end(), column) == optional.end()) {
+      fail_line(fmt::format("unknown column \"{}\" after {}; the optional columns of this format "
+                            "are {}",
+                            column, fmt::join(leading, ","), fmt::join(optional, ", ")));
+    }
+    bool& seen = column == kPriorityColumn ? has_priority_ : has_max_tokens_;
+    if (seen) fail_line(fmt::format("column \"{}\" appears twice", column));
+    seen = true;
+    (column == kPriorityColumn ? priority_field_ : max_tokens_field_) = i;
+  }
+  csv_fields_ = count;
+  return true;
+}
+
 void TraceParser::read_generic_row(std::string_view line) {
-  std::array<std::string_view, 4> fields;
-  split_fields(line, fields, has_max_tokens_ ? 4 : 3);
+  std::array<std::string_view, kMaxCsvFields> fields;
+  split_fields(line, fields, csv_fields_);
   const std::optional<double> arrival_s = parse_double(fields[0]);
   if (!arrival_s) fail_line(fmt::format("arrival_s \"{}\" is not a number", fields[0]));
   if (std::abs(*arrival_s) * 1e9 > static_cast<double>(kMaxAbsTimeNs)) {
@@ -286,8 +344,9 @@ void TraceParser::read_generic_row(std::string_view line) {
   }
   const int32_t prompt = length_text(fields[1], "prompt_tokens", prompt_clamped_);
   const int32_t output = length_text(fields[2], "output_tokens", output_clamped_);
-  const int32_t max_tokens = has_max_tokens_ ? max_tokens_text(fields[3]) : 0;
-  rows_.push_back({std::llround(*arrival_s * 1e9), prompt, output, max_tokens});
+  const int32_t max_tokens = has_max_tokens_ ? max_tokens_text(fields[max_tokens_field_]) : 0;
+  const int32_t priority = has_priority_ ? priority_text(fields[priority_field_]) : 0;
+  rows_.push_back({std::llround(*arrival_s * 1e9), prompt, output, max_tokens, priority});
 }
 
 // Scans Mooncake's flat JSON objects without building a DOM: {"key": number | [integers], ...}.
@@ -305,6 +364,7 @@ class FlatJsonScanner {
     std::optional<double> timestamp_ms_float;
     std::optional<int64_t> input_length;
     std::optional<int64_t> output_length;
+    std::optional<int64_t> priority;
     bool has_hash_ids = false;
   };
 
@@ -345,9 +405,11 @@ class FlatJsonScanner {
         if (key == "timestamp") {
           fields.timestamp_ms_int = integer;
           fields.timestamp_ms_float = real;
-        } else if (key == "input_length" || key == "output_length") {
+        } else if (key == "input_length" || key == "output_length" || key == kPriorityColumn) {
           if (!integer) return false;  // a float or an array: nlohmann reports it
-          (key == "input_length" ? fields.input_length : fields.output_length) = integer;
+          (key == "input_length"    ? fields.input_length
+           : key == "output_length" ? fields.output_length
+                                    : fields.priority) = integer;
         }
       }
       skip_space();
@@ -471,8 +533,10 @@ void TraceParser::read_mooncake_row(std::string_view line) {
     const int32_t prompt = length(*fields.input_length, "input_length", prompt_clamped_);
     const int32_t output = length(*fields.output_length, "output_length", output_clamped_);
     any_hash_ids_ |= fields.has_hash_ids;
+    has_priority_ |= fields.priority.has_value();
+    const int32_t priority = fields.priority ? priority_value(*fields.priority) : 0;
     hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
-    rows_.push_back({time_ns, prompt, output});
+    rows_.push_back({time_ns, prompt, output, 0, priority});
     return;
   }
   // Declined (hashes_ untouched): a line outside the flat subset, or a malformed one.
@@ -546,8 +610,13 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
     }
     any_hash_ids_ = true;
   }
+  int32_t priority = 0;
+  if (const auto it = object.find(kPriorityColumn); it != object.end()) {
+    priority = priority_value(integer("priority", *it));
+    has_priority_ = true;
+  }
   hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
-  rows_.push_back({time_ns, prompt, output});
+  rows_.push_back({time_ns, prompt, output, 0, priority});
 }
 
 TraceReadResult TraceParser::read(double speedup) {
@@ -560,17 +629,12 @@ TraceReadResult TraceParser::read(double speedup) {
   std::string_view line;
   if (!next_line(line)) fail_file("empty file, expected a trace header or a JSON line");
 
-  const auto header_is = [&]<size_t N>(const std::array<std::string_view, N>& expected) {
-    std::array<std::string_view, N> fields;
-    return split_csv(line, fields) == N && fields == expected;
-  };
-  if (header_is(kAzureHeader)) {
+  constexpr std::string_view kAzureOptional[] = {kPriorityColumn};
+  constexpr std::string_view kGenericOptional[] = {kMaxTokensColumn, kPriorityColumn};
+  if (read_csv_header(line, kAzureHeader, kAzureOptional)) {
     format_ = TraceFormat::kAzureCsv;
-  } else if (header_is(kGenericHeader)) {
+  } else if (read_csv_header(line, kGenericHeader, kGenericOptional)) {
     format_ = TraceFormat::kGenericCsv;
-  } else if (header_is(kGenericHeaderWithMaxTokens)) {
-    format_ = TraceFormat::kGenericCsv;
-    has_max_tokens_ = true;
   } else if (line.starts_with('{')) {
     format_ = TraceFormat::kMooncakeJsonl;
     if (want_more()) read_mooncake_row(line);  // JSONL has no header: line 1 is data
@@ -599,6 +663,7 @@ TraceReadResult TraceParser::finish(double speedup) {
   result.rows_read = static_cast<int64_t>(rows_.size());
   result.rows_prompt_clamped = prompt_clamped_;
   result.rows_output_clamped = output_clamped_;
+  result.priority_column = has_priority_;
   if (rows_.empty()) fail_file("no requests in trace");
   if (rows_.size() > static_cast<size_t>(std::numeric_limits<RequestId>::max())) {
     fail_file("too many requests for 32-bit request ids");
@@ -633,7 +698,8 @@ TraceReadResult TraceParser::finish(double speedup) {
     result.requests.push_back(Request{.id = static_cast<RequestId>(k),
                                       .arrival = SimTime::from_ns(offset_ns),
                                       .prompt_tokens = row.prompt_tokens,
-                                      .output_tokens = row.output_tokens});
+                                      .output_tokens = row.output_tokens,
+                                      .priority = row.priority});
     if (has_max_tokens_) result.max_tokens.push_back(row.max_tokens);
   }
 

@@ -3,7 +3,8 @@
 // A trace is a file of real requests: when each arrived and how many prompt and output tokens it
 // had. The format is detected from the first line:
 //
-//   Azure LLM inference CSV   header `TIMESTAMP,ContextTokens,GeneratedTokens`; timestamps
+//   Azure LLM inference CSV   header `TIMESTAMP,ContextTokens,GeneratedTokens` (optionally
+//                             `,priority`, as for the generic CSV); timestamps
 //                             `2023-11-16 18:17:03.9799600` (up to 9 fractional digits, an
 //                             optional `T` separator and `Z`/`±HH:MM` UTC offset), converted by
 //                             full calendar arithmetic, so midnight, month and leap-day
@@ -14,9 +15,13 @@
 //                             limit on output tokens, an integer >= 1 on every row; output_tokens
 //                             is then the length at which the model would have ended by itself
 //                             (EOS), and build_workload ends the output at the smaller of the two.
+//                             An optional column `priority` (any int32; smaller is served first
+//                             by scheduling_policy=priority, as vLLM's request priority) may
+//                             follow, before or after max_tokens.
 //   Mooncake JSONL            no header: one JSON object per line with `timestamp` (ms),
 //                             `input_length`, `output_length` and optionally `hash_ids` (one id
-//                             per 512-token prompt block; equal ids = shared prefix).
+//                             per 512-token prompt block; equal ids = shared prefix), and
+//                             optionally an integer `priority` (0 where a line has none).
 //                             (kvcache-ai/Mooncake FAST'25 traces.)
 //
 // Reading streams line by line and stops after `max_requests` rows (0 = all), taken in file
@@ -82,6 +87,9 @@ struct TraceReadResult {
   // column. Kept apart from the requests, whose output_tokens stay the trace's EOS lengths, so
   // that a --max-tokens that overrides the column still ends outputs at EOS (build_workload).
   std::vector<int32_t> max_tokens;
+  // Whether the trace gave priorities (a CSV `priority` column, or the key on any JSONL line);
+  // they are in requests[i].priority, 0 where none was given.
+  bool priority_column = false;
   std::vector<std::string> warnings; // one line per kind of adjustment, naming the file
 };
 

@@ -24,6 +24,7 @@ constexpr uint32_t kPromptStream = 1;
 constexpr uint32_t kOutputStream = 2;
 constexpr uint32_t kPrefixStream = 3;
 constexpr uint32_t kMaxTokensStream = 4;
+constexpr uint32_t kPriorityStream = 5;
 
 constexpr SpecSyntax kArrivalSyntaxes[] = {
     {"offline", "every request at t = 0 (a batch job)"},
@@ -46,6 +47,13 @@ constexpr SpecSyntax kPrefixSyntaxes[] = {
                       "added to its sampled length"},
     {"groups:TOKENS:N", "N distinct prefixes of TOKENS tokens, each request drawing one "
                         "uniformly, added to its sampled length"},
+};
+
+constexpr SpecSyntax kPrioritySyntaxes[] = {
+    {"fixed:P", "every request has priority P"},
+    {"uniform:A:B", "uniform integer in [A, B], inclusive"},
+    {"classes:P=W,P=W,...", "priority P with relative weight W (W > 0), e.g. classes:0=1,1=4: "
+                            "a fifth of the requests at priority 0"},
 };
 
 // A spec split at ':' with the option it came from, for parsing and for error messages of the
@@ -92,18 +100,23 @@ class SpecText {
   // message ("1", or another parameter's name).
   int64_t integer(size_t i, std::string_view name, int64_t min_value, std::string_view min_text,
                   int64_t max_value = kMaxTokens) const {
-    const std::string_view text = parts_[i];
+    return integer_text(parts_[i], name, min_value, min_text, max_value);
+  }
+  int64_t integer_text(std::string_view text, std::string_view name, int64_t min_value,
+                       std::string_view min_text, int64_t max_value = kMaxTokens) const {
+    const std::optional<int64_t> value = whole_number(text);
+    if (!value || *value < min_value) fail(fmt::format("{} must be an integer >= {}", name, min_text));
+    if (*value > max_value) fail(fmt::format("{} must be at most {}", name, max_value));
+    return *value;
+  }
+  std::string_view part(size_t i) const { return parts_[i]; }
+
+  static std::optional<int64_t> whole_number(std::string_view text) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
-        value < min_value) {
-      fail(fmt::format("{} must be an integer >= {}", name, min_text));
-    }
-    if (value > max_value) fail(fmt::format("{} must be at most {}", name, max_value));
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
     return value;
   }
-
- private:
   static std::optional<double> number(std::string_view text) {
     double value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -114,6 +127,7 @@ class SpecText {
     return value;
   }
 
+ private:
   std::string_view spec_;
   std::string_view option_;
   std::vector<std::string_view> parts_;
@@ -188,6 +202,70 @@ class LognormalLength final : public LengthDistribution {
  private:
   double median_tokens_;
   double sigma_;
+};
+
+// ---- priorities ------------------------------------------------------------------------------
+
+constexpr int64_t kMinPriority = std::numeric_limits<int32_t>::min();
+constexpr int64_t kMaxPriority = std::numeric_limits<int32_t>::max();
+
+class FixedPriority final : public PriorityDistribution {
+ public:
+  explicit FixedPriority(int32_t priority) : priority_(priority) {}
+  int32_t sample(Rng&) const override { return priority_; }
+  std::string describe() const override { return fmt::format("fixed:{}", priority_); }
+
+ private:
+  int32_t priority_;
+};
+
+class UniformPriority final : public PriorityDistribution {
+ public:
+  UniformPriority(int32_t lowest, int32_t highest) : lowest_(lowest), highest_(highest) {}
+  int32_t sample(Rng& rng) const override {
+    // Up to 2^32 values: the span is computed in 64 bits.
+    const uint64_t span = static_cast<uint64_t>(static_cast<int64_t>(highest_) - lowest_) + 1;
+    return static_cast<int32_t>(lowest_ + static_cast<int64_t>(sample_below(rng, span)));
+  }
+  std::string describe() const override { return fmt::format("uniform:{}:{}", lowest_, highest_); }
+
+ private:
+  int32_t lowest_;
+  int32_t highest_;
+};
+
+// Priority classes with relative weights: one uniform draw, scaled to the weights' sum, picks
+// the class whose cumulative weight first exceeds it (inverse CDF), so each sample consumes
+// exactly one number of the stream.
+class PriorityClasses final : public PriorityDistribution {
+ public:
+  struct Class {
+    int32_t priority;
+    double weight;
+  };
+  explicit PriorityClasses(std::vector<Class> classes) : classes_(std::move(classes)) {
+    for (const Class& c : classes_) total_weight_ += c.weight;
+  }
+  int32_t sample(Rng& rng) const override {
+    const double u = rng.uniform01() * total_weight_;
+    double cumulative = 0;
+    for (const Class& c : classes_) {
+      cumulative += c.weight;
+      if (u < cumulative) return c.priority;
+    }
+    return classes_.back().priority;  // u within rounding of the total
+  }
+  std::string describe() const override {
+    std::string text = "classes:";
+    for (size_t i = 0; i < classes_.size(); ++i) {
+      text += fmt::format("{}{}={}", i > 0 ? "," : "", classes_[i].priority, classes_[i].weight);
+    }
+    return text;
+  }
+
+ private:
+  std::vector<Class> classes_;
+  double total_weight_ = 0;
 };
 
 // ---- arrival processes -----------------------------------------------------------------------
@@ -281,6 +359,57 @@ void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng,
 std::span<const SpecSyntax> arrival_process_syntaxes() { return kArrivalSyntaxes; }
 std::span<const SpecSyntax> length_distribution_syntaxes() { return kLengthSyntaxes; }
 std::span<const SpecSyntax> prefix_syntaxes() { return kPrefixSyntaxes; }
+std::span<const SpecSyntax> priority_syntaxes() { return kPrioritySyntaxes; }
+
+std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
+                                                                  std::string_view option) {
+  const SpecText text(spec, option);
+  const std::string_view kind = text.kind();
+  const std::string min_text = std::to_string(kMinPriority);
+  if (kind == "fixed") {
+    text.expect_parameters(1, "fixed:P");
+    return std::make_unique<FixedPriority>(
+        static_cast<int32_t>(text.integer(1, "P", kMinPriority, min_text, kMaxPriority)));
+  }
+  if (kind == "uniform") {
+    text.expect_parameters(2, "uniform:A:B");
+    const int64_t a = text.integer(1, "A", kMinPriority, min_text, kMaxPriority);
+    const int64_t b = text.integer(2, "B", a, "A", kMaxPriority);
+    return std::make_unique<UniformPriority>(static_cast<int32_t>(a), static_cast<int32_t>(b));
+  }
+  if (kind == "classes") {
+    text.expect_parameters(1, "classes:P=W,P=W,...");
+    std::vector<PriorityClasses::Class> classes;
+    std::string_view rest = text.part(1);
+    for (;;) {
+      const size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      const size_t eq = item.find('=');
+      if (eq == std::string_view::npos) {
+        text.fail(fmt::format("\"{}\" is not P=W (a priority and its weight)", item));
+      }
+      const int64_t priority =
+          text.integer_text(item.substr(0, eq), "a class's priority P", kMinPriority, min_text, kMaxPriority);
+      const std::string_view weight_text = item.substr(eq + 1);
+      double weight = 0;
+      const auto [end, ec] = std::from_chars(weight_text.data(), weight_text.data() + weight_text.size(), weight);
+      if (weight_text.empty() || ec != std::errc() || end != weight_text.data() + weight_text.size() ||
+          !std::isfinite(weight) || !(weight > 0)) {
+        text.fail(fmt::format("the weight of priority {} must be a positive number, got \"{}\"",
+                              priority, weight_text));
+      }
+      for (const PriorityClasses::Class& c : classes) {
+        if (c.priority == priority) text.fail(fmt::format("priority {} is listed twice", priority));
+      }
+      classes.push_back({static_cast<int32_t>(priority), weight});
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    return std::make_unique<PriorityClasses>(std::move(classes));
+  }
+  text.fail(fmt::format("unknown priority distribution \"{}\"; expected {}", kind,
+                        list_syntaxes(kPrioritySyntaxes)));
+}
 
 PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
   const SpecText text(spec, option);
@@ -416,12 +545,15 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       parse_length_distribution(spec.output_len, "--output-len");
   const std::unique_ptr<LengthDistribution> max_tokens =
       spec.max_tokens.empty() ? nullptr : parse_length_distribution(spec.max_tokens, "--max-tokens");
+  const std::unique_ptr<PriorityDistribution> priority =
+      spec.priority.empty() ? nullptr : parse_priority_distribution(spec.priority, "--priority");
   // tokens 0: no prefix.
   const PrefixSpec prefix =
       spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
 
   BuiltWorkload built;
   std::vector<int32_t> limits;  // each request's max_tokens; empty: none given
+  bool trace_priorities = false;  // a trace's priority column set them
   const bool replay_timestamps =
       !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
   if (replay_timestamps) {
@@ -435,6 +567,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     built.warnings = std::move(trace.warnings);
     built.prefix_blocks = std::move(trace.prefix_blocks);
     limits = std::move(trace.max_tokens);
+    trace_priorities = trace.priority_column;
   } else {
     const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
     // Parsed before a trace is read: a malformed option is reported without reading the file.
@@ -472,6 +605,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       built.warnings = std::move(trace.warnings);
       built.prefix_blocks = std::move(trace.prefix_blocks);
       limits = std::move(trace.max_tokens);
+      trace_priorities = trace.priority_column;
       assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
       built.description = fmt::format("{} requests: {} arrivals, seed {}; lengths from {} ({})",
                                       built.requests.size(), arrival->describe(), spec.seed,
@@ -491,6 +625,15 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   }
   apply_max_tokens(limits, spec.ignore_eos, built.requests);
   if (spec.ignore_eos) built.description += ", ignoring EOS";
+
+  if (priority != nullptr) {
+    // Overrides a trace's column, as --max-tokens does.
+    Rng priority_rng = Rng::for_stream(spec.seed, kPriorityStream);
+    for (Request& r : built.requests) r.priority = priority->sample(priority_rng);
+    built.description += fmt::format(", priority {}", priority->describe());
+  } else if (trace_priorities) {
+    built.description += ", priorities from the trace";
+  }
 
   if (prefix.tokens > 0) {
     if (!built.prefix_blocks.empty()) {

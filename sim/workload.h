@@ -22,6 +22,11 @@
 //             or trace output length) or at max_tokens, whichever comes first.
 //   ignore_eos every request runs to its max_tokens, as benchmarks send requests
 //             (vllm bench serve --ignore-eos): output = max_tokens.
+//   priority  each request's priority (Request::priority; smaller is served first by
+//             scheduling_policy=priority): "fixed:P" | "uniform:A:B" (integers A..B inclusive,
+//             each equally likely) | "classes:P=W,P=W,..." (priority P with relative weight W,
+//             e.g. classes:0=1,1=4 makes a fifth of the requests urgent). Integers may be
+//             negative. It replaces a trace's priority column.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -51,6 +56,7 @@ struct SpecSyntax {
 std::span<const SpecSyntax> arrival_process_syntaxes();
 std::span<const SpecSyntax> length_distribution_syntaxes();
 std::span<const SpecSyntax> prefix_syntaxes();
+std::span<const SpecSyntax> priority_syntaxes();
 
 // A parsed --prefix: `tokens` shared tokens at the start of every prompt, drawn from `groups`
 // distinct prefixes (1 for shared:TOKENS). Throws UserError naming `option` and the spec.
@@ -74,6 +80,18 @@ class LengthDistribution {
 // 2^31 − 1 at the top.
 std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
                                                               std::string_view option);
+
+// A distribution of request priorities (see "priority" above). Throws UserError naming
+// `option` and the spec for a malformed one, e.g.  --priority: "classes:0=1,0=2": priority 0
+// is listed twice.
+class PriorityDistribution {
+ public:
+  virtual ~PriorityDistribution() = default;
+  virtual int32_t sample(Rng& rng) const = 0;
+  virtual std::string describe() const = 0;
+};
+std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
+                                                                  std::string_view option);
 
 class ArrivalProcess {
  public:
@@ -100,6 +118,7 @@ struct WorkloadSpec {
   std::string prefix;                  // empty: none; else a --prefix spec (see above)
   std::string max_tokens;              // empty: a trace's max_tokens column, else the output length
   bool ignore_eos = false;             // output = max_tokens
+  std::string priority;                // empty: a trace's priority column, else 0 for all
 };
 
 // A built workload with what a user must be told about it.
@@ -127,6 +146,9 @@ struct BuiltWorkload {
 //     min(its EOS length, max_tokens), or max_tokens with ignore_eos. Without it, a generic
 //     CSV's max_tokens column gives the limits the same way; with neither, max_tokens is the
 //     output length (Request::output_limit) and ignore_eos changes nothing.
+//   * priority (optional): sampled from stream 5 of `seed`, so every other sample is the same
+//     with and without it; it replaces a trace's priority column. Without it, requests keep the
+//     trace's priorities, or 0.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the

@@ -22,6 +22,7 @@ struct Case {
   const char* output;
   double memory_utilization;  // low values leave little KV: preemptions
   const char* prefix = "";     // --prefix: shared prompt prefixes, for prefix caching
+  const char* priority = "uniform:0:3";  // --priority: read by the priority variants only
 };
 
 using testing::expect_same_iterations;
@@ -84,6 +85,13 @@ std::vector<PolicyVariant> variants() {
                           {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
   v.push_back({"tgi", {{"max_num_batched_tokens", "256"}}});
   v.push_back({"vllm-v0", {{"decode_after_admission", "true"}, {"max_waiting_tokens", "5"}}});
+  // Priority and shortest-job-first orders: v1's victims by rank (refunded when already in
+  // the batch), v0's preemption for a better-ranked waiting request, with prefix caching.
+  v.push_back({"vllm", {{"scheduling_policy", "priority"}}});
+  v.push_back({"vllm", {{"scheduling_policy", "sjf"}, {"max_num_batched_tokens", "256"}, {"preemption", "swap"}}});
+  v.push_back({"vllm-v0", {{"scheduling_policy", "priority"}}});
+  v.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"max_num_seqs", "12"}}});
+  v.push_back({"continuous", {{"scheduling_policy", "priority"}, {"prefix_caching", "true"}}});
   return v;
 }
 
@@ -110,7 +118,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   };
   int64_t repeated_somewhere = 0, cached_somewhere = 0;
   for (const Case& c : cases) {
-    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix);
+    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix, c.priority);
     for (const PolicyVariant& v : variants()) {
       SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
       const SimulationResult slow = run(v, w, c.memory_utilization, false);

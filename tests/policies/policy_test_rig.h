@@ -84,6 +84,7 @@ struct RequestSpec {
   double arrival_s = 0;
   int32_t prompt_tokens = 1;
   int32_t output_tokens = 1;
+  int32_t priority = 0;  // Request::priority: smaller first under scheduling_policy=priority
 };
 
 inline Workload make_workload(const std::vector<RequestSpec>& specs) {
@@ -94,6 +95,7 @@ inline Workload make_workload(const std::vector<RequestSpec>& specs) {
     r.arrival = SimTime::from_seconds(s.arrival_s);
     r.prompt_tokens = s.prompt_tokens;
     r.output_tokens = s.output_tokens;
+    r.priority = s.priority;
     w.push_back(r);
   }
   return w;
@@ -218,8 +220,9 @@ inline void expect_states(const RecordedRun& run, const std::vector<ExpectedStat
 // A synthetic workload from its spec strings (prefix: "" or a --prefix spec).
 inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt,
                                    const std::string& output, int64_t num_requests, uint64_t seed,
-                                   const std::string& prefix = "") {
+                                   const std::string& prefix = "", const std::string& priority = "") {
   WorkloadSpec spec;
+  spec.priority = priority;
   spec.arrival = arrival;
   spec.prompt_len = prompt;
   spec.output_len = output;
