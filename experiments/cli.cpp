@@ -20,6 +20,7 @@
 #include "experiments/validate_serving.h"
 #include "experiments/bench_result.h"
 #include "experiments/calibrate.h"
+#include "experiments/chrome_trace.h"
 #include "experiments/report.h"
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
@@ -111,7 +112,14 @@ po::options_description run_options() {
       ("metric-percentiles", po::value<std::string>(), "bench.json: percentiles of those metrics, "
        "e.g. 50,90,99 (vllm bench serve; default 99)")
       ("out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")
-      ("iteration-log", po::bool_switch(), "also write iterations.csv")
+      ("iteration-log", po::value<std::string>()->implicit_value("true")->value_name("ids"),
+       "also write iterations.csv; --iteration-log=ids adds each iteration's requests (columns "
+       "prefill_chunks, decode_ids)")
+      ("chrome-trace", po::value<std::string>()->value_name("FILE"), "write the run as a Chrome / "
+       "Perfetto trace (open it in ui.perfetto.dev): iterations per replica, request phases, KV and "
+       "queue counters")
+      ("chrome-trace-requests", po::value<int64_t>()->value_name("N"), "the trace draws the phases of "
+       "the first N requests (default 2000; 0: none); iterations and counters are always whole")
       ("help,h", "show this help");
   return d;
 }
@@ -158,7 +166,9 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
-  if (vm["iteration-log"].as<bool>()) c.iteration_log = true;
+  if (vm.count("iteration-log")) set_iteration_log(c, vm["iteration-log"].as<std::string>(), "--iteration-log");
+  if (vm.count("chrome-trace")) c.chrome_trace = vm["chrome-trace"].as<std::string>();
+  if (vm.count("chrome-trace-requests")) c.chrome_trace_requests = vm["chrome-trace-requests"].as<int64_t>();
   if (vm.count("slo")) c.slo = parse_slo(vm["slo"].as<std::string>(), "--slo");
   if (vm.count("goodput")) c.goodput = parse_goodput(vm["goodput"].as<std::vector<std::string>>(), "--goodput");
   if (vm.count("percentile-metrics")) {
@@ -229,6 +239,10 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
     fmt::print(out, "wrote {}\n", config.out.string());
+  }
+  if (!config.chrome_trace.empty()) {
+    write_chrome_trace(run, config.chrome_trace);
+    fmt::print(out, "wrote {} (open it in https://ui.perfetto.dev)\n", config.chrome_trace.string());
   }
   return 0;
 }
@@ -407,6 +421,9 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), spec.base);
   apply_run_flags(run_vm, spec.base);
   if (spec.base.iteration_log) throw UserError("--iteration-log: plan writes no per-run files (run the answer with `batchsim run`)");
+  if (!spec.base.chrome_trace.empty()) {
+    throw UserError("--chrome-trace: plan writes no per-run files (trace the answer with `batchsim run`)");
+  }
   if (!vm.count("gpu")) throw UserError("--gpu: give the candidate GPUs, e.g. --gpu h100-sxm,a100-80gb");
   spec.gpus = split_list(vm["gpu"].as<std::string>());
   spec.tps = vm.count("tp") ? parse_int_list(vm["tp"].as<std::string>(), "--tp") : std::vector<int>{1};

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/chrome_trace.h"
 #include "experiments/output.h"
 #include "experiments/runner.h"
 #include "experiments/slo.h"
@@ -178,6 +179,8 @@ RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload&
     write_run_outputs(outcome, dir, done.summary);
     write_tbt_quantiles(outcome.result, dir / "tbt_quantiles.csv");
     write_kv_timeline(outcome.result, dir / "kv_timeline.csv");
+    // An experiment's chrome-trace is a file name (run_experiment checks): one trace per run.
+    if (!run.config.chrome_trace.empty()) write_chrome_trace(outcome, dir / run.config.chrome_trace);
   }
   return done;
 }
@@ -226,6 +229,8 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir, std::ostream&
     RunConfig config = spec.base;
     config.out.clear();
     config.iteration_log = false;
+    config.chrome_trace.clear();
+    config.chrome_trace_requests.reset();
     config.policy = p.policy;
     for (const auto& [k, v] : p.options) config.policy_opts[k] = v;
     std::vector<LoggedIteration> log;
@@ -396,6 +401,15 @@ std::string find_plot_python() {
 }
 
 ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std::ostream& progress) {
+  if (const fs::path& trace = e.base.chrome_trace; !trace.empty()) {
+    if (trace != trace.filename()) {
+      throw UserError(fmt::format("chrome-trace {}: in an experiment give a file name: each run writes "
+                                  "its trace as runs/<run>/{}", trace.string(), trace.filename().string()));
+    }
+    if (options.out.empty()) {
+      throw UserError("chrome-trace: each run's trace goes into its folder under --out; give --out DIR");
+    }
+  }
   const std::vector<PlannedRun> planned = expand_runs(e);
   std::vector<const PlannedRun*> mine;
   for (const PlannedRun& run : planned) {

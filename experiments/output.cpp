@@ -25,7 +25,15 @@ nlohmann::ordered_json dist_json(const Distribution& d) {
   return j;
 }
 
-const char* state_name(RequestState s) {
+// Seconds of a SimTime, or empty for "never" (a rejected request has no TTFT).
+std::string opt_seconds(SimTime t, SimTime origin) {
+  if (t == SimTime::max()) return "";
+  return fmt::format("{:.9f}", (t - origin).seconds());
+}
+
+}  // namespace
+
+const char* request_state_name(RequestState s) {
   switch (s) {
     case RequestState::kPending: return "pending";
     case RequestState::kWaiting: return "waiting";
@@ -36,19 +44,11 @@ const char* state_name(RequestState s) {
   return "?";
 }
 
-// Seconds of a SimTime, or empty for "never" (a rejected request has no TTFT).
-std::string opt_seconds(SimTime t, SimTime origin) {
-  if (t == SimTime::max()) return "";
-  return fmt::format("{:.9f}", (t - origin).seconds());
-}
-
-}  // namespace
-
-std::ofstream open_for_write(const std::filesystem::path& path) {
+std::ofstream open_for_write(const std::filesystem::path& path, std::string_view option) {
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   std::ofstream out(path, std::ios::binary);
-  if (!out) throw UserError(fmt::format("--out: cannot write {}", path.string()));
+  if (!out) throw UserError(fmt::format("{}: cannot write {}", option, path.string()));
   return out;
 }
 
@@ -242,7 +242,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
       const bool done = r.completed();
       fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
                  r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
-                 state_name(r.state),
+                 request_state_name(r.state),
                  opt_seconds(r.first_scheduled, SimTime::zero()),
                  opt_seconds(r.first_token, SimTime::zero()),
                  opt_seconds(r.finished, SimTime::zero()),
@@ -257,20 +257,35 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     }
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
+    const bool ids = outcome.config.iteration_log_ids;
+    const std::vector<IterationItem>& items = outcome.result.iteration_items;
     auto out = open_for_write(dir / "iterations.csv");
     out << "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
            "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
-           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound"
-        << (cluster ? ",replica\n" : "\n");
+           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound,waiting"
+        << (cluster ? ",replica" : "") << (ids ? ",prefill_chunks,decode_ids\n" : "\n");
+    std::string prefills, decodes;
     for (const IterationRecord& it : outcome.result.iterations) {
       const IterationCost& c = it.cost;
-      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}",
+      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}",
                  it.index, it.start.seconds(), it.duration.seconds(), it.num_requests,
                  it.num_prefills, it.prefill_tokens, it.num_decodes, it.bubble_slots,
                  it.kv_used_tokens, it.kv_allocated_tokens, c.gemm_s, c.prefill_attention_s,
                  c.decode_attention_s, c.lm_head_s, c.communication_s, c.overhead_s,
-                 c.gemm_compute_bound ? 1 : 0);
+                 c.gemm_compute_bound ? 1 : 0, it.waiting);
       if (cluster) fmt::print(out, ",{}", it.replica);
+      if (ids) {
+        // Space-separated in batch order: prefill chunks as REQUEST:TOKENS, decodes as REQUEST.
+        prefills.clear();
+        decodes.clear();
+        for (int64_t k = it.first_item; k < it.first_item + it.num_requests; ++k) {
+          const IterationItem& item = items.at(static_cast<size_t>(k));
+          std::string& list = item.prefill ? prefills : decodes;
+          if (!list.empty()) list += ' ';
+          list += item.prefill ? fmt::format("{}:{}", item.request, item.new_tokens) : std::to_string(item.request);
+        }
+        fmt::print(out, ",{},{}", prefills, decodes);
+      }
       out << '\n';
     }
   }

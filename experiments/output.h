@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iosfwd>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,9 +38,12 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
                        const nlohmann::ordered_json& summary);
 
+// "finished", "rejected", ...: requests.csv's `state`.
+const char* request_state_name(RequestState state);
+
 // Opens `path` for writing (binary: the same bytes on every platform), creating its folder.
-// Throws UserError naming the file when it cannot be written.
-std::ofstream open_for_write(const std::filesystem::path& path);
+// Throws UserError naming `option` and the file when it cannot be written.
+std::ofstream open_for_write(const std::filesystem::path& path, std::string_view option = "--out");
 
 // A short table: one row per run, headline figures as columns.
 void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs);

@@ -185,7 +185,19 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
-    else if (key == "iteration-log") c.iteration_log = scalar<bool>(v, file, shown);
+    else if (key == "iteration-log") {
+      // A YAML boolean (true, yes, on, ...) or `ids`.
+      const std::string text = scalar<std::string>(v, file, shown);
+      bool on = false;
+      const std::string value = text != "ids" && YAML::convert<bool>::decode(v, on) ? (on ? "true" : "false") : text;
+      try {
+        set_iteration_log(c, value, shown);
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+      }
+    }
+    else if (key == "chrome-trace") c.chrome_trace = scalar<std::string>(v, file, shown);
+    else if (key == "chrome-trace-requests") c.chrome_trace_requests = scalar<int64_t>(v, file, shown);
     else if (key == "slo") c.slo = yaml_slo(v, file, shown);
     else if (key == "goodput") c.goodput = yaml_goodput(v, file, shown);
     else if (key == "percentile-metrics") {
@@ -202,6 +214,19 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
       throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, shown));
     }
   }
+}
+
+void set_iteration_log(RunConfig& c, const std::string& value, const std::string& option) {
+  if (value != "true" && value != "false" && value != "ids") {
+    throw UserError(fmt::format("{}: '{}' is not an iteration log (expected true, false, or ids: "
+                                "iterations.csv with each iteration's request ids)", option, value));
+  }
+  c.iteration_log = value != "false";
+  c.iteration_log_ids = value == "ids";
+}
+
+int64_t chrome_trace_requests(const RunConfig& c) {
+  return c.chrome_trace_requests.value_or(kDefaultChromeTraceRequests);
 }
 
 ModelSpec resolve_run_model(const RunConfig& c) {
@@ -239,6 +264,15 @@ void validate(const RunConfig& c) {
   if (c.workload.num_requests < 0 || c.workload.num_requests > kMaxRequests) {
     throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests,
                                 kMaxRequests));
+  }
+  if (c.chrome_trace_requests) {
+    if (c.chrome_trace.empty()) {
+      throw UserError("--chrome-trace-requests: says how many requests a trace shows; give --chrome-trace FILE");
+    }
+    if (*c.chrome_trace_requests < 0 || *c.chrome_trace_requests > kMaxRequests) {
+      throw UserError(fmt::format("--chrome-trace-requests {}: must be in [0, {}] (0: iterations and "
+                                  "counters only)", *c.chrome_trace_requests, kMaxRequests));
+    }
   }
   if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
     throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));

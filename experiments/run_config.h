@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,15 @@ struct RunConfig {
   int64_t num_gpu_blocks = 0;
   std::filesystem::path out;     // empty: print only
   bool iteration_log = false;
+  // --iteration-log=ids: iterations.csv also lists each iteration's requests (implies
+  // iteration_log).
+  bool iteration_log_ids = false;
+  // --chrome-trace FILE: the run as a Chrome / Perfetto trace (experiments/chrome_trace.h);
+  // empty: none. In an experiment a file name, written into each run's folder.
+  std::filesystem::path chrome_trace;
+  // --chrome-trace-requests N: how many requests (the first N) get slices of their own; unset:
+  // kDefaultChromeTraceRequests. Only with chrome_trace.
+  std::optional<int64_t> chrome_trace_requests;
   // How the results are judged and reported (nothing here changes the simulation):
   // SLO bounds and goodput thresholds (experiments/slo.h; summary.json's `slo` and `goodput`
   // when given), and which figures bench.json carries (experiments/bench_result.h; vLLM's
@@ -77,6 +87,14 @@ std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
 
 // A seed as typed: a whole number from 0 to 2^64-1 (no sign, no wrap-around of "-1").
 uint64_t parse_seed(const std::string& text, const std::string& option);
+// Sets iteration_log (and iteration_log_ids) from an --iteration-log value: "true" or "false"
+// (a bare --iteration-log is "true"), or "ids". Throws UserError naming `option`.
+void set_iteration_log(RunConfig& config, const std::string& value, const std::string& option);
+// The first requests that get slices in a Chrome trace when --chrome-trace-requests is not
+// given: enough for the requests of a busy minute, few enough (a track each) for a viewer.
+constexpr int64_t kDefaultChromeTraceRequests = 2000;
+int64_t chrome_trace_requests(const RunConfig& config);
+
 // Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).
 void validate(const RunConfig& config);
 // The model the run simulates: `model` (built-in or config.json) with the run's dtypes.

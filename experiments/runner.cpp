@@ -69,7 +69,11 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.max_concurrency = config.max_concurrency;
   options.num_gpu_blocks = config.num_gpu_blocks;
-  options.record_iterations = config.iteration_log || hooks.record_iterations;
+  // A Chrome trace draws every iteration, the prefills in each, and the first requests' phases.
+  const bool chrome_trace = !config.chrome_trace.empty();
+  options.record_iterations = config.iteration_log || chrome_trace || hooks.record_iterations;
+  options.record_iteration_items = config.iteration_log_ids || chrome_trace;
+  options.record_phases_of_first_requests = chrome_trace ? chrome_trace_requests(config) : 0;
   options.on_iteration = hooks.on_iteration;
   options.fast_forward = hooks.fast_forward;
   options.prefix_blocks = &workload->prefix_blocks;

@@ -2,7 +2,7 @@
 
 Each figure function takes a ResultsFolder and an output folder, writes one or more PNGs and
 returns [(file name, title, caption)], or [] when the folder holds nothing to draw for it (a
-latency-vs-QPS figure needs a rate axis or a capacity search; a slot timeline needs the
+latency-vs-QPS figure needs a rate axis or a capacity search; the slot timelines need the
 experiment's `slot-timeline`). Column names are summary.json paths (README "Outputs"), so
 these scripts read the same names a user's notebook would.
 """
@@ -436,20 +436,40 @@ SLOT_STATES = OrderedDict([("idle", "#e6e6e6"), ("prefill", "#3b75af"), ("decode
                            ("end", "#d9534f"), ("preempted", "#f0ad4e")])
 
 
-def slot_timeline(res, out_dir):
+def _slot_timeline_runs(res):
+    """The slot timeline's runs: (workload text, [(policy label, rows of its CSV)]), or None."""
     spec = res.experiment.get("slot_timeline")
     folder = os.path.join(res.folder, "slot_timeline")
     if not spec or not os.path.isdir(folder):
-        return []
+        return None
     labels = [p["label"] for p in spec["policies"] if os.path.exists(os.path.join(folder, p["label"] + ".csv"))]
-    if not labels:
+    runs = [(label, read_csv(os.path.join(folder, label + ".csv"))) for label in labels]
+    runs = [(label, rows) for label, rows in runs if rows]
+    if not runs:
+        return None
+    # The timeline runs its own small workload, not the experiment's: say which.
+    base = spec.get("base", {})
+    workload = (f"{base.get('num_requests')} requests, prompt {base.get('prompt_len')}, "
+                f"output {base.get('output_len')} tokens" if base.get("trace", "") == "" else
+                f"{base.get('num_requests')} requests of {os.path.basename(base['trace'])}")
+    return workload, runs
+
+
+def _state_legend(fig, loc="upper right"):
+    fig.legend(handles=[Patch(color=c, label=s if s != "idle" else "idle (bubble)") for s, c in SLOT_STATES.items()],
+               loc=loc, ncol=len(SLOT_STATES), fontsize=8)
+
+
+def slot_timeline(res, out_dir):
+    loaded = _slot_timeline_runs(res)
+    if not loaded:
         return []
+    workload, runs = loaded
     from matplotlib.colors import ListedColormap
     cmap = ListedColormap(list(SLOT_STATES.values()))
     code = {s: i for i, s in enumerate(SLOT_STATES)}
     grids = []
-    for label in labels:
-        rows = read_csv(os.path.join(folder, label + ".csv"))
+    for label, rows in runs:
         iters = sorted({int(r["iteration"]) for r in rows})
         col = {it: i for i, it in enumerate(iters)}
         slots = 1 + max(int(r["slot"]) for r in rows)
@@ -468,13 +488,7 @@ def slot_timeline(res, out_dir):
         ax.set_yticklabels([f"slot {i}" for i in range(len(grid))], fontsize=7)
         ax.set_title(f"{label}: {n} iterations", fontsize=10, loc="left")
     axes[-1, 0].set_xlabel("iteration")
-    fig.legend(handles=[Patch(color=c, label=s if s != "idle" else "idle (bubble)") for s, c in SLOT_STATES.items()],
-               loc="upper right", ncol=len(SLOT_STATES), fontsize=8)
-    # The timeline runs its own small workload, not the experiment's: say which.
-    base = spec.get("base", {})
-    workload = (f"{base.get('num_requests')} requests, prompt {base.get('prompt_len')}, "
-                f"output {base.get('output_len')} tokens" if base.get("trace", "") == "" else
-                f"{base.get('num_requests')} requests of {os.path.basename(base['trace'])}")
+    _state_legend(fig)
     fig.suptitle(f"{res.experiment['name']}: slot timeline ({workload})", fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(os.path.join(out_dir, "slot_timeline.png"), dpi=DPI)
@@ -483,6 +497,57 @@ def slot_timeline(res, out_dir):
              f"A small run of its own ({workload}). Rows are batch slots, columns iterations. A "
              "static batch keeps finished rows idle until its longest sequence ends; continuous "
              "batching refills a slot in the iteration after its sequence ends.")]
+
+
+def time_axis_cells(rows):
+    """A slot timeline's cells on a time axis: ({(slot, state): [(start_s, width_s)]}, the
+    iterations' [(start_s, end_s)] in time order). Every cell is as wide as its iteration took."""
+    cells, iterations = OrderedDict(), {}
+    for r in rows:
+        start, end = _num(r["start_s"]), _num(r["end_s"])
+        cells.setdefault((int(r["slot"]), r["state"]), []).append((start, end - start))
+        iterations[int(r["iteration"])] = (start, end)
+    return cells, [iterations[i] for i in sorted(iterations)]
+
+
+def slot_timeline_time(res, out_dir):
+    """The slot timeline again with time, not iterations, along x: a long prefill widens every
+    decode that shares its iteration, which the iteration axis draws as wide as any other."""
+    loaded = _slot_timeline_runs(res)
+    if not loaded:
+        return []
+    workload, runs = loaded
+    drawn = [(label, *time_axis_cells(rows)) for label, rows in runs]
+    slots = [1 + max(slot for slot, _ in cells) for _, cells, _ in drawn]
+    fig, axes = plt.subplots(len(drawn), 1, figsize=(12, 1.2 + sum(slots) / 2.5), sharex=True, squeeze=False)
+    for ax, n, (label, cells, iterations) in zip(axes[:, 0], slots, drawn):
+        # Grey where the replica computes (a slot without a cell there is a bubble), white where
+        # it waits for work.
+        ax.broken_barh([(a, b - a) for a, b in iterations], (-0.5, n), facecolors=SLOT_STATES["idle"], lw=0)
+        # Cell borders mark iteration boundaries while there is room for them.
+        edge = 0.4 if len(iterations) <= 150 else 0
+        for (slot, state), spans in cells.items():
+            ax.broken_barh(spans, (slot - 0.45, 0.9), facecolors=SLOT_STATES[state], edgecolor="white", lw=edge)
+        ax.set_ylim(n - 0.5, -0.5)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([f"slot {i}" for i in range(n)], fontsize=7)
+        durations = sorted(b - a for a, b in iterations)
+        ax.set_title(f"{label}: {len(iterations)} iterations in {iterations[-1][1]:.2f} s; median "
+                     f"{1e3 * durations[len(durations) // 2]:.1f} ms, longest {1e3 * durations[-1]:.1f} ms",
+                     fontsize=10, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlim(left=0)
+    axes[-1, 0].set_xlabel("simulated time (s)")
+    _state_legend(fig, loc="lower center")  # below the time axis: the long title fills the top
+    fig.suptitle(f"{res.experiment['name']}: slot timeline on a time axis ({workload})", fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.savefig(os.path.join(out_dir, "slot_timeline_time.png"), dpi=DPI)
+    plt.close(fig)
+    return [("slot_timeline_time.png", "Slot timeline on a time axis",
+             "The same runs with each iteration as wide as it took: a long prefill stretches the decodes "
+             "that share its iteration (the stall behind a time-between-tokens tail), which the slot "
+             "timeline above draws as wide as any other. Grey: a slot idle while the replica computes; "
+             "white: the replica idle.")]
 
 
 def capacity(res, out_dir):
@@ -515,7 +580,8 @@ def capacity(res, out_dir):
 
 
 # In report order: the slot timeline, the picture that explains the rest, comes early.
-FIGURES = [throughput, capacity, slot_timeline, latency_vs_qps, latency_bars, cdfs, kv_over_time]
+FIGURES = [throughput, capacity, slot_timeline, slot_timeline_time, latency_vs_qps, latency_bars, cdfs,
+           kv_over_time]
 
 
 def make_all(folder):

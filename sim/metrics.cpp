@@ -96,6 +96,18 @@ double WeightedSamples::stddev() const {
   return std::sqrt(sum / static_cast<double>(total_weight_));
 }
 
+std::string_view phase_name(RequestPhase phase) {
+  switch (phase) {
+    case RequestPhase::kQueued: return "queued";
+    case RequestPhase::kPrefilling: return "prefilling";
+    case RequestPhase::kDecoding: return "decoding";
+    case RequestPhase::kPreempted: return "preempted";
+    case RequestPhase::kFinished: return "finished";
+    case RequestPhase::kRejected: return "rejected";
+  }
+  return "?";
+}
+
 Distribution Distribution::of(const WeightedSamples& s) {
   Distribution d;
   d.count = s.count();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,8 +47,45 @@ struct IterationRecord {
   int64_t bubble_slots = 0;
   int64_t kv_used_tokens = 0;     // while the iteration runs (after scheduling)
   int64_t kv_allocated_tokens = 0;
-  int32_t waiting = 0;            // not yet finished, not in this batch: filled by the replica
+  int32_t waiting = 0;            // routed here, not yet settled, not in this batch
   IterationCost cost;
+  // With SimulationOptions::record_iteration_items: where this iteration's num_requests items
+  // start in SimulationResult::iteration_items (the iterations of a fast-forwarded decode run
+  // share the first one's items, which are the same requests).
+  int64_t first_item = 0;
+};
+
+// One request's work in an iteration, as iterations.csv lists it with --iteration-log=ids.
+struct IterationItem {
+  RequestId request = 0;
+  int32_t new_tokens = 0;
+  bool prefill = false;  // a prefill chunk (the simulation's reading, as num_prefills counts)
+};
+
+// A replica's state at a moment it has no iteration to run (its policy scheduled nothing):
+// what the iteration records' KV and waiting figures would read then. With these a timeline's
+// counters fall to what an idle replica holds instead of keeping the last iteration's values.
+struct IdleSample {
+  int32_t replica = 0;
+  SimTime at;
+  int64_t kv_used_tokens = 0;
+  int64_t kv_allocated_tokens = 0;
+  int32_t waiting = 0;  // routed here, not yet settled
+};
+
+// What a request is doing from a moment on: the phases a timeline draws (--chrome-trace).
+// A request starts queued at its arrival (its send time under closed-loop clients), is
+// prefilling from the iteration that first schedules it (again after a recompute preemption),
+// decoding from the end of the iteration that samples its first token (a swapped-out request
+// resumes decoding directly), preempted from the schedule() that preempts it, and ends
+// finished or rejected. New kinds of work (a KV transfer between pools) are new phases.
+enum class RequestPhase : uint8_t { kQueued, kPrefilling, kDecoding, kPreempted, kFinished, kRejected };
+std::string_view phase_name(RequestPhase phase);  // "queued", "prefilling", ...
+
+struct RequestPhaseChange {
+  RequestId request = 0;
+  SimTime at;
+  RequestPhase phase = RequestPhase::kQueued;
 };
 
 // Weighted samples with nearest-rank percentiles.
@@ -123,6 +161,14 @@ struct Summary {
 struct SimulationResult {
   std::vector<RequestRecord> requests;
   std::vector<IterationRecord> iterations;  // only when recorded
+  // With SimulationOptions::record_iterations: every moment a replica was left with nothing to
+  // run, by time (then replica).
+  std::vector<IdleSample> idle_samples;
+  // With SimulationOptions::record_iteration_items: the items of every recorded iteration.
+  std::vector<IterationItem> iteration_items;
+  // The phase changes of the requests with id < SimulationOptions::record_phases_of_first_requests,
+  // by request, then time; each request's first is kQueued, its last kFinished or kRejected.
+  std::vector<RequestPhaseChange> request_phases;
   WeightedSamples tbt_s;                    // every inter-token gap
   Summary summary;
   int64_t kv_capacity_tokens = 0;

@@ -27,6 +27,12 @@ Event EventQueue::pop() {
 
 namespace {
 
+// Whether `item` is request `p`'s next decode step (one token after all `known` tokens but the
+// last are in the KV cache), not a prefill chunk: how the replica counts prefills.
+bool is_decode_step(const RequestProgress& p, const BatchItem& item, int64_t known) {
+  return p.generated_tokens > 0 && item.context_before == known - 1 && item.new_tokens == 1;
+}
+
 // The random router's stream of the run's seed (Rng::for_stream): well clear of the workload's
 // streams (0-3 in sim/workload.cpp), so routing draws never shift a workload sample.
 constexpr uint32_t kRouterStream = 16;
@@ -154,6 +160,7 @@ SimulationResult Simulation::run() {
       ++p.preemptions;
       p.state = RequestState::kWaiting;
       if (!keeps_kv) p.computed_tokens = 0;
+      record_phase(id, RequestPhase::kPreempted);
     };
     env.prefix_blocks = options_.prefix_blocks;
     env.arrived = &arrived_;
@@ -207,6 +214,9 @@ SimulationResult Simulation::run() {
         "policy '{}' left {} of {} requests neither finished nor rejected",
         policies_.front()->name(), n - settled_, n));
   }
+  // Logged in event order; each request's changes are in time order already.
+  std::stable_sort(result_.request_phases.begin(), result_.request_phases.end(),
+                   [](const RequestPhaseChange& a, const RequestPhaseChange& b) { return a.request < b.request; });
 
   for (RequestId id = 0; id < n; ++id) {
     RequestRecord& rec = result_.requests[id];
@@ -245,6 +255,10 @@ void Simulation::summarize_replicas() {
     std::stable_sort(result_.iterations.begin(), result_.iterations.end(),
                      [](const IterationRecord& a, const IterationRecord& b) {
                        return a.start != b.start ? a.start < b.start : a.replica < b.replica;
+                     });
+    std::stable_sort(result_.idle_samples.begin(), result_.idle_samples.end(),
+                     [](const IdleSample& a, const IdleSample& b) {
+                       return a.at != b.at ? a.at < b.at : a.replica < b.replica;
                      });
   }
   const auto num_replicas = static_cast<double>(replicas_.size());
@@ -364,6 +378,7 @@ void Simulation::arrive(RequestId id) {
   RequestProgress& p = progress_[id];
   p.replica = r.index;
   p.state = RequestState::kWaiting;
+  record_phase(id, RequestPhase::kQueued);
   r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
   wake_now(r);
@@ -397,6 +412,7 @@ void Simulation::reject(RequestId id, std::string reason) {
     throw std::logic_error(fmt::format("request {} rejected after it was settled", id));
   }
   p.state = RequestState::kRejected;
+  record_phase(id, RequestPhase::kRejected);
   result_.requests[id].reject_reason = std::move(reason);
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
@@ -410,6 +426,7 @@ void Simulation::try_start_iteration(Replica& r) {
   batch.clear();
   policy.schedule(now_, batch);
   if (batch.empty()) {
+    if (options_.record_iterations) record_idle(r);
     if (batch.wake_at) {
       if (*batch.wake_at <= now_) {
         throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future",
@@ -431,6 +448,8 @@ void Simulation::try_start_iteration(Replica& r) {
   // item cost a single-replica run 2% of its time.)
   const int64_t stamp = batches_++;
   int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
+  const bool record_items = options_.record_iterations && options_.record_iteration_items;
+  r.batch_first_item = static_cast<int64_t>(result_.iteration_items.size());
   for (const BatchItem& item : batch.items) {
     RequestProgress& p = progress_[item.id];
     min_remaining = std::min<int64_t>(min_remaining,
@@ -438,12 +457,12 @@ void Simulation::try_start_iteration(Replica& r) {
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
     }
+    const int64_t known = r.env.known_tokens(item.id);
     if (item.new_tokens < 1 || item.context_before != p.computed_tokens ||
-        p.computed_tokens + item.new_tokens > r.env.known_tokens(item.id)) {
+        p.computed_tokens + item.new_tokens > known) {
       throw std::logic_error(fmt::format(
           "policy scheduled request {} with {} new tokens after {} (computed {}, known {})",
-          item.id, item.new_tokens, item.context_before, p.computed_tokens,
-          r.env.known_tokens(item.id)));
+          item.id, item.new_tokens, item.context_before, p.computed_tokens, known));
     }
     if (scheduled_in_batch_[item.id] == stamp) {
       throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
@@ -452,9 +471,15 @@ void Simulation::try_start_iteration(Replica& r) {
     // A waiting request with nothing computed but its cached prefix is admitted to prefill (a
     // swapped-in one keeps computed tokens of its own).
     if (p.state == RequestState::kWaiting && p.computed_tokens == admission_hit_[item.id]) {
-      r.prefill_admitted_tokens += r.env.known_tokens(item.id);
+      r.prefill_admitted_tokens += known;
       r.prefill_cached_tokens += admission_hit_[item.id];
       admission_hit_[item.id] = 0;
+    }
+    const bool phase_starts = p.state == RequestState::kWaiting;  // admitted, or readmitted
+    if (record_items || (phase_starts && item.id < options_.record_phases_of_first_requests)) {
+      const bool decode = is_decode_step(p, item, known);
+      if (phase_starts) record_phase(item.id, decode ? RequestPhase::kDecoding : RequestPhase::kPrefilling);
+      if (record_items) result_.iteration_items.push_back({item.id, item.new_tokens, !decode});
     }
     p.state = RequestState::kRunning;
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
@@ -485,6 +510,8 @@ SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCos
   r.current.start = start;
   r.current.duration = duration;
   r.current.cost = cost;
+  r.current.waiting = static_cast<int32_t>(r.outstanding - static_cast<int64_t>(r.batch.items.size()));
+  r.current.first_item = r.batch_first_item;
   sample_kv(r);
   return duration;
 }
@@ -573,6 +600,20 @@ void Simulation::close_iteration(Replica& r) {
   if (options_.record_iterations) result_.iterations.push_back(current);
 }
 
+void Simulation::record_idle(Replica& r) {
+  const KvCacheManager& kv = r.policy->kv_cache();
+  const IdleSample sample{r.index, now_, kv.used_tokens(), kv.allocated_tokens(),
+                          static_cast<int32_t>(r.outstanding)};
+  const IdleSample& last = r.last_idle;
+  if (r.iterations == r.last_idle_iterations && sample.kv_used_tokens == last.kv_used_tokens &&
+      sample.kv_allocated_tokens == last.kv_allocated_tokens && sample.waiting == last.waiting) {
+    return;
+  }
+  r.last_idle = sample;
+  r.last_idle_iterations = r.iterations;
+  result_.idle_samples.push_back(sample);
+}
+
 void Simulation::record_token(Replica& r, RequestProgress& p, SimTime at) {
   if (p.generated_tokens == 0) {
     p.first_token = at;
@@ -590,6 +631,7 @@ void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
   p.state = RequestState::kFinished;
   p.finished = now_;
   finished_.push_back(id);
+  record_phase(id, RequestPhase::kFinished);
 }
 
 void Simulation::finish_iteration(Replica& r) {
@@ -618,8 +660,7 @@ void Simulation::finish_iteration(Replica& r) {
       RequestProgress& p = progress_[item.id];
       const Request& req = (*requests_)[item.id];
       const int64_t known = req.prompt_tokens + p.generated_tokens;
-      const bool was_decode = p.generated_tokens > 0 && item.context_before == known - 1 &&
-                              item.new_tokens == 1;
+      const bool was_decode = is_decode_step(p, item, known);
       if (!was_decode) {
         ++num_prefills;
         prefill_tokens += item.new_tokens;
@@ -629,6 +670,8 @@ void Simulation::finish_iteration(Replica& r) {
       // All known tokens are in the KV cache: the model samples the next token.
       record_token(r, p, now_);
       finish_if_done(item.id, p);
+      // A prefill that sampled: the request decodes from here.
+      if (!was_decode && p.state != RequestState::kFinished) record_phase(item.id, RequestPhase::kDecoding);
     }
   }
   r.policy->on_iteration_end(batch, finished_, now_);

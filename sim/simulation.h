@@ -84,6 +84,13 @@ Router parse_router(std::string_view name, std::string_view option = "--router")
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
   bool record_iterations = false;
+  // With record_iterations: also each iteration's items (request, tokens, prefill or decode),
+  // for iterations.csv's request ids and a timeline's prefill requests.
+  bool record_iteration_items = false;
+  // Record the phase changes (SimulationResult::request_phases) of the requests with id below
+  // this, for a timeline of requests; 0: none. A bound rather than a switch so that a large run
+  // keeps a few thousand requests' phases, not all of them.
+  int64_t record_phases_of_first_requests = 0;
   // Advance runs of identical decode iterations in one step where the policy vouches for it
   // (Policy::repeat_decode_step); the results are the same to the byte. Off while
   // `on_iteration` is set, since that wants every batch.
@@ -138,6 +145,7 @@ class Simulation {
     SimTime wake_time = SimTime::max();
     SimTime done_at = SimTime::max();  // when the iteration (or fast-forwarded run) in flight ends
     Batch batch;
+    int64_t batch_first_item = 0;  // the batch's items in result_.iteration_items, when recorded
     int64_t iterations = 0;
     IterationRecord current;
     // Fast-forward state of the iteration in flight: its first iteration's end, how many
@@ -154,6 +162,10 @@ class Simulation {
     // which replicas' iterations interleave (which fast-forward changes) cannot change a sum.
     WeightedSamples tbt_s;
     int64_t routed = 0, outstanding = 0;  // requests routed here; of them, not yet settled
+    // The last idle sample, and `iterations` when it was taken: a wake-up that finds the
+    // replica as it was adds none.
+    IdleSample last_idle;
+    int64_t last_idle_iterations = -1;
   };
 
   void arrive(RequestId id);
@@ -171,6 +183,12 @@ class Simulation {
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
+  // Appends to the phase log when request `id` is one whose phases are recorded.
+  void record_phase(RequestId id, RequestPhase phase) {
+    if (id < options_.record_phases_of_first_requests) result_.request_phases.push_back({id, now_, phase});
+  }
+  // The replica's state while it waits with nothing to run, when iterations are recorded.
+  void record_idle(Replica& r);
   SimTime fast_forward(Replica& r, SimTime end, int64_t min_remaining);
   static void set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens);
   // KV memory while the iteration runs: as the policy's schedule() left it, before the

@@ -1,6 +1,8 @@
 // Experiment files, their expansion, capacity bisection, results folders, shard + merge, and
 // the figure scripts.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -721,7 +723,7 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   o.plots = true;
   run_experiment(e, o, std::cerr);
   for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png",
-                        "kv_rate-2.png", "slot_timeline.png", "figures.json"}) {
+                        "kv_rate-2.png", "slot_timeline.png", "slot_timeline_time.png", "figures.json"}) {
     EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << testing::read_text_file(out / "figures" / "make_figures.log");
     if (fs::exists(out / "figures" / f)) {
       EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
@@ -729,7 +731,83 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   }
   const std::string report = testing::read_text_file(out / "report.md");
   EXPECT_THAT(report, HasSubstr("![Slot timeline](figures/slot_timeline.png)"));
+  EXPECT_THAT(report, HasSubstr("![Slot timeline on a time axis](figures/slot_timeline_time.png)"));
   EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
+}
+
+// The time-axis slot timeline: long prompts that join running decodes in one chunked-prefill
+// iteration make it many times longer than a decode-only one, the slot timeline's rows carry
+// that time, and the figure draws every cell exactly as long as its iteration took.
+TEST(Plots, TimeAxisSlotTimelineDrawsIterationsWithTheirDuration) {
+  const fs::path out = testing::scratch_dir("experiment_time_axis");
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 10, arrival: "poisson:20", prompt-len: "uniform:16:3500", output-len: "fixed:40"}
+policies:
+  - {policy: vllm, label: chunked, policy-opt: {max_num_batched_tokens: 8192}}
+slot-timeline: {max-iterations: 100000}
+)", "time_axis.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  const fs::path csv = out / "slot_timeline" / "chunked.csv";
+  const auto rows = read_csv_rows(csv);
+  ASSERT_GT(rows.size(), 1u);
+  struct Iteration {
+    double duration_s = 0;
+    bool prefill = false, decode = false;
+  };
+  std::map<int, Iteration> iterations;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    Iteration& it = iterations[std::stoi(rows[i][0])];
+    it.duration_s = std::stod(rows[i][2]) - std::stod(rows[i][1]);
+    it.prefill |= rows[i][5] == "prefill";
+    it.decode |= rows[i][5] == "decode";
+  }
+  std::vector<double> decode_only;
+  double longest_mixed = 0;
+  for (const auto& [index, it] : iterations) {
+    if (it.decode && !it.prefill) decode_only.push_back(it.duration_s);
+    if (it.decode && it.prefill) longest_mixed = std::max(longest_mixed, it.duration_s);
+  }
+  ASSERT_FALSE(decode_only.empty());
+  std::sort(decode_only.begin(), decode_only.end());
+  EXPECT_GT(longest_mixed, 3 * decode_only[decode_only.size() / 2]);
+
+  if (find_plot_python().empty()) {
+    GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
+  }
+  // Every row is one cell of the figure, starting at its iteration's start and as wide as it.
+  const std::string check = fmt::format(
+      "import sys; sys.path.insert(0, '{}'); import batchsim_plots as p\n"
+      "rows = p.read_csv('{}'); cells, its = p.time_axis_cells(rows)\n"
+      "drawn = {{(k, s, w) for k, spans in cells.items() for s, w in spans}}\n"
+      "want = {{((int(r['slot']), r['state']), float(r['start_s']), float(r['end_s']) - float(r['start_s'])) for r in rows}}\n"
+      "sys.exit(0 if drawn == want and len(its) == len({{r['iteration'] for r in rows}}) else 1)\n",
+      (testing::source_dir() / "plots").string(), csv.string());
+  testing::write_text_file(out, "check.py", check);
+  EXPECT_EQ(std::system((find_plot_python() + " " + (out / "check.py").string()).c_str()), 0);
+}
+
+// An experiment's chrome-trace is a file name each run writes into its own folder; a path with
+// a folder would have every run write the same file, and is refused.
+TEST(Compare, ChromeTraceIsWrittenPerRun) {
+  const fs::path out = testing::scratch_dir("experiment_chrome_trace");
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 12, chrome-trace: trace.json, chrome-trace-requests: 4}
+policies: [continuous, vllm]
+)", "trace.yaml");
+  run_experiment(e, options_for(out), std::cerr);
+  int runs = 0;
+  for (const auto& entry : fs::directory_iterator(out / "runs")) {
+    ++runs;
+    const auto trace = nlohmann::json::parse(testing::read_text_file(entry.path() / "trace.json"));
+    EXPECT_EQ(trace["otherData"]["traced_requests"], 4) << entry.path();
+  }
+  EXPECT_EQ(runs, 2);
+  const Experiment nested = parse_experiment_text("base: {num-requests: 4, chrome-trace: traces/t.json}\n", "nested.yaml");
+  EXPECT_THAT(testing::user_error_of([&] { run_experiment(nested, options_for(out), std::cerr); }),
+              HasSubstr("chrome-trace traces/t.json: in an experiment give a file name"));
+  CompareOptions print_only = options_for(out);
+  print_only.out.clear();
+  EXPECT_THAT(testing::user_error_of([&] { run_experiment(e, print_only, std::cerr); }), HasSubstr("give --out DIR"));
 }
 
 // A --no-plots report says how to put the figures into it later, and that way works: merging

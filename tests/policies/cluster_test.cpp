@@ -55,6 +55,8 @@ SimulationResult run_cluster(const PolicyVariant& variant, const BuiltWorkload& 
   SimulationOptions options;
   options.gpu_memory_utilization = c.utilization;
   options.record_iterations = true;
+  options.record_iteration_items = true;
+  options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
   options.fast_forward = c.fast_forward;
   options.prefix_blocks = &w.prefix_blocks;
   options.router = c.router;
@@ -187,6 +189,7 @@ TEST(Cluster, FastForwardChangesNothingInACluster) {
       const SimulationResult fast = run_cluster(v, w, c);
       expect_same_requests(slow, fast);
       expect_same_iterations(slow, fast);
+      testing::expect_same_timeline(slow, fast);
       expect_same_summary(slow.summary, fast.summary);
       repeated += fast.fast_forwarded_iterations;
     }

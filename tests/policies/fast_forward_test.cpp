@@ -1,7 +1,8 @@
 // Decode fast-forward (Policy::repeat_decode_step) must not change a single result: every
 // registered policy, on workloads that arrive at once, steadily and in bursts, with KV memory
 // tight enough to force preemptions, gives the same records, iteration log and summary with
-// fast-forward on and off — compared exactly, not within a tolerance.
+// fast-forward on and off — compared exactly, not within a tolerance — and the same timeline
+// (which requests each iteration ran, every request's phase changes, the idle samples).
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct Case {
 using testing::expect_same_iterations;
 using testing::expect_same_requests;
 using testing::expect_same_summary;
+using testing::expect_same_timeline;
 using testing::PolicyVariant;
 
 // Every registered policy as shipped, plus options that change when a decode run may repeat:
@@ -102,6 +104,9 @@ SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, doubl
   SimulationOptions options;
   options.gpu_memory_utilization = utilization;
   options.record_iterations = true;
+  // What a timeline draws, for every request: the iterations' requests and the phase changes.
+  options.record_iteration_items = true;
+  options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
   options.fast_forward = fast_forward;
   options.prefix_blocks = &w.prefix_blocks;
   return Simulation(w.requests, *policy, cm, options).run();
@@ -125,6 +130,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       const SimulationResult fast = run(v, w, c.memory_utilization, true);
       expect_same_requests(slow, fast);
       expect_same_iterations(slow, fast);
+      expect_same_timeline(slow, fast);
       const Summary& a = slow.summary;
       expect_same_summary(a, fast.summary);
       cached_somewhere += a.prefill_cached_tokens;

@@ -273,6 +273,38 @@ inline void expect_same_iterations(const SimulationResult& x, const SimulationRe
     EXPECT_EQ(a.kv_used_tokens, b.kv_used_tokens) << i;
     EXPECT_EQ(a.kv_allocated_tokens, b.kv_allocated_tokens) << i;
     EXPECT_EQ(a.cost.total_s, b.cost.total_s) << i;
+    EXPECT_EQ(a.waiting, b.waiting) << i;
+    // The requests it ran, when both recorded them (offsets may differ: a fast-forwarded run
+    // stores one list for its repeats).
+    if (x.iteration_items.empty() || y.iteration_items.empty()) continue;
+    ASSERT_EQ(a.num_requests, b.num_requests) << i;
+    for (int64_t k = 0; k < a.num_requests; ++k) {
+      const IterationItem& p = x.iteration_items.at(static_cast<size_t>(a.first_item + k));
+      const IterationItem& q = y.iteration_items.at(static_cast<size_t>(b.first_item + k));
+      EXPECT_EQ(p.request, q.request) << i;
+      EXPECT_EQ(p.new_tokens, q.new_tokens) << i;
+      EXPECT_EQ(p.prefill, q.prefill) << i;
+    }
+  }
+}
+
+// ... in what a timeline draws: every request's phase changes and the replicas' idle samples.
+inline void expect_same_timeline(const SimulationResult& x, const SimulationResult& y) {
+  ASSERT_EQ(x.request_phases.size(), y.request_phases.size());
+  for (size_t i = 0; i < x.request_phases.size(); ++i) {
+    const RequestPhaseChange &a = x.request_phases[i], &b = y.request_phases[i];
+    ASSERT_EQ(a.request, b.request) << i;
+    EXPECT_EQ(a.at, b.at) << "request " << a.request;
+    EXPECT_EQ(a.phase, b.phase) << "request " << a.request;
+  }
+  ASSERT_EQ(x.idle_samples.size(), y.idle_samples.size());
+  for (size_t i = 0; i < x.idle_samples.size(); ++i) {
+    const IdleSample &a = x.idle_samples[i], &b = y.idle_samples[i];
+    EXPECT_EQ(a.replica, b.replica) << i;
+    EXPECT_EQ(a.at, b.at) << i;
+    EXPECT_EQ(a.kv_used_tokens, b.kv_used_tokens) << i;
+    EXPECT_EQ(a.kv_allocated_tokens, b.kv_allocated_tokens) << i;
+    EXPECT_EQ(a.waiting, b.waiting) << i;
   }
 }
 
