@@ -148,7 +148,9 @@ TEST(ChromeTrace, RequestPhasesTileEachRequestsLifeAndAgreeWithItsRecord) {
     EXPECT_EQ(list.front()["pid"], r.replica + 1);
     EXPECT_NEAR(list.front()["ts"].get<double>(), us(r.arrival), kUsTolerance);
     const SimTime end = r.completed() ? r.finished : SimTime::max();
-    if (r.completed()) EXPECT_NEAR(list.back()["ts"].get<double>(), us(end), kUsTolerance);
+    if (r.completed()) {
+      EXPECT_NEAR(list.back()["ts"].get<double>(), us(end), kUsTolerance);
+    }
     rejected += r.state == RequestState::kRejected;
 
     double covered_to = list.front()["ts"];

@@ -36,7 +36,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 // output token after the first, which a wrong id or a wrong split would break.
 TEST(IterationLog, IdsListEachIterationsPrefillChunksAndDecodes) {
   const fs::path dir = testing::scratch_dir("iteration-log-ids");
-  for (const std::string& how : {"flag", "yaml"}) {
+  for (const std::string how : {"flag", "yaml"}) {
     SCOPED_TRACE(how);
     const fs::path out = dir / how;
     std::vector<std::string> args = {"run", "--policy", "vllm", "--replicas", "2", "--arrival", "poisson:20",
