@@ -146,6 +146,18 @@ TEST(DisaggregationCli, PoolSizesAreExperimentAxes) {
   EXPECT_EQ(runs[0].config.replicas, 2);
   EXPECT_EQ(runs[1].config.prefill_replicas, 1);
   EXPECT_EQ(runs[1].config.kv_link, "nvlink");
+  // The report puts the deployments side by side, a disaggregated row naming its pools.
+  std::string text;
+  ASSERT_EQ(run_cli({"compare", (dir / "e.yaml").string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "1"},
+                    &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("1P+1D"));
+  const std::string report = testing::read_text_file(dir / "out" / "report.md");
+  EXPECT_THAT(report, HasSubstr("## Prefill/decode disaggregation"));
+  EXPECT_THAT(report, HasSubstr("| colocated x2 |"));
+  EXPECT_THAT(report, HasSubstr("| 1P:1D |"));
+  const std::string results = testing::read_text_file(dir / "out" / "results.csv");
+  EXPECT_THAT(results, HasSubstr("pools.kv_transfer.transfer_s.p99"));
   std::ofstream(dir / "bad.yaml") << "base: {model: llama-2-7b, num-requests: 20}\npolicies: [vllm]\n"
                                      "axes:\n  deployment:\n    - {label: broken, prefill-replicas: 1, decode-replicas: 0}\n";
   EXPECT_THAT(testing::user_error_of([&] { parse_experiment(dir / "bad.yaml"); }), HasSubstr("--decode-replicas 0"));
