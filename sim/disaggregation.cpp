@@ -71,6 +71,7 @@ void Simulation::set_up_pools() {
     r.max_tokens = 1;
   }
   result_.handoffs.assign(requests_->size(), HandoffRecord{});
+  schedules_at_handoff_.assign(requests_->size(), 0);
   links_ = KvLinkSchedule(replicas_.size());
   transfers_in_flight_.clear();
   handing_off_.clear();
@@ -92,6 +93,7 @@ void Simulation::hand_off(Replica& from, RequestId id) {
   p.state = RequestState::kWaiting;
   ++to.routed;
   ++to.outstanding;
+  schedules_at_handoff_[id] = to.schedules;
   to.policy->on_arrival(id, now_);  // may reject it (reject() then frees the prefill KV)
   wake_now(to);
 }
@@ -110,7 +112,10 @@ void Simulation::start_kv_transfer(Replica& to, RequestId id, int64_t tokens) {
   // Each GPU sends its shard over its own NIC; the pool with fewer GPUs has fewer NICs.
   const int parallel = std::min(from.cost_model->tensor_parallel(), to.cost_model->tensor_parallel());
   double bytes = static_cast<double>(tokens) * static_cast<double>(from.cost_model->model().kv_bytes_per_token());
-  if (d.mode == KvTransferMode::kLayerwise && h.kv_allocated == h.handoff) {
+  // Admitted at the decode replica's first schedule() after the hand-off: it had room (no
+  // backpressure); the wait for its running iteration to end is its step cadence.
+  const bool had_room = to.schedules == schedules_at_handoff_[id] + 1;
+  if (d.mode == KvTransferMode::kLayerwise && had_room) {
     // Streamed while the prefill ran, from its first iteration on (sim/kv_transfer.h).
     const double overlap_s = (h.handoff - progress_[id].first_scheduled).seconds();
     bytes = layerwise_exposed_bytes(bytes, from.cost_model->model().num_layers,

@@ -31,10 +31,11 @@
 //    KVConnectorBase_V1.save_kv_layer hook): what the link could carry while the prefill ran
 //    is already across when it ends; at least the last layer's share (bytes / layers) is
 //    exposed. The stream needs a destination, so the overlap is credited only when the decode
-//    replica admits the request at the instant its prefill ends (in Splitwise the token
-//    machine is chosen when the prompt phase starts); a request that waits for decode memory
-//    moves all its bytes afterwards, as a pull. The overlapped share is not charged to the
-//    link's queue, so under a burst layerwise understates queueing somewhat.
+//    replica admits the request at its first schedule() after the prefill ends, i.e. it had
+//    room (in Splitwise the token machine is chosen, and its memory taken, when the prompt
+//    phase starts); a request that waits for decode memory moves all its bytes afterwards, as
+//    a pull. The exposed share starts at that admission, and the overlapped share is not
+//    charged to the link's queue, so under a burst layerwise understates queueing somewhat.
 #pragma once
 
 #include <cstdint>

@@ -430,6 +430,7 @@ void Simulation::try_start_iteration(Replica& r) {
   Batch& batch = r.batch;
   Policy& policy = *r.policy;
   batch.clear();
+  ++r.schedules;
   policy.schedule(now_, batch);
   if (batch.empty()) {
     if (batch.wake_at) {

@@ -169,6 +169,7 @@ class Simulation {
     int64_t kv_capacity_tokens = 0;         // its KV memory, over which its KV fractions are taken
     int64_t num_gpu_blocks = 0;             // its pool's SimulationOptions::num_gpu_blocks
     int64_t preemptions = 0;                // made by its policy
+    int64_t schedules = 0;                  // schedule() calls so far
     int32_t index = 0;
     bool busy = false;
     bool wake_pending = false;
@@ -275,6 +276,7 @@ class Simulation {
   // transfers in flight, and the decode router's state.
   Workload prefill_view_;
   std::vector<RequestId> handing_off_;
+  std::vector<int64_t> schedules_at_handoff_;  // per request: its decode replica's schedules then
   KvLinkSchedule links_;
   std::multiset<SimTime> transfers_in_flight_;
   Rng decode_router_rng_{0};
