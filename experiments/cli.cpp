@@ -29,6 +29,7 @@
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "policies/registry.h"
+#include "sim/kv_transfer.h"
 
 namespace po = boost::program_options;
 
@@ -43,8 +44,8 @@ commands:
   compare   run an experiment file (or --policies a,b,c) on the same request sequences:
             results.csv, report.md and figures
   merge     join the results folders of `compare --shard K/N` runs
-  list      list built-in models, gpus, engines, policies or routers:
-            batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers}
+  list      list built-in models, gpus, engines, policies, routers or KV links:
+            batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers,links}
   bench     measure the simulator's own speed (simulated requests per wall-second)
   validate  fit the cost model on measured operator times and report its error per operator
   plan      the fewest replicas per GPU and TP degree that meet latency SLOs, replaying the
@@ -73,6 +74,30 @@ po::options_description run_options() {
        "cache) behind a router (default 1)")
       ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
        "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")
+      ("prefill-replicas", po::value<int>(), "disaggregated serving: P prefill replicas (with --decode-replicas; "
+       "instead of --replicas). Arrivals go to them by --router; each request's first token is "
+       "computed there and its KV moved to a decode replica")
+      ("decode-replicas", po::value<int>(), "disaggregated serving: D decode replicas, picked by --decode-router")
+      ("prefill-gpu", po::value<std::string>(), "the prefill pool's GPU (default --gpu)")
+      ("decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")
+      ("prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")
+      ("decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")
+      ("prefill-policy", po::value<std::string>(), "the prefill pool's policy (default --policy; its "
+       "--policy-opt apply only to --policy)")
+      ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
+      ("prefill-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the prefill pool's policy (repeatable)")
+      ("decode-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the decode pool's policy (repeatable)")
+      ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
+      ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
+      ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
+       "round-robin | random | least-outstanding | least-kv | prefix (default --router)")
+      ("kv-link", po::value<std::string>(), "the link KV moves over: nvlink | ib | roce | pcie "
+       "(default ib, 400 Gb/s per GPU; batchsim list links)")
+      ("kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")
+      ("kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")
+      ("kv-transfer", po::value<std::string>(), "pull: the whole KV after the prefill, once the decode "
+       "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
+       "layer's share exposed (Splitwise) (default pull)")
       ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: weight element type (vLLM "
        "--quantization fp8; auto: the model's)")
       ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
@@ -141,6 +166,25 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
   if (vm.count("replicas")) c.replicas = vm["replicas"].as<int>();
   if (vm.count("router")) c.router = vm["router"].as<std::string>();
+  if (vm.count("prefill-replicas")) c.prefill_replicas = vm["prefill-replicas"].as<int>();
+  if (vm.count("decode-replicas")) c.decode_replicas = vm["decode-replicas"].as<int>();
+  for (auto [pool, name] : {std::pair{&c.prefill, std::string("prefill")}, std::pair{&c.decode, std::string("decode")}}) {
+    if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
+    if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
+    if (vm.count(name + "-policy")) pool->policy = vm[name + "-policy"].as<std::string>();
+    if (vm.count(name + "-num-gpu-blocks")) pool->num_gpu_blocks = vm[name + "-num-gpu-blocks"].as<int64_t>();
+    if (vm.count(name + "-policy-opt")) {
+      for (const auto& text : vm[name + "-policy-opt"].as<std::vector<std::string>>()) {
+        auto [k, v] = parse_policy_opt(text);
+        pool->policy_opts[k] = v;
+      }
+    }
+  }
+  if (vm.count("decode-router")) c.decode_router = vm["decode-router"].as<std::string>();
+  if (vm.count("kv-link")) c.kv_link = vm["kv-link"].as<std::string>();
+  if (vm.count("kv-link-gbps")) c.kv_link_gbps = vm["kv-link-gbps"].as<double>();
+  if (vm.count("kv-link-latency-us")) c.kv_link_latency_us = vm["kv-link-latency-us"].as<double>();
+  if (vm.count("kv-transfer")) c.kv_transfer = vm["kv-transfer"].as<std::string>();
   if (vm.count("policy-opt")) {
     for (const auto& text : vm["policy-opt"].as<std::vector<std::string>>()) {
       auto [k, v] = parse_policy_opt(text);
@@ -196,15 +240,22 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   if (c.weight_dtype != "auto") dtypes += " weights " + c.weight_dtype;
   if (c.kv_cache_dtype != "auto") dtypes += std::string(dtypes.empty() ? "" : ",") + " KV " + c.kv_cache_dtype;
   // A cluster says so: "4 replicas x (tp 1), router least-outstanding"; one replica reads as before.
-  const std::string group =
+  std::string group =
       c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
                      : fmt::format("tp {}", c.tp);
+  if (is_disaggregated(c)) {
+    // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm), KV over ib pull"
+    const RunConfig p = pool_run_config(c, "prefill"), d = pool_run_config(c, "decode");
+    group = fmt::format("{} prefill x ({} tp {}, {}) + {} decode x ({} tp {}, {}), router {} / {}, KV over {} {}",
+                        c.prefill_replicas, p.gpu, p.tp, p.policy, c.decode_replicas, d.gpu, d.tp, d.policy,
+                        c.router, c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
+  }
   fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}, KV capacity {} tokens{}\n",
              c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
              num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
-             kv_tokens, c.replicas > 1 ? " per replica" : "");
+             kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
 }
 
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -479,7 +530,7 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return exit_status_of(results, true, err);
 }
 
-constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers}
+constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers,links}
 
   models    built-in models (any Hugging Face config.json also works as --model)
   gpus      built-in GPUs and shipped profiles, then the profile files given, each with where
@@ -488,6 +539,7 @@ constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus [PROFILE
   engines   engine profiles: what the serving software costs (any engine file works as --engine)
   policies  policies and engine presets, and every policy option with its default
   routers   request routers for --replicas N
+  links     KV links between prefill and decode pools (--kv-link)
 )";
 
 int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
@@ -497,7 +549,7 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   if (args.size() > 1 && what != "gpus") {
-    throw UserError(fmt::format("list: takes one of models, gpus, engines, policies, routers; got '{}'",
+    throw UserError(fmt::format("list: takes one of models, gpus, engines, policies, routers, links; got '{}'",
                                 fmt::join(args, " ")));
   }
   if (what == "models") {
@@ -576,12 +628,21 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     }
     return 0;
   }
+  if (what == "links") {
+    for (const KvLink& l : kv_links()) {
+      fmt::print(out, "{:<8} {:>6.0f} Gb/s {:>5.0f} us  {}\n", l.name, l.gbps, l.latency_us, l.description);
+    }
+    fmt::print(out, "\n--kv-link NAME for disaggregated runs (--prefill-replicas P --decode-replicas D); "
+                    "--kv-link-gbps and --kv-link-latency-us replace its figures. Bandwidth per GPU and "
+                    "direction: a tensor-parallel replica sends its shards in parallel.\n");
+    return 0;
+  }
   if (what == "routers") {
     for (const RouterInfo& r : routers()) fmt::print(out, "{:<18} {}\n", r.name, r.description);
     fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
     return 0;
   }
-  throw UserError(fmt::format("list: expected models, gpus, engines, policies or routers, got '{}'", what));
+  throw UserError(fmt::format("list: expected models, gpus, engines, policies, routers or links, got '{}'", what));
 }
 
 int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {

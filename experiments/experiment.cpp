@@ -12,6 +12,7 @@
 
 #include "experiments/output.h"
 #include "experiments/report.h"
+#include "experiments/runner.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/error.h"
 #include "policies/registry.h"
@@ -40,7 +41,9 @@ bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority"};
+      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "prefill-replicas", "decode-replicas", "prefill-gpu",
+      "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
+      "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks"};
   return keys.count(key) > 0;
 }
 
@@ -328,6 +331,7 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
     resolve_run_model(run.config);
     resolve_gpu(run.config.gpu);
     make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
+    check_run_pools(run.config);
     check_workload_spec(run.config.workload);
     if (!run.config.workload.trace.empty() && !std::filesystem::exists(run.config.workload.trace)) {
       throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "

@@ -8,6 +8,7 @@
 
 #include "experiments/bench_result.h"
 #include "experiments/slo.h"
+#include "sim/kv_transfer.h"
 #include "hwmodel/error.h"
 
 namespace batchsim {
@@ -78,7 +79,34 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
   j["num_gpu_blocks"] = c.num_gpu_blocks;
+  // Written only for disaggregated runs, so that a colocated run's config reads as it always did.
+  if (is_disaggregated(c)) {
+    j["prefill_replicas"] = c.prefill_replicas;
+    j["decode_replicas"] = c.decode_replicas;
+    for (const char* role : {"prefill", "decode"}) {
+      const RunConfig pool = pool_run_config(c, role);
+      const PoolConfig& own = std::string(role) == "prefill" ? c.prefill : c.decode;
+      nlohmann::ordered_json pj;
+      pj["gpu"] = pool.gpu;
+      pj["tp"] = pool.tp;
+      pj["policy"] = pool.policy;
+      pj["policy_opts"] = own.policy_opts;
+      pj["num_gpu_blocks"] = pool.num_gpu_blocks;
+      j[std::string(role)] = pj;
+    }
+    j["decode_router"] = c.decode_router.empty() ? c.router : c.decode_router;
+    j["kv_link"] = c.kv_link;
+    if (c.kv_link_gbps) j["kv_link_gbps"] = *c.kv_link_gbps;
+    if (c.kv_link_latency_us) j["kv_link_latency_us"] = *c.kv_link_latency_us;
+    j["kv_transfer"] = c.kv_transfer;
+  }
   return j;
+}
+
+int64_t run_gpus(const RunConfig& c) {
+  if (!is_disaggregated(c)) return static_cast<int64_t>(c.replicas) * c.tp;
+  return static_cast<int64_t>(c.prefill_replicas) * pool_run_config(c, "prefill").tp +
+         static_cast<int64_t>(c.decode_replicas) * pool_run_config(c, "decode").tp;
 }
 
 nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
@@ -135,6 +163,49 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
   }
   return line;
 }
+
+namespace {
+
+// summary.json's `pools`: {prefill: {...}, decode: {...}, kv_transfer: {...}} (a disaggregated
+// run only).
+nlohmann::ordered_json pools_json(const RunOutcome& outcome) {
+  const Summary& s = outcome.result.summary;
+  nlohmann::ordered_json j;
+  for (const PoolSummary& p : s.pools) {
+    const RunConfig pool = pool_run_config(outcome.config, p.role);
+    nlohmann::ordered_json pj;
+    pj["replicas"] = p.replicas;
+    pj["gpu"] = pool.gpu;
+    pj["tp"] = pool.tp;
+    pj["policy"] = pool.policy;
+    pj["engine"] = run_engine_name(pool);
+    pj["requests"] = p.requests;
+    pj["iterations"] = p.iterations;
+    pj["busy_fraction"] = p.busy_fraction;
+    pj["preemptions"] = p.preemptions;
+    pj["kv"] = {{"capacity_tokens", p.kv_capacity_tokens},
+                {"allocated_fraction_mean", p.kv_allocated_fraction_mean},
+                {"allocated_fraction_peak", p.kv_allocated_fraction_peak}};
+    j[p.role] = pj;
+  }
+  const KvTransferSummary& t = s.kv_transfer;
+  const KvLink link = resolve_kv_link(outcome.config.kv_link, outcome.config.kv_link_gbps,
+                                      outcome.config.kv_link_latency_us);
+  j["kv_transfer"] = {{"link", link.name},
+                      {"gbps_per_gpu", link.gbps},
+                      {"latency_us", link.latency_us},
+                      {"mode", outcome.config.kv_transfer},
+                      {"transfers", t.transfers},
+                      {"bytes", t.bytes},
+                      {"wait_s", dist_json(t.wait_s)},
+                      {"queue_s", dist_json(t.queue_s)},
+                      {"transfer_s", dist_json(t.transfer_s)},
+                      {"handoff_gap_s", dist_json(t.handoff_gap_s)},
+                      {"ttft_at_decode_s", dist_json(t.ttft_at_decode_s)}};
+  return j;
+}
+
+}  // namespace
 
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   const Summary& s = outcome.result.summary;
@@ -204,9 +275,15 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   }
   // Judged on the figures above (experiments/slo.h), when the run was given objectives.
   if (!outcome.config.slo.empty()) j["slo"] = slo_json(evaluate_slo(j, outcome.config.slo), outcome.config.slo);
+  const int64_t gpus = run_gpus(outcome.config);
+  j["gpus"] = gpus;
+  if (!s.pools.empty()) j["pools"] = pools_json(outcome);
   if (!outcome.config.goodput.empty()) {
     j["goodput"] = goodput_json(compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
                                 outcome.config.goodput);
+    // DistServe's figure of merit (OSDI'24 section 2.3): goodput per provisioned GPU, so that
+    // deployments of different sizes and splits compare.
+    j["goodput"]["requests_per_s_per_gpu"] = j["goodput"]["requests_per_s"].get<double>() / static_cast<double>(gpus);
   }
   j["trust"] = trust_json(outcome.gpu);
   return j;
@@ -233,11 +310,16 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   }
   // A cluster's files get a replica column; a single replica's stay as they always were.
   const bool cluster = outcome.result.summary.replicas.size() > 1;
+  // A disaggregated run's hand-off, per request (HandoffRecord): where it was prefilled, when its
+  // prefill ended, how long its transfer waited for decode memory, queued for the link and
+  // took, and its bytes; empty where it never got that far.
+  const bool pooled = !outcome.result.handoffs.empty();
   {
     auto out = open_for_write(dir / "requests.csv");
     out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens,priority" << (cluster ? ",replica\n" : "\n");
+           "cached_tokens,priority" << (cluster ? ",replica" : "")
+        << (pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes\n" : "\n");
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
       fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
@@ -253,6 +335,13 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
                  r.reject_reason, r.cached_tokens, r.priority);
       if (cluster) fmt::print(out, ",{}", r.replica);
+      if (pooled) {
+        const HandoffRecord& h = outcome.result.handoffs[static_cast<size_t>(r.id)];
+        const bool moved = h.transferred();
+        fmt::print(out, ",{},{},{},{},{},{}", h.prefill_replica, opt_seconds(h.handoff, SimTime::zero()),
+                   moved ? fmt::format("{:.9f}", h.wait_s()) : "", moved ? fmt::format("{:.9f}", h.queue_s()) : "",
+                   moved ? fmt::format("{:.9f}", h.transfer_s()) : "", moved ? std::to_string(h.transfer_bytes) : "");
+      }
       out << '\n';
     }
   }

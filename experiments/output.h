@@ -17,6 +17,9 @@
 namespace batchsim {
 
 nlohmann::ordered_json config_to_json(const RunConfig& config);
+// GPUs the run provisions: replicas x tp, or both pools' replicas x their tp (summary.json's
+// `gpus`, the divisor of goodput per GPU).
+int64_t run_gpus(const RunConfig& config);
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome);
 
 // summary.json's `trust`: how far to trust a run's figures, from its GPU profile's validation

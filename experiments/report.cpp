@@ -322,6 +322,13 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
     if (slo) cells.push_back(slo_cell(r.runs));
     for (const Column& c : columns) {
+      const ordered_json& config = (*r.runs.front())["config"];
+      if (std::string(c.path) == kReplicasColumn.path && config.contains("prefill_replicas")) {
+        // A disaggregated run's replicas are its two pools'.
+        cells.push_back(fmt::format("{}P+{}D", config["prefill_replicas"].get<int64_t>(),
+                                    config["decode_replicas"].get<int64_t>()));
+        continue;
+      }
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
     }
     if (budget) cells.push_back(format_spread(spread_of(r.runs, "experiment.completed_within_budget", 1), 1));
@@ -342,6 +349,50 @@ Table latency_table(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
     for (const Column& c : latency_columns()) {
+      cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
+    }
+    t.rows.push_back(std::move(cells));
+  }
+  return t;
+}
+
+// Prefill/decode disaggregation (summary.json's `pools`): the section appears when some run of
+// the set is disaggregated, with its colocated runs beside the P:D ones.
+bool any_pools(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) { return r.contains("pools"); });
+}
+
+const std::vector<Column>& disaggregation_columns() {
+  static const std::vector<Column> c = {
+      {"gpus", "GPUs", 1, 0},
+      {"latency.ttft_s.p50", "TTFT p50 s", 1, 3},
+      {"latency.ttft_s.p99", "TTFT p99 s", 1, 3},
+      {"latency.tbt_s.p99", "TBT p99 ms", 1e3, 1},
+      {"latency.tpot_s.p99", "TPOT p99 ms", 1e3, 1},
+      {"goodput.requests_per_s_per_gpu", "goodput/GPU req/s", 1, 3},
+      {"pools.prefill.busy_fraction", "prefill busy %", 100, 1},
+      {"pools.decode.busy_fraction", "decode busy %", 100, 1},
+      {"pools.kv_transfer.transfer_s.p50", "transfer p50 ms", 1e3, 2},
+      {"pools.kv_transfer.transfer_s.p99", "transfer p99 ms", 1e3, 2},
+      {"pools.kv_transfer.queue_s.p99", "link queue p99 ms", 1e3, 2},
+      {"pools.kv_transfer.wait_s.p99", "KV wait p99 s", 1, 3},
+      {"pools.kv_transfer.handoff_gap_s.p99", "hand-off gap p99 ms", 1e3, 1},
+  };
+  return c;
+}
+
+Table disaggregation_table(const std::vector<Row>& rows) {
+  Table t;
+  t.headers = {"group", "policy", "deployment"};
+  for (const Column& c : disaggregation_columns()) t.headers.push_back(c.header);
+  for (const Row& r : rows) {
+    const ordered_json& config = (*r.runs.front())["config"];
+    const std::string deployment =
+        config.contains("prefill_replicas")
+            ? fmt::format("{}P:{}D", config["prefill_replicas"].get<int64_t>(), config["decode_replicas"].get<int64_t>())
+            : fmt::format("colocated x{}", config.value("replicas", 1));
+    std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy, deployment};
+    for (const Column& c : disaggregation_columns()) {
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
     }
     t.rows.push_back(std::move(cells));
@@ -723,6 +774,17 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
            "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
     render_markdown(out, latency_table(rows));
+    if (any_pools(results.runs)) {
+      out << "## Prefill/decode disaggregation\n\n"
+             "Deployment: colocated replicas, or P prefill and D decode replicas (`pools`). TTFT is "
+             "the prefill side's first token (as Splitwise and DistServe report it); TBT counts every "
+             "gap, the hand-off gap (first token to the decode side's first token, which holds the "
+             "transfer) included. Goodput per GPU: requests meeting every goodput threshold per "
+             "second, over the GPUs provisioned (DistServe's figure of merit). Transfer: time on the "
+             "link; link queue: waiting for the NICs; KV wait: waiting for decode memory "
+             "(backpressure). Busy: a pool's replicas' mean computing time over the makespan.\n\n";
+      render_markdown(out, disaggregation_table(rows));
+    }
     if (e.contains("published")) write_published_section(out, e["published"], rows);
   }
 

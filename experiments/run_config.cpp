@@ -11,6 +11,7 @@
 
 #include "experiments/bench_result.h"
 #include "hwmodel/error.h"
+#include "sim/kv_transfer.h"
 #include "sim/simulation.h"
 
 namespace batchsim {
@@ -119,6 +120,22 @@ GoodputSpec yaml_goodput(const YAML::Node& v, const std::filesystem::path& file,
   return spec;
 }
 
+// One key of a pool (`prefill-tp: 2`, or `tp: 2` under `prefill:`), without its prefix.
+void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& v, const YAML::Node& key_node,
+                    const std::filesystem::path& file, const std::string& shown) {
+  if (sub == "gpu") pool.gpu = scalar<std::string>(v, file, shown);
+  else if (sub == "tp") pool.tp = scalar<int>(v, file, shown);
+  else if (sub == "policy") pool.policy = scalar<std::string>(v, file, shown);
+  else if (sub == "num-gpu-blocks") pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+  else if (sub == "policy-opt" || sub == "policy-opts") {
+    if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+    for (const auto& o : v) pool.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
+  } else {
+    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, policy, policy-opt, num-gpu-blocks)",
+                                file.string(), key_node.Mark().line + 1, shown));
+  }
+}
+
 }  // namespace
 
 void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
@@ -160,6 +177,25 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "engine") c.engine = scalar<std::string>(v, file, shown);
     else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
     else if (key == "router") c.router = scalar<std::string>(v, file, shown);
+    else if (key == "prefill-replicas") c.prefill_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-replicas") c.decode_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-router") c.decode_router = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link") c.kv_link = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link-gbps") c.kv_link_gbps = scalar<double>(v, file, shown);
+    else if (key == "kv-link-latency-us") c.kv_link_latency_us = scalar<double>(v, file, shown);
+    else if (key == "kv-transfer") c.kv_transfer = scalar<std::string>(v, file, shown);
+    else if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
+      const bool prefill = key[0] == 'p';
+      apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, kv.first, file, shown);
+    }
+    else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
+      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
+      for (const auto& o : v) {
+        const std::string sub = o.first.as<std::string>();
+        apply_pool_key(key == "prefill" ? c.prefill : c.decode, normalize_key(sub), o.second, o.first, file,
+                       shown + "." + sub);
+      }
+    }
     else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
       if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
       for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
@@ -234,6 +270,10 @@ ModelSpec resolve_run_model(const RunConfig& c) {
                      parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
 }
 
+// 2^24 blocks are 268M tokens at block_size 16, far beyond any GPU's KV cache, and with prefix
+// caching the cache keeps a few dozen bytes per block.
+constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
+
 void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
   parse_dtype_bytes(c.weight_dtype, "--weight-dtype");
@@ -244,6 +284,42 @@ void validate(const RunConfig& c) {
     throw UserError(fmt::format("--replicas {}: must be in [1, {}]", c.replicas, kMaxReplicas));
   }
   parse_router(c.router, "--router");
+  if (is_disaggregated(c)) {
+    // A pool of 0 replicas has nothing to hand to, or nothing to hand from.
+    for (const auto& [n, option] : {std::pair{c.prefill_replicas, "--prefill-replicas"},
+                                    std::pair{c.decode_replicas, "--decode-replicas"}}) {
+      if (n < 1 || n > kMaxReplicas) {
+        throw UserError(fmt::format("{} {}: a disaggregated run needs both pools, each in [1, {}] replicas "
+                                    "(--prefill-replicas P --decode-replicas D)", option, n, kMaxReplicas));
+      }
+    }
+    if (c.replicas != 1) {
+      throw UserError(fmt::format("--replicas {}: not with --prefill-replicas/--decode-replicas, which "
+                                  "size the two pools", c.replicas));
+    }
+    if (!c.decode_router.empty()) parse_router(c.decode_router, "--decode-router");
+    for (const auto& [pool, name] : {std::pair{&c.prefill, "prefill"}, std::pair{&c.decode, "decode"}}) {
+      if (pool->tp && (*pool->tp < 1 || *pool->tp > 64)) {
+        throw UserError(fmt::format("--{}-tp {}: must be in [1, 64]", name, *pool->tp));
+      }
+      if (pool->num_gpu_blocks && (*pool->num_gpu_blocks < 0 || *pool->num_gpu_blocks > kMaxGpuBlocks)) {
+        throw UserError(fmt::format("--{}-num-gpu-blocks {}: must be in [0, {}] (0: from GPU memory)", name,
+                                    *pool->num_gpu_blocks, kMaxGpuBlocks));
+      }
+    }
+    resolve_kv_link(c.kv_link, c.kv_link_gbps, c.kv_link_latency_us, "--kv-link");
+    parse_kv_transfer_mode(c.kv_transfer, "--kv-transfer");
+  } else {
+    // Pool settings without pools would be ignored: say so rather than run something else.
+    const bool pool_set = !c.prefill.gpu.empty() || !c.decode.gpu.empty() || c.prefill.tp || c.decode.tp ||
+                          !c.prefill.policy.empty() || !c.decode.policy.empty() ||
+                          !c.prefill.policy_opts.empty() || !c.decode.policy_opts.empty() ||
+                          c.prefill.num_gpu_blocks || c.decode.num_gpu_blocks || !c.decode_router.empty();
+    if (pool_set) {
+      throw UserError("--prefill-*/--decode-* options: set --prefill-replicas P and --decode-replicas D "
+                      "for a disaggregated run");
+    }
+  }
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
   }
@@ -252,9 +328,6 @@ void validate(const RunConfig& c) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
   }
-  // 2^24 blocks are 268M tokens at block_size 16, far beyond any GPU's KV cache, and with
-  // prefix caching the cache keeps a few dozen bytes per block.
-  constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
   if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {
     throw UserError(fmt::format("--num-gpu-blocks {}: must be in [0, {}] (0: size the KV cache from GPU memory)",
                                 c.num_gpu_blocks, kMaxGpuBlocks));
@@ -281,6 +354,20 @@ void validate(const RunConfig& c) {
 
 std::string run_engine_name(const RunConfig& config) {
   return config.engine.empty() ? policy_engine(config.policy) : config.engine;
+}
+
+RunConfig pool_run_config(const RunConfig& config, const std::string& role) {
+  const PoolConfig& pool = role == "prefill" ? config.prefill : config.decode;
+  RunConfig c = config;
+  if (!pool.gpu.empty()) c.gpu = pool.gpu;
+  if (pool.tp) c.tp = *pool.tp;
+  if (!pool.policy.empty() && pool.policy != config.policy) {
+    c.policy = pool.policy;
+    c.policy_opts.clear();
+  }
+  for (const auto& [k, v] : pool.policy_opts) c.policy_opts[k] = v;
+  if (pool.num_gpu_blocks) c.num_gpu_blocks = *pool.num_gpu_blocks;
+  return c;
 }
 
 }  // namespace batchsim

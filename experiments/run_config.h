@@ -23,6 +23,17 @@ class Node;
 
 namespace batchsim {
 
+// One pool of a disaggregated run: what differs from the run's own settings (unset: the run's).
+// The run's policy options apply to a pool that runs the run's policy; a pool given a policy
+// of its own starts from none. Its own options are added on top.
+struct PoolConfig {
+  std::string gpu;
+  std::optional<int> tp;
+  std::string policy;
+  std::map<std::string, std::string> policy_opts;
+  std::optional<int64_t> num_gpu_blocks;
+};
+
 struct RunConfig {
   std::string model = "llama-2-7b";
   std::string gpu = "a100-80gb";
@@ -40,6 +51,19 @@ struct RunConfig {
   // router (sim/simulation.h, Router): 1 is a single replica.
   int replicas = 1;
   std::string router = "round-robin";
+  // Prefill/decode disaggregation (sim/simulation.h, "Disaggregated pools"): P prefill and D
+  // decode replicas instead of `replicas`; 0 and 0: colocated. Arrivals are routed by `router`
+  // to the prefill pool, hand-offs by `decode_router` (empty: `router`) to the decode pool.
+  int prefill_replicas = 0;
+  int decode_replicas = 0;
+  PoolConfig prefill, decode;
+  std::string decode_router;
+  // The KV link (sim/kv_transfer.h): a named one, its bandwidth (Gb/s per GPU) and latency (us)
+  // replaced when given; pull | layerwise.
+  std::string kv_link = "ib";
+  std::optional<double> kv_link_gbps;
+  std::optional<double> kv_link_latency_us;
+  std::string kv_transfer = "pull";
   WorkloadSpec workload;
   double gpu_memory_utilization = 0.9;
   // Closed-loop clients (vllm bench serve --max-concurrency): at most this many requests in
@@ -101,5 +125,11 @@ void validate(const RunConfig& config);
 ModelSpec resolve_run_model(const RunConfig& config);
 // The engine the run simulates: `engine`, or the policy's default.
 std::string run_engine_name(const RunConfig& config);
+
+// A disaggregated run: both pool sizes set.
+inline bool is_disaggregated(const RunConfig& c) { return c.prefill_replicas > 0 || c.decode_replicas > 0; }
+// The run as one pool sees it (its GPU, TP, policy and options, engine), for building that
+// pool's cost model and policies; `role` is "prefill" or "decode".
+RunConfig pool_run_config(const RunConfig& config, const std::string& role);
 
 }  // namespace batchsim

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -41,13 +42,37 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
+namespace {
+
+// The pool's policy, refused by its option when it cannot serve `role`.
+std::unique_ptr<Policy> make_pool_policy(const RunConfig& pool, PoolRole role) {
+  auto policy = make_policy(pool.policy, PolicyOptions(pool.policy_opts));
+  if (const std::string why = policy->unsupported_role_reason(role); !why.empty()) {
+    throw UserError(fmt::format("--{}-policy {}: {}", pool_role_name(role), pool.policy, why));
+  }
+  return policy;
+}
+
+}  // namespace
+
+void check_run_pools(const RunConfig& config) {
+  if (!is_disaggregated(config)) return;
+  for (const PoolRole role : {PoolRole::kPrefill, PoolRole::kDecode}) {
+    const RunConfig pool = pool_run_config(config, std::string(pool_role_name(role)));
+    resolve_gpu(pool.gpu);
+    make_pool_policy(pool, role);
+  }
+}
+
 RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload,
                           const RunHooks& hooks) {
   validate(config);
-  const ModelSpec model = resolve_run_model(config);
-  const HardwareProfile gpu = resolve_gpu(config.gpu);
-  const CostModel cost_model(model, gpu, config.tp,
-                             hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(config)));
+  // The prefill pool's settings are the run's cost model (the only pool of a colocated run).
+  const RunConfig first_pool = is_disaggregated(config) ? pool_run_config(config, "prefill") : config;
+  const ModelSpec model = resolve_run_model(first_pool);
+  const HardwareProfile gpu = resolve_gpu(first_pool.gpu);
+  const CostModel cost_model(model, gpu, first_pool.tp,
+                             hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool)));
 
   BuiltWorkload generated;
   if (workload == nullptr) {
@@ -57,15 +82,38 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   const std::string base = policy_base(config.policy);
   const auto requests = static_cast<int64_t>(workload->requests.size());
   check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
-  // One policy instance per replica: each has its own queues and KV cache.
+  // One policy instance per replica: each has its own queues and KV cache. A disaggregated
+  // run's prefill pool comes first, then its decode pool, each with its pool's policy.
   std::vector<std::unique_ptr<Policy>> policies;
   std::vector<Policy*> replicas;
-  for (int i = 0; i < config.replicas; ++i) {
-    policies.push_back(make_policy(config.policy, PolicyOptions(config.policy_opts)));
-    replicas.push_back(policies.back().get());
+  const auto add_replicas = [&](const RunConfig& c, int count, PoolRole role) {
+    for (int i = 0; i < count; ++i) {
+      policies.push_back(role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
+                                                      : make_pool_policy(c, role));
+      replicas.push_back(policies.back().get());
+    }
+  };
+  SimulationOptions options;
+  std::optional<CostModel> decode_cost_model;
+  if (is_disaggregated(config)) {
+    const RunConfig prefill = pool_run_config(config, "prefill");
+    const RunConfig decode = pool_run_config(config, "decode");
+    add_replicas(prefill, config.prefill_replicas, PoolRole::kPrefill);
+    add_replicas(decode, config.decode_replicas, PoolRole::kDecode);
+    decode_cost_model.emplace(resolve_run_model(decode), resolve_gpu(decode.gpu), decode.tp,
+                              resolve_engine(run_engine_name(decode)));
+    DisaggregationOptions& d = options.disaggregation;
+    d.prefill_replicas = config.prefill_replicas;
+    d.decode_cost_model = &*decode_cost_model;
+    d.decode_num_gpu_blocks = decode.num_gpu_blocks;
+    d.decode_router = parse_router(config.decode_router.empty() ? config.router : config.decode_router,
+                                   "--decode-router");
+    d.link = resolve_kv_link(config.kv_link, config.kv_link_gbps, config.kv_link_latency_us);
+    d.mode = parse_kv_transfer_mode(config.kv_transfer);
+  } else {
+    add_replicas(config, config.replicas, PoolRole::kColocated);
   }
 
-  SimulationOptions options;
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.max_concurrency = config.max_concurrency;
   options.num_gpu_blocks = config.num_gpu_blocks;

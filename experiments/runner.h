@@ -44,6 +44,11 @@ void check_memory(int64_t needed, int64_t available, int64_t requests, const std
 // MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read.
 int64_t available_memory_bytes();
 
+// A disaggregated run's pools as `run_simulation` builds them, checked without running: each
+// pool's GPU and policy (with its options) exist, and its policy serves its role. Throws
+// UserError naming the pool's option (--decode-policy ...). Nothing for a colocated run.
+void check_run_pools(const RunConfig& config);
+
 // Runs `config`; when `workload` is given it is used instead of generating one (so that a
 // comparison feeds every policy the same request sequence); its prefix_blocks reach the policy
 // for prefix caching. Throws UserError for bad input.

@@ -579,9 +579,108 @@ def capacity(res, out_dir):
              "Mean over seeds; whiskers span the seeds' min–max.")]
 
 
+def _deployment_axis(res):
+    """The axis whose values split the GPUs into pools (it sets prefill-replicas), or None."""
+    for axis in res.experiment.get("axes", []):
+        if "prefill-replicas" in axis.get("sets", []):
+            return axis
+    return None
+
+
+DISAGG_PANELS = [("latency.tbt_s.p99", "p99 TBT (ms)", 1e3), ("latency.ttft_s.p90", "p90 TTFT (s)", 1),
+                 ("goodput.requests_per_s_per_gpu", "goodput per GPU (req/s)", 1)]
+
+
+def disaggregation(res, out_dir):
+    """Colocated vs prefill/decode pools: one row per combination of the other axes, the
+    deployments along x, a bar per policy; and each moved request's transfer time against its
+    prompt length."""
+    axis = _deployment_axis(res)
+    runs = [r for r in res.runs if r.get("experiment.capacity_probe", "") == ""]
+    if axis is None or not runs:
+        return []
+    key = "experiment.axes." + axis["name"]
+    deployments = axis["values"]
+    others = OrderedDict()
+    for r in runs:
+        rest = " ".join(p for p in r["experiment.group"].split(" ") if not p.startswith(axis["name"] + "="))
+        others.setdefault(rest, []).append(r)
+    colors = policy_colors(res.policies)
+    n = len(res.policies)
+    width = 0.8 / n
+    fig, axes = plt.subplots(len(others), len(DISAGG_PANELS), figsize=(4.4 * len(DISAGG_PANELS), 2.5 * len(others) + 0.6),
+                             squeeze=False)
+    for row, (rest, rows) in enumerate(others.items()):
+        for col, (metric, label, scale) in enumerate(DISAGG_PANELS):
+            ax = axes[row][col]
+            for i, policy in enumerate(res.policies):
+                ys = []
+                for d in deployments:
+                    vals = [_num(r.get(metric)) * scale for r in rows if r[key] == d and r["experiment.policy"] == policy]
+                    ys.append(_spread(vals)[0])
+                ax.bar([k + (i - (n - 1) / 2) * width for k in range(len(deployments))], ys, width,
+                       color=colors[policy], label=policy)
+            ax.set_xticks(range(len(deployments)))
+            ax.set_xticklabels(deployments, fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+            ax.set_ylabel(label, fontsize=8)
+            bound = _num(rows[0].get("slo.bounds." + metric))  # the run's SLO bound on it, if any
+            if not math.isnan(bound):
+                ax.axhline(bound * scale, linestyle="--", color="grey", linewidth=1)
+            if row == 0:
+                ax.set_title(label)
+            if col == 0:
+                ax.text(-0.28, 0.5, rest or "all", transform=ax.transAxes, rotation=90, va="center", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{res.experiment['name']}: colocated vs prefill/decode pools", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "disaggregation.png"), dpi=DPI)
+    plt.close(fig)
+    out = [("disaggregation.png", "Colocated vs prefill/decode pools",
+            "One row per combination of the other axes, deployments along x, a bar per policy (mean over "
+            "seeds). TBT counts every gap, the hand-off included; TTFT is the prefill side's first token; "
+            "goodput per GPU: requests within every goodput threshold per second, over the GPUs.")]
+    # Transfer time against prompt length: the first policy's P:D runs of the first seed, the
+    # combination of the other axes with the most transfers (the heaviest load).
+    pooled = [r for r in runs if r["experiment.policy"] == res.policies[0] and r.get("config.prefill_replicas", "")]
+    if pooled:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        cmap = plt.get_cmap("tab10")
+        for i, d in enumerate(deployments):
+            labelled = False
+            for r in pooled:
+                path = res.run_file(r, "requests.csv")
+                if r[key] != d or not os.path.exists(path):
+                    continue
+                reqs = [q for q in read_csv(path) if q.get("kv_transfer_s", "") != ""]
+                xs = [_num(q["prompt_tokens"]) for q in reqs]
+                axes[0].scatter(xs, [1e3 * _num(q["kv_transfer_s"]) for q in reqs], s=3, alpha=0.3,
+                                color=cmap(i % 10), label=None if labelled else d)
+                axes[1].scatter(xs, [1e3 * (_num(q["kv_wait_s"]) + _num(q["kv_queue_s"]) + _num(q["kv_transfer_s"]))
+                                     for q in reqs], s=3, alpha=0.3, color=cmap(i % 10))
+                labelled = True
+        for ax, title in zip(axes, ["on the link", "hand-off to landing: waiting for decode memory + NIC queue + link"]):
+            ax.set_xlabel("prompt tokens")
+            ax.set_ylabel("ms")
+            if ax is axes[1]:  # the waits span orders of magnitude; the link time is linear
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(title, fontsize=9)
+        axes[0].legend(fontsize=6, markerscale=3)
+        fig.suptitle(f"{res.experiment['name']}: KV transfer time vs prompt length ({res.policies[0]})", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "kv_transfer.png"), dpi=DPI)
+        plt.close(fig)
+        out.append(("kv_transfer.png", "KV transfer time vs prompt length",
+                    "Each dot one transferred request of a P:D run (first policy, every seed and combination). "
+                    "Left: time on the link, latency + bytes over the NICs, linear in the prompt; right: from the "
+                    "prefill's end to the KV's landing, with the waits for decode memory and for the NICs."))
+    return out
+
+
 # In report order: the slot timeline, the picture that explains the rest, comes early.
-FIGURES = [throughput, capacity, slot_timeline, slot_timeline_time, latency_vs_qps, latency_bars, cdfs,
-           kv_over_time]
+FIGURES = [throughput, capacity, slot_timeline, slot_timeline_time, disaggregation, latency_vs_qps, latency_bars,
+           cdfs, kv_over_time]
 
 
 def make_all(folder):

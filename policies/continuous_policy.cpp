@@ -63,6 +63,8 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   finished_flag_.assign(n, false);
   ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
   waiting_ = WaitingQueue(&ranking_);
+  held_.assign(env.role == PoolRole::kPrefill ? n : 0, 0);
+  remote_pending_.assign(env.role == PoolRole::kDecode ? n : 0, 0);
 }
 
 int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
@@ -115,6 +117,15 @@ bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batc
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   const Request& r = env_->request(id);
   if (reject_over_context(*env_, id)) return;
+  if (env_->role == PoolRole::kDecode && env_->progress_of(id).computed_tokens > 0) {
+    // Prefilled elsewhere: no prompt limit applies here (a re-prefill after a recompute
+    // preemption is cut into budget-sized chunks, see step_tokens), only whether its KV can
+    // ever fit.
+    if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
+    remote_pending_[id] = 1;
+    waiting_.add(id);
+    return;
+  }
   // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
   if (!config_.chunked && r.prompt_tokens > budget_) {
     env_->reject(id, fmt::format("prompt exceeds max_num_batched_tokens {} (chunked prefill "
@@ -388,6 +399,9 @@ int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const
 
 bool ContinuousPolicy::admission_allowed(int64_t budget) const {
   if (config_.max_waiting_tokens == 0 || running_.empty() || waiting_.empty()) return true;
+  // TGI's rule keeps prefills from interrupting the decodes; a remote request's admission
+  // prefills nothing.
+  if (!remote_pending_.empty() && remote_pending_[waiting_.front()] != 0) return true;
   // TGI: `if waiting_tokens >= max_waiting_tokens` take any new requests; else only a batch of
   // at least floor(batch_size * waiting_served_ratio) (queue.next_batch's min_size).
   if (steps_since_admission_ + 1 >= config_.max_waiting_tokens) return true;
@@ -415,6 +429,10 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
+    if (!remote_pending_.empty() && remote_pending_[id] != 0) {
+      if (!admit_remote(id)) break;
+      continue;
+    }
     const auto [cached, need, n, fit] = admission_step(id, budget, partial_prefills_);
     if (n == 0) break;
     // Room for more than this step writes (admission_step): checked, not allocated.
@@ -461,7 +479,55 @@ bool ContinuousPolicy::fill_batch(Batch& batch, int64_t& budget) {
   return true;
 }
 
+bool ContinuousPolicy::admit_remote(RequestId id) {
+  // vLLM v1 with a KV connector (scheduler.py schedule(), WAITING loop): the connector reports
+  // the prompt's tokens as external (NixlConnector get_num_new_matched_tokens: all prompt
+  // tokens not computed locally, load_kv_async=True); allocate_slots takes blocks for them,
+  // with the watermark and the prefix cache as any admission, and schedules no tokens; the
+  // request waits in WAITING_FOR_REMOTE_KVS. Blocks for the first decode step are taken when it
+  // runs, as for any running request.
+  const int64_t prompt = env_->request(id).prompt_tokens;
+  if (!kv_->try_admit(id, prompt, reserve_tokens(id))) return false;
+  const int64_t shared = config_.paged ? static_cast<const PagedKvCache&>(*kv_).shared_tokens_of(id) : 0;
+  remote_pending_[id] = 0;
+  waiting_.pop_front();
+  ++receiving_;
+  remote_admitted_ = true;
+  // Tokens this cache already held (a shared prefix) are not pulled (the connector counts only
+  // tokens beyond num_computed_tokens).
+  env_->start_kv_transfer(id, prompt - shared);
+  return true;
+}
+
+void ContinuousPolicy::on_kv_received(RequestId id, SimTime /*now*/) {
+  if (receiving_ < 1 || !kv_->holds(id)) {
+    throw std::logic_error(fmt::format("{}: KV of request {} arrived, but none was awaited", name_, id));
+  }
+  --receiving_;
+  received_.push_back(id);
+}
+
+void ContinuousPolicy::promote_received() {
+  // Landed requests re-enter the WAITING loop (v1 moves them from WAITING_FOR_REMOTE_KVS back to
+  // WAITING at the queue's front) and join `running` while sequence slots are left; with their
+  // prompt computed, their next step is a decode.
+  while (!received_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    running_.push_back(received_.front());
+    received_.pop_front();
+  }
+}
+
+void ContinuousPolicy::release_held_kv(RequestId id) {
+  if (held_.empty() || held_[id] == 0) {
+    throw std::logic_error(fmt::format("{}: release of request {}'s KV, which is not held", name_, id));
+  }
+  held_[id] = 0;
+  kv_->release(id);
+}
+
 void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
+  remote_admitted_ = false;  // promote_received() sets it
+  promote_received();
   bool preempted = false;
   for (;;) {
     int64_t budget = budget_;
@@ -483,8 +549,10 @@ void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   // A step that admitted is no decode step even when its shape is all decodes: a request
   // readmitted after recompute whose cache hit leaves one token to compute (its own output
   // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.
-  repeatable_ = !preempted && !admitted_ && !batch.empty() && batch.shape.prefills.empty() &&
-                swapped_.empty();
+  // A remote request whose KV was allocated now is no decode of this batch, but it will join
+  // a later one: the next step differs.
+  repeatable_ = !preempted && !admitted_ && !remote_admitted_ && !batch.empty() &&
+                batch.shape.prefills.empty() && swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
 }
@@ -536,7 +604,12 @@ void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
   if (finished.empty()) return;
   for (RequestId id : finished) {
     finished_flag_[id] = true;
-    kv_->release(id);
+    // Prefill role: the KV stays until its transfer lands (release_held_kv).
+    if (held_.empty()) {
+      kv_->release(id);
+    } else {
+      held_[id] = 1;
+    }
   }
   std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
 }

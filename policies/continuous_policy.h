@@ -227,9 +227,16 @@ class ContinuousPolicy final : public Policy {
   void schedule(SimTime now, Batch& batch) override;
   void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
                         SimTime now) override;
-  bool idle() const override { return waiting_.empty() && running_.empty() && swapped_.empty(); }
+  // KV held for transfers (prefill role) is no work: nothing is left to schedule for it.
+  bool idle() const override {
+    return waiting_.empty() && running_.empty() && swapped_.empty() && receiving_ == 0 && received_.empty();
+  }
   bool repeat_decode_step(const Batch& batch) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
+  // Both disaggregated roles, as vLLM v1 serves them with a KV connector (sim/policy.h).
+  std::string unsupported_role_reason(PoolRole /*role*/) const override { return ""; }
+  void release_held_kv(RequestId id) override;
+  void on_kv_received(RequestId id, SimTime now) override;
 
   const ContinuousPolicyConfig& config() const { return config_; }
   int64_t token_budget() const { return budget_; }
@@ -284,6 +291,12 @@ class ContinuousPolicy final : public Policy {
   }
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
   SimTime transfer_time(int64_t tokens) const;
+  // Decode role: allocates the prompt's KV of remote request `id` at the head of `waiting_` and
+  // starts its transfer; false, changing nothing, when it does not fit (head-of-line, as any
+  // admission).
+  bool admit_remote(RequestId id);
+  // Decode role: requests whose KV has arrived join the running ones while max_num_seqs allows.
+  void promote_received();
 
   ContinuousPolicyConfig config_;
   std::string name_;
@@ -307,6 +320,16 @@ class ContinuousPolicy final : public Policy {
   bool admitted_into_running_ = false;  // the last schedule() admitted while others ran
   bool into_running_ = false;           // the batch being built admits into a running one
   int64_t steps_since_admission_ = 0;  // schedule() calls since one last admitted (TGI: waiting_tokens - 1)
+  // Disaggregated roles (sim/policy.h). Prefill: finished requests whose KV is held for their
+  // transfer. Decode: arrived requests whose prompt KV is not allocated yet (in `waiting_`),
+  // how many wait for their KV to land, and those whose KV has landed but found no sequence
+  // slot yet. vLLM v1 keeps the last two in WAITING_FOR_REMOTE_KVS and then WAITING, outside
+  // `running` (vllm/v1/core/sched/scheduler.py, _update_waiting_for_remote_kv).
+  std::vector<uint8_t> held_;
+  std::vector<uint8_t> remote_pending_;
+  int64_t receiving_ = 0;
+  std::deque<RequestId> received_;
+  bool remote_admitted_ = false;  // the schedule() being built allocated a remote request's KV
 };
 
 }  // namespace batchsim

@@ -108,6 +108,13 @@ class SglangPolicy final : public Policy {
                         SimTime now) override;
   bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0; }
   bool repeat_decode_step(const Batch& batch) override;
+  // SGLang's own disaggregation (--disaggregation-mode prefill|decode: a bootstrap server,
+  // the decode side's prealloc and transfer queues) is not modelled.
+  std::string unsupported_role_reason(PoolRole role) const override {
+    if (role == PoolRole::kColocated) return "";
+    return "the sglang policy does not model SGLang's disaggregation mode (--disaggregation-mode "
+           "prefill|decode); use a continuous or chunked-prefill policy in the pools";
+  }
   const KvCacheManager& kv_cache() const override { return *kv_; }
 
   const SglangPolicyConfig& config() const { return config_; }

@@ -50,6 +50,12 @@ class StaticPolicy final : public Policy {
   bool idle() const override { return waiting_.empty() && batch_.empty(); }
   const KvCacheManager& kv_cache() const override { return *kv_; }
   bool repeat_decode_step(const Batch& batch) override;
+  std::string unsupported_role_reason(PoolRole role) const override {
+    if (role == PoolRole::kColocated) return "";
+    return "static batching has no disaggregated role: a static batch prefills and decodes its "
+           "requests together, holding its slots until the longest ends (use a continuous or "
+           "chunked-prefill policy in the pools)";
+  }
 
   const StaticPolicyConfig& config() const { return config_; }
 

@@ -88,6 +88,24 @@ struct RequestPhaseChange {
   RequestPhase phase = RequestPhase::kQueued;
 };
 
+// A disaggregated run's hand-off of one request from its prefill replica to its decode replica
+// (SimulationResult::handoffs, by request id). Times are SimTime::max() for steps it never
+// reached: a request of one output token finishes on the prefill side and is never handed off.
+struct HandoffRecord {
+  int32_t prefill_replica = -1;
+  int32_t decode_replica = -1;    // -1: never handed off
+  SimTime handoff = SimTime::max();        // its first token; its KV is held from here
+  SimTime kv_allocated = SimTime::max();   // the decode replica found room: the transfer is asked for
+  SimTime transfer_start = SimTime::max();  // the link (both NICs) became free for it
+  SimTime transfer_end = SimTime::max();    // landed: prefill KV freed, decode may schedule it
+  int64_t transfer_bytes = 0;               // KV moved over the link after the prefill ended
+  SimTime decode_first_token = SimTime::max();  // its first token on the decode side (its second)
+  bool transferred() const { return transfer_end != SimTime::max(); }
+  double wait_s() const { return (kv_allocated - handoff).seconds(); }      // backpressure
+  double queue_s() const { return (transfer_start - kv_allocated).seconds(); }
+  double transfer_s() const { return (transfer_end - transfer_start).seconds(); }
+};
+
 // Weighted samples with nearest-rank percentiles.
 class WeightedSamples {
  public:
@@ -134,6 +152,31 @@ struct PriorityClassSummary {
   Distribution e2e_s, ttft_s, tpot_s, queueing_s;  // over its completed requests
 };
 
+// One pool of a disaggregated run (Summary::pools): its replicas' figures together.
+struct PoolSummary {
+  std::string role;                 // "prefill" | "decode"
+  int32_t first_replica = 0, replicas = 0;
+  int64_t requests = 0;             // routed (prefill) or handed (decode) to it
+  int64_t iterations = 0;
+  double busy_fraction = 0;         // its replicas' mean computing time / the makespan
+  int64_t kv_capacity_tokens = 0;   // per replica
+  double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // over its replicas' busy time
+  int64_t preemptions = 0;          // preemptions its policies made
+};
+
+// The KV transfers of a disaggregated run (Summary::kv_transfer).
+struct KvTransferSummary {
+  int64_t transfers = 0;
+  double bytes = 0;                 // moved over the links after prefills ended
+  Distribution wait_s;              // hand-off to decode KV allocated (backpressure)
+  Distribution queue_s;             // allocated to the link free (NIC queueing)
+  Distribution transfer_s;          // on the link
+  Distribution handoff_gap_s;       // first token (prefill) to second token (decode)
+  // Arrival to the first token on the decode side: the TTFT a client of vLLM's disaggregated
+  // proxy sees, whose first token comes from the decode instance (it re-samples it there).
+  Distribution ttft_at_decode_s;
+};
+
 struct Summary {
   int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
@@ -156,6 +199,8 @@ struct Summary {
   // One per priority present, most urgent (smallest) first; empty when every request has the
   // same priority (the class would repeat the figures above).
   std::vector<PriorityClassSummary> priority_classes;
+  std::vector<PoolSummary> pools;        // disaggregated runs: prefill, then decode
+  KvTransferSummary kv_transfer;         // disaggregated runs
 };
 
 struct SimulationResult {
@@ -170,6 +215,7 @@ struct SimulationResult {
   // by request, then time; each request's first is kQueued, its last kFinished or kRejected.
   std::vector<RequestPhaseChange> request_phases;
   WeightedSamples tbt_s;                    // every inter-token gap
+  std::vector<HandoffRecord> handoffs;      // disaggregated runs, by request id; else empty
   Summary summary;
   int64_t kv_capacity_tokens = 0;
   // Iterations advanced by decode fast-forward rather than one by one (a speed figure, not a

@@ -11,6 +11,22 @@
 
 namespace batchsim {
 
+std::string_view pool_role_name(PoolRole role) {
+  switch (role) {
+    case PoolRole::kColocated: return "colocated";
+    case PoolRole::kPrefill: return "prefill";
+    case PoolRole::kDecode: return "decode";
+  }
+  return "?";
+}
+
+std::string Policy::unsupported_role_reason(PoolRole role) const {
+  if (role == PoolRole::kColocated) return "";
+  return fmt::format("policy '{}' has no {} role: it cannot hold a finished request's KV for a "
+                     "transfer, nor admit a request whose prompt was prefilled elsewhere",
+                     name(), pool_role_name(role));
+}
+
 const std::string* PolicyOptions::lookup(const std::string& key) const {
   auto it = values_.find(key);
   if (it == values_.end()) return nullptr;

@@ -17,6 +17,20 @@
 // detail this request's figures ("4069 + 46 tokens"); warnings group requests by kind. A policy must never return an empty batch while it holds
 // schedulable work, unless it sets batch.wake_at (e.g. a static batch timeout): the simulation
 // treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
+//
+// Disaggregated pools (sim/simulation.h, "Disaggregated pools"): a policy serves one of three
+// roles, PolicyEnv::role. Colocated is all of the above. A prefill replica sees each request
+// with an output of one token (env.requests is a view whose output_tokens and max_tokens are 1,
+// as vLLM's disaggregated proxy sends the prefill instance max_tokens=1), so it finishes at its
+// first token; its KV stays held, counted in kv_cache(), after on_iteration_end lists it
+// finished, until release_held_kv(id) once the transfer has landed (vLLM v1's request_finished
+// returning delay_free_blocks, vllm/v1/core/sched/scheduler.py _free_request at
+// local-inference-lab/vllm@28be48f). A decode replica gets on_arrival(id) for a request whose
+// prompt was computed elsewhere (computed_tokens == prompt, one token generated); it admits it
+// when KV for its known tokens fits, calls env.start_kv_transfer(id, tokens) for the tokens that
+// must come over the link, and schedules it only after on_kv_received(id) (vLLM's
+// WAITING_FOR_REMOTE_KVS). A policy that cannot serve a role says why in
+// unsupported_role_reason, and the simulation refuses the run with that reason.
 #pragma once
 
 #include <algorithm>
@@ -38,6 +52,10 @@
 namespace batchsim {
 
 enum class RequestState : uint8_t { kPending, kWaiting, kRunning, kFinished, kRejected };
+
+// What a replica does in its cluster (see the header comment).
+enum class PoolRole : uint8_t { kColocated, kPrefill, kDecode };
+std::string_view pool_role_name(PoolRole role);
 
 // Progress of one request through the replica, advanced only by the replica.
 struct RequestProgress {
@@ -90,6 +108,11 @@ struct PolicyEnv {
   // have in flight; once that reaches max_concurrency, none can arrive before one settles.
   const int64_t* clients_in_flight = nullptr;
   int64_t max_concurrency = 0;
+  PoolRole role = PoolRole::kColocated;
+  // Decode role: the policy has allocated KV for remote request `id`; `tokens` of it (its
+  // prompt, less what it found in its own prefix cache) must come over the link. The
+  // simulation calls on_kv_received(id) when they have.
+  std::function<void(RequestId, int64_t tokens)> start_kv_transfer;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
@@ -139,6 +162,14 @@ class Policy {
   // repeated iterations in one step. The default never repeats. Results must be identical
   // either way: tests run every policy with fast-forward on and off and compare the outputs.
   virtual bool repeat_decode_step(const Batch& /*batch*/) { return false; }
+
+  // Disaggregated pools (see the header comment): why this policy cannot serve `role`, or ""
+  // when it can. Every policy serves kColocated.
+  virtual std::string unsupported_role_reason(PoolRole role) const;
+  // Prefill role: the transfer of finished request `id` has landed; free its KV.
+  virtual void release_held_kv(RequestId /*id*/) {}
+  // Decode role: the KV of remote request `id` has arrived; it may be scheduled from now on.
+  virtual void on_kv_received(RequestId /*id*/, SimTime /*now*/) {}
 };
 
 // Policy options as KEY=VALUE strings (from --policy-opt or an experiment file). Typed getters

@@ -143,21 +143,32 @@ SimulationResult Simulation::run() {
     Replica& r = replicas_[i];
     r.policy = policies_[i];
     r.index = static_cast<int32_t>(i);
+    r.cost_model = &cost_model_;
+    r.kv_capacity_tokens = result_.kv_capacity_tokens;
+    r.num_gpu_blocks = options_.num_gpu_blocks;
+  }
+  if (pooled()) set_up_pools();
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = replicas_[i];
     PolicyEnv& env = r.env;
-    env.requests = requests_;
+    env.requests = r.role == PoolRole::kPrefill ? &prefill_view_ : requests_;
     env.progress = &progress_;
-    env.cost_model = &cost_model_;
-    env.kv_capacity_tokens = options_.num_gpu_blocks > 0 ? options_.num_gpu_blocks * kDefaultBlockSize
-                                                         : result_.kv_capacity_tokens;
-    env.num_gpu_blocks = options_.num_gpu_blocks;
-    env.max_model_len = cost_model_.model().max_context_tokens;
+    env.cost_model = r.cost_model;
+    env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
+    env.num_gpu_blocks = r.num_gpu_blocks;
+    env.max_model_len = r.cost_model->model().max_context_tokens;
+    env.role = r.role;
+    if (r.role == PoolRole::kDecode) {
+      env.start_kv_transfer = [this, &r](RequestId id, int64_t tokens) { start_kv_transfer(r, id, tokens); };
+    }
     env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
-    env.preempt = [this](RequestId id, bool keeps_kv) {
+    env.preempt = [this, &r](RequestId id, bool keeps_kv) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kRunning) {
         throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
       }
       ++p.preemptions;
+      ++r.preemptions;
       p.state = RequestState::kWaiting;
       if (!keeps_kv) p.computed_tokens = 0;
       record_phase(id, RequestPhase::kPreempted);
@@ -179,12 +190,11 @@ SimulationResult Simulation::run() {
       admission_hit_[id] = tokens;
     };
     r.policy->attach(env);
+    // Blocks given by count: the capacity is what the policy built from them (N x its block
+    // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
+    if (r.num_gpu_blocks > 0) r.kv_capacity_tokens = r.policy->kv_cache().capacity_tokens();
   }
-  // Blocks given by count: the capacity is what the policy built from them (N x its block
-  // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
-  if (options_.num_gpu_blocks > 0) {
-    result_.kv_capacity_tokens = replicas_.front().policy->kv_cache().capacity_tokens();
-  }
+  result_.kv_capacity_tokens = replicas_.front().kv_capacity_tokens;
 
   // All arrivals are queued up front, so that arrivals at one instant have consecutive
   // sequence numbers and are all seen before any replica schedules at that instant.
@@ -207,6 +217,9 @@ SimulationResult Simulation::run() {
       case EventKind::kIterationDone:
         finish_iteration(replicas_[static_cast<size_t>(e.payload)]);
         break;
+      case EventKind::kTransferDone:
+        finish_kv_transfer(static_cast<RequestId>(e.payload));
+        break;
     }
   }
   if (settled_ != n) {
@@ -224,6 +237,7 @@ SimulationResult Simulation::run() {
     static_cast<RequestProgress&>(rec) = progress_[id];
   }
   summarize_replicas();
+  if (pooled()) summarize_pools();
   return std::move(result_);
 }
 
@@ -297,22 +311,24 @@ void Simulation::summarize_replicas() {
   }
 }
 
-int32_t Simulation::route(RequestId id) {
-  const auto n = static_cast<int64_t>(replicas_.size());
-  if (n == 1) return 0;
+int32_t Simulation::route(RequestId id, size_t first, size_t count, Router router, Rng& rng,
+                          int64_t& round_robin) {
+  const auto n = static_cast<int64_t>(count);
+  const auto base = static_cast<int32_t>(first);
+  if (n == 1) return base;
   // Fewest by `key`, ties to the lowest index.
-  const auto least = [this](auto key) {
-    size_t best = 0;
-    for (size_t i = 1; i < replicas_.size(); ++i) {
+  const auto least = [this, first, count](auto key) {
+    size_t best = first;
+    for (size_t i = first + 1; i < first + count; ++i) {
       if (key(replicas_[i]) < key(replicas_[best])) best = i;
     }
     return static_cast<int32_t>(best);
   };
-  switch (options_.router) {
+  switch (router) {
     case Router::kRoundRobin:
       break;
     case Router::kRandom:
-      return static_cast<int32_t>(sample_below(router_rng_, static_cast<uint64_t>(n)));
+      return base + static_cast<int32_t>(sample_below(rng, static_cast<uint64_t>(n)));
     case Router::kLeastOutstanding:
       return least([](const Replica& r) { return r.outstanding; });
     case Router::kLeastKv:
@@ -326,11 +342,11 @@ int32_t Simulation::route(RequestId id) {
       // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
       if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty()) {
         const auto hashes = options_.prefix_blocks->of(id);
-        if (!hashes.empty()) return static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
+        if (!hashes.empty()) return base + static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
       }
       break;
   }
-  return static_cast<int32_t>(next_round_robin_++ % n);
+  return base + static_cast<int32_t>(round_robin++ % n);
 }
 
 void Simulation::client_arrival(RequestId id) {
@@ -363,6 +379,7 @@ void Simulation::release_clients(int64_t count) {
     const RequestId id = held_.front();
     held_.pop_front();
     sent_[static_cast<size_t>(id)].arrival = now_;
+    if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = now_;
     released_[static_cast<size_t>(id)] = 1;
     ++pending_sends_;
     ++in_flight_;
@@ -372,7 +389,9 @@ void Simulation::release_clients(int64_t count) {
 
 void Simulation::arrive(RequestId id) {
   ++arrived_;
-  Replica& r = replicas_[static_cast<size_t>(route(id))];
+  // With pools, arrivals go to the prefill pool (the first replicas).
+  const size_t count = pooled() ? static_cast<size_t>(options_.disaggregation.prefill_replicas) : replicas_.size();
+  Replica& r = replicas_[static_cast<size_t>(route(id, 0, count, options_.router, router_rng_, next_round_robin_))];
   ++r.routed;
   ++r.outstanding;
   RequestProgress& p = progress_[id];
@@ -414,6 +433,10 @@ void Simulation::reject(RequestId id, std::string reason) {
   p.state = RequestState::kRejected;
   record_phase(id, RequestPhase::kRejected);
   result_.requests[id].reject_reason = std::move(reason);
+  // Refused by the decode replica it was handed to: the prefill replica's KV is no longer needed.
+  if (pooled() && result_.handoffs[id].decode_replica >= 0 && !result_.handoffs[id].transferred()) {
+    replicas_[static_cast<size_t>(result_.handoffs[id].prefill_replica)].policy->release_held_kv(id);
+  }
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
   release_clients(1);
@@ -424,6 +447,7 @@ void Simulation::try_start_iteration(Replica& r) {
   Batch& batch = r.batch;
   Policy& policy = *r.policy;
   batch.clear();
+  ++r.schedules;
   policy.schedule(now_, batch);
   if (batch.empty()) {
     if (options_.record_iterations) record_idle(r);
@@ -485,7 +509,7 @@ void Simulation::try_start_iteration(Replica& r) {
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
 
-  const IterationCost cost = cost_model_.iteration(batch.shape);
+  const IterationCost cost = r.cost_model->iteration(batch.shape);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
   r.first_end = now_ + duration;
   r.repeats = 0;
@@ -543,6 +567,8 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
       if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
     }
   }
+  // With pools, work also reaches a replica from the others: hand-offs and landed transfers.
+  if (pooled()) next_arrival = std::min(next_arrival, next_pool_event(r));
   Batch& batch = r.batch;
   BatchShape shape = batch.shape;  // decodes only: copying allocates nothing
   r.repeat_gaps.clear();
@@ -555,7 +581,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
     // KV is sampled as the repeated schedule() left it.
-    const SimTime duration = open_iteration(r, end, cost_model_.iteration(shape), SimTime::zero());
+    const SimTime duration = open_iteration(r, end, r.cost_model->iteration(shape), SimTime::zero());
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
     end += duration;
@@ -587,7 +613,7 @@ void Simulation::close_iteration(Replica& r) {
   // Over the KV memory (summary.json's kv.capacity_tokens, which the KV plot divides by too),
   // not over the manager's own capacity: a paged cache carves whole blocks from that memory,
   // and the tokens left over hold no block — they are memory that is never allocated.
-  const double capacity = static_cast<double>(std::max<int64_t>(1, result_.kv_capacity_tokens));
+  const double capacity = static_cast<double>(std::max<int64_t>(1, r.kv_capacity_tokens));
   const double used = static_cast<double>(current.kv_used_tokens) / capacity;
   const double alloc = static_cast<double>(current.kv_allocated_tokens) / capacity;
   r.busy_s += dur_s;
@@ -614,7 +640,10 @@ void Simulation::record_idle(Replica& r) {
   result_.idle_samples.push_back(sample);
 }
 
-void Simulation::record_token(Replica& r, RequestProgress& p, SimTime at) {
+void Simulation::record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at) {
+  if (r.role == PoolRole::kDecode && result_.handoffs[id].decode_first_token == SimTime::max()) {
+    result_.handoffs[id].decode_first_token = at;
+  }
   if (p.generated_tokens == 0) {
     p.first_token = at;
   } else {
@@ -626,11 +655,15 @@ void Simulation::record_token(Replica& r, RequestProgress& p, SimTime at) {
   p.last_token = at;
 }
 
-void Simulation::finish_if_done(RequestId id, RequestProgress& p) {
-  if (p.generated_tokens < (*requests_)[id].output_tokens) return;
+void Simulation::finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
+  if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return;
+  finished_.push_back(id);  // for the policy: it leaves this replica
+  if (r.role == PoolRole::kPrefill && p.generated_tokens < (*requests_)[id].output_tokens) {
+    handing_off_.push_back(id);  // its decode goes on elsewhere
+    return;
+  }
   p.state = RequestState::kFinished;
   p.finished = now_;
-  finished_.push_back(id);
   record_phase(id, RequestPhase::kFinished);
 }
 
@@ -638,6 +671,7 @@ void Simulation::finish_iteration(Replica& r) {
   r.busy = false;
   r.done_at = SimTime::max();
   finished_.clear();
+  handing_off_.clear();
   const Batch& batch = r.batch;
   int32_t num_prefills = 0;
   int64_t prefill_tokens = 0;
@@ -648,11 +682,11 @@ void Simulation::finish_iteration(Replica& r) {
     for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress_[item.id];
       p.computed_tokens += 1 + r.repeats;
-      record_token(r, p, r.first_end);
+      record_token(r, item.id, p, r.first_end);
       p.generated_tokens += static_cast<int32_t>(r.repeats);
       p.last_token = now_;
       if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
-      finish_if_done(item.id, p);
+      finish_if_done(r, item.id, p);
     }
     for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
   } else {
@@ -668,16 +702,26 @@ void Simulation::finish_iteration(Replica& r) {
       p.computed_tokens += item.new_tokens;
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
-      record_token(r, p, now_);
-      finish_if_done(item.id, p);
+      record_token(r, item.id, p, now_);
+      finish_if_done(r, item.id, p);
       // A prefill that sampled: the request decodes from here.
       if (!was_decode && p.state != RequestState::kFinished) record_phase(item.id, RequestPhase::kDecoding);
     }
   }
   r.policy->on_iteration_end(batch, finished_, now_);
-  settled_ += static_cast<int64_t>(finished_.size());
+  // Requests handed to the decode pool leave this replica but are not settled.
+  const auto settled_now = static_cast<int64_t>(finished_.size() - handing_off_.size());
+  settled_ += settled_now;
   r.outstanding -= static_cast<int64_t>(finished_.size());
-  release_clients(static_cast<int64_t>(finished_.size()));
+  if (r.role == PoolRole::kPrefill) {
+    // A prefill replica holds every finished request's KV (sim/policy.h); one that finished
+    // for good (a one-token output) needs no transfer.
+    for (const RequestId id : finished_) {
+      if (progress_[id].state == RequestState::kFinished) r.policy->release_held_kv(id);
+    }
+    for (const RequestId id : handing_off_) hand_off(r, id);
+  }
+  release_clients(settled_now);
 
   set_counts(r, num_prefills, prefill_tokens);
   close_iteration(r);

@@ -12,17 +12,34 @@
 // single-GPU-group simulation of old, to the byte.
 // Every request either finishes exactly once or is rejected with a reason; the loop ends when
 // every request has done one or the other.
+//
+// Disaggregated pools (SimulationOptions::disaggregation; sim/disaggregation.cpp): the first P
+// replicas form a prefill pool and the rest a decode pool, each with its own cost model (GPU,
+// TP, engine) and KV memory, as Splitwise (Patel et al., ISCA'24), DistServe (Zhong et al.,
+// OSDI'24), Mooncake (Qin et al., FAST'25) and vLLM's / NVIDIA Dynamo's disaggregated serving
+// run them. An arrival is routed to a prefill replica, whose policy sees it with a one-token
+// output (sim/policy.h, "Disaggregated pools") and computes its prompt and first token there:
+// TTFT is that first token's time, as Splitwise and DistServe report it. The request is then
+// handed to a decode replica picked by the decode router; the prefill replica keeps its KV
+// until the transfer lands. The decode replica's policy admits it when its prompt's KV fits
+// (backpressure: until then the transfer waits and the prefill KV stays held, which in turn
+// stops the prefill pool admitting once its memory is full), the KV moves over the link
+// (sim/kv_transfer.h: FIFO per NIC, pull or layer-wise), and the request decodes there to its
+// end. Its second token's gap (TBT) therefore holds the hand-off, as a client sees it. A
+// request is prefilled once (plus recomputes after preemption, on either side) and decoded once.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <queue>
+#include <set>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "hwmodel/cost_model.h"
+#include "sim/kv_transfer.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
 #include "sim/random.h"
@@ -30,13 +47,13 @@
 
 namespace batchsim {
 
-enum class EventKind : uint8_t { kArrival, kIterationDone, kWakeUp };
+enum class EventKind : uint8_t { kArrival, kIterationDone, kWakeUp, kTransferDone };
 
 struct Event {
   SimTime time;
   uint64_t seq = 0;
   EventKind kind = EventKind::kArrival;
-  int64_t payload = 0;  // request id for arrivals, replica index otherwise
+  int64_t payload = 0;  // request id for arrivals and transfers, replica index otherwise
 };
 
 // A binary heap keyed by (time, seq): O(log n) push and pop; equal times pop in push order.
@@ -81,6 +98,20 @@ std::string_view router_name(Router router);
 // Throws UserError naming `option` (e.g. "--router") and the known routers.
 Router parse_router(std::string_view name, std::string_view option = "--router");
 
+// Prefill/decode disaggregation (see the header comment); off while prefill_replicas is 0.
+struct DisaggregationOptions {
+  int32_t prefill_replicas = 0;  // the first this many policies; the rest form the decode pool
+  // The decode pool's GPU, TP degree and engine; null: the run's cost model (as the prefill
+  // pool). Must outlive the run.
+  const CostModel* decode_cost_model = nullptr;
+  // The decode pool's KV blocks (SimulationOptions::num_gpu_blocks); -1: the run's.
+  int64_t decode_num_gpu_blocks = -1;
+  Router decode_router = Router::kRoundRobin;
+  KvLink link = resolve_kv_link("ib");
+  KvTransferMode mode = KvTransferMode::kPull;
+  bool enabled() const { return prefill_replicas > 0; }
+};
+
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
   bool record_iterations = false;
@@ -121,6 +152,7 @@ struct SimulationOptions {
   // Called after every iteration with the applied batch (IterationRecord::replica says whose):
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
+  DisaggregationOptions disaggregation;
 };
 
 class Simulation {
@@ -139,6 +171,12 @@ class Simulation {
   struct Replica {
     Policy* policy = nullptr;
     PolicyEnv env;
+    const CostModel* cost_model = nullptr;  // its pool's
+    PoolRole role = PoolRole::kColocated;
+    int64_t kv_capacity_tokens = 0;         // its KV memory, over which its KV fractions are taken
+    int64_t num_gpu_blocks = 0;             // its pool's SimulationOptions::num_gpu_blocks
+    int64_t preemptions = 0;                // made by its policy
+    int64_t schedules = 0;                  // schedule() calls so far
     int32_t index = 0;
     bool busy = false;
     bool wake_pending = false;
@@ -179,7 +217,9 @@ class Simulation {
   }
   void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
-  int32_t route(RequestId id);
+  // Picks a replica among replicas_[first, first + count) by `router` (its random stream and
+  // round-robin counter passed in, so that each pool keeps its own).
+  int32_t route(RequestId id, size_t first, size_t count, Router router, Rng& rng, int64_t& round_robin);
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
@@ -199,9 +239,27 @@ class Simulation {
   SimTime open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time);
   // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
   void close_iteration(Replica& r);
-  static void record_token(Replica& r, RequestProgress& p, SimTime at);
-  void finish_if_done(RequestId id, RequestProgress& p);  // at its last output token
+  // Also notes a decode replica's first token of a handed-off request.
+  void record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at);
+  // At its last output token (as replica `r` sees it: a prefill replica's is the first).
+  void finish_if_done(Replica& r, RequestId id, RequestProgress& p);
   void summarize_replicas();
+
+  // Disaggregated pools (sim/disaggregation.cpp).
+  bool pooled() const { return options_.disaggregation.enabled(); }
+  // Roles, cost models and KV memory of the replicas; the prefill pool's view of the requests.
+  void set_up_pools();
+  // The replicas' own KV memory: their pool's, from memory or num_gpu_blocks.
+  int64_t pool_kv_tokens(const CostModel& cost_model, int64_t num_gpu_blocks) const;
+  // After prefill replica `from` listed `id` finished at its first token: to a decode replica.
+  void hand_off(Replica& from, RequestId id);
+  // Decode replica `to` allocated KV for `tokens` of remote request `id`: reserve the link.
+  void start_kv_transfer(Replica& to, RequestId id, int64_t tokens);
+  void finish_kv_transfer(RequestId id);  // its kTransferDone event
+  // The earliest time at which another replica may hand replica `r` work or wake it: a prefill
+  // replica's iteration end or due wake-up, a transfer's landing. Fast-forward stops there.
+  SimTime next_pool_event(const Replica& r) const;
+  void summarize_pools();
 
   const Workload& workload_;
   // The requests as sent: the workload itself, or with closed-loop clients a copy whose arrivals
@@ -231,6 +289,16 @@ class Simulation {
   // Prefix caching: tokens found cached at each request's admission in progress (reset when it
   // is first scheduled); the sums over all admissions of prefills are per replica.
   std::vector<int64_t> admission_hit_;
+  // Disaggregated pools: the requests as the prefill pool sees them (one output token), the
+  // hand-offs of the iteration being finished, the NICs' reservations, the landing times of
+  // transfers in flight, and the decode router's state.
+  Workload prefill_view_;
+  std::vector<RequestId> handing_off_;
+  std::vector<int64_t> schedules_at_handoff_;  // per request: its decode replica's schedules then
+  KvLinkSchedule links_;
+  std::multiset<SimTime> transfers_in_flight_;
+  Rng decode_router_rng_{0};
+  int64_t next_decode_round_robin_ = 0;
 };
 
 // Cluster-wide figures of a run's request records; `busy_s` is the busy time per replica

@@ -47,6 +47,7 @@ struct RigOptions {
   double iteration_s = 0.010;           // every iteration costs exactly this
   double per_sequence_s = 0;            // plus this per sequence in the batch
   double pcie_bytes_per_s = 256e3;      // 1 ms per swapped token of the tiny model
+  int num_layers = 1;                   // KV bytes per token: 256 per layer
 };
 
 // A GPU so fast that FLOPs and bytes cost nothing: an iteration costs its fixed overhead only.
@@ -59,7 +60,8 @@ inline CostModel rig_cost_model(const RigOptions& o = {}) {
   gpu.hbm_bytes_per_s = 1e30;
   gpu.interconnect_bytes_per_s = 1e30;
   gpu.pcie_bytes_per_s = o.pcie_bytes_per_s;
-  const ModelSpec model = tiny_model(o.max_context_tokens);
+  ModelSpec model = tiny_model(o.max_context_tokens);
+  model.num_layers = o.num_layers;
   gpu.memory_bytes = 0;
   CostModel probe(model, gpu);
   const double fixed = static_cast<double>(model.weight_bytes()) +

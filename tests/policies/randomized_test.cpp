@@ -239,7 +239,9 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
         // tokens taken from both budgets first.
         ASSERT_LE(tokens, sglang->config().chunked_prefill_size);
         const size_t decodes = sglang->last_mixed_decodes();
-        if (!sglang->config().mixed_chunk) ASSERT_EQ(decodes, 0u);
+        if (!sglang->config().mixed_chunk) {
+          ASSERT_EQ(decodes, 0u);
+        }
         ASSERT_LT(decodes, batch.items.size());
         for (size_t i = batch.items.size() - decodes; i < batch.items.size(); ++i) {
           ASSERT_EQ(batch.items[i].new_tokens, 1);
