@@ -106,7 +106,8 @@ TEST(WorkloadPriority, MalformedSpecsNameTheOptionTheSpecAndTheProblem) {
       {"classes:0=1,0=2", "--priority: \"classes:0=1,0=2\": priority 0 is listed twice"},
       {"classes:a=1", "--priority: \"classes:a=1\": a class's priority P must be an integer"},
   };
-  for (const auto& [spec, error] : cases) {
+  for (const auto& [spec_text, error] : cases) {
+    const std::string spec = spec_text;  // clang 14 cannot capture a structured binding
     const std::string message = user_error_of([&] { build_workload(synthetic(spec)); });
     EXPECT_EQ(message.rfind(error, 0), 0u) << spec << ": " << message;
   }
