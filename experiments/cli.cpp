@@ -87,6 +87,10 @@ po::options_description run_options() {
       ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
       ("prefill-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the prefill pool's policy (repeatable)")
       ("decode-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the decode pool's policy (repeatable)")
+      ("prefill-engine", po::value<std::string>(), "the prefill pool's engine profile: built-in name or file "
+       "(default --engine, else the prefill policy's engine; batchsim list engines)")
+      ("decode-engine", po::value<std::string>(), "the decode pool's engine profile (default --engine, else "
+       "the decode policy's engine)")
       ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
       ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
       ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
@@ -172,6 +176,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
     if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
     if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
     if (vm.count(name + "-policy")) pool->policy = vm[name + "-policy"].as<std::string>();
+    if (vm.count(name + "-engine")) pool->engine = vm[name + "-engine"].as<std::string>();
     if (vm.count(name + "-num-gpu-blocks")) pool->num_gpu_blocks = vm[name + "-num-gpu-blocks"].as<int64_t>();
     if (vm.count(name + "-policy-opt")) {
       for (const auto& text : vm[name + "-policy-opt"].as<std::vector<std::string>>()) {
@@ -244,11 +249,16 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
       c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
                      : fmt::format("tp {}", c.tp);
   if (is_disaggregated(c)) {
-    // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm), KV over ib pull"
+    // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm, engine trtllm), KV over ib pull":
+    // a pool's engine is named when the pool was given one of its own.
     const RunConfig p = pool_run_config(c, "prefill"), d = pool_run_config(c, "decode");
-    group = fmt::format("{} prefill x ({} tp {}, {}) + {} decode x ({} tp {}, {}), router {} / {}, KV over {} {}",
-                        c.prefill_replicas, p.gpu, p.tp, p.policy, c.decode_replicas, d.gpu, d.tp, d.policy,
-                        c.router, c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
+    auto engine_note = [](const PoolConfig& pool) {
+      return pool.engine.empty() ? std::string() : ", engine " + pool.engine;
+    };
+    group = fmt::format("{} prefill x ({} tp {}, {}{}) + {} decode x ({} tp {}, {}{}), router {} / {}, KV over {} {}",
+                        c.prefill_replicas, p.gpu, p.tp, p.policy, engine_note(c.prefill), c.decode_replicas, d.gpu,
+                        d.tp, d.policy, engine_note(c.decode), c.router,
+                        c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
   }
   fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}, KV capacity {} tokens{}\n",
              c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
