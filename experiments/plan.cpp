@@ -241,9 +241,14 @@ SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_co
       const double room = (best_cost - p * prefill_cost) / decode_cost;
       d_cap = std::min(d_hi, static_cast<int>(std::floor(room + 1e-9)));
     }
-    if (d_cap < d_min || !at(p, d_cap).meets) continue;
-    // meets(p, d_min - 1) is false (it fails even with max_n prefill replicas): bisect.
-    int fail = d_min - 1, pass = d_cap;
+    if (d_cap < d_min) continue;
+    // meets(p, d_min - 1) is false (it fails even with max_n prefill replicas). The lower bound
+    // itself first: once the prefill pool is large enough, it is the answer in one probe.
+    int fail = d_min, pass = d_min;
+    if (!at(p, d_min).meets) {
+      if (d_cap == d_min || !at(p, d_cap).meets) continue;
+      pass = d_cap;
+    }
     while (pass - fail > 1) {
       const int mid = fail + (pass - fail) / 2;
       if (at(p, mid).meets) pass = mid;

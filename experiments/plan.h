@@ -146,9 +146,9 @@ struct SplitSearch {
 // `probe(P, D).meets`, assuming it is monotone in each (more replicas in either pool never
 // hurt); among equal costs the one with the most headroom, then the fewest prefill replicas.
 // First the fewest P with a full decode pool and the fewest D with a full prefill pool (lower
-// bounds of any split that meets, by find_fewest), then, for each P from there, the fewest D by
-// bisection below the last P's answer (D never grows with P), stopping once P alone costs more
-// than the best split found. Each split is probed at most once.
+// bounds of any split that meets, by find_fewest), then, for each P from there, the fewest D:
+// the lower bound if it meets, else by bisection up to the last P's answer (D never grows with
+// P), stopping once P alone costs more than the best split found. Each split is probed once.
 SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_cost,
                                 const std::function<SplitProbe(int, int)>& probe);
 
