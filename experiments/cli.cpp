@@ -87,6 +87,10 @@ po::options_description run_options() {
       ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
       ("prefill-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the prefill pool's policy (repeatable)")
       ("decode-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the decode pool's policy (repeatable)")
+      ("prefill-engine", po::value<std::string>(), "the prefill pool's engine profile: built-in name or file "
+       "(default --engine, else the prefill policy's engine; batchsim list engines)")
+      ("decode-engine", po::value<std::string>(), "the decode pool's engine profile (default --engine, else "
+       "the decode policy's engine)")
       ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
       ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
       ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
@@ -172,6 +176,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
     if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
     if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
     if (vm.count(name + "-policy")) pool->policy = vm[name + "-policy"].as<std::string>();
+    if (vm.count(name + "-engine")) pool->engine = vm[name + "-engine"].as<std::string>();
     if (vm.count(name + "-num-gpu-blocks")) pool->num_gpu_blocks = vm[name + "-num-gpu-blocks"].as<int64_t>();
     if (vm.count(name + "-policy-opt")) {
       for (const auto& text : vm[name + "-policy-opt"].as<std::vector<std::string>>()) {
@@ -244,11 +249,16 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
       c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
                      : fmt::format("tp {}", c.tp);
   if (is_disaggregated(c)) {
-    // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm), KV over ib pull"
+    // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm, engine trtllm), KV over ib pull":
+    // a pool's engine is named when the pool was given one of its own.
     const RunConfig p = pool_run_config(c, "prefill"), d = pool_run_config(c, "decode");
-    group = fmt::format("{} prefill x ({} tp {}, {}) + {} decode x ({} tp {}, {}), router {} / {}, KV over {} {}",
-                        c.prefill_replicas, p.gpu, p.tp, p.policy, c.decode_replicas, d.gpu, d.tp, d.policy,
-                        c.router, c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
+    auto engine_note = [](const PoolConfig& pool) {
+      return pool.engine.empty() ? std::string() : ", engine " + pool.engine;
+    };
+    group = fmt::format("{} prefill x ({} tp {}, {}{}) + {} decode x ({} tp {}, {}{}), router {} / {}, KV over {} {}",
+                        c.prefill_replicas, p.gpu, p.tp, p.policy, engine_note(c.prefill), c.decode_replicas, d.gpu,
+                        d.tp, d.policy, engine_note(c.decode), c.router,
+                        c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
   }
   fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}, KV capacity {} tokens{}\n",
              c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
@@ -400,6 +410,7 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
 }
 
 constexpr const char* kPlanUsage = R"(usage: batchsim plan --model M --gpu G1[,G2...] --tp 1[,2...] --slo BOUND=S[,...]
+                    [--goodput ttft:MS tpot:MS [--attainment PCT]] [--disaggregated]
                     [--max-replicas N] [--price GPU=USD]... [workload options of run] [--out DIR]
 
 For each GPU and TP degree, the fewest replicas (behind --router) that meet every SLO when the
@@ -409,6 +420,13 @@ a price: a profile's price_per_hour, or --price). Warns when no count up to --ma
 meets the SLOs (and by how much the best missed), and when the busiest --window of arrivals is
 busier than the replicas found sustain. --out DIR writes plan.csv, plan.json, report.md and
 figures/plan_slo.png.
+
+--disaggregated adds prefill/decode deployments: for each GPU (or --prefill-gpu x --decode-gpu
+pair) and TP pair (--prefill-tp x --decode-tp, default --tp), the P:D split with the fewest GPUs
+(or lowest cost) that meets the SLOs, in the same table. --goodput ttft:MS tpot:MS makes
+--attainment percent (default 90) of the requests meeting both one more objective, and reports
+DistServe's per-GPU goodput of each answer: the highest rate (a factor on the replayed arrivals)
+at which that share is still met, divided by its GPUs.
 
 SLO bounds (--slo, comma-separated or repeated): any summary.json figure by its path
 (latency.ttft_s.p99=2) or short form METRIC_STAT (ttft_p99, tbt_p99, tpot_p50, e2e_p99,
@@ -443,7 +461,9 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
-  const std::set<std::string> plan_owns = {"gpu", "tp", "replicas", "out", "slo"};
+  const std::set<std::string> plan_owns = {"gpu",        "tp",         "replicas",         "out",
+                                           "slo",        "prefill-gpu", "decode-gpu",      "prefill-tp",
+                                           "decode-tp", "prefill-replicas", "decode-replicas"};
   auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
   po::options_description own("plan options");
   own.add_options()
@@ -455,6 +475,16 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
        "price_per_hour (repeatable)")
       ("window", po::value<double>()->default_value(60), "busy-window width in seconds")
+      ("disaggregated", po::bool_switch(), "also search prefill/decode deployments: for each GPU (pair) and TP "
+       "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
+       "other settings are run's --prefill-*/--decode-* options")
+      ("prefill-gpu", po::value<std::string>(), "with --disaggregated: the prefill pool's candidate GPUs, "
+       "comma-separated (default: each --gpu paired with itself)")
+      ("decode-gpu", po::value<std::string>(), "with --disaggregated: the decode pool's candidate GPUs (default --gpu)")
+      ("prefill-tp", po::value<std::string>(), "with --disaggregated: the prefill pool's TP degrees (default --tp)")
+      ("decode-tp", po::value<std::string>(), "with --disaggregated: the decode pool's TP degrees (default --tp)")
+      ("attainment", po::value<double>()->default_value(90), "with --goodput: the percentage of requests that "
+       "must meet the thresholds, at the replayed rate and for per-GPU goodput (DistServe's SLO attainment)")
       ("jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")
       ("out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")
       ("no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
@@ -485,7 +515,16 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else {
     spec.slo = spec.base.slo;  // a --config file's slo: block
   }
-  if (spec.slo.empty()) throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms");
+  if (spec.slo.empty() && spec.base.goodput.empty()) {
+    throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput "
+                    "thresholds: --goodput ttft:MS tpot:MS)");
+  }
+  spec.disaggregated = vm["disaggregated"].as<bool>();
+  if (vm.count("prefill-gpu")) spec.prefill_gpus = split_list(vm["prefill-gpu"].as<std::string>());
+  if (vm.count("decode-gpu")) spec.decode_gpus = split_list(vm["decode-gpu"].as<std::string>());
+  if (vm.count("prefill-tp")) spec.prefill_tps = parse_int_list(vm["prefill-tp"].as<std::string>(), "--prefill-tp");
+  if (vm.count("decode-tp")) spec.decode_tps = parse_int_list(vm["decode-tp"].as<std::string>(), "--decode-tp");
+  spec.attainment = vm["attainment"].as<double>() / 100;
   spec.max_replicas = vm["max-replicas"].as<int>();
   if (vm.count("price")) {
     for (const auto& p : vm["price"].as<std::vector<std::string>>()) spec.price_per_hour.insert(parse_price(p));

@@ -43,7 +43,8 @@ bool is_axis_run_key(const std::string& key) {
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
       "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "prefill-replicas", "decode-replicas", "prefill-gpu",
       "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
-      "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks"};
+      "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks",
+      "prefill-engine", "decode-engine"};
   return keys.count(key) > 0;
 }
 

@@ -91,6 +91,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
       pj["tp"] = pool.tp;
       pj["policy"] = pool.policy;
       pj["policy_opts"] = own.policy_opts;
+      pj["engine"] = run_engine_name(pool);
       pj["num_gpu_blocks"] = pool.num_gpu_blocks;
       j[std::string(role)] = pj;
     }

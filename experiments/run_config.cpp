@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "experiments/bench_result.h"
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/error.h"
 #include "sim/kv_transfer.h"
 #include "sim/simulation.h"
@@ -127,11 +128,12 @@ void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& 
   else if (sub == "tp") pool.tp = scalar<int>(v, file, shown);
   else if (sub == "policy") pool.policy = scalar<std::string>(v, file, shown);
   else if (sub == "num-gpu-blocks") pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+  else if (sub == "engine") pool.engine = scalar<std::string>(v, file, shown);
   else if (sub == "policy-opt" || sub == "policy-opts") {
     if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
     for (const auto& o : v) pool.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
   } else {
-    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, policy, policy-opt, num-gpu-blocks)",
+    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, policy, policy-opt, engine, num-gpu-blocks)",
                                 file.string(), key_node.Mark().line + 1, shown));
   }
 }
@@ -306,16 +308,22 @@ void validate(const RunConfig& c) {
         throw UserError(fmt::format("--{}-num-gpu-blocks {}: must be in [0, {}] (0: from GPU memory)", name,
                                     *pool->num_gpu_blocks, kMaxGpuBlocks));
       }
+      if (!pool->engine.empty()) {
+        try {
+          resolve_engine(pool->engine);
+        } catch (const UserError& e) {
+          // resolve_engine names --engine; this value came from the pool's own option.
+          std::string why = e.what();
+          if (why.rfind("--engine: ", 0) == 0) why.erase(0, 10);
+          throw UserError(fmt::format("--{}-engine {}: {}", name, pool->engine, why));
+        }
+      }
     }
     resolve_kv_link(c.kv_link, c.kv_link_gbps, c.kv_link_latency_us, "--kv-link");
     parse_kv_transfer_mode(c.kv_transfer, "--kv-transfer");
   } else {
     // Pool settings without pools would be ignored: say so rather than run something else.
-    const bool pool_set = !c.prefill.gpu.empty() || !c.decode.gpu.empty() || c.prefill.tp || c.decode.tp ||
-                          !c.prefill.policy.empty() || !c.decode.policy.empty() ||
-                          !c.prefill.policy_opts.empty() || !c.decode.policy_opts.empty() ||
-                          c.prefill.num_gpu_blocks || c.decode.num_gpu_blocks || !c.decode_router.empty();
-    if (pool_set) {
+    if (has_pool_settings(c)) {
       throw UserError("--prefill-*/--decode-* options: set --prefill-replicas P and --decode-replicas D "
                       "for a disaggregated run");
     }
@@ -352,6 +360,16 @@ void validate(const RunConfig& c) {
   }
 }
 
+bool has_pool_settings(const RunConfig& c) {
+  for (const PoolConfig* pool : {&c.prefill, &c.decode}) {
+    if (!pool->gpu.empty() || pool->tp || !pool->policy.empty() || !pool->policy_opts.empty() ||
+        pool->num_gpu_blocks || !pool->engine.empty()) {
+      return true;
+    }
+  }
+  return !c.decode_router.empty();
+}
+
 std::string run_engine_name(const RunConfig& config) {
   return config.engine.empty() ? policy_engine(config.policy) : config.engine;
 }
@@ -367,6 +385,7 @@ RunConfig pool_run_config(const RunConfig& config, const std::string& role) {
   }
   for (const auto& [k, v] : pool.policy_opts) c.policy_opts[k] = v;
   if (pool.num_gpu_blocks) c.num_gpu_blocks = *pool.num_gpu_blocks;
+  if (!pool.engine.empty()) c.engine = pool.engine;
   return c;
 }
 

@@ -32,6 +32,10 @@ struct PoolConfig {
   std::string policy;
   std::map<std::string, std::string> policy_opts;
   std::optional<int64_t> num_gpu_blocks;
+  // The pool's engine profile (built-in name or file): pools may run different serving
+  // software (Splitwise's and DistServe's prototypes each ran their own prefill and decode
+  // workers). Empty: the run's --engine, else the pool's policy's own engine.
+  std::string engine;
 };
 
 struct RunConfig {
@@ -126,6 +130,9 @@ ModelSpec resolve_run_model(const RunConfig& config);
 // The engine the run simulates: `engine`, or the policy's default.
 std::string run_engine_name(const RunConfig& config);
 
+// Whether any --prefill-*/--decode-* setting (or --decode-router) is given: a colocated run
+// refuses them rather than ignore them.
+bool has_pool_settings(const RunConfig& c);
 // A disaggregated run: both pool sizes set.
 inline bool is_disaggregated(const RunConfig& c) { return c.prefill_replicas > 0 || c.decode_replicas > 0; }
 // The run as one pool sees it (its GPU, TP, policy and options, engine), for building that

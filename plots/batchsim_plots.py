@@ -705,6 +705,13 @@ def make_plan(folder):
     out_dir = os.path.join(folder, "figures")
     os.makedirs(out_dir, exist_ok=True)
     slo = list(plan["slo"].items())
+    # A prefill/decode row's probes are splits, not points on a replica axis: only colocated
+    # rows are drawn. A plan with goodput thresholds and no SLO bounds has nothing to draw.
+    plan["rows"] = [r for r in plan["rows"] if r.get("deployment", "colocated") == "colocated"]
+    if not slo or not plan["rows"]:
+        with open(os.path.join(out_dir, "figures.json"), "w") as f:
+            f.write("[]\n")
+        return []
     fig, axes = plt.subplots(1, len(slo), figsize=(4.2 * len(slo) + 1, 3.8), squeeze=False)
     cmap = plt.get_cmap("tab10")
     for k, (path, bound) in enumerate(slo):

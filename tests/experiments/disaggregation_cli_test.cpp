@@ -163,6 +163,51 @@ TEST(DisaggregationCli, PoolSizesAreExperimentAxes) {
   EXPECT_THAT(testing::user_error_of([&] { parse_experiment(dir / "bad.yaml"); }), HasSubstr("--decode-replicas 0"));
 }
 
+// Pools may run different serving software: the decode pool's engine times the decode
+// iterations (its per-iteration CPU cost shows in TPOT), the prefill pool's the prefills (TTFT),
+// and summary.json echoes each, so that the run replays as given.
+TEST(DisaggregationCli, EachPoolRunsItsOwnEngine) {
+  const auto dir = testing::scratch_dir("disagg-cli-engine");
+  auto run = [&](std::vector<std::string> extra, const std::string& name) {
+    std::vector<std::string> args = pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--out",
+                                            (dir / name).string()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_cli(args), 0);
+    return nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
+  };
+  // vLLM with 20 ms of scheduling per iteration, a profile file of the test's own.
+  const auto slow = testing::write_text_file(dir, "slow.yaml", "base: vllm\nname: slow-vllm\ncpu:\n  per_iteration_s: 0.02\n");
+  const auto same = run({}, "same");
+  const auto slow_decode = run({"--decode-engine", slow.string()}, "slow-decode");
+  const auto slow_prefill = run({"--prefill-engine", slow.string()}, "slow-prefill");
+  EXPECT_EQ(same["config"]["decode"]["engine"], "vllm");
+  EXPECT_EQ(slow_decode["config"]["decode"]["engine"], slow.string());
+  EXPECT_EQ(slow_decode["config"]["prefill"]["engine"], "vllm");
+  const auto tpot = [](const nlohmann::json& s) { return s["latency"]["tpot_s"]["p50"].get<double>(); };
+  const auto ttft = [](const nlohmann::json& s) { return s["latency"]["ttft_s"]["p50"].get<double>(); };
+  EXPECT_GT(tpot(slow_decode), tpot(same) + 0.015);  // most of the 20 ms shows in every decode step
+  EXPECT_DOUBLE_EQ(ttft(slow_decode), ttft(same));  // the prefill side did not change
+  EXPECT_GT(ttft(slow_prefill), ttft(same) + 0.015);
+  // The echo replays the run to the byte.
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "slow-decode" / "summary.json").string(), "--out",
+                     (dir / "again").string()}),
+            0);
+  EXPECT_EQ(testing::read_text_file(dir / "again" / "requests.csv"),
+            testing::read_text_file(dir / "slow-decode" / "requests.csv"));
+  // Bad values are named by their option, or by file and line.
+  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-engine", "warp-drive"})),
+              HasSubstr("--decode-engine warp-drive: unknown engine 'warp-drive'"));
+  EXPECT_THAT(error_of(pooled({"--prefill-engine", "vllm"})), HasSubstr("--prefill-replicas P"));
+  std::ofstream(dir / "bad.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\nprefill:\n  engine: 42\n";
+  const std::string bad = error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
+  EXPECT_THAT(bad, HasSubstr("--prefill-engine 42"));
+  std::ofstream(dir / "good.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\ndecode-engine: " << slow.string() << "\n"
+                                      "policy: vllm\nnum-requests: 20\narrival: 'poisson:10'\n";
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--out", (dir / "yaml").string()}), 0);
+  EXPECT_EQ(testing::read_text_file(dir / "yaml" / "requests.csv"),
+            testing::read_text_file(dir / "slow-decode" / "requests.csv"));
+}
+
 TEST(DisaggregationCli, ListLinksShowsTheirBandwidths) {
   std::string text;
   ASSERT_EQ(run_cli({"list", "links"}, &text), 0);
