@@ -725,6 +725,16 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
 
 }  // namespace
 
+RunConfig run_config_from_args(const std::vector<std::string>& args) {
+  RunConfig config = config_from(parse(args, run_options()));
+  validate(config);
+  return config;
+}
+
+void apply_run_args(const std::vector<std::string>& args, RunConfig& config) {
+  apply_run_flags(parse(args, run_options()), config);
+}
+
 int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     out << kUsage;

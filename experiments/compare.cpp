@@ -339,17 +339,21 @@ std::string draw_figures(const fs::path& dir, bool plots, const std::string& man
   return "";
 }
 
-namespace {
-
-void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
-  write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
-  if (!results.experiment_yaml.empty()) write_text(dir / "experiment.yaml", results.experiment_yaml);
+std::vector<ordered_json> results_table_rows(const ResultSet& results) {
   // A run's `trust` is its GPU profile's, the same for every run on that GPU and three figures
   // per operator: report.md shows it once per profile and each summary.json keeps it, so
   // results.csv leaves it out rather than repeat dozens of columns on every row.
   std::vector<ordered_json> rows = results.runs;
   for (ordered_json& row : rows) row.erase("trust");
-  write_flat_csv(dir / "results.csv", rows);
+  return rows;
+}
+
+namespace {
+
+void write_summaries(const fs::path& dir, const ResultSet& results, bool plots, std::ostream& progress) {
+  write_text(dir / "experiment.json", results.experiment.dump(2) + "\n");
+  if (!results.experiment_yaml.empty()) write_text(dir / "experiment.yaml", results.experiment_yaml);
+  write_flat_csv(dir / "results.csv", results_table_rows(results));
   if (!results.capacities.empty()) write_flat_csv(dir / "capacity.csv", results.capacities);
   write_report(dir, results, make_figures(dir, plots, progress));
 }

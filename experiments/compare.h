@@ -40,6 +40,10 @@ void parse_shard(const std::string& text, CompareOptions& options);
 ResultSet run_experiment(const Experiment& experiment, const CompareOptions& options,
                          std::ostream& progress);
 
+// results.csv's rows: each run's summary.json, less its `trust` (report.md shows it once per
+// GPU profile), in run order.
+std::vector<nlohmann::ordered_json> results_table_rows(const ResultSet& results);
+
 // Joins the results folders of shards into `out` (copying their run folders) and writes
 // results.csv, report.md and figures there. Throws UserError when the folders hold different
 // experiments or the same run twice.

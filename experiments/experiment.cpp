@@ -334,7 +334,9 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
     make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
     check_run_pools(run.config);
     check_workload_spec(run.config.workload);
-    if (!run.config.workload.trace.empty() && !std::filesystem::exists(run.config.workload.trace)) {
+    // A trace given in memory (trace_columns) has a name, not a file.
+    if (!run.config.workload.trace.empty() && run.config.workload.trace_columns == nullptr &&
+        !std::filesystem::exists(run.config.workload.trace)) {
       throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "
                                   "experiment file)", run.config.workload.trace.string()));
     }

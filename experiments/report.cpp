@@ -496,35 +496,62 @@ void sort_results(ResultSet& results) {
                    [&](const auto& a, const auto& b) { return key(a) < key(b); });
 }
 
-std::vector<std::pair<std::string, std::string>> flatten_json(const ordered_json& j) {
-  std::vector<std::pair<std::string, std::string>> out;
+std::vector<std::pair<std::string, const ordered_json*>> json_leaves(const ordered_json& j) {
+  std::vector<std::pair<std::string, const ordered_json*>> out;
   auto walk = [&](auto& self, const ordered_json& node, const std::string& prefix) -> void {
     if (node.is_object()) {
       for (const auto& [k, v] : node.items()) self(self, v, prefix.empty() ? k : prefix + "." + k);
-    } else if (node.is_string()) {
-      out.emplace_back(prefix, node.get<std::string>());
-    } else if (node.is_null()) {
-      out.emplace_back(prefix, "");
     } else {
-      out.emplace_back(prefix, node.dump());
+      out.emplace_back(prefix, &node);
     }
   };
   walk(walk, j, "");
   return out;
 }
 
-void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows) {
-  std::vector<std::vector<std::pair<std::string, std::string>>> flat;
-  std::vector<std::string> columns;
+namespace {
+
+std::string leaf_text(const ordered_json& leaf) {
+  if (leaf.is_string()) return leaf.get<std::string>();
+  if (leaf.is_null()) return "";
+  return leaf.dump();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> flatten_json(const ordered_json& j) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [path, leaf] : json_leaves(j)) out.emplace_back(path, leaf_text(*leaf));
+  return out;
+}
+
+FlatTable flat_table(const std::vector<ordered_json>& rows) {
+  FlatTable table;
+  std::vector<std::vector<std::pair<std::string, const ordered_json*>>> leaves;
   for (const auto& r : rows) {
-    flat.push_back(flatten_json(r));
+    leaves.push_back(json_leaves(r));
     size_t pos = 0;  // where the previous column of this row sits
-    for (const auto& [path, value] : flat.back()) {
-      auto it = std::find(columns.begin(), columns.end(), path);
-      if (it == columns.end()) it = columns.insert(columns.begin() + static_cast<long>(std::min(pos, columns.size())), path);
-      pos = static_cast<size_t>(it - columns.begin()) + 1;
+    for (const auto& [path, leaf] : leaves.back()) {
+      auto it = std::find(table.columns.begin(), table.columns.end(), path);
+      if (it == table.columns.end()) {
+        it = table.columns.insert(table.columns.begin() + static_cast<long>(std::min(pos, table.columns.size())), path);
+      }
+      pos = static_cast<size_t>(it - table.columns.begin()) + 1;
     }
   }
+  for (const auto& row : leaves) {
+    std::map<std::string, const ordered_json*> by_path(row.begin(), row.end());
+    std::vector<const ordered_json*>& cells = table.cells.emplace_back();
+    for (const std::string& column : table.columns) {
+      const auto it = by_path.find(column);
+      cells.push_back(it != by_path.end() ? it->second : nullptr);
+    }
+  }
+  return table;
+}
+
+void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows) {
+  const FlatTable table = flat_table(rows);
   auto out = open_for_write(file);
   auto cell = [](const std::string& s) {
     if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -532,15 +559,10 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
     for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
     return q + "\"";
   };
-  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << cell(columns[i]);
+  for (size_t i = 0; i < table.columns.size(); ++i) out << (i ? "," : "") << cell(table.columns[i]);
   out << '\n';
-  for (const auto& row : flat) {
-    std::map<std::string, const std::string*> by_path;
-    for (const auto& [path, value] : row) by_path[path] = &value;
-    for (size_t i = 0; i < columns.size(); ++i) {
-      const auto it = by_path.find(columns[i]);
-      out << (i ? "," : "") << (it != by_path.end() ? cell(*it->second) : "");
-    }
+  for (const auto& row : table.cells) {
+    for (size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << (row[i] != nullptr ? cell(leaf_text(*row[i])) : "");
     out << '\n';
   }
 }

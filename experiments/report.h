@@ -31,11 +31,21 @@ void sort_results(ResultSet& results);
 // and report columns all name summary.json figures by such dotted paths.
 nlohmann::ordered_json::json_pointer json_path_pointer(const std::string& dotted_path);
 
+// Leaves of a JSON object as (dotted path, leaf): objects are walked, anything else (number,
+// string, bool, null, array) is a leaf. Pointers into `j`.
+std::vector<std::pair<std::string, const nlohmann::ordered_json*>> json_leaves(const nlohmann::ordered_json& j);
 // Leaves of a JSON object as (dotted path, CSV cell text). Numbers keep nlohmann's
 // round-trip text, so a value read back from the CSV is the value in summary.json.
 std::vector<std::pair<std::string, std::string>> flatten_json(const nlohmann::ordered_json& j);
 // One row per document; columns are the union of their paths, each new path placed after the
-// path that precedes it in its document (so optional keys stay beside their siblings).
+// path that precedes it in its document (so optional keys stay beside their siblings). `cells`
+// holds each row's leaf per column, null where the row has none; pointers into `rows`.
+struct FlatTable {
+  std::vector<std::string> columns;
+  std::vector<std::vector<const nlohmann::ordered_json*>> cells;
+};
+FlatTable flat_table(const std::vector<nlohmann::ordered_json>& rows);
+// flat_table(rows) as CSV, each leaf as flatten_json writes it.
 void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohmann::ordered_json>& rows);
 
 // report.md in `dir`: setup, how far to trust these figures (each GPU profile's `trust` once),

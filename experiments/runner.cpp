@@ -79,7 +79,8 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     generated = build_workload(config.workload);
     workload = &generated;
   }
-  const std::string base = policy_base(config.policy);
+  // A policy from outside the registry is sized as the continuous base, the smaller estimate.
+  const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
   const auto requests = static_cast<int64_t>(workload->requests.size());
   check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
   // One policy instance per replica: each has its own queues and KV cache. A disaggregated
@@ -88,8 +89,13 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   std::vector<Policy*> replicas;
   const auto add_replicas = [&](const RunConfig& c, int count, PoolRole role) {
     for (int i = 0; i < count; ++i) {
-      policies.push_back(role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
-                                                      : make_pool_policy(c, role));
+      if (hooks.make_policy && role != PoolRole::kColocated) {
+        throw UserError(fmt::format("--policy {}: a policy written in Python serves colocated runs only, "
+                                    "not --prefill-replicas/--decode-replicas", c.policy));
+      }
+      policies.push_back(hooks.make_policy              ? hooks.make_policy()
+                         : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
+                                                        : make_pool_policy(c, role));
       replicas.push_back(policies.back().get());
     }
   };

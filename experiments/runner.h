@@ -30,6 +30,10 @@ struct RunHooks {
   // Replaces the engine profile config.engine names: `batchsim calibrate engine` tries candidate
   // engines in memory. Must outlive the call.
   const EngineProfile* engine = nullptr;
+  // Replaces make_policy(config.policy, ...) for every replica of a colocated run: a policy
+  // written in Python (python/batchsim_module.cpp). config.policy then only names it in the
+  // outputs, and config.engine must name its engine (there is no preset to take one from).
+  std::function<std::unique_ptr<Policy>()> make_policy;
 };
 
 // Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",

@@ -157,6 +157,8 @@ def main(argv):
     ap.add_argument("--keep", action="store_true", help="keep the scratch copy")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per block (default 600)")
     ap.add_argument("--only", default="", help="run only blocks whose place (FILE:LINE) contains this")
+    ap.add_argument("--python", default="", help="the python3 the commands run (the one the batchsim "
+                    "module in build/python was built for; default: python3 on PATH)")
     args = ap.parse_args(argv)
 
     docs = linked_docs(ROOT / "README.md")
@@ -183,6 +185,13 @@ def main(argv):
     work = scratch_copy(build)
     failed = []
     env = dict(os.environ, LC_ALL="C.UTF-8")
+    if args.python:
+        # The documented `python3 ...` commands import the module built for this interpreter; a
+        # different python3 earlier on PATH (pyenv, conda) would lack its numpy and pandas.
+        bin_dir = work / ".docs-bin"
+        bin_dir.mkdir()
+        (bin_dir / "python3").symlink_to(args.python)
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     try:
         for b in blocks:
             if b.skip:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages batchsim needs to build, test and plot. Idempotent:
-# packages already present are skipped by apt. Run as root (or with sudo).
+# packages already present are skipped by apt. Run as root (or with sudo). The Python module
+# (python/) needs python3-dev and pybind11-dev to build, numpy and pandas to run, pytest to test.
 #   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   python3 python3-matplotlib
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pandas python3-pytest
 )
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)

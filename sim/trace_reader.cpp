@@ -168,9 +168,12 @@ class TraceParser {
       : path_(path), name_(path.string()), max_requests_(max_requests) {}
 
   TraceReadResult read(double speedup);
+  // The rows of `columns` instead of a file; `name_` (the path given) names them.
+  TraceReadResult read_columns(const TraceColumns& columns, double speedup);
 
  private:
   [[noreturn]] void fail_line(std::string_view what) const {
+    if (in_memory_) throw UserError(fmt::format("{} row {}: {}", name_, line_no_, what));
     throw UserError(fmt::format("{}:{}: {}", name_, line_no_, what));
   }
   [[noreturn]] void fail_file(std::string_view what) const {
@@ -211,7 +214,8 @@ class TraceParser {
   int64_t max_requests_;
   std::unique_ptr<LineReader> in_;  // plain or gzip text
   std::string buffer_;
-  int64_t line_no_ = 0;
+  int64_t line_no_ = 0;   // for in-memory columns: the row, from 0
+  bool in_memory_ = false;
 
   TraceFormat format_ = TraceFormat::kGenericCsv;
   bool has_max_tokens_ = false;  // a generic CSV with the max_tokens column
@@ -657,6 +661,40 @@ TraceReadResult TraceParser::read(double speedup) {
   return finish(speedup);
 }
 
+TraceReadResult TraceParser::read_columns(const TraceColumns& columns, double speedup) {
+  in_memory_ = true;
+  const size_t n = columns.arrival_s.size();
+  const auto check_size = [&](size_t size, std::string_view column, bool optional) {
+    if (size == n || (optional && size == 0)) return;
+    fail_file(fmt::format("{} has {} values, arrival_s has {}", column, size, n));
+  };
+  check_size(columns.prompt_tokens.size(), "prompt_tokens", false);
+  check_size(columns.output_tokens.size(), "output_tokens", false);
+  check_size(columns.max_tokens.size(), "max_tokens", true);
+  check_size(columns.priority.size(), "priority", true);
+  has_max_tokens_ = !columns.max_tokens.empty();
+  has_priority_ = !columns.priority.empty();
+  // The checks of read_generic_row, on numbers instead of text.
+  for (size_t i = 0; i < n && want_more(); ++i) {
+    line_no_ = static_cast<int64_t>(i);
+    const double arrival_s = columns.arrival_s[i];
+    if (!std::isfinite(arrival_s) || std::abs(arrival_s) * 1e9 > static_cast<double>(kMaxAbsTimeNs)) {
+      fail_line(fmt::format("arrival_s {} is out of range (|arrival_s| <= 4e9)", arrival_s));
+    }
+    const int32_t prompt = length(columns.prompt_tokens[i], "prompt_tokens", prompt_clamped_);
+    const int32_t output = length(columns.output_tokens[i], "output_tokens", output_clamped_);
+    int32_t max_tokens = 0;
+    if (has_max_tokens_) {
+      if (columns.max_tokens[i] < 1) fail_line(fmt::format("max_tokens must be >= 1, got {}", columns.max_tokens[i]));
+      int64_t never_clamped = 0;
+      max_tokens = length(columns.max_tokens[i], "max_tokens", never_clamped);
+    }
+    const int32_t priority = has_priority_ ? priority_value(columns.priority[i]) : 0;
+    rows_.push_back({std::llround(arrival_s * 1e9), prompt, output, max_tokens, priority});
+  }
+  return finish(speedup);
+}
+
 TraceReadResult TraceParser::finish(double speedup) {
   TraceReadResult result;
   result.format = format_;
@@ -743,17 +781,27 @@ TraceReadResult TraceParser::finish(double speedup) {
   return result;
 }
 
-}  // namespace
-
-TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
-                                    double speedup) {
+void check_read_arguments(int64_t max_requests, double speedup) {
   if (max_requests < 0) {
     throw UserError(fmt::format("--num-requests: must be >= 0 (0 = all), got {}", max_requests));
   }
   if (!(std::isfinite(speedup) && speedup > 0.0)) {
     throw UserError(fmt::format("--trace-speedup: must be a number > 0, got {}", speedup));
   }
+}
+
+}  // namespace
+
+TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
+                                    double speedup) {
+  check_read_arguments(max_requests, speedup);
   return TraceParser(path, max_requests).read(speedup);
+}
+
+TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name,
+                                   int64_t max_requests, double speedup) {
+  check_read_arguments(max_requests, speedup);
+  return TraceParser(std::filesystem::path(name), max_requests).read_columns(columns, speedup);
 }
 
 }  // namespace batchsim

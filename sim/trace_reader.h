@@ -98,4 +98,21 @@ struct TraceReadResult {
 TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
                                     double speedup);
 
+// A trace held in memory as columns instead of a file (the Python module's DataFrame or numpy
+// workloads): the generic CSV's columns, one entry per request, in any order of arrival.
+// max_tokens and priority are optional (empty: the column is absent).
+struct TraceColumns {
+  std::vector<double> arrival_s;
+  std::vector<int64_t> prompt_tokens;
+  std::vector<int64_t> output_tokens;
+  std::vector<int64_t> max_tokens;
+  std::vector<int64_t> priority;
+};
+// read_trace_detailed for such columns, with the same invariants, checks and warnings as a
+// generic CSV of the same rows; errors name `name` and the row (0-based), e.g.
+// "workload row 3: prompt_tokens must be >= 0, got -1". Also throws for columns of unequal
+// length.
+TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name,
+                                   int64_t max_requests, double speedup);
+
 }  // namespace batchsim

@@ -526,6 +526,17 @@ std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
                         list_syntaxes(kArrivalSyntaxes)));
 }
 
+namespace {
+
+TraceReadResult read_spec_trace(const WorkloadSpec& spec, double speedup) {
+  if (spec.trace_columns != nullptr) {
+    return read_trace_columns(*spec.trace_columns, spec.trace.string(), spec.num_requests, speedup);
+  }
+  return read_trace_detailed(spec.trace, spec.num_requests, speedup);
+}
+
+}  // namespace
+
 BuiltWorkload build_workload(const WorkloadSpec& spec) {
   if (spec.num_requests < 0) {
     throw UserError(fmt::format("--num-requests: must be >= 0, got {}", spec.num_requests));
@@ -557,8 +568,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   const bool replay_timestamps =
       !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
   if (replay_timestamps) {
-    TraceReadResult trace =
-        read_trace_detailed(spec.trace, spec.num_requests, spec.trace_speedup);
+    TraceReadResult trace = read_spec_trace(spec, spec.trace_speedup);
     built.description = fmt::format(
         "{} requests: arrivals{} and lengths from {} ({})", trace.requests.size(),
         spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : std::string(),
@@ -600,7 +610,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
                       output_len->describe(), spec.seed);
     } else {
       // Trace lengths in trace arrival order (ids unchanged), new arrival times.
-      TraceReadResult trace = read_trace_detailed(spec.trace, spec.num_requests, 1.0);
+      TraceReadResult trace = read_spec_trace(spec, 1.0);
       built.requests = std::move(trace.requests);
       built.warnings = std::move(trace.warnings);
       built.prefix_blocks = std::move(trace.prefix_blocks);

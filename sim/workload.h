@@ -119,6 +119,10 @@ struct WorkloadSpec {
   std::string max_tokens;              // empty: a trace's max_tokens column, else the output length
   bool ignore_eos = false;             // output = max_tokens
   std::string priority;                // empty: a trace's priority column, else 0 for all
+  // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
+  // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
+  // of an experiment.
+  std::shared_ptr<const TraceColumns> trace_columns;
 };
 
 // A built workload with what a user must be told about it.

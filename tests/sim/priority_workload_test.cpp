@@ -24,7 +24,7 @@ using testing::user_error_of;
 WorkloadSpec synthetic(const std::string& priority) {
   return {.arrival = "poisson:5", .prompt_len = "uniform:10:500", .output_len = "capexp:100:400",
           .trace = {}, .num_requests = 4000, .trace_speedup = 1.0, .seed = 17, .prefix = "groups:64:3",
-          .max_tokens = "uniform:50:250", .ignore_eos = false, .priority = priority};
+          .max_tokens = "uniform:50:250", .ignore_eos = false, .priority = priority, .trace_columns = {}};
 }
 
 std::filesystem::path trace_file(const std::string& name, const std::string& contents) {

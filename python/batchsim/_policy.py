@@ -1,0 +1,55 @@
+"""batchsim.Policy: the base class of a scheduler written in Python.
+
+The simulation calls a policy exactly as it calls a C++ one (sim/policy.h; policies/README.md,
+"The interface and its call order"), for each replica:
+
+1. ``attach(env)`` once, before anything arrives. Keep ``env`` (a :class:`batchsim._core.PolicyEnv`)
+   and create the KV cache here: ``self.kv_cache = batchsim.PagedKvCache(env.num_requests,
+   num_blocks, block_size)``, sized from ``env.kv_capacity_tokens`` (or ``env.num_gpu_blocks``
+   when the run sets num_gpu_blocks). The simulation reads KV use from ``self.kv_cache``.
+2. ``on_arrival(id, now_s)`` for every request the router sends to this replica, in arrival
+   order: queue it, or reject it for good with ``env.reject(id, reason)`` (or the continuous
+   policies' checks, ``env.reject_over_context(id)`` and ``env.reject_over_cache(kv, id, tokens)``).
+3. ``schedule(now_s, batch)`` whenever the replica is free: ``batch.add(id, new_tokens)`` for
+   each request that runs (a whole or partial prefill, or 1 token for a decode). Growing a
+   running request's KV first (``self.kv_cache.try_grow``) and preempting when it fails
+   (``env.preempt(id, keeps_kv=False)``: recompute) is the policy's job, as in C++. An empty batch
+   while requests wait is a bug the simulation stops on.
+4. ``on_iteration_end(batch, finished, now_s)`` after the iteration: ``finished`` lists the
+   requests that produced their last token; release their KV and forget them.
+
+and ``idle()`` at any time: True when the policy holds no waiting or running request.
+
+What a policy reads: ``env.request(id)`` (arrival_s, prompt_tokens, output_tokens, max_tokens,
+priority), ``env.progress(id)`` (state, computed_tokens, generated_tokens, preemptions: a copy,
+taken when called), ``env.known_tokens(id)`` (prompt + generated), ``env.computed_tokens(id)``,
+``env.output_limit(id)``, ``env.max_model_len``, ``env.all_arrived()``.
+
+A Python policy makes several calls into Python per iteration, so it is slower per iteration
+than a C++ one (python/README.md gives the measured figures); the rest of the simulation (cost
+model, event loop, metrics) is the same C++ code. Runs with a Python policy cannot be
+fast-forwarded over decode runs (Policy::repeat_decode_step), which the results do not depend on.
+"""
+
+
+class Policy:
+    """Subclass this and override on_arrival, schedule, on_iteration_end and idle."""
+
+    #: The KV-cache manager the policy uses; set it in attach().
+    kv_cache = None
+
+    def attach(self, env):
+        """Called once before the run; the default keeps `env` as self.env."""
+        self.env = env
+
+    def on_arrival(self, id, now_s):
+        raise NotImplementedError(f"{type(self).__name__}.on_arrival")
+
+    def schedule(self, now_s, batch):
+        raise NotImplementedError(f"{type(self).__name__}.schedule")
+
+    def on_iteration_end(self, batch, finished, now_s):
+        raise NotImplementedError(f"{type(self).__name__}.on_iteration_end")
+
+    def idle(self):
+        raise NotImplementedError(f"{type(self).__name__}.idle")
