@@ -1,6 +1,7 @@
 #include "sim/latency_breakdown.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 #include <fmt/format.h>
@@ -22,32 +23,30 @@ std::string_view latency_part_name(LatencyPart part) {
 
 int64_t LatencyBreakdown::total_ns() const { return std::accumulate(ns.begin(), ns.end(), int64_t{0}); }
 
-IterationSplit& IterationSplit::operator+=(const IterationSplit& o) {
-  swap_ns += o.swap_ns;
-  overhead_ns += o.overhead_ns;
-  compute_ns += o.compute_ns;
-  decode_ns += o.decode_ns;
-  return *this;
-}
-
-IterationSplit split_iteration(SimTime duration, const IterationCost& cost, SimTime extra_time,
-                               const IterationCost* decode_only) {
-  // Each piece is cut from what the earlier ones left, so that they never exceed the duration
-  // (which is at least 1 ns, and rounds the cost model's seconds once) and sum to it exactly.
-  IterationSplit s;
-  const int64_t duration_ns = duration.ns();
-  s.swap_ns = std::clamp<int64_t>(extra_time.ns(), 0, duration_ns);
-  const int64_t rest_ns = duration_ns - s.swap_ns;
-  s.overhead_ns = std::clamp<int64_t>(SimTime::from_seconds(cost.overhead_s).ns(), 0, rest_ns);
-  s.compute_ns = rest_ns - s.overhead_ns;
-  s.decode_ns = s.compute_ns;
-  if (decode_only != nullptr) {
-    // The decodes alone: their kernels' time without the prefill chunks (its overhead is the
-    // engine's, counted as overhead above whatever the batch).
-    const int64_t alone_ns = SimTime::from_seconds(decode_only->total_s - decode_only->overhead_s).ns();
-    s.decode_ns = std::clamp<int64_t>(alone_ns, 0, s.compute_ns);
+double LatencyAccounting::decodes_alone_s(ReplicaAccount& r, const BatchShape& shape, const IterationCost& cost,
+                                          const CostModel& cost_model) {
+  const int64_t rows = shape.num_decodes;
+  // Only the decodes sample (a policy that pads counts its rows in num_decodes).
+  const int64_t sampled = std::min(shape.num_sampled, rows);
+  BatchShape decodes;  // without prefill chunks: allocates nothing
+  decodes.num_decodes = rows;
+  decodes.decode_context_sum = rows;
+  decodes.decode_context_max = 1;
+  decodes.num_sampled = sampled;
+  if (sampled != rows) {  // not the cached shape: ask for this one
+    const IterationCost c = cost_model.iteration(decodes);
+    return c.gemm_s + c.lm_head_s + c.elementwise_s + c.communication_s + cost.decode_attention_s;
   }
-  return s;
+  std::vector<double>& cache = r.decode_rows_kernels_s;
+  if (cache.size() <= static_cast<size_t>(rows)) cache.resize(static_cast<size_t>(rows) + 1, std::nan(""));
+  double& kernels_s = cache[static_cast<size_t>(rows)];
+  if (std::isnan(kernels_s)) {
+    // What a decode-only iteration of `rows` rows runs besides attention: the GEMMs and the LM
+    // head on `rows` tokens, the elementwise kernels, the all-reduces.
+    const IterationCost c = cost_model.iteration(decodes);
+    kernels_s = c.gemm_s + c.lm_head_s + c.elementwise_s + c.communication_s;
+  }
+  return kernels_s + cost.decode_attention_s;
 }
 
 void LatencyAccounting::reset(size_t num_requests, size_t num_replicas) {
@@ -128,19 +127,6 @@ void LatencyAccounting::kv_transfer_started(RequestId id, SimTime at) {
 void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const Batch& batch,
                                           const IterationCost& cost, SimTime duration, const CostModel& cost_model,
                                           std::span<const int64_t> batch_stamp, int64_t stamp) {
-  const BatchShape& shape = batch.shape;
-  IterationCost decode_only;
-  const bool mixed = !shape.prefills.empty() && shape.num_decodes > 0;
-  if (mixed) {
-    // The same decode rows, no prefill chunks; only the decodes sample (a policy that pads
-    // counts its rows in num_decodes). A shape without prefills allocates nothing.
-    BatchShape decodes;
-    decodes.num_decodes = shape.num_decodes;
-    decodes.decode_context_sum = shape.decode_context_sum;
-    decodes.decode_context_max = shape.decode_context_max;
-    decodes.num_sampled = std::min(shape.num_sampled, shape.num_decodes);
-    decode_only = cost_model.iteration(decodes);
-  }
   ReplicaAccount& r = replicas_[static_cast<size_t>(replica)];
   advance(r, start);
   if (!r.landed.empty()) {
@@ -158,12 +144,23 @@ void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const 
     r.landed.resize(kept);
   }
   r.run_start = start;
-  r.split = split_iteration(duration, cost, batch.extra_time, mixed ? &decode_only : nullptr);
-  r.left_out.clear();
-  // Every item's request is running here, so the batch leaves some out only when it is smaller.
-  if (batch.items.size() < r.running.size()) {
+  const BatchShape& shape = batch.shape;
+  if (!shape.prefills.empty() && shape.num_decodes > 0) {
+    const double alone_s = decodes_alone_s(r, shape, cost, cost_model);
+    r.split = split_iteration(duration, cost, batch.extra_time, &alone_s);
+  } else {
+    r.split = split_iteration(duration, cost, batch.extra_time, nullptr);
+  }
+  // Every item's request is running here, so the batch leaves some out only when it is smaller;
+  // whichever of the two lists is shorter is kept, so that the cost is the batch's size.
+  r.exceptions.clear();
+  const size_t items = batch.items.size(), left_out = r.running.size() - std::min(items, r.running.size());
+  r.left_out_by_default = left_out > items;
+  if (r.left_out_by_default) {
+    for (const BatchItem& item : batch.items) r.exceptions.push_back(item.id);
+  } else if (left_out > 0) {
     for (const RequestId id : r.running) {
-      if (batch_stamp[static_cast<size_t>(id)] != stamp) r.left_out.push_back(id);
+      if (batch_stamp[static_cast<size_t>(id)] != stamp) r.exceptions.push_back(id);
     }
   }
 }
@@ -172,18 +169,24 @@ void LatencyAccounting::iteration_ended(int32_t replica, SimTime end) {
   ReplicaAccount& r = replicas_[static_cast<size_t>(replica)];
   const IterationSplit& s = r.split;
   if (r.run_start + SimTime::from_ns(s.duration_ns()) != end) time_went_backwards(r.run_start, end);
-  r.shares.overhead_ns += s.overhead_ns;
-  r.shares.preemption_ns += s.swap_ns;
-  r.shares.decode_ns += s.decode_ns;
-  r.shares.stall_ns += s.compute_ns - s.decode_ns;
   r.until = end;
-  // A request left out of the iteration waited for all of it: stall, not a decode step's shares.
-  for (const RequestId id : r.left_out) {
+  // A decode step's shares, and what a request left out of the iteration gets instead: all of
+  // it as stall. The replica's shares take the one its running requests mostly had; the
+  // exceptions are given the difference.
+  const RunningShares step{s.overhead_ns, s.swap_ns, s.decode_ns, s.compute_ns - s.decode_ns};
+  const RunningShares left_out{0, 0, 0, s.duration_ns()};
+  const RunningShares& most = r.left_out_by_default ? left_out : step;
+  const RunningShares& rest = r.left_out_by_default ? step : left_out;
+  r.shares.overhead_ns += most.overhead_ns;
+  r.shares.preemption_ns += most.preemption_ns;
+  r.shares.decode_ns += most.decode_ns;
+  r.shares.stall_ns += most.stall_ns;
+  for (const RequestId id : r.exceptions) {
     LatencyBreakdown& parts = requests_[static_cast<size_t>(id)].parts;
-    parts[LatencyPart::kOverhead] -= s.overhead_ns;
-    parts[LatencyPart::kPreemption] -= s.swap_ns;
-    parts[LatencyPart::kDecode] -= s.decode_ns;
-    parts[LatencyPart::kStall] += s.duration_ns() - (s.compute_ns - s.decode_ns);
+    parts[LatencyPart::kOverhead] += rest.overhead_ns - most.overhead_ns;
+    parts[LatencyPart::kPreemption] += rest.preemption_ns - most.preemption_ns;
+    parts[LatencyPart::kDecode] += rest.decode_ns - most.decode_ns;
+    parts[LatencyPart::kStall] += rest.stall_ns - most.stall_ns;
   }
 }
 

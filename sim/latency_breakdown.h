@@ -9,9 +9,9 @@
 //                overhead (the whole iteration's compute, shared with whatever else ran in it:
 //                a chunk is the work that sets such an iteration's length, so it is not split).
 //   decode       its own decode steps: per decode iteration, what an iteration of the same
-//                decodes *without* the iteration's prefill chunks would compute (the cost model
-//                asked for that batch: the counterfactual that answers "how long would this step
-//                have been"); a decode-only iteration's whole compute.
+//                decodes *without* the iteration's prefill chunks would compute (the cost model's
+//                kernels for that batch: the counterfactual that answers "how long would this
+//                step have been"); a decode-only iteration's whole compute.
 //   stall        time its progress waited on other requests' work once admitted: in a decode
 //                step, the rest of the iteration beyond that counterfactual (the prefill chunks
 //                it shared the iteration with: Sarathi-Serve's "generation stall", Agrawal et
@@ -32,17 +32,21 @@
 // says, with a decode step's C cut at the counterfactual's compute (decode) and the remainder
 // (stall), so every iteration gives each of its requests exactly D.
 //
-// Cost. The counterfactual is one cost-model call for an iteration that mixes prefill chunks
-// with decodes. Nothing is done per decode step: a replica keeps the running sum of what a
+// Cost. The counterfactual adds the decode attention the mixed iteration charged to the kernels
+// that depend on the row count alone, which a replica asks of the cost model once per row count
+// (the same sum as a cost-model call on the decodes alone, to the rounding of its order). Nothing
+// is done per decode step: a replica keeps the running sum of what a
 // decode step of each of its iterations gets (RunningShares), and a request takes the
 // difference over the stretch it was running when it leaves (finishes, is preempted, hands its
 // KV on); only what differs from a decode step touches a request — joining, a prefill chunk,
-// being left out of an iteration (found by comparing the batch's size with the running count,
-// and then the running list with the batch) — so a run costs what its events do. A
+// being left out of an iteration (found by comparing the batch's size with the running count;
+// when most are left out, as in a prefill-only step, the shares are the left-out's and the
+// batch's requests the exceptions) — so a run costs what its events do. A
 // fast-forwarded decode run adds its iterations' splits as it builds them and the replica's sums
 // take the run's total once: the same nanoseconds as stepping the iterations one by one.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -87,14 +91,37 @@ struct IterationSplit {
   int64_t decode_ns = 0;    // of compute_ns, what a decode step keeps as decode (the rest: stall)
 
   int64_t duration_ns() const { return swap_ns + overhead_ns + compute_ns; }
-  IterationSplit& operator+=(const IterationSplit& o);
+  IterationSplit& operator+=(const IterationSplit& o) {
+    swap_ns += o.swap_ns;
+    overhead_ns += o.overhead_ns;
+    compute_ns += o.compute_ns;
+    decode_ns += o.decode_ns;
+    return *this;
+  }
 };
 
 // The iteration of `duration` (the cost model's total_s plus `extra_time`, as the replica ran
-// it) split by `cost`; `decode_only` is the cost of the same decodes without the prefill chunks,
-// for an iteration that has both (ignored otherwise).
-IterationSplit split_iteration(SimTime duration, const IterationCost& cost, SimTime extra_time,
-                               const IterationCost* decode_only);
+// it) split by `cost`; `decodes_alone_s`, for an iteration that mixes prefill chunks with
+// decodes, is the kernel time of the same decodes alone (null otherwise). Inline: it runs for
+// every iteration, fast-forwarded ones too.
+inline IterationSplit split_iteration(SimTime duration, const IterationCost& cost, SimTime extra_time,
+                                      const double* decodes_alone_s) {
+  // Each piece is cut from what the earlier ones left, so that they never exceed the duration
+  // (which is at least 1 ns, and rounds the cost model's seconds once) and sum to it exactly.
+  IterationSplit s;
+  const int64_t duration_ns = duration.ns();
+  s.swap_ns = std::clamp<int64_t>(extra_time.ns(), 0, duration_ns);
+  const int64_t rest_ns = duration_ns - s.swap_ns;
+  s.overhead_ns = std::clamp<int64_t>(SimTime::from_seconds(cost.overhead_s).ns(), 0, rest_ns);
+  s.compute_ns = rest_ns - s.overhead_ns;
+  s.decode_ns = s.compute_ns;
+  if (decodes_alone_s != nullptr) {
+    // The decodes alone: their kernels' time without the prefill chunks (the engine's overhead
+    // is counted as overhead above, whatever the batch).
+    s.decode_ns = std::clamp<int64_t>(SimTime::from_seconds(*decodes_alone_s).ns(), 0, s.compute_ns);
+  }
+  return s;
+}
 
 // The per-request attribution a simulation keeps while it runs. The simulation tells it when a
 // request arrives, joins a replica's running requests (its first iteration, or again after a
@@ -181,13 +208,25 @@ class LatencyAccounting {
   struct ReplicaAccount {
     RunningShares shares;  // from t = 0 to `until`
     SimTime until;         // its last iteration's end, or later while it idles
-    // The iteration (or fast-forwarded run) in flight.
+    // The iteration (or fast-forwarded run) in flight, and the running requests it treats
+    // otherwise than its shares say: with few left out, the shares are a decode step's and the
+    // exceptions those left out; with most left out (a prefill-only step), the shares are the
+    // left-out's (all of it stall) and the exceptions the batch's requests.
     SimTime run_start;
     IterationSplit split;
-    std::vector<RequestId> left_out;  // running requests not in it
+    bool left_out_by_default = false;
+    std::vector<RequestId> exceptions;
     std::vector<RequestId> running;   // requests running here (joined, not left)
     std::vector<RequestId> landed;    // KV landed here, not yet in an iteration (disaggregation)
+    // By row count d: the kernels of a decode-only iteration of d rows that depend on d alone
+    // (GEMMs, LM head, elementwise, all-reduce), asked of the cost model once per d; NaN until.
+    std::vector<double> decode_rows_kernels_s;
   };
+
+  // The kernel time of `shape`'s decodes without its prefill chunks: their row-count kernels
+  // (cached) plus the decode attention `cost` charged them, which depends on their rows alone.
+  static double decodes_alone_s(ReplicaAccount& r, const BatchShape& shape, const IterationCost& cost,
+                                const CostModel& cost_model);
 
   // Brings the replica's running shares to `at` (>= until, between iterations): running
   // requests that wait on an idle replica stall.

@@ -144,18 +144,24 @@ LatencyBreakdownSummary summarize_latency_breakdown(const std::vector<RequestRec
     }
   }
   if (completed == 0) return summary;
-  // Only the p99 is wanted: a selection per part, not a sort (a run has many requests).
-  const int64_t rank = nearest_rank(0.99, completed);
-  std::vector<int64_t> values;
-  values.reserve(static_cast<size_t>(completed));
+  // Only the p99 is wanted: a selection per part, not a sort; the parts' values side by side,
+  // gathered in one pass over the records.
+  const auto n = static_cast<size_t>(completed);
+  std::vector<int64_t> values(n * kNumLatencyParts);
+  size_t i = 0;
+  for (const RequestRecord& r : requests) {
+    if (!r.completed()) continue;
+    for (size_t k = 0; k < kNumLatencyParts; ++k) values[k * n + i] = r.breakdown.ns[k];
+    ++i;
+  }
+  const auto rank = static_cast<size_t>(nearest_rank(0.99, completed));
   for (size_t k = 0; k < kNumLatencyParts; ++k) {
-    values.clear();
-    for (const RequestRecord& r : requests) {
-      if (r.completed()) values.push_back(r.breakdown.ns[k]);
-    }
-    std::nth_element(values.begin(), values.begin() + (rank - 1), values.end());
     LatencyPartSummary& part = summary.parts[k];
-    part.p99_s = SimTime::from_ns(values[static_cast<size_t>(rank - 1)]).seconds();
+    if (all_ns[k] > 0) {  // else every value is 0, and so is the p99
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>(k * n);
+      std::nth_element(first, first + static_cast<std::ptrdiff_t>(rank - 1), first + static_cast<std::ptrdiff_t>(n));
+      part.p99_s = SimTime::from_ns(*(first + static_cast<std::ptrdiff_t>(rank - 1))).seconds();
+    }
     part.mean_s = static_cast<double>(all_ns[k]) * 1e-9 / static_cast<double>(completed);
     if (all_e2e_ns > 0) part.share = static_cast<double>(all_ns[k]) / static_cast<double>(all_e2e_ns);
     if (p99_e2e_ns > 0) part.share_of_p99 = static_cast<double>(p99_ns[k]) / static_cast<double>(p99_e2e_ns);

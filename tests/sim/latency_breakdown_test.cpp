@@ -88,8 +88,8 @@ TEST(IterationSplit, SwapThenOverheadThenComputeSumToTheDuration) {
   EXPECT_EQ(tiny.duration_ns(), 1);
   EXPECT_EQ(tiny.overhead_ns, 1);
   // A counterfactual dearer than the iteration (it cannot be, but rounding could say so) is cut.
-  const IterationCost dear = cost_of(50, 0);
-  EXPECT_EQ(split_iteration(at_ms(10), cost_of(10, 1), SimTime::zero(), &dear).decode_ns, ms(9));
+  const double dear_s = 0.050;
+  EXPECT_EQ(split_iteration(at_ms(10), cost_of(10, 1), SimTime::zero(), &dear_s).decode_ns, ms(9));
 }
 
 // Two requests on one replica, every iteration 10 ms of which 1 ms is overhead:
@@ -138,6 +138,31 @@ TEST(LatencyAccounting, EveryPartOfTwoRequestsWorkedOutByHand) {
   EXPECT_EQ(r1.total_ns(), ms(55));
 }
 
+// A prefill-only step that leaves most running requests out (the accounting then keeps the
+// left-out's shares for the replica and corrects the batch's requests instead): the same parts
+// as when few are left out. Three decode; R3's prefill alone leaves all three out.
+TEST(LatencyAccounting, APrefillOnlyStepLeavingMostOutGivesThemAllOfIt) {
+  Harness h(4);
+  LatencyAccounting& a = h.accounting;
+  for (RequestId id = 0; id < 4; ++id) a.arrived(id, at_ms(0));
+  SimTime t = h.iteration(0, at_ms(0), {{0, false, 0, 10}, {1, false, 0, 10}, {2, false, 0, 10}}, cost_of(10, 1),
+                          {0, 1, 2});
+  t = h.iteration(0, t, {{3, false, 0, 100}}, cost_of(30, 2), {3});  // [10, 40)
+  t = h.iteration(0, t, {{0, true, 10, 1}, {1, true, 10, 1}, {2, true, 10, 1}, {3, true, 100, 1}}, cost_of(10, 1));
+  for (RequestId id = 0; id < 4; ++id) a.finished(id, t);
+  for (RequestId id = 0; id < 3; ++id) {
+    EXPECT_EQ(a.of(id)[LatencyPart::kStall], ms(30)) << id;
+    EXPECT_EQ(a.of(id)[LatencyPart::kPrefill], ms(9)) << id;
+    EXPECT_EQ(a.of(id)[LatencyPart::kDecode], ms(9)) << id;
+    EXPECT_EQ(a.of(id)[LatencyPart::kOverhead], ms(2)) << id;
+  }
+  EXPECT_EQ(a.of(3)[LatencyPart::kQueueing], ms(10));
+  EXPECT_EQ(a.of(3)[LatencyPart::kPrefill], ms(28));
+  EXPECT_EQ(a.of(3)[LatencyPart::kDecode], ms(9));
+  EXPECT_EQ(a.of(3)[LatencyPart::kOverhead], ms(3));
+  EXPECT_EQ(a.of(3)[LatencyPart::kStall], 0);
+}
+
 // Preempted mid-prefill: only the chunks it had computed are recomputation. R0 computes 64 of
 // its 96 prompt tokens in [0, 10) (9 ms of compute), is preempted, and prefills all 96 again in
 // [20, 32) (11 ms of compute): 64/96 of that is preemption, the rest its own prefill.
@@ -179,37 +204,55 @@ TEST(LatencyAccounting, SwapTimeIsPreemptionForTheWholeBatch) {
   EXPECT_EQ(a.of(1).total_ns(), ms(40));
 }
 
-// A long prompt mixed into running decodes: the decodes keep what they alone would compute
-// (the cost model's iteration without the prefill chunk), the rest is stall; the prompt's
-// request has the whole compute as its own prefill.
+// Long prompts mixed into running decodes: the decodes keep what they alone would compute (the
+// cost model's iteration without the prefill chunk), the rest is stall; the prompt's request
+// has the whole compute as its own prefill. The second mixed iteration, of as many decodes as
+// the first, is split alike from what the replica asked the cost model for the first.
 TEST(LatencyAccounting, AMixedIterationsStretchBeyondTheDecodesAloneIsStall) {
-  Harness h(3);
+  Harness h(4);
   LatencyAccounting& a = h.accounting;
-  for (RequestId id = 0; id < 3; ++id) a.arrived(id, at_ms(0));
+  for (RequestId id = 0; id < 4; ++id) a.arrived(id, at_ms(0));
   SimTime t = h.iteration(0, at_ms(0), {{0, false, 0, 100}, {1, false, 0, 200}}, cost_of(20, 1), {0, 1});
-  const std::vector<Item> mixed = {{0, true, 100, 1}, {1, true, 200, 1}, {2, false, 0, 3000}};
-  BatchShape shape;
-  for (const Item& i : mixed) i.decode ? shape.add_decode(i.context_before) : shape.add_prefill(i.new_tokens, i.context_before);
-  shape.num_sampled = 3;
-  const IterationCost cost = h.cm.iteration(shape);
-  BatchShape alone;
-  alone.add_decode(100);
-  alone.add_decode(200);
-  alone.num_sampled = 2;
-  const IterationCost decodes = h.cm.iteration(alone);
-  const SimTime start = t;
-  t = h.iteration(0, t, mixed, cost, {2});
+  // R0 and R1 decode beside R2's prompt of 3000 tokens, then beside R3's of 1000.
+  struct Mixed {
+    std::vector<Item> items;
+    RequestId joins;
+  };
+  const Mixed iterations[] = {{{{0, true, 100, 1}, {1, true, 200, 1}, {2, false, 0, 3000}}, 2},
+                              {{{0, true, 101, 1}, {1, true, 201, 1}, {3, false, 0, 1000}}, 3}};
+  int64_t own_total = 0, stall_total = 0;
+  for (const Mixed& m : iterations) {
+    BatchShape shape, alone;
+    for (const Item& i : m.items) {
+      if (i.decode) {
+        shape.add_decode(i.context_before);
+        alone.add_decode(i.context_before);
+      } else {
+        shape.add_prefill(i.new_tokens, i.context_before);
+      }
+    }
+    shape.num_sampled = 3;
+    alone.num_sampled = 2;
+    const IterationCost cost = h.cm.iteration(shape);
+    const IterationCost decodes = h.cm.iteration(alone);
+    const SimTime start = t;
+    t = h.iteration(0, t, m.items, cost, {m.joins});
+    a.finished(m.joins, t);  // a one-token output: done at its prefill
+    const int64_t compute = (t - start).ns() - SimTime::from_seconds(cost.overhead_s).ns();
+    const int64_t own = SimTime::from_seconds(decodes.total_s - decodes.overhead_s).ns();
+    ASSERT_GT(compute, 3 * own);  // the prompt outweighs two decode steps
+    own_total += own;
+    stall_total += compute - own;
+    EXPECT_EQ(a.of(m.joins)[LatencyPart::kPrefill], compute);
+    EXPECT_EQ(a.of(m.joins)[LatencyPart::kStall], 0);
+  }
   a.finished(0, t);
   a.finished(1, t);
-  a.finished(2, t);
-  const int64_t compute = (t - start).ns() - SimTime::from_seconds(cost.overhead_s).ns();
-  const int64_t own = SimTime::from_seconds(decodes.total_s - decodes.overhead_s).ns();
-  ASSERT_GT(compute, 3 * own);  // 3000 prompt tokens outweigh two decode steps
-  EXPECT_EQ(a.of(0)[LatencyPart::kDecode], own);
-  EXPECT_EQ(a.of(0)[LatencyPart::kStall], compute - own);
-  EXPECT_EQ(a.of(1)[LatencyPart::kStall], compute - own);
-  EXPECT_EQ(a.of(2)[LatencyPart::kPrefill], compute);
-  EXPECT_EQ(a.of(2)[LatencyPart::kStall], 0);
+  // (Within 1 ns an iteration: the accounting adds the same kernels in another order, and the
+  // second asks the cost model nothing new: see decodes_alone_s.)
+  EXPECT_NEAR(a.of(0)[LatencyPart::kDecode], own_total, 2);
+  EXPECT_NEAR(a.of(0)[LatencyPart::kStall], stall_total, 2);
+  EXPECT_EQ(a.of(1)[LatencyPart::kStall], a.of(0)[LatencyPart::kStall]);
   EXPECT_EQ(a.of(2)[LatencyPart::kQueueing], ms(20));
 }
 
