@@ -142,6 +142,12 @@ Json request_args(const RequestRecord& r) {
     args["queueing_ms"] = millis(r.queueing_s());
     args["tpot_ms"] = millis(r.tpot_s());
     args["max_tbt_ms"] = millis(r.max_tbt);
+    // Where its e2e went (requests.csv's breakdown_<part>_s), beside the slices that show when.
+    Json breakdown;
+    for (LatencyPart part : kLatencyParts) {
+      breakdown[std::string(latency_part_name(part))] = millis(SimTime::from_ns(r.breakdown[part]));
+    }
+    args["breakdown_ms"] = breakdown;
   }
   if (!r.reject_reason.empty()) args["reject_reason"] = r.reject_reason;
   return args;

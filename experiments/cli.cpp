@@ -286,6 +286,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   print_setup(out, config, built.requests.size(), run.result.kv_capacity_tokens);
   print_comparison_table(out, {&run});
   print_priority_classes(out, run.result.summary);
+  // Why the slowest requests were slow, and what would have helped them.
+  if (run.result.summary.requests_completed > 0) fmt::print(out, "{}\n", latency_breakdown_line(run.result.summary));
+  fmt::print(out, "diagnosis: {}\n", run_diagnosis(run));
   if (const Summary& s = run.result.summary; s.prefill_cached_tokens > 0) {
     fmt::print(out, "prefix cache: {:.1f}% hit rate ({} of {} tokens to prefill found cached)\n",
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "experiments/bench_result.h"
+#include "experiments/latency_diagnosis.h"
 #include "experiments/slo.h"
 #include "sim/kv_transfer.h"
 #include "hwmodel/error.h"
@@ -33,6 +34,37 @@ std::string opt_seconds(SimTime t, SimTime origin) {
 }
 
 }  // namespace
+
+std::string run_diagnosis(const RunOutcome& outcome) {
+  return latency_diagnosis(diagnosis_inputs(
+      outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts)));
+}
+
+nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {
+  const Summary& s = outcome.result.summary;
+  nlohmann::ordered_json j;
+  for (LatencyPart part : kLatencyParts) {
+    const LatencyPartSummary& p = s.latency_breakdown[part];
+    j[std::string(latency_part_name(part))] = {{"mean", p.mean_s},
+                                               {"p99", p.p99_s},
+                                               {"share", p.share},
+                                               {"share_of_p99_requests", p.share_of_p99}};
+  }
+  j["p99_requests"] = s.latency_breakdown.p99_requests;
+  j["diagnosis"] = run_diagnosis(outcome);
+  return j;
+}
+
+std::string latency_breakdown_line(const Summary& s) {
+  std::vector<std::string> parts;
+  for (LatencyPart part : kLatencyParts) {
+    const double share = s.latency_breakdown[part].share_of_p99;
+    // A part the run never had (kv_transfer without disaggregation) would only be noise.
+    if (share > 0) parts.push_back(fmt::format("{} {:.1f}%", latency_part_name(part), 100 * share));
+  }
+  return fmt::format("latency breakdown of the p99 requests ({}, e2e >= {:.2f}s): {}", s.latency_breakdown.p99_requests,
+                     s.e2e_s.p99, fmt::join(parts, ", "));
+}
 
 const char* request_state_name(RequestState s) {
   switch (s) {
@@ -229,6 +261,8 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   lat["normalized_s_per_token"] = dist_json(s.normalized_latency_s_per_token);
   lat["queueing_s"] = dist_json(s.queueing_s);
   j["latency"] = lat;
+  // Where the requests' time went, and what would have helped the slowest (README "Outputs").
+  j["latency_breakdown"] = latency_breakdown_json(outcome);
   j["makespan_s"] = s.makespan_s;
   j["iterations"] = s.iterations;
   j["preemptions"] = s.preemptions;
@@ -319,7 +353,9 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "requests.csv");
     out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens,priority" << (cluster ? ",replica" : "")
+           "cached_tokens,priority";
+    for (LatencyPart part : kLatencyParts) out << ",breakdown_" << latency_part_name(part) << "_s";
+    out << (cluster ? ",replica" : "")
         << (pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes\n" : "\n");
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
@@ -335,6 +371,14 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
                  done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
                  done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
                  r.reject_reason, r.cached_tokens, r.priority);
+      // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
+      for (LatencyPart part : kLatencyParts) {
+        if (done) {
+          fmt::print(out, ",{:.9f}", r.breakdown.seconds(part));
+        } else {
+          out << ',';
+        }
+      }
       if (cluster) fmt::print(out, ",{}", r.replica);
       if (pooled) {
         const HandoffRecord& h = outcome.result.handoffs[static_cast<size_t>(r.id)];

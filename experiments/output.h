@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iosfwd>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -32,6 +33,16 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu);
 // ..." or "trust: a100-80gb not validated: <reason>". Made from the JSON, so that the report
 // (which reads summary.json files) and `batchsim run` say the same.
 std::string trust_line(const nlohmann::ordered_json& trust);
+
+// summary.json's `latency_breakdown`: per part {mean, p99, share, share_of_p99_requests}
+// (seconds, and fractions of the completed / p99 requests' e2e time), `p99_requests` and the
+// one-line `diagnosis` (experiments/latency_diagnosis.h).
+nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome);
+// The run's diagnosis line (latency_diagnosis() of its summary and policy).
+std::string run_diagnosis(const RunOutcome& outcome);
+// The p99 requests' shares on one terminal line: "latency breakdown of the p99 requests (3,
+// e2e >= 41.20s): queueing 61.9%, prefill 1.2%, ...".
+std::string latency_breakdown_line(const Summary& summary);
 
 // Writes summary.json, requests.csv and (when iterations were recorded) iterations.csv into
 // `dir`, creating it. Throws UserError when the directory cannot be written.

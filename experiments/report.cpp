@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/latency_diagnosis.h"
 #include "experiments/output.h"
 #include "hwmodel/error.h"
 
@@ -354,6 +355,81 @@ Table latency_table(const std::vector<Row>& rows) {
     t.rows.push_back(std::move(cells));
   }
   return t;
+}
+
+// "Where the time went" (summary.json's `latency_breakdown`): what each row's p99 requests spent
+// their time on, and the diagnosis `batchsim run` prints, made from the seeds' mean shares.
+bool any_breakdown(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) { return r.contains("latency_breakdown"); });
+}
+
+std::string breakdown_path(LatencyPart part, const char* key) {
+  return fmt::format("latency_breakdown.{}.{}", latency_part_name(part), key);
+}
+
+// The parts some run spent time in: a column of zeros (kv_transfer without disaggregation)
+// says nothing.
+std::vector<LatencyPart> parts_with_time(const std::vector<Row>& rows) {
+  std::vector<LatencyPart> parts;
+  for (LatencyPart part : kLatencyParts) {
+    const bool some = std::any_of(rows.begin(), rows.end(), [&](const Row& r) {
+      return spread_of(r.runs, breakdown_path(part, "share"), 1).max > 0;
+    });
+    if (some) parts.push_back(part);
+  }
+  return parts;
+}
+
+Table breakdown_table(const std::vector<Row>& rows, const std::vector<LatencyPart>& parts) {
+  Table t;
+  t.headers = {"group", "policy", "e2e p99 s", "p99 requests"};
+  for (LatencyPart part : parts) t.headers.push_back(fmt::format("{} %", latency_part_name(part)));
+  for (const Row& r : rows) {
+    std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy,
+                                      format_spread(spread_of(r.runs, "latency.e2e_s.p99", 1), 2),
+                                      format_spread(spread_of(r.runs, "latency_breakdown.p99_requests", 1), 0)};
+    for (LatencyPart part : parts) {
+      cells.push_back(format_spread(spread_of(r.runs, breakdown_path(part, "share_of_p99_requests"), 100), 1));
+    }
+    t.rows.push_back(std::move(cells));
+  }
+  return t;
+}
+
+std::string row_diagnosis(const Row& r) {
+  DiagnosisInputs in;
+  for (LatencyPart part : kLatencyParts) {
+    in.share_of_p99[static_cast<size_t>(part)] = spread_of(r.runs, breakdown_path(part, "share_of_p99_requests"), 1).mean;
+  }
+  in.completed = static_cast<int64_t>(std::llround(spread_of(r.runs, "requests.completed", 1).mean));
+  in.kv_allocated_fraction_peak = spread_of(r.runs, "kv.allocated_fraction_peak", 1).mean;
+  const ordered_json& config = (*r.runs.front())["config"];
+  std::map<std::string, std::string> options;
+  if (config.contains("policy_opts")) {
+    for (const auto& [key, value] : config["policy_opts"].items()) options[key] = value.get<std::string>();
+  }
+  in.policy = policy_traits(config.value("policy", std::string()), options);
+  return latency_diagnosis(in);
+}
+
+void write_breakdown_section(std::ostream& out, const std::vector<Row>& rows) {
+  out << "## Where the time went\n\n"
+         "Every request's e2e is split into parts that add up to it exactly (`requests.csv`'s "
+         "`breakdown_<part>_s`): queueing (arrival to its first iteration), prefill (its own prompt's "
+         "iterations), decode (its decode steps, as long as the decodes alone would have taken), stall "
+         "(waiting on other requests' prefills once admitted: the rest of an iteration it shared with "
+         "them, or one it was left out of), preemption (waiting to run again, recomputing, swapping), "
+         "kv_transfer (disaggregated runs: from the hand-off to its first decode iteration) and "
+         "overhead (the engine's CPU and launch time). The table is what the p99 requests, the slowest "
+         "1%, spent their time on (`latency_breakdown.<part>.share_of_p99_requests`, in %); the figure "
+         "*Latency breakdown per policy* shows the mean request's seconds beside it.\n\n";
+  render_markdown(out, breakdown_table(rows, parts_with_time(rows)));
+  out << "What would have helped, from each row's p99 requests (the rules of "
+         "`experiments/latency_diagnosis.h`, on the seeds' mean shares):\n\n";
+  for (const Row& r : rows) {
+    fmt::print(out, "- {}`{}`: {}\n", r.group.empty() ? "" : fmt::format("{}, ", r.group), r.policy, row_diagnosis(r));
+  }
+  out << "\n";
 }
 
 // Prefill/decode disaggregation (summary.json's `pools`): the section appears when some run of
@@ -796,6 +872,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
            "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
     render_markdown(out, latency_table(rows));
+    if (any_breakdown(results.runs)) write_breakdown_section(out, rows);
     if (any_pools(results.runs)) {
       out << "## Prefill/decode disaggregation\n\n"
              "Deployment: colocated replicas, or P prefill and D decode replicas (`pools`). TTFT is "

@@ -678,9 +678,65 @@ def disaggregation(res, out_dir):
     return out
 
 
+# The parts of summary.json's latency_breakdown, in its order, with a colour each: the requests'
+# own work in blue and green, time lost in warm colours, overhead grey.
+BREAKDOWN_PARTS = OrderedDict([("queueing", "#d9534f"), ("prefill", "#3b75af"), ("decode", "#8fc176"),
+                               ("stall", "#f0ad4e"), ("preemption", "#9467bd"), ("kv_transfer", "#17becf"),
+                               ("overhead", "#9e9e9e")])
+
+
+def _breakdown_value(rows, group, policy, part, key):
+    """Mean over seeds of latency_breakdown.<part>.<key>; 0 when no run has it."""
+    m, _, _ = _spread([_num(r.get(f"latency_breakdown.{part}.{key}")) for r in rows
+                       if r["experiment.group"] == group and r["experiment.policy"] == policy])
+    return 0.0 if math.isnan(m) else m
+
+
+def latency_breakdown(res, out_dir):
+    """Per policy, stacked bars of where the time went: the mean request's seconds by part (left)
+    and the p99 requests' shares of their e2e (right), one row of panels per group (at most four)."""
+    runs = [r for r in res.runs if r.get("experiment.capacity_probe", "") == ""
+            and r.get("latency_breakdown.queueing.mean", "") != ""]
+    if not runs:
+        return []
+    groups = _pick_groups(res.groups(runs))
+    # A part no run spent time in (kv_transfer without disaggregation) would crowd the legend.
+    parts = [p for p in BREAKDOWN_PARTS if any(_num(r.get(f"latency_breakdown.{p}.share")) > 0 for r in runs)]
+    xs = list(range(len(res.policies)))
+    crowded = len(res.policies) > 4
+    height = 0.9 + 3.0 * len(groups)
+    fig, axes = plt.subplots(len(groups), 2, figsize=(min(16, 4 + 1.1 * len(res.policies)), height), squeeze=False)
+    for row, g in zip(axes, groups):
+        for ax, key, scale, ylabel in ((row[0], "mean", 1, "mean request (s)"),
+                                       (row[1], "share_of_p99_requests", 100, "p99 requests (% of e2e)")):
+            bottom = [0.0] * len(res.policies)
+            for part in parts:
+                heights = [scale * _breakdown_value(runs, g, p, part, key) for p in res.policies]
+                ax.bar(xs, heights, 0.7, bottom=bottom, color=BREAKDOWN_PARTS[part], label=part)
+                bottom = [b + h for b, h in zip(bottom, heights)]
+            ax.set_xticks(xs)
+            ax.set_xticklabels(res.policies, fontsize=8, rotation=25 if crowded else 0,
+                               ha="right" if crowded else "center")
+            ax.set_ylabel(ylabel)
+            ax.grid(axis="y", alpha=0.3)
+            ax.set_title(_group_title(g), fontsize=9)
+        row[1].set_ylim(0, 100)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(parts), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.3 / height))
+    fig.suptitle(f"{res.experiment['name']}: latency breakdown per policy", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / height))
+    fig.savefig(os.path.join(out_dir, "latency_breakdown.png"), dpi=DPI)
+    plt.close(fig)
+    return [("latency_breakdown.png", "Latency breakdown per policy",
+             "Each request's e2e split into parts that sum to it (requests.csv's breakdown_<part>_s). Left: "
+             "the mean request's seconds by part; right: what the p99 requests (the slowest 1%) spent their "
+             "time on. Means over seeds. \"Where the time went\" above says what would have helped.")]
+
+
 # In report order: the slot timeline, the picture that explains the rest, comes early.
 FIGURES = [throughput, capacity, slot_timeline, slot_timeline_time, disaggregation, latency_vs_qps, latency_bars,
-           cdfs, kv_over_time]
+           latency_breakdown, cdfs, kv_over_time]
 
 
 def make_all(folder):

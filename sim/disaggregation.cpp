@@ -144,6 +144,7 @@ void Simulation::finish_kv_transfer(RequestId id) {
   // Its KV is in the decode replica's cache: it runs there from now on, and may be preempted
   // before its first decode step as any running request.
   progress_[id].state = RequestState::kRunning;
+  latency_.kv_landed(id, h.decode_replica);
   to.policy->on_kv_received(id, now_);
   wake_now(to);
 }

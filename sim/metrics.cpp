@@ -46,12 +46,18 @@ double WeightedSamples::mean() const {
   return sum / static_cast<double>(total_weight_);
 }
 
+namespace {
+// Nearest rank of quantile q among `count` samples: ceil(q * count), at least 1 (1-based).
+int64_t nearest_rank(double q, int64_t count) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(count) - 1e-9)));
+}
+}  // namespace
+
 double WeightedSamples::percentile(double q) const {
   if (total_weight_ == 0) return 0.0;
   sort();
   // Nearest rank: the smallest value whose cumulative weight reaches ceil(q * W) (at least 1).
-  const auto rank = std::max<int64_t>(
-      1, static_cast<int64_t>(std::ceil(q * static_cast<double>(total_weight_) - 1e-9)));
+  const int64_t rank = nearest_rank(q, total_weight_);
   int64_t cumulative = 0;
   for (const auto& [value, weight] : samples_) {
     cumulative += weight;
@@ -117,6 +123,50 @@ Distribution Distribution::of(const WeightedSamples& s) {
   d.p99 = s.percentile(0.99);
   d.max = s.max();
   return d;
+}
+
+LatencyBreakdownSummary summarize_latency_breakdown(const std::vector<RequestRecord>& requests, double e2e_p99_s) {
+  LatencyBreakdownSummary summary;
+  // Sums in ns, exact, so that means and shares do not depend on the order of the requests.
+  std::array<int64_t, kNumLatencyParts> all_ns{}, p99_ns{};
+  int64_t all_e2e_ns = 0, p99_e2e_ns = 0, completed = 0;
+  for (const RequestRecord& r : requests) {
+    if (!r.completed()) continue;
+    ++completed;
+    const bool tail = r.e2e_s() >= e2e_p99_s;
+    summary.p99_requests += tail;
+    const int64_t e2e_ns = (r.finished - r.arrival).ns();
+    all_e2e_ns += e2e_ns;
+    if (tail) p99_e2e_ns += e2e_ns;
+    for (size_t k = 0; k < kNumLatencyParts; ++k) {
+      all_ns[k] += r.breakdown.ns[k];
+      if (tail) p99_ns[k] += r.breakdown.ns[k];
+    }
+  }
+  if (completed == 0) return summary;
+  // Only the p99 is wanted: a selection per part, not a sort; the parts' values side by side,
+  // gathered in one pass over the records.
+  const auto n = static_cast<size_t>(completed);
+  std::vector<int64_t> values(n * kNumLatencyParts);
+  size_t i = 0;
+  for (const RequestRecord& r : requests) {
+    if (!r.completed()) continue;
+    for (size_t k = 0; k < kNumLatencyParts; ++k) values[k * n + i] = r.breakdown.ns[k];
+    ++i;
+  }
+  const auto rank = static_cast<size_t>(nearest_rank(0.99, completed));
+  for (size_t k = 0; k < kNumLatencyParts; ++k) {
+    LatencyPartSummary& part = summary.parts[k];
+    if (all_ns[k] > 0) {  // else every value is 0, and so is the p99
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>(k * n);
+      std::nth_element(first, first + static_cast<std::ptrdiff_t>(rank - 1), first + static_cast<std::ptrdiff_t>(n));
+      part.p99_s = SimTime::from_ns(*(first + static_cast<std::ptrdiff_t>(rank - 1))).seconds();
+    }
+    part.mean_s = static_cast<double>(all_ns[k]) * 1e-9 / static_cast<double>(completed);
+    if (all_e2e_ns > 0) part.share = static_cast<double>(all_ns[k]) / static_cast<double>(all_e2e_ns);
+    if (p99_e2e_ns > 0) part.share_of_p99 = static_cast<double>(p99_ns[k]) / static_cast<double>(p99_e2e_ns);
+  }
+  return summary;
 }
 
 }  // namespace batchsim

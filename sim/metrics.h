@@ -9,12 +9,14 @@
 // gap — so memory grows with iterations, not with tokens.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "sim/latency_breakdown.h"
 #include "sim/policy.h"
 #include "sim/request.h"
 #include "sim/time.h"
@@ -24,6 +26,9 @@ namespace batchsim {
 // A request's arrival data and its final progress, side by side, plus why it was rejected.
 struct RequestRecord : Request, RequestProgress {
   std::string reject_reason;
+  // Where its e2e time went (sim/latency_breakdown.h); the parts sum to finished - arrival for
+  // a completed request.
+  LatencyBreakdown breakdown;
 
   bool completed() const { return state == RequestState::kFinished; }
   double ttft_s() const { return (first_token - arrival).seconds(); }
@@ -177,6 +182,26 @@ struct KvTransferSummary {
   Distribution ttft_at_decode_s;
 };
 
+// One part of the latency breakdown over a run's completed requests.
+struct LatencyPartSummary {
+  double mean_s = 0, p99_s = 0;  // per request (p99: nearest rank, as Distribution's)
+  double share = 0;              // of all completed requests' e2e time together
+  double share_of_p99 = 0;       // of the p99 requests' e2e time together
+};
+
+// Summary::latency_breakdown. The p99 requests are the completed requests whose e2e reaches the
+// run's e2e p99 (nearest rank): the slowest 1%, at least one. Their shares say what the tail
+// spent its time on, which is what a diagnosis reads (experiments/latency_diagnosis.h).
+struct LatencyBreakdownSummary {
+  std::array<LatencyPartSummary, kNumLatencyParts> parts{};
+  int64_t p99_requests = 0;
+
+  const LatencyPartSummary& operator[](LatencyPart part) const { return parts[static_cast<size_t>(part)]; }
+  LatencyPartSummary& operator[](LatencyPart part) { return parts[static_cast<size_t>(part)]; }
+};
+// Over the completed requests of `requests`, the p99 requests being those with e2e_s() >= e2e_p99_s.
+LatencyBreakdownSummary summarize_latency_breakdown(const std::vector<RequestRecord>& requests, double e2e_p99_s);
+
 struct Summary {
   int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
@@ -201,6 +226,7 @@ struct Summary {
   std::vector<PriorityClassSummary> priority_classes;
   std::vector<PoolSummary> pools;        // disaggregated runs: prefill, then decode
   KvTransferSummary kv_transfer;         // disaggregated runs
+  LatencyBreakdownSummary latency_breakdown;
 };
 
 struct SimulationResult {

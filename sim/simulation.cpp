@@ -117,6 +117,7 @@ SimulationResult Simulation::run() {
   released_.assign(closed_loop ? n : 0, 0);
   progress_.assign(n, RequestProgress{});
   admission_hit_.assign(n, 0);
+  latency_.reset(static_cast<size_t>(n), policies_.size());
   scheduled_in_batch_.assign(n, -1);
   batches_ = 0;
   arrived_ = 0;
@@ -167,6 +168,8 @@ SimulationResult Simulation::run() {
       if (p.state != RequestState::kRunning) {
         throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
       }
+      latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
+                         p.generated_tokens, keeps_kv);
       ++p.preemptions;
       ++r.preemptions;
       p.state = RequestState::kWaiting;
@@ -235,7 +238,9 @@ SimulationResult Simulation::run() {
     RequestRecord& rec = result_.requests[id];
     static_cast<Request&>(rec) = (*requests_)[id];
     static_cast<RequestProgress&>(rec) = progress_[id];
+    rec.breakdown = latency_.of(id);
   }
+  latency_.check_sums(*requests_, progress_);
   summarize_replicas();
   if (pooled()) summarize_pools();
   return std::move(result_);
@@ -398,6 +403,7 @@ void Simulation::arrive(RequestId id) {
   p.replica = r.index;
   p.state = RequestState::kWaiting;
   record_phase(id, RequestPhase::kQueued);
+  latency_.arrived(id, now_);
   r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
   wake_now(r);
@@ -430,6 +436,7 @@ void Simulation::reject(RequestId id, std::string reason) {
   if (p.state == RequestState::kFinished || p.state == RequestState::kRejected) {
     throw std::logic_error(fmt::format("request {} rejected after it was settled", id));
   }
+  latency_.rejected(id);
   p.state = RequestState::kRejected;
   record_phase(id, RequestPhase::kRejected);
   result_.requests[id].reject_reason = std::move(reason);
@@ -500,6 +507,7 @@ void Simulation::try_start_iteration(Replica& r) {
       admission_hit_[item.id] = 0;
     }
     const bool phase_starts = p.state == RequestState::kWaiting;  // admitted, or readmitted
+    if (phase_starts) latency_.joined(item.id, r.index, now_);
     if (record_items || (phase_starts && item.id < options_.record_phases_of_first_requests)) {
       const bool decode = is_decode_step(p, item, known);
       if (phase_starts) record_phase(item.id, decode ? RequestPhase::kDecoding : RequestPhase::kPrefilling);
@@ -511,6 +519,7 @@ void Simulation::try_start_iteration(Replica& r) {
 
   const IterationCost cost = r.cost_model->iteration(batch.shape);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
+  latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp);
   r.first_end = now_ + duration;
   r.repeats = 0;
   r.busy = true;
@@ -582,6 +591,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
     ++shape.decode_context_max;
     // KV is sampled as the repeated schedule() left it.
     const SimTime duration = open_iteration(r, end, r.cost_model->iteration(shape), SimTime::zero());
+    latency_.iteration_repeated(r.index, r.current.cost, duration);
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
     end += duration;
@@ -660,10 +670,12 @@ void Simulation::finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
   finished_.push_back(id);  // for the policy: it leaves this replica
   if (r.role == PoolRole::kPrefill && p.generated_tokens < (*requests_)[id].output_tokens) {
     handing_off_.push_back(id);  // its decode goes on elsewhere
+    latency_.kv_transfer_started(id, now_);
     return;
   }
   p.state = RequestState::kFinished;
   p.finished = now_;
+  latency_.finished(id, now_);
   record_phase(id, RequestPhase::kFinished);
 }
 
@@ -672,6 +684,7 @@ void Simulation::finish_iteration(Replica& r) {
   r.done_at = SimTime::max();
   finished_.clear();
   handing_off_.clear();
+  latency_.iteration_ended(r.index, now_);
   const Batch& batch = r.batch;
   int32_t num_prefills = 0;
   int64_t prefill_tokens = 0;
@@ -696,6 +709,7 @@ void Simulation::finish_iteration(Replica& r) {
       const int64_t known = req.prompt_tokens + p.generated_tokens;
       const bool was_decode = is_decode_step(p, item, known);
       if (!was_decode) {
+        latency_.prefill_chunk_done(item.id, item.context_before, item.new_tokens);
         ++num_prefills;
         prefill_tokens += item.new_tokens;
       }
@@ -766,6 +780,7 @@ Summary summarize(const SimulationResult& result, double busy_s) {
   s.normalized_latency_s_per_token = Distribution::of(norm);
   s.queueing_s = Distribution::of(queue);
   s.priority_classes = summarize_priority_classes(result.requests);
+  s.latency_breakdown = summarize_latency_breakdown(result.requests, s.e2e_s.p99);
   return s;
 }
 

@@ -299,6 +299,8 @@ class Simulation {
   std::multiset<SimTime> transfers_in_flight_;
   Rng decode_router_rng_{0};
   int64_t next_decode_round_robin_ = 0;
+  // Every request's latency breakdown, attributed as the run goes (sim/latency_breakdown.h).
+  LatencyAccounting latency_;
 };
 
 // Cluster-wide figures of a run's request records; `busy_s` is the busy time per replica

@@ -305,7 +305,7 @@ TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["prefix"], "shared:512");
   EXPECT_GT(summary["prefix_cache"]["hit_rate"].get<double>(), 0.4);  // 496 of ~1024 per request
-  EXPECT_THAT(testing::read_text_file(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens,priority\n"));
+  EXPECT_THAT(testing::read_text_file(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens,priority,breakdown_queueing_s,"));
 }
 
 }  // namespace

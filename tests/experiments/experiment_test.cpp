@@ -723,7 +723,8 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   o.plots = true;
   run_experiment(e, o, std::cerr);
   for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png",
-                        "kv_rate-2.png", "slot_timeline.png", "slot_timeline_time.png", "figures.json"}) {
+                        "kv_rate-2.png", "slot_timeline.png", "slot_timeline_time.png", "latency_breakdown.png",
+                        "figures.json"}) {
     EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << testing::read_text_file(out / "figures" / "make_figures.log");
     if (fs::exists(out / "figures" / f)) {
       EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
@@ -733,6 +734,32 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   EXPECT_THAT(report, HasSubstr("![Slot timeline](figures/slot_timeline.png)"));
   EXPECT_THAT(report, HasSubstr("![Slot timeline on a time axis](figures/slot_timeline_time.png)"));
   EXPECT_THAT(report, HasSubstr("(figures/latency_vs_qps.png)"));
+  EXPECT_THAT(report, HasSubstr("![Latency breakdown per policy](figures/latency_breakdown.png)"));
+}
+
+// "Where the time went": the p99 requests' shares per row, and each row's diagnosis, the same
+// line `batchsim run` writes into the run's summary.json (one seed: the mean shares are its own).
+TEST(Compare, ReportSaysWhereTheTimeWentAndWhatWouldHaveHelped) {
+  const fs::path out = testing::scratch_dir("experiment_breakdown");
+  const Experiment e = parse_experiment_text(R"(
+name: breakdown
+base: {num-requests: 60, arrival: "poisson:4", prompt-len: "uniform:100:3000", output-len: "fixed:64"}
+policies: [vllm-v0, sarathi, {policy: static, label: static-8, policy-opt: {batch_size: 8}}]
+)", "breakdown.yaml");
+  const ResultSet results = run_experiment(e, options_for(out), std::cerr);
+  const std::string report = testing::read_text_file(out / "report.md");
+  EXPECT_THAT(report, HasSubstr("## Where the time went"));
+  EXPECT_THAT(report, HasSubstr("| group | policy | e2e p99 s | p99 requests | queueing % | prefill % | decode % | stall % |"));
+  EXPECT_THAT(report, Not(HasSubstr("kv_transfer %")));  // no run has any: no column of zeros
+  ASSERT_EQ(results.runs.size(), 3u);
+  for (const auto& run : results.runs) {
+    const std::string diagnosis = run["latency_breakdown"]["diagnosis"].get<std::string>();
+    EXPECT_THAT(report, HasSubstr(fmt::format("- `{}`: {}\n", run["experiment"]["policy"].get<std::string>(), diagnosis)));
+  }
+  // The rules at work: exclusive prefills stall, chunks less so, static batches queue.
+  EXPECT_THAT(report, HasSubstr("- `vllm-v0`: p99 requests spent"));
+  EXPECT_THAT(report, ContainsRegex("`vllm-v0`: [^\n]*chunked prefill \\(sarathi / vllm\\) would help"));
+  EXPECT_THAT(report, ContainsRegex("`static-8`: [^\n]*continuous batching"));
 }
 
 // The time-axis slot timeline: long prompts that join running decodes in one chunked-prefill

@@ -6,7 +6,8 @@
 // handed to, settles once, and leaves no KV behind on either side; runs repeat to the byte; a
 // decode pool too small for the load makes transfers wait while the prefill pool holds the KV
 // and stops admitting, and nothing is dropped; fast-forward changes nothing; policies that
-// cannot serve a role are refused by name.
+// cannot serve a role are refused by name. Each request's latency breakdown sums to its e2e,
+// and its kv_transfer part is the wait from the hand-off to its first decode iteration.
 #include <map>
 #include <memory>
 #include <set>
@@ -83,6 +84,12 @@ TEST(Disaggregation, OneRequestIsPrefillPlusTransferPlusDecodeIterations) {
     EXPECT_EQ(h.transfer_end, SimTime::from_seconds(0.010 + transfer_s));
     EXPECT_EQ(h.transfer_bytes, mode == KvTransferMode::kPull ? 102400 : 25600);
     EXPECT_EQ(h.decode_first_token, SimTime::from_seconds(0.020 + transfer_s));
+    // Its latency breakdown: the rig's iterations are all engine overhead (one prefill, three
+    // decodes: 40 ms), and from its hand-off to its first decode iteration, which starts as the
+    // KV lands on the idle decode replica, it waited for the transfer.
+    EXPECT_EQ(rec.breakdown[LatencyPart::kOverhead], SimTime::from_seconds(0.040).ns());
+    EXPECT_EQ(rec.breakdown[LatencyPart::kKvTransfer], SimTime::from_seconds(transfer_s).ns());
+    EXPECT_EQ(rec.breakdown.total_ns(), (rec.finished - rec.arrival).ns());
     // One prefill iteration on replica 0, three decode iterations on replica 1.
     ASSERT_EQ(r.iterations.size(), 4u);
     EXPECT_EQ(r.iterations[0].replica, 0);
@@ -202,10 +209,15 @@ void expect_conserved(const Checked& c, const BuiltWorkload& w, int p, const std
       EXPECT_LE(h.kv_allocated, h.transfer_start);
       EXPECT_LT(h.transfer_end, rec.finished);
       EXPECT_GT(h.decode_first_token, h.transfer_end);
+      // kv_transfer runs from the hand-off to its first iteration on the decode replica (or a
+      // preemption there before it): at least until the KV landed, at most to its first token there.
+      EXPECT_GE(rec.breakdown[LatencyPart::kKvTransfer], (h.transfer_end - h.handoff).ns());
+      EXPECT_LT(rec.breakdown[LatencyPart::kKvTransfer], (h.decode_first_token - h.handoff).ns());
     }
     prompt_tokens += rec.prompt_tokens;
   }
   EXPECT_EQ(settled, static_cast<int64_t>(w.requests.size()));
+  testing::expect_consistent_breakdowns(r, /*swaps=*/true, /*pooled=*/true);
   // Prefill work on the prefill pool: at least every served prompt once (prefix-cache hits
   // aside), and exactly that when the prefill pool preempted nobody.
   if (r.summary.pools[0].preemptions == 0 && r.summary.prefill_cached_tokens == 0) {

@@ -1,8 +1,9 @@
 // Decode fast-forward (Policy::repeat_decode_step) must not change a single result: every
 // registered policy, on workloads that arrive at once, steadily and in bursts, with KV memory
 // tight enough to force preemptions, gives the same records, iteration log and summary with
-// fast-forward on and off — compared exactly, not within a tolerance — and the same timeline
-// (which requests each iteration ran, every request's phase changes, the idle samples).
+// fast-forward on and off — compared exactly, not within a tolerance, every request's latency
+// breakdown and its summary included — and the same timeline (which requests each iteration
+// ran, every request's phase changes, the idle samples).
 #include <map>
 #include <string>
 #include <vector>
@@ -128,7 +129,10 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival);
       const SimulationResult slow = run(v, w, c.memory_utilization, false);
       const SimulationResult fast = run(v, w, c.memory_utilization, true);
-      expect_same_requests(slow, fast);
+      expect_same_requests(slow, fast);  // latency breakdowns included
+      const bool swaps = option_of(v, "preemption", "recompute") == "swap";
+      testing::expect_consistent_breakdowns(slow, swaps);
+      testing::expect_consistent_breakdowns(fast, swaps);
       expect_same_iterations(slow, fast);
       expect_same_timeline(slow, fast);
       const Summary& a = slow.summary;

@@ -248,6 +248,7 @@ inline void expect_same_requests(const SimulationResult& a, const SimulationResu
     EXPECT_EQ(x.preemptions, y.preemptions) << i;
     EXPECT_EQ(x.cached_tokens, y.cached_tokens) << i;
     EXPECT_EQ(x.reject_reason, y.reject_reason) << i;
+    EXPECT_EQ(x.breakdown, y.breakdown) << i;
   }
 }
 
@@ -327,6 +328,34 @@ inline void expect_same_summary(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.output_tokens_per_s, b.output_tokens_per_s);
   EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
   EXPECT_EQ(a.prefix_hit_rate, b.prefix_hit_rate);
+  EXPECT_EQ(a.latency_breakdown.p99_requests, b.latency_breakdown.p99_requests);
+  for (LatencyPart part : kLatencyParts) {
+    const LatencyPartSummary &x = a.latency_breakdown[part], &y = b.latency_breakdown[part];
+    EXPECT_EQ(x.mean_s, y.mean_s) << latency_part_name(part);
+    EXPECT_EQ(x.p99_s, y.p99_s) << latency_part_name(part);
+    EXPECT_EQ(x.share, y.share) << latency_part_name(part);
+    EXPECT_EQ(x.share_of_p99, y.share_of_p99) << latency_part_name(part);
+  }
+}
+
+// The latency breakdown's invariants (sim/latency_breakdown.h) on every completed request: no
+// part is negative; the parts sum to e2e to the nanosecond; queueing is the time to the first
+// iteration; a request that never joined another pool has no kv_transfer; one that was never
+// preempted has no preemption unless swaps lengthened its iterations; a request of one output
+// token has no decode step.
+inline void expect_consistent_breakdowns(const SimulationResult& result, bool swaps = false, bool pooled = false) {
+  for (const RequestRecord& r : result.requests) {
+    if (!r.completed()) continue;
+    const LatencyBreakdown& b = r.breakdown;
+    for (LatencyPart part : kLatencyParts) {
+      ASSERT_GE(b[part], 0) << "request " << r.id << " " << latency_part_name(part);
+    }
+    ASSERT_EQ(b.total_ns(), (r.finished - r.arrival).ns()) << "request " << r.id;
+    ASSERT_EQ(b[LatencyPart::kQueueing], (r.first_scheduled - r.arrival).ns()) << "request " << r.id;
+    if (!pooled) ASSERT_EQ(b[LatencyPart::kKvTransfer], 0) << "request " << r.id;
+    if (r.preemptions == 0 && !swaps) ASSERT_EQ(b[LatencyPart::kPreemption], 0) << "request " << r.id;
+    if (r.output_tokens == 1) ASSERT_EQ(b[LatencyPart::kDecode], 0) << "request " << r.id;
+  }
 }
 
 }  // namespace batchsim::testing

@@ -8,7 +8,8 @@
 //   blocks in use (summed over requests) + free = total; each scheduled request's KV covers
 //   exactly its computed tokens; every output token generated exactly once (and the records'
 //   first-token and finish times and the number of TBT gaps agree with that count); every
-//   request finishes once or is rejected with a reason; time never goes backwards. The
+//   request finishes once or is rejected with a reason; time never goes backwards; every
+//   completed request's latency breakdown sums to its e2e (expect_consistent_breakdowns). The
 //   workloads carry prompt-block hashes (three groups of requests share prefixes of different
 //   lengths), so the policies with prefix caching on (the vllm preset, and variants) hit,
 //   evict and share blocks; their caches' reference counts are rechecked every iteration.
@@ -313,6 +314,9 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   };
   Simulation sim(w, *policy_ptr, cm, options);
   const SimulationResult result = sim.run();
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto swap = variant.options.find("preemption");
+  expect_consistent_breakdowns(result, /*swaps=*/swap != variant.options.end() && swap->second == "swap");
   if (::testing::Test::HasFatalFailure()) return;
 
   int64_t completed = 0, rejected = 0, output_tokens = 0, recomputes = 0, gaps = 0;
