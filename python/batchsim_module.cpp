@@ -38,6 +38,7 @@
 #include "policies/continuous_policy.h"
 #include "policies/registry.h"
 #include "sim/kv_cache.h"
+#include "sim/latency_breakdown.h"
 #include "sim/policy.h"
 
 namespace py = pybind11;
@@ -94,6 +95,10 @@ py::dict request_columns(const RunOutcome& outcome) {
   c["reject_reason"] = reasons;
   c["cached_tokens"] = column<int64_t>(n, [&](size_t i) { return r[i].cached_tokens; });
   c["priority"] = column<int32_t>(n, [&](size_t i) { return r[i].priority; });
+  for (LatencyPart part : kLatencyParts) {
+    c[py::str(fmt::format("breakdown_{}_s", latency_part_name(part)))] =
+        column<double>(n, [&](size_t i) { return done(i) ? r[i].breakdown.seconds(part) : kNaN; });
+  }
   if (cluster) c["replica"] = column<int32_t>(n, [&](size_t i) { return r[i].replica; });
   if (pooled) {
     const std::vector<HandoffRecord>& h = outcome.result.handoffs;

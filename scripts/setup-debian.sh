@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages batchsim needs to build, test and plot. Idempotent:
 # packages already present are skipped by apt. Run as root (or with sudo). The Python module
-# (python/) needs python3-dev and pybind11-dev to build, numpy and pandas to run, pytest to test.
+# (python/) needs python3-dev and pybind11-dev to build, numpy and pandas to run, pytest to test,
+# and venv, setuptools and wheel for `pip install .` and its test.
 #   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 packages=(
@@ -11,6 +12,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
   python3 python3-matplotlib
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pandas python3-pytest
+  python3-venv python3-setuptools python3-wheel
 )
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)

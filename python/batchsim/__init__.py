@@ -27,6 +27,12 @@ from . import _core
 from ._core import KvCache, PagedKvCache, ReservedKvCache, UserError
 from ._policy import Policy
 
+# An installed package (`pip install .`) carries the report's figure scripts as batchsim/plots;
+# the module built into build/python finds them in the source tree it was built from.
+_PLOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots")
+if os.path.isdir(_PLOTS):
+    os.environ.setdefault("BATCHSIM_PLOTS_DIR", _PLOTS)
+
 __all__ = [
     "run", "compare", "Result", "Policy", "UserError", "PagedKvCache", "ReservedKvCache", "KvCache",
     "list_models", "list_gpus", "list_policies",
