@@ -467,5 +467,66 @@ TEST(TraceErrors, UnreadableFilesAndBadArguments) {
             "--num-requests: must be >= 0 (0 = all), got -1");
 }
 
+// ---- columns in memory (the Python module's DataFrame workloads) -----------------------------
+
+// The same rows as columns and as a generic CSV file read the same: the order, clamping,
+// max_tokens and priority handling, the counts and the warnings (but for the name they carry).
+TEST(TraceColumnsInMemory, ReadAsTheSameRowsInAGenericCsv) {
+  TraceColumns c;
+  c.arrival_s = {5.0, 3.0, 5.0, 3.5, 9.25};
+  c.prompt_tokens = {10, 0, 30, 40, 50};
+  c.output_tokens = {1, 2, 0, 4, 5};
+  c.max_tokens = {8, 8, 16, 16, 32};
+  c.priority = {0, 2, -1, 0, 7};
+  const auto path = write_file("columns.csv",
+                               "arrival_s,prompt_tokens,output_tokens,max_tokens,priority\n"
+                               "5,10,1,8,0\n3,0,2,8,2\n5,30,0,16,-1\n3.5,40,4,16,0\n9.25,50,5,32,7\n");
+  const TraceReadResult file = read_trace_detailed(path, 0, 2.0);
+  const TraceReadResult mem = read_trace_columns(c, "workload", 0, 2.0);
+  ASSERT_EQ(mem.requests.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(mem.requests[i].arrival, file.requests[i].arrival) << i;
+    EXPECT_EQ(mem.requests[i].prompt_tokens, file.requests[i].prompt_tokens) << i;
+    EXPECT_EQ(mem.requests[i].output_tokens, file.requests[i].output_tokens) << i;
+    EXPECT_EQ(mem.requests[i].priority, file.requests[i].priority) << i;
+  }
+  EXPECT_EQ(mem.max_tokens, file.max_tokens);
+  EXPECT_TRUE(mem.priority_column);
+  EXPECT_EQ(mem.rows_out_of_order, 2);
+  EXPECT_EQ(mem.rows_prompt_clamped, 1);
+  EXPECT_EQ(mem.rows_output_clamped, 1);
+  // The earliest row (3 s) is time 0; 5 s at 2x speed is 1 s later.
+  EXPECT_EQ(mem.requests[0].prompt_tokens, 1);  // the 3 s row, its 0 raised to 1
+  EXPECT_EQ(mem.requests[2].arrival.ns(), 1'000'000'000);
+  ASSERT_EQ(mem.warnings.size(), file.warnings.size());
+  for (size_t i = 0; i < mem.warnings.size(); ++i) {
+    std::string expected = file.warnings[i];
+    expected.replace(0, path.string().size(), "workload");
+    EXPECT_EQ(mem.warnings[i], expected);
+  }
+  // Without the optional columns there are none.
+  c.max_tokens.clear();
+  c.priority.clear();
+  const TraceReadResult bare = read_trace_columns(c, "workload", 3, 1.0);
+  EXPECT_EQ(bare.requests.size(), 3u);  // max_requests: the first rows
+  EXPECT_TRUE(bare.max_tokens.empty());
+  EXPECT_FALSE(bare.priority_column);
+}
+
+TEST(TraceColumnsInMemory, ErrorsNameTheWorkloadAndTheRow) {
+  TraceColumns c;
+  c.arrival_s = {0.0, 1.0, 2.0};
+  c.prompt_tokens = {1, -1, 3};
+  c.output_tokens = {1, 2, 3};
+  EXPECT_EQ(user_error_of([&] { read_trace_columns(c, "workload", 0, 1.0); }).rfind("workload row 1: ", 0), 0u);
+  c.prompt_tokens = {1, 2};
+  EXPECT_EQ(user_error_of([&] { read_trace_columns(c, "frame", 0, 1.0); }),
+            "frame: prompt_tokens has 2 values, arrival_s has 3");
+  c.prompt_tokens = {1, 2, 3};
+  c.arrival_s[2] = std::nan("");
+  EXPECT_EQ(user_error_of([&] { read_trace_columns(c, "workload", 0, 1.0); }).rfind("workload row 2: arrival_s", 0),
+            0u);
+}
+
 }  // namespace
 }  // namespace batchsim
