@@ -169,6 +169,12 @@ std::vector<PolicyVariant> parse_policies(const YAML::Node& node, const Where& w
 
 std::string scalar_label(const YAML::Node& node) { return node.as<std::string>(); }
 
+// A copy of `node` with memory of its own. Assigning a node of the parsed file into another
+// document makes yaml-cpp merge the two documents' memory (every node of the file), so that
+// storing each axis value as it is costs the file's size per value: a 9,000-value experiment
+// took minutes and 10 GB to be refused as too large. A clone costs only the value's size.
+YAML::Node detached(const YAML::Node& node) { return YAML::Clone(node); }
+
 AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, const Where& where,
                            const std::string& key, const std::set<std::string>& policy_labels) {
   AxisValue v;
@@ -178,7 +184,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
     if (is_rate) {
       v.rate = as<double>(node, where, key, "a request rate (requests/s)");
     } else if (is_axis_run_key(axis)) {
-      v.settings[axis] = node;
+      v.settings[axis] = detached(node);
     } else {
       where.fail(node, key, fmt::format("'{}' is not a run key, so its values must be mappings "
                                         "with a label and the run keys they set", axis));
@@ -193,7 +199,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
         v.label = as<std::string>(kv.second, where, sub, "a string");
       } else if (k == "value") {
         if (is_rate) v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
-        else if (is_axis_run_key(axis)) v.settings[axis] = kv.second;
+        else if (is_axis_run_key(axis)) v.settings[axis] = detached(kv.second);
         else where.fail(kv.first, sub, fmt::format("'{}' is not a run key: set run keys by name", axis));
         if (v.label.empty()) v.label = scalar_label(kv.second);
       } else if (k == "rate") {
@@ -209,7 +215,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
           v.per_policy[label] = option_map(p.second, where, sub + "." + label);
         }
       } else {
-        v.settings[raw] = kv.second;
+        v.settings[raw] = detached(kv.second);
       }
     }
     if (v.label.empty()) where.fail(node, key, "a mapping value needs a 'label' (or a 'value')");
