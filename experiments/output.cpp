@@ -1,6 +1,9 @@
 #include "experiments/output.h"
 
+#include <array>
+#include <charconv>
 #include <fstream>
+#include <stdexcept>
 #include <ostream>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -27,11 +30,49 @@ nlohmann::ordered_json dist_json(const Distribution& d) {
   return j;
 }
 
-// Seconds of a SimTime, or empty for "never" (a rejected request has no TTFT).
-std::string opt_seconds(SimTime t, SimTime origin) {
-  if (t == SimTime::max()) return "";
-  return fmt::format("{:.9f}", (t - origin).seconds());
-}
+// A CSV file's text, built in one buffer and handed to the stream in pieces of about a
+// megabyte. Numbers go straight into the buffer: integers and strings with fmt::format_to,
+// doubles with std::to_chars (fixed or general to a precision, which the standard defines as
+// printf's %.Nf / %.Ng, the same correctly rounded digits fmt's {:.Nf} / {:.Ng} write, in a
+// fraction of the time).
+class CsvBuffer {
+ public:
+  explicit CsvBuffer(std::ostream& out) : out_(out) {}
+  template <typename... Args>
+  void format(fmt::format_string<Args...> f, Args&&... args) {
+    fmt::format_to(fmt::appender(buf_), f, std::forward<Args>(args)...);
+  }
+  void put(std::string_view text) { buf_.append(text); }
+  void put(char c) { buf_.push_back(c); }
+  void integer(int64_t v) { format("{}", v); }
+  // {:.9f} (seconds to the ns) and {:.9g}.
+  void fixed9(double v) { to_chars(v, std::chars_format::fixed); }
+  void general9(double v) { to_chars(v, std::chars_format::general); }
+  // Seconds of a SimTime to the ns, or nothing for "never" (a rejected request has no TTFT).
+  void seconds_or_empty(SimTime t) {
+    if (t != SimTime::max()) fixed9(t.seconds());
+  }
+  // Ends a row; writes the buffer out once it holds about a megabyte.
+  void end_row() {
+    buf_.push_back('\n');
+    if (buf_.size() >= kFlushBytes) flush();
+  }
+  void flush() {
+    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+
+ private:
+  static constexpr size_t kFlushBytes = size_t{1} << 20;
+  void to_chars(double v, std::chars_format format) {
+    std::array<char, 64> digits;
+    const auto [end, ec] = std::to_chars(digits.data(), digits.data() + digits.size(), v, format, 9);
+    if (ec != std::errc()) throw std::logic_error("a number too long for a CSV field");
+    buf_.append(digits.data(), end);
+  }
+  std::ostream& out_;
+  fmt::memory_buffer buf_;
+};
 
 }  // namespace
 
@@ -351,77 +392,123 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   const bool pooled = !outcome.result.handoffs.empty();
   {
     auto out = open_for_write(dir / "requests.csv");
-    out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
-           "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens,priority";
-    for (LatencyPart part : kLatencyParts) out << ",breakdown_" << latency_part_name(part) << "_s";
-    out << (cluster ? ",replica" : "")
-        << (pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes\n" : "\n");
+    // Rows are formatted into one buffer with fmt (no temporary strings, no stream formatting)
+    // and written in large pieces: the files of an hour-long trace are most of a run's output time.
+    CsvBuffer csv(out);
+    csv.put("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
+            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
+            "cached_tokens,priority");
+    for (LatencyPart part : kLatencyParts) csv.format(",breakdown_{}_s", latency_part_name(part));
+    csv.put(cluster ? ",replica" : "");
+    csv.put(pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes" : "");
+    csv.end_row();
     for (const RequestRecord& r : outcome.result.requests) {
       const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
-                 r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
-                 request_state_name(r.state),
-                 opt_seconds(r.first_scheduled, SimTime::zero()),
-                 opt_seconds(r.first_token, SimTime::zero()),
-                 opt_seconds(r.finished, SimTime::zero()),
-                 done ? fmt::format("{:.9f}", r.ttft_s()) : "",
-                 done ? fmt::format("{:.9f}", r.e2e_s()) : "",
-                 done ? fmt::format("{:.9f}", r.tpot_s()) : "",
-                 done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
-                 done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
-                 r.reject_reason, r.cached_tokens, r.priority);
+      csv.integer(r.id);
+      csv.put(',');
+      csv.fixed9(r.arrival.seconds());
+      csv.format(",{},{},{},{},", r.prompt_tokens, r.output_tokens, r.output_limit(), request_state_name(r.state));
+      csv.seconds_or_empty(r.first_scheduled);
+      csv.put(',');
+      csv.seconds_or_empty(r.first_token);
+      csv.put(',');
+      csv.seconds_or_empty(r.finished);
+      csv.put(',');
+      if (done) {
+        for (const double v : {r.ttft_s(), r.e2e_s(), r.tpot_s(), r.max_tbt.seconds(), r.queueing_s()}) {
+          csv.fixed9(v);
+          csv.put(',');
+        }
+      } else {
+        csv.put(",,,,,");
+      }
+      csv.format("{},\"{}\",{},{}", r.preemptions, r.reject_reason, r.cached_tokens, r.priority);
       // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
       for (LatencyPart part : kLatencyParts) {
-        if (done) {
-          fmt::print(out, ",{:.9f}", r.breakdown.seconds(part));
-        } else {
-          out << ',';
-        }
+        csv.put(',');
+        if (done) csv.fixed9(r.breakdown.seconds(part));
       }
-      if (cluster) fmt::print(out, ",{}", r.replica);
+      if (cluster) {
+        csv.put(',');
+        csv.integer(r.replica);
+      }
       if (pooled) {
         const HandoffRecord& h = outcome.result.handoffs[static_cast<size_t>(r.id)];
         const bool moved = h.transferred();
-        fmt::print(out, ",{},{},{},{},{},{}", h.prefill_replica, opt_seconds(h.handoff, SimTime::zero()),
-                   moved ? fmt::format("{:.9f}", h.wait_s()) : "", moved ? fmt::format("{:.9f}", h.queue_s()) : "",
-                   moved ? fmt::format("{:.9f}", h.transfer_s()) : "", moved ? std::to_string(h.transfer_bytes) : "");
+        csv.put(',');
+        csv.integer(h.prefill_replica);
+        csv.put(',');
+        csv.seconds_or_empty(h.handoff);
+        if (moved) {
+          for (const double v : {h.wait_s(), h.queue_s(), h.transfer_s()}) {
+            csv.put(',');
+            csv.fixed9(v);
+          }
+          csv.put(',');
+          csv.integer(h.transfer_bytes);
+        } else {
+          csv.put(",,,,");
+        }
       }
-      out << '\n';
+      csv.end_row();
     }
+    csv.flush();
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
     const bool ids = outcome.config.iteration_log_ids;
     const std::vector<IterationItem>& items = outcome.result.iteration_items;
     auto out = open_for_write(dir / "iterations.csv");
-    out << "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
-           "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
-           "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound,waiting"
-        << (cluster ? ",replica" : "") << (ids ? ",prefill_chunks,decode_ids\n" : "\n");
-    std::string prefills, decodes;
+    CsvBuffer csv(out);
+    csv.put("index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
+            "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
+            "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound,waiting");
+    csv.put(cluster ? ",replica" : "");
+    csv.put(ids ? ",prefill_chunks,decode_ids" : "");
+    csv.end_row();
     for (const IterationRecord& it : outcome.result.iterations) {
       const IterationCost& c = it.cost;
-      fmt::print(out, "{},{:.9f},{:.9f},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{}",
-                 it.index, it.start.seconds(), it.duration.seconds(), it.num_requests,
-                 it.num_prefills, it.prefill_tokens, it.num_decodes, it.bubble_slots,
-                 it.kv_used_tokens, it.kv_allocated_tokens, c.gemm_s, c.prefill_attention_s,
-                 c.decode_attention_s, c.lm_head_s, c.communication_s, c.overhead_s,
-                 c.gemm_compute_bound ? 1 : 0, it.waiting);
-      if (cluster) fmt::print(out, ",{}", it.replica);
-      if (ids) {
-        // Space-separated in batch order: prefill chunks as REQUEST:TOKENS, decodes as REQUEST.
-        prefills.clear();
-        decodes.clear();
-        for (int64_t k = it.first_item; k < it.first_item + it.num_requests; ++k) {
-          const IterationItem& item = items.at(static_cast<size_t>(k));
-          std::string& list = item.prefill ? prefills : decodes;
-          if (!list.empty()) list += ' ';
-          list += item.prefill ? fmt::format("{}:{}", item.request, item.new_tokens) : std::to_string(item.request);
-        }
-        fmt::print(out, ",{},{}", prefills, decodes);
+      csv.integer(it.index);
+      csv.put(',');
+      csv.fixed9(it.start.seconds());
+      csv.put(',');
+      csv.fixed9(it.duration.seconds());
+      csv.format(",{},{},{},{},{},{},{},", it.num_requests, it.num_prefills, it.prefill_tokens, it.num_decodes,
+                 it.bubble_slots, it.kv_used_tokens, it.kv_allocated_tokens);
+      for (const double v : {c.gemm_s, c.prefill_attention_s, c.decode_attention_s, c.lm_head_s, c.communication_s,
+                             c.overhead_s}) {
+        csv.general9(v);
+        csv.put(',');
       }
-      out << '\n';
+      csv.format("{},{}", c.gemm_compute_bound ? 1 : 0, it.waiting);
+      if (cluster) {
+        csv.put(',');
+        csv.integer(it.replica);
+      }
+      if (ids) {
+        // Space-separated in batch order: prefill chunks as REQUEST:TOKENS, then decodes as
+        // REQUEST; two passes over the iteration's items, so nothing is built aside.
+        const auto first = static_cast<size_t>(it.first_item);
+        const auto last = first + static_cast<size_t>(it.num_requests);
+        if (last > items.size()) throw std::out_of_range("iteration items");
+        for (const bool prefill : {true, false}) {
+          csv.put(',');
+          bool any = false;
+          for (size_t k = first; k < last; ++k) {
+            const IterationItem& item = items[k];
+            if (item.prefill != prefill) continue;
+            if (any) csv.put(' ');
+            any = true;
+            csv.integer(item.request);
+            if (prefill) {
+              csv.put(':');
+              csv.integer(item.new_tokens);
+            }
+          }
+        }
+      }
+      csv.end_row();
     }
+    csv.flush();
   }
 }
 

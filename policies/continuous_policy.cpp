@@ -46,8 +46,11 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
     const int64_t blocks =
         env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
-    kv_ = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
+    auto paged = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
+    paged_kv_ = paged.get();
+    kv_ = std::move(paged);
   } else {
+    paged_kv_ = nullptr;
     // Counted in blocks only for TensorRT-LLM's no-evict reservation; --num-gpu-blocks then
     // sets the block count as it does for a paged cache.
     const int32_t unit = config_.reserve_blocks_to_completion ? config_.block_size : 1;
@@ -292,10 +295,13 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, Runn
         continue;
       }
     }
-    const int64_t n = step_tokens(need_of(id), budget);
+    const int64_t need = need_of(id);
+    // A step of one token (a decode, mostly) takes it whenever budget is left, under every rule
+    // of step_tokens; running requests are mostly decodes, so they skip its rules.
+    const int64_t n = need == 1 ? 1 : step_tokens(need, budget);
     if (n == 0) break;
     bool scheduled = true;
-    while (!kv_->try_grow(id, p.computed_tokens + n)) {
+    while (!grow(id, p.computed_tokens + n)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), or the
       // lowest-ranked (priority, sjf), possibly this one. A ranked victim scheduled earlier in
       // this step leaves the batch and its tokens go back to the budget (vLLM v1 refunds
@@ -571,12 +577,12 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   // schedule() after enough decode steps lets them in. (Its other branch, too few requests
   // fitting at once, lasts: decodes only shrink the room.)
   if (held_back_ && steps_since_admission_ + 1 >= config_.max_waiting_tokens) return false;
+  // The KV cache takes the run's steps in O(1) each (KvCacheManager::begin_decode_run); the
+  // requests' own counts catch up when the run ends (on_iteration_end).
+  if (!kv_->in_decode_run()) kv_->begin_decode_run(batch.items);
   if (config_.paged) {
     const auto& paged = static_cast<const PagedKvCache&>(*kv_);
-    int64_t new_blocks = 0;
-    for (const BatchItem& item : batch.items) {
-      if (paged.tokens_of(item.id) % paged.block_size() == 0) ++new_blocks;
-    }
+    const int64_t new_blocks = paged.decode_run_blocks();
     if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
     // With prefix caching and a request waiting, growth must not evict a block of its cached
     // prefix: a shorter hit can need fewer free blocks (a budget-capped chunk), so schedule()
@@ -590,17 +596,14 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
       return false;
     }
   }
-  for (const BatchItem& item : batch.items) {
-    if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {
-      throw std::logic_error("decode growth failed after its blocks were counted");
-    }
-  }
+  if (!kv_->decode_run_step()) throw std::logic_error("decode growth failed after its blocks were counted");
   ++steps_since_admission_;  // as schedule() would count this decode-only step
   return true;
 }
 
 void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
                                         std::span<const RequestId> finished, SimTime /*now*/) {
+  kv_->end_decode_run();  // the iteration (run) that grew the requests has ended
   if (finished.empty()) return;
   for (RequestId id : finished) {
     finished_flag_[id] = true;

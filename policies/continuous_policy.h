@@ -290,6 +290,11 @@ class ContinuousPolicy final : public Policy {
     return env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
   }
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
+  // kv_->try_grow, without a virtual call for the paged cache (final), whose growth then
+  // inlines: schedule() grows every running request at every step.
+  bool grow(RequestId id, int64_t tokens) {
+    return paged_kv_ != nullptr ? paged_kv_->try_grow(id, tokens) : kv_->try_grow(id, tokens);
+  }
   SimTime transfer_time(int64_t tokens) const;
   // Decode role: allocates the prompt's KV of remote request `id` at the head of `waiting_` and
   // starts its transfer; false, changing nothing, when it does not fit (head-of-line, as any
@@ -302,6 +307,7 @@ class ContinuousPolicy final : public Policy {
   std::string name_;
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<KvCacheManager> kv_;
+  PagedKvCache* paged_kv_ = nullptr;  // kv_ when it is paged
   int64_t budget_ = 0;
   RequestRanking ranking_;           // empty under fcfs
   WaitingQueue waiting_;             // in the order admission takes requests

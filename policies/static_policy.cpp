@@ -124,16 +124,15 @@ bool StaticPolicy::repeat_decode_step(const Batch& batch) {
   // repeating before that): the same rows, each one token further, the padding rows too.
   if (batch_.empty() || !batch.shape.prefills.empty()) return false;
   ++steps_;
-  for (const BatchItem& item : batch.items) {
-    if (!kv_->try_grow(item.id, kv_->tokens_of(item.id) + 1)) {
-      throw std::logic_error("static batch row outgrew its reservation");
-    }
-  }
+  // O(1) per step (KvCacheManager::begin_decode_run); the rows' counts catch up at the run's end.
+  if (!kv_->in_decode_run()) kv_->begin_decode_run(batch.items);
+  if (!kv_->decode_run_step()) throw std::logic_error("static batch row outgrew its reservation");
   return true;
 }
 
 void StaticPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
                                     SimTime /*now*/) {
+  kv_->end_decode_run();  // the iteration (run) that grew the rows has ended
   // The batch's KV is one preallocated tensor: rows are freed together when the batch ends.
   unfinished_ -= static_cast<int64_t>(finished.size());
   if (unfinished_ == 0) {

@@ -1,6 +1,7 @@
 #include "sim/kv_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -86,6 +87,9 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
       watermark_blocks_(0),
       free_blocks_(num_blocks) {
   if (block_size < 1) throw UserError("block_size must be >= 1");
+  if (std::has_single_bit(static_cast<uint32_t>(block_size))) {
+    block_shift_ = std::countr_zero(static_cast<uint32_t>(block_size));
+  }
   if (num_blocks < 1) throw UserError("the KV cache has no blocks: the model's weights leave no memory for KV");
   // Checked before the cast below, and written so that NaN fails: casting NaN to an integer is
   // undefined (on x86 it gives INT64_MIN, a watermark that admits into negative free blocks).
@@ -287,25 +291,72 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
   return true;
 }
 
-bool PagedKvCache::try_grow(RequestId id, int64_t tokens) {
-  if (!holds(id)) throw std::logic_error("PagedKvCache: growing a request that holds no KV");
-  const int64_t have = tokens_[id];
-  if (tokens <= have) return true;
-  // Decode growth ignores the watermark (vLLM v0 can_append_slots).
-  const int64_t needed = blocks_for(tokens) - blocks_for(have);
-  if (needed > free_blocks_) return false;
-  if (caching_) {
-    for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
-    if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);
-  } else {
-    free_blocks_ -= needed;
+void PagedKvCache::throw_growing_unheld() {
+  throw std::logic_error("PagedKvCache: growing a request that holds no KV");
+}
+
+void PagedKvCache::take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed) {
+  for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
+  if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);
+}
+
+void KvCacheManager::begin_decode_run(std::span<const BatchItem> items) {
+  if (in_run_) throw std::logic_error("KV cache: a decode run began inside another");
+  run_ids_.clear();
+  for (const BatchItem& item : items) {
+    if (!holds(item.id)) throw std::logic_error("KV cache: a decode run over a request that holds no KV");
+    run_ids_.push_back(item.id);
   }
-  used_tokens_ += tokens - have;
-  tokens_[id] = tokens;
+  run_steps_ = 0;
+  in_run_ = true;
+  start_decode_run();
+}
+
+void KvCacheManager::end_decode_run() {
+  if (!in_run_) return;
+  if (!decode_run_steps_in_place()) {
+    for (const RequestId id : run_ids_) tokens_[id] += run_steps_;
+  }
+  in_run_ = false;
+}
+
+void PagedKvCache::start_decode_run() {
+  if (caching_) return;
+  run_residues_.assign(static_cast<size_t>(block_size_), 0);
+  for (const RequestId id : run_ids_) ++run_residues_[static_cast<size_t>(tokens_[id] % block_size_)];
+}
+
+int64_t PagedKvCache::decode_run_blocks() const {
+  if (!in_run_) throw std::logic_error("PagedKvCache: no decode run");
+  if (caching_) {
+    int64_t blocks = 0;
+    for (const RequestId id : run_ids_) blocks += tokens_[id] % block_size_ == 0 ? 1 : 0;
+    return blocks;
+  }
+  // After s steps a request that began with t tokens holds t + s; its next token takes a block
+  // when t + s is a multiple of the block size, i.e. t = -s modulo the block size.
+  const int64_t s = run_steps_ % block_size_;
+  return run_residues_[static_cast<size_t>((block_size_ - s) % block_size_)];
+}
+
+bool PagedKvCache::decode_run_step() {
+  const int64_t blocks = decode_run_blocks();
+  // Decode growth ignores the watermark (vLLM v0 can_append_slots), as try_grow.
+  if (blocks > free_blocks_) return false;
+  if (caching_) {
+    for (const RequestId id : run_ids_) {
+      if (!try_grow(id, tokens_[id] + 1)) throw std::logic_error("PagedKvCache: decode run growth failed after its blocks were counted");
+    }
+  } else {
+    free_blocks_ -= blocks;
+    used_tokens_ += static_cast<int64_t>(run_ids_.size());
+  }
+  ++run_steps_;
   return true;
 }
 
 void PagedKvCache::release(RequestId id) {
+  if (in_run_) throw std::logic_error("PagedKvCache: release inside a decode run");
   if (!holds(id)) return;
   if (caching_) {
     std::vector<int32_t>& blocks = blocks_[id];
@@ -419,7 +470,23 @@ bool ReservedKvCache::try_grow(RequestId id, int64_t tokens) {
   return true;
 }
 
+void ReservedKvCache::start_decode_run() {
+  run_slack_ = std::numeric_limits<int64_t>::max();
+  for (const RequestId id : run_ids_) run_slack_ = std::min(run_slack_, reserved_[id] - tokens_[id]);
+}
+
+bool ReservedKvCache::decode_run_step() {
+  if (!in_run_) throw std::logic_error("ReservedKvCache: no decode run");
+  // A contiguous reservation cannot grow in place: the step fits while every request's
+  // reservation has room for one more token.
+  if (run_steps_ >= run_slack_) return false;
+  used_tokens_ += static_cast<int64_t>(run_ids_.size());
+  ++run_steps_;
+  return true;
+}
+
 void ReservedKvCache::release(RequestId id) {
+  if (in_run_) throw std::logic_error("ReservedKvCache: release inside a decode run");
   if (!holds(id)) return;
   reserved_total_ -= reserved_[id];
   used_tokens_ -= tokens_[id];

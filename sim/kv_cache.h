@@ -28,9 +28,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "sim/batch.h"
 #include "sim/request.h"
 #include "sim/trace_reader.h"
 
@@ -77,10 +79,41 @@ class KvCacheManager {
   bool holds(RequestId id) const { return id < static_cast<RequestId>(tokens_.size()) && tokens_[id] >= 0; }
   int64_t tokens_of(RequestId id) const { return holds(id) ? tokens_[id] : 0; }
 
+  // Decode runs (fast-forward, Policy::repeat_decode_step): steps in each of which every
+  // request of a decode batch grows by one token, as try_grow(id, tokens_of(id) + 1) of each
+  // item in batch order would grow it. begin_decode_run(items) starts a run over the items'
+  // requests (each held); decode_run_blocks() is what the next step allocates (paged: blocks;
+  // the reserving manager allocates nothing); decode_run_step() takes that step, or returns
+  // false and changes nothing when memory does not allow it; end_decode_run() closes the run.
+  // Why: a run of identical decode iterations must cost per event, not per sequence-step
+  // (DESIGN.md, "Performance principles"). Without prefix caching a step is O(1): a request
+  // takes a block exactly when its tokens are a multiple of the block size, so a histogram of
+  // the requests' tokens modulo the block size says how many blocks each step takes, and a
+  // reservation's smallest slack says when growth stops fitting. Per-request counts
+  // (tokens_of) of the run's requests then lag behind until end_decode_run(), while the totals
+  // (used, allocated, free) are exact after every step. With prefix caching each step grows
+  // each request in batch order, since which block a request takes and when a full block
+  // enters the table must follow that order to the block. Between begin and end nothing else
+  // may be called but the totals' getters and these.
+  void begin_decode_run(std::span<const BatchItem> items);
+  virtual int64_t decode_run_blocks() const = 0;
+  virtual bool decode_run_step() = 0;
+  void end_decode_run();
+  bool in_decode_run() const { return in_run_; }
+  int64_t decode_run_steps() const { return run_steps_; }
+
  protected:
   explicit KvCacheManager(int64_t num_requests) : tokens_(num_requests, -1) {}
+  // The manager's own part of begin_decode_run (after run_ids_ is filled) and whether its
+  // steps keep tokens_ current (else end_decode_run adds the steps to each request's tokens).
+  virtual void start_decode_run() = 0;
+  virtual bool decode_run_steps_in_place() const = 0;
   std::vector<int64_t> tokens_;  // per request: tokens written, -1 when holding nothing
   int64_t used_tokens_ = 0;
+  // The decode run in progress (see begin_decode_run).
+  std::vector<RequestId> run_ids_;
+  int64_t run_steps_ = 0;
+  bool in_run_ = false;
 };
 
 // key -> block of the prefix cache: open addressing with linear probing and backward-shift
@@ -163,7 +196,24 @@ class PagedKvCache final : public KvCacheManager {
                double watermark_fraction = 0.0, PrefixCacheSource prefix = {});
   std::string_view kind() const override { return "paged"; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
-  bool try_grow(RequestId id, int64_t tokens) override;
+  // Inline: policies grow every running request at every step they schedule (a caller that
+  // holds a PagedKvCache, which is final, gets it without a virtual call).
+  bool try_grow(RequestId id, int64_t tokens) override {
+    if (!holds(id)) throw_growing_unheld();
+    const int64_t have = tokens_[id];
+    if (tokens <= have) return true;
+    // Decode growth ignores the watermark (vLLM v0 can_append_slots).
+    const int64_t needed = blocks_for(tokens) - blocks_for(have);
+    if (needed > free_blocks_) return false;
+    if (caching_) {
+      take_blocks_for_growth(id, have, tokens, needed);
+    } else {
+      free_blocks_ -= needed;
+    }
+    used_tokens_ += tokens - have;
+    tokens_[id] = tokens;
+    return true;
+  }
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
@@ -182,8 +232,15 @@ class PagedKvCache final : public KvCacheManager {
   int64_t allocated_blocks() const { return num_blocks_ - free_blocks_; }
   int64_t watermark_blocks() const { return watermark_blocks_; }
   int32_t block_size() const { return block_size_; }
-  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  int64_t blocks_for(int64_t tokens) const {
+    // A shift for power-of-two block sizes (vLLM's are): two 64-bit divisions were the
+    // costliest part of growing a decode by one token. Tokens are never negative.
+    return block_shift_ >= 0 ? (tokens + block_size_ - 1) >> block_shift_ : (tokens + block_size_ - 1) / block_size_;
+  }
   int64_t blocks_of(RequestId id) const { return blocks_for(tokens_of(id)); }
+
+  int64_t decode_run_blocks() const override;
+  bool decode_run_step() override;
 
   bool prefix_caching() const { return caching_; }
   // Tokens `id` shared from the cache at its current admission (0 when not held).
@@ -206,6 +263,12 @@ class PagedKvCache final : public KvCacheManager {
 
  private:
   static constexpr int32_t kNone = -1;
+  [[noreturn]] static void throw_growing_unheld();
+  // try_grow with prefix caching: `needed` new blocks for `id` growing from `have` to `tokens`,
+  // and the blocks that become full enter the table.
+  void take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed);
+  void start_decode_run() override;
+  bool decode_run_steps_in_place() const override { return caching_; }
   int64_t content_blocks(RequestId id) const;   // keyed by the workload's hashes
   int64_t max_full_blocks(RequestId id) const;  // full blocks of prompt + output
   uint64_t block_key(RequestId id, int64_t k) const;
@@ -226,6 +289,7 @@ class PagedKvCache final : public KvCacheManager {
 
   int64_t num_blocks_;
   int32_t block_size_;
+  int32_t block_shift_ = -1;  // log2(block_size_) when that is a power of two, else -1
   int64_t watermark_blocks_;
   int64_t free_blocks_;
 
@@ -250,6 +314,9 @@ class PagedKvCache final : public KvCacheManager {
   mutable uint64_t run_end_key_ = 0;          // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;
   mutable uint64_t run_generation_ = 0;
+  // Decode run without prefix caching: how many of the run's requests held a number of tokens
+  // congruent to r modulo block_size at its start, for each r.
+  std::vector<int64_t> run_residues_;
 };
 
 class ReservedKvCache final : public KvCacheManager {
@@ -271,8 +338,13 @@ class ReservedKvCache final : public KvCacheManager {
   int64_t used_tokens() const override { return used_tokens_; }
   int64_t reservation_of(RequestId id) const { return holds(id) ? reserved_[id] : 0; }
   int32_t block_size() const { return block_size_; }
+  int64_t decode_run_blocks() const override { return 0; }
+  bool decode_run_step() override;
 
  private:
+  void start_decode_run() override;
+  bool decode_run_steps_in_place() const override { return false; }
+  int64_t run_slack_ = 0;  // decode run: the least room left in its requests' reservations
   int64_t rounded(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_ * block_size_; }
   int32_t block_size_;
   int64_t capacity_;

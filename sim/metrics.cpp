@@ -2,20 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <stdexcept>
 
 namespace batchsim {
-
-void WeightedSamples::add(double value, int64_t weight) {
-  if (weight <= 0) return;
-  // Run-length merge: the sequences of one decode iteration usually share one gap.
-  if (!samples_.empty() && samples_.back().first == value) {
-    samples_.back().second += weight;
-  } else {
-    if (!samples_.empty() && value < samples_.back().first) sorted_ = false;
-    samples_.emplace_back(value, weight);
-  }
-  total_weight_ += weight;
-}
 
 void WeightedSamples::merge(const WeightedSamples& other) {
   for (const auto& [value, weight] : other.samples_) add(value, weight);
@@ -64,6 +54,24 @@ double WeightedSamples::percentile(double q) const {
     if (cumulative >= rank) return value;
   }
   return samples_.back().first;
+}
+
+void WeightedSamples::percentiles(std::span<const double> qs, std::span<double> out) const {
+  if (out.size() != qs.size()) throw std::logic_error("percentiles: one output per quantile");
+  if (total_weight_ == 0) {
+    std::fill(out.begin(), out.end(), 0.0);
+    return;
+  }
+  sort();
+  // As percentile(q) for each q, sharing the walk: ranks only grow with q.
+  auto it = samples_.begin();
+  int64_t cumulative = it->second;
+  for (size_t i = 0; i < qs.size(); ++i) {
+    if (i > 0 && qs[i] < qs[i - 1]) throw std::logic_error("percentiles: quantiles must ascend");
+    const int64_t rank = nearest_rank(qs[i], total_weight_);
+    while (cumulative < rank && std::next(it) != samples_.end()) cumulative += (++it)->second;
+    out[i] = it->first;
+  }
 }
 
 double WeightedSamples::max() const {
@@ -118,9 +126,12 @@ Distribution Distribution::of(const WeightedSamples& s) {
   Distribution d;
   d.count = s.count();
   d.mean = s.mean();
-  d.p50 = s.percentile(0.50);
-  d.p90 = s.percentile(0.90);
-  d.p99 = s.percentile(0.99);
+  constexpr std::array<double, 3> kQuantiles = {0.50, 0.90, 0.99};
+  std::array<double, 3> p{};
+  s.percentiles(kQuantiles, p);
+  d.p50 = p[0];
+  d.p90 = p[1];
+  d.p99 = p[2];
   d.max = s.max();
   return d;
 }

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -114,12 +115,26 @@ struct HandoffRecord {
 // Weighted samples with nearest-rank percentiles.
 class WeightedSamples {
  public:
-  void add(double value, int64_t weight = 1);
+  // Inline: the replica adds one sample per sequence of every iteration it does not
+  // fast-forward, and most of them merge into the run before.
+  void add(double value, int64_t weight = 1) {
+    if (weight <= 0) return;
+    // Run-length merge: the sequences of one decode iteration usually share one gap.
+    if (!samples_.empty() && samples_.back().first == value) {
+      samples_.back().second += weight;
+    } else {
+      if (!samples_.empty() && value < samples_.back().first) sorted_ = false;
+      samples_.emplace_back(value, weight);
+    }
+    total_weight_ += weight;
+  }
   // Adds every sample of `other`, in its stored order.
   void merge(const WeightedSamples& other);
   int64_t count() const { return total_weight_; }
   double mean() const;
   double percentile(double q) const;  // q in [0, 1]; 0 when empty
+  // percentile(q) of each of `qs` (ascending) into `out`, in one pass over the samples.
+  void percentiles(std::span<const double> qs, std::span<double> out) const;
   double max() const;
   // numpy.percentile's default ("linear") over the samples expanded by weight: with the W
   // values sorted, rank h = q (W - 1) and the value is interpolated between those at floor(h)

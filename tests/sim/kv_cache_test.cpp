@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -323,6 +324,91 @@ TEST(BlockKeyTable, AgreesWithAMapThroughCollidingInsertsAndErases) {
     }
   }
   EXPECT_EQ(table.find(12345), BlockKeyTable::kAbsent);
+}
+
+// A decode run (KvCacheManager::begin_decode_run) must take each step exactly as growing every
+// request by one token would, in batch order: the same blocks per step, the same refusal when
+// memory runs out (changing nothing), and the same per-request tokens once the run ends. The
+// reference is a second cache stepped with try_grow.
+template <typename Cache, typename MakeCache, typename Admit>
+void expect_decode_run_matches_growth(MakeCache make_cache, Admit admit, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    Cache run = make_cache(rng);
+    Cache stepped = run;
+    std::vector<BatchItem> items;
+    for (RequestId id = 0; id < 24; ++id) {
+      const auto tokens = static_cast<int64_t>(1 + rng() % 70);
+      const auto room = static_cast<int64_t>(rng() % 300);  // beyond the tokens, for a reservation
+      if (admit(run, id, tokens, room) != admit(stepped, id, tokens, room)) FAIL() << "admission differs";
+      if (run.holds(id) && rng() % 4 != 0) items.push_back({id, 1, tokens});
+    }
+    if (items.empty()) continue;
+    std::shuffle(items.begin(), items.end(), rng);
+    run.begin_decode_run(items);
+    int64_t steps = 0;
+    for (; steps < 400; ++steps) {
+      int64_t blocks = 0;
+      for (const BatchItem& item : items) {
+        if constexpr (std::is_same_v<Cache, PagedKvCache>) {
+          blocks += stepped.tokens_of(item.id) % stepped.block_size() == 0 ? 1 : 0;
+        }
+      }
+      ASSERT_EQ(run.decode_run_blocks(), blocks) << "trial " << trial << " step " << steps;
+      // Whether growing every request by one token succeeds (on a copy, since a reserving
+      // cache refuses one request after growing the ones before it).
+      Cache probe = stepped;
+      bool fits = true;
+      for (const BatchItem& item : items) fits = fits && probe.try_grow(item.id, probe.tokens_of(item.id) + 1);
+      ASSERT_EQ(run.decode_run_step(), fits) << "trial " << trial << " step " << steps;
+      if (!fits) break;
+      stepped = probe;
+      ASSERT_EQ(run.used_tokens(), stepped.used_tokens());
+      ASSERT_EQ(run.allocated_tokens(), stepped.allocated_tokens());
+    }
+    EXPECT_EQ(run.decode_run_steps(), steps);
+    EXPECT_EQ(run.used_tokens(), stepped.used_tokens());
+    EXPECT_EQ(run.allocated_tokens(), stepped.allocated_tokens());
+    run.end_decode_run();
+    EXPECT_FALSE(run.in_decode_run());
+    for (RequestId id = 0; id < 24; ++id) EXPECT_EQ(run.tokens_of(id), stepped.tokens_of(id)) << "request " << id;
+  }
+}
+
+TEST(KvCacheDecodeRun, PagedStepsTakeTheBlocksOfGrowingEachRequestByOneToken) {
+  for (const int32_t block_size : {1, 2, 7, 16}) {
+    expect_decode_run_matches_growth<PagedKvCache>(
+        [block_size](std::mt19937_64& rng) {
+          return PagedKvCache(24, static_cast<int64_t>(20 + rng() % 150), block_size);
+        },
+        [](PagedKvCache& kv, RequestId id, int64_t tokens, int64_t /*room*/) { return kv.try_admit(id, tokens, tokens); },
+        static_cast<uint64_t>(block_size));
+  }
+}
+
+TEST(KvCacheDecodeRun, ReservedStepsStopWhereAReservationIsFull) {
+  for (const int32_t block_size : {1, 16}) {
+    expect_decode_run_matches_growth<ReservedKvCache>(
+        [block_size](std::mt19937_64& rng) {
+          return ReservedKvCache(24, static_cast<int64_t>(500 + rng() % 3000), block_size);
+        },
+        [](ReservedKvCache& kv, RequestId id, int64_t tokens, int64_t room) {
+          return kv.try_admit(id, tokens, tokens + room);
+        },
+        static_cast<uint64_t>(100 + block_size));
+  }
+}
+
+TEST(KvCacheDecodeRun, ReleaseInsideARunIsABug) {
+  PagedKvCache kv(2, 10, 16);
+  ASSERT_TRUE(kv.try_admit(0, 5, 5));
+  const std::vector<BatchItem> items = {{0, 1, 5}};
+  kv.begin_decode_run(items);
+  EXPECT_THROW(kv.release(0), std::logic_error);
+  EXPECT_THROW(kv.begin_decode_run(items), std::logic_error);
+  kv.end_decode_run();
+  kv.release(0);
+  EXPECT_EQ(kv.free_blocks(), 10);
 }
 
 }  // namespace

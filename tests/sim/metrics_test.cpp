@@ -1,5 +1,11 @@
 #include "sim/metrics.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <random>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "sim/simulation.h"
@@ -32,6 +38,37 @@ TEST(WeightedSamples, WeightsCountAsRepeatedSamples) {
   EXPECT_DOUBLE_EQ(weighted.percentile(0.98), 1.0);
   EXPECT_DOUBLE_EQ(weighted.percentile(0.99), 5.0);
   EXPECT_DOUBLE_EQ(weighted.mean(), repeated.mean());
+}
+
+// Distribution::of takes its percentiles in one walk (WeightedSamples::percentiles): each must
+// be the nearest rank of the expanded multiset, as percentile(q) and a sorted expansion say.
+TEST(WeightedSamples, PercentilesInOneWalkAreTheNearestRanksOfTheExpandedSamples) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    WeightedSamples s;
+    std::vector<double> expanded;
+    const int pairs = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < pairs; ++i) {
+      const double value = static_cast<double>(rng() % 17) * 0.25;
+      const auto weight = static_cast<int64_t>(1 + rng() % (trial % 2 == 0 ? 3 : 500));
+      s.add(value, weight);
+      expanded.insert(expanded.end(), static_cast<size_t>(weight), value);
+    }
+    std::sort(expanded.begin(), expanded.end());
+    const std::array<double, 6> qs = {0.0, 0.01, 0.5, 0.9, 0.99, 1.0};
+    std::array<double, 6> got{};
+    s.percentiles(qs, got);
+    for (size_t i = 0; i < qs.size(); ++i) {
+      const auto rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(qs[i] * static_cast<double>(expanded.size()) - 1e-9)));
+      EXPECT_EQ(got[i], expanded[rank - 1]) << "trial " << trial << " q " << qs[i];
+      EXPECT_EQ(got[i], s.percentile(qs[i]));
+    }
+  }
+  WeightedSamples empty;
+  std::array<double, 2> got{1, 1};
+  empty.percentiles(std::array<double, 2>{0.5, 0.9}, got);
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_EQ(got[1], 0.0);
 }
 
 TEST(WeightedSamples, EmptyIsZero) {
