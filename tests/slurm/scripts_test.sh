@@ -89,6 +89,22 @@ if ! diff -r "$tmp/unsharded" "$tmp/sweep/merged" >"$tmp/diff" 2>&1; then
   failures=$((failures + 1))
 fi
 
+# A Kubernetes Indexed Job's pod runs the same script, K from JOB_COMPLETION_INDEX.
+JOB_COMPLETION_INDEX=1 JOBS=1 bash "$slurm/sweep.sbatch" "$experiment" "$tmp/k8s" 3 >/dev/null 2>"$tmp/k8s.err" ||
+  { cat "$tmp/k8s.err" >&2; echo "FAILED: sweep.sbatch with JOB_COMPLETION_INDEX" >&2; failures=$((failures + 1)); }
+grep -qF "shard 1/3 of" "$tmp/k8s.err" && cmp -s "$tmp/k8s/shard-1/results.csv" "$tmp/sweep/shard-1/results.csv" ||
+  { echo "FAILED: JOB_COMPLETION_INDEX=1 did not run shard 1/3 as array task 1 did" >&2; failures=$((failures + 1)); }
+# The manifests: an Indexed Job whose completions is the N (SHARDS) both Jobs pass on.
+k8s="$src/experiments/kubernetes"
+completions=$(sed -nE 's/^  completions: ([0-9]+).*/\1/p' "$k8s/sweep-job.yaml")
+grep -qE '^  completionMode: Indexed' "$k8s/sweep-job.yaml" ||
+  { echo "FAILED: sweep-job.yaml is not an Indexed Job" >&2; failures=$((failures + 1)); }
+for f in sweep-job.yaml merge-job.yaml; do
+  shards_value=$(grep -A1 -E '^ +- name: SHARDS$' "$k8s/$f" | sed -nE 's/^ +value: "([0-9]+)"/\1/p')
+  [ -n "$completions" ] && [ "$shards_value" = "$completions" ] ||
+    { echo "FAILED: $f passes SHARDS '$shards_value', sweep-job.yaml has completions '$completions'" >&2; failures=$((failures + 1)); }
+done
+
 if [ $failures -ne 0 ]; then
   echo "[  FAILED  ] $name: $failures checks failed" >&2
   exit 1
