@@ -115,16 +115,16 @@ cannot_start() {  # WHAT LOG
 }
 
 # munge: a private key, socket, pid, seed and log.
-mungekey --create --keyfile="$tmp/munge/munge.key" >/dev/null 2>"$tmp/munge/mungekey.err" ||
+timeout 30 mungekey --create --keyfile="$tmp/munge/munge.key" >/dev/null 2>"$tmp/munge/mungekey.err" ||
   cannot_start "mungekey" "$tmp/munge/mungekey.err"
-munged --key-file="$tmp/munge/munge.key" --socket="$socket" --pid-file="$tmp/run/munged.pid" \
+timeout 30 munged --key-file="$tmp/munge/munge.key" --socket="$socket" --pid-file="$tmp/run/munged.pid" \
        --log-file="$tmp/munge/munged.log" --seed-file="$tmp/munge/munged.seed" 2>>"$tmp/munge/munged.log" ||
   cannot_start "munged" "$tmp/munge/munged.log"
 echo ok | timeout 10 munge --socket="$socket" | timeout 10 unmunge --socket="$socket" >/dev/null ||
   cannot_start "munged (a credential does not round-trip)" "$tmp/munge/munged.log"
 
 # slurm.conf: this node as slurmd sees it (CPUs, sockets, cores, memory), named localhost.
-node=$(slurmd -C 2>/dev/null | head -n 1 | sed -E 's/^NodeName=[^ ]+/NodeName=localhost/')
+node=$(timeout 30 slurmd -C 2>/dev/null | head -n 1 | sed -E 's/^NodeName=[^ ]+/NodeName=localhost/')
 [[ $node == NodeName=localhost\ *CPUs=* ]] || fail "slurmd -C gave no node line: '$node'"
 read -r ctld_port slurmd_port < <(python3 -c '
 import socket
@@ -168,8 +168,8 @@ PartitionName=batchsim Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 
 started=1
-slurmctld -i 2>>"$tmp/log/slurmctld.log" || cannot_start "slurmctld" "$tmp/log/slurmctld.log"
-slurmd -N localhost 2>>"$tmp/log/slurmd.log" || cannot_start "slurmd" "$tmp/log/slurmd.log"
+timeout 30 slurmctld -i 2>>"$tmp/log/slurmctld.log" || cannot_start "slurmctld" "$tmp/log/slurmctld.log"
+timeout 30 slurmd -N localhost 2>>"$tmp/log/slurmd.log" || cannot_start "slurmd" "$tmp/log/slurmd.log"
 state=""
 for _ in $(seq 60); do
   state=$(timeout 10 sinfo -h -N -n localhost -o %T 2>/dev/null || true)
@@ -186,7 +186,7 @@ fi
 echo "$name: one-node Slurm cluster up as $user (slurmctld :$ctld_port, slurmd :$slurmd_port, $node)"
 
 # The reference: the same experiment, unsharded, on this machine.
-"$batchsim" compare "$experiment" --out "$tmp/unsharded" --no-plots --jobs 2 >"$tmp/unsharded.log" 2>&1 ||
+timeout 300 "$batchsim" compare "$experiment" --out "$tmp/unsharded" --no-plots --jobs 2 >"$tmp/unsharded.log" 2>&1 ||
   { cat "$tmp/unsharded.log" >&2; fail "the unsharded compare failed"; }
 
 # The sweep, exactly as a user submits it.
