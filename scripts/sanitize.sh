@@ -6,7 +6,9 @@
 # unit tests, shipped experiments and fuzzers cover; and for the check that the shipped fitted
 # engines equal a fresh fit, which replays NVIDIA's 534 serving benchmarks three to four times
 # (about 1,900 runs) through code that validate-serving's figures test and the small engine-fit
-# tests run under the sanitizers too (it runs in the release build). Any sanitizer report aborts the program
+# tests run under the sanitizers too (it runs in the release build); and for the sweep on a
+# one-node Slurm cluster, which checks the scripts of experiments/slurm/ and Slurm around the
+# shard and merge code that the release build's run and the unit tests cover. Any sanitizer report aborts the program
 # that made it, so the test that ran it fails. The build is clang's, with libFuzzer's coverage hooks too, so that
 # scripts/fuzz.sh reuses it rather than building everything a second time; CUDA is left out
 # (nvcc and ASan do not mix), and -O1 -g1 keeps the build short and the stacks readable.
@@ -17,4 +19,5 @@ scripts/configure-sanitized.sh
 cmake --build build-sanitize -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-ctest --test-dir build-sanitize --output-on-failure -j"$(nproc)" -E '^Docs\.|^EngineFit\.ShippedFittedEnginesEqualAFreshFit$' "$@"
+ctest --test-dir build-sanitize --output-on-failure -j"$(nproc)" \
+  -E '^Docs\.|^EngineFit\.ShippedFittedEnginesEqualAFreshFit$|^Slurm\.ArraySweepEqualsUnsharded$' "$@"
