@@ -352,9 +352,15 @@ inline void expect_consistent_breakdowns(const SimulationResult& result, bool sw
     }
     ASSERT_EQ(b.total_ns(), (r.finished - r.arrival).ns()) << "request " << r.id;
     ASSERT_EQ(b[LatencyPart::kQueueing], (r.first_scheduled - r.arrival).ns()) << "request " << r.id;
-    if (!pooled) ASSERT_EQ(b[LatencyPart::kKvTransfer], 0) << "request " << r.id;
-    if (r.preemptions == 0 && !swaps) ASSERT_EQ(b[LatencyPart::kPreemption], 0) << "request " << r.id;
-    if (r.output_tokens == 1) ASSERT_EQ(b[LatencyPart::kDecode], 0) << "request " << r.id;
+    if (!pooled) {
+      ASSERT_EQ(b[LatencyPart::kKvTransfer], 0) << "request " << r.id;
+    }
+    if (r.preemptions == 0 && !swaps) {
+      ASSERT_EQ(b[LatencyPart::kPreemption], 0) << "request " << r.id;
+    }
+    if (r.output_tokens == 1) {
+      ASSERT_EQ(b[LatencyPart::kDecode], 0) << "request " << r.id;
+    }
   }
 }
 
