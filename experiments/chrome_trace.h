@@ -18,7 +18,7 @@
 // never held in memory. Equal times keep the order they are made in (a phase ends before the
 // next begins), which viewers need to nest slices that touch.
 //
-// Extending it: a new request phase (a KV transfer between pools) is a new RequestPhase with a
+// Extending it: a new request phase (as kv_transfer, between pools) is a new RequestPhase with a
 // name, drawn with no change here; a request's new figures (its latency breakdown) are args of
 // its "request N" slice (request_args in chrome_trace.cpp); an iteration's, args of its slice.
 #pragma once

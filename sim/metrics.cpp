@@ -116,6 +116,7 @@ std::string_view phase_name(RequestPhase phase) {
     case RequestPhase::kPrefilling: return "prefilling";
     case RequestPhase::kDecoding: return "decoding";
     case RequestPhase::kPreempted: return "preempted";
+    case RequestPhase::kKvTransfer: return "kv_transfer";
     case RequestPhase::kFinished: return "finished";
     case RequestPhase::kRejected: return "rejected";
   }

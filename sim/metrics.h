@@ -84,8 +84,11 @@ struct IdleSample {
 // prefilling from the iteration that first schedules it (again after a recompute preemption),
 // decoding from the end of the iteration that samples its first token (a swapped-out request
 // resumes decoding directly), preempted from the schedule() that preempts it, and ends
-// finished or rejected. New kinds of work (a KV transfer between pools) are new phases.
-enum class RequestPhase : uint8_t { kQueued, kPrefilling, kDecoding, kPreempted, kFinished, kRejected };
+// finished or rejected. In a disaggregated run, kv_transfer from the prefill replica's hand-off
+// (its first token) to its first iteration on the decode replica, where it decodes from (the
+// breakdown's kv_transfer part, sim/latency_breakdown.h: waiting for decode KV memory, the link,
+// the transfer and the decode replica's next step).
+enum class RequestPhase : uint8_t { kQueued, kPrefilling, kDecoding, kPreempted, kKvTransfer, kFinished, kRejected };
 std::string_view phase_name(RequestPhase phase);  // "queued", "prefilling", ...
 
 struct RequestPhaseChange {

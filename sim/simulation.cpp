@@ -513,6 +513,11 @@ void Simulation::try_start_iteration(Replica& r) {
       if (phase_starts) record_phase(item.id, decode ? RequestPhase::kDecoding : RequestPhase::kPrefilling);
       if (record_items) result_.iteration_items.push_back({item.id, item.new_tokens, !decode});
     }
+    // A request whose KV landed here decodes from its first iteration on this replica (its
+    // kv_transfer phase ends); its first token here marks every later iteration.
+    if (!phase_starts && r.role == PoolRole::kDecode && result_.handoffs[item.id].decode_first_token == SimTime::max()) {
+      record_phase(item.id, RequestPhase::kDecoding);
+    }
     p.state = RequestState::kRunning;
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
@@ -665,18 +670,20 @@ void Simulation::record_token(Replica& r, RequestId id, RequestProgress& p, SimT
   p.last_token = at;
 }
 
-void Simulation::finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
-  if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return;
+bool Simulation::finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
+  if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return false;
   finished_.push_back(id);  // for the policy: it leaves this replica
   if (r.role == PoolRole::kPrefill && p.generated_tokens < (*requests_)[id].output_tokens) {
     handing_off_.push_back(id);  // its decode goes on elsewhere
     latency_.kv_transfer_started(id, now_);
-    return;
+    record_phase(id, RequestPhase::kKvTransfer);
+    return true;
   }
   p.state = RequestState::kFinished;
   p.finished = now_;
   latency_.finished(id, now_);
   record_phase(id, RequestPhase::kFinished);
+  return true;
 }
 
 void Simulation::finish_iteration(Replica& r) {
@@ -717,9 +724,9 @@ void Simulation::finish_iteration(Replica& r) {
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
       record_token(r, item.id, p, now_);
-      finish_if_done(r, item.id, p);
-      // A prefill that sampled: the request decodes from here.
-      if (!was_decode && p.state != RequestState::kFinished) record_phase(item.id, RequestPhase::kDecoding);
+      const bool left = finish_if_done(r, item.id, p);
+      // A prefill that sampled: the request decodes from here (in a prefill pool, elsewhere).
+      if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);
     }
   }
   r.policy->on_iteration_end(batch, finished_, now_);

@@ -242,7 +242,8 @@ class Simulation {
   // Also notes a decode replica's first token of a handed-off request.
   void record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at);
   // At its last output token (as replica `r` sees it: a prefill replica's is the first).
-  void finish_if_done(Replica& r, RequestId id, RequestProgress& p);
+  // Whether the request left the replica: finished, or handed to the decode pool.
+  bool finish_if_done(Replica& r, RequestId id, RequestProgress& p);
   void summarize_replicas();
 
   // Disaggregated pools (sim/disaggregation.cpp).

@@ -137,7 +137,8 @@ def test_the_gil_is_released_while_simulating():
 
     def simulate():
         window["start"] = time.perf_counter()
-        batchsim.run(model="llama-2-7b", arrival="poisson:30", num_requests=6000, record_iterations=False)
+        # Long enough (~0.15 s here) to tell: the faster the simulator, the more requests this needs.
+        batchsim.run(model="llama-2-7b", arrival="poisson:30", num_requests=40000, record_iterations=False)
         window["end"] = time.perf_counter()
 
     worker = threading.Thread(target=simulate)

@@ -311,5 +311,63 @@ TEST(ChromeTrace, RunWritesTheFileAndRefusesBadOptionsByName) {
               HasSubstr("--chrome-trace"));
 }
 
+// A disaggregated run: every request handed to the decode pool has a kv_transfer slice from its
+// hand-off (its first token) to its first iteration on the decode replica, as long as its
+// latency breakdown's kv_transfer part, and decodes from there; one that finished on the prefill
+// side has none.
+TEST(ChromeTrace, AHandedOffRequestsKvTransferRunsFromItsHandOffToItsFirstDecodeIteration) {
+  RunConfig c = busy_run();
+  c.replicas = 1;
+  c.router = "round-robin";
+  c.prefill_replicas = 1;
+  c.decode_replicas = 1;
+  c.workload.output_len = "uniform:1:400";  // some of one token: finished where they prefilled
+  const RunOutcome run = run_simulation(c);
+  ASSERT_FALSE(run.result.handoffs.empty());
+  const json trace = trace_of(run);
+  std::map<int64_t, std::vector<json>> events;
+  for (const json& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "request") events[e["id"].get<int64_t>()].push_back(e);
+  }
+  ASSERT_EQ(events.size(), 50u);
+  int transferred = 0, unmoved = 0, preempted_first = 0;
+  for (const auto& [id, list] : events) {
+    SCOPED_TRACE("request " + std::to_string(id));
+    const RequestRecord& r = run.result.requests.at(static_cast<size_t>(id));
+    const HandoffRecord& h = run.result.handoffs.at(static_cast<size_t>(id));
+    std::vector<size_t> begins;
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k]["name"] == "kv_transfer" && list[k]["ph"] == "b") begins.push_back(k);
+    }
+    if (!h.transferred() || !r.completed()) {
+      EXPECT_TRUE(begins.empty());
+      unmoved += r.completed() && r.output_tokens == 1;
+      continue;
+    }
+    ASSERT_EQ(begins.size(), 1u);
+    ++transferred;
+    const json& b = list[begins[0]];
+    const json& e = list[begins[0] + 1];
+    ASSERT_EQ(e["name"], "kv_transfer");
+    ASSERT_EQ(e["ph"], "e");
+    EXPECT_NEAR(b["ts"].get<double>(), us(h.handoff), kUsTolerance);
+    EXPECT_GE(e["ts"].get<double>(), us(h.transfer_end) - kUsTolerance);
+    // Decoding on the decode replica from its end; or preempted there before its first step
+    // (the decode replica short of KV), which the breakdown counts as preemption.
+    const json& next = list[begins[0] + 2];
+    EXPECT_EQ(next["ph"], "b");
+    EXPECT_NEAR(next["ts"].get<double>(), e["ts"].get<double>(), kUsTolerance);
+    if (next["name"] == "preempted") {
+      ++preempted_first;
+      continue;
+    }
+    EXPECT_EQ(next["name"], "decoding");
+    EXPECT_NEAR(e["ts"].get<double>() - b["ts"].get<double>(),
+                static_cast<double>(r.breakdown[LatencyPart::kKvTransfer]) / 1e3, 1e-3);
+  }
+  EXPECT_GT(transferred - preempted_first, 20);
+  EXPECT_GT(unmoved, 0);
+}
+
 }  // namespace
 }  // namespace batchsim
