@@ -167,19 +167,10 @@ TEST(LatencyBreakdownScenario, ARecomputeIsPreemptionNotPrefill) {
   for (const char* policy : {"continuous", "vllm-v0"}) {
     SCOPED_TRACE(policy);
     auto p = make_policy(policy, PolicyOptions(std::map<std::string, std::string>{{"block_size", "4"}}));
-    std::vector<Step> steps;
-    SimulationOptions o;
-    o.num_gpu_blocks = 10;  // the rig's 40 tokens: the same iteration table
-    o.on_iteration = [&](const Batch& b, const IterationRecord& rec, const Policy&) {
-      Step s;
-      s.items = b.items;
-      s.shape = b.shape;
-      s.start = rec.start;
-      s.duration = rec.duration;
-      s.extra_time = b.extra_time;
-      steps.push_back(std::move(s));
-    };
-    const SimulationResult r = Simulation(w, *p, cm, o).run();
+    // 10 blocks: the rig's 40 tokens, so the same iteration table as the rig's runs.
+    const RecordedRun run = run_recorded(*p, w, cm, nullptr, 10);
+    const SimulationResult& r = run.result;
+    const std::vector<Step>& steps = run.steps;
     ASSERT_GE(steps.size(), 21u);
     ASSERT_EQ(steps[13].item(B), nullptr);
     ASSERT_EQ(steps[20].item(B)->new_tokens, 21);

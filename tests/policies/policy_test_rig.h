@@ -131,12 +131,15 @@ struct RecordedRun {
   std::vector<Step> steps;
 };
 
+// `num_gpu_blocks` > 0 sizes the KV cache by blocks (a real GPU's cost model, whose memory
+// would hold far more than the rig's 40 tokens); 0 takes it from the cost model's memory.
 inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const CostModel& cm,
-                                const PrefixBlockHashes* prefix_blocks = nullptr) {
+                                const PrefixBlockHashes* prefix_blocks = nullptr, int64_t num_gpu_blocks = 0) {
   RecordedRun run;
   SimulationOptions options;
   options.gpu_memory_utilization = 1.0;
   options.prefix_blocks = prefix_blocks;
+  options.num_gpu_blocks = num_gpu_blocks;
   options.on_iteration = [&run](const Batch& b, const IterationRecord& rec, const Policy& p) {
     Step s;
     s.items = b.items;
