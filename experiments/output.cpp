@@ -36,6 +36,8 @@ std::string opt_seconds(SimTime t, SimTime origin) {
 }  // namespace
 
 std::string run_diagnosis(const RunOutcome& outcome) {
+  // The diagnosis reads the p99 requests' shares, which a streaming run cannot know.
+  if (streamed(outcome)) return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
   return latency_diagnosis(diagnosis_inputs(
       outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts)));
 }
@@ -45,22 +47,30 @@ nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {
   nlohmann::ordered_json j;
   for (LatencyPart part : kLatencyParts) {
     const LatencyPartSummary& p = s.latency_breakdown[part];
-    j[std::string(latency_part_name(part))] = {{"mean", p.mean_s},
-                                               {"p99", p.p99_s},
-                                               {"share", p.share},
-                                               {"share_of_p99_requests", p.share_of_p99}};
+    // A streaming run kept no records to find the p99 requests by: null, not a wrong 0.
+    j[std::string(latency_part_name(part))] = {
+        {"mean", p.mean_s},
+        {"p99", p.p99_s},
+        {"share", p.share},
+        {"share_of_p99_requests", streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.share_of_p99)}};
   }
-  j["p99_requests"] = s.latency_breakdown.p99_requests;
+  j["p99_requests"] = streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.latency_breakdown.p99_requests);
   j["diagnosis"] = run_diagnosis(outcome);
   return j;
 }
 
 std::string latency_breakdown_line(const Summary& s) {
   std::vector<std::string> parts;
+  const bool whole_run = s.percentile_relative_error > 0;  // streaming: no p99 requests (metrics.h)
   for (LatencyPart part : kLatencyParts) {
-    const double share = s.latency_breakdown[part].share_of_p99;
+    const double share = whole_run ? s.latency_breakdown[part].share : s.latency_breakdown[part].share_of_p99;
     // A part the run never had (kv_transfer without disaggregation) would only be noise.
     if (share > 0) parts.push_back(fmt::format("{} {:.1f}%", latency_part_name(part), 100 * share));
+  }
+  if (whole_run) {
+    return fmt::format("latency breakdown of all completed requests (streaming keeps no records to pick the p99 "
+                       "requests from): {}",
+                       fmt::join(parts, ", "));
   }
   return fmt::format("latency breakdown of the p99 requests ({}, e2e >= {:.2f}s): {}", s.latency_breakdown.p99_requests,
                      s.e2e_s.p99, fmt::join(parts, ", "));
@@ -261,6 +271,14 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   lat["normalized_s_per_token"] = dist_json(s.normalized_latency_s_per_token);
   lat["queueing_s"] = dist_json(s.queueing_s);
   j["latency"] = lat;
+  if (streamed(outcome)) {
+    // Added only to streaming runs, so that an exact run's summary.json stays as it was.
+    j["percentiles"] = {{"method", "ddsketch"},
+                        {"relative_error", s.percentile_relative_error},
+                        {"note", "streaming run: percentiles within relative_error of the exact nearest-rank "
+                                 "ones; counts, means and totals exact"}};
+    j["streaming"] = {{"slots", outcome.config.streaming_slots}};
+  }
   // Where the requests' time went, and what would have helped the slowest (README "Outputs").
   j["latency_breakdown"] = latency_breakdown_json(outcome);
   j["makespan_s"] = s.makespan_s;
@@ -324,6 +342,59 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   return j;
 }
 
+void write_requests_csv_header(std::ostream& out, bool cluster, bool pooled) {
+  out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
+         "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
+         "cached_tokens,priority";
+  for (LatencyPart part : kLatencyParts) out << ",breakdown_" << latency_part_name(part) << "_s";
+  out << (cluster ? ",replica" : "")
+      << (pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes\n" : "\n");
+}
+
+void write_requests_csv_row(std::ostream& out, const RequestRecord& r, bool cluster,
+                            const std::vector<HandoffRecord>& handoffs) {
+  const bool done = r.completed();
+  fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
+             r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
+             request_state_name(r.state),
+             opt_seconds(r.first_scheduled, SimTime::zero()),
+             opt_seconds(r.first_token, SimTime::zero()),
+             opt_seconds(r.finished, SimTime::zero()),
+             done ? fmt::format("{:.9f}", r.ttft_s()) : "",
+             done ? fmt::format("{:.9f}", r.e2e_s()) : "",
+             done ? fmt::format("{:.9f}", r.tpot_s()) : "",
+             done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
+             done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
+             r.reject_reason, r.cached_tokens, r.priority);
+  // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
+  for (LatencyPart part : kLatencyParts) {
+    if (done) {
+      fmt::print(out, ",{:.9f}", r.breakdown.seconds(part));
+    } else {
+      out << ',';
+    }
+  }
+  if (cluster) fmt::print(out, ",{}", r.replica);
+  if (!handoffs.empty()) {
+    const HandoffRecord& h = handoffs[static_cast<size_t>(r.id)];
+    const bool moved = h.transferred();
+    fmt::print(out, ",{},{},{},{},{},{}", h.prefill_replica, opt_seconds(h.handoff, SimTime::zero()),
+               moved ? fmt::format("{:.9f}", h.wait_s()) : "", moved ? fmt::format("{:.9f}", h.queue_s()) : "",
+               moved ? fmt::format("{:.9f}", h.transfer_s()) : "", moved ? std::to_string(h.transfer_bytes) : "");
+  }
+  out << '\n';
+}
+
+RequestsCsvWriter::RequestsCsvWriter(const std::filesystem::path& dir, bool cluster) : cluster_(cluster) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+  out_ = open_for_write(dir / "requests.csv");
+  write_requests_csv_header(out_, cluster_, /*pooled=*/false);
+}
+
+void RequestsCsvWriter::add(const RequestRecord& r) { write_requests_csv_row(out_, r, cluster_, {}); }
+
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir) {
   write_run_outputs(outcome, dir, summary_to_json(outcome));
 }
@@ -338,7 +409,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "summary.json");
     out << summary.dump(2) << '\n';
   }
-  {
+  if (!streamed(outcome)) {  // bench.json's figures (numpy percentiles, std) need every record
     // The same run under `vllm bench serve --save-result`'s keys (experiments/bench_result.h).
     auto out = open_for_write(dir / "bench.json");
     out << bench_json(outcome).dump(2) << '\n';
@@ -349,46 +420,10 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   // prefill ended, how long its transfer waited for decode memory, queued for the link and
   // took, and its bytes; empty where it never got that far.
   const bool pooled = !outcome.result.handoffs.empty();
-  {
+  if (!streamed(outcome)) {  // a streaming run wrote its rows as they settled (RequestsCsvWriter)
     auto out = open_for_write(dir / "requests.csv");
-    out << "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
-           "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-           "cached_tokens,priority";
-    for (LatencyPart part : kLatencyParts) out << ",breakdown_" << latency_part_name(part) << "_s";
-    out << (cluster ? ",replica" : "")
-        << (pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes\n" : "\n");
-    for (const RequestRecord& r : outcome.result.requests) {
-      const bool done = r.completed();
-      fmt::print(out, "{},{:.9f},{},{},{},{},{},{},{},{},{},{},{},{},{},\"{}\",{},{}", r.id,
-                 r.arrival.seconds(), r.prompt_tokens, r.output_tokens, r.output_limit(),
-                 request_state_name(r.state),
-                 opt_seconds(r.first_scheduled, SimTime::zero()),
-                 opt_seconds(r.first_token, SimTime::zero()),
-                 opt_seconds(r.finished, SimTime::zero()),
-                 done ? fmt::format("{:.9f}", r.ttft_s()) : "",
-                 done ? fmt::format("{:.9f}", r.e2e_s()) : "",
-                 done ? fmt::format("{:.9f}", r.tpot_s()) : "",
-                 done ? fmt::format("{:.9f}", r.max_tbt.seconds()) : "",
-                 done ? fmt::format("{:.9f}", r.queueing_s()) : "", r.preemptions,
-                 r.reject_reason, r.cached_tokens, r.priority);
-      // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
-      for (LatencyPart part : kLatencyParts) {
-        if (done) {
-          fmt::print(out, ",{:.9f}", r.breakdown.seconds(part));
-        } else {
-          out << ',';
-        }
-      }
-      if (cluster) fmt::print(out, ",{}", r.replica);
-      if (pooled) {
-        const HandoffRecord& h = outcome.result.handoffs[static_cast<size_t>(r.id)];
-        const bool moved = h.transferred();
-        fmt::print(out, ",{},{},{},{},{},{}", h.prefill_replica, opt_seconds(h.handoff, SimTime::zero()),
-                   moved ? fmt::format("{:.9f}", h.wait_s()) : "", moved ? fmt::format("{:.9f}", h.queue_s()) : "",
-                   moved ? fmt::format("{:.9f}", h.transfer_s()) : "", moved ? std::to_string(h.transfer_bytes) : "");
-      }
-      out << '\n';
-    }
+    write_requests_csv_header(out, cluster, pooled);
+    for (const RequestRecord& r : outcome.result.requests) write_requests_csv_row(out, r, cluster, outcome.result.handoffs);
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
     const bool ids = outcome.config.iteration_log_ids;

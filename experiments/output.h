@@ -52,6 +52,24 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
                        const nlohmann::ordered_json& summary);
 
+// requests.csv: its header, and one request's row. `cluster` adds the replica column;
+// `handoffs` (a disaggregated run's, by request id; else empty) the hand-off columns.
+void write_requests_csv_header(std::ostream& out, bool cluster, bool pooled);
+void write_requests_csv_row(std::ostream& out, const RequestRecord& r, bool cluster,
+                            const std::vector<HandoffRecord>& handoffs);
+
+// A streaming run's requests.csv, written a row at a time as requests settle (so in settle
+// order, not by id: sorted by id the rows are the exact run's). Created, with its header, in
+// `dir` at construction (UserError naming --out when it cannot be).
+class RequestsCsvWriter {
+ public:
+  RequestsCsvWriter(const std::filesystem::path& dir, bool cluster);
+  void add(const RequestRecord& r);
+ private:
+  std::ofstream out_;
+  bool cluster_;
+};
+
 // "finished", "rejected", ...: requests.csv's `state`.
 const char* request_state_name(RequestState state);
 
