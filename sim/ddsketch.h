@@ -35,7 +35,8 @@ class DDSketch {
   // Values at or below this are counted as zero (far below a nanosecond, the clock's tick).
   static constexpr double kMinPositive = 1e-12;
 
-  explicit DDSketch(double relative_accuracy = 0.01);
+  DDSketch() : DDSketch(0.01) {}  // implicit, so that arrays of sketches value-initialize
+  explicit DDSketch(double relative_accuracy);
 
   void add(double value, int64_t weight = 1);
   // Adds every sample of `other`; its relative accuracy must be this one's (std::logic_error).
