@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -149,6 +151,12 @@ po::options_description run_options() {
        "queue counters")
       ("chrome-trace-requests", po::value<int64_t>()->value_name("N"), "the trace draws the phases of "
        "the first N requests (default 2000; 0: none); iterations and counters are always whole")
+      ("streaming", po::bool_switch(), "bounded memory for long runs (run only): arrivals generated lazily, "
+       "state kept for requests in flight, requests.csv written as requests settle (in that order), "
+       "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")
+      ("no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")
+      ("streaming-slots", po::value<int64_t>()->value_name("N"), "streaming: requests in flight at most "
+       "(default 262144; a run that has more stops with an error)")
       ("help,h", "show this help");
   return d;
 }
@@ -215,6 +223,15 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
+  if (vm["streaming"].as<bool>() && vm["no-streaming"].as<bool>()) {
+    throw UserError("--streaming, --no-streaming: give one or the other");
+  }
+  if (vm["streaming"].as<bool>()) c.streaming = true;
+  if (vm["no-streaming"].as<bool>()) c.streaming = false;
+  if (vm.count("streaming-slots")) {
+    c.streaming_slots = vm["streaming-slots"].as<int64_t>();
+    if (c.streaming_slots < 1) throw UserError(fmt::format("--streaming-slots: must be >= 1, got {}", c.streaming_slots));
+  }
   if (vm.count("iteration-log")) set_iteration_log(c, vm["iteration-log"].as<std::string>(), "--iteration-log");
   if (vm.count("chrome-trace")) c.chrome_trace = vm["chrome-trace"].as<std::string>();
   if (vm.count("chrome-trace-requests")) c.chrome_trace_requests = vm["chrome-trace-requests"].as<int64_t>();
@@ -235,9 +252,31 @@ RunConfig config_from(const po::variables_map& vm) {
   return c;
 }
 
-void print_warnings(const RunOutcome& run, std::ostream& err) {
-  const std::string line = rejection_warning(run.result);
+void print_warnings(const RunOutcome& run, std::ostream& err, const std::string& line) {
   if (!line.empty()) fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
+}
+
+// Commands other than `run` hold every run's records (tables, reports, sweeps): they refuse to stream.
+void refuse_streaming(const po::variables_map& vm, std::string_view command) {
+  if (vm.count("streaming") && vm["streaming"].as<bool>()) {
+    throw UserError(fmt::format("--streaming with `batchsim {}`: not supported yet (only `batchsim run` streams)", command));
+  }
+}
+
+// Whether `batchsim run` streams: as asked, or on its own above kStreamingAutoRequests synthetic
+// requests when nothing in the run needs every record (it then says so in one line).
+bool use_streaming(const RunConfig& c, std::ostream& err) {
+  const std::string why_not = streaming_unsupported_reason(c);
+  if (c.streaming.has_value()) {
+    if (*c.streaming && !why_not.empty()) throw UserError(fmt::format("--streaming with {}: not supported yet", why_not));
+    return *c.streaming;
+  }
+  const bool known_count = c.workload.trace.empty() && c.workload.trace_columns == nullptr;
+  if (!known_count || c.workload.num_requests <= kStreamingAutoRequests || !why_not.empty()) return false;
+  fmt::print(err, "batchsim: note: {} requests > {}: streaming mode (memory bounded by the requests in flight, "
+                  "percentiles within 1%); --no-streaming for exact percentiles\n",
+             c.workload.num_requests, kStreamingAutoRequests);
+  return true;
 }
 
 void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens) {
@@ -280,10 +319,32 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (config.iteration_log && config.out.empty()) {
     throw UserError("--iteration-log: iterations.csv is written into the --out folder; give --out DIR");
   }
-  const BuiltWorkload built = build_workload(config.workload);
-  for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
-  const RunOutcome run = run_simulation(config, &built);
-  print_setup(out, config, built.requests.size(), run.result.kv_capacity_tokens);
+  const bool streaming = use_streaming(config, err);
+  BuiltWorkload built;
+  std::unique_ptr<RequestSource> source;
+  std::optional<RequestsCsvWriter> requests_csv;  // streaming: rows as requests settle
+  RejectionTally rejections;
+  RunHooks hooks;
+  if (streaming) {
+    source = stream_workload(config.workload, built.description);
+    if (!config.out.empty()) requests_csv.emplace(config.out, config.replicas > 1);
+    hooks.source = source.get();
+    hooks.on_settled = [&](const RequestRecord& r) {
+      if (requests_csv) requests_csv->add(r);
+      rejections.add(r);
+    };
+  } else {
+    built = build_workload(config.workload);
+    for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
+  }
+  const RunOutcome run = run_simulation(config, streaming ? nullptr : &built, hooks);
+  if (requests_csv) requests_csv->finish();
+  print_setup(out, config, static_cast<size_t>(run.result.summary.requests_total), run.result.kv_capacity_tokens);
+  if (streaming) {
+    fmt::print(out, "streaming: percentiles from a DDSketch, within {:.0f}% of the exact ones (counts, means and "
+                    "totals exact); no bench.json, no p99-request breakdown or diagnosis\n",
+               100 * run.result.summary.percentile_relative_error);
+  }
   print_comparison_table(out, {&run});
   print_priority_classes(out, run.result.summary);
   // Why the slowest requests were slow, and what would have helped them.
@@ -299,7 +360,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
     if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
   }
-  print_warnings(run, err);
+  print_warnings(run, err, streaming ? rejections.line(run.result.summary.requests_total) : rejection_warning(run.result));
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
     fmt::print(out, "wrote {}\n", config.out.string());
@@ -359,6 +420,7 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
     fmt::print(out, "{}\n{}\n", kCompareUsage, fmt::streamed(desc));
     return 0;
   }
+  refuse_streaming(vm, "compare");
   CompareOptions options;
   options.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -503,6 +565,7 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const std::string& k : plan_owns) run_vm.erase(k);
   spec.base = default_run_config();
   if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), spec.base);
+  refuse_streaming(run_vm, "plan");
   apply_run_flags(run_vm, spec.base);
   if (spec.base.iteration_log) throw UserError("--iteration-log: plan writes no per-run files (run the answer with `batchsim run`)");
   if (!spec.base.chrome_trace.empty()) {
@@ -697,6 +760,7 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
     fmt::print(out, "usage: batchsim bench [options]\n\n{}\n", fmt::streamed(desc));
     return 0;
   }
+  refuse_streaming(vm, "bench");
   RunConfig config = config_from(vm);
   const int repeat = vm["repeat"].as<int>();
   if (repeat < 1) throw UserError("--repeat: must be >= 1");

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "experiments/bench_result.h"
+#include "experiments/csv_buffer.h"
 #include "experiments/latency_diagnosis.h"
 #include "experiments/slo.h"
 #include "sim/kv_transfer.h"
@@ -30,53 +31,12 @@ nlohmann::ordered_json dist_json(const Distribution& d) {
   return j;
 }
 
-// A CSV file's text, built in one buffer and handed to the stream in pieces of about a
-// megabyte. Numbers go straight into the buffer: integers and strings with fmt::format_to,
-// doubles with std::to_chars (fixed or general to a precision, which the standard defines as
-// printf's %.Nf / %.Ng, the same correctly rounded digits fmt's {:.Nf} / {:.Ng} write, in a
-// fraction of the time).
-class CsvBuffer {
- public:
-  explicit CsvBuffer(std::ostream& out) : out_(out) {}
-  template <typename... Args>
-  void format(fmt::format_string<Args...> f, Args&&... args) {
-    fmt::format_to(fmt::appender(buf_), f, std::forward<Args>(args)...);
-  }
-  void put(std::string_view text) { buf_.append(text); }
-  void put(char c) { buf_.push_back(c); }
-  void integer(int64_t v) { format("{}", v); }
-  // {:.9f} (seconds to the ns) and {:.9g}.
-  void fixed9(double v) { to_chars(v, std::chars_format::fixed); }
-  void general9(double v) { to_chars(v, std::chars_format::general); }
-  // Seconds of a SimTime to the ns, or nothing for "never" (a rejected request has no TTFT).
-  void seconds_or_empty(SimTime t) {
-    if (t != SimTime::max()) fixed9(t.seconds());
-  }
-  // Ends a row; writes the buffer out once it holds about a megabyte.
-  void end_row() {
-    buf_.push_back('\n');
-    if (buf_.size() >= kFlushBytes) flush();
-  }
-  void flush() {
-    out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
-    buf_.clear();
-  }
-
- private:
-  static constexpr size_t kFlushBytes = size_t{1} << 20;
-  void to_chars(double v, std::chars_format format) {
-    std::array<char, 64> digits;
-    const auto [end, ec] = std::to_chars(digits.data(), digits.data() + digits.size(), v, format, 9);
-    if (ec != std::errc()) throw std::logic_error("a number too long for a CSV field");
-    buf_.append(digits.data(), end);
-  }
-  std::ostream& out_;
-  fmt::memory_buffer buf_;
-};
 
 }  // namespace
 
 std::string run_diagnosis(const RunOutcome& outcome) {
+  // The diagnosis reads the p99 requests' shares, which a streaming run cannot know.
+  if (streamed(outcome)) return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
   return latency_diagnosis(diagnosis_inputs(
       outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts)));
 }
@@ -86,22 +46,30 @@ nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {
   nlohmann::ordered_json j;
   for (LatencyPart part : kLatencyParts) {
     const LatencyPartSummary& p = s.latency_breakdown[part];
-    j[std::string(latency_part_name(part))] = {{"mean", p.mean_s},
-                                               {"p99", p.p99_s},
-                                               {"share", p.share},
-                                               {"share_of_p99_requests", p.share_of_p99}};
+    // A streaming run kept no records to find the p99 requests by: null, not a wrong 0.
+    j[std::string(latency_part_name(part))] = {
+        {"mean", p.mean_s},
+        {"p99", p.p99_s},
+        {"share", p.share},
+        {"share_of_p99_requests", streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.share_of_p99)}};
   }
-  j["p99_requests"] = s.latency_breakdown.p99_requests;
+  j["p99_requests"] = streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.latency_breakdown.p99_requests);
   j["diagnosis"] = run_diagnosis(outcome);
   return j;
 }
 
 std::string latency_breakdown_line(const Summary& s) {
   std::vector<std::string> parts;
+  const bool whole_run = s.percentile_relative_error > 0;  // streaming: no p99 requests (metrics.h)
   for (LatencyPart part : kLatencyParts) {
-    const double share = s.latency_breakdown[part].share_of_p99;
+    const double share = whole_run ? s.latency_breakdown[part].share : s.latency_breakdown[part].share_of_p99;
     // A part the run never had (kv_transfer without disaggregation) would only be noise.
     if (share > 0) parts.push_back(fmt::format("{} {:.1f}%", latency_part_name(part), 100 * share));
+  }
+  if (whole_run) {
+    return fmt::format("latency breakdown of all completed requests (streaming keeps no records to pick the p99 "
+                       "requests from): {}",
+                       fmt::join(parts, ", "));
   }
   return fmt::format("latency breakdown of the p99 requests ({}, e2e >= {:.2f}s): {}", s.latency_breakdown.p99_requests,
                      s.e2e_s.p99, fmt::join(parts, ", "));
@@ -302,6 +270,14 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   lat["normalized_s_per_token"] = dist_json(s.normalized_latency_s_per_token);
   lat["queueing_s"] = dist_json(s.queueing_s);
   j["latency"] = lat;
+  if (streamed(outcome)) {
+    // Added only to streaming runs, so that an exact run's summary.json stays as it was.
+    j["percentiles"] = {{"method", "ddsketch"},
+                        {"relative_error", s.percentile_relative_error},
+                        {"note", "streaming run: percentiles within relative_error of the exact nearest-rank "
+                                 "ones; counts, means and totals exact"}};
+    j["streaming"] = {{"slots", outcome.config.streaming_slots}};
+  }
   // Where the requests' time went, and what would have helped the slowest (README "Outputs").
   j["latency_breakdown"] = latency_breakdown_json(outcome);
   j["makespan_s"] = s.makespan_s;
@@ -365,6 +341,91 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   return j;
 }
 
+namespace {
+
+// requests.csv: its header, and one request's row. `cluster` adds the replica column;
+// `handoffs` (a disaggregated run's, by request id; else empty) the hand-off columns.
+void write_requests_csv_header(CsvBuffer& csv, bool cluster, bool pooled) {
+  csv.put("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
+          "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
+          "cached_tokens,priority");
+  for (LatencyPart part : kLatencyParts) csv.format(",breakdown_{}_s", latency_part_name(part));
+  csv.put(cluster ? ",replica" : "");
+  csv.put(pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes" : "");
+  csv.end_row();
+}
+
+void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster,
+                            const std::vector<HandoffRecord>& handoffs) {
+  const bool done = r.completed();
+  csv.integer(r.id);
+  csv.put(',');
+  csv.fixed9(r.arrival.seconds());
+  csv.format(",{},{},{},{},", r.prompt_tokens, r.output_tokens, r.output_limit(), request_state_name(r.state));
+  csv.seconds_or_empty(r.first_scheduled);
+  csv.put(',');
+  csv.seconds_or_empty(r.first_token);
+  csv.put(',');
+  csv.seconds_or_empty(r.finished);
+  csv.put(',');
+  if (done) {
+    for (const double v : {r.ttft_s(), r.e2e_s(), r.tpot_s(), r.max_tbt.seconds(), r.queueing_s()}) {
+      csv.fixed9(v);
+      csv.put(',');
+    }
+  } else {
+    csv.put(",,,,,");
+  }
+  csv.format("{},\"{}\",{},{}", r.preemptions, r.reject_reason, r.cached_tokens, r.priority);
+  // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
+  for (LatencyPart part : kLatencyParts) {
+    csv.put(',');
+    if (done) csv.fixed9(r.breakdown.seconds(part));
+  }
+  if (cluster) {
+    csv.put(',');
+    csv.integer(r.replica);
+  }
+  if (!handoffs.empty()) {
+    const HandoffRecord& h = handoffs[static_cast<size_t>(r.id)];
+    const bool moved = h.transferred();
+    csv.put(',');
+    csv.integer(h.prefill_replica);
+    csv.put(',');
+    csv.seconds_or_empty(h.handoff);
+    if (moved) {
+      for (const double v : {h.wait_s(), h.queue_s(), h.transfer_s()}) {
+        csv.put(',');
+        csv.fixed9(v);
+      }
+      csv.put(',');
+      csv.integer(h.transfer_bytes);
+    } else {
+      csv.put(",,,,");
+    }
+  }
+  csv.end_row();
+}
+
+}  // namespace
+
+RequestsCsvWriter::RequestsCsvWriter(const std::filesystem::path& dir, bool cluster) : cluster_(cluster) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+  path_ = dir / "requests.csv";
+  out_ = open_for_write(path_);
+  write_requests_csv_header(csv_, cluster_, /*pooled=*/false);
+}
+
+void RequestsCsvWriter::add(const RequestRecord& r) { write_requests_csv_row(csv_, r, cluster_, {}); }
+
+void RequestsCsvWriter::finish() {
+  csv_.flush();
+  out_.flush();
+  if (!out_) throw UserError(fmt::format("--out: cannot write {}", path_.string()));
+}
+
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir) {
   write_run_outputs(outcome, dir, summary_to_json(outcome));
 }
@@ -379,7 +440,7 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "summary.json");
     out << summary.dump(2) << '\n';
   }
-  {
+  if (!streamed(outcome)) {  // bench.json's figures (numpy percentiles, std) need every record
     // The same run under `vllm bench serve --save-result`'s keys (experiments/bench_result.h).
     auto out = open_for_write(dir / "bench.json");
     out << bench_json(outcome).dump(2) << '\n';
@@ -390,68 +451,11 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
   // prefill ended, how long its transfer waited for decode memory, queued for the link and
   // took, and its bytes; empty where it never got that far.
   const bool pooled = !outcome.result.handoffs.empty();
-  {
+  if (!streamed(outcome)) {  // a streaming run wrote its rows as they settled (RequestsCsvWriter)
     auto out = open_for_write(dir / "requests.csv");
-    // Rows are formatted into one buffer with fmt (no temporary strings, no stream formatting)
-    // and written in large pieces: the files of an hour-long trace are most of a run's output time.
     CsvBuffer csv(out);
-    csv.put("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
-            "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-            "cached_tokens,priority");
-    for (LatencyPart part : kLatencyParts) csv.format(",breakdown_{}_s", latency_part_name(part));
-    csv.put(cluster ? ",replica" : "");
-    csv.put(pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes" : "");
-    csv.end_row();
-    for (const RequestRecord& r : outcome.result.requests) {
-      const bool done = r.completed();
-      csv.integer(r.id);
-      csv.put(',');
-      csv.fixed9(r.arrival.seconds());
-      csv.format(",{},{},{},{},", r.prompt_tokens, r.output_tokens, r.output_limit(), request_state_name(r.state));
-      csv.seconds_or_empty(r.first_scheduled);
-      csv.put(',');
-      csv.seconds_or_empty(r.first_token);
-      csv.put(',');
-      csv.seconds_or_empty(r.finished);
-      csv.put(',');
-      if (done) {
-        for (const double v : {r.ttft_s(), r.e2e_s(), r.tpot_s(), r.max_tbt.seconds(), r.queueing_s()}) {
-          csv.fixed9(v);
-          csv.put(',');
-        }
-      } else {
-        csv.put(",,,,,");
-      }
-      csv.format("{},\"{}\",{},{}", r.preemptions, r.reject_reason, r.cached_tokens, r.priority);
-      // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
-      for (LatencyPart part : kLatencyParts) {
-        csv.put(',');
-        if (done) csv.fixed9(r.breakdown.seconds(part));
-      }
-      if (cluster) {
-        csv.put(',');
-        csv.integer(r.replica);
-      }
-      if (pooled) {
-        const HandoffRecord& h = outcome.result.handoffs[static_cast<size_t>(r.id)];
-        const bool moved = h.transferred();
-        csv.put(',');
-        csv.integer(h.prefill_replica);
-        csv.put(',');
-        csv.seconds_or_empty(h.handoff);
-        if (moved) {
-          for (const double v : {h.wait_s(), h.queue_s(), h.transfer_s()}) {
-            csv.put(',');
-            csv.fixed9(v);
-          }
-          csv.put(',');
-          csv.integer(h.transfer_bytes);
-        } else {
-          csv.put(",,,,");
-        }
-      }
-      csv.end_row();
-    }
+    write_requests_csv_header(csv, cluster, pooled);
+    for (const RequestRecord& r : outcome.result.requests) write_requests_csv_row(csv, r, cluster, outcome.result.handoffs);
     csv.flush();
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "experiments/csv_buffer.h"
 #include "experiments/runner.h"
 
 namespace batchsim {
@@ -51,6 +52,22 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 // summary_to_json's); iterations.csv only when `outcome.config.iteration_log`.
 void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& dir,
                        const nlohmann::ordered_json& summary);
+
+// A streaming run's requests.csv, written a row at a time as requests settle (so in settle
+// order, not by id: sorted by id the rows are the exact run's). Created, with its header, in
+// `dir` at construction (UserError naming --out when it cannot be).
+class RequestsCsvWriter {
+ public:
+  RequestsCsvWriter(const std::filesystem::path& dir, bool cluster);
+  void add(const RequestRecord& r);
+  // Writes out what is buffered; UserError naming the file when it could not be written.
+  void finish();
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+  CsvBuffer csv_{out_};
+  bool cluster_;
+};
 
 // "finished", "rejected", ...: requests.csv's `state`.
 const char* request_state_name(RequestState state);

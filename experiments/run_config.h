@@ -76,6 +76,12 @@ struct RunConfig {
   // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
   // 0: from GPU memory.
   int64_t num_gpu_blocks = 0;
+  // Streaming mode (sim/simulation.h, "Streaming"; `batchsim run` only): unset: automatic
+  // (on above kStreamingAutoRequests synthetic requests, experiments/runner.h); true:
+  // --streaming; false: --no-streaming. Not in summary.json's config echo (a streaming run
+  // says so in its own keys), so that exact runs' files stay as they were.
+  std::optional<bool> streaming;
+  int64_t streaming_slots = 1 << 18;  // --streaming-slots: requests in flight at most
   std::filesystem::path out;     // empty: print only
   bool iteration_log = false;
   // --iteration-log=ids: iterations.csv also lists each iteration's requests (implies

@@ -1,5 +1,6 @@
 #include "experiments/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <limits>
@@ -75,14 +76,23 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
                              hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool)));
 
   BuiltWorkload generated;
-  if (workload == nullptr) {
+  if (hooks.source != nullptr) {
+    // Streaming: no workload in memory, and memory bounded by the slots, not the requests.
+    if (const std::string why = streaming_unsupported_reason(config); !why.empty()) {
+      throw UserError(fmt::format("--streaming with {}: not supported yet", why));
+    }
+    if (hooks.make_policy) throw UserError("--streaming with a policy written in Python: not supported yet");
+    workload = &generated;
+  } else if (workload == nullptr) {
     generated = build_workload(config.workload);
     workload = &generated;
   }
-  // A policy from outside the registry is sized as the continuous base, the smaller estimate.
-  const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
-  const auto requests = static_cast<int64_t>(workload->requests.size());
-  check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
+  if (hooks.source == nullptr) {
+    // A policy from outside the registry is sized as the continuous base, the smaller estimate.
+    const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
+    const auto requests = static_cast<int64_t>(workload->requests.size());
+    check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
+  }
   // One policy instance per replica: each has its own queues and KV cache. A disaggregated
   // run's prefill pool comes first, then its decode pool, each with its pool's policy.
   std::vector<std::unique_ptr<Policy>> policies;
@@ -133,43 +143,66 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   options.prefix_blocks = &workload->prefix_blocks;
   options.router = parse_router(config.router, "--router");
   options.router_seed = config.workload.seed;
+  if (hooks.source != nullptr) {
+    options.prefix_blocks = nullptr;
+    options.streaming.slots = config.streaming_slots;
+    options.streaming.on_settled = hooks.on_settled;
+  }
 
   RunOutcome outcome;
   outcome.config = config;
   outcome.gpu = gpu;
   const auto start = std::chrono::steady_clock::now();
-  Simulation sim(workload->requests, replicas, cost_model, options);
-  outcome.result = sim.run();
+  std::optional<Simulation> sim;
+  if (hooks.source != nullptr) {
+    sim.emplace(*hooks.source, replicas, cost_model, options);
+  } else {
+    sim.emplace(workload->requests, replicas, cost_model, options);
+  }
+  outcome.result = sim->run();
   outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;
 }
 
-std::string rejection_warning(const SimulationResult& result) {
-  struct Kind {
-    int64_t count = 0;
-    RequestId first = 0;
-  };
-  std::map<std::string, Kind> kinds;
-  std::vector<const std::string*> order;  // kinds in the order of their first request
-  int64_t rejected = 0;
-  for (const RequestRecord& r : result.requests) {
-    if (r.state != RequestState::kRejected) continue;
-    ++rejected;
-    const std::string& reason = r.reject_reason;
-    const size_t colon = reason.find(": ");
-    auto [it, inserted] = kinds.try_emplace(reason.substr(0, colon), Kind{0, r.id});
-    if (inserted) order.push_back(&it->first);
-    ++it->second.count;
-  }
-  if (rejected == 0) return "";
+std::string streaming_unsupported_reason(const RunConfig& config) {
+  const WorkloadSpec& w = config.workload;
+  if (!w.trace.empty() || w.trace_columns != nullptr) return fmt::format("--trace {}", w.trace.string());
+  if (!w.prefix.empty()) return fmt::format("--prefix {}", w.prefix);
+  if (config.max_concurrency > 0) return "--max-concurrency";
+  if (is_disaggregated(config)) return "--prefill-replicas/--decode-replicas";
+  if (config.iteration_log) return "--iteration-log";
+  if (!config.chrome_trace.empty()) return "--chrome-trace";
+  if (!config.goodput.empty()) return "--goodput";
+  return "";
+}
+
+void RejectionTally::add(const RequestRecord& r) {
+  if (r.state != RequestState::kRejected) return;
+  ++rejected_;
+  const std::string& reason = r.reject_reason;
+  auto [it, inserted] = kinds_.try_emplace(reason.substr(0, reason.find(": ")), Kind{0, r.id});
+  ++it->second.count;
+  it->second.first = std::min(it->second.first, r.id);
+}
+
+std::string RejectionTally::line(int64_t total) const {
+  if (rejected_ == 0) return "";
+  std::vector<std::pair<RequestId, const std::string*>> order;
+  for (const auto& [kind, k] : kinds_) order.emplace_back(k.first, &kind);
+  std::sort(order.begin(), order.end());
   std::vector<std::string> parts;
-  for (const std::string* kind : order) {
-    const Kind& k = kinds.at(*kind);
-    parts.push_back(fmt::format("{} {} (first: request {})", k.count, *kind, k.first));
+  for (const auto& [first, kind] : order) {
+    parts.push_back(fmt::format("{} {} (first: request {})", kinds_.at(*kind).count, *kind, first));
   }
   return fmt::format("{} of {} requests rejected, never to be served: {}; each request's reason "
                      "is in requests.csv",
-                     rejected, result.requests.size(), fmt::join(parts, ", "));
+                     rejected_, total, fmt::join(parts, ", "));
+}
+
+std::string rejection_warning(const SimulationResult& result) {
+  RejectionTally tally;
+  for (const RequestRecord& r : result.requests) tally.add(r);
+  return tally.line(static_cast<int64_t>(result.requests.size()));
 }
 
 }  // namespace batchsim

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct RunOutcome {
   double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
 };
 
+// Whether the run streamed (RunHooks::source): its result has no request records and its
+// percentiles are sketched (Summary::percentile_relative_error).
+inline bool streamed(const RunOutcome& outcome) { return outcome.result.summary.percentile_relative_error > 0; }
+
 // What a caller may add to a run beyond its RunConfig: the experiment driver records iterations
 // (for KV-over-time and iteration-budget figures) without writing iterations.csv, and watches
 // every batch to draw the slot timeline.
@@ -34,6 +39,36 @@ struct RunHooks {
   // written in Python (python/batchsim_module.cpp). config.policy then only names it in the
   // outputs, and config.engine must name its engine (there is no preset to take one from).
   std::function<std::unique_ptr<Policy>()> make_policy;
+  // Streaming (sim/simulation.h, "Streaming"): the requests come from `source` (the
+  // `workload` argument is then unused) in config.streaming_slots slots, and each record goes
+  // to `on_settled` as it settles. Must outlive the call.
+  RequestSource* source = nullptr;
+  std::function<void(const RequestRecord&)> on_settled;
+};
+
+// Requests above which `batchsim run` streams without being asked, when the count is known in
+// advance (a synthetic workload) and the run has nothing streaming cannot do (README, "Speed
+// and memory"): an exact run of that many needs about 1 GB.
+constexpr int64_t kStreamingAutoRequests = 2'000'000;
+// Why `config` cannot stream ("--max-concurrency", "--trace FILE", ...: the option that
+// stops it), or "" when it can.
+std::string streaming_unsupported_reason(const RunConfig& config);
+
+// A run's rejected requests by kind of reason, gathered a record at a time (rejection_warning).
+class RejectionTally {
+ public:
+  void add(const RequestRecord& r);
+  // As rejection_warning, for a run of `total` requests.
+  std::string line(int64_t total) const;
+ private:
+  struct Kind {
+    int64_t count = 0;
+    RequestId first = 0;
+  };
+  // By kind; listed in the order of their first (lowest-id) request, whatever the order the
+  // records come in (a streaming run's settle order).
+  std::map<std::string, Kind> kinds_;
+  int64_t rejected_ = 0;
 };
 
 // Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",

@@ -118,6 +118,8 @@ bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batc
 }
 
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
+  // A streaming run hands a settled request's id (its slot) to a later arrival.
+  finished_flag_[id] = false;
   const Request& r = env_->request(id);
   if (reject_over_context(*env_, id)) return;
   if (env_->role == PoolRole::kDecode && env_->progress_of(id).computed_tokens > 0) {

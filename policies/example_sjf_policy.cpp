@@ -20,7 +20,7 @@ void ExampleSjfPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   if (reject_over_context(*env_, id)) return;
   const Request& r = env_->request(id);
   if (reject_over_cache(*env_, *kv_, id, int64_t{r.prompt_tokens} + r.output_tokens - 1)) return;
-  waiting_.insert({r.prompt_tokens, id});
+  waiting_.insert({r.prompt_tokens, r.id, id});
 }
 
 void ExampleSjfPolicy::schedule(SimTime /*now*/, Batch& batch) {
@@ -40,7 +40,7 @@ void ExampleSjfPolicy::schedule(SimTime /*now*/, Batch& batch) {
     running_.pop_back();
     kv_->release(victim);
     env_->preempt(victim, /*keeps_kv=*/false);
-    waiting_.insert({env_->request(victim).prompt_tokens, victim});
+    waiting_.insert({env_->request(victim).prompt_tokens, env_->request(victim).id, victim});
     preempted = true;
     if (victim == id) break;  // nothing after it: it was the newest
   }
@@ -50,7 +50,7 @@ void ExampleSjfPolicy::schedule(SimTime /*now*/, Batch& batch) {
   //    prefills its prompt and what it had generated), while a slot and the KV are free. The
   //    first that does not fit stops admission (head-of-line, as vLLM's).
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    const RequestId id = waiting_.begin()->second;
+    const RequestId id = std::get<2>(*waiting_.begin());
     const int64_t tokens = env_->known_tokens(id);
     const Request& r = env_->request(id);
     if (!kv_->try_admit(id, tokens, int64_t{r.prompt_tokens} + r.output_tokens - 1)) break;

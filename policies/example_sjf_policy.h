@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -49,8 +50,9 @@ class ExampleSjfPolicy final : public Policy {
   std::string name_;
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<KvCacheManager> kv_;
-  // (prompt tokens, id): begin() is the shortest prompt, the earliest of equals.
-  std::set<std::pair<int32_t, RequestId>> waiting_;
+  // (prompt tokens, Request::id, id): begin() is the shortest prompt, the earliest of equals
+  // (by Request::id, the arrival order: in a streaming run an id is a recycled slot).
+  std::set<std::tuple<int32_t, RequestId, RequestId>> waiting_;
   std::vector<RequestId> running_;  // admission order: the newest at the back
 };
 

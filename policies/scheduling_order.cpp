@@ -14,14 +14,8 @@ std::string_view scheduling_policy_name(SchedulingPolicy policy) {
 RequestRanking::RequestRanking(SchedulingPolicy policy, JobLength sjf_length, const Workload& requests) {
   if (policy == SchedulingPolicy::fcfs) return;
   requests_ = &requests;
-  key_.reserve(requests.size());
-  for (const Request& r : requests) {
-    if (policy == SchedulingPolicy::priority) {
-      key_.push_back(r.priority);
-    } else {
-      key_.push_back(sjf_length == JobLength::prompt ? r.prompt_tokens : r.output_tokens);
-    }
-  }
+  by_priority_ = policy == SchedulingPolicy::priority;
+  by_prompt_ = sjf_length == JobLength::prompt;
 }
 
 WaitingQueue::WaitingQueue(const RequestRanking* ranking)

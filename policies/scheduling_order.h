@@ -50,17 +50,24 @@ class RequestRanking {
   // priority or sjf; fcfs keeps arrival order in a plain queue instead.
   bool ranked() const { return requests_ != nullptr; }
   // Whether request `a` is served before request `b` (a ranks higher).
+  // Keys are read from the requests as they are now, not taken at construction: a streaming
+  // run fills a slot's request when it arrives (sim/simulation.h, "Streaming"), and its last
+  // tie-break is Request::id, the global arrival order, which the slot's index is not.
   bool before(RequestId a, RequestId b) const {
     const Request& x = (*requests_)[a];
     const Request& y = (*requests_)[b];
-    if (key_[a] != key_[b]) return key_[a] < key_[b];
+    if (key(x) != key(y)) return key(x) < key(y);
     if (x.arrival != y.arrival) return x.arrival < y.arrival;
-    return a < b;
+    return x.id < y.id;
   }
 
  private:
+  int32_t key(const Request& r) const {
+    return by_priority_ ? r.priority : by_prompt_ ? r.prompt_tokens : r.output_tokens;
+  }
   const Workload* requests_ = nullptr;
-  std::vector<int32_t> key_;  // priority or job length, per request id
+  bool by_priority_ = false;  // else sjf, by prompt or by output length
+  bool by_prompt_ = false;
 };
 
 // The waiting queue of a scheduler. Under fcfs a deque (arrivals at the back, preempted requests

@@ -80,6 +80,8 @@ void SglangPolicy::attach(PolicyEnv& env) {
 }
 
 void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {
+  // A streaming run hands a settled request's id (its slot) to a later arrival.
+  finished_flag_[id] = false;
   if (reject_over_context(*env_, id)) return;
   // SGLang refuses a prompt of max_req_input_len = min(context_len, max_total_num_tokens) - 1
   // tokens or more and lowers max_new_tokens to what the KV pool leaves after it (scheduler.py

@@ -211,12 +211,17 @@ void LatencyAccounting::time_went_backwards(SimTime from, SimTime to) {
 
 void LatencyAccounting::check_sums(std::span<const Request> requests, std::span<const RequestProgress> progress) const {
   for (size_t id = 0; id < requests_.size(); ++id) {
-    if (progress[id].state != RequestState::kFinished) continue;
-    const int64_t e2e_ns = (progress[id].finished - requests[id].arrival).ns();
-    if (requests_[id].parts.total_ns() != e2e_ns || requests_[id].attributed_until != progress[id].finished) {
-      throw std::logic_error(fmt::format("latency breakdown: request {}'s parts sum to {} ns, its e2e is {} ns", id,
-                                         requests_[id].parts.total_ns(), e2e_ns));
-    }
+    check_sum(static_cast<RequestId>(id), requests[id], progress[id]);
+  }
+}
+
+void LatencyAccounting::check_sum(RequestId id, const Request& request, const RequestProgress& progress) const {
+  if (progress.state != RequestState::kFinished) return;
+  const RequestAccount& a = requests_[static_cast<size_t>(id)];
+  const int64_t e2e_ns = (progress.finished - request.arrival).ns();
+  if (a.parts.total_ns() != e2e_ns || a.attributed_until != progress.finished) {
+    throw std::logic_error(fmt::format("latency breakdown: request {}'s parts sum to {} ns, its e2e is {} ns",
+                                       request.id, a.parts.total_ns(), e2e_ns));
   }
 }
 

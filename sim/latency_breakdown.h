@@ -188,6 +188,10 @@ class LatencyAccounting {
   // Throws std::logic_error unless the parts of every finished request sum to its
   // finished - arrival: the accounting's invariant, checked once at the end of a run.
   void check_sums(std::span<const Request> requests, std::span<const RequestProgress> progress) const;
+  // The same for one request (a streaming run checks each as it settles).
+  void check_sum(RequestId id, const Request& request, const RequestProgress& progress) const;
+  // Request `id`'s account starts afresh: a streaming run gives its slot to a new arrival.
+  void recycle(RequestId id) { requests_[static_cast<size_t>(id)] = RequestAccount{}; }
 
  private:
   // What a decode step gets of an iteration, summed over a replica's iterations and idle time.

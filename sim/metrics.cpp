@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iterator>
 #include <stdexcept>
+#include <type_traits>
 
 namespace batchsim {
 
@@ -35,13 +36,6 @@ double WeightedSamples::mean() const {
   for (const auto& [value, weight] : samples_) sum += value * static_cast<double>(weight);
   return sum / static_cast<double>(total_weight_);
 }
-
-namespace {
-// Nearest rank of quantile q among `count` samples: ceil(q * count), at least 1 (1-based).
-int64_t nearest_rank(double q, int64_t count) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(count) - 1e-9)));
-}
-}  // namespace
 
 double WeightedSamples::percentile(double q) const {
   if (total_weight_ == 0) return 0.0;
@@ -110,6 +104,50 @@ double WeightedSamples::stddev() const {
   return std::sqrt(sum / static_cast<double>(total_weight_));
 }
 
+void SketchedSamples::add(double value, int64_t weight) {
+  if (weight <= 0) return;
+  // The run-length pairs of WeightedSamples::add, summed and sketched as they close.
+  if (run_weight_ > 0 && run_value_ == value) {
+    run_weight_ += weight;
+    return;
+  }
+  if (run_weight_ > 0) {
+    sum_ += run_value_ * static_cast<double>(run_weight_);
+    sketch_.add(run_value_, run_weight_);
+  }
+  run_value_ = value;
+  run_weight_ = weight;
+}
+
+void SketchedSamples::merge(const SketchedSamples& other) {
+  if (other.count() == 0) return;
+  if (run_weight_ > 0) {
+    sum_ += run_value_ * static_cast<double>(run_weight_);
+    sketch_.add(run_value_, run_weight_);
+  }
+  sketch_.merge(other.sketch_);
+  sum_ += other.sum_;
+  run_value_ = other.run_value_;
+  run_weight_ = other.run_weight_;
+}
+
+DDSketch SketchedSamples::closed() const {
+  DDSketch all = sketch_;
+  all.add(run_value_, run_weight_);  // nothing when the run is empty (weight 0)
+  return all;
+}
+
+void SketchedSamples::percentiles(std::span<const double> qs, std::span<double> out) const {
+  if (out.size() != qs.size()) throw std::logic_error("percentiles: one output per quantile");
+  const DDSketch all = closed();
+  for (size_t i = 0; i < qs.size(); ++i) out[i] = all.quantile(qs[i]);
+}
+
+double SketchedSamples::mean() const {
+  if (count() == 0) return 0.0;
+  return (sum_ + run_value_ * static_cast<double>(run_weight_)) / static_cast<double>(count());
+}
+
 std::string_view phase_name(RequestPhase phase) {
   switch (phase) {
     case RequestPhase::kQueued: return "queued";
@@ -123,7 +161,9 @@ std::string_view phase_name(RequestPhase phase) {
   return "?";
 }
 
-Distribution Distribution::of(const WeightedSamples& s) {
+namespace {
+template <class Samples>
+Distribution distribution_of(const Samples& s) {
   Distribution d;
   d.count = s.count();
   d.mean = s.mean();
@@ -136,6 +176,104 @@ Distribution Distribution::of(const WeightedSamples& s) {
   d.max = s.max();
   return d;
 }
+}  // namespace
+
+Distribution Distribution::of(const WeightedSamples& s) { return distribution_of(s); }
+Distribution Distribution::of(const SketchedSamples& s) { return distribution_of(s); }
+
+template <class Samples>
+void RequestFigures<Samples>::Class::add(const RequestRecord& r) {
+  ++counts.requests;
+  counts.preemptions += r.preemptions;
+  if (r.state == RequestState::kRejected) {
+    ++counts.rejected;
+    return;
+  }
+  if (!r.completed()) return;
+  ++counts.completed;
+  e2e.add(r.e2e_s());
+  ttft.add(r.ttft_s());
+  if (r.output_tokens > 1) tpot.add(r.tpot_s());
+  queue.add(r.queueing_s());
+}
+
+template <class Samples>
+void RequestFigures<Samples>::Class::finish(PriorityClassSummary& out) const {
+  out.requests = counts.requests;
+  out.completed = counts.completed;
+  out.rejected = counts.rejected;
+  out.preemptions = counts.preemptions;
+  out.e2e_s = Distribution::of(e2e);
+  out.ttft_s = Distribution::of(ttft);
+  out.tpot_s = Distribution::of(tpot);
+  out.queueing_s = Distribution::of(queue);
+}
+
+template <class Samples>
+void RequestFigures<Samples>::add(const RequestRecord& r) {
+  first_arrival_ = std::min(first_arrival_, r.arrival);
+  all_.add(r);
+  by_priority_[r.priority].add(r);
+  if (!r.completed()) return;
+  prompt_tokens_ += r.prompt_tokens;
+  output_tokens_ += r.output_tokens;
+  last_finish_ = std::max(last_finish_, r.finished);
+  norm_.add(r.e2e_s() / r.output_tokens);
+  if constexpr (std::is_same_v<Samples, SketchedSamples>) {
+    // The exact run takes these from its records (summarize_latency_breakdown).
+    e2e_ns_ += (r.finished - r.arrival).ns();
+    for (size_t k = 0; k < kNumLatencyParts; ++k) {
+      part_ns_[k] += r.breakdown.ns[k];
+      part_sketch_[k].add(static_cast<double>(r.breakdown.ns[k]));
+    }
+  }
+}
+
+template <class Samples>
+void RequestFigures<Samples>::finish(Summary& s, double busy_s, const Samples& tbt_s) const {
+  s.requests_total = all_.counts.requests;
+  s.requests_completed = all_.counts.completed;
+  s.requests_rejected = all_.counts.rejected;
+  s.preemptions = all_.counts.preemptions;
+  s.prompt_tokens = prompt_tokens_;
+  s.output_tokens = output_tokens_;
+  if (s.requests_completed > 0) s.makespan_s = (last_finish_ - first_arrival_).seconds();
+  if (s.makespan_s > 0) {
+    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.makespan_s;
+    s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / s.makespan_s;
+    s.requests_per_s = static_cast<double>(s.requests_completed) / s.makespan_s;
+    s.busy_fraction = busy_s / s.makespan_s;
+  }
+  s.e2e_s = Distribution::of(all_.e2e);
+  s.ttft_s = Distribution::of(all_.ttft);
+  s.tpot_s = Distribution::of(all_.tpot);
+  s.tbt_s = Distribution::of(tbt_s);
+  s.normalized_latency_s_per_token = Distribution::of(norm_);
+  s.queueing_s = Distribution::of(all_.queue);
+  s.priority_classes.clear();
+  if (by_priority_.size() >= 2) {
+    for (const auto& [priority, c] : by_priority_) {
+      PriorityClassSummary& out = s.priority_classes.emplace_back();
+      out.priority = priority;
+      c.finish(out);
+    }
+  }
+  if constexpr (std::is_same_v<Samples, SketchedSamples>) {
+    s.percentile_relative_error = SketchedSamples::kRelativeAccuracy;
+    s.latency_breakdown = LatencyBreakdownSummary{};
+    const int64_t completed = s.requests_completed;
+    if (completed == 0) return;
+    for (size_t k = 0; k < kNumLatencyParts; ++k) {
+      LatencyPartSummary& part = s.latency_breakdown.parts[k];
+      part.mean_s = static_cast<double>(part_ns_[k]) * 1e-9 / static_cast<double>(completed);
+      if (e2e_ns_ > 0) part.share = static_cast<double>(part_ns_[k]) / static_cast<double>(e2e_ns_);
+      part.p99_s = std::round(part_sketch_[k].quantile(0.99)) * 1e-9;
+    }
+  }
+}
+
+template class RequestFigures<WeightedSamples>;
+template class RequestFigures<SketchedSamples>;
 
 LatencyBreakdownSummary summarize_latency_breakdown(const std::vector<RequestRecord>& requests, double e2e_p99_s) {
   LatencyBreakdownSummary summary;

@@ -11,12 +11,14 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "sim/ddsketch.h"
 #include "sim/latency_breakdown.h"
 #include "sim/policy.h"
 #include "sim/request.h"
@@ -153,10 +155,39 @@ class WeightedSamples {
   double value_at_rank(int64_t rank) const;  // 0-based, in the sorted expansion; sorted first
 };
 
+// Samples of a streaming run (SimulationOptions::streaming): count, mean and max exact, the
+// percentiles from a DDSketch (sim/ddsketch.h) within its relative accuracy of the nearest-rank
+// ones. Memory is the sketch's buckets, whatever the number of samples. Equal consecutive
+// values are kept as one (value, run length) pair until a different one comes (the rows of a
+// decode iteration share their gap: one logarithm per run, not per token), and the mean is
+// summed from those pairs as WeightedSamples::mean sums its stored pairs, so that the same
+// additions in the same order give the same mean to the last bit.
+class SketchedSamples {
+ public:
+  static constexpr double kRelativeAccuracy = 0.01;
+  void add(double value, int64_t weight = 1);
+  // Adds every sample of `other` (its open run as a pair after this one's).
+  void merge(const SketchedSamples& other);
+  int64_t count() const { return sketch_.count() + run_weight_; }
+  double mean() const;
+  double percentile(double q) const { return closed().quantile(q); }
+  // Several at once, closing the open run once.
+  void percentiles(std::span<const double> qs, std::span<double> out) const;
+  double max() const { return closed().max(); }
+ private:
+  // The sketch with the open run added (it stays open: a later equal value still joins it).
+  DDSketch closed() const;
+  DDSketch sketch_{kRelativeAccuracy};  // the closed runs
+  double sum_ = 0;          // of value x weight over the closed runs
+  double run_value_ = 0;    // the open run of equal values
+  int64_t run_weight_ = 0;
+};
+
 struct Distribution {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
   int64_t count = 0;
   static Distribution of(const WeightedSamples& s);
+  static Distribution of(const SketchedSamples& s);
 };
 
 // One replica of a cluster: what the router sent it and how busy it was.
@@ -245,6 +276,40 @@ struct Summary {
   std::vector<PoolSummary> pools;        // disaggregated runs: prefill, then decode
   KvTransferSummary kv_transfer;         // disaggregated runs
   LatencyBreakdownSummary latency_breakdown;
+  // 0: every percentile is exact (nearest rank over all samples). A streaming run's are a
+  // DDSketch's, within this relative error of the exact ones; its latency breakdown then has
+  // no p99 requests (their shares need every record: latency_breakdown.p99_requests is 0).
+  double percentile_relative_error = 0;
+};
+
+// The request figures of a Summary (counts, tokens, makespan, throughput, latency
+// distributions, priority classes, the breakdown's means and shares), gathered one settled
+// request at a time, so that a run can give them without keeping its records. `Samples` is
+// WeightedSamples (exact percentiles; summarize() feeds it every record) or SketchedSamples
+// (a streaming run feeds each record as it settles).
+template <class Samples>
+class RequestFigures {
+ public:
+  void add(const RequestRecord& r);
+  // Writes the figures into `s`; `busy_s` as summarize()'s. The latency breakdown's p99
+  // shares are left to the caller (they need the records).
+  void finish(Summary& s, double busy_s, const Samples& tbt_s) const;
+ private:
+  struct Class {
+    PriorityClassSummary counts;
+    Samples e2e, ttft, tpot, queue;
+    void add(const RequestRecord& r);
+    void finish(PriorityClassSummary& out) const;
+  };
+  Class all_;
+  Samples norm_;
+  std::map<int32_t, Class> by_priority_;  // ordered: the most urgent class first
+  int64_t prompt_tokens_ = 0, output_tokens_ = 0;
+  SimTime first_arrival_ = SimTime::max(), last_finish_ = SimTime::zero();
+  // The breakdown's parts over the completed requests, in ns (exact, order-free).
+  std::array<int64_t, kNumLatencyParts> part_ns_{};
+  std::array<DDSketch, kNumLatencyParts> part_sketch_{};
+  int64_t e2e_ns_ = 0;
 };
 
 struct SimulationResult {

@@ -104,6 +104,9 @@ struct PolicyEnv {
   // instead of waiting for one that can never fill). Counting its own arrivals would not do in
   // a cluster, where a replica sees only its share.
   const int64_t* arrived = nullptr;
+  // How many requests the run has in all, once known: a streaming run (sim/simulation.h) learns
+  // it when its source runs dry, and until then it reads as INT64_MAX. Null: requests->size().
+  const int64_t* total_requests = nullptr;
   // With closed-loop clients (SimulationOptions::max_concurrency > 0): how many requests they
   // have in flight; once that reaches max_concurrency, none can arrive before one settles.
   const int64_t* clients_in_flight = nullptr;
@@ -119,7 +122,7 @@ struct PolicyEnv {
   // No request can arrive before one settles: all have, or the closed-loop clients are all
   // waiting on theirs (a batcher waiting for more would wait forever).
   bool all_arrived() const {
-    return *arrived == static_cast<int64_t>(requests->size()) ||
+    return *arrived == (total_requests != nullptr ? *total_requests : static_cast<int64_t>(requests->size())) ||
            (max_concurrency > 0 && *clients_in_flight >= max_concurrency);
   }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.

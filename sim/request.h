@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sim/time.h"
@@ -41,5 +42,27 @@ struct Request {
 
 // Sorted by arrival (ties keep their input order); ids are 0..n-1 in that order.
 using Workload = std::vector<Request>;
+
+// A workload read one request at a time, for runs too long to hold it (streaming mode,
+// sim/simulation.h): next() gives the requests in the order a Workload would hold them (ids
+// 0, 1, 2, ..., arrivals non-decreasing), then nullopt for good.
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  virtual std::optional<Request> next() = 0;
+};
+
+// A Workload as a RequestSource (tests, and runs whose workload is in memory anyway).
+class WorkloadSource final : public RequestSource {
+ public:
+  explicit WorkloadSource(const Workload& requests) : requests_(requests) {}
+  std::optional<Request> next() override {
+    if (next_ >= requests_.size()) return std::nullopt;
+    return requests_[next_++];
+  }
+ private:
+  const Workload& requests_;
+  size_t next_ = 0;
+};
 
 }  // namespace batchsim

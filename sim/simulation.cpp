@@ -74,6 +74,30 @@ Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel
     : Simulation(workload, std::span<Policy* const>(std::array<Policy*, 1>{&policy}), cost_model,
                  std::move(options)) {}
 
+namespace {
+const Workload kNoWorkload;  // a streaming run's workload_: its requests come from the source
+
+// The invariants of request.h, which the simulation relies on: request `expected_id` of a
+// workload, after one that arrived at `previous_arrival`.
+void check_request(const Request& r, int64_t expected_id, SimTime previous_arrival) {
+  if (r.id != expected_id) throw std::logic_error("workload ids must be 0..n-1 in order");
+  if (r.arrival < previous_arrival) throw std::logic_error("workload must be sorted by arrival");
+  if (r.prompt_tokens < 1 || r.output_tokens < 1) {
+    throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", expected_id));
+  }
+  if (r.max_tokens != 0 && r.max_tokens < r.output_tokens) {
+    throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", expected_id));
+  }
+}
+}  // namespace
+
+Simulation::Simulation(RequestSource& source, std::span<Policy* const> policies, const CostModel& cost_model,
+                       SimulationOptions options)
+    : Simulation(kNoWorkload, policies, cost_model, std::move(options)) {
+  if (options_.streaming.slots < 1) throw std::logic_error("a streaming simulation needs streaming.slots > 0");
+  source_ = &source;
+}
+
 Simulation::Simulation(const Workload& workload, std::span<Policy* const> policies,
                        const CostModel& cost_model, SimulationOptions options)
     : workload_(workload),
@@ -91,18 +115,21 @@ Simulation::Simulation(const Workload& workload, std::span<Policy* const> polici
 
 SimulationResult Simulation::run() {
   const auto n = static_cast<int64_t>(workload_.size());
-  for (int64_t i = 0; i < n; ++i) {
-    if (workload_[i].id != i) throw std::logic_error("workload ids must be 0..n-1 in order");
-    if (i > 0 && workload_[i].arrival < workload_[i - 1].arrival) {
-      throw std::logic_error("workload must be sorted by arrival");
-    }
-    if (workload_[i].prompt_tokens < 1 || workload_[i].output_tokens < 1) {
-      throw std::logic_error(fmt::format("request {} has no prompt or no output tokens", i));
-    }
-    if (workload_[i].max_tokens != 0 && workload_[i].max_tokens < workload_[i].output_tokens) {
-      throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", i));
+  for (int64_t i = 0; i < n; ++i) check_request(workload_[i], i, i > 0 ? workload_[i - 1].arrival : SimTime::zero());
+  if (streaming()) {
+    const char* unsupported = options_.max_concurrency > 0                ? "closed-loop clients"
+                              : pooled()                                  ? "disaggregated pools"
+                              : options_.prefix_blocks != nullptr &&
+                                        !options_.prefix_blocks->empty() ? "prompt-block hashes"
+                              : options_.record_iterations                ? "recorded iterations"
+                              : options_.record_phases_of_first_requests > 0 ? "recorded phases"
+                                                                             : nullptr;
+    if (unsupported != nullptr) {
+      throw std::logic_error(fmt::format("a streaming simulation does not support {}", unsupported));
     }
   }
+  // Per-request tables: one entry per request, or per slot while streaming.
+  const auto table = static_cast<size_t>(streaming() ? options_.streaming.slots : n);
   if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() &&
       static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
     throw std::logic_error("prefix block hashes do not match the workload");
@@ -111,14 +138,26 @@ SimulationResult Simulation::run() {
   if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
   const bool closed_loop = options_.max_concurrency > 0;
   if (closed_loop) sent_ = workload_;
-  requests_ = closed_loop ? &sent_ : &workload_;
+  requests_ = streaming() ? &slots_ : closed_loop ? &sent_ : &workload_;
+  total_requests_ = streaming() ? std::numeric_limits<int64_t>::max() : n;
+  if (streaming()) {
+    slots_.assign(table, Request{});
+    slot_reject_reason_.assign(table, std::string());
+    // Popped from the back: slot 0 first, so that a run with few in flight stays in few slots.
+    kv_held_slots_.clear();
+    free_slots_.resize(table);
+    for (size_t k = 0; k < table; ++k) free_slots_[k] = static_cast<RequestId>(table - 1 - k);
+    figures_ = RequestFigures<SketchedSamples>{};
+    read_ = 0;
+    next_request_ = source_->next();
+  }
   in_flight_ = pending_sends_ = scheduled_ = 0;
   held_.clear();
   released_.assign(closed_loop ? n : 0, 0);
-  progress_.assign(n, RequestProgress{});
-  admission_hit_.assign(n, 0);
-  latency_.reset(static_cast<size_t>(n), policies_.size());
-  scheduled_in_batch_.assign(n, -1);
+  progress_.assign(table, RequestProgress{});
+  admission_hit_.assign(table, 0);
+  latency_.reset(table, policies_.size());
+  scheduled_in_batch_.assign(table, -1);
   batches_ = 0;
   arrived_ = 0;
   next_round_robin_ = 0;
@@ -147,6 +186,7 @@ SimulationResult Simulation::run() {
     r.cost_model = &cost_model_;
     r.kv_capacity_tokens = result_.kv_capacity_tokens;
     r.num_gpu_blocks = options_.num_gpu_blocks;
+    r.tbt_s.sketch = streaming();
   }
   if (pooled()) set_up_pools();
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -178,6 +218,7 @@ SimulationResult Simulation::run() {
     };
     env.prefix_blocks = options_.prefix_blocks;
     env.arrived = &arrived_;
+    env.total_requests = &total_requests_;
     env.clients_in_flight = &in_flight_;
     env.max_concurrency = options_.max_concurrency;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
@@ -201,9 +242,16 @@ SimulationResult Simulation::run() {
 
   // All arrivals are queued up front, so that arrivals at one instant have consecutive
   // sequence numbers and are all seen before any replica schedules at that instant.
+  // A streaming run reads them one by one instead, and takes the next before any event at its
+  // time: the order the up-front pushes give.
   for (const Request& r : workload_) events_.push(r.arrival, EventKind::kArrival, r.id);
 
-  while (!events_.empty()) {
+  for (;;) {
+    if (next_request_ && (events_.empty() || next_request_->arrival <= events_.next_time())) {
+      arrive_from_source();
+      continue;
+    }
+    if (events_.empty()) break;
     const Event e = events_.pop();
     if (e.time < now_) throw std::logic_error("time went backwards");
     now_ = e.time;
@@ -225,21 +273,16 @@ SimulationResult Simulation::run() {
         break;
     }
   }
-  if (settled_ != n) {
+  if (const int64_t all = streaming() ? read_ : n; settled_ != all) {
     throw std::logic_error(fmt::format(
         "policy '{}' left {} of {} requests neither finished nor rejected",
-        policies_.front()->name(), n - settled_, n));
+        policies_.front()->name(), all - settled_, all));
   }
   // Logged in event order; each request's changes are in time order already.
   std::stable_sort(result_.request_phases.begin(), result_.request_phases.end(),
                    [](const RequestPhaseChange& a, const RequestPhaseChange& b) { return a.request < b.request; });
 
-  for (RequestId id = 0; id < n; ++id) {
-    RequestRecord& rec = result_.requests[id];
-    static_cast<Request&>(rec) = (*requests_)[id];
-    static_cast<RequestProgress&>(rec) = progress_[id];
-    rec.breakdown = latency_.of(id);
-  }
+  for (RequestId id = 0; id < n; ++id) fill_record(result_.requests[id], id);
   latency_.check_sums(*requests_, progress_);
   summarize_replicas();
   if (pooled()) summarize_pools();
@@ -251,6 +294,7 @@ void Simulation::summarize_replicas() {
   // events interleaved in); with one replica these are that replica's figures, to the bit.
   double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
   int64_t bubble = 0, useful = 0, iterations = 0, admitted = 0, cached = 0;
+  SketchedSamples tbt_sketch;
   for (Replica& r : replicas_) {
     busy_s += r.busy_s;
     kv_used_area += r.kv_used_area;
@@ -263,9 +307,11 @@ void Simulation::summarize_replicas() {
     admitted += r.prefill_admitted_tokens;
     cached += r.prefill_cached_tokens;
     if (replicas_.size() == 1) {
-      result_.tbt_s = std::move(r.tbt_s);
+      result_.tbt_s = std::move(r.tbt_s.exact);
+      tbt_sketch = std::move(r.tbt_s.sketched);
     } else {
-      result_.tbt_s.merge(r.tbt_s);
+      result_.tbt_s.merge(r.tbt_s.exact);
+      tbt_sketch.merge(r.tbt_s.sketched);
     }
   }
   if (replicas_.size() > 1 && options_.record_iterations) {
@@ -281,7 +327,11 @@ void Simulation::summarize_replicas() {
                      });
   }
   const auto num_replicas = static_cast<double>(replicas_.size());
-  result_.summary = summarize(result_, busy_s / num_replicas);
+  if (streaming()) {
+    figures_.finish(result_.summary, busy_s / num_replicas, tbt_sketch);
+  } else {
+    result_.summary = summarize(result_, busy_s / num_replicas);
+  }
   Summary& s = result_.summary;
   s.iterations = iterations;
   s.bubble_fraction = (bubble + useful) > 0
@@ -302,6 +352,7 @@ void Simulation::summarize_replicas() {
   for (const Replica& r : replicas_) {
     ReplicaSummary rs;
     rs.requests = r.routed;
+    rs.completed = r.completed;  // a streaming run's, counted as they settle
     rs.iterations = r.iterations;
     if (s.makespan_s > 0) rs.busy_fraction = r.busy_s / s.makespan_s;
     if (r.busy_s > 0) rs.kv_allocated_fraction_mean = r.kv_alloc_area / r.busy_s;
@@ -311,7 +362,7 @@ void Simulation::summarize_replicas() {
     }
     s.replicas.push_back(rs);
   }
-  for (const RequestRecord& rec : result_.requests) {
+  for (const RequestRecord& rec : result_.requests) {  // an exact run's
     if (rec.completed()) ++s.replicas[static_cast<size_t>(rec.replica)].completed;
   }
 }
@@ -411,11 +462,69 @@ void Simulation::arrive(RequestId id) {
   // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
   // so every idle replica that holds work gets to schedule again. With one replica there is no
   // other.
-  if (arrived_ == static_cast<int64_t>(workload_.size()) || clients_saturated()) {
+  if (arrived_ == total_requests_ || clients_saturated()) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) wake_now(other);
     }
   }
+}
+
+SimTime Simulation::next_arrival_time() const {
+  if (streaming()) return next_request_ ? next_request_->arrival : SimTime::max();
+  return scheduled_ < static_cast<int64_t>(workload_.size()) ? workload_[static_cast<size_t>(scheduled_)].arrival
+                                                              : SimTime::max();
+}
+
+void Simulation::arrive_from_source() {
+  check_request(*next_request_, read_, now_);
+  now_ = next_request_->arrival;
+  // Slots whose policy has freed their KV since they settled are free again.
+  std::erase_if(kv_held_slots_, [this](RequestId slot) {
+    if (replicas_[static_cast<size_t>(progress_[static_cast<size_t>(slot)].replica)].policy->kv_cache().holds(slot)) {
+      return false;
+    }
+    free_slots_.push_back(slot);
+    return true;
+  });
+  if (free_slots_.empty()) {
+    throw UserError(fmt::format(
+        "--streaming-slots: {} requests are in flight at t={:.3f}s (request {} arrives), more than the {} "
+        "slots of this streaming run; give a larger --streaming-slots (or a lighter load)",
+        options_.streaming.slots + 1, now_.seconds(), read_, options_.streaming.slots));
+  }
+  const RequestId slot = free_slots_.back();
+  free_slots_.pop_back();
+  // The slot's last occupant settled: its state starts afresh (its KV and queue places are gone).
+  slots_[static_cast<size_t>(slot)] = *next_request_;
+  progress_[static_cast<size_t>(slot)] = RequestProgress{};
+  admission_hit_[static_cast<size_t>(slot)] = 0;
+  slot_reject_reason_[static_cast<size_t>(slot)].clear();
+  latency_.recycle(slot);
+  ++read_;
+  // Read ahead before it arrives, so that arrive() knows whether it is the last.
+  next_request_ = source_->next();
+  if (!next_request_) total_requests_ = read_;
+  client_arrival(slot);
+}
+
+void Simulation::fill_record(RequestRecord& rec, RequestId id) const {
+  static_cast<Request&>(rec) = (*requests_)[id];
+  static_cast<RequestProgress&>(rec) = progress_[id];
+  rec.breakdown = latency_.of(id);
+}
+
+void Simulation::settle_slot(RequestId id) {
+  RequestRecord rec;
+  fill_record(rec, id);
+  rec.reject_reason = std::move(slot_reject_reason_[static_cast<size_t>(id)]);
+  latency_.check_sum(id, rec, rec);
+  if (rec.completed()) ++replicas_[static_cast<size_t>(rec.replica)].completed;
+  figures_.add(rec);
+  if (options_.streaming.on_settled) options_.streaming.on_settled(rec);
+  // A policy may keep a settled request until it frees its KV (static batching frees a
+  // batch's rows together, and reads the finished rows' progress until then).
+  const bool held = replicas_[static_cast<size_t>(rec.replica)].policy->kv_cache().holds(id);
+  (held ? kv_held_slots_ : free_slots_).push_back(id);
 }
 
 void Simulation::wake_now(Replica& r) {
@@ -439,7 +548,7 @@ void Simulation::reject(RequestId id, std::string reason) {
   latency_.rejected(id);
   p.state = RequestState::kRejected;
   record_phase(id, RequestPhase::kRejected);
-  result_.requests[id].reject_reason = std::move(reason);
+  (streaming() ? slot_reject_reason_[static_cast<size_t>(id)] : result_.requests[id].reject_reason) = std::move(reason);
   // Refused by the decode replica it was handed to: the prefill replica's KV is no longer needed.
   if (pooled() && result_.handoffs[id].decode_replica >= 0 && !result_.handoffs[id].transferred()) {
     replicas_[static_cast<size_t>(result_.handoffs[id].prefill_replica)].policy->release_held_kv(id);
@@ -447,6 +556,8 @@ void Simulation::reject(RequestId id, std::string reason) {
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
   release_clients(1);
+  // The policy drops it from its queues before the next arrival, the first that may take the slot.
+  if (streaming()) settle_slot(id);
 }
 
 void Simulation::try_start_iteration(Replica& r) {
@@ -464,7 +575,7 @@ void Simulation::try_start_iteration(Replica& r) {
                                            policy.name()));
       }
       wake_at(r, *batch.wake_at);
-    } else if (!policy.idle() && events_.empty()) {
+    } else if (!policy.idle() && events_.empty() && !next_request_) {  // (a streaming run's arrivals are not events)
       throw std::logic_error(fmt::format(
           "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
           "left to wait for",
@@ -569,9 +680,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   // The next request to reach a replica: the workload's next arrival; with closed-loop clients,
   // a send queued at this instant, and none before a settle (which ends the run) while every
   // client slot is taken.
-  SimTime next_arrival = scheduled_ < static_cast<int64_t>(workload_.size())
-                             ? workload_[static_cast<size_t>(scheduled_)].arrival
-                             : SimTime::max();
+  SimTime next_arrival = next_arrival_time();
   if (pending_sends_ > 0) {
     next_arrival = now_;
   } else if (clients_saturated()) {
@@ -743,6 +852,9 @@ void Simulation::finish_iteration(Replica& r) {
     for (const RequestId id : handing_off_) hand_off(r, id);
   }
   release_clients(settled_now);
+  if (streaming()) {
+    for (const RequestId id : finished_) settle_slot(id);  // no hand-offs: no pools while streaming
+  }
 
   set_counts(r, num_prefills, prefill_tokens);
   close_iteration(r);
@@ -752,75 +864,19 @@ void Simulation::finish_iteration(Replica& r) {
 
 Summary summarize(const SimulationResult& result, double busy_s) {
   Summary s;
-  WeightedSamples e2e, ttft, tpot, norm, queue;
-  SimTime first_arrival = SimTime::max(), last_finish = SimTime::zero();
-  for (const RequestRecord& r : result.requests) {
-    ++s.requests_total;
-    first_arrival = std::min(first_arrival, r.arrival);
-    s.preemptions += r.preemptions;
-    if (r.state == RequestState::kRejected) {
-      ++s.requests_rejected;
-      continue;
-    }
-    if (!r.completed()) continue;
-    ++s.requests_completed;
-    s.prompt_tokens += r.prompt_tokens;
-    s.output_tokens += r.output_tokens;
-    last_finish = std::max(last_finish, r.finished);
-    e2e.add(r.e2e_s());
-    ttft.add(r.ttft_s());
-    if (r.output_tokens > 1) tpot.add(r.tpot_s());
-    norm.add(r.e2e_s() / r.output_tokens);
-    queue.add(r.queueing_s());
-  }
-  if (s.requests_completed > 0) s.makespan_s = (last_finish - first_arrival).seconds();
-  if (s.makespan_s > 0) {
-    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.makespan_s;
-    s.total_tokens_per_s = static_cast<double>(s.prompt_tokens + s.output_tokens) / s.makespan_s;
-    s.requests_per_s = static_cast<double>(s.requests_completed) / s.makespan_s;
-    s.busy_fraction = busy_s / s.makespan_s;
-  }
-  s.e2e_s = Distribution::of(e2e);
-  s.ttft_s = Distribution::of(ttft);
-  s.tpot_s = Distribution::of(tpot);
-  s.tbt_s = Distribution::of(result.tbt_s);
-  s.normalized_latency_s_per_token = Distribution::of(norm);
-  s.queueing_s = Distribution::of(queue);
-  s.priority_classes = summarize_priority_classes(result.requests);
+  RequestFigures<WeightedSamples> figures;
+  for (const RequestRecord& r : result.requests) figures.add(r);
+  figures.finish(s, busy_s, result.tbt_s);
   s.latency_breakdown = summarize_latency_breakdown(result.requests, s.e2e_s.p99);
   return s;
 }
 
 std::vector<PriorityClassSummary> summarize_priority_classes(const std::vector<RequestRecord>& requests) {
-  struct Samples {
-    PriorityClassSummary counts;
-    WeightedSamples e2e, ttft, tpot, queue;
-  };
-  std::map<int32_t, Samples> by_priority;  // ordered: the most urgent class first
-  for (const RequestRecord& r : requests) {
-    Samples& c = by_priority[r.priority];
-    ++c.counts.requests;
-    c.counts.preemptions += r.preemptions;
-    if (r.state == RequestState::kRejected) ++c.counts.rejected;
-    if (!r.completed()) continue;
-    ++c.counts.completed;
-    c.e2e.add(r.e2e_s());
-    c.ttft.add(r.ttft_s());
-    if (r.output_tokens > 1) c.tpot.add(r.tpot_s());
-    c.queue.add(r.queueing_s());
-  }
-  std::vector<PriorityClassSummary> classes;
-  if (by_priority.size() < 2) return classes;
-  for (auto& [priority, c] : by_priority) {
-    PriorityClassSummary summary = c.counts;
-    summary.priority = priority;
-    summary.e2e_s = Distribution::of(c.e2e);
-    summary.ttft_s = Distribution::of(c.ttft);
-    summary.tpot_s = Distribution::of(c.tpot);
-    summary.queueing_s = Distribution::of(c.queue);
-    classes.push_back(summary);
-  }
-  return classes;
+  RequestFigures<WeightedSamples> figures;
+  for (const RequestRecord& r : requests) figures.add(r);
+  Summary s;
+  figures.finish(s, 0.0, WeightedSamples{});
+  return std::move(s.priority_classes);
 }
 
 }  // namespace batchsim

@@ -27,11 +27,28 @@
 // (sim/kv_transfer.h: FIFO per NIC, pull or layer-wise), and the request decodes there to its
 // end. Its second token's gap (TBT) therefore holds the hand-off, as a client sees it. A
 // request is prefilled once (plus recomputes after preemption, on either side) and decoded once.
+//
+// Streaming (SimulationOptions::streaming, issue 17): for runs too long to hold, the requests
+// come from a RequestSource one at a time (the next arrival is the only one read ahead), and
+// per-request state lives in a fixed pool of `slots`: an arriving request takes a free slot,
+// whose index is the RequestId the policies, KV caches and events see (so they need no change
+// and keep slot-sized tables), while Request::id keeps its global id for records and for the
+// policies' last tie-break. A request's record goes to `on_settled` the moment it finishes or
+// is rejected, and its slot is free for the next arrival once its policy holds no KV for it
+// (static batching keeps a batch's finished rows until the batch ends). Policies that order
+// requests break ties by Request::id, the arrival order, never by the RequestId (a slot). Percentiles come from DDSketches
+// (sim/ddsketch.h); every other figure is what the same run in memory gives (means up to the
+// order of a floating-point sum: records settle in another order than by id). Memory is then
+// the slots plus the sketches, whatever the number of requests. Not supported (refused with
+// std::logic_error; the CLI refuses them first with the option's name): closed-loop clients
+// (their held requests are a queue of unbounded length), disaggregated pools, prompt-block
+// hashes, recorded iterations and phases (they grow with the run).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <set>
 #include <span>
@@ -153,6 +170,22 @@ struct SimulationOptions {
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;
   DisaggregationOptions disaggregation;
+  // Streaming mode (see the header comment); off while `slots` is 0.
+  struct Streaming {
+    // Requests in flight at most: a run that has more arrived and unsettled at once stops with
+    // a UserError naming --streaming-slots.
+    int64_t slots = 0;
+    // Each request's record, as it settles (finished or rejected), in settle order.
+    std::function<void(const RequestRecord&)> on_settled;
+  } streaming;
+};
+
+// Inter-token gaps: every one (exact percentiles), or sketched in a streaming run.
+struct GapSamples {
+  WeightedSamples exact;
+  SketchedSamples sketched;
+  bool sketch = false;
+  void add(double gap_s, int64_t count = 1) { sketch ? sketched.add(gap_s, count) : exact.add(gap_s, count); }
 };
 
 class Simulation {
@@ -163,6 +196,10 @@ class Simulation {
   // One replica per policy (identical policies, one instance each), routed by options.router.
   Simulation(const Workload& workload, std::span<Policy* const> policies,
              const CostModel& cost_model, SimulationOptions options = {});
+  // Streaming (options.streaming.slots > 0): the requests come from `source`, which must
+  // outlive run(); the result holds no request records (they went to on_settled).
+  Simulation(RequestSource& source, std::span<Policy* const> policies, const CostModel& cost_model,
+             SimulationOptions options);
   SimulationResult run();
 
  private:
@@ -198,14 +235,24 @@ class Simulation {
     int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
     // Every inter-token gap of this replica's requests, kept per replica so that the order in
     // which replicas' iterations interleave (which fast-forward changes) cannot change a sum.
-    WeightedSamples tbt_s;
+    GapSamples tbt_s;
     int64_t routed = 0, outstanding = 0;  // requests routed here; of them, not yet settled
+    int64_t completed = 0;                // streaming: of them, finished (an exact run counts records)
     // The last idle sample, and `iterations` when it was taken: a wake-up that finds the
     // replica as it was adds none.
     IdleSample last_idle;
     int64_t last_idle_iterations = -1;
   };
 
+  bool streaming() const { return source_ != nullptr; }
+  // The next arrival from the workload, SimTime::max() when none is left.
+  SimTime next_arrival_time() const;
+  // Streaming: the read-ahead request arrives now, in a free slot; the next one is read.
+  void arrive_from_source();
+  // Streaming: request `id` (a slot) settled: its record goes out, its slot is free.
+  void settle_slot(RequestId id);
+  // A request's record from its request, progress and latency breakdown (not its reject reason).
+  void fill_record(RequestRecord& rec, RequestId id) const;
   void arrive(RequestId id);
   // An arrival event: sent now, or held at the client while max_concurrency are in flight.
   void client_arrival(RequestId id);
@@ -262,7 +309,21 @@ class Simulation {
   SimTime next_pool_event(const Replica& r) const;
   void summarize_pools();
 
-  const Workload& workload_;
+  const Workload& workload_;  // exact mode's; empty while streaming
+  // Streaming: the source, the request read ahead (the next to arrive), the requests in their
+  // slots (PolicyEnv::requests), the free slots (a stack), each slot's reject reason, and the
+  // figures of the settled requests.
+  RequestSource* source_ = nullptr;
+  std::optional<Request> next_request_;
+  int64_t read_ = 0;  // requests read from the source
+  Workload slots_;
+  std::vector<RequestId> free_slots_;
+  std::vector<RequestId> kv_held_slots_;  // settled, but their policy still holds their KV
+  std::vector<std::string> slot_reject_reason_;
+  RequestFigures<SketchedSamples> figures_;
+  // All requests of the run: the workload's size, or while streaming INT64_MAX until the source
+  // runs dry (PolicyEnv::total_requests).
+  int64_t total_requests_ = 0;
   // The requests as sent: the workload itself, or with closed-loop clients a copy whose arrivals
   // are the send times (PolicyEnv::requests and the records read this).
   const Workload* requests_ = nullptr;

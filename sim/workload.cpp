@@ -336,20 +336,23 @@ std::string list_syntaxes(std::span<const SpecSyntax> syntaxes) {
   return out;
 }
 
+// The arrival after one at `now`: one gap of `process` later.
+SimTime next_arrival(SimTime now, ArrivalProcess& process, Rng& rng, std::string_view option) {
+  const SimTime gap = process.next_gap(rng);
+  if (gap.ns() > SimTime::max().ns() - now.ns()) {
+    throw UserError(fmt::format("{}: \"{}\": arrival times exceed the simulated time range "
+                                "(about 292 years)",
+                                option, process.describe()));
+  }
+  return now + gap;
+}
+
 // Overwrites arrivals with 0, gap, gap+gap, ... (first request at t = 0).
 void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng,
                      std::string_view option) {
   SimTime now = SimTime::zero();
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (i > 0) {
-      const SimTime gap = process.next_gap(rng);
-      if (gap.ns() > SimTime::max().ns() - now.ns()) {
-        throw UserError(fmt::format("{}: \"{}\": arrival times exceed the simulated time range "
-                                    "(about 292 years)",
-                                    option, process.describe()));
-      }
-      now += gap;
-    }
+    if (i > 0) now = next_arrival(now, process, rng, option);
     requests[i].arrival = now;
   }
 }
@@ -460,7 +463,7 @@ void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option
 // Ends every request's output at its client limit: `limits` (one per request, or empty for
 // none) become max_tokens, and the output, so far the EOS length, becomes the smaller of the
 // two, or the limit itself with ignore_eos (a benchmark's request never stops early).
-void apply_max_tokens(std::span<const int32_t> limits, bool ignore_eos, Workload& requests) {
+void apply_max_tokens(std::span<const int32_t> limits, bool ignore_eos, std::span<Request> requests) {
   if (limits.empty()) return;
   for (size_t i = 0; i < requests.size(); ++i) {
     Request& r = requests[i];
@@ -537,7 +540,16 @@ TraceReadResult read_spec_trace(const WorkloadSpec& spec, double speedup) {
 
 }  // namespace
 
-BuiltWorkload build_workload(const WorkloadSpec& spec) {
+namespace {
+
+// The parts of a WorkloadSpec, parsed and checked in the order build_workload reports errors.
+struct ParsedWorkloadSpec {
+  std::unique_ptr<LengthDistribution> prompt_len, output_len, max_tokens;
+  std::unique_ptr<PriorityDistribution> priority;
+  PrefixSpec prefix;  // tokens 0: none
+};
+
+ParsedWorkloadSpec parse_workload_spec(const WorkloadSpec& spec) {
   if (spec.num_requests < 0) {
     throw UserError(fmt::format("--num-requests: must be >= 0, got {}", spec.num_requests));
   }
@@ -550,19 +562,114 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
         fmt::format("--trace-speedup: must be a number > 0, got {}", spec.trace_speedup));
   }
   // Validated first, even when a trace brings its lengths: a typo is reported, not ignored.
-  const std::unique_ptr<LengthDistribution> prompt_len =
-      parse_length_distribution(spec.prompt_len, "--prompt-len");
-  const std::unique_ptr<LengthDistribution> output_len =
-      parse_length_distribution(spec.output_len, "--output-len");
-  const std::unique_ptr<LengthDistribution> max_tokens =
-      spec.max_tokens.empty() ? nullptr : parse_length_distribution(spec.max_tokens, "--max-tokens");
-  const std::unique_ptr<PriorityDistribution> priority =
-      spec.priority.empty() ? nullptr : parse_priority_distribution(spec.priority, "--priority");
-  // tokens 0: no prefix.
-  const PrefixSpec prefix =
-      spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
+  ParsedWorkloadSpec parsed;
+  parsed.prompt_len = parse_length_distribution(spec.prompt_len, "--prompt-len");
+  parsed.output_len = parse_length_distribution(spec.output_len, "--output-len");
+  parsed.max_tokens = spec.max_tokens.empty() ? nullptr : parse_length_distribution(spec.max_tokens, "--max-tokens");
+  parsed.priority = spec.priority.empty() ? nullptr : parse_priority_distribution(spec.priority, "--priority");
+  parsed.prefix = spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
+  return parsed;
+}
+
+// Synthetic arrivals and lengths (no trace), one request at a time: each quantity from its own
+// stream of the seed (see build_workload in workload.h), each request's samples drawn in id
+// order, so the requests are those build_workload materializes, sample for sample.
+class SyntheticRequestSource final : public RequestSource {
+ public:
+  SyntheticRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed,
+                         std::unique_ptr<ArrivalProcess> arrival)
+      : parsed_(std::move(parsed)),
+        arrival_(std::move(arrival)),
+        count_(spec.num_requests),
+        ignore_eos_(spec.ignore_eos),
+        arrival_rng_(Rng::for_stream(spec.seed, kArrivalStream)),
+        prompt_rng_(Rng::for_stream(spec.seed, kPromptStream)),
+        output_rng_(Rng::for_stream(spec.seed, kOutputStream)),
+        max_tokens_rng_(Rng::for_stream(spec.seed, kMaxTokensStream)),
+        priority_rng_(Rng::for_stream(spec.seed, kPriorityStream)) {
+    if (count_ == 0) {
+      throw UserError("--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
+    }
+    description_ = fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}", count_,
+                               arrival_->describe(), parsed_.prompt_len->describe(),
+                               parsed_.output_len->describe(), spec.seed);
+    if (parsed_.max_tokens != nullptr) description_ += fmt::format(", max_tokens {}", parsed_.max_tokens->describe());
+    if (ignore_eos_) description_ += ", ignoring EOS";
+    if (parsed_.priority != nullptr) description_ += fmt::format(", priority {}", parsed_.priority->describe());
+  }
+
+  std::optional<Request> next() override {
+    if (next_id_ == count_) return std::nullopt;
+    Request r;
+    r.id = static_cast<RequestId>(next_id_);
+    r.prompt_tokens = parsed_.prompt_len->sample(prompt_rng_);
+    r.output_tokens = parsed_.output_len->sample(output_rng_);
+    if (next_id_ > 0) now_ = next_arrival(now_, *arrival_, arrival_rng_, "--arrival");
+    r.arrival = now_;
+    if (parsed_.max_tokens != nullptr) {
+      const int32_t limit = parsed_.max_tokens->sample(max_tokens_rng_);
+      apply_max_tokens(std::span<const int32_t>(&limit, 1), ignore_eos_, std::span<Request>(&r, 1));
+    }
+    if (parsed_.priority != nullptr) r.priority = parsed_.priority->sample(priority_rng_);
+    ++next_id_;
+    return r;
+  }
+
+  const std::string& description() const { return description_; }
+  const PrefixSpec& prefix() const { return parsed_.prefix; }
+
+ private:
+  ParsedWorkloadSpec parsed_;
+  std::unique_ptr<ArrivalProcess> arrival_;
+  int64_t count_;
+  bool ignore_eos_;
+  Rng arrival_rng_, prompt_rng_, output_rng_, max_tokens_rng_, priority_rng_;
+  int64_t next_id_ = 0;
+  SimTime now_ = SimTime::zero();
+  std::string description_;
+};
+
+// The arrival process of a workload without a trace's timestamps (build_workload's checks).
+std::unique_ptr<ArrivalProcess> parse_spec_arrival(const WorkloadSpec& spec) {
+  const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
+  // Parsed before a trace is read: a malformed option is reported without reading the file.
+  std::unique_ptr<ArrivalProcess> arrival = parse_arrival_process(arrival_spec, "--arrival");
+  if (spec.trace_speedup != 1.0) {
+    throw UserError(fmt::format(
+        "--trace-speedup: {} scales trace timestamps, but arrivals come from --arrival {}",
+        spec.trace_speedup, arrival_spec));
+  }
+  return arrival;
+}
+
+}  // namespace
+
+std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::string& description) {
+  ParsedWorkloadSpec parsed = parse_workload_spec(spec);
+  if (!spec.trace.empty() || spec.trace_columns != nullptr) {
+    throw UserError(fmt::format("--streaming with --trace {}: not supported yet (streaming reads synthetic "
+                                "arrivals only; run the trace without --streaming)",
+                                spec.trace.string()));
+  }
+  if (parsed.prefix.tokens > 0) {
+    throw UserError(fmt::format("--streaming with --prefix {}: not supported yet (prompt-block hashes are "
+                                "kept for every request)",
+                                spec.prefix));
+  }
+  auto arrival = parse_spec_arrival(spec);
+  auto source = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), std::move(arrival));
+  description = source->description();
+  return source;
+}
+
+BuiltWorkload build_workload(const WorkloadSpec& spec) {
+  ParsedWorkloadSpec parsed = parse_workload_spec(spec);
+  const std::unique_ptr<LengthDistribution>& max_tokens = parsed.max_tokens;
+  const std::unique_ptr<PriorityDistribution>& priority = parsed.priority;
+  const PrefixSpec prefix = parsed.prefix;
 
   BuiltWorkload built;
+  bool synthetic = false;  // no trace: the requests came whole from a SyntheticRequestSource
   std::vector<int32_t> limits;  // each request's max_tokens; empty: none given
   bool trace_priorities = false;  // a trace's priority column set them
   const bool replay_timestamps =
@@ -579,35 +686,15 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     limits = std::move(trace.max_tokens);
     trace_priorities = trace.priority_column;
   } else {
-    const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
-    // Parsed before a trace is read: a malformed option is reported without reading the file.
-    const std::unique_ptr<ArrivalProcess> arrival =
-        parse_arrival_process(arrival_spec, "--arrival");
-    if (spec.trace_speedup != 1.0) {
-      throw UserError(fmt::format(
-          "--trace-speedup: {} scales trace timestamps, but arrivals come from --arrival {}",
-          spec.trace_speedup, arrival_spec));
-    }
+    std::unique_ptr<ArrivalProcess> arrival = parse_spec_arrival(spec);
     Rng arrival_rng = Rng::for_stream(spec.seed, kArrivalStream);
     if (spec.trace.empty()) {
-      if (spec.num_requests == 0) {
-        throw UserError(
-            "--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
-      }
-      built.requests.resize(static_cast<size_t>(spec.num_requests));
-      Rng prompt_rng = Rng::for_stream(spec.seed, kPromptStream);
-      Rng output_rng = Rng::for_stream(spec.seed, kOutputStream);
-      for (size_t i = 0; i < built.requests.size(); ++i) {
-        Request& request = built.requests[i];
-        request.id = static_cast<RequestId>(i);
-        request.prompt_tokens = prompt_len->sample(prompt_rng);
-        request.output_tokens = output_len->sample(output_rng);
-      }
-      assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
-      built.description =
-          fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}",
-                      built.requests.size(), arrival->describe(), prompt_len->describe(),
-                      output_len->describe(), spec.seed);
+      // The requests a streaming run reads one by one, all of them (limits and priorities too).
+      SyntheticRequestSource source(spec, std::move(parsed), std::move(arrival));
+      built.requests.reserve(static_cast<size_t>(spec.num_requests));
+      while (std::optional<Request> r = source.next()) built.requests.push_back(*r);
+      built.description = source.description();
+      synthetic = true;
     } else {
       // Trace lengths in trace arrival order (ids unchanged), new arrival times.
       TraceReadResult trace = read_spec_trace(spec, 1.0);
@@ -624,7 +711,9 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     }
   }
 
-  if (max_tokens != nullptr) {
+  if (synthetic) {
+    // The source drew limits and priorities already.
+  } else if (max_tokens != nullptr) {
     // Overrides a trace's column: the user asked for these limits.
     Rng max_tokens_rng = Rng::for_stream(spec.seed, kMaxTokensStream);
     limits.resize(built.requests.size());
@@ -633,10 +722,14 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   } else if (!limits.empty()) {
     built.description += ", max_tokens from the trace";
   }
-  apply_max_tokens(limits, spec.ignore_eos, built.requests);
-  if (spec.ignore_eos) built.description += ", ignoring EOS";
+  if (!synthetic) {
+    apply_max_tokens(limits, spec.ignore_eos, built.requests);
+    if (spec.ignore_eos) built.description += ", ignoring EOS";
+  }
 
-  if (priority != nullptr) {
+  if (synthetic) {
+    // As above.
+  } else if (priority != nullptr) {
     // Overrides a trace's column, as --max-tokens does.
     Rng priority_rng = Rng::for_stream(spec.seed, kPriorityStream);
     for (Request& r : built.requests) r.priority = priority->sample(priority_rng);

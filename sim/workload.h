@@ -160,6 +160,11 @@ struct BuiltWorkload {
 //     A trace that brings its own hash_ids cannot take a --prefix (an error says so).
 // Throws UserError for any malformed part (naming the option, or the trace file and line).
 BuiltWorkload build_workload(const WorkloadSpec& spec);
+// The workload of `spec` as a RequestSource, read one request at a time (streaming runs):
+// the requests build_workload(spec) would hold, in order, and its description in
+// `description`. Synthetic arrivals only: a trace or a --prefix gets a UserError saying
+// "--streaming with --trace/--prefix ...: not supported yet". Other errors as build_workload's.
+std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::string& description);
 // build_workload(spec).requests. Callers that face a user should call build_workload and print
 // its warnings.
 Workload make_workload(const WorkloadSpec& spec);

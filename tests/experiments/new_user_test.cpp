@@ -13,6 +13,7 @@
 #include "experiments/cli.h"
 #include "hwmodel/error.h"
 #include "hwmodel/model_spec.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
@@ -23,19 +24,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::user_error_of;
 
-struct CliRun {
-  int rc = 0;
-  std::string out, err;
-};
-
-CliRun cli(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  CliRun r;
-  r.rc = cli_main(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using testing::cli;
+using testing::CliRun;
 
 TEST(NewUser, HelpOfEveryCommandExitsZero) {
   for (const std::vector<std::string>& args :

@@ -1,0 +1,140 @@
+// `batchsim run --streaming` end to end: the same requests.csv rows as the exact run (sorted by
+// id: a streaming run writes them as requests settle), summary.json equal but for percentiles
+// (within the stated relative error, which it states), the automatic switch and its notice,
+// and clear refusals of what streaming cannot do yet.
+#include "experiments/cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+using testing::CliRun;
+CliRun run_cli(const std::vector<std::string>& args) { return testing::cli(args); }
+
+std::string error_of(std::vector<std::string> args) {
+  return testing::user_error_of([&] { run_cli(args); });
+}
+
+// The data rows of a requests.csv, sorted by id (the first column), and its header.
+std::vector<std::string> rows_by_id(const fs::path& file, std::string& header) {
+  std::istringstream in(testing::read_text_file(file));
+  std::getline(in, header);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(line);
+  std::sort(rows.begin(), rows.end(), [](const std::string& a, const std::string& b) {
+    return std::stoll(a.substr(0, a.find(','))) < std::stoll(b.substr(0, b.find(',')));
+  });
+  return rows;
+}
+
+TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
+  const auto dir = testing::scratch_dir("streaming_cli_same");
+  const std::vector<std::string> workload = {"--num-requests", "400", "--arrival", "poisson:8", "--policy", "vllm",
+                                             "--output-len", "capexp:128:512", "--prompt-len", "lognormal:400:0.8",
+                                             "--priority", "uniform:0:2", "--replicas", "2",
+                                             "--router", "least-outstanding", "--streaming-slots", "64"};
+  auto args = workload;
+  args.insert(args.begin(), "run");
+  auto exact_args = args, stream_args = args;
+  exact_args.insert(exact_args.end(), {"--out", (dir / "exact").string()});
+  stream_args.insert(stream_args.end(), {"--streaming", "--out", (dir / "stream").string()});
+  const CliRun exact = run_cli(exact_args);
+  const CliRun stream = run_cli(stream_args);
+  ASSERT_EQ(exact.rc, 0);
+  ASSERT_EQ(stream.rc, 0) << stream.err;
+  EXPECT_THAT(stream.out, HasSubstr("streaming: percentiles from a DDSketch, within 1%"));
+  EXPECT_THAT(exact.out, ::testing::Not(HasSubstr("DDSketch")));
+
+  std::string exact_header, stream_header;
+  const auto exact_rows = rows_by_id(dir / "exact" / "requests.csv", exact_header);
+  const auto stream_rows = rows_by_id(dir / "stream" / "requests.csv", stream_header);
+  EXPECT_EQ(exact_header, stream_header);
+  ASSERT_EQ(exact_rows.size(), 400u);
+  EXPECT_EQ(exact_rows, stream_rows);  // every row, to the digit
+  EXPECT_FALSE(fs::exists(dir / "stream" / "bench.json"));
+
+  const auto e = nlohmann::json::parse(testing::read_text_file(dir / "exact" / "summary.json"));
+  const auto s = nlohmann::json::parse(testing::read_text_file(dir / "stream" / "summary.json"));
+  EXPECT_FALSE(e.contains("percentiles"));  // an exact run's file is as it was
+  EXPECT_EQ(s["percentiles"]["method"], "ddsketch");
+  EXPECT_EQ(s["percentiles"]["relative_error"], 0.01);
+  for (const char* key : {"requests", "tokens", "throughput", "makespan_s", "iterations", "preemptions", "kv",
+                          "bubble_fraction", "busy_fraction", "config"}) {
+    EXPECT_EQ(e[key], s[key]) << key;
+  }
+  for (const auto& item : e["latency"].items()) {
+    const std::string& metric = item.key();
+    const auto& dist = item.value();
+    const auto& got = s["latency"][metric];
+    EXPECT_EQ(dist["count"], got["count"]) << metric;
+    EXPECT_EQ(dist["max"], got["max"]) << metric;
+    EXPECT_NEAR(dist["mean"].get<double>(), got["mean"].get<double>(), 1e-12 * dist["mean"].get<double>()) << metric;
+    for (const char* q : {"p50", "p90", "p99"}) {
+      const double want = dist[q].get<double>();
+      EXPECT_LE(std::abs(got[q].get<double>() - want), (0.01 + 1e-9) * want) << metric << " " << q;
+    }
+  }
+  // Whole-run shares are exact; the p99 requests' are unknown, and say so rather than read 0.
+  EXPECT_EQ(e["latency_breakdown"]["queueing"]["share"], s["latency_breakdown"]["queueing"]["share"]);
+  EXPECT_TRUE(s["latency_breakdown"]["queueing"]["share_of_p99_requests"].is_null());
+  EXPECT_THAT(s["latency_breakdown"]["diagnosis"].get<std::string>(), HasSubstr("streaming"));
+}
+
+TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
+  const std::vector<std::string> base = {"run", "--streaming", "--num-requests", "20"};
+  const auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return error_of(args);
+  };
+  EXPECT_THAT(with({"--max-concurrency", "4"}), HasSubstr("--streaming with --max-concurrency: not supported yet"));
+  EXPECT_THAT(with({"--prefix", "shared:64"}), HasSubstr("--streaming with --prefix shared:64: not supported yet"));
+  EXPECT_THAT(with({"--prefill-replicas", "1", "--decode-replicas", "1"}),
+              HasSubstr("--streaming with --prefill-replicas/--decode-replicas: not supported yet"));
+  EXPECT_THAT(with({"--chrome-trace", "t.json"}), HasSubstr("--streaming with --chrome-trace: not supported yet"));
+  EXPECT_THAT(with({"--goodput", "ttft:100"}), HasSubstr("--streaming with --goodput: not supported yet"));
+  const fs::path trace = testing::write_text_file(testing::scratch_dir("streaming_cli_trace"), "t.csv",
+                                                  "arrival_s,prompt_tokens,output_tokens\n0,10,5\n");
+  EXPECT_THAT(with({"--trace", trace.string()}), HasSubstr("--streaming with --trace"));
+  EXPECT_THAT(with({"--no-streaming"}), HasSubstr("--streaming, --no-streaming: give one or the other"));
+  EXPECT_THAT(with({"--streaming-slots", "0"}), HasSubstr("--streaming-slots: must be >= 1"));
+  EXPECT_THAT(with({"--arrival", "offline", "--streaming-slots", "5"}), HasSubstr("--streaming-slots"));
+  EXPECT_THAT(error_of({"compare", "--streaming", "--policies", "vllm,sarathi", "--num-requests", "20"}),
+              HasSubstr("--streaming with `batchsim compare`: not supported yet"));
+}
+
+TEST(StreamingCli, ExactUnlessAskedOrAboveTheThreshold) {
+  // An ordinary run prints no notice and stays exact; --no-streaming keeps a huge one exact
+  // (checked by its refusal to stream a run of 2,000,001 requests with a closed loop: no notice).
+  const CliRun small = run_cli({"run", "--num-requests", "30"});
+  ASSERT_EQ(small.rc, 0);
+  EXPECT_THAT(small.err, ::testing::Not(HasSubstr("streaming mode")));
+  EXPECT_THAT(small.out, ::testing::Not(HasSubstr("DDSketch")));
+  // Above the threshold it streams on its own, and says so in one line. Offline arrivals with
+  // one slot stop at once (the second request finds no slot), so the test is quick and shows
+  // that the run was streaming.
+  std::ostringstream out, err;
+  const std::string message = testing::user_error_of([&] {
+    cli_main({"run", "--num-requests", "2000001", "--arrival", "offline", "--streaming-slots", "1"}, out, err);
+  });
+  EXPECT_THAT(err.str(), HasSubstr("2000001 requests > 2000000: streaming mode"));
+  EXPECT_THAT(message, HasSubstr("--streaming-slots"));
+}
+
+}  // namespace
+}  // namespace batchsim
