@@ -151,7 +151,8 @@ po::options_description run_options() {
        "queue counters")
       ("chrome-trace-requests", po::value<int64_t>()->value_name("N"), "the trace draws the phases of "
        "the first N requests (default 2000; 0: none); iterations and counters are always whole")
-      ("streaming", po::bool_switch(), "bounded memory for long runs (run only): arrivals generated lazily, "
+      ("streaming", po::bool_switch(), "bounded memory for long runs (run only): arrivals generated or a time-ordered "
+       "--trace read lazily, "
        "state kept for requests in flight, requests.csv written as requests settle (in that order), "
        "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")
       ("no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")
@@ -339,6 +340,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   const RunOutcome run = run_simulation(config, streaming ? nullptr : &built, hooks);
   if (requests_csv) requests_csv->finish();
+  if (source) {
+    for (const auto& w : source->warnings()) fmt::print(err, "batchsim: warning: {}\n", w);
+  }
   print_setup(out, config, static_cast<size_t>(run.result.summary.requests_total), run.result.kv_capacity_tokens);
   if (streaming) {
     fmt::print(out, "streaming: percentiles from a DDSketch, within {:.0f}% of the exact ones (counts, means and "

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "sim/time.h"
@@ -50,6 +51,9 @@ class RequestSource {
  public:
   virtual ~RequestSource() = default;
   virtual std::optional<Request> next() = 0;
+  // What was adjusted in the requests read so far (a trace's clamped lengths), one line each,
+  // naming the file; complete once next() ran out. Exact runs see these before they start.
+  virtual std::vector<std::string> warnings() const { return {}; }
 };
 
 // A Workload as a RequestSource (tests, and runs whose workload is in memory anyway).

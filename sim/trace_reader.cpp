@@ -171,6 +171,19 @@ class TraceParser {
   // The rows of `columns` instead of a file; `name_` (the path given) names them.
   TraceReadResult read_columns(const TraceColumns& columns, double speedup);
 
+  // Streaming (TraceStream): open() detects the format; take_row() then hands out the rows one
+  // at a time in file order (refusing what a stream cannot do), keeping none of them.
+  void open();
+  std::optional<RawRow> take_row();
+  // A row's arrival: its offset from the first row's time, divided by `speedup`.
+  int64_t arrival_ns(int64_t time_ns, int64_t first_ns, double speedup) const;
+  // One line per kind of adjustment made to the rows read so far, naming the file.
+  std::vector<std::string> adjustment_warnings(int64_t rows_read, int64_t rows_out_of_order) const;
+  TraceFormat format() const { return format_; }
+  bool has_max_tokens() const { return has_max_tokens_; }
+  bool has_priority() const { return has_priority_; }
+  int64_t rows_taken() const { return taken_; }
+
  private:
   [[noreturn]] void fail_line(std::string_view what) const {
     if (in_memory_) throw UserError(fmt::format("{} row {}: {}", name_, line_no_, what));
@@ -182,8 +195,10 @@ class TraceParser {
   // Next non-blank line (trimmed, without its line end) into `line`; false at end of file.
   bool next_line(std::string_view& line);
   bool want_more() const {
-    return max_requests_ == 0 || static_cast<int64_t>(rows_.size()) < max_requests_;
+    return max_requests_ == 0 || static_cast<int64_t>(rows_.size()) + taken_ < max_requests_;
   }
+  // Parses the next data line into rows_; false at the end of the file or of max_requests.
+  bool read_row();
 
   int32_t length(int64_t value, std::string_view column, int64_t& clamped_rows) const;
   int32_t length_text(std::string_view text, std::string_view column, int64_t& clamped_rows) const;
@@ -224,6 +239,8 @@ class TraceParser {
   size_t max_tokens_field_ = 0;  // their positions, when present
   size_t priority_field_ = 0;
   std::vector<RawRow> rows_;
+  int64_t taken_ = 0;  // rows handed out by take_row (and no longer in rows_)
+  int64_t last_taken_ns_ = 0;
   std::vector<int64_t> hash_offsets_{0};
   std::vector<uint64_t> hashes_;
   bool any_hash_ids_ = false;
@@ -623,7 +640,7 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
   rows_.push_back({time_ns, prompt, output, 0, priority});
 }
 
-TraceReadResult TraceParser::read(double speedup) {
+void TraceParser::open() {
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) fail_file("is a directory, not a trace file");
   // A character device (/dev/zero, /dev/urandom) never ends. Pipes stay allowed (--trace
@@ -651,15 +668,55 @@ TraceReadResult TraceParser::read(double speedup) {
         "one JSON object per line (Mooncake JSONL)",
         shown));
   }
-  while (want_more() && next_line(line)) {
-    switch (format_) {
-      case TraceFormat::kAzureCsv: read_azure_row(line); break;
-      case TraceFormat::kGenericCsv: read_generic_row(line); break;
-      case TraceFormat::kMooncakeJsonl: read_mooncake_row(line); break;
-    }
+}
+
+bool TraceParser::read_row() {
+  std::string_view line;
+  if (!want_more() || !next_line(line)) return false;
+  switch (format_) {
+    case TraceFormat::kAzureCsv: read_azure_row(line); break;
+    case TraceFormat::kGenericCsv: read_generic_row(line); break;
+    case TraceFormat::kMooncakeJsonl: read_mooncake_row(line); break;
+  }
+  return true;
+}
+
+TraceReadResult TraceParser::read(double speedup) {
+  open();
+  while (read_row()) {
   }
   return finish(speedup);
 }
+
+std::optional<RawRow> TraceParser::take_row() {
+  if (rows_.empty() && !read_row()) return std::nullopt;  // (a JSONL file's first row came with open())
+  const RawRow row = rows_.front();
+  rows_.clear();
+  ++taken_;
+  if (any_hash_ids_) {
+    fail_line("hash_ids (prompt-block hashes, for prefix caching) are not kept by --streaming yet; "
+              "run this trace without --streaming");
+  }
+  hash_offsets_.resize(1);  // rows without hash_ids: nothing to keep
+  if (taken_ > 1 && row.time_ns < last_taken_ns_) {
+    fail_line("timestamp earlier than the row above: --streaming reads a trace in file order and cannot "
+              "sort it; sort the file by time, or run without --streaming");
+  }
+  if (taken_ > std::numeric_limits<RequestId>::max()) fail_file("too many requests for 32-bit request ids");
+  last_taken_ns_ = row.time_ns;
+  return row;
+}
+
+int64_t TraceParser::arrival_ns(int64_t time_ns, int64_t first_ns, double speedup) const {
+  int64_t offset_ns = time_ns - first_ns;  // both within ±4e18: no overflow
+  if (speedup == 1.0) return offset_ns;
+  const double scaled_ns = static_cast<double>(offset_ns) / speedup;
+  if (scaled_ns > 9.2e18) {
+    throw UserError(fmt::format("--trace-speedup: {} stretches {} beyond the simulated time range", speedup, name_));
+  }
+  return std::llround(scaled_ns);
+}
+
 
 TraceReadResult TraceParser::read_columns(const TraceColumns& columns, double speedup) {
   in_memory_ = true;
@@ -695,6 +752,35 @@ TraceReadResult TraceParser::read_columns(const TraceColumns& columns, double sp
   return finish(speedup);
 }
 
+std::vector<std::string> TraceParser::adjustment_warnings(int64_t rows_read, int64_t rows_out_of_order) const {
+  std::vector<std::string> warnings;
+  const std::string_view prompt_column = format_ == TraceFormat::kAzureCsv ? "ContextTokens"
+                                         : format_ == TraceFormat::kGenericCsv
+                                             ? "prompt_tokens"
+                                             : "input_length";
+  const std::string_view output_column = format_ == TraceFormat::kAzureCsv ? "GeneratedTokens"
+                                         : format_ == TraceFormat::kGenericCsv
+                                             ? "output_tokens"
+                                             : "output_length";
+  if (prompt_clamped_ > 0) {
+    warnings.push_back(fmt::format(
+        "{}: {} of {} requests have {}=0; given 1 prompt token (a prefill needs one)", name_,
+        prompt_clamped_, rows_read, prompt_column));
+  }
+  if (output_clamped_ > 0) {
+    warnings.push_back(fmt::format(
+        "{}: {} of {} requests have {}=0; given 1 output token (the prefill samples one)", name_,
+        output_clamped_, rows_read, output_column));
+  }
+  if (rows_out_of_order > 0) {
+    warnings.push_back(fmt::format(
+        "{}: {} rows have a timestamp earlier than the row above; requests sorted by arrival "
+        "(ties keep file order)",
+        name_, rows_out_of_order));
+  }
+  return warnings;
+}
+
 TraceReadResult TraceParser::finish(double speedup) {
   TraceReadResult result;
   result.format = format_;
@@ -723,16 +809,7 @@ TraceReadResult TraceParser::finish(double speedup) {
   if (has_max_tokens_) result.max_tokens.reserve(rows_.size());
   for (size_t k = 0; k < order.size(); ++k) {
     const RawRow& row = rows_[order[k]];
-    int64_t offset_ns = row.time_ns - first_ns;  // both within ±4e18: no overflow
-    if (speedup != 1.0) {
-      const double scaled_ns = static_cast<double>(offset_ns) / speedup;
-      if (scaled_ns > 9.2e18) {
-        throw UserError(fmt::format("--trace-speedup: {} stretches {} beyond the simulated time "
-                                    "range",
-                                    speedup, name_));
-      }
-      offset_ns = std::llround(scaled_ns);
-    }
+    const int64_t offset_ns = arrival_ns(row.time_ns, first_ns, speedup);
     result.requests.push_back(Request{.id = static_cast<RequestId>(k),
                                       .arrival = SimTime::from_ns(offset_ns),
                                       .prompt_tokens = row.prompt_tokens,
@@ -754,30 +831,7 @@ TraceReadResult TraceParser::finish(double speedup) {
     }
   }
 
-  const std::string_view prompt_column = format_ == TraceFormat::kAzureCsv ? "ContextTokens"
-                                         : format_ == TraceFormat::kGenericCsv
-                                             ? "prompt_tokens"
-                                             : "input_length";
-  const std::string_view output_column = format_ == TraceFormat::kAzureCsv ? "GeneratedTokens"
-                                         : format_ == TraceFormat::kGenericCsv
-                                             ? "output_tokens"
-                                             : "output_length";
-  if (result.rows_prompt_clamped > 0) {
-    result.warnings.push_back(fmt::format(
-        "{}: {} of {} requests have {}=0; given 1 prompt token (a prefill needs one)", name_,
-        result.rows_prompt_clamped, result.rows_read, prompt_column));
-  }
-  if (result.rows_output_clamped > 0) {
-    result.warnings.push_back(fmt::format(
-        "{}: {} of {} requests have {}=0; given 1 output token (the prefill samples one)", name_,
-        result.rows_output_clamped, result.rows_read, output_column));
-  }
-  if (result.rows_out_of_order > 0) {
-    result.warnings.push_back(fmt::format(
-        "{}: {} rows have a timestamp earlier than the row above; requests sorted by arrival "
-        "(ties keep file order)",
-        name_, result.rows_out_of_order));
-  }
+  result.warnings = adjustment_warnings(result.rows_read, result.rows_out_of_order);
   return result;
 }
 
@@ -802,6 +856,51 @@ TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view
                                    int64_t max_requests, double speedup) {
   check_read_arguments(max_requests, speedup);
   return TraceParser(std::filesystem::path(name), max_requests).read_columns(columns, speedup);
+}
+
+struct TraceStream::Impl {
+  Impl(const std::filesystem::path& path, int64_t max_requests) : parser(path, max_requests) {}
+  TraceParser parser;
+  double speedup = 1.0;
+  std::optional<RawRow> ahead;  // the next row, read before it is asked for
+  int64_t first_ns = 0;
+};
+
+TraceStream::TraceStream(const std::filesystem::path& path, int64_t max_requests, double speedup) {
+  check_read_arguments(max_requests, speedup);
+  impl_ = std::make_unique<Impl>(path, max_requests);
+  impl_->speedup = speedup;
+  impl_->parser.open();
+  impl_->ahead = impl_->parser.take_row();
+  if (!impl_->ahead) throw UserError(fmt::format("{}: no requests in trace", path.string()));
+  impl_->first_ns = impl_->ahead->time_ns;
+}
+
+TraceStream::~TraceStream() = default;
+TraceStream::TraceStream(TraceStream&&) noexcept = default;
+TraceStream& TraceStream::operator=(TraceStream&&) noexcept = default;
+
+std::optional<TraceStream::Row> TraceStream::next() {
+  Impl& s = *impl_;
+  if (!s.ahead) return std::nullopt;
+  const RawRow row = *s.ahead;
+  const int64_t id = s.parser.rows_taken() - 1;  // the row ahead is the last one taken
+  s.ahead = s.parser.take_row();
+  Row out;
+  out.request = Request{.id = static_cast<RequestId>(id),
+                        .arrival = SimTime::from_ns(s.parser.arrival_ns(row.time_ns, s.first_ns, s.speedup)),
+                        .prompt_tokens = row.prompt_tokens,
+                        .output_tokens = row.output_tokens,
+                        .priority = row.priority};
+  out.max_tokens = row.max_tokens;
+  return out;
+}
+
+TraceFormat TraceStream::format() const { return impl_->parser.format(); }
+bool TraceStream::has_max_tokens_column() const { return impl_->parser.has_max_tokens(); }
+bool TraceStream::priority_column() const { return impl_->parser.has_priority(); }
+std::vector<std::string> TraceStream::warnings() const {
+  return impl_->parser.adjustment_warnings(impl_->parser.rows_taken(), /*rows_out_of_order=*/0);
 }
 
 }  // namespace batchsim

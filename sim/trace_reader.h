@@ -49,6 +49,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -114,5 +116,38 @@ struct TraceColumns {
 // length.
 TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name,
                                    int64_t max_requests, double speedup);
+
+// A trace file read one request at a time, for streaming runs: memory does not grow with the
+// file. The requests are those read_trace_detailed returns for a trace whose timestamps never
+// go back in file order, row for row (ids, offsets from the first row, speedup, clamped
+// lengths and their warnings, max_tokens and priority columns). What needs the whole file is
+// refused with a UserError naming the file and line: a row earlier than the row above (the
+// exact reader sorts; a stream cannot), and prompt-block hashes (Mooncake hash_ids), which
+// prefix caching would need kept for every request. The header and the first row are read at
+// construction, so a bad file, an empty trace or a bad argument is reported before a run starts.
+class TraceStream {
+ public:
+  TraceStream(const std::filesystem::path& path, int64_t max_requests, double speedup);
+  ~TraceStream();
+  TraceStream(TraceStream&&) noexcept;
+  TraceStream& operator=(TraceStream&&) noexcept;
+
+  struct Row {
+    Request request;
+    int32_t max_tokens = 0;  // the max_tokens column's value; 0 without the column
+  };
+  // The next request in file order; nullopt after the last (or after max_requests).
+  std::optional<Row> next();
+  TraceFormat format() const;
+  bool has_max_tokens_column() const;
+  // Whether any row read so far gave a priority (a CSV's column: from the header on).
+  bool priority_column() const;
+  // TraceReadResult::warnings over the rows read so far: complete once next() ran out.
+  std::vector<std::string> warnings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace batchsim

@@ -629,6 +629,11 @@ class SyntheticRequestSource final : public RequestSource {
   std::string description_;
 };
 
+// Whether arrivals are a trace's own timestamps (no --arrival, or --arrival trace).
+bool replays_trace_timestamps(const WorkloadSpec& spec) {
+  return !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
+}
+
 // The arrival process of a workload without a trace's timestamps (build_workload's checks).
 std::unique_ptr<ArrivalProcess> parse_spec_arrival(const WorkloadSpec& spec) {
   const std::string arrival_spec = spec.arrival.empty() ? "offline" : spec.arrival;
@@ -642,19 +647,84 @@ std::unique_ptr<ArrivalProcess> parse_spec_arrival(const WorkloadSpec& spec) {
   return arrival;
 }
 
+// A trace read one request at a time (TraceStream): the requests build_workload materializes
+// for the same spec, sample for sample — the trace's arrivals (or the --arrival process's, drawn
+// in trace order from the same stream), its lengths, and max_tokens and priorities from the
+// trace's columns or from the spec's own streams, which replace them.
+class TraceRequestSource final : public RequestSource {
+ public:
+  TraceRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed)
+      : parsed_(std::move(parsed)),
+        // Parsed before the trace is opened: a malformed option is reported without reading it.
+        arrival_(replays_trace_timestamps(spec) ? nullptr : parse_spec_arrival(spec)),
+        stream_(spec.trace, spec.num_requests, arrival_ ? 1.0 : spec.trace_speedup),
+        ignore_eos_(spec.ignore_eos),
+        arrival_rng_(Rng::for_stream(spec.seed, kArrivalStream)),
+        max_tokens_rng_(Rng::for_stream(spec.seed, kMaxTokensStream)),
+        priority_rng_(Rng::for_stream(spec.seed, kPriorityStream)) {
+    const std::string file = spec.trace.filename().string();
+    const std::string_view format = trace_format_name(stream_.format());
+    description_ = arrival_ ? fmt::format("{} arrivals, seed {}; lengths from {} ({})", arrival_->describe(), spec.seed,
+                                          file, format)
+                            : fmt::format("arrivals{} and lengths from {} ({})",
+                                          spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : "",
+                                          file, format);
+    description_ += ", read as the run goes";
+    if (parsed_.max_tokens != nullptr) {
+      description_ += fmt::format(", max_tokens {}", parsed_.max_tokens->describe());
+    } else if (stream_.has_max_tokens_column()) {
+      description_ += ", max_tokens from the trace";
+    }
+    if (ignore_eos_) description_ += ", ignoring EOS";
+    if (parsed_.priority != nullptr) description_ += fmt::format(", priority {}", parsed_.priority->describe());
+  }
+
+  std::optional<Request> next() override {
+    std::optional<TraceStream::Row> row = stream_.next();
+    if (!row) return std::nullopt;
+    Request& r = row->request;
+    if (arrival_ != nullptr) {
+      if (r.id > 0) now_ = next_arrival(now_, *arrival_, arrival_rng_, "--arrival");
+      r.arrival = now_;
+    }
+    // As build_workload: the spec's limits replace the trace's column.
+    const int32_t limit = parsed_.max_tokens != nullptr ? parsed_.max_tokens->sample(max_tokens_rng_) : row->max_tokens;
+    if (limit > 0) apply_max_tokens(std::span<const int32_t>(&limit, 1), ignore_eos_, std::span<Request>(&r, 1));
+    if (parsed_.priority != nullptr) r.priority = parsed_.priority->sample(priority_rng_);
+    return r;
+  }
+
+  std::vector<std::string> warnings() const override { return stream_.warnings(); }
+  const std::string& description() const { return description_; }
+
+ private:
+  ParsedWorkloadSpec parsed_;
+  std::unique_ptr<ArrivalProcess> arrival_;  // null: the trace's own timestamps
+  TraceStream stream_;
+  bool ignore_eos_;
+  Rng arrival_rng_, max_tokens_rng_, priority_rng_;
+  SimTime now_ = SimTime::zero();
+  std::string description_;
+};
+
 }  // namespace
 
 std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::string& description) {
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
-  if (!spec.trace.empty() || spec.trace_columns != nullptr) {
-    throw UserError(fmt::format("--streaming with --trace {}: not supported yet (streaming reads synthetic "
-                                "arrivals only; run the trace without --streaming)",
+  if (spec.trace_columns != nullptr) {
+    throw UserError(fmt::format("--streaming with the in-memory workload {}: not supported (it is in memory "
+                                "already; run without streaming)",
                                 spec.trace.string()));
   }
   if (parsed.prefix.tokens > 0) {
     throw UserError(fmt::format("--streaming with --prefix {}: not supported yet (prompt-block hashes are "
                                 "kept for every request)",
                                 spec.prefix));
+  }
+  if (!spec.trace.empty()) {
+    auto source = std::make_unique<TraceRequestSource>(spec, std::move(parsed));
+    description = source->description();
+    return source;
   }
   auto arrival = parse_spec_arrival(spec);
   auto source = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), std::move(arrival));
@@ -672,8 +742,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   bool synthetic = false;  // no trace: the requests came whole from a SyntheticRequestSource
   std::vector<int32_t> limits;  // each request's max_tokens; empty: none given
   bool trace_priorities = false;  // a trace's priority column set them
-  const bool replay_timestamps =
-      !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
+  const bool replay_timestamps = replays_trace_timestamps(spec);
   if (replay_timestamps) {
     TraceReadResult trace = read_spec_trace(spec, spec.trace_speedup);
     built.description = fmt::format(

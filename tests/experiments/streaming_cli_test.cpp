@@ -42,12 +42,12 @@ std::vector<std::string> rows_by_id(const fs::path& file, std::string& header) {
   return rows;
 }
 
-TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
-  const auto dir = testing::scratch_dir("streaming_cli_same");
-  const std::vector<std::string> workload = {"--num-requests", "400", "--arrival", "poisson:8", "--policy", "vllm",
-                                             "--output-len", "capexp:128:512", "--prompt-len", "lognormal:400:0.8",
-                                             "--priority", "uniform:0:2", "--replicas", "2",
-                                             "--router", "least-outstanding", "--streaming-slots", "64"};
+// Runs `workload` exact and streaming (into scratch folder `name`) and checks everything the
+// streaming run promises: the same rows, the same summary but for percentiles, which are within
+// the relative error it states. Returns the streaming run.
+CliRun expect_streaming_equals_exact(const std::vector<std::string>& workload, const std::string& name,
+                                     size_t requests) {
+  const auto dir = testing::scratch_dir(name);
   auto args = workload;
   args.insert(args.begin(), "run");
   auto exact_args = args, stream_args = args;
@@ -55,8 +55,8 @@ TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
   stream_args.insert(stream_args.end(), {"--streaming", "--out", (dir / "stream").string()});
   const CliRun exact = run_cli(exact_args);
   const CliRun stream = run_cli(stream_args);
-  ASSERT_EQ(exact.rc, 0);
-  ASSERT_EQ(stream.rc, 0) << stream.err;
+  EXPECT_EQ(exact.rc, 0) << exact.err;
+  EXPECT_EQ(stream.rc, 0) << stream.err;
   EXPECT_THAT(stream.out, HasSubstr("streaming: percentiles from a DDSketch, within 1%"));
   EXPECT_THAT(exact.out, ::testing::Not(HasSubstr("DDSketch")));
 
@@ -64,7 +64,7 @@ TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
   const auto exact_rows = rows_by_id(dir / "exact" / "requests.csv", exact_header);
   const auto stream_rows = rows_by_id(dir / "stream" / "requests.csv", stream_header);
   EXPECT_EQ(exact_header, stream_header);
-  ASSERT_EQ(exact_rows.size(), 400u);
+  EXPECT_EQ(exact_rows.size(), requests);
   EXPECT_EQ(exact_rows, stream_rows);  // every row, to the digit
   EXPECT_FALSE(fs::exists(dir / "stream" / "bench.json"));
 
@@ -93,6 +93,33 @@ TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
   EXPECT_EQ(e["latency_breakdown"]["queueing"]["share"], s["latency_breakdown"]["queueing"]["share"]);
   EXPECT_TRUE(s["latency_breakdown"]["queueing"]["share_of_p99_requests"].is_null());
   EXPECT_THAT(s["latency_breakdown"]["diagnosis"].get<std::string>(), HasSubstr("streaming"));
+  return stream;
+}
+
+TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
+  expect_streaming_equals_exact({"--num-requests", "400", "--arrival", "poisson:8", "--policy", "vllm",
+                                 "--output-len", "capexp:128:512", "--prompt-len", "lognormal:400:0.8",
+                                 "--priority", "uniform:0:2", "--replicas", "2",
+                                 "--router", "least-outstanding", "--streaming-slots", "64"},
+                                "streaming_cli_same", 400);
+}
+
+TEST(StreamingCli, ATraceIsReadAsTheRunGoesWithTheExactRunsRows) {
+  // The shipped Azure code trace at 8x its speed (a backlog, rejections of over-long requests),
+  // and a generic CSV with a zero output length, whose warning comes at the end of the run.
+  const std::string azure = testing::data_file(testing::traces_dir(), "azure-llm-2023/code.csv").string();
+  const CliRun replay = expect_streaming_equals_exact(
+      {"--trace", azure, "--trace-speedup", "8", "--num-requests", "3000", "--policy", "sarathi", "--streaming-slots", "4096"},
+      "streaming_cli_trace", 3000);
+  EXPECT_THAT(replay.err, HasSubstr("rejected"));  // the same tally as the exact run
+  EXPECT_THAT(replay.err, ::testing::Not(HasSubstr("requests have")));  // nothing clamped
+  const fs::path generic = testing::write_text_file(testing::scratch_dir("streaming_cli_generic"), "g.csv",
+                                                    "arrival_s,prompt_tokens,output_tokens,max_tokens\n"
+                                                    "0,100,0,8\n0.01,50,40,30\n0.02,70,10,64\n");
+  const CliRun small = expect_streaming_equals_exact(
+      {"--trace", generic.string(), "--arrival", "poisson:50", "--max-tokens", "uniform:1:20", "--policy", "vllm"},
+      "streaming_cli_generic_runs", 3);
+  EXPECT_THAT(small.err, HasSubstr("g.csv: 1 of 3 requests have output_tokens=0; given 1 output token"));
 }
 
 TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
@@ -108,9 +135,13 @@ TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
               HasSubstr("--streaming with --prefill-replicas/--decode-replicas: not supported yet"));
   EXPECT_THAT(with({"--chrome-trace", "t.json"}), HasSubstr("--streaming with --chrome-trace: not supported yet"));
   EXPECT_THAT(with({"--goodput", "ttft:100"}), HasSubstr("--streaming with --goodput: not supported yet"));
-  const fs::path trace = testing::write_text_file(testing::scratch_dir("streaming_cli_trace"), "t.csv",
-                                                  "arrival_s,prompt_tokens,output_tokens\n0,10,5\n");
-  EXPECT_THAT(with({"--trace", trace.string()}), HasSubstr("--streaming with --trace"));
+  // A trace streams, but not one that needs sorting or keeps prompt-block hashes.
+  const fs::path unsorted = testing::write_text_file(testing::scratch_dir("streaming_cli_unsorted"), "t.csv",
+                                                     "arrival_s,prompt_tokens,output_tokens\n1,10,5\n0,10,5\n");
+  EXPECT_THAT(with({"--trace", unsorted.string()}), HasSubstr("t.csv:3: timestamp earlier than the row above"));
+  const std::string mooncake = testing::data_file(testing::traces_dir(), "mooncake-fast25/synthetic.jsonl").string();
+  EXPECT_THAT(with({"--trace", mooncake}), HasSubstr(":1: hash_ids (prompt-block hashes, for prefix "
+                                                     "caching) are not kept by --streaming yet"));
   EXPECT_THAT(with({"--no-streaming"}), HasSubstr("--streaming, --no-streaming: give one or the other"));
   EXPECT_THAT(with({"--streaming-slots", "0"}), HasSubstr("--streaming-slots: must be >= 1"));
   EXPECT_THAT(with({"--arrival", "offline", "--streaming-slots", "5"}), HasSubstr("--streaming-slots"));

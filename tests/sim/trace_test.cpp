@@ -528,5 +528,144 @@ TEST(TraceColumnsInMemory, ErrorsNameTheWorkloadAndTheRow) {
             0u);
 }
 
+// ---- streaming: one request at a time --------------------------------------------------------
+
+namespace streamed {
+
+void expect_same_requests(const Workload& want, const Workload& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].id, got[i].id) << what << " request " << i;
+    ASSERT_EQ(want[i].arrival, got[i].arrival) << what << " request " << i;
+    ASSERT_EQ(want[i].prompt_tokens, got[i].prompt_tokens) << what << " request " << i;
+    ASSERT_EQ(want[i].output_tokens, got[i].output_tokens) << what << " request " << i;
+    ASSERT_EQ(want[i].max_tokens, got[i].max_tokens) << what << " request " << i;
+    ASSERT_EQ(want[i].priority, got[i].priority) << what << " request " << i;
+  }
+}
+
+// Every request of a TraceStream, its max_tokens column apart (as TraceReadResult keeps it).
+Workload drain(TraceStream& stream, std::vector<int32_t>& max_tokens) {
+  Workload w;
+  while (std::optional<TraceStream::Row> row = stream.next()) {
+    w.push_back(row->request);
+    if (stream.has_max_tokens_column()) max_tokens.push_back(row->max_tokens);
+  }
+  EXPECT_FALSE(stream.next().has_value());  // and stays ended
+  return w;
+}
+
+}  // namespace streamed
+
+TEST(TraceStreams, ReadTheRequestsOfTheWholeFileReaderRowByRow) {
+  // Real traces (the Azure ones), JSONL (the Mooncake format, without hash_ids), a generic CSV with
+  // both optional columns, zero lengths, a BOM, CRLF and blank lines, gzip, and each with a
+  // row limit and a speedup.
+  const auto generic = write_file("stream_generic.csv",
+                                  "\xEF\xBB\xBF" "arrival_s,prompt_tokens,output_tokens,priority,max_tokens\r\n"
+                                  "10.5,100,0,2,7\r\n"
+                                  "\r\n"
+                                  "10.5,0,20,-1,30\r\n"
+                                  " 12.25 , 64 , 8 , 0 , 8 \r\n"
+                                  "40,1,1,5,1\r\n");
+  // JSONL without hash_ids, a priority on one line only, and a line outside the fast subset.
+  const auto jsonl = write_file("stream.jsonl",
+                                "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}\n"
+                                "{\"timestamp\": 1000, \"input_length\": 0, \"output_length\": 3, \"priority\": 2}\n"
+                                "{\"timestamp\": 1500.5, \"input_length\": 7, \"output_length\": 2, \"note\": \"x\"}\n");
+  struct Case {
+    std::filesystem::path path;
+    int64_t max_requests;
+    double speedup;
+  };
+  const std::vector<Case> cases = {
+      {trace_path("azure-llm-2023/code.csv"), 0, 1.0},  {trace_path("azure-llm-2023/conv.csv"), 500, 3.0},
+      {jsonl, 0, 0.5}, {jsonl, 1, 1.0}, {generic, 0, 1.0}, {generic, 3, 2.0},
+      {trace_path("azure-llm-2023/code.csv.gz"), 0, 1.0}};
+  for (const Case& c : cases) {
+    const std::string what = c.path.filename().string() + " max " + std::to_string(c.max_requests);
+    const TraceReadResult whole = read_trace_detailed(c.path, c.max_requests, c.speedup);
+    TraceStream stream(c.path, c.max_requests, c.speedup);
+    EXPECT_EQ(stream.format(), whole.format) << what;
+    std::vector<int32_t> max_tokens;
+    const Workload rows = streamed::drain(stream, max_tokens);
+    streamed::expect_same_requests(whole.requests, rows, what);
+    EXPECT_EQ(max_tokens, whole.max_tokens) << what;
+    EXPECT_EQ(stream.priority_column(), whole.priority_column) << what;
+    EXPECT_EQ(stream.warnings(), whole.warnings) << what;
+  }
+  // The generic file's adjustments are reported as the whole-file reader words them.
+  TraceStream stream(generic, 0, 1.0);
+  std::vector<int32_t> max_tokens;
+  streamed::drain(stream, max_tokens);
+  EXPECT_EQ(stream.warnings().size(), 2u);
+}
+
+TEST(TraceStreams, RefuseWhatNeedsTheWholeFileNamingTheLine) {
+  const auto unsorted = write_file("stream_unsorted.csv",
+                                   "arrival_s,prompt_tokens,output_tokens\n0,10,10\n2,10,10\n\n1,10,10\n3,10,10\n");
+  TraceStream stream(unsorted, 0, 1.0);
+  EXPECT_TRUE(stream.next().has_value());
+  // The row ahead is read with the one before it: the error comes as the run reaches it.
+  EXPECT_EQ(user_error_of([&] {
+              while (stream.next()) {
+              }
+            }),
+            unsorted.string() + ":5: timestamp earlier than the row above: --streaming reads a trace in file order "
+                                "and cannot sort it; sort the file by time, or run without --streaming");
+  // Only the rows taken count: the first two of the same file stream.
+  TraceStream first_two(unsorted, 2, 1.0);
+  std::vector<int32_t> unused;
+  EXPECT_EQ(streamed::drain(first_two, unused).size(), 2u);
+
+  const auto hashed = trace_path("mooncake-fast25/conversation.jsonl");
+  EXPECT_EQ(user_error_of([&] { TraceStream s(hashed, 0, 1.0); }),
+            hashed.string() + ":1: hash_ids (prompt-block hashes, for prefix caching) are not kept by --streaming "
+                              "yet; run this trace without --streaming");
+  const auto empty = write_file("stream_empty.csv", "arrival_s,prompt_tokens,output_tokens\n\n");
+  EXPECT_EQ(user_error_of([&] { TraceStream s(empty, 0, 1.0); }), empty.string() + ": no requests in trace");
+  const auto bad_later = write_file("stream_bad.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n2,x,1\n");
+  TraceStream bad(bad_later, 0, 1.0);
+  EXPECT_TRUE(bad.next().has_value());
+  EXPECT_EQ(user_error_of([&] { bad.next(); }), bad_later.string() + ":4: prompt_tokens \"x\" is not an integer");
+  EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, 0, 0.0); }), "--trace-speedup: must be a number > 0, got 0");
+  EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, -1, 1.0); }), "--num-requests: must be >= 0 (0 = all), got -1");
+}
+
+TEST(TraceStreams, AStreamedWorkloadIsTheBuiltOneWithEveryOverride) {
+  // Trace timestamps with a speedup; trace lengths with Poisson arrivals; the spec's limits and
+  // priorities replacing a trace's columns, with and without ignore_eos.
+  const auto generic = write_file("stream_workload.csv",
+                                  "arrival_s,prompt_tokens,output_tokens,max_tokens,priority\n"
+                                  "0,100,50,40,1\n0.5,30,10,20,0\n0.75,64,300,128,3\n2,10,1,5,2\n");
+  std::vector<WorkloadSpec> specs(6);
+  specs[0].trace = trace_path("azure-llm-2023/conv.csv");
+  specs[0].trace_speedup = 2.5;
+  specs[1].trace = trace_path("azure-llm-2023/code.csv");
+  specs[1].arrival = "poisson:3";
+  specs[1].seed = 7;
+  specs[1].num_requests = 800;
+  specs[2].trace = generic;
+  specs[3].trace = generic;
+  specs[3].ignore_eos = true;
+  specs[4].trace = generic;
+  specs[4].max_tokens = "uniform:1:60";
+  specs[4].priority = "uniform:0:3";
+  specs[4].arrival = "gamma:2:3";
+  specs[5].trace = trace_path("azure-llm-2023/code.csv.gz");
+  specs[5].arrival = "trace";
+  for (const WorkloadSpec& spec : specs) {
+    const std::string what = spec.trace.filename().string() + " " + spec.arrival;
+    const BuiltWorkload built = build_workload(spec);
+    std::string description;
+    const std::unique_ptr<RequestSource> source = stream_workload(spec, description);
+    Workload rows;
+    while (std::optional<Request> r = source->next()) rows.push_back(*r);
+    streamed::expect_same_requests(built.requests, rows, what);
+    EXPECT_EQ(source->warnings(), built.warnings) << what;
+    EXPECT_NE(description.find("read as the run goes"), std::string::npos) << description;
+  }
+}
+
 }  // namespace
 }  // namespace batchsim
