@@ -48,13 +48,15 @@ bool is_axis_run_key(const std::string& key) {
   return keys.count(key) > 0;
 }
 
+void reject_reserved_keys(const std::string& raw, const YAML::Node& key_node, const Where& where, const std::string& path) {
+  const std::string key = normalize_key(raw);
+  if (key == "policy") where.fail(key_node, path + "policy", "list policies under the top-level 'policies' key");
+  if (key == "seed") where.fail(key_node, path + "seed", "list seeds under the top-level 'seeds' key");
+  if (key == "out") where.fail(key_node, path + "out", "the output folder is given with --out");
+}
+
 void reject_reserved_keys(const YAML::Node& mapping, const Where& where, const std::string& path) {
-  for (const auto& kv : mapping) {
-    const std::string key = normalize_key(kv.first.as<std::string>());
-    if (key == "policy") where.fail(kv.first, path + "policy", "list policies under the top-level 'policies' key");
-    if (key == "seed") where.fail(kv.first, path + "seed", "list seeds under the top-level 'seeds' key");
-    if (key == "out") where.fail(kv.first, path + "out", "the output folder is given with --out");
-  }
+  for (const auto& kv : mapping) reject_reserved_keys(kv.first.as<std::string>(), kv.first, where, path);
 }
 
 template <typename T>
@@ -180,11 +182,19 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
   AxisValue v;
   v.settings = YAML::Node(YAML::NodeType::Map);
   const bool is_rate = axis == "rate";
+  // A run key the value sets: checked on the file's own nodes (the stored copy has no lines, so
+  // an error found later could not say where the value is written), then stored detached.
+  RunConfig scratch;
+  const auto set = [&](const std::string& raw, const YAML::Node& key_node, const YAML::Node& value) {
+    reject_reserved_keys(raw, key_node, where, key + ".");
+    apply_yaml_key(raw, key_node, value, where.file, scratch, key + ".");  // unknown keys, wrong types
+    v.settings[raw] = detached(value);
+  };
   if (node.IsScalar()) {
     if (is_rate) {
       v.rate = as<double>(node, where, key, "a request rate (requests/s)");
     } else if (is_axis_run_key(axis)) {
-      v.settings[axis] = detached(node);
+      set(axis, node, node);
     } else {
       where.fail(node, key, fmt::format("'{}' is not a run key, so its values must be mappings "
                                         "with a label and the run keys they set", axis));
@@ -199,7 +209,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
         v.label = as<std::string>(kv.second, where, sub, "a string");
       } else if (k == "value") {
         if (is_rate) v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
-        else if (is_axis_run_key(axis)) v.settings[axis] = detached(kv.second);
+        else if (is_axis_run_key(axis)) set(axis, kv.first, kv.second);
         else where.fail(kv.first, sub, fmt::format("'{}' is not a run key: set run keys by name", axis));
         if (v.label.empty()) v.label = scalar_label(kv.second);
       } else if (k == "rate") {
@@ -215,7 +225,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
           v.per_policy[label] = option_map(p.second, where, sub + "." + label);
         }
       } else {
-        v.settings[raw] = detached(kv.second);
+        set(raw, kv.first, kv.second);
       }
     }
     if (v.label.empty()) where.fail(node, key, "a mapping value needs a 'label' (or a 'value')");
@@ -223,9 +233,6 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
     where.fail(node, key, "expected a scalar or a mapping");
   }
   if (v.rate && !(*v.rate > 0)) where.fail(node, key, "a rate must be > 0 requests/s");
-  reject_reserved_keys(v.settings, where, key + ".");
-  RunConfig scratch;
-  apply_yaml_mapping(v.settings, where.file, scratch, key + ".");  // unknown keys, wrong types
   return v;
 }
 

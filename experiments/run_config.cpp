@@ -165,11 +165,14 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
 
 void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
                         RunConfig& c, const std::string& key_prefix) {
-  for (const auto& kv : mapping) {
-    const std::string raw = kv.first.as<std::string>();
+  for (const auto& kv : mapping) apply_yaml_key(kv.first.as<std::string>(), kv.first, kv.second, file, c, key_prefix);
+}
+
+void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,
+                    const std::filesystem::path& file, RunConfig& c, const std::string& key_prefix) {
+  {
     const std::string key = normalize_key(raw);
     const std::string shown = key_prefix + raw;
-    const YAML::Node& v = kv.second;
     if (key == "model") c.model = scalar<std::string>(v, file, shown);
     else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
     else if (key == "tp") c.tp = scalar<int>(v, file, shown);
@@ -188,7 +191,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
     else if (key == "kv-transfer") c.kv_transfer = scalar<std::string>(v, file, shown);
     else if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
       const bool prefill = key[0] == 'p';
-      apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, kv.first, file, shown);
+      apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, key_node, file, shown);
     }
     else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
       if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
@@ -249,7 +252,7 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
       });
     }
     else {
-      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), kv.first.Mark().line + 1, shown));
+      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), key_node.Mark().line + 1, shown));
     }
   }
 }

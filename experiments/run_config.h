@@ -116,6 +116,10 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
 // name `file`, the line and `key_prefix` + the key (an experiment file passes e.g. "base.").
 void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
                         RunConfig& config, const std::string& key_prefix = "");
+// One run key `raw` with value `v`; `key_node` is where the key is written (its line names an
+// unknown key). For values read from a file: a cloned node has no line of its own.
+void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,
+                    const std::filesystem::path& file, RunConfig& config, const std::string& key_prefix = "");
 // Parses "KEY=VALUE" (from --policy-opt). Throws UserError naming the option.
 std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
 

@@ -113,7 +113,16 @@ TEST(ExperimentParse, ErrorsNameTheFileLineAndKey) {
   EXPECT_THAT(parse_error("base: [1, 2]\n"), HasSubstr("base: expected a mapping"));
   EXPECT_THAT(parse_error("base: {\n"), HasSubstr("not valid YAML"));
   // A shape no key check expected is still a UserError with a line, never an internal error.
-  EXPECT_THAT(parse_error("axes:\n  tp:\n    - {value: [1, 2]}\n"), HasSubstr("bad.yaml:3: unexpected YAML"));
+  EXPECT_THAT(parse_error("axes:\n  load:\n    - {label: a, [x]: 1}\n"), HasSubstr("bad.yaml:3: unexpected YAML"));
+  // An axis value's error names the line the value is written on (its stored copy has none).
+  EXPECT_THAT(parse_error("axes:\n  tp:\n    - {value: [1, 2]}\n"),
+              HasSubstr("bad.yaml:3: key 'axes.tp[0].tp' has a value of the wrong type"));
+  EXPECT_THAT(parse_error("axes:\n  tp:\n    - 1\n    - two\n"),
+              HasSubstr("bad.yaml:4: key 'axes.tp[1].tp' has a value of the wrong type"));
+  EXPECT_THAT(parse_error("axes:\n  load:\n    - label: a\n      arrival: poisson:4\n      modle: x\n"),
+              HasSubstr("bad.yaml:5: unknown key 'axes.load[0].modle'"));
+  EXPECT_THAT(parse_error("axes:\n  load:\n    - label: a\n\n      out: somewhere\n"),
+              HasSubstr("bad.yaml:5: axes.load[0].out: the output folder is given with --out"));
   // Malformed distributions and arrivals are found before anything runs, naming the file and
   // the run, not only a flag name after the first runs have started.
   EXPECT_THAT(parse_error("base: {output-len: \"capexp:128\"}\n"),
