@@ -16,10 +16,10 @@
 namespace batchsim {
 
 int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests) {
-  // Measured: `run --num-requests N --arrival poisson:50` at N = 200k and 1M, peak RSS
-  // difference over the request difference (README, "Robustness"); 16 bytes more than before
-  // requests carried max_tokens (the workload's Request and the record's, 24 -> 32 bytes each).
-  const double per_request = policy_base == "static" ? 1507 : 418;
+  // Measured: `run --num-requests N --arrival poisson:50 --no-streaming` at N = 200k and 1M,
+  // peak RSS difference over the request difference (README, "Robustness"), after requests
+  // carried their latency breakdown (RequestRecord::breakdown and its accounting).
+  const double per_request = policy_base == "static" ? 1650 : 734;
   return static_cast<int64_t>(1.1 * per_request * static_cast<double>(requests)) + (int64_t{64} << 20);
 }
 
