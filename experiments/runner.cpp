@@ -167,7 +167,6 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
 std::string streaming_unsupported_reason(const RunConfig& config) {
   const WorkloadSpec& w = config.workload;
   if (w.trace_columns != nullptr) return fmt::format("the in-memory workload {}", w.trace.string());
-  if (!w.prefix.empty()) return fmt::format("--prefix {}", w.prefix);
   if (config.max_concurrency > 0) return "--max-concurrency";
   if (is_disaggregated(config)) return "--prefill-replicas/--decode-replicas";
   if (config.iteration_log) return "--iteration-log";

@@ -100,8 +100,7 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   if (num_blocks > std::numeric_limits<int32_t>::max()) {
     throw UserError("prefix caching: more KV blocks than 2^31; use a larger block_size");
   }
-  if (prefix.hashes->block_tokens < 1 ||
-      static_cast<int64_t>(prefix.hashes->offsets.size()) != static_cast<int64_t>(prefix.requests->size()) + 1) {
+  if (prefix.hashes->block_tokens < 1 || prefix.hashes->size() != static_cast<int64_t>(prefix.requests->size())) {
     throw std::logic_error("prefix caching: prefix block hashes do not match the workload");
   }
   caching_ = true;
@@ -136,11 +135,15 @@ uint64_t PagedKvCache::block_key(RequestId id, int64_t k) const {
   };
   const int64_t content = content_blocks(id);
   if (k < content) return content_key(k);
-  return own_block_key(content > 0 ? content_key(content - 1) : kNoParentKey, id, k);
+  // Keyed by the request's own id (Request::id), not the slot it is held in: in a streaming run
+  // a slot's later occupant must not find its predecessor's blocks (in an exact run they agree).
+  return own_block_key(content > 0 ? content_key(content - 1) : kNoParentKey, (*prefix_.requests)[id].id, k);
 }
 
 void PagedKvCache::scan(RequestId id) const {
-  if (run_id_ == id && run_generation_ == generation_) return;
+  // The request (Request::id), not its slot: a streaming run recycles slots.
+  const RequestId request = (*prefix_.requests)[id].id;
+  if (run_id_ == request && run_generation_ == generation_) return;
   run_.clear();
   const int64_t n = max_full_blocks(id);
   for (int64_t k = 0; k < n; ++k) {
@@ -152,7 +155,7 @@ void PagedKvCache::scan(RequestId id) const {
     }
     run_.push_back(b);
   }
-  run_id_ = id;
+  run_id_ = request;
   run_generation_ = generation_;
 }
 

@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,29 @@ struct Request {
 // Sorted by arrival (ties keep their input order); ids are 0..n-1 in that order.
 using Workload = std::vector<Request>;
 
+// Each request's prompt-block hashes in compressed rows (no allocation per request): request
+// id's are hashes[offsets[id] .. offsets[id+1]). Empty when the trace has none. For prefix
+// caching: in Mooncake traces one hash covers `block_tokens` = 512 prompt tokens.
+struct PrefixBlockHashes {
+  int32_t block_tokens = 0;
+  std::vector<int64_t> offsets;  // empty, or one more than the number of requests
+  std::vector<uint64_t> hashes;
+  // A streaming run's instead (offsets empty): one list per slot, rewritten when a request
+  // takes the slot (sim/simulation.h), so `of(slot)` is its current occupant's.
+  std::vector<std::vector<uint64_t>> per_slot;
+
+  bool empty() const { return offsets.empty() && per_slot.empty(); }
+  // How many requests (or slots) it describes.
+  int64_t size() const {
+    return per_slot.empty() ? std::max<int64_t>(0, static_cast<int64_t>(offsets.size()) - 1)
+                            : static_cast<int64_t>(per_slot.size());
+  }
+  std::span<const uint64_t> of(RequestId id) const {
+    if (!per_slot.empty()) return per_slot[static_cast<size_t>(id)];
+    return {hashes.data() + offsets[id], hashes.data() + offsets[id + 1]};
+  }
+};
+
 // A workload read one request at a time, for runs too long to hold it (streaming mode,
 // sim/simulation.h): next() gives the requests in the order a Workload would hold them (ids
 // 0, 1, 2, ..., arrivals non-decreasing), then nullopt for good.
@@ -54,18 +79,31 @@ class RequestSource {
   // What was adjusted in the requests read so far (a trace's clamped lengths), one line each,
   // naming the file; complete once next() ran out. Exact runs see these before they start.
   virtual std::vector<std::string> warnings() const { return {}; }
+  // Prompt-block hashes (PrefixBlockHashes, sim/trace_reader.h), for prefix caching: how many
+  // prompt tokens one hash covers, the same for every request (0: the source has none), and
+  // the hashes of the request next() returned last (valid until next() is called again).
+  virtual int32_t prefix_block_tokens() const { return 0; }
+  virtual std::span<const uint64_t> prefix_hashes() const { return {}; }
 };
 
-// A Workload as a RequestSource (tests, and runs whose workload is in memory anyway).
+// A Workload as a RequestSource (tests, and runs whose workload is in memory anyway), with its
+// prompt-block hashes when given (a BuiltWorkload's prefix_blocks; null or empty: none).
 class WorkloadSource final : public RequestSource {
  public:
-  explicit WorkloadSource(const Workload& requests) : requests_(requests) {}
+  explicit WorkloadSource(const Workload& requests, const PrefixBlockHashes* prefix_blocks = nullptr)
+      : requests_(requests), prefix_blocks_(prefix_blocks != nullptr && !prefix_blocks->empty() ? prefix_blocks : nullptr) {}
   std::optional<Request> next() override {
     if (next_ >= requests_.size()) return std::nullopt;
     return requests_[next_++];
   }
+  int32_t prefix_block_tokens() const override { return prefix_blocks_ != nullptr ? prefix_blocks_->block_tokens : 0; }
+  std::span<const uint64_t> prefix_hashes() const override {
+    if (prefix_blocks_ == nullptr || next_ == 0) return {};
+    return prefix_blocks_->of(static_cast<RequestId>(next_ - 1));
+  }
  private:
   const Workload& requests_;
+  const PrefixBlockHashes* prefix_blocks_;
   size_t next_ = 0;
 };
 

@@ -149,8 +149,14 @@ SimulationResult Simulation::run() {
     for (size_t k = 0; k < table; ++k) free_slots_[k] = static_cast<RequestId>(table - 1 - k);
     figures_ = RequestFigures<SketchedSamples>{};
     read_ = 0;
+    slot_prefix_blocks_ = PrefixBlockHashes{};
+    if (const int32_t block_tokens = source_->prefix_block_tokens(); block_tokens > 0) {
+      slot_prefix_blocks_.block_tokens = block_tokens;
+      slot_prefix_blocks_.per_slot.assign(table, {});
+    }
     next_request_ = source_->next();
   }
+  prefix_blocks_ = streaming() ? &slot_prefix_blocks_ : options_.prefix_blocks;
   in_flight_ = pending_sends_ = scheduled_ = 0;
   held_.clear();
   released_.assign(closed_loop ? n : 0, 0);
@@ -216,7 +222,7 @@ SimulationResult Simulation::run() {
       if (!keeps_kv) p.computed_tokens = 0;
       record_phase(id, RequestPhase::kPreempted);
     };
-    env.prefix_blocks = options_.prefix_blocks;
+    env.prefix_blocks = prefix_blocks_;
     env.arrived = &arrived_;
     env.total_requests = &total_requests_;
     env.clients_in_flight = &in_flight_;
@@ -396,8 +402,8 @@ int32_t Simulation::route(RequestId id, size_t first, size_t count, Router route
     case Router::kPrefix:
       // Requests that share their first prompt block share a replica, whose prefix cache then
       // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
-      if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty()) {
-        const auto hashes = options_.prefix_blocks->of(id);
+      if (prefix_blocks_ != nullptr && !prefix_blocks_->empty()) {
+        const auto hashes = prefix_blocks_->of(id);
         if (!hashes.empty()) return base + static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
       }
       break;
@@ -496,6 +502,10 @@ void Simulation::arrive_from_source() {
   free_slots_.pop_back();
   // The slot's last occupant settled: its state starts afresh (its KV and queue places are gone).
   slots_[static_cast<size_t>(slot)] = *next_request_;
+  if (!slot_prefix_blocks_.empty()) {
+    const std::span<const uint64_t> hashes = source_->prefix_hashes();  // next_request_'s: not read past yet
+    slot_prefix_blocks_.per_slot[static_cast<size_t>(slot)].assign(hashes.begin(), hashes.end());
+  }
   progress_[static_cast<size_t>(slot)] = RequestProgress{};
   admission_hit_[static_cast<size_t>(slot)] = 0;
   slot_reject_reason_[static_cast<size_t>(slot)].clear();

@@ -317,6 +317,10 @@ class Simulation {
   std::optional<Request> next_request_;
   int64_t read_ = 0;  // requests read from the source
   Workload slots_;
+  // The prompt-block hashes the policies and the prefix router read: the workload's
+  // (SimulationOptions::prefix_blocks), or, streaming, each slot's occupant's from the source.
+  const PrefixBlockHashes* prefix_blocks_ = nullptr;
+  PrefixBlockHashes slot_prefix_blocks_;
   std::vector<RequestId> free_slots_;
   std::vector<RequestId> kv_held_slots_;  // settled, but their policy still holds their KV
   std::vector<std::string> slot_reject_reason_;

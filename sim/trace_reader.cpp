@@ -174,7 +174,8 @@ class TraceParser {
   // Streaming (TraceStream): open() detects the format; take_row() then hands out the rows one
   // at a time in file order (refusing what a stream cannot do), keeping none of them.
   void open();
-  std::optional<RawRow> take_row();
+  // The row's hash_ids go to `hashes` (cleared when it has none).
+  std::optional<RawRow> take_row(std::vector<uint64_t>& hashes);
   // A row's arrival: its offset from the first row's time, divided by `speedup`.
   int64_t arrival_ns(int64_t time_ns, int64_t first_ns, double speedup) const;
   // One line per kind of adjustment made to the rows read so far, naming the file.
@@ -183,6 +184,8 @@ class TraceParser {
   bool has_max_tokens() const { return has_max_tokens_; }
   bool has_priority() const { return has_priority_; }
   int64_t rows_taken() const { return taken_; }
+  // Whether the rows carry hash_ids, as the first row taken decided.
+  bool keeps_hashes() const { return hash_mode_ == HashMode::kKeep; }
 
  private:
   [[noreturn]] void fail_line(std::string_view what) const {
@@ -241,6 +244,7 @@ class TraceParser {
   std::vector<RawRow> rows_;
   int64_t taken_ = 0;  // rows handed out by take_row (and no longer in rows_)
   int64_t last_taken_ns_ = 0;
+  enum class HashMode { kUndecided, kKeep, kNone } hash_mode_ = HashMode::kUndecided;  // take_row's
   std::vector<int64_t> hash_offsets_{0};
   std::vector<uint64_t> hashes_;
   bool any_hash_ids_ = false;
@@ -688,16 +692,21 @@ TraceReadResult TraceParser::read(double speedup) {
   return finish(speedup);
 }
 
-std::optional<RawRow> TraceParser::take_row() {
+std::optional<RawRow> TraceParser::take_row(std::vector<uint64_t>& hashes) {
   if (rows_.empty() && !read_row()) return std::nullopt;  // (a JSONL file's first row came with open())
   const RawRow row = rows_.front();
   rows_.clear();
   ++taken_;
-  if (any_hash_ids_) {
-    fail_line("hash_ids (prompt-block hashes, for prefix caching) are not kept by --streaming yet; "
-              "run this trace without --streaming");
+  // The first row decides whether requests carry prompt-block hashes (a streaming run sets up
+  // prefix caching before it starts); a later row without hash_ids has none, as in read().
+  if (hash_mode_ == HashMode::kUndecided) hash_mode_ = any_hash_ids_ ? HashMode::kKeep : HashMode::kNone;
+  if (hash_mode_ == HashMode::kNone && any_hash_ids_) {
+    fail_line("hash_ids here but not on the first row: --streaming decides from the first row whether requests "
+              "carry prompt-block hashes; give the first row hash_ids, or run without --streaming");
   }
-  hash_offsets_.resize(1);  // rows without hash_ids: nothing to keep
+  hashes.assign(hashes_.begin(), hashes_.end());  // this row's only: they are cleared per row
+  hashes_.clear();
+  hash_offsets_.resize(1);
   if (taken_ > 1 && row.time_ns < last_taken_ns_) {
     fail_line("timestamp earlier than the row above: --streaming reads a trace in file order and cannot "
               "sort it; sort the file by time, or run without --streaming");
@@ -863,6 +872,7 @@ struct TraceStream::Impl {
   TraceParser parser;
   double speedup = 1.0;
   std::optional<RawRow> ahead;  // the next row, read before it is asked for
+  std::vector<uint64_t> ahead_hashes, hashes;  // its hash_ids, and those of the row handed out
   int64_t first_ns = 0;
 };
 
@@ -871,7 +881,7 @@ TraceStream::TraceStream(const std::filesystem::path& path, int64_t max_requests
   impl_ = std::make_unique<Impl>(path, max_requests);
   impl_->speedup = speedup;
   impl_->parser.open();
-  impl_->ahead = impl_->parser.take_row();
+  impl_->ahead = impl_->parser.take_row(impl_->ahead_hashes);
   if (!impl_->ahead) throw UserError(fmt::format("{}: no requests in trace", path.string()));
   impl_->first_ns = impl_->ahead->time_ns;
 }
@@ -885,7 +895,8 @@ std::optional<TraceStream::Row> TraceStream::next() {
   if (!s.ahead) return std::nullopt;
   const RawRow row = *s.ahead;
   const int64_t id = s.parser.rows_taken() - 1;  // the row ahead is the last one taken
-  s.ahead = s.parser.take_row();
+  std::swap(s.hashes, s.ahead_hashes);
+  s.ahead = s.parser.take_row(s.ahead_hashes);
   Row out;
   out.request = Request{.id = static_cast<RequestId>(id),
                         .arrival = SimTime::from_ns(s.parser.arrival_ns(row.time_ns, s.first_ns, s.speedup)),
@@ -893,11 +904,13 @@ std::optional<TraceStream::Row> TraceStream::next() {
                         .output_tokens = row.output_tokens,
                         .priority = row.priority};
   out.max_tokens = row.max_tokens;
+  out.hashes = s.hashes;
   return out;
 }
 
 TraceFormat TraceStream::format() const { return impl_->parser.format(); }
 bool TraceStream::has_max_tokens_column() const { return impl_->parser.has_max_tokens(); }
+int32_t TraceStream::prefix_block_tokens() const { return impl_->parser.keeps_hashes() ? kMooncakeBlockTokens : 0; }
 bool TraceStream::priority_column() const { return impl_->parser.has_priority(); }
 std::vector<std::string> TraceStream::warnings() const {
   return impl_->parser.adjustment_warnings(impl_->parser.rows_taken(), /*rows_out_of_order=*/0);

@@ -47,6 +47,7 @@
 //   "conv.csv:17: expected 3 fields, got 2".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -62,20 +63,6 @@ namespace batchsim {
 
 enum class TraceFormat { kAzureCsv, kGenericCsv, kMooncakeJsonl };
 std::string_view trace_format_name(TraceFormat format);  // "azure-csv", "generic-csv", ...
-
-// Each request's prompt-block hashes in compressed rows (no allocation per request): request
-// id's are hashes[offsets[id] .. offsets[id+1]). Empty when the trace has none. For prefix
-// caching: in Mooncake traces one hash covers `block_tokens` = 512 prompt tokens.
-struct PrefixBlockHashes {
-  int32_t block_tokens = 0;
-  std::vector<int64_t> offsets;  // empty, or one more than the number of requests
-  std::vector<uint64_t> hashes;
-
-  bool empty() const { return offsets.empty(); }
-  std::span<const uint64_t> of(RequestId id) const {
-    return {hashes.data() + offsets[id], hashes.data() + offsets[id + 1]};
-  }
-};
 
 struct TraceReadResult {
   Workload requests;
@@ -120,11 +107,12 @@ TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view
 // A trace file read one request at a time, for streaming runs: memory does not grow with the
 // file. The requests are those read_trace_detailed returns for a trace whose timestamps never
 // go back in file order, row for row (ids, offsets from the first row, speedup, clamped
-// lengths and their warnings, max_tokens and priority columns). What needs the whole file is
-// refused with a UserError naming the file and line: a row earlier than the row above (the
-// exact reader sorts; a stream cannot), and prompt-block hashes (Mooncake hash_ids), which
-// prefix caching would need kept for every request. The header and the first row are read at
-// construction, so a bad file, an empty trace or a bad argument is reported before a run starts.
+// lengths and their warnings, max_tokens and priority columns, Mooncake hash_ids). What needs
+// the whole file is refused with a UserError naming the file and line: a row earlier than the
+// row above (the exact reader sorts; a stream cannot), and hash_ids on a row when the first row
+// had none (whether requests carry prompt-block hashes is decided before the run starts). The
+// header and the first row are read at construction, so a bad file, an empty trace or a bad
+// argument is reported before a run starts.
 class TraceStream {
  public:
   TraceStream(const std::filesystem::path& path, int64_t max_requests, double speedup);
@@ -135,11 +123,15 @@ class TraceStream {
   struct Row {
     Request request;
     int32_t max_tokens = 0;  // the max_tokens column's value; 0 without the column
+    std::span<const uint64_t> hashes;  // its hash_ids; valid until the next next()
   };
   // The next request in file order; nullopt after the last (or after max_requests).
   std::optional<Row> next();
   TraceFormat format() const;
   bool has_max_tokens_column() const;
+  // Tokens per prompt-block hash (PrefixBlockHashes::block_tokens) when the trace's rows carry
+  // hash_ids, decided by its first row; 0 when they do not.
+  int32_t prefix_block_tokens() const;
   // Whether any row read so far gave a priority (a CSV's column: from the header on).
   bool priority_column() const;
   // TraceReadResult::warnings over the rows read so far: complete once next() ran out.

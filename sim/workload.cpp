@@ -436,6 +436,19 @@ PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
 
 namespace {
 
+// Prepends `prefix` to request `r`'s prompt and returns the hash of its prompt block: the
+// index of its prefix group, drawn from `rng` (stream 3 of the seed, one draw per request in id
+// order when there is more than one group).
+uint64_t prepend_prefix(const PrefixSpec& prefix, Rng& rng, std::string_view option, Request& r) {
+  const int64_t prompt = static_cast<int64_t>(r.prompt_tokens) + prefix.tokens;
+  if (prompt > kMaxTokens) {
+    throw UserError(fmt::format("{}: request {} would have a prompt of {} tokens, more than "
+                                "{}", option, r.id, prompt, kMaxTokens));
+  }
+  r.prompt_tokens = static_cast<int32_t>(prompt);
+  return prefix.groups > 1 ? sample_below(rng, static_cast<uint64_t>(prefix.groups)) : 0;
+}
+
 // Prepends `prefix` to every prompt and describes it in `built.prefix_blocks`: one hash per
 // request, the index of its prefix group, covering block_tokens = TOKENS tokens.
 void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option,
@@ -447,17 +460,16 @@ void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option
   blocks.hashes.reserve(built.requests.size());
   blocks.offsets.push_back(0);
   for (Request& r : built.requests) {
-    const int64_t prompt = static_cast<int64_t>(r.prompt_tokens) + prefix.tokens;
-    if (prompt > kMaxTokens) {
-      throw UserError(fmt::format("{}: request {} would have a prompt of {} tokens, more than "
-                                  "{}", option, r.id, prompt, kMaxTokens));
-    }
-    r.prompt_tokens = static_cast<int32_t>(prompt);
-    const uint64_t group =
-        prefix.groups > 1 ? sample_below(rng, static_cast<uint64_t>(prefix.groups)) : 0;
-    blocks.hashes.push_back(group);
+    blocks.hashes.push_back(prepend_prefix(prefix, rng, option, r));
     blocks.offsets.push_back(static_cast<int64_t>(blocks.hashes.size()));
   }
+}
+
+// A trace that brings its own prompt-block hashes takes no --prefix.
+[[noreturn]] void refuse_prefix_with_hashes(const WorkloadSpec& spec) {
+  throw UserError(fmt::format("--prefix {}: the trace {} brings its own prompt-block hashes "
+                              "(hash_ids), which say what its requests share; drop --prefix",
+                              spec.prefix, spec.trace.string()));
 }
 
 // Ends every request's output at its client limit: `limits` (one per request, or empty for
@@ -616,7 +628,6 @@ class SyntheticRequestSource final : public RequestSource {
   }
 
   const std::string& description() const { return description_; }
-  const PrefixSpec& prefix() const { return parsed_.prefix; }
 
  private:
   ParsedWorkloadSpec parsed_;
@@ -682,6 +693,7 @@ class TraceRequestSource final : public RequestSource {
   std::optional<Request> next() override {
     std::optional<TraceStream::Row> row = stream_.next();
     if (!row) return std::nullopt;
+    hashes_ = row->hashes;
     Request& r = row->request;
     if (arrival_ != nullptr) {
       if (r.id > 0) now_ = next_arrival(now_, *arrival_, arrival_rng_, "--arrival");
@@ -695,6 +707,8 @@ class TraceRequestSource final : public RequestSource {
   }
 
   std::vector<std::string> warnings() const override { return stream_.warnings(); }
+  int32_t prefix_block_tokens() const override { return stream_.prefix_block_tokens(); }
+  std::span<const uint64_t> prefix_hashes() const override { return hashes_; }
   const std::string& description() const { return description_; }
 
  private:
@@ -704,7 +718,30 @@ class TraceRequestSource final : public RequestSource {
   bool ignore_eos_;
   Rng arrival_rng_, max_tokens_rng_, priority_rng_;
   SimTime now_ = SimTime::zero();
+  std::span<const uint64_t> hashes_;  // the last request's, in stream_'s buffer
   std::string description_;
+};
+
+// --prefix on a source read one request at a time: each request's prompt grows by the prefix
+// and carries its group's hash, as add_prefix does for a built workload, draw for draw.
+class PrefixedSource final : public RequestSource {
+ public:
+  PrefixedSource(std::unique_ptr<RequestSource> inner, PrefixSpec prefix, uint64_t seed)
+      : inner_(std::move(inner)), prefix_(prefix), rng_(Rng::for_stream(seed, kPrefixStream)) {}
+  std::optional<Request> next() override {
+    std::optional<Request> r = inner_->next();
+    if (r) hash_ = prepend_prefix(prefix_, rng_, "--prefix", *r);
+    return r;
+  }
+  std::vector<std::string> warnings() const override { return inner_->warnings(); }
+  int32_t prefix_block_tokens() const override { return prefix_.tokens; }
+  std::span<const uint64_t> prefix_hashes() const override { return {&hash_, 1}; }
+
+ private:
+  std::unique_ptr<RequestSource> inner_;
+  PrefixSpec prefix_;
+  Rng rng_;
+  uint64_t hash_ = 0;
 };
 
 }  // namespace
@@ -716,20 +753,22 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::st
                                 "already; run without streaming)",
                                 spec.trace.string()));
   }
-  if (parsed.prefix.tokens > 0) {
-    throw UserError(fmt::format("--streaming with --prefix {}: not supported yet (prompt-block hashes are "
-                                "kept for every request)",
-                                spec.prefix));
-  }
+  const PrefixSpec prefix = parsed.prefix;
+  std::unique_ptr<RequestSource> source;
   if (!spec.trace.empty()) {
-    auto source = std::make_unique<TraceRequestSource>(spec, std::move(parsed));
-    description = source->description();
-    return source;
+    auto trace = std::make_unique<TraceRequestSource>(spec, std::move(parsed));
+    if (prefix.tokens > 0 && trace->prefix_block_tokens() > 0) refuse_prefix_with_hashes(spec);
+    description = trace->description();
+    source = std::move(trace);
+  } else {
+    auto arrival = parse_spec_arrival(spec);
+    auto synthetic = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), std::move(arrival));
+    description = synthetic->description();
+    source = std::move(synthetic);
   }
-  auto arrival = parse_spec_arrival(spec);
-  auto source = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), std::move(arrival));
-  description = source->description();
-  return source;
+  if (prefix.tokens == 0) return source;
+  description += fmt::format(", prefix {} added to each prompt", spec.prefix);
+  return std::make_unique<PrefixedSource>(std::move(source), prefix, spec.seed);
 }
 
 BuiltWorkload build_workload(const WorkloadSpec& spec) {
@@ -808,11 +847,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   }
 
   if (prefix.tokens > 0) {
-    if (!built.prefix_blocks.empty()) {
-      throw UserError(fmt::format("--prefix {}: the trace {} brings its own prompt-block hashes "
-                                  "(hash_ids), which say what its requests share; drop --prefix",
-                                  spec.prefix, spec.trace.string()));
-    }
+    if (!built.prefix_blocks.empty()) refuse_prefix_with_hashes(spec);
     add_prefix(prefix, spec.seed, "--prefix", built);
     built.description += fmt::format(", prefix {} added to each prompt", spec.prefix);
   }

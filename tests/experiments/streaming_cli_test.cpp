@@ -122,6 +122,22 @@ TEST(StreamingCli, ATraceIsReadAsTheRunGoesWithTheExactRunsRows) {
   EXPECT_THAT(small.err, HasSubstr("g.csv: 1 of 3 requests have output_tokens=0; given 1 output token"));
 }
 
+TEST(StreamingCli, PromptBlockHashesStreamWithTheirRequests) {
+  // Mooncake's hash_ids (the conversation trace shares long prefixes), replayed at 4x on two
+  // SGLang replicas behind the prefix router; and --prefix groups on the vLLM preset's prefix
+  // cache. Each hit or miss is in the requests' cached_tokens, which must match the exact run's.
+  const std::string mooncake = testing::data_file(testing::traces_dir(), "mooncake-fast25/conversation.jsonl").string();
+  const CliRun trace = expect_streaming_equals_exact({"--trace", mooncake, "--num-requests", "2000", "--trace-speedup", "4",
+                                                      "--policy", "sglang", "--replicas", "2", "--router", "prefix",
+                                                      "--streaming-slots", "512"},
+                                                     "streaming_cli_mooncake", 2000);
+  EXPECT_THAT(trace.out, HasSubstr("prefix cache: "));
+  const CliRun groups = expect_streaming_equals_exact({"--num-requests", "600", "--arrival", "poisson:6", "--prefix",
+                                                       "groups:1024:3", "--policy", "vllm", "--streaming-slots", "64"},
+                                                      "streaming_cli_prefix_groups", 600);
+  EXPECT_THAT(groups.out, HasSubstr("prefix cache: "));
+}
+
 TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
   const std::vector<std::string> base = {"run", "--streaming", "--num-requests", "20"};
   const auto with = [&](std::vector<std::string> extra) {
@@ -130,18 +146,22 @@ TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
     return error_of(args);
   };
   EXPECT_THAT(with({"--max-concurrency", "4"}), HasSubstr("--streaming with --max-concurrency: not supported yet"));
-  EXPECT_THAT(with({"--prefix", "shared:64"}), HasSubstr("--streaming with --prefix shared:64: not supported yet"));
   EXPECT_THAT(with({"--prefill-replicas", "1", "--decode-replicas", "1"}),
               HasSubstr("--streaming with --prefill-replicas/--decode-replicas: not supported yet"));
   EXPECT_THAT(with({"--chrome-trace", "t.json"}), HasSubstr("--streaming with --chrome-trace: not supported yet"));
   EXPECT_THAT(with({"--goodput", "ttft:100"}), HasSubstr("--streaming with --goodput: not supported yet"));
-  // A trace streams, but not one that needs sorting or keeps prompt-block hashes.
+  // A trace streams, but not one that needs sorting, or whose first row decided against hashes.
   const fs::path unsorted = testing::write_text_file(testing::scratch_dir("streaming_cli_unsorted"), "t.csv",
                                                      "arrival_s,prompt_tokens,output_tokens\n1,10,5\n0,10,5\n");
   EXPECT_THAT(with({"--trace", unsorted.string()}), HasSubstr("t.csv:3: timestamp earlier than the row above"));
+  const fs::path late = testing::write_text_file(testing::scratch_dir("streaming_cli_late_hashes"), "late.jsonl",
+                                                 "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n"
+                                                 "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 2, "
+                                                 "\"hash_ids\": [7, 8]}\n");
+  EXPECT_THAT(with({"--trace", late.string()}), HasSubstr("late.jsonl:2: hash_ids here but not on the first row"));
+  // A Mooncake trace's hash_ids and --prefix exclude each other, as in exact mode.
   const std::string mooncake = testing::data_file(testing::traces_dir(), "mooncake-fast25/synthetic.jsonl").string();
-  EXPECT_THAT(with({"--trace", mooncake}), HasSubstr(":1: hash_ids (prompt-block hashes, for prefix "
-                                                     "caching) are not kept by --streaming yet"));
+  EXPECT_THAT(with({"--trace", mooncake, "--prefix", "shared:64"}), HasSubstr("brings its own prompt-block hashes"));
   EXPECT_THAT(with({"--no-streaming"}), HasSubstr("--streaming, --no-streaming: give one or the other"));
   EXPECT_THAT(with({"--streaming-slots", "0"}), HasSubstr("--streaming-slots: must be >= 1"));
   EXPECT_THAT(with({"--arrival", "offline", "--streaming-slots", "5"}), HasSubstr("--streaming-slots"));

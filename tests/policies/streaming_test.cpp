@@ -32,6 +32,8 @@ struct Case {
   const char* output;
   double memory_utilization;  // low values leave little KV: preemptions
   int replicas;
+  const char* prefix = "";    // a --prefix: prompt-block hashes, which the source hands on per slot
+  Router router = Router::kLeastOutstanding;  // reads the replicas' state: routing must agree too
 };
 
 struct Runs {
@@ -39,7 +41,8 @@ struct Runs {
   int64_t slots = 0;
 };
 
-Runs run_both(const PolicyVariant& v, const Workload& w, const Case& c) {
+Runs run_both(const PolicyVariant& v, const BuiltWorkload& built, const Case& c) {
+  const Workload& w = built.requests;
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   const auto make = [&] {
     std::vector<std::unique_ptr<Policy>> owned;
@@ -53,11 +56,13 @@ Runs run_both(const PolicyVariant& v, const Workload& w, const Case& c) {
   };
   SimulationOptions options;
   options.gpu_memory_utilization = c.memory_utilization;
-  options.router = Router::kLeastOutstanding;  // reads the replicas' state: routing must agree too
+  options.router = c.router;
   Runs runs;
   {
     auto owned = make();
+    options.prefix_blocks = &built.prefix_blocks;
     runs.exact = Simulation(w, pointers(owned), cm, options).run();
+    options.prefix_blocks = nullptr;  // a streaming run's come from its source
   }
   // Few slots, doubled until the run's peak of requests in flight fits: each slot is reused.
   for (runs.slots = 8;; runs.slots *= 2) {
@@ -65,7 +70,7 @@ Runs run_both(const PolicyVariant& v, const Workload& w, const Case& c) {
     std::vector<RequestRecord> records;
     options.streaming.slots = runs.slots;
     options.streaming.on_settled = [&](const RequestRecord& r) { records.push_back(r); };
-    WorkloadSource source(w);
+    WorkloadSource source(w, &built.prefix_blocks);
     try {
       runs.streamed = Simulation(source, pointers(owned), cm, options).run();
     } catch (const UserError& e) {
@@ -106,6 +111,7 @@ void expect_same_but_percentiles(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.kv_used_fraction_mean, b.kv_used_fraction_mean);
   EXPECT_EQ(a.kv_allocated_fraction_peak, b.kv_allocated_fraction_peak);
   EXPECT_EQ(a.prefill_admitted_tokens, b.prefill_admitted_tokens);
+  EXPECT_EQ(a.prefill_cached_tokens, b.prefill_cached_tokens);
   ASSERT_EQ(a.replicas.size(), b.replicas.size());
   for (size_t i = 0; i < a.replicas.size(); ++i) {
     EXPECT_EQ(a.replicas[i].requests, b.replicas[i].requests) << "replica " << i;
@@ -142,6 +148,10 @@ TEST(Streaming, EqualsTheExactRunButForPercentilesWithinTheirError) {
       {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41, 1},  // bursts, little KV room
       {"poisson:15", "uniform:16:600", "capexp:100:400", 0.9, 3},
       {"offline", "uniform:16:600", "capexp:100:400", 0.9, 1},       // every slot at once
+      // Shared prefixes under prefix caching (vllm, sglang's radix cache): a recycled slot's
+      // next occupant must find the prefix blocks, never its predecessor's own blocks.
+      {"poisson:8", "uniform:16:400", "capexp:50:300", 0.5, 1, "groups:256:3"},
+      {"poisson:20", "uniform:16:400", "capexp:50:300", 0.9, 2, "groups:512:4", Router::kPrefix},
   };
   std::vector<PolicyVariant> variants = testing::registered_variants();
   variants.push_back({"hf-static", {{"batch_size", "16"}, {"batch_timeout_s", "0.2"}}});
@@ -150,13 +160,13 @@ TEST(Streaming, EqualsTheExactRunButForPercentilesWithinTheirError) {
   variants.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"max_num_seqs", "12"}}});
   int64_t recycled_runs = 0;
   for (const Case& c : cases) {
-    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 200, 11, "", "uniform:0:3");
+    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 200, 11, c.prefix, "uniform:0:3");
     for (const PolicyVariant& v : variants) {
       SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options) on " + c.arrival + " x" +
                    std::to_string(c.replicas));
       Runs runs;
       try {
-        runs = run_both(v, w.requests, c);
+        runs = run_both(v, w, c);
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
         continue;
@@ -172,6 +182,10 @@ TEST(Streaming, EqualsTheExactRunButForPercentilesWithinTheirError) {
         EXPECT_EQ(x.replica, y.replica);
       }
       expect_same_but_percentiles(runs.exact.summary, runs.streamed.summary);
+      // The prefix cases share prefixes that the vLLM preset's cache finds.
+      if (*c.prefix != '\0' && v.policy == "vllm" && v.options.empty()) {
+        EXPECT_GT(runs.exact.summary.prefill_cached_tokens, 0);
+      }
       recycled_runs += runs.slots < static_cast<int64_t>(w.requests.size());
       // At the light load every slot serves several requests (static batching falls behind
       // at any rate: its queue, and so its requests in flight, grow with the run).

@@ -618,10 +618,16 @@ TEST(TraceStreams, RefuseWhatNeedsTheWholeFileNamingTheLine) {
   std::vector<int32_t> unused;
   EXPECT_EQ(streamed::drain(first_two, unused).size(), 2u);
 
-  const auto hashed = trace_path("mooncake-fast25/conversation.jsonl");
-  EXPECT_EQ(user_error_of([&] { TraceStream s(hashed, 0, 1.0); }),
-            hashed.string() + ":1: hash_ids (prompt-block hashes, for prefix caching) are not kept by --streaming "
-                              "yet; run this trace without --streaming");
+  // Whether rows carry hash_ids is decided by the first row.
+  const auto late = write_file("stream_late_hashes.jsonl",
+                               "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n"
+                               "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [7, 8]}\n");
+  TraceStream late_stream(late, 0, 1.0);
+  EXPECT_EQ(late_stream.prefix_block_tokens(), 0);
+  EXPECT_EQ(user_error_of([&] { late_stream.next(); }),
+            late.string() + ":2: hash_ids here but not on the first row: --streaming decides from the first row "
+                            "whether requests carry prompt-block hashes; give the first row hash_ids, or run "
+                            "without --streaming");
   const auto empty = write_file("stream_empty.csv", "arrival_s,prompt_tokens,output_tokens\n\n");
   EXPECT_EQ(user_error_of([&] { TraceStream s(empty, 0, 1.0); }), empty.string() + ": no requests in trace");
   const auto bad_later = write_file("stream_bad.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n2,x,1\n");
@@ -632,13 +638,37 @@ TEST(TraceStreams, RefuseWhatNeedsTheWholeFileNamingTheLine) {
   EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, -1, 1.0); }), "--num-requests: must be >= 0 (0 = all), got -1");
 }
 
+TEST(TraceStreams, HashIdsComeWithTheirRows) {
+  // The real Mooncake traces, and rows without hash_ids after the first (empty lists, as the
+  // whole-file reader gives them).
+  const auto mixed = write_file("stream_mixed_hashes.jsonl",
+                                "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 2, \"hash_ids\": [1, 2, 3]}\n"
+                                "{\"timestamp\": 5, \"input_length\": 40, \"output_length\": 2}\n"
+                                "{\"timestamp\": 9, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 9]}\n");
+  for (const auto& path : {trace_path("mooncake-fast25/conversation.jsonl"), trace_path("mooncake-fast25/synthetic.jsonl"), mixed}) {
+    const TraceReadResult whole = read_trace_detailed(path, 0, 1.0);
+    ASSERT_FALSE(whole.prefix_blocks.empty()) << path;
+    TraceStream stream(path, 0, 1.0);
+    EXPECT_EQ(stream.prefix_block_tokens(), whole.prefix_blocks.block_tokens) << path;
+    size_t n = 0;
+    while (std::optional<TraceStream::Row> row = stream.next()) {
+      const auto want = whole.prefix_blocks.of(row->request.id);
+      ASSERT_EQ(std::vector<uint64_t>(row->hashes.begin(), row->hashes.end()),
+                std::vector<uint64_t>(want.begin(), want.end()))
+          << path << " request " << row->request.id;
+      ++n;
+    }
+    EXPECT_EQ(n, whole.requests.size()) << path;
+  }
+}
+
 TEST(TraceStreams, AStreamedWorkloadIsTheBuiltOneWithEveryOverride) {
   // Trace timestamps with a speedup; trace lengths with Poisson arrivals; the spec's limits and
   // priorities replacing a trace's columns, with and without ignore_eos.
   const auto generic = write_file("stream_workload.csv",
                                   "arrival_s,prompt_tokens,output_tokens,max_tokens,priority\n"
                                   "0,100,50,40,1\n0.5,30,10,20,0\n0.75,64,300,128,3\n2,10,1,5,2\n");
-  std::vector<WorkloadSpec> specs(6);
+  std::vector<WorkloadSpec> specs(9);
   specs[0].trace = trace_path("azure-llm-2023/conv.csv");
   specs[0].trace_speedup = 2.5;
   specs[1].trace = trace_path("azure-llm-2023/code.csv");
@@ -654,16 +684,36 @@ TEST(TraceStreams, AStreamedWorkloadIsTheBuiltOneWithEveryOverride) {
   specs[4].arrival = "gamma:2:3";
   specs[5].trace = trace_path("azure-llm-2023/code.csv.gz");
   specs[5].arrival = "trace";
+  specs[6].trace = trace_path("mooncake-fast25/conversation.jsonl");  // hash_ids
+  specs[7].trace = generic;                                           // --prefix on a trace
+  specs[7].prefix = "groups:64:3";
+  specs[7].seed = 5;
+  specs[8].num_requests = 300;                                        // --prefix, synthetic
+  specs[8].arrival = "poisson:4";
+  specs[8].prefix = "shared:128";
   for (const WorkloadSpec& spec : specs) {
     const std::string what = spec.trace.filename().string() + " " + spec.arrival;
     const BuiltWorkload built = build_workload(spec);
     std::string description;
     const std::unique_ptr<RequestSource> source = stream_workload(spec, description);
     Workload rows;
-    while (std::optional<Request> r = source->next()) rows.push_back(*r);
+    EXPECT_EQ(source->prefix_block_tokens(), built.prefix_blocks.block_tokens) << what;
+    while (std::optional<Request> r = source->next()) {
+      rows.push_back(*r);
+      if (built.prefix_blocks.empty()) continue;
+      const auto want = built.prefix_blocks.of(r->id);
+      const auto got = source->prefix_hashes();
+      ASSERT_EQ(std::vector<uint64_t>(got.begin(), got.end()), std::vector<uint64_t>(want.begin(), want.end()))
+          << what << " request " << r->id;
+    }
     streamed::expect_same_requests(built.requests, rows, what);
     EXPECT_EQ(source->warnings(), built.warnings) << what;
-    EXPECT_NE(description.find("read as the run goes"), std::string::npos) << description;
+    if (!spec.trace.empty()) {
+      EXPECT_NE(description.find("read as the run goes"), std::string::npos) << description;
+    }
+    if (!spec.prefix.empty()) {
+      EXPECT_NE(description.find("prefix " + spec.prefix), std::string::npos) << description;
+    }
   }
 }
 
