@@ -331,7 +331,8 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["gpus"] = gpus;
   if (!s.pools.empty()) j["pools"] = pools_json(outcome);
   if (!outcome.config.goodput.empty()) {
-    j["goodput"] = goodput_json(compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
+    j["goodput"] = goodput_json(outcome.streamed_goodput ? *outcome.streamed_goodput
+                                                         : compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
                                 outcome.config.goodput);
     // DistServe's figure of merit (OSDI'24 section 2.3): goodput per provisioned GPU, so that
     // deployments of different sizes and splits compare.

@@ -143,15 +143,23 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   options.prefix_blocks = &workload->prefix_blocks;
   options.router = parse_router(config.router, "--router");
   options.router_seed = config.workload.seed;
+  RunOutcome outcome;
+  outcome.config = config;
+  outcome.gpu = gpu;
   if (hooks.source != nullptr) {
     options.prefix_blocks = nullptr;
     options.streaming.slots = config.streaming_slots;
     options.streaming.on_settled = hooks.on_settled;
+    if (!config.goodput.empty()) {
+      // No records to count afterwards: each request is judged as it settles.
+      outcome.streamed_goodput.emplace();
+      options.streaming.on_settled = [&outcome, &config, settled = hooks.on_settled](const RequestRecord& r) {
+        outcome.streamed_goodput->add(r, config.goodput);
+        if (settled) settled(r);
+      };
+    }
   }
 
-  RunOutcome outcome;
-  outcome.config = config;
-  outcome.gpu = gpu;
   const auto start = std::chrono::steady_clock::now();
   std::optional<Simulation> sim;
   if (hooks.source != nullptr) {
@@ -160,6 +168,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     sim.emplace(workload->requests, replicas, cost_model, options);
   }
   outcome.result = sim->run();
+  if (outcome.streamed_goodput) outcome.streamed_goodput->finish(outcome.result.summary.makespan_s);
   outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return outcome;
 }
@@ -171,7 +180,6 @@ std::string streaming_unsupported_reason(const RunConfig& config) {
   if (is_disaggregated(config)) return "--prefill-replicas/--decode-replicas";
   if (config.iteration_log) return "--iteration-log";
   if (!config.chrome_trace.empty()) return "--chrome-trace";
-  if (!config.goodput.empty()) return "--goodput";
   return "";
 }
 

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "experiments/run_config.h"
+#include "experiments/slo.h"
 #include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "sim/simulation.h"
@@ -19,6 +21,9 @@ struct RunOutcome {
   HardwareProfile gpu;  // the profile config.gpu resolved to: summary.json's `trust` is its validation
   SimulationResult result;
   double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
+  // A streaming run's goodput (config.goodput given), counted as its requests settled: it keeps
+  // no records to count afterwards.
+  std::optional<Goodput> streamed_goodput;
 };
 
 // Whether the run streamed (RunHooks::source): its result has no request records and its

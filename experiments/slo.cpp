@@ -208,14 +208,20 @@ bool is_good_request(const RequestRecord& r, const GoodputSpec& spec) {
   return true;
 }
 
+void Goodput::add(const RequestRecord& r, const GoodputSpec& spec) {
+  ++total_requests;
+  good_requests += is_good_request(r, spec);
+}
+
+void Goodput::finish(double duration_s) {
+  if (duration_s > 0) requests_per_s = static_cast<double>(good_requests) / duration_s;
+  if (total_requests > 0) fraction = static_cast<double>(good_requests) / static_cast<double>(total_requests);
+}
+
 Goodput compute_goodput(const SimulationResult& result, const GoodputSpec& spec, double duration_s) {
   Goodput g;
-  for (const RequestRecord& r : result.requests) {
-    ++g.total_requests;
-    g.good_requests += is_good_request(r, spec);
-  }
-  if (duration_s > 0) g.requests_per_s = static_cast<double>(g.good_requests) / duration_s;
-  if (g.total_requests > 0) g.fraction = static_cast<double>(g.good_requests) / static_cast<double>(g.total_requests);
+  for (const RequestRecord& r : result.requests) g.add(r, spec);
+  g.finish(duration_s);
   return g;
 }
 

@@ -93,6 +93,11 @@ struct Goodput {
   int64_t total_requests = 0;  // every request of the run, rejected ones included
   double requests_per_s = 0;   // good requests / duration_s (vLLM's request_goodput)
   double fraction = 0;         // good / total
+
+  // Counts one settled request (a streaming run counts them as they settle).
+  void add(const RequestRecord& r, const GoodputSpec& spec);
+  // The rates over the run's `duration_s`, once every request is counted.
+  void finish(double duration_s);
 };
 // Over `result.requests`; `duration_s` is the run's duration (summary makespan_s, which is
 // bench.json's `duration`).

@@ -132,7 +132,9 @@ def test_a_thread_pool_sweep_gives_the_sequential_results():
 def test_the_gil_is_released_while_simulating():
     # While one thread simulates, the main thread keeps running Python. Were the GIL held, the
     # main thread could run only in the few milliseconds before the call enters C++ and after
-    # it returns; here it must have run through most of the simulation.
+    # it returns; here it must have run in the middle of the simulation too. (The middle half,
+    # not "most of the run": a loaded machine may leave the main thread waiting for a core for
+    # a while, which says nothing about the GIL.)
     window = {}
 
     def simulate():
@@ -148,9 +150,10 @@ def test_the_gil_is_released_while_simulating():
         samples.append(time.perf_counter())
     worker.join()
     start, end = window["start"], window["end"]
-    inside = [t for t in samples if start < t < end]
     assert end - start > 0.05, "the run is too short to tell"
-    assert inside and inside[-1] - inside[0] > 0.8 * (end - start)
+    quarter = (end - start) / 4
+    middle = [t for t in samples if start + quarter < t < end - quarter]
+    assert middle, "the main thread never ran while the simulation ran"
 
 
 def test_a_view_of_the_env_kept_past_the_run_raises():

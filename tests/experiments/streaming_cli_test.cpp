@@ -77,6 +77,11 @@ CliRun expect_streaming_equals_exact(const std::vector<std::string>& workload, c
                           "bubble_fraction", "busy_fraction", "config"}) {
     EXPECT_EQ(e[key], s[key]) << key;
   }
+  // Goodput is counted as requests settle: exact.
+  EXPECT_EQ(e.contains("goodput"), s.contains("goodput"));
+  if (e.contains("goodput")) {
+    EXPECT_EQ(e["goodput"], s["goodput"]);
+  }
   for (const auto& item : e["latency"].items()) {
     const std::string& metric = item.key();
     const auto& dist = item.value();
@@ -100,7 +105,8 @@ TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
   expect_streaming_equals_exact({"--num-requests", "400", "--arrival", "poisson:8", "--policy", "vllm",
                                  "--output-len", "capexp:128:512", "--prompt-len", "lognormal:400:0.8",
                                  "--priority", "uniform:0:2", "--replicas", "2",
-                                 "--router", "least-outstanding", "--streaming-slots", "64"},
+                                 "--router", "least-outstanding", "--streaming-slots", "64", "--goodput",
+                                 "ttft:300", "tpot:40"},
                                 "streaming_cli_same", 400);
 }
 
@@ -149,7 +155,6 @@ TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
   EXPECT_THAT(with({"--prefill-replicas", "1", "--decode-replicas", "1"}),
               HasSubstr("--streaming with --prefill-replicas/--decode-replicas: not supported yet"));
   EXPECT_THAT(with({"--chrome-trace", "t.json"}), HasSubstr("--streaming with --chrome-trace: not supported yet"));
-  EXPECT_THAT(with({"--goodput", "ttft:100"}), HasSubstr("--streaming with --goodput: not supported yet"));
   // A trace streams, but not one that needs sorting, or whose first row decided against hashes.
   const fs::path unsorted = testing::write_text_file(testing::scratch_dir("streaming_cli_unsorted"), "t.csv",
                                                      "arrival_s,prompt_tokens,output_tokens\n1,10,5\n0,10,5\n");
