@@ -39,10 +39,14 @@
 // requests break ties by Request::id, the arrival order, never by the RequestId (a slot). Percentiles come from DDSketches
 // (sim/ddsketch.h); every other figure is what the same run in memory gives (means up to the
 // order of a floating-point sum: records settle in another order than by id). Memory is then
-// the slots plus the sketches, whatever the number of requests. Not supported (refused with
-// std::logic_error; the CLI refuses them first with the option's name): closed-loop clients
-// (their held requests are a queue of unbounded length), disaggregated pools, prompt-block
-// hashes, recorded iterations and phases (they grow with the run).
+// the slots plus the sketches, whatever the number of requests. Prompt-block hashes (prefix
+// caching) come from the source with each request (RequestSource::prefix_hashes) and are kept
+// per slot; a KV block of a request's own content is keyed by its Request::id, so a slot's
+// next occupant never finds its predecessor's. Not supported (refused with std::logic_error;
+// the CLI refuses them first with the option's name): closed-loop clients (their held
+// requests are a queue of unbounded length), disaggregated pools, hashes given in
+// SimulationOptions::prefix_blocks (a streaming run's are its source's), recorded iterations
+// and phases (they grow with the run).
 #pragma once
 
 #include <cstdint>
