@@ -472,16 +472,12 @@ void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option
                               spec.prefix, spec.trace.string()));
 }
 
-// Ends every request's output at its client limit: `limits` (one per request, or empty for
-// none) become max_tokens, and the output, so far the EOS length, becomes the smaller of the
-// two, or the limit itself with ignore_eos (a benchmark's request never stops early).
-void apply_max_tokens(std::span<const int32_t> limits, bool ignore_eos, std::span<Request> requests) {
-  if (limits.empty()) return;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Request& r = requests[i];
-    r.max_tokens = limits[i];
-    r.output_tokens = ignore_eos ? limits[i] : std::min(r.output_tokens, limits[i]);
-  }
+// Ends a request's output at its client limit: `limit` becomes max_tokens, and the output, so
+// far the EOS length, becomes the smaller of the two, or the limit itself with ignore_eos (a
+// benchmark's request never stops early).
+void apply_max_tokens(int32_t limit, bool ignore_eos, Request& r) {
+  r.max_tokens = limit;
+  r.output_tokens = ignore_eos ? limit : std::min(r.output_tokens, limit);
 }
 
 }  // namespace
@@ -583,6 +579,48 @@ ParsedWorkloadSpec parse_workload_spec(const WorkloadSpec& spec) {
   return parsed;
 }
 
+// A spec's client settings, drawn one request at a time, each from its own stream of the seed
+// (so the other samples are the same with and without them): the --max-tokens limit, which
+// replaces a trace's max_tokens column (`column_limit`; 0: none), ending the output there
+// (with --ignore-eos, at the limit itself), and the --priority, which replaces a trace's.
+class ClientSettings {
+ public:
+  ClientSettings(const WorkloadSpec& spec, const ParsedWorkloadSpec& parsed)
+      : max_tokens_(parsed.max_tokens.get()),
+        priority_(parsed.priority.get()),
+        ignore_eos_(spec.ignore_eos),
+        max_tokens_rng_(Rng::for_stream(spec.seed, kMaxTokensStream)),
+        priority_rng_(Rng::for_stream(spec.seed, kPriorityStream)) {}
+  void apply(Request& r, int32_t column_limit) {
+    const int32_t limit = max_tokens_ != nullptr ? max_tokens_->sample(max_tokens_rng_) : column_limit;
+    if (limit > 0) apply_max_tokens(limit, ignore_eos_, r);
+    if (priority_ != nullptr) r.priority = priority_->sample(priority_rng_);
+  }
+  // ", max_tokens uniform:1:60, ignoring EOS, priority fixed:1": what they set, and what the
+  // trace's columns set where they do not.
+  std::string describe(bool trace_limits, bool trace_priorities) const {
+    std::string text;
+    if (max_tokens_ != nullptr) {
+      text += fmt::format(", max_tokens {}", max_tokens_->describe());
+    } else if (trace_limits) {
+      text += ", max_tokens from the trace";
+    }
+    if (ignore_eos_) text += ", ignoring EOS";
+    if (priority_ != nullptr) {
+      text += fmt::format(", priority {}", priority_->describe());
+    } else if (trace_priorities) {
+      text += ", priorities from the trace";
+    }
+    return text;
+  }
+
+ private:
+  const LengthDistribution* max_tokens_;
+  const PriorityDistribution* priority_;
+  bool ignore_eos_;
+  Rng max_tokens_rng_, priority_rng_;
+};
+
 // Synthetic arrivals and lengths (no trace), one request at a time: each quantity from its own
 // stream of the seed (see build_workload in workload.h), each request's samples drawn in id
 // order, so the requests are those build_workload materializes, sample for sample.
@@ -591,23 +629,19 @@ class SyntheticRequestSource final : public RequestSource {
   SyntheticRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed,
                          std::unique_ptr<ArrivalProcess> arrival)
       : parsed_(std::move(parsed)),
+        client_(spec, parsed_),
         arrival_(std::move(arrival)),
         count_(spec.num_requests),
-        ignore_eos_(spec.ignore_eos),
         arrival_rng_(Rng::for_stream(spec.seed, kArrivalStream)),
         prompt_rng_(Rng::for_stream(spec.seed, kPromptStream)),
-        output_rng_(Rng::for_stream(spec.seed, kOutputStream)),
-        max_tokens_rng_(Rng::for_stream(spec.seed, kMaxTokensStream)),
-        priority_rng_(Rng::for_stream(spec.seed, kPriorityStream)) {
+        output_rng_(Rng::for_stream(spec.seed, kOutputStream)) {
     if (count_ == 0) {
       throw UserError("--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
     }
     description_ = fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}", count_,
                                arrival_->describe(), parsed_.prompt_len->describe(),
                                parsed_.output_len->describe(), spec.seed);
-    if (parsed_.max_tokens != nullptr) description_ += fmt::format(", max_tokens {}", parsed_.max_tokens->describe());
-    if (ignore_eos_) description_ += ", ignoring EOS";
-    if (parsed_.priority != nullptr) description_ += fmt::format(", priority {}", parsed_.priority->describe());
+    description_ += client_.describe(false, false);
   }
 
   std::optional<Request> next() override {
@@ -618,11 +652,7 @@ class SyntheticRequestSource final : public RequestSource {
     r.output_tokens = parsed_.output_len->sample(output_rng_);
     if (next_id_ > 0) now_ = next_arrival(now_, *arrival_, arrival_rng_, "--arrival");
     r.arrival = now_;
-    if (parsed_.max_tokens != nullptr) {
-      const int32_t limit = parsed_.max_tokens->sample(max_tokens_rng_);
-      apply_max_tokens(std::span<const int32_t>(&limit, 1), ignore_eos_, std::span<Request>(&r, 1));
-    }
-    if (parsed_.priority != nullptr) r.priority = parsed_.priority->sample(priority_rng_);
+    client_.apply(r, 0);
     ++next_id_;
     return r;
   }
@@ -631,10 +661,10 @@ class SyntheticRequestSource final : public RequestSource {
 
  private:
   ParsedWorkloadSpec parsed_;
+  ClientSettings client_;  // reads parsed_
   std::unique_ptr<ArrivalProcess> arrival_;
   int64_t count_;
-  bool ignore_eos_;
-  Rng arrival_rng_, prompt_rng_, output_rng_, max_tokens_rng_, priority_rng_;
+  Rng arrival_rng_, prompt_rng_, output_rng_;
   int64_t next_id_ = 0;
   SimTime now_ = SimTime::zero();
   std::string description_;
@@ -666,29 +696,11 @@ class TraceRequestSource final : public RequestSource {
  public:
   TraceRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed)
       : parsed_(std::move(parsed)),
+        client_(spec, parsed_),
         // Parsed before the trace is opened: a malformed option is reported without reading it.
         arrival_(replays_trace_timestamps(spec) ? nullptr : parse_spec_arrival(spec)),
         stream_(spec.trace, spec.num_requests, arrival_ ? 1.0 : spec.trace_speedup),
-        ignore_eos_(spec.ignore_eos),
-        arrival_rng_(Rng::for_stream(spec.seed, kArrivalStream)),
-        max_tokens_rng_(Rng::for_stream(spec.seed, kMaxTokensStream)),
-        priority_rng_(Rng::for_stream(spec.seed, kPriorityStream)) {
-    const std::string file = spec.trace.filename().string();
-    const std::string_view format = trace_format_name(stream_.format());
-    description_ = arrival_ ? fmt::format("{} arrivals, seed {}; lengths from {} ({})", arrival_->describe(), spec.seed,
-                                          file, format)
-                            : fmt::format("arrivals{} and lengths from {} ({})",
-                                          spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : "",
-                                          file, format);
-    description_ += ", read as the run goes";
-    if (parsed_.max_tokens != nullptr) {
-      description_ += fmt::format(", max_tokens {}", parsed_.max_tokens->describe());
-    } else if (stream_.has_max_tokens_column()) {
-      description_ += ", max_tokens from the trace";
-    }
-    if (ignore_eos_) description_ += ", ignoring EOS";
-    if (parsed_.priority != nullptr) description_ += fmt::format(", priority {}", parsed_.priority->describe());
-  }
+        arrival_rng_(Rng::for_stream(spec.seed, kArrivalStream)) {}
 
   std::optional<Request> next() override {
     std::optional<TraceStream::Row> row = stream_.next();
@@ -699,27 +711,22 @@ class TraceRequestSource final : public RequestSource {
       if (r.id > 0) now_ = next_arrival(now_, *arrival_, arrival_rng_, "--arrival");
       r.arrival = now_;
     }
-    // As build_workload: the spec's limits replace the trace's column.
-    const int32_t limit = parsed_.max_tokens != nullptr ? parsed_.max_tokens->sample(max_tokens_rng_) : row->max_tokens;
-    if (limit > 0) apply_max_tokens(std::span<const int32_t>(&limit, 1), ignore_eos_, std::span<Request>(&r, 1));
-    if (parsed_.priority != nullptr) r.priority = parsed_.priority->sample(priority_rng_);
+    client_.apply(r, row->max_tokens);
     return r;
   }
 
   std::vector<std::string> warnings() const override { return stream_.warnings(); }
   int32_t prefix_block_tokens() const override { return stream_.prefix_block_tokens(); }
   std::span<const uint64_t> prefix_hashes() const override { return hashes_; }
-  const std::string& description() const { return description_; }
 
  private:
   ParsedWorkloadSpec parsed_;
+  ClientSettings client_;  // reads parsed_
   std::unique_ptr<ArrivalProcess> arrival_;  // null: the trace's own timestamps
   TraceStream stream_;
-  bool ignore_eos_;
-  Rng arrival_rng_, max_tokens_rng_, priority_rng_;
+  Rng arrival_rng_;
   SimTime now_ = SimTime::zero();
   std::span<const uint64_t> hashes_;  // the last request's, in stream_'s buffer
-  std::string description_;
 };
 
 // --prefix on a source read one request at a time: each request's prompt grows by the prefix
@@ -746,7 +753,7 @@ class PrefixedSource final : public RequestSource {
 
 }  // namespace
 
-std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::string& description) {
+std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
   if (spec.trace_columns != nullptr) {
     throw UserError(fmt::format("--streaming with the in-memory workload {}: not supported (it is in memory "
@@ -756,25 +763,17 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::st
   const PrefixSpec prefix = parsed.prefix;
   std::unique_ptr<RequestSource> source;
   if (!spec.trace.empty()) {
-    auto trace = std::make_unique<TraceRequestSource>(spec, std::move(parsed));
-    if (prefix.tokens > 0 && trace->prefix_block_tokens() > 0) refuse_prefix_with_hashes(spec);
-    description = trace->description();
-    source = std::move(trace);
+    source = std::make_unique<TraceRequestSource>(spec, std::move(parsed));
+    if (prefix.tokens > 0 && source->prefix_block_tokens() > 0) refuse_prefix_with_hashes(spec);
   } else {
-    auto arrival = parse_spec_arrival(spec);
-    auto synthetic = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), std::move(arrival));
-    description = synthetic->description();
-    source = std::move(synthetic);
+    source = std::make_unique<SyntheticRequestSource>(spec, std::move(parsed), parse_spec_arrival(spec));
   }
   if (prefix.tokens == 0) return source;
-  description += fmt::format(", prefix {} added to each prompt", spec.prefix);
   return std::make_unique<PrefixedSource>(std::move(source), prefix, spec.seed);
 }
 
 BuiltWorkload build_workload(const WorkloadSpec& spec) {
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
-  const std::unique_ptr<LengthDistribution>& max_tokens = parsed.max_tokens;
-  const std::unique_ptr<PriorityDistribution>& priority = parsed.priority;
   const PrefixSpec prefix = parsed.prefix;
 
   BuiltWorkload built;
@@ -819,31 +818,10 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     }
   }
 
-  if (synthetic) {
-    // The source drew limits and priorities already.
-  } else if (max_tokens != nullptr) {
-    // Overrides a trace's column: the user asked for these limits.
-    Rng max_tokens_rng = Rng::for_stream(spec.seed, kMaxTokensStream);
-    limits.resize(built.requests.size());
-    for (int32_t& limit : limits) limit = max_tokens->sample(max_tokens_rng);
-    built.description += fmt::format(", max_tokens {}", max_tokens->describe());
-  } else if (!limits.empty()) {
-    built.description += ", max_tokens from the trace";
-  }
-  if (!synthetic) {
-    apply_max_tokens(limits, spec.ignore_eos, built.requests);
-    if (spec.ignore_eos) built.description += ", ignoring EOS";
-  }
-
-  if (synthetic) {
-    // As above.
-  } else if (priority != nullptr) {
-    // Overrides a trace's column, as --max-tokens does.
-    Rng priority_rng = Rng::for_stream(spec.seed, kPriorityStream);
-    for (Request& r : built.requests) r.priority = priority->sample(priority_rng);
-    built.description += fmt::format(", priority {}", priority->describe());
-  } else if (trace_priorities) {
-    built.description += ", priorities from the trace";
+  if (!synthetic) {  // (a synthetic source applied them as it drew each request)
+    ClientSettings client(spec, parsed);
+    for (size_t i = 0; i < built.requests.size(); ++i) client.apply(built.requests[i], limits.empty() ? 0 : limits[i]);
+    built.description += client.describe(!limits.empty(), trace_priorities);
   }
 
   if (prefix.tokens > 0) {

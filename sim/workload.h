@@ -161,13 +161,12 @@ struct BuiltWorkload {
 // Throws UserError for any malformed part (naming the option, or the trace file and line).
 BuiltWorkload build_workload(const WorkloadSpec& spec);
 // The workload of `spec` as a RequestSource, read one request at a time (streaming runs):
-// the requests build_workload(spec) would hold, in order, and its description in
-// `description`, and each request's prompt-block hashes (build_workload's prefix_blocks, from
+// the requests build_workload(spec) would hold, in order, and each request's prompt-block hashes (build_workload's prefix_blocks, from
 // hash_ids or --prefix) through the source's prefix_hashes(). A trace is read as the run goes
 // (TraceStream, sim/trace_reader.h: file order, which must be time order; its warnings come from
 // the source's warnings() once it ran out). In-memory columns get a UserError saying
 // "--streaming with ...: not supported". Other errors as build_workload's.
-std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec, std::string& description);
+std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec);
 // build_workload(spec).requests. Callers that face a user should call build_workload and print
 // its warnings.
 Workload make_workload(const WorkloadSpec& spec);
