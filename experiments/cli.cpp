@@ -253,8 +253,8 @@ RunConfig config_from(const po::variables_map& vm) {
   return c;
 }
 
-void print_warnings(const RunOutcome& run, std::ostream& err, const std::string& line) {
-  if (!line.empty()) fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
+void print_warnings(const RunOutcome& run, std::ostream& err) {
+  if (const std::string line = rejection_warning(run); !line.empty()) fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
 }
 
 // Commands other than `run` hold every run's records (tables, reports, sweeps): they refuse to stream.
@@ -324,16 +324,14 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   BuiltWorkload built;
   std::unique_ptr<RequestSource> source;
   std::optional<RequestsCsvWriter> requests_csv;  // streaming: rows as requests settle
-  RejectionTally rejections;
   RunHooks hooks;
   if (streaming) {
-    source = stream_workload(config.workload, built.description);
-    if (!config.out.empty()) requests_csv.emplace(config.out, config.replicas > 1);
+    source = stream_workload(config.workload);
     hooks.source = source.get();
-    hooks.on_settled = [&](const RequestRecord& r) {
-      if (requests_csv) requests_csv->add(r);
-      rejections.add(r);
-    };
+    if (!config.out.empty()) {
+      requests_csv.emplace(config.out, config.replicas > 1);
+      hooks.on_settled = [&](const RequestRecord& r) { requests_csv->add(r); };
+    }
   } else {
     built = build_workload(config.workload);
     for (const auto& w : built.warnings) fmt::print(err, "batchsim: warning: {}\n", w);
@@ -364,7 +362,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
     if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
   }
-  print_warnings(run, err, streaming ? rejections.line(run.result.summary.requests_total) : rejection_warning(run.result));
+  print_warnings(run, err);
   if (!config.out.empty()) {
     write_run_outputs(run, config.out);
     fmt::print(out, "wrote {}\n", config.out.string());

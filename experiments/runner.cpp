@@ -149,15 +149,14 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   if (hooks.source != nullptr) {
     options.prefix_blocks = nullptr;
     options.streaming.slots = config.streaming_slots;
-    options.streaming.on_settled = hooks.on_settled;
-    if (!config.goodput.empty()) {
-      // No records to count afterwards: each request is judged as it settles.
-      outcome.streamed_goodput.emplace();
-      options.streaming.on_settled = [&outcome, &config, settled = hooks.on_settled](const RequestRecord& r) {
-        outcome.streamed_goodput->add(r, config.goodput);
-        if (settled) settled(r);
-      };
-    }
+    // No records to count afterwards: each request is counted as it settles.
+    outcome.streamed_rejections.emplace();
+    if (!config.goodput.empty()) outcome.streamed_goodput.emplace();
+    options.streaming.on_settled = [&outcome, &config, settled = hooks.on_settled](const RequestRecord& r) {
+      outcome.streamed_rejections->add(r);
+      if (outcome.streamed_goodput) outcome.streamed_goodput->add(r, config.goodput);
+      if (settled) settled(r);
+    };
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -210,6 +209,11 @@ std::string rejection_warning(const SimulationResult& result) {
   RejectionTally tally;
   for (const RequestRecord& r : result.requests) tally.add(r);
   return tally.line(static_cast<int64_t>(result.requests.size()));
+}
+
+std::string rejection_warning(const RunOutcome& outcome) {
+  if (outcome.streamed_rejections) return outcome.streamed_rejections->line(outcome.result.summary.requests_total);
+  return rejection_warning(outcome.result);
 }
 
 }  // namespace batchsim

@@ -16,13 +16,31 @@
 
 namespace batchsim {
 
+// A run's rejected requests by kind of reason, gathered a record at a time (rejection_warning).
+class RejectionTally {
+ public:
+  void add(const RequestRecord& r);
+  // As rejection_warning, for a run of `total` requests.
+  std::string line(int64_t total) const;
+ private:
+  struct Kind {
+    int64_t count = 0;
+    RequestId first = 0;
+  };
+  // By kind; listed in the order of their first (lowest-id) request, whatever the order the
+  // records come in (a streaming run's settle order).
+  std::map<std::string, Kind> kinds_;
+  int64_t rejected_ = 0;
+};
+
 struct RunOutcome {
   RunConfig config;
   HardwareProfile gpu;  // the profile config.gpu resolved to: summary.json's `trust` is its validation
   SimulationResult result;
   double wall_s = 0;  // host seconds the simulation took (not part of summary.json)
-  // A streaming run's goodput (config.goodput given), counted as its requests settled: it keeps
-  // no records to count afterwards.
+  // A streaming run's rejections and goodput (when config.goodput is given), counted as its
+  // requests settled: it keeps no records to count afterwards.
+  std::optional<RejectionTally> streamed_rejections;
   std::optional<Goodput> streamed_goodput;
 };
 
@@ -52,29 +70,13 @@ struct RunHooks {
 };
 
 // Requests above which `batchsim run` streams without being asked, when the count is known in
-// advance (a synthetic workload) and the run has nothing streaming cannot do (README, "Speed
-// and memory"): an exact run of that many needs about 1 GB.
+// advance (a synthetic workload) and the run has nothing streaming cannot do (README, "Memory:
+// exact and streaming modes"): an exact run of that many needs about 1.5 GB.
 constexpr int64_t kStreamingAutoRequests = 2'000'000;
-// Why `config` cannot stream ("--max-concurrency", "--trace FILE", ...: the option that
+// Why `config` cannot stream ("--max-concurrency", "--chrome-trace", ...: the option that
 // stops it), or "" when it can.
 std::string streaming_unsupported_reason(const RunConfig& config);
 
-// A run's rejected requests by kind of reason, gathered a record at a time (rejection_warning).
-class RejectionTally {
- public:
-  void add(const RequestRecord& r);
-  // As rejection_warning, for a run of `total` requests.
-  std::string line(int64_t total) const;
- private:
-  struct Kind {
-    int64_t count = 0;
-    RequestId first = 0;
-  };
-  // By kind; listed in the order of their first (lowest-id) request, whatever the order the
-  // records come in (a streaming run's settle order).
-  std::map<std::string, Kind> kinds_;
-  int64_t rejected_ = 0;
-};
 
 // Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",
 // "chunked-prefill") needs, from the per-request cost measured on the whole process (README,
@@ -104,5 +106,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
 // first request, e.g. "217 of 3000 requests rejected, never to be served: 217 prompt + output
 // exceed max_model_len 4096 (first: request 2635); each request's reason is in requests.csv".
 std::string rejection_warning(const SimulationResult& result);
+// The same for a run, streamed or not (a streaming run counted its rejections as they settled).
+std::string rejection_warning(const RunOutcome& outcome);
 
 }  // namespace batchsim
