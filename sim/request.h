@@ -14,8 +14,8 @@
 // arrival order, so per-request state is a plain vector indexed by id.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -79,7 +79,7 @@ class RequestSource {
   // What was adjusted in the requests read so far (a trace's clamped lengths), one line each,
   // naming the file; complete once next() ran out. Exact runs see these before they start.
   virtual std::vector<std::string> warnings() const { return {}; }
-  // Prompt-block hashes (PrefixBlockHashes, sim/trace_reader.h), for prefix caching: how many
+  // Prompt-block hashes (PrefixBlockHashes, above), for prefix caching: how many
   // prompt tokens one hash covers, the same for every request (0: the source has none), and
   // the hashes of the request next() returned last (valid until next() is called again).
   virtual int32_t prefix_block_tokens() const { return 0; }

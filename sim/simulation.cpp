@@ -130,8 +130,7 @@ SimulationResult Simulation::run() {
   }
   // Per-request tables: one entry per request, or per slot while streaming.
   const auto table = static_cast<size_t>(streaming() ? options_.streaming.slots : n);
-  if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() &&
-      static_cast<int64_t>(options_.prefix_blocks->offsets.size()) != n + 1) {
+  if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() && options_.prefix_blocks->size() != n) {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
   if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");

@@ -726,7 +726,6 @@ int64_t TraceParser::arrival_ns(int64_t time_ns, int64_t first_ns, double speedu
   return std::llround(scaled_ns);
 }
 
-
 TraceReadResult TraceParser::read_columns(const TraceColumns& columns, double speedup) {
   in_memory_ = true;
   const size_t n = columns.arrival_s.size();

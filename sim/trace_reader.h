@@ -47,7 +47,6 @@
 //   "conv.csv:17: expected 3 fields, got 2".
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
