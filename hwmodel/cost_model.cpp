@@ -45,12 +45,12 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, 
   lm_head_ = lm_head_shape(model_, tp_);
 }
 
-IterationCost CostModel::iteration(const BatchShape& shape) const {
-  IterationCost cost;
-  if (shape.empty()) return cost;
+NonAttentionCosts CostModel::non_attention_costs(int64_t tokens, int64_t sampled, int64_t sequences) const {
+  NonAttentionCosts cost;
+  cost.tokens = tokens;
+  cost.sampled = sampled;
+  cost.sequences = sequences;
   const double layers = model_.num_layers;
-  const int64_t tokens = shape.total_tokens();
-
   // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
   // MLP is one expert of all of them.
   const ExpertLoad load = expected_expert_load(model_, tokens);
@@ -79,6 +79,52 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
       grouped_gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)],
                                  load.tokens_per_expert, load.experts, w_bytes);
 
+  // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
+  // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
+  // residual add into the next RMSNorm, fused_add_rms_norm). The embedding runs once.
+  // Models with learned positions (OPT) are charged the rotary kernel too: it is < 1% of a layer.
+  auto layer_op_s = [&](ElementwiseOp op) {
+    return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
+  };
+  cost.elementwise_s =
+      layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
+      layer_op_s(ElementwiseOp::embedding);
+
+  // Two all-reduces per layer: after the attention output projection and after the MLP down
+  // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
+  cost.communication_s = 2 * layers * allreduce_s(allreduce_message_bytes(model_, tokens));
+
+  // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
+  cost.launch_s = engine_.launch_s(model_.num_layers, tokens);
+  // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
+  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, sampled, kActivationBytes);
+  cost.cpu_s = engine_.cpu.seconds(sequences, tp_);
+  cost.residual_s = engine_.residual.seconds(sequences, tp_);
+  return cost;
+}
+
+IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCosts* memo) const {
+  if (shape.empty()) return IterationCost{};
+  const int64_t tokens = shape.total_tokens();
+  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
+  if (memo == nullptr) return iteration_from(shape, non_attention_costs(tokens, shape.num_sampled, sequences));
+  if (memo->tokens != tokens || memo->sampled != shape.num_sampled || memo->sequences != sequences) {
+    *memo = non_attention_costs(tokens, shape.num_sampled, sequences);
+  }
+  return iteration_from(shape, *memo);
+}
+
+IterationCost CostModel::iteration_from(const BatchShape& shape, const NonAttentionCosts& t) const {
+  IterationCost cost;
+  const double layers = model_.num_layers;
+  cost.layer_gemm_s = t.layer_gemm_s;
+  cost.gemm_s = t.gemm_s;
+  cost.gemm_compute_bound = t.gemm_compute_bound;
+  cost.lm_head_s = t.lm_head_s;
+  cost.elementwise_s = t.elementwise_s;
+  cost.communication_s = t.communication_s;
+
   // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
   // varlen API, as vLLM calls it), so their work is summed under one roofline.
   OperatorWork prefill;
@@ -105,35 +151,13 @@ IterationCost CostModel::iteration(const BatchShape& shape) const {
     if (shape.num_decodes > 0) cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
   }
 
-  // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
-  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, shape.num_sampled, kActivationBytes);
-
-  // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
-  // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
-  // residual add into the next RMSNorm, fused_add_rms_norm). The embedding runs once.
-  // Models with learned positions (OPT) are charged the rotary kernel too: it is < 1% of a layer.
-  auto layer_op_s = [&](ElementwiseOp op) {
-    return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
-  };
-  cost.elementwise_s =
-      layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
-                layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
-      layer_op_s(ElementwiseOp::embedding);
-
-  // Two all-reduces per layer: after the attention output projection and after the MLP down
-  // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
-  cost.communication_s = 2 * layers * allreduce_s(allreduce_message_bytes(model_, tokens));
-
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
                            cost.lm_head_s + cost.elementwise_s + cost.communication_s;
-  // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
-  const double launch_s = engine_.launch_s(model_.num_layers, tokens);
-  const double device_s = std::max(kernels_s, launch_s);
-  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
-  const double cpu_s = engine_.cpu.seconds(sequences, tp_);
+  const double device_s = std::max(kernels_s, t.launch_s);
+  const double cpu_s = t.cpu_s;
   cost.overhead_s = (device_s - kernels_s) +
                     (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
-                    engine_.residual.seconds(sequences, tp_);
+                    t.residual_s;
   cost.total_s = kernels_s + cost.overhead_s;
   return cost;
 }

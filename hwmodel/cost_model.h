@@ -83,12 +83,27 @@ struct IterationCost {
   std::array<double, kNumLayerGemms> layer_gemm_s{};
 };
 
+// The parts of an iteration's cost that do not depend on attention: the GEMMs, the elementwise
+// kernels, the all-reduces and the launches (by the token count), the LM head (by the rows
+// sampled) and the engine's CPU and residual time (by the sequences). A caller that costs many
+// iterations of one such key in a row (a run of decode iterations, whose contexts alone grow)
+// keeps one per cost model and passes it to CostModel::iteration, which then computes them once
+// per key. The figures are the ones computed without it, to the bit.
+struct NonAttentionCosts {
+  int64_t tokens = -1, sampled = -1, sequences = -1;  // the key; -1: none yet
+  std::array<double, kNumLayerGemms> layer_gemm_s{};
+  double gemm_s = 0, lm_head_s = 0, elementwise_s = 0, communication_s = 0, launch_s = 0;
+  double cpu_s = 0, residual_s = 0;
+  bool gemm_compute_bound = false;
+};
+
 class CostModel {
  public:
   // The default engine is `bare` (kernels only); runs pass the preset's or --engine's.
   CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1, EngineProfile engine = {});
 
-  IterationCost iteration(const BatchShape& shape) const;
+  // `memo`: see NonAttentionCosts (it must only ever be passed to this cost model).
+  IterationCost iteration(const BatchShape& shape, NonAttentionCosts* memo = nullptr) const;
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
@@ -122,6 +137,9 @@ class CostModel {
   int tensor_parallel() const { return tp_; }
 
  private:
+  NonAttentionCosts non_attention_costs(int64_t tokens, int64_t sampled, int64_t sequences) const;
+  // A non-empty shape's cost from its non-attention parts `t` (its key's).
+  IterationCost iteration_from(const BatchShape& shape, const NonAttentionCosts& t) const;
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;

@@ -63,7 +63,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
                 ? config_.max_num_batched_tokens
                 : std::max<int64_t>(env.max_model_len, 2048);
   swapped_tokens_.assign(n, 0);
-  finished_flag_.assign(n, false);
+  finished_flag_.assign(n, 0);
   ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
   waiting_ = WaitingQueue(&ranking_);
   held_.assign(env.role == PoolRole::kPrefill ? n : 0, 0);
@@ -108,18 +108,9 @@ bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, i
   return true;
 }
 
-bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch) {
-  const RequestProgress& p = env.progress_of(id);
-  const int64_t known = env.known_tokens(id);
-  const bool samples = p.computed_tokens + new_tokens == known;
-  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
-  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
-  return samples;
-}
-
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // A streaming run hands a settled request's id (its slot) to a later arrival.
-  finished_flag_[id] = false;
+  finished_flag_[id] = 0;
   const Request& r = env_->request(id);
   if (reject_over_context(*env_, id)) return;
   if (env_->role == PoolRole::kDecode && env_->progress_of(id).computed_tokens > 0) {
@@ -283,26 +274,33 @@ bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
   return decoded && prefilled;
 }
 
-bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, RunningPass pass) {
+bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left, RunningPass pass) {
   bool preempted = false;
+  // A local copy, written back at the end: through the reference every batch append would
+  // make the compiler store and reload it, once per running request.
+  int64_t budget = budget_left;
   // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
   // while budget is left (a decode costs one token; a partial prefill its next chunk).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
+    // (Read once: nothing below changes this request's progress but its own preemption, which
+    // ends the pass.)
+    const int64_t known = env_->known_tokens(id);
+    const int64_t need = known - p.computed_tokens;
     if (pass != RunningPass::all) {
-      const bool decode = p.generated_tokens > 0 && need_of(id) == 1;
+      const bool decode = p.generated_tokens > 0 && need == 1;
       if (decode != (pass == RunningPass::decodes)) {
         ++i;
         continue;
       }
     }
-    const int64_t need = need_of(id);
     // A step of one token (a decode, mostly) takes it whenever budget is left, under every rule
     // of step_tokens; running requests are mostly decodes, so they skip its rules.
     const int64_t n = need == 1 ? 1 : step_tokens(need, budget);
     if (n == 0) break;
     bool scheduled = true;
+    bool preempted_here = false;
     while (!grow(id, p.computed_tokens + n)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), or the
       // lowest-ranked (priority, sjf), possibly this one. A ranked victim scheduled earlier in
@@ -312,6 +310,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, Runn
       budget += remove_from_batch(victim, batch);
       preempt(victim, batch);
       preempted = true;
+      preempted_here = true;
       if (victim == id) {
         scheduled = false;
         break;
@@ -323,13 +322,14 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget, Runn
     if (!scheduled) break;
     // A victim may have been ahead of this request (a prefill in the decode pass, or a
     // lower-ranked request scheduled earlier).
-    if (i >= running_.size() || running_[i] != id) {
+    if (preempted_here && (i >= running_.size() || running_[i] != id)) {
       i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     }
-    add_step(id, n, batch);
+    if (!add_batch_step(id, n, p, known, batch)) ++partial_prefills_;
     budget -= n;
     ++i;
   }
+  budget_left = budget;
   return !preempted;
 }
 
@@ -608,7 +608,7 @@ void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
   kv_->end_decode_run();  // the iteration (run) that grew the requests has ended
   if (finished.empty()) return;
   for (RequestId id : finished) {
-    finished_flag_[id] = true;
+    finished_flag_[id] = 1;
     // Prefill role: the KV stays until its transfer lands (release_held_kv).
     if (held_.empty()) {
       kv_->release(id);
@@ -616,7 +616,7 @@ void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
       held_[id] = 1;
     }
   }
-  std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
+  std::erase_if(running_, [&](RequestId id) { return finished_flag_[id] != 0; });
 }
 
 }  // namespace batchsim

@@ -215,8 +215,18 @@ bool reject_over_context(PolicyEnv& env, RequestId id);
 bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens);
 // Adds `new_tokens` of request `id` to `batch` at its computed tokens, sampling when they
 // complete what it knows (a decode when that is one generated token's successor). Returns
-// whether the step samples.
-bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch);
+// whether the step samples. The second form takes the request's progress and known tokens the
+// caller already read (inline: schedulers add every running request at every step).
+inline bool add_batch_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known,
+                           Batch& batch) {
+  const bool samples = p.computed_tokens + new_tokens == known;
+  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
+  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
+  return samples;
+}
+inline bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch) {
+  return add_batch_step(id, new_tokens, env.progress_of(id), env.known_tokens(id), batch);
+}
 
 class ContinuousPolicy final : public Policy {
  public:
@@ -314,7 +324,7 @@ class ContinuousPolicy final : public Policy {
   std::vector<RequestId> running_;   // admission order: the newest is at the back
   std::deque<RequestId> swapped_;
   std::vector<int64_t> swapped_tokens_;
-  std::vector<bool> finished_flag_;
+  std::vector<uint8_t> finished_flag_;  // bytes, not bits: read for every running request at each finish
   // Whether the last schedule() returned decodes only, without preempting, with nothing
   // swapped out: then every reason that kept new requests out persists until a request
   // finishes or arrives (see repeat_decode_step).

@@ -68,7 +68,7 @@ void SglangPolicy::attach(PolicyEnv& env) {
   if (config_.radix_cache) prefix = {env.requests, env.prefix_blocks};
   const auto n = static_cast<int64_t>(env.requests->size());
   kv_ = std::make_unique<PagedKvCache>(n, blocks, static_cast<int32_t>(page), 0.0, prefix);
-  finished_flag_.assign(n, false);
+  finished_flag_.assign(n, 0);
   // NewTokenRatioTracker.from_server_args (scheduler_components/new_token_ratio_tracker.py):
   // init = min(SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, 1), min = min(init x
   // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), decay = (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
@@ -81,7 +81,7 @@ void SglangPolicy::attach(PolicyEnv& env) {
 
 void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // A streaming run hands a settled request's id (its slot) to a later arrival.
-  finished_flag_[id] = false;
+  finished_flag_[id] = 0;
   if (reject_over_context(*env_, id)) return;
   // SGLang refuses a prompt of max_req_input_len = min(context_len, max_total_num_tokens) - 1
   // tokens or more and lowers max_new_tokens to what the KV pool leaves after it (scheduler.py
@@ -403,7 +403,7 @@ bool SglangPolicy::repeat_decode_step(const Batch& /*batch*/) {
 void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
                                     SimTime /*now*/) {
   for (const RequestId id : finished) {
-    finished_flag_[id] = true;
+    finished_flag_[id] = 1;
     // Scheduler cache_finished_req: the request's KV stays in the radix cache, evictable (it
     // inserts origin_input_ids + output_ids, mem_cache/radix_cache.py).
     kv_->release(id);
@@ -417,7 +417,7 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
       // The decodes carried by the batch that finished leave the merged batch, which is then
       // no longer full (filter_batch).
       const auto before = running_.size();
-      std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
+      std::erase_if(running_, [&](RequestId id) { return finished_flag_[id] != 0; });
       if (running_.size() != before) batch_is_full_ = false;
     }
     for (const RequestId id : prefilled_) {
@@ -429,7 +429,7 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
     }
     prefilled_.clear();
   } else if (!finished.empty()) {
-    std::erase_if(running_, [&](RequestId id) { return finished_flag_[id]; });
+    std::erase_if(running_, [&](RequestId id) { return finished_flag_[id] != 0; });
     decode_shrank_ = true;  // seen by the next update_running_batch
   }
 }

@@ -155,7 +155,7 @@ class SglangPolicy final : public Policy {
   RequestId chunked_ = -1;          // the request whose prefill is cut into chunks
   std::vector<RequestId> prefilled_;  // admitted by the last prefill batch, merged at its end
   size_t mixed_decodes_ = 0;          // running requests the last prefill batch decoded
-  std::vector<bool> finished_flag_;
+  std::vector<uint8_t> finished_flag_;  // bytes, not bits: read for every running request at each finish
   bool batch_is_full_ = false;
   bool decode_shrank_ = false;      // a running request finished since the last decode step
   bool repeatable_ = false;         // the last schedule() decoded without retracting

@@ -14,7 +14,9 @@ void WeightedSamples::merge(const WeightedSamples& other) {
 
 void WeightedSamples::sort() const {
   if (sorted_) return;
-  std::sort(samples_.begin(), samples_.end());
+  // By value alone: pairs of one value merge below, whatever their order (their weights are
+  // integers), so comparing the weights too would only cost time.
+  std::sort(samples_.begin(), samples_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   // Merge equal values so storage stays proportional to distinct values.
   size_t out = 0;
   for (size_t i = 1; i < samples_.size(); ++i) {

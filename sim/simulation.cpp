@@ -619,6 +619,9 @@ void Simulation::try_start_iteration(Replica& r) {
       throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
     }
     scheduled_in_batch_[item.id] = stamp;
+    if (p.state == RequestState::kRunning && !record_items && r.role != PoolRole::kDecode) {
+      continue;  // running on (most items): no phase starts, nothing to record
+    }
     // A waiting request with nothing computed but its cached prefix is admitted to prefill (a
     // swapped-in one keeps computed tokens of its own).
     if (p.state == RequestState::kWaiting && p.computed_tokens == admission_hit_[item.id]) {
@@ -642,7 +645,7 @@ void Simulation::try_start_iteration(Replica& r) {
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
 
-  const IterationCost cost = r.cost_model->iteration(batch.shape);
+  const IterationCost cost = r.cost_model->iteration(batch.shape, &r.cost_memo);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp);
   r.first_end = now_ + duration;
@@ -713,7 +716,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
     // KV is sampled as the repeated schedule() left it.
-    const SimTime duration = open_iteration(r, end, r.cost_model->iteration(shape), SimTime::zero());
+    const SimTime duration = open_iteration(r, end, r.cost_model->iteration(shape, &r.cost_memo), SimTime::zero());
     latency_.iteration_repeated(r.index, r.current.cost, duration);
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
@@ -773,35 +776,22 @@ void Simulation::record_idle(Replica& r) {
   result_.idle_samples.push_back(sample);
 }
 
-void Simulation::record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at) {
-  if (r.role == PoolRole::kDecode && result_.handoffs[id].decode_first_token == SimTime::max()) {
-    result_.handoffs[id].decode_first_token = at;
-  }
-  if (p.generated_tokens == 0) {
-    p.first_token = at;
-  } else {
-    const SimTime gap = at - p.last_token;
-    if (gap > p.max_tbt) p.max_tbt = gap;
-    r.tbt_s.add(gap.seconds());
-  }
-  ++p.generated_tokens;
-  p.last_token = at;
+void Simulation::note_decode_first_token(RequestId id, SimTime at) {
+  if (result_.handoffs[id].decode_first_token == SimTime::max()) result_.handoffs[id].decode_first_token = at;
 }
 
-bool Simulation::finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
-  if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return false;
+void Simulation::leave(Replica& r, RequestId id, RequestProgress& p) {
   finished_.push_back(id);  // for the policy: it leaves this replica
   if (r.role == PoolRole::kPrefill && p.generated_tokens < (*requests_)[id].output_tokens) {
     handing_off_.push_back(id);  // its decode goes on elsewhere
     latency_.kv_transfer_started(id, now_);
     record_phase(id, RequestPhase::kKvTransfer);
-    return true;
+    return;
   }
   p.state = RequestState::kFinished;
   p.finished = now_;
   latency_.finished(id, now_);
   record_phase(id, RequestPhase::kFinished);
-  return true;
 }
 
 void Simulation::finish_iteration(Replica& r) {

@@ -233,6 +233,7 @@ class Simulation {
     int64_t repeats = 0;
     std::vector<SimTime> repeat_gaps;
     SimTime max_repeat_gap;
+    NonAttentionCosts cost_memo;  // its cost model's, for a run of iterations of one shape but their contexts
     // Running sums for the summary, so iteration records need not be kept.
     double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
     int64_t bubble_slots = 0, useful_slots = 0;
@@ -290,11 +291,30 @@ class Simulation {
   SimTime open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time);
   // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
   void close_iteration(Replica& r);
-  // Also notes a decode replica's first token of a handed-off request.
-  void record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at);
+  // Also notes a decode replica's first token of a handed-off request. Inline, as
+  // finish_if_done's test: both run for every sequence of every iteration not fast-forwarded.
+  void record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at) {
+    if (r.role == PoolRole::kDecode) note_decode_first_token(id, at);
+    if (p.generated_tokens == 0) {
+      p.first_token = at;
+    } else {
+      const SimTime gap = at - p.last_token;
+      if (gap > p.max_tbt) p.max_tbt = gap;
+      r.tbt_s.add(gap.seconds());
+    }
+    ++p.generated_tokens;
+    p.last_token = at;
+  }
+  void note_decode_first_token(RequestId id, SimTime at);
   // At its last output token (as replica `r` sees it: a prefill replica's is the first).
   // Whether the request left the replica: finished, or handed to the decode pool.
-  bool finish_if_done(Replica& r, RequestId id, RequestProgress& p);
+  bool finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
+    if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return false;
+    leave(r, id, p);
+    return true;
+  }
+  // finish_if_done's request that reached its last token leaves the replica.
+  void leave(Replica& r, RequestId id, RequestProgress& p);
   void summarize_replicas();
 
   // Disaggregated pools (sim/disaggregation.cpp).

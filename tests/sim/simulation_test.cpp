@@ -3,8 +3,11 @@
 // detection and byte-identical reruns.
 #include "sim/simulation.h"
 
+#include <cmath>
 #include <deque>
+#include <random>
 #include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +84,26 @@ Workload make(std::initializer_list<std::tuple<double, int, int>> rows) {
 
 SimTime duration_of(const CostModel& cm, const BatchShape& shape) {
   return SimTime::from_seconds(cm.iteration(shape).total_s);
+}
+
+// SimTime::from_seconds rounds inline; it must give std::llround's nanoseconds for every value:
+// exact halves either side of zero, values just below and above a half, and magnitudes up to
+// and past 2^52 ns, where it hands over to the library.
+TEST(SimTime, FromSecondsRoundsAsLlround) {
+  std::vector<double> seconds = {0.0, -0.0, 0.5e-9, -0.5e-9, 1.5e-9, -1.5e-9, 2.5e-9, -2.5e-9,
+                                 0.49999999999999994e-9, std::nextafter(0.5e-9, 1.0),
+                                 std::nextafter(0.5e-9, 0.0), 1e-3, 0.0123456789, 3600.0,
+                                 std::ldexp(1.0, 52) * 1e-9, std::ldexp(1.0, 52) * 1e-9 * 1.5, 1e7};
+  std::mt19937_64 gen(7);
+  for (int i = 0; i < 200000; ++i) {
+    // Magnitudes from 1e-12 s to 1e8 s, both signs, and exact half-nanoseconds.
+    const double magnitude = std::pow(10.0, std::uniform_real_distribution<double>(-12, 8)(gen));
+    seconds.push_back((i % 2 ? -1 : 1) * magnitude);
+    seconds.push_back(static_cast<double>(static_cast<int64_t>(gen() % 2000000) - 1000000) * 0.5e-9);
+  }
+  for (const double s : seconds) {
+    ASSERT_EQ(SimTime::from_seconds(s).ns(), std::llround(s * 1e9)) << s;
+  }
 }
 
 TEST(Simulation, OneRequestTimesEveryTokenFromTheCostModel) {
