@@ -171,10 +171,6 @@ int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
   return need > budget_ ? budget : 0;
 }
 
-void ContinuousPolicy::add_step(RequestId id, int64_t new_tokens, Batch& batch) {
-  if (!add_batch_step(*env_, id, new_tokens, batch)) ++partial_prefills_;
-}
-
 void ContinuousPolicy::preempt(RequestId victim, Batch& batch, bool allow_swap) {
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   if (config_.swap && allow_swap) {
@@ -325,7 +321,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     if (preempted_here && (i >= running_.size() || running_[i] != id)) {
       i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     }
-    if (!add_batch_step(id, n, p, known, batch)) ++partial_prefills_;
+    add_step(id, n, p, known, batch);
     budget -= n;
     ++i;
   }

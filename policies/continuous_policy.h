@@ -299,7 +299,14 @@ class ContinuousPolicy final : public Policy {
   int64_t need_of(RequestId id) const {
     return env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
   }
-  void add_step(RequestId id, int64_t new_tokens, Batch& batch);
+  // Adds the step to the batch (add_batch_step) and counts a prefill it leaves unfinished; the
+  // second form takes the progress and known tokens the caller already read.
+  void add_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch) {
+    if (!add_batch_step(id, new_tokens, p, known, batch)) ++partial_prefills_;
+  }
+  void add_step(RequestId id, int64_t new_tokens, Batch& batch) {
+    add_step(id, new_tokens, env_->progress_of(id), env_->known_tokens(id), batch);
+  }
   // kv_->try_grow, without a virtual call for the paged cache (final), whose growth then
   // inlines: schedule() grows every running request at every step.
   bool grow(RequestId id, int64_t tokens) {
