@@ -277,7 +277,8 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   int64_t budget = budget_left;
   // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
   // while budget is left (a decode costs one token; a partial prefill its next chunk).
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  const size_t first = pass == RunningPass::all ? schedule_leading_decodes(batch, budget) : 0;
+  for (size_t i = first; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
     // (Read once: nothing below changes this request's progress but its own preemption, which
@@ -327,6 +328,41 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   }
   budget_left = budget;
   return !preempted;
+}
+
+size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
+  if (paged_kv_ == nullptr || budget <= 0) return 0;
+  // Written in place (the items sized for the most there can be, then cut) and the shape's
+  // decode aggregates summed in locals: Batch::add_decode per request would store and reload
+  // them all, as the compiler cannot tell the batch from the KV cache's members.
+  const size_t limit = std::min(running_.size(), static_cast<size_t>(budget));
+  const size_t base = batch.items.size();
+  batch.items.resize(base + limit);
+  BatchItem* out = batch.items.data() + base;
+  const RequestId* ids = running_.data();
+  const Request* requests = env_->requests->data();
+  const RequestProgress* progress = env_->progress->data();
+  int64_t context_sum = 0, context_max = 0;
+  size_t i = 0;
+  for (; i < limit; ++i) {
+    const RequestId id = ids[i];
+    const RequestProgress& p = progress[id];
+    const int64_t computed = p.computed_tokens;
+    if (p.generated_tokens == 0 || computed + 1 != requests[id].prompt_tokens + p.generated_tokens) break;
+    if (!paged_kv_->try_grow_decode(id, computed)) break;
+    out[i] = BatchItem{id, 1, computed};
+    context_sum += computed + 1;
+    context_max = std::max(context_max, computed + 1);
+  }
+  batch.items.resize(base + i);
+  const auto scheduled = static_cast<int64_t>(i);
+  BatchShape& shape = batch.shape;
+  shape.num_decodes += scheduled;
+  shape.decode_context_sum += context_sum;
+  shape.decode_context_max = std::max(shape.decode_context_max, context_max);
+  shape.num_sampled += scheduled;  // each decode samples
+  budget -= scheduled;
+  return i;
 }
 
 void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {

@@ -260,6 +260,12 @@ class ContinuousPolicy final : public Policy {
   // One pass of schedule_running over the running requests of one kind.
   enum class RunningPass { all, decodes, prefills };
   bool schedule_running_pass(Batch& batch, int64_t& budget, RunningPass pass);
+  // The pass's first part: the running requests from the front that are plain decodes (one
+  // token after all they know but the last is in the paged KV cache), each one token while
+  // budget is left, until one is not a decode or cannot grow, which is left to the pass (a
+  // preemption); returns how many it scheduled. What the pass would do for them, without its
+  // rules for chunks and victims: most running requests are such decodes at most steps.
+  size_t schedule_leading_decodes(Batch& batch, int64_t& budget);
   // The running request to preempt when one cannot grow: the newest (fcfs) or the lowest-ranked
   // (priority, sjf), or with generation_first the newest / lowest-ranked not already in the
   // batch (a decode scheduled before the prefill chunks).

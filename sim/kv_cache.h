@@ -214,6 +214,19 @@ class PagedKvCache final : public KvCacheManager {
     tokens_[id] = tokens;
     return true;
   }
+  // try_grow(id, computed + 1) for a running decode whose KV holds its `computed` tokens: the
+  // same result and effect, but a token that stays in the request's last block (15 of 16
+  // steps at vLLM's block size) only counts it. Policies grow every decode at every step.
+  bool try_grow_decode(RequestId id, int64_t computed) {
+    const int64_t tokens = computed + 1;
+    const bool block_full = block_shift_ >= 0 ? (computed & (block_size_ - 1)) == 0 : computed % block_size_ == 0;
+    if (caching_ || block_full || id >= static_cast<RequestId>(tokens_.size()) || tokens_[id] != computed) {
+      return try_grow(id, tokens);
+    }
+    ++used_tokens_;
+    tokens_[id] = tokens;
+    return true;
+  }
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;

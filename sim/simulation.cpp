@@ -33,6 +33,20 @@ bool is_decode_step(const RequestProgress& p, const BatchItem& item, int64_t kno
   return p.generated_tokens > 0 && item.context_before == known - 1 && item.new_tokens == 1;
 }
 
+[[noreturn]] void throw_bad_item(const BatchItem& item, const RequestProgress& p, int64_t known) {
+  throw std::logic_error(fmt::format("policy scheduled request {} with {} new tokens after {} (computed {}, known {})",
+                                     item.id, item.new_tokens, item.context_before, p.computed_tokens, known));
+}
+
+// A batch item computes at least one token, right after its request's computed ones, and never
+// past the tokens it knows.
+inline void check_item(const BatchItem& item, const RequestProgress& p, int64_t known) {
+  if (item.new_tokens < 1 || item.context_before != p.computed_tokens || p.computed_tokens + item.new_tokens > known)
+      [[unlikely]] {
+    throw_bad_item(item, p, known);
+  }
+}
+
 // The random router's stream of the run's seed (Rng::for_stream): well clear of the workload's
 // streams (0-3 in sim/workload.cpp), so routing draws never shift a workload sample.
 constexpr uint32_t kRouterStream = 16;
@@ -593,35 +607,33 @@ void Simulation::try_start_iteration(Replica& r) {
     return;
   }
 
-  // Check the batch the policy built: each request at most once, never past its known tokens.
-  // (That a replica lists only requests routed to it is checked by the cluster tests through
-  // on_iteration, not here: a policy only ever hears of its own arrivals, and the check per
-  // item cost a single-replica run 2% of its time.)
+  // Check the batch the policy built: each request live and at most once here; each item's
+  // tokens follow its computed ones, never past its known tokens, which finish_iteration checks
+  // as it reads them (check_item), before it applies any. (That a replica lists only requests
+  // routed to it is checked by the cluster tests through on_iteration, not here: a policy only
+  // ever hears of its own arrivals, and the check per item cost a single-replica run 2% of its
+  // time.)
   const int64_t stamp = batches_++;
-  int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
   const bool record_items = options_.record_iterations && options_.record_iteration_items;
+  const bool plain_running = !record_items && r.role != PoolRole::kDecode;
   r.batch_first_item = static_cast<int64_t>(result_.iteration_items.size());
+  // (Local: through the members every stamp stored would reload them.)
+  RequestProgress* const progress = progress_.data();
+  int64_t* const stamps = scheduled_in_batch_.data();
   for (const BatchItem& item : batch.items) {
-    RequestProgress& p = progress_[item.id];
-    min_remaining = std::min<int64_t>(min_remaining,
-                                      (*requests_)[item.id].output_tokens - p.generated_tokens);
+    RequestProgress& p = progress[item.id];
+    if (stamps[item.id] == stamp) {
+      throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
+    }
+    stamps[item.id] = stamp;
+    if (p.state == RequestState::kRunning && plain_running) {
+      continue;  // running on (most items): no phase starts, nothing to record
+    }
     if (p.state != RequestState::kWaiting && p.state != RequestState::kRunning) {
       throw std::logic_error(fmt::format("policy scheduled request {} that is not live", item.id));
     }
     const int64_t known = r.env.known_tokens(item.id);
-    if (item.new_tokens < 1 || item.context_before != p.computed_tokens ||
-        p.computed_tokens + item.new_tokens > known) {
-      throw std::logic_error(fmt::format(
-          "policy scheduled request {} with {} new tokens after {} (computed {}, known {})",
-          item.id, item.new_tokens, item.context_before, p.computed_tokens, known));
-    }
-    if (scheduled_in_batch_[item.id] == stamp) {
-      throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
-    }
-    scheduled_in_batch_[item.id] = stamp;
-    if (p.state == RequestState::kRunning && !record_items && r.role != PoolRole::kDecode) {
-      continue;  // running on (most items): no phase starts, nothing to record
-    }
+    check_item(item, p, known);
     // A waiting request with nothing computed but its cached prefix is admitted to prefill (a
     // swapped-in one keeps computed tokens of its own).
     if (p.state == RequestState::kWaiting && p.computed_tokens == admission_hit_[item.id]) {
@@ -654,6 +666,11 @@ void Simulation::try_start_iteration(Replica& r) {
   SimTime end = r.first_end;
   if (options_.fast_forward && !options_.on_iteration && batch.shape.prefills.empty() &&
       batch.extra_time == SimTime::zero()) {
+    int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
+    for (const BatchItem& item : batch.items) {
+      min_remaining = std::min<int64_t>(min_remaining,
+                                        (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
+    }
     end = fast_forward(r, r.first_end, min_remaining);
   }
   r.done_at = end;
@@ -803,25 +820,35 @@ void Simulation::finish_iteration(Replica& r) {
   const Batch& batch = r.batch;
   int32_t num_prefills = 0;
   int64_t prefill_tokens = 0;
+  // (Local: through the members every store to a request's progress would reload them.)
+  RequestProgress* const progress = progress_.data();
+  const Request* const requests = requests_->data();
+  const Request* const view = r.env.requests->data();  // a prefill replica's: one output token
+  const bool decode_pool = r.role == PoolRole::kDecode;
   if (r.repeats > 0) {
     // 1 + repeats identical decode iterations: the first token of each request closes a gap
     // of its own; every later one closes the common gap of its iteration.
     const auto rows = static_cast<int64_t>(batch.items.size());
+    GapRun gaps;
     for (const BatchItem& item : batch.items) {
-      RequestProgress& p = progress_[item.id];
+      RequestProgress& p = progress[item.id];
+      check_item(item, p, requests[item.id].prompt_tokens + p.generated_tokens);
       p.computed_tokens += 1 + r.repeats;
-      record_token(r, item.id, p, r.first_end);
+      record_token(r, decode_pool, item.id, p, r.first_end, gaps);
       p.generated_tokens += static_cast<int32_t>(r.repeats);
       p.last_token = now_;
       if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
-      finish_if_done(r, item.id, p);
+      finish_if_done(r, view, item.id, p);
     }
+    gaps.flush(r.tbt_s);
     for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
   } else {
+    GapRun gaps;
     for (const BatchItem& item : batch.items) {
-      RequestProgress& p = progress_[item.id];
-      const Request& req = (*requests_)[item.id];
+      RequestProgress& p = progress[item.id];
+      const Request& req = requests[item.id];
       const int64_t known = req.prompt_tokens + p.generated_tokens;
+      check_item(item, p, known);
       const bool was_decode = is_decode_step(p, item, known);
       if (!was_decode) {
         latency_.prefill_chunk_done(item.id, item.context_before, item.new_tokens);
@@ -831,11 +858,12 @@ void Simulation::finish_iteration(Replica& r) {
       p.computed_tokens += item.new_tokens;
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
-      record_token(r, item.id, p, now_);
-      const bool left = finish_if_done(r, item.id, p);
+      record_token(r, decode_pool, item.id, p, now_, gaps);
+      const bool left = finish_if_done(r, view, item.id, p);
       // A prefill that sampled: the request decodes from here (in a prefill pool, elsewhere).
       if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);
     }
+    gaps.flush(r.tbt_s);
   }
   r.policy->on_iteration_end(batch, finished_, now_);
   // Requests handed to the decode pool leave this replica but are not settled.

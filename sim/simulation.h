@@ -291,25 +291,48 @@ class Simulation {
   SimTime open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time);
   // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
   void close_iteration(Replica& r);
-  // Also notes a decode replica's first token of a handed-off request. Inline, as
-  // finish_if_done's test: both run for every sequence of every iteration not fast-forwarded.
-  void record_token(Replica& r, RequestId id, RequestProgress& p, SimTime at) {
-    if (r.role == PoolRole::kDecode) note_decode_first_token(id, at);
+  // The inter-token gaps of one iteration's tokens, in order, as runs of equal consecutive
+  // gaps, each added to the replica's samples as one (gap, count): what adding the gaps one by
+  // one stores (GapSamples merges such runs), at one add per run instead of one per token.
+  struct GapRun {
+    double gap_s = 0;
+    int64_t count = 0;
+    void add(GapSamples& samples, double s) {
+      if (count > 0 && s == gap_s) {
+        ++count;
+        return;
+      }
+      flush(samples);
+      gap_s = s;
+      count = 1;
+    }
+    void flush(GapSamples& samples) {
+      if (count > 0) samples.add(gap_s, count);
+      count = 0;
+    }
+  };
+  // Also notes a decode replica's first token of a handed-off request; its gap goes to `gaps`,
+  // which the caller flushes into r.tbt_s. Inline, as finish_if_done's test: both run for
+  // every sequence of every iteration not fast-forwarded.
+  // `decode_pool`: r.role is PoolRole::kDecode (read once by the caller's loop).
+  void record_token(Replica& r, bool decode_pool, RequestId id, RequestProgress& p, SimTime at, GapRun& gaps) {
+    if (decode_pool) note_decode_first_token(id, at);
     if (p.generated_tokens == 0) {
       p.first_token = at;
     } else {
       const SimTime gap = at - p.last_token;
       if (gap > p.max_tbt) p.max_tbt = gap;
-      r.tbt_s.add(gap.seconds());
+      gaps.add(r.tbt_s, gap.seconds());
     }
     ++p.generated_tokens;
     p.last_token = at;
   }
   void note_decode_first_token(RequestId id, SimTime at);
-  // At its last output token (as replica `r` sees it: a prefill replica's is the first).
+  // At its last output token (as replica `r` sees it: a prefill replica's is the first, and
+  // `view` is r.env.requests' data, read once by the caller's loop).
   // Whether the request left the replica: finished, or handed to the decode pool.
-  bool finish_if_done(Replica& r, RequestId id, RequestProgress& p) {
-    if (p.generated_tokens < (*r.env.requests)[id].output_tokens) return false;
+  bool finish_if_done(Replica& r, const Request* view, RequestId id, RequestProgress& p) {
+    if (p.generated_tokens < view[id].output_tokens) return false;
     leave(r, id, p);
     return true;
   }

@@ -42,6 +42,40 @@ TEST(PagedKvCache, RefusesWhenBlocksRunOutAndChangesNothing) {
   EXPECT_EQ(kv.free_blocks(), 0);
 }
 
+TEST(PagedKvCache, DecodeGrowthIsTryGrowOfOneToken) {
+  // try_grow_decode takes its shortcut inside a block only: stepped beside try_grow on a twin
+  // cache, through block boundaries and until the blocks run out, both caches agree at every
+  // step, for a power-of-two block size (a mask) and another (a division).
+  for (const int32_t block_size : {16, 12}) {
+    PagedKvCache fast(3, 7, block_size), exact(3, 7, block_size);
+    const std::vector<int64_t> prompts = {5, static_cast<int64_t>(block_size), 2 * block_size - 1};
+    for (RequestId id = 0; id < 3; ++id) {
+      ASSERT_TRUE(fast.try_admit(id, prompts[static_cast<size_t>(id)], 1000));
+      ASSERT_TRUE(exact.try_admit(id, prompts[static_cast<size_t>(id)], 1000));
+    }
+    int failures = 0;
+    for (int step = 0; step < 3 * block_size; ++step) {
+      for (RequestId id = 0; id < 3; ++id) {
+        const int64_t computed = exact.tokens_of(id);
+        const bool grew = exact.try_grow(id, computed + 1);
+        ASSERT_EQ(fast.try_grow_decode(id, computed), grew) << "block " << block_size << " step " << step;
+        failures += grew ? 0 : 1;
+        ASSERT_EQ(fast.tokens_of(id), exact.tokens_of(id));
+        ASSERT_EQ(fast.used_tokens(), exact.used_tokens());
+        ASSERT_EQ(fast.free_blocks(), exact.free_blocks());
+      }
+    }
+    EXPECT_GT(failures, 0) << "the blocks never ran out: the test missed the refusal";
+  }
+  // A request whose KV holds more than `computed` (not a plain decode) gets try_grow's answer:
+  // nothing to grow.
+  PagedKvCache kv(1, 4, 16);
+  ASSERT_TRUE(kv.try_admit(0, 20, 100));
+  EXPECT_TRUE(kv.try_grow_decode(0, 10));
+  EXPECT_EQ(kv.tokens_of(0), 20);
+  EXPECT_EQ(kv.used_tokens(), 20);
+}
+
 TEST(PagedKvCache, WatermarkAppliesToAdmissionNotGrowth) {
   // vLLM v0: watermark_blocks = int(0.25 * 8) = 2.
   PagedKvCache kv(2, 8, 1, 0.25);
