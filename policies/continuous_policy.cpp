@@ -333,8 +333,8 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
   if (paged_kv_ == nullptr || budget <= 0) return 0;
   // Written in place (the items sized for the most there can be, then cut) and the shape's
-  // decode aggregates summed in locals: Batch::add_decode per request would store and reload
-  // them all, as the compiler cannot tell the batch from the KV cache's members.
+  // decode aggregates (BatchShape::add_decode's) summed in locals: Batch::add per request would
+  // store and reload them all, as the compiler cannot tell the batch from the KV cache's members.
   const size_t limit = std::min(running_.size(), static_cast<size_t>(budget));
   const size_t base = batch.items.size();
   batch.items.resize(base + limit);
