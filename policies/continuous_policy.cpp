@@ -343,13 +343,14 @@ size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget)
   const Request* requests = env_->requests->data();
   const RequestProgress* progress = env_->progress->data();
   int64_t context_sum = 0, context_max = 0;
+  PagedKvCache::DecodeGrowth growth(*paged_kv_);
   size_t i = 0;
   for (; i < limit; ++i) {
     const RequestId id = ids[i];
     const RequestProgress& p = progress[id];
     const int64_t computed = p.computed_tokens;
     if (p.generated_tokens == 0 || computed + 1 != requests[id].prompt_tokens + p.generated_tokens) break;
-    if (!paged_kv_->try_grow_decode(id, computed)) break;
+    if (!growth.grow(id, computed)) break;
     out[i] = BatchItem{id, 1, computed};
     context_sum += computed + 1;
     context_max = std::max(context_max, computed + 1);

@@ -305,10 +305,12 @@ void PagedKvCache::take_blocks_for_growth(RequestId id, int64_t have, int64_t to
 
 void KvCacheManager::begin_decode_run(std::span<const BatchItem> items) {
   if (in_run_) throw std::logic_error("KV cache: a decode run began inside another");
-  run_ids_.clear();
+  // Written in place, not pushed: a run begins at every fast-forward, over every decode.
+  run_ids_.resize(items.size());
+  RequestId* ids = run_ids_.data();
   for (const BatchItem& item : items) {
     if (!holds(item.id)) throw std::logic_error("KV cache: a decode run over a request that holds no KV");
-    run_ids_.push_back(item.id);
+    *ids++ = item.id;
   }
   run_steps_ = 0;
   in_run_ = true;

@@ -227,6 +227,37 @@ class PagedKvCache final : public KvCacheManager {
     tokens_[id] = tokens;
     return true;
   }
+  // try_grow_decode for many decodes in one loop (ContinuousPolicy::schedule_leading_decodes):
+  // the cache's invariants read once and the tokens it counts kept in a local, written back
+  // before any slow step and when the view goes; nothing else may use the cache meanwhile.
+  // (Through the cache, every decode stored its count and reloaded the members it read, as the
+  // compiler cannot tell the request tables from the cache's own fields.)
+  class DecodeGrowth {
+   public:
+    explicit DecodeGrowth(PagedKvCache& kv)
+        : kv_(kv), tokens_(kv.tokens_.data()), size_(static_cast<RequestId>(kv.tokens_.size())),
+          mask_(kv.block_size_ - 1), fast_(!kv.caching_ && kv.block_shift_ >= 0) {}
+    DecodeGrowth(const DecodeGrowth&) = delete;
+    DecodeGrowth& operator=(const DecodeGrowth&) = delete;
+    ~DecodeGrowth() { kv_.used_tokens_ += grown_; }
+    bool grow(RequestId id, int64_t computed) {
+      if (fast_ && (computed & mask_) != 0 && id < size_ && tokens_[id] == computed) {
+        tokens_[id] = computed + 1;
+        ++grown_;
+        return true;
+      }
+      kv_.used_tokens_ += grown_;
+      grown_ = 0;
+      return kv_.try_grow_decode(id, computed);
+    }
+   private:
+    PagedKvCache& kv_;
+    int64_t* tokens_;
+    RequestId size_;
+    int64_t mask_;
+    bool fast_;
+    int64_t grown_ = 0;
+  };
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;

@@ -825,6 +825,7 @@ void Simulation::finish_iteration(Replica& r) {
   const Request* const requests = requests_->data();
   const Request* const view = r.env.requests->data();  // a prefill replica's: one output token
   const bool decode_pool = r.role == PoolRole::kDecode;
+  const SimTime now = now_;  // (as the pointers above)
   if (r.repeats > 0) {
     // 1 + repeats identical decode iterations: the first token of each request closes a gap
     // of its own; every later one closes the common gap of its iteration.
@@ -836,7 +837,7 @@ void Simulation::finish_iteration(Replica& r) {
       p.computed_tokens += 1 + r.repeats;
       record_token(r, decode_pool, item.id, p, r.first_end, gaps);
       p.generated_tokens += static_cast<int32_t>(r.repeats);
-      p.last_token = now_;
+      p.last_token = now;
       if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
       finish_if_done(r, view, item.id, p);
     }
@@ -858,7 +859,7 @@ void Simulation::finish_iteration(Replica& r) {
       p.computed_tokens += item.new_tokens;
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
-      record_token(r, decode_pool, item.id, p, now_, gaps);
+      record_token(r, decode_pool, item.id, p, now, gaps);
       const bool left = finish_if_done(r, view, item.id, p);
       // A prefill that sampled: the request decodes from here (in a prefill pool, elsewhere).
       if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);

@@ -294,20 +294,23 @@ class Simulation {
   // The inter-token gaps of one iteration's tokens, in order, as runs of equal consecutive
   // gaps, each added to the replica's samples as one (gap, count): what adding the gaps one by
   // one stores (GapSamples merges such runs), at one add per run instead of one per token.
+  // Gaps are compared in nanoseconds and turned into seconds once per run: two gaps that
+  // differ in nanoseconds differ in seconds too (below 2^20 s, ns x 1e-9 is rounded by less
+  // than half the 1e-9 s between them), so the runs are those of the gaps in seconds.
   struct GapRun {
-    double gap_s = 0;
+    SimTime gap;
     int64_t count = 0;
-    void add(GapSamples& samples, double s) {
-      if (count > 0 && s == gap_s) {
+    void add(GapSamples& samples, SimTime g) {
+      if (count > 0 && g == gap) {
         ++count;
         return;
       }
       flush(samples);
-      gap_s = s;
+      gap = g;
       count = 1;
     }
     void flush(GapSamples& samples) {
-      if (count > 0) samples.add(gap_s, count);
+      if (count > 0) samples.add(gap.seconds(), count);
       count = 0;
     }
   };
@@ -322,7 +325,7 @@ class Simulation {
     } else {
       const SimTime gap = at - p.last_token;
       if (gap > p.max_tbt) p.max_tbt = gap;
-      gaps.add(r.tbt_s, gap.seconds());
+      gaps.add(r.tbt_s, gap);
     }
     ++p.generated_tokens;
     p.last_token = at;
