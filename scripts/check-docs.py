@@ -55,6 +55,19 @@ class Block:
         return f"{self.doc.relative_to(ROOT)}:{self.line}"
 
 
+def built_for_python(build):
+    """The interpreter the build's Python module was made for (CMakeCache.txt's
+    Python_EXECUTABLE, which the BATCHSIM_PYTHON build sets), or "" when there is none."""
+    cache = build / "CMakeCache.txt"
+    if not (build / "python").is_dir() or not cache.exists():
+        return ""
+    for line in cache.read_text(errors="replace").splitlines():
+        if line.startswith("Python_EXECUTABLE:"):
+            path = line.split("=", 1)[1].strip()
+            return path if Path(path).exists() else ""
+    return ""
+
+
 def linked_docs(start):
     """README.md and the Markdown files it links to, transitively, inside the repository."""
     seen, order, todo = set(), [], [start]
@@ -158,7 +171,8 @@ def main(argv):
     ap.add_argument("--timeout", type=float, default=600, help="seconds per block (default 600)")
     ap.add_argument("--only", default="", help="run only blocks whose place (FILE:LINE) contains this")
     ap.add_argument("--python", default="", help="the python3 the commands run (the one the batchsim "
-                    "module in build/python was built for; default: python3 on PATH)")
+                    "module in build/python was built for; default: the build's, from its "
+                    "CMakeCache.txt, else python3 on PATH)")
     args = ap.parse_args(argv)
 
     docs = linked_docs(ROOT / "README.md")
@@ -185,6 +199,8 @@ def main(argv):
     work = scratch_copy(build)
     failed = []
     env = dict(os.environ, LC_ALL="C.UTF-8")
+    if not args.python:
+        args.python = built_for_python(build)
     if args.python:
         # The documented `python3 ...` commands import the module built for this interpreter; a
         # different python3 earlier on PATH (pyenv, conda) would lack its numpy and pandas.
