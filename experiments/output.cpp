@@ -361,7 +361,7 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
   const bool done = r.completed();
   csv.integer(r.id);
   csv.put(',');
-  csv.fixed9(r.arrival.seconds());
+  csv.seconds(r.arrival);
   csv.format(",{},{},{},{},", r.prompt_tokens, r.output_tokens, r.output_limit(), request_state_name(r.state));
   csv.seconds_or_empty(r.first_scheduled);
   csv.put(',');
@@ -370,10 +370,16 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
   csv.seconds_or_empty(r.finished);
   csv.put(',');
   if (done) {
-    for (const double v : {r.ttft_s(), r.e2e_s(), r.tpot_s(), r.max_tbt.seconds(), r.queueing_s()}) {
-      csv.fixed9(v);
+    for (const SimTime t : {r.ttft(), r.e2e()}) {
+      csv.seconds(t);
       csv.put(',');
     }
+    csv.fixed9(r.tpot_s());  // a quotient, not a time
+    for (const SimTime t : {r.max_tbt, r.queueing()}) {
+      csv.put(',');
+      csv.seconds(t);
+    }
+    csv.put(',');
   } else {
     csv.put(",,,,,");
   }
@@ -381,7 +387,7 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
   // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
   for (LatencyPart part : kLatencyParts) {
     csv.put(',');
-    if (done) csv.fixed9(r.breakdown.seconds(part));
+    if (done) csv.seconds(r.breakdown.time(part));
   }
   if (cluster) {
     csv.put(',');
@@ -474,9 +480,9 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
       const IterationCost& c = it.cost;
       csv.integer(it.index);
       csv.put(',');
-      csv.fixed9(it.start.seconds());
+      csv.seconds(it.start);
       csv.put(',');
-      csv.fixed9(it.duration.seconds());
+      csv.seconds(it.duration);
       csv.format(",{},{},{},{},{},{},{},", it.num_requests, it.num_prefills, it.prefill_tokens, it.num_decodes,
                  it.bubble_slots, it.kv_used_tokens, it.kv_allocated_tokens);
       for (const double v : {c.gemm_s, c.prefill_attention_s, c.decode_attention_s, c.lm_head_s, c.communication_s,

@@ -77,7 +77,8 @@ struct LatencyBreakdown {
 
   int64_t& operator[](LatencyPart part) { return ns[static_cast<size_t>(part)]; }
   int64_t operator[](LatencyPart part) const { return ns[static_cast<size_t>(part)]; }
-  double seconds(LatencyPart part) const { return SimTime::from_ns((*this)[part]).seconds(); }
+  SimTime time(LatencyPart part) const { return SimTime::from_ns((*this)[part]); }
+  double seconds(LatencyPart part) const { return time(part).seconds(); }
   int64_t total_ns() const;
   bool operator==(const LatencyBreakdown&) const = default;
 };

@@ -34,9 +34,12 @@ struct RequestRecord : Request, RequestProgress {
   LatencyBreakdown breakdown;
 
   bool completed() const { return state == RequestState::kFinished; }
-  double ttft_s() const { return (first_token - arrival).seconds(); }
-  double e2e_s() const { return (finished - arrival).seconds(); }
-  double queueing_s() const { return (first_scheduled - arrival).seconds(); }
+  SimTime ttft() const { return first_token - arrival; }
+  SimTime e2e() const { return finished - arrival; }
+  SimTime queueing() const { return first_scheduled - arrival; }
+  double ttft_s() const { return ttft().seconds(); }
+  double e2e_s() const { return e2e().seconds(); }
+  double queueing_s() const { return queueing().seconds(); }
   // (e2e - TTFT) / (output - 1); 0 for single-token outputs.
   double tpot_s() const {
     return output_tokens > 1 ? (finished - first_token).seconds() / (output_tokens - 1) : 0.0;
