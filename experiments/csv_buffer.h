@@ -33,8 +33,8 @@ class CsvBuffer {
   void general9(double v) { to_chars(v, std::chars_format::general); }
   // fixed9(t.seconds()), written from t's integer nanoseconds: the same digits, as t.seconds()
   // is within 2.3e-16 of its own size of the exact k x 1e-9 s (1e-9 and the product each round
-  // by half an ulp), so below kExactSeconds it rounds back to k, the nanoseconds; beyond that
-  // (26 days), the double's own digits. Most of requests.csv's fields are such times, and
+  // by half an ulp), so below kExactNs (23 days) it rounds back to k, the nanoseconds; beyond
+  // that, the double's own digits. Most of requests.csv's fields are such times, and
   // std::to_chars at a precision took over half of writing it.
   void seconds(SimTime t) {
     const int64_t ns = t.ns();

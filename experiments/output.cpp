@@ -401,9 +401,9 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
     csv.put(',');
     csv.seconds_or_empty(h.handoff);
     if (moved) {
-      for (const double v : {h.wait_s(), h.queue_s(), h.transfer_s()}) {
+      for (const SimTime t : {h.wait(), h.queue(), h.transfer()}) {
         csv.put(',');
-        csv.fixed9(v);
+        csv.seconds(t);
       }
       csv.put(',');
       csv.integer(h.transfer_bytes);

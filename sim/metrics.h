@@ -115,9 +115,12 @@ struct HandoffRecord {
   int64_t transfer_bytes = 0;               // KV moved over the link after the prefill ended
   SimTime decode_first_token = SimTime::max();  // its first token on the decode side (its second)
   bool transferred() const { return transfer_end != SimTime::max(); }
-  double wait_s() const { return (kv_allocated - handoff).seconds(); }      // backpressure
-  double queue_s() const { return (transfer_start - kv_allocated).seconds(); }
-  double transfer_s() const { return (transfer_end - transfer_start).seconds(); }
+  SimTime wait() const { return kv_allocated - handoff; }         // backpressure
+  SimTime queue() const { return transfer_start - kv_allocated; }  // NIC queueing
+  SimTime transfer() const { return transfer_end - transfer_start; }
+  double wait_s() const { return wait().seconds(); }
+  double queue_s() const { return queue().seconds(); }
+  double transfer_s() const { return transfer().seconds(); }
 };
 
 // Weighted samples with nearest-rank percentiles.
