@@ -777,12 +777,12 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
     best_s = std::min(best_s, last.wall_s);
   }
   const Summary& s = last.result.summary;
-  fmt::print(out, "policy {}: {} requests, {} iterations ({:.0f}% fast-forwarded), {} output "
-             "tokens simulated\n",
+  const double iterations = static_cast<double>(std::max<int64_t>(1, s.iterations));
+  fmt::print(out, "policy {}: {} requests, {} iterations ({:.0f}% fast-forwarded, {:.0f}% with a decode "
+             "cohort), {} output tokens simulated\n",
              config.policy, workload.size(), s.iterations,
-             100.0 * static_cast<double>(last.result.fast_forwarded_iterations) /
-                 static_cast<double>(std::max<int64_t>(1, s.iterations)),
-             s.output_tokens);
+             100.0 * static_cast<double>(last.result.fast_forwarded_iterations) / iterations,
+             100.0 * static_cast<double>(last.result.cohort_iterations) / iterations, s.output_tokens);
   fmt::print(out, "best of {}: {:.4f} s wall = {:.0f} simulated requests/s, {:.0f} iterations/s, "
              "{:.3g} simulated tokens/s; simulated time {:.1f} s ({:.0f}x faster than real time)\n",
              repeat, best_s, static_cast<double>(workload.size()) / best_s,

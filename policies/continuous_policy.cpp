@@ -1,5 +1,7 @@
 #include "policies/continuous_policy.h"
 
+#include "sim/decode_cohort.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -68,6 +70,12 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   waiting_ = WaitingQueue(&ranking_);
   held_.assign(env.role == PoolRole::kPrefill ? n : 0, 0);
   remote_pending_.assign(env.role == PoolRole::kDecode ? n : 0, 0);
+  cohort_ = nullptr;
+  if (env.cohort != nullptr && paged_kv_ != nullptr && !paged_kv_->prefix_caching() && !ranking_.ranked() &&
+      !config_.generation_first && env.role == PoolRole::kColocated) {
+    cohort_ = env.cohort;
+    cohort_->enable(paged_kv_->block_size());
+  }
 }
 
 int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
@@ -277,7 +285,9 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   int64_t budget = budget_left;
   // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
   // while budget is left (a decode costs one token; a partial prefill its next chunk).
-  const size_t first = pass == RunningPass::all ? schedule_leading_decodes(batch, budget) : 0;
+  const size_t first = pass != RunningPass::all ? 0
+                      : cohort_ != nullptr      ? schedule_cohort(batch, budget, preempted)
+                                                : schedule_leading_decodes(batch, budget);
   for (size_t i = first; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
     const RequestProgress& p = env_->progress_of(id);
@@ -328,6 +338,84 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   }
   budget_left = budget;
   return !preempted;
+}
+
+size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& preempted) {
+  if (budget <= 0) return 0;  // (nobody steps, members included, as schedule_leading_decodes)
+  DecodeCohort& cohort = *cohort_;
+  auto members = static_cast<size_t>(cohort.size());
+  const size_t limit = std::min(running_.size(), static_cast<size_t>(budget));
+  if (members > limit) {
+    // The budget ends among the members: the per-request loop stops where it does.
+    dissolve_cohort();
+    return schedule_leading_decodes(batch, budget);
+  }
+  // The plain decodes right behind the members join them (schedule_leading_decodes' test);
+  // those at a block boundary take a block this step, as the members whose tokens are.
+  const Request* requests = env_->requests->data();
+  const RequestProgress* progress = env_->progress->data();
+  const int64_t block_size = paged_kv_->block_size();
+  size_t end = members;
+  int64_t blocks = cohort.blocks_next_step();
+  for (; end < limit; ++end) {
+    const RequestId id = running_[end];
+    const RequestProgress& p = progress[id];
+    const int64_t computed = p.computed_tokens;
+    if (p.generated_tokens == 0 || computed + 1 != requests[id].prompt_tokens + p.generated_tokens) break;
+    if (paged_kv_->tokens_of(id) != computed) break;
+    if (computed % block_size == 0) ++blocks;
+  }
+  if (blocks > paged_kv_->free_blocks()) {
+    // Out of blocks: what schedule_leading_decodes and the pass after it do, growing in order
+    // and preempting the newest running request (vLLM `running.pop()`) whenever one does not
+    // fit, until it fits or the one being grown is the newest and preempts itself, which ends
+    // the pass. Under fcfs nothing is in the batch yet, and every victim is behind the one
+    // being grown: members and joiners at the back leave first.
+    blocks = 0;
+    for (size_t c = 0; c < end; ++c) {
+      const RequestId id = running_[c];
+      const bool needs = c < members ? cohort.needs_block_next_step(id) : progress[id].computed_tokens % block_size == 0;
+      if (!needs) continue;
+      while (paged_kv_->free_blocks() - blocks < 1) {
+        const RequestId victim = running_.back();
+        const size_t at = running_.size() - 1;
+        if (at < members) {
+          cohort.leave(victim);
+          paged_kv_->settle_cohort_member(victim, progress[victim].computed_tokens);
+          --members;
+        }
+        if (at < end) --end;
+        preempt(victim, batch);
+        preempted = true;
+        if (victim == id) break;
+      }
+      if (end == c) break;  // it preempted itself: nobody is behind it
+      ++blocks;
+    }
+  }
+  for (size_t i = members; i < end; ++i) cohort.join(running_[i], requests[running_[i]].output_tokens);
+  const int64_t size = cohort.size();
+  if (size == 0) return 0;
+  if (!paged_kv_->grow_cohort(size, blocks)) throw std::logic_error("decode cohort growth failed after its blocks were counted");
+  BatchShape& shape = batch.shape;
+  shape.num_decodes += size;
+  shape.decode_context_sum += cohort.next_context_sum();
+  shape.decode_context_max = std::max(shape.decode_context_max, cohort.next_context_max());
+  shape.num_sampled += size;  // each decode samples
+  cohort.grow();
+  budget -= size;
+  batch.cohort = std::span<const RequestId>(running_.data(), static_cast<size_t>(size));
+  return static_cast<size_t>(size);
+}
+
+void ContinuousPolicy::dissolve_cohort() {
+  const auto members = static_cast<size_t>(cohort_->size());
+  const RequestProgress* progress = env_->progress->data();
+  for (size_t i = 0; i < members; ++i) {
+    const RequestId id = running_[i];
+    cohort_->leave(id);
+    paged_kv_->settle_cohort_member(id, progress[id].computed_tokens);
+  }
 }
 
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
@@ -592,6 +680,8 @@ void ContinuousPolicy::schedule(SimTime /*now*/, Batch& batch) {
   // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.
   // A remote request whose KV was allocated now is no decode of this batch, but it will join
   // a later one: the next step differs.
+  // Admissions may have moved running_ since the cohort's span was taken.
+  if (!batch.cohort.empty()) batch.cohort = std::span<const RequestId>(running_.data(), batch.cohort.size());
   repeatable_ = !preempted && !admitted_ && !remote_admitted_ && !batch.empty() &&
                 batch.shape.prefills.empty() && swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
@@ -612,6 +702,16 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   // schedule() after enough decode steps lets them in. (Its other branch, too few requests
   // fitting at once, lasts: decodes only shrink the room.)
   if (held_back_ && steps_since_admission_ + 1 >= config_.max_waiting_tokens) return false;
+  if (!batch.cohort.empty()) {
+    // The cohort's step (its members are all the batch: a decode-only step's plain decodes),
+    // in O(1); without prefix caching, nothing cached can be evicted.
+    if (!batch.items.empty()) return false;
+    const int64_t blocks = cohort_->blocks_next_step();
+    if (!paged_kv_->grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
+    cohort_->grow();
+    ++steps_since_admission_;
+    return true;
+  }
   // The KV cache takes the run's steps in O(1) each (KvCacheManager::begin_decode_run); the
   // requests' own counts catch up when the run ends (on_iteration_end).
   if (!kv_->in_decode_run()) kv_->begin_decode_run(batch.items);
@@ -642,6 +742,9 @@ void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
   if (finished.empty()) return;
   for (RequestId id : finished) {
     finished_flag_[id] = 1;
+    // A member left the cohort as it finished (its progress is exact now): its KV tokens, which
+    // lagged, are its computed ones (every running request's are, between steps).
+    if (cohort_ != nullptr) paged_kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
     // Prefill role: the KV stays until its transfer lands (release_held_kv).
     if (held_.empty()) {
       kv_->release(id);

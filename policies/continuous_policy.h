@@ -266,6 +266,14 @@ class ContinuousPolicy final : public Policy {
   // preemption); returns how many it scheduled. What the pass would do for them, without its
   // rules for chunks and victims: most running requests are such decodes at most steps.
   size_t schedule_leading_decodes(Batch& batch, int64_t& budget);
+  // schedule_leading_decodes with a decode cohort (sim/decode_cohort.h): the leading decodes
+  // are its members, running_[0, cohort size), stepped in O(1), and the plain decodes right
+  // behind them join it. When the step's KV growth does not fit, it preempts from the back as
+  // the per-request pass would (setting `preempted`); when the budget does not reach every
+  // member, the cohort is dissolved and the per-request loop decides.
+  size_t schedule_cohort(Batch& batch, int64_t& budget, bool& preempted);
+  // Every member leaves the cohort, its progress and KV tokens exact again.
+  void dissolve_cohort();
   // The running request to preempt when one cannot grow: the newest (fcfs) or the lowest-ranked
   // (priority, sjf), or with generation_first the newest / lowest-ranked not already in the
   // batch (a decode scheduled before the prefill chunks).
@@ -331,6 +339,10 @@ class ContinuousPolicy final : public Policy {
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<KvCacheManager> kv_;
   PagedKvCache* paged_kv_ = nullptr;  // kv_ when it is paged
+  // The replica's decode cohort, when the simulation offers one and the configuration keeps
+  // its decodes in lockstep: paged KV without prefix caching (block order matters there),
+  // fcfs (a ranked victim may be any member), no generation_first, colocated.
+  DecodeCohort* cohort_ = nullptr;
   int64_t budget_ = 0;
   RequestRanking ranking_;           // empty under fcfs
   WaitingQueue waiting_;             // in the order admission takes requests

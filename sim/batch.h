@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "hwmodel/cost_model.h"
@@ -26,6 +27,11 @@ struct BatchItem {
 
 struct Batch {
   std::vector<BatchItem> items;
+  // The members of the replica's decode cohort (sim/decode_cohort.h), each decoding one token,
+  // ahead of `items` in batch order and not listed there: the policy's leading decodes, whose
+  // progress the replica advances without visiting them. In `shape` like any decode. Empty
+  // unless the policy keeps a cohort; valid until the iteration has ended.
+  std::span<const RequestId> cohort;
   BatchShape shape;             // what the cost model times
   SimTime extra_time;           // added to the cost model's time (e.g. swap transfers)
   int64_t bubble_slots = 0;     // batch slots that compute nothing useful (static batching)
@@ -35,12 +41,15 @@ struct Batch {
 
   void clear() {
     items.clear();
+    cohort = {};
     shape.clear();
     extra_time = SimTime::zero();
     bubble_slots = 0;
     wake_at.reset();
   }
-  bool empty() const { return items.empty(); }
+  bool empty() const { return items.empty() && cohort.empty(); }
+  // Requests in the batch: its items and its cohort.
+  size_t size() const { return items.size() + cohort.size(); }
   // Adds an item and its shape: a decode when it computes the last known token, else a
   // prefill chunk. Policies that pad or compute extra rows add to `shape` themselves.
   void add(RequestId id, int32_t new_tokens, int64_t context_before, bool is_decode,

@@ -258,6 +258,21 @@ class PagedKvCache final : public KvCacheManager {
     bool fast_;
     int64_t grown_ = 0;
   };
+  // A decode cohort's step (sim/decode_cohort.h), without prefix caching: its members grow by
+  // `tokens` in all, taking `blocks` blocks; false, changing nothing, when they are not free.
+  // The members' own counts (tokens_of) lag behind until settle_cohort_member gives each its
+  // tokens as it leaves the cohort; the totals are exact after every step.
+  bool grow_cohort(int64_t tokens, int64_t blocks) {
+    if (caching_) throw_cohort_with_caching();
+    if (blocks > free_blocks_) return false;
+    free_blocks_ -= blocks;
+    used_tokens_ += tokens;
+    return true;
+  }
+  void settle_cohort_member(RequestId id, int64_t tokens) {
+    if (!holds(id)) throw_growing_unheld();
+    tokens_[id] = tokens;
+  }
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
@@ -308,6 +323,7 @@ class PagedKvCache final : public KvCacheManager {
  private:
   static constexpr int32_t kNone = -1;
   [[noreturn]] static void throw_growing_unheld();
+  [[noreturn]] static void throw_cohort_with_caching();
   // try_grow with prefix caching: `needed` new blocks for `id` growing from `have` to `tokens`,
   // and the blocks that become full enter the table.
   void take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed);

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <fmt/format.h>
 
+#include "sim/decode_cohort.h"
+
 namespace batchsim {
 
 std::string_view latency_part_name(LatencyPart part) {
@@ -126,7 +128,8 @@ void LatencyAccounting::kv_transfer_started(RequestId id, SimTime at) {
 
 void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const Batch& batch,
                                           const IterationCost& cost, SimTime duration, const CostModel& cost_model,
-                                          std::span<const int64_t> batch_stamp, int64_t stamp) {
+                                          std::span<const int64_t> batch_stamp, int64_t stamp,
+                                          const DecodeCohort* cohort) {
   ReplicaAccount& r = replicas_[static_cast<size_t>(replica)];
   advance(r, start);
   if (!r.landed.empty()) {
@@ -154,13 +157,17 @@ void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const 
   // Every item's request is running here, so the batch leaves some out only when it is smaller;
   // whichever of the two lists is shorter is kept, so that the cost is the batch's size.
   r.exceptions.clear();
-  const size_t items = batch.items.size(), left_out = r.running.size() - std::min(items, r.running.size());
+  // (The batch's cohort members carry no stamp: they are the cohort's.)
+  const size_t items = batch.size(), left_out = r.running.size() - std::min(items, r.running.size());
   r.left_out_by_default = left_out > items;
   if (r.left_out_by_default) {
+    r.exceptions.insert(r.exceptions.end(), batch.cohort.begin(), batch.cohort.end());
     for (const BatchItem& item : batch.items) r.exceptions.push_back(item.id);
   } else if (left_out > 0) {
     for (const RequestId id : r.running) {
-      if (batch_stamp[static_cast<size_t>(id)] != stamp) r.exceptions.push_back(id);
+      if (batch_stamp[static_cast<size_t>(id)] != stamp && (cohort == nullptr || !cohort->member(id))) {
+        r.exceptions.push_back(id);
+      }
     }
   }
 }

@@ -141,10 +141,11 @@ class LatencyAccounting {
   // Replica `replica` starts the iteration of `batch` at `start` (its cost and duration as the
   // replica ran it; every item's request has joined); builds the counterfactual of a mixed
   // iteration with `cost_model`, and finds the running requests the batch leaves out: those whose
-  // `batch_stamp[id]` is not `stamp` (the simulation's mark of the batch's requests).
+  // `batch_stamp[id]` is not `stamp` (the simulation's mark of the batch's items) and that are
+  // not members of `cohort` (the replica's, when the batch holds it; null otherwise).
   void iteration_started(int32_t replica, SimTime start, const Batch& batch, const IterationCost& cost,
                          SimTime duration, const CostModel& cost_model, std::span<const int64_t> batch_stamp,
-                         int64_t stamp);
+                         int64_t stamp, const DecodeCohort* cohort = nullptr);
   // A fast-forward repeat of the replica's decode iteration, of `cost` and `duration`.
   void iteration_repeated(int32_t replica, const IterationCost& cost, SimTime duration) {
     replicas_[static_cast<size_t>(replica)].split += split_iteration(duration, cost, SimTime::zero(), nullptr);

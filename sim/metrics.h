@@ -336,6 +336,9 @@ struct SimulationResult {
   // Iterations advanced by decode fast-forward rather than one by one (a speed figure, not a
   // result: the results are the same either way).
   int64_t fast_forwarded_iterations = 0;
+  // Iterations (fast-forwarded ones included) whose leading decodes were a decode cohort
+  // (sim/decode_cohort.h), advanced without visiting them: a speed figure too.
+  int64_t cohort_iterations = 0;
 };
 
 }  // namespace batchsim

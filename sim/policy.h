@@ -51,6 +51,8 @@
 
 namespace batchsim {
 
+class DecodeCohort;
+
 enum class RequestState : uint8_t { kPending, kWaiting, kRunning, kFinished, kRejected };
 
 // What a replica does in its cluster (see the header comment).
@@ -116,6 +118,11 @@ struct PolicyEnv {
   // prompt, less what it found in its own prefix cache) must come over the link. The
   // simulation calls on_kv_received(id) when they have.
   std::function<void(RequestId, int64_t tokens)> start_kv_transfer;
+  // The replica's decode cohort (sim/decode_cohort.h), which a policy may keep its lockstep
+  // decodes in (attach it to its block size with DecodeCohort::enable); null where the
+  // simulation wants every request of every batch listed (fast-forward off, an on_iteration
+  // hook, recorded iteration items, disaggregated pools).
+  DecodeCohort* cohort = nullptr;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }

@@ -227,6 +227,9 @@ SimulationResult Simulation::run() {
       if (p.state != RequestState::kRunning) {
         throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
       }
+      if (r.cohort.enabled() && r.cohort.member(id)) {
+        throw std::logic_error(fmt::format("policy preempted request {} while it is in the decode cohort", id));
+      }
       latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
                          p.generated_tokens, keeps_kv);
       ++p.preemptions;
@@ -252,6 +255,14 @@ SimulationResult Simulation::run() {
       p.cached_tokens += tokens;
       admission_hit_[id] = tokens;
     };
+    // The cohort needs every batch's requests to be the replica's business alone, and its
+    // members listed by nobody: not with fast-forward off (whose runs the tests compare with
+    // it), a hook or a log that wants every item, or pools (a hand-off reads the items).
+    if (options_.fast_forward && !options_.on_iteration && !(options_.record_iterations && options_.record_iteration_items) &&
+        !pooled()) {
+      r.cohort.attach(&progress_);
+      env.cohort = &r.cohort;
+    }
     r.policy->attach(env);
     // Blocks given by count: the capacity is what the policy built from them (N x its block
     // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
@@ -657,16 +668,23 @@ void Simulation::try_start_iteration(Replica& r) {
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
 
+  if (!batch.cohort.empty() && (!r.cohort.enabled() || static_cast<int64_t>(batch.cohort.size()) != r.cohort.size() ||
+                                 r.cohort.steps_in_flight() != 1)) {
+    throw std::logic_error(fmt::format("policy '{}' listed a decode cohort that is not its replica's whole cohort, stepped once",
+                                       policy.name()));
+  }
   const IterationCost cost = r.cost_model->iteration(batch.shape, &r.cost_memo);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
-  latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp);
+  latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
+                             batch.cohort.empty() ? nullptr : &r.cohort);
   r.first_end = now_ + duration;
   r.repeats = 0;
   r.busy = true;
   SimTime end = r.first_end;
   if (options_.fast_forward && !options_.on_iteration && batch.shape.prefills.empty() &&
       batch.extra_time == SimTime::zero()) {
-    int64_t min_remaining = std::numeric_limits<int64_t>::max();  // output tokens still to come
+    // Output tokens still to come.
+    int64_t min_remaining = batch.cohort.empty() ? std::numeric_limits<int64_t>::max() : r.cohort.min_remaining();
     for (const BatchItem& item : batch.items) {
       min_remaining = std::min<int64_t>(min_remaining,
                                         (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
@@ -688,7 +706,7 @@ SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCos
   r.current.start = start;
   r.current.duration = duration;
   r.current.cost = cost;
-  r.current.waiting = static_cast<int32_t>(r.outstanding - static_cast<int64_t>(r.batch.items.size()));
+  r.current.waiting = static_cast<int32_t>(r.outstanding - static_cast<int64_t>(r.batch.size()));
   r.current.first_item = r.batch_first_item;
   sample_kv(r);
   return duration;
@@ -746,7 +764,7 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
 
 void Simulation::set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens) {
   IterationRecord& record = r.current;
-  record.num_requests = static_cast<int32_t>(r.batch.items.size());
+  record.num_requests = static_cast<int32_t>(r.batch.size());
   record.num_prefills = num_prefills;
   record.num_decodes = record.num_requests - num_prefills;
   record.prefill_tokens = prefill_tokens;
@@ -811,6 +829,36 @@ void Simulation::leave(Replica& r, RequestId id, RequestProgress& p) {
   record_phase(id, RequestPhase::kFinished);
 }
 
+void Simulation::finish_cohort_steps(Replica& r, GapRun& gaps) {
+  DecodeCohort& cohort = r.cohort;
+  if (cohort.steps_in_flight() != 1 + r.repeats) {
+    throw std::logic_error("the decode cohort's steps do not match the iteration's");
+  }
+  // The first step: members that stepped before close the common gap, then each joiner its
+  // own (they are the cohort's last, in join order), as the items would add them in order.
+  const int64_t continuing = cohort.continuing();
+  const SimTime common = cohort.step_ended(r.first_end);
+  if (continuing > 0) gaps.add(r.tbt_s, common, continuing);
+  cohort.joiners_ended(r.first_end, [&](RequestId, SimTime gap) { gaps.add(r.tbt_s, gap); });
+  SimTime end = r.first_end;
+  for (int64_t k = 0; k < r.repeats; ++k) {  // (repeat_gaps holds an older run's after a prefill step)
+    end += r.repeat_gaps[static_cast<size_t>(k)];
+    cohort.step_ended(end);
+  }
+  if (r.repeats > 0 && end != now_) throw std::logic_error("the decode cohort's steps end elsewhere than the run");
+  result_.cohort_iterations += 1 + r.repeats;
+  RequestProgress* const progress = progress_.data();
+  const Request* const view = r.env.requests->data();
+  cohort.pop_finished([&](RequestId id) {
+    RequestProgress& p = progress[id];
+    if (p.generated_tokens != view[id].output_tokens) {
+      throw std::logic_error(fmt::format("the decode cohort finished request {} at {} of its {} tokens", id,
+                                         p.generated_tokens, view[id].output_tokens));
+    }
+    leave(r, id, p);
+  });
+}
+
 void Simulation::finish_iteration(Replica& r) {
   r.busy = false;
   r.done_at = SimTime::max();
@@ -826,11 +874,12 @@ void Simulation::finish_iteration(Replica& r) {
   const Request* const view = r.env.requests->data();  // a prefill replica's: one output token
   const bool decode_pool = r.role == PoolRole::kDecode;
   const SimTime now = now_;  // (as the pointers above)
+  GapRun gaps;
+  if (!batch.cohort.empty()) finish_cohort_steps(r, gaps);
   if (r.repeats > 0) {
     // 1 + repeats identical decode iterations: the first token of each request closes a gap
     // of its own; every later one closes the common gap of its iteration.
-    const auto rows = static_cast<int64_t>(batch.items.size());
-    GapRun gaps;
+    const auto rows = static_cast<int64_t>(batch.size());
     for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress[item.id];
       check_item(item, p, requests[item.id].prompt_tokens + p.generated_tokens);
@@ -844,7 +893,6 @@ void Simulation::finish_iteration(Replica& r) {
     gaps.flush(r.tbt_s);
     for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
   } else {
-    GapRun gaps;
     for (const BatchItem& item : batch.items) {
       RequestProgress& p = progress[item.id];
       const Request& req = requests[item.id];

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "hwmodel/cost_model.h"
+#include "sim/decode_cohort.h"
 #include "sim/kv_transfer.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
@@ -234,6 +235,8 @@ class Simulation {
     std::vector<SimTime> repeat_gaps;
     SimTime max_repeat_gap;
     NonAttentionCosts cost_memo;  // its cost model's, for a run of iterations of one shape but their contexts
+    // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there.
+    DecodeCohort cohort;
     // Running sums for the summary, so iteration records need not be kept.
     double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
     int64_t bubble_slots = 0, useful_slots = 0;
@@ -300,14 +303,14 @@ class Simulation {
   struct GapRun {
     SimTime gap;
     int64_t count = 0;
-    void add(GapSamples& samples, SimTime g) {
+    void add(GapSamples& samples, SimTime g, int64_t n = 1) {
       if (count > 0 && g == gap) {
-        ++count;
+        count += n;
         return;
       }
       flush(samples);
       gap = g;
-      count = 1;
+      count = n;
     }
     void flush(GapSamples& samples) {
       if (count > 0) samples.add(gap.seconds(), count);
@@ -331,6 +334,10 @@ class Simulation {
     p.last_token = at;
   }
   void note_decode_first_token(RequestId id, SimTime at);
+  // The cohort's steps of the iteration that ended (its first and its repeats): their gaps,
+  // the first step's into `gaps` (ahead of the items', as the cohort is in batch order), and
+  // the members that finished, which leave the replica.
+  void finish_cohort_steps(Replica& r, GapRun& gaps);
   // At its last output token (as replica `r` sees it: a prefill replica's is the first, and
   // `view` is r.env.requests' data, read once by the caller's loop).
   // Whether the request left the replica: finished, or handed to the decode pool.

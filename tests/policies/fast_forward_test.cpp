@@ -3,7 +3,8 @@
 // tight enough to force preemptions, gives the same records, iteration log and summary with
 // fast-forward on and off — compared exactly, not within a tolerance, every request's latency
 // breakdown and its summary included — and the same timeline (which requests each iteration
-// ran, every request's phase changes, the idle samples).
+// ran, every request's phase changes, the idle samples). The decode cohort (sim/decode_cohort.h)
+// is held to the same: where a policy keeps one, a third run with it gives the same again.
 #include <map>
 #include <string>
 #include <vector>
@@ -98,15 +99,18 @@ std::vector<PolicyVariant> variants() {
   return v;
 }
 
+// `items` false: the iterations' requests are not recorded, so that the decode cohort
+// (sim/decode_cohort.h), which fast-forward's runs use where the policy keeps one, advances the
+// leading decodes without listing them.
 SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization,
-                     bool fast_forward) {
+                     bool fast_forward, bool items = true) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;
   options.gpu_memory_utilization = utilization;
   options.record_iterations = true;
   // What a timeline draws, for every request: the iterations' requests and the phase changes.
-  options.record_iteration_items = true;
+  options.record_iteration_items = items;
   options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
   options.fast_forward = fast_forward;
   options.prefix_blocks = &w.prefix_blocks;
@@ -122,7 +126,7 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       {"poisson:10", "uniform:16:600", "capexp:100:400", 0.9, "groups:500:3"},
       {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41, "groups:700:6"},
   };
-  int64_t repeated_somewhere = 0, cached_somewhere = 0;
+  int64_t repeated_somewhere = 0, cached_somewhere = 0, cohort_somewhere = 0, cohort_preempting = 0;
   for (const Case& c : cases) {
     const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix, c.priority);
     for (const PolicyVariant& v : variants()) {
@@ -145,10 +149,23 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
       }
       EXPECT_EQ(slow.fast_forwarded_iterations, 0);
       repeated_somewhere += fast.fast_forwarded_iterations;
+      // The decode cohort: the same results again, with the phases and idle samples of a
+      // timeline; never with recorded items or fast-forward off.
+      const SimulationResult cohort = run(v, w, c.memory_utilization, true, /*items=*/false);
+      expect_same_requests(slow, cohort);
+      expect_same_iterations(slow, cohort);
+      expect_same_timeline(slow, cohort);
+      expect_same_summary(a, cohort.summary);
+      EXPECT_EQ(slow.cohort_iterations, 0);
+      EXPECT_EQ(fast.cohort_iterations, 0);
+      cohort_somewhere += cohort.cohort_iterations;
+      if (cohort.cohort_iterations > 0) cohort_preempting += a.preemptions;
     }
   }
   EXPECT_GT(repeated_somewhere, 1000);  // the fast path really ran
   EXPECT_GT(cached_somewhere, 0);       // and prefix caching with it
+  EXPECT_GT(cohort_somewhere, 1000);    // the decode cohort ran
+  EXPECT_GT(cohort_preempting, 0);      // also where KV ran out
 }
 
 }  // namespace
