@@ -7,6 +7,8 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 
@@ -419,31 +421,65 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
   return p;
 }
 
-std::vector<HardwareProfile> make_all_gpus() {
-  std::vector<HardwareProfile> gpus = make_builtin_gpus();
-  const std::vector<HardwareProfile> datasheets = gpus;
-  for (std::size_t i = 0; i < detail::kNumShippedProfiles; ++i) {
-    const auto& shipped = detail::kShippedProfiles[i];
-    const std::string file = shipped.file_name;
-    const std::string stem = file.substr(0, file.rfind('.'));
-    if (!file.ends_with(".yaml")) continue;  // a GEMM table a profile names
-    const TableReader shipped_table = [](const std::string& name) -> std::pair<std::string, std::string> {
-      for (std::size_t t = 0; t < detail::kNumShippedProfiles; ++t) {
-        if (name == detail::kShippedProfiles[t].file_name) {
-          return {detail::kShippedProfiles[t].yaml, "hwmodel/profiles/" + name};
-        }
+// The datasheet GPUs alone, which fitted profiles name as their base (no YAML to parse).
+const std::vector<HardwareProfile>& datasheet_gpus() {
+  static const std::vector<HardwareProfile> gpus = make_builtin_gpus();
+  return gpus;
+}
+
+std::string shipped_stem(std::size_t i) {
+  const std::string file = detail::kShippedProfiles[i].file_name;
+  return file.substr(0, file.rfind('.'));
+}
+
+bool shipped_is_profile(std::size_t i) {
+  return std::string_view(detail::kShippedProfiles[i].file_name).ends_with(".yaml");  // else a GEMM table a profile names
+}
+
+// Shipped profile `i` (a .yaml entry), parsed.
+HardwareProfile load_shipped_gpu(std::size_t i) {
+  const auto& shipped = detail::kShippedProfiles[i];
+  const std::string file = shipped.file_name;
+  const TableReader shipped_table = [](const std::string& name) -> std::pair<std::string, std::string> {
+    for (std::size_t t = 0; t < detail::kNumShippedProfiles; ++t) {
+      if (name == detail::kShippedProfiles[t].file_name) {
+        return {detail::kShippedProfiles[t].yaml, "hwmodel/profiles/" + name};
       }
-      throw std::logic_error("shipped profile names a missing GEMM table: " + name);
-    };
-    try {
-      gpus.push_back(profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file, stem,
-                                       datasheets, shipped_table));
-    } catch (const std::exception& e) {
-      // A shipped profile that does not load is a bug in the build, not a user error.
-      throw std::logic_error(std::string("shipped profile broken: ") + e.what());
     }
+    throw std::logic_error("shipped profile names a missing GEMM table: " + name);
+  };
+  try {
+    return profile_from_yaml(YAML::Load(shipped.yaml), "hwmodel/profiles/" + file, shipped_stem(i), datasheet_gpus(),
+                             shipped_table);
+  } catch (const std::exception& e) {
+    // A shipped profile that does not load is a bug in the build, not a user error.
+    throw std::logic_error(std::string("shipped profile broken: ") + e.what());
+  }
+}
+
+std::vector<HardwareProfile> make_all_gpus() {
+  std::vector<HardwareProfile> gpus = datasheet_gpus();
+  for (std::size_t i = 0; i < detail::kNumShippedProfiles; ++i) {
+    if (shipped_is_profile(i)) gpus.push_back(load_shipped_gpu(i));
   }
   return gpus;
+}
+
+// The shipped profile whose file is `<name>.yaml` and whose name is `name`, parsed alone (once,
+// then kept): what resolve_gpu finds most often, without parsing every shipped profile and its
+// tables, which was a tenth of a short run. Null when there is none (the catalogue decides).
+const HardwareProfile* shipped_gpu_named(std::string_view name) {
+  static std::mutex mutex;
+  static std::map<std::string, HardwareProfile, std::less<>> loaded;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = loaded.find(name); it != loaded.end()) return &it->second;
+  for (std::size_t i = 0; i < detail::kNumShippedProfiles; ++i) {
+    if (!shipped_is_profile(i) || shipped_stem(i) != name) continue;
+    HardwareProfile profile = load_shipped_gpu(i);
+    if (profile.name != name) return nullptr;
+    return &loaded.emplace(std::string(name), std::move(profile)).first->second;
+  }
+  return nullptr;
 }
 
 std::string known_gpu_names() {
@@ -579,6 +615,13 @@ void save_hardware_profile(const HardwareProfile& original, const std::filesyste
 }
 
 HardwareProfile resolve_gpu(std::string_view name_or_path) {
+  // The catalogue's answer (datasheets first, then the shipped profiles) without parsing it
+  // all: names are unique (tests/hwmodel checks), so the shipped profile whose file's stem is
+  // the name, if it has that name, is the one.
+  for (const auto& g : datasheet_gpus()) {
+    if (g.name == name_or_path) return g;
+  }
+  if (const HardwareProfile* shipped = shipped_gpu_named(name_or_path)) return *shipped;
   for (const auto& g : builtin_gpus()) {
     if (g.name == name_or_path) return g;
   }

@@ -270,15 +270,21 @@ SimulationResult Simulation::run() {
   }
   result_.kv_capacity_tokens = replicas_.front().kv_capacity_tokens;
 
-  // All arrivals are queued up front, so that arrivals at one instant have consecutive
-  // sequence numbers and are all seen before any replica schedules at that instant.
-  // A streaming run reads them one by one instead, and takes the next before any event at its
-  // time: the order the up-front pushes give.
-  for (const Request& r : workload_) events_.push(r.arrival, EventKind::kArrival, r.id);
-
+  // The workload's arrivals are taken in order, each before any event at its time, as if all
+  // had been queued up front (ahead of every later event: arrivals at one instant are all seen
+  // before any replica schedules at that instant). Kept out of the event queue, whose heap then
+  // holds the replicas' few events instead of every request. A streaming run reads them from
+  // its source one by one in the same order. (Closed-loop sends are events: they come later.)
   for (;;) {
     if (next_request_ && (events_.empty() || next_request_->arrival <= events_.next_time())) {
       arrive_from_source();
+      continue;
+    }
+    if (!streaming() && scheduled_ < n && (events_.empty() || workload_[static_cast<size_t>(scheduled_)].arrival <= events_.next_time())) {
+      const Request& next = workload_[static_cast<size_t>(scheduled_)];
+      if (next.arrival < now_) throw std::logic_error("time went backwards");
+      now_ = next.arrival;
+      client_arrival(next.id);  // (counts it in scheduled_)
       continue;
     }
     if (events_.empty()) break;
@@ -609,7 +615,7 @@ void Simulation::try_start_iteration(Replica& r) {
                                            policy.name()));
       }
       wake_at(r, *batch.wake_at);
-    } else if (!policy.idle() && events_.empty() && !next_request_) {  // (a streaming run's arrivals are not events)
+    } else if (!policy.idle() && events_.empty() && next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
       throw std::logic_error(fmt::format(
           "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
           "left to wait for",

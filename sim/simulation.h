@@ -3,8 +3,9 @@
 //
 // Events are ordered by (time, insertion sequence), so equal-time events run in a fixed order
 // and the same inputs give byte-identical outputs (ns-3's Scheduler contract). Two kinds of
-// event: a request arrives (and the router assigns it to a replica); a replica finishes an
-// iteration (or its policy's wake-up is due). A replica asks its policy for the next batch,
+// event: a request arrives (and the router assigns it to a replica; the workload's arrivals are
+// read in order beside the queue, each ahead of any event at its time, as if queued first); a
+// replica finishes an iteration (or its policy's wake-up is due). A replica asks its policy for the next batch,
 // asks the cost model for its duration, schedules the iteration's end, and advances the
 // requests' progress when it ends. Replicas share nothing but the event queue and the
 // (read-only) workload: each has its own policy, queues and KV cache, as the replicas behind
@@ -393,7 +394,7 @@ class Simulation {
   std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
   std::vector<uint8_t> released_;    // closed loop: the pending arrival event is a send
   int64_t pending_sends_ = 0;        // closed loop: send events queued at `now_`
-  int64_t scheduled_ = 0;            // arrival events (at workload times) processed
+  int64_t scheduled_ = 0;            // workload arrivals processed: the next is workload_[scheduled_]
   std::vector<Policy*> policies_;
   const CostModel& cost_model_;
   SimulationOptions options_;

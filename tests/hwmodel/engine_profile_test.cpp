@@ -1,5 +1,7 @@
 // Engine profiles (hwmodel/engine_profile.h): the reader and writer, the shipped engines and the
 // provenance of their numbers, and each thing an engine changes in an iteration's cost.
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -81,6 +83,20 @@ TEST(EngineProfiles, EveryShippedEngineLoadsAndSaysWhereItsNumbersComeFrom) {
   }
   // The default of library code is the bare engine, which the shipped bare.yaml equals.
   expect_same(resolve_engine("bare"), EngineProfile{}, /*compare_text=*/false);
+}
+
+// resolve_engine parses only the shipped engine it is asked for (the one whose file's stem is
+// the name) and its bases (engine_profile.cpp): the catalogue's answer only while names are
+// unique, and equal to the catalogue's engine field for field.
+TEST(EngineProfiles, ResolvingOneEngineGivesTheCataloguesEngine) {
+  std::set<std::string> names;
+  int with_base = 0;
+  for (const EngineProfile& e : builtin_engines()) {
+    EXPECT_TRUE(names.insert(e.name).second) << "two built-in engines are named " << e.name;
+    EXPECT_EQ(engine_profile_yaml(resolve_engine(e.name)), engine_profile_yaml(e)) << e.name;
+    with_base += e.name.ends_with("-fitted") ? 1 : 0;
+  }
+  EXPECT_GE(with_base, 1);  // the fitted engines name a base
 }
 
 TEST(EngineProfiles, BaseGivesTheDefaultsOfKeysTheFileLeavesOut) {

@@ -1,6 +1,8 @@
 // Built-in datasheet GPUs and the profile file format.
 #include "hwmodel/hardware_profile.h"
 
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -221,6 +223,18 @@ TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
   const auto no_bw = write_text_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(no_bw); }),
               AllOf(HasSubstr("bw.yaml"), HasSubstr("bytes_per_s")));
+}
+
+// resolve_gpu parses only the shipped profile it is asked for, the one whose file's stem is the
+// name (hardware_profile.cpp): that is the catalogue's answer only while names are unique, and
+// the profile parsed alone must equal the catalogue's, field for field.
+TEST(HardwareProfile, ResolvingOneGpuGivesTheCataloguesProfile) {
+  std::set<std::string> names;
+  for (const HardwareProfile& g : builtin_gpus()) {
+    EXPECT_TRUE(names.insert(g.name).second) << "two built-in GPUs are named " << g.name;
+    EXPECT_EQ(hardware_profile_yaml(resolve_gpu(g.name)), hardware_profile_yaml(g)) << g.name;
+  }
+  EXPECT_GE(names.size(), 3u);
 }
 
 TEST(HardwareProfile, BuiltinsRoundTrip) {
