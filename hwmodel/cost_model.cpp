@@ -104,15 +104,16 @@ NonAttentionCosts CostModel::non_attention_costs(int64_t tokens, int64_t sampled
   return cost;
 }
 
-IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCosts* memo) const {
+IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* memo) const {
   if (shape.empty()) return IterationCost{};
   const int64_t tokens = shape.total_tokens();
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   if (memo == nullptr) return iteration_from(shape, non_attention_costs(tokens, shape.num_sampled, sequences));
-  if (memo->tokens != tokens || memo->sampled != shape.num_sampled || memo->sequences != sequences) {
-    *memo = non_attention_costs(tokens, shape.num_sampled, sequences);
+  NonAttentionCosts& slot = memo->slot(tokens, shape.num_sampled, sequences);
+  if (slot.tokens != tokens || slot.sampled != shape.num_sampled || slot.sequences != sequences) {
+    slot = non_attention_costs(tokens, shape.num_sampled, sequences);
   }
-  return iteration_from(shape, *memo);
+  return iteration_from(shape, slot);
 }
 
 IterationCost CostModel::iteration_from(const BatchShape& shape, const NonAttentionCosts& t) const {

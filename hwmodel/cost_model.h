@@ -85,10 +85,7 @@ struct IterationCost {
 
 // The parts of an iteration's cost that do not depend on attention: the GEMMs, the elementwise
 // kernels, the all-reduces and the launches (by the token count), the LM head (by the rows
-// sampled) and the engine's CPU and residual time (by the sequences). A caller that costs many
-// iterations of one such key in a row (a run of decode iterations, whose contexts alone grow)
-// keeps one per cost model and passes it to CostModel::iteration, which then computes them once
-// per key. The figures are the ones computed without it, to the bit.
+// sampled) and the engine's CPU and residual time (by the sequences).
 struct NonAttentionCosts {
   int64_t tokens = -1, sampled = -1, sequences = -1;  // the key; -1: none yet
   std::array<double, kNumLayerGemms> layer_gemm_s{};
@@ -97,13 +94,36 @@ struct NonAttentionCosts {
   bool gemm_compute_bound = false;
 };
 
+// Non-attention costs by key, for a caller that costs many iterations with one cost model (a
+// replica): it passes one to CostModel::iteration, which then computes each key's costs once
+// while it stays in the cache. Keys recur: a run of decode iterations (whose contexts alone
+// grow) has one, and a replica returns to the same decode counts and token totals (a vLLM run
+// of the Azure conversation trace costs ~31,000 iterations of ~11,000 distinct keys).
+// Direct-mapped, so that a lookup is a hash and a compare; the figures are the ones computed
+// without it, to the bit.
+class NonAttentionCache {
+ public:
+  static constexpr size_t kSlots = 2048;  // a power of two; ~300 KB
+  NonAttentionCache() : slots_(kSlots) {}
+  // The slot of key (tokens, sampled, sequences): it holds that key's costs, or another's.
+  NonAttentionCosts& slot(int64_t tokens, int64_t sampled, int64_t sequences) {
+    // A multiplicative hash of the three: consecutive decode counts land in distinct slots.
+    const uint64_t h = (static_cast<uint64_t>(tokens) * 0x9E3779B97F4A7C15ULL) ^
+                       (static_cast<uint64_t>(sampled) * 0xC2B2AE3D27D4EB4FULL) ^
+                       (static_cast<uint64_t>(sequences) * 0x165667B19E3779F9ULL);
+    return slots_[(h >> 40) & (kSlots - 1)];
+  }
+ private:
+  std::vector<NonAttentionCosts> slots_;
+};
+
 class CostModel {
  public:
   // The default engine is `bare` (kernels only); runs pass the preset's or --engine's.
   CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1, EngineProfile engine = {});
 
   // `memo`: see NonAttentionCosts (it must only ever be passed to this cost model).
-  IterationCost iteration(const BatchShape& shape, NonAttentionCosts* memo = nullptr) const;
+  IterationCost iteration(const BatchShape& shape, NonAttentionCache* memo = nullptr) const;
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.

@@ -235,7 +235,7 @@ class Simulation {
     int64_t repeats = 0;
     std::vector<SimTime> repeat_gaps;
     SimTime max_repeat_gap;
-    NonAttentionCosts cost_memo;  // its cost model's, for a run of iterations of one shape but their contexts
+    NonAttentionCache cost_memo;  // its cost model's non-attention costs by key
     // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there.
     DecodeCohort cohort;
     // Running sums for the summary, so iteration records need not be kept.

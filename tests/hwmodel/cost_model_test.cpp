@@ -341,6 +341,37 @@ TEST(Roofline, Fa3PrefillTilesPackTheGqaGroupByHand) {
   EXPECT_NEAR(prefill_attention_time_s(gpu, four), (2016 * 1e-6 + 8960 * iteration_s) / 100 + write_s, 1e-12);
 }
 
+// NonAttentionCache gives the costs computed without it, to the bit, whatever the order of the
+// shapes and however often two keys share a slot: random shapes over few keys (hits) and many
+// (slots overwritten), each costed with and without the cache.
+TEST(CostModel, NonAttentionCacheChangesNoFigure) {
+  const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-80gb"), 2, resolve_engine("vllm"));
+  NonAttentionCache cache;
+  std::mt19937 rng(7);
+  const auto uniform = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int i = 0; i < 20000; ++i) {
+    BatchShape shape;
+    const int64_t range = i < 10000 ? 8 : 4000;  // few keys, then many more than the slots
+    const int64_t decodes = uniform(0, range);
+    for (int64_t d = 0; d < decodes; ++d) shape.add_decode(uniform(1, 3000));
+    shape.num_sampled = decodes;
+    if (decodes == 0 || uniform(0, 2) == 0) {
+      shape.add_prefill(uniform(1, range * 4), uniform(0, 2000));
+      shape.num_sampled += uniform(0, 1);
+    }
+    const IterationCost plain = cm.iteration(shape);
+    const IterationCost cached = cm.iteration(shape, &cache);
+    ASSERT_EQ(cached.total_s, plain.total_s) << i;
+    ASSERT_EQ(cached.gemm_s, plain.gemm_s) << i;
+    ASSERT_EQ(cached.lm_head_s, plain.lm_head_s) << i;
+    ASSERT_EQ(cached.elementwise_s, plain.elementwise_s) << i;
+    ASSERT_EQ(cached.communication_s, plain.communication_s) << i;
+    ASSERT_EQ(cached.overhead_s, plain.overhead_s) << i;
+    ASSERT_EQ(cached.layer_gemm_s, plain.layer_gemm_s) << i;
+    ASSERT_EQ(cached.gemm_compute_bound, plain.gemm_compute_bound) << i;
+  }
+}
+
 TEST(CostModel, Opt13bDecodeIterationByHand) {
   const ModelSpec m = resolve_model("opt-13b");
   EngineProfile engine;  // 1 ms of CPU per iteration, in series with the GPU
