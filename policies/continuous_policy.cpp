@@ -71,10 +71,11 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
   held_.assign(env.role == PoolRole::kPrefill ? n : 0, 0);
   remote_pending_.assign(env.role == PoolRole::kDecode ? n : 0, 0);
   cohort_ = nullptr;
-  if (env.cohort != nullptr && paged_kv_ != nullptr && !paged_kv_->prefix_caching() && !ranking_.ranked() &&
-      !config_.generation_first && env.role == PoolRole::kColocated) {
+  if (env.cohort != nullptr && kv_->cohort_grows_by_count() && !ranking_.ranked() && !config_.generation_first &&
+      env.role == PoolRole::kColocated) {
     cohort_ = env.cohort;
-    cohort_->enable(paged_kv_->block_size());
+    // (A reservation takes no blocks as it grows: its cohort counts none.)
+    cohort_->enable(paged_kv_ != nullptr ? paged_kv_->block_size() : 1);
   }
 }
 
@@ -350,22 +351,26 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
     dissolve_cohort();
     return schedule_leading_decodes(batch, budget);
   }
-  // The plain decodes right behind the members join them (schedule_leading_decodes' test);
-  // those at a block boundary take a block this step, as the members whose tokens are.
+  // The plain decodes right behind the members join them (schedule_leading_decodes' test),
+  // those whose reservation holds them to their last token (a reserving manager's; any
+  // request's under paged KV); those at a block boundary take a block this step, as the
+  // members whose tokens are.
   const Request* requests = env_->requests->data();
   const RequestProgress* progress = env_->progress->data();
-  const int64_t block_size = paged_kv_->block_size();
+  const bool paged = paged_kv_ != nullptr;
+  const int64_t block_size = paged ? paged_kv_->block_size() : 1;
   size_t end = members;
-  int64_t blocks = cohort.blocks_next_step();
+  int64_t blocks = paged ? cohort.blocks_next_step() : 0;
   for (; end < limit; ++end) {
     const RequestId id = running_[end];
     const RequestProgress& p = progress[id];
+    const Request& r = requests[id];
     const int64_t computed = p.computed_tokens;
-    if (p.generated_tokens == 0 || computed + 1 != requests[id].prompt_tokens + p.generated_tokens) break;
-    if (paged_kv_->tokens_of(id) != computed) break;
-    if (computed % block_size == 0) ++blocks;
+    if (p.generated_tokens == 0 || computed + 1 != r.prompt_tokens + p.generated_tokens) break;
+    if (kv_->tokens_of(id) != computed || !kv_->grows_within(id, int64_t{r.prompt_tokens} + r.output_tokens - 1)) break;
+    if (paged && computed % block_size == 0) ++blocks;
   }
-  if (blocks > paged_kv_->free_blocks()) {
+  if (paged && blocks > paged_kv_->free_blocks()) {
     // Out of blocks: what schedule_leading_decodes and the pass after it do, growing in order
     // and preempting the newest running request (vLLM `running.pop()`) whenever one does not
     // fit, until it fits or the one being grown is the newest and preempts itself, which ends
@@ -381,7 +386,7 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
         const size_t at = running_.size() - 1;
         if (at < members) {
           cohort.leave(victim);
-          paged_kv_->settle_cohort_member(victim, progress[victim].computed_tokens);
+          kv_->settle_cohort_member(victim, progress[victim].computed_tokens);
           --members;
         }
         if (at < end) --end;
@@ -396,7 +401,7 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
   for (size_t i = members; i < end; ++i) cohort.join(running_[i], requests[running_[i]].output_tokens);
   const int64_t size = cohort.size();
   if (size == 0) return 0;
-  if (!paged_kv_->grow_cohort(size, blocks)) throw std::logic_error("decode cohort growth failed after its blocks were counted");
+  if (!kv_->grow_cohort(size, blocks)) throw std::logic_error("decode cohort growth failed after its blocks were counted");
   BatchShape& shape = batch.shape;
   shape.num_decodes += size;
   shape.decode_context_sum += cohort.next_context_sum();
@@ -414,7 +419,7 @@ void ContinuousPolicy::dissolve_cohort() {
   for (size_t i = 0; i < members; ++i) {
     const RequestId id = running_[i];
     cohort_->leave(id);
-    paged_kv_->settle_cohort_member(id, progress[id].computed_tokens);
+    kv_->settle_cohort_member(id, progress[id].computed_tokens);
   }
 }
 
@@ -706,8 +711,8 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     // The cohort's step (its members are all the batch: a decode-only step's plain decodes),
     // in O(1); without prefix caching, nothing cached can be evicted.
     if (!batch.items.empty()) return false;
-    const int64_t blocks = cohort_->blocks_next_step();
-    if (!paged_kv_->grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
+    const int64_t blocks = paged_kv_ != nullptr ? cohort_->blocks_next_step() : 0;
+    if (!kv_->grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
     cohort_->grow();
     ++steps_since_admission_;
     return true;
@@ -744,7 +749,7 @@ void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
     finished_flag_[id] = 1;
     // A member left the cohort as it finished (its progress is exact now): its KV tokens, which
     // lagged, are its computed ones (every running request's are, between steps).
-    if (cohort_ != nullptr) paged_kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
+    if (cohort_ != nullptr) kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
     // Prefill role: the KV stays until its transfer lands (release_held_kv).
     if (held_.empty()) {
       kv_->release(id);

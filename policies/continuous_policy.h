@@ -340,8 +340,8 @@ class ContinuousPolicy final : public Policy {
   std::unique_ptr<KvCacheManager> kv_;
   PagedKvCache* paged_kv_ = nullptr;  // kv_ when it is paged
   // The replica's decode cohort, when the simulation offers one and the configuration keeps
-  // its decodes in lockstep: paged KV without prefix caching (block order matters there),
-  // fcfs (a ranked victim may be any member), no generation_first, colocated.
+  // its decodes in lockstep: reserved KV, or paged KV without prefix caching (block order
+  // matters there), fcfs (a ranked victim may be any member), no generation_first, colocated.
   DecodeCohort* cohort_ = nullptr;
   int64_t budget_ = 0;
   RequestRanking ranking_;           // empty under fcfs

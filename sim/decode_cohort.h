@@ -9,9 +9,10 @@
 // once, and what happens in between is arithmetic on the set's step count:
 //   - its progress (computed and generated tokens, last token, largest gap) is what it was at
 //     its join plus the steps since (materialized when it leaves);
-//   - its KV tokens likewise; the KV blocks the set takes at a step are the members whose
-//     tokens are then a multiple of the block size, a histogram of (tokens - join step) modulo
-//     the block size answers that in O(1);
+//   - its KV tokens likewise; the KV blocks the set takes at a step (paged KV) are the members
+//     whose tokens are then a multiple of the block size, a histogram of (tokens - join step)
+//     modulo the block size answers that in O(1) (a reservation takes none: a member joins only
+//     if its reservation holds it to its last token);
 //   - the batch's decode context sum and max follow from the members' (tokens - join step);
 //   - it finishes at a step known at its join (a heap by that step);
 //   - its gaps: the first the step after its join closes is its own (from its last token
@@ -27,8 +28,9 @@
 // records the gaps, takes the members that finish (pop_finished) and materializes members
 // that leave. Everything the rest of the simulation and the policy read of a member's progress
 // is stale while it is a member, so a member must leave (leave()) before anything but this
-// class reads it: at its finish, or when the policy dissolves the set (a step whose KV growth
-// would not fit, where the per-request path decides who is preempted).
+// class reads it: at its finish, when it is preempted (a step whose KV growth does not fit
+// preempts from the back, as the per-request path would), or when the policy dissolves the set
+// (a token budget that does not reach every member).
 // Results are those of the per-request path to the byte: the tests that run every policy with
 // fast-forward on and off (the set is used only with fast-forward on) compare them.
 #pragma once

@@ -298,10 +298,6 @@ void PagedKvCache::throw_growing_unheld() {
   throw std::logic_error("PagedKvCache: growing a request that holds no KV");
 }
 
-void PagedKvCache::throw_cohort_with_caching() {
-  throw std::logic_error("PagedKvCache: a decode cohort cannot grow with prefix caching (block order matters)");
-}
-
 void PagedKvCache::take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed) {
   for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
   if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -99,6 +100,23 @@ class KvCacheManager {
   virtual int64_t decode_run_blocks() const = 0;
   virtual bool decode_run_step() = 0;
   void end_decode_run();
+
+  // Decode cohorts (sim/decode_cohort.h): the lockstep decodes a policy keeps as one set grow
+  // by `tokens` in all per step, taking `blocks` blocks (the set counts them: its members at a
+  // block boundary; 0 for the reserving manager); false, changing nothing, when they are not
+  // free. The members' own counts (tokens_of) lag behind until settle_cohort_member gives each
+  // its tokens as it leaves the set; the totals are exact after every step. Only where
+  // cohort_grows_by_count(): a paged cache with prefix caching must grow each request in order.
+  virtual bool cohort_grows_by_count() const = 0;
+  virtual bool grow_cohort(int64_t tokens, int64_t blocks) = 0;
+  void settle_cohort_member(RequestId id, int64_t tokens) {
+    if (!holds(id)) throw std::logic_error("KvCacheManager: settling a cohort member that holds no KV");
+    tokens_[id] = tokens;
+  }
+  // Whether request `id` can grow one token per step until it holds `final_tokens`, whatever
+  // the others do, without asking for memory that may be missing: a reservation that covers
+  // them (paged growth takes blocks, counted per step instead).
+  virtual bool grows_within(RequestId id, int64_t final_tokens) const = 0;
   bool in_decode_run() const { return in_run_; }
   int64_t decode_run_steps() const { return run_steps_; }
 
@@ -258,21 +276,6 @@ class PagedKvCache final : public KvCacheManager {
     bool fast_;
     int64_t grown_ = 0;
   };
-  // A decode cohort's step (sim/decode_cohort.h), without prefix caching: its members grow by
-  // `tokens` in all, taking `blocks` blocks; false, changing nothing, when they are not free.
-  // The members' own counts (tokens_of) lag behind until settle_cohort_member gives each its
-  // tokens as it leaves the cohort; the totals are exact after every step.
-  bool grow_cohort(int64_t tokens, int64_t blocks) {
-    if (caching_) throw_cohort_with_caching();
-    if (blocks > free_blocks_) return false;
-    free_blocks_ -= blocks;
-    used_tokens_ += tokens;
-    return true;
-  }
-  void settle_cohort_member(RequestId id, int64_t tokens) {
-    if (!holds(id)) throw_growing_unheld();
-    tokens_[id] = tokens;
-  }
   void release(RequestId id) override;
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
@@ -300,6 +303,15 @@ class PagedKvCache final : public KvCacheManager {
 
   int64_t decode_run_blocks() const override;
   bool decode_run_step() override;
+  bool cohort_grows_by_count() const override { return !caching_; }
+  bool grow_cohort(int64_t tokens, int64_t blocks) override {
+    if (caching_) throw std::logic_error("PagedKvCache: a decode cohort cannot grow with prefix caching");
+    if (blocks > free_blocks_) return false;
+    free_blocks_ -= blocks;
+    used_tokens_ += tokens;
+    return true;
+  }
+  bool grows_within(RequestId /*id*/, int64_t /*final_tokens*/) const override { return true; }
 
   bool prefix_caching() const { return caching_; }
   // Tokens `id` shared from the cache at its current admission (0 when not held).
@@ -323,7 +335,6 @@ class PagedKvCache final : public KvCacheManager {
  private:
   static constexpr int32_t kNone = -1;
   [[noreturn]] static void throw_growing_unheld();
-  [[noreturn]] static void throw_cohort_with_caching();
   // try_grow with prefix caching: `needed` new blocks for `id` growing from `have` to `tokens`,
   // and the blocks that become full enter the table.
   void take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed);
@@ -400,6 +411,15 @@ class ReservedKvCache final : public KvCacheManager {
   int32_t block_size() const { return block_size_; }
   int64_t decode_run_blocks() const override { return 0; }
   bool decode_run_step() override;
+  bool cohort_grows_by_count() const override { return true; }
+  bool grow_cohort(int64_t tokens, int64_t blocks) override {
+    if (blocks != 0) throw std::logic_error("ReservedKvCache: a reservation takes no blocks as it grows");
+    used_tokens_ += tokens;
+    return true;
+  }
+  bool grows_within(RequestId id, int64_t final_tokens) const override {
+    return holds(id) && final_tokens <= reserved_[id];
+  }
 
  private:
   void start_decode_run() override;
