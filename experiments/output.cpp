@@ -362,7 +362,13 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
   csv.integer(r.id);
   csv.put(',');
   csv.seconds(r.arrival);
-  csv.format(",{},{},{},{},", r.prompt_tokens, r.output_tokens, r.output_limit(), request_state_name(r.state));
+  for (const int64_t v : {int64_t{r.prompt_tokens}, int64_t{r.output_tokens}, int64_t{r.output_limit()}}) {
+    csv.put(',');
+    csv.integer(v);
+  }
+  csv.put(',');
+  csv.put(request_state_name(r.state));
+  csv.put(',');
   csv.seconds_or_empty(r.first_scheduled);
   csv.put(',');
   csv.seconds_or_empty(r.first_token);
@@ -383,7 +389,13 @@ void write_requests_csv_row(CsvBuffer& csv, const RequestRecord& r, bool cluster
   } else {
     csv.put(",,,,,");
   }
-  csv.format("{},\"{}\",{},{}", r.preemptions, r.reject_reason, r.cached_tokens, r.priority);
+  csv.integer(r.preemptions);
+  csv.put(",\"");
+  csv.put(r.reject_reason);
+  csv.put("\",");
+  csv.integer(r.cached_tokens);
+  csv.put(',');
+  csv.integer(r.priority);
   // In ns printed as seconds to the ns: the parts add up to e2e_s digit for digit.
   for (LatencyPart part : kLatencyParts) {
     csv.put(',');
@@ -483,14 +495,20 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
       csv.seconds(it.start);
       csv.put(',');
       csv.seconds(it.duration);
-      csv.format(",{},{},{},{},{},{},{},", it.num_requests, it.num_prefills, it.prefill_tokens, it.num_decodes,
-                 it.bubble_slots, it.kv_used_tokens, it.kv_allocated_tokens);
+      for (const int64_t v : {int64_t{it.num_requests}, int64_t{it.num_prefills}, it.prefill_tokens,
+                              int64_t{it.num_decodes}, int64_t{it.bubble_slots}, it.kv_used_tokens,
+                              it.kv_allocated_tokens}) {
+        csv.put(',');
+        csv.integer(v);
+      }
+      csv.put(',');
       for (const double v : {c.gemm_s, c.prefill_attention_s, c.decode_attention_s, c.lm_head_s, c.communication_s,
                              c.overhead_s}) {
         csv.general9(v);
         csv.put(',');
       }
-      csv.format("{},{}", c.gemm_compute_bound ? 1 : 0, it.waiting);
+      csv.put(c.gemm_compute_bound ? "1," : "0,");
+      csv.integer(it.waiting);
       if (cluster) {
         csv.put(',');
         csv.integer(it.replica);

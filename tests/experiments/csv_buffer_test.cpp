@@ -1,5 +1,6 @@
 // CsvBuffer::seconds writes a time from its integer nanoseconds; it must give the bytes that
-// printing the time's double seconds to 9 decimals gave, which every CSV field of a time was.
+// printing the time's double seconds to 9 decimals gave, which every CSV field of a time was;
+// CsvBuffer::integer the digits fmt's "{}" gave.
 #include "experiments/csv_buffer.h"
 
 #include <gtest/gtest.h>
@@ -47,6 +48,23 @@ TEST(CsvBuffer, SecondsAreTheDigitsOfFixed9OfTheSeconds) {
   for (const int64_t ns : values) ASSERT_EQ(as_seconds(ns), as_fixed9(ns)) << ns << " ns";
   EXPECT_EQ(as_seconds(1'500'000'000), "1.500000000");
   EXPECT_EQ(as_seconds(-1), "-0.000000001");
+}
+
+// Integers are written in place with std::to_chars; they must be what fmt's "{}" wrote, also
+// at the extremes and across the buffer's growth (many in one buffer, flushed at the end).
+TEST(CsvBuffer, IntegersAreFmtsDecimalDigits) {
+  std::vector<int64_t> values = {0, 1, -1, 9, 10, -10, INT64_MAX, INT64_MIN, INT32_MAX, INT32_MIN};
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100'000; ++i) values.push_back(static_cast<int64_t>(rng()) >> (rng() % 64));
+  std::string want;
+  for (const int64_t v : values) want += fmt::format("{},", v);
+  const std::string got = written([&values](CsvBuffer& csv) {
+    for (const int64_t v : values) {
+      csv.integer(v);
+      csv.put(',');
+    }
+  });
+  EXPECT_EQ(got, want);
 }
 
 TEST(CsvBuffer, NeverIsAnEmptyField) {
