@@ -2,7 +2,6 @@
 // megabyte: the files of an hour-long trace are most of a run's output time.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdint>
@@ -17,8 +16,9 @@
 namespace batchsim {
 
 // Numbers go straight into the buffer: integers with std::to_chars, strings as they are, other
-// formats with fmt::format_to, doubles with std::to_chars (fixed or general to a precision, which the standard defines as printf's %.Nf /
-// %.Ng, the same correctly rounded digits fmt's {:.Nf} / {:.Ng} write, in a fraction of the time).
+// formats with fmt::format_to, doubles with std::to_chars (fixed or general to a precision,
+// which the standard defines as printf's %.Nf / %.Ng, the same correctly rounded digits fmt's
+// {:.Nf} / {:.Ng} write, in a fraction of the time).
 class CsvBuffer {
  public:
   explicit CsvBuffer(std::ostream& out) : out_(out) {}

@@ -122,7 +122,7 @@ class CostModel {
   // The default engine is `bare` (kernels only); runs pass the preset's or --engine's.
   CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1, EngineProfile engine = {});
 
-  // `memo`: see NonAttentionCosts (it must only ever be passed to this cost model).
+  // `memo`: see NonAttentionCache (it must only ever be passed to this cost model).
   IterationCost iteration(const BatchShape& shape, NonAttentionCache* memo = nullptr) const;
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -

@@ -1,7 +1,5 @@
 #include "policies/continuous_policy.h"
 
-#include "sim/decode_cohort.h"
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -10,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "hwmodel/error.h"
+#include "sim/decode_cohort.h"
 
 namespace batchsim {
 
@@ -341,6 +340,16 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   return !preempted;
 }
 
+namespace {
+
+// A running request whose next step is a plain decode: it has sampled, and all it knows but its
+// last token is in the KV cache (what schedule_leading_decodes and schedule_cohort take).
+inline bool plain_decode(const RequestProgress& p, const Request& r) {
+  return p.generated_tokens > 0 && p.computed_tokens + 1 == r.prompt_tokens + p.generated_tokens;
+}
+
+}  // namespace
+
 size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& preempted) {
   if (budget <= 0) return 0;  // (nobody steps, members included, as schedule_leading_decodes)
   DecodeCohort& cohort = *cohort_;
@@ -366,7 +375,7 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
     const RequestProgress& p = progress[id];
     const Request& r = requests[id];
     const int64_t computed = p.computed_tokens;
-    if (p.generated_tokens == 0 || computed + 1 != r.prompt_tokens + p.generated_tokens) break;
+    if (!plain_decode(p, r)) break;
     if (kv_->tokens_of(id) != computed || !kv_->grows_within(id, int64_t{r.prompt_tokens} + r.output_tokens - 1)) break;
     if (paged && computed % block_size == 0) ++blocks;
   }
@@ -385,8 +394,7 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
         const RequestId victim = running_.back();
         const size_t at = running_.size() - 1;
         if (at < members) {
-          cohort.leave(victim);
-          kv_->settle_cohort_member(victim, progress[victim].computed_tokens);
+          leave_cohort(victim);
           --members;
         }
         if (at < end) --end;
@@ -413,14 +421,15 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
   return static_cast<size_t>(size);
 }
 
+void ContinuousPolicy::leave_cohort(RequestId id) {
+  cohort_->leave(id);
+  // Its KV tokens, which lagged, are its computed ones (a running request's are, between steps).
+  kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
+}
+
 void ContinuousPolicy::dissolve_cohort() {
-  const auto members = static_cast<size_t>(cohort_->size());
-  const RequestProgress* progress = env_->progress->data();
-  for (size_t i = 0; i < members; ++i) {
-    const RequestId id = running_[i];
-    cohort_->leave(id);
-    kv_->settle_cohort_member(id, progress[id].computed_tokens);
-  }
+  const auto members = static_cast<size_t>(cohort_->size());  // running_'s prefix
+  for (size_t i = 0; i < members; ++i) leave_cohort(running_[i]);
 }
 
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
@@ -442,7 +451,7 @@ size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget)
     const RequestId id = ids[i];
     const RequestProgress& p = progress[id];
     const int64_t computed = p.computed_tokens;
-    if (p.generated_tokens == 0 || computed + 1 != requests[id].prompt_tokens + p.generated_tokens) break;
+    if (!plain_decode(p, requests[id])) break;
     if (!growth.grow(id, computed)) break;
     out[i] = BatchItem{id, 1, computed};
     context_sum += computed + 1;

@@ -272,7 +272,9 @@ class ContinuousPolicy final : public Policy {
   // the per-request pass would (setting `preempted`); when the budget does not reach every
   // member, the cohort is dissolved and the per-request loop decides.
   size_t schedule_cohort(Batch& batch, int64_t& budget, bool& preempted);
-  // Every member leaves the cohort, its progress and KV tokens exact again.
+  // Member `id` leaves the cohort, its progress and KV tokens exact again.
+  void leave_cohort(RequestId id);
+  // Every member leaves the cohort.
   void dissolve_cohort();
   // The running request to preempt when one cannot grow: the newest (fcfs) or the lowest-ranked
   // (priority, sjf), or with generation_first the newest / lowest-ranked not already in the

@@ -5,9 +5,9 @@
 // and the same inputs give byte-identical outputs (ns-3's Scheduler contract). Two kinds of
 // event: a request arrives (and the router assigns it to a replica; the workload's arrivals are
 // read in order beside the queue, each ahead of any event at its time, as if queued first); a
-// replica finishes an iteration (or its policy's wake-up is due). A replica asks its policy for the next batch,
-// asks the cost model for its duration, schedules the iteration's end, and advances the
-// requests' progress when it ends. Replicas share nothing but the event queue and the
+// replica finishes an iteration (or its policy's wake-up is due). A replica asks its policy for
+// the next batch, asks the cost model for its duration, schedules the iteration's end, and
+// advances the requests' progress when it ends. Replicas share nothing but the event queue and the
 // (read-only) workload: each has its own policy, queues and KV cache, as the replicas behind
 // Vidur's global scheduler do (Agrawal et al., "Vidur", MLSys 2024). One replica is the
 // single-GPU-group simulation of old, to the byte.

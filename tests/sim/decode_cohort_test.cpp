@@ -104,7 +104,9 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
           joiner_gaps.push_back(gap.ns());
         } else {
           ++common_count;
-          if (common_want != SimTime::max()) EXPECT_EQ(gap, common_want) << "members that stepped before share a gap";
+          if (common_want != SimTime::max()) {
+            EXPECT_EQ(gap, common_want) << "members that stepped before share a gap";
+          }
           common_want = gap;
         }
         n.p.max_tbt = std::max(n.p.max_tbt, gap);
@@ -112,9 +114,13 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
         ++n.p.generated_tokens;
         ++n.p.computed_tokens;
       }
-      if (k == 0) EXPECT_EQ(cohort.continuing(), common_count);
+      if (k == 0) {
+        EXPECT_EQ(cohort.continuing(), common_count);
+      }
       const SimTime common = cohort.step_ended(now);
-      if (common_count > 0) EXPECT_EQ(common, common_want);
+      if (common_count > 0) {
+        EXPECT_EQ(common, common_want);
+      }
       if (k == 0) {
         std::vector<int64_t> got;
         cohort.joiners_ended(now, [&got](RequestId, SimTime g) { got.push_back(g.ns()); });
