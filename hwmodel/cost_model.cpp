@@ -43,6 +43,7 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, 
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   moe_gemms_ = moe_gemm_shapes(model_, tp_);
   lm_head_ = lm_head_shape(model_, tp_);
+  fa3_tiles_ = costs_fa3_prefill_tiles(gpu_);
 }
 
 NonAttentionCosts CostModel::non_attention_costs(int64_t tokens, int64_t sampled, int64_t sequences) const {
@@ -130,7 +131,7 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const NonAttent
   // varlen API, as vLLM calls it), so their work is summed under one roofline.
   OperatorWork prefill;
   for (const PrefillChunk& chunk : shape.prefills) {
-    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before);
+    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before, fa3_tiles_);
   }
   cost.prefill_attention_s = layers * prefill_attention_time_s(gpu_, prefill);
 

@@ -170,6 +170,9 @@ class CostModel {
   std::array<GemmShape, kNumLayerGemms> layer_gemms_;
   MoeGemmShapes moe_gemms_;
   GemmShape lm_head_;
+  // Whether prefill attention is costed by FlashAttention-3's tiles (prefill_attention_time_s),
+  // which the prefill chunks' work then counts.
+  bool fa3_tiles_ = false;
 };
 
 }  // namespace batchsim

@@ -79,7 +79,7 @@ OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int weight_bytes) {
 }
 
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before) {
+                                    int64_t context_before, bool fa3_tiles) {
   const double c = static_cast<double>(new_tokens);
   const double p = static_cast<double>(context_before);
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
@@ -97,6 +97,9 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
     w.ctas = tiles * hq;
     w.cta_kv_bytes = w.ctas * (p + c / 2) * 2 * dh * model.kv_dtype_bytes / (hq / hkv);
     w.sequences = 1;
+    w.kv_write_tokens = c;
+    w.kv_write_bytes = c * hkv * dh * 2 * (kActivationBytes + model.kv_dtype_bytes);
+    if (!fa3_tiles) return w;
     // Counted with the two-warp-group tile: a sequence of at most 64 packed rows is one tile
     // over the same K/V blocks under either height (both have kBlockN 128 at head_dim 128).
     const Fa3Tile tile = fa3_prefill_tile(model.head_dim, model.kv_dtype_bytes);
@@ -107,8 +110,6 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
     w.fa3.iterations *= hkv;
     w.fa3.iteration_flops = 4.0 * static_cast<double>(tile.m * tile.n) * dh;
     w.fa3.small_iteration_flops = 4.0 * static_cast<double>(small.m * small.n) * dh;
-    w.kv_write_tokens = c;
-    w.kv_write_bytes = c * hkv * dh * 2 * (kActivationBytes + model.kv_dtype_bytes);
   }
   return w;
 }
@@ -305,13 +306,17 @@ double fa3_prefill_sm_s(const HardwareProfile& gpu, const Fa3PrefillTiles& t) {
 }
 }  // namespace
 
+bool costs_fa3_prefill_tiles(const HardwareProfile& gpu) {
+  return gpu.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3 && gpu.sm_count > 0;
+}
+
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {
   if (work.flops <= 0) return 0;
   double kv_write_s = work.kv_write_tokens * gpu.attention_kv_write_per_token_s;
   if (gpu.attention_kv_write_efficiency > 0) {
     kv_write_s += streaming_s(gpu, work.kv_write_bytes, gpu.attention_kv_write_efficiency);
   }
-  if (gpu.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3 && gpu.sm_count > 0) {
+  if (costs_fa3_prefill_tiles(gpu)) {
     return gpu.attention_launch_s + work.sequences * gpu.prefill_attention_per_seq_s + kv_write_s +
            roofline_combine(fa3_prefill_sm_s(gpu, work.fa3), streaming_s(gpu, work.bytes, gpu.hbm_efficiency),
                             gpu.prefill_attention_roofline_exponent);

@@ -166,11 +166,17 @@ OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double gr
 // goes to HBM, the others hit L2), so cta_kv_bytes counts K/V bytes / group size per block.
 // Those are FlashAttention-2's; FlashAttention-3's tiles are counted too (`fa3`, per KV head:
 // fa3_prefill_tiles), and the KV-cache write of the new tokens (kv_write_*). The profile's
-// prefill_attention_kernel picks which tiles prefill_attention_time_s costs.
+// prefill_attention_kernel picks which tiles prefill_attention_time_s costs; with
+// `fa3_tiles` false the FlashAttention-3 ones are left uncounted (zero), for a profile that
+// costs FlashAttention-2's (the cost model's iterations: counting them took a fifth of a
+// prefill's attention cost, for nothing).
 inline constexpr int64_t kFlashPrefillBlockTokens = 64;  // kBlockM of FlashAttention-2's
                                                          // paged-KV (split-KV) kernel
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before);
+                                    int64_t context_before, bool fa3_tiles = true);
+
+// Whether `gpu` costs prefill attention by FlashAttention-3's tiles (prefill_attention_time_s).
+bool costs_fa3_prefill_tiles(const HardwareProfile& gpu);
 
 // FlashAttention-3's forward tile on Hopper (kBlockM query rows x kBlockN keys) as vLLM runs it:
 // causal, paged K/V whose pages (16 or 64 tokens) are no multiple of kBlockN, so loaded without

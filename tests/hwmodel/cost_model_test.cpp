@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "hwmodel/error.h"
@@ -61,6 +62,38 @@ TEST(Roofline, Opt13bAttentionFlopsAndBytes) {
   const OperatorWork d = decode_attention_work(m, 1, 10, 10000);
   EXPECT_DOUBLE_EQ(d.bytes, 205004800.0);
   EXPECT_DOUBLE_EQ(d.flops, 204800000.0);
+}
+
+// The cost model leaves FlashAttention-3's tiles uncounted on a profile that costs
+// FlashAttention-2's: everything else of the work is the same, and so is every prefill's time
+// on either kernel's profile.
+TEST(Roofline, PrefillWorkWithoutFa3TilesDiffersOnlyInThem) {
+  const ModelSpec m = resolve_model("llama-3.1-8b");
+  for (const auto& [c, p] : {std::pair<int64_t, int64_t>{1, 0}, {37, 4000}, {512, 1024}, {8192, 0}}) {
+    const OperatorWork all = prefill_attention_work(m, 2, c, p);
+    const OperatorWork fa2 = prefill_attention_work(m, 2, c, p, /*fa3_tiles=*/false);
+    EXPECT_GT(all.fa3.tiles, 0);
+    EXPECT_GT(all.fa3.iterations, 0);
+    EXPECT_EQ(fa2.fa3.tiles, 0);
+    EXPECT_EQ(fa2.fa3.iterations, 0);
+    EXPECT_EQ(fa2.fa3.iteration_flops, 0);
+    OperatorWork fa2_with_tiles = fa2;
+    fa2_with_tiles.fa3 = all.fa3;
+    EXPECT_EQ(std::memcmp(&fa2_with_tiles, &all, sizeof all), 0) << c << " after " << p;
+  }
+  for (const char* gpu : {"a100-80gb", "h100-sxm-fitted"}) {
+    const HardwareProfile g = resolve_gpu(gpu);
+    EXPECT_EQ(costs_fa3_prefill_tiles(g), std::string_view(gpu) == "h100-sxm-fitted");
+    const CostModel cm(m, g, 2);
+    BatchShape shape;
+    shape.prefills = {{300, 0}, {2000, 1500}};
+    shape.num_decodes = 4;
+    shape.decode_context_sum = 4000;
+    shape.num_sampled = 5;
+    OperatorWork full = prefill_attention_work(m, 2, 300, 0);
+    full += prefill_attention_work(m, 2, 2000, 1500);
+    EXPECT_EQ(cm.iteration(shape).prefill_attention_s, m.num_layers * prefill_attention_time_s(g, full)) << gpu;
+  }
 }
 
 TEST(Roofline, GqaShapesSplitHeadsAndReplicateKvHeads) {
