@@ -324,6 +324,12 @@ void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile&
       },
       x0, static_cast<int>(points.size()));
   p = apply(result.x);
+  // Where the tables show no rise of efficiency with M (every shape's time its roofline), the
+  // half-saturation point runs off towards zero along a flat direction and stops wherever the
+  // solver's last step fell (H100 tables: 1.36996e-41 on the machine that wrote the profile,
+  // 1.37024e-41 on an AMD EPYC; the last bits of libm differ between CPUs). Below a thousandth of a row, eta(M) at the
+  // smallest GEMM (M = 1) is within 0.1% of its maximum, so the fit reports what it measured: 0.
+  if (p.gemm_m_half < 1e-3) p.gemm_m_half = 0;
 }
 
 AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows) {

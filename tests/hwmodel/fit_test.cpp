@@ -135,6 +135,26 @@ TEST(FitProfile, RecoversTheParametersThatGeneratedTheMeasurements) {
   for (const auto& [name, stats] : report.fitted) EXPECT_LT(stats.max_ape_percent, 0.5) << name;
 }
 
+// GEMM times with no rise of efficiency with M (m_half 0) fit to exactly 0, not to whichever
+// vanishing value the solver stops at; a real half-saturation point is recovered.
+TEST(FitProfile, GemmHalfSaturationWithoutMDependenceIsZero) {
+  for (const double m_half : {0.0, 40.0}) {
+    HardwareProfile truth = truth_profile();
+    truth.gemm_m_half = m_half;
+    std::vector<GemmFitPoint> points;
+    for (const GemmShape shape : {GemmShape{4096, 4096}, GemmShape{4096, 11008}, GemmShape{11008, 4096}}) {
+      for (int64_t m = 1; m <= 8192; m *= 2) {
+        points.push_back({shape, m, 2, gemm_roofline_time_s(truth, shape, m, 2)});
+      }
+    }
+    HardwareProfile fitted = resolve_gpu("a100-80gb");
+    fit_gemm_roofline(points, fitted);
+    if (m_half == 0) EXPECT_EQ(fitted.gemm_m_half, 0.0);
+    else EXPECT_NEAR(fitted.gemm_m_half, m_half, 1e-3 * m_half);
+    EXPECT_NEAR(fitted.gemm_eta_max, truth.gemm_eta_max, 1e-3 * truth.gemm_eta_max) << m_half;
+  }
+}
+
 // Fits on the shared A100 measurements are reused by several tests below.
 const FitResult& a100_fit() {
   static const FitResult fit =
