@@ -46,11 +46,9 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, 
   fa3_tiles_ = costs_fa3_prefill_tiles(gpu_);
 }
 
-NonAttentionCosts CostModel::non_attention_costs(int64_t tokens, int64_t sampled, int64_t sequences) const {
-  NonAttentionCosts cost;
+TokenCosts CostModel::token_costs(int64_t tokens) const {
+  TokenCosts cost;
   cost.tokens = tokens;
-  cost.sampled = sampled;
-  cost.sequences = sequences;
   const double layers = model_.num_layers;
   // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
   // MLP is one expert of all of them.
@@ -98,32 +96,35 @@ NonAttentionCosts CostModel::non_attention_costs(int64_t tokens, int64_t sampled
 
   // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
   cost.launch_s = engine_.launch_s(model_.num_layers, tokens);
-  // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
-  cost.lm_head_s = gemm_time_s(gpu_, lm_head_, sampled, kActivationBytes);
-  cost.cpu_s = engine_.cpu.seconds(sequences, tp_);
-  cost.residual_s = engine_.residual.seconds(sequences, tp_);
   return cost;
+}
+
+double CostModel::lm_head_s(int64_t sampled) const {
+  // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
+  return gemm_time_s(gpu_, lm_head_, sampled, kActivationBytes);
 }
 
 IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* memo) const {
   if (shape.empty()) return IterationCost{};
   const int64_t tokens = shape.total_tokens();
-  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
-  if (memo == nullptr) return iteration_from(shape, non_attention_costs(tokens, shape.num_sampled, sequences));
-  NonAttentionCosts& slot = memo->slot(tokens, shape.num_sampled, sequences);
-  if (slot.tokens != tokens || slot.sampled != shape.num_sampled || slot.sequences != sequences) {
-    slot = non_attention_costs(tokens, shape.num_sampled, sequences);
+  if (memo == nullptr) return iteration_from(shape, token_costs(tokens), lm_head_s(shape.num_sampled));
+  TokenCosts& slot = memo->token_slot(tokens);
+  if (slot.tokens != tokens) slot = token_costs(tokens);
+  auto& [sampled, head_s] = memo->lm_head_slot(shape.num_sampled);
+  if (sampled != shape.num_sampled) {
+    sampled = shape.num_sampled;
+    head_s = lm_head_s(sampled);
   }
-  return iteration_from(shape, slot);
+  return iteration_from(shape, slot, head_s);
 }
 
-IterationCost CostModel::iteration_from(const BatchShape& shape, const NonAttentionCosts& t) const {
+IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const {
   IterationCost cost;
   const double layers = model_.num_layers;
   cost.layer_gemm_s = t.layer_gemm_s;
   cost.gemm_s = t.gemm_s;
   cost.gemm_compute_bound = t.gemm_compute_bound;
-  cost.lm_head_s = t.lm_head_s;
+  cost.lm_head_s = lm_head_seconds;
   cost.elementwise_s = t.elementwise_s;
   cost.communication_s = t.communication_s;
 
@@ -156,10 +157,11 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const NonAttent
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
                            cost.lm_head_s + cost.elementwise_s + cost.communication_s;
   const double device_s = std::max(kernels_s, t.launch_s);
-  const double cpu_s = t.cpu_s;
+  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
+  const double cpu_s = engine_.cpu.seconds(sequences, tp_);
   cost.overhead_s = (device_s - kernels_s) +
                     (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
-                    t.residual_s;
+                    engine_.residual.seconds(sequences, tp_);
   cost.total_s = kernels_s + cost.overhead_s;
   return cost;
 }

@@ -83,38 +83,41 @@ struct IterationCost {
   std::array<double, kNumLayerGemms> layer_gemm_s{};
 };
 
-// The parts of an iteration's cost that do not depend on attention: the GEMMs, the elementwise
-// kernels, the all-reduces and the launches (by the token count), the LM head (by the rows
-// sampled) and the engine's CPU and residual time (by the sequences).
-struct NonAttentionCosts {
-  int64_t tokens = -1, sampled = -1, sequences = -1;  // the key; -1: none yet
+// The parts of an iteration's cost that depend on its token count alone: the GEMMs, the
+// elementwise kernels, the all-reduces and the launches. (The rest of what is not attention is
+// cheap or has few keys: the LM head by the rows sampled, the engine's CPU and residual time by
+// the sequences.)
+struct TokenCosts {
+  int64_t tokens = -1;  // the key; -1: none yet
   std::array<double, kNumLayerGemms> layer_gemm_s{};
-  double gemm_s = 0, lm_head_s = 0, elementwise_s = 0, communication_s = 0, launch_s = 0;
-  double cpu_s = 0, residual_s = 0;
+  double gemm_s = 0, elementwise_s = 0, communication_s = 0, launch_s = 0;
   bool gemm_compute_bound = false;
 };
 
-// Non-attention costs by key, for a caller that costs many iterations with one cost model (a
-// replica): it passes one to CostModel::iteration, which then computes each key's costs once
-// while it stays in the cache. Keys recur: a run of decode iterations (whose contexts alone
-// grow) has one, and a replica returns to the same decode counts and token totals (a vLLM run
-// of the Azure conversation trace costs ~31,000 iterations of ~11,000 distinct keys).
-// Direct-mapped, so that a lookup is a hash and a compare; the figures are the ones computed
-// without it, to the bit.
+// Token costs and LM-head times by key, for a caller that costs many iterations with one cost
+// model (a replica): it passes one to CostModel::iteration, which then computes each key's costs
+// once while it stays in the cache. Keys recur: a run of decode iterations (whose contexts alone
+// grow) has one, and a replica returns to the same token totals (a vLLM run of the Azure
+// conversation trace costs ~31,000 iterations of ~11,000 distinct (tokens, sampled, sequences)
+// but far fewer distinct token counts). Direct-mapped by the key's low bits, so that a lookup
+// is a mask and a compare and consecutive counts never share a slot; the figures are the ones
+// computed without it, to the bit.
 class NonAttentionCache {
  public:
-  static constexpr size_t kSlots = 2048;  // a power of two; ~300 KB
-  NonAttentionCache() : slots_(kSlots) {}
-  // The slot of key (tokens, sampled, sequences): it holds that key's costs, or another's.
-  NonAttentionCosts& slot(int64_t tokens, int64_t sampled, int64_t sequences) {
-    // A multiplicative hash of the three: consecutive decode counts land in distinct slots.
-    const uint64_t h = (static_cast<uint64_t>(tokens) * 0x9E3779B97F4A7C15ULL) ^
-                       (static_cast<uint64_t>(sampled) * 0xC2B2AE3D27D4EB4FULL) ^
-                       (static_cast<uint64_t>(sequences) * 0x165667B19E3779F9ULL);
-    return slots_[(h >> 40) & (kSlots - 1)];
+  static constexpr size_t kTokenSlots = 4096;   // powers of two; ~330 KB in all
+  static constexpr size_t kSampledSlots = 512;
+  NonAttentionCache() : tokens_(kTokenSlots), lm_head_(kSampledSlots, {-1, 0.0}) {}
+  // The slot of `tokens`: it holds that count's costs, or another's.
+  TokenCosts& token_slot(int64_t tokens) {
+    return tokens_[static_cast<uint64_t>(tokens) & (kTokenSlots - 1)];
+  }
+  // The slot of `sampled` rows: (rows, LM-head seconds), or another count's.
+  std::pair<int64_t, double>& lm_head_slot(int64_t sampled) {
+    return lm_head_[static_cast<uint64_t>(sampled) & (kSampledSlots - 1)];
   }
  private:
-  std::vector<NonAttentionCosts> slots_;
+  std::vector<TokenCosts> tokens_;
+  std::vector<std::pair<int64_t, double>> lm_head_;
 };
 
 class CostModel {
@@ -157,9 +160,10 @@ class CostModel {
   int tensor_parallel() const { return tp_; }
 
  private:
-  NonAttentionCosts non_attention_costs(int64_t tokens, int64_t sampled, int64_t sequences) const;
-  // A non-empty shape's cost from its non-attention parts `t` (its key's).
-  IterationCost iteration_from(const BatchShape& shape, const NonAttentionCosts& t) const;
+  TokenCosts token_costs(int64_t tokens) const;
+  double lm_head_s(int64_t sampled) const;
+  // A non-empty shape's cost from its token costs `t` (its token count's) and LM-head time.
+  IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const;
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
