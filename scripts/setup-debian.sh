@@ -12,7 +12,7 @@ packages=(
   build-essential cmake ninja-build
   libboost-program-options-dev libeigen3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev
+  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libmimalloc-dev
   python3 python3-matplotlib
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pandas python3-pytest
   python3-venv python3-setuptools python3-wheel

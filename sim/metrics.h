@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -144,9 +145,11 @@ class WeightedSamples {
   int64_t count() const { return total_weight_; }
   double mean() const;
   double percentile(double q) const;  // q in [0, 1]; 0 when empty
-  // percentile(q) of each of `qs` (ascending) into `out`, in one pass over the samples.
+  // percentile(q) of each of `qs` (ascending) into `out`, by selection rather than a sort
+  // (O(n)); the pairs stay as they came, which is the order mean() sums them in.
   void percentiles(std::span<const double> qs, std::span<double> out) const;
   double max() const;
+  void reserve(size_t pairs) { samples_.reserve(pairs); }
   // numpy.percentile's default ("linear") over the samples expanded by weight: with the W
   // values sorted, rank h = q (W - 1) and the value is interpolated between those at floor(h)
   // and floor(h) + 1. q in [0, 1]; 0 when empty. (vLLM's benchmark percentiles and medians.)
@@ -297,6 +300,8 @@ template <class Samples>
 class RequestFigures {
  public:
   void add(const RequestRecord& r);
+  // Room for the samples of `requests` requests, added one by one (exact samples only).
+  void reserve(size_t requests);
   // Writes the figures into `s`; `busy_s` as summarize()'s. The latency breakdown's p99
   // shares are left to the caller (they need the records).
   void finish(Summary& s, double busy_s, const Samples& tbt_s) const;
@@ -309,7 +314,9 @@ class RequestFigures {
   };
   Class all_;
   Samples norm_;
-  std::map<int32_t, Class> by_priority_;  // ordered: the most urgent class first
+  // Ordered: the most urgent class first. Empty while every request has first_priority_.
+  std::map<int32_t, Class> by_priority_;
+  std::optional<int32_t> first_priority_;
   int64_t prompt_tokens_ = 0, output_tokens_ = 0;
   SimTime first_arrival_ = SimTime::max(), last_finish_ = SimTime::zero();
   // The breakdown's parts over the completed requests, in ns (exact, order-free).

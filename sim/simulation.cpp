@@ -947,6 +947,7 @@ void Simulation::finish_iteration(Replica& r) {
 Summary summarize(const SimulationResult& result, double busy_s) {
   Summary s;
   RequestFigures<WeightedSamples> figures;
+  figures.reserve(result.requests.size());
   for (const RequestRecord& r : result.requests) figures.add(r);
   figures.finish(s, busy_s, result.tbt_s);
   s.latency_breakdown = summarize_latency_breakdown(result.requests, s.e2e_s.p99);

@@ -71,6 +71,62 @@ TEST(WeightedSamples, PercentilesInOneWalkAreTheNearestRanksOfTheExpandedSamples
   EXPECT_EQ(got[1], 0.0);
 }
 
+// Above 64 pairs percentiles() selects by the values' order keys (a radix select) instead of
+// sorting: the figures must still be the nearest ranks, whatever the values' spread, sign,
+// repeats and weights, and the pairs must stay in the order they came (mean() sums them so).
+TEST(WeightedSamples, RadixSelectedPercentilesAreTheNearestRanks) {
+  std::mt19937_64 rng(23);
+  std::lognormal_distribution<double> gap(-3.5, 0.8);
+  const std::array<double, 7> qs = {0.0, 0.001, 0.5, 0.9, 0.99, 0.999, 1.0};
+  for (int trial = 0; trial < 60; ++trial) {
+    WeightedSamples s;
+    std::vector<std::pair<double, int64_t>> pairs;
+    const int n = 65 + static_cast<int>(rng() % 20000);
+    for (int i = 0; i < n; ++i) {
+      double value = 0;
+      switch (trial % 6) {
+        case 0: value = gap(rng); break;                                                // decode gaps
+        case 1: value = static_cast<double>(rng() % 5) * 0.001; break;                 // few values, repeats
+        case 2: value = gap(rng) * (rng() % 2 == 0 ? -1.0 : 1.0); break;               // both signs
+        case 3: value = i % 1000 == 0 ? 1e6 : gap(rng); break;                         // far outliers
+        case 4: value = 0.25; break;                                                   // one value
+        case 5: value = std::ldexp(1.0, static_cast<int>(rng() % 80) - 40) * (rng() % 3 == 0 ? -1 : 1); break;
+      }
+      if (trial % 6 == 1 && i % 7 == 0) value = -0.0;
+      const auto weight = static_cast<int64_t>(trial % 3 == 0 ? 1 : 1 + rng() % 1000);
+      s.add(value, weight);
+      if (!pairs.empty() && pairs.back().first == value) {
+        pairs.back().second += weight;  // add()'s run-length merge
+      } else {
+        pairs.emplace_back(value, weight);
+      }
+    }
+    std::vector<std::pair<double, int64_t>> sorted = pairs;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    int64_t total = 0;
+    for (const auto& p : sorted) total += p.second;
+    std::array<double, qs.size()> got{};
+    s.percentiles(qs, got);
+    for (size_t i = 0; i < qs.size(); ++i) {
+      const int64_t rank = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(qs[i] * static_cast<double>(total) - 1e-9)));
+      int64_t cumulative = 0;
+      double expected = sorted.back().first;
+      for (const auto& p : sorted) {
+        cumulative += p.second;
+        if (cumulative >= rank) {
+          expected = p.first;
+          break;
+        }
+      }
+      EXPECT_EQ(got[i], expected) << "trial " << trial << " q " << qs[i];
+    }
+    EXPECT_EQ(s.max(), sorted.back().first) << "trial " << trial;
+    double sum = 0;  // summed in the order the pairs came: the selection moved none of them
+    for (const auto& [value, weight] : pairs) sum += value * static_cast<double>(weight);
+    EXPECT_EQ(s.mean(), sum / static_cast<double>(total)) << "trial " << trial;
+  }
+}
+
 TEST(WeightedSamples, EmptyIsZero) {
   WeightedSamples s;
   EXPECT_EQ(s.percentile(0.5), 0.0);

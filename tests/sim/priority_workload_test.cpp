@@ -4,6 +4,7 @@
 // key, replaced by --priority when both are given; malformed specs and rows named by option, file
 // and line; and the per-priority summary that says how each class fared.
 #include <map>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -240,6 +241,48 @@ TEST(PriorityClasses, OneClassPerPriorityMostUrgentFirstNoneForASinglePriority) 
 
   for (RequestRecord& r : records) r.priority = 4;
   EXPECT_TRUE(summarize_priority_classes(records).empty());
+}
+
+// A run's figures keep one set of samples while every request has one priority, and copy it
+// out as that priority's class when a second priority comes: each class must equal the
+// figures of its own requests alone, wherever the second priority first appears.
+TEST(PriorityClasses, EachClassEqualsTheFiguresOfItsRequestsAlone) {
+  std::mt19937_64 rng(5);
+  for (const size_t first_other : {size_t{1}, size_t{57}, size_t{400}}) {
+    std::vector<RequestRecord> records;
+    for (size_t i = 0; i < 500; ++i) {
+      const int32_t priority = i < first_other ? 3 : static_cast<int32_t>(rng() % 3);
+      const double arrival = static_cast<double>(i) * 0.1;
+      const double first_token = arrival + 0.01 * static_cast<double>(1 + rng() % 50);
+      const double finished = first_token + 0.02 * static_cast<double>(1 + rng() % 80);
+      records.push_back(record(priority, arrival, first_token, finished, 1 + static_cast<int32_t>(rng() % 40),
+                               rng() % 25 == 0 ? RequestState::kRejected : RequestState::kFinished));
+      records.back().preemptions = static_cast<int32_t>(rng() % 2);
+    }
+    const auto classes = summarize_priority_classes(records);
+    ASSERT_GE(classes.size(), 2u);
+    for (const PriorityClassSummary& c : classes) {
+      RequestFigures<WeightedSamples> alone;
+      for (const RequestRecord& r : records) {
+        if (r.priority == c.priority) alone.add(r);
+      }
+      Summary s;
+      alone.finish(s, 0.0, WeightedSamples{});
+      EXPECT_EQ(c.requests, s.requests_total) << first_other << " " << c.priority;
+      EXPECT_EQ(c.completed, s.requests_completed);
+      EXPECT_EQ(c.rejected, s.requests_rejected);
+      EXPECT_EQ(c.preemptions, s.preemptions);
+      for (const auto& [got, want] : {std::pair{c.e2e_s, s.e2e_s}, std::pair{c.ttft_s, s.ttft_s},
+                                      std::pair{c.tpot_s, s.tpot_s}, std::pair{c.queueing_s, s.queueing_s}}) {
+        EXPECT_EQ(got.count, want.count) << first_other << " " << c.priority;
+        EXPECT_EQ(got.mean, want.mean);
+        EXPECT_EQ(got.p50, want.p50);
+        EXPECT_EQ(got.p90, want.p90);
+        EXPECT_EQ(got.p99, want.p99);
+        EXPECT_EQ(got.max, want.max);
+      }
+    }
+  }
 }
 
 }  // namespace
