@@ -17,14 +17,6 @@ const char* layer_gemm_name(LayerGemm gemm) {
   throw std::logic_error("layer_gemm_name: bad LayerGemm");
 }
 
-int64_t q_heads_per_gpu(const ModelSpec& model, int tp) {
-  return std::max<int64_t>(1, model.num_heads / tp);
-}
-
-int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
-  return std::max<int64_t>(1, model.num_kv_heads / tp);
-}
-
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp) {
   return 2 * int64_t{model.num_layers} * kv_heads_per_gpu(model, tp) * model.head_dim *
          model.kv_dtype_bytes;

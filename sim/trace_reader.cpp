@@ -85,10 +85,18 @@ std::optional<double> parse_double(std::string_view s) {
   return value;
 }
 
+// The last date a trace's timestamps named, with its day number: an Azure trace's rows share
+// their date (it spans an hour), so its calendar arithmetic and checks run once per date.
+struct DateMemo {
+  std::array<char, 10> text{};
+  int64_t days = 0;
+  bool valid = false;
+};
+
 // "YYYY-MM-DD HH:MM:SS[.fffffffff][Z|±HH:MM]" → ns since 1970-01-01 UTC, or nullopt.
 // Calendar arithmetic by std::chrono (days_from_civil), so day, month, year and leap-day
 // rollovers need no special case.
-std::optional<int64_t> parse_timestamp_ns(std::string_view s) {
+std::optional<int64_t> parse_timestamp_ns(std::string_view s, DateMemo& memo) {
   size_t pos = 0;
   const auto digits = [&](int n, int& out) {
     if (pos + n > s.size()) return false;
@@ -109,10 +117,26 @@ std::optional<int64_t> parse_timestamp_ns(std::string_view s) {
     }
     return false;
   };
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  if (!digits(4, year) || !expect('-') || !digits(2, month) || !expect('-') || !digits(2, day)) {
-    return std::nullopt;
+  int64_t days = 0;
+  if (memo.valid && s.size() > memo.text.size() && std::equal(memo.text.begin(), memo.text.end(), s.begin())) {
+    days = memo.days;  // the date of the row before: valid, its day number known
+    pos = memo.text.size();
+  } else {
+    int year = 0, month = 0, day = 0;
+    if (!digits(4, year) || !expect('-') || !digits(2, month) || !expect('-') || !digits(2, day)) {
+      return std::nullopt;
+    }
+    if (year < 1900 || year > 2100) return std::nullopt;
+    const std::chrono::year_month_day date{std::chrono::year{year},
+                                           std::chrono::month{static_cast<unsigned>(month)},
+                                           std::chrono::day{static_cast<unsigned>(day)}};
+    if (!date.ok()) return std::nullopt;  // e.g. 2023-02-29
+    days = std::chrono::sys_days{date}.time_since_epoch().count();
+    std::copy_n(s.begin(), memo.text.size(), memo.text.begin());
+    memo.days = days;
+    memo.valid = true;
   }
+  int hour = 0, minute = 0, second = 0;
   if (!expect(' ') && !expect('T')) return std::nullopt;
   if (!digits(2, hour) || !expect(':') || !digits(2, minute) || !expect(':') ||
       !digits(2, second)) {
@@ -143,12 +167,7 @@ std::optional<int64_t> parse_timestamp_ns(std::string_view s) {
     utc_offset_s = sign * (offset_h * 3600 + offset_min * 60);
   }
   if (pos != s.size()) return std::nullopt;
-  if (year < 1900 || year > 2100 || hour > 23 || minute > 59 || second > 59) return std::nullopt;
-  const std::chrono::year_month_day date{std::chrono::year{year},
-                                         std::chrono::month{static_cast<unsigned>(month)},
-                                         std::chrono::day{static_cast<unsigned>(day)}};
-  if (!date.ok()) return std::nullopt;  // e.g. 2023-02-29
-  const int64_t days = std::chrono::sys_days{date}.time_since_epoch().count();
+  if (hour > 23 || minute > 59 || second > 59) return std::nullopt;
   const int64_t seconds = days * 86400 + hour * 3600 + minute * 60 + second - utc_offset_s;
   return seconds * 1'000'000'000 + fraction_ns;
 }
@@ -241,6 +260,7 @@ class TraceParser {
   size_t csv_fields_ = 3;        // fields on every CSV line
   size_t max_tokens_field_ = 0;  // their positions, when present
   size_t priority_field_ = 0;
+  DateMemo date_memo_;           // an Azure trace's TIMESTAMP date, parsed once
   std::vector<RawRow> rows_;
   int64_t taken_ = 0;  // rows handed out by take_row (and no longer in rows_)
   int64_t last_taken_ns_ = 0;
@@ -296,7 +316,7 @@ void TraceParser::split_fields(std::string_view line, std::array<std::string_vie
 void TraceParser::read_azure_row(std::string_view line) {
   std::array<std::string_view, kMaxCsvFields> fields;
   split_fields(line, fields, csv_fields_);
-  const std::optional<int64_t> time_ns = parse_timestamp_ns(fields[0]);
+  const std::optional<int64_t> time_ns = parse_timestamp_ns(fields[0], date_memo_);
   if (!time_ns) {
     fail_line(fmt::format(
         "TIMESTAMP \"{}\" is not a date and time like 2023-11-16 18:17:03.9799600 "

@@ -366,6 +366,13 @@ TEST(TraceErrors, MalformedLinesNameFileAndLine) {
        "2023-11-16 18:17:03.9799600"},
       {"time.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 24:00:00.0,1,1\r\n",
        ":2: TIMESTAMP \"2023-11-16 24:00:00.0\" is not a date"},
+      // A date already read (and remembered, DateMemo) with a time that is not one.
+      {"second_time.csv",
+       "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,1,1\n2023-11-16 10:60:00.0,1,1\n",
+       ":3: TIMESTAMP \"2023-11-16 10:60:00.0\" is not a date"},
+      {"second_date.csv",
+       "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,1,1\n2023-11-16X10:00:01.0,1,1\n",
+       ":3: TIMESTAMP \"2023-11-16X10:00:01.0\" is not a date"},
       {"digits.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.1234567891,1,1\n",
        ":2: TIMESTAMP"},
       {"context.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,x,1\n",
