@@ -5,9 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "hwmodel/error.h"
 #include "test_support.h"
@@ -84,6 +89,43 @@ TEST(LineReader, BadFilesAreNamed) {
   const auto bad = testing::write_text_file(dir, "bad.csv.gz", corrupt);
   EXPECT_THAT(user_error_of([&] { all_lines(bad); }),
               HasSubstr("bad.csv.gz: corrupt or truncated gzip data after line"));
+}
+
+// An error in the gzip data is reported where the caller reaches it: after the last line it was
+// given.
+TEST(LineReader, AnErrorIsReportedAfterTheLastLineGiven) {
+  const auto dir = testing::scratch_dir("line_reader_after");
+  const auto whole = testing::write_gzip_file(dir, "whole.csv.gz", long_text());
+  std::ifstream in(whole, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto cut = testing::write_text_file(dir, "cut.csv.gz", bytes.substr(0, bytes.size() * 3 / 4));
+  LineReader reader(cut, "file");
+  std::string line;
+  int64_t given = 0;
+  const std::string message = user_error_of([&] {
+    while (reader.next(line)) given = reader.line_number();
+  });
+  EXPECT_GT(given, 0);
+  EXPECT_THAT(message, HasSubstr(fmt::format("cut.csv.gz: corrupt or truncated gzip data after line {}:", given)));
+}
+
+// A named pipe (--trace <(zcat t.csv.gz)) reads the same lines as the file it carries.
+TEST(LineReader, NamedPipesReadTheSameLines) {
+  const auto dir = testing::scratch_dir("line_reader_pipe");
+  const std::string text = long_text();
+  const auto gz = testing::write_gzip_file(dir, "t.csv.gz", text);
+  const auto fifo = dir / "pipe";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::ofstream out(fifo, std::ios::binary);
+    std::ifstream in(gz, std::ios::binary);
+    out << in.rdbuf();
+  });
+  const auto lines = all_lines(fifo);
+  writer.join();
+  EXPECT_EQ(lines, all_lines(gz));
+  EXPECT_EQ(lines.size(), 60000u);
 }
 
 TEST(LineReader, RefusesALineLongerThanItsLimit) {
