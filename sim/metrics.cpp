@@ -103,28 +103,45 @@ void select_ranks(std::span<const SamplePair> pairs, std::span<const int64_t> ra
     return;
   }
   constexpr int kSliceBits = 12;
+  constexpr size_t kSlices = size_t{1} << kSliceBits;
   const int shift = std::max(0, static_cast<int>(std::bit_width(hi - lo)) - kSliceBits);
-  std::array<int64_t, (size_t{1} << kSliceBits)> weight{};
+  std::array<int64_t, kSlices> weight{};
+  std::array<uint32_t, kSlices> count{};
   std::vector<uint16_t> slice_of(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto slice = static_cast<uint16_t>((order_key(pairs[i].first) - lo) >> shift);
     slice_of[i] = slice;
     weight[slice] += pairs[i].second;
+    ++count[slice];
   }
-  size_t k = 0, slice = 0;
+  // The slices holding a rank (at most one per rank), each with its ranks and the weight below.
+  struct Target {
+    size_t slice, first_rank, end_rank;
+    int64_t below;
+    std::vector<SamplePair> pairs;
+  };
+  std::vector<Target> targets;
+  std::array<int16_t, kSlices> target_of;  // index into targets, or -1
+  target_of.fill(-1);
+  size_t slice = 0;
   int64_t below = 0;  // the weight of the slices before `slice`
-  while (k < ranks.size()) {
+  for (size_t k = 0; k < ranks.size();) {
     while (below + weight[slice] < ranks[k]) below += weight[slice++];
-    size_t end = k;  // ranks [k, end) fall in this slice
+    size_t end = k;
     while (end < ranks.size() && ranks[end] <= below + weight[slice]) ++end;
-    std::vector<SamplePair> in_slice;
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      if (slice_of[i] == slice) in_slice.push_back(pairs[i]);
-    }
-    std::vector<int64_t> in_slice_ranks(ranks.begin() + static_cast<ptrdiff_t>(k), ranks.begin() + static_cast<ptrdiff_t>(end));
-    for (int64_t& r : in_slice_ranks) r -= below;
-    select_ranks(in_slice, in_slice_ranks, out.subspan(k, end - k));
+    target_of[slice] = static_cast<int16_t>(targets.size());
+    targets.push_back({slice, k, end, below, {}});
+    targets.back().pairs.reserve(count[slice]);
     k = end;
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (const int16_t t = target_of[slice_of[i]]; t >= 0) targets[static_cast<size_t>(t)].pairs.push_back(pairs[i]);
+  }
+  for (const Target& t : targets) {
+    std::vector<int64_t> in_slice_ranks(ranks.begin() + static_cast<ptrdiff_t>(t.first_rank),
+                                        ranks.begin() + static_cast<ptrdiff_t>(t.end_rank));
+    for (int64_t& r : in_slice_ranks) r -= t.below;
+    select_ranks(t.pairs, in_slice_ranks, out.subspan(t.first_rank, t.end_rank - t.first_rank));
   }
 }
 }  // namespace
