@@ -28,16 +28,17 @@
 // 30% of a whole run. On 2 MiB pages (transparent huge pages that mimalloc asks for with
 // madvise) the same run takes ~240 faults. mimalloc commits a new thread's first segment lazily
 // and on small pages (eager_commit_delay), which made each `compare --jobs` worker fault on
-// 4 KiB pages again: jobs 2 ran 1.17x faster than jobs 1 with the delay, 1.66x without. Set from .preinit_array,
-// which runs before the shared libraries' initializers (libstdc++'s makes the first
-// allocation, and with it the first segment), as defaults: MIMALLOC_LARGE_OS_PAGES=0 or
-// MIMALLOC_EAGER_COMMIT_DELAY=1 still override them. The results do not depend on the allocator.
+// 4 KiB pages again: jobs 2 ran 1.17x faster than jobs 1 with the delay, 1.64x without.
+// Set from .preinit_array, which runs before the shared libraries' initializers (libstdc++'s
+// makes the first allocation, and with it the first segment), as defaults:
+// MIMALLOC_LARGE_OS_PAGES=0 or MIMALLOC_EAGER_COMMIT_DELAY=1 still override them. The results
+// do not depend on the allocator.
 static void tune_allocator(int, char**, char**) {
   mi_option_set_enabled_default(mi_option_large_os_pages, true);
   mi_option_set_default(mi_option_eager_commit_delay, 0);
 }
-__attribute__((section(".preinit_array"), used)) static void (*const preinit_tune_allocator)(int, char**, char**) =
-    &tune_allocator;
+__attribute__((section(".preinit_array"), used))
+static void (*const preinit_tune_allocator)(int, char**, char**) = &tune_allocator;
 #endif
 
 int main(int argc, char** argv) {

@@ -105,8 +105,12 @@ const char* layer_gemm_name(LayerGemm gemm);  // "qkv", "o", "mlp_up", "mlp_down
 // Heads held by one GPU. KV heads are replicated when tp exceeds them (vLLM
 // QKVParallelLinear: num_kv_head_replicas), so a GPU always holds at least one.
 // Inline: the cost model asks for both on every iteration.
-inline int64_t q_heads_per_gpu(const ModelSpec& model, int tp) { return std::max<int64_t>(1, model.num_heads / tp); }
-inline int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) { return std::max<int64_t>(1, model.num_kv_heads / tp); }
+inline int64_t q_heads_per_gpu(const ModelSpec& model, int tp) {
+  return std::max<int64_t>(1, model.num_heads / tp);
+}
+inline int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
+  return std::max<int64_t>(1, model.num_kv_heads / tp);
+}
 // K and V of one token across all layers, on one GPU.
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp);
 
