@@ -41,7 +41,14 @@ std::filesystem::path data_file(const std::filesystem::path& dir, const std::str
 std::filesystem::path source_dir() { return BATCHSIM_SOURCE_DIR; }
 
 std::filesystem::path scratch_dir(const std::string& name) {
-  std::filesystem::path dir = std::filesystem::path(BATCHSIM_BINARY_DIR) / "test-scratch" / name;
+  // ctest runs every test as its own process, two at a time in CI, and tests of one file often
+  // write the same file name: each test gets its own folder so that one never removes or
+  // rewrites what another is reading.
+  std::filesystem::path dir = std::filesystem::path(BATCHSIM_BINARY_DIR) / "test-scratch";
+  if (const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    dir /= std::string(test->test_suite_name()) + "." + test->name();
+  }
+  dir /= name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -18,7 +18,8 @@ std::filesystem::path measured_dir();
 std::filesystem::path data_file(const std::filesystem::path& dir, const std::string& relative);
 // The repository root (for shipped experiment files, profiles, plots).
 std::filesystem::path source_dir();
-// A fresh empty directory under the build tree for a test's outputs.
+// A fresh empty directory under the build tree for a test's outputs, inside a folder of the
+// running test's own (test-scratch/<Suite>.<Test>/name), so tests run in parallel never share one.
 std::filesystem::path scratch_dir(const std::string& name);
 
 // Writes `contents` byte for byte (no newline translation) to dir/name, creating `dir`, and
