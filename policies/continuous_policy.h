@@ -193,6 +193,12 @@ struct ContinuousPolicyConfig {
   JobLength sjf_by = JobLength::output;
   // vLLM v0 _schedule_priority_preemption (exclusive prefill, ranked policies only).
   bool preempt_for_waiting = false;
+  // vLLM's async scheduling (--async-scheduling; on by default since vLLM 0.14, vllm #27614):
+  // the engine core schedules step N+1 while step N runs (vllm/v1/engine/core.py
+  // step_with_batch_queue, a queue of two batches), so a request that reaches the engine while
+  // an iteration runs is first scheduled in the iteration after the next one. Its CPU overlap
+  // is the engine profile's (hwmodel/engines/vllm-async.yaml).
+  bool async_scheduling = false;
 };
 
 // vLLM's max_num_batched_tokens and max_num_seqs defaults (vllm/engine/arg_utils.py,
@@ -239,7 +245,8 @@ class ContinuousPolicy final : public Policy {
                         SimTime now) override;
   // KV held for transfers (prefill role) is no work: nothing is left to schedule for it.
   bool idle() const override {
-    return waiting_.empty() && running_.empty() && swapped_.empty() && receiving_ == 0 && received_.empty();
+    return waiting_.empty() && running_.empty() && swapped_.empty() && receiving_ == 0 && received_.empty() &&
+           intake_.empty();
   }
   bool repeat_decode_step(const Batch& batch) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
@@ -288,6 +295,11 @@ class ContinuousPolicy final : public Policy {
   void schedule_swapped(Batch& batch, int64_t& budget);
   // The scheduling steps of one iteration; false when a preemption cut them short.
   bool fill_batch(Batch& batch, int64_t& budget);
+  // schedule() on the requests the engine has seen (all but intake_).
+  void build_batch(Batch& batch);
+  // async_scheduling: the requests of intake_ among the first `seen` arrivals join the
+  // waiting queue, in arrival order.
+  void take_intake(int64_t seen);
   void schedule_waiting(Batch& batch, int64_t& budget);
   // What admitting waiting request `id` would compute with `budget` tokens left while
   // `partial_prefills` items of the batch leave their prefill unfinished: its cached prefix,
@@ -373,6 +385,11 @@ class ContinuousPolicy final : public Policy {
   int64_t receiving_ = 0;
   std::deque<RequestId> received_;
   bool remote_admitted_ = false;  // the schedule() being built allocated a remote request's KV
+  // async_scheduling: arrived requests, each with its arrival's number, not yet in the waiting
+  // queue; how many arrivals there have been, and how many the last schedule() call saw.
+  std::deque<std::pair<RequestId, int64_t>> intake_;
+  int64_t arrivals_ = 0;
+  int64_t seen_arrivals_ = 0;
 };
 
 }  // namespace batchsim

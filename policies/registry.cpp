@@ -150,6 +150,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"scheduling_policy", "fcfs", "fcfs: arrival order, the newest running request preempted | priority: vLLM's --scheduling-policy priority, waiting by (priority, arrival), smaller first, the lowest-ranked running request preempted | sjf: the same ranked by job length (sjf_by)"},
       {"sjf_by", "output", "scheduling_policy=sjf's job length: output (the true output length, which no server knows: an oracle baseline) | prompt (known on arrival)"},
       {"preempt_for_waiting", "false", "prefill=exclusive with priority or sjf: while the best waiting request cannot be admitted, preempt running requests ranked below it (vLLM v0 _schedule_priority_preemption; on in vllm-v0)"},
+      {"async_scheduling", "false", "vLLM's --async-scheduling (default since 0.14): each step is scheduled while the one before runs, so a request arriving during an iteration waits one more step (pair it with --engine vllm-async, whose CPU work overlaps the GPU)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
@@ -264,6 +265,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
   c.max_waiting_tokens = o.get_int("max_waiting_tokens", 0, 0, 1 << 24);
   c.waiting_served_ratio = o.get_double("waiting_served_ratio", 1.2, 0.0, 1e6);
   c.decode_after_admission = o.get_bool("decode_after_admission", false);
+  c.async_scheduling = o.get_bool("async_scheduling", false);
   const std::string order = o.get_choice("scheduling_policy", "fcfs", {"fcfs", "priority", "sjf"});
   c.scheduling_policy = order == "priority" ? SchedulingPolicy::priority
                         : order == "sjf"    ? SchedulingPolicy::sjf
