@@ -90,7 +90,7 @@ const std::vector<PolicyInfo>& registered_policies() {
       // No bound on partial prefills (the base's max_num_partial_prefills=0): v1's scheduler
       // never reads the option.
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching",
+       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching; synchronous (vLLM >= 0.14's default async scheduling: async_scheduling=true, --engine vllm-async)",
        {{"usage_context", "api_server"}, {"preemption", "recompute"},
         // scheduler_reserve_full_isl, on by default since v0.19.0 (vllm/config/scheduler.py).
         {"admission", "full_prompt"},
