@@ -63,17 +63,20 @@ std::map<std::string, std::string> deployment_limits(const ServingRow& r, const 
   return {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
 }
 
+// Whether a vLLM row's version is older than 0.`minor` (an unreadable version counts as current).
+bool vllm_before(const ServingRow& r, int minor) {
+  int major = 0, row_minor = 0;
+  return std::sscanf(r.version.c_str(), "%d.%d", &major, &row_minor) == 2 && major == 0 && row_minor < minor;
+}
+
+// vLLM schedules asynchronously by default from v0.14 (vllm #27614, vllm/config/vllm.py).
+bool vllm_schedules_async(const ServingRow& r) { return r.backend == "vllm" && !vllm_before(r, 14); }
+
 // The preset that schedules as a row's backend did: vLLM's V1 scheduler of its version (full-prompt
 // admission from v0.19.0 on), SGLang's, TensorRT-LLM's.
 std::string policy_for_backend(const ServingRow& r) {
   if (r.backend == "sglang" || r.backend == "trtllm") return r.backend;
-  if (r.backend == "vllm") {
-    int major = 0, minor = 0;
-    if (std::sscanf(r.version.c_str(), "%d.%d", &major, &minor) == 2 && major == 0 && minor < 19) {
-      return "vllm-v1-2025";
-    }
-    return "vllm";
-  }
+  if (r.backend == "vllm") return vllm_before(r, 19) ? "vllm-v1-2025" : "vllm";
   throw UserError(fmt::format("validate-serving: no policy preset for backend '{}' (give --policy)", r.backend));
 }
 
@@ -112,10 +115,13 @@ std::string model_for(const std::string& model_path, const ServingReplayOptions&
   return "";
 }
 
-// The engine profile of a measured row's backend (aiconfigurator's backend names).
-std::string engine_for_backend(const std::string& backend, const ServingReplayOptions& o) {
+// The engine profile of a measured row's backend (aiconfigurator's backend names): vLLM's with
+// its CPU overlapped from the version that schedules asynchronously.
+std::string engine_for_row(const ServingRow& r, const ServingReplayOptions& o) {
+  const std::string& backend = r.backend;
   if (const auto it = o.engines.find(backend); it != o.engines.end()) return it->second;
   if (const auto it = o.engines.find(""); it != o.engines.end()) return it->second;
+  if (vllm_schedules_async(r)) return "vllm-async";
   if (backend == "vllm" || backend == "sglang" || backend == "trtllm") return backend;
   throw UserError(fmt::format("validate-serving: no engine profile for backend '{}' (give --engine)", backend));
 }
@@ -216,12 +222,16 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   c.gpu = o.gpu;
   c.tp = r.tp;
   c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
-  c.engine = engine_for_backend(r.backend, o);
+  c.engine = engine_for_row(r, o);
   c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
   ServingPrediction p;
   p.deployment = deployment_of(r, o);
   c.kv_cache_dtype = kv_dtype_for(r, p.deployment);
   if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
+  const std::string base = policy_base(c.policy);
+  if (vllm_schedules_async(r) && (base == "continuous" || base == "chunked-prefill")) {
+    c.policy_opts["async_scheduling"] = "true";
+  }
   c.workload.arrival = "offline";
   c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
   c.workload.output_len = fmt::format("fixed:{}", r.osl);
@@ -250,9 +260,10 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
       ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
-       "vllm (vllm-v1-2025 before vLLM 0.19), sglang or trtllm)")
+       "vllm (vllm-v1-2025 before vLLM 0.19; async_scheduling=true from 0.14), sglang or trtllm)")
       ("engine", po::value(&o.engine_args)->composing(), "engine profile of every replayed run, or "
-       "BACKEND=ENGINE for one backend's rows (repeatable; default: the row's backend's: vllm, sglang or trtllm)")
+       "BACKEND=ENGINE for one backend's rows (repeatable; default: the row's backend's: vllm (vllm-async from "
+       "vLLM 0.14), sglang or trtllm)")
       ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
       ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")

@@ -116,6 +116,66 @@ TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
   EXPECT_TRUE(d["rows"][1]["policy_opts"].empty());
 }
 
+// Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
+// 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
+// overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
+TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
+  const auto dir = testing::scratch_dir("validate-serving-versions");
+  std::string text = testing::kSiliconHeader;
+  for (const char* version : {"0.12.0", "0.14.1", "0.19.0"}) {
+    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
+    r.replace(r.find(",0.12.0,"), 8, fmt::format(",{},", version));
+    text += r;
+  }
+  const auto csv = testing::write_text_file(dir, "s.csv", text);
+  std::ostringstream out, err;
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", "4", "--out", (dir / "r.json").string()},
+                     out, err),
+            0)
+      << err.str();
+  std::ifstream in(dir / "r.json");
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const auto& v12 = j["rows"][0];
+  const auto& v14 = j["rows"][1];
+  const auto& v19 = j["rows"][2];
+  EXPECT_EQ(v12["policy"], "vllm-v1-2025");
+  EXPECT_EQ(v12["engine"], "vllm");
+  EXPECT_FALSE(v12["policy_opts"].contains("async_scheduling"));
+  EXPECT_EQ(v14["policy"], "vllm-v1-2025");
+  EXPECT_EQ(v14["engine"], "vllm-async");
+  EXPECT_EQ(v14["policy_opts"]["async_scheduling"], "true");
+  EXPECT_EQ(v19["policy"], "vllm");
+  EXPECT_EQ(v19["engine"], "vllm-async");
+  EXPECT_EQ(v19["policy_opts"]["async_scheduling"], "true");
+  RunConfig c = default_run_config();
+  c.model = "llama-3.1-8b";
+  c.gpu = "h100-sxm-fitted";
+  c.policy = "vllm-v1-2025";
+  c.engine = "vllm-async";
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = "fixed:1024";
+  c.workload.output_len = "fixed:128";
+  c.workload.num_requests = 32;
+  c.max_concurrency = 8;
+  c.policy_opts = {{"max_num_seqs", "8"}, {"max_num_batched_tokens", "2532"}, {"async_scheduling", "true"}};
+  const RunOutcome run = run_simulation(c);
+  EXPECT_DOUBLE_EQ(v14["predicted_ttft_ms"].get<double>(), run.result.summary.ttft_s.mean * 1e3);
+  EXPECT_DOUBLE_EQ(v14["predicted_tpot_ms"].get<double>(), run.result.summary.tpot_s.mean * 1e3);
+  EXPECT_NE(v14["predicted_ttft_ms"].get<double>(), v12["predicted_ttft_ms"].get<double>());
+  // An --engine for the backend replaces the version's engine, not its scheduling.
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", "2", "--engine", "vllm=vllm-h100-fitted", "--out",
+                      (dir / "e.json").string()},
+                     out, err),
+            0);
+  std::ifstream in2(dir / "e.json");
+  const auto e = nlohmann::json::parse(in2);
+  EXPECT_EQ(e["rows"][1]["engine"], "vllm-h100-fitted");
+  EXPECT_EQ(e["rows"][1]["policy_opts"]["async_scheduling"], "true");
+}
+
 // --profile-out records the figures in the profile's validation block, to a tenth, beside its
 // kernel figures, and nothing else of the profile changes.
 TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
