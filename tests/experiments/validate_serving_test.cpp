@@ -28,6 +28,21 @@ std::string row(const std::string& model, const std::string& system, const std::
                      precision, mode, c, tp, pp);
 }
 
+// The run a replayed row of row() is, by hand: Llama-3.1-8B on the H100 profile, 8 closed-loop
+// clients of 4 requests of 1024 + 128 tokens, all due at t = 0.
+RunConfig row_run_by_hand(const std::string& policy) {
+  RunConfig c = default_run_config();
+  c.model = "llama-3.1-8b";
+  c.gpu = "h100-sxm-fitted";
+  c.policy = policy;
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = "fixed:1024";
+  c.workload.output_len = "fixed:128";
+  c.workload.num_requests = 32;
+  c.max_concurrency = 8;
+  return c;
+}
+
 TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   const auto dir = testing::scratch_dir("validate-serving");
   const auto csv = testing::write_text_file(
@@ -56,15 +71,7 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
   EXPECT_EQ(j["rows"][0]["deployment"], "aiconfigurator");
   EXPECT_EQ(j["rows"][0]["policy"], "vllm-v1-2025");  // vLLM 0.12.0
   EXPECT_EQ(j["rows"][0]["policy_opts"]["max_num_batched_tokens"], "2532");
-  RunConfig c = default_run_config();
-  c.model = "llama-3.1-8b";
-  c.gpu = "h100-sxm-fitted";
-  c.policy = "vllm-v1-2025";
-  c.workload.arrival = "offline";
-  c.workload.prompt_len = "fixed:1024";
-  c.workload.output_len = "fixed:128";
-  c.workload.num_requests = 32;
-  c.max_concurrency = 8;
+  RunConfig c = row_run_by_hand("vllm-v1-2025");
   c.policy_opts = {{"max_num_seqs", "8"}, {"max_num_batched_tokens", "2532"}};
   const RunOutcome bf16 = run_simulation(c);
   EXPECT_DOUBLE_EQ(j["rows"][0]["predicted_ttft_ms"].get<double>(), bf16.result.summary.ttft_s.mean * 1e3);
@@ -149,16 +156,8 @@ TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
   EXPECT_EQ(v19["policy"], "vllm");
   EXPECT_EQ(v19["engine"], "vllm-async");
   EXPECT_EQ(v19["policy_opts"]["async_scheduling"], "true");
-  RunConfig c = default_run_config();
-  c.model = "llama-3.1-8b";
-  c.gpu = "h100-sxm-fitted";
-  c.policy = "vllm-v1-2025";
+  RunConfig c = row_run_by_hand("vllm-v1-2025");
   c.engine = "vllm-async";
-  c.workload.arrival = "offline";
-  c.workload.prompt_len = "fixed:1024";
-  c.workload.output_len = "fixed:128";
-  c.workload.num_requests = 32;
-  c.max_concurrency = 8;
   c.policy_opts = {{"max_num_seqs", "8"}, {"max_num_batched_tokens", "2532"}, {"async_scheduling", "true"}};
   const RunOutcome run = run_simulation(c);
   EXPECT_DOUBLE_EQ(v14["predicted_ttft_ms"].get<double>(), run.result.summary.ttft_s.mean * 1e3);
