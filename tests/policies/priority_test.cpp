@@ -33,12 +33,14 @@ std::vector<RequestId> admission_order(const RecordedRun& run) {
   return order;
 }
 
-// The vllm preset (v1 scheduler) with vLLM's priority scheduler and the given limits.
+// The vllm preset (v1 scheduler) with vLLM's priority scheduler and the given limits, scheduling
+// synchronously as vLLM's tests drive its Scheduler (add requests, then schedule()).
 std::map<std::string, std::string> v1(const std::string& scheduling_policy, int64_t max_num_seqs,
                                       int64_t max_num_batched_tokens = 8192) {
   return {{"scheduling_policy", scheduling_policy},
           {"max_num_seqs", std::to_string(max_num_seqs)},
-          {"max_num_batched_tokens", std::to_string(max_num_batched_tokens)}};
+          {"max_num_batched_tokens", std::to_string(max_num_batched_tokens)},
+          {"async_scheduling", "false"}};
 }
 
 // The ids of `priorities` sorted by priority (stable: equal priorities keep id order), which is

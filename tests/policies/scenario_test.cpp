@@ -227,8 +227,10 @@ TEST(ChunkedPrefill, SeveralPartialPrefillsFillTheBudgetWhenEachChunkIsCapped) {
 Workload full_prompt_workload() {
   return make_workload({{0, 8, 20}, {0.015, 32, 1}, {0.025, 4, 2}});
 }
+// (Tables of the synchronous scheduler's steps, as vLLM's Scheduler tests drive it; the step of
+// lag async scheduling adds is AsyncScheduling's.)
 std::map<std::string, std::string> full_prompt_options(const char* admission) {
-  return {{"block_size", "4"}, {"max_num_batched_tokens", "8"}, {"admission", admission}};
+  return {{"block_size", "4"}, {"max_num_batched_tokens", "8"}, {"admission", admission}, {"async_scheduling", "false"}};
 }
 RigOptions ten_blocks_of_four() {
   RigOptions o;
@@ -322,7 +324,7 @@ TEST(FullPromptAdmission, APrefixCacheHitCountsAgainstTheWholePrompt) {
   const CostModel cm = rig_cost_model(o);
   const Workload w = make_workload({{0, 32, 6}, {0.045, 48, 2}});
   const PrefixBlockHashes hashes = prefix_hashes(16, {{1, 2}, {1, 2, 3}});
-  const std::map<std::string, std::string> options = {{"max_num_batched_tokens", "8"}};
+  const std::map<std::string, std::string> options = {{"max_num_batched_tokens", "8"}, {"async_scheduling", "false"}};
   // Cached: B needs one new block for its 48 tokens, 2 are free: admitted after its 32.
   const RecordedRun hit = run_preset("vllm", w, cm, options, &hashes);
   expect_states(hit, {{0, 3, {{A, 8}}}, {4, 4, {{A, 1}}}, {5, 6, {{A, 1}, {B, 7}}},
@@ -338,10 +340,11 @@ TEST(FullPromptAdmission, APrefixCacheHitCountsAgainstTheWholePrompt) {
 
 TEST(ChunkedPrefill, NewRequestsFillTheBudgetLeftByTheDecodes) {
   const CostModel cm = rig_cost_model();
-  // A decodes; B and C arrive later with 40-token prompts; budget 48.
+  // A decodes; B and C arrive later with 40-token prompts; budget 48. (The synchronous
+  // scheduler's steps: async scheduling would take B and C a step later, AsyncScheduling.*.)
   const Workload w = make_workload({{0, 4, 10}, {0.015, 40, 3}, {0.015, 40, 3}});
   const RecordedRun run = run_preset("vllm", w, cm, {{"max_num_batched_tokens", "48"},
-                                                    {"max_num_seqs", "4"}});
+                                                    {"max_num_seqs", "4"}, {"async_scheduling", "false"}});
   expect_states(run, {
       {0, 0, {{A, 4}}},
       {1, 1, {{A, 1}}},
@@ -799,27 +802,27 @@ TEST(TgiV3, NewRequestsPrefillWithTheRunningDecodesAndADecodeFollows) {
   EXPECT_EQ(run.steps[0].kv_allocated_tokens, 4 + 10 - 1);
 }
 
-// vLLM's async scheduling (--async-scheduling, default since 0.14): the engine core schedules
-// step N+1 while step N runs, so a request that arrives during an iteration is first scheduled
-// one step later than under the synchronous scheduler. A (4 + 30 tokens) runs from t = 0; B
-// arrives at 15 ms, during the second 10 ms iteration.
+// vLLM's async scheduling (--async-scheduling, default since 0.14, on in the vllm preset): the
+// engine core schedules step N+1 while step N runs, so a request that arrives during an
+// iteration is first scheduled one step later than under the synchronous scheduler. A (4 + 30
+// tokens) runs from t = 0; B arrives at 15 ms, during the second 10 ms iteration.
 TEST(AsyncScheduling, ARequestArrivingDuringAnIterationWaitsOneMoreStep) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 4, 30}, {0.015, 4, 5}});
-  const RecordedRun sync = run_preset("vllm", w, cm);
+  const std::map<std::string, std::string> synchronous = {{"async_scheduling", "false"}};
+  const RecordedRun sync = run_preset("vllm", w, cm, synchronous);
   expect_states(sync, {{0, 0, {{A, 4}}}, {1, 1, {{A, 1}}}, {2, 2, {{A, 1}, {B, 4}}}});
   EXPECT_DOUBLE_EQ(ms(sync.result.requests[B].first_scheduled), 20.0);
-  const RecordedRun async = run_preset("vllm", w, cm, {{"async_scheduling", "true"}});
+  const RecordedRun async = run_preset("vllm", w, cm);
   // The step at 20 ms was chosen at 10 ms, before B came: B joins the one after.
   expect_states(async, {{0, 0, {{A, 4}}}, {1, 2, {{A, 1}}}, {3, 3, {{A, 1}, {B, 4}}}, {4, 6, {{A, 1}, {B, 1}}}});
   EXPECT_DOUBLE_EQ(ms(async.result.requests[B].first_scheduled), 30.0);
   // Nothing else moves: A's tokens come at the same times.
   EXPECT_EQ(async.result.requests[A].finished, sync.result.requests[A].finished);
   // An arrival at the very instant an iteration ends came after that step was scheduled too.
-  const RecordedRun edge = run_preset("vllm", make_workload({{0, 4, 30}, {0.020, 4, 5}}), cm, {{"async_scheduling", "true"}});
-  EXPECT_DOUBLE_EQ(ms(edge.result.requests[B].first_scheduled), 30.0);
-  EXPECT_DOUBLE_EQ(ms(run_preset("vllm", make_workload({{0, 4, 30}, {0.020, 4, 5}}), cm).result.requests[B].first_scheduled),
-                   20.0);
+  const Workload at_the_end = make_workload({{0, 4, 30}, {0.020, 4, 5}});
+  EXPECT_DOUBLE_EQ(ms(run_preset("vllm", at_the_end, cm).result.requests[B].first_scheduled), 30.0);
+  EXPECT_DOUBLE_EQ(ms(run_preset("vllm", at_the_end, cm, synchronous).result.requests[B].first_scheduled), 20.0);
 }
 
 // Where nothing was scheduled ahead, the engine takes a new request at once: after an idle
@@ -827,12 +830,11 @@ TEST(AsyncScheduling, ARequestArrivingDuringAnIterationWaitsOneMoreStep) {
 // async scheduler schedules no extra step for a request that reaches max_tokens).
 TEST(AsyncScheduling, AnIdleEngineOrOneWithNothingScheduledAheadTakesARequestAtOnce) {
   const CostModel cm = rig_cost_model();
-  const std::map<std::string, std::string> async = {{"async_scheduling", "true"}};
   // Idle from 10 ms: B arrives at 25 ms and is scheduled then.
-  const RecordedRun idle = run_preset("vllm", make_workload({{0, 4, 1}, {0.025, 4, 5}}), cm, async);
+  const RecordedRun idle = run_preset("vllm", make_workload({{0, 4, 1}, {0.025, 4, 5}}), cm);
   EXPECT_DOUBLE_EQ(ms(idle.result.requests[B].first_scheduled), 25.0);
   // A ends with the iteration from 10 to 20 ms; B, arrived at 15 ms, runs at 20 ms.
-  const RecordedRun drained = run_preset("vllm", make_workload({{0, 4, 2}, {0.015, 4, 5}}), cm, async);
+  const RecordedRun drained = run_preset("vllm", make_workload({{0, 4, 2}, {0.015, 4, 5}}), cm);
   expect_states(drained, {{0, 0, {{A, 4}}}, {1, 1, {{A, 1}}}, {2, 2, {{B, 4}}}});
   EXPECT_DOUBLE_EQ(ms(drained.result.requests[B].first_scheduled), 20.0);
 }
