@@ -90,22 +90,18 @@ const std::vector<PolicyInfo>& registered_policies() {
       // No bound on partial prefills (the base's max_num_partial_prefills=0): v1's scheduler
       // never reads the option.
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler (v0.19 on): chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching, async scheduling",
+       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching; synchronous (vLLM >= 0.14's default async scheduling: async_scheduling=true, --engine vllm-async)",
        {{"usage_context", "api_server"}, {"preemption", "recompute"},
         // scheduler_reserve_full_isl, on by default since v0.19.0 (vllm/config/scheduler.py).
         {"admission", "full_prompt"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
-        {"prefix_caching", "true"},
-        // On by default since v0.14 (vllm #27614; vllm/config/vllm.py); its CPU overlap is the
-        // engine's (vllm-async).
-        {"async_scheduling", "true"}},
-       "vllm-async"},
+        {"prefix_caching", "true"}},
+       "vllm"},
       // The same scheduler before scheduler_reserve_full_isl (v0.8 to v0.18, the V1 engine of
       // 2025): a request is admitted once its first chunk's KV fits, and may be preempted by its
-      // own later chunks. Synchronous, as up to v0.13 (NVIDIA's vLLM 0.12 rows); v0.14 to v0.18
-      // scheduled asynchronously: async_scheduling=true with --engine vllm-async.
+      // own later chunks.
       {"vllm-v1-2025", "chunked-prefill",
-       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits, and synchronous (as up to v0.13)",
+       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits",
        {{"usage_context", "api_server"}, {"preemption", "recompute"}, {"admission", "first_chunk"},
         {"prefix_caching", "true"}},
        "vllm"},

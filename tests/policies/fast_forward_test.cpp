@@ -96,10 +96,10 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"vllm-v0", {{"scheduling_policy", "priority"}}});
   v.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"scheduling_policy", "priority"}, {"prefix_caching", "true"}}});
-  // Async scheduling (on in the vllm preset): requests that arrive during a run wait a step
-  // more, so a run repeats only once none is held back; and the synchronous scheduler.
-  v.push_back({"vllm", {{"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
-  v.push_back({"vllm", {{"async_scheduling", "false"}}});
+  // Async scheduling: requests that arrive during a run wait a step more, so a run repeats
+  // only once none is held back.
+  v.push_back({"vllm", {{"async_scheduling", "true"}}});
+  v.push_back({"vllm", {{"async_scheduling", "true"}, {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"async_scheduling", "true"}, {"prefill", "exclusive"}}});
   return v;
 }
