@@ -144,7 +144,7 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
   if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
   if (config_.async_scheduling) {
-    intake_.emplace_back(id, arrivals_++);
+    intake_.on_arrival(id);
     return;
   }
   waiting_.add(id);
@@ -672,34 +672,24 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
   kv_->release(id);
 }
 
-void ContinuousPolicy::take_intake(int64_t seen) {
-  while (!intake_.empty() && intake_.front().second < seen) {
-    waiting_.add(intake_.front().first);
-    intake_.pop_front();
-  }
-}
-
 void ContinuousPolicy::schedule(SimTime now, Batch& batch) {
-  // Async scheduling: right after an iteration, this step was scheduled when that iteration
-  // started, with the requests that had reached the engine by then, those the previous
-  // schedule() call had seen (a fast-forwarded run stops before any arrival but in its last
-  // iteration); one that came later waits a step more. After an idle spell the engine
-  // schedules at once.
-  const int64_t seen_before = seen_arrivals_;
-  seen_arrivals_ = arrivals_;
+  if (!config_.async_scheduling) {
+    build_batch(batch);
+    return;
+  }
+  const auto to_waiting = [this](RequestId id) { waiting_.add(id); };
+  intake_.take_seen(*env_, now, to_waiting);
   if (intake_.empty()) {
     build_batch(batch);
     return;
   }
-  const bool back_to_back = env_->last_iteration_end != nullptr && *env_->last_iteration_end == now;
-  take_intake(back_to_back ? seen_before : arrivals_);
   const int64_t steps_since_admission = steps_since_admission_;
   build_batch(batch);
   if (batch.empty() && !intake_.empty()) {
-    // Nothing was scheduled ahead (every running request ended with that iteration): vLLM's
-    // step finds the batch queue empty, takes its input queue and schedules now.
+    // Nothing was scheduled ahead: vLLM's step finds the batch queue empty, takes its input
+    // queue and schedules now.
     steps_since_admission_ = steps_since_admission;
-    take_intake(arrivals_);
+    intake_.take_all(to_waiting);
     build_batch(batch);
   }
   // A request still in the intake joins the next schedule(): this step is no repeat.

@@ -152,6 +152,7 @@
 #include <string>
 #include <vector>
 
+#include "policies/schedule_ahead.h"
 #include "policies/scheduling_order.h"
 #include "sim/policy.h"
 
@@ -295,11 +296,8 @@ class ContinuousPolicy final : public Policy {
   void schedule_swapped(Batch& batch, int64_t& budget);
   // The scheduling steps of one iteration; false when a preemption cut them short.
   bool fill_batch(Batch& batch, int64_t& budget);
-  // schedule() on the requests the engine has seen (all but intake_).
+  // schedule() on the requests the engine has seen (all but intake_'s).
   void build_batch(Batch& batch);
-  // async_scheduling: the requests of intake_ among the first `seen` arrivals join the
-  // waiting queue, in arrival order.
-  void take_intake(int64_t seen);
   void schedule_waiting(Batch& batch, int64_t& budget);
   // What admitting waiting request `id` would compute with `budget` tokens left while
   // `partial_prefills` items of the batch leave their prefill unfinished: its cached prefix,
@@ -385,11 +383,7 @@ class ContinuousPolicy final : public Policy {
   int64_t receiving_ = 0;
   std::deque<RequestId> received_;
   bool remote_admitted_ = false;  // the schedule() being built allocated a remote request's KV
-  // async_scheduling: arrived requests, each with its arrival's number, not yet in the waiting
-  // queue; how many arrivals there have been, and how many the last schedule() call saw.
-  std::deque<std::pair<RequestId, int64_t>> intake_;
-  int64_t arrivals_ = 0;
-  int64_t seen_arrivals_ = 0;
+  ScheduleAheadIntake intake_;  // async_scheduling: arrivals not yet in the waiting queue
 };
 
 }  // namespace batchsim

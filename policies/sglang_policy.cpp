@@ -94,6 +94,10 @@ void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // Scheduler.self_check_during_idle resets new_token_ratio whenever the server is idle; the
   // first request after an idle spell finds it reset.
   if (idle()) new_token_ratio_ = init_ratio_;
+  if (config_.overlap_schedule) {
+    intake_.on_arrival(id);
+    return;
+  }
   waiting_.push_back(id);
 }
 
@@ -374,7 +378,23 @@ void SglangPolicy::schedule_decode(Batch& batch) {
   repeatable_ = !retracted;
 }
 
-void SglangPolicy::schedule(SimTime /*now*/, Batch& batch) {
+void SglangPolicy::schedule(SimTime now, Batch& batch) {
+  if (!config_.overlap_schedule) {
+    build_batch(batch);
+    return;
+  }
+  // event_loop_overlap: the batch launched now was chosen while the previous one ran.
+  const auto to_waiting = [this](RequestId id) { waiting_.push_back(id); };
+  intake_.take_seen(*env_, now, to_waiting);
+  build_batch(batch);
+  if (batch.empty() && !intake_.empty()) {
+    intake_.take_all(to_waiting);  // nothing was scheduled ahead
+    build_batch(batch);
+  }
+  if (!intake_.empty()) repeatable_ = false;  // a held request joins the next batch
+}
+
+void SglangPolicy::build_batch(Batch& batch) {
   // Scheduler.get_next_batch_to_run: a prefill batch if one can be formed, else decode.
   repeatable_ = false;
   mixed_decodes_ = 0;

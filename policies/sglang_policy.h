@@ -44,8 +44,10 @@
 // (mixed_with_decode_tokens = running_bs). Such a step neither decays the ratio nor retracts
 // (that is update_running_batch's, the decode-only path). If the decodes' next tokens do not fit
 // after the prefill took its KV, the step stays prefill-only (SGLang would fail to allocate).
+// The overlap scheduler's one step of lag for a new request (overlap_schedule, option
+// disable_overlap_schedule; the sglang preset turns it off for now) is policies/schedule_ahead.h's;
+// hwmodel/engines/sglang.yaml models its CPU overlap.
 // Not modelled: priority scheduling and its preemption,
-// the overlap scheduler's one-step lag (hwmodel/engines/sglang.yaml models its CPU overlap),
 // hierarchical cache, speculative decoding, the ignore_eos admission path. Differences of the
 // stand-in cache: prefixes are matched in whole hash blocks of the workload (a trace's hash_ids
 // or --prefix), not token by token; a prefix is shared within the prefill batch that computes
@@ -68,6 +70,7 @@
 #include <vector>
 
 #include "policies/continuous_policy.h"
+#include "policies/schedule_ahead.h"
 #include "sim/policy.h"
 
 namespace batchsim {
@@ -88,6 +91,9 @@ struct SglangPolicyConfig {
   int64_t retract_decode_steps = 20;  // SGLANG_RETRACT_DECODE_STEPS
   int64_t clip_max_new_tokens = 4096;  // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
   bool mixed_chunk = false;           // --enable-mixed-chunk (off by default)
+  // The overlap scheduler (on unless --disable-overlap-schedule): its one step of lag for a new
+  // request (policies/schedule_ahead.h); its CPU overlap is the engine's (hwmodel/engines/sglang.yaml).
+  bool overlap_schedule = true;
 };
 
 // chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
@@ -106,7 +112,7 @@ class SglangPolicy final : public Policy {
   void schedule(SimTime now, Batch& batch) override;
   void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
                         SimTime now) override;
-  bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0; }
+  bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0 && intake_.empty(); }
   bool repeat_decode_step(const Batch& batch) override;
   // SGLang's own disaggregation (--disaggregation-mode prefill|decode: a bootstrap server,
   // the decode side's prealloc and transfer queues) is not modelled.
@@ -129,6 +135,8 @@ class SglangPolicy final : public Policy {
   size_t last_mixed_decodes() const { return mixed_decodes_; }
 
  private:
+  // schedule() on the requests the scheduler has received (all but intake_'s).
+  void build_batch(Batch& batch);
   // SGLang's max_new_tokens: the client's limit (PolicyEnv::output_limit), within the KV pool.
   int64_t max_new_tokens(RequestId id) const;
   // min(max_new_tokens - generated, clip): what admission expects a request still to write.
@@ -159,6 +167,7 @@ class SglangPolicy final : public Policy {
   bool batch_is_full_ = false;
   bool decode_shrank_ = false;      // a running request finished since the last decode step
   bool repeatable_ = false;         // the last schedule() decoded without retracting
+  ScheduleAheadIntake intake_;      // overlap_schedule: arrivals not yet in the waiting queue
   bool last_was_prefill_ = false;   // the last schedule() returned a prefill batch
   double new_token_ratio_ = 0;
   double init_ratio_ = 0, min_ratio_ = 0, decay_ = 0;

@@ -22,8 +22,11 @@ struct RatioRun {
   std::vector<double> ratio;  // new_token_ratio after each iteration's schedule()
 };
 
+// The tables follow the rules step by step as SGLang's scheduler applies them, without the
+// overlap scheduler's step of lag for new requests (SglangOverlap below) unless a test asks.
 RatioRun run_sglang(const Workload& w, int64_t kv_tokens, std::map<std::string, std::string> options,
                     const PrefixBlockHashes* hashes = nullptr) {
+  options.try_emplace("disable_overlap_schedule", "true");
   RigOptions o;
   o.kv_capacity_tokens = kv_tokens;
   const CostModel cm = rig_cost_model(o);
@@ -296,6 +299,20 @@ TEST(SglangRegistry, BadOptionsNameTheOption) {
   EXPECT_NE(bad_ratio.find("init_new_token_ratio"), std::string::npos) << bad_ratio;
   const std::string unknown = user_error_of([] { policy("sglang", {{"max_num_seqs", "4"}}); });
   EXPECT_NE(unknown.find("max_num_seqs"), std::string::npos) << unknown;
+}
+
+// SGLang's overlap scheduler (event_loop_overlap, its default since 0.4) chooses the next batch
+// while the GPU runs the current one: B, arriving at 15 ms during A's second decode step, is
+// prefilled at 30 ms instead of 20 ms. An idle scheduler takes a request at once.
+TEST(SglangOverlap, ARequestArrivingDuringABatchWaitsOneMoreStep) {
+  const Workload w = make_workload({{0, 4, 30}, {0.015, 4, 5}});
+  const RatioRun sync = run_sglang(w, 1000, {});
+  const RatioRun overlap = run_sglang(w, 1000, {{"disable_overlap_schedule", "false"}});
+  EXPECT_EQ(sync.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.020));
+  EXPECT_EQ(overlap.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.030));
+  expect_states(overlap.run, {{0, 0, {{A, 4}}}, {1, 2, {{A, 1}}}, {3, 3, {{B, 4}}}});
+  const RatioRun idle = run_sglang(make_workload({{0, 4, 1}, {0.025, 4, 5}}), 1000, {{"disable_overlap_schedule", "false"}});
+  EXPECT_EQ(idle.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.025));
 }
 
 }  // namespace
