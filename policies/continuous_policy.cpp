@@ -677,23 +677,12 @@ void ContinuousPolicy::schedule(SimTime now, Batch& batch) {
     build_batch(batch);
     return;
   }
-  const auto to_waiting = [this](RequestId id) { waiting_.add(id); };
-  intake_.take_seen(*env_, now, to_waiting);
-  if (intake_.empty()) {
-    build_batch(batch);
-    return;
-  }
+  // vLLM's async scheduling: this step was chosen while the previous one ran.
   const int64_t steps_since_admission = steps_since_admission_;
-  build_batch(batch);
-  if (batch.empty() && !intake_.empty()) {
-    // Nothing was scheduled ahead: vLLM's step finds the batch queue empty, takes its input
-    // queue and schedules now.
-    steps_since_admission_ = steps_since_admission;
-    intake_.take_all(to_waiting);
-    build_batch(batch);
-  }
-  // A request still in the intake joins the next schedule(): this step is no repeat.
-  if (!intake_.empty()) repeatable_ = false;
+  const bool held = intake_.schedule(
+      *env_, now, batch, [this](RequestId id) { waiting_.add(id); }, [&] { build_batch(batch); },
+      [&] { steps_since_admission_ = steps_since_admission; });
+  if (held) repeatable_ = false;  // a held request joins the next step
 }
 
 void ContinuousPolicy::build_batch(Batch& batch) {

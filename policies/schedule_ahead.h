@@ -25,6 +25,24 @@ class ScheduleAheadIntake {
   void on_arrival(RequestId id) { pending_.emplace_back(id, arrivals_++); }
   bool empty() const { return pending_.empty(); }
 
+  // A policy's schedule() at `now` for an engine that schedules ahead: `take` moves a request
+  // into the policy's waiting queue, `build` builds `batch` from what the policy holds. When the
+  // requests this step may see give an empty batch while others are held, nothing was scheduled
+  // ahead (every running request ended with the iteration that just finished): the engine takes
+  // its whole input queue and builds again, after `undo` resets what the empty build counted.
+  // Returns whether requests are still held back (then this step is no repeat of the last).
+  template <class Take, class Build, class Undo>
+  bool schedule(const PolicyEnv& env, SimTime now, Batch& batch, Take take, Build build, Undo undo) {
+    take_seen(env, now, take);
+    build();
+    if (batch.empty() && !empty()) {
+      undo();
+      take_all(take);
+      build();
+    }
+    return !empty();
+  }
+
   // At the start of schedule() at `now`: hands `take` the requests this step may see, in arrival
   // order (all of them unless the replica ran an iteration that ended now).
   template <class Take>

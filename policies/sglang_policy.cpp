@@ -384,14 +384,9 @@ void SglangPolicy::schedule(SimTime now, Batch& batch) {
     return;
   }
   // event_loop_overlap: the batch launched now was chosen while the previous one ran.
-  const auto to_waiting = [this](RequestId id) { waiting_.push_back(id); };
-  intake_.take_seen(*env_, now, to_waiting);
-  build_batch(batch);
-  if (batch.empty() && !intake_.empty()) {
-    intake_.take_all(to_waiting);  // nothing was scheduled ahead
-    build_batch(batch);
-  }
-  if (!intake_.empty()) repeatable_ = false;  // a held request joins the next batch
+  const bool held = intake_.schedule(
+      *env_, now, batch, [this](RequestId id) { waiting_.push_back(id); }, [&] { build_batch(batch); }, [] {});
+  if (held) repeatable_ = false;  // a held request joins the next batch
 }
 
 void SglangPolicy::build_batch(Batch& batch) {
