@@ -672,20 +672,8 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
   kv_->release(id);
 }
 
-void ContinuousPolicy::schedule(SimTime now, Batch& batch) {
-  if (!config_.async_scheduling) {
-    build_batch(batch);
-    return;
-  }
-  // vLLM's async scheduling: this step was chosen while the previous one ran.
-  const int64_t steps_since_admission = steps_since_admission_;
-  const bool held = intake_.schedule(
-      *env_, now, batch, [this](RequestId id) { waiting_.add(id); }, [&] { build_batch(batch); },
-      [&] { steps_since_admission_ = steps_since_admission; });
-  if (held) repeatable_ = false;  // a held request joins the next step
-}
-
-void ContinuousPolicy::build_batch(Batch& batch) {
+// Inlined into schedule(): it runs at every iteration, and a call there costs the loop 1-2%.
+[[gnu::always_inline]] inline void ContinuousPolicy::build_batch(Batch& batch) {
   remote_admitted_ = false;  // promote_received() sets it
   promote_received();
   bool preempted = false;
@@ -717,6 +705,23 @@ void ContinuousPolicy::build_batch(Batch& batch) {
                 batch.shape.prefills.empty() && swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
+}
+
+void ContinuousPolicy::schedule(SimTime now, Batch& batch) {
+  if (config_.async_scheduling) [[unlikely]] {
+    schedule_ahead(now, batch);
+    return;
+  }
+  build_batch(batch);
+}
+
+void ContinuousPolicy::schedule_ahead(SimTime now, Batch& batch) {
+  // vLLM's async scheduling: this step was chosen while the previous one ran.
+  const int64_t steps_since_admission = steps_since_admission_;
+  const bool held = intake_.schedule(
+      now, batch, [this](RequestId id) { waiting_.add(id); }, [&] { build_batch(batch); },
+      [&] { steps_since_admission_ = steps_since_admission; });
+  if (held) repeatable_ = false;  // a held request joins the next step
 }
 
 bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
@@ -768,8 +773,9 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
 }
 
 void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
-                                        std::span<const RequestId> finished, SimTime /*now*/) {
+                                        std::span<const RequestId> finished, SimTime now) {
   kv_->end_decode_run();  // the iteration (run) that grew the requests has ended
+  if (config_.async_scheduling) intake_.on_iteration_end(now);
   if (finished.empty()) return;
   for (RequestId id : finished) {
     finished_flag_[id] = 1;

@@ -298,6 +298,8 @@ class ContinuousPolicy final : public Policy {
   bool fill_batch(Batch& batch, int64_t& budget);
   // schedule() on the requests the engine has seen (all but intake_'s).
   void build_batch(Batch& batch);
+  // schedule() with async_scheduling (policies/schedule_ahead.h).
+  void schedule_ahead(SimTime now, Batch& batch);
   void schedule_waiting(Batch& batch, int64_t& budget);
   // What admitting waiting request `id` would compute with `budget` tokens left while
   // `partial_prefills` items of the batch leave their prefill unfinished: its cached prefix,

@@ -16,13 +16,18 @@
 #include <deque>
 #include <utility>
 
-#include "sim/policy.h"
+#include "sim/batch.h"
+#include "sim/request.h"
+#include "sim/time.h"
 
 namespace batchsim {
 
 class ScheduleAheadIntake {
  public:
   void on_arrival(RequestId id) { pending_.emplace_back(id, arrivals_++); }
+  // The replica's iteration (or fast-forwarded run) ended at `now`: a schedule() at this instant
+  // follows it back to back.
+  void on_iteration_end(SimTime now) { last_iteration_end_ = now; }
   bool empty() const { return pending_.empty(); }
 
   // A policy's schedule() at `now` for an engine that schedules ahead: `take` moves a request
@@ -32,8 +37,8 @@ class ScheduleAheadIntake {
   // its whole input queue and builds again, after `undo` resets what the empty build counted.
   // Returns whether requests are still held back (then this step is no repeat of the last).
   template <class Take, class Build, class Undo>
-  bool schedule(const PolicyEnv& env, SimTime now, Batch& batch, Take take, Build build, Undo undo) {
-    take_seen(env, now, take);
+  bool schedule(SimTime now, Batch& batch, Take take, Build build, Undo undo) {
+    take_seen(now, take);
     build();
     if (batch.empty() && !empty()) {
       undo();
@@ -46,11 +51,10 @@ class ScheduleAheadIntake {
   // At the start of schedule() at `now`: hands `take` the requests this step may see, in arrival
   // order (all of them unless the replica ran an iteration that ended now).
   template <class Take>
-  void take_seen(const PolicyEnv& env, SimTime now, Take&& take) {
+  void take_seen(SimTime now, Take&& take) {
     const int64_t seen_before = seen_;
     seen_ = arrivals_;
-    const bool back_to_back = env.last_iteration_end != nullptr && *env.last_iteration_end == now;
-    take_first(back_to_back ? seen_before : arrivals_, take);
+    take_first(last_iteration_end_ == now ? seen_before : arrivals_, take);
   }
   // Hands `take` every request still pending: nothing was scheduled ahead (every running request
   // ended with the iteration that just finished), so the engine takes its input queue now.
@@ -71,6 +75,7 @@ class ScheduleAheadIntake {
   std::deque<std::pair<RequestId, int64_t>> pending_;  // each with its arrival's number
   int64_t arrivals_ = 0;  // arrivals so far
   int64_t seen_ = 0;      // arrivals the last schedule() call saw
+  SimTime last_iteration_end_ = SimTime::max();
 };
 
 }  // namespace batchsim

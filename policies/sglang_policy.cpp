@@ -385,7 +385,7 @@ void SglangPolicy::schedule(SimTime now, Batch& batch) {
   }
   // event_loop_overlap: the batch launched now was chosen while the previous one ran.
   const bool held = intake_.schedule(
-      *env_, now, batch, [this](RequestId id) { waiting_.push_back(id); }, [&] { build_batch(batch); }, [] {});
+      now, batch, [this](RequestId id) { waiting_.push_back(id); }, [&] { build_batch(batch); }, [] {});
   if (held) repeatable_ = false;  // a held request joins the next batch
 }
 
@@ -416,7 +416,8 @@ bool SglangPolicy::repeat_decode_step(const Batch& /*batch*/) {
 }
 
 void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
-                                    SimTime /*now*/) {
+                                    SimTime now) {
+  if (config_.overlap_schedule) intake_.on_iteration_end(now);
   for (const RequestId id : finished) {
     finished_flag_[id] = 1;
     // Scheduler cache_finished_req: the request's KV stays in the radix cache, evictable (it

@@ -123,10 +123,6 @@ struct PolicyEnv {
   // simulation wants every request of every batch listed (fast-forward off, an on_iteration
   // hook, recorded iteration items, disaggregated pools).
   DecodeCohort* cohort = nullptr;
-  // When the replica's latest iteration (or fast-forwarded run) ended, SimTime::max() before
-  // the first. A schedule() at that instant follows it back to back: an engine that schedules
-  // one step ahead (vLLM's async scheduling) chose this step's batch when that iteration started.
-  const SimTime* last_iteration_end = nullptr;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }

@@ -243,7 +243,6 @@ SimulationResult Simulation::run() {
     env.total_requests = &total_requests_;
     env.clients_in_flight = &in_flight_;
     env.max_concurrency = options_.max_concurrency;
-    env.last_iteration_end = &r.last_iteration_end;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
@@ -869,7 +868,6 @@ void Simulation::finish_cohort_steps(Replica& r, GapRun& gaps) {
 void Simulation::finish_iteration(Replica& r) {
   r.busy = false;
   r.done_at = SimTime::max();
-  r.last_iteration_end = now_;
   finished_.clear();
   handing_off_.clear();
   latency_.iteration_ended(r.index, now_);

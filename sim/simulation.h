@@ -225,7 +225,6 @@ class Simulation {
     bool wake_pending = false;
     SimTime wake_time = SimTime::max();
     SimTime done_at = SimTime::max();  // when the iteration (or fast-forwarded run) in flight ends
-    SimTime last_iteration_end = SimTime::max();  // PolicyEnv::last_iteration_end
     Batch batch;
     int64_t batch_first_item = 0;  // the batch's items in result_.iteration_items, when recorded
     int64_t iterations = 0;
