@@ -79,7 +79,9 @@ std::vector<PolicyVariant> variants() {
   // on every one of them, repeated or not, and an optimistic ratio forces retractions.
   v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"page_size", "16"}}});
   v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
-  v.push_back({"sglang", {{"disable_overlap_schedule", "true"}}});
+  // SGLang's overlap scheduler's step of lag (off in the preset for now).
+  v.push_back({"sglang", {{"disable_overlap_schedule", "false"}}});
+  v.push_back({"sglang", {{"disable_overlap_schedule", "false"}, {"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
   v.push_back({"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"},
                           {"max_running_requests", "12"}}});
   // TensorRT-LLM's other capacity policy and chunked context; TGI's decode after admission on
