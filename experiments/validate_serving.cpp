@@ -33,6 +33,10 @@ struct ServingOptions : ServingReplayOptions {
   std::vector<std::string> engine_args;  // --engine as given: ENGINE or BACKEND=ENGINE
 };
 
+// Whether a policy base is vLLM's scheduler family (the continuous and chunked-prefill policies),
+// which takes vLLM's option names.
+bool vllm_family(const std::string& base) { return base == "continuous" || base == "chunked-prefill"; }
+
 // The engine limits of a measured row's deployment. The silicon rows do not record their launch
 // flags; they come from NVIDIA's aiconfigurator gap analysis (silicon_data_source names its
 // files and, for some rows, the Dynamo 0.8.0 runtime image), whose generator writes the
@@ -57,7 +61,7 @@ std::map<std::string, std::string> deployment_limits(const ServingRow& r, const 
     return {{"max_running_requests", b}, {"max_prefill_tokens", std::to_string(r.isl + 1500)},
             {"enable_mixed_chunk", "true"}};
   }
-  if (base != "continuous" && base != "chunked-prefill") return {};
+  if (!vllm_family(base)) return {};
   int64_t tokens = r.concurrency + r.isl + 1500;
   if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
   return {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
@@ -227,11 +231,9 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   ServingPrediction p;
   p.deployment = deployment_of(r, o);
   c.kv_cache_dtype = kv_dtype_for(r, p.deployment);
-  if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, policy_base(c.policy));
   const std::string base = policy_base(c.policy);
-  if (vllm_schedules_async(r) && (base == "continuous" || base == "chunked-prefill")) {
-    c.policy_opts["async_scheduling"] = "true";
-  }
+  if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, base);
+  if (vllm_schedules_async(r) && vllm_family(base)) c.policy_opts["async_scheduling"] = "true";
   c.workload.arrival = "offline";
   c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
   c.workload.output_len = fmt::format("fixed:{}", r.osl);

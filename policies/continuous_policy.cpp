@@ -672,7 +672,8 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
   kv_->release(id);
 }
 
-// Inlined into schedule(): it runs at every iteration, and a call there costs the loop 1-2%.
+// Inlined into schedule(), whose synchronous path is then the body it had before async
+// scheduling existed.
 [[gnu::always_inline]] inline void ContinuousPolicy::build_batch(Batch& batch) {
   remote_admitted_ = false;  // promote_received() sets it
   promote_received();

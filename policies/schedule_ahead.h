@@ -48,6 +48,7 @@ class ScheduleAheadIntake {
     return !empty();
   }
 
+ private:
   // At the start of schedule() at `now`: hands `take` the requests this step may see, in arrival
   // order (all of them unless the replica ran an iteration that ended now).
   template <class Take>
@@ -62,8 +63,6 @@ class ScheduleAheadIntake {
   void take_all(Take&& take) {
     take_first(arrivals_, take);
   }
-
- private:
   template <class Take>
   void take_first(int64_t count, Take& take) {
     while (!pending_.empty() && pending_.front().second < count) {
