@@ -90,18 +90,22 @@ const std::vector<PolicyInfo>& registered_policies() {
       // No bound on partial prefills (the base's max_num_partial_prefills=0): v1's scheduler
       // never reads the option.
       {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler: chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching; synchronous (vLLM >= 0.14's default async scheduling: async_scheduling=true, --engine vllm-async)",
+       "vLLM v1 scheduler (v0.19 on): chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching, async scheduling",
        {{"usage_context", "api_server"}, {"preemption", "recompute"},
         // scheduler_reserve_full_isl, on by default since v0.19.0 (vllm/config/scheduler.py).
         {"admission", "full_prompt"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
-        {"prefix_caching", "true"}},
-       "vllm"},
+        {"prefix_caching", "true"},
+        // On by default since v0.14 (vllm #27614; vllm/config/vllm.py); its CPU overlap is the
+        // engine's (vllm-async).
+        {"async_scheduling", "true"}},
+       "vllm-async"},
       // The same scheduler before scheduler_reserve_full_isl (v0.8 to v0.18, the V1 engine of
       // 2025): a request is admitted once its first chunk's KV fits, and may be preempted by its
-      // own later chunks.
+      // own later chunks. Synchronous, as up to v0.13 (NVIDIA's vLLM 0.12 rows); v0.14 to v0.18
+      // scheduled asynchronously: async_scheduling=true with --engine vllm-async.
       {"vllm-v1-2025", "chunked-prefill",
-       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits",
+       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits, and synchronous (as up to v0.13)",
        {{"usage_context", "api_server"}, {"preemption", "recompute"}, {"admission", "first_chunk"},
         {"prefix_caching", "true"}},
        "vllm"},
@@ -112,11 +116,11 @@ const std::vector<PolicyInfo>& registered_policies() {
        {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}}, "vllm-v0"},
       // SGLang's scheduler (policies/sglang_policy.h): its own loop, with SGLang's defaults
       // (server_args.py, environ.py); schedule_policy=lpm is the cache-aware order.
-      // The overlap scheduler's step of lag (SGLang's default) stays off in the preset until the
-      // documented sglang figures are re-measured with it (its CPU overlap is the engine's).
+      // The overlap scheduler (SGLang's default since 0.4) is on: its step of lag is the policy's
+      // (disable_overlap_schedule=false), its CPU overlap the engine's.
       {"sglang", "sglang",
-       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm",
-       {{"disable_overlap_schedule", "true"}}, "sglang"},
+       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm, overlap scheduler",
+       {}, "sglang"},
       // policies/README.md builds this one, line by line, as its worked example.
       {"example-sjf", "example-sjf",
        "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt first, the newest preempted",

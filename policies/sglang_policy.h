@@ -45,7 +45,7 @@
 // (that is update_running_batch's, the decode-only path). If the decodes' next tokens do not fit
 // after the prefill took its KV, the step stays prefill-only (SGLang would fail to allocate).
 // The overlap scheduler's one step of lag for a new request (overlap_schedule, option
-// disable_overlap_schedule; the sglang preset turns it off for now) is policies/schedule_ahead.h's;
+// disable_overlap_schedule, off as in SGLang) is policies/schedule_ahead.h's;
 // hwmodel/engines/sglang.yaml models its CPU overlap.
 // Not modelled: priority scheduling and its preemption,
 // hierarchical cache, speculative decoding, the ignore_eos admission path. Differences of the

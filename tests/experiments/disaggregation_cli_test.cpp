@@ -175,14 +175,15 @@ TEST(DisaggregationCli, EachPoolRunsItsOwnEngine) {
     EXPECT_EQ(run_cli(args), 0);
     return nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
   };
-  // vLLM with 20 ms of scheduling per iteration, a profile file of the test's own.
+  // vLLM with 20 ms of scheduling per iteration in series with the GPU (synchronous), a profile
+  // file of the test's own.
   const auto slow = testing::write_text_file(dir, "slow.yaml", "base: vllm\nname: slow-vllm\ncpu:\n  per_iteration_s: 0.02\n");
   const auto same = run({}, "same");
   const auto slow_decode = run({"--decode-engine", slow.string()}, "slow-decode");
   const auto slow_prefill = run({"--prefill-engine", slow.string()}, "slow-prefill");
-  EXPECT_EQ(same["config"]["decode"]["engine"], "vllm");
+  EXPECT_EQ(same["config"]["decode"]["engine"], "vllm-async");
   EXPECT_EQ(slow_decode["config"]["decode"]["engine"], slow.string());
-  EXPECT_EQ(slow_decode["config"]["prefill"]["engine"], "vllm");
+  EXPECT_EQ(slow_decode["config"]["prefill"]["engine"], "vllm-async");
   const auto tpot = [](const nlohmann::json& s) { return s["latency"]["tpot_s"]["p50"].get<double>(); };
   const auto ttft = [](const nlohmann::json& s) { return s["latency"]["ttft_s"]["p50"].get<double>(); };
   EXPECT_GT(tpot(slow_decode), tpot(same) + 0.015);  // most of the 20 ms shows in every decode step

@@ -79,9 +79,9 @@ std::vector<PolicyVariant> variants() {
   // on every one of them, repeated or not, and an optimistic ratio forces retractions.
   v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"page_size", "16"}}});
   v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
-  // SGLang's overlap scheduler's step of lag (off in the preset for now).
-  v.push_back({"sglang", {{"disable_overlap_schedule", "false"}}});
-  v.push_back({"sglang", {{"disable_overlap_schedule", "false"}, {"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
+  // SGLang's overlap scheduler's step of lag is on in the preset (the variants above); without it:
+  v.push_back({"sglang", {{"disable_overlap_schedule", "true"}}});
+  v.push_back({"sglang", {{"disable_overlap_schedule", "true"}, {"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
   v.push_back({"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"},
                           {"max_running_requests", "12"}}});
   // TensorRT-LLM's other capacity policy and chunked context; TGI's decode after admission on
@@ -99,10 +99,10 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"vllm-v0", {{"scheduling_policy", "priority"}}});
   v.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"scheduling_policy", "priority"}, {"prefix_caching", "true"}}});
-  // Async scheduling: requests that arrive during a run wait a step more, so a run repeats
-  // only once none is held back.
-  v.push_back({"vllm", {{"async_scheduling", "true"}}});
-  v.push_back({"vllm", {{"async_scheduling", "true"}, {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
+  // Async scheduling (on in the vllm preset): requests that arrive during a run wait a step
+  // more, so a run repeats only once none is held back; and the synchronous scheduler.
+  v.push_back({"vllm", {{"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
+  v.push_back({"vllm", {{"async_scheduling", "false"}}});
   v.push_back({"continuous", {{"async_scheduling", "true"}, {"prefill", "exclusive"}}});
   return v;
 }

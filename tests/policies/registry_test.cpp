@@ -302,7 +302,8 @@ TEST(Registry, EveryPresetNamesAShippedEngine) {
   EXPECT_EQ(policy_engine("hf-static"), "hf-transformers");
   EXPECT_EQ(policy_engine("ft-static"), "fastertransformer");
   EXPECT_EQ(policy_engine("vllm-v0"), "vllm-v0");
-  EXPECT_EQ(policy_engine("vllm"), "vllm");
+  EXPECT_EQ(policy_engine("vllm"), "vllm-async");  // current vLLM schedules asynchronously
+  EXPECT_EQ(policy_engine("vllm-v1-2025"), "vllm");
   EXPECT_EQ(policy_engine("tgi-router"), "tgi");
   EXPECT_EQ(policy_engine("continuous"), "vllm");
   EXPECT_EQ(policy_engine("sglang"), "sglang");

@@ -802,19 +802,18 @@ TEST(TgiV3, NewRequestsPrefillWithTheRunningDecodesAndADecodeFollows) {
   EXPECT_EQ(run.steps[0].kv_allocated_tokens, 4 + 10 - 1);
 }
 
-// vLLM's async scheduling (--async-scheduling, default since 0.14): the engine core schedules
-// step N+1 while step N runs, so a request that arrives during an iteration is first scheduled
-// one step later than under the synchronous scheduler. A (4 + 30 tokens) runs from t = 0; B
-// arrives at 15 ms, during the second 10 ms iteration.
+// vLLM's async scheduling (--async-scheduling, default since 0.14, on in the vllm preset): the
+// engine core schedules step N+1 while step N runs, so a request that arrives during an
+// iteration is first scheduled one step later than under the synchronous scheduler. A (4 + 30
+// tokens) runs from t = 0; B arrives at 15 ms, during the second 10 ms iteration.
 TEST(AsyncScheduling, ARequestArrivingDuringAnIterationWaitsOneMoreStep) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 4, 30}, {0.015, 4, 5}});
   const std::map<std::string, std::string> synchronous = {{"async_scheduling", "false"}};
-  const std::map<std::string, std::string> asynchronous = {{"async_scheduling", "true"}};
   const RecordedRun sync = run_preset("vllm", w, cm, synchronous);
   expect_states(sync, {{0, 0, {{A, 4}}}, {1, 1, {{A, 1}}}, {2, 2, {{A, 1}, {B, 4}}}});
   EXPECT_DOUBLE_EQ(ms(sync.result.requests[B].first_scheduled), 20.0);
-  const RecordedRun async = run_preset("vllm", w, cm, asynchronous);
+  const RecordedRun async = run_preset("vllm", w, cm);
   // The step at 20 ms was chosen at 10 ms, before B came: B joins the one after.
   expect_states(async, {{0, 0, {{A, 4}}}, {1, 2, {{A, 1}}}, {3, 3, {{A, 1}, {B, 4}}}, {4, 6, {{A, 1}, {B, 1}}}});
   EXPECT_DOUBLE_EQ(ms(async.result.requests[B].first_scheduled), 30.0);
@@ -822,7 +821,7 @@ TEST(AsyncScheduling, ARequestArrivingDuringAnIterationWaitsOneMoreStep) {
   EXPECT_EQ(async.result.requests[A].finished, sync.result.requests[A].finished);
   // An arrival at the very instant an iteration ends came after that step was scheduled too.
   const Workload at_the_end = make_workload({{0, 4, 30}, {0.020, 4, 5}});
-  EXPECT_DOUBLE_EQ(ms(run_preset("vllm", at_the_end, cm, asynchronous).result.requests[B].first_scheduled), 30.0);
+  EXPECT_DOUBLE_EQ(ms(run_preset("vllm", at_the_end, cm).result.requests[B].first_scheduled), 30.0);
   EXPECT_DOUBLE_EQ(ms(run_preset("vllm", at_the_end, cm, synchronous).result.requests[B].first_scheduled), 20.0);
 }
 
@@ -831,12 +830,11 @@ TEST(AsyncScheduling, ARequestArrivingDuringAnIterationWaitsOneMoreStep) {
 // async scheduler schedules no extra step for a request that reaches max_tokens).
 TEST(AsyncScheduling, AnIdleEngineOrOneWithNothingScheduledAheadTakesARequestAtOnce) {
   const CostModel cm = rig_cost_model();
-  const std::map<std::string, std::string> asynchronous = {{"async_scheduling", "true"}};
   // Idle from 10 ms: B arrives at 25 ms and is scheduled then.
-  const RecordedRun idle = run_preset("vllm", make_workload({{0, 4, 1}, {0.025, 4, 5}}), cm, asynchronous);
+  const RecordedRun idle = run_preset("vllm", make_workload({{0, 4, 1}, {0.025, 4, 5}}), cm);
   EXPECT_DOUBLE_EQ(ms(idle.result.requests[B].first_scheduled), 25.0);
   // A ends with the iteration from 10 to 20 ms; B, arrived at 15 ms, runs at 20 ms.
-  const RecordedRun drained = run_preset("vllm", make_workload({{0, 4, 2}, {0.015, 4, 5}}), cm, asynchronous);
+  const RecordedRun drained = run_preset("vllm", make_workload({{0, 4, 2}, {0.015, 4, 5}}), cm);
   expect_states(drained, {{0, 0, {{A, 4}}}, {1, 1, {{A, 1}}}, {2, 2, {{B, 4}}}});
   EXPECT_DOUBLE_EQ(ms(drained.result.requests[B].first_scheduled), 20.0);
 }
