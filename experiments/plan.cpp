@@ -373,7 +373,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       const ordered_json summary = summary_to_json(outcome);
       Judged j;
       j.values = slo_values(summary, spec.slo);
-      j.meets = meets_slo(summary, spec.slo);
+      j.meets = bounds_hold(summary, spec.slo);
       j.headroom = INFINITY;
       for (size_t i = 0; i < spec.slo.size(); ++i) j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
       if (with_goodput) {

@@ -197,7 +197,11 @@ SloVerdict evaluate_slo(const ordered_json& summary, const SloBounds& bounds) {
   return verdict;
 }
 
-bool meets_slo(const ordered_json& summary, const SloBounds& bounds) { return evaluate_slo(summary, bounds).met; }
+bool bounds_hold(const ordered_json& summary, const SloBounds& bounds) {
+  const SloVerdict verdict = evaluate_slo(summary, bounds);
+  return std::ranges::all_of(verdict.violations,
+                             [](const SloViolation& v) { return v.metric == "requests.rejected"; });
+}
 
 bool is_good_request(const RequestRecord& r, const GoodputSpec& spec) {
   if (!r.completed()) return false;

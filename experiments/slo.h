@@ -83,7 +83,12 @@ struct SloVerdict {
 // Judges `summary` (summary.json as summary_to_json writes it) against `bounds`. A path the
 // summary lacks throws std::out_of_range (bounds are checked when they are parsed).
 SloVerdict evaluate_slo(const nlohmann::ordered_json& summary, const SloBounds& bounds);
-bool meets_slo(const nlohmann::ordered_json& summary, const SloBounds& bounds);
+// Whether every bound holds: the capacity searches' test (plan, compare's capacity mode). Unlike a
+// run's verdict it leaves rejected requests out. The policies reject only a request one replica
+// can never serve (longer than the model's context or the token budget, or than its KV cache),
+// which no replica count or rate changes, so counting it would fail every probe of the search;
+// the searches warn of it instead.
+bool bounds_hold(const nlohmann::ordered_json& summary, const SloBounds& bounds);
 
 // Whether a completed request meets every threshold of `spec` (false for one not completed).
 bool is_good_request(const RequestRecord& r, const GoodputSpec& spec);

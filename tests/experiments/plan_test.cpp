@@ -153,6 +153,35 @@ TEST(Plan, SaysWhenNoReplicaCountMeetsTheSloAndByHowMuch) {
   EXPECT_THAT(text, HasSubstr("% over"));
 }
 
+// A request longer than the model's context is rejected at every replica count: the plan warns of
+// it and still finds the count that serves the rest within the SLOs, the count it finds without it.
+TEST(Plan, ARequestNoReplicaCanServeIsWarnedOfAndDoesNotFailEveryCount) {
+  const fs::path dir = testing::scratch_dir("plan_unservable");
+  const fs::path flat = flat_trace(dir);
+  const fs::path with_long = dir / "with_long.csv";
+  {
+    std::ofstream out(with_long);
+    out << testing::read_text_file(flat) << "10.01,5000,20\n";  // Llama-2-7B's context is 4096
+  }
+  auto plan = [&](const fs::path& trace, const std::string& name, std::string& text) {
+    EXPECT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--trace", trace.string(), "--policy", "vllm", "--slo",
+                       "ttft_p99=500ms", "--max-replicas", "8", "--jobs", "1", "--out", (dir / name).string(),
+                       "--no-plots"},
+                      &text),
+              0)
+        << text;
+    return read_csv(dir / name / "plan.csv").at(0);
+  };
+  std::string without_text, with_text;
+  const auto without = plan(flat, "without", without_text);
+  const auto with = plan(with_long, "with", with_text);
+  ASSERT_EQ(without.at("meets_slo"), "true") << without_text;
+  EXPECT_EQ(with.at("meets_slo"), "true") << with_text;
+  EXPECT_EQ(with.at("replicas"), without.at("replicas"));
+  EXPECT_THAT(with_text, HasSubstr("1 of 401 requests rejected, never to be served"));
+  EXPECT_THAT(without_text, Not(HasSubstr("rejected")));
+}
+
 TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
   const fs::path dir = testing::scratch_dir("plan_busy");
   const std::vector<std::string> common = {"plan", "--gpu", "a100-80gb", "--policy", "vllm", "--slo",
@@ -359,7 +388,7 @@ std::vector<Split> cheapest_feasible_splits(const RunConfig& base, const SloBoun
       RunConfig c = base;
       c.prefill_replicas = p;
       c.decode_replicas = d;
-      if (!meets_slo(summary_to_json(run_simulation(c, &workload)), slo)) continue;
+      if (!bounds_hold(summary_to_json(run_simulation(c, &workload)), slo)) continue;
       if (p + d < best_gpus) best.clear();
       if (p + d <= best_gpus) {
         best_gpus = p + d;
