@@ -21,6 +21,7 @@
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
 #include "policies/registry.h"
+#include "policies/sglang_policy.h"
 
 namespace po = boost::program_options;
 
@@ -67,11 +68,14 @@ std::map<std::string, std::string> deployment_limits(const ServingRow& r, const 
   return {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
 }
 
-// Whether a vLLM row's version is older than 0.`minor` (an unreadable version counts as current).
-bool vllm_before(const ServingRow& r, int minor) {
-  int major = 0, row_minor = 0;
-  return std::sscanf(r.version.c_str(), "%d.%d", &major, &row_minor) == 2 && major == 0 && row_minor < minor;
+// Whether a row's version (MAJOR.MINOR[.PATCH...]) is older than 0.`minor`.`patch` (an unreadable
+// version counts as current).
+bool version_before(const ServingRow& r, int minor, int patch = 0) {
+  int major = 0, row_minor = 0, row_patch = 0;
+  const int read = std::sscanf(r.version.c_str(), "%d.%d.%d", &major, &row_minor, &row_patch);
+  return read >= 2 && major == 0 && (row_minor < minor || (row_minor == minor && row_patch < patch));
 }
+bool vllm_before(const ServingRow& r, int minor) { return version_before(r, minor); }
 
 // vLLM schedules asynchronously by default from v0.14 (vllm #27614, vllm/config/vllm.py).
 bool vllm_schedules_async(const ServingRow& r) { return r.backend == "vllm" && !vllm_before(r, 14); }
@@ -234,6 +238,12 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   const std::string base = policy_base(c.policy);
   if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, base);
   if (vllm_schedules_async(r) && vllm_family(base)) c.policy_opts["async_scheduling"] = "true";
+  // SGLang sizes its KV pool by mem_fraction_static; the rule the sglang policy applies came with
+  // v0.5.3 (sglang #10975), and the versions before it (from v0.4.7, sglang #7054) had their own.
+  if (r.backend == "sglang" && base == "sglang" && version_before(r, 5, 3)) {
+    c.policy_opts["mem_fraction_static"] =
+        fmt::format("{:g}", sglang_mem_fraction_static_2025(resolve_gpu(o.gpu).memory_bytes, r.tp));
+  }
   c.workload.arrival = "offline";
   c.workload.prompt_len = fmt::format("fixed:{}", r.isl);
   c.workload.output_len = fmt::format("fixed:{}", r.osl);

@@ -206,12 +206,24 @@ int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization,
         fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
   const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
-  const double free_bytes = static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization -
-                            weights_per_gpu - activation_reserve_bytes(activation_tokens);
+  return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization - weights_per_gpu -
+                      activation_reserve_bytes(activation_tokens));
+}
+
+int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
+  if (!(mem_fraction_static > 0 && mem_fraction_static < 1)) {
+    throw UserError(fmt::format("mem_fraction_static must be in (0, 1), got {}", mem_fraction_static));
+  }
+  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * mem_fraction_static - weights_per_gpu -
+                      kRuntimeReserveBytes);
+}
+
+int64_t CostModel::kv_tokens_in(double kv_bytes_per_gpu) const {
   // Every GPU holds its share of the heads of every token, so the replica's capacity in tokens
   // is one GPU's free memory over one GPU's bytes per token.
   return static_cast<int64_t>(
-      std::floor(free_bytes / static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_))));
+      std::floor(kv_bytes_per_gpu / static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_))));
 }
 
 }  // namespace batchsim

@@ -133,6 +133,12 @@ class CostModel {
   // The reserve is activation_reserve_bytes(kDefaultActivationTokens).
   int64_t kv_capacity_tokens(double gpu_memory_utilization) const;
   int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens) const;
+  // KV cache capacity when weights and KV together may take `mem_fraction_static` of the GPU's
+  // memory, as SGLang sizes its pool (model_runner profile_max_num_token: the memory free after
+  // the weights, less the (1 - fraction) of the total it keeps for activations and CUDA graphs):
+  // (memory * fraction - weights per GPU - kRuntimeReserveBytes, the CUDA context and
+  // workspaces that were taken before it measured) * tp / kv_bytes_per_token.
+  int64_t kv_capacity_tokens_static(double mem_fraction_static) const;
 
   // Memory per GPU that is neither weights nor KV, after vLLM's profile run
   // (vllm/worker/worker.py determine_num_available_blocks: a dummy forward pass of
@@ -162,6 +168,9 @@ class CostModel {
  private:
   TokenCosts token_costs(int64_t tokens) const;
   double lm_head_s(int64_t sampled) const;
+  // The replica's KV tokens in `kv_bytes_per_gpu` of one GPU's memory (each GPU holds its share
+  // of the heads of every token).
+  int64_t kv_tokens_in(double kv_bytes_per_gpu) const;
   // A non-empty shape's cost from its token costs `t` (its token count's) and LM-head time.
   IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const;
   ModelSpec model_;

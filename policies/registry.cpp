@@ -192,6 +192,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
       {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
       {"disable_overlap_schedule", "false", "false: the overlap scheduler chooses each batch while the one before runs, so a request arriving during an iteration waits one more (SGLang's default since 0.4) | true: --disable-overlap-schedule"},
+      {"mem_fraction_static", "auto", "share of GPU memory for weights + KV pool, the rest kept for activations and CUDA graphs (--mem-fraction-static; --gpu-memory-utilization does not apply); auto: SGLang's rule, (memory - reserved) / memory, reserved 512 MiB + 1.5 x chunked_prefill_size + 2 x cuda_graph_max_bs + TP/8 GiB, at least 10 GiB above 60 GiB (0.835 on an H100 at TP 1)"},
   };
   static const std::vector<PolicyOptionDoc> example_sjf_docs = {
       {"max_num_seqs", "64", "most requests running at once"},
@@ -301,12 +302,13 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   SglangPolicyConfig c;
   c.page_size = static_cast<int32_t>(o.get_int("page_size", 1, 1, 1024));
   // "auto" (0 inside): SGLang's own default, worked out when the policy meets the GPU and KV.
-  auto int_or_auto = [&o](const std::string& key, int64_t max) -> int64_t {
-    if (o.has(key) && o.values().at(key) == "auto") {
-      (void)o.get_choice(key, "auto", {"auto"});  // read, so that check_all_used accepts it
-      return 0;
-    }
-    return o.get_int(key, 0, 1, max);
+  auto is_auto = [&o](const std::string& key) {
+    if (!o.has(key) || o.values().at(key) != "auto") return false;
+    (void)o.get_choice(key, "auto", {"auto"});  // read, so that check_all_used accepts it
+    return true;
+  };
+  auto int_or_auto = [&](const std::string& key, int64_t max) -> int64_t {
+    return is_auto(key) ? 0 : o.get_int(key, 0, 1, max);
   };
   c.chunked_prefill_size = int_or_auto("chunked_prefill_size", 1 << 24);
   c.max_prefill_tokens = o.get_int("max_prefill_tokens", 16384, 1, 1 << 24);
@@ -320,6 +322,7 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   c.retract_decode_steps = o.get_int("retract_decode_steps", 20, 0, 1 << 20);
   c.mixed_chunk = o.get_bool("enable_mixed_chunk", false);
   c.overlap_schedule = !o.get_bool("disable_overlap_schedule", false);
+  c.mem_fraction_static = is_auto("mem_fraction_static") ? 0.0 : o.get_double("mem_fraction_static", 0.0, 0.01, 0.99);
   return c;
 }
 

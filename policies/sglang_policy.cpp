@@ -1,6 +1,7 @@
 #include "policies/sglang_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <unordered_set>
@@ -35,6 +36,49 @@ int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes) {
   return 16384;
 }
 
+namespace {
+// `gpu_mem` less `reserved` (both MiB) as a share of `gpu_mem`, rounded to 3 decimals as
+// server_args.py does.
+double sglang_fraction_left(double gpu_mem, double reserved) {
+  return std::round((gpu_mem - reserved) / gpu_mem * 1000.0) / 1000.0;
+}
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size) {
+  if (gpu_memory_bytes <= 0) return 0.88;  // SGLang's fallback without a known device
+  const double mib = static_cast<double>(gpu_memory_bytes) / kMiB;
+  const bool large_tp = tp >= 4;
+  int64_t cuda_graph_max_bs = 512;
+  if (mib < 20 * 1024) {
+    cuda_graph_max_bs = 8;
+  } else if (mib < 35 * 1024) {
+    cuda_graph_max_bs = large_tp ? 80 : 24;
+  } else if (mib < 60 * 1024) {
+    cuda_graph_max_bs = large_tp ? 160 : 32;
+  } else if (mib < 160 * 1024) {
+    cuda_graph_max_bs = large_tp ? 512 : 256;
+  }
+  double reserved = 512.0 + 1.5 * static_cast<double>(std::max<int64_t>(chunked_prefill_size, 2048)) +
+                    2.0 * static_cast<double>(cuda_graph_max_bs) + tp / 8.0 * 1024.0;
+  if (mib > 60 * 1024) reserved = std::max(reserved, 10.0 * 1024.0);
+  return sglang_fraction_left(mib, reserved);
+}
+
+double sglang_mem_fraction_static_2025(int64_t gpu_memory_bytes, int tp) {
+  if (gpu_memory_bytes <= 0) return 0.88;
+  const double mib = static_cast<double>(gpu_memory_bytes) / kMiB;
+  double reserved_gib = 32;
+  if (mib < 35 * 1024) {
+    reserved_gib = 2.8 + tp / 10.0;
+  } else if (mib < 90 * 1024) {
+    reserved_gib = 9.5 + tp / 2.0;
+  } else if (mib < 160 * 1024) {
+    reserved_gib = 12 + tp / 2.0;
+  }
+  return sglang_fraction_left(mib, reserved_gib * 1024.0);
+}
+
 int64_t sglang_max_running_requests(int64_t kv_capacity_tokens, int64_t context_len) {
   // model_runner _resolve_max_num_reqs: the request pool holds capacity / context_len x 512
   // requests clamped to [2048, 4096], and no more than capacity / 2 run.
@@ -52,8 +96,8 @@ void SglangPolicy::attach(PolicyEnv& env) {
   if (env.kv_capacity_tokens < page) {
     throw UserError(fmt::format(
         "the KV memory left after the weights holds {} tokens, less than one page of "
-        "page_size={}: use a smaller page_size, or more memory (--gpu-memory-utilization, "
-        "--tp, a larger GPU)",
+        "page_size={}: use a smaller page_size, or more memory (mem_fraction_static, --tp, a "
+        "larger GPU)",
         env.kv_capacity_tokens, page));
   }
   if (config_.chunked_prefill_size == 0) {
@@ -77,6 +121,17 @@ void SglangPolicy::attach(PolicyEnv& env) {
   min_ratio_ = std::min(init_ratio_ * config_.min_new_token_ratio_factor, 1.0);
   decay_ = (init_ratio_ - min_ratio_) / static_cast<double>(config_.new_token_ratio_decay_steps);
   new_token_ratio_ = init_ratio_;
+}
+
+std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_model) const {
+  const bool given = config_.mem_fraction_static > 0;
+  const int64_t memory = cost_model.gpu().memory_bytes;
+  const int64_t chunk =
+      config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : sglang_chunked_prefill_size(memory);
+  const double fraction =
+      given ? config_.mem_fraction_static : sglang_mem_fraction_static(memory, cost_model.tensor_parallel(), chunk);
+  return KvSizing{cost_model.kv_capacity_tokens_static(fraction),
+                  fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
 }
 
 void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {

@@ -94,11 +94,28 @@ struct SglangPolicyConfig {
   // The overlap scheduler (on unless --disable-overlap-schedule): its one step of lag for a new
   // request (policies/schedule_ahead.h); its CPU overlap is the engine's (hwmodel/engines/sglang.yaml).
   bool overlap_schedule = true;
+  // The share of GPU memory for weights + KV pool (--mem-fraction-static); 0: SGLang's rule for
+  // the GPU and TP degree (sglang_mem_fraction_static). The KV pool is what it leaves after the
+  // weights (CostModel::kv_capacity_tokens_static); --gpu-memory-utilization does not apply.
+  double mem_fraction_static = 0;
 };
 
 // chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
 // < 35 GiB 2048, < 60 GiB 4096, < 160 GiB 8192 (H100, H200), else 16384 (B200, MI300).
 int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes);
+// mem_fraction_static when not given, as SGLang works it out from the device's total memory
+// (server_args.py _handle_gpu_memory_settings since sglang #10975, 2025-09-27, and #11076):
+// (gpu_mem - reserved) / gpu_mem rounded to 3 decimals, gpu_mem in MiB, reserved = 512 MiB +
+// 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp / 8 GiB, at least 10 GiB
+// on a GPU of more than 60 GiB; cuda_graph_max_bs by memory: 8 below 20 GiB, 24 below 35 (80
+// at TP >= 4), 32 below 60 (160), 256 below 160 (512), else 512. H100 80 GB at TP 1: 13,440 MiB,
+// 0.835. Not modelled: DP attention, speculative decoding and piecewise CUDA graphs (off by
+// default there) reserve more.
+double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size);
+// The rule before #10975 (sglang #7054, 2025-06-10: SGLang 0.4.7 to 0.5.2): reserved = (2.8 +
+// tp / 10) GiB below 35 GiB, (9.5 + tp / 2) GiB below 90 (H100, A100-80GB), (12 + tp / 2) GiB
+// below 160 (H20, H200), else 32 GiB. H100 80 GB at TP 1: 0.874.
+double sglang_mem_fraction_static_2025(int64_t gpu_memory_bytes, int tp);
 // max_running_requests when not given (model_runner _resolve_max_num_reqs):
 // min(clamp(capacity / context_len x 512, 2048, 4096), capacity / 2).
 int64_t sglang_max_running_requests(int64_t kv_capacity_tokens, int64_t context_len);
@@ -122,6 +139,8 @@ class SglangPolicy final : public Policy {
            "prefill|decode); use a continuous or chunked-prefill policy in the pools";
   }
   const KvCacheManager& kv_cache() const override { return *kv_; }
+  // SGLang sizes its KV pool by mem_fraction_static (SglangPolicyConfig::mem_fraction_static).
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model) const override;
 
   const SglangPolicyConfig& config() const { return config_; }
   double new_token_ratio() const { return new_token_ratio_; }

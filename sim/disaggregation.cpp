@@ -19,19 +19,26 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr uint32_t kDecodeRouterStream = 17;
 }  // namespace
 
-int64_t Simulation::pool_kv_tokens(const CostModel& cm, int64_t num_gpu_blocks) const {
-  const int64_t tokens = cm.kv_capacity_tokens(options_.gpu_memory_utilization);
-  if (tokens < 1 && num_gpu_blocks <= 0) {
+Policy::KvSizing Simulation::size_kv(const Policy& policy, const CostModel& cm) const {
+  if (options_.engine_kv_rules) {
+    if (std::optional<Policy::KvSizing> own = policy.kv_sizing(cm)) return *own;
+  }
+  return {cm.kv_capacity_tokens(options_.gpu_memory_utilization),
+          fmt::format("--gpu-memory-utilization {}", options_.gpu_memory_utilization)};
+}
+
+int64_t Simulation::pool_kv_tokens(const Policy& policy, const CostModel& cm, int64_t num_gpu_blocks) const {
+  const Policy::KvSizing kv = size_kv(policy, cm);
+  if (kv.tokens < 1 && num_gpu_blocks <= 0) {
     const ModelSpec& m = cm.model();
     throw UserError(fmt::format(
         "decode pool: model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --decode-tp {}) leaves "
-        "no room for a KV cache on '{}' ({:.0f} GiB at --gpu-memory-utilization {}): use a larger "
-        "--decode-tp or --decode-gpu",
+        "no room for a KV cache on '{}' ({:.0f} GiB at {}): use a larger --decode-tp or --decode-gpu",
         m.name, static_cast<double>(m.weight_bytes()) / kGiB,
         static_cast<double>(m.weight_bytes()) / kGiB / cm.tensor_parallel(), cm.tensor_parallel(), cm.gpu().name,
-        static_cast<double>(cm.gpu().memory_bytes) / kGiB, options_.gpu_memory_utilization));
+        static_cast<double>(cm.gpu().memory_bytes) / kGiB, kv.rule));
   }
-  return tokens;
+  return kv.tokens;
 }
 
 void Simulation::set_up_pools() {
@@ -51,7 +58,8 @@ void Simulation::set_up_pools() {
                                 decode_cm.model().name, cost_model_.model().name));
   }
   const int64_t decode_blocks = d.decode_num_gpu_blocks >= 0 ? d.decode_num_gpu_blocks : options_.num_gpu_blocks;
-  const int64_t decode_tokens = pool_kv_tokens(decode_cm, decode_blocks);
+  // The last replica is a decode one (the prefill pool comes first).
+  const int64_t decode_tokens = pool_kv_tokens(*replicas_.back().policy, decode_cm, decode_blocks);
   for (Replica& r : replicas_) {
     const bool prefill = r.index < d.prefill_replicas;
     r.role = prefill ? PoolRole::kPrefill : PoolRole::kDecode;

@@ -38,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -172,6 +173,16 @@ class Policy {
   // repeated iterations in one step. The default never repeats. Results must be identical
   // either way: tests run every policy with fast-forward on and off and compare the outputs.
   virtual bool repeat_decode_step(const Batch& /*batch*/) { return false; }
+
+  // The KV cache of a replica on `cost_model` when this policy's engine sizes it by a rule of
+  // its own instead of --gpu-memory-utilization (SGLang's mem_fraction_static): the capacity in
+  // tokens, and the rule in words for the message when the weights leave no room. nullopt (the
+  // default): --gpu-memory-utilization's. --num-gpu-blocks overrides either.
+  struct KvSizing {
+    int64_t tokens = 0;
+    std::string rule;
+  };
+  virtual std::optional<KvSizing> kv_sizing(const CostModel& /*cost_model*/) const { return std::nullopt; }
 
   // Disaggregated pools (see the header comment): why this policy cannot serve `role`, or ""
   // when it can. Every policy serves kColocated.

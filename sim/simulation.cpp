@@ -183,16 +183,18 @@ SimulationResult Simulation::run() {
   router_rng_ = Rng::for_stream(options_.router_seed, kRouterStream);
   result_ = SimulationResult{};
   result_.requests.resize(n);
-  result_.kv_capacity_tokens = cost_model_.kv_capacity_tokens(options_.gpu_memory_utilization);
+  // Replicas are copies of one policy (pools size theirs in set_up_pools).
+  const Policy::KvSizing kv = size_kv(*policies_.front(), cost_model_);
+  result_.kv_capacity_tokens = kv.tokens;
   if (result_.kv_capacity_tokens < 1) {
     const ModelSpec& m = cost_model_.model();
     throw UserError(fmt::format(
         "model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --tp {}) leaves no room for a "
-        "KV cache on '{}' ({:.0f} GiB at --gpu-memory-utilization {}): use a larger --tp or GPU",
+        "KV cache on '{}' ({:.0f} GiB at {}): use a larger --tp or GPU",
         m.name, static_cast<double>(m.weight_bytes()) / kGiB,
         static_cast<double>(m.weight_bytes()) / kGiB / cost_model_.tensor_parallel(),
         cost_model_.tensor_parallel(), cost_model_.gpu().name,
-        static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, options_.gpu_memory_utilization));
+        static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, kv.rule));
   }
 
   // Sized once and never again: each policy keeps a pointer to its replica's env.

@@ -137,6 +137,10 @@ struct DisaggregationOptions {
 
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
+  // Size a policy's KV cache by its engine's own rule where it has one (Policy::kv_sizing:
+  // SGLang's mem_fraction_static); false: every policy by gpu_memory_utilization (the policy
+  // tests' rig, whose made-up GPU is sized for that rule).
+  bool engine_kv_rules = true;
   bool record_iterations = false;
   // With record_iterations: also each iteration's items (request, tokens, prefill or decode),
   // for iterations.csv's request ids and a timeline's prefill requests.
@@ -355,8 +359,11 @@ class Simulation {
   bool pooled() const { return options_.disaggregation.enabled(); }
   // Roles, cost models and KV memory of the replicas; the prefill pool's view of the requests.
   void set_up_pools();
-  // The replicas' own KV memory: their pool's, from memory or num_gpu_blocks.
-  int64_t pool_kv_tokens(const CostModel& cost_model, int64_t num_gpu_blocks) const;
+  // The decode replicas' own KV memory: their pool's, from memory or num_gpu_blocks.
+  int64_t pool_kv_tokens(const Policy& policy, const CostModel& cost_model, int64_t num_gpu_blocks) const;
+  // A replica's KV tokens on `cost_model`: by its policy's engine's rule (Policy::kv_sizing), or
+  // by --gpu-memory-utilization; with the rule in words.
+  Policy::KvSizing size_kv(const Policy& policy, const CostModel& cost_model) const;
   // After prefill replica `from` listed `id` finished at its first token: to a decode replica.
   void hand_off(Replica& from, RequestId id);
   // Decode replica `to` allocated KV for `tokens` of remote request `id`: reserve the link.

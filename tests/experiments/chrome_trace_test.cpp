@@ -178,7 +178,9 @@ TEST(ChromeTrace, RequestPhasesTileEachRequestsLifeAndAgreeWithItsRecord) {
       }
       if (phase == "decoding" && !seen_decode) {
         seen_decode = true;
-        if (!preempted_at_first_token) EXPECT_NEAR(b["ts"].get<double>(), us(r.first_token), kUsTolerance);
+        if (!preempted_at_first_token) {
+          EXPECT_NEAR(b["ts"].get<double>(), us(r.first_token), kUsTolerance);
+        }
       }
       preempted += phase == "preempted";
     }

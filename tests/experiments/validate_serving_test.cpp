@@ -126,6 +126,33 @@ TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
 // Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
 // 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
 // overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
+// SGLang sizes its KV pool by mem_fraction_static, whose rule changed in v0.5.3 (sglang #10975):
+// a row of an older version runs with the fraction its version worked out, (81,559 - 10,240) /
+// 81,559 = 0.874 on the H100 at TP 1 (sglang #7054's 9.5 + 1/2 GiB reserved); a newer one with the
+// sglang policy's own rule. The fraction is what sizes the KV cache of the row's run.
+TEST(ValidateServing, SglangRowsSizeTheirKvCacheAsTheirVersionDid) {
+  const auto dir = testing::scratch_dir("validate-serving-sglang-memory");
+  std::string text = testing::kSiliconHeader;
+  for (const char* version : {"0.5.1.post1", "0.5.3"}) {
+    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
+    r.replace(r.find(",vllm,0.12.0,"), 13, fmt::format(",sglang,{},", version));
+    text += r;
+  }
+  const auto csv = testing::write_text_file(dir, "s.csv", text);
+  std::ostringstream out, err;
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", "2", "--out", (dir / "r.json").string()},
+                     out, err),
+            0)
+      << err.str();
+  std::ifstream in(dir / "r.json");
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["policy"], "sglang");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["mem_fraction_static"], "0.874");
+  EXPECT_FALSE(j["rows"][1]["policy_opts"].contains("mem_fraction_static"));
+}
+
 TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
   const auto dir = testing::scratch_dir("validate-serving-versions");
   std::string text = testing::kSiliconHeader;

@@ -63,6 +63,7 @@ TEST(Disaggregation, OneRequestIsPrefillPlusTransferPlusDecodeIterations) {
     Pools pools = make_pools({"continuous", {}}, 1, {"continuous", {}}, 1);
     SimulationOptions o;
     o.gpu_memory_utilization = 1.0;
+    o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
     o.record_iterations = true;
     o.disaggregation.prefill_replicas = 1;
     o.disaggregation.link = link_of(0.2048, 500);
@@ -114,6 +115,7 @@ TEST(Disaggregation, OneTokenOutputsFinishOnThePrefillSide) {
   Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
   SimulationOptions o;
   o.gpu_memory_utilization = 1.0;
+  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   o.disaggregation.prefill_replicas = 1;
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
   EXPECT_TRUE(r.requests[0].completed());
@@ -295,6 +297,7 @@ TEST(Disaggregation, ASmallDecodePoolMakesTransfersWaitAndDropsNothing) {
     Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
     SimulationOptions o;
     o.gpu_memory_utilization = 1.0;
+    o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
     o.num_gpu_blocks = prefill_blocks;  // 160 blocks of 16: six prompts of 400
     o.disaggregation.prefill_replicas = 1;
     o.disaggregation.decode_num_gpu_blocks = 100;  // 1600 tokens: three requests at a time
@@ -338,6 +341,7 @@ TEST(Disaggregation, TransfersFromOneReplicaQueueOnItsLink) {
   Pools pools = make_pools({"continuous", {}}, 1, {"continuous", {}}, 2);
   SimulationOptions o;
   o.gpu_memory_utilization = 1.0;
+  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   o.disaggregation.prefill_replicas = 1;
   o.disaggregation.link = link_of(0.2048, 0);  // 500 x 1024 bytes: 20 ms each
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
@@ -396,6 +400,7 @@ TEST(Disaggregation, ADecodePoolTooSmallForARequestRejectsItWithAReason) {
   Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
   SimulationOptions o;
   o.gpu_memory_utilization = 1.0;
+  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   o.disaggregation.prefill_replicas = 1;
   o.disaggregation.decode_num_gpu_blocks = 100;  // 1600 tokens
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
@@ -416,6 +421,7 @@ TEST(Disaggregation, PoliciesWithoutTheRolesAreRefusedByName) {
       Pools pools = decode_side ? make_pools({"vllm", {}}, 1, {name, {}}, 1) : make_pools({name, {}}, 1, {"vllm", {}}, 1);
       SimulationOptions o;
       o.gpu_memory_utilization = 1.0;
+      o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
       o.disaggregation.prefill_replicas = 1;
       const std::string message = testing::user_error_of([&] { Simulation(w, pools.policies, cm, o).run(); });
       EXPECT_NE(message.find(decode_side ? "decode pool" : "prefill pool"), std::string::npos) << message;

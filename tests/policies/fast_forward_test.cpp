@@ -116,6 +116,7 @@ SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, doubl
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;
   options.gpu_memory_utilization = utilization;
+  options.engine_kv_rules = false;  // every policy's KV squeezed by the same utilization
   options.record_iterations = true;
   // What a timeline draws, for every request: the iterations' requests and the phase changes.
   options.record_iteration_items = items;

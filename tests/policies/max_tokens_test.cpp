@@ -149,6 +149,7 @@ TEST(MaxTokensReservation, FastForwardStaysExactWithLimitsOpenAndClosedLoop) {
           std::unique_ptr<Policy> p = policy(name, options);
           SimulationOptions so;
           so.gpu_memory_utilization = 1.0;
+          so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
           so.fast_forward = ff;
           so.max_concurrency = concurrency;
           runs[ff] = Simulation(w, *p, cm, so).run();
@@ -175,6 +176,7 @@ SimulationResult run_with_blocks(const std::string& name, std::map<std::string, 
   }
   SimulationOptions so;
   so.gpu_memory_utilization = 1.0;
+  so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   so.num_gpu_blocks = blocks;
   SimulationResult result = Simulation(w, policies, cm, so).run();
   if (policy_capacity != nullptr) {
@@ -222,6 +224,7 @@ TEST(NumGpuBlocks, TheCountDecidesWhatFitsAndWhatRunsAtOnce) {
   std::unique_ptr<Policy> p = policy("continuous", kReserveToOutput);
   SimulationOptions so;
   so.gpu_memory_utilization = 1.0;
+  so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   so.num_gpu_blocks = 8;
   size_t first_batch = 0;
   so.on_iteration = [&](const Batch& b, const IterationRecord& rec, const Policy&) {

@@ -138,6 +138,7 @@ inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const 
   RecordedRun run;
   SimulationOptions options;
   options.gpu_memory_utilization = 1.0;
+  options.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   options.prefix_blocks = prefix_blocks;
   options.num_gpu_blocks = num_gpu_blocks;
   options.on_iteration = [&run](const Batch& b, const IterationRecord& rec, const Policy& p) {

@@ -208,6 +208,7 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
   SimTime last_end = SimTime::zero();
   SimulationOptions options;
   options.gpu_memory_utilization = 1.0;
+  options.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   options.prefix_blocks = &random.prefix_blocks;
   options.on_iteration = [&](const Batch& batch, const IterationRecord& rec, const Policy& p) {
     ++totals.iterations;

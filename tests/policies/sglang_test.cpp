@@ -34,6 +34,7 @@ RatioRun run_sglang(const Workload& w, int64_t kv_tokens, std::map<std::string, 
   RatioRun out;
   SimulationOptions options_;
   options_.gpu_memory_utilization = 1.0;
+  options_.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
   options_.prefix_blocks = hashes;
   options_.on_iteration = [&out](const Batch& b, const IterationRecord&, const Policy& policy) {
     Step s;
@@ -313,6 +314,29 @@ TEST(SglangOverlap, ARequestArrivingDuringABatchWaitsOneMoreStep) {
   expect_states(overlap.run, {{0, 0, {{A, 4}}}, {1, 2, {{A, 1}}}, {3, 3, {{B, 4}}}});
   const RatioRun idle = run_sglang(make_workload({{0, 4, 1}, {0.025, 4, 5}}), 1000, {{"disable_overlap_schedule", "false"}});
   EXPECT_EQ(idle.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.025));
+}
+
+// SGLang's mem_fraction_static when not given (server_args.py _handle_gpu_memory_settings), by
+// hand from its rule: gpu_mem in MiB, reserved = 512 + 1.5 x max(chunk, 2048) + 2 x
+// cuda_graph_max_bs + TP/8 GiB, at least 10 GiB above 60 GiB; rounded to 3 decimals.
+TEST(SglangMemory, MemFractionStaticFollowsSglangsRule) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t h100 = 81'559 * kMiB;  // an H100 SXM 80 GB, as nvidia-smi reports it
+  // TP 1: cuda_graph_max_bs 256: 512 + 12,288 + 512 + 128 = 13,440 MiB; 68,119 / 81,559.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(h100, 1, 8192), 0.835);
+  // TP 8: cuda_graph_max_bs 512: 512 + 12,288 + 1,024 + 1,024 = 14,848 MiB; 66,711 / 81,559.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(h100, 8, 8192), 0.818);
+  // A 40 GiB A100: chunk 4096, cuda_graph_max_bs 32: 512 + 6,144 + 64 + 128 = 6,848, no 10 GiB
+  // floor below 60 GiB; 34,112 / 40,960.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(40'960 * kMiB, 1, 4096), 0.833);
+  // A small chunk still reserves for 2048 tokens, and the 10 GiB floor holds on an H100:
+  // 512 + 3,072 + 512 + 128 = 4,224 < 10,240; 71,319 / 81,559.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(h100, 1, 256), 0.874);
+  // The rule before v0.5.3 (sglang #7054): (9.5 + TP/2) GiB below 90 GiB, (12 + TP/2) below 160.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 1), 0.874);    // 71,319 / 81,559
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 8), 0.831);    // 67,735 / 81,559
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(143'771 * kMiB, 1), 0.911);  // 131,483 / 143,771
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(0, 1, 8192), 0.88);  // no known device
 }
 
 }  // namespace
