@@ -253,10 +253,10 @@ TEST(ValidateServing, BadInputIsNamed) {
   EXPECT_THAT(error({"--measurements", csv.string(), "--gpu", "h100-sxm"}), HasSubstr("no rows to replay"));
 }
 
-// NVIDIA's 534 measured H100 serving results, replayed with the shipped H100 profile, the vllm
-// preset for every backend and each backend's engine profile. Today's figures as bounds, half a
-// point above them (the targets, 10% TPOT and 20% TTFT on vLLM and SGLang, also need the SGLang
-// and TensorRT-LLM schedulers: hwmodel/README.md).
+// NVIDIA's 534 measured H100 serving results, replayed with the shipped H100 profile, each
+// backend's preset, engine profile and deployment: the figures the profile records, to 0.05
+// points. Of issue 12's targets (10% TPOT and 20% TTFT on vLLM and SGLang) SGLang's TTFT is met
+// on these engines and must stay met; the rest are not yet (hwmodel/README.md says where).
 TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
   const auto dir = testing::scratch_dir("validate-serving-h100");
   std::ostringstream out, err;
@@ -279,6 +279,7 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
     EXPECT_EQ(b["count"].get<int64_t>(), e.count) << e.backend;
   }
   EXPECT_THAT(shipped.validation.serving.measured_on, HasSubstr("534 rows of h100_sxm_dense_agg.csv.gz"));
+  EXPECT_LE(j["by_backend"]["sglang"]["ttft_mape"].get<double>(), 20.0);
   // Each backend's rows run on its own scheduler and the deployment its rows show.
   for (const auto& row : j["rows"]) {
     const std::string backend = row["backend"];
