@@ -123,53 +123,48 @@ TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
   EXPECT_TRUE(d["rows"][1]["policy_opts"].empty());
 }
 
-// Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
-// 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
-// overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
+// One Llama-3.1-8B row of `backend` (TP 1, 8 clients) per version, written to dir/s.csv and
+// replayed with `requests_per_client`: the report.
+nlohmann::json replay_versions(const std::filesystem::path& dir, const std::string& backend,
+                               std::initializer_list<const char*> versions, int requests_per_client) {
+  std::string text = testing::kSiliconHeader;
+  for (const char* version : versions) {
+    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
+    r.replace(r.find(",vllm,0.12.0,"), 13, fmt::format(",{},{},", backend, version));
+    text += r;
+  }
+  const auto csv = testing::write_text_file(dir, "s.csv", text);
+  std::ostringstream out, err;
+  EXPECT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                      "--requests-per-client", std::to_string(requests_per_client), "--out",
+                      (dir / "r.json").string()},
+                     out, err),
+            0)
+      << err.str();
+  std::ifstream in(dir / "r.json");
+  return nlohmann::json::parse(in);
+}
+
 // SGLang sizes its KV pool by mem_fraction_static, whose rule changed in v0.5.3 (sglang #10975):
 // a row of an older version runs with the fraction its version worked out, (81,559 - 10,240) /
 // 81,559 = 0.874 on the H100 at TP 1 (sglang #7054's 9.5 + 1/2 GiB reserved); a newer one with the
 // sglang policy's own rule. The fraction is what sizes the KV cache of the row's run.
 TEST(ValidateServing, SglangRowsSizeTheirKvCacheAsTheirVersionDid) {
-  const auto dir = testing::scratch_dir("validate-serving-sglang-memory");
-  std::string text = testing::kSiliconHeader;
-  for (const char* version : {"0.5.1.post1", "0.5.3"}) {
-    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
-    r.replace(r.find(",vllm,0.12.0,"), 13, fmt::format(",sglang,{},", version));
-    text += r;
-  }
-  const auto csv = testing::write_text_file(dir, "s.csv", text);
-  std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", "2", "--out", (dir / "r.json").string()},
-                     out, err),
-            0)
-      << err.str();
-  std::ifstream in(dir / "r.json");
-  const auto j = nlohmann::json::parse(in);
+  const auto j = replay_versions(testing::scratch_dir("validate-serving-sglang-memory"), "sglang",
+                                 {"0.5.1.post1", "0.5.3"}, 2);
   ASSERT_EQ(j["rows"].size(), 2u);
   EXPECT_EQ(j["rows"][0]["policy"], "sglang");
   EXPECT_EQ(j["rows"][0]["policy_opts"]["mem_fraction_static"], "0.874");
   EXPECT_FALSE(j["rows"][1]["policy_opts"].contains("mem_fraction_static"));
 }
 
+// Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
+// 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
+// overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
 TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
   const auto dir = testing::scratch_dir("validate-serving-versions");
-  std::string text = testing::kSiliconHeader;
-  for (const char* version : {"0.12.0", "0.14.1", "0.19.0"}) {
-    std::string r = row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1);
-    r.replace(r.find(",0.12.0,"), 8, fmt::format(",{},", version));
-    text += r;
-  }
-  const auto csv = testing::write_text_file(dir, "s.csv", text);
-  std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", "4", "--out", (dir / "r.json").string()},
-                     out, err),
-            0)
-      << err.str();
-  std::ifstream in(dir / "r.json");
-  const auto j = nlohmann::json::parse(in);
+  const auto j = replay_versions(dir, "vllm", {"0.12.0", "0.14.1", "0.19.0"}, 4);
+  const auto csv = dir / "s.csv";
   ASSERT_EQ(j["rows"].size(), 3u);
   const auto& v12 = j["rows"][0];
   const auto& v14 = j["rows"][1];
@@ -191,6 +186,7 @@ TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
   EXPECT_DOUBLE_EQ(v14["predicted_tpot_ms"].get<double>(), run.result.summary.tpot_s.mean * 1e3);
   EXPECT_NE(v14["predicted_ttft_ms"].get<double>(), v12["predicted_ttft_ms"].get<double>());
   // An --engine for the backend replaces the version's engine, not its scheduling.
+  std::ostringstream out, err;
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
                       "--requests-per-client", "2", "--engine", "vllm=vllm-h100-fitted", "--out",
                       (dir / "e.json").string()},
