@@ -119,7 +119,7 @@ const std::vector<PolicyInfo>& registered_policies() {
       // The overlap scheduler (SGLang's default since 0.4) is on: its step of lag is the policy's
       // (disable_overlap_schedule=false), its CPU overlap the engine's.
       {"sglang", "sglang",
-       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm, overlap scheduler",
+       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm, overlap scheduler, KV pool by mem_fraction_static (SGLang's rule, 0.835 on an H100 at TP 1)",
        {}, "sglang"},
       // policies/README.md builds this one, line by line, as its worked example.
       {"example-sjf", "example-sjf",
