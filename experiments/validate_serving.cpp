@@ -75,16 +75,15 @@ bool version_before(const ServingRow& r, int minor, int patch = 0) {
   const int read = std::sscanf(r.version.c_str(), "%d.%d.%d", &major, &row_minor, &row_patch);
   return read >= 2 && major == 0 && (row_minor < minor || (row_minor == minor && row_patch < patch));
 }
-bool vllm_before(const ServingRow& r, int minor) { return version_before(r, minor); }
 
 // vLLM schedules asynchronously by default from v0.14 (vllm #27614, vllm/config/vllm.py).
-bool vllm_schedules_async(const ServingRow& r) { return r.backend == "vllm" && !vllm_before(r, 14); }
+bool vllm_schedules_async(const ServingRow& r) { return r.backend == "vllm" && !version_before(r, 14); }
 
 // The preset that schedules as a row's backend did: vLLM's V1 scheduler of its version (full-prompt
 // admission from v0.19.0 on), SGLang's, TensorRT-LLM's.
 std::string policy_for_backend(const ServingRow& r) {
   if (r.backend == "sglang" || r.backend == "trtllm") return r.backend;
-  if (r.backend == "vllm") return vllm_before(r, 19) ? "vllm-v1-2025" : "vllm";
+  if (r.backend == "vllm") return version_before(r, 19) ? "vllm-v1-2025" : "vllm";
   throw UserError(fmt::format("validate-serving: no policy preset for backend '{}' (give --policy)", r.backend));
 }
 

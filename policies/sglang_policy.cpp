@@ -24,41 +24,44 @@ enum class AddResult { kContinue, kNoToken, kOther };
 
 }  // namespace
 
-int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes) {
-  // server_args.py ServerArgs._handle_gpu_memory_settings, on the device's total memory
-  // (gpu_mem in MiB): T4/4080 and A10/4090 2048, A100-40G/L40 4096, H100/A100-80G and
-  // H20/H200 8192, B200/MI300 16384; without a known device 4096.
-  if (gpu_memory_bytes <= 0) return 4096;
+namespace {
+
+// server_args.py ServerArgs._handle_gpu_memory_settings's one chain over the device's total
+// memory (gpu_mem in MiB): chunked_prefill_size and cuda_graph_max_bs (at TP < 4 / >= 4). T4/4080
+// 2048 and 8, A10/4090 2048 and 24/80, A100-40G/L40 4096 and 32/160, H100/A100-80G and H20/H200
+// 8192 and 256/512, B200/MI300 16384 and 512; without a known device 4096 and 160.
+struct SglangDeviceDefaults {
+  int64_t chunked_prefill_size = 0;
+  int64_t cuda_graph_max_bs = 0;
+};
+SglangDeviceDefaults sglang_device_defaults(int64_t gpu_memory_bytes, int tp) {
+  if (gpu_memory_bytes <= 0) return {4096, 160};
+  const bool large_tp = tp >= 4;
   const int64_t gib = int64_t{1} << 30;
-  if (gpu_memory_bytes < 35 * gib) return 2048;
-  if (gpu_memory_bytes < 60 * gib) return 4096;
-  if (gpu_memory_bytes < 160 * gib) return 8192;
-  return 16384;
+  if (gpu_memory_bytes < 20 * gib) return {2048, 8};
+  if (gpu_memory_bytes < 35 * gib) return {2048, large_tp ? 80 : 24};
+  if (gpu_memory_bytes < 60 * gib) return {4096, large_tp ? 160 : 32};
+  if (gpu_memory_bytes < 160 * gib) return {8192, large_tp ? 512 : 256};
+  return {16384, 512};
 }
 
-namespace {
 // `gpu_mem` less `reserved` (both MiB) as a share of `gpu_mem`, rounded to 3 decimals as
 // server_args.py does.
 double sglang_fraction_left(double gpu_mem, double reserved) {
   return std::round((gpu_mem - reserved) / gpu_mem * 1000.0) / 1000.0;
 }
 constexpr double kMiB = 1024.0 * 1024.0;
+
 }  // namespace
+
+int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes) {
+  return sglang_device_defaults(gpu_memory_bytes, 1).chunked_prefill_size;
+}
 
 double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size) {
   if (gpu_memory_bytes <= 0) return 0.88;  // SGLang's fallback without a known device
   const double mib = static_cast<double>(gpu_memory_bytes) / kMiB;
-  const bool large_tp = tp >= 4;
-  int64_t cuda_graph_max_bs = 512;
-  if (mib < 20 * 1024) {
-    cuda_graph_max_bs = 8;
-  } else if (mib < 35 * 1024) {
-    cuda_graph_max_bs = large_tp ? 80 : 24;
-  } else if (mib < 60 * 1024) {
-    cuda_graph_max_bs = large_tp ? 160 : 32;
-  } else if (mib < 160 * 1024) {
-    cuda_graph_max_bs = large_tp ? 512 : 256;
-  }
+  const int64_t cuda_graph_max_bs = sglang_device_defaults(gpu_memory_bytes, tp).cuda_graph_max_bs;
   double reserved = 512.0 + 1.5 * static_cast<double>(std::max<int64_t>(chunked_prefill_size, 2048)) +
                     2.0 * static_cast<double>(cuda_graph_max_bs) + tp / 8.0 * 1024.0;
   if (mib > 60 * 1024) reserved = std::max(reserved, 10.0 * 1024.0);
@@ -100,10 +103,7 @@ void SglangPolicy::attach(PolicyEnv& env) {
         "larger GPU)",
         env.kv_capacity_tokens, page));
   }
-  if (config_.chunked_prefill_size == 0) {
-    config_.chunked_prefill_size =
-        sglang_chunked_prefill_size(env.cost_model != nullptr ? env.cost_model->gpu().memory_bytes : 0);
-  }
+  config_.chunked_prefill_size = chunked_prefill_size(env.cost_model != nullptr ? env.cost_model->gpu().memory_bytes : 0);
   const int64_t blocks = env.kv_capacity_tokens / page;
   if (config_.max_running_requests == 0) {
     config_.max_running_requests = sglang_max_running_requests(blocks * page, env.max_model_len);
@@ -123,13 +123,16 @@ void SglangPolicy::attach(PolicyEnv& env) {
   new_token_ratio_ = init_ratio_;
 }
 
+int64_t SglangPolicy::chunked_prefill_size(int64_t gpu_memory_bytes) const {
+  return config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : sglang_chunked_prefill_size(gpu_memory_bytes);
+}
+
 std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_model) const {
   const bool given = config_.mem_fraction_static > 0;
   const int64_t memory = cost_model.gpu().memory_bytes;
-  const int64_t chunk =
-      config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : sglang_chunked_prefill_size(memory);
-  const double fraction =
-      given ? config_.mem_fraction_static : sglang_mem_fraction_static(memory, cost_model.tensor_parallel(), chunk);
+  const double fraction = given ? config_.mem_fraction_static
+                                : sglang_mem_fraction_static(memory, cost_model.tensor_parallel(),
+                                                             chunked_prefill_size(memory));
   return KvSizing{cost_model.kv_capacity_tokens_static(fraction),
                   fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
 }

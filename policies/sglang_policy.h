@@ -154,6 +154,8 @@ class SglangPolicy final : public Policy {
   size_t last_mixed_decodes() const { return mixed_decodes_; }
 
  private:
+  // The configured chunked_prefill_size, or SGLang's default for a device of this memory.
+  int64_t chunked_prefill_size(int64_t gpu_memory_bytes) const;
   // schedule() on the requests the scheduler has received (all but intake_'s).
   void build_batch(Batch& batch);
   // SGLang's max_new_tokens: the client's limit (PolicyEnv::output_limit), within the KV pool.
