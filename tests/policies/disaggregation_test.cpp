@@ -61,9 +61,7 @@ TEST(Disaggregation, OneRequestIsPrefillPlusTransferPlusDecodeIterations) {
   for (const KvTransferMode mode : {KvTransferMode::kPull, KvTransferMode::kLayerwise}) {
     SCOPED_TRACE(std::string(kv_transfer_mode_name(mode)));
     Pools pools = make_pools({"continuous", {}}, 1, {"continuous", {}}, 1);
-    SimulationOptions o;
-    o.gpu_memory_utilization = 1.0;
-    o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+    SimulationOptions o = testing::rig_simulation_options();
     o.record_iterations = true;
     o.disaggregation.prefill_replicas = 1;
     o.disaggregation.link = link_of(0.2048, 500);
@@ -113,9 +111,7 @@ TEST(Disaggregation, OneTokenOutputsFinishOnThePrefillSide) {
   const CostModel cm = testing::rig_cost_model();
   const Workload w = testing::make_workload({{0.0, 50, 1}, {0.0, 60, 3}});
   Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
-  SimulationOptions o;
-  o.gpu_memory_utilization = 1.0;
-  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions o = testing::rig_simulation_options();
   o.disaggregation.prefill_replicas = 1;
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
   EXPECT_TRUE(r.requests[0].completed());
@@ -295,9 +291,7 @@ TEST(Disaggregation, ASmallDecodePoolMakesTransfersWaitAndDropsNothing) {
   for (const int64_t prefill_blocks : {int64_t{0}, int64_t{160}}) {  // 0: the rig's ample memory
     SCOPED_TRACE(prefill_blocks);
     Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
-    SimulationOptions o;
-    o.gpu_memory_utilization = 1.0;
-    o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+    SimulationOptions o = testing::rig_simulation_options();
     o.num_gpu_blocks = prefill_blocks;  // 160 blocks of 16: six prompts of 400
     o.disaggregation.prefill_replicas = 1;
     o.disaggregation.decode_num_gpu_blocks = 100;  // 1600 tokens: three requests at a time
@@ -339,9 +333,7 @@ TEST(Disaggregation, TransfersFromOneReplicaQueueOnItsLink) {
   const CostModel cm = testing::rig_cost_model(rig);
   const Workload w = testing::make_workload({{0.0, 500, 5}, {0.0, 500, 5}, {0.0, 500, 5}});
   Pools pools = make_pools({"continuous", {}}, 1, {"continuous", {}}, 2);
-  SimulationOptions o;
-  o.gpu_memory_utilization = 1.0;
-  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions o = testing::rig_simulation_options();
   o.disaggregation.prefill_replicas = 1;
   o.disaggregation.link = link_of(0.2048, 0);  // 500 x 1024 bytes: 20 ms each
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
@@ -398,9 +390,7 @@ TEST(Disaggregation, ADecodePoolTooSmallForARequestRejectsItWithAReason) {
   const CostModel cm = testing::rig_cost_model();
   const Workload w = testing::make_workload({{0.0, 100, 10}, {0.0, 3000, 10}, {0.1, 200, 10}});
   Pools pools = make_pools({"vllm", {}}, 1, {"vllm", {}}, 1);
-  SimulationOptions o;
-  o.gpu_memory_utilization = 1.0;
-  o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions o = testing::rig_simulation_options();
   o.disaggregation.prefill_replicas = 1;
   o.disaggregation.decode_num_gpu_blocks = 100;  // 1600 tokens
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
@@ -419,9 +409,7 @@ TEST(Disaggregation, PoliciesWithoutTheRolesAreRefusedByName) {
     for (const bool decode_side : {false, true}) {
       SCOPED_TRACE(std::string(name) + (decode_side ? " decode" : " prefill"));
       Pools pools = decode_side ? make_pools({"vllm", {}}, 1, {name, {}}, 1) : make_pools({name, {}}, 1, {"vllm", {}}, 1);
-      SimulationOptions o;
-      o.gpu_memory_utilization = 1.0;
-      o.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+      SimulationOptions o = testing::rig_simulation_options();
       o.disaggregation.prefill_replicas = 1;
       const std::string message = testing::user_error_of([&] { Simulation(w, pools.policies, cm, o).run(); });
       EXPECT_NE(message.find(decode_side ? "decode pool" : "prefill pool"), std::string::npos) << message;

@@ -147,9 +147,7 @@ TEST(MaxTokensReservation, FastForwardStaysExactWithLimitsOpenAndClosedLoop) {
         SimulationResult runs[2];
         for (const bool ff : {false, true}) {
           std::unique_ptr<Policy> p = policy(name, options);
-          SimulationOptions so;
-          so.gpu_memory_utilization = 1.0;
-          so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+          SimulationOptions so = rig_simulation_options();
           so.fast_forward = ff;
           so.max_concurrency = concurrency;
           runs[ff] = Simulation(w, *p, cm, so).run();
@@ -174,9 +172,7 @@ SimulationResult run_with_blocks(const std::string& name, std::map<std::string, 
     owned.push_back(policy(name, options));
     policies.push_back(owned.back().get());
   }
-  SimulationOptions so;
-  so.gpu_memory_utilization = 1.0;
-  so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions so = rig_simulation_options();
   so.num_gpu_blocks = blocks;
   SimulationResult result = Simulation(w, policies, cm, so).run();
   if (policy_capacity != nullptr) {
@@ -222,9 +218,7 @@ TEST(NumGpuBlocks, TheCountDecidesWhatFitsAndWhatRunsAtOnce) {
             "needs more KV than the whole cache holds (128 tokens): 139 tokens");
   // Reserving 30 + 10 - 1 = 39 tokens each, 8 x 16 = 128 tokens hold three at once.
   std::unique_ptr<Policy> p = policy("continuous", kReserveToOutput);
-  SimulationOptions so;
-  so.gpu_memory_utilization = 1.0;
-  so.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions so = rig_simulation_options();
   so.num_gpu_blocks = 8;
   size_t first_batch = 0;
   so.on_iteration = [&](const Batch& b, const IterationRecord& rec, const Policy&) {

@@ -131,14 +131,22 @@ struct RecordedRun {
   std::vector<Step> steps;
 };
 
+// The simulation options of a run on rig_cost_model's GPU, whose memory is sized so that
+// gpu_memory_utilization 1.0 gives the requested KV capacity: every policy's KV by that rule,
+// not by an engine's own (SGLang's mem_fraction_static would not fit the made-up GPU).
+inline SimulationOptions rig_simulation_options() {
+  SimulationOptions options;
+  options.gpu_memory_utilization = 1.0;
+  options.engine_kv_rules = false;
+  return options;
+}
+
 // `num_gpu_blocks` > 0 sizes the KV cache by blocks (a real GPU's cost model, whose memory
 // would hold far more than the rig's 40 tokens); 0 takes it from the cost model's memory.
 inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const CostModel& cm,
                                 const PrefixBlockHashes* prefix_blocks = nullptr, int64_t num_gpu_blocks = 0) {
   RecordedRun run;
-  SimulationOptions options;
-  options.gpu_memory_utilization = 1.0;
-  options.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions options = rig_simulation_options();
   options.prefix_blocks = prefix_blocks;
   options.num_gpu_blocks = num_gpu_blocks;
   options.on_iteration = [&run](const Batch& b, const IterationRecord& rec, const Policy& p) {

@@ -206,9 +206,7 @@ void run_and_check(const PolicyVariant& variant, uint64_t seed, Totals& totals) 
 
   std::vector<Track> track(n);
   SimTime last_end = SimTime::zero();
-  SimulationOptions options;
-  options.gpu_memory_utilization = 1.0;
-  options.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions options = rig_simulation_options();
   options.prefix_blocks = &random.prefix_blocks;
   options.on_iteration = [&](const Batch& batch, const IterationRecord& rec, const Policy& p) {
     ++totals.iterations;

@@ -32,9 +32,7 @@ RatioRun run_sglang(const Workload& w, int64_t kv_tokens, std::map<std::string, 
   const CostModel cm = rig_cost_model(o);
   auto p = policy("sglang", std::move(options));
   RatioRun out;
-  SimulationOptions options_;
-  options_.gpu_memory_utilization = 1.0;
-  options_.engine_kv_rules = false;  // the rig's GPU is sized for gpu_memory_utilization
+  SimulationOptions options_ = rig_simulation_options();
   options_.prefix_blocks = hashes;
   options_.on_iteration = [&out](const Batch& b, const IterationRecord&, const Policy& policy) {
     Step s;
