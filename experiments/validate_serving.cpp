@@ -49,7 +49,9 @@ bool vllm_family(const std::string& base) { return base == "continuous" || base 
 //   SGLang        --max-running-requests B, --max-prefill-tokens isl + 1500, --enable-mixed-chunk
 //                 (chunked_prefill_size not set: SGLang's default by GPU memory)
 //   TensorRT-LLM  max_batch_size B, max_num_tokens B + isl + 1500 rounded up to a 32-token block,
-//                 chunked prefill off
+//                 chunked prefill off, and from its engine template
+//                 (generator/config/backend_templates/trtllm/extra_engine_args.<version>.yaml.j2,
+//                 every version's the same) kv_cache_config.free_gpu_memory_fraction 0.80
 // where B, the deployment's max_batch_size, is taken as the row's concurrency (the benchmark's
 // estimated_concurrency is workers x max_batch_size; a concurrency sweep on a deployment sized
 // for another B moves the token budget by B - concurrency tokens, and a sequence cap above the
@@ -65,7 +67,10 @@ std::map<std::string, std::string> deployment_limits(const ServingRow& r, const 
   if (!vllm_family(base)) return {};
   int64_t tokens = r.concurrency + r.isl + 1500;
   if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
-  return {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
+  std::map<std::string, std::string> limits = {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
+  // TensorRT-LLM's KV rule is an option of the continuous base, where the trtllm preset lives.
+  if (r.backend == "trtllm" && base == "continuous") limits["free_gpu_memory_fraction"] = "0.8";
+  return limits;
 }
 
 // Whether a row's version (MAJOR.MINOR[.PATCH...]) is older than 0.`minor`.`patch` (an unreadable

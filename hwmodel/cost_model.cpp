@@ -219,6 +219,16 @@ int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
                       kRuntimeReserveBytes);
 }
 
+int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens) const {
+  if (!(free_fraction > 0 && free_fraction <= 1)) {
+    throw UserError(fmt::format("free_gpu_memory_fraction must be in (0, 1], got {}", free_fraction));
+  }
+  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  const double free_after_profile =
+      static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens);
+  return kv_tokens_in(free_after_profile * free_fraction);
+}
+
 int64_t CostModel::kv_tokens_in(double kv_bytes_per_gpu) const {
   // Every GPU holds its share of the heads of every token, so the replica's capacity in tokens
   // is one GPU's free memory over one GPU's bytes per token.

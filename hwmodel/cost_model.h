@@ -139,6 +139,14 @@ class CostModel {
   // (memory * fraction - weights per GPU - kRuntimeReserveBytes, the CUDA context and
   // workspaces that were taken before it measured) * tp / kv_bytes_per_token.
   int64_t kv_capacity_tokens_static(double mem_fraction_static) const;
+  // KV cache capacity when the engine takes `free_fraction` of the memory left after its profile
+  // run, as TensorRT-LLM sizes its pool (tensorrt_llm/_torch/pyexecutor/_util.py,
+  // KvCacheCreator.configure_kv_cache_capacity and _cal_max_memory: (total - peak) *
+  // free_gpu_memory_fraction, the peak being the weights, the activations of a dummy batch of
+  // max_num_tokens and the memory outside torch, NCCL and CUDA graphs among it):
+  // (memory - weights per GPU - activation_reserve_bytes(activation_tokens)) * free_fraction
+  // * tp / kv_bytes_per_token.
+  int64_t kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens) const;
 
   // Memory per GPU that is neither weights nor KV, after vLLM's profile run
   // (vllm/worker/worker.py determine_num_available_blocks: a dummy forward pass of

@@ -23,15 +23,35 @@ BatchDefaults vllm_batch_defaults(ContinuousPolicyConfig::UsageContext context, 
   return {llm ? 8192 : 2048, 256};
 }
 
+ContinuousPolicyConfig ContinuousPolicy::resolved_limits(const CostModel* cost_model) const {
+  ContinuousPolicyConfig c = config_;
+  if (c.usage_context != ContinuousPolicyConfig::UsageContext::none && cost_model != nullptr) {
+    std::string name = cost_model->gpu().name;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    const BatchDefaults d = vllm_batch_defaults(c.usage_context, cost_model->gpu().memory_bytes, name);
+    if (!c.max_num_batched_tokens_set) c.max_num_batched_tokens = d.max_num_batched_tokens;
+    if (!c.max_num_seqs_set) c.max_num_seqs = d.max_num_seqs;
+  }
+  return c;
+}
+
+int64_t ContinuousPolicy::budget_for(const ContinuousPolicyConfig& c, int64_t max_model_len) {
+  return c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : std::max<int64_t>(max_model_len, 2048);
+}
+
+std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cost_model) const {
+  if (!(config_.free_gpu_memory_fraction > 0)) return std::nullopt;
+  // TensorRT-LLM profiles its peak with a dummy batch of max_num_tokens (KvCacheCreator
+  // _create_dummy_context_requests), the budget this policy runs with.
+  const int64_t profile_tokens = budget_for(resolved_limits(&cost_model), cost_model.model().max_context_tokens);
+  return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens),
+                  fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
+                              config_.free_gpu_memory_fraction, profile_tokens)};
+}
+
 void ContinuousPolicy::attach(PolicyEnv& env) {
   env_ = &env;
-  if (config_.usage_context != ContinuousPolicyConfig::UsageContext::none && env.cost_model != nullptr) {
-    std::string name = env.cost_model->gpu().name;
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    const BatchDefaults d = vllm_batch_defaults(config_.usage_context, env.cost_model->gpu().memory_bytes, name);
-    if (!config_.max_num_batched_tokens_set) config_.max_num_batched_tokens = d.max_num_batched_tokens;
-    if (!config_.max_num_seqs_set) config_.max_num_seqs = d.max_num_seqs;
-  }
+  config_ = resolved_limits(env.cost_model);
   const auto n = static_cast<int64_t>(env.requests->size());
   if (config_.paged) {
     // Weights that leave no KV memory at all are reported by the simulation; here the memory
@@ -60,9 +80,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
                                  : env.kv_capacity_tokens;
     kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
   }
-  budget_ = config_.max_num_batched_tokens > 0
-                ? config_.max_num_batched_tokens
-                : std::max<int64_t>(env.max_model_len, 2048);
+  budget_ = budget_for(config_, env.max_model_len);
   swapped_tokens_.assign(n, 0);
   finished_flag_.assign(n, 0);
   ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);

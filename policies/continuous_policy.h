@@ -200,6 +200,11 @@ struct ContinuousPolicyConfig {
   // an iteration runs is first scheduled in the iteration after the next one. Its CPU overlap
   // is the engine profile's (hwmodel/engines/vllm-async.yaml).
   bool async_scheduling = false;
+  // TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction (0.9 by default in its LLM API,
+  // tensorrt_llm/llmapi/llm_args.py): the KV pool takes this share of the memory left after the
+  // weights and a profile run of max_num_tokens (CostModel::kv_capacity_tokens_of_free), instead
+  // of --gpu-memory-utilization's share of the whole GPU. 0: --gpu-memory-utilization's.
+  double free_gpu_memory_fraction = 0;
 };
 
 // vLLM's max_num_batched_tokens and max_num_seqs defaults (vllm/engine/arg_utils.py,
@@ -251,6 +256,7 @@ class ContinuousPolicy final : public Policy {
   }
   bool repeat_decode_step(const Batch& batch) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model) const override;
   // Both disaggregated roles, as vLLM v1 serves them with a KV connector (sim/policy.h).
   std::string unsupported_role_reason(PoolRole /*role*/) const override { return ""; }
   void release_held_kv(RequestId id) override;
@@ -261,6 +267,11 @@ class ContinuousPolicy final : public Policy {
   size_t num_running() const { return running_.size(); }
 
  private:
+  // The configuration with the limits the user left to vLLM's defaults for the GPU
+  // (usage_context) filled in; `cost_model` null: as given.
+  ContinuousPolicyConfig resolved_limits(const CostModel* cost_model) const;
+  // Tokens per iteration: max_num_batched_tokens, or max(max_model_len, 2048) (vLLM v0's default).
+  static int64_t budget_for(const ContinuousPolicyConfig& c, int64_t max_model_len);
   int64_t reserve_tokens(RequestId id) const;
   // Schedules running requests in admission order, preempting the newest when KV runs out.
   // Returns false when a preemption happened.

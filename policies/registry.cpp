@@ -71,11 +71,14 @@ const std::vector<PolicyInfo>& registered_policies() {
       // tensorrt_llm/commands/serve.py takes its defaults from), chunked context off
       // (enable_chunked_prefill False). Without chunking the micro-batch scheduler takes the
       // generation requests first and then whole contexts in order until max_num_tokens, which
-      // is the mixed mode of the continuous base. Not modelled: KV block reuse (enable_block_reuse).
+      // is the mixed mode of the continuous base. Its KV pool is free_gpu_memory_fraction 0.9
+      // (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py) of the memory left after the weights and
+      // a profile run (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator._cal_max_memory).
+      // Not modelled: KV block reuse (enable_block_reuse).
       {"trtllm", "continuous",
-       "TensorRT-LLM in-flight batching: GUARANTEED_NO_EVICT (blocks to completion) or MAX_UTILIZATION, max_num_tokens 8192, max_batch_size 2048, tokens_per_block 32",
+       "TensorRT-LLM in-flight batching: GUARANTEED_NO_EVICT (blocks to completion) or MAX_UTILIZATION, max_num_tokens 8192, max_batch_size 2048, tokens_per_block 32, KV pool 0.9 of the memory free after the weights and a profile run",
        {{"capacity_scheduler", "guaranteed_no_evict"}, {"block_size", "32"},
-        {"max_num_batched_tokens", "8192"}, {"max_num_seqs", "2048"}},
+        {"max_num_batched_tokens", "8192"}, {"max_num_seqs", "2048"}, {"free_gpu_memory_fraction", "0.9"}},
        "trtllm"},
       // With scheduling_policy=priority (or sjf) it follows v0's priority scheduling, forced
       // preemption for a better-ranked waiting request included (_schedule_priority_preemption);
@@ -156,6 +159,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"scheduling_policy", "fcfs", "fcfs: arrival order, the newest running request preempted | priority: vLLM's --scheduling-policy priority, waiting by (priority, arrival), smaller first, the lowest-ranked running request preempted | sjf: the same ranked by job length (sjf_by)"},
       {"sjf_by", "output", "scheduling_policy=sjf's job length: output (the true output length, which no server knows: an oracle baseline) | prompt (known on arrival)"},
       {"preempt_for_waiting", "false", "prefill=exclusive with priority or sjf: while the best waiting request cannot be admitted, preempt running requests ranked below it (vLLM v0 _schedule_priority_preemption; on in vllm-v0)"},
+      {"free_gpu_memory_fraction", "none", "TensorRT-LLM's KV pool: this share of the GPU memory left after the weights and a profile run of max_num_batched_tokens (KvCacheConfig.free_gpu_memory_fraction; 0.9 in trtllm), instead of --gpu-memory-utilization's share of the whole GPU | none: --gpu-memory-utilization's"},
       {"async_scheduling", "false", "vLLM's --async-scheduling (default since 0.14): each step is scheduled while the one before runs, so a request arriving during an iteration waits one more step (pair it with --engine vllm-async, whose CPU work overlaps the GPU)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
@@ -163,7 +167,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
     docs.erase(std::remove_if(docs.begin(), docs.end(),
                               [](const PolicyOptionDoc& d) {
                                 return d.key == "prefill" || d.key == "enable_chunked_context" ||
-                                       d.key == "preempt_for_waiting";
+                                       d.key == "preempt_for_waiting" || d.key == "free_gpu_memory_fraction";
                               }),
                docs.end());
     for (auto& d : docs) {
@@ -287,6 +291,14 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
     // elsewhere a preset's value is ignored (a user's is refused by make_policy).
     c.preempt_for_waiting = o.get_bool("preempt_for_waiting", false) && !c.chunked && !c.mixed_prefill &&
                             c.scheduling_policy != SchedulingPolicy::fcfs;
+  }
+  if (!chunked) {
+    // TensorRT-LLM's option on its base; "none" (as the docs show it) keeps vLLM's rule.
+    if (o.has("free_gpu_memory_fraction") && o.values().at("free_gpu_memory_fraction") == "none") {
+      (void)o.get_choice("free_gpu_memory_fraction", "none", {"none"});
+    } else {
+      c.free_gpu_memory_fraction = o.get_double("free_gpu_memory_fraction", 0.0, 0.01, 1.0);
+    }
   }
   if (chunked) {
     c.long_prefill_token_threshold = o.get_int("long_prefill_token_threshold", 0, 0, 1 << 24);

@@ -1,5 +1,6 @@
 // How each engine sizes its KV cache: vLLM's --gpu-memory-utilization (hwmodel/cost_model.h),
-// SGLang's mem_fraction_static (policies/sglang_policy.h), through a whole run.
+// SGLang's mem_fraction_static (policies/sglang_policy.h), TensorRT-LLM's
+// free_gpu_memory_fraction (policies/continuous_policy.h), through a whole run.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -14,15 +15,21 @@
 namespace batchsim {
 namespace {
 
+// A short run of `policy` serving `model` on `gpu`, and the KV capacity a run reports.
+RunConfig short_run(const std::string& model, const std::string& gpu, const std::string& policy) {
+  RunConfig c = default_run_config();
+  c.model = model;
+  c.gpu = gpu;
+  c.policy = policy;
+  c.workload.num_requests = 4;
+  return c;
+}
+int64_t capacity(const RunConfig& config) { return run_simulation(config).result.kv_capacity_tokens; }
+
 // The sglang policy's KV pool is what its mem_fraction_static leaves after the weights and the
 // CUDA context, whatever --gpu-memory-utilization says; --num-gpu-blocks still sizes it directly.
 TEST(SglangMemory, TheKvPoolIsWhatMemFractionStaticLeavesAfterTheWeights) {
-  RunConfig c = default_run_config();
-  c.model = "qwen3-32b";
-  c.gpu = "h100-sxm";
-  c.policy = "sglang";
-  c.workload.num_requests = 4;
-  const auto capacity = [](const RunConfig& config) { return run_simulation(config).result.kv_capacity_tokens; };
+  const RunConfig c = short_run("qwen3-32b", "h100-sxm", "sglang");
   const ModelSpec model = resolve_model(c.model);
   const HardwareProfile gpu = resolve_gpu(c.gpu);
   const double per_token = static_cast<double>(model.kv_bytes_per_token());
@@ -51,6 +58,49 @@ TEST(SglangMemory, TheKvPoolIsWhatMemFractionStaticLeavesAfterTheWeights) {
   out_of_range.policy_opts["mem_fraction_static"] = "1.5";
   const std::string bad = testing::user_error_of([&] { run_simulation(out_of_range); });
   EXPECT_NE(bad.find("mem_fraction_static"), std::string::npos) << bad;
+}
+
+// The trtllm preset's KV pool is free_gpu_memory_fraction (0.9, TensorRT-LLM's default) of the
+// memory its profile run of max_num_tokens leaves after the weights, whatever
+// --gpu-memory-utilization says; "none" gives --gpu-memory-utilization's rule back.
+TEST(TrtllmMemory, TheKvPoolIsAShareOfWhatTheProfileRunLeaves) {
+  const RunConfig c = short_run("llama-3-8b", "h100-sxm", "trtllm");
+  const CostModel cm(resolve_model(c.model), resolve_gpu(c.gpu));
+  const double per_token = static_cast<double>(cm.model().kv_bytes_per_token());
+  const auto share_of_free = [&](double fraction, int64_t profile_tokens) {
+    const double free = static_cast<double>(cm.gpu().memory_bytes) - static_cast<double>(cm.model().weight_bytes()) -
+                        cm.activation_reserve_bytes(profile_tokens);
+    return static_cast<int64_t>(free * fraction / per_token);
+  };
+  EXPECT_EQ(capacity(c), share_of_free(0.9, 8192));  // the preset's max_num_tokens 8192
+  RunConfig other_utilization = c;
+  other_utilization.gpu_memory_utilization = 0.5;
+  EXPECT_EQ(capacity(other_utilization), share_of_free(0.9, 8192));
+  // aiconfigurator's deployments: 0.8, a smaller profile run.
+  RunConfig deployed = c;
+  deployed.policy_opts = {{"free_gpu_memory_fraction", "0.8"}, {"max_num_batched_tokens", "2560"}};
+  EXPECT_EQ(capacity(deployed), share_of_free(0.8, 2560));
+  // Not vLLM's rule, which takes its share of the whole GPU: 0.9 x 80 GiB - 16 GiB - activations
+  // is less than 0.9 x (80 GiB - 16 GiB - activations).
+  RunConfig vllm_rule = c;
+  vllm_rule.policy_opts["free_gpu_memory_fraction"] = "none";
+  EXPECT_EQ(capacity(vllm_rule), cm.kv_capacity_tokens(0.9));
+  EXPECT_LT(capacity(vllm_rule), capacity(c));
+  RunConfig out_of_range = c;
+  out_of_range.policy_opts["free_gpu_memory_fraction"] = "1.5";
+  const std::string bad = testing::user_error_of([&] { run_simulation(out_of_range); });
+  EXPECT_NE(bad.find("free_gpu_memory_fraction"), std::string::npos) << bad;
+  // TensorRT-LLM's option belongs to its base; vLLM's chunked scheduler refuses it.
+  RunConfig chunked = c;
+  chunked.policy = "vllm";
+  chunked.policy_opts["free_gpu_memory_fraction"] = "0.9";
+  const std::string refused = testing::user_error_of([&] { run_simulation(chunked); });
+  EXPECT_NE(refused.find("free_gpu_memory_fraction"), std::string::npos) << refused;
+  // Weights that do not fit name the rule that left no room.
+  RunConfig too_big = c;
+  too_big.model = "llama-3-70b";
+  const std::string why = testing::user_error_of([&] { run_simulation(too_big); });
+  EXPECT_NE(why.find("free_gpu_memory_fraction 0.9"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -158,6 +158,17 @@ TEST(ValidateServing, SglangRowsSizeTheirKvCacheAsTheirVersionDid) {
   EXPECT_FALSE(j["rows"][1]["policy_opts"].contains("mem_fraction_static"));
 }
 
+// TensorRT-LLM rows run with the KV share of aiconfigurator's engine template (0.80 of the
+// memory free after the profile run), not the preset's 0.9; other backends get no such option.
+TEST(ValidateServing, TrtllmRowsSizeTheirKvCacheAsTheirDeploymentDid) {
+  const auto j = replay_versions(testing::scratch_dir("validate-serving-trtllm-memory"), "trtllm", {"1.0.0rc3"}, 2);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["policy"], "trtllm");
+  EXPECT_EQ(j["rows"][0]["policy_opts"]["free_gpu_memory_fraction"], "0.8");
+  const auto v = replay_versions(testing::scratch_dir("validate-serving-vllm-memory"), "vllm", {"0.12.0"}, 2);
+  EXPECT_FALSE(v["rows"][0]["policy_opts"].contains("free_gpu_memory_fraction"));
+}
+
 // Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
 // 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
 // overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
