@@ -266,6 +266,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   p.engine = engine != nullptr ? engine->name : c.engine;
   p.kv_cache_dtype = c.kv_cache_dtype;
   p.policy_opts = c.policy_opts;
+  p.config = c;
   return p;
 }
 
@@ -336,7 +337,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
                            {"deployment", p.deployment}, {"policy_opts", p.policy_opts},
                            {"measured_ttft_ms", r.ttft_ms},
                            {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
-                           {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected}});
+                           {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected},
+                           {"config", config_to_json(p.config)}});
   }
   const std::vector<ServingRow>& rows = selected.rows;
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/run_config.h"
 #include "hwmodel/engine_profile.h"
 
 namespace batchsim {
@@ -80,6 +81,9 @@ struct ServingPrediction {
   double sequences_per_iteration = 0;
   std::string policy, engine, deployment, kv_cache_dtype;
   std::map<std::string, std::string> policy_opts;
+  // The run that replayed the row: `batchsim run --config` of it (config_to_json) reruns it, for
+  // its requests, iterations or trace.
+  RunConfig config;
 };
 
 // Replays one row as a closed-loop run. `engine`, when given, replaces the engine `o` names.

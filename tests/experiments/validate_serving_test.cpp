@@ -169,6 +169,29 @@ TEST(ValidateServing, TrtllmRowsSizeTheirKvCacheAsTheirDeploymentDid) {
   EXPECT_FALSE(v["rows"][0]["policy_opts"].contains("free_gpu_memory_fraction"));
 }
 
+// Every row carries the run that replayed it: `batchsim run --config` of that block reruns the
+// row (for its requests.csv, iterations or trace) and gives its prediction back, whatever the
+// backend, deployment and policy options.
+TEST(ValidateServing, EachRowsConfigRerunsItWithBatchsimRun) {
+  const auto dir = testing::scratch_dir("validate-serving-row-config");
+  for (const char* backend : {"vllm", "sglang", "trtllm"}) {
+    const auto j = replay_versions(dir, backend, {backend == std::string("vllm") ? "0.12.0" : ""}, 3);
+    ASSERT_EQ(j["rows"].size(), 1u) << backend;
+    const auto& row = j["rows"][0];
+    const auto config = testing::write_text_file(dir, fmt::format("{}.json", backend), row["config"].dump());
+    std::ostringstream out, err;
+    const auto run_dir = dir / fmt::format("{}-run", backend);
+    ASSERT_EQ(cli_main({"run", "--config", config.string(), "--out", run_dir.string()}, out, err), 0) << err.str();
+    std::ifstream in(run_dir / "summary.json");
+    const auto summary = nlohmann::json::parse(in);
+    EXPECT_DOUBLE_EQ(summary["latency"]["ttft_s"]["mean"].get<double>() * 1e3, row["predicted_ttft_ms"].get<double>())
+        << backend;
+    EXPECT_DOUBLE_EQ(summary["latency"]["tpot_s"]["mean"].get<double>() * 1e3, row["predicted_tpot_ms"].get<double>())
+        << backend;
+    EXPECT_EQ(summary["config"]["policy"], row["policy"]) << backend;
+  }
+}
+
 // Each vLLM row runs as its version scheduled: 0.12 synchronously on V1's first-chunk admission,
 // 0.14 to 0.18 asynchronously (the default from 0.14: one step of lag for a new request, the CPU
 // overlapped), 0.19 on with full-prompt admission as well; the same run by hand for 0.14.
