@@ -175,7 +175,8 @@ class Policy {
   virtual bool repeat_decode_step(const Batch& /*batch*/) { return false; }
 
   // The KV cache of a replica on `cost_model` when this policy's engine sizes it by a rule of
-  // its own instead of --gpu-memory-utilization (SGLang's mem_fraction_static): the capacity in
+  // its own instead of --gpu-memory-utilization (SGLang's mem_fraction_static, TensorRT-LLM's
+  // free_gpu_memory_fraction): the capacity in
   // tokens, and the rule in words for the message when the weights leave no room. nullopt (the
   // default): --gpu-memory-utilization's. --num-gpu-blocks overrides either.
   struct KvSizing {

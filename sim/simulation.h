@@ -138,8 +138,8 @@ struct DisaggregationOptions {
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
   // Size a policy's KV cache by its engine's own rule where it has one (Policy::kv_sizing:
-  // SGLang's mem_fraction_static); false: every policy by gpu_memory_utilization (the policy
-  // tests' rig, whose made-up GPU is sized for that rule).
+  // SGLang's mem_fraction_static, TensorRT-LLM's free_gpu_memory_fraction); false: every policy
+  // by gpu_memory_utilization (the policy tests' rig, whose made-up GPU is sized for that rule).
   bool engine_kv_rules = true;
   bool record_iterations = false;
   // With record_iterations: also each iteration's items (request, tokens, prefill or decode),
