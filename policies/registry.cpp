@@ -44,6 +44,10 @@ const std::vector<PolicyInfo>& registered_policies() {
       // capped at max_position_embeddings, when it knows the card: set it to match);
       // max_batch_size: none. Not modelled: the radix prefix cache (on by default), the
       // server's choice of the running chunks' sizes (newest first, at least one token each).
+      // Its KV pool needs no rule of its own: after a warm-up prefill of max_batch_prefill_tokens
+      // the server takes what get_free_memory(MEMORY_FRACTION * TGI_WIGGLE_ROOM) leaves, 1.0 x
+      // 0.90 of the GPU less what is in use (flash_causal_lm.py warmup, models/globals.py, v3.3.7),
+      // which is --gpu-memory-utilization 0.9's form.
       {"tgi", "chunked-prefill",
        "TGI v3: chunked prefill mixed with the running decodes (max_batch_prefill_tokens 4096), a decode after every admission, KV reserved for prompt + max_new_tokens",
        {{"kv", "reserve"}, {"reserve_to", "output"}, {"max_num_batched_tokens", "4096"},
