@@ -262,10 +262,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   p.rejected = s.requests_rejected;
   p.sequences_per_iteration =
       s.iterations > 0 ? static_cast<double>(s.output_tokens) / static_cast<double>(s.iterations) : 0;
-  p.policy = c.policy;
   p.engine = engine != nullptr ? engine->name : c.engine;
-  p.kv_cache_dtype = c.kv_cache_dtype;
-  p.policy_opts = c.policy_opts;
   p.config = c;
   return p;
 }
@@ -329,12 +326,12 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     tpot.add(p.tpot_ms, r.tpot_ms);
     by_backend[r.backend].first.add(p.ttft_ms, r.ttft_ms);
     by_backend[r.backend].second.add(p.tpot_ms, r.tpot_ms);
-    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.policy},
+    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.config.policy},
                            {"engine", p.engine},
                            {"model", r.model_path},
                            {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
-                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", p.kv_cache_dtype},
-                           {"deployment", p.deployment}, {"policy_opts", p.policy_opts},
+                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", p.config.kv_cache_dtype},
+                           {"deployment", p.deployment}, {"policy_opts", p.config.policy_opts},
                            {"measured_ttft_ms", r.ttft_ms},
                            {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
                            {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected},

@@ -79,10 +79,10 @@ struct ServingPrediction {
   // Sequences an iteration carried on average: output tokens over iterations (every iteration
   // after a request's prefill gives it one token).
   double sequences_per_iteration = 0;
-  std::string policy, engine, deployment, kv_cache_dtype;
-  std::map<std::string, std::string> policy_opts;
-  // The run that replayed the row: `batchsim run --config` of it (config_to_json) reruns it, for
-  // its requests, iterations or trace.
+  // The engine that ran (the override's name when one was given) and the deployment's limits.
+  std::string engine, deployment;
+  // The run that replayed the row (its policy, options and KV dtype among its keys): `batchsim
+  // run --config` of it (config_to_json) reruns it, for its requests, iterations or trace.
   RunConfig config;
 };
 
