@@ -174,7 +174,7 @@ double CostModel::allreduce_s(double message_bytes) const {
   return allreduce_time_s(gpu_, message_bytes, tp_);
 }
 
-double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {
+double CostModel::activation_reserve_bytes(int64_t activation_tokens, int64_t sampler_rows) const {
   const auto& g = layer_gemms_;
   const double mlp_elements = static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
                               static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
@@ -189,7 +189,7 @@ double CostModel::activation_reserve_bytes(int64_t activation_tokens) const {
                           static_cast<double>(m.router.n) + static_cast<double>(m.shared_up.n) +
                           static_cast<double>(m.shared_down.k);
   }
-  const double logits_bytes = static_cast<double>(kSamplerRows) * lm_head_.n * 4.0;
+  const double logits_bytes = static_cast<double>(sampler_rows) * lm_head_.n * 4.0;
   return kRuntimeReserveBytes +
          static_cast<double>(activation_tokens) * per_token_elements * kActivationBytes +
          logits_bytes;
@@ -199,15 +199,15 @@ int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization) const {
   return kv_capacity_tokens(gpu_memory_utilization, kDefaultActivationTokens);
 }
 
-int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization,
-                                      int64_t activation_tokens) const {
+int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
+                                      int64_t sampler_rows) const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     throw UserError(
         fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
   const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization - weights_per_gpu -
-                      activation_reserve_bytes(activation_tokens));
+                      activation_reserve_bytes(activation_tokens, sampler_rows));
 }
 
 int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
@@ -219,13 +219,14 @@ int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
                       kRuntimeReserveBytes);
 }
 
-int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens) const {
+int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens,
+                                              int64_t sampler_rows) const {
   if (!(free_fraction > 0 && free_fraction <= 1)) {
     throw UserError(fmt::format("free_gpu_memory_fraction must be in (0, 1], got {}", free_fraction));
   }
   const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
   const double free_after_profile =
-      static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens);
+      static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens, sampler_rows);
   return kv_tokens_in(free_after_profile * free_fraction);
 }
 

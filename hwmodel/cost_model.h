@@ -130,9 +130,12 @@ class CostModel {
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
-  // The reserve is activation_reserve_bytes(kDefaultActivationTokens).
+  // The reserve is activation_reserve_bytes(activation_tokens, sampler_rows), by default that of
+  // kDefaultActivationTokens and kSamplerRows (a policy that knows its own largest step passes it:
+  // Policy::kv_sizing).
   int64_t kv_capacity_tokens(double gpu_memory_utilization) const;
-  int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens) const;
+  int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
+                             int64_t sampler_rows = kSamplerRows) const;
   // KV cache capacity when weights and KV together may take `mem_fraction_static` of the GPU's
   // memory, as SGLang sizes its pool (model_runner profile_max_num_token: the memory free after
   // the weights, less the (1 - fraction) of the total it keeps for activations and CUDA graphs):
@@ -146,7 +149,8 @@ class CostModel {
   // max_num_tokens and the memory outside torch, NCCL and CUDA graphs among it):
   // (memory - weights per GPU - activation_reserve_bytes(activation_tokens)) * free_fraction
   // * tp / kv_bytes_per_token.
-  int64_t kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens) const;
+  int64_t kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens,
+                                     int64_t sampler_rows = kSamplerRows) const;
 
   // Memory per GPU that is neither weights nor KV, after vLLM's profile run
   // (vllm/worker/worker.py determine_num_available_blocks: a dummy forward pass of
@@ -159,11 +163,12 @@ class CostModel {
   //     layer the up[/gate] and activated outputs of the top-k experts (fused_moe's
   //     intermediate caches), their k outputs of hidden before the combine, the router logits
   //     and the shared expert's up[/gate] and activated outputs
-  //   + the sampler's fp32 logits for kSamplerRows rows (vLLM samples max_num_seqs = 256 rows in
-  //     its profile run).
+  //   + the sampler's fp32 logits for `sampler_rows` rows (vLLM's profile run samples one row per
+  //     dummy request, min(max_num_batched_tokens, max_num_seqs) of them: _dummy_run in
+  //     vllm/v1/worker/gpu_model_runner.py; kSamplerRows, 256, when the caller does not know).
   // An estimate, not a measurement: it lands within a few percent of the KV blocks vLLM
   // reports for 7B-70B models, which is what capacity-driven preemption needs.
-  double activation_reserve_bytes(int64_t activation_tokens) const;
+  double activation_reserve_bytes(int64_t activation_tokens, int64_t sampler_rows = kSamplerRows) const;
   static constexpr int64_t kDefaultActivationTokens = 8192;  // a common max_num_batched_tokens
   static constexpr double kRuntimeReserveBytes = 1024.0 * 1024.0 * 1024.0;
   static constexpr int64_t kSamplerRows = 256;

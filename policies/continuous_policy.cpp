@@ -39,14 +39,35 @@ int64_t ContinuousPolicy::budget_for(const ContinuousPolicyConfig& c, int64_t ma
   return c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : std::max<int64_t>(max_model_len, 2048);
 }
 
-std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cost_model) const {
-  if (!(config_.free_gpu_memory_fraction > 0)) return std::nullopt;
-  // TensorRT-LLM profiles its peak with a dummy batch of max_num_tokens (KvCacheCreator
-  // _create_dummy_context_requests), the budget this policy runs with.
-  const int64_t profile_tokens = budget_for(resolved_limits(&cost_model), cost_model.model().max_context_tokens);
-  return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens),
-                  fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
-                              config_.free_gpu_memory_fraction, profile_tokens)};
+std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cost_model,
+                                                            double gpu_memory_utilization) const {
+  // Both engines measure their peak with one step of the budget this policy runs with before
+  // they size the KV cache; what differs is how many rows of logits that step computes.
+  const ContinuousPolicyConfig limits = resolved_limits(&cost_model);
+  const int64_t max_len = std::max<int64_t>(1, cost_model.model().max_context_tokens);
+  const int64_t profile_tokens = budget_for(limits, max_len);
+  if (config_.free_gpu_memory_fraction > 0) {
+    // TensorRT-LLM's dummy context requests of min(max_num_tokens, max_seq_len) tokens make up
+    // max_num_tokens, each sampling one token (KvCacheCreator._create_dummy_context_requests,
+    // tensorrt_llm/_torch/pyexecutor/_util.py).
+    const int64_t per_request = std::min(profile_tokens, max_len);
+    const int64_t rows = (profile_tokens + per_request - 1) / per_request;
+    return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens, rows),
+                    fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
+                                config_.free_gpu_memory_fraction, profile_tokens)};
+  }
+  // vLLM's profile run spreads max_num_batched_tokens over min(max_num_batched_tokens,
+  // max_num_seqs) dummy requests and samples each (GPUModelRunner.profile_run and _dummy_run,
+  // vllm/v1/worker/gpu_model_runner.py; Worker.determine_available_memory gives the KV what the
+  // --gpu-memory-utilization share leaves after its peak; local-inference-lab/vllm@69520bc).
+  // vLLM v0 profiled max_num_batched_tokens over max_num_seqs sequences the same way
+  // (vllm/worker/model_runner.py profile_run), and TGI's warmup is a prefill of its token budget
+  // that computes the logits of every prompt token (prefill_logprobs in the warmup requests of
+  // backends/v3/src/client/grpc_client.rs), which max_num_seqs above that budget gives here.
+  const int64_t rows = std::min(profile_tokens, limits.max_num_seqs);
+  return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, profile_tokens, rows),
+                  fmt::format("--gpu-memory-utilization {:g} after a profile run of {} tokens in {} sequences",
+                              gpu_memory_utilization, profile_tokens, rows)};
 }
 
 void ContinuousPolicy::attach(PolicyEnv& env) {
@@ -58,10 +79,10 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     // exists but is smaller than one block, which the user fixes differently.
     if (env.num_gpu_blocks == 0 && env.kv_capacity_tokens < config_.block_size) {
       throw UserError(fmt::format(
-          "the KV memory left after the weights holds {} tokens, less than one block of "
-          "block_size={}: use a smaller block_size, or more memory (--gpu-memory-utilization, "
-          "--tp, a larger GPU)",
-          env.kv_capacity_tokens, config_.block_size));
+          "the KV memory left after the weights ({}) holds {} tokens, less than one block of "
+          "block_size={}: use a smaller block_size, or more memory (a larger share, --tp, a "
+          "larger GPU)",
+          env.kv_sizing_rule, env.kv_capacity_tokens, config_.block_size));
     }
     PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
     if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};

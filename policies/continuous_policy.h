@@ -256,7 +256,9 @@ class ContinuousPolicy final : public Policy {
   }
   bool repeat_decode_step(const Batch& batch) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
-  std::optional<KvSizing> kv_sizing(const CostModel& cost_model) const override;
+  // vLLM's rule after a profile run of this policy's budget, or TensorRT-LLM's with
+  // free_gpu_memory_fraction (the definition says where each comes from).
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
   // Both disaggregated roles, as vLLM v1 serves them with a KV connector (sim/policy.h).
   std::string unsupported_role_reason(PoolRole /*role*/) const override { return ""; }
   void release_held_kv(RequestId id) override;

@@ -47,7 +47,8 @@ const std::vector<PolicyInfo>& registered_policies() {
       // Its KV pool needs no rule of its own: after a warm-up prefill of max_batch_prefill_tokens
       // the server takes what get_free_memory(MEMORY_FRACTION * TGI_WIGGLE_ROOM) leaves, 1.0 x
       // 0.90 of the GPU less what is in use (flash_causal_lm.py warmup, models/globals.py, v3.3.7),
-      // which is --gpu-memory-utilization 0.9's form.
+      // which is --gpu-memory-utilization 0.9's form after a profile run of the budget
+      // (ContinuousPolicy::kv_sizing).
       {"tgi", "chunked-prefill",
        "TGI v3: chunked prefill mixed with the running decodes (max_batch_prefill_tokens 4096), a decode after every admission, KV reserved for prompt + max_new_tokens",
        {{"kv", "reserve"}, {"reserve_to", "output"}, {"max_num_batched_tokens", "4096"},

@@ -127,7 +127,8 @@ int64_t SglangPolicy::chunked_prefill_size(int64_t gpu_memory_bytes) const {
   return config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : sglang_chunked_prefill_size(gpu_memory_bytes);
 }
 
-std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_model) const {
+std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_model,
+                                                        double /*gpu_memory_utilization*/) const {
   const bool given = config_.mem_fraction_static > 0;
   const int64_t memory = cost_model.gpu().memory_bytes;
   const double fraction = given ? config_.mem_fraction_static

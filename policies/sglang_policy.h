@@ -140,7 +140,7 @@ class SglangPolicy final : public Policy {
   }
   const KvCacheManager& kv_cache() const override { return *kv_; }
   // SGLang sizes its KV pool by mem_fraction_static (SglangPolicyConfig::mem_fraction_static).
-  std::optional<KvSizing> kv_sizing(const CostModel& cost_model) const override;
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
 
   const SglangPolicyConfig& config() const { return config_; }
   double new_token_ratio() const { return new_token_ratio_; }

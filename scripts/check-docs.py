@@ -19,7 +19,12 @@ or would track), with the build folder linked in as ``build``: commands may writ
 would (``results/``, a profile under ``hwmodel/profiles/``) without touching this checkout, and
 a block may use what an earlier block of the same run wrote.
 
-usage: scripts/check-docs.py [--build DIR] [--list] [--keep] [--timeout S] [--only TEXT]
+With ``--record DIR`` each command's output is also written to DIR (one file per command,
+named by its place), so that two runs, before and after a change, can be compared with
+``diff -r`` to find the documented outputs that the change moved (``--keep`` keeps the files
+the commands wrote as well).
+
+usage: scripts/check-docs.py [--build DIR] [--list] [--keep] [--record DIR] [--timeout S] [--only TEXT]
 """
 
 import argparse
@@ -168,6 +173,7 @@ def main(argv):
     ap.add_argument("--build", default=str(ROOT / "build"), help="the CMake build folder (default build/)")
     ap.add_argument("--list", action="store_true", help="list the blocks, run nothing")
     ap.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    ap.add_argument("--record", default="", help="write each command's output to a file in this folder")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per block (default 600)")
     ap.add_argument("--only", default="", help="run only blocks whose place (FILE:LINE) contains this")
     ap.add_argument("--python", default="", help="the python3 the commands run (the one the batchsim "
@@ -198,6 +204,9 @@ def main(argv):
         return 2
     work = scratch_copy(build)
     failed = []
+    record = Path(args.record) if args.record else None
+    if record:
+        record.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LC_ALL="C.UTF-8")
     if not args.python:
         args.python = built_for_python(build)
@@ -213,7 +222,7 @@ def main(argv):
             if b.skip:
                 print(f"SKIP {b.where}: {b.skip}")
                 continue
-            for command in b.commands:
+            for k, command in enumerate(b.commands):
                 start = time.monotonic()
                 try:
                     r = subprocess.run(["bash", "-eo", "pipefail", "-c", command], cwd=work, env=env,
@@ -222,6 +231,9 @@ def main(argv):
                 except subprocess.TimeoutExpired as e:
                     rc, output = "timeout", f"(more than {args.timeout:.0f} s)\n{e.stdout or ''}{e.stderr or ''}"
                 seconds = time.monotonic() - start
+                if record:
+                    name = f"{b.where.replace('/', '_').replace(':', '_')}_{k}.out"
+                    (record / name).write_text(f"$ {command}\n{output}", encoding="utf-8")
                 first = command.strip().splitlines()[0][:70]
                 if rc == 0:
                     print(f"ok   {b.where} ({seconds:.1f} s): {first}")

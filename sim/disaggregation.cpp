@@ -21,13 +21,13 @@ constexpr uint32_t kDecodeRouterStream = 17;
 
 Policy::KvSizing Simulation::size_kv(const Policy& policy, const CostModel& cm) const {
   if (options_.engine_kv_rules) {
-    if (std::optional<Policy::KvSizing> own = policy.kv_sizing(cm)) return *own;
+    if (std::optional<Policy::KvSizing> own = policy.kv_sizing(cm, options_.gpu_memory_utilization)) return *own;
   }
   return {cm.kv_capacity_tokens(options_.gpu_memory_utilization),
           fmt::format("--gpu-memory-utilization {}", options_.gpu_memory_utilization)};
 }
 
-int64_t Simulation::pool_kv_tokens(const Policy& policy, const CostModel& cm, int64_t num_gpu_blocks) const {
+Policy::KvSizing Simulation::pool_kv_sizing(const Policy& policy, const CostModel& cm, int64_t num_gpu_blocks) const {
   const Policy::KvSizing kv = size_kv(policy, cm);
   if (kv.tokens < 1 && num_gpu_blocks <= 0) {
     const ModelSpec& m = cm.model();
@@ -38,7 +38,7 @@ int64_t Simulation::pool_kv_tokens(const Policy& policy, const CostModel& cm, in
         static_cast<double>(m.weight_bytes()) / kGiB / cm.tensor_parallel(), cm.tensor_parallel(), cm.gpu().name,
         static_cast<double>(cm.gpu().memory_bytes) / kGiB, kv.rule));
   }
-  return kv.tokens;
+  return kv;
 }
 
 void Simulation::set_up_pools() {
@@ -59,13 +59,14 @@ void Simulation::set_up_pools() {
   }
   const int64_t decode_blocks = d.decode_num_gpu_blocks >= 0 ? d.decode_num_gpu_blocks : options_.num_gpu_blocks;
   // The last replica is a decode one (the prefill pool comes first).
-  const int64_t decode_tokens = pool_kv_tokens(*replicas_.back().policy, decode_cm, decode_blocks);
+  const Policy::KvSizing decode_kv = pool_kv_sizing(*replicas_.back().policy, decode_cm, decode_blocks);
   for (Replica& r : replicas_) {
     const bool prefill = r.index < d.prefill_replicas;
     r.role = prefill ? PoolRole::kPrefill : PoolRole::kDecode;
     if (!prefill) {
       r.cost_model = &decode_cm;
-      r.kv_capacity_tokens = decode_tokens;
+      r.kv_capacity_tokens = decode_kv.tokens;
+      r.kv_sizing_rule = decode_kv.rule;
       r.num_gpu_blocks = decode_blocks;
     }
     const std::string why = r.policy->unsupported_role_reason(r.role);

@@ -85,6 +85,9 @@ struct PolicyEnv {
   // KV memory in tokens: from GPU memory, utilisation and weights, or num_gpu_blocks x
   // kDefaultBlockSize when that is set.
   int64_t kv_capacity_tokens = 0;
+  // How kv_capacity_tokens was sized, in words, for a policy's messages about it (the engine's
+  // rule, Policy::kv_sizing, or --num-gpu-blocks).
+  std::string kv_sizing_rule;
   // SimulationOptions::num_gpu_blocks: a paged manager has exactly this many blocks (0: as
   // many as kv_capacity_tokens holds).
   int64_t num_gpu_blocks = 0;
@@ -174,16 +177,20 @@ class Policy {
   // either way: tests run every policy with fast-forward on and off and compare the outputs.
   virtual bool repeat_decode_step(const Batch& /*batch*/) { return false; }
 
-  // The KV cache of a replica on `cost_model` when this policy's engine sizes it by a rule of
-  // its own instead of --gpu-memory-utilization (SGLang's mem_fraction_static, TensorRT-LLM's
-  // free_gpu_memory_fraction): the capacity in
-  // tokens, and the rule in words for the message when the weights leave no room. nullopt (the
-  // default): --gpu-memory-utilization's. --num-gpu-blocks overrides either.
+  // The KV cache of a replica on `cost_model` as this policy's engine sizes it: the capacity in
+  // tokens, and the rule in words for the messages when the weights leave no room. Engines
+  // profile their own largest step before they size it (vLLM: --gpu-memory-utilization's share
+  // of the GPU, `gpu_memory_utilization`, less what a profile run of its token budget took),
+  // or apply a rule of their own (SGLang's mem_fraction_static, TensorRT-LLM's
+  // free_gpu_memory_fraction). nullopt (the default): --gpu-memory-utilization's share after a
+  // default profile run (CostModel::kv_capacity_tokens). --num-gpu-blocks overrides any.
   struct KvSizing {
     int64_t tokens = 0;
     std::string rule;
   };
-  virtual std::optional<KvSizing> kv_sizing(const CostModel& /*cost_model*/) const { return std::nullopt; }
+  virtual std::optional<KvSizing> kv_sizing(const CostModel& /*cost_model*/, double /*gpu_memory_utilization*/) const {
+    return std::nullopt;
+  }
 
   // Disaggregated pools (see the header comment): why this policy cannot serve `role`, or ""
   // when it can. Every policy serves kColocated.

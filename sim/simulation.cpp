@@ -206,6 +206,7 @@ SimulationResult Simulation::run() {
     r.index = static_cast<int32_t>(i);
     r.cost_model = &cost_model_;
     r.kv_capacity_tokens = result_.kv_capacity_tokens;
+    r.kv_sizing_rule = kv.rule;
     r.num_gpu_blocks = options_.num_gpu_blocks;
     r.tbt_s.sketch = streaming();
   }
@@ -217,6 +218,8 @@ SimulationResult Simulation::run() {
     env.progress = &progress_;
     env.cost_model = r.cost_model;
     env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
+    env.kv_sizing_rule =
+        r.num_gpu_blocks > 0 ? fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks) : r.kv_sizing_rule;
     env.num_gpu_blocks = r.num_gpu_blocks;
     env.max_model_len = r.cost_model->model().max_context_tokens;
     env.role = r.role;

@@ -221,6 +221,7 @@ class Simulation {
     const CostModel* cost_model = nullptr;  // its pool's
     PoolRole role = PoolRole::kColocated;
     int64_t kv_capacity_tokens = 0;         // its KV memory, over which its KV fractions are taken
+    std::string kv_sizing_rule;             // how that was sized (PolicyEnv::kv_sizing_rule)
     int64_t num_gpu_blocks = 0;             // its pool's SimulationOptions::num_gpu_blocks
     int64_t preemptions = 0;                // made by its policy
     int64_t schedules = 0;                  // schedule() calls so far
@@ -360,7 +361,7 @@ class Simulation {
   // Roles, cost models and KV memory of the replicas; the prefill pool's view of the requests.
   void set_up_pools();
   // The decode replicas' own KV memory: their pool's, from memory or num_gpu_blocks.
-  int64_t pool_kv_tokens(const Policy& policy, const CostModel& cost_model, int64_t num_gpu_blocks) const;
+  Policy::KvSizing pool_kv_sizing(const Policy& policy, const CostModel& cost_model, int64_t num_gpu_blocks) const;
   // A replica's KV tokens on `cost_model`: by its policy's engine's rule (Policy::kv_sizing), or
   // by --gpu-memory-utilization; with the rule in words.
   Policy::KvSizing size_kv(const Policy& policy, const CostModel& cost_model) const;

@@ -1,6 +1,7 @@
-// How each engine sizes its KV cache: vLLM's --gpu-memory-utilization (hwmodel/cost_model.h),
-// SGLang's mem_fraction_static (policies/sglang_policy.h), TensorRT-LLM's
-// free_gpu_memory_fraction (policies/continuous_policy.h), through a whole run.
+// How each engine sizes its KV cache: vLLM's --gpu-memory-utilization after a profile run of its
+// budget (hwmodel/cost_model.h, policies/continuous_policy.h), SGLang's mem_fraction_static
+// (policies/sglang_policy.h), TensorRT-LLM's free_gpu_memory_fraction
+// (policies/continuous_policy.h), through a whole run.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -25,6 +26,39 @@ RunConfig short_run(const std::string& model, const std::string& gpu, const std:
   return c;
 }
 int64_t capacity(const RunConfig& config) { return run_simulation(config).result.kv_capacity_tokens; }
+
+// vLLM's pool is --gpu-memory-utilization's share of the GPU less the weights and the peak of a
+// profile run of its own budget: max_num_batched_tokens over min(that, max_num_seqs) sampled
+// requests. A larger budget leaves less KV; so do more sampled rows.
+TEST(VllmMemory, TheKvPoolIsTheShareLeftAfterAProfileRunOfTheBudget) {
+  const RunConfig c = short_run("llama-3-8b", "h100-sxm", "vllm");
+  const CostModel cm(resolve_model(c.model), resolve_gpu(c.gpu));
+  // The preset on an H100 behind the API server: 8192 tokens, 1024 sequences.
+  EXPECT_EQ(capacity(c), cm.kv_capacity_tokens(0.9, 8192, 1024));
+  EXPECT_LT(capacity(c), cm.kv_capacity_tokens(0.9, 8192, 256));  // 768 more rows of 128k logits
+  RunConfig large = c;
+  large.policy_opts["max_num_batched_tokens"] = "32768";
+  EXPECT_EQ(capacity(large), cm.kv_capacity_tokens(0.9, 32768, 1024));
+  EXPECT_LT(capacity(large), capacity(c));
+  // aiconfigurator's deployment of 8 clients of 4096-token prompts: 5604 tokens, 8 sequences.
+  RunConfig deployed = c;
+  deployed.policy_opts = {{"max_num_batched_tokens", "5604"}, {"max_num_seqs", "8"}};
+  EXPECT_EQ(capacity(deployed), cm.kv_capacity_tokens(0.9, 5604, 8));
+  EXPECT_GT(capacity(deployed), capacity(c));
+  RunConfig other_utilization = c;
+  other_utilization.gpu_memory_utilization = 0.5;
+  EXPECT_EQ(capacity(other_utilization), cm.kv_capacity_tokens(0.5, 8192, 1024));
+  // vLLM v0 without chunked prefill: a budget of max(max_model_len, 2048) tokens in 256
+  // sequences (Llama-3-8B: 8192).
+  EXPECT_EQ(capacity(short_run("llama-3-8b", "h100-sxm", "vllm-v0")), cm.kv_capacity_tokens(0.9, 8192, 256));
+  // TGI's warmup computes the logits of every prompt token of its prefill budget.
+  // (The preset's max_batch_prefill_tokens: 4096.)
+  EXPECT_EQ(capacity(short_run("llama-3-8b", "h100-sxm", "tgi")), cm.kv_capacity_tokens(0.9, 4096, 4096));
+  // --num-gpu-blocks still sizes it directly.
+  RunConfig blocks = c;
+  blocks.num_gpu_blocks = 100;
+  EXPECT_EQ(capacity(blocks), 1600);
+}
 
 // The sglang policy's KV pool is what its mem_fraction_static leaves after the weights and the
 // CUDA context, whatever --gpu-memory-utilization says; --num-gpu-blocks still sizes it directly.
@@ -67,9 +101,10 @@ TEST(TrtllmMemory, TheKvPoolIsAShareOfWhatTheProfileRunLeaves) {
   const RunConfig c = short_run("llama-3-8b", "h100-sxm", "trtllm");
   const CostModel cm(resolve_model(c.model), resolve_gpu(c.gpu));
   const double per_token = static_cast<double>(cm.model().kv_bytes_per_token());
+  // Its dummy requests of up to max_seq_len (8192 for Llama-3-8B) tokens sample one row each.
   const auto share_of_free = [&](double fraction, int64_t profile_tokens) {
     const double free = static_cast<double>(cm.gpu().memory_bytes) - static_cast<double>(cm.model().weight_bytes()) -
-                        cm.activation_reserve_bytes(profile_tokens);
+                        cm.activation_reserve_bytes(profile_tokens, 1);
     return static_cast<int64_t>(free * fraction / per_token);
   };
   EXPECT_EQ(capacity(c), share_of_free(0.9, 8192));  // the preset's max_num_tokens 8192
@@ -81,10 +116,11 @@ TEST(TrtllmMemory, TheKvPoolIsAShareOfWhatTheProfileRunLeaves) {
   deployed.policy_opts = {{"free_gpu_memory_fraction", "0.8"}, {"max_num_batched_tokens", "2560"}};
   EXPECT_EQ(capacity(deployed), share_of_free(0.8, 2560));
   // Not vLLM's rule, which takes its share of the whole GPU: 0.9 x 80 GiB - 16 GiB - activations
-  // is less than 0.9 x (80 GiB - 16 GiB - activations).
+  // is less than 0.9 x (80 GiB - 16 GiB - activations). (The preset's 2048 sequences sample
+  // 2048 rows in vLLM's profile run.)
   RunConfig vllm_rule = c;
   vllm_rule.policy_opts["free_gpu_memory_fraction"] = "none";
-  EXPECT_EQ(capacity(vllm_rule), cm.kv_capacity_tokens(0.9));
+  EXPECT_EQ(capacity(vllm_rule), cm.kv_capacity_tokens(0.9, 8192, 2048));
   EXPECT_LT(capacity(vllm_rule), capacity(c));
   RunConfig out_of_range = c;
   out_of_range.policy_opts["free_gpu_memory_fraction"] = "1.5";

@@ -569,6 +569,7 @@ TEST(Rejection, KvMemorySmallerThanOneBlockIsAUserErrorThatSaysSo) {
   const std::string msg = user_error_of([&] { run_preset("continuous", w, cm); });
   EXPECT_NE(msg.find("holds 10 tokens, less than one block of block_size=16"), std::string::npos)
       << msg;
+  EXPECT_NE(msg.find("(--gpu-memory-utilization"), std::string::npos) << msg;  // the rule that sized it
   // A block that fits is fine.
   EXPECT_EQ(run_preset("continuous", w, cm, {{"block_size", "8"}}).result.summary.requests_completed, 1);
 }
