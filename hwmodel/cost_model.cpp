@@ -178,21 +178,24 @@ double CostModel::activation_reserve_bytes(int64_t activation_tokens, int64_t sa
   const auto& g = layer_gemms_;
   const double mlp_elements = static_cast<double>(g[static_cast<int>(LayerGemm::mlp_up)].n) +
                               static_cast<double>(g[static_cast<int>(LayerGemm::mlp_down)].k);
-  double per_token_elements = 4.0 * model_.hidden_size +
-                              static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n) +
-                              mlp_elements;
+  const double tokens = static_cast<double>(activation_tokens);
+  double elements = tokens * (4.0 * model_.hidden_size + static_cast<double>(g[static_cast<int>(LayerGemm::qkv)].n));
   if (model_.is_moe()) {
-    // The line above counted one expert's intermediate outputs; a token has k of them.
+    // fused_moe runs its tokens in chunks and sizes its intermediate caches (each token's k
+    // experts' up[/gate] and activated outputs, and their k outputs before the combine) for one
+    // chunk: min(tokens, VLLM_FUSED_MOE_CHUNK_SIZE = 16384) (vllm/model_executor/layers/
+    // fused_moe/fused_moe.py, vllm/envs.py; local-inference-lab/vllm@69520bc). The router
+    // logits and the shared expert run on every token at once.
     const auto& m = moe_gemms_;
-    per_token_elements += (model_.experts_per_token - 1) * mlp_elements +
-                          static_cast<double>(model_.experts_per_token) * model_.hidden_size +
-                          static_cast<double>(m.router.n) + static_cast<double>(m.shared_up.n) +
-                          static_cast<double>(m.shared_down.k);
+    const double chunk = std::min(tokens, kFusedMoeChunkTokens);
+    elements += chunk * model_.experts_per_token * (mlp_elements + static_cast<double>(model_.hidden_size)) +
+                tokens * (static_cast<double>(m.router.n) + static_cast<double>(m.shared_up.n) +
+                          static_cast<double>(m.shared_down.k));
+  } else {
+    elements += tokens * mlp_elements;
   }
   const double logits_bytes = static_cast<double>(sampler_rows) * lm_head_.n * 4.0;
-  return kRuntimeReserveBytes +
-         static_cast<double>(activation_tokens) * per_token_elements * kActivationBytes +
-         logits_bytes;
+  return kRuntimeReserveBytes + elements * kActivationBytes + logits_bytes;
 }
 
 int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization) const {

@@ -161,7 +161,8 @@ class CostModel {
   //     (residual, normed input, attention output, MLP output: 4 * hidden; the QKV output;
   //     the up[/gate] output and the activated FFN), all 16-bit (kActivationBytes); in an MoE
   //     layer the up[/gate] and activated outputs of the top-k experts (fused_moe's
-  //     intermediate caches), their k outputs of hidden before the combine, the router logits
+  //     intermediate caches), their k outputs of hidden before the combine (both for at most
+  //     kFusedMoeChunkTokens tokens, the chunk fused_moe runs at once), the router logits
   //     and the shared expert's up[/gate] and activated outputs
   //   + the sampler's fp32 logits for `sampler_rows` rows (vLLM's profile run samples one row per
   //     dummy request, min(max_num_batched_tokens, max_num_seqs) of them: _dummy_run in
@@ -172,6 +173,7 @@ class CostModel {
   static constexpr int64_t kDefaultActivationTokens = 8192;  // a common max_num_batched_tokens
   static constexpr double kRuntimeReserveBytes = 1024.0 * 1024.0 * 1024.0;
   static constexpr int64_t kSamplerRows = 256;
+  static constexpr double kFusedMoeChunkTokens = 16384;
 
   const ModelSpec& model() const { return model_; }
   const HardwareProfile& gpu() const { return gpu_; }

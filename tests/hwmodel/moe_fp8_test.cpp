@@ -409,6 +409,16 @@ TEST(MoeCostModel, KvCapacityHoldsEveryExpertsWeights) {
   // router logits = 70,664; + 256 * 16000 fp32 logits.
   EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192),
                    1073741824.0 + 8192.0 * 2 * 70664 + 256.0 * 16000 * 4);
+  // fused_moe holds its experts' intermediates for one chunk of 16,384 tokens at most: beyond
+  // it a token adds only its own 4 * 4096 + 3072 + 8 elements, not the experts' 2 * (21504 +
+  // 4096).
+  const double experts_per_token = 2.0 * (14336 + 7168 + 4096);
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(32768) - cm.activation_reserve_bytes(16384),
+                   16384.0 * 2 * (70664 - experts_per_token));
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(16384) - cm.activation_reserve_bytes(8192),
+                   8192.0 * 2 * 70664);
+  // Fewer sampled rows, less reserve: 255 rows of 16,000 fp32 logits.
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192) - cm.activation_reserve_bytes(8192, 1), 255.0 * 16000 * 4);
   // 81,559 MiB * 0.9 - all 46.7B parameters' bytes / 2 GPUs - reserve, over 2 * 32 layers *
   // 4 KV heads * 128 * 2 bytes per token per GPU.
   const double free_bytes = 81559.0 * 1048576 * 0.9 - 46702526464.0 - 2247884800.0;
