@@ -226,6 +226,7 @@ nlohmann::ordered_json pools_json(const RunOutcome& outcome) {
     pj["busy_fraction"] = p.busy_fraction;
     pj["preemptions"] = p.preemptions;
     pj["kv"] = {{"capacity_tokens", p.kv_capacity_tokens},
+                {"capacity_rule", p.kv_capacity_rule},
                 {"allocated_fraction_mean", p.kv_allocated_fraction_mean},
                 {"allocated_fraction_peak", p.kv_allocated_fraction_peak}};
     j[p.role] = pj;
@@ -286,6 +287,7 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["bubble_fraction"] = s.bubble_fraction;
   j["busy_fraction"] = s.busy_fraction;
   j["kv"] = {{"capacity_tokens", outcome.result.kv_capacity_tokens},
+             {"capacity_rule", outcome.result.kv_capacity_rule},
              {"used_fraction_mean", s.kv_used_fraction_mean},
              {"used_fraction_peak", s.kv_used_fraction_peak},
              {"allocated_fraction_mean", s.kv_allocated_fraction_mean},

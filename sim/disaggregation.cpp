@@ -191,6 +191,7 @@ void Simulation::summarize_pools() {
       kv_area += r.kv_alloc_area;
       pool.kv_allocated_fraction_peak = std::max(pool.kv_allocated_fraction_peak, r.kv_alloc_peak);
       pool.kv_capacity_tokens = r.kv_capacity_tokens;
+      pool.kv_capacity_rule = r.kv_sizing_rule;
     }
     if (s.makespan_s > 0) pool.busy_fraction = busy_s / pool.replicas / s.makespan_s;
     if (busy_s > 0) pool.kv_allocated_fraction_mean = kv_area / busy_s;

@@ -223,6 +223,7 @@ struct PoolSummary {
   int64_t iterations = 0;
   double busy_fraction = 0;         // its replicas' mean computing time / the makespan
   int64_t kv_capacity_tokens = 0;   // per replica
+  std::string kv_capacity_rule;     // how that was sized (SimulationResult::kv_capacity_rule)
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // over its replicas' busy time
   int64_t preemptions = 0;          // preemptions its policies made
 };
@@ -340,6 +341,8 @@ struct SimulationResult {
   std::vector<HandoffRecord> handoffs;      // disaggregated runs, by request id; else empty
   Summary summary;
   int64_t kv_capacity_tokens = 0;
+  // How it was sized, in words: the engine's rule (Policy::kv_sizing) or --num-gpu-blocks.
+  std::string kv_capacity_rule;
   // Iterations advanced by decode fast-forward rather than one by one (a speed figure, not a
   // result: the results are the same either way).
   int64_t fast_forwarded_iterations = 0;

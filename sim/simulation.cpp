@@ -218,8 +218,8 @@ SimulationResult Simulation::run() {
     env.progress = &progress_;
     env.cost_model = r.cost_model;
     env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
-    env.kv_sizing_rule =
-        r.num_gpu_blocks > 0 ? fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks) : r.kv_sizing_rule;
+    if (r.num_gpu_blocks > 0) r.kv_sizing_rule = fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks);
+    env.kv_sizing_rule = r.kv_sizing_rule;
     env.num_gpu_blocks = r.num_gpu_blocks;
     env.max_model_len = r.cost_model->model().max_context_tokens;
     env.role = r.role;
@@ -274,6 +274,7 @@ SimulationResult Simulation::run() {
     if (r.num_gpu_blocks > 0) r.kv_capacity_tokens = r.policy->kv_cache().capacity_tokens();
   }
   result_.kv_capacity_tokens = replicas_.front().kv_capacity_tokens;
+  result_.kv_capacity_rule = replicas_.front().kv_sizing_rule;
 
   // The workload's arrivals are taken in order, each before any event at its time, as if all
   // had been queued up front (ahead of every later event: arrivals at one instant are all seen

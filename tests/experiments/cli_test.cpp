@@ -146,6 +146,9 @@ TEST(Cli, DtypeOptionsChangeKvCapacityAndAreEchoed) {
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_cli(args), 0);
     const auto summary = nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
+    // ... and says how it was sized.
+    EXPECT_THAT(summary["kv"]["capacity_rule"].get<std::string>(),
+                HasSubstr("--gpu-memory-utilization 0.9 after a profile run of"));
     return std::make_pair(summary["kv"]["capacity_tokens"].get<int64_t>(), summary["config"]);
   };
   const auto [bf16, bf16_config] = capacity({}, "auto");

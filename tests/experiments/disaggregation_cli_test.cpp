@@ -111,6 +111,12 @@ TEST(DisaggregationCli, HeterogeneousPoolsAreEchoedAndReported) {
   EXPECT_EQ(s["pools"]["decode"]["replicas"], 2);
   // The H100 and the A100 have about the same memory, but their KV capacities are their own.
   EXPECT_NE(s["pools"]["prefill"]["kv"]["capacity_tokens"], s["pools"]["decode"]["kv"]["capacity_tokens"]);
+  // Each after a profile run of its own pool's limits: vLLM's H100 defaults, the A100's 2048
+  // tokens with the decode pool's 64 sequences.
+  EXPECT_EQ(s["pools"]["prefill"]["kv"]["capacity_rule"],
+            "--gpu-memory-utilization 0.9 after a profile run of 8192 tokens in 1024 sequences");
+  EXPECT_EQ(s["pools"]["decode"]["kv"]["capacity_rule"],
+            "--gpu-memory-utilization 0.9 after a profile run of 2048 tokens in 64 sequences");
   const auto& t = s["pools"]["kv_transfer"];
   EXPECT_EQ(t["mode"], "layerwise");
   EXPECT_EQ(t["gbps_per_gpu"], 400.0);

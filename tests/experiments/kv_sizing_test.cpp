@@ -33,8 +33,10 @@ int64_t capacity(const RunConfig& config) { return run_simulation(config).result
 TEST(VllmMemory, TheKvPoolIsTheShareLeftAfterAProfileRunOfTheBudget) {
   const RunConfig c = short_run("llama-3-8b", "h100-sxm", "vllm");
   const CostModel cm(resolve_model(c.model), resolve_gpu(c.gpu));
-  // The preset on an H100 behind the API server: 8192 tokens, 1024 sequences.
+  // The preset on an H100 behind the API server: 8192 tokens, 1024 sequences; the run says so.
   EXPECT_EQ(capacity(c), cm.kv_capacity_tokens(0.9, 8192, 1024));
+  EXPECT_EQ(run_simulation(c).result.kv_capacity_rule,
+            "--gpu-memory-utilization 0.9 after a profile run of 8192 tokens in 1024 sequences");
   EXPECT_LT(capacity(c), cm.kv_capacity_tokens(0.9, 8192, 256));  // 768 more rows of 128k logits
   RunConfig large = c;
   large.policy_opts["max_num_batched_tokens"] = "32768";
@@ -58,6 +60,7 @@ TEST(VllmMemory, TheKvPoolIsTheShareLeftAfterAProfileRunOfTheBudget) {
   RunConfig blocks = c;
   blocks.num_gpu_blocks = 100;
   EXPECT_EQ(capacity(blocks), 1600);
+  EXPECT_EQ(run_simulation(blocks).result.kv_capacity_rule, "--num-gpu-blocks 100");
 }
 
 // The sglang policy's KV pool is what its mem_fraction_static leaves after the weights and the
