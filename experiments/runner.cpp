@@ -54,6 +54,17 @@ std::unique_ptr<Policy> make_pool_policy(const RunConfig& pool, PoolRole role) {
   return policy;
 }
 
+// The engine as the pool's server runs it: a server that sizes its CUDA graphs by a rule of its
+// own (Policy::cuda_graph_max_batch: SGLang's cuda_graph_max_bs) replaces the profile's cap,
+// where the engine runs graphs at all. A policy written in Python has no such rule.
+EngineProfile engine_for_pool(EngineProfile engine, const RunConfig& pool, const HardwareProfile& gpu,
+                              const RunHooks& hooks) {
+  if (hooks.make_policy || engine.cuda_graph_max_tokens <= 0) return engine;
+  const auto policy = make_policy(pool.policy, PolicyOptions(pool.policy_opts));
+  if (const std::optional<int64_t> cap = policy->cuda_graph_max_batch(gpu, pool.tp)) engine.cuda_graph_max_tokens = *cap;
+  return engine;
+}
+
 }  // namespace
 
 void check_run_pools(const RunConfig& config) {
@@ -72,8 +83,10 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   const RunConfig first_pool = is_disaggregated(config) ? pool_run_config(config, "prefill") : config;
   const ModelSpec model = resolve_run_model(first_pool);
   const HardwareProfile gpu = resolve_gpu(first_pool.gpu);
-  const CostModel cost_model(model, gpu, first_pool.tp,
-                             hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool)));
+  const CostModel cost_model(
+      model, gpu, first_pool.tp,
+      engine_for_pool(hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool)),
+                      first_pool, gpu, hooks));
 
   BuiltWorkload generated;
   if (hooks.source != nullptr) {
@@ -116,8 +129,9 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     const RunConfig decode = pool_run_config(config, "decode");
     add_replicas(prefill, config.prefill_replicas, PoolRole::kPrefill);
     add_replicas(decode, config.decode_replicas, PoolRole::kDecode);
-    decode_cost_model.emplace(resolve_run_model(decode), resolve_gpu(decode.gpu), decode.tp,
-                              resolve_engine(run_engine_name(decode)));
+    const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
+    decode_cost_model.emplace(resolve_run_model(decode), decode_gpu, decode.tp,
+                              engine_for_pool(resolve_engine(run_engine_name(decode)), decode, decode_gpu, hooks));
     DisaggregationOptions& d = options.disaggregation;
     d.prefill_replicas = config.prefill_replicas;
     d.decode_cost_model = &*decode_cost_model;

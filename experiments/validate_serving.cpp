@@ -244,9 +244,12 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   if (vllm_schedules_async(r) && vllm_family(base)) c.policy_opts["async_scheduling"] = "true";
   // SGLang sizes its KV pool by mem_fraction_static; the rule the sglang policy applies came with
   // v0.5.3 (sglang #10975), and the versions before it (from v0.4.7, sglang #7054) had their own.
+  // The same change gave cuda_graph_max_bs its rule by device; before it, 160 on any GPU of 25 GB
+  // or more.
   if (r.backend == "sglang" && base == "sglang" && version_before(r, 5, 3)) {
     c.policy_opts["mem_fraction_static"] =
         fmt::format("{:g}", sglang_mem_fraction_static_2025(resolve_gpu(o.gpu).memory_bytes, r.tp));
+    c.policy_opts["cuda_graph_max_bs"] = "160";
   }
   c.workload.arrival = "offline";
   c.workload.prompt_len = fmt::format("fixed:{}", r.isl);

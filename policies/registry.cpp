@@ -201,6 +201,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
       {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
       {"disable_overlap_schedule", "false", "false: the overlap scheduler chooses each batch while the one before runs, so a request arriving during an iteration waits one more (SGLang's default since 0.4) | true: --disable-overlap-schedule"},
+      {"cuda_graph_max_bs", "auto", "largest decode batch run as a CUDA graph (--cuda-graph-max-bs), in place of the engine profile's; auto: SGLang's rule by GPU memory and TP < 4 / >= 4, 8 below 20 GiB, 24 / 80 below 35, 32 / 160 below 60, 256 / 512 below 160 (H100, H200), else 512"},
       {"mem_fraction_static", "auto", "share of GPU memory for weights + KV pool, the rest kept for activations and CUDA graphs (--mem-fraction-static; --gpu-memory-utilization does not apply); auto: SGLang's rule, (memory - reserved) / memory, reserved 512 MiB + 1.5 x chunked_prefill_size + 2 x cuda_graph_max_bs + TP/8 GiB, at least 10 GiB above 60 GiB (0.835 on an H100 at TP 1)"},
   };
   static const std::vector<PolicyOptionDoc> example_sjf_docs = {
@@ -340,6 +341,7 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   c.mixed_chunk = o.get_bool("enable_mixed_chunk", false);
   c.overlap_schedule = !o.get_bool("disable_overlap_schedule", false);
   c.mem_fraction_static = is_auto("mem_fraction_static") ? 0.0 : o.get_double("mem_fraction_static", 0.0, 0.01, 0.99);
+  c.cuda_graph_max_bs = int_or_auto("cuda_graph_max_bs", 1 << 20);
   return c;
 }
 

@@ -58,10 +58,15 @@ int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes) {
   return sglang_device_defaults(gpu_memory_bytes, 1).chunked_prefill_size;
 }
 
-double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size) {
+int64_t sglang_cuda_graph_max_bs(int64_t gpu_memory_bytes, int tp) {
+  return sglang_device_defaults(gpu_memory_bytes, tp).cuda_graph_max_bs;
+}
+
+double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size,
+                                  int64_t cuda_graph_max_bs) {
   if (gpu_memory_bytes <= 0) return 0.88;  // SGLang's fallback without a known device
   const double mib = static_cast<double>(gpu_memory_bytes) / kMiB;
-  const int64_t cuda_graph_max_bs = sglang_device_defaults(gpu_memory_bytes, tp).cuda_graph_max_bs;
+  if (cuda_graph_max_bs <= 0) cuda_graph_max_bs = sglang_cuda_graph_max_bs(gpu_memory_bytes, tp);
   double reserved = 512.0 + 1.5 * static_cast<double>(std::max<int64_t>(chunked_prefill_size, 2048)) +
                     2.0 * static_cast<double>(cuda_graph_max_bs) + tp / 8.0 * 1024.0;
   if (mib > 60 * 1024) reserved = std::max(reserved, 10.0 * 1024.0);
@@ -133,9 +138,13 @@ std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_mo
   const int64_t memory = cost_model.gpu().memory_bytes;
   const double fraction = given ? config_.mem_fraction_static
                                 : sglang_mem_fraction_static(memory, cost_model.tensor_parallel(),
-                                                             chunked_prefill_size(memory));
+                                                             chunked_prefill_size(memory), config_.cuda_graph_max_bs);
   return KvSizing{cost_model.kv_capacity_tokens_static(fraction),
                   fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
+}
+
+std::optional<int64_t> SglangPolicy::cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const {
+  return config_.cuda_graph_max_bs > 0 ? config_.cuda_graph_max_bs : sglang_cuda_graph_max_bs(gpu.memory_bytes, tp);
 }
 
 void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {

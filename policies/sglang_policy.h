@@ -98,6 +98,10 @@ struct SglangPolicyConfig {
   // the GPU and TP degree (sglang_mem_fraction_static). The KV pool is what it leaves after the
   // weights (CostModel::kv_capacity_tokens_static); --gpu-memory-utilization does not apply.
   double mem_fraction_static = 0;
+  // The largest decode batch captured as a CUDA graph (--cuda-graph-max-bs); 0: SGLang's rule
+  // for the GPU and TP (sglang_cuda_graph_max_bs). It replaces the engine profile's
+  // cuda_graphs.max_tokens and enters the auto mem_fraction_static's reserve.
+  int64_t cuda_graph_max_bs = 0;
 };
 
 // chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
@@ -111,7 +115,14 @@ int64_t sglang_chunked_prefill_size(int64_t gpu_memory_bytes);
 // at TP >= 4), 32 below 60 (160), 256 below 160 (512), else 512. H100 80 GB at TP 1: 13,440 MiB,
 // 0.835. Not modelled: DP attention, speculative decoding and piecewise CUDA graphs (off by
 // default there) reserve more.
-double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size);
+// `cuda_graph_max_bs` 0: sglang_cuda_graph_max_bs's.
+double sglang_mem_fraction_static(int64_t gpu_memory_bytes, int tp, int64_t chunked_prefill_size,
+                                  int64_t cuda_graph_max_bs = 0);
+// cuda_graph_max_bs when not given, by the same chain over the device's memory (server_args.py
+// _handle_gpu_memory_settings): 8 below 20 GiB, 24 below 35 (80 at TP >= 4), 32 below 60 (160),
+// 256 below 160 (512: H100, H200), else 512; 160 without a known device. (Before sglang
+// #10975, 0.4 to 0.5.2, 160 on every GPU of 25 GB or more: the `sglang` engine profile's.)
+int64_t sglang_cuda_graph_max_bs(int64_t gpu_memory_bytes, int tp);
 // The rule before #10975 (sglang #7054, 2025-06-10: SGLang 0.4.7 to 0.5.2): reserved = (2.8 +
 // tp / 10) GiB below 35 GiB, (9.5 + tp / 2) GiB below 90 (H100, A100-80GB), (12 + tp / 2) GiB
 // below 160 (H20, H200), else 32 GiB. H100 80 GB at TP 1: 0.874.
@@ -141,6 +152,8 @@ class SglangPolicy final : public Policy {
   const KvCacheManager& kv_cache() const override { return *kv_; }
   // SGLang sizes its KV pool by mem_fraction_static (SglangPolicyConfig::mem_fraction_static).
   std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
+  // cuda_graph_max_bs, given or by SGLang's rule.
+  std::optional<int64_t> cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const override;
 
   const SglangPolicyConfig& config() const { return config_; }
   double new_token_ratio() const { return new_token_ratio_; }

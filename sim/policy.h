@@ -192,6 +192,14 @@ class Policy {
     return std::nullopt;
   }
 
+  // The largest decode batch the engine runs as a CUDA graph when the server sets it by a rule
+  // of its own (SGLang's cuda_graph_max_bs, by GPU memory and TP), replacing the engine
+  // profile's cuda_graphs.max_tokens (where the engine runs graphs at all). nullopt (the
+  // default): the engine profile's.
+  virtual std::optional<int64_t> cuda_graph_max_batch(const HardwareProfile& /*gpu*/, int /*tp*/) const {
+    return std::nullopt;
+  }
+
   // Disaggregated pools (see the header comment): why this policy cannot serve `role`, or ""
   // when it can. Every policy serves kColocated.
   virtual std::string unsupported_role_reason(PoolRole role) const;

@@ -97,6 +97,38 @@ TEST(SglangMemory, TheKvPoolIsWhatMemFractionStaticLeavesAfterTheWeights) {
   EXPECT_NE(bad.find("mem_fraction_static"), std::string::npos) << bad;
 }
 
+// The sglang policy runs decode batches as CUDA graphs up to its cuda_graph_max_bs (SGLang's
+// rule: 32 sequences on a 40 GB A100 at TP 1), not the engine profile's 160: decode steps of 33
+// to 64 sequences launch every kernel unless the option raises the cap, which also reserves
+// more memory for graphs. (An engine whose launches cost 1 ms each makes the launches show.)
+// An engine without graphs has none to resize.
+TEST(SglangCudaGraphs, TheServersCapReplacesTheEngineProfiles) {
+  const auto dir = testing::scratch_dir("sglang-cuda-graphs");
+  const auto slow_launches = testing::write_text_file(
+      dir, "slow-launches.yaml",
+      "base: sglang\nname: slow-launches\ndescription: sglang with 1 ms launches\n"
+      "launch: {per_kernel_s: 0.001, kernels_per_layer: 10, kernels_per_iteration: 6}\nsources: a test\n");
+  RunConfig c = short_run("opt-13b", "a100-40gb", "sglang");
+  c.engine = slow_launches.string();
+  c.workload.num_requests = 64;
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = "fixed:64";
+  c.workload.output_len = "fixed:64";
+  const auto makespan = [](const RunConfig& config) { return run_simulation(config).result.summary.makespan_s; };
+  RunConfig raised = c;
+  raised.policy_opts["cuda_graph_max_bs"] = "64";
+  RunConfig engine_cap = c;
+  engine_cap.policy_opts["cuda_graph_max_bs"] = "160";  // the engine profile's own
+  EXPECT_GT(makespan(c), 5 * makespan(raised));         // 63 decode steps of 400 launches
+  EXPECT_EQ(makespan(raised), makespan(engine_cap));     // no batch above 64 either way
+  EXPECT_GT(capacity(c), capacity(raised));              // 2 x (64 - 32) MiB more for graphs
+  RunConfig bare = c;
+  bare.engine = "bare";
+  RunConfig bare_raised = raised;
+  bare_raised.engine = "bare";
+  EXPECT_EQ(makespan(bare), makespan(bare_raised));
+}
+
 // The trtllm preset's KV pool is free_gpu_memory_fraction (0.9, TensorRT-LLM's default) of the
 // memory its profile run of max_num_tokens leaves after the weights, whatever
 // --gpu-memory-utilization says; "none" gives --gpu-memory-utilization's rule back.

@@ -335,6 +335,23 @@ TEST(SglangMemory, MemFractionStaticFollowsSglangsRule) {
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 8), 0.831);    // 67,735 / 81,559
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(143'771 * kMiB, 1), 0.911);  // 131,483 / 143,771
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(0, 1, 8192), 0.88);  // no known device
+  // A given cuda_graph_max_bs enters the reserve instead: 512 on the A100 adds 2 x 480 MiB,
+  // 7,808 MiB; 33,152 / 40,960.
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(40'960 * kMiB, 1, 4096, 512), 0.809);
+}
+
+// cuda_graph_max_bs when not given, by the same chain (TP < 4 / >= 4).
+TEST(SglangMemory, CudaGraphMaxBsFollowsSglangsRule) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(sglang_cuda_graph_max_bs(16 * kGiB, 1), 8);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(24 * kGiB, 1), 24);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(24 * kGiB, 4), 80);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(40 * kGiB, 1), 32);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(40 * kGiB, 8), 160);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(80 * kGiB, 2), 256);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(80 * kGiB, 4), 512);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(192 * kGiB, 1), 512);
+  EXPECT_EQ(sglang_cuda_graph_max_bs(0, 1), 160);  // no known device
 }
 
 }  // namespace
