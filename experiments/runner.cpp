@@ -56,12 +56,10 @@ std::unique_ptr<Policy> make_pool_policy(const RunConfig& pool, PoolRole role) {
 
 // The engine as the pool's server runs it: a server that sizes its CUDA graphs by a rule of its
 // own (Policy::cuda_graph_max_batch: SGLang's cuda_graph_max_bs) replaces the profile's cap,
-// where the engine runs graphs at all. A policy written in Python has no such rule.
-EngineProfile engine_for_pool(EngineProfile engine, const RunConfig& pool, const HardwareProfile& gpu,
-                              const RunHooks& hooks) {
-  if (hooks.make_policy || engine.cuda_graph_max_tokens <= 0) return engine;
-  const auto policy = make_policy(pool.policy, PolicyOptions(pool.policy_opts));
-  if (const std::optional<int64_t> cap = policy->cuda_graph_max_batch(gpu, pool.tp)) engine.cuda_graph_max_tokens = *cap;
+// where the engine runs graphs at all.
+EngineProfile engine_for_pool(EngineProfile engine, const Policy& policy, const HardwareProfile& gpu, int tp) {
+  if (engine.cuda_graph_max_tokens <= 0) return engine;
+  if (const std::optional<int64_t> cap = policy.cuda_graph_max_batch(gpu, tp)) engine.cuda_graph_max_tokens = *cap;
   return engine;
 }
 
@@ -83,29 +81,8 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   const RunConfig first_pool = is_disaggregated(config) ? pool_run_config(config, "prefill") : config;
   const ModelSpec model = resolve_run_model(first_pool);
   const HardwareProfile gpu = resolve_gpu(first_pool.gpu);
-  const CostModel cost_model(
-      model, gpu, first_pool.tp,
-      engine_for_pool(hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool)),
-                      first_pool, gpu, hooks));
+  const EngineProfile engine = hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool));
 
-  BuiltWorkload generated;
-  if (hooks.source != nullptr) {
-    // Streaming: no workload in memory, and memory bounded by the slots, not the requests.
-    if (const std::string why = streaming_unsupported_reason(config); !why.empty()) {
-      throw UserError(fmt::format("--streaming with {}: not supported yet", why));
-    }
-    if (hooks.make_policy) throw UserError("--streaming with a policy written in Python: not supported yet");
-    workload = &generated;
-  } else if (workload == nullptr) {
-    generated = build_workload(config.workload);
-    workload = &generated;
-  }
-  if (hooks.source == nullptr) {
-    // A policy from outside the registry is sized as the continuous base, the smaller estimate.
-    const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
-    const auto requests = static_cast<int64_t>(workload->requests.size());
-    check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
-  }
   // One policy instance per replica: each has its own queues and KV cache. A disaggregated
   // run's prefill pool comes first, then its decode pool, each with its pool's policy.
   std::vector<std::unique_ptr<Policy>> policies;
@@ -129,9 +106,11 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     const RunConfig decode = pool_run_config(config, "decode");
     add_replicas(prefill, config.prefill_replicas, PoolRole::kPrefill);
     add_replicas(decode, config.decode_replicas, PoolRole::kDecode);
+    // The last replica is a decode one: its policy may set the decode engine's CUDA graphs.
     const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
     decode_cost_model.emplace(resolve_run_model(decode), decode_gpu, decode.tp,
-                              engine_for_pool(resolve_engine(run_engine_name(decode)), decode, decode_gpu, hooks));
+                              engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu,
+                                              decode.tp));
     DisaggregationOptions& d = options.disaggregation;
     d.prefill_replicas = config.prefill_replicas;
     d.decode_cost_model = &*decode_cost_model;
@@ -142,6 +121,27 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     d.mode = parse_kv_transfer_mode(config.kv_transfer);
   } else {
     add_replicas(config, config.replicas, PoolRole::kColocated);
+  }
+  // The first replica is the first pool's (the prefill pool comes first).
+  const CostModel cost_model(model, gpu, first_pool.tp, engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
+
+  BuiltWorkload generated;
+  if (hooks.source != nullptr) {
+    // Streaming: no workload in memory, and memory bounded by the slots, not the requests.
+    if (const std::string why = streaming_unsupported_reason(config); !why.empty()) {
+      throw UserError(fmt::format("--streaming with {}: not supported yet", why));
+    }
+    if (hooks.make_policy) throw UserError("--streaming with a policy written in Python: not supported yet");
+    workload = &generated;
+  } else if (workload == nullptr) {
+    generated = build_workload(config.workload);
+    workload = &generated;
+  }
+  if (hooks.source == nullptr) {
+    // A policy from outside the registry is sized as the continuous base, the smaller estimate.
+    const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
+    const auto requests = static_cast<int64_t>(workload->requests.size());
+    check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
   }
 
   options.gpu_memory_utilization = config.gpu_memory_utilization;
