@@ -65,9 +65,7 @@ std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cos
   // that computes the logits of every prompt token (prefill_logprobs in the warmup requests of
   // backends/v3/src/client/grpc_client.rs), which max_num_seqs above that budget gives here.
   const int64_t rows = std::min(profile_tokens, limits.max_num_seqs);
-  return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, profile_tokens, rows),
-                  fmt::format("--gpu-memory-utilization {:g} after a profile run of {} tokens in {} sequences",
-                              gpu_memory_utilization, profile_tokens, rows)};
+  return after_profile_run(cost_model, gpu_memory_utilization, profile_tokens, rows);
 }
 
 void ContinuousPolicy::attach(PolicyEnv& env) {

@@ -282,6 +282,28 @@ class PythonPolicy final : public Policy {
 
   const KvCacheManager& kv_cache() const override { return *kv_; }
 
+  // The policy's largest step, from its profile_step(max_model_len) (batchsim.Policy), sizes
+  // the KV pool as vLLM's profile run does; None keeps the default profile run.
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(impl_, "profile_step")) return std::nullopt;
+    const py::object step = impl_.attr("profile_step")(cost_model.model().max_context_tokens);
+    if (step.is_none()) return std::nullopt;
+    std::pair<int64_t, int64_t> tokens_sequences;
+    try {
+      tokens_sequences = step.cast<std::pair<int64_t, int64_t>>();
+    } catch (const py::cast_error&) {
+      throw UserError(fmt::format("policy {}: profile_step() must return None or (tokens, sequences), two "
+                                  "integers, not {}", name_, py::repr(step).cast<std::string>()));
+    }
+    const auto [tokens, sequences] = tokens_sequences;
+    if (tokens < 1 || sequences < 1 || sequences > tokens) {
+      throw UserError(fmt::format("policy {}: profile_step() returned ({}, {}): a step needs at least one token "
+                                  "and 1 to `tokens` sequences", name_, tokens, sequences));
+    }
+    return after_profile_run(cost_model, gpu_memory_utilization, tokens, sequences);
+  }
+
  private:
   py::object impl_;
   std::string name_;

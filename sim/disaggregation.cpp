@@ -23,8 +23,8 @@ Policy::KvSizing Simulation::size_kv(const Policy& policy, const CostModel& cm) 
   if (options_.engine_kv_rules) {
     if (std::optional<Policy::KvSizing> own = policy.kv_sizing(cm, options_.gpu_memory_utilization)) return *own;
   }
-  return {cm.kv_capacity_tokens(options_.gpu_memory_utilization),
-          fmt::format("--gpu-memory-utilization {}", options_.gpu_memory_utilization)};
+  return Policy::after_profile_run(cm, options_.gpu_memory_utilization, CostModel::kDefaultActivationTokens,
+                                   CostModel::kSamplerRows);
 }
 
 Policy::KvSizing Simulation::pool_kv_sizing(const Policy& policy, const CostModel& cm, int64_t num_gpu_blocks) const {

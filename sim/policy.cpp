@@ -27,6 +27,13 @@ std::string Policy::unsupported_role_reason(PoolRole role) const {
                      name(), pool_role_name(role));
 }
 
+Policy::KvSizing Policy::after_profile_run(const CostModel& cost_model, double gpu_memory_utilization,
+                                           int64_t tokens, int64_t sequences) {
+  return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, tokens, sequences),
+                  fmt::format("--gpu-memory-utilization {:g} after a profile run of {} tokens in {} sequences",
+                              gpu_memory_utilization, tokens, sequences)};
+}
+
 const std::string* PolicyOptions::lookup(const std::string& key) const {
   auto it = values_.find(key);
   if (it == values_.end()) return nullptr;

@@ -19,6 +19,8 @@ The simulation calls a policy exactly as it calls a C++ one (sim/policy.h; polic
    requests that produced their last token; release their KV and forget them.
 
 and ``idle()`` at any time: True when the policy holds no waiting or running request.
+Optionally ``profile_step(max_model_len)``, before ``attach``: the policy's largest step, which
+sizes the KV pool as the engine's profile run would (see its docstring).
 
 What a policy reads: ``env.request(id)`` (arrival_s, prompt_tokens, output_tokens, max_tokens,
 priority), ``env.progress(id)`` (state, computed_tokens, generated_tokens, preemptions: a copy,
@@ -53,3 +55,14 @@ class Policy:
 
     def idle(self):
         raise NotImplementedError(f"{type(self).__name__}.idle")
+
+    def profile_step(self, max_model_len):
+        """The largest step this policy runs, as ``(tokens, sequences)``, or None.
+
+        Called before ``attach``, once per run (per pool). Engines measure the peak memory of such a step
+        before they size the KV cache (vLLM's profile run of max_num_batched_tokens over
+        min(max_num_batched_tokens, max_num_seqs) sampled sequences), so a policy that declares
+        its own gets the pool its engine would have, as the C++ continuous policies do. None, the
+        default, sizes the pool after a step of 8192 tokens in 256 sequences.
+        """
+        return None

@@ -26,6 +26,12 @@ class FcfsContinuous(Policy):
         self.waiting = deque()
         self.running = []  # admission order: the newest at the back
 
+    def profile_step(self, max_model_len):
+        # vLLM's profile run of the budget over min(budget, max_num_seqs) sequences, as the C++
+        # policy sizes its pool (ContinuousPolicy::kv_sizing).
+        budget = max(max_model_len, 2048)
+        return budget, min(budget, self.max_num_seqs)
+
     def on_arrival(self, id, now_s):
         env, r = self.env, self.env.request(id)
         if env.reject_over_context(id):

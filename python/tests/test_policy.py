@@ -14,12 +14,17 @@ def summary_without_policy_name(result):
     return s
 
 
-# The KV pool is given in blocks: a Python policy's is otherwise sized after the default profile
-# run (Policy::kv_sizing), the C++ policy's after a step of its own budget.
+# Without num_gpu_blocks both pools are sized after a profile run of the policy's own largest step
+# (FcfsContinuous.profile_step, ContinuousPolicy::kv_sizing).
+RULE_SIZED_RUN = {k: v for k, v in SMALL_RUN.items() if k != "num_gpu_blocks"}
+TIGHT_RULE_SIZED_RUN = dict(RULE_SIZED_RUN, gpu_memory_utilization=0.2)  # 3,989 KV tokens
+
+
 @pytest.mark.parametrize("options", [
     SMALL_RUN,                                                  # preempts: 200 blocks
-    dict(SMALL_RUN, num_gpu_blocks=20000, replicas=2),          # plenty of KV, two replicas
-    dict(SMALL_RUN, num_gpu_blocks=20000, arrival="offline"),   # everything at once
+    TIGHT_RULE_SIZED_RUN,                                       # preempts, pool by the rule
+    dict(RULE_SIZED_RUN, replicas=2),                           # plenty of KV, two replicas
+    dict(RULE_SIZED_RUN, arrival="offline"),                    # everything at once
 ])
 def test_python_fcfs_matches_the_cpp_continuous_policy_exactly(options):
     cpp = batchsim.run(policy="continuous", **options)
@@ -31,9 +36,45 @@ def test_python_fcfs_matches_the_cpp_continuous_policy_exactly(options):
 
 
 def test_the_comparison_covers_preemption_and_a_full_batch():
-    r = batchsim.run(policy=FcfsContinuous, **SMALL_RUN)
-    assert r.summary["preemptions"] > 0
-    assert r.iterations["num_requests"].max() > 1
+    for options in (SMALL_RUN, TIGHT_RULE_SIZED_RUN):
+        r = batchsim.run(policy=FcfsContinuous, **options)
+        assert r.summary["preemptions"] > 0
+        assert r.iterations["num_requests"].max() > 1
+
+
+def test_profile_step_sizes_the_kv_pool_as_the_engine_would():
+    class DefaultProfile(FcfsContinuous):
+        def profile_step(self, max_model_len):
+            return None
+
+    class BigStep(FcfsContinuous):
+        def profile_step(self, max_model_len):
+            return 16384, 1024
+
+    kv = {name: batchsim.run(policy=policy, **TIGHT_RULE_SIZED_RUN).summary["kv"]
+          for name, policy in [("fcfs", FcfsContinuous), ("default", DefaultProfile), ("big", BigStep),
+                               ("cpp", "continuous"), ("static", "static")]}
+    # Llama-2-7B's budget is its 4,096-token context: a smaller step than the default's 8,192
+    # tokens, so more KV, and the C++ policy's pool exactly.
+    assert kv["fcfs"] == kv["cpp"]
+    assert kv["fcfs"]["capacity_rule"] == "--gpu-memory-utilization 0.2 after a profile run of 4096 tokens in 256 sequences"
+    assert kv["default"]["capacity_tokens"] == kv["static"]["capacity_tokens"]
+    assert kv["default"]["capacity_rule"] == "--gpu-memory-utilization 0.2 after a profile run of 8192 tokens in 256 sequences"
+    assert kv["big"]["capacity_tokens"] < kv["default"]["capacity_tokens"] < kv["fcfs"]["capacity_tokens"]
+
+
+@pytest.mark.parametrize("step, message", [
+    ("4096", "must return None or \\(tokens, sequences\\)"),
+    ((0, 1), "at least one token"),
+    ((64, 65), "1 to `tokens` sequences"),
+])
+def test_a_bad_profile_step_is_refused(step, message):
+    class Bad(FcfsContinuous):
+        def profile_step(self, max_model_len):
+            return step
+
+    with pytest.raises(batchsim.UserError, match=message):
+        batchsim.run(policy=Bad, num_requests=3)
 
 
 def test_a_python_policy_sees_the_call_order_of_the_interface():

@@ -56,6 +56,12 @@ TEST(VllmMemory, TheKvPoolIsTheShareLeftAfterAProfileRunOfTheBudget) {
   // TGI's warmup computes the logits of every prompt token of its prefill budget.
   // (The preset's max_batch_prefill_tokens: 4096.)
   EXPECT_EQ(capacity(short_run("llama-3-8b", "h100-sxm", "tgi")), cm.kv_capacity_tokens(0.9, 4096, 4096));
+  // A policy that does not say what its largest step is (the static batchers, a Python policy
+  // without profile_step) gets the default profile run, and the rule says which.
+  const RunConfig static_run = short_run("llama-3-8b", "h100-sxm", "static");
+  EXPECT_EQ(capacity(static_run), cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows));
+  EXPECT_EQ(run_simulation(static_run).result.kv_capacity_rule,
+            "--gpu-memory-utilization 0.9 after a profile run of 8192 tokens in 256 sequences");
   // --num-gpu-blocks still sizes it directly.
   RunConfig blocks = c;
   blocks.num_gpu_blocks = 100;
