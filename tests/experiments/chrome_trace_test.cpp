@@ -17,10 +17,13 @@
 #include "experiments/run_config.h"
 #include "experiments/runner.h"
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
+
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -273,13 +276,6 @@ TEST(ChromeTrace, FastForwardChangesNotAByte) {
     EXPECT_GT(slow.size(), 10000u);
     EXPECT_TRUE(slow == fast) << replicas << " replicas";
   }
-}
-
-int run_cli(std::vector<std::string> args, std::string* text = nullptr) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  if (text != nullptr) *text = out.str() + err.str();
-  return rc;
 }
 
 TEST(ChromeTrace, RunWritesTheFileAndRefusesBadOptionsByName) {

@@ -11,64 +11,52 @@
 #include <nlohmann/json.hpp>
 
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
 
+using testing::run_cli;
+using testing::cli_error_of;
+
 using ::testing::HasSubstr;
 
-int run_cli(std::vector<std::string> args, std::string* out_text = nullptr) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  if (out_text != nullptr) *out_text = out.str() + err.str();
-  return rc;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    run_cli(std::move(args));
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 TEST(Cli, BadInputNamesTheCulprit) {
-  EXPECT_THAT(error_of({"run", "--model", "gpt-5", "--num-requests", "5"}), HasSubstr("gpt-5"));
-  EXPECT_THAT(error_of({"run", "--gpu", "tpu-v9", "--num-requests", "5"}), HasSubstr("tpu-v9"));
-  EXPECT_THAT(error_of({"run", "--policy", "fastest", "--num-requests", "5"}), HasSubstr("fastest"));
-  EXPECT_THAT(error_of({"run", "--prompt-len", "normal:5", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--model", "gpt-5", "--num-requests", "5"}), HasSubstr("gpt-5"));
+  EXPECT_THAT(cli_error_of({"run", "--gpu", "tpu-v9", "--num-requests", "5"}), HasSubstr("tpu-v9"));
+  EXPECT_THAT(cli_error_of({"run", "--policy", "fastest", "--num-requests", "5"}), HasSubstr("fastest"));
+  EXPECT_THAT(cli_error_of({"run", "--prompt-len", "normal:5", "--num-requests", "5"}),
               HasSubstr("--prompt-len"));
-  EXPECT_THAT(error_of({"run", "--arrival", "poisson:-1", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--arrival", "poisson:-1", "--num-requests", "5"}),
               HasSubstr("--arrival"));
-  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqs", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqs", "--num-requests", "5"}),
               HasSubstr("KEY=VALUE"));
-  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqz=4", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqz=4", "--num-requests", "5"}),
               HasSubstr("max_num_seqz"));
-  EXPECT_THAT(error_of({"run", "--policy-opt", "max_num_seqs=0", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqs=0", "--num-requests", "5"}),
               HasSubstr("max_num_seqs"));
-  EXPECT_THAT(error_of({"run", "--tp", "0", "--num-requests", "5"}), HasSubstr("--tp"));
-  EXPECT_THAT(error_of({"run", "--trace", "/nonexistent/trace.csv"}), HasSubstr("/nonexistent/trace.csv"));
-  EXPECT_THAT(error_of({"run", "--num-requests", "many"}), HasSubstr("num-requests"));
-  EXPECT_THAT(error_of({"run", "--no-such-flag"}), HasSubstr("no-such-flag"));
-  EXPECT_THAT(error_of({"list", "toasters"}), HasSubstr("toasters"));
-  EXPECT_THAT(error_of({"frobnicate"}), HasSubstr("frobnicate"));
+  EXPECT_THAT(cli_error_of({"run", "--tp", "0", "--num-requests", "5"}), HasSubstr("--tp"));
+  EXPECT_THAT(cli_error_of({"run", "--trace", "/nonexistent/trace.csv"}), HasSubstr("/nonexistent/trace.csv"));
+  EXPECT_THAT(cli_error_of({"run", "--num-requests", "many"}), HasSubstr("num-requests"));
+  EXPECT_THAT(cli_error_of({"run", "--no-such-flag"}), HasSubstr("no-such-flag"));
+  EXPECT_THAT(cli_error_of({"list", "toasters"}), HasSubstr("toasters"));
+  EXPECT_THAT(cli_error_of({"frobnicate"}), HasSubstr("frobnicate"));
 }
 
 // --replicas and --router: bad values name the option (flag or YAML key); a cluster's run says
 // how many replicas and which router in its header, echoes both in summary.json with one entry
 // per replica, and adds a replica column to requests.csv and iterations.csv.
 TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
-  EXPECT_THAT(error_of({"run", "--replicas", "0", "--num-requests", "5"}), HasSubstr("--replicas 0"));
-  EXPECT_THAT(error_of({"run", "--replicas", "100000", "--num-requests", "5"}), HasSubstr("--replicas"));
-  EXPECT_THAT(error_of({"run", "--replicas", "two", "--num-requests", "5"}), HasSubstr("replicas"));
-  EXPECT_THAT(error_of({"run", "--router", "fastest", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--replicas", "0", "--num-requests", "5"}), HasSubstr("--replicas 0"));
+  EXPECT_THAT(cli_error_of({"run", "--replicas", "100000", "--num-requests", "5"}), HasSubstr("--replicas"));
+  EXPECT_THAT(cli_error_of({"run", "--replicas", "two", "--num-requests", "5"}), HasSubstr("replicas"));
+  EXPECT_THAT(cli_error_of({"run", "--router", "fastest", "--num-requests", "5"}),
               HasSubstr("--router 'fastest'"));
   const auto dir = testing::scratch_dir("cli-replicas");
   {
     std::ofstream(dir / "bad.yaml") << "replicas: 2\nrouter: nearest\n";
-    EXPECT_THAT(error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"}),
+    EXPECT_THAT(cli_error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"}),
                 HasSubstr("nearest"));
   }
   std::ofstream(dir / "cluster.yaml") << "replicas: 3\nrouter: least-outstanding\n";
@@ -113,7 +101,7 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
 TEST(Cli, MalformedTraceLineIsNamedByLine) {
   const auto dir = testing::scratch_dir("cli-bad-trace");
   std::ofstream(dir / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,abc,5\n";
-  const std::string msg = error_of({"run", "--trace", (dir / "t.csv").string()});
+  const std::string msg = cli_error_of({"run", "--trace", (dir / "t.csv").string()});
   EXPECT_THAT(msg, HasSubstr("t.csv"));
   EXPECT_THAT(msg, HasSubstr("3"));  // the line number
 }
@@ -121,7 +109,7 @@ TEST(Cli, MalformedTraceLineIsNamedByLine) {
 TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
   const auto dir = testing::scratch_dir("cli-config");
   std::ofstream(dir / "bad.yaml") << "model: llama-2-7b\nnum_requestz: 5\n";
-  EXPECT_THAT(error_of({"run", "--config", (dir / "bad.yaml").string()}), HasSubstr("num_requestz"));
+  EXPECT_THAT(cli_error_of({"run", "--config", (dir / "bad.yaml").string()}), HasSubstr("num_requestz"));
 
   std::ofstream(dir / "good.yaml") << "model: llama-2-7b\nnum-requests: 7\npolicy: vllm\n"
                                       "policy-opt:\n  max_num_seqs: 4\nseed: 3\n";
@@ -162,8 +150,8 @@ TEST(Cli, DtypeOptionsChangeKvCapacityAndAreEchoed) {
   EXPECT_GT(w8, bf16 * 3 / 2);
   EXPECT_EQ(w8_config["weight_dtype"], "fp8");
 
-  EXPECT_THAT(error_of({"run", "--kv-cache-dtype", "fp4", "--num-requests", "5"}), HasSubstr("--kv-cache-dtype"));
-  EXPECT_THAT(error_of({"run", "--weight-dtype", "int3", "--num-requests", "5"}), HasSubstr("--weight-dtype"));
+  EXPECT_THAT(cli_error_of({"run", "--kv-cache-dtype", "fp4", "--num-requests", "5"}), HasSubstr("--kv-cache-dtype"));
+  EXPECT_THAT(cli_error_of({"run", "--weight-dtype", "int3", "--num-requests", "5"}), HasSubstr("--weight-dtype"));
 }
 
 TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
@@ -247,7 +235,7 @@ TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
   std::ofstream(dir / "run.yaml") << "engine: fastertransformer\npolicy: hf-static\n";
   ASSERT_EQ(run_cli({"run", "--config", (dir / "run.yaml").string(), "--num-requests", "8"}, &text), 0);
   EXPECT_THAT(text, HasSubstr("engine fastertransformer"));
-  EXPECT_THAT(error_of({"run", "--engine", "vllm-9", "--num-requests", "8"}), HasSubstr("unknown engine 'vllm-9'"));
+  EXPECT_THAT(cli_error_of({"run", "--engine", "vllm-9", "--num-requests", "8"}), HasSubstr("unknown engine 'vllm-9'"));
 }
 
 // MoE rows show experts and active parameters besides the total; dense rows read "-" and
@@ -280,21 +268,21 @@ namespace batchsim {
 namespace {
 
 TEST(Cli, AModelThatDoesNotFitSaysSoAndSuggestsTp) {
-  const std::string msg = error_of({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--num-requests", "5"});
+  const std::string msg = cli_error_of({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--num-requests", "5"});
   EXPECT_THAT(msg, HasSubstr("llama-2-70b"));
   EXPECT_THAT(msg, HasSubstr("--tp"));
   EXPECT_EQ(run_cli({"run", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4", "--num-requests", "5"}), 0);
 }
 
 TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
-  EXPECT_THAT(error_of({"run", "--prefix", "shared:x", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--prefix", "shared:x", "--num-requests", "5"}),
               HasSubstr("--prefix: \"shared:x\""));
-  EXPECT_THAT(error_of({"run", "--prefix", "groups:100", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--prefix", "groups:100", "--num-requests", "5"}),
               HasSubstr("--prefix"));
-  EXPECT_THAT(error_of({"run", "--policy", "orca", "--policy-opt", "prefix_caching=true",
+  EXPECT_THAT(cli_error_of({"run", "--policy", "orca", "--policy-opt", "prefix_caching=true",
                         "--num-requests", "5"}),
               HasSubstr("prefix_caching=true: only applies with kv=paged"));
-  EXPECT_THAT(error_of({"run", "--policy", "hf-static", "--policy-opt", "prefix_caching=true",
+  EXPECT_THAT(cli_error_of({"run", "--policy", "hf-static", "--policy-opt", "prefix_caching=true",
                         "--num-requests", "5"}),
               HasSubstr("no option 'prefix_caching'"));
   // A shared system prompt with the vllm preset (prefix caching on): hits, reported and written.

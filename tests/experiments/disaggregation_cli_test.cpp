@@ -14,28 +14,16 @@
 
 #include "experiments/experiment.h"
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
 
+using testing::run_cli;
+using testing::cli_error_of;
+
 using ::testing::HasSubstr;
-
-int run_cli(std::vector<std::string> args, std::string* out_text = nullptr) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  if (out_text != nullptr) *out_text = out.str() + err.str();
-  return rc;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    run_cli(std::move(args));
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::vector<std::string> pooled(std::vector<std::string> extra) {
   std::vector<std::string> args = {"run", "--num-requests", "20", "--arrival", "poisson:10", "--policy", "vllm"};
@@ -44,44 +32,44 @@ std::vector<std::string> pooled(std::vector<std::string> extra) {
 }
 
 TEST(DisaggregationCli, BadInputIsRefusedByName) {
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "0", "--decode-replicas", "2"})), HasSubstr("--prefill-replicas 0"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1"})), HasSubstr("--decode-replicas 0"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "-3"})), HasSubstr("--decode-replicas -3"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "0", "--decode-replicas", "2"})), HasSubstr("--prefill-replicas 0"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1"})), HasSubstr("--decode-replicas 0"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "-3"})), HasSubstr("--decode-replicas -3"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"})),
               HasSubstr("--replicas 2"));
   for (const char* gbps : {"0", "-400", "nan"}) {
-    EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", gbps})),
+    EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", gbps})),
                 HasSubstr(std::string("--kv-link-gbps ") + (std::string(gbps) == "nan" ? "" : gbps)));
   }
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-latency-us", "-1"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-latency-us", "-1"})),
               HasSubstr("--kv-link-latency-us"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "carrier-pigeon"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "carrier-pigeon"})),
               HasSubstr("--kv-link 'carrier-pigeon'"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-transfer", "push"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-transfer", "push"})),
               HasSubstr("--kv-transfer 'push'"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-router", "nearest"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-router", "nearest"})),
               HasSubstr("--decode-router 'nearest'"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-tp", "0"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-tp", "0"})),
               HasSubstr("--decode-tp 0"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-gpu", "tpu-v9"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-gpu", "tpu-v9"})),
               HasSubstr("tpu-v9"));
   // Pool options without pools would be silently ignored.
-  EXPECT_THAT(error_of(pooled({"--decode-gpu", "h100-sxm"})), HasSubstr("--prefill-replicas P"));
+  EXPECT_THAT(cli_error_of(pooled({"--decode-gpu", "h100-sxm"})), HasSubstr("--prefill-replicas P"));
   // A policy that cannot serve a role, named by its option.
-  const std::string static_decode = error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1",
+  const std::string static_decode = cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1",
                                                      "--decode-policy", "hf-static"}));
   EXPECT_THAT(static_decode, HasSubstr("--decode-policy hf-static"));
   EXPECT_THAT(static_decode, HasSubstr("static batching"));
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--prefill-policy", "sglang"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--prefill-policy", "sglang"})),
               HasSubstr("--prefill-policy sglang"));
   // A pool policy's options are checked as --policy-opt's are.
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy-opt",
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy-opt",
                                "max_num_seqz=4"})),
               HasSubstr("max_num_seqz"));
   // YAML keys: an unknown pool key names the file and line.
   const auto dir = testing::scratch_dir("disagg-cli-bad");
   std::ofstream(dir / "bad.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\ndecode-gpus: a100-80gb\n";
-  const std::string bad = error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
+  const std::string bad = cli_error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
   EXPECT_THAT(bad, HasSubstr("bad.yaml:3"));
   EXPECT_THAT(bad, HasSubstr("decode-gpus"));
 }
@@ -202,11 +190,11 @@ TEST(DisaggregationCli, EachPoolRunsItsOwnEngine) {
   EXPECT_EQ(testing::read_text_file(dir / "again" / "requests.csv"),
             testing::read_text_file(dir / "slow-decode" / "requests.csv"));
   // Bad values are named by their option, or by file and line.
-  EXPECT_THAT(error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-engine", "warp-drive"})),
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-engine", "warp-drive"})),
               HasSubstr("--decode-engine warp-drive: unknown engine 'warp-drive'"));
-  EXPECT_THAT(error_of(pooled({"--prefill-engine", "vllm"})), HasSubstr("--prefill-replicas P"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-engine", "vllm"})), HasSubstr("--prefill-replicas P"));
   std::ofstream(dir / "bad.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\nprefill:\n  engine: 42\n";
-  const std::string bad = error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
+  const std::string bad = cli_error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
   EXPECT_THAT(bad, HasSubstr("--prefill-engine 42"));
   std::ofstream(dir / "good.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\ndecode-engine: " << slow.string() << "\n"
                                       "policy: vllm\nnum-requests: 20\narrival: 'poisson:10'\n";

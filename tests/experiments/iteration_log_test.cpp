@@ -9,19 +9,17 @@
 
 #include "experiments/cli.h"
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
 
+using testing::run_cli;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
-
-int run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  return cli_main(args, out, err);
-}
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;

@@ -13,10 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/cli.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
+
+using testing::run_cli;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -98,13 +101,6 @@ TEST(LatencyDiagnosis, PolicyTraitsFollowThePresetAndTheOptionsOverIt) {
   EXPECT_TRUE(policy_traits("trtllm", {{"enable_chunked_context", "true"}}).chunked_prefill);
   EXPECT_TRUE(policy_traits("sglang", {}).prefill_batches_pause_decodes);
   EXPECT_FALSE(policy_traits("no-such-policy", {}).chunked_prefill);
-}
-
-int run_cli(std::vector<std::string> args, std::string* out_text) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  *out_text = out.str() + err.str();
-  return rc;
 }
 
 // "12.345678901" (requests.csv prints seconds to the ns) as integer ns.

@@ -13,37 +13,32 @@
 
 #include "experiments/experiment.h"
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
 
+using testing::run_cli;
+using testing::cli_error_of;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-int run_cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  return cli_main(args, out, err);
-}
-
-std::string error_of(std::vector<std::string> args) {
-  return testing::user_error_of([&] { run_cli(std::move(args)); });
-}
-
 TEST(MaxTokensCli, BadValuesNameTheOption) {
-  EXPECT_THAT(error_of({"run", "--max-tokens", "uniform:5:1", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--max-tokens", "uniform:5:1", "--num-requests", "5"}),
               HasSubstr("--max-tokens: \"uniform:5:1\""));
-  EXPECT_THAT(error_of({"run", "--max-tokens", "fixed:-3", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--max-tokens", "fixed:-3", "--num-requests", "5"}),
               HasSubstr("--max-tokens: \"fixed:-3\""));
-  EXPECT_THAT(error_of({"run", "--num-gpu-blocks", "-5", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "-5", "--num-requests", "5"}),
               HasSubstr("--num-gpu-blocks -5: must be in [0, 16777216]"));
-  EXPECT_THAT(error_of({"run", "--num-gpu-blocks", "20000000", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "20000000", "--num-requests", "5"}),
               HasSubstr("--num-gpu-blocks 20000000"));
-  EXPECT_THAT(error_of({"run", "--num-gpu-blocks", "lots", "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "lots", "--num-requests", "5"}),
               HasSubstr("num-gpu-blocks"));
   const auto dir = testing::scratch_dir("max_tokens_cli_bad_yaml");
   const auto yaml = testing::write_text_file(dir, "run.yaml", "num-requests: 5\nignore-eos: maybe\n");
-  EXPECT_THAT(error_of({"run", "--config", yaml.string()}), HasSubstr("run.yaml:2: key 'ignore-eos'"));
+  EXPECT_THAT(cli_error_of({"run", "--config", yaml.string()}), HasSubstr("run.yaml:2: key 'ignore-eos'"));
 }
 
 TEST(MaxTokensCli, TheOptionsAreEchoedWrittenAndRerunFromTheSummary) {

@@ -27,26 +27,20 @@
 #include "experiments/output.h"
 #include "experiments/runner.h"
 #include "hwmodel/error.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
+
+using testing::run_cli;
+using testing::cli_error_of;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 // `batchsim ARGS` in-process; what it printed (stdout, then stderr) in *text.
-int run_cli(const std::vector<std::string>& args, std::string* text = nullptr) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  if (text != nullptr) *text = out.str() + err.str();
-  return rc;
-}
-
-std::string error_of(const std::vector<std::string>& args) {
-  return testing::user_error_of([&] { run_cli(args); });
-}
 
 // A generic CSV trace: `n` requests every `gap_s` seconds from t0, lengths cycling so that the
 // load is not uniform request by request.
@@ -216,7 +210,7 @@ TEST(Plan, BadOptionsNameTheOption) {
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = ok;
     a.insert(a.end(), extra.begin(), extra.end());
-    return error_of(a);
+    return cli_error_of(a);
   };
   EXPECT_THAT(with({"--gpu", "tpu-v9", "--slo", "ttft_p99=2"}), HasSubstr("--gpu tpu-v9"));
   EXPECT_THAT(with({"--gpu", "a100-80gb", "--tp", "0", "--slo", "ttft_p99=2"}), HasSubstr("--tp 0"));
@@ -606,7 +600,7 @@ TEST(PlanDisaggregated, BadInputIsRefusedByName) {
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = ok;
     a.insert(a.end(), extra.begin(), extra.end());
-    return error_of(a);
+    return cli_error_of(a);
   };
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--prefill-tp", "0"}), HasSubstr("--prefill-tp 0"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--decode-tp", "two"}), HasSubstr("--decode-tp"));

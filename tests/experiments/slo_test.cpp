@@ -23,10 +23,13 @@
 #include "experiments/slo.h"
 #include "hwmodel/error.h"
 #include "sim/simulation.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
 namespace {
+
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
@@ -239,13 +242,6 @@ TEST(BenchJson, ArrivalsAsVllmWouldBeGivenThem) {
   b = bench_json(o);
   EXPECT_FALSE(b.contains("request_rate"));
   EXPECT_FALSE(b.contains("burstiness"));
-}
-
-int run_cli(std::vector<std::string> args, std::string* text = nullptr) {
-  std::ostringstream out, err;
-  const int rc = cli_main(args, out, err);
-  if (text) *text = out.str() + err.str();
-  return rc;
 }
 
 ordered_json read_json(const fs::path& file) {

@@ -20,15 +20,13 @@
 namespace batchsim {
 namespace {
 
+using testing::cli_error_of;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
+using testing::cli;
 using testing::CliRun;
-CliRun run_cli(const std::vector<std::string>& args) { return testing::cli(args); }
-
-std::string error_of(std::vector<std::string> args) {
-  return testing::user_error_of([&] { run_cli(args); });
-}
 
 // The data rows of a requests.csv, sorted by id (the first column), and its header.
 std::vector<std::string> rows_by_id(const fs::path& file, std::string& header) {
@@ -53,8 +51,8 @@ CliRun expect_streaming_equals_exact(const std::vector<std::string>& workload, c
   auto exact_args = args, stream_args = args;
   exact_args.insert(exact_args.end(), {"--out", (dir / "exact").string()});
   stream_args.insert(stream_args.end(), {"--streaming", "--out", (dir / "stream").string()});
-  const CliRun exact = run_cli(exact_args);
-  const CliRun stream = run_cli(stream_args);
+  const CliRun exact = cli(exact_args);
+  const CliRun stream = cli(stream_args);
   EXPECT_EQ(exact.rc, 0) << exact.err;
   EXPECT_EQ(stream.rc, 0) << stream.err;
   EXPECT_THAT(stream.out, HasSubstr("streaming: percentiles from a DDSketch, within 1%"));
@@ -149,7 +147,7 @@ TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
   const auto with = [&](std::vector<std::string> extra) {
     auto args = base;
     args.insert(args.end(), extra.begin(), extra.end());
-    return error_of(args);
+    return cli_error_of(args);
   };
   EXPECT_THAT(with({"--max-concurrency", "4"}), HasSubstr("--streaming with --max-concurrency: not supported yet"));
   EXPECT_THAT(with({"--prefill-replicas", "1", "--decode-replicas", "1"}),
@@ -170,14 +168,14 @@ TEST(StreamingCli, RefusesWhatItCannotDoYetNamingTheOption) {
   EXPECT_THAT(with({"--no-streaming"}), HasSubstr("--streaming, --no-streaming: give one or the other"));
   EXPECT_THAT(with({"--streaming-slots", "0"}), HasSubstr("--streaming-slots: must be >= 1"));
   EXPECT_THAT(with({"--arrival", "offline", "--streaming-slots", "5"}), HasSubstr("--streaming-slots"));
-  EXPECT_THAT(error_of({"compare", "--streaming", "--policies", "vllm,sarathi", "--num-requests", "20"}),
+  EXPECT_THAT(cli_error_of({"compare", "--streaming", "--policies", "vllm,sarathi", "--num-requests", "20"}),
               HasSubstr("--streaming with `batchsim compare`: not supported yet"));
 }
 
 TEST(StreamingCli, ExactUnlessAskedOrAboveTheThreshold) {
   // An ordinary run prints no notice and stays exact; --no-streaming keeps a huge one exact
   // (checked by its refusal to stream a run of 2,000,001 requests with a closed loop: no notice).
-  const CliRun small = run_cli({"run", "--num-requests", "30"});
+  const CliRun small = cli({"run", "--num-requests", "30"});
   ASSERT_EQ(small.rc, 0);
   EXPECT_THAT(small.err, ::testing::Not(HasSubstr("streaming mode")));
   EXPECT_THAT(small.out, ::testing::Not(HasSubstr("DDSketch")));
