@@ -17,6 +17,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <cmath>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -185,6 +186,13 @@ void use_trace_columns(RunConfig& config, const py::dict& columns, const std::st
 // ---------------------------------------------------------------------------------------------
 // Policies written in Python.
 
+// Refuses a request id that is not one of the run's, naming the object (`what`) it came to.
+void check_request_id(const PolicyEnv& env, RequestId id, std::string_view what) {
+  if (id < 0 || static_cast<size_t>(id) >= env.requests->size()) {
+    throw UserError(fmt::format("{}: no request {} (the run has {})", what, id, env.requests->size()));
+  }
+}
+
 // What a Python policy sees of the simulation (PolicyEnv), valid while the run lasts: the
 // adapter clears `env` when the run is over, so that a view kept past it raises instead of
 // reading freed memory.
@@ -194,11 +202,7 @@ struct EnvView {
     if (env == nullptr) throw UserError("policy env: used outside the run it was attached to");
     return *env;
   }
-  void check_id(RequestId id) const {
-    if (id < 0 || static_cast<size_t>(id) >= get().requests->size()) {
-      throw UserError(fmt::format("policy env: no request {} (the run has {})", id, get().requests->size()));
-    }
-  }
+  void check_id(RequestId id) const { check_request_id(get(), id, "policy env"); }
 };
 
 // The batch being built (schedule) or just applied (on_iteration_end), valid during that call.
@@ -209,6 +213,7 @@ struct BatchView {
     if (batch == nullptr) throw UserError("batch: used after the call it was passed to");
     return *batch;
   }
+  void check_id(RequestId id) const { check_request_id(*env, id, "batch"); }
 };
 
 // A view of `batch` for one call into Python, cleared when the call returns, however it
@@ -564,6 +569,7 @@ PYBIND11_MODULE(_core, m) {
       .def("add",
            [](const BatchView& v, RequestId id, int64_t new_tokens) {
              if (new_tokens < 1) throw UserError(fmt::format("batch.add: new_tokens must be >= 1, got {}", new_tokens));
+             v.check_id(id);
              return add_batch_step(*v.env, id, new_tokens, v.get());
            },
            py::arg("id"), py::arg("new_tokens"),
@@ -576,6 +582,66 @@ PYBIND11_MODULE(_core, m) {
                                return items;
                              },
                              "(id, new_tokens, context_before) of each item")
+      // What static batching needs (policies/static_policy.cpp): items whose work the policy
+      // describes itself, padded or held rows that compute without progressing, the slots they
+      // waste, a later wake-up, and time beyond the kernels.
+      .def("add_item",
+           [](const BatchView& v, RequestId id, int64_t new_tokens) {
+             if (new_tokens < 1) throw UserError(fmt::format("batch.add_item: new_tokens must be >= 1, got {}", new_tokens));
+             v.check_id(id);
+             v.get().items.push_back({id, static_cast<int32_t>(new_tokens), v.env->progress_of(id).computed_tokens});
+           },
+           py::arg("id"), py::arg("new_tokens"),
+           "add new_tokens of request id at its computed tokens without timing them: the policy "
+           "describes the iteration's work itself with add_prefill_work and add_decode_work")
+      .def("add_prefill_work",
+           [](const BatchView& v, int64_t tokens, int64_t context_before, bool samples) {
+             if (tokens < 1 || context_before < 0) {
+               throw UserError(fmt::format("batch.add_prefill_work: tokens must be >= 1 and context_before >= 0, "
+                                           "got {} and {}", tokens, context_before));
+             }
+             v.get().shape.add_prefill(tokens, context_before);
+             if (samples) ++v.get().shape.num_sampled;
+           },
+           py::arg("tokens"), py::arg("context_before") = 0, py::arg("samples") = true,
+           "time a prefill of tokens after context_before tokens (a padded prompt, a row that progresses nothing)")
+      .def("add_decode_work",
+           [](const BatchView& v, int64_t context_before, bool samples) {
+             if (context_before < 0) {
+               throw UserError(fmt::format("batch.add_decode_work: context_before must be >= 0, got {}", context_before));
+             }
+             v.get().shape.add_decode(context_before);
+             if (samples) ++v.get().shape.num_sampled;
+           },
+           py::arg("context_before"), py::arg("samples") = true,
+           "time one decoded token after context_before tokens (a padded or finished row)")
+      .def_property(
+          "bubble_slots", [](const BatchView& v) { return v.get().bubble_slots; },
+          [](const BatchView& v, int64_t slots) {
+            if (slots < 0) throw UserError(fmt::format("batch.bubble_slots must be >= 0, got {}", slots));
+            v.get().bubble_slots = slots;
+          },
+          "batch slots that compute nothing useful this iteration (summary.json's bubble_fraction)")
+      .def_property(
+          "wake_at",
+          [](const BatchView& v) -> std::optional<double> {
+            if (!v.get().wake_at) return std::nullopt;
+            return v.get().wake_at->seconds();
+          },
+          [](const BatchView& v, std::optional<double> at_s) {
+            if (at_s && !(std::isfinite(*at_s) && *at_s >= 0)) {
+              throw UserError(fmt::format("batch.wake_at must be a time in seconds >= 0, got {}", *at_s));
+            }
+            v.get().wake_at = at_s ? std::optional<SimTime>(SimTime::from_seconds(*at_s)) : std::nullopt;
+          },
+          "with nothing scheduled: when to call schedule() again though nothing arrives (a batch timeout)")
+      .def_property(
+          "extra_time_s", [](const BatchView& v) { return v.get().extra_time.seconds(); },
+          [](const BatchView& v, double s) {
+            if (!(std::isfinite(s) && s >= 0)) throw UserError(fmt::format("batch.extra_time_s must be >= 0, got {}", s));
+            v.get().extra_time = SimTime::from_seconds(s);
+          },
+          "seconds the iteration takes beyond the cost model's time (a transfer the GPU waits for)")
       .def("__len__", [](const BatchView& v) { return v.get().items.size(); });
 
   py::class_<KvCacheManager>(m, "KvCache", "a KV-cache manager (sim/kv_cache.h)")

@@ -13,8 +13,12 @@ The simulation calls a policy exactly as it calls a C++ one (sim/policy.h; polic
 3. ``schedule(now_s, batch)`` whenever the replica is free: ``batch.add(id, new_tokens)`` for
    each request that runs (a whole or partial prefill, or 1 token for a decode). Growing a
    running request's KV first (``self.kv_cache.try_grow``) and preempting when it fails
-   (``env.preempt(id, keeps_kv=False)``: recompute) is the policy's job, as in C++. An empty batch
-   while requests wait is a bug the simulation stops on.
+   (``env.preempt(id, keeps_kv=False)``: recompute) is the policy's job, as in C++. A policy
+   that computes more than its requests' own tokens (padding, finished rows of a static batch)
+   adds items untimed (``batch.add_item``) and times the work itself
+   (``batch.add_prefill_work``, ``batch.add_decode_work``, ``batch.bubble_slots``); one that
+   waits on a timeout sets ``batch.wake_at``. An empty batch while requests wait, with no
+   ``wake_at``, is a bug the simulation stops on.
 4. ``on_iteration_end(batch, finished, now_s)`` after the iteration: ``finished`` lists the
    requests that produced their last token; release their KV and forget them.
 

@@ -4,12 +4,15 @@ FcfsContinuous is the C++ `continuous` policy with its defaults (policies/contin
 paged KV of 16-token blocks, Orca's mixed iterations of decodes and whole prefills, first come
 first served, at most 256 running requests and max(max_model_len, 2048) tokens an iteration, the
 newest running request preempted by recompute when a decode finds no free block), rewritten in
-Python step for step. On the same workload it gives the same results, request for request
-(python/tests/test_policy.py).
+Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
+batches that start and end together, padded to their longest prompt, one reservation per row
+for the batch's longest prompt and output, and an optional timeout; its class attributes are
+the C++ policy's options, so the `hf-static` and `ft-static` presets are subclasses away. On the
+same workload each gives its C++ policy's results, request for request (python/tests/test_policy.py).
 """
 from collections import deque
 
-from ._core import DEFAULT_BLOCK_SIZE, PagedKvCache
+from ._core import DEFAULT_BLOCK_SIZE, PagedKvCache, ReservedKvCache
 from ._policy import Policy
 
 
@@ -109,3 +112,102 @@ class FcfsContinuous(Policy):
 
     def idle(self):
         return not self.waiting and not self.running
+
+
+class StaticBatching(Policy):
+    """Static batching: a batch is formed, prefilled and decoded together until its last row ends."""
+
+    batch_size = 8
+    batch_timeout_s = 0.0      # 0: wait for a full batch (or for every remaining request)
+    pad = True                 # pad prompts (and so every row's context) to the batch's longest
+    release_per_request = False  # False: a finished row still computes until the batch ends
+    max_new_tokens = 0         # output tokens each row reserves; 0: the request's max_tokens
+
+    def attach(self, env):
+        self.env = env
+        self.kv_cache = ReservedKvCache(env.num_requests, env.kv_capacity_tokens)
+        self.waiting = deque()
+        self.batch = []
+        self.unfinished = 0
+
+    def output_allowance(self, id):
+        if self.max_new_tokens > 0:
+            return max(self.env.request(id).output_tokens, self.max_new_tokens)
+        return self.env.output_limit(id)
+
+    def on_arrival(self, id, now_s):
+        env, r = self.env, self.env.request(id)
+        if env.max_model_len > 0 and r.prompt_tokens + r.output_tokens > env.max_model_len:
+            env.reject(id, f"prompt + output exceed the model's context of {env.max_model_len}: "
+                           f"{r.prompt_tokens} + {r.output_tokens} tokens")
+            return
+        need = r.prompt_tokens + self.output_allowance(id)
+        if not self.kv_cache.fits_when_empty(need):
+            env.reject(id, f"needs more KV than the whole cache holds ({self.kv_cache.capacity_tokens} tokens): "
+                           f"{need} tokens")
+            return
+        self.waiting.append(id)
+
+    def form_batch(self, now_s, batch):
+        env = self.env
+        if not self.waiting:
+            return False
+        if len(self.waiting) < self.batch_size and not env.all_arrived():
+            if self.batch_timeout_s <= 0:
+                return False  # wait for more arrivals
+            deadline = env.request(self.waiting[0]).arrival_s + self.batch_timeout_s
+            if now_s < deadline:
+                batch.wake_at = deadline
+                return False
+        # FCFS while every row's reservation, the batch's longest prompt + output, fits.
+        chosen = max_prompt = max_output = 0
+        for i, id in enumerate(list(self.waiting)[:self.batch_size]):
+            p = max(max_prompt, env.request(id).prompt_tokens)
+            o = max(max_output, self.output_allowance(id))
+            if i > 0 and (i + 1) * (p + o) > self.kv_cache.capacity_tokens:
+                break
+            max_prompt, max_output, chosen = p, o, i + 1
+        self.padded_prompt, self.steps = max_prompt, 0
+        self.batch = [self.waiting.popleft() for _ in range(chosen)]
+        self.unfinished = chosen
+        for id in self.batch:
+            if not self.kv_cache.try_admit(id, env.request(id).prompt_tokens, max_prompt + max_output):
+                raise RuntimeError("static batch reservation did not fit after sizing")
+        return True
+
+    def schedule(self, now_s, batch):
+        env = self.env
+        if not self.batch:
+            if not self.form_batch(now_s, batch):
+                return
+            # The prefill: every prompt at once, timed as padded to the longest when pad is on.
+            for id in self.batch:
+                prompt = env.request(id).prompt_tokens
+                batch.add_item(id, prompt)
+                batch.add_prefill_work(self.padded_prompt if self.pad else prompt)
+            return
+        self.steps += 1
+        for id in self.batch:
+            prompt = env.request(id).prompt_tokens
+            if env.progress(id).state == "finished":
+                batch.bubble_slots += 1
+                if not self.release_per_request:
+                    # The row still runs a padding token over its padded length.
+                    batch.add_decode_work((self.padded_prompt if self.pad else prompt) + self.steps - 1)
+                continue
+            context = env.computed_tokens(id)
+            if not self.kv_cache.try_grow(id, context + 1):
+                raise RuntimeError("static batch row outgrew its reservation")
+            batch.add_item(id, 1)
+            batch.add_decode_work(self.padded_prompt + self.steps - 1 if self.pad else context)
+
+    def on_iteration_end(self, batch, finished, now_s):
+        # The batch's KV is one preallocated tensor: its rows are freed together when it ends.
+        self.unfinished -= len(finished)
+        if self.unfinished == 0:
+            for id in self.batch:
+                self.kv_cache.release(id)
+            self.batch = []
+
+    def idle(self):
+        return not self.waiting and not self.batch

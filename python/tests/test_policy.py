@@ -4,13 +4,13 @@ import pandas as pd
 import pytest
 
 import batchsim
-from batchsim.examples import FcfsContinuous
+from batchsim.examples import FcfsContinuous, StaticBatching
 from conftest import SMALL_RUN
 
 
 def summary_without_policy_name(result):
     s = dict(result.summary)
-    s["config"] = {k: v for k, v in s["config"].items() if k != "policy"}
+    s["config"] = {k: v for k, v in s["config"].items() if k not in ("policy", "policy_opts")}
     return s
 
 
@@ -134,3 +134,84 @@ def test_an_instance_serves_one_run_and_one_replica():
 def test_disaggregated_runs_refuse_a_python_policy():
     with pytest.raises(batchsim.UserError, match="colocated runs only"):
         batchsim.run(policy=FcfsContinuous, prefill_replicas=1, decode_replicas=1, num_requests=3)
+
+
+class UnpaddedStatic(StaticBatching):  # FasterTransformer's way (the ft-static preset's options)
+    pad = False
+    release_per_request = True
+
+
+class TimedOutStatic(StaticBatching):
+    batch_size = 16
+    batch_timeout_s = 0.5
+
+
+@pytest.mark.parametrize("python_policy, cpp_opts, options", [
+    (StaticBatching, {}, SMALL_RUN),  # padded rows held to the end; KV binds the batch (200 blocks)
+    (UnpaddedStatic, {"pad": "false", "release": "request"}, RULE_SIZED_RUN),
+    (TimedOutStatic, {"batch_size": "16", "batch_timeout_s": "0.5"}, dict(RULE_SIZED_RUN, arrival="poisson:4")),
+])
+def test_python_static_batching_matches_the_cpp_static_policy_exactly(python_policy, cpp_opts, options):
+    cpp = batchsim.run(policy="static", policy_opts=cpp_opts, **options)
+    python = batchsim.run(policy=python_policy, **options)
+    py_summary, cpp_summary = summary_without_policy_name(python), summary_without_policy_name(cpp)
+    # The one-line diagnosis names the static batcher's own cause (its base), which a policy
+    # written in Python does not declare; every figure beside it must match.
+    for s in (py_summary, cpp_summary):
+        s["latency_breakdown"] = {k: v for k, v in s["latency_breakdown"].items() if k != "diagnosis"}
+    assert py_summary == cpp_summary
+    pd.testing.assert_frame_equal(python.requests, cpp.requests)
+    pd.testing.assert_frame_equal(python.iterations, cpp.iterations)
+
+
+def test_the_static_comparison_covers_padding_bubbles_and_timeouts():
+    padded = batchsim.run(policy=StaticBatching, **SMALL_RUN)
+    unpadded = batchsim.run(policy=UnpaddedStatic, **SMALL_RUN)
+    assert padded.summary["bubble_fraction"] > 0
+    # Padded prompts and held rows compute more, so the same batches take longer.
+    assert padded.summary["makespan_s"] > unpadded.summary["makespan_s"]
+    timed = batchsim.run(policy=TimedOutStatic, **dict(RULE_SIZED_RUN, arrival="poisson:4"))
+    prefills = timed.iterations[timed.iterations["num_prefills"] > 0]
+    # Batches start before they are full: the timeout woke the policy with nothing arriving.
+    assert (prefills["num_prefills"] < TimedOutStatic.batch_size).sum() > 1
+
+
+@pytest.mark.parametrize("misuse, message", [
+    (lambda batch: batch.add_item(10**6, 1), "batch: no request 1000000"),
+    (lambda batch: batch.add_item(0, 0), "new_tokens must be >= 1"),
+    (lambda batch: batch.add_prefill_work(0), "tokens must be >= 1"),
+    (lambda batch: batch.add_decode_work(-1), "context_before must be >= 0"),
+    (lambda batch: setattr(batch, "bubble_slots", -1), "bubble_slots must be >= 0"),
+    (lambda batch: setattr(batch, "wake_at", float("nan")), "wake_at must be a time"),
+    (lambda batch: setattr(batch, "extra_time_s", -0.5), "extra_time_s must be >= 0"),
+])
+def test_bad_batch_calls_are_refused_by_name(misuse, message):
+    class Misusing(StaticBatching):
+        def schedule(self, now_s, batch):
+            misuse(batch)
+
+    with pytest.raises(batchsim.UserError, match=message):
+        batchsim.run(policy=Misusing, num_requests=3, arrival="offline")
+
+
+def test_a_wake_up_not_in_the_future_stops_the_run_naming_the_policy():
+    class Past(StaticBatching):
+        def schedule(self, now_s, batch):
+            batch.wake_at = now_s
+
+    with pytest.raises(RuntimeError, match="policy 'python:Past' asked to wake at a time not in the future"):
+        batchsim.run(policy=Past, num_requests=3, arrival="poisson:1")
+
+
+def test_extra_time_lengthens_the_iteration_it_is_set_on():
+    class Slower(StaticBatching):
+        def schedule(self, now_s, batch):
+            super().schedule(now_s, batch)
+            if len(batch):
+                batch.extra_time_s = 0.25
+
+    fast = batchsim.run(policy=StaticBatching, num_requests=8, arrival="offline")
+    slow = batchsim.run(policy=Slower, num_requests=8, arrival="offline")
+    assert len(slow.iterations) == len(fast.iterations)
+    added = slow.iterations["duration_s"] - fast.iterations["duration_s"]
+    assert added.round(9).eq(0.25).all()
