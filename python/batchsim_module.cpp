@@ -193,6 +193,14 @@ void check_request_id(const PolicyEnv& env, RequestId id, std::string_view what)
   }
 }
 
+// What a Python policy's prefix-caching KV cache reads (PrefixCacheSource): copies of the run's
+// requests and their prompt-block hashes, owned by the cache's Python object, so that Python may
+// keep the cache past the run.
+struct PrefixSourceCopy {
+  Workload requests;
+  PrefixBlockHashes hashes;
+};
+
 // What a Python policy sees of the simulation (PolicyEnv), valid while the run lasts: the
 // adapter clears `env` when the run is over, so that a view kept past it raises instead of
 // reading freed memory.
@@ -557,6 +565,41 @@ PYBIND11_MODULE(_core, m) {
            py::arg("id"), py::arg("keeps_kv") = false)
       .def("reject_over_context", [](const EnvView& v, RequestId id) { v.check_id(id); return reject_over_context(v.get(), id); },
            "reject the request, with the continuous policies' reason, when prompt + output exceed max_model_len")
+      .def("prefix_caching_kv_cache",
+           [](const EnvView& v, int64_t num_blocks, int32_t block_size, double watermark_fraction) {
+             if (num_blocks < 1 || block_size < 1 || !(watermark_fraction >= 0 && watermark_fraction < 1)) {
+               throw UserError(fmt::format("policy env: prefix_caching_kv_cache needs num_blocks >= 1, block_size >= 1 "
+                                           "and watermark_fraction in [0, 1), got {}, {}, {}",
+                                           num_blocks, block_size, watermark_fraction));
+             }
+             const PolicyEnv& env = v.get();
+             auto source = std::make_unique<PrefixSourceCopy>(PrefixSourceCopy{
+                 *env.requests, env.prefix_blocks != nullptr ? *env.prefix_blocks : PrefixBlockHashes{}});
+             auto cache = std::make_unique<PagedKvCache>(static_cast<int64_t>(env.requests->size()), num_blocks,
+                                                         block_size, watermark_fraction,
+                                                         PrefixCacheSource{&source->requests, &source->hashes});
+             py::object cache_object = py::cast(std::move(cache));
+             cache_object.attr("_prefix_source") = py::cast(std::move(source));
+             return cache_object;
+           },
+           py::arg("num_blocks"), py::arg("block_size") = kDefaultBlockSize, py::arg("watermark_fraction") = 0.0,
+           "a PagedKvCache that shares full blocks of equal prompt prefixes between requests (the workload's "
+           "--prefix or a trace's hash_ids; without them nothing is shared)")
+      .def("use_cached_prefix",
+           [](const EnvView& v, RequestId id, int64_t tokens) {
+             v.check_id(id);
+             const PolicyEnv& env = v.get();
+             const RequestProgress& p = env.progress_of(id);
+             if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
+               throw UserError(fmt::format("policy env: use_cached_prefix({}, {}): only a waiting request with nothing "
+                                           "computed, and fewer cached tokens than its {} known ones",
+                                           id, tokens, env.known_tokens(id)));
+             }
+             env.use_cached_prefix(id, tokens);
+           },
+           py::arg("id"), py::arg("tokens"),
+           "request id, being admitted now, found its first `tokens` tokens in the prefix cache: they count as "
+           "computed, and its prefill starts after them")
       .def("reject_over_cache",
            [](const EnvView& v, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens) {
              v.check_id(id);
@@ -655,14 +698,22 @@ PYBIND11_MODULE(_core, m) {
       .def("tokens_of", &KvCacheManager::tokens_of, py::arg("id"))
       .def_property_readonly("capacity_tokens", &KvCacheManager::capacity_tokens)
       .def_property_readonly("allocated_tokens", &KvCacheManager::allocated_tokens)
-      .def_property_readonly("used_tokens", &KvCacheManager::used_tokens);
-  py::class_<PagedKvCache, KvCacheManager>(m, "PagedKvCache", "vLLM's PagedAttention blocks (sim/kv_cache.h)")
+      .def_property_readonly("used_tokens", &KvCacheManager::used_tokens)
+      .def("cached_prefix_tokens", &KvCacheManager::cached_prefix_tokens, py::arg("id"), py::arg("known_tokens"),
+           "tokens of the request's first known_tokens whose KV the prefix cache holds, whole blocks, leaving "
+           "at least one to compute (0 without prefix caching)");
+  py::class_<PagedKvCache, KvCacheManager>(m, "PagedKvCache", "vLLM's PagedAttention blocks (sim/kv_cache.h)",
+                                           py::dynamic_attr())
       .def(py::init<int64_t, int64_t, int32_t, double>(), py::arg("num_requests"), py::arg("num_blocks"),
            py::arg("block_size") = kDefaultBlockSize, py::arg("watermark_fraction") = 0.0)
       .def_property_readonly("num_blocks", &PagedKvCache::num_blocks)
       .def_property_readonly("free_blocks", &PagedKvCache::free_blocks)
       .def_property_readonly("block_size", &PagedKvCache::block_size)
-      .def("blocks_for", &PagedKvCache::blocks_for, py::arg("tokens"));
+      .def("blocks_for", &PagedKvCache::blocks_for, py::arg("tokens"))
+      .def_property_readonly("prefix_caching", &PagedKvCache::prefix_caching)
+      .def("shared_tokens_of", &PagedKvCache::shared_tokens_of, py::arg("id"),
+           "tokens of the request's KV in blocks it found in the prefix cache at admission");
+  py::class_<PrefixSourceCopy>(m, "_PrefixSource", "the prompts a prefix-caching KV cache reads (kept by the cache)");
   py::class_<ReservedKvCache, KvCacheManager>(m, "ReservedKvCache",
                                                "a contiguous reservation per request (sim/kv_cache.h)")
       .def(py::init<int64_t, int64_t, int32_t>(), py::arg("num_requests"), py::arg("capacity_tokens"),

@@ -17,7 +17,9 @@ The simulation calls a policy exactly as it calls a C++ one (sim/policy.h; polic
    that computes more than its requests' own tokens (padding, finished rows of a static batch)
    adds items untimed (``batch.add_item``) and times the work itself
    (``batch.add_prefill_work``, ``batch.add_decode_work``, ``batch.bubble_slots``); one that
-   waits on a timeout sets ``batch.wake_at``. An empty batch while requests wait, with no
+   waits on a timeout sets ``batch.wake_at``. With prefix caching (a cache from
+   ``env.prefix_caching_kv_cache``), admission shares what ``kv_cache.cached_prefix_tokens``
+   finds and reports it with ``env.use_cached_prefix(id, tokens)``. An empty batch while requests wait, with no
    ``wake_at``, is a bug the simulation stops on.
 4. ``on_iteration_end(batch, finished, now_s)`` after the iteration: ``finished`` lists the
    requests that produced their last token; release their KV and forget them.

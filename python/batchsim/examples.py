@@ -3,8 +3,9 @@
 FcfsContinuous is the C++ `continuous` policy with its defaults (policies/continuous_policy.h:
 paged KV of 16-token blocks, Orca's mixed iterations of decodes and whole prefills, first come
 first served, at most 256 running requests and max(max_model_len, 2048) tokens an iteration, the
-newest running request preempted by recompute when a decode finds no free block), rewritten in
-Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
+newest running request preempted by recompute when a decode finds no free block; with
+`prefix_caching = True`, full blocks of equal prompt prefixes shared as vLLM v1 shares them),
+rewritten in Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
 batches that start and end together, padded to their longest prompt, one reservation per row
 for the batch's longest prompt and output, and an optional timeout; its class attributes are
 the C++ policy's options, so the `hf-static` and `ft-static` presets are subclasses away. On the
@@ -20,11 +21,15 @@ class FcfsContinuous(Policy):
     """First come, first served continuous batching (Orca, vLLM without chunked prefill)."""
 
     max_num_seqs = 256
+    prefix_caching = False  # share full blocks of equal prompt prefixes (the C++ option of that name)
 
     def attach(self, env):
         self.env = env
         blocks = env.num_gpu_blocks or env.kv_capacity_tokens // DEFAULT_BLOCK_SIZE
-        self.kv_cache = PagedKvCache(env.num_requests, blocks, DEFAULT_BLOCK_SIZE)
+        if self.prefix_caching:
+            self.kv_cache = env.prefix_caching_kv_cache(blocks, DEFAULT_BLOCK_SIZE)
+        else:
+            self.kv_cache = PagedKvCache(env.num_requests, blocks, DEFAULT_BLOCK_SIZE)
         self.budget = max(env.max_model_len, 2048)  # vLLM v0's max_num_batched_tokens default
         self.waiting = deque()
         self.running = []  # admission order: the newest at the back
@@ -86,17 +91,21 @@ class FcfsContinuous(Policy):
         # 2. Admit waiting requests first come, first served, while they fit (head of line).
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             id = self.waiting[0]
-            need = env.known_tokens(id) - env.computed_tokens(id)
+            # A prefix whose KV the cache holds is not computed again (0 without caching).
+            cached = kv.cached_prefix_tokens(id, env.known_tokens(id))
+            need = env.known_tokens(id) - env.computed_tokens(id) - cached
             n = self.step_tokens(need, budget)
             if n == 0:
                 break
             r = env.request(id)
             footprint = r.prompt_tokens + r.output_tokens - 1
             # Room for the whole prefill, even when an over-long re-prefill runs a chunk of it.
-            if n < need and not kv.can_admit(id, need, footprint):
+            if n < need and not kv.can_admit(id, cached + need, footprint):
                 break
-            if not kv.try_admit(id, n, footprint):
+            if not kv.try_admit(id, cached + n, footprint):
                 break
+            if cached:
+                env.use_cached_prefix(id, cached)
             self.waiting.popleft()
             self.running.append(id)
             batch.add(id, n)

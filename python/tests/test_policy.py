@@ -35,6 +35,46 @@ def test_python_fcfs_matches_the_cpp_continuous_policy_exactly(options):
     pd.testing.assert_frame_equal(python.iterations, cpp.iterations)
 
 
+class CachingFcfs(FcfsContinuous):
+    prefix_caching = True
+
+
+@pytest.mark.parametrize("options", [
+    dict(SMALL_RUN, prefix="groups:256:4"),       # shared prefixes under a KV pool that preempts
+    dict(RULE_SIZED_RUN, prefix="shared:512"),    # one system prompt, plenty of KV
+])
+def test_python_prefix_caching_matches_the_cpp_policy_exactly(options):
+    cpp = batchsim.run(policy="continuous", policy_opts={"prefix_caching": "true"}, **options)
+    python = batchsim.run(policy=CachingFcfs, **options)
+    assert summary_without_policy_name(python) == summary_without_policy_name(cpp)
+    pd.testing.assert_frame_equal(python.requests, cpp.requests)
+    pd.testing.assert_frame_equal(python.iterations, cpp.iterations)
+    # The caches did share: most prompts found their prefix, and the run is faster for it.
+    assert (python.requests["cached_tokens"] > 0).mean() > 0.5
+    uncached = batchsim.run(policy=FcfsContinuous, **options)
+    assert python.summary["makespan_s"] < uncached.summary["makespan_s"]
+
+
+def test_use_cached_prefix_is_checked():
+    class Overclaiming(CachingFcfs):
+        def schedule(self, now_s, batch):
+            self.env.use_cached_prefix(self.waiting[0], 10**6)
+
+    with pytest.raises(batchsim.UserError, match="use_cached_prefix"):
+        batchsim.run(policy=Overclaiming, num_requests=3, prefix="shared:64")
+
+
+def test_a_prefix_cache_outlives_its_run():
+    policy = CachingFcfs()
+    batchsim.run(policy=policy, num_requests=20, prefix="shared:256")
+    # The cache keeps its own copy of the prompts and hashes: still readable after the run.
+    assert policy.kv_cache.prefix_caching
+    # Request 0's blocks stay cached after it finished: the shared 256 tokens and its own
+    # suffix's full blocks, never all 300 of the tokens asked about.
+    cached = policy.kv_cache.cached_prefix_tokens(0, 300)
+    assert 256 <= cached < 300 and cached % 16 == 0
+
+
 def test_the_comparison_covers_preemption_and_a_full_batch():
     for options in (SMALL_RUN, TIGHT_RULE_SIZED_RUN):
         r = batchsim.run(policy=FcfsContinuous, **options)
