@@ -1,6 +1,7 @@
 // batchsim — `batchsim validate-serving` (see validate_serving.h).
 #include "experiments/validate_serving.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +33,48 @@ namespace {
 struct ServingOptions : ServingReplayOptions {
   std::string measurements, out, profile_out;
   std::vector<std::string> engine_args;  // --engine as given: ENGINE or BACKEND=ENGINE
+  bool breakdown = false;                // --breakdown: the groups' errors in the terminal too
+};
+
+// The error of a group of rows: the MAPE of TTFT and TPOT, and the median of predicted /
+// measured, which gives the error's sign (below 1: predicted short) where the MAPE cannot.
+struct ErrorGroup {
+  Mape ttft, tpot;
+  std::vector<double> ttft_ratios, tpot_ratios;
+
+  void add(const ServingRow& r, const ServingPrediction& p) {
+    ttft.add(p.ttft_ms, r.ttft_ms);
+    tpot.add(p.tpot_ms, r.tpot_ms);
+    ttft_ratios.push_back(p.ttft_ms / r.ttft_ms);
+    tpot_ratios.push_back(p.tpot_ms / r.tpot_ms);
+  }
+  // The middle ratio, or the mean of the two middle ones.
+  static double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    const size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+    if (v.size() % 2 == 1) return v[mid];
+    return (v[mid] + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  }
+  nlohmann::ordered_json to_json() const {
+    return {{"ttft_mape", ttft.value()}, {"ttft_median_ratio", median(ttft_ratios)},
+            {"tpot_mape", tpot.value()}, {"tpot_median_ratio", median(tpot_ratios)}, {"count", ttft.count}};
+  }
+};
+
+// A backend's rows, all together and grouped by what a deployment chooses: the prompt length,
+// the number of clients and the TP degree, so that a reader sees where the error lies.
+struct BackendErrors {
+  ErrorGroup all;
+  // (what the rows are grouped by, value -> its rows), in this order.
+  std::vector<std::pair<std::string, std::map<int64_t, ErrorGroup>>> by = {{"isl", {}}, {"concurrency", {}}, {"tp", {}}};
+
+  void add(const ServingRow& r, const ServingPrediction& p) {
+    all.add(r, p);
+    by[0].second[r.isl].add(r, p);
+    by[1].second[r.concurrency].add(r, p);
+    by[2].second[r.tp].add(r, p);
+  }
 };
 
 // Whether a policy base is vLLM's scheduler family (the continuous and chunked-prefill policies),
@@ -290,6 +333,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
        "backend's rows show, aiconfigurator's for vLLM and TensorRT-LLM, the defaults for SGLang")
       ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
        "--num-requests in aiconfigurator's benchmark script)")
+      ("breakdown", po::bool_switch(&o.breakdown), "also print each backend's errors by prompt length, "
+       "clients and TP (--out writes them in any case)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
       ("profile-out", po::value(&o.profile_out), "write the --gpu profile here with these figures as its "
        "validation.serving block (every backend replayed; the profile must carry a validation block)")
@@ -320,15 +365,13 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   const ServingRows selected = read_serving_rows(o.measurements, o);
   const std::map<std::string, int64_t>& skipped = selected.skipped;
 
-  Mape ttft, tpot;
-  std::map<std::string, std::pair<Mape, Mape>> by_backend;
+  ErrorGroup every_row;
+  std::map<std::string, BackendErrors> by_backend;
   nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
   for (const ServingRow& r : selected.rows) {
     const ServingPrediction p = replay_serving_row(r, o);
-    ttft.add(p.ttft_ms, r.ttft_ms);
-    tpot.add(p.tpot_ms, r.tpot_ms);
-    by_backend[r.backend].first.add(p.ttft_ms, r.ttft_ms);
-    by_backend[r.backend].second.add(p.tpot_ms, r.tpot_ms);
+    every_row.add(r, p);
+    by_backend[r.backend].add(r, p);
     report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.config.policy},
                            {"engine", p.engine},
                            {"model", r.model_path},
@@ -346,11 +389,26 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
              engines_text(o.engines, "of each backend"),
              o.deployment, o.requests_per_client);
-  fmt::print(out, "{:<10} {:>6} {:>12} {:>12}\n", "backend", "rows", "TTFT MAPE %", "TPOT MAPE %");
-  for (const auto& [backend, m] : by_backend) {
-    fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", backend, m.first.count, m.first.value(), m.second.value());
+  // The medians of predicted / measured say which way the error goes (below 1: short).
+  fmt::print(out, "{:<10} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "backend", "rows", "TTFT MAPE %", "TTFT p/m",
+             "TPOT MAPE %", "TPOT p/m");
+  auto print_group = [&](const std::string& label, const ErrorGroup& g) {
+    fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", label, g.ttft.count, g.ttft.value(),
+               ErrorGroup::median(g.ttft_ratios), g.tpot.value(), ErrorGroup::median(g.tpot_ratios));
+  };
+  for (const auto& [backend, e] : by_backend) print_group(backend, e.all);
+  print_group("all", every_row);
+  if (o.breakdown) {
+    for (const auto& [backend, e] : by_backend) {
+      for (const auto& [key, groups] : e.by) {
+        fmt::print(out, "{} by {}:\n", backend, key);
+        for (const auto& [value, g] : groups) print_group(fmt::format("  {}", value), g);
+      }
+    }
+  } else {
+    fmt::print(out, "(p/m: the median of predicted / measured; --breakdown shows each backend by prompt length, "
+                    "clients and TP)\n");
   }
-  fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>12.1f}\n", "all", ttft.count, ttft.value(), tpot.value());
   for (const auto& [why, n] : skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
 
   if (!o.profile_out.empty()) {
@@ -358,13 +416,14 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     p.validation.serving = {};
     p.validation.serving.measured_on = fmt::format(
         "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client",
-        ttft.count, std::filesystem::path(o.measurements).filename().string(), o.system,
+        every_row.ttft.count, std::filesystem::path(o.measurements).filename().string(), o.system,
         o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
         o.requests_per_client);
     // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
-    for (const auto& [backend, m] : by_backend) {
-      p.validation.serving.backends.push_back({backend, tenth(m.first.value()), tenth(m.second.value()), m.first.count});
+    for (const auto& [backend, e] : by_backend) {
+      p.validation.serving.backends.push_back(
+          {backend, tenth(e.all.ttft.value()), tenth(e.all.tpot.value()), e.all.ttft.count});
     }
     save_hardware_profile(p, o.profile_out);
     fmt::print(out, "wrote {}\n", o.profile_out);
@@ -377,11 +436,18 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["engine"] = engines_text(o.engines, "by backend");
     j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;
-    j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; times in ms (means over requests)";
-    j["ttft"] = {{"mape", ttft.value()}, {"count", ttft.count}};
-    j["tpot"] = {{"mape", tpot.value()}, {"count", tpot.count}};
-    for (const auto& [backend, m] : by_backend) {
-      j["by_backend"][backend] = {{"ttft_mape", m.first.value()}, {"tpot_mape", m.second.value()}, {"count", m.first.count}};
+    j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
+                 "predicted / measured (below 1: predicted short); times in ms (means over requests)";
+    j["ttft"] = {{"mape", every_row.ttft.value()}, {"median_ratio", ErrorGroup::median(every_row.ttft_ratios)},
+                 {"count", every_row.ttft.count}};
+    j["tpot"] = {{"mape", every_row.tpot.value()}, {"median_ratio", ErrorGroup::median(every_row.tpot_ratios)},
+                 {"count", every_row.tpot.count}};
+    for (const auto& [backend, e] : by_backend) {
+      nlohmann::ordered_json b = e.all.to_json();
+      for (const auto& [key, groups] : e.by) {
+        for (const auto& [value, g] : groups) b["by_" + key][std::to_string(value)] = g.to_json();
+      }
+      j["by_backend"][backend] = b;
     }
     j["skipped"] = nlohmann::ordered_json::object();
     for (const auto& [why, n] : skipped) j["skipped"][why] = n;

@@ -17,8 +17,11 @@
 // engine presets of SGLang and TensorRT-LLM exist), and the model named by `model_path` (a built-in by its
 // Hugging Face id, or DIR/<model_path>/config.json with --models-dir). The report gives per row
 // the predicted and measured mean TTFT and TPOT, and their MAPE in percent (`ttft.mape`,
-// `tpot.mape`), over all rows and per backend; rows that cannot be replayed are counted with the
-// reason (another system, pipeline parallelism, disaggregated serving, an unknown model).
+// `tpot.mape`), over all rows and per backend, each backend with the median of predicted /
+// measured (the error's sign) and the same figures by prompt length, clients and TP (`by_isl`,
+// `by_concurrency`, `by_tp`; in the terminal with --breakdown); rows that cannot be replayed are
+// counted with the reason (another system, pipeline parallelism, disaggregated serving, an
+// unknown model).
 //
 // The reading and the replay of rows are shared with `batchsim calibrate engine`
 // (experiments/engine_fit.h), which fits an engine's residual per-iteration time to such rows.

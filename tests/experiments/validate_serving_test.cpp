@@ -2,6 +2,7 @@
 // clients, fixed lengths, the row's model, TP and precision), rows it cannot replay are counted
 // with their reason, and the figures on NVIDIA's H100 measurements are pinned (hwmodel/README.md
 // quotes them; they are far from the targets until engine presets and profiles land).
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -21,11 +22,12 @@ namespace batchsim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string row(const std::string& model, const std::string& system, const std::string& mode, int pp, int c, int tp,
-                const std::string& precision = "") {
-  return fmt::format("x,src,vllm,0.12.0,{},{},{},{},1024,128,,,{},{},{},,1,1,,,,,,,,,,,,,,,150.0,15.0\n", model, system,
-                     precision, mode, c, tp, pp);
+                const std::string& precision = "", int isl = 1024) {
+  return fmt::format("x,src,vllm,0.12.0,{},{},{},{},{},128,,,{},{},{},,1,1,,,,,,,,,,,,,,,150.0,15.0\n", model, system,
+                     precision, mode, isl, c, tp, pp);
 }
 
 // The run a replayed row of row() is, by hand: Llama-3.1-8B on the H100 profile, 8 closed-loop
@@ -322,6 +324,62 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
     }
   }
   EXPECT_EQ(j["rows"][0]["engine"], j["rows"][0]["backend"]);
+
+  // Where the error lies: each backend's rows grouped by prompt length, clients and TP, each
+  // group's MAPE and median predicted / measured recomputed here from the rows.
+  for (const auto& [backend, b] : j["by_backend"].items()) {
+    for (const std::string key : {"isl", "concurrency", "tp"}) {
+      int64_t rows_in_groups = 0;
+      for (const auto& [value, g] : b["by_" + key].items()) {
+        std::vector<double> ttft_ratios, tpot_ratios;
+        double ttft_sum = 0;
+        for (const auto& row : j["rows"]) {
+          if (row["backend"] != backend || std::to_string(row[key].get<int64_t>()) != value) continue;
+          const double ratio = row["predicted_ttft_ms"].get<double>() / row["measured_ttft_ms"].get<double>();
+          ttft_ratios.push_back(ratio);
+          tpot_ratios.push_back(row["predicted_tpot_ms"].get<double>() / row["measured_tpot_ms"].get<double>());
+          ttft_sum += std::abs(ratio - 1) * 100;
+        }
+        const auto n = static_cast<int64_t>(ttft_ratios.size());
+        ASSERT_EQ(g["count"].get<int64_t>(), n) << backend << " " << key << " " << value;
+        rows_in_groups += n;
+        EXPECT_NEAR(g["ttft_mape"].get<double>(), ttft_sum / static_cast<double>(n), 1e-9);
+        for (auto* ratios : {&ttft_ratios, &tpot_ratios}) {
+          std::sort(ratios->begin(), ratios->end());
+          const double median = n % 2 == 1 ? (*ratios)[n / 2] : ((*ratios)[n / 2 - 1] + (*ratios)[n / 2]) / 2;
+          EXPECT_DOUBLE_EQ(g[ratios == &ttft_ratios ? "ttft_median_ratio" : "tpot_median_ratio"].get<double>(), median)
+              << backend << " " << key << " " << value;
+        }
+      }
+      EXPECT_EQ(rows_in_groups, b["count"].get<int64_t>()) << backend << " by " << key;
+    }
+  }
+  // The groups say which way the error goes: vLLM's long prompts are predicted short.
+  EXPECT_LT(j["by_backend"]["vllm"]["by_isl"]["4096"]["ttft_median_ratio"].get<double>(), 0.8);
+  EXPECT_GT(j["by_backend"]["vllm"]["by_isl"]["1024"]["ttft_median_ratio"].get<double>(), 0.85);
+}
+
+TEST(ValidateServing, BreakdownPrintsEachBackendsGroups) {
+  const auto dir = testing::scratch_dir("validate-serving-breakdown");
+  const auto csv = testing::write_text_file(
+      dir, "s.csv",
+      testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 2) +
+          row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 16, 2) +
+          row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 2, "", 2048));
+  std::ostringstream plain, plain_err, detailed, detailed_err;
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted"}, plain, plain_err), 0);
+  EXPECT_THAT(plain.str(), HasSubstr("TTFT p/m"));
+  EXPECT_THAT(plain.str(), Not(HasSubstr("vllm by isl:")));
+  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted", "--breakdown"},
+                     detailed, detailed_err),
+            0);
+  // Each group's label and row count, in the table's columns.
+  auto group = [](const std::string& value, int rows) { return fmt::format("\n{:<10} {:>6} ", "  " + value, rows); };
+  for (const std::string& text : {"\nvllm by isl:" + group("1024", 2), group("2048", 1),
+                                   "\nvllm by concurrency:" + group("8", 2), group("16", 1),
+                                   "\nvllm by tp:" + group("2", 3)}) {
+    EXPECT_THAT(detailed.str(), HasSubstr(text));
+  }
 }
 
 }  // namespace
