@@ -176,7 +176,11 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
   if (!v.serving.empty()) {
     nlohmann::ordered_json backends = nlohmann::ordered_json::object();
     for (const ServingError& e : v.serving.backends) {
-      backends[e.backend] = {{"ttft_mape", e.ttft_mape_percent}, {"tpot_mape", e.tpot_mape_percent}, {"count", e.count}};
+      nlohmann::ordered_json b = {{"ttft_mape", e.ttft_mape_percent}, {"tpot_mape", e.tpot_mape_percent}};
+      if (e.ttft_median_ratio > 0) b["ttft_median_ratio"] = e.ttft_median_ratio;
+      if (e.tpot_median_ratio > 0) b["tpot_median_ratio"] = e.tpot_median_ratio;
+      b["count"] = e.count;
+      backends[e.backend] = b;
     }
     j["serving"] = {{"measured_on", v.serving.measured_on}, {"backends", backends}};
   }
@@ -197,11 +201,18 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
                                  trust.value("measured_on", ""), fmt::join(ops, ", "));
   if (trust.contains("serving")) {
     std::vector<std::string> engines;
+    // With its median predicted / measured where the profile records it: the error's sign.
+    auto figure = [](const nlohmann::ordered_json& e, const std::string& metric) {
+      std::string text = fmt::format("{} {:.1f}%", metric, e[metric == "TTFT" ? "ttft_mape" : "tpot_mape"].get<double>());
+      const std::string ratio = metric == "TTFT" ? "ttft_median_ratio" : "tpot_median_ratio";
+      if (e.contains(ratio)) text += fmt::format(" ({:.2f}x)", e[ratio].get<double>());
+      return text;
+    };
     for (const auto& [name, e] : trust["serving"]["backends"].items()) {
-      engines.push_back(fmt::format("{} TTFT {:.1f}% TPOT {:.1f}%", name, e["ttft_mape"].get<double>(),
-                                    e["tpot_mape"].get<double>()));
+      engines.push_back(fmt::format("{} {} {}", name, figure(e, "TTFT"), figure(e, "TPOT")));
     }
-    line += fmt::format("; end to end on measured serving benchmarks: {}", fmt::join(engines, ", "));
+    line += fmt::format("; end to end on measured serving benchmarks (MAPE, median predicted/measured): {}",
+                        fmt::join(engines, ", "));
   }
   return line;
 }

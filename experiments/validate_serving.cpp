@@ -421,9 +421,11 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
         o.requests_per_client);
     // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
+    auto hundredth = [](double x) { return std::round(x * 100) / 100; };
     for (const auto& [backend, e] : by_backend) {
-      p.validation.serving.backends.push_back(
-          {backend, tenth(e.all.ttft.value()), tenth(e.all.tpot.value()), e.all.ttft.count});
+      p.validation.serving.backends.push_back({backend, tenth(e.all.ttft.value()), tenth(e.all.tpot.value()),
+                                               hundredth(ErrorGroup::median(e.all.ttft_ratios)),
+                                               hundredth(ErrorGroup::median(e.all.tpot_ratios)), e.all.ttft.count});
     }
     save_hardware_profile(p, o.profile_out);
     fmt::print(out, "wrote {}\n", o.profile_out);

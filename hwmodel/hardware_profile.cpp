@@ -209,11 +209,19 @@ ServingValidation read_serving_validation(const YAML::Node& node, const std::str
           const std::string field_name = b_name + "." + field;
           if (field == "ttft_mape") e.ttft_mape_percent = read_double(f.second, where, field_name);
           else if (field == "tpot_mape") e.tpot_mape_percent = read_double(f.second, where, field_name);
+          else if (field == "ttft_median_ratio" || field == "tpot_median_ratio") {
+            const double ratio = read_double(f.second, where, field_name);
+            if (ratio <= 0) bad_value(at_line(where, f.second), field_name, "must be > 0 (predicted / measured)");
+            (field == "ttft_median_ratio" ? e.ttft_median_ratio : e.tpot_median_ratio) = ratio;
+          }
           else if (field == "count") e.count = read_integer(f.second, where, field_name, 1, 1e15);
-          else bad_value(at_line(where, f.first), field_name, "is unknown (ttft_mape, tpot_mape, count)");
+          else bad_value(at_line(where, f.first), field_name,
+                         "is unknown (ttft_mape, tpot_mape, count, ttft_median_ratio, tpot_median_ratio)");
           fields.insert(field);
         }
-        if (fields.size() != 3) bad_value(at_line(where, b.second), b_name, "needs ttft_mape, tpot_mape and count");
+        for (const char* required : {"ttft_mape", "tpot_mape", "count"}) {
+          if (!fields.count(required)) bad_value(at_line(where, b.second), b_name, "needs ttft_mape, tpot_mape and count");
+        }
         v.backends.push_back(std::move(e));
       }
     } else {
@@ -559,8 +567,14 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
       for (const ServingError& e : v.serving.backends) {
         out << YAML::Key << e.backend << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "ttft_mape"
             << YAML::Value << fmt::format("{}", e.ttft_mape_percent) << YAML::Key << "tpot_mape" << YAML::Value
-            << fmt::format("{}", e.tpot_mape_percent) << YAML::Key << "count" << YAML::Value << e.count
-            << YAML::EndMap;
+            << fmt::format("{}", e.tpot_mape_percent);
+        if (e.ttft_median_ratio > 0) {
+          out << YAML::Key << "ttft_median_ratio" << YAML::Value << fmt::format("{}", e.ttft_median_ratio);
+        }
+        if (e.tpot_median_ratio > 0) {
+          out << YAML::Key << "tpot_median_ratio" << YAML::Value << fmt::format("{}", e.tpot_median_ratio);
+        }
+        out << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
       }
       out << YAML::EndMap << YAML::EndMap;
     }

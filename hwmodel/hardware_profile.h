@@ -57,6 +57,9 @@ struct ServingError {
   std::string backend;       // the benchmarks' serving engine ("vllm", "sglang", "trtllm")
   double ttft_mape_percent = 0;  // mean |predicted / measured - 1| x 100 of the mean TTFT, to 0.1
   double tpot_mape_percent = 0;  // the same of the mean TPOT
+  // The median of predicted / measured over the runs, to 0.01: the error's sign, which the MAPE
+  // hides (below 1: predicted short). 0: not recorded (a profile written before they were).
+  double ttft_median_ratio = 0, tpot_median_ratio = 0;
   int64_t count = 0;             // benchmark runs replayed
   bool operator==(const ServingError&) const = default;
 };

@@ -67,6 +67,10 @@ void expect_trust_is(const ordered_json& trust, const HardwareProfile& gpu) {
     EXPECT_EQ(e["ttft_mape"].get<double>(), want.ttft_mape_percent) << want.backend;
     EXPECT_EQ(e["tpot_mape"].get<double>(), want.tpot_mape_percent) << want.backend;
     EXPECT_EQ(e["count"].get<int64_t>(), want.count) << want.backend;
+    // The error's sign where the profile records it, and nothing made up where it does not.
+    EXPECT_EQ(e.contains("ttft_median_ratio"), want.ttft_median_ratio > 0) << want.backend;
+    if (want.ttft_median_ratio > 0) EXPECT_EQ(e["ttft_median_ratio"].get<double>(), want.ttft_median_ratio);
+    if (want.tpot_median_ratio > 0) EXPECT_EQ(e["tpot_median_ratio"].get<double>(), want.tpot_median_ratio);
   }
 }
 
@@ -85,10 +89,12 @@ TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
   // The shipped H100 profile was replayed on NVIDIA's measured serving benchmarks too.
   ASSERT_FALSE(h100.validation.serving.empty());
   for (const ServingError& e : h100.validation.serving.backends) {
-    EXPECT_THAT(printed, HasSubstr(fmt::format("{} TTFT {:.1f}% TPOT {:.1f}%", e.backend, e.ttft_mape_percent,
-                                               e.tpot_mape_percent)));
+    ASSERT_GT(e.ttft_median_ratio, 0) << e.backend;  // the shipped profile records the error's sign
+    EXPECT_THAT(printed, HasSubstr(fmt::format("{} TTFT {:.1f}% ({:.2f}x) TPOT {:.1f}% ({:.2f}x)", e.backend,
+                                               e.ttft_mape_percent, e.ttft_median_ratio, e.tpot_mape_percent,
+                                               e.tpot_median_ratio)));
   }
-  EXPECT_THAT(printed, HasSubstr("; end to end on measured serving benchmarks: "));
+  EXPECT_THAT(printed, HasSubstr("; end to end on measured serving benchmarks (MAPE, median predicted/measured): "));
 
   // A profile file's own block reaches the summary as written (in-sample figures too).
   const fs::path mine = testing::write_text_file(dir, "mine.yaml", R"(base: a100-80gb
@@ -154,10 +160,12 @@ axes:
               1u)
         << e.op;
   }
-  EXPECT_THAT(report, HasSubstr("| profile | serving engine | TTFT MAPE % | TPOT MAPE % | benchmark runs |"));
+  EXPECT_THAT(report, HasSubstr("| profile | serving engine | TTFT MAPE % | TTFT predicted / measured | TPOT MAPE % | "
+                                "TPOT predicted / measured | benchmark runs |"));
   for (const ServingError& e : h100.validation.serving.backends) {
-    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.1f} | {} |\n", e.backend,
-                                              e.ttft_mape_percent, e.tpot_mape_percent, e.count)),
+    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.2f} | {:.1f} | {:.2f} | {} |\n",
+                                              e.backend, e.ttft_mape_percent, e.ttft_median_ratio,
+                                              e.tpot_mape_percent, e.tpot_median_ratio, e.count)),
               1u)
         << e.backend;
   }

@@ -255,6 +255,10 @@ TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
   EXPECT_EQ(e.count, 1);
   EXPECT_NEAR(e.ttft_mape_percent, j["ttft"]["mape"].get<double>(), 0.05);
   EXPECT_NEAR(e.tpot_mape_percent, j["tpot"]["mape"].get<double>(), 0.05);
+  // And the error's sign, to a hundredth: one row's median is its own ratio.
+  EXPECT_NEAR(e.ttft_median_ratio, j["ttft"]["median_ratio"].get<double>(), 0.005);
+  EXPECT_NEAR(e.tpot_median_ratio, j["tpot"]["median_ratio"].get<double>(), 0.005);
+  EXPECT_NEAR(e.ttft_median_ratio, j["rows"][0]["predicted_ttft_ms"].get<double>() / j["rows"][0]["measured_ttft_ms"].get<double>(), 0.005);
   EXPECT_THAT(written.validation.serving.measured_on, HasSubstr("1 rows of s.csv (h100_sxm)"));
   const HardwareProfile shipped = resolve_gpu("h100-sxm-fitted");
   EXPECT_EQ(written.validation.operators, shipped.validation.operators);
@@ -309,6 +313,8 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
     EXPECT_NEAR(b["ttft_mape"].get<double>(), e.ttft_mape_percent, 0.051) << e.backend;
     EXPECT_NEAR(b["tpot_mape"].get<double>(), e.tpot_mape_percent, 0.051) << e.backend;
     EXPECT_EQ(b["count"].get<int64_t>(), e.count) << e.backend;
+    EXPECT_NEAR(b["ttft_median_ratio"].get<double>(), e.ttft_median_ratio, 0.0051) << e.backend;
+    EXPECT_NEAR(b["tpot_median_ratio"].get<double>(), e.tpot_median_ratio, 0.0051) << e.backend;
   }
   EXPECT_THAT(shipped.validation.serving.measured_on, HasSubstr("534 rows of h100_sxm_dense_agg.csv.gz"));
   EXPECT_LE(j["by_backend"]["sglang"]["ttft_mape"].get<double>(), 20.0);

@@ -101,7 +101,7 @@ HardwareProfile odd_profile() {
   p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
   p.validation = {"tables: of 'somewhere' #1", true, "half: the shapes",
                   {{"gemm", 6.5, 12.9, 35816}, {"op: with a colon", 0.1, 100.3, 1}, {"attn", 0, 1234.5, 7}},
-                  {"benchmarks: of #2", {{"vllm", 30.3, 10.5, 93}, {"z-engine", 0, 1000.1, 1}}}};
+                  {"benchmarks: of #2", {{"vllm", 30.3, 10.5, 0.72, 0.92, 93}, {"z-engine", 0, 1000.1, 0, 0, 1}}}};
   return p;
 }
 
@@ -142,7 +142,9 @@ TEST(HardwareProfile, ValidationBlockRoundTrips) {
   const std::string text = hardware_profile_yaml(p);
   EXPECT_THAT(text, HasSubstr("\nvalidation:\n"));
   EXPECT_THAT(text, HasSubstr("gemm: {mape: 6.5, p90: 12.9, count: 35816}"));
-  EXPECT_THAT(text, HasSubstr("vllm: {ttft_mape: 30.3, tpot_mape: 10.5, count: 93}"));
+  EXPECT_THAT(text, HasSubstr("vllm: {ttft_mape: 30.3, tpot_mape: 10.5, ttft_median_ratio: 0.72, "
+                              "tpot_median_ratio: 0.92, count: 93}"));
+  EXPECT_THAT(text, HasSubstr("z-engine: {ttft_mape: 0, tpot_mape: 1000.1, count: 1}"));  // none recorded: none written
   ASSERT_EQ(back.validation.serving.backends.size(), 2u);
   EXPECT_EQ(back.validation.serving.backends[1].backend, "z-engine");
   // Datasheet profiles have none, and write none.
@@ -181,7 +183,15 @@ TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
   const std::string serving = "  serving:\n    measured_on: my benchmarks\n    backends:\n      ";
   EXPECT_EQ(load_hardware_profile(write_text_file(dir, "s.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5}\n")))
                 .validation.serving.backends.at(0),
-            (ServingError{"vllm", 3, 4, 5}));
+            (ServingError{"vllm", 3, 4, 0, 0, 5}));
+  // The median ratios are optional (a profile written before them has none).
+  EXPECT_EQ(load_hardware_profile(
+                write_text_file(dir, "r.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, ttft_median_ratio: 0.74, "
+                                                               "tpot_median_ratio: 1.03, count: 5}\n")))
+                .validation.serving.backends.at(0),
+            (ServingError{"vllm", 3, 4, 0.74, 1.03, 5}));
+  EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, ttft_median_ratio: 0, count: 5}\n")),
+              HasSubstr("'validation.serving.backends.vllm.ttft_median_ratio' must be > 0"));
   EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, count: 5}\n")),
               HasSubstr("'validation.serving.backends.vllm' needs ttft_mape, tpot_mape and count"));
   EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5, p90: 1}\n")),
