@@ -14,10 +14,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <memory>
-#include <cmath>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -612,8 +612,9 @@ PYBIND11_MODULE(_core, m) {
       .def("add",
            [](const BatchView& v, RequestId id, int64_t new_tokens) {
              if (new_tokens < 1) throw UserError(fmt::format("batch.add: new_tokens must be >= 1, got {}", new_tokens));
+             Batch& batch = v.get();  // first: a batch kept past its call refuses before anything is read
              v.check_id(id);
-             return add_batch_step(*v.env, id, new_tokens, v.get());
+             return add_batch_step(*v.env, id, new_tokens, batch);
            },
            py::arg("id"), py::arg("new_tokens"),
            "add new_tokens of request id at its computed tokens (a prefill chunk, or 1 for a decode); "
@@ -630,9 +631,15 @@ PYBIND11_MODULE(_core, m) {
       // waste, a later wake-up, and time beyond the kernels.
       .def("add_item",
            [](const BatchView& v, RequestId id, int64_t new_tokens) {
-             if (new_tokens < 1) throw UserError(fmt::format("batch.add_item: new_tokens must be >= 1, got {}", new_tokens));
+             Batch& batch = v.get();
              v.check_id(id);
-             v.get().items.push_back({id, static_cast<int32_t>(new_tokens), v.env->progress_of(id).computed_tokens});
+             const int64_t computed = v.env->progress_of(id).computed_tokens;
+             const int64_t left = v.env->known_tokens(id) - computed;
+             if (new_tokens < 1 || new_tokens > left) {
+               throw UserError(fmt::format("batch.add_item: new_tokens of request {} must be in [1, {}] (its known "
+                                           "tokens not yet computed), got {}", id, left, new_tokens));
+             }
+             batch.items.push_back({id, static_cast<int32_t>(new_tokens), computed});
            },
            py::arg("id"), py::arg("new_tokens"),
            "add new_tokens of request id at its computed tokens without timing them: the policy "

@@ -218,7 +218,8 @@ def test_the_static_comparison_covers_padding_bubbles_and_timeouts():
 
 @pytest.mark.parametrize("misuse, message", [
     (lambda batch: batch.add_item(10**6, 1), "batch: no request 1000000"),
-    (lambda batch: batch.add_item(0, 0), "new_tokens must be >= 1"),
+    (lambda batch: batch.add_item(0, 0), "new_tokens of request 0 must be in \\[1, "),
+    (lambda batch: batch.add_item(0, 10**9), "new_tokens of request 0 must be in \\[1, "),
     (lambda batch: batch.add_prefill_work(0), "tokens must be >= 1"),
     (lambda batch: batch.add_decode_work(-1), "context_before must be >= 0"),
     (lambda batch: setattr(batch, "bubble_slots", -1), "bubble_slots must be >= 0"),
