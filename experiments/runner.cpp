@@ -89,10 +89,6 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   std::vector<Policy*> replicas;
   const auto add_replicas = [&](const RunConfig& c, int count, PoolRole role) {
     for (int i = 0; i < count; ++i) {
-      if (hooks.make_policy && role != PoolRole::kColocated) {
-        throw UserError(fmt::format("--policy {}: a policy written in Python serves colocated runs only, "
-                                    "not --prefill-replicas/--decode-replicas", c.policy));
-      }
       policies.push_back(hooks.make_policy              ? hooks.make_policy()
                          : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
                                                         : make_pool_policy(c, role));

@@ -295,6 +295,25 @@ class PythonPolicy final : public Policy {
 
   const KvCacheManager& kv_cache() const override { return *kv_; }
 
+  // Disaggregated pools (sim/policy.h): the Python object says whether it serves `role`
+  // (batchsim.Policy refuses every pool unless a subclass overrides it) and handles the pool
+  // roles' two calls.
+  std::string unsupported_role_reason(PoolRole role) const override {
+    if (role == PoolRole::kColocated) return "";
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(impl_, "unsupported_role_reason")) return Policy::unsupported_role_reason(role);
+    const py::object why = impl_.attr("unsupported_role_reason")(std::string(pool_role_name(role)));
+    return why.is_none() ? "" : why.cast<std::string>();
+  }
+  void release_held_kv(RequestId id) override {
+    py::gil_scoped_acquire gil;
+    impl_.attr("release_held_kv")(id);
+  }
+  void on_kv_received(RequestId id, SimTime now) override {
+    py::gil_scoped_acquire gil;
+    impl_.attr("on_kv_received")(id, now.seconds());
+  }
+
   // The policy's largest step, from its profile_step(max_model_len) (batchsim.Policy), sizes
   // the KV pool as vLLM's profile run does; None keeps the default profile run.
   std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override {
@@ -585,6 +604,24 @@ PYBIND11_MODULE(_core, m) {
            py::arg("num_blocks"), py::arg("block_size") = kDefaultBlockSize, py::arg("watermark_fraction") = 0.0,
            "a PagedKvCache that shares full blocks of equal prompt prefixes between requests (the workload's "
            "--prefix or a trace's hash_ids; without them nothing is shared)")
+      .def_property_readonly("role", [](const EnvView& v) { return std::string(pool_role_name(v.get().role)); },
+                             "the replica's pool: colocated, prefill or decode")
+      .def("start_kv_transfer",
+           [](const EnvView& v, RequestId id, int64_t tokens) {
+             v.check_id(id);
+             const PolicyEnv& env = v.get();
+             if (env.role != PoolRole::kDecode || !env.start_kv_transfer) {
+               throw UserError("policy env: start_kv_transfer is for a decode pool's replica");
+             }
+             if (tokens < 0 || tokens > env.request(id).prompt_tokens) {
+               throw UserError(fmt::format("policy env: start_kv_transfer({}, {}): tokens must be in [0, {}] (the prompt)",
+                                           id, tokens, env.request(id).prompt_tokens));
+             }
+             env.start_kv_transfer(id, tokens);
+           },
+           py::arg("id"), py::arg("tokens"),
+           "decode pool: KV for remote request id is allocated; pull `tokens` of its prompt over the link "
+           "(on_kv_received(id, now_s) follows when they land)")
       .def("use_cached_prefix",
            [](const EnvView& v, RequestId id, int64_t tokens) {
              v.check_id(id);

@@ -62,6 +62,26 @@ class Policy:
     def idle(self):
         raise NotImplementedError(f"{type(self).__name__}.idle")
 
+    def unsupported_role_reason(self, role):
+        """Why this policy cannot serve a disaggregated pool (`role`: "prefill" or "decode"), or "".
+
+        A prefill replica sees each request with one output token; once it finishes, its KV
+        stays held until ``release_held_kv(id)``. A decode replica gets requests whose prompt
+        was computed elsewhere (``env.computed_tokens(id) > 0``); it allocates their KV, calls
+        ``env.start_kv_transfer(id, tokens)``, and schedules them only after
+        ``on_kv_received(id, now_s)``. ``env.role`` says which pool a replica is in. The default
+        serves no pool; a subclass that does overrides this and the two calls
+        (``batchsim.examples.FcfsContinuous`` does).
+        """
+        return (f"{type(self).__name__} serves colocated runs only: override unsupported_role_reason, "
+                f"release_held_kv and on_kv_received to serve a {role} pool")
+
+    def release_held_kv(self, id):
+        raise NotImplementedError(f"{type(self).__name__}.release_held_kv")
+
+    def on_kv_received(self, id, now_s):
+        raise NotImplementedError(f"{type(self).__name__}.on_kv_received")
+
     def profile_step(self, max_model_len):
         """The largest step this policy runs, as ``(tokens, sequences)``, or None.
 

@@ -4,8 +4,8 @@ FcfsContinuous is the C++ `continuous` policy with its defaults (policies/contin
 paged KV of 16-token blocks, Orca's mixed iterations of decodes and whole prefills, first come
 first served, at most 256 running requests and max(max_model_len, 2048) tokens an iteration, the
 newest running request preempted by recompute when a decode finds no free block; with
-`prefix_caching = True`, full blocks of equal prompt prefixes shared as vLLM v1 shares them),
-rewritten in Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
+`prefix_caching = True`, full blocks of equal prompt prefixes shared as vLLM v1 shares them; in
+a disaggregated run, either pool's role), rewritten in Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
 batches that start and end together, padded to their longest prompt, one reservation per row
 for the batch's longest prompt and output, and an optional timeout; its class attributes are
 the C++ policy's options, so the `hf-static` and `ft-static` presets are subclasses away. On the
@@ -33,6 +33,13 @@ class FcfsContinuous(Policy):
         self.budget = max(env.max_model_len, 2048)  # vLLM v0's max_num_batched_tokens default
         self.waiting = deque()
         self.running = []  # admission order: the newest at the back
+        # Disaggregated pools (env.role): a prefill replica holds a finished request's KV until
+        # its transfer lands; a decode replica admits prefilled requests, pulls their KV and runs
+        # them once it has landed (vLLM v1's WAITING_FOR_REMOTE_KVS).
+        self.held = set()
+        self.remote = set()     # decode: waiting requests prefilled elsewhere
+        self.receiving = 0      # decode: transfers under way
+        self.received = deque()  # decode: landed, to join the running requests
 
     def profile_step(self, max_model_len):
         # vLLM's profile run of the budget over min(budget, max_num_seqs) sequences, as the C++
@@ -40,9 +47,27 @@ class FcfsContinuous(Policy):
         budget = max(max_model_len, 2048)
         return budget, min(budget, self.max_num_seqs)
 
+    def unsupported_role_reason(self, role):
+        return ""
+
+    def release_held_kv(self, id):
+        self.held.remove(id)
+        self.kv_cache.release(id)
+
+    def on_kv_received(self, id, now_s):
+        self.receiving -= 1
+        self.received.append(id)
+
     def on_arrival(self, id, now_s):
         env, r = self.env, self.env.request(id)
         if env.reject_over_context(id):
+            return
+        if env.role == "decode" and env.computed_tokens(id) > 0:
+            # Prefilled elsewhere: only whether its KV can ever fit.
+            if env.reject_over_cache(self.kv_cache, id, r.prompt_tokens + r.output_tokens - 1):
+                return
+            self.remote.add(id)
+            self.waiting.append(id)
             return
         if r.prompt_tokens > self.budget:
             env.reject(id, f"prompt exceeds max_num_batched_tokens {self.budget} (chunked prefill is off): "
@@ -61,6 +86,8 @@ class FcfsContinuous(Policy):
 
     def schedule(self, now_s, batch):
         env, kv = self.env, self.kv_cache
+        while self.received and len(self.running) < self.max_num_seqs:
+            self.running.append(self.received.popleft())  # their next step is a decode
         budget = self.budget
         preempted = False
         # 1. Running requests in admission order; when one cannot grow, preempt the newest.
@@ -91,6 +118,18 @@ class FcfsContinuous(Policy):
         # 2. Admit waiting requests first come, first served, while they fit (head of line).
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             id = self.waiting[0]
+            if id in self.remote:
+                # Blocks for its prompt, none of it computed here; the link brings what the
+                # cache does not already hold.
+                r = env.request(id)
+                if not kv.try_admit(id, r.prompt_tokens, r.prompt_tokens + r.output_tokens - 1):
+                    break
+                shared = kv.shared_tokens_of(id) if self.prefix_caching else 0
+                self.remote.remove(id)
+                self.waiting.popleft()
+                self.receiving += 1
+                env.start_kv_transfer(id, r.prompt_tokens - shared)
+                continue
             # A prefix whose KV the cache holds is not computed again (0 without caching).
             cached = kv.cached_prefix_tokens(id, env.known_tokens(id))
             need = env.known_tokens(id) - env.computed_tokens(id) - cached
@@ -116,11 +155,14 @@ class FcfsContinuous(Policy):
             return
         done = set(finished)
         for id in finished:
-            self.kv_cache.release(id)
+            if self.env.role == "prefill":
+                self.held.add(id)  # until its transfer lands (release_held_kv)
+            else:
+                self.kv_cache.release(id)
         self.running = [id for id in self.running if id not in done]
 
     def idle(self):
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.received and self.receiving == 0
 
 
 class StaticBatching(Policy):

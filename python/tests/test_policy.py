@@ -9,8 +9,18 @@ from conftest import SMALL_RUN
 
 
 def summary_without_policy_name(result):
+    """The summary less the policy's name and options, wherever they are echoed (the run's
+    config, each pool's config and each pool's figures)."""
+    def without(d, keys=("policy", "policy_opts")):
+        return {k: v for k, v in d.items() if k not in keys}
+
     s = dict(result.summary)
-    s["config"] = {k: v for k, v in s["config"].items() if k not in ("policy", "policy_opts")}
+    s["config"] = without(s["config"])
+    for role in ("prefill", "decode"):
+        if isinstance(s["config"].get(role), dict):
+            s["config"][role] = without(s["config"][role])
+        if "pools" in s:
+            s["pools"] = dict(s["pools"], **{role: without(s["pools"][role])})
     return s
 
 
@@ -171,9 +181,42 @@ def test_an_instance_serves_one_run_and_one_replica():
     assert batchsim.run(policy=FcfsContinuous(), num_requests=3).summary["requests"]["completed"] == 3
 
 
-def test_disaggregated_runs_refuse_a_python_policy():
-    with pytest.raises(batchsim.UserError, match="colocated runs only"):
-        batchsim.run(policy=FcfsContinuous, prefill_replicas=1, decode_replicas=1, num_requests=3)
+def test_a_python_policy_serves_a_pool_only_when_it_says_so():
+    with pytest.raises(batchsim.UserError, match="prefill pool: StaticBatching serves colocated runs only"):
+        batchsim.run(policy=StaticBatching, prefill_replicas=1, decode_replicas=1, num_requests=3)
+
+    class NoDecode(FcfsContinuous):
+        def unsupported_role_reason(self, role):
+            return "no decode pool here" if role == "decode" else ""
+
+    with pytest.raises(batchsim.UserError, match="decode pool: no decode pool here"):
+        batchsim.run(policy=NoDecode, prefill_replicas=1, decode_replicas=1, num_requests=3)
+
+
+@pytest.mark.parametrize("options", [
+    dict(SMALL_RUN, prefill_replicas=1, decode_replicas=2),        # 200 blocks a replica: decodes preempt
+    dict(RULE_SIZED_RUN, prefill_replicas=2, decode_replicas=1),   # plenty of KV
+    dict(SMALL_RUN, prefill_replicas=1, decode_replicas=1, prefix="groups:256:4"),
+])
+def test_python_fcfs_in_disaggregated_pools_matches_the_cpp_policy_exactly(options):
+    policy_class = CachingFcfs if "prefix" in options else FcfsContinuous
+    cpp_opts = {"prefix_caching": "true"} if "prefix" in options else {}
+    cpp = batchsim.run(policy="continuous", policy_opts=cpp_opts, **options)
+    python = batchsim.run(policy=policy_class, **options)
+    assert summary_without_policy_name(python) == summary_without_policy_name(cpp)
+    pd.testing.assert_frame_equal(python.requests, cpp.requests)
+    pd.testing.assert_frame_equal(python.iterations, cpp.iterations)
+    assert python.summary["requests"]["completed"] == options["num_requests"]
+    assert python.requests["kv_transfer_s"].notna().all()  # every request crossed the link
+
+
+def test_start_kv_transfer_is_for_decode_replicas():
+    class Misusing(FcfsContinuous):
+        def schedule(self, now_s, batch):
+            self.env.start_kv_transfer(self.waiting[0], 1)
+
+    with pytest.raises(batchsim.UserError, match="start_kv_transfer is for a decode pool"):
+        batchsim.run(policy=Misusing, num_requests=3)
 
 
 class UnpaddedStatic(StaticBatching):  # FasterTransformer's way (the ft-static preset's options)
