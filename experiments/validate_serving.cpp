@@ -36,17 +36,21 @@ struct ServingOptions : ServingReplayOptions {
   bool breakdown = false;                // --breakdown: the groups' errors in the terminal too
 };
 
-// The error of a group of rows: the MAPE of TTFT and TPOT, and the median of predicted /
-// measured, which gives the error's sign (below 1: predicted short) where the MAPE cannot.
+// The error of a group of rows, kept as each row's predicted / measured TTFT and TPOT: their
+// MAPE, and their median, which gives the error's sign (below 1: predicted short) where the
+// MAPE cannot.
 struct ErrorGroup {
-  Mape ttft, tpot;
-  std::vector<double> ttft_ratios, tpot_ratios;
+  std::vector<double> ttft, tpot;
 
   void add(const ServingRow& r, const ServingPrediction& p) {
-    ttft.add(p.ttft_ms, r.ttft_ms);
-    tpot.add(p.tpot_ms, r.tpot_ms);
-    ttft_ratios.push_back(p.ttft_ms / r.ttft_ms);
-    tpot_ratios.push_back(p.tpot_ms / r.tpot_ms);
+    ttft.push_back(p.ttft_ms / r.ttft_ms);
+    tpot.push_back(p.tpot_ms / r.tpot_ms);
+  }
+  int64_t count() const { return static_cast<int64_t>(ttft.size()); }
+  static double mape(const std::vector<double>& ratios) {
+    Mape m;
+    for (double ratio : ratios) m.add(ratio, 1);
+    return m.value();
   }
   // The middle ratio, or the mean of the two middle ones.
   static double median(std::vector<double> v) {
@@ -57,8 +61,8 @@ struct ErrorGroup {
     return (v[mid] + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
   }
   nlohmann::ordered_json to_json() const {
-    return {{"ttft_mape", ttft.value()}, {"ttft_median_ratio", median(ttft_ratios)},
-            {"tpot_mape", tpot.value()}, {"tpot_median_ratio", median(tpot_ratios)}, {"count", ttft.count}};
+    return {{"ttft_mape", mape(ttft)}, {"ttft_median_ratio", median(ttft)},
+            {"tpot_mape", mape(tpot)}, {"tpot_median_ratio", median(tpot)}, {"count", count()}};
   }
 };
 
@@ -393,8 +397,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   fmt::print(out, "{:<10} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "backend", "rows", "TTFT MAPE %", "TTFT p/m",
              "TPOT MAPE %", "TPOT p/m");
   auto print_group = [&](const std::string& label, const ErrorGroup& g) {
-    fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", label, g.ttft.count, g.ttft.value(),
-               ErrorGroup::median(g.ttft_ratios), g.tpot.value(), ErrorGroup::median(g.tpot_ratios));
+    fmt::print(out, "{:<10} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", label, g.count(), ErrorGroup::mape(g.ttft),
+               ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot), ErrorGroup::median(g.tpot));
   };
   for (const auto& [backend, e] : by_backend) print_group(backend, e.all);
   print_group("all", every_row);
@@ -416,16 +420,17 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     p.validation.serving = {};
     p.validation.serving.measured_on = fmt::format(
         "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client",
-        every_row.ttft.count, std::filesystem::path(o.measurements).filename().string(), o.system,
+        every_row.count(), std::filesystem::path(o.measurements).filename().string(), o.system,
         o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
         o.requests_per_client);
     // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
     auto hundredth = [](double x) { return std::round(x * 100) / 100; };
     for (const auto& [backend, e] : by_backend) {
-      p.validation.serving.backends.push_back({backend, tenth(e.all.ttft.value()), tenth(e.all.tpot.value()),
-                                               hundredth(ErrorGroup::median(e.all.ttft_ratios)),
-                                               hundredth(ErrorGroup::median(e.all.tpot_ratios)), e.all.ttft.count});
+      p.validation.serving.backends.push_back({backend, tenth(ErrorGroup::mape(e.all.ttft)),
+                                               tenth(ErrorGroup::mape(e.all.tpot)),
+                                               hundredth(ErrorGroup::median(e.all.ttft)),
+                                               hundredth(ErrorGroup::median(e.all.tpot)), e.all.count()});
     }
     save_hardware_profile(p, o.profile_out);
     fmt::print(out, "wrote {}\n", o.profile_out);
@@ -440,10 +445,10 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["requests_per_client"] = o.requests_per_client;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
                  "predicted / measured (below 1: predicted short); times in ms (means over requests)";
-    j["ttft"] = {{"mape", every_row.ttft.value()}, {"median_ratio", ErrorGroup::median(every_row.ttft_ratios)},
-                 {"count", every_row.ttft.count}};
-    j["tpot"] = {{"mape", every_row.tpot.value()}, {"median_ratio", ErrorGroup::median(every_row.tpot_ratios)},
-                 {"count", every_row.tpot.count}};
+    j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)}, {"median_ratio", ErrorGroup::median(every_row.ttft)},
+                 {"count", every_row.count()}};
+    j["tpot"] = {{"mape", ErrorGroup::mape(every_row.tpot)}, {"median_ratio", ErrorGroup::median(every_row.tpot)},
+                 {"count", every_row.count()}};
     for (const auto& [backend, e] : by_backend) {
       nlohmann::ordered_json b = e.all.to_json();
       for (const auto& [key, groups] : e.by) {
