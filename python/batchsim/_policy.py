@@ -19,8 +19,8 @@ The simulation calls a policy exactly as it calls a C++ one (sim/policy.h; polic
    (``batch.add_prefill_work``, ``batch.add_decode_work``, ``batch.bubble_slots``); one that
    waits on a timeout sets ``batch.wake_at``. With prefix caching (a cache from
    ``env.prefix_caching_kv_cache``), admission shares what ``kv_cache.cached_prefix_tokens``
-   finds and reports it with ``env.use_cached_prefix(id, tokens)``. An empty batch while requests wait, with no
-   ``wake_at``, is a bug the simulation stops on.
+   finds and reports it with ``env.use_cached_prefix(id, tokens)``. An empty batch while
+   requests wait, with no ``wake_at``, is a bug the simulation stops on.
 4. ``on_iteration_end(batch, finished, now_s)`` after the iteration: ``finished`` lists the
    requests that produced their last token; release their KV and forget them.
 
@@ -85,8 +85,8 @@ class Policy:
     def profile_step(self, max_model_len):
         """The largest step this policy runs, as ``(tokens, sequences)``, or None.
 
-        Called before ``attach``, once per run (per pool). Engines measure the peak memory of such a step
-        before they size the KV cache (vLLM's profile run of max_num_batched_tokens over
+        Called before ``attach``, once per run (per pool). Engines measure the peak memory of
+        such a step before they size the KV cache (vLLM's profile run of max_num_batched_tokens over
         min(max_num_batched_tokens, max_num_seqs) sampled sequences), so a policy that declares
         its own gets the pool its engine would have, as the C++ continuous policies do. None, the
         default, sizes the pool after a step of 8192 tokens in 256 sequences.

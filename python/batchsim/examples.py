@@ -5,8 +5,8 @@ paged KV of 16-token blocks, Orca's mixed iterations of decodes and whole prefil
 first served, at most 256 running requests and max(max_model_len, 2048) tokens an iteration, the
 newest running request preempted by recompute when a decode finds no free block; with
 `prefix_caching = True`, full blocks of equal prompt prefixes shared as vLLM v1 shares them; in
-a disaggregated run, either pool's role), rewritten in Python step for step. StaticBatching is the C++ `static` policy (policies/static_policy.cpp):
-batches that start and end together, padded to their longest prompt, one reservation per row
+a disaggregated run, either pool's role), rewritten in Python step for step. StaticBatching is
+the C++ `static` policy (policies/static_policy.cpp): batches that start and end together, padded to their longest prompt, one reservation per row
 for the batch's longest prompt and output, and an optional timeout; its class attributes are
 the C++ policy's options, so the `hf-static` and `ft-static` presets are subclasses away. On the
 same workload each gives its C++ policy's results, request for request (python/tests/test_policy.py).
@@ -30,7 +30,7 @@ class FcfsContinuous(Policy):
             self.kv_cache = env.prefix_caching_kv_cache(blocks, DEFAULT_BLOCK_SIZE)
         else:
             self.kv_cache = PagedKvCache(env.num_requests, blocks, DEFAULT_BLOCK_SIZE)
-        self.budget = max(env.max_model_len, 2048)  # vLLM v0's max_num_batched_tokens default
+        self.budget = self.token_budget(env.max_model_len)
         self.waiting = deque()
         self.running = []  # admission order: the newest at the back
         # Disaggregated pools (env.role): a prefill replica holds a finished request's KV until
@@ -41,10 +41,19 @@ class FcfsContinuous(Policy):
         self.receiving = 0      # decode: transfers under way
         self.received = deque()  # decode: landed, to join the running requests
 
+    @staticmethod
+    def token_budget(max_model_len):
+        return max(max_model_len, 2048)  # vLLM v0's max_num_batched_tokens default
+
+    def footprint(self, id):
+        """A request's whole KV: prompt + output - 1 (the last token is sampled, never written)."""
+        r = self.env.request(id)
+        return r.prompt_tokens + r.output_tokens - 1
+
     def profile_step(self, max_model_len):
         # vLLM's profile run of the budget over min(budget, max_num_seqs) sequences, as the C++
         # policy sizes its pool (ContinuousPolicy::kv_sizing).
-        budget = max(max_model_len, 2048)
+        budget = self.token_budget(max_model_len)
         return budget, min(budget, self.max_num_seqs)
 
     def unsupported_role_reason(self, role):
@@ -64,7 +73,7 @@ class FcfsContinuous(Policy):
             return
         if env.role == "decode" and env.computed_tokens(id) > 0:
             # Prefilled elsewhere: only whether its KV can ever fit.
-            if env.reject_over_cache(self.kv_cache, id, r.prompt_tokens + r.output_tokens - 1):
+            if env.reject_over_cache(self.kv_cache, id, self.footprint(id)):
                 return
             self.remote.add(id)
             self.waiting.append(id)
@@ -73,8 +82,7 @@ class FcfsContinuous(Policy):
             env.reject(id, f"prompt exceeds max_num_batched_tokens {self.budget} (chunked prefill is off): "
                            f"{r.prompt_tokens} tokens")
             return
-        # The whole footprint: prompt + output - 1 (the last token is sampled, never written).
-        if env.reject_over_cache(self.kv_cache, id, r.prompt_tokens + r.output_tokens - 1):
+        if env.reject_over_cache(self.kv_cache, id, self.footprint(id)):
             return
         self.waiting.append(id)
 
@@ -121,14 +129,14 @@ class FcfsContinuous(Policy):
             if id in self.remote:
                 # Blocks for its prompt, none of it computed here; the link brings what the
                 # cache does not already hold.
-                r = env.request(id)
-                if not kv.try_admit(id, r.prompt_tokens, r.prompt_tokens + r.output_tokens - 1):
+                prompt = env.request(id).prompt_tokens
+                if not kv.try_admit(id, prompt, self.footprint(id)):
                     break
                 shared = kv.shared_tokens_of(id) if self.prefix_caching else 0
                 self.remote.remove(id)
                 self.waiting.popleft()
                 self.receiving += 1
-                env.start_kv_transfer(id, r.prompt_tokens - shared)
+                env.start_kv_transfer(id, prompt - shared)
                 continue
             # A prefix whose KV the cache holds is not computed again (0 without caching).
             cached = kv.cached_prefix_tokens(id, env.known_tokens(id))
@@ -136,8 +144,7 @@ class FcfsContinuous(Policy):
             n = self.step_tokens(need, budget)
             if n == 0:
                 break
-            r = env.request(id)
-            footprint = r.prompt_tokens + r.output_tokens - 1
+            footprint = self.footprint(id)
             # Room for the whole prefill, even when an over-long re-prefill runs a chunk of it.
             if n < need and not kv.can_admit(id, cached + need, footprint):
                 break
