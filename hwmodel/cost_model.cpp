@@ -198,10 +198,6 @@ double CostModel::activation_reserve_bytes(int64_t activation_tokens, int64_t sa
   return kRuntimeReserveBytes + elements * kActivationBytes + logits_bytes;
 }
 
-int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization) const {
-  return kv_capacity_tokens(gpu_memory_utilization, kDefaultActivationTokens);
-}
-
 int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
                                       int64_t sampler_rows) const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {

@@ -133,8 +133,7 @@ class CostModel {
   // The reserve is activation_reserve_bytes(activation_tokens, sampler_rows), by default that of
   // kDefaultActivationTokens and kSamplerRows (a policy that knows its own largest step passes it:
   // Policy::kv_sizing).
-  int64_t kv_capacity_tokens(double gpu_memory_utilization) const;
-  int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
+  int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens = kDefaultActivationTokens,
                              int64_t sampler_rows = kSamplerRows) const;
   // KV cache capacity when weights and KV together may take `mem_fraction_static` of the GPU's
   // memory, as SGLang sizes its pool (model_runner profile_max_num_token: the memory free after
