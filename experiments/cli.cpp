@@ -129,6 +129,9 @@ po::options_description run_options() {
       ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
        "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
        "closed loop; default 0: open loop)")
+      ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
+       "--max-concurrency, how long a client waits after a response before sending its next request "
+       "(a user reading the answer; default: none), from a random stream of its own")
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
        "reserving ones (default 0: from memory)")
@@ -222,6 +225,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("seed")) c.workload.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
+  if (vm.count("think-time")) c.workload.think_time = vm["think-time"].as<std::string>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["streaming"].as<bool>() && vm["no-streaming"].as<bool>()) {

@@ -224,6 +224,7 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     }
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
+    else if (key == "think-time") c.workload.think_time = scalar<std::string>(v, file, shown);
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") {
@@ -338,6 +339,11 @@ void validate(const RunConfig& c) {
   if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
+  }
+  if (!c.workload.think_time.empty() && c.max_concurrency == 0) {
+    throw UserError(fmt::format("--think-time {}: is how long a closed-loop client waits between a response "
+                                "and its next request; give --max-concurrency C (the number of clients)",
+                                c.workload.think_time));
   }
   if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {
     throw UserError(fmt::format("--num-gpu-blocks {}: must be in [0, {}] (0: size the KV cache from GPU memory)",

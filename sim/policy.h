@@ -113,9 +113,12 @@ struct PolicyEnv {
   // How many requests the run has in all, once known: a streaming run (sim/simulation.h) learns
   // it when its source runs dry, and until then it reads as INT64_MAX. Null: requests->size().
   const int64_t* total_requests = nullptr;
-  // With closed-loop clients (SimulationOptions::max_concurrency > 0): how many requests they
-  // have in flight; once that reaches max_concurrency, none can arrive before one settles.
+  // With closed-loop clients (SimulationOptions::max_concurrency > 0): how many of them are
+  // taken (a request sent, or about to be sent once they have thought), and how many of those
+  // are thinking; once every client has a request at the server, none can arrive before one
+  // settles.
   const int64_t* clients_in_flight = nullptr;
+  const int64_t* clients_thinking = nullptr;
   int64_t max_concurrency = 0;
   PoolRole role = PoolRole::kColocated;
   // Decode role: the policy has allocated KV for remote request `id`; `tokens` of it (its
@@ -131,10 +134,11 @@ struct PolicyEnv {
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
   // No request can arrive before one settles: all have, or the closed-loop clients are all
-  // waiting on theirs (a batcher waiting for more would wait forever).
+  // waiting on theirs at the server (a batcher waiting for more would wait forever).
   bool all_arrived() const {
     return *arrived == (total_requests != nullptr ? *total_requests : static_cast<int64_t>(requests->size())) ||
-           (max_concurrency > 0 && *clients_in_flight >= max_concurrency);
+           (max_concurrency > 0 &&
+            *clients_in_flight - (clients_thinking != nullptr ? *clients_thinking : 0) >= max_concurrency);
   }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {

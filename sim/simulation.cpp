@@ -148,6 +148,10 @@ SimulationResult Simulation::run() {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
   if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");
+  think_times_ = options_.think_times != nullptr && !options_.think_times->empty() ? options_.think_times : nullptr;
+  if (think_times_ != nullptr && (options_.max_concurrency == 0 || static_cast<int64_t>(think_times_->size()) != n)) {
+    throw std::logic_error("think times need closed-loop clients and one time per request");
+  }
   if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
   const bool closed_loop = options_.max_concurrency > 0;
   if (closed_loop) sent_ = workload_;
@@ -170,7 +174,8 @@ SimulationResult Simulation::run() {
     next_request_ = source_->next();
   }
   prefix_blocks_ = streaming() ? &slot_prefix_blocks_ : options_.prefix_blocks;
-  in_flight_ = pending_sends_ = scheduled_ = 0;
+  in_flight_ = pending_sends_ = thinking_ = scheduled_ = 0;
+  pending_send_times_ = {};
   held_.clear();
   released_.assign(closed_loop ? n : 0, 0);
   progress_.assign(table, RequestProgress{});
@@ -247,6 +252,7 @@ SimulationResult Simulation::run() {
     env.arrived = &arrived_;
     env.total_requests = &total_requests_;
     env.clients_in_flight = &in_flight_;
+    env.clients_thinking = &thinking_;
     env.max_concurrency = options_.max_concurrency;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
@@ -453,9 +459,11 @@ void Simulation::client_arrival(RequestId id) {
     arrive(id);
     return;
   }
-  if (released_[static_cast<size_t>(id)] != 0) {  // a send the client queued at a settle
+  if (const uint8_t send = released_[static_cast<size_t>(id)]; send != 0) {  // queued at a settle
     released_[static_cast<size_t>(id)] = 0;
     --pending_sends_;
+    if (send == kThinkingSend) --thinking_;
+    pending_send_times_.pop();  // the earliest queued send: this one (sends are due in time order)
     arrive(id);
     return;
   }
@@ -476,12 +484,20 @@ void Simulation::release_clients(int64_t count) {
   while (in_flight_ < options_.max_concurrency && !held_.empty()) {
     const RequestId id = held_.front();
     held_.pop_front();
-    sent_[static_cast<size_t>(id)].arrival = now_;
-    if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = now_;
-    released_[static_cast<size_t>(id)] = 1;
+    // The client sends it once it has thought, and measures its TTFT and e2e from then.
+    const SimTime think = think_times_ != nullptr ? (*think_times_)[static_cast<size_t>(id)] : SimTime::zero();
+    if (think.ns() > SimTime::max().ns() - now_.ns()) {
+      throw UserError(fmt::format("--think-time: request {} would be sent beyond the simulated time range", id));
+    }
+    const SimTime send = now_ + think;
+    sent_[static_cast<size_t>(id)].arrival = send;
+    if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
+    released_[static_cast<size_t>(id)] = send > now_ ? kThinkingSend : kQueuedSend;
+    if (send > now_) ++thinking_;
     ++pending_sends_;
+    pending_send_times_.push(send);
     ++in_flight_;
-    events_.push(now_, EventKind::kArrival, id);
+    events_.push(send, EventKind::kArrival, id);
   }
 }
 
@@ -736,15 +752,14 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   // (least-outstanding and least-kv read the replicas' state then), so we stop before every
   // arrival. That also keeps routing exact: a router reading this replica at time t sees the
   // state after its last schedule() at or before t, which no repeat runs past.
-  // The next request to reach a replica: the workload's next arrival; with closed-loop clients,
-  // a send queued at this instant, and none before a settle (which ends the run) while every
-  // client slot is taken.
-  SimTime next_arrival = next_arrival_time();
-  if (pending_sends_ > 0) {
-    next_arrival = now_;
-  } else if (clients_saturated()) {
-    // A settle on another replica, at its iteration's end, can send a held request here.
-    next_arrival = SimTime::max();
+  // The next request to reach a replica: the workload's next arrival, none while every
+  // closed-loop client has a request at the server (until a settle); with closed-loop clients
+  // also the next queued send (at this instant, or when its client has thought), and a settle
+  // on another replica, at its iteration's end, while the clients hold requests to send then
+  // (a settle here ends the run).
+  SimTime next_arrival = clients_saturated() && pending_sends_ == 0 ? SimTime::max() : next_arrival_time();
+  if (pending_sends_ > 0) next_arrival = std::min(next_arrival, pending_send_times_.top());
+  if (clients_saturated() || !held_.empty()) {
     for (const Replica& other : replicas_) {
       if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
     }

@@ -168,6 +168,13 @@ struct SimulationOptions {
   // once the semaphore lets it go). With every arrival at t = 0 this is a pure closed loop.
   // 0: open loop (every request is sent at its arrival).
   int64_t max_concurrency = 0;
+  // Closed loop only: each request's think time (BuiltWorkload::think_times, one per request).
+  // The client a settle frees waits think_times[id] before it sends the request `id` it holds,
+  // and stays taken meanwhile (a user reading the answer), so the C clients' requests are sent
+  // one think time after a settle; a request sent without waiting for a settle (one of the
+  // first C, or one arriving while a client is free) goes at its arrival. Null or empty: none.
+  // Must outlive the run.
+  const std::vector<SimTime>* think_times = nullptr;
   // The KV cache's size in blocks, as vLLM's --num-gpu-blocks-override sets it
   // (CacheConfig.num_gpu_blocks_override, which replaces the count profiled from memory):
   // a paged policy gets this many blocks of its block_size, a policy that reserves contiguous
@@ -272,9 +279,9 @@ class Simulation {
   void client_arrival(RequestId id);
   // `count` requests settled: the client sends as many of the requests it holds.
   void release_clients(int64_t count);
-  // Closed loop: every client has a request in flight.
+  // Closed loop: every client has a request at the server (none is thinking).
   bool clients_saturated() const {
-    return options_.max_concurrency > 0 && in_flight_ >= options_.max_concurrency;
+    return options_.max_concurrency > 0 && in_flight_ - thinking_ >= options_.max_concurrency;
   }
   void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
@@ -398,10 +405,17 @@ class Simulation {
   // are the send times (PolicyEnv::requests and the records read this).
   const Workload* requests_ = nullptr;
   Workload sent_;
-  int64_t in_flight_ = 0;            // closed loop: sent, not settled
+  int64_t in_flight_ = 0;            // closed loop: clients taken (sent or thinking), not settled
   std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
-  std::vector<uint8_t> released_;    // closed loop: the pending arrival event is a send
-  int64_t pending_sends_ = 0;        // closed loop: send events queued at `now_`
+  // Closed loop: the pending arrival event is a send (kQueuedSend), after a think time
+  // (kThinkingSend); 0 otherwise.
+  std::vector<uint8_t> released_;
+  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2;
+  int64_t pending_sends_ = 0;        // closed loop: send events queued
+  int64_t thinking_ = 0;             // closed loop: of those, the ones after a think time > 0
+  const std::vector<SimTime>* think_times_ = nullptr;  // options_.think_times, null when empty
+  // The times of the queued sends, earliest on top: fast-forward stops at the next one.
+  std::priority_queue<SimTime, std::vector<SimTime>, std::greater<>> pending_send_times_;
   int64_t scheduled_ = 0;            // workload arrivals processed: the next is workload_[scheduled_]
   std::vector<Policy*> policies_;
   const CostModel& cost_model_;

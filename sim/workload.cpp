@@ -25,6 +25,9 @@ constexpr uint32_t kOutputStream = 2;
 constexpr uint32_t kPrefixStream = 3;
 constexpr uint32_t kMaxTokensStream = 4;
 constexpr uint32_t kPriorityStream = 5;
+constexpr uint32_t kThinkTimeStream = 6;
+// The longest think time: beyond it a closed loop's sends would run out of simulated time.
+constexpr double kMaxThinkTimeS = 1e9;
 
 constexpr SpecSyntax kArrivalSyntaxes[] = {
     {"offline", "every request at t = 0 (a batch job)"},
@@ -47,6 +50,12 @@ constexpr SpecSyntax kPrefixSyntaxes[] = {
                       "added to its sampled length"},
     {"groups:TOKENS:N", "N distinct prefixes of TOKENS tokens, each request drawing one "
                         "uniformly, added to its sampled length"},
+};
+
+constexpr SpecSyntax kThinkTimeSyntaxes[] = {
+    {"fixed:S", "every client waits S seconds"},
+    {"uniform:A:B", "uniform in [A, B] seconds"},
+    {"exponential:MEAN", "exponential with mean MEAN seconds (a memoryless user)"},
 };
 
 constexpr SpecSyntax kPrioritySyntaxes[] = {
@@ -363,6 +372,63 @@ std::span<const SpecSyntax> arrival_process_syntaxes() { return kArrivalSyntaxes
 std::span<const SpecSyntax> length_distribution_syntaxes() { return kLengthSyntaxes; }
 std::span<const SpecSyntax> prefix_syntaxes() { return kPrefixSyntaxes; }
 std::span<const SpecSyntax> priority_syntaxes() { return kPrioritySyntaxes; }
+std::span<const SpecSyntax> think_time_syntaxes() { return kThinkTimeSyntaxes; }
+
+SimTime ThinkTime::sample(Rng& rng) const {
+  switch (kind) {
+    case Kind::kFixed:
+      return SimTime::from_seconds(a_s);
+    case Kind::kUniform:
+      return SimTime::from_seconds(a_s + (b_s - a_s) * rng.uniform01());
+    case Kind::kExponential:
+      return SimTime::from_seconds(std::min(sample_exponential(rng, a_s), kMaxThinkTimeS));
+  }
+  throw std::logic_error("unknown think time kind");
+}
+
+std::string ThinkTime::describe() const {
+  switch (kind) {
+    case Kind::kFixed:
+      return fmt::format("fixed:{}", a_s);
+    case Kind::kUniform:
+      return fmt::format("uniform:{}:{}", a_s, b_s);
+    case Kind::kExponential:
+      return fmt::format("exponential:{}", a_s);
+  }
+  throw std::logic_error("unknown think time kind");
+}
+
+ThinkTime parse_think_time(std::string_view spec, std::string_view option) {
+  const SpecText text(spec, option);
+  const std::string_view kind = text.kind();
+  // Parameter i, a time in seconds: >= 0 (> 0 where `positive`), at most kMaxThinkTimeS.
+  const auto seconds = [&](size_t i, std::string_view name, bool positive = false) {
+    const double value = positive ? text.positive(i, name) : text.non_negative(i, name);
+    if (value > kMaxThinkTimeS) text.fail(fmt::format("{} must be at most {:g} s", name, kMaxThinkTimeS));
+    return value;
+  };
+  ThinkTime think;
+  if (kind == "fixed") {
+    text.expect_parameters(1, "fixed:S");
+    think.a_s = seconds(1, "S");
+    return think;
+  }
+  if (kind == "uniform") {
+    text.expect_parameters(2, "uniform:A:B");
+    think.kind = ThinkTime::Kind::kUniform;
+    think.a_s = seconds(1, "A");
+    think.b_s = seconds(2, "B");
+    if (think.b_s < think.a_s) text.fail("B must be a number >= A");
+    return think;
+  }
+  if (kind == "exponential") {
+    text.expect_parameters(1, "exponential:MEAN");
+    think.kind = ThinkTime::Kind::kExponential;
+    think.a_s = seconds(1, "MEAN", /*positive=*/true);
+    return think;
+  }
+  text.fail(fmt::format("unknown think time \"{}\"; expected {}", kind, list_syntaxes(kThinkTimeSyntaxes)));
+}
 
 std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
                                                                   std::string_view option) {
@@ -555,6 +621,7 @@ struct ParsedWorkloadSpec {
   std::unique_ptr<LengthDistribution> prompt_len, output_len, max_tokens;
   std::unique_ptr<PriorityDistribution> priority;
   PrefixSpec prefix;  // tokens 0: none
+  std::optional<ThinkTime> think_time;
 };
 
 ParsedWorkloadSpec parse_workload_spec(const WorkloadSpec& spec) {
@@ -576,6 +643,7 @@ ParsedWorkloadSpec parse_workload_spec(const WorkloadSpec& spec) {
   parsed.max_tokens = spec.max_tokens.empty() ? nullptr : parse_length_distribution(spec.max_tokens, "--max-tokens");
   parsed.priority = spec.priority.empty() ? nullptr : parse_priority_distribution(spec.priority, "--priority");
   parsed.prefix = spec.prefix.empty() ? PrefixSpec{} : parse_prefix_spec(spec.prefix, "--prefix");
+  if (!spec.think_time.empty()) parsed.think_time = parse_think_time(spec.think_time, "--think-time");
   return parsed;
 }
 
@@ -760,6 +828,9 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
                                 "already; run without streaming)",
                                 spec.trace.string()));
   }
+  if (parsed.think_time) {
+    throw UserError("--streaming with --think-time: not supported (closed-loop clients need the workload in memory)");
+  }
   const PrefixSpec prefix = parsed.prefix;
   std::unique_ptr<RequestSource> source;
   if (!spec.trace.empty()) {
@@ -775,6 +846,7 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
 BuiltWorkload build_workload(const WorkloadSpec& spec) {
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
   const PrefixSpec prefix = parsed.prefix;
+  const std::optional<ThinkTime> think_time = parsed.think_time;
 
   BuiltWorkload built;
   bool synthetic = false;  // no trace: the requests came whole from a SyntheticRequestSource
@@ -828,6 +900,13 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     if (!built.prefix_blocks.empty()) refuse_prefix_with_hashes(spec);
     add_prefix(prefix, spec.seed, "--prefix", built);
     built.description += fmt::format(", prefix {} added to each prompt", spec.prefix);
+  }
+
+  if (think_time) {
+    Rng rng = Rng::for_stream(spec.seed, kThinkTimeStream);
+    built.think_times.reserve(built.requests.size());
+    for (size_t i = 0; i < built.requests.size(); ++i) built.think_times.push_back(think_time->sample(rng));
+    built.description += fmt::format(", think time {}", think_time->describe());
   }
 
   // Invariants of request.h, relied on by the simulation.

@@ -27,6 +27,10 @@
 //             each equally likely) | "classes:P=W,P=W,..." (priority P with relative weight W,
 //             e.g. classes:0=1,1=4 makes a fifth of the requests urgent). Integers may be
 //             negative. It replaces a trace's priority column.
+//   think_time closed-loop clients only (--max-concurrency): how long a client waits, after the
+//             response that frees it, before it sends its next request, as a user reads an
+//             answer before typing the next question or a benchmark client turns around:
+//             "fixed:S" | "uniform:A:B" | "exponential:MEAN", in seconds.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -57,6 +61,7 @@ std::span<const SpecSyntax> arrival_process_syntaxes();
 std::span<const SpecSyntax> length_distribution_syntaxes();
 std::span<const SpecSyntax> prefix_syntaxes();
 std::span<const SpecSyntax> priority_syntaxes();
+std::span<const SpecSyntax> think_time_syntaxes();
 
 // A parsed --prefix: `tokens` shared tokens at the start of every prompt, drawn from `groups`
 // distinct prefixes (1 for shared:TOKENS). Throws UserError naming `option` and the spec.
@@ -93,6 +98,18 @@ class PriorityDistribution {
 std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
                                                                   std::string_view option);
 
+// A parsed --think-time (see "think_time" above). Throws UserError naming `option` and the
+// spec for a malformed one, e.g.  --think-time: "uniform:2:1": B must be a number >= A
+struct ThinkTime {
+  enum class Kind { kFixed, kUniform, kExponential };
+  Kind kind = Kind::kFixed;
+  double a_s = 0;  // fixed: the time; uniform: the lower bound; exponential: the mean
+  double b_s = 0;  // uniform: the upper bound
+  SimTime sample(Rng& rng) const;
+  std::string describe() const;
+};
+ThinkTime parse_think_time(std::string_view spec, std::string_view option);
+
 class ArrivalProcess {
  public:
   virtual ~ArrivalProcess() = default;
@@ -119,6 +136,7 @@ struct WorkloadSpec {
   std::string max_tokens;              // empty: a trace's max_tokens column, else the output length
   bool ignore_eos = false;             // output = max_tokens
   std::string priority;                // empty: a trace's priority column, else 0 for all
+  std::string think_time;              // empty: none (a closed-loop client sends at once)
   // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
@@ -131,6 +149,9 @@ struct BuiltWorkload {
   std::string description;             // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
   std::vector<std::string> warnings;   // trace rows adjusted (see trace_reader.h); print them
   PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake) or --prefix
+  // --think-time: request i's client waits think_times[i] after the settle that frees it before
+  // sending request i (SimulationOptions::think_times). Empty: none.
+  std::vector<SimTime> think_times;
 };
 
 // Semantics:
@@ -153,6 +174,10 @@ struct BuiltWorkload {
 //   * priority (optional): sampled from stream 5 of `seed`, so every other sample is the same
 //     with and without it; it replaces a trace's priority column. Without it, requests keep the
 //     trace's priorities, or 0.
+//   * think_time (optional): one sample per request, in id order, from stream 6 of `seed`, so
+//     every other sample is the same with and without it. A request its client sends without
+//     waiting for a settle (one of the first, or one arriving while a client is free) ignores
+//     its sample. A streaming source cannot carry them: stream_workload refuses a think_time.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the

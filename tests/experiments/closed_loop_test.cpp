@@ -1,12 +1,11 @@
 // Closed-loop clients (--max-concurrency C, vllm bench serve's semantics): exactly C requests in
-// flight while any wait at the client, each waiting request sent the moment one settles and
-// timed from then, fast-forward exact, and batchers that wait for a full batch do not wait
-// forever on clients that cannot send more.
+// flight while any wait at the client, each waiting request sent the moment one settles (or,
+// with --think-time, its think time later) and timed from then, fast-forward exact, and batchers
+// that wait for a full batch do not wait forever on clients that cannot send more.
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,9 +13,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "experiments/cli.h"
 #include "experiments/runner.h"
 #include "hwmodel/error.h"
+#include "sim/workload.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
@@ -105,11 +105,13 @@ TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
   for (const auto& [replicas, router] : {std::pair<int, const char*>{1, "round-robin"}, {3, "round-robin"},
                                          {3, "least-outstanding"}, {3, "random"}}) {
     for (const char* policy : {"vllm", "continuous", "tgi"}) {
-      SCOPED_TRACE(fmt::format("{} x{} {}", policy, replicas, router));
+     for (const char* think : {"", "exponential:0.05"}) {  // with think time, sends fall mid-run
+      SCOPED_TRACE(fmt::format("{} x{} {} think {}", policy, replicas, router, think));
       RunConfig c = closed_loop_config(policy, 5);
       c.replicas = replicas;
       c.router = router;
       c.workload.output_len = "uniform:50:400";
+      c.workload.think_time = think;
       RunHooks off;
       off.fast_forward = false;
       const RunOutcome fast = run_simulation(c), slow = run_simulation(c, nullptr, off);
@@ -120,6 +122,7 @@ TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
         EXPECT_EQ(fast.result.requests[i].first_token, slow.result.requests[i].first_token) << i;
       }
       EXPECT_GT(fast.result.fast_forwarded_iterations, 0);
+     }
     }
   }
 }
@@ -135,17 +138,116 @@ TEST(ClosedLoop, StaticBatchersRunWhatTheClientsCanSend) {
 }
 
 TEST(ClosedLoop, TheOptionIsCheckedAndEchoed) {
-  EXPECT_THAT(testing::user_error_of([] {
-                std::ostringstream o, e;
-                cli_main({"run", "--max-concurrency", "-1", "--num-requests", "5"}, o, e);
-              }),
+  EXPECT_THAT(testing::cli_error_of({"run", "--max-concurrency", "-1", "--num-requests", "5"}),
               HasSubstr("--max-concurrency -1: must be in [0, 10000000]"));
   const auto dir = testing::scratch_dir("closed-loop-cli");
-  std::ostringstream o, e;
-  ASSERT_EQ(cli_main({"run", "--max-concurrency", "8", "--num-requests", "30", "--out", (dir / "r").string()}, o, e), 0);
+  ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "8", "--num-requests", "30", "--out", (dir / "r").string()}), 0);
   std::ifstream in(dir / "r" / "summary.json");
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary["config"]["max_concurrency"], 8);
+}
+
+// The clients taken at once: a request takes its client from the settle that freed it (its
+// send less its think time; t = 0 for the first ones) until it settles.
+int64_t max_clients_taken(const SimulationResult& r, const std::vector<SimTime>& think_times) {
+  std::vector<std::pair<SimTime, int>> edges;
+  for (const RequestRecord& q : r.requests) {
+    edges.emplace_back(q.arrival == SimTime::zero() ? q.arrival : q.arrival - think_times[q.id], +1);
+    edges.emplace_back(q.finished, -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  int64_t now = 0, peak = 0;
+  for (const auto& [t, d] : edges) peak = std::max(peak, now += d);
+  return peak;
+}
+
+TEST(ClosedLoopThinkTime, EachHeldRequestIsSentItsThinkTimeAfterASettle) {
+  RunConfig c = closed_loop_config("vllm", 4);
+  c.workload.think_time = "uniform:0.5:2";
+  const std::vector<SimTime> think = build_workload(c.workload).think_times;
+  const RunOutcome run = run_simulation(c);
+  const auto& reqs = run.result.requests;
+  ASSERT_EQ(run.result.summary.requests_completed, 60);
+  std::multiset<SimTime> finishes;
+  for (const auto& q : reqs) finishes.insert(q.finished);
+  int64_t at_zero = 0;
+  SimTime previous_settle = SimTime::zero();
+  for (const auto& q : reqs) {
+    if (q.arrival == SimTime::zero()) {
+      ++at_zero;
+      continue;
+    }
+    const SimTime settle = q.arrival - think[q.id];
+    EXPECT_TRUE(finishes.count(settle) > 0) << "request " << q.id;  // its think time after a finish
+    EXPECT_GE(settle, previous_settle) << "request " << q.id;       // held requests go in order
+    previous_settle = settle;
+  }
+  EXPECT_EQ(at_zero, 4);
+  // A thinking client is taken: four clients, never more, though fewer are at the server.
+  EXPECT_EQ(max_clients_taken(run.result, think), 4);
+  EXPECT_LE(max_in_flight(run.result), 4);
+  // Zero think time is the plain closed loop, request for request.
+  RunConfig zero = closed_loop_config("vllm", 4);
+  zero.workload.think_time = "fixed:0";
+  const RunOutcome plain = run_simulation(closed_loop_config("vllm", 4)), zeroed = run_simulation(zero);
+  for (size_t i = 0; i < plain.result.requests.size(); ++i) {
+    EXPECT_EQ(zeroed.result.requests[i].arrival, plain.result.requests[i].arrival) << i;
+    EXPECT_EQ(zeroed.result.requests[i].finished, plain.result.requests[i].finished) << i;
+  }
+}
+
+// N users who each think Z between a response and their next request, each request taking R on
+// average, complete X = N / (R + Z) requests per second: the interactive response time law
+// (Denning and Buzen, "The Operational Analysis of Queueing Network Models", Computing Surveys
+// 10(3), 1978). It holds for any scheduler; the run's start and end make it approximate.
+TEST(ClosedLoopThinkTime, ThroughputFollowsTheInteractiveResponseTimeLaw) {
+  for (const char* think : {"fixed:1", "exponential:0.5"}) {
+    SCOPED_TRACE(think);
+    RunConfig c = closed_loop_config("vllm", 8);
+    c.workload.num_requests = 800;
+    c.workload.think_time = think;
+    const RunOutcome run = run_simulation(c);
+    const Summary& s = run.result.summary;
+    double e2e = 0;
+    for (const auto& q : run.result.requests) e2e += (q.finished - q.arrival).seconds();
+    const double response_s = e2e / 800;
+    const double think_s = std::string(think) == "fixed:1" ? 1.0 : 0.5;
+    const double throughput = 800 / s.makespan_s;
+    EXPECT_NEAR(throughput, 8 / (response_s + think_s), 0.03 * throughput)
+        << "R " << response_s << " s, makespan " << s.makespan_s << " s";
+  }
+}
+
+// A static batcher waiting for a full batch does not run while a client is thinking: once it
+// sends, the batch is the four clients' requests again, never a short one.
+TEST(ClosedLoopThinkTime, StaticBatchersWaitForThinkingClients) {
+  RunConfig c = closed_loop_config("hf-static", 4);
+  c.policy_opts["batch_size"] = "16";
+  c.workload.think_time = "uniform:0.1:1";
+  const RunOutcome run = run_simulation(c);
+  ASSERT_EQ(run.result.summary.requests_completed, 60);
+  std::map<SimTime, int> batch_sizes;  // requests by the time their batch was first scheduled
+  for (const auto& q : run.result.requests) ++batch_sizes[q.first_scheduled];
+  EXPECT_EQ(batch_sizes.size(), 15u);
+  for (const auto& [t, n] : batch_sizes) EXPECT_EQ(n, 4) << t.seconds();
+}
+
+TEST(ClosedLoopThinkTime, TheOptionIsCheckedAndEchoed) {
+  EXPECT_THAT(testing::cli_error_of({"run", "--think-time", "fixed:1", "--num-requests", "5"}),
+              HasSubstr("--think-time fixed:1: is how long a closed-loop client waits"));
+  const auto dir = testing::scratch_dir("think-time-cli");
+  ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "3", "--think-time", "exponential:0.2", "--num-requests",
+                              "30", "--out", (dir / "r").string()}),
+            0);
+  std::ifstream in(dir / "r" / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_EQ(summary["config"]["think_time"], "exponential:0.2");
+  // The summary's config reruns the same run.
+  ASSERT_EQ(testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out",
+                              (dir / "again").string()}),
+            0);
+  std::ifstream again(dir / "again" / "summary.json");
+  EXPECT_EQ(nlohmann::json::parse(again)["makespan_s"], summary["makespan_s"]);
 }
 
 }  // namespace

@@ -541,6 +541,55 @@ TEST(WorkloadPrefix, MalformedSpecsNameTheOption) {
             std::string::npos);
 }
 
+WorkloadSpec think_spec(const std::string& think_time) {
+  WorkloadSpec spec = prefix_spec("");
+  spec.think_time = think_time;
+  return spec;
+}
+
+TEST(WorkloadThinkTime, OneSamplePerRequestFromItsOwnStreamAndNothingElseChanges) {
+  const BuiltWorkload plain = build_workload(think_spec(""));
+  EXPECT_TRUE(plain.think_times.empty());
+  const BuiltWorkload uniform = build_workload(think_spec("uniform:0.5:2"));
+  ASSERT_EQ(uniform.think_times.size(), plain.requests.size());
+  double sum = 0;
+  for (size_t i = 0; i < plain.requests.size(); ++i) {
+    EXPECT_EQ(uniform.requests[i].arrival, plain.requests[i].arrival);
+    EXPECT_EQ(uniform.requests[i].prompt_tokens, plain.requests[i].prompt_tokens);
+    EXPECT_EQ(uniform.requests[i].output_tokens, plain.requests[i].output_tokens);
+    EXPECT_GE(uniform.think_times[i], SimTime::from_seconds(0.5));
+    EXPECT_LE(uniform.think_times[i], SimTime::from_seconds(2));
+    sum += uniform.think_times[i].seconds();
+  }
+  EXPECT_NEAR(sum / 200, 1.25, 0.1);  // the uniform's mean; sd of the mean 0.03
+  EXPECT_NE(uniform.description.find("think time uniform:0.5:2"), std::string::npos) << uniform.description;
+  EXPECT_EQ(build_workload(think_spec("uniform:0.5:2")).think_times, uniform.think_times);  // same seed
+  for (const SimTime t : build_workload(think_spec("fixed:1.5")).think_times) EXPECT_EQ(t, SimTime::from_seconds(1.5));
+  WorkloadSpec many = think_spec("exponential:3");
+  many.num_requests = 20000;
+  double total = 0;
+  for (const SimTime t : build_workload(many).think_times) total += t.seconds();
+  EXPECT_NEAR(total / 20000, 3.0, 0.08);  // sd of the mean 3/sqrt(20000) = 0.02
+}
+
+TEST(WorkloadThinkTime, MalformedSpecsNameTheOptionAndStreamingRefusesIt) {
+  const auto error_for = [](const std::string& think) {
+    return user_error_of([&] { build_workload(think_spec(think)); });
+  };
+  EXPECT_EQ(error_for("fixed"), "--think-time: \"fixed\": expected fixed:S (1 parameter after \"fixed:\")");
+  EXPECT_EQ(error_for("fixed:-1"), "--think-time: \"fixed:-1\": S must be a number >= 0");
+  EXPECT_EQ(error_for("uniform:2:1"), "--think-time: \"uniform:2:1\": B must be a number >= A");
+  EXPECT_EQ(error_for("exponential:0"), "--think-time: \"exponential:0\": MEAN must be a positive number");
+  EXPECT_EQ(error_for("fixed:2e9"), "--think-time: \"fixed:2e9\": S must be at most 1e+09 s");
+  EXPECT_EQ(error_for("poisson:1"), "--think-time: \"poisson:1\": unknown think time \"poisson\"; expected "
+                                    "fixed:S, uniform:A:B or exponential:MEAN");
+  EXPECT_NE(user_error_of([] { stream_workload(think_spec("fixed:1")); }).find("--streaming with --think-time"),
+            std::string::npos);
+  std::vector<std::string> syntaxes;
+  for (const SpecSyntax& s : think_time_syntaxes()) syntaxes.emplace_back(s.syntax);
+  EXPECT_EQ(syntaxes, (std::vector<std::string>{"fixed:S", "uniform:A:B", "exponential:MEAN"}));
+}
+
 TEST(WorkloadPrefix, ATraceWithItsOwnHashesRefusesAPrefixAndOneWithoutTakesIt) {
   const auto dir = testing::scratch_dir("workload_prefix");
   WorkloadSpec spec;
