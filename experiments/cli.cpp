@@ -130,8 +130,9 @@ po::options_description run_options() {
        "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
        "closed loop; default 0: open loop)")
       ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
-       "--max-concurrency, how long a client waits after a response before sending its next request "
-       "(a user reading the answer; default: none), from a random stream of its own")
+       "--max-concurrency, how long a client waits before sending each request, after the response that "
+       "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
+       "stream of its own")
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
        "reserving ones (default 0: from memory)")

@@ -294,7 +294,10 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
   // the mean and shorter than the workload.
   const double busy_factor = plan.mean_rate_rps > 0 ? plan.busiest.rate_rps / plan.mean_rate_rps : 1;
   std::optional<BuiltWorkload> busy;
-  if (span_s > spec.window_s && busy_factor > kBusyFactorThreshold) busy = compressed(built, busy_factor);
+  plan.closed_loop = base.max_concurrency > 0;
+  if (!plan.closed_loop && span_s > spec.window_s && busy_factor > kBusyFactorThreshold) {
+    busy = compressed(built, busy_factor);
+  }
 
   const auto price_of = [&](const std::string& gpu) {
     const auto price = spec.price_per_hour.find(gpu);
@@ -550,6 +553,19 @@ std::string thresholds_text(const GoodputSpec& thresholds) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+// What set the load: the arrivals' mean and busiest window, or the closed-loop clients.
+std::string offered_load_text(const PlanResult& plan) {
+  const RunConfig& base = plan.spec.base;
+  if (plan.closed_loop) {
+    return fmt::format("closed loop: {} clients, each sending its next request {} its last one ends",
+                       base.max_concurrency,
+                       base.workload.think_time.empty() ? "when"
+                                                        : fmt::format("a think time ({} s) after", base.workload.think_time));
+  }
+  return fmt::format("mean {:.2f} req/s; busiest {:g} s window {:.0f}-{:.0f} s: {:.1f} req/s", plan.mean_rate_rps,
+                     plan.spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.rate_rps);
+}
+
 // "2.41 req/s (x3.10)": per-GPU goodput and the factor on the replayed rate it was found at.
 std::string goodput_text(const PlanGoodput& g) {
   if (g.status == "below-range") return fmt::format("< {:.3g}x rate", g.bracket_high);
@@ -573,7 +589,7 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
     headers.push_back(fmt::format("attainment (>= {:g}%)", 100 * spec.attainment));
     headers.push_back(fmt::format("goodput/GPU ({:g}%)", 100 * spec.attainment));
   }
-  headers.push_back("busiest window");
+  if (!plan.closed_loop) headers.push_back("busiest window");  // (closed-loop clients set their own load)
   headers.push_back("runs");
   headers.push_back("wall");
   std::vector<std::vector<std::string>> rows;
@@ -588,10 +604,11 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
     }
     const std::string most = r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
     if (r.status == "error") {
-      cells.insert(cells.end(), {"-", "-"});
+      // "cannot run" in the busiest-window column, or in the replicas' where it has none.
+      cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
       if (priced) cells.push_back("-");
       for (size_t i = 0; i < spec.slo.size() + (with_goodput ? 2 : 0); ++i) cells.push_back("-");
-      cells.push_back("cannot run");
+      if (!plan.closed_loop) cells.push_back("cannot run");
     } else {
       cells.push_back(r.meets_slo() ? replicas_text(r) : most);
       cells.push_back(r.meets_slo() ? std::to_string(r.total_gpus()) : "-");
@@ -603,11 +620,13 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
         cells.push_back(fmt::format("{:.1f}%", 100 * r.attainment));
         cells.push_back(r.goodput ? goodput_text(*r.goodput) : "-");
       }
-      cells.push_back(!r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
-                      : r.busy_window_ok     ? "sustained"
-                      : r.busy_window_replicas > 0
-                          ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
-                          : "needs " + most);
+      if (!plan.closed_loop) {
+        cells.push_back(!r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
+                        : r.busy_window_ok     ? "sustained"
+                        : r.busy_window_replicas > 0
+                            ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
+                            : "needs " + most);
+      }
     }
     cells.push_back(std::to_string(r.runs));
     cells.push_back(fmt::format("{:.1f} s", r.wall_s));
@@ -626,9 +645,8 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
     while (!s.empty() && s.back() == ' ') s.pop_back();
     fmt::print(out, "{}\n", s);
   };
-  fmt::print(out, "plan: {} on {} requests ({}), mean {:.2f} req/s; busiest {:g} s window {:.0f}-{:.0f} s: {:.1f} req/s\n",
-             plan.spec.base.model, plan.requests, plan.workload, plan.mean_rate_rps, plan.spec.window_s,
-             plan.busiest.start_s, plan.busiest.end_s, plan.busiest.rate_rps);
+  fmt::print(out, "plan: {} on {} requests ({}), {}\n", plan.spec.base.model, plan.requests, plan.workload,
+             offered_load_text(plan));
   line(headers);
   for (const auto& r : rows) line(r);
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
@@ -728,6 +746,9 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   }
   j["max_replicas"] = spec.max_replicas;
   j["workload"] = {{"description", plan.workload}, {"requests", plan.requests}, {"mean_rate_rps", plan.mean_rate_rps}};
+  j["closed_loop"] = plan.closed_loop ? ordered_json{{"clients", spec.base.max_concurrency},
+                                                                {"think_time", spec.base.workload.think_time}}
+                                      : ordered_json(nullptr);
   j["busiest_window"] = {{"window_s", spec.window_s},     {"start_s", plan.busiest.start_s},
                          {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},
                          {"rate_rps", plan.busiest.rate_rps}};
@@ -746,11 +767,14 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   }
   fmt::print(out, "# Capacity plan: {}\n\n", spec.base.model);
   fmt::print(out, "How many replicas of {} (each `tp` GPUs, policy `{}`, router `{}`) on {} at TP {} keep {}? "
-                  "Each count was judged by replaying the workload itself: {} requests ({}), mean {:.2f} req/s; "
-                  "its busiest {:g} s window ({:.0f}-{:.0f} s after the first arrival) has {} requests, {:.1f} req/s.\n\n",
+                  "Each count was judged by replaying the workload itself: {} requests ({}), {}.\n\n",
              spec.base.model, spec.base.policy, spec.base.router, fmt::join(spec.gpus, ", "), fmt::join(spec.tps, ", "),
-             fmt::join(bounds, " and "), plan.requests, plan.workload, plan.mean_rate_rps, spec.window_s,
-             plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps);
+             fmt::join(bounds, " and "), plan.requests, plan.workload,
+             plan.closed_loop ? offered_load_text(plan)
+                              : fmt::format("mean {:.2f} req/s; its busiest {:g} s window ({:.0f}-{:.0f} s after the "
+                                            "first arrival) has {} requests, {:.1f} req/s",
+                                            plan.mean_rate_rps, spec.window_s, plan.busiest.start_s,
+                                            plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps));
   out << "```text\n";
   print_plan(out, plan);
   out << "```\n\n";
@@ -758,7 +782,8 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
          "`--max-replicas` does). Each SLO column shows the figure at that count and how far under (or over) "
          "its bound it is. `busiest window`: whether that count still meets the SLOs with the whole workload "
          "compressed to the busiest window's rate (`needs N`: it does not, N replicas would; `not a burst`: no "
-         "window is more than 10% busier than the mean).\n\n";
+         "window is more than 10% busier than the mean; with closed-loop clients there is none, since they "
+         "send only as fast as their requests finish).\n\n";
   if (spec.disaggregated) {
     out << "`prefill/decode` rows split the GPUs into a prefill pool and a decode pool (`gpu` and `tp` read "
            "prefill / decode); `replicas` is the split (`3P+1D`: 3 prefill and 1 decode replicas) with the fewest GPUs (the lowest cost when both "

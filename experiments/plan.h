@@ -157,7 +157,10 @@ struct PlanResult {
   std::string workload;            // what was replayed (BuiltWorkload::description)
   int64_t requests = 0;
   double mean_rate_rps = 0;
-  BusyWindow busiest;
+  BusyWindow busiest;              // of the workload's arrivals; unused with closed-loop clients
+  // Closed-loop clients (--max-concurrency): their sends, not the arrivals, set the load, so
+  // no busiest window is judged.
+  bool closed_loop = false;
   std::vector<PlanRow> rows;       // sorted: meeting rows first, by total GPUs (by cost when all are priced)
   std::vector<std::string> warnings;
 };

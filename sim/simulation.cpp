@@ -472,32 +472,46 @@ void Simulation::client_arrival(RequestId id) {
     held_.push_back(id);
     return;
   }
+  // A free client takes it, and sends it at once, or once it has thought.
+  if (think_time(id) > SimTime::zero()) {
+    queue_send(id);
+    return;
+  }
   ++in_flight_;
   arrive(id);
+}
+
+SimTime Simulation::think_time(RequestId id) const {
+  return think_times_ != nullptr ? (*think_times_)[static_cast<size_t>(id)] : SimTime::zero();
+}
+
+void Simulation::queue_send(RequestId id) {
+  // The client sends it once it has thought, and measures its TTFT and e2e from then.
+  const SimTime think = think_time(id);
+  if (think.ns() > SimTime::max().ns() - now_.ns()) {
+    throw UserError(fmt::format("--think-time: request {} would be sent beyond the simulated time range", id));
+  }
+  const SimTime send = now_ + think;
+  sent_[static_cast<size_t>(id)].arrival = send;
+  if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
+  released_[static_cast<size_t>(id)] = send > now_ ? kThinkingSend : kQueuedSend;
+  if (send > now_) ++thinking_;
+  ++pending_sends_;
+  pending_send_times_.push(send);
+  ++in_flight_;
+  events_.push(send, EventKind::kArrival, id);
 }
 
 void Simulation::release_clients(int64_t count) {
   if (options_.max_concurrency <= 0) return;
   in_flight_ -= count;
-  // Sends are events at `now_`, after what is being handled: a policy that rejects on arrival
-  // settles inside arrive(), and a send from there must not recurse into it.
+  // Sends are events at `now_` (or later, after a think time), after what is being handled: a
+  // policy that rejects on arrival settles inside arrive(), and a send from there must not
+  // recurse into it.
   while (in_flight_ < options_.max_concurrency && !held_.empty()) {
     const RequestId id = held_.front();
     held_.pop_front();
-    // The client sends it once it has thought, and measures its TTFT and e2e from then.
-    const SimTime think = think_times_ != nullptr ? (*think_times_)[static_cast<size_t>(id)] : SimTime::zero();
-    if (think.ns() > SimTime::max().ns() - now_.ns()) {
-      throw UserError(fmt::format("--think-time: request {} would be sent beyond the simulated time range", id));
-    }
-    const SimTime send = now_ + think;
-    sent_[static_cast<size_t>(id)].arrival = send;
-    if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
-    released_[static_cast<size_t>(id)] = send > now_ ? kThinkingSend : kQueuedSend;
-    if (send > now_) ++thinking_;
-    ++pending_sends_;
-    pending_send_times_.push(send);
-    ++in_flight_;
-    events_.push(send, EventKind::kArrival, id);
+    queue_send(id);
   }
 }
 

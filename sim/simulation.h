@@ -169,11 +169,11 @@ struct SimulationOptions {
   // 0: open loop (every request is sent at its arrival).
   int64_t max_concurrency = 0;
   // Closed loop only: each request's think time (BuiltWorkload::think_times, one per request).
-  // The client a settle frees waits think_times[id] before it sends the request `id` it holds,
-  // and stays taken meanwhile (a user reading the answer), so the C clients' requests are sent
-  // one think time after a settle; a request sent without waiting for a settle (one of the
-  // first C, or one arriving while a client is free) goes at its arrival. Null or empty: none.
-  // Must outlive the run.
+  // The client that takes request `id` (a free one at its arrival, else the one the next settle
+  // frees) waits think_times[id] before it sends it, and stays taken meanwhile (a user reading
+  // the last answer), so the first C requests are sent one think time after t = 0, not in one
+  // burst, and each later one a think time after a settle. Null or empty: none. Must outlive
+  // the run.
   const std::vector<SimTime>* think_times = nullptr;
   // The KV cache's size in blocks, as vLLM's --num-gpu-blocks-override sets it
   // (CacheConfig.num_gpu_blocks_override, which replaces the count profiled from memory):
@@ -277,6 +277,10 @@ class Simulation {
   void arrive(RequestId id);
   // An arrival event: sent now, or held at the client while max_concurrency are in flight.
   void client_arrival(RequestId id);
+  // Closed loop: a client takes request `id` and sends it after its think time (an event even
+  // when that is 0).
+  void queue_send(RequestId id);
+  SimTime think_time(RequestId id) const;  // 0 without think times
   // `count` requests settled: the client sends as many of the requests it holds.
   void release_clients(int64_t count);
   // Closed loop: every client has a request at the server (none is thinking).

@@ -27,10 +27,10 @@
 //             each equally likely) | "classes:P=W,P=W,..." (priority P with relative weight W,
 //             e.g. classes:0=1,1=4 makes a fifth of the requests urgent). Integers may be
 //             negative. It replaces a trace's priority column.
-//   think_time closed-loop clients only (--max-concurrency): how long a client waits, after the
-//             response that frees it, before it sends its next request, as a user reads an
-//             answer before typing the next question or a benchmark client turns around:
-//             "fixed:S" | "uniform:A:B" | "exponential:MEAN", in seconds.
+//   think_time closed-loop clients only (--max-concurrency): how long a client waits before it
+//             sends each request (after the response that freed it; the first ones after
+//             t = 0), as a user reads an answer before typing the next question or a benchmark
+//             client turns around: "fixed:S" | "uniform:A:B" | "exponential:MEAN", in seconds.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -149,8 +149,8 @@ struct BuiltWorkload {
   std::string description;             // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
   std::vector<std::string> warnings;   // trace rows adjusted (see trace_reader.h); print them
   PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake) or --prefix
-  // --think-time: request i's client waits think_times[i] after the settle that frees it before
-  // sending request i (SimulationOptions::think_times). Empty: none.
+  // --think-time: the client that takes request i waits think_times[i] before sending it
+  // (SimulationOptions::think_times). Empty: none.
   std::vector<SimTime> think_times;
 };
 
@@ -175,9 +175,8 @@ struct BuiltWorkload {
 //     with and without it; it replaces a trace's priority column. Without it, requests keep the
 //     trace's priorities, or 0.
 //   * think_time (optional): one sample per request, in id order, from stream 6 of `seed`, so
-//     every other sample is the same with and without it. A request its client sends without
-//     waiting for a settle (one of the first, or one arriving while a client is free) ignores
-//     its sample. A streaming source cannot carry them: stream_workload refuses a think_time.
+//     every other sample is the same with and without it. A streaming source cannot carry
+//     them: stream_workload refuses a think_time.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the

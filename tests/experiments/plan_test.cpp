@@ -195,6 +195,38 @@ TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
   EXPECT_THAT(burst_text, HasSubstr("is busier than the"));
 }
 
+// With closed-loop clients the clients' sends set the load, not the workload's arrival stamps
+// (all at t = 0 offline): the plan says so and judges no busiest window. Users who think between
+// requests offer less load, so they need fewer replicas than clients that send at once.
+TEST(Plan, ClosedLoopClientsSetTheLoadAndNoBusyWindowIsJudged) {
+  const std::vector<std::string> common = {"plan",  "--gpu", "a100-80gb", "--policy", "vllm", "--slo",
+                                           "ttft_p99=0.3s", "--max-concurrency", "80", "--num-requests",
+                                           "800", "--jobs", "1"};
+  const fs::path dir = testing::scratch_dir("plan_closed_loop");
+  std::vector<std::string> eager = common, thinking = common;
+  eager.insert(eager.end(), {"--out", (dir / "eager").string(), "--no-plots"});
+  thinking.insert(thinking.end(), {"--think-time", "exponential:5", "--out", (dir / "thinking").string(), "--no-plots"});
+  std::string eager_text, thinking_text;
+  ASSERT_EQ(run_cli(eager, &eager_text), 0) << eager_text;
+  ASSERT_EQ(run_cli(thinking, &thinking_text), 0) << thinking_text;
+  EXPECT_THAT(eager_text, HasSubstr("closed loop: 80 clients, each sending its next request when its last one ends"));
+  EXPECT_THAT(thinking_text, HasSubstr("closed loop: 80 clients, each sending its next request a think time "
+                                       "(exponential:5 s) after its last one ends"));
+  for (const std::string& text : {eager_text, thinking_text}) {
+    EXPECT_THAT(text, Not(HasSubstr("busiest")));
+    EXPECT_THAT(text, Not(HasSubstr("req/s")));
+  }
+  const auto plan_of = [&](const char* name) {
+    std::ifstream in(dir / name / "plan.json");
+    return nlohmann::json::parse(in);
+  };
+  const auto eager_plan = plan_of("eager"), thinking_plan = plan_of("thinking");
+  EXPECT_EQ(thinking_plan["closed_loop"]["clients"], 80);
+  EXPECT_EQ(thinking_plan["closed_loop"]["think_time"], "exponential:5");
+  EXPECT_EQ(eager_plan["closed_loop"]["think_time"], "");
+  EXPECT_LT(thinking_plan["rows"][0]["replicas"].get<int>(), eager_plan["rows"][0]["replicas"].get<int>());
+}
+
 TEST(Plan, BusiestWindowCountsArrivals) {
   Workload w;
   for (int i = 0; i < 10; ++i) w.push_back({i, SimTime::from_seconds(i), 1, 1});

@@ -25,7 +25,8 @@ using testing::user_error_of;
 WorkloadSpec synthetic(const std::string& priority) {
   return {.arrival = "poisson:5", .prompt_len = "uniform:10:500", .output_len = "capexp:100:400",
           .trace = {}, .num_requests = 4000, .trace_speedup = 1.0, .seed = 17, .prefix = "groups:64:3",
-          .max_tokens = "uniform:50:250", .ignore_eos = false, .priority = priority, .trace_columns = {}};
+          .max_tokens = "uniform:50:250", .ignore_eos = false, .priority = priority, .think_time = "uniform:0:2",
+          .trace_columns = {}};
 }
 
 std::filesystem::path trace_file(const std::string& name, const std::string& contents) {
@@ -54,6 +55,7 @@ TEST(WorkloadPriority, AddingPrioritiesChangesNoOtherSample) {
   };
   EXPECT_EQ(arrival_data(plain.requests), arrival_data(with.requests));
   EXPECT_EQ(plain.prefix_blocks.hashes, with.prefix_blocks.hashes);
+  EXPECT_EQ(plain.think_times, with.think_times);
   EXPECT_NE(with.description.find("priority uniform:0:3"), std::string::npos) << with.description;
   // The same seed draws the same priorities; another seed others.
   EXPECT_EQ(histogram(with.requests), histogram(make_workload(synthetic("uniform:0:3"))));
