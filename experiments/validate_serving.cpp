@@ -23,6 +23,7 @@
 #include "hwmodel/model_spec.h"
 #include "policies/registry.h"
 #include "policies/sglang_policy.h"
+#include "sim/workload.h"
 
 namespace po = boost::program_options;
 
@@ -220,6 +221,15 @@ void Mape::add(double predicted, double measured) {
   ++count;
 }
 
+namespace {
+
+// ", think time uniform:0:0.03 s" when the replay's clients think.
+std::string think_time_text(const ServingReplayOptions& o) {
+  return o.think_time.empty() ? "" : fmt::format(", think time {} s", o.think_time);
+}
+
+}  // namespace
+
 void check_replay_options(const ServingReplayOptions& o) {
   if (o.requests_per_client < 1 || o.requests_per_client > 1000) {
     throw UserError("--requests-per-client: must be in [1, 1000]");
@@ -227,6 +237,7 @@ void check_replay_options(const ServingReplayOptions& o) {
   if (o.deployment != "aiconfigurator" && o.deployment != "defaults" && o.deployment != "by-backend") {
     throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
   }
+  if (!o.think_time.empty()) parse_think_time(o.think_time, "--think-time");
 }
 
 ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o) {
@@ -303,6 +314,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   c.workload.output_len = fmt::format("fixed:{}", r.osl);
   c.workload.num_requests = r.concurrency * o.requests_per_client;
   c.max_concurrency = r.concurrency;
+  c.workload.think_time = o.think_time;
   RunHooks hooks;
   hooks.engine = engine;
   const RunOutcome run = run_simulation(c, nullptr, hooks);
@@ -337,6 +349,9 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
        "backend's rows show, aiconfigurator's for vLLM and TensorRT-LLM, the defaults for SGLang")
       ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
        "--num-requests in aiconfigurator's benchmark script)")
+      ("think-time", po::value(&o.think_time), "fixed:S | uniform:A:B | exponential:MEAN (seconds): each "
+       "replayed client's wait before it sends a request, the benchmark client's turnaround, which the rows do "
+       "not record (default: none)")
       ("breakdown", po::bool_switch(&o.breakdown), "also print each backend's errors by prompt length, "
        "clients and TP (--out writes them in any case)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
@@ -389,10 +404,10 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   }
   const std::vector<ServingRow>& rows = selected.rows;
 
-  fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client):\n",
+  fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client{}):\n",
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
-             engines_text(o.engines, "of each backend"),
-             o.deployment, o.requests_per_client);
+             engines_text(o.engines, "of each backend"), o.deployment, o.requests_per_client,
+             think_time_text(o));
   // The medians of predicted / measured say which way the error goes (below 1: short).
   fmt::print(out, "{:<10} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "backend", "rows", "TTFT MAPE %", "TTFT p/m",
              "TPOT MAPE %", "TPOT p/m");
@@ -419,10 +434,10 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     HardwareProfile p = gpu;
     p.validation.serving = {};
     p.validation.serving.measured_on = fmt::format(
-        "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client",
+        "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client{}",
         every_row.count(), std::filesystem::path(o.measurements).filename().string(), o.system,
         o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
-        o.requests_per_client);
+        o.requests_per_client, think_time_text(o));
     // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
     auto hundredth = [](double x) { return std::round(x * 100) / 100; };
@@ -443,6 +458,7 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     j["engine"] = engines_text(o.engines, "by backend");
     j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;
+    j["think_time"] = o.think_time;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
                  "predicted / measured (below 1: predicted short); times in ms (means over requests)";
     j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)}, {"median_ratio", ErrorGroup::median(every_row.ttft)},

@@ -3,7 +3,7 @@
 //
 //   batchsim validate-serving --measurements FILE.csv[.gz] --gpu PROFILE [--policy P]
 //       [--system h100_sxm] [--backend vllm] [--models-dir DIR] [--requests-per-client N]
-//       [--deployment aiconfigurator|defaults] --out FILE.json
+//       [--deployment aiconfigurator|defaults] [--think-time SPEC] --out FILE.json
 //
 // The measurements are aiconfigurator's "silicon" format (hwmodel/measured/README.md): one row
 // per benchmark run of a model on a serving engine, every request `isl` prompt tokens and `osl`
@@ -62,9 +62,13 @@ struct ServingReplayOptions {
   // for each phase to complete), leaving an idle engine whose prefix cache holds only random
   // prompts, so it is not replayed.
   int64_t requests_per_client = 20;
+  // Each replayed client's wait before it sends a request (--think-time of `batchsim run`): the
+  // benchmark client's turnaround, which the rows do not record. Empty: none.
+  std::string think_time;
 };
 
-// Throws UserError naming the option when --requests-per-client or --deployment is out of range.
+// Throws UserError naming the option when --requests-per-client, --deployment or --think-time is
+// out of range or malformed.
 void check_replay_options(const ServingReplayOptions& o);
 
 struct ServingRows {

@@ -16,6 +16,7 @@
 #include "experiments/runner.h"
 #include "hwmodel/error.h"
 #include "hwmodel/hardware_profile.h"
+#include "cli_run.h"
 #include "test_support.h"
 
 namespace batchsim {
@@ -265,6 +266,33 @@ TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
   EXPECT_EQ(written.hbm_bytes_per_s, shipped.hbm_bytes_per_s);
 }
 
+// --think-time gives each replayed client a turnaround: the row's run is the same run as
+// `batchsim run` with that --think-time, and it is echoed in the report.
+TEST(ValidateServing, ThinkTimeIsEachReplayedClientsTurnaround) {
+  const auto dir = testing::scratch_dir("validate-serving-think");
+  const auto csv = testing::write_text_file(
+      dir, "silicon.csv", testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
+  std::string text;
+  ASSERT_EQ(testing::run_cli({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                              "--requests-per-client", "4", "--think-time", "uniform:0:0.05", "--out",
+                              (dir / "r.json").string()},
+                             &text),
+            0)
+      << text;
+  EXPECT_THAT(text, HasSubstr("(4 requests per client, think time uniform:0:0.05 s)"));
+  std::ifstream in(dir / "r.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["think_time"], "uniform:0:0.05");
+  EXPECT_EQ(j["rows"][0]["config"]["think_time"], "uniform:0:0.05");
+  RunConfig c = row_run_by_hand("vllm-v1-2025");
+  c.policy_opts = {{"max_num_seqs", "8"}, {"max_num_batched_tokens", "2532"}};
+  const double eager_ttft_ms = run_simulation(c).result.summary.ttft_s.mean * 1e3;
+  c.workload.think_time = "uniform:0:0.05";
+  const RunOutcome thinking = run_simulation(c);
+  EXPECT_DOUBLE_EQ(j["rows"][0]["predicted_ttft_ms"].get<double>(), thinking.result.summary.ttft_s.mean * 1e3);
+  EXPECT_NE(j["rows"][0]["predicted_ttft_ms"].get<double>(), eager_ttft_ms);  // the clients no longer move together
+}
+
 TEST(ValidateServing, BadInputIsNamed) {
   auto error = [](std::vector<std::string> args) {
     return testing::user_error_of([&] {
@@ -280,6 +308,8 @@ TEST(ValidateServing, BadInputIsNamed) {
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--deployment", "k8s"}),
               HasSubstr("--deployment: 'k8s'"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--policy", "nope"}), HasSubstr("nope"));
+  EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--think-time", "uniform:1"}),
+              HasSubstr("--think-time: \"uniform:1\": expected uniform:A:B"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--profile-out", "p.yaml"}),
               HasSubstr("--profile-out: profile 'h100-sxm' has no validation block"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--profile-out", "p.yaml"}),
