@@ -219,8 +219,9 @@ def run(*, policy=None, workload=None, record_iterations=True, **options):
     Keywords are ``batchsim run``'s flags (``batchsim run --help``; README "Run options"):
     ``model``, ``gpu``, ``tp``, ``engine``, ``policy_opts={KEY: VALUE}``, ``arrival``, ``trace``,
     ``num_requests``, ``prompt_len``, ``output_len``, ``seed``, ``replicas``, ``router``,
-    ``max_concurrency``, ``think_time``, ``num_gpu_blocks``, ``slo={KEY: BOUND}``, ``goodput={KEY: MS}``, ``out``
-    (also write the CLI's files there), ``config`` (a YAML or summary.json to start from), ... .
+    ``max_concurrency``, ``think_time``, ``num_gpu_blocks``, ``slo={KEY: BOUND}``,
+    ``goodput={KEY: MS}``, ``out`` (also write the CLI's files there), ``config`` (a YAML or
+    summary.json to start from), ... .
 
     ``policy`` is a policy or preset name (``list_policies()``; default continuous), or a :class:`Policy` subclass
     written in Python (one instance per replica). ``workload`` replaces the generated requests
