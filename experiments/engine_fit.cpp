@@ -132,6 +132,8 @@ int calibrate_engine_command(const std::vector<std::string>& args, std::ostream&
       ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
       ("deployment", po::value(&o.deployment), "as for validate-serving (default by-backend)")
       ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20)")
+      ("think-time", po::value(&o.think_time), "each replayed client's turnaround, as for validate-serving "
+       "(default: none)")
       ("out", po::value(&o.out), "write the fitted engine profile (YAML)")
       ("report", po::value(&o.report), "write the fit's figures as JSON")
       ("help,h", "show this help");
@@ -183,9 +185,10 @@ int calibrate_engine_command(const std::vector<std::string>& args, std::ostream&
   const int64_t fitting = std::count(held.begin(), held.end(), false);
   engine.name = o.name.empty() ? base_name + "-fitted" : o.name;
   const std::string fitted_on = fmt::format(
-      "residual fitted by batchsim calibrate engine on {} {} rows of {} ({}; {} on {}, holdout {}: {} held out)",
+      "residual fitted by batchsim calibrate engine on {} {} rows of {} ({}; {} on {}, holdout {}: {} held out{})",
       fitting, o.backend, std::filesystem::path(o.measurements).filename().string(), o.system, base_name, o.gpu,
-      o.holdout, static_cast<int64_t>(rows.size()) - fitting);
+      o.holdout, static_cast<int64_t>(rows.size()) - fitting,
+      o.think_time.empty() ? "" : fmt::format("; clients thinking {} s", o.think_time));
   engine.sources = engine.sources.empty() ? fitted_on : engine.sources + "; " + fitted_on;
   engine.description = engine.description + " (+ fitted residual)";
   {

@@ -24,10 +24,11 @@ constexpr int kRequestsPerClient = 3;
 
 // A silicon file whose "measured" figures are what batchsim predicts with `truth`: vLLM rows of
 // Llama-3.1-8B at TP 1 and 2, three output lengths, two concurrencies.
-std::string measured_with(const EngineProfile& truth) {
+std::string measured_with(const EngineProfile& truth, const std::string& think_time = "") {
   ServingReplayOptions o;
   o.gpu = "h100-sxm-fitted";
   o.requests_per_client = kRequestsPerClient;
+  o.think_time = think_time;
   std::string csv = testing::kSiliconHeader;
   for (const int tp : {1, 2}) {
     for (const int osl : {24, 48, 96}) {
@@ -51,13 +52,14 @@ std::string measured_with(const EngineProfile& truth) {
 }
 
 nlohmann::json fit(const std::filesystem::path& csv, const std::string& backend, const std::string& holdout,
-                   const std::filesystem::path& dir, int requests_per_client) {
+                   const std::filesystem::path& dir, int requests_per_client, const std::string& think_time = "") {
   std::ostringstream out, err;
-  const int rc = cli_main({"calibrate", "engine", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                           "--backend", backend, "--holdout", holdout, "--requests-per-client",
-                           std::to_string(requests_per_client), "--out", (dir / "e.yaml").string(), "--report",
-                           (dir / "r.json").string()},
-                          out, err);
+  std::vector<std::string> args = {"calibrate", "engine", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                                   "--backend", backend, "--holdout", holdout, "--requests-per-client",
+                                   std::to_string(requests_per_client), "--out", (dir / "e.yaml").string(), "--report",
+                                   (dir / "r.json").string()};
+  if (!think_time.empty()) args.insert(args.end(), {"--think-time", think_time});
+  const int rc = cli_main(args, out, err);
   EXPECT_EQ(rc, 0) << err.str();
   std::ifstream in(dir / "r.json");
   return nlohmann::json::parse(in);
@@ -81,6 +83,22 @@ TEST(EngineFit, RecoversTheResidualThatMadeTheMeasurements) {
   EXPECT_EQ(written.cpu.per_sequence_s, truth.cpu.per_sequence_s);
   EXPECT_EQ(written.residual.per_iteration_s, j["residual"]["per_iteration_s"].get<double>());
   EXPECT_THAT(written.sources, HasSubstr("residual fitted by batchsim calibrate engine on 12 vllm rows"));
+}
+
+// Measurements made by clients that turn around: the fit replays them with the same
+// --think-time, so it recovers the residual and the TTFT too, and the engine records it.
+TEST(EngineFit, ReplaysTheClientsTurnaroundItIsGiven) {
+  const auto dir = testing::scratch_dir("engine-fit-think");
+  EngineProfile truth = resolve_engine("vllm");
+  truth.residual = {1.2e-3, 2.0e-5, 2.5e-4};
+  const auto csv = testing::write_text_file(dir, "silicon.csv", measured_with(truth, "uniform:0:0.02"));
+  const nlohmann::json with = fit(csv, "vllm", "none", dir, kRequestsPerClient, "uniform:0:0.02");
+  EXPECT_NEAR(with["residual"]["per_iteration_s"].get<double>(), 1.2e-3, 0.02 * 1.2e-3);
+  EXPECT_LT(with["after"]["fit"]["ttft_mape"].get<double>(), 0.5);
+  EXPECT_THAT(load_engine_profile(dir / "e.yaml").sources, HasSubstr("; clients thinking uniform:0:0.02 s)"));
+  // Without it the clients move in lockstep, and the TTFT is another.
+  const nlohmann::json without = fit(csv, "vllm", "none", dir, kRequestsPerClient);
+  EXPECT_GT(without["after"]["fit"]["ttft_mape"].get<double>(), 1);
 }
 
 TEST(EngineFit, HoldsOutEveryOtherOutputLengthAndScoresIt) {
