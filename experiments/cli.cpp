@@ -305,12 +305,17 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
                         d.tp, d.policy, engine_note(c.decode), c.router,
                         c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
   }
-  fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}, KV capacity {} tokens{}\n",
+  // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
+  const std::string clients =
+      c.max_concurrency == 0 ? ""
+      : fmt::format(", {} clients{}", c.max_concurrency,
+                    c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time));
+  fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n",
              c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
              num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
-             kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
+             clients, kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
 }
 
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {

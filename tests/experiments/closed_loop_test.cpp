@@ -237,9 +237,12 @@ TEST(ClosedLoopThinkTime, TheOptionIsCheckedAndEchoed) {
   EXPECT_THAT(testing::cli_error_of({"run", "--think-time", "fixed:1", "--num-requests", "5"}),
               HasSubstr("--think-time fixed:1: is how long a closed-loop client waits"));
   const auto dir = testing::scratch_dir("think-time-cli");
+  std::string text;
   ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "3", "--think-time", "exponential:0.2", "--num-requests",
-                              "30", "--out", (dir / "r").string()}),
+                              "30", "--out", (dir / "r").string()},
+                             &text),
             0);
+  EXPECT_THAT(text, HasSubstr("30 requests, arrival offline, 3 clients (think time exponential:0.2 s), KV capacity"));
   std::ifstream in(dir / "r" / "summary.json");
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary["config"]["think_time"], "exponential:0.2");
