@@ -69,8 +69,12 @@ void expect_trust_is(const ordered_json& trust, const HardwareProfile& gpu) {
     EXPECT_EQ(e["count"].get<int64_t>(), want.count) << want.backend;
     // The error's sign where the profile records it, and nothing made up where it does not.
     EXPECT_EQ(e.contains("ttft_median_ratio"), want.ttft_median_ratio > 0) << want.backend;
-    if (want.ttft_median_ratio > 0) EXPECT_EQ(e["ttft_median_ratio"].get<double>(), want.ttft_median_ratio);
-    if (want.tpot_median_ratio > 0) EXPECT_EQ(e["tpot_median_ratio"].get<double>(), want.tpot_median_ratio);
+    if (want.ttft_median_ratio > 0) {
+      EXPECT_EQ(e["ttft_median_ratio"].get<double>(), want.ttft_median_ratio);
+    }
+    if (want.tpot_median_ratio > 0) {
+      EXPECT_EQ(e["tpot_median_ratio"].get<double>(), want.tpot_median_ratio);
+    }
   }
 }
 
