@@ -106,10 +106,18 @@ ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
 
 // ---- one run ------------------------------------------------------------------------------
 
-std::string workload_key(const WorkloadSpec& w) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", w.arrival, w.prompt_len, w.output_len,
-                     w.trace.string(), w.num_requests, w.trace_speedup, w.seed, w.prefix,
-                     w.max_tokens, w.ignore_eos);
+// A workload built once for every combination whose spec is equal (all of it, seed included),
+// or why it could not be built.
+struct SharedWorkload {
+  WorkloadSpec spec;
+  std::shared_ptr<const BuiltWorkload> built;
+  std::string error;
+};
+
+const SharedWorkload* find_workload(const std::vector<SharedWorkload>& workloads, const WorkloadSpec& spec) {
+  const auto it = std::find_if(workloads.begin(), workloads.end(),
+                               [&](const SharedWorkload& w) { return w.spec == spec; });
+  return it != workloads.end() ? &*it : nullptr;
 }
 
 // The TBT distribution as quantiles: the simulation keeps every inter-token gap only as
@@ -428,21 +436,21 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
     if (e.capacity) fs::create_directories(capacity_dir);
   }
 
-  // Every combination with the same workload keys and seed gets the very same request
+  // Every combination with the same workload spec (seed included) gets the very same request
   // sequence: built once here, shared read-only by the threads.
   // A workload that cannot be built fails the combinations that use it, not the sweep.
-  std::map<std::string, std::shared_ptr<const BuiltWorkload>> workloads;
-  std::map<std::string, std::string> workload_errors;
+  std::vector<SharedWorkload> workloads;
   if (!e.capacity) {
     for (const PlannedRun* run : mine) {
-      const std::string key = workload_key(run->config.workload);
-      if (workloads.count(key) || workload_errors.count(key)) continue;
+      if (find_workload(workloads, run->config.workload) != nullptr) continue;
+      SharedWorkload& w = workloads.emplace_back();
+      w.spec = run->config.workload;
       try {
-        BuiltWorkload built = build_workload(run->config.workload);
-        for (const auto& w : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", w);
-        workloads[key] = std::make_shared<const BuiltWorkload>(std::move(built));
+        BuiltWorkload built = build_workload(w.spec);
+        for (const auto& warning : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", warning);
+        w.built = std::make_shared<const BuiltWorkload>(std::move(built));
       } catch (const UserError& why) {
-        workload_errors[key] = why.what();
+        w.error = why.what();
       }
     }
   }
@@ -470,11 +478,9 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
   auto run_one = [&](size_t i) {
     const PlannedRun& run = *mine[i];
     if (!e.capacity) {
-      const std::string key = workload_key(run.config.workload);
-      if (const auto it = workload_errors.find(key); it != workload_errors.end()) {
-        throw UserError(it->second);
-      }
-      const auto& workload = *workloads.at(key);
+      const SharedWorkload& shared = *find_workload(workloads, run.config.workload);
+      if (!shared.error.empty()) throw UserError(shared.error);
+      const BuiltWorkload& workload = *shared.built;
       RunDone done = execute(e, run, workload, runs_dir);
       const auto& s = done.summary;
       report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,

@@ -41,7 +41,7 @@ bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "prefill-replicas", "decode-replicas", "prefill-gpu",
+      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "prefill-replicas", "decode-replicas", "prefill-gpu",
       "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
       "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks",
       "prefill-engine", "decode-engine"};
@@ -328,6 +328,7 @@ void check_workload_spec(const WorkloadSpec& w) {
   if (!w.prefix.empty()) parse_prefix_spec(w.prefix, "--prefix");
   if (!w.max_tokens.empty()) parse_length_distribution(w.max_tokens, "--max-tokens");
   if (!w.priority.empty()) parse_priority_distribution(w.priority, "--priority");
+  if (!w.think_time.empty()) parse_think_time(w.think_time, "--think-time");
   if (w.arrival == "trace" && w.trace.empty()) {
     throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
   }

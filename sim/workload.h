@@ -141,6 +141,10 @@ struct WorkloadSpec {
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
   std::shared_ptr<const TraceColumns> trace_columns;
+
+  // Every field: two specs build the same workload when they are equal (in-memory traces by
+  // identity). A new field takes part without being listed anywhere.
+  friend bool operator==(const WorkloadSpec&, const WorkloadSpec&) = default;
 };
 
 // A built workload with what a user must be told about it.

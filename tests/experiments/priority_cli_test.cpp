@@ -144,5 +144,39 @@ policies:
   EXPECT_EQ(runs, 4);
 }
 
+// Each combination of a sweep runs on the workload of its own spec, all of it: an axis that
+// varies only the priorities (or the clients' think time) must not reuse another value's
+// requests.
+TEST(PriorityCli, AnAxisOfPrioritiesOrThinkTimesGivesEachRunItsOwnWorkload) {
+  const auto dir = testing::scratch_dir("priority_cli_axis");
+  const auto file = testing::write_text_file(dir, "axes.yaml", R"(name: axes
+base:
+  arrival: poisson:40
+  num-requests: 60
+  max-concurrency: 4
+policies:
+  - {policy: vllm, label: priority, policy-opt: {scheduling_policy: priority}}
+axes:
+  priority: ["fixed:0", "classes:0=1,1=4"]
+  think-time: ["fixed:0.5", "fixed:2"]
+)");
+  cli_output({"compare", file.string(), "--out", (dir / "out").string(), "--jobs", "1"});
+  int runs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "out" / "runs")) {
+    const json s = summary_of(entry.path());
+    const std::string priority = s["config"]["priority"], think = s["config"]["think_time"];
+    // Two classes only where the run's own spec draws them.
+    const size_t classes = s.contains("priority_classes") ? s["priority_classes"].size() : 0;
+    EXPECT_EQ(classes, priority == "fixed:0" ? 0u : 2u) << entry.path();
+    // Its first request goes its own think time after t = 0: the first arrival is the smallest.
+    const std::string requests = testing::read_text_file(entry.path() / "requests.csv");
+    const std::string first_row = requests.substr(requests.find('\n') + 1);
+    const double first_arrival = std::stod(first_row.substr(first_row.find(',') + 1));
+    EXPECT_DOUBLE_EQ(first_arrival, think == "fixed:0.5" ? 0.5 : 2.0) << entry.path();
+    ++runs;
+  }
+  EXPECT_EQ(runs, 4);
+}
+
 }  // namespace
 }  // namespace batchsim
