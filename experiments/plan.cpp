@@ -747,7 +747,7 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   j["max_replicas"] = spec.max_replicas;
   j["workload"] = {{"description", plan.workload}, {"requests", plan.requests}, {"mean_rate_rps", plan.mean_rate_rps}};
   j["closed_loop"] = plan.closed_loop ? ordered_json{{"clients", spec.base.max_concurrency},
-                                                                {"think_time", spec.base.workload.think_time}}
+                                                     {"think_time", spec.base.workload.think_time}}
                                       : ordered_json(nullptr);
   j["busiest_window"] = {{"window_s", spec.window_s},     {"start_s", plan.busiest.start_s},
                          {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},

@@ -459,7 +459,7 @@ void Simulation::client_arrival(RequestId id) {
     arrive(id);
     return;
   }
-  if (const uint8_t send = released_[static_cast<size_t>(id)]; send != 0) {  // queued at a settle
+  if (const uint8_t send = released_[static_cast<size_t>(id)]; send != 0) {  // a send queued by queue_send
     released_[static_cast<size_t>(id)] = 0;
     --pending_sends_;
     if (send == kThinkingSend) --thinking_;
