@@ -2,7 +2,7 @@
 //
 // The files follow Vidur's profiling schema (microsoft/vidur, data/profiling/compute/<gpu>/
 // <org>/<model>/{mlp,attention}.csv; copies in hwmodel/measured/vidur/), so one reader and
-// one fit (hwmodel/measurements.h, hwmodel/fit/) serve our own measurements and the published
+// one fit (hwmodel/fit/measurements.h, hwmodel/fit/) serve our own measurements and the published
 // ones. A measurement directory mirrors Vidur's data/profiling/ root:
 //
 //   DIR/device.json                              the GPU and software measured on (device_info.h)

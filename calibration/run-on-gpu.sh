@@ -203,7 +203,7 @@ if [ -n "$BATCHSIM_BUILD_PID" ]; then
   wait "$BATCHSIM_BUILD_PID" || echo "building batchsim failed or ran out of time: $(tail -5 "$BUILD_DIR/batchsim-build.log")"
   BATCHSIM_BUILD_PID=""
 fi
-# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (experiments/calibrate.cpp;
+# ---- FIT: `batchsim calibrate fit MEAS_DIR --out PROFILE.yaml` (experiments/fidelity/calibrate.cpp;
 # the same command works on any CPU machine with meas.tar.gz). It writes the profile with its
 # fit error per operator; `batchsim validate` then writes the full report as JSON.
 if [ -x "$BATCHSIM" ] && "$BATCHSIM" calibrate fit --help > /dev/null 2>&1; then

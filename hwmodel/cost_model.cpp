@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 

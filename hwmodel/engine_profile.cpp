@@ -10,9 +10,9 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/base/yaml_fields.h"
 #include "hwmodel/shipped_profiles.h"
-#include "hwmodel/yaml_fields.h"
 
 namespace batchsim {
 

@@ -63,7 +63,7 @@ struct EngineProfile {
   // costs above account for, whatever its cause (host-device synchronisation for the sampled
   // tokens, the sampler, input copies, ranks reaching an all-reduce at different times):
   // measured as the gap between closed-loop serving benchmarks and the prediction, and fitted
-  // by `batchsim calibrate engine` (experiments/engine_fit.h). Never overlapped with the GPU.
+  // by `batchsim calibrate engine` (experiments/fidelity/engine_fit.h). Never overlapped with the GPU.
   // 0 in the engines whose numbers all cite a source.
   CpuOverhead residual;
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 

@@ -12,10 +12,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "hwmodel/error.h"
-#include "hwmodel/line_reader.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/base/line_reader.h"
+#include "hwmodel/base/yaml_fields.h"
 #include "hwmodel/shipped_profiles.h"
-#include "hwmodel/yaml_fields.h"
 
 namespace batchsim {
 

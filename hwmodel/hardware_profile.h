@@ -51,7 +51,7 @@ struct OperatorError {
 };
 
 // End to end: a profile's predictions of measured serving benchmarks, per serving engine
-// (`batchsim validate-serving --profile-out`, experiments/validate_serving.h). Serving results
+// (`batchsim validate-serving --profile-out`, experiments/fidelity/validate_serving.h). Serving results
 // are never fitted on, so these are always out of sample.
 struct ServingError {
   std::string backend;       // the benchmarks' serving engine ("vllm", "sglang", "trtllm")

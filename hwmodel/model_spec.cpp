@@ -11,7 +11,7 @@
 #include <optional>
 #include <utility>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 

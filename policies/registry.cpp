@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "hwmodel/error.h"
-#include "policies/continuous_policy.h"
-#include "policies/example_sjf_policy.h"
-#include "policies/sglang_policy.h"
-#include "policies/static_policy.h"
+#include "hwmodel/base/error.h"
+#include "policies/continuous/continuous_policy.h"
+#include "policies/example_sjf/example_sjf_policy.h"
+#include "policies/sglang/sglang_policy.h"
+#include "policies/static/static_policy.h"
 
 namespace batchsim {
 
@@ -122,7 +122,7 @@ const std::vector<PolicyInfo>& registered_policies() {
       // (sarathi/core/scheduler/sarathi_scheduler.py, block_manager.can_allocate).
       {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget, whole prompt's KV free to admit",
        {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}}, "vllm-v0"},
-      // SGLang's scheduler (policies/sglang_policy.h): its own loop, with SGLang's defaults
+      // SGLang's scheduler (policies/sglang/sglang_policy.h): its own loop, with SGLang's defaults
       // (server_args.py, environ.py); schedule_policy=lpm is the cache-aware order.
       // The overlap scheduler (SGLang's default since 0.4) is on: its step of lag is the policy's
       // (disable_overlap_schedule=false), its CPU overlap the engine's.
@@ -186,7 +186,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
     return docs;
   }();
   // SGLang's server arguments and environment variables, under their own names
-  // (policies/sglang_policy.h cites each).
+  // (policies/sglang/sglang_policy.h cites each).
   static const std::vector<PolicyOptionDoc> sglang_docs = {
       {"page_size", "1", "tokens per KV page (SGLang --page-size); also the radix cache's match granularity"},
       {"chunked_prefill_size", "auto", "prefill tokens per batch and the chunk size; auto: by GPU memory, 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), else 16384"},

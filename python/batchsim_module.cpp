@@ -25,18 +25,18 @@
 
 #include <fmt/format.h>
 
-#include "experiments/chrome_trace.h"
-#include "experiments/cli.h"
-#include "experiments/compare.h"
-#include "experiments/experiment.h"
-#include "experiments/output.h"
-#include "experiments/report.h"
-#include "experiments/run_config.h"
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/chrome_trace.h"
+#include "experiments/run/output.h"
+#include "experiments/run/run_config.h"
+#include "experiments/run/runner.h"
+#include "experiments/study/compare.h"
+#include "experiments/study/experiment.h"
+#include "experiments/study/report.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
-#include "policies/continuous_policy.h"
+#include "policies/continuous/continuous_policy.h"
 #include "policies/registry.h"
 #include "sim/kv_cache.h"
 #include "sim/latency_breakdown.h"
@@ -64,7 +64,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Seconds of a SimTime, NaN for "never" (requests.csv leaves such cells empty).
 double seconds_or_nan(SimTime t) { return t == SimTime::max() ? kNaN : t.seconds(); }
 
-// requests.csv's columns, in its order and with its names (experiments/output.cpp,
+// requests.csv's columns, in its order and with its names (experiments/run/output.cpp,
 // write_run_outputs); a test compares them with the file the CLI writes for the same run.
 py::dict request_columns(const RunOutcome& outcome) {
   const std::vector<RequestRecord>& r = outcome.result.requests;
@@ -549,7 +549,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("policies", &policy_rows);
 
   // --- what a Python policy works with -------------------------------------------------------
-  py::class_<Request>(m, "Request", "a request's arrival data (sim/request.h); read-only")
+  py::class_<Request>(m, "Request", "a request's arrival data (sim/workload/request.h); read-only")
       .def_readonly("id", &Request::id)
       .def_property_readonly("arrival_s", [](const Request& r) { return r.arrival.seconds(); })
       .def_readonly("prompt_tokens", &Request::prompt_tokens)
@@ -663,7 +663,7 @@ PYBIND11_MODULE(_core, m) {
                                return items;
                              },
                              "(id, new_tokens, context_before) of each item")
-      // What static batching needs (policies/static_policy.cpp): items whose work the policy
+      // What static batching needs (policies/static/static_policy.cpp): items whose work the policy
       // describes itself, padded or held rows that compute without progressing, the slots they
       // waste, a later wake-up, and time beyond the kernels.
       .def("add_item",

@@ -23,15 +23,15 @@ seed() {  # seed HARNESS FILE...: copy files into the harness's corpus (idempote
 mkdir -p "$build/seeds"
 # The first lines of every shipped trace, and one gzip-compressed (head closes the pipe early:
 # zcat's SIGPIPE is expected there).
-for t in experiments/traces/*/*.gz; do
+for t in experiments/data/traces/*/*.gz; do
   (set +o pipefail; zcat "$t" | head -n 40) > "$build/seeds/$(basename "$t" .gz)"
 done
-(set +o pipefail; zcat experiments/traces/azure-llm-2023/code.csv.gz | head -n 15) | gzip -9n \
+(set +o pipefail; zcat experiments/data/traces/azure-llm-2023/code.csv.gz | head -n 15) | gzip -9n \
   > "$build/seeds/code-head.csv.gz"
 seed fuzz_trace_reader "$build"/seeds/*
 seed fuzz_hf_config tests/fuzz/seeds/hf_config/*
 seed fuzz_hardware_profile hwmodel/profiles/*.yaml
-seed fuzz_experiment experiments/*.yaml tests/fuzz/seeds/run_config/*
+seed fuzz_experiment experiments/data/*.yaml tests/fuzz/seeds/run_config/*
 
 status=0
 for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment; do

@@ -7,13 +7,17 @@
 # The runs cover every preset on the Azure conversation trace, the code trace, prefix caching on
 # the Mooncake replay, priorities and sjf, replicas and routers, closed-loop clients, streaming,
 # tensor parallelism, disaggregation (pull and layer-wise), the iteration log, a small KV cache
-# that forces preemption, and the H100-fitted profile. Run it from the repository root.
+# that forces preemption, and the H100-fitted profile; then every other command once (compare,
+# plan, merge is covered by the Slurm test, list, bench's figures excepted, validate on both
+# table layouts, validate-serving, calibrate fit / transfer / engine) and every command's
+# --help. Output folders are compared byte for byte, and so is what each command printed. Run
+# it from the repository root.
 set -euo pipefail
 old="$(realpath "$1")"; new="$(realpath "$2")"
 work="${3:-$(mktemp -d)}"
-conv=experiments/traces/azure-llm-2023/conv.csv.gz
-code=experiments/traces/azure-llm-2023/code.csv.gz
-moon=experiments/traces/mooncake-fast25/conversation.jsonl.gz
+conv=experiments/data/traces/azure-llm-2023/conv.csv.gz
+code=experiments/data/traces/azure-llm-2023/code.csv.gz
+moon=experiments/data/traces/mooncake-fast25/conversation.jsonl.gz
 runs=(
   "--trace $conv --policy vllm"
   "--trace $conv --policy vllm-v1-2025"
@@ -64,7 +68,87 @@ for i in "${!runs[@]}"; do
   if diff -r -q "$work/old/$i" "$work/new/$i" >/dev/null; then
     echo "same  $i: ${runs[$i]}"
   else
-    echo "DIFF  $i: ${runs[$i]}"; diff -r -q "$work/old/$i" "$work/new/$i" | head -5; fail=1
+    echo "DIFF  $i: ${runs[$i]}"; diff -r -q "$work/old/$i" "$work/new/$i" | head -5 || true; fail=1
   fi
 done
-[ "$fail" = 0 ] && echo "identity check: all ${#runs[@]} runs give the same bytes" || { echo "identity check: outputs differ"; exit 1; }
+# A folder's text with its own path replaced by WORK, and the wall-clock figures (plan's and
+# compare's timings: a `wall_s` key or column, "(1.2 s wall)") by T: the one thing allowed to
+# differ between two runs of the same binary.
+normalize() {
+  python3 - "$1" <<'PY'
+import csv, io, json, pathlib, re, sys
+d = pathlib.Path(sys.argv[1])
+for f in d.rglob("*"):
+    if not f.is_file() or f.suffix in (".png", ".gz"):
+        continue
+    t = f.read_text(errors="replace").replace(str(d), "WORK")
+    t = re.sub(r"[0-9.]+ (s|ms) wall", r"T \1 wall", t)
+    t = re.sub(r" [0-9]+\.[0-9] s$", " T s", t, flags=re.M)  # plan's table: its last column, wall
+    if f.suffix == ".json":
+        def strip(o):
+            if isinstance(o, dict):
+                return {k: ("T" if "wall" in k else strip(v)) for k, v in o.items()}
+            return [strip(v) for v in o] if isinstance(o, list) else o
+        try:
+            t = json.dumps(strip(json.loads(t)), indent=1)
+        except ValueError:
+            pass
+    elif f.suffix == ".csv":
+        rows = list(csv.reader(io.StringIO(t)))
+        if rows:
+            keep = [i for i, h in enumerate(rows[0]) if "wall" not in h]
+            out = io.StringIO()
+            csv.writer(out).writerows([[r[i] for i in keep if i < len(r)] for r in rows])
+            t = out.getvalue()
+    f.write_text(t)
+PY
+}
+
+# Whole commands (the output folder is WORK/out), with each --help. compare runs one job at a
+# time (and plan too), so that their progress lines come in one order.
+silicon=hwmodel/measured/aiconfigurator/silicon/h100_sxm_dense_agg.csv.gz
+commands=(
+  "compare experiments/data/anyscale-throughput.yaml --num-requests 300 --jobs 1 --out WORK/out"
+  "compare --policies vllm,sarathi,static --trace $conv --num-requests 1500 --jobs 1 --out WORK/out"
+  "plan --model llama-3-8b --gpu h100-sxm-fitted --tp 1,2 --trace $conv --trace-speedup 3 --num-requests 2000 --slo ttft_p99=2s,tbt_p99=100ms --jobs 1 --out WORK/out"
+  "list models"
+  "list gpus"
+  "list policies"
+  "list engines"
+  "validate --measurements hwmodel/measured/vidur --device a100 --fit-on llama-2-7b --out WORK/out/v.json --profile-out WORK/out/p.yaml"
+  "validate --measurements hwmodel/measured/aiconfigurator/h100_sxm --out WORK/out/v.json --rows-out WORK/out/rows.csv"
+  "validate-serving --measurements $silicon --gpu h100-sxm-fitted --backend sglang --out WORK/out/s.json"
+  "calibrate fit hwmodel/measured/vidur/compute/a40/meta-llama/Llama-2-7b-hf/mlp.csv.gz --out WORK/out/a40.yaml"
+  "calibrate transfer h100-sxm-fitted --to h200 --out WORK/out/h200.yaml"
+  "calibrate engine --backend sglang --gpu h100-sxm-fitted --measurements $silicon --out WORK/out/e.yaml --report WORK/out/e.json"
+  "--help"
+  "run --help"
+  "compare --help"
+  "merge --help"
+  "plan --help"
+  "list --help"
+  "bench --help"
+  "validate --help"
+  "validate-serving --help"
+  "calibrate --help"
+  "calibrate fit --help"
+  "calibrate transfer --help"
+  "calibrate engine --help"
+  "run --bogus-option"
+  "validate-serving --measurements $silicon"
+)
+for i in "${!commands[@]}"; do
+  for side in old new; do
+    bin=$old; [ "$side" = new ] && bin=$new
+    dir="$work/$side/c$i"; rm -rf "$dir"; mkdir -p "$dir/out"
+    # shellcheck disable=SC2086
+    "$bin" ${commands[$i]//WORK/$dir} >"$dir/stdout" 2>"$dir/stderr" || echo "exit $?" >>"$dir/stderr"
+    normalize "$dir"
+  done
+  if diff -r -q "$work/old/c$i" "$work/new/c$i" >/dev/null; then
+    echo "same c$i: ${commands[$i]}"
+  else
+    echo "DIFF c$i: ${commands[$i]}"; diff -r "$work/old/c$i" "$work/new/c$i" | head -8 || true; fail=1
+  fi
+done
+[ "$fail" = 0 ] && echo "identity check: all ${#runs[@]} runs and ${#commands[@]} commands give the same bytes" || { echo "identity check: outputs differ"; exit 1; }

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target batchsim -j"$(nproc)"
-build/experiments/batchsim compare experiments/anyscale-throughput.yaml \
+build/experiments/batchsim compare experiments/data/anyscale-throughput.yaml \
   --out results/anyscale-throughput "$@"
 echo
 echo "Report with tables and figures: results/anyscale-throughput/report.md"

@@ -7,7 +7,7 @@
 # engines equal a fresh fit, which replays NVIDIA's 534 serving benchmarks three to four times
 # (about 1,900 runs) through code that validate-serving's figures test and the small engine-fit
 # tests run under the sanitizers too (it runs in the release build); and for the sweep on a
-# one-node Slurm cluster, which checks the scripts of experiments/slurm/ and Slurm around the
+# one-node Slurm cluster, which checks the scripts of experiments/data/slurm/ and Slurm around the
 # shard and merge code that the release build's run and the unit tests cover. Any sanitizer report aborts the program
 # that made it, so the test that ran it fails. The build is clang's, with libFuzzer's coverage hooks too, so that
 # scripts/fuzz.sh reuses it rather than building everything a second time; CUDA is left out

@@ -3,7 +3,7 @@
 # packages already present are skipped by apt. Run as root (or with sudo). The Python module
 # (python/) needs python3-dev and pybind11-dev to build, numpy and pandas to run, pytest to test,
 # and venv, setuptools and wheel for `pip install .` and its test.
-# slurm-wlm and munge are for the test that runs experiments/slurm/ on a real one-node Slurm
+# slurm-wlm and munge are for the test that runs experiments/data/slurm/ on a real one-node Slurm
 # cluster (tests/slurm/array_sweep_test.sh); that test starts private daemons of its own, so
 # the system's munge and Slurm services are kept from starting while apt installs them.
 #   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh

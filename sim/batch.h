@@ -13,9 +13,9 @@
 #include <span>
 #include <vector>
 
+#include "hwmodel/base/time.h"
 #include "hwmodel/cost_model.h"
-#include "sim/request.h"
-#include "sim/time.h"
+#include "sim/workload/request.h"
 
 namespace batchsim {
 

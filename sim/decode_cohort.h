@@ -40,9 +40,9 @@
 #include <span>
 #include <vector>
 
+#include "hwmodel/base/time.h"
 #include "sim/policy.h"
-#include "sim/request.h"
-#include "sim/time.h"
+#include "sim/workload/request.h"
 
 namespace batchsim {
 

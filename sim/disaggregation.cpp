@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "sim/simulation.h"
 
 namespace batchsim {

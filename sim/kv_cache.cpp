@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "sim/batch.h"
-#include "sim/request.h"
-#include "sim/trace_reader.h"
+#include "sim/workload/request.h"
+#include "sim/workload/trace_reader.h"
 
 namespace batchsim {
 
@@ -162,7 +162,7 @@ class BlockKeyTable {
 };
 
 // What prefix caching needs to know of each request: its prompt length and the hashes of its
-// prompt blocks (sim/trace_reader.h). Caching is off unless both are given and hashes exist.
+// prompt blocks (sim/workload/trace_reader.h). Caching is off unless both are given and hashes exist.
 struct PrefixCacheSource {
   const Workload* requests = nullptr;
   const PrefixBlockHashes* hashes = nullptr;

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 

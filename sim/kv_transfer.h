@@ -44,7 +44,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/time.h"
+#include "hwmodel/base/time.h"
 
 namespace batchsim {
 

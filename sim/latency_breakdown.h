@@ -53,11 +53,11 @@
 #include <string_view>
 #include <vector>
 
+#include "hwmodel/base/time.h"
 #include "hwmodel/cost_model.h"
 #include "sim/batch.h"
 #include "sim/policy.h"
-#include "sim/request.h"
-#include "sim/time.h"
+#include "sim/workload/request.h"
 
 namespace batchsim {
 

@@ -4,7 +4,7 @@
 // Percentiles use the nearest-rank definition on (value, weight) samples: the smallest value
 // whose cumulative weight reaches q * total weight (summary.json). Figures written to be
 // compared with `vllm bench serve` use numpy's definitions instead (interpolated_percentile,
-// stddev: experiments/bench_result.h). Time-between-tokens gaps are stored as
+// stddev: experiments/run/bench_result.h). Time-between-tokens gaps are stored as
 // (gap, count) pairs — one pair covers every sequence of a decode iteration that had the same
 // gap — so memory grows with iterations, not with tokens.
 #pragma once
@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include "hwmodel/base/time.h"
 #include "sim/ddsketch.h"
 #include "sim/latency_breakdown.h"
 #include "sim/policy.h"
-#include "sim/request.h"
-#include "sim/time.h"
+#include "sim/workload/request.h"
 
 namespace batchsim {
 
@@ -250,7 +250,7 @@ struct LatencyPartSummary {
 
 // Summary::latency_breakdown. The p99 requests are the completed requests whose e2e reaches the
 // run's e2e p99 (nearest rank): the slowest 1%, at least one. Their shares say what the tail
-// spent its time on, which is what a diagnosis reads (experiments/latency_diagnosis.h).
+// spent its time on, which is what a diagnosis reads (experiments/run/latency_diagnosis.h).
 struct LatencyBreakdownSummary {
   std::array<LatencyPartSummary, kNumLatencyParts> parts{};
   int64_t p99_requests = 0;

@@ -47,8 +47,8 @@
 #include "hwmodel/cost_model.h"
 #include "sim/batch.h"
 #include "sim/kv_cache.h"
-#include "sim/request.h"
-#include "sim/trace_reader.h"
+#include "sim/workload/request.h"
+#include "sim/workload/trace_reader.h"
 
 namespace batchsim {
 

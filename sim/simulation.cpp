@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <fmt/format.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 
@@ -48,7 +48,7 @@ inline void check_item(const BatchItem& item, const RequestProgress& p, int64_t 
 }
 
 // The random router's stream of the run's seed (Rng::for_stream): well clear of the workload's
-// streams (0-3 in sim/workload.cpp), so routing draws never shift a workload sample.
+// streams (0-3 in sim/workload/workload.cpp), so routing draws never shift a workload sample.
 constexpr uint32_t kRouterStream = 16;
 
 const std::vector<RouterInfo> kRouters = {

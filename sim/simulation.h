@@ -60,13 +60,13 @@
 #include <string_view>
 #include <vector>
 
+#include "hwmodel/base/random.h"
 #include "hwmodel/cost_model.h"
 #include "sim/decode_cohort.h"
 #include "sim/kv_transfer.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
-#include "sim/random.h"
-#include "sim/request.h"
+#include "sim/workload/request.h"
 
 namespace batchsim {
 

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim::testing {
 
@@ -28,7 +28,7 @@ std::filesystem::path data_folder(const char* env_subfolder, const char* repo_fo
 }
 }  // namespace
 
-std::filesystem::path traces_dir() { return data_folder("traces", "experiments/traces"); }
+std::filesystem::path traces_dir() { return data_folder("traces", "experiments/data/traces"); }
 std::filesystem::path measured_dir() { return data_folder("measured", "hwmodel/measured"); }
 
 std::filesystem::path data_file(const std::filesystem::path& dir, const std::string& relative) {

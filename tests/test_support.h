@@ -8,7 +8,7 @@
 namespace batchsim::testing {
 
 // The real data the repository ships: traces beside the experiments that replay them
-// (experiments/traces/), measurement tables beside the fits that read them (hwmodel/measured/).
+// (experiments/data/traces/), measurement tables beside the fits that read them (hwmodel/measured/).
 // $BATCHSIM_DATA_DIR, when set, replaces both by DIR/traces and DIR/measured, so the tests can
 // run on a user's own copy of the same layout. A missing folder fails with a clear message.
 std::filesystem::path traces_dir();

@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "hwmodel/fit/kernel_tables.h"
 #include "hwmodel/hardware_profile.h"
-#include "hwmodel/kernel_tables.h"
 #include "hwmodel/model_spec.h"
 
 namespace batchsim {

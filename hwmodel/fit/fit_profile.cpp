@@ -11,10 +11,10 @@
 #include <map>
 #include <set>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/fit/predict.h"
 #include "hwmodel/fit/solvers.h"
 #include "hwmodel/fit/transfer_profile.h"
-#include "hwmodel/predict.h"
 #include "hwmodel/roofline.h"
 
 namespace batchsim {

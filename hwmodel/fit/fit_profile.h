@@ -35,10 +35,10 @@
 #include <vector>
 
 #include "hwmodel/engine_profile.h"
+#include "hwmodel/fit/measurements.h"
 #include "hwmodel/hardware_profile.h"
-#include "hwmodel/roofline.h"
-#include "hwmodel/measurements.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/roofline.h"
 
 namespace batchsim {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/roofline.h"
 
 namespace batchsim {

@@ -11,7 +11,7 @@ message, raised here as :class:`UserError`.
 ...                  arrival="poisson:4", num_requests=200)
 >>> r.summary["latency"]["ttft_s"]["p99"]          # summary.json, as a dict
 >>> r.requests.ttft_s.describe()                   # requests.csv, as a DataFrame
->>> batchsim.compare("experiments/anyscale-throughput.yaml", num_requests=200)
+>>> batchsim.compare("experiments/data/anyscale-throughput.yaml", num_requests=200)
 
 The GIL is released while a simulation runs, so runs on the threads of a
 ``concurrent.futures.ThreadPoolExecutor`` use every core.

@@ -1,12 +1,12 @@
 """Policies written in Python, as examples to copy and as the reference the tests hold to C++.
 
-FcfsContinuous is the C++ `continuous` policy with its defaults (policies/continuous_policy.h:
+FcfsContinuous is the C++ `continuous` policy with its defaults (policies/continuous/continuous_policy.h:
 paged KV of 16-token blocks, Orca's mixed iterations of decodes and whole prefills, first come
 first served, at most 256 running requests and max(max_model_len, 2048) tokens an iteration, the
 newest running request preempted by recompute when a decode finds no free block; with
 `prefix_caching = True`, full blocks of equal prompt prefixes shared as vLLM v1 shares them; in
 a disaggregated run, either pool's role), rewritten in Python step for step. StaticBatching is
-the C++ `static` policy (policies/static_policy.cpp): batches that start and end together, padded to their longest prompt, one reservation per row
+the C++ `static` policy (policies/static/static_policy.cpp): batches that start and end together, padded to their longest prompt, one reservation per row
 for the batch's longest prompt and output, and an optional timeout; its class attributes are
 the C++ policy's options, so the `hf-static` and `ft-static` presets are subclasses away. On the
 same workload each gives its C++ policy's results, request for request (python/tests/test_policy.py).

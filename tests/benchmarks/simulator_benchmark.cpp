@@ -7,7 +7,7 @@
 #include "policies/registry.h"
 #include "sim/kv_cache.h"
 #include "sim/simulation.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 
 namespace batchsim {
 namespace {

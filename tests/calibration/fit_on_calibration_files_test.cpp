@@ -10,8 +10,8 @@
 #include "calibration/device_info.h"
 #include "calibration/measurement_csv.h"
 #include "hwmodel/fit/fit_profile.h"
+#include "hwmodel/fit/measurements.h"
 #include "hwmodel/hardware_profile.h"
-#include "hwmodel/measurements.h"
 #include "test_support.h"
 
 namespace batchsim::calibration {

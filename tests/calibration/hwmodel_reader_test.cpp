@@ -8,7 +8,7 @@
 
 #include "calibration/device_info.h"
 #include "calibration/measurement_csv.h"
-#include "hwmodel/measurements.h"
+#include "hwmodel/fit/measurements.h"
 #include "test_support.h"
 
 namespace batchsim::calibration {

@@ -2,7 +2,7 @@
 // reader and fit written for the published measurements (hwmodel/measured/vidur/) read
 // ours unchanged. The published headers are read from the shipped tables, not copied here.
 #include "calibration/measurement_csv.h"
-#include "hwmodel/line_reader.h"
+#include "hwmodel/base/line_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // Llama-2-7B, in the schema batchsim-calibrate writes): a usable profile that records its fit
 // error per operator, and clear errors for bad input. `batchsim calibrate transfer`: a fitted
 // profile written onto another GPU's ceilings, which `list gpus` and `validate` show as such.
-#include "experiments/calibrate.h"
+#include "experiments/cli/fidelity_commands.h"
 
 #include <fstream>
 #include <sstream>
@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "hwmodel/error.h"
+#include "experiments/cli/cli.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "test_support.h"
 

@@ -2,7 +2,7 @@
 // slice on its replica's track, each traced request's phases tile its life from arrival to
 // finish and agree with its record, only the first N requests get slices, the counters follow
 // the iterations, and fast-forward changes not a byte.
-#include "experiments/chrome_trace.h"
+#include "experiments/run/chrome_trace.h"
 
 #include <cmath>
 #include <map>
@@ -13,11 +13,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "experiments/run_config.h"
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/run_config.h"
+#include "experiments/run/runner.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 #include "test_support.h"
 
 namespace batchsim::testing {

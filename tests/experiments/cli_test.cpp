@@ -1,6 +1,6 @@
 // The `batchsim` CLI end to end, in-process: bad input is one UserError naming what is wrong,
 // unservable requests are rejected (not looped on), and reruns are byte-identical.
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 
 #include <fstream>
 #include <map>
@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "hwmodel/error.h"
 #include "cli_run.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

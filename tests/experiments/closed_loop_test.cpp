@@ -13,10 +13,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
-#include "sim/workload.h"
 #include "cli_run.h"
+#include "experiments/run/runner.h"
+#include "hwmodel/base/error.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -1,7 +1,7 @@
 // CsvBuffer::seconds writes a time from its integer nanoseconds; it must give the bytes that
 // printing the time's double seconds to 9 decimals gave, which every CSV field of a time was;
 // CsvBuffer::integer the digits fmt's "{}" gave.
-#include "experiments/csv_buffer.h"
+#include "experiments/run/csv_buffer.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // summary.json (`config.prefill`, `pools.prefill`, `pools.decode`, `pools.kv_transfer`),
 // counts its GPUs for goodput per GPU, and writes each request's hand-off in requests.csv;
 // heterogeneous pools (an H100 prefill pool before A100 decode replicas) take their own GPU.
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 
 #include <fstream>
 #include <sstream>
@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/experiment.h"
-#include "hwmodel/error.h"
 #include "cli_run.h"
+#include "experiments/study/experiment.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -1,4 +1,4 @@
-// `batchsim calibrate engine` (experiments/engine_fit.h): the fit recovers a residual that made
+// `batchsim calibrate engine` (experiments/fidelity/engine_fit.h): the fit recovers a residual that made
 // the "measurements", scores what it held out, and the shipped fitted engines equal a fresh fit
 // on NVIDIA's H100 serving benchmarks.
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "experiments/validate_serving.h"
+#include "experiments/cli/cli.h"
+#include "experiments/fidelity/validate_serving.h"
 #include "hwmodel/engine_profile.h"
 #include "test_support.h"
 

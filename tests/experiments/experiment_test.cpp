@@ -13,11 +13,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "experiments/compare.h"
-#include "experiments/experiment.h"
-#include "experiments/report.h"
-#include "hwmodel/error.h"
+#include "experiments/cli/cli.h"
+#include "experiments/study/compare.h"
+#include "experiments/study/experiment.h"
+#include "experiments/study/report.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {
@@ -704,7 +704,7 @@ TEST(Compare, QuickModeComparesPoliciesFromFlags) {
 
 TEST(ShippedExperiments, ParseAndExpand) {
   int files = 0;
-  for (const auto& entry : fs::directory_iterator(testing::source_dir() / "experiments")) {
+  for (const auto& entry : fs::directory_iterator(testing::source_dir() / "experiments" / "data")) {
     if (entry.path().extension() != ".yaml") continue;
     ++files;
     SCOPED_TRACE(entry.path().string());
@@ -714,7 +714,7 @@ TEST(ShippedExperiments, ParseAndExpand) {
   }
   EXPECT_GE(files, 8);
   // The cluster experiment sweeps cluster size × router over one trace.
-  const std::vector<PlannedRun> cluster = expand_runs(parse_experiment(testing::source_dir() / "experiments" / "cluster-routing.yaml"));
+  const std::vector<PlannedRun> cluster = expand_runs(parse_experiment(testing::source_dir() / "experiments" / "data" / "cluster-routing.yaml"));
   ASSERT_EQ(cluster.size(), 9u);
   EXPECT_EQ(cluster[0].config.replicas, 2);
   EXPECT_EQ(cluster[0].config.router, "round-robin");

@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "experiments/cli.h"
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/runner.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

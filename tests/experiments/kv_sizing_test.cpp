@@ -1,13 +1,13 @@
 // How each engine sizes its KV cache: vLLM's --gpu-memory-utilization after a profile run of its
-// budget (hwmodel/cost_model.h, policies/continuous_policy.h), SGLang's mem_fraction_static
-// (policies/sglang_policy.h), TensorRT-LLM's free_gpu_memory_fraction
-// (policies/continuous_policy.h), through a whole run.
+// budget (hwmodel/cost_model.h, policies/continuous/continuous_policy.h), SGLang's mem_fraction_static
+// (policies/sglang/sglang_policy.h), TensorRT-LLM's free_gpu_memory_fraction
+// (policies/continuous/continuous_policy.h), through a whole run.
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "experiments/run_config.h"
-#include "experiments/runner.h"
+#include "experiments/run/run_config.h"
+#include "experiments/run/runner.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"

@@ -1,9 +1,9 @@
-// "Why was this request slow, and what would have helped?" (experiments/latency_diagnosis.h):
+// "Why was this request slow, and what would have helped?" (experiments/run/latency_diagnosis.h):
 // the rules, each on inputs built to trip it (the figures it prints come from the inputs), the
 // policy traits the remedies depend on, and a run end to end: requests.csv's breakdown columns
 // sum to e2e_s digit for digit, summary.json's latency_breakdown has every part and the
 // diagnosis `batchsim run` prints, and the Chrome trace's request slices carry the breakdown.
-#include "experiments/latency_diagnosis.h"
+#include "experiments/run/latency_diagnosis.h"
 
 #include <fstream>
 #include <sstream>
@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
 #include "test_support.h"
 
 namespace batchsim {

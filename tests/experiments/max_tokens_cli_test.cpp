@@ -1,7 +1,7 @@
 // --max-tokens, --ignore-eos and --num-gpu-blocks end to end: flags and YAML keys, bad values
 // named, echoed in summary.json (which reruns the same run), a max_tokens column in
 // requests.csv, kv.capacity_tokens from the block count, and experiment axes over them.
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 
 #include <fstream>
 #include <map>
@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/experiment.h"
-#include "hwmodel/error.h"
 #include "cli_run.h"
+#include "experiments/study/experiment.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

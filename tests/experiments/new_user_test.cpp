@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "hwmodel/error.h"
-#include "hwmodel/model_spec.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/model_spec.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -9,7 +9,7 @@
 // decode pool short of KV buys decode replicas); per-GPU goodput is the highest speedup that a
 // scan of speedups finds attaining the share, and falls as the share rises; bad input is
 // refused by name.
-#include "experiments/plan.h"
+#include "experiments/study/plan.h"
 
 #include <cmath>
 #include <fstream>
@@ -21,13 +21,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "experiments/compare.h"
-#include "experiments/experiment.h"
-#include "experiments/output.h"
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/output.h"
+#include "experiments/run/runner.h"
+#include "experiments/study/compare.h"
+#include "experiments/study/experiment.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -1,7 +1,7 @@
 // Priorities end to end: --priority and the `priority` YAML key, scheduling_policy through
 // --policy-opt and an experiment's policy-opt, per-priority figures in summary.json, the
 // terminal and requests.csv, and bad input named by option with a UserError (exit status 2).
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 
 #include <algorithm>
 #include <sstream>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -1,4 +1,4 @@
-// SLOs, goodput and bench.json (experiments/slo.h, experiments/bench_result.h): goodput and SLO
+// SLOs, goodput and bench.json (experiments/run/slo.h, experiments/run/bench_result.h): goodput and SLO
 // verdicts on requests whose TTFT, TPOT and e2e are set by hand; rejected requests as
 // violations; bench.json's figures with numpy's definitions and its keys against a recorded
 // `vllm bench serve --save-result` file; the options' errors; an experiment's `slo:` block in
@@ -16,14 +16,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/bench_result.h"
-#include "experiments/cli.h"
-#include "experiments/experiment.h"
-#include "experiments/output.h"
-#include "experiments/slo.h"
-#include "hwmodel/error.h"
-#include "sim/simulation.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/bench_result.h"
+#include "experiments/run/output.h"
+#include "experiments/run/slo.h"
+#include "experiments/study/experiment.h"
+#include "hwmodel/base/error.h"
+#include "sim/simulation.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -2,7 +2,7 @@
 // id: a streaming run writes them as requests settle), summary.json equal but for percentiles
 // (within the stated relative error, which it states), the automatic switch and its notice,
 // and clear refusals of what streaming cannot do yet.
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
+#include "experiments/cli/cli.h"
 #include "hwmodel/hardware_profile.h"
 #include "test_support.h"
 

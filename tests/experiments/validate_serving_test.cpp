@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "experiments/cli.h"
-#include "experiments/runner.h"
-#include "hwmodel/error.h"
-#include "hwmodel/hardware_profile.h"
 #include "cli_run.h"
+#include "experiments/cli/cli.h"
+#include "experiments/run/runner.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/hardware_profile.h"
 #include "test_support.h"
 
 namespace batchsim {

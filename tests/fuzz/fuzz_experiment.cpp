@@ -1,12 +1,12 @@
 // libFuzzer harness: the experiment-file loader (parse, count, expand, check every planned run)
 // and the --config reader of `batchsim run`. The run limit is kept small so that one input
-// costs milliseconds. Seeds: experiments/*.yaml and tests/fuzz/seeds/run_config.
+// costs milliseconds. Seeds: experiments/data/*.yaml and tests/fuzz/seeds/run_config.
 #include <string>
 
-#include "experiments/experiment.h"
-#include "experiments/run_config.h"
-#include "hwmodel/error.h"
+#include "experiments/run/run_config.h"
+#include "experiments/study/experiment.h"
 #include "fuzz_input.h"
+#include "hwmodel/base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,8 +1,8 @@
 // libFuzzer harness: the hardware-profile reader (YAML or JSON), and the writer on what it
 // accepts: a profile written back must read back. Seeds: hwmodel/profiles/*.yaml.
-#include "hwmodel/error.h"
-#include "hwmodel/hardware_profile.h"
 #include "fuzz_input.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/hardware_profile.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = batchsim::fuzz::as_file(data, size, "profile.yaml");

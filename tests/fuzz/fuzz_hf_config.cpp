@@ -1,8 +1,8 @@
 // libFuzzer harness: the Hugging Face config.json reader, and every size the cost model derives
 // from what it accepts (they must be positive: no wrapped products). Seeds: tests/fuzz/seeds/hf_config.
-#include "hwmodel/error.h"
-#include "hwmodel/model_spec.h"
 #include "fuzz_input.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/model_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = batchsim::fuzz::as_file(data, size, "config.json");

@@ -1,8 +1,8 @@
 // libFuzzer harness: the trace readers (Azure CSV, generic CSV, Mooncake JSONL; plain or gzip,
 // as LineReader detects it). Seeds: the first lines of every shipped trace (scripts/fuzz.sh).
-#include "hwmodel/error.h"
-#include "sim/trace_reader.h"
 #include "fuzz_input.h"
+#include "hwmodel/base/error.h"
+#include "sim/workload/trace_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = batchsim::fuzz::as_file(data, size, "trace");

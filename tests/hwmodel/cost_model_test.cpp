@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel_test_util.h"
 

@@ -5,11 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/engine_profile.h"
-#include "hwmodel/error.h"
 #include "hwmodel/fit/fit_profile.h"
-#include "hwmodel/measurements.h"
+#include "hwmodel/fit/measurements.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
@@ -110,7 +110,7 @@ TEST(EngineProfiles, BaseGivesTheDefaultsOfKeysTheFileLeavesOut) {
 }
 
 // The engines fitted to H100 serving benchmarks are their base engines plus a residual only
-// (experiments/engine_fit.h; tests/experiments/engine_fit_test.cpp keeps the residual equal to a
+// (experiments/fidelity/engine_fit.h; tests/experiments/engine_fit_test.cpp keeps the residual equal to a
 // fresh fit), whatever order the files load in.
 TEST(EngineProfiles, FittedEnginesAreTheirBaseWithAResidual) {
   for (const char* base : {"vllm", "sglang", "trtllm"}) {

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

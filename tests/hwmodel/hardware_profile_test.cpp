@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
 

@@ -5,9 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/fit/measurements.h"
 #include "hwmodel/hardware_profile.h"
-#include "hwmodel/measurements.h"
 #include "hwmodel/model_spec.h"
 #include "test_support.h"
 

@@ -11,7 +11,7 @@
 #include <ostream>
 #include <string>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "test_support.h"
 

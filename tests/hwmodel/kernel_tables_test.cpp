@@ -11,11 +11,11 @@
 #include <map>
 #include <vector>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "hwmodel/fit/fit_kernel_tables.h"
+#include "hwmodel/fit/kernel_tables.h"
+#include "hwmodel/fit/kernel_validation.h"
 #include "hwmodel/hardware_profile.h"
-#include "hwmodel/kernel_tables.h"
-#include "hwmodel/kernel_validation.h"
 #include "hwmodel/roofline.h"
 #include <fmt/format.h>
 

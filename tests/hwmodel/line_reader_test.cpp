@@ -1,6 +1,6 @@
 // LineReader: plain and gzip-compressed text read line by line, the same either way, and every
 // way a file can be bad is a UserError naming it.
-#include "hwmodel/line_reader.h"
+#include "hwmodel/base/line_reader.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -1,12 +1,12 @@
 // Reading Vidur-schema measurement CSVs: the shipped Vidur tables and calibration-style directories.
-#include "hwmodel/measurements.h"
+#include "hwmodel/fit/measurements.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "hwmodel/predict.h"
+#include "hwmodel/fit/predict.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
 

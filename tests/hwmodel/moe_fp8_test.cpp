@@ -7,8 +7,8 @@
 #include <cmath>
 #include <random>
 
+#include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
-#include "hwmodel/error.h"
 #include "hwmodel/model_spec.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel_test_util.h"

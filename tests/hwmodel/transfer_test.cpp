@@ -12,9 +12,9 @@
 
 #include "hwmodel/cost_model.h"
 #include "hwmodel/fit/fit_profile.h"
-#include "hwmodel/predict.h"
+#include "hwmodel/fit/predict.h"
+#include "hwmodel/fit/validation.h"
 #include "hwmodel/roofline.h"
-#include "hwmodel/validation.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
 

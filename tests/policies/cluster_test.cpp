@@ -16,7 +16,7 @@
 #include "policies/registry.h"
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 
 namespace batchsim {
 namespace {

@@ -18,9 +18,9 @@
 
 #include "policies/registry.h"
 #include "policy_test_rig.h"
-#include "test_support.h"
 #include "sim/simulation.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
+#include "test_support.h"
 
 namespace batchsim {
 namespace {

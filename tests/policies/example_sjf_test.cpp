@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "policies/example_sjf_policy.h"
+#include "policies/example_sjf/example_sjf_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

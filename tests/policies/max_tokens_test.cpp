@@ -8,7 +8,7 @@
 //    N x 16 tokens, whatever the GPU's memory.
 #include <gtest/gtest.h>
 
-#include "policies/continuous_policy.h"
+#include "policies/continuous/continuous_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

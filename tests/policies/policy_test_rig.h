@@ -16,11 +16,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
-#include "hwmodel/error.h"
 #include "policies/registry.h"
 #include "sim/simulation.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 
 namespace batchsim::testing {
 

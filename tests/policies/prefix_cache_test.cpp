@@ -5,9 +5,9 @@
 // real hit rate and a lower TTFT.
 #include <gtest/gtest.h>
 
-#include "policies/continuous_policy.h"
+#include "policies/continuous/continuous_policy.h"
 #include "policy_test_rig.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim::testing {

@@ -1,4 +1,4 @@
-// Request priorities and scheduling_policy=fcfs|priority|sjf (policies/scheduling_order.h).
+// Request priorities and scheduling_policy=fcfs|priority|sjf (policies/common/scheduling_order.h).
 //
 // The priority cases are vLLM's own (tests/v1/core/test_scheduler.py, the test_priority_scheduling_*
 // cases, at local-inference-lab/vllm commit 28be48f), restated as iteration tables on the test rig:
@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "policies/continuous_policy.h"
+#include "policies/continuous/continuous_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

@@ -17,9 +17,9 @@
 
 #include <gtest/gtest.h>
 
-#include "policies/continuous_policy.h"
-#include "policies/sglang_policy.h"
-#include "policies/static_policy.h"
+#include "policies/continuous/continuous_policy.h"
+#include "policies/sglang/sglang_policy.h"
+#include "policies/static/static_policy.h"
 #include "policy_test_rig.h"
 
 namespace batchsim::testing {

@@ -4,13 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include "hwmodel/engine_profile.h"
-#include "hwmodel/model_spec.h"
-#include "hwmodel/hardware_profile.h"
 #include "hwmodel/cost_model.h"
-#include "policies/continuous_policy.h"
+#include "hwmodel/engine_profile.h"
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/model_spec.h"
+#include "policies/continuous/continuous_policy.h"
 #include "policies/registry.h"
-#include "policies/static_policy.h"
+#include "policies/static/static_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

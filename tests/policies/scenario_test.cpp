@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "policies/continuous_policy.h"
-#include "policies/static_policy.h"
+#include "policies/continuous/continuous_policy.h"
+#include "policies/static/static_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

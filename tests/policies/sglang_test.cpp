@@ -1,4 +1,4 @@
-// The sglang preset (policies/sglang_policy.h), iteration by iteration on the rig's 10 ms GPU.
+// The sglang preset (policies/sglang/sglang_policy.h), iteration by iteration on the rig's 10 ms GPU.
 // Each table is derived from SGLang's rules as the comments work them out (schedule_policy.py
 // PrefillAdder, scheduler.py get_next_batch_to_run / update_running_batch, schedule_batch.py
 // retract_decode): the numbers are the rules' arithmetic, not a recorded run.
@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "policies/sglang_policy.h"
+#include "policies/sglang/sglang_policy.h"
 #include "policy_test_rig.h"
 #include "test_support.h"
 

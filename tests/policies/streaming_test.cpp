@@ -14,11 +14,11 @@
 
 #include <gtest/gtest.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "policies/registry.h"
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

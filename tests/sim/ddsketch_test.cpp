@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hwmodel/base/random.h"
 #include "sim/metrics.h"
-#include "sim/random.h"
 
 namespace batchsim {
 namespace {

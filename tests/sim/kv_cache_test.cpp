@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 
 namespace batchsim {
 namespace {

@@ -4,7 +4,7 @@
 // last layer's share), and transfers from one replica queue first come first served on its NIC.
 #include <gtest/gtest.h>
 
-#include "hwmodel/error.h"
+#include "hwmodel/base/error.h"
 #include "sim/kv_transfer.h"
 #include "test_support.h"
 

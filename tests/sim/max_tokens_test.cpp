@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <string>
 
-#include "sim/trace_reader.h"
-#include "sim/workload.h"
+#include "sim/workload/trace_reader.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "sim/simulation.h"
-#include "sim/trace_reader.h"
-#include "sim/workload.h"
+#include "sim/workload/trace_reader.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "sim/workload.h"
+#include "sim/workload/workload.h"
 
 namespace batchsim {
 namespace {

@@ -1,4 +1,4 @@
-// Tests of the trace readers: the real traces in experiments/traces (counts, first and last
+// Tests of the trace readers: the real traces in experiments/data/traces (counts, first and last
 // rows, whole-file token sums computed independently with Python), and small hand-written files
 // for every error path and every adjustment (unsorted rows, zero lengths, date rollovers).
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
-#include "hwmodel/error.h"
-#include "sim/trace_reader.h"
-#include "sim/workload.h"
+#include "hwmodel/base/error.h"
+#include "sim/workload/trace_reader.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "hwmodel/error.h"
-#include "sim/random.h"
-#include "sim/workload.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/base/random.h"
+#include "sim/workload/workload.h"
 #include "test_support.h"
 
 namespace batchsim {

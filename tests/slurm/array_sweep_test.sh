@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Slurm.ArraySweepEqualsUnsharded: experiments/slurm/ on a real Slurm cluster. Starts a private
+# Slurm.ArraySweepEqualsUnsharded: experiments/data/slurm/ on a real Slurm cluster. Starts a private
 # one-node cluster on localhost (munged, slurmctld and slurmd as the current user, everything
 # in a temporary folder, on free ports: nothing of the machine's own munge or Slurm is used or
-# touched), submits an experiment with experiments/slurm/submit.sh as a job array of N shards
+# touched), submits an experiment with experiments/data/slurm/submit.sh as a job array of N shards
 # and a dependent merge job, waits for both, and checks that the merged results folder is
 # byte-identical, file for file, to an unsharded `batchsim compare` of the same experiment;
 # each shard ran a part of it, in its own array task.
@@ -19,7 +19,7 @@ name="Slurm.ArraySweepEqualsUnsharded"
 [ $# -ge 2 ] || { echo "usage: $0 BATCHSIM SOURCE_DIR [EXPERIMENT.yaml [N]]" >&2; exit 2; }
 batchsim=$(realpath -- "$1")
 source_dir=$(realpath -- "$2")
-experiment=$(realpath -- "${3:-$source_dir/experiments/pet-project.yaml}")
+experiment=$(realpath -- "${3:-$source_dir/experiments/data/pet-project.yaml}")
 shards=${4:-3}
 timeout_s=${BATCHSIM_SLURM_TIMEOUT_S:-240}
 [ -x "$batchsim" ] || { echo "$name: error: BATCHSIM '$batchsim' is not executable" >&2; exit 2; }
@@ -192,8 +192,8 @@ timeout 300 "$batchsim" compare "$experiment" --out "$tmp/unsharded" --no-plots 
 # The sweep, exactly as a user submits it.
 start=$(date +%s)
 ids=$(BATCHSIM="$batchsim" CPUS_PER_SHARD=1 MERGE_FLAGS=--no-plots \
-      timeout 60 "$source_dir/experiments/slurm/submit.sh" "$experiment" "$tmp/sweep" "$shards") ||
-  fail "experiments/slurm/submit.sh failed"
+      timeout 60 "$source_dir/experiments/data/slurm/submit.sh" "$experiment" "$tmp/sweep" "$shards") ||
+  fail "experiments/data/slurm/submit.sh failed"
 read -r array_job merge_job <<<"$ids"
 [[ $array_job =~ ^[0-9]+$ && $merge_job =~ ^[0-9]+$ ]] || fail "submit.sh printed '$ids', not two job ids"
 

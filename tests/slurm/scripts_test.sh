@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slurm.ScriptsCheckArgumentsAndMergeByHand: experiments/slurm/'s scripts without a cluster.
+# Slurm.ScriptsCheckArgumentsAndMergeByHand: experiments/data/slurm/'s scripts without a cluster.
 # Every missing or bad argument gets a message naming it and exit status 2; then the array's
 # tasks are run one after another by hand, with the SLURM_ARRAY_* variables Slurm would set,
 # and merge.sbatch run with bash (the README's "documented second command") gives results
@@ -13,8 +13,8 @@ name="Slurm.ScriptsCheckArgumentsAndMergeByHand"
 [ $# -eq 2 ] || { echo "usage: $0 BATCHSIM SOURCE_DIR" >&2; exit 2; }
 batchsim=$(realpath -- "$1")
 src=$(realpath -- "$2")
-slurm="$src/experiments/slurm"
-experiment="$src/experiments/pet-project.yaml"
+slurm="$src/experiments/data/slurm"
+experiment="$src/experiments/data/pet-project.yaml"
 while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM|SBATCH)_' || true)
 export BATCHSIM="$batchsim"
 tmp=$(mktemp -d)
@@ -95,7 +95,7 @@ JOB_COMPLETION_INDEX=1 JOBS=1 bash "$slurm/sweep.sbatch" "$experiment" "$tmp/k8s
 grep -qF "shard 1/3 of" "$tmp/k8s.err" && cmp -s "$tmp/k8s/shard-1/results.csv" "$tmp/sweep/shard-1/results.csv" ||
   { echo "FAILED: JOB_COMPLETION_INDEX=1 did not run shard 1/3 as array task 1 did" >&2; failures=$((failures + 1)); }
 # The manifests: an Indexed Job whose completions is the N (SHARDS) both Jobs pass on.
-k8s="$src/experiments/kubernetes"
+k8s="$src/experiments/data/kubernetes"
 completions=$(sed -nE 's/^  completions: ([0-9]+).*/\1/p' "$k8s/sweep-job.yaml")
 grep -qE '^  completionMode: Indexed' "$k8s/sweep-job.yaml" ||
   { echo "FAILED: sweep-job.yaml is not an Indexed Job" >&2; failures=$((failures + 1)); }

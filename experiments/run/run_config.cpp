@@ -1,0 +1,401 @@
+#include "experiments/run/run_config.h"
+
+#include "policies/registry.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "experiments/run/bench_result.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/engine_profile.h"
+#include "sim/kv_transfer.h"
+#include "sim/simulation.h"
+
+namespace batchsim {
+
+std::string normalize_key(std::string key) {
+  for (char& ch : key) {
+    if (ch == '_') ch = '-';
+  }
+  return key;
+}
+
+RunConfig default_run_config() {
+  RunConfig c;
+  c.workload.arrival = "";
+  c.workload.prompt_len = "fixed:512";
+  c.workload.output_len = "capexp:128:512";
+  c.workload.num_requests = 1000;
+  c.workload.seed = 0;
+  return c;
+}
+
+std::pair<std::string, std::string> parse_policy_opt(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+    throw UserError(fmt::format("--policy-opt \"{}\": expected KEY=VALUE", text));
+  }
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+uint64_t parse_seed(const std::string& text, const std::string& option) {
+  uint64_t seed = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw UserError(fmt::format("{}: '{}' is not a seed (a whole number from 0 to {})", option,
+                                text, std::numeric_limits<uint64_t>::max()));
+  }
+  return seed;
+}
+
+namespace {
+
+template <typename T>
+T scalar(const YAML::Node& node, const std::filesystem::path& file, const std::string& key) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    throw UserError(fmt::format("{}:{}: key '{}' has a value of the wrong type", file.string(),
+                                node.Mark().line + 1, key));
+  }
+}
+
+// A result option as a string ("ttft_p99_s=2,...") or a YAML list of items; each is handed to
+// `parse` with the key's name, and its errors get the file and line.
+template <typename F>
+auto option_text(const YAML::Node& v, const std::filesystem::path& file, const std::string& key, F parse) {
+  std::string text;
+  if (v.IsSequence()) {
+    for (const auto& item : v) text += (text.empty() ? "" : ",") + scalar<std::string>(item, file, key);
+  } else {
+    text = scalar<std::string>(v, file, key);
+  }
+  try {
+    return parse(text, key);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+  }
+}
+
+// `slo`: a mapping {ttft_p99_s: 2, latency.tbt_s.p99: 0.1}, or the --slo text.
+SloBounds yaml_slo(const YAML::Node& v, const std::filesystem::path& file, const std::string& key) {
+  if (!v.IsMap()) return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_slo(t, k); });
+  SloBounds bounds;
+  for (const auto& b : v) {
+    const std::string name = b.first.as<std::string>();
+    const auto value = scalar<double>(b.second, file, key + "." + name);  // names file and line itself
+    try {
+      auto bound = slo_bound(name, value, key);
+      for (const auto& [path, _] : bounds) {
+        if (path == bound.first) throw UserError(fmt::format("{}: {} is bounded twice", key, path));
+      }
+      bounds.push_back(std::move(bound));
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), b.first.Mark().line + 1, e.what()));
+    }
+  }
+  if (bounds.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one bound", file.string(), v.Mark().line + 1, key));
+  return bounds;
+}
+
+// `goodput`: a mapping {ttft: 2000, tpot: 100} (milliseconds), or the --goodput text.
+GoodputSpec yaml_goodput(const YAML::Node& v, const std::filesystem::path& file, const std::string& key) {
+  if (!v.IsMap()) {
+    return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_goodput({t}, k); });
+  }
+  GoodputSpec spec;
+  for (const auto& t : v) {
+    const std::string name = t.first.as<std::string>();
+    const auto ms = scalar<double>(t.second, file, key + "." + name);  // names file and line itself
+    try {
+      set_goodput_threshold(spec, name, ms, key);
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), t.first.Mark().line + 1, e.what()));
+    }
+  }
+  if (spec.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one threshold", file.string(), v.Mark().line + 1, key));
+  return spec;
+}
+
+// One key of a pool (`prefill-tp: 2`, or `tp: 2` under `prefill:`), without its prefix.
+void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& v, const YAML::Node& key_node,
+                    const std::filesystem::path& file, const std::string& shown) {
+  if (sub == "gpu") pool.gpu = scalar<std::string>(v, file, shown);
+  else if (sub == "tp") pool.tp = scalar<int>(v, file, shown);
+  else if (sub == "policy") pool.policy = scalar<std::string>(v, file, shown);
+  else if (sub == "num-gpu-blocks") pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+  else if (sub == "engine") pool.engine = scalar<std::string>(v, file, shown);
+  else if (sub == "policy-opt" || sub == "policy-opts") {
+    if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+    for (const auto& o : v) pool.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
+  } else {
+    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, policy, policy-opt, engine, num-gpu-blocks)",
+                                file.string(), key_node.Mark().line + 1, shown));
+  }
+}
+
+}  // namespace
+
+void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file.string());
+  } catch (const YAML::BadFile&) {
+    throw UserError(fmt::format("--config {}: cannot read the file", file.string()));
+  } catch (const YAML::Exception& e) {
+    throw UserError(fmt::format("{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping of run keys", file.string()));
+  try {
+    // A run's own summary.json reproduces it: its `config` block holds the run keys.
+    if (root["batchsim_version"] && root["config"] && root["config"].IsMap()) {
+      apply_yaml_mapping(root["config"], file, c, "config.");
+      return;
+    }
+    apply_yaml_mapping(root, file, c);
+  } catch (const YAML::Exception& e) {
+    // A shape no key check expected (a list or a mapping as a key): still named by line.
+    throw UserError(fmt::format("{}:{}: unexpected YAML here: {}", file.string(), e.mark.line + 1, e.msg));
+  }
+}
+
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
+                        RunConfig& c, const std::string& key_prefix) {
+  for (const auto& kv : mapping) apply_yaml_key(kv.first.as<std::string>(), kv.first, kv.second, file, c, key_prefix);
+}
+
+void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,
+                    const std::filesystem::path& file, RunConfig& c, const std::string& key_prefix) {
+  {
+    const std::string key = normalize_key(raw);
+    const std::string shown = key_prefix + raw;
+    if (key == "model") c.model = scalar<std::string>(v, file, shown);
+    else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
+    else if (key == "tp") c.tp = scalar<int>(v, file, shown);
+    else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
+    else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
+    else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
+    else if (key == "engine") c.engine = scalar<std::string>(v, file, shown);
+    else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
+    else if (key == "router") c.router = scalar<std::string>(v, file, shown);
+    else if (key == "prefill-replicas") c.prefill_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-replicas") c.decode_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-router") c.decode_router = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link") c.kv_link = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link-gbps") c.kv_link_gbps = scalar<double>(v, file, shown);
+    else if (key == "kv-link-latency-us") c.kv_link_latency_us = scalar<double>(v, file, shown);
+    else if (key == "kv-transfer") c.kv_transfer = scalar<std::string>(v, file, shown);
+    else if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
+      const bool prefill = key[0] == 'p';
+      apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, key_node, file, shown);
+    }
+    else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
+      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
+      for (const auto& o : v) {
+        const std::string sub = o.first.as<std::string>();
+        apply_pool_key(key == "prefill" ? c.prefill : c.decode, normalize_key(sub), o.second, o.first, file,
+                       shown + "." + sub);
+      }
+    }
+    else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
+      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+      for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
+    }
+    else if (key == "arrival") c.workload.arrival = scalar<std::string>(v, file, shown);
+    else if (key == "trace") c.workload.trace = scalar<std::string>(v, file, shown);
+    else if (key == "num-requests") c.workload.num_requests = scalar<int64_t>(v, file, shown);
+    else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, shown);
+    else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
+    else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
+    else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
+    else if (key == "max-tokens") c.workload.max_tokens = scalar<std::string>(v, file, shown);
+    else if (key == "ignore-eos") c.workload.ignore_eos = scalar<bool>(v, file, shown);
+    else if (key == "priority") c.workload.priority = scalar<std::string>(v, file, shown);
+    else if (key == "seed") {
+      try {
+        c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+      }
+    }
+    else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
+    else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
+    else if (key == "think-time") c.workload.think_time = scalar<std::string>(v, file, shown);
+    else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+    else if (key == "out") c.out = scalar<std::string>(v, file, shown);
+    else if (key == "iteration-log") {
+      // A YAML boolean (true, yes, on, ...) or `ids`.
+      const std::string text = scalar<std::string>(v, file, shown);
+      bool on = false;
+      const std::string value = text != "ids" && YAML::convert<bool>::decode(v, on) ? (on ? "true" : "false") : text;
+      try {
+        set_iteration_log(c, value, shown);
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+      }
+    }
+    else if (key == "chrome-trace") c.chrome_trace = scalar<std::string>(v, file, shown);
+    else if (key == "chrome-trace-requests") c.chrome_trace_requests = scalar<int64_t>(v, file, shown);
+    else if (key == "slo") c.slo = yaml_slo(v, file, shown);
+    else if (key == "goodput") c.goodput = yaml_goodput(v, file, shown);
+    else if (key == "percentile-metrics") {
+      c.percentile_metrics = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
+        return parse_percentile_metrics(t, k);
+      });
+    }
+    else if (key == "metric-percentiles") {
+      c.metric_percentiles = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
+        return parse_metric_percentiles(t, k);
+      });
+    }
+    else {
+      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), key_node.Mark().line + 1, shown));
+    }
+  }
+}
+
+void set_iteration_log(RunConfig& c, const std::string& value, const std::string& option) {
+  if (value != "true" && value != "false" && value != "ids") {
+    throw UserError(fmt::format("{}: '{}' is not an iteration log (expected true, false, or ids: "
+                                "iterations.csv with each iteration's request ids)", option, value));
+  }
+  c.iteration_log = value != "false";
+  c.iteration_log_ids = value == "ids";
+}
+
+int64_t chrome_trace_requests(const RunConfig& c) {
+  return c.chrome_trace_requests.value_or(kDefaultChromeTraceRequests);
+}
+
+ModelSpec resolve_run_model(const RunConfig& c) {
+  return with_dtypes(resolve_model(c.model), parse_dtype_bytes(c.weight_dtype, "--weight-dtype"),
+                     parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
+}
+
+// 2^24 blocks are 268M tokens at block_size 16, far beyond any GPU's KV cache, and with prefix
+// caching the cache keeps a few dozen bytes per block.
+constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
+
+void validate(const RunConfig& c) {
+  if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
+  parse_dtype_bytes(c.weight_dtype, "--weight-dtype");
+  parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
+  // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.
+  constexpr int kMaxReplicas = 4096;
+  if (c.replicas < 1 || c.replicas > kMaxReplicas) {
+    throw UserError(fmt::format("--replicas {}: must be in [1, {}]", c.replicas, kMaxReplicas));
+  }
+  parse_router(c.router, "--router");
+  if (is_disaggregated(c)) {
+    // A pool of 0 replicas has nothing to hand to, or nothing to hand from.
+    for (const auto& [n, option] : {std::pair{c.prefill_replicas, "--prefill-replicas"},
+                                    std::pair{c.decode_replicas, "--decode-replicas"}}) {
+      if (n < 1 || n > kMaxReplicas) {
+        throw UserError(fmt::format("{} {}: a disaggregated run needs both pools, each in [1, {}] replicas "
+                                    "(--prefill-replicas P --decode-replicas D)", option, n, kMaxReplicas));
+      }
+    }
+    if (c.replicas != 1) {
+      throw UserError(fmt::format("--replicas {}: not with --prefill-replicas/--decode-replicas, which "
+                                  "size the two pools", c.replicas));
+    }
+    if (!c.decode_router.empty()) parse_router(c.decode_router, "--decode-router");
+    for (const auto& [pool, name] : {std::pair{&c.prefill, "prefill"}, std::pair{&c.decode, "decode"}}) {
+      if (pool->tp && (*pool->tp < 1 || *pool->tp > 64)) {
+        throw UserError(fmt::format("--{}-tp {}: must be in [1, 64]", name, *pool->tp));
+      }
+      if (pool->num_gpu_blocks && (*pool->num_gpu_blocks < 0 || *pool->num_gpu_blocks > kMaxGpuBlocks)) {
+        throw UserError(fmt::format("--{}-num-gpu-blocks {}: must be in [0, {}] (0: from GPU memory)", name,
+                                    *pool->num_gpu_blocks, kMaxGpuBlocks));
+      }
+      if (!pool->engine.empty()) {
+        try {
+          resolve_engine(pool->engine);
+        } catch (const UserError& e) {
+          // resolve_engine names --engine; this value came from the pool's own option.
+          std::string why = e.what();
+          if (why.rfind("--engine: ", 0) == 0) why.erase(0, 10);
+          throw UserError(fmt::format("--{}-engine {}: {}", name, pool->engine, why));
+        }
+      }
+    }
+    resolve_kv_link(c.kv_link, c.kv_link_gbps, c.kv_link_latency_us, "--kv-link");
+    parse_kv_transfer_mode(c.kv_transfer, "--kv-transfer");
+  } else {
+    // Pool settings without pools would be ignored: say so rather than run something else.
+    if (has_pool_settings(c)) {
+      throw UserError("--prefill-*/--decode-* options: set --prefill-replicas P and --decode-replicas D "
+                      "for a disaggregated run");
+    }
+  }
+  if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
+    throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
+  }
+  constexpr int64_t kMaxConcurrency = 10'000'000;
+  if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
+    throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
+                                c.max_concurrency, kMaxConcurrency));
+  }
+  if (!c.workload.think_time.empty() && c.max_concurrency == 0) {
+    throw UserError(fmt::format("--think-time {}: is how long a closed-loop client waits between a response "
+                                "and its next request; give --max-concurrency C (the number of clients)",
+                                c.workload.think_time));
+  }
+  if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {
+    throw UserError(fmt::format("--num-gpu-blocks {}: must be in [0, {}] (0: size the KV cache from GPU memory)",
+                                c.num_gpu_blocks, kMaxGpuBlocks));
+  }
+  // Request ids are 32-bit; far below that, memory runs out first (about 200 bytes a request).
+  constexpr int64_t kMaxRequests = 100'000'000;
+  if (c.workload.num_requests < 0 || c.workload.num_requests > kMaxRequests) {
+    throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests,
+                                kMaxRequests));
+  }
+  if (c.chrome_trace_requests) {
+    if (c.chrome_trace.empty()) {
+      throw UserError("--chrome-trace-requests: says how many requests a trace shows; give --chrome-trace FILE");
+    }
+    if (*c.chrome_trace_requests < 0 || *c.chrome_trace_requests > kMaxRequests) {
+      throw UserError(fmt::format("--chrome-trace-requests {}: must be in [0, {}] (0: iterations and "
+                                  "counters only)", *c.chrome_trace_requests, kMaxRequests));
+    }
+  }
+  if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
+    throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
+  }
+}
+
+bool has_pool_settings(const RunConfig& c) {
+  for (const PoolConfig* pool : {&c.prefill, &c.decode}) {
+    if (!pool->gpu.empty() || pool->tp || !pool->policy.empty() || !pool->policy_opts.empty() ||
+        pool->num_gpu_blocks || !pool->engine.empty()) {
+      return true;
+    }
+  }
+  return !c.decode_router.empty();
+}
+
+std::string run_engine_name(const RunConfig& config) {
+  return config.engine.empty() ? policy_engine(config.policy) : config.engine;
+}
+
+RunConfig pool_run_config(const RunConfig& config, const std::string& role) {
+  const PoolConfig& pool = role == "prefill" ? config.prefill : config.decode;
+  RunConfig c = config;
+  if (!pool.gpu.empty()) c.gpu = pool.gpu;
+  if (pool.tp) c.tp = *pool.tp;
+  if (!pool.policy.empty() && pool.policy != config.policy) {
+    c.policy = pool.policy;
+    c.policy_opts.clear();
+  }
+  for (const auto& [k, v] : pool.policy_opts) c.policy_opts[k] = v;
+  if (pool.num_gpu_blocks) c.num_gpu_blocks = *pool.num_gpu_blocks;
+  if (!pool.engine.empty()) c.engine = pool.engine;
+  return c;
+}
+
+}  // namespace batchsim

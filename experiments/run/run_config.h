@@ -1,0 +1,152 @@
+// batchsim — the configuration of one simulation run, from flags and/or a YAML file.
+//
+// Every key can be given as a command-line flag (--model) or in a YAML file passed with
+// --config (model: ...); flags override the file. Keys are spelled with dashes or
+// underscores alike. Policy options are --policy-opt KEY=VALUE (repeatable) or a `policy-opt`
+// map in YAML.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/run/slo.h"
+#include "hwmodel/model_spec.h"
+#include "sim/workload/workload.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace batchsim {
+
+// One pool of a disaggregated run: what differs from the run's own settings (unset: the run's).
+// The run's policy options apply to a pool that runs the run's policy; a pool given a policy
+// of its own starts from none. Its own options are added on top.
+struct PoolConfig {
+  std::string gpu;
+  std::optional<int> tp;
+  std::string policy;
+  std::map<std::string, std::string> policy_opts;
+  std::optional<int64_t> num_gpu_blocks;
+  // The pool's engine profile (built-in name or file): pools may run different serving
+  // software (Splitwise's and DistServe's prototypes each ran their own prefill and decode
+  // workers). Empty: the run's --engine, else the pool's policy's own engine.
+  std::string engine;
+};
+
+struct RunConfig {
+  std::string model = "llama-2-7b";
+  std::string gpu = "a100-80gb";
+  int tp = 1;
+  // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
+  // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
+  std::string weight_dtype = "auto";
+  std::string kv_cache_dtype = "auto";
+  std::string policy = "continuous";
+  std::map<std::string, std::string> policy_opts;
+  // Engine profile (built-in name or file, hwmodel/engines/); empty: the policy's own engine
+  // (policies/registry.h, policy_engine).
+  std::string engine;
+  // A cluster of identical replicas (each `tp` GPUs, its own policy and KV cache) behind a
+  // router (sim/simulation.h, Router): 1 is a single replica.
+  int replicas = 1;
+  std::string router = "round-robin";
+  // Prefill/decode disaggregation (sim/simulation.h, "Disaggregated pools"): P prefill and D
+  // decode replicas instead of `replicas`; 0 and 0: colocated. Arrivals are routed by `router`
+  // to the prefill pool, hand-offs by `decode_router` (empty: `router`) to the decode pool.
+  int prefill_replicas = 0;
+  int decode_replicas = 0;
+  PoolConfig prefill, decode;
+  std::string decode_router;
+  // The KV link (sim/kv_transfer.h): a named one, its bandwidth (Gb/s per GPU) and latency (us)
+  // replaced when given; pull | layerwise.
+  std::string kv_link = "ib";
+  std::optional<double> kv_link_gbps;
+  std::optional<double> kv_link_latency_us;
+  std::string kv_transfer = "pull";
+  WorkloadSpec workload;
+  double gpu_memory_utilization = 0.9;
+  // Closed-loop clients (vllm bench serve --max-concurrency): at most this many requests in
+  // flight; 0 = open loop. See SimulationOptions::max_concurrency.
+  int64_t max_concurrency = 0;
+  // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
+  // 0: from GPU memory.
+  int64_t num_gpu_blocks = 0;
+  // Streaming mode (sim/simulation.h, "Streaming"; `batchsim run` only): unset: automatic
+  // (on above kStreamingAutoRequests synthetic requests, experiments/run/runner.h); true:
+  // --streaming; false: --no-streaming. Not in summary.json's config echo (a streaming run
+  // says so in its own keys), so that exact runs' files stay as they were.
+  std::optional<bool> streaming;
+  int64_t streaming_slots = 1 << 18;  // --streaming-slots: requests in flight at most
+  std::filesystem::path out;     // empty: print only
+  bool iteration_log = false;
+  // --iteration-log=ids: iterations.csv also lists each iteration's requests (implies
+  // iteration_log).
+  bool iteration_log_ids = false;
+  // --chrome-trace FILE: the run as a Chrome / Perfetto trace (experiments/run/chrome_trace.h);
+  // empty: none. In an experiment a file name, written into each run's folder.
+  std::filesystem::path chrome_trace;
+  // --chrome-trace-requests N: how many requests (the first N) get slices of their own; unset:
+  // kDefaultChromeTraceRequests. Only with chrome_trace.
+  std::optional<int64_t> chrome_trace_requests;
+  // How the results are judged and reported (nothing here changes the simulation):
+  // SLO bounds and goodput thresholds (experiments/run/slo.h; summary.json's `slo` and `goodput`
+  // when given), and which figures bench.json carries (experiments/run/bench_result.h; vLLM's
+  // defaults).
+  SloBounds slo;
+  GoodputSpec goodput;
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};
+  std::vector<double> metric_percentiles = {99};
+};
+
+// The defaults a bare `batchsim run` uses: 1000 requests arriving at once with Anyscale-style
+// lengths (prompt 512, output capexp:128:512).
+RunConfig default_run_config();
+
+// "num_requests" -> "num-requests": run keys are spelled with dashes or underscores alike.
+std::string normalize_key(std::string key);
+
+// Applies a YAML mapping of run keys to `config`. Throws UserError naming the file and key.
+void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
+// Applies the run keys of a YAML mapping (as apply_yaml_config does for a whole file); errors
+// name `file`, the line and `key_prefix` + the key (an experiment file passes e.g. "base.").
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
+                        RunConfig& config, const std::string& key_prefix = "");
+// One run key `raw` with value `v`; `key_node` is where the key is written (its line names an
+// unknown key). For values read from a file: a cloned node has no line of its own.
+void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,
+                    const std::filesystem::path& file, RunConfig& config, const std::string& key_prefix = "");
+// Parses "KEY=VALUE" (from --policy-opt). Throws UserError naming the option.
+std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
+
+// A seed as typed: a whole number from 0 to 2^64-1 (no sign, no wrap-around of "-1").
+uint64_t parse_seed(const std::string& text, const std::string& option);
+// Sets iteration_log (and iteration_log_ids) from an --iteration-log value: "true" or "false"
+// (a bare --iteration-log is "true"), or "ids". Throws UserError naming `option`.
+void set_iteration_log(RunConfig& config, const std::string& value, const std::string& option);
+// The first requests that get slices in a Chrome trace when --chrome-trace-requests is not
+// given: enough for the requests of a busy minute, few enough (a track each) for a viewer.
+constexpr int64_t kDefaultChromeTraceRequests = 2000;
+int64_t chrome_trace_requests(const RunConfig& config);
+
+// Checks ranges that no single parser sees (tp >= 1, utilization in (0, 1], ...).
+void validate(const RunConfig& config);
+// The model the run simulates: `model` (built-in or config.json) with the run's dtypes.
+ModelSpec resolve_run_model(const RunConfig& config);
+// The engine the run simulates: `engine`, or the policy's default.
+std::string run_engine_name(const RunConfig& config);
+
+// Whether any --prefill-*/--decode-* setting (or --decode-router) is given: a colocated run
+// refuses them rather than ignore them.
+bool has_pool_settings(const RunConfig& c);
+// A disaggregated run: both pool sizes set.
+inline bool is_disaggregated(const RunConfig& c) { return c.prefill_replicas > 0 || c.decode_replicas > 0; }
+// The run as one pool sees it (its GPU, TP, policy and options, engine), for building that
+// pool's cost model and policies; `role` is "prefill" or "decode".
+RunConfig pool_run_config(const RunConfig& config, const std::string& role);
+
+}  // namespace batchsim

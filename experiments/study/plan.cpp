@@ -1,0 +1,812 @@
+#include "experiments/study/plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+
+#include "experiments/run/output.h"
+#include "experiments/run/runner.h"
+#include "experiments/study/compare.h"
+#include "experiments/study/report.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/hardware_profile.h"
+
+namespace batchsim {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string slo_label(const std::string& path) {
+  const std::string prefix = "latency.";
+  if (path.rfind(prefix, 0) != 0) return path;
+  std::string rest = path.substr(prefix.size());  // "ttft_s.p99"
+  const size_t dot = rest.find('.');
+  if (dot == std::string::npos) return path;
+  std::string metric = rest.substr(0, dot);
+  if (metric.size() > 2 && metric.substr(metric.size() - 2) == "_s") metric.resize(metric.size() - 2);
+  return metric + " " + rest.substr(dot + 1);
+}
+
+// Seconds shown in the unit a reader thinks in: ms below a second.
+std::string seconds_text(double s) {
+  if (!std::isfinite(s)) return "-";
+  return std::abs(s) < 1 ? fmt::format("{:.1f} ms", s * 1e3) : fmt::format("{:.2f} s", s);
+}
+
+// How far a figure is under (+) or over (-) its bound, in percent of the bound.
+double margin_percent(double value, double bound) {
+  return bound > 0 ? 100.0 * (bound - value) / bound : (value <= 0 ? 0.0 : -INFINITY);
+}
+
+std::string margin_text(double value, double bound) {
+  const double m = margin_percent(value, bound);
+  if (!std::isfinite(m)) return "over";
+  return m >= 0 ? fmt::format("{:.0f}% under", m) : fmt::format("{:.0f}% over", -m);
+}
+
+std::vector<double> slo_values(const ordered_json& summary, const SloBounds& slo) {
+  std::vector<double> v;
+  for (const auto& [path, bound] : slo) v.push_back(summary.at(json_path_pointer(path)).get<double>());
+  return v;
+}
+
+// The workload compressed in time by `factor` about its first arrival: the same requests at
+// `factor` times the rate.
+BuiltWorkload compressed(const BuiltWorkload& w, double factor) {
+  BuiltWorkload c = w;
+  if (c.requests.empty()) return c;
+  const SimTime first = c.requests.front().arrival;
+  for (Request& r : c.requests) {
+    r.arrival = first + SimTime::from_seconds((r.arrival - first).seconds() / factor);
+  }
+  return c;
+}
+
+// "what the SLOs missed by": "latency.ttft_s.p99 3.10 s > 2.00 s (55% over)".
+std::string misses_text(const SloBounds& slo, const std::vector<double>& values) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < slo.size() && i < values.size(); ++i) {
+    if (values[i] <= slo[i].second) continue;
+    parts.push_back(fmt::format("{} {} > {} ({})", slo_label(slo[i].first), seconds_text(values[i]),
+                                seconds_text(slo[i].second), margin_text(values[i], slo[i].second)));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+void check_gpus(const std::vector<std::string>& gpus, const std::string& option, std::vector<std::string>& known) {
+  std::set<std::string> seen;
+  for (const std::string& g : gpus) {
+    if (!seen.insert(g).second) throw UserError(fmt::format("{}: '{}' is listed twice", option, g));
+    try {
+      resolve_gpu(g);
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{} {}: {}", option, g, e.what()));
+    }
+    if (std::find(known.begin(), known.end(), g) == known.end()) known.push_back(g);
+  }
+}
+
+void check_tps(const std::vector<int>& tps, const std::string& option) {
+  for (int tp : tps) {
+    if (tp < 1) throw UserError(fmt::format("{} {}: a tensor-parallel degree must be >= 1", option, tp));
+  }
+}
+
+void check_spec(const PlanSpec& spec) {
+  if (spec.gpus.empty()) throw UserError("--gpu: give at least one GPU (built-in name or profile file)");
+  if (spec.tps.empty()) throw UserError("--tp: give at least one tensor-parallel degree, e.g. --tp 1,2");
+  check_tps(spec.tps, "--tp");
+  std::vector<std::string> known;  // every candidate GPU, for --price
+  check_gpus(spec.gpus, "--gpu", known);
+  if (spec.disaggregated) {
+    check_gpus(spec.prefill_gpus, "--prefill-gpu", known);
+    check_gpus(spec.decode_gpus, "--decode-gpu", known);
+    check_tps(spec.prefill_tps, "--prefill-tp");
+    check_tps(spec.decode_tps, "--decode-tp");
+  } else if (!spec.prefill_gpus.empty() || !spec.decode_gpus.empty() || !spec.prefill_tps.empty() ||
+             !spec.decode_tps.empty() || has_pool_settings(spec.base)) {
+    // Pool settings with only colocated candidates would be ignored: say so instead.
+    throw UserError("--prefill-*/--decode-* options: add --disaggregated for plan to search prefill/decode splits");
+  }
+  if (spec.max_replicas < 1) throw UserError(fmt::format("--max-replicas {}: must be >= 1", spec.max_replicas));
+  if (spec.slo.empty() && spec.base.goodput.empty()) {
+    throw UserError("--slo: give at least one bound, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput thresholds, "
+                    "--goodput ttft:MS tpot:MS, with --attainment)");
+  }
+  if (!(spec.attainment > 0 && spec.attainment <= 1)) {
+    throw UserError(fmt::format("--attainment {:g}: the percentage of requests that must meet the goodput "
+                                "thresholds, in (0, 100]", 100 * spec.attainment));
+  }
+  for (const auto& [gpu, price] : spec.price_per_hour) {
+    if (std::find(known.begin(), known.end(), gpu) == known.end()) {
+      throw UserError(fmt::format("--price {}={}: '{}' is not one of the --gpu candidates ({})", gpu, price, gpu,
+                                  fmt::join(known, ", ")));
+    }
+  }
+  if (!(spec.window_s > 0)) throw UserError(fmt::format("--window {}: must be > 0 seconds", spec.window_s));
+  if (spec.jobs < 1) throw UserError("--jobs: must be >= 1");
+}
+
+// "3" replicas, or a split "3P+1D".
+std::string replicas_text(const PlanRow& row, int p, int d) {
+  return row.disaggregated ? fmt::format("{}P+{}D", p, d) : std::to_string(p);
+}
+std::string replicas_text(const PlanRow& row) { return replicas_text(row, row.replicas, row.decode_replicas); }
+
+// The (prefill GPU, decode GPU) pairs of the disaggregated candidates: each --gpu with itself,
+// or every --prefill-gpu with every --decode-gpu (either list defaulting to --gpu).
+std::vector<std::pair<std::string, std::string>> pool_gpu_pairs(const PlanSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  if (spec.prefill_gpus.empty() && spec.decode_gpus.empty()) {
+    for (const std::string& g : spec.gpus) pairs.emplace_back(g, g);
+    return pairs;
+  }
+  for (const std::string& pg : spec.prefill_gpus.empty() ? spec.gpus : spec.prefill_gpus) {
+    for (const std::string& dg : spec.decode_gpus.empty() ? spec.gpus : spec.decode_gpus) pairs.emplace_back(pg, dg);
+  }
+  return pairs;
+}
+
+// Busy windows within this much of the mean rate are not bursts worth a replay of their own.
+constexpr double kBusyFactorThreshold = 1.1;
+
+}  // namespace
+
+std::pair<std::string, double> parse_price(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  double usd = -1;
+  if (eq != std::string::npos && eq > 0) {
+    try {
+      size_t used = 0;
+      usd = std::stod(text.substr(eq + 1), &used);
+      if (used != text.size() - eq - 1) usd = -1;
+    } catch (const std::exception&) {
+      usd = -1;
+    }
+  }
+  if (!(usd >= 0 && std::isfinite(usd))) {
+    throw UserError(fmt::format("--price {}: expected GPU=USD per GPU-hour, e.g. h100-sxm=2.50", text));
+  }
+  return {text.substr(0, eq), usd};
+}
+
+BusyWindow busiest_window(const Workload& requests, double window_s) {
+  BusyWindow best;
+  if (requests.empty()) return best;
+  const SimTime first = requests.front().arrival;
+  const SimTime width = SimTime::from_seconds(window_s);
+  size_t j = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    j = std::max(j, i);
+    while (j < requests.size() && requests[j].arrival < requests[i].arrival + width) ++j;
+    const auto n = static_cast<int64_t>(j - i);
+    if (n > best.arrivals) {
+      best.arrivals = n;
+      best.start_s = (requests[i].arrival - first).seconds();
+      best.end_s = best.start_s + window_s;
+    }
+  }
+  best.rate_rps = static_cast<double>(best.arrivals) / window_s;
+  return best;
+}
+
+std::string PlanRow::name() const {
+  if (!disaggregated) return fmt::format("{} tp {}", gpu, tp);
+  return fmt::format("{} tp {} + {} tp {}", gpu, tp, decode_gpu, decode_tp);
+}
+
+SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_cost,
+                                const std::function<SplitProbe(int, int)>& probe) {
+  SplitSearch r;
+  std::map<std::pair<int, int>, SplitProbe> seen;
+  auto at = [&](int p, int d) -> const SplitProbe& {
+    auto it = seen.find({p, d});
+    if (it == seen.end()) {
+      it = seen.emplace(std::pair{p, d}, probe(p, d)).first;
+      ++r.probes;
+    }
+    return it->second;
+  };
+  max_n = std::max(1, max_n);
+  // Lower bounds: no split with fewer prefill replicas than p_min meets even with every decode
+  // replica allowed, and likewise d_min.
+  const int p_min = find_fewest(max_n, [&](int p) { return at(p, max_n).meets; }).count;
+  if (p_min == 0) return r;
+  const int d_min = find_fewest(max_n, [&](int d) { return at(max_n, d).meets; }).count;
+  const auto cost = [&](int p, int d) { return p * prefill_cost + d * decode_cost; };
+  // Costs are sums of a few products: equal ones may differ in their last bits.
+  const auto cheaper = [](double a, double b) { return a < b - 1e-9 * std::max(1.0, std::abs(b)); };
+  bool found = false;
+  double best_cost = 0, best_headroom = 0;
+  int d_hi = max_n;  // the fewest decode replicas the previous P needed: D never grows with P
+  for (int p = p_min; p <= max_n; ++p) {
+    if (found && cheaper(best_cost, cost(p, d_min))) break;  // P alone now costs more than the best
+    int d_cap = d_hi;
+    if (found) {
+      // Only splits at most as costly as the best are of interest (ties compare by headroom).
+      const double room = (best_cost - p * prefill_cost) / decode_cost;
+      d_cap = std::min(d_hi, static_cast<int>(std::floor(room + 1e-9)));
+    }
+    if (d_cap < d_min) continue;
+    // meets(p, d_min - 1) is false (it fails even with max_n prefill replicas). The lower bound
+    // itself first: once the prefill pool is large enough, it is the answer in one probe.
+    int fail = d_min, pass = d_min;
+    if (!at(p, d_min).meets) {
+      if (d_cap == d_min || !at(p, d_cap).meets) continue;
+      pass = d_cap;
+    }
+    while (pass - fail > 1) {
+      const int mid = fail + (pass - fail) / 2;
+      if (at(p, mid).meets) pass = mid;
+      else fail = mid;
+    }
+    d_hi = pass;
+    const double c = cost(p, pass);
+    const double headroom = at(p, pass).headroom;
+    if (!found || cheaper(c, best_cost) || (!cheaper(best_cost, c) && headroom > best_headroom)) {
+      found = true;
+      best_cost = c;
+      best_headroom = headroom;
+      r.prefill = p;
+      r.decode = pass;
+    }
+  }
+  return r;
+}
+
+PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
+  check_spec(spec);
+  PlanResult plan;
+  plan.spec = spec;
+  RunConfig base = spec.base;
+  base.out.clear();
+  base.iteration_log = false;
+  // Colocated candidates run without the pools' settings, which are the disaggregated ones'.
+  RunConfig colocated_base = base;
+  colocated_base.prefill = {};
+  colocated_base.decode = {};
+  colocated_base.decode_router.clear();
+  validate(colocated_base);
+  const bool with_goodput = !base.goodput.empty();
+  const BuiltWorkload built = build_workload(base.workload);
+  plan.warnings = built.warnings;
+  plan.workload = built.description;
+  plan.requests = static_cast<int64_t>(built.requests.size());
+  plan.mean_rate_rps = mean_arrival_rate(built.requests);
+  plan.busiest = busiest_window(built.requests, spec.window_s);
+  const double span_s =
+      built.requests.empty() ? 0 : (built.requests.back().arrival - built.requests.front().arrival).seconds();
+  // The whole workload at the busiest window's rate, when that window is notably busier than
+  // the mean and shorter than the workload.
+  const double busy_factor = plan.mean_rate_rps > 0 ? plan.busiest.rate_rps / plan.mean_rate_rps : 1;
+  std::optional<BuiltWorkload> busy;
+  plan.closed_loop = base.max_concurrency > 0;
+  if (!plan.closed_loop && span_s > spec.window_s && busy_factor > kBusyFactorThreshold) {
+    busy = compressed(built, busy_factor);
+  }
+
+  const auto price_of = [&](const std::string& gpu) {
+    const auto price = spec.price_per_hour.find(gpu);
+    return price != spec.price_per_hour.end() ? price->second : resolve_gpu(gpu).price_per_hour;
+  };
+  for (const std::string& gpu : spec.gpus) {
+    for (int tp : spec.tps) {
+      PlanRow row;
+      row.gpu = gpu;
+      row.tp = tp;
+      row.price_per_hour = price_of(gpu);
+      plan.rows.push_back(std::move(row));
+    }
+  }
+  if (spec.disaggregated) {
+    // Pool settings that no candidate could run (a policy that cannot serve its role, an unknown
+    // engine) are refused once, before any candidate runs.
+    RunConfig one_each = base;
+    one_each.prefill_replicas = one_each.decode_replicas = 1;
+    validate(one_each);
+    check_run_pools(one_each);
+    const auto& tps_p = spec.prefill_tps.empty() ? spec.tps : spec.prefill_tps;
+    const auto& tps_d = spec.decode_tps.empty() ? spec.tps : spec.decode_tps;
+    for (const auto& [pg, dg] : pool_gpu_pairs(spec)) {
+      for (int tp_p : tps_p) {
+        for (int tp_d : tps_d) {
+          PlanRow row;
+          row.disaggregated = true;
+          row.gpu = pg;
+          row.tp = tp_p;
+          row.price_per_hour = price_of(pg);
+          row.decode_gpu = dg;
+          row.decode_tp = tp_d;
+          row.decode_price_per_hour = price_of(dg);
+          plan.rows.push_back(std::move(row));
+        }
+      }
+    }
+  }
+
+  // The run of one candidate at P replicas (colocated) or a P:D split.
+  const auto config_for = [&](const PlanRow& row, int p, int d) {
+    RunConfig c = row.disaggregated ? base : colocated_base;
+    c.gpu = row.gpu;
+    c.tp = row.tp;
+    if (row.disaggregated) {
+      c.prefill_replicas = p;
+      c.decode_replicas = d;
+      c.prefill.gpu = row.gpu;
+      c.prefill.tp = row.tp;
+      c.decode.gpu = row.decode_gpu;
+      c.decode.tp = row.decode_tp;
+    } else {
+      c.replicas = p;
+    }
+    return c;
+  };
+  std::mutex mutex;
+  std::atomic<size_t> next{0};
+  size_t finished = 0;
+  std::exception_ptr error;
+  std::vector<std::string> rejections(plan.rows.size());
+  auto plan_one = [&](PlanRow& row, std::string& rejection) {
+    const auto start = std::chrono::steady_clock::now();
+    // One replay: the SLO figures, the attainment, whether both hold and by how much.
+    struct Judged {
+      bool meets = false;
+      std::vector<double> values;
+      double attainment = 0;
+      double headroom = 0;
+    };
+    auto judge = [&](const BuiltWorkload& workload, int p, int d) {
+      const RunOutcome outcome = run_simulation(config_for(row, p, d), &workload);
+      ++row.runs;
+      if (rejection.empty()) rejection = rejection_warning(outcome.result);
+      const ordered_json summary = summary_to_json(outcome);
+      Judged j;
+      j.values = slo_values(summary, spec.slo);
+      j.meets = bounds_hold(summary, spec.slo);
+      j.headroom = INFINITY;
+      for (size_t i = 0; i < spec.slo.size(); ++i) j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
+      if (with_goodput) {
+        j.attainment = summary.at("goodput").at("fraction").get<double>();
+        j.meets = j.meets && j.attainment >= spec.attainment;
+        j.headroom = std::min(j.headroom, 100 * (j.attainment - spec.attainment) / spec.attainment);
+      }
+      return j;
+    };
+    std::map<std::pair<int, int>, PlanProbe> probes;
+    auto probe = [&](int p, int d) {
+      PlanProbe pr;
+      pr.replicas = p;
+      pr.decode_replicas = d;
+      const auto t0 = std::chrono::steady_clock::now();
+      const Judged j = judge(built, p, d);
+      pr.meets = j.meets;
+      pr.values = j.values;
+      pr.attainment = j.attainment;
+      pr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      probes[{p, d}] = pr;
+      return SplitProbe{j.meets, j.headroom};
+    };
+    // A split's cost is its GPUs, or its dollars when both pools are priced.
+    const double cost_p = row.tp * (row.priced() ? row.price_per_hour : 1);
+    const double cost_d = row.decode_tp * (row.priced() ? row.decode_price_per_hour : 1);
+    if (row.disaggregated) {
+      const SplitSearch found = find_cheapest_split(spec.max_replicas, cost_p, cost_d, probe);
+      row.replicas = found.prefill;
+      row.decode_replicas = found.decode;
+    } else {
+      row.replicas = find_fewest(spec.max_replicas, [&](int n) { return probe(n, 0).meets; }).count;
+    }
+    row.status = row.replicas > 0 ? "ok" : "none";
+    const auto& answer = row.replicas > 0 ? probes.at({row.replicas, row.decode_replicas})
+                                          : probes.at({spec.max_replicas, row.disaggregated ? spec.max_replicas : 0});
+    row.values = answer.values;
+    row.attainment = answer.attainment;
+    for (auto& [n, p] : probes) row.probes.push_back(std::move(p));
+    if (row.meets_slo() && busy) {
+      row.busy_window_checked = true;
+      const Judged at_busy = judge(*busy, row.replicas, row.decode_replicas);
+      row.busy_window_values = at_busy.values;
+      row.busy_window_ok = at_busy.meets;
+      if (row.busy_window_ok) {
+        row.busy_window_replicas = row.replicas;
+        row.busy_window_decode_replicas = row.decode_replicas;
+      } else if (row.disaggregated) {
+        const SplitSearch sustained = find_cheapest_split(spec.max_replicas, cost_p, cost_d, [&](int p, int d) {
+          const Judged j = judge(*busy, p, d);
+          return SplitProbe{j.meets, j.headroom};
+        });
+        row.busy_window_replicas = sustained.prefill;
+        row.busy_window_decode_replicas = sustained.decode;
+      } else if (row.replicas < spec.max_replicas) {
+        row.busy_window_replicas =
+            find_fewest(spec.max_replicas, [&](int n) { return judge(*busy, n, 0).meets; }, row.replicas + 1).count;
+      }
+    }
+    if (row.meets_slo() && with_goodput) {
+      // DistServe's per-GPU goodput (OSDI'24 section 2.2): the highest rate at which the answer
+      // still serves `attainment` of the requests within the TTFT and TPOT thresholds, found by
+      // the capacity search over the trace's speedup: the same requests, arrivals compressed.
+      CapacitySpec search;
+      search.rate_low = spec.goodput_speedup_low;
+      search.rate_high = spec.goodput_speedup_high;
+      PlanGoodput g;
+      const CapacityResult cap = find_capacity(search, [&](double factor) {
+        const double attained = judge(compressed(built, factor), row.replicas, row.decode_replicas).attainment;
+        g.probes.emplace_back(factor, attained);
+        return attained >= spec.attainment;
+      });
+      g.status = cap.status;
+      g.speedup = cap.capacity_rps;
+      g.bracket_low = cap.bracket_low;
+      g.bracket_high = cap.bracket_high;
+      g.rate_rps = g.speedup > 0 ? mean_arrival_rate(compressed(built, g.speedup).requests) : 0;
+      g.per_gpu_rps = g.rate_rps / row.total_gpus();
+      row.goodput = std::move(g);
+    }
+    row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto work = [&] {
+    for (size_t i = next++; i < plan.rows.size(); i = next++) {
+      PlanRow& row = plan.rows[i];
+      try {
+        plan_one(row, rejections[i]);
+      } catch (const UserError& why) {  // this candidate cannot run; the others go on
+        row.status = "error";
+        row.error = why.what();
+        row.replicas = row.decode_replicas = 0;
+      } catch (...) {  // a bug, not bad input
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+        next = plan.rows.size();
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      const std::string what =
+          row.status == "ok" ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
+          : row.status == "none"
+              ? fmt::format("no {} up to {} meets the SLOs", row.disaggregated ? "split" : "replica count", spec.max_replicas)
+              : "FAILED: " + row.error;
+      fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan.rows.size(), row.name(), what,
+                 row.runs, row.wall_s);
+    }
+  };
+  const int threads = std::max(1, std::min<int>(spec.jobs, static_cast<int>(plan.rows.size())));
+  fmt::print(progress, "batchsim plan: {} candidates ({}), {} requests ({}), on {} thread(s)\n", plan.rows.size(),
+             spec.disaggregated ? "GPU x TP, colocated and prefill/decode" : "GPU x TP", plan.requests, plan.workload,
+             threads);
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+  }
+  if (error) std::rethrow_exception(error);
+
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (!rejections[i].empty()) plan.warnings.push_back(fmt::format("{}: {}", plan.rows[i].name(), rejections[i]));
+  }
+  // Meeting rows first; among them by total GPUs, or by cost when every one has a price.
+  const bool all_priced = std::all_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) {
+    return !r.meets_slo() || r.priced();
+  });
+  std::stable_sort(plan.rows.begin(), plan.rows.end(), [&](const PlanRow& a, const PlanRow& b) {
+    if (a.meets_slo() != b.meets_slo()) return a.meets_slo();
+    if (!a.meets_slo()) return false;
+    if (all_priced && a.cost_per_hour() != b.cost_per_hour()) return a.cost_per_hour() < b.cost_per_hour();
+    if (a.total_gpus() != b.total_gpus()) return a.total_gpus() < b.total_gpus();
+    return a.busy_window_ok && !b.busy_window_ok;  // at a tie, the one that sustains the busiest window
+  });
+  for (const PlanRow& r : plan.rows) {
+    const std::string who = r.name();
+    const std::string most = r.disaggregated ? fmt::format("{0}P+{0}D", spec.max_replicas) : std::to_string(spec.max_replicas);
+    if (r.status == "none") {
+      std::string misses = misses_text(spec.slo, r.values);
+      if (with_goodput && r.attainment < spec.attainment) {
+        misses += fmt::format("{}attainment {:.1f}% < {:g}%", misses.empty() ? "" : ", ", 100 * r.attainment,
+                              100 * spec.attainment);
+      }
+      plan.warnings.push_back(fmt::format("{}: no {} up to {} meets the SLOs; at {}: {}", who,
+                                          r.disaggregated ? "split" : "replica count", spec.max_replicas, most, misses));
+    } else if (r.status == "error") {
+      plan.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
+    } else if (!r.busy_window_ok) {
+      const int gpus = r.busy_window_replicas * r.tp + r.busy_window_decode_replicas * r.decode_tp;
+      const std::string needs =
+          r.busy_window_replicas > 0
+              ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
+                            replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas), gpus)
+              : fmt::format("no {} up to {} sustains it", r.disaggregated ? "split" : "replica count", spec.max_replicas);
+      plan.warnings.push_back(fmt::format(
+          "{}: the busiest {:g} s window ({:.0f}-{:.0f} s after the first arrival: {} requests, {:.1f} req/s, "
+          "{:.1f}x the mean {:.2f} req/s) is busier than the {} replica(s) found sustain: with the whole workload "
+          "at its rate, {}; {}",
+          who, spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals,
+          plan.busiest.rate_rps, busy_factor, plan.mean_rate_rps, replicas_text(r),
+          misses_text(spec.slo, r.busy_window_values), needs));
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+// "ttft <= 1000 ms, tpot <= 50 ms".
+std::string thresholds_text(const GoodputSpec& thresholds) {
+  std::vector<std::string> parts;
+  const ordered_json j = goodput_json(Goodput{}, thresholds);  // named: a range-for keeps only items() alive
+  for (const auto& [key, ms] : j.at("thresholds_ms").items()) {
+    parts.push_back(fmt::format("{} <= {:g} ms", key, ms.get<double>()));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// What set the load: the arrivals' mean and busiest window, or the closed-loop clients.
+std::string offered_load_text(const PlanResult& plan) {
+  const RunConfig& base = plan.spec.base;
+  if (plan.closed_loop) {
+    return fmt::format("closed loop: {} clients, each sending its next request {} its last one ends",
+                       base.max_concurrency,
+                       base.workload.think_time.empty() ? "when"
+                                                        : fmt::format("a think time ({} s) after", base.workload.think_time));
+  }
+  return fmt::format("mean {:.2f} req/s; busiest {:g} s window {:.0f}-{:.0f} s: {:.1f} req/s", plan.mean_rate_rps,
+                     plan.spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.rate_rps);
+}
+
+// "2.41 req/s (x3.10)": per-GPU goodput and the factor on the replayed rate it was found at.
+std::string goodput_text(const PlanGoodput& g) {
+  if (g.status == "below-range") return fmt::format("< {:.3g}x rate", g.bracket_high);
+  return fmt::format("{}{:.2f} req/s (x{:.2f})", g.status == "above-range" ? ">= " : "", g.per_gpu_rps, g.speedup);
+}
+
+}  // namespace
+
+void print_plan(std::ostream& out, const PlanResult& plan) {
+  const PlanSpec& spec = plan.spec;
+  const bool priced = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
+  const bool with_goodput = !spec.base.goodput.empty();
+  // A disaggregated row reads "h100-sxm / a100-80gb", "1 / 2", "3P+1D": prefill / decode.
+  std::vector<std::string> headers;
+  if (spec.disaggregated) headers.push_back("deployment");
+  headers.insert(headers.end(), {"gpu", "tp", "replicas", "GPUs"});
+  const size_t left_aligned = spec.disaggregated ? 3 : 2;
+  if (priced) headers.push_back("$/hour");
+  for (const auto& [path, bound] : spec.slo) headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
+  if (with_goodput) {
+    headers.push_back(fmt::format("attainment (>= {:g}%)", 100 * spec.attainment));
+    headers.push_back(fmt::format("goodput/GPU ({:g}%)", 100 * spec.attainment));
+  }
+  if (!plan.closed_loop) headers.push_back("busiest window");  // (closed-loop clients set their own load)
+  headers.push_back("runs");
+  headers.push_back("wall");
+  std::vector<std::vector<std::string>> rows;
+  for (const PlanRow& r : plan.rows) {
+    std::vector<std::string> cells;
+    if (spec.disaggregated) cells.push_back(r.disaggregated ? "prefill/decode" : "colocated");
+    if (!r.disaggregated) {
+      cells.insert(cells.end(), {r.gpu, std::to_string(r.tp)});
+    } else {
+      cells.push_back(r.gpu == r.decode_gpu ? r.gpu : fmt::format("{} / {}", r.gpu, r.decode_gpu));
+      cells.push_back(fmt::format("{} / {}", r.tp, r.decode_tp));
+    }
+    const std::string most = r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
+    if (r.status == "error") {
+      // "cannot run" in the busiest-window column, or in the replicas' where it has none.
+      cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
+      if (priced) cells.push_back("-");
+      for (size_t i = 0; i < spec.slo.size() + (with_goodput ? 2 : 0); ++i) cells.push_back("-");
+      if (!plan.closed_loop) cells.push_back("cannot run");
+    } else {
+      cells.push_back(r.meets_slo() ? replicas_text(r) : most);
+      cells.push_back(r.meets_slo() ? std::to_string(r.total_gpus()) : "-");
+      if (priced) cells.push_back(r.priced() && r.meets_slo() ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
+      for (size_t i = 0; i < spec.slo.size(); ++i) {
+        cells.push_back(fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
+      }
+      if (with_goodput) {
+        cells.push_back(fmt::format("{:.1f}%", 100 * r.attainment));
+        cells.push_back(r.goodput ? goodput_text(*r.goodput) : "-");
+      }
+      if (!plan.closed_loop) {
+        cells.push_back(!r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
+                        : r.busy_window_ok     ? "sustained"
+                        : r.busy_window_replicas > 0
+                            ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
+                            : "needs " + most);
+      }
+    }
+    cells.push_back(std::to_string(r.runs));
+    cells.push_back(fmt::format("{:.1f} s", r.wall_s));
+    rows.push_back(std::move(cells));
+  }
+  std::vector<size_t> width(headers.size());
+  for (size_t i = 0; i < headers.size(); ++i) {
+    width[i] = headers[i].size();
+    for (const auto& r : rows) width[i] = std::max(width[i], r[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      s += i < left_aligned ? fmt::format("{:<{}}  ", cells[i], width[i]) : fmt::format("{:>{}}  ", cells[i], width[i]);
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    fmt::print(out, "{}\n", s);
+  };
+  fmt::print(out, "plan: {} on {} requests ({}), {}\n", plan.spec.base.model, plan.requests, plan.workload,
+             offered_load_text(plan));
+  line(headers);
+  for (const auto& r : rows) line(r);
+  for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
+}
+
+void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::ostream& progress) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+  fs::remove_all(dir / "figures");
+  const PlanSpec& spec = plan.spec;
+  const bool with_goodput = !spec.base.goodput.empty();
+  std::vector<ordered_json> csv_rows;
+  ordered_json rows = ordered_json::array();
+  for (const PlanRow& r : plan.rows) {
+    ordered_json row;
+    // With --disaggregated every row says what it is; a disaggregated one's gpu and tp are its
+    // prefill pool's, replicas the split's P + D.
+    if (spec.disaggregated) row["deployment"] = r.disaggregated ? "disaggregated" : "colocated";
+    row["gpu"] = r.gpu;
+    row["tp"] = r.tp;
+    row["replicas"] = r.replicas + r.decode_replicas;
+    if (spec.disaggregated) {
+      row["prefill_replicas"] = r.disaggregated ? r.replicas : 0;
+      row["decode_replicas"] = r.decode_replicas;
+      row["decode_gpu"] = r.decode_gpu;
+      row["decode_tp"] = r.decode_tp;
+      row["decode_price_per_hour"] = r.decode_price_per_hour;
+    }
+    row["total_gpus"] = r.total_gpus();
+    row["meets_slo"] = r.meets_slo();
+    row["status"] = r.status;
+    row["price_per_hour"] = r.price_per_hour;
+    row["cost_per_hour"] = r.cost_per_hour();
+    ordered_json slo = ordered_json::object();
+    for (size_t i = 0; i < spec.slo.size() && i < r.values.size(); ++i) {
+      slo[spec.slo[i].first] = {{"value", r.values[i]},
+                                {"margin_percent", margin_percent(r.values[i], spec.slo[i].second)}};
+    }
+    row["slo"] = slo;
+    if (with_goodput) {
+      row["attainment"] = r.attainment;
+      // DistServe's per-GPU goodput (OSDI'24 section 2.2) of the answer; null when there is none.
+      ordered_json g = nullptr;
+      if (r.goodput) {
+        g = {{"status", r.goodput->status},         {"speedup", r.goodput->speedup},
+             {"rate_rps", r.goodput->rate_rps},     {"per_gpu_rps", r.goodput->per_gpu_rps},
+             {"bracket_low_speedup", r.goodput->bracket_low}, {"bracket_high_speedup", r.goodput->bracket_high}};
+      }
+      row["goodput"] = g;
+    }
+    row["busy_window_checked"] = r.busy_window_checked;
+    row["busy_window_sustained"] = r.busy_window_ok;
+    row["busy_window_replicas"] = r.busy_window_replicas;
+    if (spec.disaggregated) row["busy_window_decode_replicas"] = r.busy_window_decode_replicas;
+    row["runs"] = r.runs;
+    row["wall_s"] = r.wall_s;
+    row["error"] = r.error;
+    csv_rows.push_back(row);
+    ordered_json probes = ordered_json::array();
+    for (const PlanProbe& p : r.probes) {
+      ordered_json probe = {{"replicas", p.replicas}};
+      if (r.disaggregated) probe["decode_replicas"] = p.decode_replicas;
+      probe["meets"] = p.meets;
+      probe["values"] = p.values;
+      if (with_goodput) probe["attainment"] = p.attainment;
+      probes.push_back(std::move(probe));
+    }
+    row["probes"] = probes;
+    if (r.goodput) {
+      ordered_json gp = ordered_json::array();
+      for (const auto& [speedup, attained] : r.goodput->probes) gp.push_back({{"speedup", speedup}, {"attainment", attained}});
+      row["goodput"]["probes"] = gp;
+    }
+    rows.push_back(std::move(row));
+  }
+  write_flat_csv(dir / "plan.csv", csv_rows);
+  ordered_json j;
+  ordered_json slo = ordered_json::object();
+  for (const auto& [path, bound] : spec.slo) slo[path] = bound;
+  j["slo"] = slo;
+  j["base"] = config_to_json(spec.base);
+  j["gpus"] = spec.gpus;
+  j["tps"] = spec.tps;
+  if (spec.disaggregated) {
+    ordered_json pairs = ordered_json::array();
+    for (const auto& [pg, dg] : pool_gpu_pairs(spec)) pairs.push_back({{"prefill", pg}, {"decode", dg}});
+    j["disaggregated"] = {{"gpu_pairs", pairs},
+                          {"prefill_tps", spec.prefill_tps.empty() ? spec.tps : spec.prefill_tps},
+                          {"decode_tps", spec.decode_tps.empty() ? spec.tps : spec.decode_tps}};
+  }
+  if (with_goodput) {
+    j["goodput"] = {{"attainment", spec.attainment},
+                    {"thresholds_ms", goodput_json(Goodput{}, spec.base.goodput).at("thresholds_ms")},
+                    {"speedup_low", spec.goodput_speedup_low},
+                    {"speedup_high", spec.goodput_speedup_high}};
+  }
+  j["max_replicas"] = spec.max_replicas;
+  j["workload"] = {{"description", plan.workload}, {"requests", plan.requests}, {"mean_rate_rps", plan.mean_rate_rps}};
+  j["closed_loop"] = plan.closed_loop ? ordered_json{{"clients", spec.base.max_concurrency},
+                                                     {"think_time", spec.base.workload.think_time}}
+                                      : ordered_json(nullptr);
+  j["busiest_window"] = {{"window_s", spec.window_s},     {"start_s", plan.busiest.start_s},
+                         {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},
+                         {"rate_rps", plan.busiest.rate_rps}};
+  j["rows"] = rows;
+  j["warnings"] = plan.warnings;
+  {
+    auto out = open_for_write(dir / "plan.json");
+    out << j.dump(2) << "\n";
+  }
+  const std::string note = draw_figures(dir, plots, fmt::format("python3 plots/make_figures.py {}", dir.string()), progress);
+  auto out = open_for_write(dir / "report.md");
+  std::vector<std::string> bounds;
+  for (const auto& [path, bound] : spec.slo) bounds.push_back(fmt::format("`{}` <= {}", path, seconds_text(bound)));
+  if (with_goodput) {
+    bounds.push_back(fmt::format("{:g}% of the requests within {}", 100 * spec.attainment, thresholds_text(spec.base.goodput)));
+  }
+  fmt::print(out, "# Capacity plan: {}\n\n", spec.base.model);
+  fmt::print(out, "How many replicas of {} (each `tp` GPUs, policy `{}`, router `{}`) on {} at TP {} keep {}? "
+                  "Each count was judged by replaying the workload itself: {} requests ({}), {}.\n\n",
+             spec.base.model, spec.base.policy, spec.base.router, fmt::join(spec.gpus, ", "), fmt::join(spec.tps, ", "),
+             fmt::join(bounds, " and "), plan.requests, plan.workload,
+             plan.closed_loop ? offered_load_text(plan)
+                              : fmt::format("mean {:.2f} req/s; its busiest {:g} s window ({:.0f}-{:.0f} s after the "
+                                            "first arrival) has {} requests, {:.1f} req/s",
+                                            plan.mean_rate_rps, spec.window_s, plan.busiest.start_s,
+                                            plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps));
+  out << "```text\n";
+  print_plan(out, plan);
+  out << "```\n\n";
+  out << "`replicas`: the fewest that meet every SLO (doubling from 1, then bisecting; `> N`: none up to "
+         "`--max-replicas` does). Each SLO column shows the figure at that count and how far under (or over) "
+         "its bound it is. `busiest window`: whether that count still meets the SLOs with the whole workload "
+         "compressed to the busiest window's rate (`needs N`: it does not, N replicas would; `not a burst`: no "
+         "window is more than 10% busier than the mean; with closed-loop clients there is none, since they "
+         "send only as fast as their requests finish).\n\n";
+  if (spec.disaggregated) {
+    out << "`prefill/decode` rows split the GPUs into a prefill pool and a decode pool (`gpu` and `tp` read "
+           "prefill / decode); `replicas` is the split (`3P+1D`: 3 prefill and 1 decode replicas) with the fewest GPUs (the lowest cost when both "
+           "pools are priced) that meets every SLO, found by replay: the fewest prefill replicas with a full "
+           "decode pool and the fewest decode replicas with a full prefill pool bound the search, then each "
+           "prefill count gets the fewest decode replicas by bisection (ties: the split with the most headroom).\n\n";
+  }
+  if (with_goodput) {
+    fmt::print(out, "`attainment`: the share of requests that completed within the goodput thresholds ({}) at the "
+                    "replayed rate; every answer must reach {:g}%. `goodput/GPU`: DistServe's per-GPU goodput "
+                    "(Zhong et al., OSDI'24, section 2.2): the highest arrival rate at which the answer still serves "
+                    "{:g}% of the requests within the thresholds, divided by its GPUs, found by bisecting the factor "
+                    "(`xF`) by which the replayed arrivals are compressed, between {:g} and {:g}.\n\n",
+               thresholds_text(spec.base.goodput), 100 * spec.attainment,
+               100 * spec.attainment, spec.goodput_speedup_low, spec.goodput_speedup_high);
+  }
+  if (note.empty() && fs::exists(dir / "figures" / "plan_slo.png")) {
+    out << "## SLO figures vs replicas\n\n![SLO figures vs replicas](figures/plan_slo.png)\n\n"
+           "Every probed count of every candidate; the dashed lines are the SLO bounds.\n\n";
+  } else if (!note.empty()) {
+    fmt::print(out, "{}\n\n", note);
+  }
+  out << "Files: `plan.csv` (one row per GPU and TP), `plan.json` (the same with every probe).\n";
+}
+
+}  // namespace batchsim
