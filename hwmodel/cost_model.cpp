@@ -53,30 +53,31 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
   // MLP is one expert of all of them.
   const ExpertLoad load = expected_expert_load(model_, tokens);
-  const int w_bytes = model_.dtype_bytes;
+  const WeightFormat w_format = model_.weight_format;
+  const WeightFormat expert_format = model_.is_moe() ? model_.expert_weight_format : model_.weight_format;
   for (int g = 0; g < kNumLayerGemms; ++g) {
     const bool mlp = g == static_cast<int>(LayerGemm::mlp_up) ||
                      g == static_cast<int>(LayerGemm::mlp_down);
     const double layer_s =
         mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts,
-                                  w_bytes)
-            : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_bytes);
+                                  expert_format)
+            : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_format);
     cost.layer_gemm_s[g] = layers * layer_s;
   }
   if (model_.is_moe()) {
     // The router is unquantised (16-bit) and replicated; the shared expert runs on every token.
     cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] +=
-        layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, kActivationBytes) +
-                  gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_bytes));
+        layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, WeightFormat::bf16) +
+                  gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_format));
     cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] +=
-        layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_bytes);
+        layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_format);
   }
   for (double s : cost.layer_gemm_s) cost.gemm_s += s;
   // The MLP up projection is the largest GEMM; its regime is the layer's (an MoE layer's: one
   // routed expert's on its share of the tokens).
   cost.gemm_compute_bound =
       grouped_gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)],
-                                 load.tokens_per_expert, load.experts, w_bytes);
+                                 load.tokens_per_expert, load.experts, expert_format);
 
   // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
   // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
@@ -101,7 +102,7 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
 
 double CostModel::lm_head_s(int64_t sampled) const {
   // vLLM does not quantise the LM head: its weights stay 16-bit under --quantization fp8.
-  return gemm_time_s(gpu_, lm_head_, sampled, kActivationBytes);
+  return gemm_time_s(gpu_, lm_head_, sampled, WeightFormat::bf16);
 }
 
 IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* memo) const {

@@ -40,8 +40,15 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // fitted (see hwmodel/README.md; fitted profiles live in hwmodel/profiles/).
 HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, double hbm_gb_per_s,
                           int64_t mem_mib, double link_gb_per_s, double link_latency_us,
-                          double pcie_gb_per_s, int sm_count) {
+                          double pcie_gb_per_s, int sm_count, double fp4_tflops = 0,
+                          double internode_gb_per_s = 0) {
   HardwareProfile p;
+  p.peak_fp4_flops = fp4_tflops * kTera;
+  p.internode_bytes_per_s = internode_gb_per_s * kGB;
+  // One RDMA exchange between nodes: a round figure above NVLink's (DeepEP's low-latency
+  // kernels: 77 us for a 128-token dispatch at EP 8 rising to 118-194 us across 2-32 nodes,
+  // docs/REFERENCE-moe-spec-offload.md 1.3).
+  p.internode_latency_s = internode_gb_per_s > 0 ? 20e-6 : 0;
   p.sm_count = sm_count;
   p.name = std::move(name);
   p.source = "datasheet";
@@ -63,15 +70,24 @@ std::vector<HardwareProfile> make_builtin_gpus() {
   return {
       // NVIDIA A100 datasheet: 312 TFLOP/s dense BF16; NVLink 3 600 GB/s bidirectional;
       // PCIe Gen4 x16 64 GB/s bidirectional. 40 GB: 1,555 GB/s; 80 GB SXM: 2,039 GB/s.
-      datasheet("a100-40gb", 312, 0, 1555, 40960, 300, 10, 32, 108),
-      datasheet("a100-80gb", 312, 0, 2039, 81920, 300, 10, 32, 108),
+      // Between nodes: one ConnectX-6 200 Gb/s HDR InfiniBand NIC per GPU (DGX A100), 25 GB/s.
+      datasheet("a100-40gb", 312, 0, 1555, 40960, 300, 10, 32, 108, 0, 25),
+      datasheet("a100-80gb", 312, 0, 2039, 81920, 300, 10, 32, 108, 0, 25),
       // NVIDIA H100 SXM5: 989 TFLOP/s dense BF16, 1,979 dense FP8 (3,958 with sparsity),
       // 3.35 TB/s, 80 GB; NVLink 4 900 GB/s bidirectional; PCIe Gen5 x16 128 GB/s
       // bidirectional.
-      datasheet("h100-sxm", 989, 1979, 3350, 81559, 450, 10, 64, 132),
+      // Between nodes: one ConnectX-7 400 Gb/s InfiniBand NIC per GPU (DGX H100), 50 GB/s per
+      // direction (NVIDIA's h100_sxm/system.yaml inter_node_bw in aiconfigurator).
+      datasheet("h100-sxm", 989, 1979, 3350, 81559, 450, 10, 64, 132, 0, 50),
       // NVIDIA H200 SXM: H100 compute (989 BF16, 1,979 FP8) with 141 GB HBM3e at 4.8 TB/s;
       // same NVLink and PCIe.
-      datasheet("h200", 989, 1979, 4800, 143771, 450, 10, 64, 132),
+      datasheet("h200", 989, 1979, 4800, 143771, 450, 10, 64, 132, 0, 50),
+      // NVIDIA B200 (HGX/DGX B200; Blackwell datasheet, nvdam.widen.net/s/wwnsxrhm2w): 2,250
+      // TFLOP/s dense BF16, 4,500 dense FP8, 9,000 dense FP4; HBM3e 8 TB/s (DGX B200: 64 TB/s
+      // for 8 GPUs) and 180 GiB (aiconfigurator's b200_sxm/system.yaml mem_capacity); NVLink 5
+      // 1.8 TB/s bidirectional; PCIe Gen6 x16 128 GB/s per direction; one ConnectX-8 800 Gb/s
+      // NIC per GPU (100 GB/s per direction); 148 SMs.
+      datasheet("b200", 2250, 4500, 8000, 184320, 900, 10, 128, 148, 9000, 100),
       // NVIDIA L40S: 362 TFLOP/s dense BF16, 733 dense FP8 (1,466 with sparsity), 864 GB/s,
       // 48 GB; no NVLink, so collectives run over PCIe Gen4 x16 (32 GB/s per direction) with a
       // higher latency.
@@ -100,10 +116,14 @@ const std::vector<NumberKey>& number_keys() {
     };
     add("peak_flops", &HardwareProfile::peak_flops);
     add("peak_fp8_flops", &HardwareProfile::peak_fp8_flops);
+    add("peak_fp4_flops", &HardwareProfile::peak_fp4_flops);
     add("hbm_bytes_per_s", &HardwareProfile::hbm_bytes_per_s);
     add("interconnect_bytes_per_s", &HardwareProfile::interconnect_bytes_per_s);
     add("interconnect_latency_s", &HardwareProfile::interconnect_latency_s);
     add("pcie_bytes_per_s", &HardwareProfile::pcie_bytes_per_s);
+    add("gpus_per_node", &HardwareProfile::gpus_per_node);
+    add("internode_bytes_per_s", &HardwareProfile::internode_bytes_per_s);
+    add("internode_latency_s", &HardwareProfile::internode_latency_s);
     add("gemm_eta_max", &HardwareProfile::gemm_eta_max, true);
     add("gemm_m_half", &HardwareProfile::gemm_m_half);
     add("gemm_roofline_exponent", &HardwareProfile::gemm_roofline_exponent);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hwmodel/gemm_table.h"
+#include "hwmodel/weight_format.h"
 
 namespace batchsim {
 
@@ -98,11 +99,21 @@ struct HardwareProfile {
   // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
   // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).
   double peak_fp8_flops = 0;
+  // Dense FP4 tensor-core FLOP/s (Blackwell's MXFP4 / NVFP4); 0 = none (Hopper and older), where
+  // FP4 weights are dequantised and multiplied at peak_flops.
+  double peak_fp4_flops = 0;
   double hbm_bytes_per_s = 0;  // HBM bandwidth of one GPU
   int64_t memory_bytes = 0;    // HBM capacity of one GPU
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption
+  // GPUs that share one NVLink domain (a node: 8 on HGX H100/H200/B200), and what each GPU sends
+  // to GPUs of other nodes per direction (its RDMA NIC: 400 Gb/s InfiniBand per H100, 800 Gb/s
+  // per B200) with the latency of one such exchange. A collective or all-to-all over more GPUs
+  // than one node pays this link for the traffic that leaves the node.
+  double gpus_per_node = 8;
+  double internode_bytes_per_s = 0;
+  double internode_latency_s = 0;
   // Optional: USD per GPU-hour (a cloud list price, or what a purchase amortises to), which
   // `batchsim plan` ranks candidates by; 0: unknown. Datasheet profiles carry none.
   double price_per_hour = 0;
@@ -171,10 +182,14 @@ struct HardwareProfile {
   // profile file: `gemm_tables: {bf16: FILE, fp8: FILE}`, files beside the profile.
   std::shared_ptr<const GemmTableSource> gemm_table_bf16;
   std::shared_ptr<const GemmTableSource> gemm_table_fp8;
-  // The table for weights of `weight_bytes` bytes (2 or 1), or null.
-  const GemmTable* gemm_table(int weight_bytes) const {
-    const auto& source = weight_bytes == 1 ? gemm_table_fp8 : gemm_table_bf16;
-    return source ? &source->table() : nullptr;
+  // The table for weights of `format`, or null: FP8 weights (block-scaled ones too, whose
+  // kernels the per-tensor table stands in for) read the fp8 table, 16-bit the bf16 one, and FP4
+  // formats have none (the roofline with their bytes and rate).
+  const GemmTable* gemm_table(WeightFormat format) const {
+    const std::shared_ptr<const GemmTableSource>* source = nullptr;
+    if (format == WeightFormat::bf16) source = &gemm_table_bf16;
+    if (format == WeightFormat::fp8 || format == WeightFormat::fp8_block) source = &gemm_table_fp8;
+    return source != nullptr && *source ? &(*source)->table() : nullptr;
   }
 };
 

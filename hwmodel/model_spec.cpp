@@ -4,14 +4,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include "hwmodel/base/error.h"
+#include "hwmodel/shipped_profiles.h"
 
 namespace batchsim {
 
@@ -27,18 +31,50 @@ T mlp_params(const ModelSpec& m, T ffn) {
   return T(m.hidden_size) * ffn * T(m.gated_mlp ? 3 : 2);
 }
 
-// One layer's GEMM weights with `routed_experts` of the routed experts counted (all of them
-// for memory, top-k for what one token runs). An MoE layer also has its router (hidden x
-// experts) and shared expert; a dense layer is one MLP of ffn_size.
+// One layer's attention projections. GQA: QKV and O. MLA (vLLM DeepseekV2MLAAttention): the
+// query's down (hidden x q_lora_rank) and up (q_lora_rank x heads x (nope + rope)) projections,
+// or one hidden x heads x (nope + rope) without q_lora_rank; the KV down projection to the latent
+// and the RoPE key (hidden x (kv_lora_rank + rope)); the latent's up projection to every head's
+// K (nope) and V (kv_lora_rank x heads x (nope + v)); and O (heads x v x hidden).
 template <typename T>
-T layer_params(const ModelSpec& m, T routed_experts) {
+T attention_params(const ModelSpec& m) {
   const T d = T(m.hidden_size);
+  if (m.is_mla()) {
+    const T heads = T(m.num_heads);
+    const T qk = T(m.qk_nope_head_dim + m.qk_rope_head_dim);
+    const T q = m.q_lora_rank > 0 ? d * T(m.q_lora_rank) + T(m.q_lora_rank) * heads * qk : d * heads * qk;
+    const T kv = d * T(m.kv_lora_rank + m.qk_rope_head_dim) +
+                 T(m.kv_lora_rank) * heads * T(m.qk_nope_head_dim + m.v_head_dim);
+    return q + kv + heads * T(m.v_head_dim) * d;
+  }
   const T q_dim = T(m.num_heads) * T(m.head_dim);
   const T kv_dim = T(m.num_kv_heads) * T(m.head_dim);
-  const T attention = d * (q_dim + T(2) * kv_dim) + q_dim * d;  // QKV and O
-  if (!m.is_moe()) return attention + mlp_params<T>(m, T(m.ffn_size));
-  return attention + d * T(m.num_experts) + routed_experts * mlp_params<T>(m, T(m.ffn_size)) +
-         mlp_params<T>(m, T(m.shared_expert_ffn_size));
+  return d * (q_dim + T(2) * kv_dim) + q_dim * d;
+}
+
+// The weights of the layers, split by the format they are stored in: attention, dense MLPs,
+// the routers, the shared experts, and the routed experts with `routed_experts` of each MoE
+// layer's experts counted (all of them for memory, top-k for what one token runs).
+template <typename T>
+struct LayerParams {
+  T attention = 0, dense_mlp = 0, router = 0, shared = 0, routed = 0;
+  T quantised_non_expert() const { return attention + dense_mlp + shared; }
+  T all() const { return attention + dense_mlp + router + shared + routed; }
+};
+template <typename T>
+LayerParams<T> layers_params(const ModelSpec& m, T routed_experts) {
+  LayerParams<T> p;
+  p.attention = T(m.num_layers) * attention_params<T>(m);
+  if (!m.is_moe()) {
+    p.dense_mlp = T(m.num_layers) * mlp_params<T>(m, T(m.ffn_size));
+    return p;
+  }
+  const T moe_layers = T(m.moe_layers());
+  p.dense_mlp = T(m.dense_layers) * mlp_params<T>(m, T(m.dense_ffn_size));
+  p.router = moe_layers * T(m.hidden_size) * T(m.num_experts);
+  p.shared = moe_layers * mlp_params<T>(m, T(m.shared_expert_ffn_size));
+  p.routed = moe_layers * routed_experts * mlp_params<T>(m, T(m.ffn_size));
+  return p;
 }
 
 // Embedding and LM head, counted separately even when tied (see the header).
@@ -50,28 +86,53 @@ T embedding_params(const ModelSpec& m) {
 template <typename T>
 T all_params(const ModelSpec& m) {
   // Norms and biases are < 0.1%.
-  return T(m.num_layers) * layer_params<T>(m, T(m.num_experts)) + embedding_params<T>(m);
+  return layers_params<T>(m, T(m.num_experts)).all() + embedding_params<T>(m);
 }
 
 }  // namespace
 
-int64_t ModelSpec::layer_gemm_params() const { return layer_params<int64_t>(*this, num_experts); }
+std::string_view attention_kind_name(AttentionKind kind) { return kind == AttentionKind::mla ? "mla" : "gqa"; }
+
+int64_t ModelSpec::layer_gemm_params() const {
+  const auto p = layers_params<int64_t>(*this, num_experts);
+  return num_layers > 0 ? p.all() / num_layers : 0;
+}
 
 int64_t ModelSpec::total_params() const { return all_params<int64_t>(*this); }
 
 int64_t ModelSpec::active_params() const {
-  return int64_t{num_layers} * layer_params<int64_t>(*this, experts_per_token) +
-         embedding_params<int64_t>(*this);
+  return layers_params<int64_t>(*this, experts_per_token).all() + embedding_params<int64_t>(*this);
 }
 
 int64_t ModelSpec::weight_bytes() const {
-  const int64_t router = is_moe() ? int64_t{num_layers} * hidden_size * num_experts : 0;
-  const int64_t unquantised = embedding_params<int64_t>(*this) + router;
-  return (total_params() - unquantised) * dtype_bytes + unquantised * kActivationBytes;
+  const auto p = layers_params<double>(*this, num_experts);
+  const double bytes = p.quantised_non_expert() * weight_format_bytes(weight_format) +
+                       p.routed * weight_format_bytes(expert_weight_format) +
+                       (p.router + embedding_params<double>(*this)) * kActivationBytes;
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+int64_t ModelSpec::kv_elements_per_token_layer() const {
+  if (is_mla()) return int64_t{kv_lora_rank} + qk_rope_head_dim;
+  return 2 * int64_t{num_kv_heads} * head_dim;
+}
+
+double ModelSpec::kv_bytes_per_token_layer() const {
+  if (is_mla() && kv_dtype_bytes == 1) {
+    // FlashMLA's FP8 KV cache (deepseek-ai/FlashMLA README, "FP8 KV cache"; vLLM's fp8_ds_mla
+    // spec): the latent in e4m3, one float32 scale per 128 latent values, the RoPE key in bf16.
+    return kv_lora_rank + 4.0 * ((kv_lora_rank + 127) / 128) + 2.0 * qk_rope_head_dim;
+  }
+  return static_cast<double>(kv_elements_per_token_layer() * kv_dtype_bytes);
 }
 
 int64_t ModelSpec::kv_bytes_per_token() const {
-  return 2 * int64_t{num_layers} * num_kv_heads * head_dim * kv_dtype_bytes;
+  return static_cast<int64_t>(std::llround(num_layers * kv_bytes_per_token_layer()));
+}
+
+std::string ModelSpec::weight_format_text() const {
+  if (!is_moe() || expert_weight_format == weight_format) return std::string(weight_format_name(weight_format));
+  return fmt::format("{}+{}", weight_format_name(weight_format), weight_format_name(expert_weight_format));
 }
 
 namespace {
@@ -89,7 +150,6 @@ ModelSpec spec(std::string name, int layers, int hidden, int heads, int kv_heads
   m.ffn_size = ffn;
   m.gated_mlp = gated;
   m.vocab_size = vocab;
-  m.dtype_bytes = 2;
   m.max_context_tokens = max_context;
   return m;
 }
@@ -197,16 +257,16 @@ class HfConfig {
 
   // The first of `keys` present and not null, as an integer from 1 to `max`.
   std::optional<int> optional_int(std::initializer_list<const char*> keys,
-                                  int max = std::numeric_limits<int>::max()) const {
+                                  int max = std::numeric_limits<int>::max(), int min = 1) const {
     for (const char* key : keys) {
       auto it = j_.find(key);
       if (it == j_.end() || it->is_null()) continue;
       const bool in_range = it->is_number_unsigned()  ? it->get<uint64_t>() <= uint64_t(max)
                             : it->is_number_integer() ? it->get<int64_t>() <= int64_t{max}
                                                       : false;
-      if (!in_range || !it->is_number_integer() || it->get<int64_t>() <= 0) {
-        throw UserError(fmt::format("{}: key '{}{}' must be an integer from 1 to {}, got {}",
-                                    path_.string(), prefix_, key, max, it->dump()));
+      if (!in_range || !it->is_number_integer() || it->get<int64_t>() < min) {
+        throw UserError(fmt::format("{}: key '{}{}' must be an integer from {} to {}, got {}",
+                                    path_.string(), prefix_, key, min, max, it->dump()));
       }
       return it->get<int>();
     }
@@ -258,48 +318,183 @@ bool is_gated(const std::string& model_type, const std::string& hidden_act) {
   return hidden_act == "silu" || hidden_act == "swish" || hidden_act == "swiglu";
 }
 
-// Mixture-of-experts keys. Mixtral: num_local_experts, num_experts_per_tok, intermediate_size
-// per expert (transformers MixtralConfig). Qwen2-MoE / Qwen3-MoE: num_experts,
-// num_experts_per_tok, moe_intermediate_size per expert, shared_expert_intermediate_size
-// (Qwen2MoeConfig). Layouts this model cannot represent are errors rather than a silently
-// dense model.
-void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
-                  ModelSpec& m) {
-  // DeepSeek-V2/V3 (MLA attention, first_k_dense_replace dense layers) is not modelled.
-  if (j.contains("n_routed_experts")) {
-    throw UserError(fmt::format(
-        "{}: key 'n_routed_experts': DeepSeek-style mixture of experts is not supported "
-        "(supported: Mixtral, Qwen2-MoE and DBRX configs)",
-        path.string()));
+// The number of `true` entries of a config's list of per-layer flags (Qwen's mlp_only_layers is
+// a list of layer indices instead: see dense_layers_of). An error names a list that is not one,
+// or of another length than the layers.
+int count_layer_flags(const nlohmann::json& list, const std::filesystem::path& path, const std::string& key,
+                      int layers) {
+  if (!list.is_array() || static_cast<int>(list.size()) != layers) {
+    throw UserError(fmt::format("{}: key '{}' must be a list of {} entries, one per layer", path.string(), key,
+                                layers));
   }
-  const int experts = c.optional_int({"num_local_experts", "num_experts"}, kMaxExperts).value_or(0);
+  int n = 0;
+  for (const auto& v : list) {
+    if (!v.is_number_integer() && !v.is_boolean()) {
+      throw UserError(fmt::format("{}: key '{}' holds {}, not 0/1", path.string(), key, v.dump()));
+    }
+    n += v.is_boolean() ? (v.get<bool>() ? 1 : 0) : (v.get<int64_t>() != 0 ? 1 : 0);
+  }
+  return n;
+}
+
+// Layer indices listed in `key` (Qwen2/3-MoE mlp_only_layers), each checked to lie in [0, layers).
+std::vector<int> layer_indices(const nlohmann::json& j, const std::filesystem::path& path, const std::string& key,
+                               int layers) {
+  std::vector<int> out;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_array()) throw UserError(fmt::format("{}: key '{}' must be a list of layer indices", path.string(), key));
+  for (const auto& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= layers) {
+      throw UserError(fmt::format("{}: key '{}' holds {}, not a layer index from 0 to {}", path.string(), key,
+                                  v.dump(), layers - 1));
+    }
+    out.push_back(v.get<int>());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Mixture-of-experts keys, by family (each family's transformers config class):
+//   Mixtral (MixtralConfig): num_local_experts, num_experts_per_tok, intermediate_size per expert.
+//   Qwen2-MoE / Qwen3-MoE (Qwen2MoeConfig, Qwen3MoeConfig): num_experts, num_experts_per_tok,
+//     moe_intermediate_size per expert, shared_expert_intermediate_size; layers in
+//     mlp_only_layers, and those with (layer + 1) % decoder_sparse_step != 0, keep a dense MLP of
+//     intermediate_size (Qwen3MoeDecoderLayer).
+//   DeepSeek-V2/V3, Kimi K2, GLM-4.5 (DeepseekV3Config, Glm4MoeConfig): n_routed_experts,
+//     num_experts_per_tok, moe_intermediate_size, n_shared_experts of moe_intermediate_size each;
+//     the first first_k_dense_replace layers dense (intermediate_size), and of the rest those
+//     with layer % moe_layer_freq != 0 (DeepseekV3DecoderLayer).
+//   gpt-oss (GptOssConfig): num_local_experts, num_experts_per_tok (or experts_per_token),
+//     intermediate_size per expert; every layer MoE.
+//   Llama 4 (Llama4TextConfig, under text_config): num_local_experts, num_experts_per_tok,
+//     intermediate_size per expert plus one shared expert of the same size in every MoE layer;
+//     MoE layers every interleave_moe_layer_step-th (layers step-1, 2 step-1, ..., or the list
+//     moe_layers), the others dense of intermediate_size_mlp (Llama4TextDecoderLayer).
+//   MiniMax-M2 (MiniMaxM2Config): num_local_experts, num_experts_per_tok, intermediate_size per
+//     expert, shared_intermediate_size (0: none); every layer MoE.
+void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
+                  const std::string& model_type, ModelSpec& m) {
+  const int experts =
+      c.optional_int({"n_routed_experts", "num_local_experts", "num_experts"}, kMaxExperts).value_or(0);
   if (experts <= 1) return;  // one expert is a dense MLP
+  const int dense_ffn = m.ffn_size;  // intermediate_size, before it becomes the expert's width
   m.num_experts = experts;
-  m.experts_per_token = c.required_int({"num_experts_per_tok"}, kMaxExperts);
+  m.experts_per_token = c.required_int({"num_experts_per_tok", "experts_per_token"}, kMaxExperts);
   if (m.experts_per_token > experts) {
     throw UserError(fmt::format("{}: key 'num_experts_per_tok' is {}, more than the {} experts",
                                 path.string(), m.experts_per_token, experts));
   }
   if (auto per_expert = c.optional_int({"moe_intermediate_size"}, kMaxFfn)) m.ffn_size = *per_expert;
-  m.shared_expert_ffn_size = c.optional_int({"shared_expert_intermediate_size"}, kMaxFfn).value_or(0);
-  // Qwen2-MoE can make some layers dense (decoder_sparse_step > 1, mlp_only_layers); a model of
-  // identical layers cannot represent that.
-  if (c.optional_int({"decoder_sparse_step"}).value_or(1) != 1) {
-    throw UserError(fmt::format(
-        "{}: key 'decoder_sparse_step' other than 1 (dense layers between MoE layers) is not "
-        "supported",
-        path.string()));
+  if (auto n_shared = c.optional_int({"n_shared_experts"}, kMaxExperts, 0)) {
+    m.shared_expert_ffn_size = *n_shared * m.ffn_size;
+  } else {
+    m.shared_expert_ffn_size =
+        c.optional_int({"shared_expert_intermediate_size", "shared_intermediate_size"}, kMaxFfn, 0).value_or(0);
   }
-  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null() &&
-                                           !(it->is_array() && it->empty())) {
-    throw UserError(fmt::format(
-        "{}: key 'mlp_only_layers' must be empty: dense layers in an MoE model are not supported",
-        path.string()));
+  const int layers = m.num_layers;
+  if (j.contains("first_k_dense_replace") || j.contains("moe_layer_freq")) {
+    const int first = c.optional_int({"first_k_dense_replace"}, kMaxLayers, 0).value_or(0);
+    const int freq = c.optional_int({"moe_layer_freq"}, kMaxLayers).value_or(1);
+    if (first > layers) {
+      throw UserError(fmt::format("{}: key 'first_k_dense_replace' is {}, more than the {} layers", path.string(),
+                                  first, layers));
+    }
+    int moe = 0;
+    for (int l = first; l < layers; ++l) moe += l % freq == 0 ? 1 : 0;
+    m.dense_layers = layers - moe;
+    m.dense_ffn_size = dense_ffn;
+  } else if (model_type == "llama4_text") {
+    m.shared_expert_ffn_size = m.ffn_size;  // Llama4TextMoe: one shared expert of intermediate_size
+    const int step = c.optional_int({"interleave_moe_layer_step"}, kMaxLayers).value_or(1);
+    std::vector<int> moe_list = layer_indices(j, path, "moe_layers", layers);
+    const int moe = !moe_list.empty() ? static_cast<int>(moe_list.size()) : layers / step;
+    m.dense_layers = layers - moe;
+    m.dense_ffn_size = c.optional_int({"intermediate_size_mlp"}, kMaxFfn).value_or(dense_ffn);
+  } else {
+    // Qwen2/3-MoE.
+    const int step = c.optional_int({"decoder_sparse_step"}, kMaxLayers).value_or(1);
+    const std::vector<int> dense_list = layer_indices(j, path, "mlp_only_layers", layers);
+    int moe = 0;
+    for (int l = 0; l < layers; ++l) {
+      const bool listed = std::binary_search(dense_list.begin(), dense_list.end(), l);
+      moe += !listed && (l + 1) % step == 0 ? 1 : 0;
+    }
+    m.dense_layers = layers - moe;
+    m.dense_ffn_size = dense_ffn;
+  }
+  if (m.dense_layers > 0 && m.dense_ffn_size <= 0) {
+    throw UserError(fmt::format("{}: {} dense layers but no dense intermediate_size", path.string(), m.dense_layers));
+  }
+  if (m.dense_layers == layers) {
+    throw UserError(fmt::format("{}: every layer is dense by the config's layer keys, though it names {} experts",
+                                path.string(), experts));
   }
 }
 
-// Llama-, Mistral-, Qwen-, OPT-, GPT-NeoX- and GPT-2-style keys, and Mixtral / Qwen2-MoE
-// experts.
+// Multi-head latent attention (DeepseekV3Config: q_lora_rank (null: none), kv_lora_rank,
+// qk_rope_head_dim, qk_nope_head_dim, v_head_dim). The query/key head is nope + rope wide.
+void read_mla(const HfConfig& c, ModelSpec& m) {
+  m.attention = AttentionKind::mla;
+  m.q_lora_rank = c.optional_int({"q_lora_rank"}, kMaxHidden).value_or(0);
+  m.kv_lora_rank = c.required_int({"kv_lora_rank"}, kMaxHidden);
+  m.qk_rope_head_dim = c.required_int({"qk_rope_head_dim"}, kMaxHeadDim);
+  m.qk_nope_head_dim = c.required_int({"qk_nope_head_dim"}, kMaxHeadDim);
+  m.v_head_dim = c.required_int({"v_head_dim"}, kMaxHeadDim);
+  m.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  m.num_kv_heads = m.num_heads;  // after the latent's up-projection every head has its own K, V
+}
+
+// Layers that see less than the whole context.
+//   gpt-oss: layer_types "sliding_attention" layers keep sliding_window tokens (vLLM
+//     gpt_oss.py: the window on layer_types' sliding layers), and every head has a learned sink.
+//   Mistral-style sliding_window on every layer (use_sliding_window, Qwen2) is not read: vLLM
+//     serves those models with full attention unless the window is below the context it runs.
+//   Llama 4: RoPE layers (no_rope_layers[l] == 1; an empty list means the default, every layer
+//     but each fourth) attend within their chunk of attention_chunk_size tokens
+//     (Llama4TextAttention: attention_type "chunked_attention" where use_rope).
+void read_attention_span(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
+                         const std::string& model_type, ModelSpec& m) {
+  const int layers = m.num_layers;
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int>(it->size()) != layers) {
+      throw UserError(fmt::format("{}: key 'layer_types' must be a list of {} entries", path.string(), layers));
+    }
+    int sliding = 0;
+    for (const auto& v : *it) {
+      if (!v.is_string()) throw UserError(fmt::format("{}: key 'layer_types' holds {}", path.string(), v.dump()));
+      const std::string type = v.get<std::string>();
+      if (type == "sliding_attention") {
+        ++sliding;
+      } else if (type != "full_attention") {
+        throw UserError(fmt::format("{}: key 'layer_types' holds '{}' (full_attention or sliding_attention)",
+                                    path.string(), type));
+      }
+    }
+    if (sliding > 0) {
+      m.sliding_window_layers = sliding;
+      m.sliding_window = c.required_int({"sliding_window"}, std::numeric_limits<int>::max());
+    }
+  }
+  if (model_type == "gpt_oss") m.attention_sinks = true;
+  if (model_type == "llama4_text") {
+    if (auto chunk = c.optional_int({"attention_chunk_size"})) {
+      int rope_layers = 0;
+      auto it = j.find("no_rope_layers");
+      if (it == j.end() || it->is_null() || (it->is_array() && it->empty())) {
+        for (int l = 0; l < layers; ++l) rope_layers += (l + 1) % 4 != 0 ? 1 : 0;
+      } else {
+        rope_layers = count_layer_flags(*it, path, "no_rope_layers", layers);
+      }
+      m.chunked_attention_layers = rope_layers;
+      m.attention_chunk_size = *chunk;
+    }
+  }
+}
+
+// Llama-, Mistral-, Qwen-, OPT-, GPT-NeoX- and GPT-2-style keys, then the experts, MLA and
+// the attention spans of the families above.
 void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
                  const std::string& model_type, ModelSpec& m) {
   // GPT-2 style names (n_layer, n_embd, n_head, n_inner, n_positions) are the aliases.
@@ -322,7 +517,9 @@ void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesyst
   m.vocab_size = c.required_int({"vocab_size"}, kMaxVocab);
   m.max_context_tokens =
       c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
-  read_experts(c, j, path, m);
+  if (j.contains("kv_lora_rank")) read_mla(c, m);
+  read_experts(c, j, path, model_type, m);
+  read_attention_span(c, j, path, model_type, m);
 }
 
 // DBRX (databricks/dbrx-base config.json, transformers DbrxConfig) names its shapes
@@ -353,13 +550,25 @@ void read_dbrx(const HfConfig& c, const std::filesystem::path& path, ModelSpec& 
   if (m.num_experts == 1) m.num_experts = m.experts_per_token = 0;  // one expert: dense
 }
 
-// Whether quantization_config says FP8 weights: quant_method "fp8" (vLLM's Fp8Config; AutoFP8
-// and llm-compressor's FP8 checkpoints) or "fbgemm_fp8" (Meta's Llama 3.1 405B FP8). Other
+// The weight formats quantization_config says, for the non-expert layers and the experts:
+//   fp8 (vLLM's Fp8Config; AutoFP8, llm-compressor, DeepSeek-V3, MiniMax-M2): fp8, or fp8_block
+//     with weight_block_size (one scale per block, DeepSeek's [128, 128]); fbgemm_fp8 (Meta's
+//     Llama 3.1 405B FP8): fp8;
+//   mxfp4 (gpt-oss): the experts in MXFP4, the layers named in modules_to_not_convert
+//     (attention, router, embedding, LM head) 16-bit (vLLM quantization/mxfp4.py quantises
+//     FusedMoE only);
+//   modelopt with quant_algo FP8 or NVFP4 (NVIDIA's Model Optimizer checkpoints): fp8, or
+//     nvfp4 with the attention 16-bit where exclude_modules names self_attn.
+// Layers vLLM never quantises (embedding, LM head, MoE router) stay 16-bit in every case. Other
 // methods (GPTQ, AWQ, bitsandbytes, compressed-tensors INT8/INT4, ...) change the kernels in
-// ways this cost model does not represent, so they are an error naming the key.
-bool weights_are_fp8(const nlohmann::json& j, const std::filesystem::path& path) {
+// ways this cost model does not represent, so they are an error naming the key. Returns
+// nullopt without a quantization_config.
+struct QuantizedFormats {
+  WeightFormat non_expert, experts;
+};
+std::optional<QuantizedFormats> quantized_formats(const nlohmann::json& j, const std::filesystem::path& path) {
   auto it = j.find("quantization_config");
-  if (it == j.end() || it->is_null()) return false;
+  if (it == j.end() || it->is_null()) return std::nullopt;
   const char* key = "quantization_config.quant_method";
   if (!it->is_object()) {
     throw UserError(fmt::format("{}: key 'quantization_config' must be an object, got {}",
@@ -369,11 +578,40 @@ bool weights_are_fp8(const nlohmann::json& j, const std::filesystem::path& path)
   if (method == it->end() || !method->is_string()) {
     throw UserError(fmt::format("{}: key '{}' is missing or not a string", path.string(), key));
   }
+  // Whether a list of module patterns names the attention ("model.layers.*.self_attn").
+  auto names_attention = [&](const char* list_key) {
+    auto list = it->find(list_key);
+    if (list == it->end() || !list->is_array()) return false;
+    return std::any_of(list->begin(), list->end(), [](const nlohmann::json& v) {
+      return v.is_string() && v.get<std::string>().find("self_attn") != std::string::npos;
+    });
+  };
   const std::string name = method->get<std::string>();
-  if (name == "fp8" || name == "fbgemm_fp8") return true;
+  if (name == "fp8") {
+    auto block = it->find("weight_block_size");
+    const bool blocked = block != it->end() && !block->is_null();
+    const WeightFormat f = blocked ? WeightFormat::fp8_block : WeightFormat::fp8;
+    return QuantizedFormats{f, f};
+  }
+  if (name == "fbgemm_fp8") return QuantizedFormats{WeightFormat::fp8, WeightFormat::fp8};
+  if (name == "mxfp4") {
+    return QuantizedFormats{names_attention("modules_to_not_convert") ? WeightFormat::bf16 : WeightFormat::mxfp4,
+                            WeightFormat::mxfp4};
+  }
+  if (name == "modelopt") {
+    auto algo = it->find("quant_algo");
+    const std::string a = algo != it->end() && algo->is_string() ? algo->get<std::string>() : "";
+    if (a == "FP8") return QuantizedFormats{WeightFormat::fp8, WeightFormat::fp8};
+    if (a == "NVFP4") {
+      return QuantizedFormats{names_attention("exclude_modules") ? WeightFormat::bf16 : WeightFormat::nvfp4,
+                              WeightFormat::nvfp4};
+    }
+    throw UserError(fmt::format("{}: key 'quantization_config.quant_algo' has unsupported value '{}' (FP8, NVFP4)",
+                                path.string(), a));
+  }
   throw UserError(fmt::format(
-      "{}: key '{}' has unsupported value '{}' (supported: fp8, fbgemm_fp8; 16-bit checkpoints "
-      "have no quantization_config)",
+      "{}: key '{}' has unsupported value '{}' (supported: fp8, fbgemm_fp8, mxfp4, modelopt; 16-bit "
+      "checkpoints have no quantization_config)",
       path.string(), key, name));
 }
 
@@ -406,10 +644,52 @@ void check_model_size(const ModelSpec& m, const std::filesystem::path& path) {
 
 }  // namespace
 
-const std::vector<ModelSpec>& builtin_models() {
-  static const std::vector<ModelSpec> models = make_builtin_models();
-  return models;
+namespace {
+
+// A parsed config.json (`path` names it in errors: a file, or a built-in's shipped file).
+ModelSpec model_from_hf_json(const nlohmann::json& j, const std::filesystem::path& path) {
+  if (!j.is_object()) throw UserError(fmt::format("{}: expected a JSON object", path.string()));
+  const HfConfig top(j, path);
+  // Llama 4 (Llama4Config) keeps the language model's keys under text_config.
+  const bool nested = j.contains("text_config") && j.at("text_config").is_object();
+  const nlohmann::json& text = nested ? j.at("text_config") : j;
+  const HfConfig c = nested ? top.object("text_config") : top;
+
+  ModelSpec m;
+  const std::string model_type = c.string_or("model_type", top.string_or("model_type", ""));
+  if (model_type == "dbrx") {
+    read_dbrx(c, path, m);
+  } else {
+    read_shapes(c, text, path, model_type, m);
+  }
+  if (m.num_heads % m.num_kv_heads != 0) {
+    throw UserError(
+        fmt::format("{}: num_attention_heads {} is not a multiple of "
+                    "num_key_value_heads {}",
+                    path.string(), m.num_heads, m.num_kv_heads));
+  }
+  // vLLM's dtype "auto" serves float32 checkpoints in float16
+  // (vllm/config.py, _get_and_verify_dtype), so every floating dtype costs 2 bytes here.
+  // Newer transformers write `dtype` where older ones wrote `torch_dtype`.
+  const std::string dtype = top.string_or("torch_dtype", top.string_or("dtype", c.string_or("torch_dtype", "float16")));
+  if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32") {
+    throw UserError(
+        fmt::format("{}: key 'torch_dtype' has unsupported value '{}' "
+                    "(float16, bfloat16 or float32)",
+                    path.string(), dtype));
+  }
+  m.weight_format = m.expert_weight_format = WeightFormat::bf16;
+  m.kv_dtype_bytes = 2;  // vLLM's --kv-cache-dtype auto: the activations' 16-bit dtype
+  if (const auto q = quantized_formats(j, path)) {
+    m.weight_format = q->non_expert;
+    m.expert_weight_format = m.is_moe() ? q->experts : q->non_expert;
+  }
+  m.name = model_name_of_config(top.string_or("_name_or_path", ""), path);
+  check_model_size(m, path);
+  return m;
 }
+
+}  // namespace
 
 ModelSpec load_hf_config(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -421,38 +701,75 @@ ModelSpec load_hf_config(const std::filesystem::path& path) {
     // parse_error, and out_of_range for a number beyond a double (1e400).
     throw UserError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
   }
-  if (!j.is_object()) throw UserError(fmt::format("{}: expected a JSON object", path.string()));
-  const HfConfig c(j, path);
+  return model_from_hf_json(j, path);
+}
 
-  ModelSpec m;
-  const std::string model_type = c.string_or("model_type", "");
-  if (model_type == "dbrx") {
-    read_dbrx(c, path, m);
-  } else {
-    read_shapes(c, j, path, model_type, m);
+namespace {
+
+// Built-ins read from the published config.json shipped in hwmodel/models/ (SOURCES.md there
+// says where each file comes from): the name `batchsim list models` prints, the file (whose name
+// is the Hugging Face id with "--" for "/"), and for a checkpoint that differs from the file
+// only in its weights, the id and formats of that checkpoint.
+struct ShippedModel {
+  const char* name;
+  const char* file;
+  const char* hf_id = nullptr;  // nullptr: the file's
+  std::optional<WeightFormat> formats{};
+};
+const ShippedModel kShippedModels[] = {
+    {"deepseek-v3", "deepseek-ai--DeepSeek-V3.json"},
+    {"deepseek-r1", "deepseek-ai--DeepSeek-R1.json"},
+    {"kimi-k2", "moonshotai--Kimi-K2-Instruct.json"},
+    {"qwen3-30b-a3b", "Qwen--Qwen3-30B-A3B.json"},
+    {"qwen3-235b-a22b", "Qwen--Qwen3-235B-A22B.json"},
+    // Qwen/Qwen3-235B-A22B-FP8: the same model in DeepSeek-style 128 x 128 block FP8 (its
+    // config's quantization_config: quant_method fp8, weight_block_size [128, 128]); the
+    // checkpoint of NVIDIA's measured MoE serving rows.
+    {"qwen3-235b-a22b-fp8", "Qwen--Qwen3-235B-A22B.json", "Qwen/Qwen3-235B-A22B-FP8", WeightFormat::fp8_block},
+    {"gpt-oss-20b", "openai--gpt-oss-20b.json"},
+    {"gpt-oss-120b", "openai--gpt-oss-120b.json"},
+    {"glm-4.5", "zai-org--GLM-4.5.json"},
+    {"glm-4.5-air", "zai-org--GLM-4.5-Air.json"},
+    {"llama-4-scout", "meta-llama--Llama-4-Scout-17B-16E-Instruct.json"},
+    {"llama-4-maverick", "meta-llama--Llama-4-Maverick-17B-128E-Instruct.json"},
+    {"minimax-m2", "MiniMaxAI--MiniMax-M2.json"},
+    {"minimax-m2.5", "MiniMaxAI--MiniMax-M2.5.json"},
+    {"minimax-m2.7", "MiniMaxAI--MiniMax-M2.7.json"},
+    {"llama-3.1-70b", "meta-llama--Llama-3.1-70B-Instruct.json"},
+};
+
+ModelSpec shipped_model(const ShippedModel& s) {
+  for (std::size_t i = 0; i < detail::kNumShippedModels; ++i) {
+    if (std::string_view(detail::kShippedModels[i].file_name) != s.file) continue;
+    const std::filesystem::path where = std::filesystem::path("hwmodel/models") / s.file;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(detail::kShippedModels[i].yaml);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::logic_error(fmt::format("{}: shipped config is not JSON ({})", where.string(), e.what()));
+    }
+    ModelSpec m = model_from_hf_json(j, where);
+    m.name = s.name;
+    std::string id = s.file;
+    id = id.substr(0, id.size() - 5);  // ".json"
+    id.replace(id.find("--"), 2, "/");
+    m.hf_id = s.hf_id != nullptr ? s.hf_id : id;
+    if (s.formats) m.weight_format = m.expert_weight_format = *s.formats;
+    return m;
   }
-  if (m.num_heads % m.num_kv_heads != 0) {
-    throw UserError(
-        fmt::format("{}: num_attention_heads {} is not a multiple of "
-                    "num_key_value_heads {}",
-                    path.string(), m.num_heads, m.num_kv_heads));
-  }
-  // vLLM's dtype "auto" serves float32 checkpoints in float16
-  // (vllm/config.py, _get_and_verify_dtype), so every floating dtype costs 2 bytes here.
-  const std::string dtype = c.string_or("torch_dtype", "float16");
-  if (dtype == "float16" || dtype == "bfloat16" || dtype == "float32") {
-    m.dtype_bytes = 2;
-  } else {
-    throw UserError(
-        fmt::format("{}: key 'torch_dtype' has unsupported value '{}' "
-                    "(float16, bfloat16 or float32)",
-                    path.string(), dtype));
-  }
-  m.kv_dtype_bytes = 2;  // vLLM's --kv-cache-dtype auto: the activations' 16-bit dtype
-  if (weights_are_fp8(j, path)) m.dtype_bytes = 1;
-  m.name = model_name_of_config(c.string_or("_name_or_path", ""), path);
-  check_model_size(m, path);
-  return m;
+  throw std::logic_error(fmt::format("hwmodel/models/{}: not compiled in (hwmodel/CMakeLists.txt)", s.file));
+}
+
+}  // namespace
+
+const std::vector<ModelSpec>& builtin_models() {
+  static const std::vector<ModelSpec> models = [] {
+    std::vector<ModelSpec> all = make_builtin_models();
+    for (const ShippedModel& s : kShippedModels) all.push_back(shipped_model(s));
+    std::sort(all.begin(), all.end(), [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });
+    return all;
+  }();
+  return models;
 }
 
 ModelSpec resolve_model(std::string_view name_or_path) {
@@ -486,16 +803,23 @@ int parse_dtype_bytes(std::string_view text, std::string_view option) {
       option, text));
 }
 
-ModelSpec with_dtypes(ModelSpec model, int weight_bytes, int kv_bytes) {
-  for (const auto& [what, bytes] : {std::pair<const char*, int>{"weight", weight_bytes},
-                                    {"KV cache", kv_bytes}}) {
-    if (bytes != 0 && bytes != 1 && bytes != 2) {
-      throw UserError(fmt::format(
-          "model '{}': {} bytes per element must be 1 (fp8) or 2 (bf16/fp16), got {}", model.name,
-          what, bytes));
-    }
+std::optional<WeightFormat> parse_weight_dtype(std::string_view text, std::string_view option) {
+  if (text == "auto") return std::nullopt;
+  try {
+    return parse_weight_format(text, option);
+  } catch (const UserError&) {
+    throw UserError(fmt::format("{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, "
+                                "fp8-block, mxfp4, nvfp4)", option, text));
   }
-  if (weight_bytes != 0) model.dtype_bytes = weight_bytes;
+}
+
+ModelSpec with_dtypes(ModelSpec model, std::optional<WeightFormat> weights, int kv_bytes) {
+  if (kv_bytes != 0 && kv_bytes != 1 && kv_bytes != 2) {
+    throw UserError(fmt::format("model '{}': KV cache bytes per element must be 1 (fp8) or 2 (bf16/fp16), got {}",
+                                model.name, kv_bytes));
+  }
+  // vLLM --quantization quantises every linear and fused-MoE layer alike.
+  if (weights) model.weight_format = model.expert_weight_format = *weights;
   if (kv_bytes != 0) model.kv_dtype_bytes = kv_bytes;
   return model;
 }

@@ -57,17 +57,17 @@ ExpertLoad expected_expert_load(const ModelSpec& model, int64_t tokens) {
 }
 
 OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
-                               int weight_bytes) {
+                               WeightFormat format) {
   const double m = groups * rows_per_group;
   const double k = static_cast<double>(shape.k);
   const double n = static_cast<double>(shape.n);
   // For 16-bit weights this is 2 (MK + KN + MN): every term is an integer below 2^53 for real
   // shapes, so the split sum is exact and dense costs are unchanged bit for bit.
-  return {2 * m * k * n, kActivationBytes * (m * k + m * n) + weight_bytes * groups * k * n};
+  return {2 * m * k * n, kActivationBytes * (m * k + m * n) + weight_format_bytes(format) * groups * k * n};
 }
 
-OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int weight_bytes) {
-  return grouped_gemm_work(shape, static_cast<double>(m_tokens), 1, weight_bytes);
+OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, WeightFormat format) {
+  return grouped_gemm_work(shape, static_cast<double>(m_tokens), 1, format);
 }
 
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
@@ -236,14 +236,24 @@ double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows) {
   return gpu.gemm_eta_max * m_rows / (m_rows + gpu.gemm_m_half);
 }
 
-double gemm_peak_flops(const HardwareProfile& gpu, int weight_bytes) {
-  return weight_bytes == 1 && gpu.peak_fp8_flops > 0 ? gpu.peak_fp8_flops : gpu.peak_flops;
+double gemm_peak_flops(const HardwareProfile& gpu, WeightFormat format) {
+  switch (format) {
+    case WeightFormat::fp8:
+    case WeightFormat::fp8_block:
+      return gpu.peak_fp8_flops > 0 ? gpu.peak_fp8_flops : gpu.peak_flops;
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4:
+      return gpu.peak_fp4_flops > 0 ? gpu.peak_fp4_flops : gpu.peak_flops;
+    case WeightFormat::bf16:
+      break;
+  }
+  return gpu.peak_flops;
 }
 
 namespace {
 double gemm_compute_s(const HardwareProfile& gpu, const OperatorWork& w, double m_rows,
-                      int weight_bytes) {
-  return w.flops / (gemm_peak_flops(gpu, weight_bytes) * gemm_compute_efficiency(gpu, m_rows));
+                      WeightFormat format) {
+  return w.flops / (gemm_peak_flops(gpu, format) * gemm_compute_efficiency(gpu, m_rows));
 }
 double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) {
   return bytes / (gpu.hbm_bytes_per_s * efficiency);
@@ -251,40 +261,40 @@ double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) 
 }  // namespace
 
 double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
-                           double groups, int weight_bytes) {
+                           double groups, WeightFormat format) {
   if (!(rows_per_group > 0 && groups > 0) || shape.k <= 0 || shape.n <= 0) return 0;
-  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, weight_bytes);
+  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, format);
   return gpu.kernel_launch_s +
-         roofline_combine(gemm_compute_s(gpu, w, rows_per_group, weight_bytes),
+         roofline_combine(gemm_compute_s(gpu, w, rows_per_group, format),
                           streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
                           gpu.gemm_roofline_exponent);
 }
 
 double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                            int weight_bytes) {
-  return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
+                            WeightFormat format) {
+  return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, format);
 }
 
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   int weight_bytes) {
+                   WeightFormat format) {
   if (m_tokens <= 0 || shape.k <= 0 || shape.n <= 0) return 0;
-  if (const GemmTable* table = gpu.gemm_table(weight_bytes)) {
+  if (const GemmTable* table = gpu.gemm_table(format)) {
     if (const auto s = table->seconds(static_cast<double>(m_tokens), shape.n, shape.k)) return *s;
   }
-  return gemm_roofline_time_s(gpu, shape, m_tokens, weight_bytes);
+  return gemm_roofline_time_s(gpu, shape, m_tokens, format);
 }
 
 bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
-                                double rows_per_group, double groups, int weight_bytes) {
+                                double rows_per_group, double groups, WeightFormat format) {
   if (!(rows_per_group > 0 && groups > 0)) return false;
-  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, weight_bytes);
-  return gemm_compute_s(gpu, w, rows_per_group, weight_bytes) >=
+  const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, format);
+  return gemm_compute_s(gpu, w, rows_per_group, format) >=
          streaming_s(gpu, w.bytes, gpu.hbm_efficiency);
 }
 
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        int weight_bytes) {
-  return grouped_gemm_compute_bound(gpu, shape, static_cast<double>(m_tokens), 1, weight_bytes);
+                        WeightFormat format) {
+  return grouped_gemm_compute_bound(gpu, shape, static_cast<double>(m_tokens), 1, format);
 }
 
 namespace {

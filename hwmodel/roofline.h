@@ -146,15 +146,15 @@ struct ExpertLoad {
 ExpertLoad expected_expert_load(const ModelSpec& model, int64_t tokens);
 
 // 2*M*K*N FLOPs; bytes = kActivationBytes * (M*K + M*N) for the activations in and out, plus
-// weight_bytes * K*N for the weights.
-OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, int weight_bytes);
+// weight_format_bytes(format) * K*N for the weights.
+OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, WeightFormat format);
 // A grouped GEMM: `groups` weight matrices of `shape`, each multiplying `rows_per_group` rows,
 // in one kernel (vLLM's fused_moe Triton kernel over the touched experts, tokens sorted by
 // expert: vllm/model_executor/layers/fused_moe/fused_moe.py). FLOPs and activation bytes of
 // groups x rows_per_group rows, weight bytes of `groups` matrices; counts may be fractional
 // (expectations). gemm_work is one group of m_tokens rows.
 OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
-                               int weight_bytes);
+                               WeightFormat format);
 
 // Causal attention of `new_tokens` queries over `context_before + new_tokens` keys, flash style
 // (FlashAttention, Dao et al. 2022: the score matrix never reaches HBM). Query i of the chunk
@@ -254,30 +254,33 @@ double roofline_combine(double a_s, double b_s, double exponent);
 // A grouped (MoE) GEMM is evaluated at its rows per expert: each expert's tiles hold only its
 // own tokens.
 double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows);
-// The FLOP ceiling of a GEMM with `weight_bytes`-byte weights: peak_fp8_flops for 1-byte
-// weights on a GPU with FP8 tensor cores (vLLM's fp8 W8A8 path quantises the activations too
-// and runs an FP8 GEMM, cutlass_scaled_mm), else peak_flops: 16-bit weights, or FP8 weights on
-// a GPU without FP8 tensor cores (A100: vLLM's fp8_marlin kernel dequantises the weights to
-// 16-bit in registers and multiplies at the 16-bit rate, saving only the weight bytes).
-double gemm_peak_flops(const HardwareProfile& gpu, int weight_bytes);
+// The FLOP ceiling of a GEMM on weights of `format`: peak_fp8_flops for FP8 weights (per tensor
+// or block-scaled) on a GPU with FP8 tensor cores (vLLM's fp8 W8A8 path quantises the
+// activations too and runs an FP8 GEMM, cutlass_scaled_mm; DeepGEMM for the block-scaled ones),
+// peak_fp4_flops for FP4 weights (MXFP4, NVFP4) on a GPU with FP4 tensor cores (Blackwell),
+// else peak_flops: 16-bit weights, or low-bit weights on a GPU without their tensor cores
+// (A100 FP8: vLLM's fp8_marlin; Hopper MXFP4: the Marlin / Triton weight-only kernels dequantise
+// to 16-bit in registers and multiply at the 16-bit rate, saving only the weight bytes;
+// aiconfigurator's nvfp4_wo on Hopper likewise).
+double gemm_peak_flops(const HardwareProfile& gpu, WeightFormat format);
 // The measured time of the profile's GEMM table for the weights' dtype (gemm_table.h) where
 // the shape lies in its span; elsewhere, and without a table, gemm_roofline_time_s.
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   int weight_bytes);
+                   WeightFormat format);
 // kernel_launch_s + roofline_combine(flops / (gemm_peak_flops * eta_c(M)),
 //                                  bytes / (hbm * hbm_efficiency), gemm_roofline_exponent).
 // The efficiencies, fitted on 16-bit GEMMs, are applied to the FP8 ceiling unchanged. (What a
 // profile's GEMM table falls back to; the fit fits this.)
 double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                            int weight_bytes);
+                            WeightFormat format);
 // The same for a grouped GEMM (one launch; eta_c at rows_per_group). Zero without rows.
 double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
-                           double groups, int weight_bytes);
+                           double groups, WeightFormat format);
 // Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
 bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        int weight_bytes);
+                        WeightFormat format);
 bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
-                                double rows_per_group, double groups, int weight_bytes);
+                                double rows_per_group, double groups, WeightFormat format);
 // One variable-length prefill attention call (all chunks of an iteration summed in `work`),
 // under a FlashAttention-2 profile (prefill_attention_kernel fa2, the default):
 //   attention_launch_s + units * prefill_attention_per_head_token_s

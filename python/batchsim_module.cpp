@@ -482,6 +482,14 @@ py::list model_rows() {
     r["active_params"] = m.active_params();
     r["experts"] = m.num_experts;
     r["experts_per_token"] = m.experts_per_token;
+    r["shared_expert_ffn"] = m.shared_expert_ffn_size;
+    r["dense_layers"] = m.dense_layers;
+    r["attention"] = std::string(attention_kind_name(m.attention));
+    r["sliding_window_layers"] = m.sliding_window_layers;
+    r["chunked_attention_layers"] = m.chunked_attention_layers;
+    r["weights"] = m.weight_format_text();
+    r["kv_bytes_per_token"] = m.kv_bytes_per_token();
+    r["hf_id"] = m.hf_id;
     rows.append(r);
   }
   return rows;

@@ -102,8 +102,8 @@ po::options_description run_options() {
       ("kv-transfer", po::value<std::string>(), "pull: the whole KV after the prefill, once the decode "
        "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
        "layer's share exposed (Splitwise) (default pull)")
-      ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: weight element type (vLLM "
-       "--quantization fp8; auto: the model's)")
+      ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
+       "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")
       ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
       ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
       ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
@@ -668,25 +668,37 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
                                 fmt::join(args, " ")));
   }
   if (what == "models") {
-    fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>9} {:>10} {:>8}\n", "name",
-               "layers", "hidden", "heads", "kv", "ffn", "gated", "vocab", "context", "params", "experts",
-               "active");
+    // One row per built-in: its shapes, its attention (kind, and the layers that see a window or
+    // a chunk of the context), its experts (routed, top-k, the shared experts' FFN, the dense
+    // layers), the weight format, the KV one token caches over all layers, and the parameters.
+    std::size_t width = 4;
+    for (const ModelSpec& m : builtin_models()) width = std::max(width, m.name.size());
+    const std::string row_format = "{:<{}} {:>6} {:>6} {:>5} {:>4} {:>19} {:>6} {:>7} {:>5} {:>6} {:>5} {:>15} {:>10} {:>9} {:>8} {:>7}\n";
+    fmt::print(out, fmt::runtime(row_format), "name", width, "layers", "hidden", "heads", "kv", "attention", "ffn",
+               "experts", "top-k", "shared", "dense", "weights", "KV/token", "context", "params", "active");
     for (const ModelSpec& m : builtin_models()) {
-      // E routed experts, top-k per token, "+sh" when a shared expert runs for every token too.
-      const std::string experts =
-          m.is_moe() ? fmt::format("{}/top{}{}", m.num_experts, m.experts_per_token,
-                                   m.shared_expert_ffn_size > 0 ? "+sh" : "")
-                     : "-";
-      fmt::print(out, "{:<14} {:>6} {:>7} {:>6} {:>4} {:>8} {:>6} {:>7} {:>8} {:>8.1f}B {:>10} {:>7.1f}B\n", m.name,
-                 m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size,
-                 m.gated_mlp ? "yes" : "no", m.vocab_size, m.max_context_tokens,
-                 static_cast<double>(m.total_params()) / 1e9, experts,
-                 static_cast<double>(m.active_params()) / 1e9);
+      std::string attention(attention_kind_name(m.attention));
+      if (m.sliding_window_layers > 0) {
+        attention += fmt::format(" sw{} {}/{}", m.sliding_window, m.sliding_window_layers, m.num_layers);
+      } else if (m.chunked_attention_layers > 0) {
+        attention += fmt::format(" chunk{} {}/{}", m.attention_chunk_size, m.chunked_attention_layers, m.num_layers);
+      }
+      auto or_dash = [&](int v) { return m.is_moe() && v > 0 ? std::to_string(v) : std::string("-"); };
+      fmt::print(out, fmt::runtime(row_format), m.name, width, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads,
+                 attention, m.ffn_size, or_dash(m.num_experts), or_dash(m.experts_per_token),
+                 or_dash(m.shared_expert_ffn_size), or_dash(m.dense_layers), m.weight_format_text(),
+                 fmt::format("{:.1f} KiB", static_cast<double>(m.kv_bytes_per_token()) / 1024), m.max_context_tokens,
+                 fmt::format("{:.1f}B", static_cast<double>(m.total_params()) / 1e9),
+                 fmt::format("{:.1f}B", static_cast<double>(m.active_params()) / 1e9));
     }
-    fmt::print(out, "\nMoE rows: ffn is one expert's; params counts every expert (what must fit in memory), "
-                    "active what one token runs through\n(router, its top-k experts, the shared expert); "
-                    "experts E/topK, +sh: plus a shared expert. Dense: active = params.\n");
-    fmt::print(out, "\nAny Hugging Face config.json path also works as --model.\n");
+    fmt::print(out, "\nattention: gqa (grouped-query; MHA and MQA too) or mla (latent KV: kv_lora_rank + rope per token, "
+                    "whatever the heads), with swW N/L: N of L layers see a sliding window of W tokens, chunkC N/L: N "
+                    "layers attend within chunks of C.\nMoE rows: ffn is one routed expert's; experts routed per layer, "
+                    "top-k per token, shared the shared experts' FFN, dense the layers that keep a dense MLP;\nweights "
+                    "the quantisable layers' format (ATTN+EXPERTS where they differ); KV/token at the model's KV dtype; "
+                    "params every expert (what must fit), active what one token runs through.\n");
+    fmt::print(out, "\nA Hugging Face id (--model deepseek-ai/DeepSeek-R1) or a config.json (or its folder) also works "
+                    "as --model.\n");
     return 0;
   }
   if (what == "gpus") {

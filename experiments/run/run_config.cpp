@@ -272,7 +272,7 @@ int64_t chrome_trace_requests(const RunConfig& c) {
 }
 
 ModelSpec resolve_run_model(const RunConfig& c) {
-  return with_dtypes(resolve_model(c.model), parse_dtype_bytes(c.weight_dtype, "--weight-dtype"),
+  return with_dtypes(resolve_model(c.model), parse_weight_dtype(c.weight_dtype, "--weight-dtype"),
                      parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
 }
 
@@ -282,7 +282,7 @@ constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
 
 void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
-  parse_dtype_bytes(c.weight_dtype, "--weight-dtype");
+  parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.
   constexpr int kMaxReplicas = 4096;

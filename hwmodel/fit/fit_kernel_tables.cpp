@@ -101,9 +101,9 @@ std::string collective_row_skip_reason(const KernelCollectiveRow& r) {
   return "";
 }
 
-int gemm_row_weight_bytes(const KernelGemmRow& r) { return r.dtype == "fp8" ? 1 : 2; }
+WeightFormat gemm_row_format(const KernelGemmRow& r) { return r.dtype == "fp8" ? WeightFormat::fp8 : WeightFormat::bf16; }
 
-const char* gemm_row_table_dtype(const KernelGemmRow& r) { return gemm_row_weight_bytes(r) == 1 ? "fp8" : "bf16"; }
+const char* gemm_row_table_dtype(const KernelGemmRow& r) { return gemm_row_format(r) == WeightFormat::fp8 ? "fp8" : "bf16"; }
 
 ModelSpec attention_row_model(const KernelAttentionRow& r) {
   ModelSpec m;
@@ -113,7 +113,6 @@ ModelSpec attention_row_model(const KernelAttentionRow& r) {
   m.num_kv_heads = static_cast<int>(r.num_kv_heads);
   m.head_dim = static_cast<int>(r.head_dim);
   m.hidden_size = m.num_heads * m.head_dim;
-  m.dtype_bytes = 2;
   m.kv_dtype_bytes = r.kv_cache_dtype == "fp8" ? 1 : 2;
   return m;
 }
@@ -133,7 +132,7 @@ double predict_kernel_attention(const HardwareProfile& gpu, const KernelAttentio
 }
 
 double predict_kernel_gemm(const HardwareProfile& gpu, const KernelGemmRow& r) {
-  return gemm_time_s(gpu, GemmShape{r.k, r.n}, r.m, gemm_row_weight_bytes(r));
+  return gemm_time_s(gpu, GemmShape{r.k, r.n}, r.m, gemm_row_format(r));
 }
 
 double predict_kernel_collective(const HardwareProfile& gpu, const KernelCollectiveRow& r) {
@@ -160,7 +159,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     const std::string dtype = gemm_row_table_dtype(r);
     by_dtype[dtype].push_back({r.m, r.n, r.k, r.seconds});
     kernels[dtype] = r.kernel;
-    if (dtype == "bf16") roofline_points.push_back({GemmShape{r.k, r.n}, r.m, 2, r.seconds});
+    if (dtype == "bf16") roofline_points.push_back({GemmShape{r.k, r.n}, r.m, WeightFormat::bf16, r.seconds});
   }
   for (auto& [dtype, points] : by_dtype) {
     auto table = GemmTable::from_points(dtype, fmt::format("{} gemm_perf, {} ({} points)", where, kernels[dtype], points.size()), points);

@@ -61,7 +61,7 @@ std::string collective_row_skip_reason(const KernelCollectiveRow& r);
 
 // Weight bytes of a GEMM row's dtype: 2 (bfloat16) or 1 (fp8); and the profile table it goes
 // to, "bf16" or "fp8" (GemmTable::dtype).
-int gemm_row_weight_bytes(const KernelGemmRow& r);
+WeightFormat gemm_row_format(const KernelGemmRow& r);
 const char* gemm_row_table_dtype(const KernelGemmRow& r);
 // The ModelSpec of one layer with an attention row's per-GPU heads (tp 1) and KV dtype.
 ModelSpec attention_row_model(const KernelAttentionRow& r);

@@ -47,7 +47,7 @@ void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile&
     for (TokenOp op : kGemmOps) {
       const double t = row.median_s[static_cast<int>(op)];
       if (!usable(t)) continue;
-      points.push_back({shapes[static_cast<int>(token_op_gemm(op))], row.num_tokens, model.dtype_bytes, t});
+      points.push_back({shapes[static_cast<int>(token_op_gemm(op))], row.num_tokens, model.weight_format, t});
     }
   }
   if (points.empty()) {
@@ -319,7 +319,7 @@ void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile&
         for (size_t i = 0; i < points.size(); ++i) {
           const GemmFitPoint& g = points[i];
           r(static_cast<Eigen::Index>(i)) =
-              std::log(gemm_roofline_time_s(q, g.shape, g.m, g.weight_bytes) / g.seconds);
+              std::log(gemm_roofline_time_s(q, g.shape, g.m, g.format) / g.seconds);
         }
       },
       x0, static_cast<int>(points.size()));

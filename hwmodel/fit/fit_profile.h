@@ -107,7 +107,7 @@ LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_an
 struct GemmFitPoint {
   GemmShape shape;
   int64_t m = 0;
-  int weight_bytes = 2;
+  WeightFormat format = WeightFormat::bf16;
   double seconds = 0;
 };
 // kernel_launch_s, gemm_eta_max, hbm_efficiency, gemm_m_half, gemm_roofline_exponent of

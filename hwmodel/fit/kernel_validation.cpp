@@ -40,12 +40,12 @@ double predict_kernel_moe(const HardwareProfile& gpu, const KernelMoeRow& r) {
   m.experts_per_token = static_cast<int>(r.topk);
   m.num_heads = m.num_kv_heads = 1;
   m.head_dim = 1;
-  m.dtype_bytes = r.dtype == "fp8" ? 1 : 2;
+  m.weight_format = m.expert_weight_format = r.dtype == "fp8" ? WeightFormat::fp8 : WeightFormat::bf16;
   const int tp = static_cast<int>(r.tp);
   const auto shapes = layer_gemm_shapes(m, tp);
   const ExpertLoad load = expected_expert_load(m, r.tokens);
-  return grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_up)], load.tokens_per_expert, load.experts, m.dtype_bytes) +
-         grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_down)], load.tokens_per_expert, load.experts, m.dtype_bytes) +
+  return grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_up)], load.tokens_per_expert, load.experts, m.expert_weight_format) +
+         grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_down)], load.tokens_per_expert, load.experts, m.expert_weight_format) +
          elementwise_time_s(gpu, ElementwiseOp::activation, elementwise_bytes(m, tp, ElementwiseOp::activation, r.tokens));
 }
 
@@ -95,13 +95,13 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     const std::string dtype = gemm_row_table_dtype(r);
     const bool large = r.n >= 1024 && r.k >= 1024;
     op.parts[fmt::format("{} n,k {}", dtype, large ? ">= 1024" : "< 1024 (either)")].add(predicted, r.seconds, what);
-    const GemmTable* table = profile.gemm_table(gemm_row_weight_bytes(r));
+    const GemmTable* table = profile.gemm_table(gemm_row_format(r));
     if (table == nullptr || !table->seconds(static_cast<double>(r.m), r.n, r.k)) {
       op.parts[fmt::format("{} outside the table (roofline)", dtype)].add(predicted, r.seconds, what);
     }
     if (table != nullptr) {
       // The roofline alone on the same rows: what the table adds.
-      const double roofline = gemm_roofline_time_s(profile, GemmShape{r.k, r.n}, r.m, gemm_row_weight_bytes(r));
+      const double roofline = gemm_roofline_time_s(profile, GemmShape{r.k, r.n}, r.m, gemm_row_format(r));
       op.parts[fmt::format("{} n,k {}, roofline alone", dtype, large ? ">= 1024" : "< 1024 (either)")].add(roofline, r.seconds, what);
     }
   }

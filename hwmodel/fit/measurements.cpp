@@ -36,7 +36,6 @@ ModelSpec MeasuredShape::as_model_spec() const {
   m.ffn_size = ffn_size;
   m.gated_mlp = gated_mlp;
   m.vocab_size = vocab_size;
-  m.dtype_bytes = 2;
   return m;
 }
 
@@ -54,7 +53,6 @@ ModelSpec AttentionRow::as_model_spec() const {
   m.num_heads = num_heads;
   m.num_kv_heads = num_kv_heads;
   m.head_dim = hidden_size / num_heads;
-  m.dtype_bytes = 2;
   return m;
 }
 

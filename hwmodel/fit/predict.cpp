@@ -43,7 +43,7 @@ double predict_token_op(const HardwareProfile& gpu, const TokenOpRow& row, Token
     return elementwise_time_s(gpu, kind, elementwise_bytes(model, row.tp, kind, row.num_tokens));
   }
   const GemmShape shape = layer_gemm_shapes(model, row.tp)[static_cast<int>(token_op_gemm(op))];
-  return gemm_time_s(gpu, shape, row.num_tokens, model.dtype_bytes);
+  return gemm_time_s(gpu, shape, row.num_tokens, model.weight_format);
 }
 
 double predict_attention(const HardwareProfile& gpu, const AttentionRow& row) {

@@ -49,8 +49,8 @@ RescaledGemmTable rescale_gemm_table(const GemmTable& table, const HardwareProfi
       const int64_t m = table.m_grid()[i];
       const GemmShape shape{c.k, c.n};
       // The roofline alone (gemm_roofline_time_s never looks at a table).
-      const double ratio = gemm_roofline_time_s(to, shape, m, table.weight_bytes()) /
-                           gemm_roofline_time_s(from, shape, m, table.weight_bytes());
+      const double ratio = gemm_roofline_time_s(to, shape, m, table.format()) /
+                           gemm_roofline_time_s(from, shape, m, table.format());
       out.min_ratio = std::min(out.min_ratio, ratio);
       out.max_ratio = std::max(out.max_ratio, ratio);
       points.push_back({m, c.n, c.k, c.seconds[i] * ratio});
@@ -95,14 +95,20 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   p.source = fmt::format("transferred from {} to {} ceilings", fitted.name, target.name);
   p.peak_flops = target.peak_flops;
   p.peak_fp8_flops = target.peak_fp8_flops;
+  p.peak_fp4_flops = target.peak_fp4_flops;
   p.hbm_bytes_per_s = target.hbm_bytes_per_s;
   p.memory_bytes = target.memory_bytes;
   p.pcie_bytes_per_s = target.pcie_bytes_per_s;
   p.sm_count = target.sm_count;
-  lines.push_back(fmt::format("ceilings of {}: peak_flops {:g}, peak_fp8_flops {:g}, hbm_bytes_per_s {:g}, "
-                              "memory_bytes {}, pcie_bytes_per_s {:g}, sm_count {:g}",
-                              target.name, p.peak_flops, p.peak_fp8_flops, p.hbm_bytes_per_s, p.memory_bytes,
-                              p.pcie_bytes_per_s, p.sm_count));
+  // The node and its network are the target's: a datasheet figure, never fitted here.
+  p.gpus_per_node = target.gpus_per_node;
+  p.internode_bytes_per_s = target.internode_bytes_per_s;
+  p.internode_latency_s = target.internode_latency_s;
+  lines.push_back(fmt::format("ceilings of {}: peak_flops {:g}, peak_fp8_flops {:g}, peak_fp4_flops {:g}, "
+                              "hbm_bytes_per_s {:g}, memory_bytes {}, pcie_bytes_per_s {:g}, sm_count {:g}, "
+                              "internode_bytes_per_s {:g}",
+                              target.name, p.peak_flops, p.peak_fp8_flops, p.peak_fp4_flops, p.hbm_bytes_per_s,
+                              p.memory_bytes, p.pcie_bytes_per_s, p.sm_count, p.internode_bytes_per_s));
   // Efficiencies are fractions of a ceiling, so they carry as they are. For the elementwise
   // kernels that is the weakest assumption held out (A100 <-> A40, hwmodel/README.md): small
   // kernels that reach a fraction of the A100's HBM (embedding 16%) are bound by something else,

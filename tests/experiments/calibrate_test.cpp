@@ -125,8 +125,8 @@ TEST(CalibrateFit, FitsAProfileOnKernelTables) {
   EXPECT_THAT(out.str(), HasSubstr("held-out half"));
   const HardwareProfile p = load_hardware_profile(dir / "my-h100.yaml");
   EXPECT_EQ(p.name, "my-h100");
-  EXPECT_NE(p.gemm_table(2), nullptr);
-  EXPECT_NE(p.gemm_table(1), nullptr);
+  EXPECT_NE(p.gemm_table(WeightFormat::bf16), nullptr);
+  EXPECT_NE(p.gemm_table(WeightFormat::fp8), nullptr);
   EXPECT_TRUE(std::filesystem::exists(dir / "my-h100.gemm-bf16.txt"));
   EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("h100-sxm").peak_flops);
   std::ifstream in(dir / "r.json");
@@ -178,8 +178,8 @@ TEST(CalibrateTransfer, WritesALoadableProfileWithItsTables) {
   EXPECT_EQ(p.source, "transferred from h100-sxm-fitted to h200 ceilings");
   EXPECT_DOUBLE_EQ(p.hbm_bytes_per_s, resolve_gpu("h200").hbm_bytes_per_s);
   EXPECT_DOUBLE_EQ(p.gemm_eta_max, resolve_gpu("h100-sxm-fitted").gemm_eta_max);
-  ASSERT_NE(p.gemm_table(2), nullptr);
-  EXPECT_THAT(p.gemm_table(2)->source(), HasSubstr("rescaled from h100-sxm-fitted to h200"));
+  ASSERT_NE(p.gemm_table(WeightFormat::bf16), nullptr);
+  EXPECT_THAT(p.gemm_table(WeightFormat::bf16)->source(), HasSubstr("rescaled from h100-sxm-fitted to h200"));
 
   ASSERT_EQ(calibrate_command({"transfer", "h100-sxm-fitted", "--to", "h200", "--out", (dir / "x.yaml").string(),
                                "--name", "my-h200"},

@@ -238,27 +238,34 @@ TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
   EXPECT_THAT(cli_error_of({"run", "--engine", "vllm-9", "--num-requests", "8"}), HasSubstr("unknown engine 'vllm-9'"));
 }
 
-// MoE rows show experts and active parameters besides the total; dense rows read "-" and
-// active = total; every row of the table is as wide as the header (columns stay aligned).
-TEST(Cli, ListModelsShowsExpertsAndActiveParameters) {
+// MoE rows show experts, top-k, the shared experts, the dense layers, the attention kind and the
+// weight format besides the total and active parameters; dense rows read "-"; every row of the
+// table is as wide as the header (columns stay aligned).
+TEST(Cli, ListModelsShowsExpertsAttentionAndWeights) {
   std::string text;
   ASSERT_EQ(run_cli({"list", "models"}, &text), 0);
   std::istringstream lines(text);
   std::string header;
   std::getline(lines, header);
-  EXPECT_THAT(header, ::testing::ContainsRegex("params +experts +active$"));
+  EXPECT_THAT(header, ::testing::ContainsRegex("attention +ffn +experts +top-k +shared +dense +weights +KV/token +context "
+                                               "+params +active$"));
   std::map<std::string, std::string> rows;
   for (std::string line; std::getline(lines, line) && !line.empty();) {
     EXPECT_EQ(line.size(), header.size()) << line;
     rows[line.substr(0, line.find(' '))] = line;
   }
-  ASSERT_TRUE(rows.count("mixtral-8x7b"));
   // Mixtral 8x7B: 46.7B parameters, 12.9B active (Jiang et al. 2024, section 2.1).
-  EXPECT_THAT(rows["mixtral-8x7b"], ::testing::ContainsRegex(" 46\\.7B +8/top2 +12\\.9B$"));
-  // Qwen1.5-MoE-A2.7B: 60 experts, top 4, plus a shared expert; 14.3B total, 2.7B active.
-  EXPECT_THAT(rows["qwen1.5-moe"], ::testing::ContainsRegex(" 14\\.3B +60/top4\\+sh +2\\.7B$"));
-  ASSERT_TRUE(rows.count("llama-2-70b"));
-  EXPECT_THAT(rows["llama-2-70b"], ::testing::ContainsRegex(" 69\\.0B +- +69\\.0B$"));
+  EXPECT_THAT(rows["mixtral-8x7b"], ::testing::ContainsRegex(" gqa +14336 +8 +2 +- +- +bf16 .* 46\\.7B +12\\.9B$"));
+  // Qwen1.5-MoE-A2.7B: 60 experts, top 4, a shared expert of 5632; 14.3B total, 2.7B active.
+  EXPECT_THAT(rows["qwen1.5-moe"], ::testing::ContainsRegex(" 60 +4 +5632 +- +bf16 .* 14\\.3B +2\\.7B$"));
+  EXPECT_THAT(rows["llama-2-70b"], ::testing::ContainsRegex(" gqa +28672 +- +- +- +- +bf16 .* 69\\.0B +69\\.0B$"));
+  // DeepSeek-V3 (its config.json): MLA, 256 routed experts top-8, one shared expert of 2048, the first
+  // 3 of 61 layers dense, block-scaled FP8; 671B parameters, 37B active (the V3 report's figures).
+  EXPECT_THAT(rows["deepseek-v3"], ::testing::ContainsRegex(" mla +2048 +256 +8 +2048 +3 +fp8-block .* 671\\.0B +37\\.6B$"));
+  // gpt-oss-120b: half its layers see a 128-token window; MXFP4 experts, 16-bit attention.
+  EXPECT_THAT(rows["gpt-oss-120b"], ::testing::ContainsRegex(" gqa sw128 18/36 +2880 +128 +4 +- +- +bf16\\+mxfp4 "));
+  // Llama 4 Maverick: every other layer MoE with a shared expert; 36 of 48 layers chunked.
+  EXPECT_THAT(rows["llama-4-maverick"], ::testing::ContainsRegex(" gqa chunk8192 36/48 +8192 +128 +1 +8192 +24 +bf16 "));
 }
 
 }  // namespace

@@ -36,12 +36,12 @@ TEST(Roofline, Opt13bGemmShapesFlopsAndBytes) {
 
   // QKV at M = 512: 2 * 512 * 5120 * 15360 FLOPs;
   // bytes 2 * (512*5120 + 5120*15360 + 512*15360) = 2 * 89,128,960.
-  const OperatorWork qkv = gemm_work(shape_of(m, 1, LayerGemm::qkv), 512, m.dtype_bytes);
+  const OperatorWork qkv = gemm_work(shape_of(m, 1, LayerGemm::qkv), 512, m.weight_format);
   EXPECT_DOUBLE_EQ(qkv.flops, 80530636800.0);
   EXPECT_DOUBLE_EQ(qkv.bytes, 178257920.0);
 
   // LM head for 3 sampled rows: 2 * 3 * 5120 * 50272; bytes 2 * (3*5120 + 5120*50272 + 3*50272).
-  const OperatorWork head = gemm_work(lm_head_shape(m, 1), 3, m.dtype_bytes);
+  const OperatorWork head = gemm_work(lm_head_shape(m, 1), 3, m.weight_format);
   EXPECT_DOUBLE_EQ(head.flops, 1544355840.0);
   EXPECT_DOUBLE_EQ(head.bytes, 515117632.0);
 }
@@ -132,11 +132,11 @@ TEST(Roofline, GemmTimeTakesTheBindingRoof) {
   const HardwareProfile gpu = round_profile();
   const GemmShape qkv = shape_of(m, 1, LayerGemm::qkv);
   // M = 512: 80.53 GFLOP at 50 TFLOP/s = 1.6106 ms > 178 MB at 1 TB/s: compute-bound.
-  EXPECT_NEAR(gemm_time_s(gpu, qkv, 512, 2), 80530636800.0 / 50e12, 1e-12);
-  EXPECT_TRUE(gemm_compute_bound(gpu, qkv, 512, 2));
+  EXPECT_NEAR(gemm_time_s(gpu, qkv, 512, WeightFormat::bf16), 80530636800.0 / 50e12, 1e-12);
+  EXPECT_TRUE(gemm_compute_bound(gpu, qkv, 512, WeightFormat::bf16));
   // M = 1: the 5120 x 15360 weights (157 MB) dominate: memory-bound.
-  EXPECT_NEAR(gemm_time_s(gpu, qkv, 1, 2), 2.0 * (5120 + 5120 * 15360 + 15360) / 1e12, 1e-12);
-  EXPECT_FALSE(gemm_compute_bound(gpu, qkv, 1, 2));
+  EXPECT_NEAR(gemm_time_s(gpu, qkv, 1, WeightFormat::bf16), 2.0 * (5120 + 5120 * 15360 + 15360) / 1e12, 1e-12);
+  EXPECT_FALSE(gemm_compute_bound(gpu, qkv, 1, WeightFormat::bf16));
   // Small-M efficiency: eta(M) = eta_max * M / (M + m_half).
   HardwareProfile fitted = gpu;
   fitted.gemm_m_half = 64;

@@ -144,7 +144,7 @@ TEST(FitProfile, GemmHalfSaturationWithoutMDependenceIsZero) {
     std::vector<GemmFitPoint> points;
     for (const GemmShape shape : {GemmShape{4096, 4096}, GemmShape{4096, 11008}, GemmShape{11008, 4096}}) {
       for (int64_t m = 1; m <= 8192; m *= 2) {
-        points.push_back({shape, m, 2, gemm_roofline_time_s(truth, shape, m, 2)});
+        points.push_back({shape, m, WeightFormat::bf16, gemm_roofline_time_s(truth, shape, m, WeightFormat::bf16)});
       }
     }
     HardwareProfile fitted = resolve_gpu("a100-80gb");

@@ -221,7 +221,7 @@ TEST(HardwareProfile, ValidationIsNotInheritedFromTheBase) {
   const HardwareProfile derived =
       load_hardware_profile(write_text_file(dir, "d.yaml", "base: h100-sxm-fitted\nhbm_bytes_per_s: 4.8e12\n"));
   EXPECT_TRUE(derived.validation.empty());
-  EXPECT_NE(derived.gemm_table(2), nullptr);  // the rest of the base is still there
+  EXPECT_NE(derived.gemm_table(WeightFormat::bf16), nullptr);  // the rest of the base is still there
 }
 
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
@@ -287,9 +287,9 @@ TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(no_peak); }),
               AllOf(HasSubstr("empty.yaml"), HasSubstr("peak_flops")));
 
-  const auto bad_base = write_text_file(dir, "base.yaml", "base: b200\n");
+  const auto bad_base = write_text_file(dir, "base.yaml", "base: b300\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_base); }),
-              AllOf(HasSubstr("base.yaml"), HasSubstr("b200"), HasSubstr("a100-80gb")));
+              AllOf(HasSubstr("base.yaml"), HasSubstr("b300"), HasSubstr("a100-80gb")));
 
   const auto kernel = write_text_file(dir, "fa4.yaml", "base: h100-sxm\nprefill_attention_kernel: fa4\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(kernel); }),

@@ -97,16 +97,16 @@ TEST(KernelTables, AProfileCarriesGemmTablesThatTheCostModelUses) {
   write_text_file(dir, "mine.gemm-bf16.txt", GemmTable::from_points("bf16", "test", points).to_text());
   write_text_file(dir, "mine.yaml", "base: h100-sxm\ngemm_tables: {bf16: mine.gemm-bf16.txt}\n");
   const HardwareProfile p = load_hardware_profile(dir / "mine.yaml");
-  ASSERT_NE(p.gemm_table(2), nullptr);
-  EXPECT_EQ(p.gemm_table(1), nullptr);  // no FP8 table: FP8 GEMMs use the roofline
-  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, 2), 1e-5 + 2e-6);
-  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 8192, 2), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 8192, 2));
-  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, 1), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 64, 1));
+  ASSERT_NE(p.gemm_table(WeightFormat::bf16), nullptr);
+  EXPECT_EQ(p.gemm_table(WeightFormat::fp8), nullptr);  // no FP8 table: FP8 GEMMs use the roofline
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::bf16), 1e-5 + 2e-6);
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16));
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8));
 
   save_hardware_profile(p, dir / "copy.yaml");
   EXPECT_TRUE(std::filesystem::exists(dir / "copy.gemm-bf16.txt"));
   const HardwareProfile back = load_hardware_profile(dir / "copy.yaml");
-  EXPECT_NEAR(gemm_time_s(back, GemmShape{3000, 2000}, 500, 2) / gemm_time_s(p, GemmShape{3000, 2000}, 500, 2), 1, 1e-4);
+  EXPECT_NEAR(gemm_time_s(back, GemmShape{3000, 2000}, 500, WeightFormat::bf16) / gemm_time_s(p, GemmShape{3000, 2000}, 500, WeightFormat::bf16), 1, 1e-4);
 
   write_text_file(dir, "broken.yaml", "base: h100-sxm\ngemm_tables: {bf16: missing.txt}\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "broken.yaml"); }), HasSubstr("missing.txt: no such GEMM table"));
@@ -201,7 +201,7 @@ TEST(KernelTables, ShippedH100ProfileIsAFreshFit) {
     EXPECT_NEAR(e.mape_percent, s.mape_percent, 0.05) << e.op;
     EXPECT_NEAR(e.p90_percent, s.p90_percent(), 0.05) << e.op;
   }
-  for (int bytes : {2, 1}) {
+  for (WeightFormat bytes : {WeightFormat::bf16, WeightFormat::fp8}) {
     ASSERT_NE(shipped.gemm_table(bytes), nullptr);
     const GemmTable& a = *shipped.gemm_table(bytes);
     const GemmTable& b = *fresh.profile.gemm_table(bytes);

@@ -92,7 +92,7 @@ TEST(HfConfig, ReadsLlamaStyleConfig) {
   EXPECT_EQ(m.gated_mlp, builtin.gated_mlp);
   EXPECT_EQ(m.vocab_size, builtin.vocab_size);
   EXPECT_EQ(m.max_context_tokens, builtin.max_context_tokens);
-  EXPECT_EQ(m.dtype_bytes, 2);
+  EXPECT_EQ(m.weight_format, WeightFormat::bf16);
   // resolve_model accepts the file and the folder holding it.
   EXPECT_EQ(resolve_model(path.string()).num_kv_heads, 8);
   EXPECT_EQ(resolve_model((dir / "my-llama").string()).ffn_size, 14336);
@@ -111,7 +111,7 @@ TEST(HfConfig, ExplicitHeadDimAndMissingKvHeads) {
   EXPECT_EQ(m.head_dim, 256);
   EXPECT_EQ(m.num_kv_heads, 16);
   EXPECT_TRUE(m.gated_mlp);
-  EXPECT_EQ(m.dtype_bytes, 2);  // float32 checkpoints are served in fp16 (vLLM dtype auto)
+  EXPECT_EQ(m.weight_format, WeightFormat::bf16);  // float32 checkpoints are served in fp16 (vLLM dtype auto)
 }
 
 TEST(HfConfig, ReadsOptConfig) {

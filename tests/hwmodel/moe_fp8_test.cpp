@@ -62,7 +62,7 @@ TEST(MoeModelSpec, OtherMoeBuiltinsMatchTheirPublishedSizes) {
 
 TEST(Fp8ModelSpec, Fp8WeightsHalveTheQuantisedWeightsOnly) {
   const ModelSpec bf16 = resolve_model("mixtral-8x7b");
-  const ModelSpec fp8 = with_dtypes(bf16, 1, 0);
+  const ModelSpec fp8 = with_dtypes(bf16, WeightFormat::fp8, 0);
   EXPECT_EQ(fp8.name, bf16.name);
   EXPECT_EQ(fp8.kv_dtype_bytes, 2);  // 0 keeps the KV dtype
   EXPECT_EQ(bf16.weight_bytes(), 2 * bf16.total_params());
@@ -73,7 +73,7 @@ TEST(Fp8ModelSpec, Fp8WeightsHalveTheQuantisedWeightsOnly) {
               0.5, 0.005);
   // FP8 weights do not touch the KV cache, and an FP8 KV cache does not touch the weights.
   EXPECT_EQ(fp8.kv_bytes_per_token(), bf16.kv_bytes_per_token());
-  const ModelSpec kv8 = with_dtypes(bf16, 0, 1);
+  const ModelSpec kv8 = with_dtypes(bf16, std::nullopt, 1);
   EXPECT_EQ(kv8.weight_bytes(), bf16.weight_bytes());
   EXPECT_EQ(2 * kv8.kv_bytes_per_token(), bf16.kv_bytes_per_token());
 }
@@ -87,14 +87,18 @@ TEST(Fp8ModelSpec, DtypeNamesParseAsVllmSpellsThem) {
   EXPECT_EQ(parse_dtype_bytes("auto", "--weight-dtype"), 0);
   EXPECT_THAT(user_error_of([] { parse_dtype_bytes("int4", "--weight-dtype"); }),
               AllOf(HasSubstr("--weight-dtype"), HasSubstr("int4"), HasSubstr("fp8")));
-  EXPECT_THAT(user_error_of([] { with_dtypes(resolve_model("llama-2-7b"), 4, 2); }),
-              AllOf(HasSubstr("llama-2-7b"), HasSubstr("weight"), HasSubstr("4")));
-  EXPECT_THAT(user_error_of([] { with_dtypes(resolve_model("llama-2-7b"), 2, 3); }),
+  // Weights take a format's name (or auto); the KV cache a byte count.
+  EXPECT_EQ(parse_weight_dtype("auto", "--weight-dtype"), std::nullopt);
+  EXPECT_EQ(parse_weight_dtype("fp8-block", "--weight-dtype"), WeightFormat::fp8_block);
+  EXPECT_EQ(parse_weight_dtype("mxfp4", "--weight-dtype"), WeightFormat::mxfp4);
+  EXPECT_THAT(user_error_of([] { parse_weight_dtype("int4", "--weight-dtype"); }),
+              AllOf(HasSubstr("--weight-dtype"), HasSubstr("int4"), HasSubstr("auto"), HasSubstr("nvfp4")));
+  EXPECT_THAT(user_error_of([] { with_dtypes(resolve_model("llama-2-7b"), WeightFormat::bf16, 3); }),
               AllOf(HasSubstr("KV cache"), HasSubstr("3")));
   // 0 keeps what the model has (an FP8 checkpoint stays FP8 under "auto").
-  const ModelSpec fp8 = with_dtypes(resolve_model("llama-2-7b"), 1, 1);
-  EXPECT_EQ(with_dtypes(fp8, 0, 0).dtype_bytes, 1);
-  EXPECT_EQ(with_dtypes(fp8, 0, 0).kv_dtype_bytes, 1);
+  const ModelSpec fp8 = with_dtypes(resolve_model("llama-2-7b"), WeightFormat::fp8, 1);
+  EXPECT_EQ(with_dtypes(fp8, std::nullopt, 0).weight_format, WeightFormat::fp8);
+  EXPECT_EQ(with_dtypes(fp8, std::nullopt, 0).kv_dtype_bytes, 1);
 }
 
 // ---- config.json ----
@@ -122,7 +126,7 @@ TEST(MoeHfConfig, ReadsMixtralExperts) {
   EXPECT_EQ(m.ffn_size, 14336);
   EXPECT_EQ(m.shared_expert_ffn_size, 0);
   EXPECT_TRUE(m.gated_mlp);
-  EXPECT_EQ(m.dtype_bytes, 2);
+  EXPECT_EQ(m.weight_format, WeightFormat::bf16);
   EXPECT_EQ(m.total_params(), builtin.total_params());
   EXPECT_EQ(m.active_params(), builtin.active_params());
   EXPECT_EQ(m.kv_bytes_per_token(), builtin.kv_bytes_per_token());
@@ -191,9 +195,9 @@ TEST(Fp8HfConfig, Fp8QuantizationConfigMeansOneByteWeights) {
       dir, "config.json",
       mixtral_config(R"(, "quantization_config": {"activation_scheme": "static",
                           "ignored_layers": ["lm_head"], "quant_method": "fp8"})")));
-  EXPECT_EQ(m.dtype_bytes, 1);
+  EXPECT_EQ(m.weight_format, WeightFormat::fp8);
   EXPECT_EQ(m.kv_dtype_bytes, 2);  // the checkpoint says nothing about the KV cache
-  EXPECT_EQ(m.weight_bytes(), with_dtypes(resolve_model("mixtral-8x7b"), 1, 0).weight_bytes());
+  EXPECT_EQ(m.weight_bytes(), with_dtypes(resolve_model("mixtral-8x7b"), WeightFormat::fp8, 0).weight_bytes());
 }
 
 TEST(MoeHfConfig, UnsupportedLayoutsAndQuantisationsNameTheFileAndKey) {
@@ -218,19 +222,22 @@ TEST(MoeHfConfig, UnsupportedLayoutsAndQuantisationsNameTheFileAndKey) {
   no_topk.replace(no_topk.find("\"num_experts_per_tok\": 2,"), 25, "");
   EXPECT_THAT(user_error_of([&] { load_hf_config(write_text_file(dir, "notopk.json", no_topk)); }),
               AllOf(HasSubstr("notopk.json"), HasSubstr("num_experts_per_tok")));
-  // Qwen2-MoE with dense layers in between; DeepSeek's layout: not silently dense.
-  const auto sparse_step = write_text_file(
-      dir, "step.json", mixtral_config(R"(, "decoder_sparse_step": 2)"));
-  EXPECT_THAT(user_error_of([&] { load_hf_config(sparse_step); }),
-              AllOf(HasSubstr("step.json"), HasSubstr("decoder_sparse_step")));
-  const auto dense_layers = write_text_file(
-      dir, "mlponly.json", mixtral_config(R"(, "mlp_only_layers": [0, 1])"));
-  EXPECT_THAT(user_error_of([&] { load_hf_config(dense_layers); }),
-              AllOf(HasSubstr("mlponly.json"), HasSubstr("mlp_only_layers")));
-  const auto deepseek = write_text_file(
-      dir, "deepseek.json", mixtral_config(R"(, "n_routed_experts": 64)"));
-  EXPECT_THAT(user_error_of([&] { load_hf_config(deepseek); }),
-              AllOf(HasSubstr("deepseek.json"), HasSubstr("n_routed_experts")));
+  // Dense layers of a mixture of experts are read, not refused: Qwen2-MoE's decoder_sparse_step
+  // (layers 1, 3, ... of 32 MoE), mlp_only_layers (listed layers dense), DeepSeek's
+  // first_k_dense_replace; a layout with every layer dense is an error naming the file.
+  const ModelSpec stepped = load_hf_config(write_text_file(dir, "step.json", mixtral_config(R"(, "decoder_sparse_step": 2)")));
+  EXPECT_EQ(stepped.dense_layers, 16);
+  EXPECT_EQ(stepped.moe_layers(), 16);
+  EXPECT_EQ(stepped.dense_ffn_size, 14336);
+  const ModelSpec listed = load_hf_config(write_text_file(dir, "mlponly.json", mixtral_config(R"(, "mlp_only_layers": [0, 1])")));
+  EXPECT_EQ(listed.dense_layers, 2);
+  const ModelSpec first = load_hf_config(write_text_file(
+      dir, "first.json", mixtral_config(R"(, "first_k_dense_replace": 3, "moe_layer_freq": 1)")));
+  EXPECT_EQ(first.dense_layers, 3);
+  EXPECT_THAT(user_error_of([&] { load_hf_config(write_text_file(dir, "alldense.json", mixtral_config(R"(, "first_k_dense_replace": 32)"))); }),
+              AllOf(HasSubstr("alldense.json"), HasSubstr("every layer is dense")));
+  EXPECT_THAT(user_error_of([&] { load_hf_config(write_text_file(dir, "badlist.json", mixtral_config(R"(, "mlp_only_layers": [40])"))); }),
+              AllOf(HasSubstr("badlist.json"), HasSubstr("mlp_only_layers"), HasSubstr("40")));
 }
 
 // ---- routing and the cost model ----
@@ -357,7 +364,7 @@ TEST(MoeCostModel, ExpertGemmEfficiencyIsThatOfItsShareOfTheTokens) {
   // The same through grouped_gemm_time_s, for a fractional load (8 tokens: 7.2 experts).
   const ExpertLoad eight = expected_expert_load(mixtral, 8);
   const GemmShape up = layer_gemm_shapes(mixtral, 1)[kUp];
-  EXPECT_NEAR(grouped_gemm_time_s(gpu, up, eight.tokens_per_expert, eight.experts, 2),
+  EXPECT_NEAR(grouped_gemm_time_s(gpu, up, eight.tokens_per_expert, eight.experts, WeightFormat::bf16),
               at(2.0 * 16 * 4096 * 28672, eight.tokens_per_expert), 1e-15);
 }
 
@@ -426,7 +433,7 @@ TEST(MoeCostModel, KvCapacityHoldsEveryExpertsWeights) {
   // On one 80 GB GPU the 93 GB of bf16 weights do not fit; in FP8 (47 GB) they do.
   const ModelSpec bf16 = resolve_model("mixtral-8x7b");
   EXPECT_LE(CostModel(bf16, resolve_gpu("h100-sxm")).kv_capacity_tokens(0.9), 0);
-  EXPECT_GT(CostModel(with_dtypes(bf16, 1, 0), resolve_gpu("h100-sxm")).kv_capacity_tokens(0.9),
+  EXPECT_GT(CostModel(with_dtypes(bf16, WeightFormat::fp8, 0), resolve_gpu("h100-sxm")).kv_capacity_tokens(0.9),
             100000);
 }
 
@@ -460,7 +467,7 @@ TEST(MoeCostModel, MoreWorkIsNeverFaster) {
 
 TEST(Fp8CostModel, Fp8KvDoublesCapacityAndHalvesKvReads) {
   const ModelSpec bf16 = resolve_model("llama-2-7b");
-  const ModelSpec kv8 = with_dtypes(bf16, 0, 1);
+  const ModelSpec kv8 = with_dtypes(bf16, std::nullopt, 1);
   const CostModel a(bf16, resolve_gpu("a100-80gb"));
   const CostModel b(kv8, resolve_gpu("a100-80gb"));
   // Same weights and reserve, half the bytes per token: 117,713.9 -> 235,427.8 tokens.
@@ -488,23 +495,23 @@ TEST(Fp8CostModel, Fp8KvDoublesCapacityAndHalvesKvReads) {
 
 TEST(Fp8CostModel, Fp8WeightsHalveWeightBytesAndDoubleFlopsOnlyWithFp8TensorCores) {
   const ModelSpec bf16 = resolve_model("llama-3-8b");
-  const ModelSpec w8 = with_dtypes(bf16, 1, 0);
+  const ModelSpec w8 = with_dtypes(bf16, WeightFormat::fp8, 0);
   const GemmShape up = layer_gemm_shapes(bf16, 1)[kUp];
   // One row: activations 2 * (4096 + 28672) bytes, weights 4096 * 28672 at 2 or 1 bytes.
-  EXPECT_DOUBLE_EQ(gemm_work(up, 1, 2).bytes, 2.0 * (4096 + 28672) + 2.0 * 4096 * 28672);
-  EXPECT_DOUBLE_EQ(gemm_work(up, 1, 1).bytes, 2.0 * (4096 + 28672) + 1.0 * 4096 * 28672);
+  EXPECT_DOUBLE_EQ(gemm_work(up, 1, WeightFormat::bf16).bytes, 2.0 * (4096 + 28672) + 2.0 * 4096 * 28672);
+  EXPECT_DOUBLE_EQ(gemm_work(up, 1, WeightFormat::fp8).bytes, 2.0 * (4096 + 28672) + 1.0 * 4096 * 28672);
 
   const HardwareProfile a100 = resolve_gpu("a100-80gb");
   const HardwareProfile h100 = resolve_gpu("h100-sxm");
-  EXPECT_DOUBLE_EQ(gemm_peak_flops(a100, 1), 312e12);  // no FP8 tensor cores: 16-bit rate
-  EXPECT_DOUBLE_EQ(gemm_peak_flops(h100, 1), 1979e12);
-  EXPECT_DOUBLE_EQ(gemm_peak_flops(h100, 2), 989e12);
+  EXPECT_DOUBLE_EQ(gemm_peak_flops(a100, WeightFormat::fp8), 312e12);  // no FP8 tensor cores: 16-bit rate
+  EXPECT_DOUBLE_EQ(gemm_peak_flops(h100, WeightFormat::fp8), 1979e12);
+  EXPECT_DOUBLE_EQ(gemm_peak_flops(h100, WeightFormat::bf16), 989e12);
   // Compute-bound (8192 rows): the same time on an A100, about half on an H100.
-  EXPECT_DOUBLE_EQ(gemm_time_s(a100, up, 8192, 1), gemm_time_s(a100, up, 8192, 2));
-  EXPECT_NEAR(gemm_time_s(h100, up, 8192, 1) / gemm_time_s(h100, up, 8192, 2), 989.0 / 1979,
+  EXPECT_DOUBLE_EQ(gemm_time_s(a100, up, 8192, WeightFormat::fp8), gemm_time_s(a100, up, 8192, WeightFormat::bf16));
+  EXPECT_NEAR(gemm_time_s(h100, up, 8192, WeightFormat::fp8) / gemm_time_s(h100, up, 8192, WeightFormat::bf16), 989.0 / 1979,
               1e-9);
   // Memory-bound (one row): about half everywhere, the weight bytes.
-  EXPECT_NEAR(gemm_time_s(a100, up, 1, 1) / gemm_time_s(a100, up, 1, 2), 0.5, 0.005);
+  EXPECT_NEAR(gemm_time_s(a100, up, 1, WeightFormat::fp8) / gemm_time_s(a100, up, 1, WeightFormat::bf16), 0.5, 0.005);
 
   // Whole iterations: a decode batch's GEMMs about halve on either GPU; a long prefill's
   // halves on the H100 only. The LM head stays 16-bit.

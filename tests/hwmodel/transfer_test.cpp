@@ -83,8 +83,8 @@ TEST(TransferProfile, CeilingsAreTheTargetsAndEfficienciesTheFits) {
     EXPECT_DOUBLE_EQ(p.allreduce[i].latency_s, from.allreduce[i].latency_s);
     EXPECT_DOUBLE_EQ(p.allreduce[i].bytes_per_s, from.allreduce[i].bytes_per_s);
   }
-  ASSERT_NE(p.gemm_table(2), nullptr);
-  ASSERT_NE(p.gemm_table(1), nullptr);
+  ASSERT_NE(p.gemm_table(WeightFormat::bf16), nullptr);
+  ASSERT_NE(p.gemm_table(WeightFormat::fp8), nullptr);
 }
 
 // A100 -> A40 changes every ceiling, so each absolute field shows its own ratio.
@@ -152,8 +152,8 @@ TEST(TransferProfile, H200KeepsComputeBoundGemmsAndShortensMemoryBoundDecode) {
   EXPECT_LT(d200.decode_attention_s / d100.decode_attention_s, hbm_ratio + 0.03);
   EXPECT_LT(d200.total_s, d100.total_s * 0.8);
   // The rescaled table itself: a compute-bound point kept, a weight-streaming one x ~0.70.
-  const GemmTable& t100 = *h100_fitted().gemm_table(2);
-  const GemmTable& t200 = *h200_from_h100().gemm_table(2);
+  const GemmTable& t100 = *h100_fitted().gemm_table(WeightFormat::bf16);
+  const GemmTable& t200 = *h200_from_h100().gemm_table(WeightFormat::bf16);
   EXPECT_NEAR(*t200.seconds(8192, 4096, 4096) / *t100.seconds(8192, 4096, 4096), 1.0, 0.005);
   EXPECT_NEAR(*t200.seconds(1, 16384, 4096) / *t100.seconds(1, 16384, 4096), hbm_ratio, 0.03);
   EXPECT_THAT(t200.source(), HasSubstr("rescaled from h100-sxm-fitted to h200 ceilings"));
@@ -178,8 +178,8 @@ TEST(TransferProfile, ProvenanceKeepsTheFitsAndListsEveryRescaling) {
   const HardwareProfile back = load_hardware_profile(dir / "h200.yaml");
   testing::expect_profiles_near(back, p, 1e-12);
   // (Table files keep 5 significant digits.)
-  EXPECT_NEAR(*back.gemm_table(2)->seconds(1, 16384, 4096) / *p.gemm_table(2)->seconds(1, 16384, 4096), 1, 1e-4);
-  EXPECT_NE(*back.gemm_table(2)->seconds(1, 16384, 4096), *h100_fitted().gemm_table(2)->seconds(1, 16384, 4096));
+  EXPECT_NEAR(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096) / *p.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096), 1, 1e-4);
+  EXPECT_NE(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096), *h100_fitted().gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096));
 }
 
 // Onto other SMs (H100 -> A100) the GEMM tables time other kernel choices: dropped, and the
@@ -187,13 +187,13 @@ TEST(TransferProfile, ProvenanceKeepsTheFitsAndListsEveryRescaling) {
 // unknown link: dropped for the target's datasheet link.
 TEST(TransferProfile, WhatCannotBeTransferredIsDroppedAndNamed) {
   const HardwareProfile a100 = transfer_profile(h100_fitted(), resolve_gpu("a100-80gb"));
-  EXPECT_EQ(a100.gemm_table(2), nullptr);
-  EXPECT_EQ(a100.gemm_table(1), nullptr);
+  EXPECT_EQ(a100.gemm_table(WeightFormat::bf16), nullptr);
+  EXPECT_EQ(a100.gemm_table(WeightFormat::fp8), nullptr);
   EXPECT_THAT(a100.provenance, HasSubstr("not transferred: the bf16 GEMM table (h100-sxm-fitted has 132 SMs at 989 "
                                          "TFLOP/s, a100-80gb 108 at 312"));
   EXPECT_THAT(a100.provenance, HasSubstr("not transferred: the fp8 GEMM table"));
   // GEMMs then take the fitted roofline on the A100's ceilings.
-  EXPECT_DOUBLE_EQ(gemm_time_s(a100, GemmShape{4096, 4096}, 512, 2), gemm_roofline_time_s(a100, GemmShape{4096, 4096}, 512, 2));
+  EXPECT_DOUBLE_EQ(gemm_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16), gemm_roofline_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16));
 
   HardwareProfile custom = resolve_gpu("a100-80gb-fitted");
   custom.hbm_bytes_per_s = 1.9e12;  // a user's own measured ceiling
@@ -291,7 +291,7 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     fitted.gemm_table_bf16 = std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
     const HardwareProfile target = resolve_gpu(d.to_base);
     const HardwareProfile moved = transfer_profile(fitted, target);
-    ASSERT_EQ(moved.gemm_table(2), nullptr);
+    ASSERT_EQ(moved.gemm_table(WeightFormat::bf16), nullptr);
     EXPECT_THAT(moved.provenance, HasSubstr("not transferred: the bf16 GEMM table"));
     HardwareProfile rescaled = moved;
     HardwareProfile named_target = moved;

@@ -36,7 +36,6 @@ inline ModelSpec tiny_model(int max_context_tokens = 4096) {
   m.ffn_size = 128;
   m.gated_mlp = false;
   m.vocab_size = 128;
-  m.dtype_bytes = 2;
   m.max_context_tokens = max_context_tokens;
   return m;
 }
