@@ -5,15 +5,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "hwmodel/base/error.h"
 
 namespace batchsim {
 
 CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, EngineProfile engine)
-    : model_(std::move(model)), gpu_(std::move(gpu)), tp_(tensor_parallel), engine_(std::move(engine)) {
+    : CostModel(std::move(model), std::move(gpu), ParallelLayout{tensor_parallel}, std::move(engine)) {}
+
+CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout, EngineProfile engine)
+    : model_(std::move(model)), gpu_(std::move(gpu)), tp_(layout.tp), layout_(layout), engine_(std::move(engine)) {
   if (tp_ < 1) throw UserError(fmt::format("tensor parallel degree must be >= 1, got {}", tp_));
-  if (model_.num_heads % tp_ != 0 || model_.ffn_size % tp_ != 0) {
+  // The FFN tp must split: a dense model's, or under plain TP an MoE model's experts (with
+  // expert parallelism check_layout checks the experts' own split).
+  const bool ffn_on_tp = !model_.is_moe() || layout_.is_plain_tp();
+  if (model_.num_heads % tp_ != 0 || (ffn_on_tp && model_.ffn_size % tp_ != 0)) {
     // vLLM refuses the same (vllm/config.py verify_with_parallel_config).
     throw UserError(
         fmt::format("model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
@@ -21,7 +28,8 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, 
   }
   if (model_.is_moe() &&
       (model_.experts_per_token < 1 || model_.experts_per_token > model_.num_experts ||
-       model_.shared_expert_ffn_size < 0 || model_.shared_expert_ffn_size % tp_ != 0)) {
+       model_.shared_expert_ffn_size < 0 || model_.shared_expert_ffn_size % tp_ != 0 ||
+       model_.dense_ffn_size % tp_ != 0)) {
     // vLLM shards each expert's (and the shared expert's) intermediate size like a dense MLP.
     throw UserError(fmt::format(
         "model '{}': top-{} of {} experts with shared expert FFN {} cannot run on --tp {}",
@@ -33,51 +41,113 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel, 
     throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}", model_.name,
                                 model_.num_kv_heads, tp_));
   }
+  check_layout(model_, layout_);
   if (gpu_.peak_flops <= 0 || gpu_.hbm_bytes_per_s <= 0) {
     throw UserError(fmt::format("GPU '{}': peak_flops and hbm_bytes_per_s must be > 0", gpu_.name));
   }
-  if (tp_ > 1 && gpu_.interconnect_bytes_per_s <= 0) {
+  if (layout_.gpus() > 1 && gpu_.interconnect_bytes_per_s <= 0) {
     throw UserError(
         fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
   }
+  if (layout_.gpus() > gpu_.gpus_per_node && gpu_.internode_bytes_per_s <= 0) {
+    throw UserError(fmt::format("{}: {} GPUs span more than one node of {}, and GPU '{}' has no "
+                                "internode_bytes_per_s for the traffic between nodes",
+                                layout_.text(), layout_.gpus(), gpu_.gpus_per_node, gpu_.name));
+  }
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   moe_gemms_ = moe_gemm_shapes(model_, tp_);
+  mla_gemms_ = mla_gemm_shapes(model_, tp_);
+  if (model_.is_mla()) {
+    // Decode reads the latent as one KV head: K and V of head_dim (kv_lora_rank + rope) / 2 each
+    // move the latent's bytes once, and every query head of the GPU attends to it.
+    mla_decode_model_ = model_;
+    mla_decode_model_.attention = AttentionKind::gqa;
+    mla_decode_model_.num_kv_heads = 1;
+    mla_decode_model_.num_heads = model_.num_heads;
+    mla_decode_model_.head_dim = (model_.kv_lora_rank + model_.qk_rope_head_dim) / 2;
+  }
   lm_head_ = lm_head_shape(model_, tp_);
+  if (model_.is_moe() && model_.dense_layers > 0) {
+    dense_layer_model_ = model_;
+    dense_layer_model_.num_experts = dense_layer_model_.experts_per_token = 0;
+    dense_layer_model_.shared_expert_ffn_size = dense_layer_model_.dense_layers = 0;
+    dense_layer_model_.ffn_size = model_.dense_ffn_size;
+    const auto dense = layer_gemm_shapes(dense_layer_model_, tp_);
+    dense_up_ = dense[static_cast<int>(LayerGemm::mlp_up)];
+    dense_down_ = dense[static_cast<int>(LayerGemm::mlp_down)];
+  }
   fa3_tiles_ = costs_fa3_prefill_tiles(gpu_);
+}
+
+double CostModel::weight_bytes_per_gpu() const {
+  const double all = static_cast<double>(model_.weight_bytes());
+  if (layout_.dp == 1) return all / tp_;
+  // The routed experts split over every GPU of the replica, the rest over an attention rank.
+  const double routed = model_.routed_expert_weight_bytes();
+  return (all - routed) / tp_ + routed / layout_.gpus();
 }
 
 TokenCosts CostModel::token_costs(int64_t tokens) const {
   TokenCosts cost;
   cost.tokens = tokens;
   const double layers = model_.num_layers;
-  // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
-  // MLP is one expert of all of them.
-  const ExpertLoad load = expected_expert_load(model_, tokens);
   const WeightFormat w_format = model_.weight_format;
   const WeightFormat expert_format = model_.is_moe() ? model_.expert_weight_format : model_.weight_format;
-  for (int g = 0; g < kNumLayerGemms; ++g) {
-    const bool mlp = g == static_cast<int>(LayerGemm::mlp_up) ||
-                     g == static_cast<int>(LayerGemm::mlp_down);
-    const double layer_s =
-        mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts,
-                                  expert_format)
-            : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_format);
-    cost.layer_gemm_s[g] = layers * layer_s;
+  constexpr int kQkv = static_cast<int>(LayerGemm::qkv);
+  constexpr int kO = static_cast<int>(LayerGemm::o);
+  constexpr int kUp = static_cast<int>(LayerGemm::mlp_up);
+  constexpr int kDown = static_cast<int>(LayerGemm::mlp_down);
+  // With dp attention ranks this is one rank's part; the routed experts, which see every rank's
+  // tokens, are the step's (moe_step).
+  const bool routed_here = layout_.dp == 1;
+  if (model_.is_moe() && !layout_.is_plain_tp()) {
+    // Attention projections on the rank's tokens; the experts on their expert rank.
+    cost.layer_gemm_s[kQkv] = layers * gemm_time_s(gpu_, layer_gemms_[kQkv], tokens, w_format);
+    cost.layer_gemm_s[kO] = layers * gemm_time_s(gpu_, layer_gemms_[kO], tokens, w_format);
+    if (routed_here) {
+      const auto [up_s, down_s] = routed_experts_s(tokens);
+      cost.layer_gemm_s[kUp] = model_.moe_layers() * up_s;
+      cost.layer_gemm_s[kDown] = model_.moe_layers() * down_s;
+    }
+  } else {
+    // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
+    // MLP is one expert of all of them.
+    const ExpertLoad load = expected_expert_load(model_, tokens);
+    const double mlp_layers = model_.is_moe() ? model_.moe_layers() : model_.num_layers;
+    for (int g = 0; g < kNumLayerGemms; ++g) {
+      const bool mlp = g == kUp || g == kDown;
+      const double layer_s =
+          mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts,
+                                    expert_format)
+              : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_format);
+      cost.layer_gemm_s[g] = (mlp ? mlp_layers : layers) * layer_s;
+    }
+    // The MLP up projection is the largest GEMM; its regime is the layer's (an MoE layer's: one
+    // routed expert's on its share of the tokens).
+    cost.gemm_compute_bound =
+        grouped_gemm_compute_bound(gpu_, layer_gemms_[kUp], load.tokens_per_expert, load.experts, expert_format);
+  }
+  if (model_.is_mla()) {
+    // MLA's query up-projection follows the fused down-projection (mla_gemm_shapes).
+    cost.layer_gemm_s[kQkv] += layers * gemm_time_s(gpu_, mla_gemms_.q_b, tokens, w_format);
   }
   if (model_.is_moe()) {
     // The router is unquantised (16-bit) and replicated; the shared expert runs on every token.
-    cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] +=
-        layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, WeightFormat::bf16) +
-                  gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_format));
-    cost.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] +=
-        layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_format);
+    const double moe_layers = model_.moe_layers();
+    cost.layer_gemm_s[kUp] +=
+        moe_layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, WeightFormat::bf16) +
+                      gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_format));
+    cost.layer_gemm_s[kDown] += moe_layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_format);
+    if (model_.dense_layers > 0) {
+      const double dense_layers = model_.dense_layers;
+      cost.layer_gemm_s[kUp] += dense_layers * gemm_time_s(gpu_, dense_up_, tokens, w_format);
+      cost.layer_gemm_s[kDown] += dense_layers * gemm_time_s(gpu_, dense_down_, tokens, w_format);
+    }
   }
   for (double s : cost.layer_gemm_s) cost.gemm_s += s;
-  // The MLP up projection is the largest GEMM; its regime is the layer's (an MoE layer's: one
-  // routed expert's on its share of the tokens).
-  cost.gemm_compute_bound =
-      grouped_gemm_compute_bound(gpu_, layer_gemms_[static_cast<int>(LayerGemm::mlp_up)],
-                                 load.tokens_per_expert, load.experts, expert_format);
+  if (model_.is_moe() && !layout_.is_plain_tp()) {
+    cost.gemm_compute_bound = gemm_compute_bound(gpu_, layer_gemms_[kQkv], tokens, w_format);
+  }
 
   // Per layer, the memory-bound kernels Vidur times (vidur/profiling/mlp/mlp_impl.py): two
   // norms, rotary embedding, the MLP activation and one residual add (vLLM fuses the other
@@ -86,18 +156,97 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   auto layer_op_s = [&](ElementwiseOp op) {
     return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
   };
-  cost.elementwise_s =
-      layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
-                layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
-      layer_op_s(ElementwiseOp::embedding);
+  if (model_.dense_layers == 0) {
+    cost.elementwise_s =
+        layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                  layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
+        layer_op_s(ElementwiseOp::embedding);
+  } else {
+    // The dense layers' activation is a dense MLP's.
+    const double dense_activation_s = elementwise_time_s(
+        gpu_, ElementwiseOp::activation, elementwise_bytes(dense_layer_model_, tp_, ElementwiseOp::activation, tokens));
+    cost.elementwise_s =
+        layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                  layer_op_s(ElementwiseOp::residual_add)) +
+        model_.moe_layers() * layer_op_s(ElementwiseOp::activation) + model_.dense_layers * dense_activation_s +
+        layer_op_s(ElementwiseOp::embedding);
+  }
 
   // Two all-reduces per layer: after the attention output projection and after the MLP down
-  // projection (Megatron-LM, Shoeybi et al. 2019, section 3).
-  cost.communication_s = 2 * layers * allreduce_s(allreduce_message_bytes(model_, tokens));
+  // projection (Megatron-LM, Shoeybi et al. 2019, section 3). Expert parallelism on one
+  // attention rank (TensorRT-LLM's TEP: every GPU holds all tokens, each its own experts) sums
+  // the experts' outputs the same way. With dp ranks, an MoE layer's exchange is the step's
+  // (moe_step): here only the attention's and the dense layers' all-reduces, on the rank's tp.
+  const double message_s = allreduce_s(allreduce_message_bytes(model_, tokens));
+  cost.communication_s = routed_here ? 2 * layers * message_s : (layers + model_.dense_layers) * message_s;
 
   // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
   cost.launch_s = engine_.launch_s(model_.num_layers, tokens);
   return cost;
+}
+
+std::pair<double, double> CostModel::routed_experts_s(int64_t tokens) const {
+  // One expert rank holds num_experts / ep experts of ffn_size / moe_tp. Under uniform routing
+  // each of a token's k experts lies on a given rank with probability 1/ep, so the rank multiplies
+  // tokens x k / ep rows over the local experts its tokens touch: a local expert is missed by all
+  // of them with probability (1 - k / E)^tokens.
+  if (tokens <= 0) return {0, 0};
+  const double e = model_.num_experts;
+  const double k = model_.experts_per_token;
+  const double local = e / layout_.ep;
+  const double t = static_cast<double>(tokens);
+  const double touched = local * (1 - std::pow(1 - k / e, t));
+  const double rows = t * k / layout_.ep / touched;
+  const int64_t ffn = model_.ffn_size / layout_.expert_tp();
+  const GemmShape up{model_.hidden_size, ffn * (model_.gated_mlp ? 2 : 1)};
+  const GemmShape down{ffn, model_.hidden_size};
+  return {grouped_gemm_time_s(gpu_, up, rows, touched, model_.expert_weight_format),
+          grouped_gemm_time_s(gpu_, down, rows, touched, model_.expert_weight_format)};
+}
+
+double CostModel::exchange_s(double bytes_per_gpu, int gpus) const {
+  if (gpus <= 1 || bytes_per_gpu <= 0) return 0;
+  const int node = std::max(1, static_cast<int>(gpu_.gpus_per_node));
+  if (gpus <= node) return gpu_.interconnect_latency_s + bytes_per_gpu / gpu_.interconnect_bytes_per_s;
+  // Spread evenly over the other GPUs, (node - 1) / (gpus - 1) of the traffic stays in the node
+  // and the rest crosses the NICs; the two links run at once (DeepEP's normal kernels forward
+  // over NVLink and RDMA together: docs/REFERENCE-moe-spec-offload.md 1.3).
+  const double inside = static_cast<double>(node - 1) / (gpus - 1);
+  return gpu_.internode_latency_s + std::max(bytes_per_gpu * inside / gpu_.interconnect_bytes_per_s,
+                                             bytes_per_gpu * (1 - inside) / gpu_.internode_bytes_per_s);
+}
+
+CostModel::MoeStepCost CostModel::moe_step(int64_t tokens) const {
+  MoeStepCost c;
+  if (!model_.is_moe() || tokens <= 0) return c;
+  const double moe_layers = model_.moe_layers();
+  const auto [up_s, down_s] = routed_experts_s(tokens);
+  c.experts_up_s = moe_layers * up_s;
+  c.experts_down_s = moe_layers * down_s;
+  if (layout_.dp == 1) return c;  // the experts' outputs are summed by the layer's all-reduce
+  const double hidden_bytes = static_cast<double>(model_.hidden_size) * kActivationBytes;
+  const int gpus = layout_.gpus();
+  const double rank_tokens = static_cast<double>(tokens) / layout_.dp;
+  double per_layer_s = 0;
+  if (layout_.ep > 1 && engine_.moe_all_to_all) {
+    // All-to-all (DeepEP; TensorRT-LLM's alltoall): each token goes to the ranks that hold its k
+    // experts, the others of which a given rank is with probability 1 - (1 - 1/ep)^k, and comes
+    // back from them. Dispatch sends FP8 activations (DeepEP's and the engines' default), the
+    // combine 16-bit ones (docs/REFERENCE-moe-spec-offload.md 1.3).
+    const double ep = layout_.ep;
+    const double remote = (ep - 1) * (1 - std::pow(1 - 1 / ep, model_.experts_per_token));
+    const double dispatch = rank_tokens * remote * model_.hidden_size * 1.0;
+    const double combine = rank_tokens * remote * hidden_bytes;
+    per_layer_s = exchange_s(dispatch, layout_.ep) + exchange_s(combine, layout_.ep);
+  } else {
+    // Gather every rank's tokens onto every GPU before the experts, and reduce-scatter their
+    // outputs after (vLLM's default all2all backend, allgather_reducescatter; SGLang's
+    // dp_gather / dp_scatter): each GPU receives the other ranks' share and sends its own.
+    const double others = static_cast<double>(tokens) - rank_tokens;
+    per_layer_s = 2 * exchange_s(others * hidden_bytes, gpus);
+  }
+  c.exchange_s = moe_layers * per_layer_s;
+  return c;
 }
 
 double CostModel::lm_head_s(int64_t sampled) const {
@@ -119,6 +268,74 @@ IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* m
   return iteration_from(shape, slot, head_s);
 }
 
+IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo) const {
+  if (ranks.size() == 1) return iteration(ranks.front(), memo);
+  if (static_cast<int>(ranks.size()) != layout_.dp) {
+    throw std::logic_error(fmt::format("CostModel::step: {} rank batches for {} DP ranks", ranks.size(), layout_.dp));
+  }
+  // An idle rank runs the engine's dummy batch of one token while another rank has work
+  // (vLLM's execute_dummy_batch, v1/engine/core.py DPEngineCoreProc; SGLang's IDLE forward).
+  BatchShape dummy;
+  dummy.add_decode(0);
+  IterationCost slowest;
+  int64_t tokens = 0, most_tokens = 0;
+  bool any = false;
+  for (const BatchShape& rank : ranks) {
+    const BatchShape& batch = rank.empty() ? dummy : rank;
+    const int64_t n = batch.total_tokens();
+    tokens += n;
+    most_tokens = std::max(most_tokens, n);
+    if (rank.empty()) continue;
+    IterationCost c = iteration(batch, memo);
+    if (!any || c.total_s > slowest.total_s) slowest = c;
+    any = true;
+  }
+  if (!any) return IterationCost{};
+  // Under CUDA graphs every rank brings the largest rank's token count to the MoE layers.
+  if (engine_.moe_pad_dp_to_max && engine_.cuda_graph_max_tokens > 0 && most_tokens <= engine_.cuda_graph_max_tokens) {
+    tokens = most_tokens * layout_.dp;
+  }
+  const MoeStepCost moe = moe_step(tokens);
+  slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] += moe.experts_up_s;
+  slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] += moe.experts_down_s;
+  slowest.gemm_s += moe.experts_up_s + moe.experts_down_s;
+  slowest.communication_s += moe.exchange_s;
+  slowest.total_s += moe.experts_up_s + moe.experts_down_s + moe.exchange_s;
+  return slowest;
+}
+
+void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost) const {
+  // Multi-head latent attention as vLLM runs it (MLACommonImpl, layers/attention/mla_attention.py
+  // at local-inference-lab/vllm@28be48f). Prefill decompresses: the latent of every token a chunk
+  // attends to (its cached context and itself) goes through kv_b to each head's K and V, then
+  // FlashAttention runs as MHA with head_dim nope + rope. Decode absorbs kv_b's halves into the
+  // query and the output (uk, uv: a batched GEMM per head) and reads the latent once for all of
+  // the GPU's heads, as one KV head of kv_lora_rank + rope (FlashMLA). The latent is whole on
+  // every GPU of the rank, so tp divides the heads' work but not the bytes read.
+  const double layers = model_.num_layers;
+  OperatorWork prefill;
+  int64_t decompressed = 0;
+  for (const PrefillChunk& chunk : shape.prefills) {
+    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before, fa3_tiles_);
+    decompressed += chunk.context_before + chunk.new_tokens;
+  }
+  cost.prefill_attention_s =
+      layers * (prefill_attention_time_s(gpu_, prefill) +
+                gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
+  if (shape.num_decodes > 0) {
+    const OperatorWork decode = decode_attention_work(mla_decode_model_, tp_, shape.num_decodes,
+                                                      shape.decode_context_sum, shape.decode_context_max);
+    // vLLM keeps the absorbed W_UK and W_UV in 16-bit (MLACommonImpl.process_weights_after_loading
+    // dequantises kv_b for them).
+    const double rows = static_cast<double>(shape.num_decodes);
+    const double heads = static_cast<double>(mla_gemms_.heads_per_gpu);
+    cost.decode_attention_s =
+        layers * (decode_attention_time_s(gpu_, decode, shape.num_decodes) +
+                  grouped_gemm_time_s(gpu_, mla_gemms_.uk, rows, heads, WeightFormat::bf16) +
+                  grouped_gemm_time_s(gpu_, mla_gemms_.uv, rows, heads, WeightFormat::bf16));
+  }
+}
+
 IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const {
   IterationCost cost;
   const double layers = model_.num_layers;
@@ -130,17 +347,46 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
   cost.communication_s = t.communication_s;
 
   // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
-  // varlen API, as vLLM calls it), so their work is summed under one roofline.
-  OperatorWork prefill;
-  for (const PrefillChunk& chunk : shape.prefills) {
-    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before, fa3_tiles_);
+  // varlen API, as vLLM calls it), so their work is summed under one roofline. Layers that see
+  // only a window of the last W keys (gpt-oss) or their chunk of C (Llama 4) cost the same kernel
+  // over that span: a chunk's prior context is cut to the window, or to its place in the current
+  // chunk; a decode reads at most W (or C) keys, summed as min(context sum, decodes x span),
+  // which is exact when every context is beyond the span or every one within it.
+  if (model_.is_mla()) {
+    mla_attention(shape, cost);
+  } else {
+    const double full_layers = model_.full_attention_layers();
+    auto attention_s = [&](int64_t span, bool chunked, double count) {
+      if (count <= 0) return std::pair<double, double>{0, 0};
+      OperatorWork prefill;
+      for (const PrefillChunk& chunk : shape.prefills) {
+        int64_t before = chunk.context_before;
+        if (span > 0) before = chunked ? before % span : std::min(before, span);
+        prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, before, fa3_tiles_);
+      }
+      int64_t context_sum = shape.decode_context_sum, context_max = shape.decode_context_max;
+      if (span > 0) {
+        context_sum = std::min(context_sum, shape.num_decodes * span);
+        context_max = std::min(context_max, span);
+      }
+      const OperatorWork decode = decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max);
+      return std::pair<double, double>{count * prefill_attention_time_s(gpu_, prefill),
+                                       count * decode_attention_time_s(gpu_, decode, shape.num_decodes)};
+    };
+    const auto [full_prefill, full_decode] = attention_s(0, false, full_layers);
+    cost.prefill_attention_s = full_prefill;
+    cost.decode_attention_s = full_decode;
+    if (model_.sliding_window_layers > 0) {
+      const auto [p, d] = attention_s(model_.sliding_window, false, model_.sliding_window_layers);
+      cost.prefill_attention_s += p;
+      cost.decode_attention_s += d;
+    }
+    if (model_.chunked_attention_layers > 0) {
+      const auto [p, d] = attention_s(model_.attention_chunk_size, true, model_.chunked_attention_layers);
+      cost.prefill_attention_s += p;
+      cost.decode_attention_s += d;
+    }
   }
-  cost.prefill_attention_s = layers * prefill_attention_time_s(gpu_, prefill);
-
-  const OperatorWork decode =
-      decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum,
-                            shape.decode_context_max);
-  cost.decode_attention_s = layers * decode_attention_time_s(gpu_, decode, shape.num_decodes);
   if (engine_.kv_cache_write == KvCacheWrite::concat) {
     // Concatenating a token onto a layer's cache reads the old cache and writes the new one:
     // twice the context's K/V bytes per layer, streamed (HF DynamicCache / past_key_values).
@@ -205,7 +451,7 @@ int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t act
     throw UserError(
         fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
-  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  const double weights_per_gpu = weight_bytes_per_gpu();
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization - weights_per_gpu -
                       activation_reserve_bytes(activation_tokens, sampler_rows));
 }
@@ -214,7 +460,7 @@ int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
   if (!(mem_fraction_static > 0 && mem_fraction_static < 1)) {
     throw UserError(fmt::format("mem_fraction_static must be in (0, 1), got {}", mem_fraction_static));
   }
-  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  const double weights_per_gpu = weight_bytes_per_gpu();
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * mem_fraction_static - weights_per_gpu -
                       kRuntimeReserveBytes);
 }
@@ -224,7 +470,7 @@ int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t acti
   if (!(free_fraction > 0 && free_fraction <= 1)) {
     throw UserError(fmt::format("free_gpu_memory_fraction must be in (0, 1], got {}", free_fraction));
   }
-  const double weights_per_gpu = static_cast<double>(model_.weight_bytes()) / tp_;
+  const double weights_per_gpu = weight_bytes_per_gpu();
   const double free_after_profile =
       static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens, sampler_rows);
   return kv_tokens_in(free_after_profile * free_fraction);

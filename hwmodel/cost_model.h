@@ -11,7 +11,16 @@
 // and how it writes the KV cache.
 // An MoE layer's MLP is its router, the routed experts as one grouped GEMM per projection over
 // the experts the iteration's tokens touch (expected_expert_load in roofline.h), and its shared
-// expert; all of it is reported in the layer's mlp_up / mlp_down GEMM time.
+// expert; all of it is reported in the layer's mlp_up / mlp_down GEMM time. An MoE model's
+// dense layers (DeepSeek's first three) run a dense MLP instead.
+//
+// Parallelism (parallel_layout.h): attention and the dense layers run on each attention rank's
+// tp GPUs; the routed experts on their ep x moe_tp GPUs, each holding num_experts / ep experts of
+// ffn_size / moe_tp. With dp attention ranks, `step` times one step of all of them in lockstep
+// (vLLM's DPEngineCoreProc runs a dummy batch on an idle rank so that every rank joins every MoE
+// collective, v1/engine/core.py; SGLang's idle batches, scheduler_dp_attn_mixin.py): the
+// slowest rank's attention and dense part, then the MoE layers over every rank's tokens and the
+// exchanges that bring the tokens to their experts and back.
 //
 // Thread safety: a CostModel is immutable after construction; `iteration` is const and may be
 // called from many threads.
@@ -19,11 +28,13 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/parallel_layout.h"
 #include "hwmodel/roofline.h"
 
 namespace batchsim {
@@ -124,9 +135,17 @@ class CostModel {
  public:
   // The default engine is `bare` (kernels only); runs pass the preset's or --engine's.
   CostModel(ModelSpec model, HardwareProfile gpu, int tensor_parallel = 1, EngineProfile engine = {});
+  // A replica laid out as `layout` (checked: check_layout).
+  CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout, EngineProfile engine = {});
 
+  // One step of a replica with one attention rank (layout.dp == 1).
   // `memo`: see NonAttentionCache (it must only ever be passed to this cost model).
   IterationCost iteration(const BatchShape& shape, NonAttentionCache* memo = nullptr) const;
+  // One lockstep step of the layout's dp attention ranks, `ranks[r]` the batch of rank r (an
+  // empty one runs the engine's dummy batch while another rank has work). The result is the
+  // slowest rank's attention and dense part, plus the MoE layers over every rank's tokens and
+  // their exchanges. With one rank, iteration(ranks[0]).
+  IterationCost step(std::span<const BatchShape> ranks, NonAttentionCache* memo = nullptr) const;
 
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
@@ -178,6 +197,17 @@ class CostModel {
   const HardwareProfile& gpu() const { return gpu_; }
   const EngineProfile& engine() const { return engine_; }
   int tensor_parallel() const { return tp_; }
+  const ParallelLayout& layout() const { return layout_; }
+  // Weight bytes one GPU holds: everything but the routed experts split over an attention
+  // rank's tp GPUs (replicated over the dp ranks), the routed experts over all tp x dp.
+  double weight_bytes_per_gpu() const;
+  // The MoE layers of one step whose tokens, over all ranks, number `tokens`: the routed experts
+  // on the busiest expert rank, and with dp > 1 the exchanges that bring every token to its
+  // experts and back (all-gather and reduce-scatter, or all-to-all dispatch and combine).
+  struct MoeStepCost {
+    double experts_up_s = 0, experts_down_s = 0, exchange_s = 0;
+  };
+  MoeStepCost moe_step(int64_t tokens) const;
 
  private:
   TokenCosts token_costs(int64_t tokens) const;
@@ -190,12 +220,28 @@ class CostModel {
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
+  ParallelLayout layout_;
   EngineProfile engine_;
+  // The routed experts' grouped GEMMs on one expert rank over `tokens` tokens: up and down.
+  std::pair<double, double> routed_experts_s(int64_t tokens) const;
+  // Seconds to exchange `bytes_per_gpu` (what each GPU sends) among `gpus` GPUs: over NVLink
+  // within a node, and for the share bound to other nodes over the inter-node NICs.
+  double exchange_s(double bytes_per_gpu, int gpus) const;
   // One all-reduce of `message_bytes` as the engine runs it.
   double allreduce_s(double message_bytes) const;
   // Shapes per GPU, computed once so that iteration() does no work proportional to the model.
   std::array<GemmShape, kNumLayerGemms> layer_gemms_;
   MoeGemmShapes moe_gemms_;
+  // An MoE model's dense layers (dense_layers of them): its attention with a dense MLP of
+  // dense_ffn_size, split by tp; their up and down shapes.
+  ModelSpec dense_layer_model_;
+  GemmShape dense_up_, dense_down_;
+  // MLA's projections (mla_gemm_shapes): the query and latent down-projection, the query's up.
+  MlaGemmShapes mla_gemms_;
+  // MLA's decode as the attention kernels see it: one KV head over the latent.
+  ModelSpec mla_decode_model_;
+  // MLA's prefill and decode attention of `shape`, into cost.prefill/decode_attention_s.
+  void mla_attention(const BatchShape& shape, IterationCost& cost) const;
   GemmShape lm_head_;
   // Whether prefill attention is costed by FlashAttention-3's tiles (prefill_attention_time_s),
   // which the prefill chunks' work then counts.

@@ -131,6 +131,9 @@ const std::vector<Group>& groups() {
       {"kv_cache",
        {choice_field<KvCacheWrite>("write", [](EngineProfile& e) -> KvCacheWrite& { return e.kv_cache_write; },
                                    {{"in_place", KvCacheWrite::in_place}, {"concat", KvCacheWrite::concat}})}},
+      {"moe",
+       {bool_field("all_to_all", [](EngineProfile& e) -> bool& { return e.moe_all_to_all; }),
+        bool_field("pad_dp_to_max", [](EngineProfile& e) -> bool& { return e.moe_pad_dp_to_max; })}},
   };
   return g;
 }
@@ -168,7 +171,7 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
     const auto group = std::find_if(groups().begin(), groups().end(), [&](const Group& g) { return g.name == key; });
     if (group == groups().end()) {
       throw UserError(fmt::format("{}: unknown key '{}' in engine profile (known: base, name, description, "
-                                  "sources, cpu, launch, cuda_graphs, allreduce, residual, kv_cache; see hwmodel/README.md)",
+                                  "sources, cpu, launch, cuda_graphs, allreduce, residual, kv_cache, moe; see hwmodel/README.md)",
                                   at_line(where, kv.first), key));
     }
     if (!value.IsMap()) bad_value(at_line(where, value), key, fmt::format("must be a map of {}", known_keys(*group)));

@@ -59,6 +59,14 @@ struct EngineProfile {
   double custom_allreduce_max_bytes = 0;
 
   KvCacheWrite kv_cache_write = KvCacheWrite::in_place;
+  // With attention data parallelism (parallel_layout.h), how a step's tokens reach the experts:
+  // all-to-all dispatch and combine (DeepEP, TensorRT-LLM's alltoall) when true, else an
+  // all-gather before the experts and a reduce-scatter after (vLLM's default all2all backend
+  // allgather_reducescatter, SGLang's moe_a2a_backend none); and whether every rank's batch is
+  // padded to the largest rank's tokens for the MoE layers (vLLM's _post_process_dp_padding under
+  // CUDA graphs, v1/worker/dp_utils.py; SGLang's dp_padding_mode max_len).
+  bool moe_all_to_all = false;
+  bool moe_pad_dp_to_max = false;
   // Time on every iteration's critical path that neither the GPU profile's kernels nor the
   // costs above account for, whatever its cause (host-device synchronisation for the sampled
   // tokens, the sampler, input copies, ranks reaching an all-reduce at different times):

@@ -112,6 +112,10 @@ int64_t ModelSpec::weight_bytes() const {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+double ModelSpec::routed_expert_weight_bytes() const {
+  return layers_params<double>(*this, num_experts).routed * weight_format_bytes(expert_weight_format);
+}
+
 int64_t ModelSpec::kv_elements_per_token_layer() const {
   if (is_mla()) return int64_t{kv_lora_rank} + qk_rope_head_dim;
   return 2 * int64_t{num_kv_heads} * head_dim;

@@ -128,6 +128,8 @@ struct ModelSpec {
   // Total weight memory: quantisable parameters at dtype_bytes, the rest (embedding, LM head,
   // router) at kActivationBytes.
   int64_t weight_bytes() const;
+  // The routed experts' share of weight_bytes(): what expert parallelism shards.
+  double routed_expert_weight_bytes() const;
   // K and V (or MLA's latent) of one token across all layers, at kv_dtype_bytes; a layer with a
   // sliding window or a chunk counts too (what one token costs while it is in the window).
   int64_t kv_bytes_per_token() const;

@@ -18,8 +18,25 @@ const char* layer_gemm_name(LayerGemm gemm) {
 }
 
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp) {
+  if (model.is_mla()) return model.kv_bytes_per_token();  // the latent, whole on every GPU
   return 2 * int64_t{model.num_layers} * kv_heads_per_gpu(model, tp) * model.head_dim *
          model.kv_dtype_bytes;
+}
+
+MlaGemmShapes mla_gemm_shapes(const ModelSpec& model, int tp) {
+  if (!model.is_mla()) return {};
+  MlaGemmShapes s;
+  const int64_t d = model.hidden_size;
+  const int64_t heads = q_heads_per_gpu(model, tp);
+  const int64_t qk = int64_t{model.qk_nope_head_dim} + model.qk_rope_head_dim;
+  const int64_t latent = int64_t{model.kv_lora_rank} + model.qk_rope_head_dim;
+  s.heads_per_gpu = heads;
+  s.qkv_a = {d, (model.q_lora_rank > 0 ? model.q_lora_rank : 0) + latent};
+  s.q_b = {model.q_lora_rank > 0 ? model.q_lora_rank : d, heads * qk};
+  s.kv_b = {model.kv_lora_rank, heads * (int64_t{model.qk_nope_head_dim} + model.v_head_dim)};
+  s.uk = {model.qk_nope_head_dim, model.kv_lora_rank};
+  s.uv = {model.kv_lora_rank, model.v_head_dim};
+  return s;
 }
 
 std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp) {
@@ -30,6 +47,11 @@ std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, 
   std::array<GemmShape, kNumLayerGemms> shapes;
   shapes[static_cast<int>(LayerGemm::qkv)] = {d, q_cols + 2 * kv_cols};
   shapes[static_cast<int>(LayerGemm::o)] = {q_cols, d};
+  if (model.is_mla()) {
+    const MlaGemmShapes mla = mla_gemm_shapes(model, tp);
+    shapes[static_cast<int>(LayerGemm::qkv)] = mla.qkv_a;
+    shapes[static_cast<int>(LayerGemm::o)] = {mla.heads_per_gpu * model.v_head_dim, d};
+  }
   shapes[static_cast<int>(LayerGemm::mlp_up)] = {d, ffn * (model.gated_mlp ? 2 : 1)};
   shapes[static_cast<int>(LayerGemm::mlp_down)] = {ffn, d};
   return shapes;

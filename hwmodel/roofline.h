@@ -111,11 +111,13 @@ inline int64_t q_heads_per_gpu(const ModelSpec& model, int tp) {
 inline int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
   return std::max<int64_t>(1, model.num_kv_heads / tp);
 }
-// K and V of one token across all layers, on one GPU.
+// K and V of one token across all layers, on one GPU. MLA's latent cannot be split by heads:
+// every GPU of an attention rank holds all of it (vLLM MLAAttentionSpec; "MLA KV cache is
+// replicated across TP workers", docs/features/nixl_connector_compatibility.md).
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp);
 
-// Per-GPU weight shapes. QKV: (hidden, (q + 2 kv) * head_dim / tp); O: (q * head_dim / tp,
-// hidden); up: (hidden, ffn * (gated ? 2 : 1) / tp); down: (ffn / tp, hidden). LM head: (hidden,
+// Per-GPU weight shapes. QKV: (hidden, (q + 2 kv) * head_dim / tp) (MLA: the down-projection
+// of mla_gemm_shapes); O: (q * head_dim / tp, hidden) (MLA: q * v_head_dim / tp); up: (hidden, ffn * (gated ? 2 : 1) / tp); down: (ffn / tp, hidden). LM head: (hidden,
 // vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead. For an MoE model up and down are
 // those of ONE routed expert (ffn_size is per expert).
 std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp);
@@ -130,6 +132,25 @@ struct MoeGemmShapes {
   GemmShape shared_down;
 };
 MoeGemmShapes moe_gemm_shapes(const ModelSpec& model, int tp);
+
+// Multi-head latent attention's projections on one GPU (vLLM DeepseekV2MLAAttention, and
+// MLACommonImpl for the absorbed decode; local-inference-lab/vllm@28be48f
+// model_executor/models/deepseek_v2.py, layers/attention/mla_attention.py):
+//   qkv_a  the fused down-projection of the query (q_lora_rank) and of the latent with its RoPE
+//          key (kv_lora_rank + qk_rope_head_dim), replicated on every GPU (disable_tp); without
+//          q_lora_rank, the latent's alone;
+//   q_b    the query's up-projection, (q_lora_rank or hidden) -> heads/tp x (nope + rope);
+//   kv_b   the latent's up-projection to each head's K (nope) and V, kv_lora_rank -> heads/tp x
+//          (nope + v): prefill's decompression, over every token the chunk attends to;
+//   uk, uv decode's absorbed halves of kv_b, one matrix per head (a batched GEMM of heads/tp
+//          groups): the query's nope part into the latent (nope -> kv_lora_rank), and the
+//          attention output out of it (kv_lora_rank -> v).
+// The output projection is layer_gemm_shapes' o (heads/tp x v_head_dim -> hidden).
+struct MlaGemmShapes {
+  GemmShape qkv_a, q_b, kv_b, uk, uv;
+  int64_t heads_per_gpu = 0;
+};
+MlaGemmShapes mla_gemm_shapes(const ModelSpec& model, int tp);
 
 // How the tokens of one iteration spread over a layer's routed experts.
 struct ExpertLoad {

@@ -33,6 +33,10 @@ struct Batch {
   // unless the policy keeps a cohort; valid until the iteration has ended.
   std::span<const RequestId> cohort;
   BatchShape shape;             // what the cost model times
+  // With attention data parallelism (policies/dp_attention/): each rank's shape, which the cost
+  // model times as one lockstep step (CostModel::step); `shape` is then their sum. Empty
+  // otherwise.
+  std::vector<BatchShape> rank_shapes;
   SimTime extra_time;           // added to the cost model's time (e.g. swap transfers)
   int64_t bubble_slots = 0;     // batch slots that compute nothing useful (static batching)
   // When the policy schedules nothing now but wants to be asked again at a later time
@@ -43,6 +47,7 @@ struct Batch {
     items.clear();
     cohort = {};
     shape.clear();
+    rank_shapes.clear();
     extra_time = SimTime::zero();
     bubble_slots = 0;
     wake_at.reset();

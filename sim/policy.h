@@ -169,6 +169,9 @@ class Policy {
   // True when the policy holds no waiting or running request.
   virtual bool idle() const = 0;
   virtual const KvCacheManager& kv_cache() const = 0;
+  // Whether request `id` holds KV in this policy's cache (a policy of several caches asks the
+  // one that holds it).
+  virtual bool holds_kv(RequestId id) const { return kv_cache().holds(id); }
 
   // Decode fast-forward (DESIGN.md, "Performance principles"). After schedule() returned a
   // batch of decodes only, the simulation may ask, once per further iteration: "with no

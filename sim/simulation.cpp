@@ -552,7 +552,7 @@ void Simulation::arrive_from_source() {
   now_ = next_request_->arrival;
   // Slots whose policy has freed their KV since they settled are free again.
   std::erase_if(kv_held_slots_, [this](RequestId slot) {
-    if (replicas_[static_cast<size_t>(progress_[static_cast<size_t>(slot)].replica)].policy->kv_cache().holds(slot)) {
+    if (replicas_[static_cast<size_t>(progress_[static_cast<size_t>(slot)].replica)].policy->holds_kv(slot)) {
       return false;
     }
     free_slots_.push_back(slot);
@@ -599,7 +599,7 @@ void Simulation::settle_slot(RequestId id) {
   if (options_.streaming.on_settled) options_.streaming.on_settled(rec);
   // A policy may keep a settled request until it frees its KV (static batching frees a
   // batch's rows together, and reads the finished rows' progress until then).
-  const bool held = replicas_[static_cast<size_t>(rec.replica)].policy->kv_cache().holds(id);
+  const bool held = replicas_[static_cast<size_t>(rec.replica)].policy->holds_kv(id);
   (held ? kv_held_slots_ : free_slots_).push_back(id);
 }
 
@@ -715,7 +715,8 @@ void Simulation::try_start_iteration(Replica& r) {
     throw std::logic_error(fmt::format("policy '{}' listed a decode cohort that is not its replica's whole cohort, stepped once",
                                        policy.name()));
   }
-  const IterationCost cost = r.cost_model->iteration(batch.shape, &r.cost_memo);
+  const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
+                                                       : r.cost_model->step(batch.rank_shapes, &r.cost_memo);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
                              batch.cohort.empty() ? nullptr : &r.cohort);

@@ -67,7 +67,14 @@ po::options_description run_options() {
       ("gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")
       ("engine", po::value<std::string>(), "engine profile: built-in name or file (default: the policy's "
        "engine; batchsim list engines)")
-      ("tp", po::value<int>(), "tensor-parallel degree (default 1)")
+      ("tp", po::value<int>(), "tensor-parallel degree of attention (default 1; vLLM's --tensor-parallel-size)")
+      ("dp", po::value<int>(), "attention data-parallel ranks of a mixture of experts, each with its own scheduler and "
+       "KV cache, stepping together (default 1; vLLM --data-parallel-size, SGLang --dp with "
+       "--enable-dp-attention, TensorRT-LLM enable_attention_dp)")
+      ("ep", po::value<int>(), "expert parallelism: the experts sharded over EP GPUs (default 1; vLLM "
+       "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")
+      ("moe-tp", po::value<int>(), "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
+       "moe_tensor_parallel_size)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
@@ -176,6 +183,9 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("gpu")) c.gpu = vm["gpu"].as<std::string>();
   if (vm.count("engine")) c.engine = vm["engine"].as<std::string>();
   if (vm.count("tp")) c.tp = vm["tp"].as<int>();
+  if (vm.count("dp")) c.dp = vm["dp"].as<int>();
+  if (vm.count("ep")) c.ep = vm["ep"].as<int>();
+  if (vm.count("moe-tp")) c.moe_tp = vm["moe-tp"].as<int>();
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
@@ -288,9 +298,10 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   if (c.weight_dtype != "auto") dtypes += " weights " + c.weight_dtype;
   if (c.kv_cache_dtype != "auto") dtypes += std::string(dtypes.empty() ? "" : ",") + " KV " + c.kv_cache_dtype;
   // A cluster says so: "4 replicas x (tp 1), router least-outstanding"; one replica reads as before.
+  // A mixture of experts' layout reads as the engines spell it: "TP 1 x DP 8, EP 8".
+  const std::string layout = c.layout().is_plain_tp() ? fmt::format("tp {}", c.tp) : c.layout().text();
   std::string group =
-      c.replicas > 1 ? fmt::format("{} replicas x (tp {}), router {}", c.replicas, c.tp, c.router)
-                     : fmt::format("tp {}", c.tp);
+      c.replicas > 1 ? fmt::format("{} replicas x ({}), router {}", c.replicas, layout, c.router) : layout;
   if (is_disaggregated(c)) {
     // "1 prefill x (h100-sxm tp 1, vllm) + 3 decode x (a100-80gb tp 1, vllm, engine trtllm), KV over ib pull":
     // a pool's engine is named when the pool was given one of its own.

@@ -100,6 +100,10 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["gpu"] = c.gpu;
   j["engine"] = run_engine_name(c);
   j["tp"] = c.tp;
+  // Written only when set, so that a run without them reads as it always did.
+  if (c.dp != 1) j["dp"] = c.dp;
+  if (c.ep != 1) j["ep"] = c.ep;
+  if (c.moe_tp != 0) j["moe_tp"] = c.moe_tp;
   j["replicas"] = c.replicas;
   j["router"] = c.router;
   j["weight_dtype"] = c.weight_dtype;
@@ -147,7 +151,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
 }
 
 int64_t run_gpus(const RunConfig& c) {
-  if (!is_disaggregated(c)) return static_cast<int64_t>(c.replicas) * c.tp;
+  if (!is_disaggregated(c)) return static_cast<int64_t>(c.replicas) * c.tp * c.dp;
   return static_cast<int64_t>(c.prefill_replicas) * pool_run_config(c, "prefill").tp +
          static_cast<int64_t>(c.decode_replicas) * pool_run_config(c, "decode").tp;
 }

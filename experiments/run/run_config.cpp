@@ -176,6 +176,9 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     if (key == "model") c.model = scalar<std::string>(v, file, shown);
     else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
     else if (key == "tp") c.tp = scalar<int>(v, file, shown);
+    else if (key == "dp") c.dp = scalar<int>(v, file, shown);
+    else if (key == "ep") c.ep = scalar<int>(v, file, shown);
+    else if (key == "moe-tp") c.moe_tp = scalar<int>(v, file, shown);
     else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
@@ -282,6 +285,10 @@ constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
 
 void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
+  // Wide expert parallelism reaches hundreds of GPUs (DeepSeek-V3's decode unit: EP 320, DP 80).
+  if (c.dp < 1 || c.dp > 1024) throw UserError(fmt::format("--dp {}: must be in [1, 1024]", c.dp));
+  if (c.ep < 1 || c.ep > 1024) throw UserError(fmt::format("--ep {}: must be in [1, 1024]", c.ep));
+  if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.

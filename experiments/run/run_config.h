@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "experiments/run/slo.h"
+#include "hwmodel/parallel_layout.h"
 #include "hwmodel/model_spec.h"
 #include "sim/workload/workload.h"
 
@@ -42,6 +43,12 @@ struct RunConfig {
   std::string model = "llama-2-7b";
   std::string gpu = "a100-80gb";
   int tp = 1;
+  // A mixture of experts' layout (hwmodel/parallel_layout.h): attention data-parallel ranks,
+  // expert parallelism, and the experts' tensor parallelism (0: what the GPUs left over give).
+  int dp = 1;
+  int ep = 1;
+  int moe_tp = 0;
+  ParallelLayout layout() const { return ParallelLayout{tp, dp, ep, moe_tp}; }
   // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
   // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
   std::string weight_dtype = "auto";

@@ -11,6 +11,7 @@
 
 #include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
+#include "policies/dp_attention/dp_attention_policy.h"
 #include "policies/registry.h"
 
 namespace batchsim {
@@ -88,10 +89,20 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   std::vector<std::unique_ptr<Policy>> policies;
   std::vector<Policy*> replicas;
   const auto add_replicas = [&](const RunConfig& c, int count, PoolRole role) {
+    const auto one_policy = [&]() -> std::unique_ptr<Policy> {
+      return hooks.make_policy              ? hooks.make_policy()
+             : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
+                                            : make_pool_policy(c, role);
+    };
     for (int i = 0; i < count; ++i) {
-      policies.push_back(hooks.make_policy              ? hooks.make_policy()
-                         : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
-                                                        : make_pool_policy(c, role));
+      if (c.dp > 1) {
+        // Attention data parallelism: dp schedulers of the policy's kind stepping together.
+        std::vector<std::unique_ptr<Policy>> ranks;
+        for (int r = 0; r < c.dp; ++r) ranks.push_back(one_policy());
+        policies.push_back(std::make_unique<DpAttentionPolicy>(std::move(ranks)));
+      } else {
+        policies.push_back(one_policy());
+      }
       replicas.push_back(policies.back().get());
     }
   };
@@ -119,7 +130,8 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     add_replicas(config, config.replicas, PoolRole::kColocated);
   }
   // The first replica is the first pool's (the prefill pool comes first).
-  const CostModel cost_model(model, gpu, first_pool.tp, engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
+  const CostModel cost_model(model, gpu, first_pool.layout(),
+                             engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
 
   BuiltWorkload generated;
   if (hooks.source != nullptr) {

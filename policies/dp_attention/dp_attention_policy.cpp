@@ -1,0 +1,151 @@
+// batchsim — attention data parallelism (see dp_attention_policy.h).
+#include "policies/dp_attention/dp_attention_policy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace batchsim {
+
+DpAttentionPolicy::DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks) : ranks_(std::move(ranks)) {
+  if (ranks_.size() < 2) throw std::logic_error("DpAttentionPolicy: needs at least two ranks");
+  name_ = std::string(ranks_.front()->name());
+  const size_t n = ranks_.size();
+  outstanding_.assign(n, 0);
+  running_.assign(n, 0);
+  batches_.resize(n);
+  finished_.resize(n);
+}
+
+void DpAttentionPolicy::attach(PolicyEnv& env) {
+  envs_.assign(ranks_.size(), env);
+  rank_of_.assign(env.requests != nullptr ? env.requests->size() : 0, -1);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    PolicyEnv& e = envs_[r];
+    e.cohort = nullptr;  // each rank lists every request of its batch
+    // A rejected request leaves its rank as a finished one does.
+    e.reject = [this, r, reject = env.reject](RequestId id, std::string reason) {
+      --outstanding_[r];
+      reject(id, std::move(reason));
+    };
+    ranks_[r]->attach(e);
+  }
+}
+
+int DpAttentionPolicy::rank_of(RequestId id) const {
+  return static_cast<size_t>(id) < rank_of_.size() ? rank_of_[static_cast<size_t>(id)] : -1;
+}
+
+void DpAttentionPolicy::on_arrival(RequestId id, SimTime now) {
+  // vLLM's DPLBAsyncMPClient: the rank with the fewest 4 x waiting + running.
+  size_t best = 0;
+  int64_t best_score = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const int64_t waiting = outstanding_[r] - running_[r];
+    const int64_t score = 4 * waiting + running_[r];
+    if (r == 0 || score < best_score) {
+      best = r;
+      best_score = score;
+    }
+  }
+  if (static_cast<size_t>(id) >= rank_of_.size()) rank_of_.resize(static_cast<size_t>(id) + 1, -1);
+  rank_of_[static_cast<size_t>(id)] = static_cast<int32_t>(best);
+  ++outstanding_[best];
+  ranks_[best]->on_arrival(id, now);
+}
+
+void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
+  bool any = false;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Batch& b = batches_[r];
+    b.clear();
+    ranks_[r]->schedule(now, b);
+    if (!b.cohort.empty()) throw std::logic_error("DpAttentionPolicy: a rank scheduled a decode cohort");
+    running_[r] = static_cast<int64_t>(b.items.size());
+    any = any || !b.empty();
+    if (b.wake_at && (!batch.wake_at || *b.wake_at < *batch.wake_at)) batch.wake_at = b.wake_at;
+  }
+  if (!any) return;
+  // The replica's batch: every rank's items in rank order, the shapes summed, and each rank's
+  // shape for the lockstep step (an idle rank's empty shape runs the dummy batch).
+  batch.rank_shapes.resize(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const Batch& b = batches_[r];
+    batch.items.insert(batch.items.end(), b.items.begin(), b.items.end());
+    batch.shape.prefills.insert(batch.shape.prefills.end(), b.shape.prefills.begin(), b.shape.prefills.end());
+    batch.shape.num_decodes += b.shape.num_decodes;
+    batch.shape.decode_context_sum += b.shape.decode_context_sum;
+    batch.shape.decode_context_max = std::max(batch.shape.decode_context_max, b.shape.decode_context_max);
+    batch.shape.num_sampled += b.shape.num_sampled;
+    batch.extra_time = std::max(batch.extra_time, b.extra_time);
+    batch.bubble_slots += b.bubble_slots;
+    batch.rank_shapes[r] = b.shape;
+  }
+}
+
+void DpAttentionPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime now) {
+  for (auto& f : finished_) f.clear();
+  for (const RequestId id : finished) {
+    const int r = rank_of(id);
+    if (r < 0) throw std::logic_error(fmt::format("DpAttentionPolicy: request {} finished on no rank", id));
+    finished_[static_cast<size_t>(r)].push_back(id);
+    --outstanding_[static_cast<size_t>(r)];
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->on_iteration_end(batches_[r], finished_[r], now);
+}
+
+bool DpAttentionPolicy::idle() const {
+  return std::all_of(ranks_.begin(), ranks_.end(), [](const auto& p) { return p->idle(); });
+}
+
+const KvCacheManager& DpAttentionPolicy::kv_cache() const { return summed_kv_; }
+
+bool DpAttentionPolicy::holds_kv(RequestId id) const {
+  const int r = rank_of(id);
+  return r >= 0 && ranks_[static_cast<size_t>(r)]->holds_kv(id);
+}
+
+std::optional<Policy::KvSizing> DpAttentionPolicy::kv_sizing(const CostModel& cost_model,
+                                                             double gpu_memory_utilization) const {
+  // Each rank sizes its own cache on its own GPUs, as one engine would (the cost model's
+  // capacity is per attention rank).
+  return ranks_.front()->kv_sizing(cost_model, gpu_memory_utilization);
+}
+
+std::optional<int64_t> DpAttentionPolicy::cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const {
+  return ranks_.front()->cuda_graph_max_batch(gpu, tp);
+}
+
+std::string DpAttentionPolicy::unsupported_role_reason(PoolRole role) const {
+  if (role == PoolRole::kColocated) return "";
+  return fmt::format("data-parallel attention ranks in a {} pool are not supported yet", pool_role_name(role));
+}
+
+bool DpAttentionPolicy::SummedKv::bug() {
+  throw std::logic_error("DpAttentionPolicy: the ranks' summed KV cache admits nothing; each rank admits into its own");
+}
+
+bool DpAttentionPolicy::SummedKv::fits_when_empty(int64_t reserve_tokens) const {
+  return owner_.ranks_.front()->kv_cache().fits_when_empty(reserve_tokens);
+}
+
+int64_t DpAttentionPolicy::SummedKv::capacity_tokens() const {
+  int64_t n = 0;
+  for (const auto& p : owner_.ranks_) n += p->kv_cache().capacity_tokens();
+  return n;
+}
+
+int64_t DpAttentionPolicy::SummedKv::allocated_tokens() const {
+  int64_t n = 0;
+  for (const auto& p : owner_.ranks_) n += p->kv_cache().allocated_tokens();
+  return n;
+}
+
+int64_t DpAttentionPolicy::SummedKv::used_tokens() const {
+  int64_t n = 0;
+  for (const auto& p : owner_.ranks_) n += p->kv_cache().used_tokens();
+  return n;
+}
+
+}  // namespace batchsim

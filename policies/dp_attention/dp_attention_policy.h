@@ -1,0 +1,107 @@
+// batchsim — attention data parallelism: dp schedulers that step together.
+//
+// With DP attention (parallel_layout.h) one replica is dp attention ranks, each with its own
+// scheduler, batch and KV cache, whose tokens meet in the MoE layers: vLLM runs one EngineCore
+// per DP rank (v1/engine/core.py DPEngineCoreProc), SGLang one scheduler per attention-DP rank
+// (layers/dp_attention.py), TensorRT-LLM one executor per rank under enable_attention_dp. Every
+// MoE layer is a collective over all ranks, so the ranks step in lockstep: a rank with nothing to
+// do runs a dummy batch while any other has work (vLLM's execute_dummy_batch; SGLang's IDLE
+// forward mode), and a step lasts as long as its slowest rank (CostModel::step).
+//
+// DpAttentionPolicy is that replica: it owns dp policies of one kind (any base, built by the
+// registry), gives each its own environment and KV cache of one rank's capacity, routes every
+// arriving request to one rank, and merges the ranks' batches into the replica's batch, whose
+// rank_shapes carry each rank's shape for the cost model.
+//
+// Routing follows vLLM's DP load balancer (v1/engine/core_client.py,
+// DPLBAsyncMPClient.get_core_engine_for_request): the rank with the smallest 4 x waiting +
+// running, the lowest-numbered on a tie. A rank's running requests are those of its last batch;
+// its waiting ones the rest of what it was given and has not finished. (vLLM refreshes those
+// counts every ~100 ms from the coordinator and counts its own sends in between; here they are
+// exact at every arrival.)
+//
+// Invariants: every request lives on exactly one rank from arrival to finish; the merged
+// batch's items are the ranks' items in rank order; the replica is idle when every rank is.
+// Decode fast-forward is off (each rank schedules every step), as are decode cohorts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/kv_cache.h"
+#include "sim/policy.h"
+
+namespace batchsim {
+
+class DpAttentionPolicy final : public Policy {
+ public:
+  // `ranks` policies of one kind, each a rank's scheduler (at least two).
+  explicit DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks);
+
+  std::string_view name() const override { return name_; }
+  void attach(PolicyEnv& env) override;
+  void on_arrival(RequestId id, SimTime now) override;
+  void schedule(SimTime now, Batch& batch) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
+  bool idle() const override;
+  // The ranks' KV caches summed (capacity, allocated and used tokens); holds_kv asks the rank.
+  const KvCacheManager& kv_cache() const override;
+  bool holds_kv(RequestId id) const override;
+  std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
+  std::optional<int64_t> cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const override;
+  std::string unsupported_role_reason(PoolRole role) const override;
+
+  int ranks() const { return static_cast<int>(ranks_.size()); }
+  // The rank request `id` was routed to (-1 before it arrived).
+  int rank_of(RequestId id) const;
+  const Policy& rank_policy(int rank) const { return *ranks_[static_cast<size_t>(rank)]; }
+
+ private:
+  // The ranks' caches as one, for the replica's totals; admitting through it is a bug.
+  class SummedKv final : public KvCacheManager {
+   public:
+    explicit SummedKv(const DpAttentionPolicy& owner) : KvCacheManager(0), owner_(owner) {}
+    std::string_view kind() const override { return "dp-ranks"; }
+    bool try_admit(RequestId, int64_t, int64_t) override { return bug(); }
+    bool try_grow(RequestId, int64_t) override { return bug(); }
+    void release(RequestId) override { bug(); }
+    bool fits_when_empty(int64_t reserve_tokens) const override;
+    bool can_admit(RequestId, int64_t, int64_t) const override { return bug(); }
+    int64_t admission_room() const override { return bug(); }
+    int64_t admission_cost(int64_t, int64_t) const override { return bug(); }
+    int64_t capacity_tokens() const override;
+    int64_t allocated_tokens() const override;
+    int64_t used_tokens() const override;
+    int64_t decode_run_blocks() const override { return bug(); }
+    bool decode_run_step() override { return bug(); }
+    bool cohort_grows_by_count() const override { return false; }
+    bool grow_cohort(int64_t, int64_t) override { return bug(); }
+    bool grows_within(RequestId, int64_t) const override { return bug(); }
+
+   protected:
+    void start_decode_run() override { bug(); }
+    bool decode_run_steps_in_place() const override { return bug(); }
+
+   private:
+    [[noreturn]] static bool bug();
+    const DpAttentionPolicy& owner_;
+  };
+
+  std::vector<std::unique_ptr<Policy>> ranks_;
+  std::string name_;
+  std::vector<PolicyEnv> envs_;           // each rank's environment (no cohort)
+  std::vector<int32_t> rank_of_;          // per request, -1 before it arrives
+  std::vector<int64_t> outstanding_;      // per rank: given and not finished
+  std::vector<int64_t> running_;          // per rank: requests of its last batch
+  std::vector<Batch> batches_;            // per rank: its part of the current step
+  std::vector<std::vector<RequestId>> finished_;  // per rank, scratch for on_iteration_end
+  SummedKv summed_kv_{*this};
+};
+
+}  // namespace batchsim

@@ -1,0 +1,177 @@
+// Expert parallelism and attention data parallelism in the cost model (issue 43, item 4): weights
+// per GPU under each layout, the MoE exchanges' bytes, the lockstep step of DP ranks, MLA's
+// replicated latent, and the layouts that are refused.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "hwmodel/base/error.h"
+#include "hwmodel/cost_model.h"
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/model_spec.h"
+#include "hwmodel/parallel_layout.h"
+#include "hwmodel/roofline.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::user_error_of;
+
+BatchShape decodes(int64_t n, int64_t context) {
+  BatchShape s;
+  for (int64_t i = 0; i < n; ++i) s.add_decode(context);
+  s.num_sampled = n;
+  return s;
+}
+
+TEST(ParallelLayout, WeightsPerGpuSplitExpertsOverEveryGpuAndTheRestOverTheRank) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  const HardwareProfile h200 = resolve_gpu("h200");
+  const double all = static_cast<double>(v3.weight_bytes());
+  const double routed = v3.routed_expert_weight_bytes();
+  // The routed experts are most of DeepSeek-V3: 58 MoE layers x 256 experts x 3 x 7168 x 2048.
+  EXPECT_NEAR(routed, 58.0 * 256 * 3 * 7168 * 2048 * (1 + 4.0 / 16384), 1);
+  // TP 8: everything over 8 GPUs.
+  EXPECT_DOUBLE_EQ(CostModel(v3, h200, ParallelLayout{8}).weight_bytes_per_gpu(), all / 8);
+  // TP 8 with EP 8 (TensorRT-LLM's TEP): still 8 GPUs of one rank, the same bytes each.
+  EXPECT_DOUBLE_EQ(CostModel(v3, h200, ParallelLayout{8, 1, 8}).weight_bytes_per_gpu(), all / 8);
+  // DP 8 x EP 8: the attention, dense layers, shared experts and embeddings whole on each GPU,
+  // the routed experts over all 8.
+  EXPECT_DOUBLE_EQ(CostModel(v3, h200, ParallelLayout{1, 8, 8}).weight_bytes_per_gpu(), (all - routed) + routed / 8);
+  // DP 4 x TP 2, EP 8.
+  EXPECT_DOUBLE_EQ(CostModel(v3, h200, ParallelLayout{2, 4, 8}).weight_bytes_per_gpu(),
+                   (all - routed) / 2 + routed / 8);
+}
+
+TEST(ParallelLayout, MlaLatentIsWholeOnEveryGpuOfARank) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  // 61 layers x 576 x 2 bytes, whatever the tp: TP cannot split the latent by heads.
+  for (int tp : {1, 2, 8}) EXPECT_EQ(kv_bytes_per_token_per_gpu(v3, tp), 61 * 576 * 2) << tp;
+  // GQA splits its KV heads: Qwen3-235B's 4 KV heads over TP 4.
+  const ModelSpec qwen = resolve_model("qwen3-235b-a22b");
+  EXPECT_EQ(kv_bytes_per_token_per_gpu(qwen, 4), 94 * 2 * 1 * 128 * 2);
+}
+
+TEST(ParallelLayout, BadLayoutsAreRefusedByName) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  const HardwareProfile h200 = resolve_gpu("h200");
+  // EP not dividing the experts (256).
+  EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{1, 6, 6}); }),
+              AllOf(HasSubstr("--ep 6"), HasSubstr("256 experts")));
+  // EP x MoE-TP not covering TP x DP.
+  EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{2, 4, 4, 4}); }),
+              AllOf(HasSubstr("--ep 4 x --moe-tp 4"), HasSubstr("= 8 GPUs")));
+  EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{1, 8, 16}); }), HasSubstr("--ep 16"));
+  // DP of a dense model: independent replicas, --replicas.
+  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{1, 2}); }),
+              AllOf(HasSubstr("--dp 2"), HasSubstr("--replicas 2")));
+  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{2, 1, 2}); }),
+              HasSubstr("no experts"));
+  // An expert FFN that the experts' TP cannot split: gpt-oss's 2880 over MoE-TP 128.
+  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("gpt-oss-120b"), h200, ParallelLayout{1, 128, 1}); }),
+              AllOf(HasSubstr("--moe-tp 128"), HasSubstr("2880")));
+  // Beyond one node without an inter-node link.
+  HardwareProfile one_node = h200;
+  one_node.internode_bytes_per_s = 0;
+  EXPECT_THAT(user_error_of([&] { CostModel(v3, one_node, ParallelLayout{1, 16, 16}); }),
+              AllOf(HasSubstr("16 GPUs"), HasSubstr("internode_bytes_per_s")));
+}
+
+// EP 1 and DP 1 is today's plain tensor parallelism, to the bit.
+TEST(ParallelLayout, PlainLayoutIsTheTensorParallelCostModel) {
+  const ModelSpec mixtral = resolve_model("mixtral-8x7b");
+  const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
+  const CostModel by_tp(mixtral, h100, 2);
+  const CostModel by_layout(mixtral, h100, ParallelLayout{2, 1, 1, 0});
+  BatchShape mixed = decodes(40, 900);
+  mixed.add_prefill(512, 0);
+  for (const BatchShape& s : {decodes(1, 10), decodes(64, 2000), mixed}) {
+    EXPECT_EQ(by_tp.iteration(s).total_s, by_layout.iteration(s).total_s);
+    const std::vector<BatchShape> one{s};
+    EXPECT_EQ(by_tp.step(one).total_s, by_tp.iteration(s).total_s);
+  }
+}
+
+// A DP step lasts as long as its slowest rank, plus the MoE layers over every rank's tokens.
+TEST(ParallelLayout, DpStepWaitsForTheSlowestRank) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  const CostModel cm(v3, resolve_gpu("h200"), ParallelLayout{1, 4, 4});
+  const BatchShape light = decodes(2, 100);
+  BatchShape heavy = decodes(2, 100);
+  heavy.add_prefill(4096, 0);
+  const std::vector<BatchShape> ranks{light, heavy, light, BatchShape{}};
+  const IterationCost step = cm.step(ranks);
+  // The slowest rank's own part is the heavy one's; the rest is the MoE over all tokens.
+  const IterationCost heavy_rank = cm.iteration(heavy);
+  const IterationCost light_rank = cm.iteration(light);
+  EXPECT_GT(heavy_rank.total_s, light_rank.total_s);
+  const int64_t tokens = light.total_tokens() * 2 + heavy.total_tokens() + 1;  // + the idle rank's dummy token
+  const CostModel::MoeStepCost moe = cm.moe_step(tokens);
+  EXPECT_NEAR(step.total_s, heavy_rank.total_s + moe.experts_up_s + moe.experts_down_s + moe.exchange_s, 1e-12);
+  // Every rank idle: nothing to time.
+  EXPECT_EQ(cm.step(std::vector<BatchShape>(4)).total_s, 0);
+  // A rank's load elsewhere makes a light rank's step longer than it would be alone.
+  const std::vector<BatchShape> all_light{light, light, light, light};
+  EXPECT_GT(step.total_s, cm.step(all_light).total_s);
+}
+
+// The all-gather of vLLM's default backend moves every other rank's tokens to each GPU and back;
+// an all-to-all sends each token to the ranks of its experts. Bytes by hand.
+TEST(ParallelLayout, MoeExchangeBytesPerStep) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  HardwareProfile gpu = resolve_gpu("h200");
+  gpu.interconnect_latency_s = 0;
+  gpu.internode_latency_s = 0;
+  const double nvlink = gpu.interconnect_bytes_per_s;
+  EngineProfile gather;  // all-gather + reduce-scatter
+  const CostModel ag(v3, gpu, ParallelLayout{1, 8, 8}, gather);
+  const int64_t tokens = 800;  // 100 per rank
+  // Each GPU receives the 700 tokens of the other ranks (16-bit, hidden 7168) before the
+  // experts and sends as much back after: 58 MoE layers.
+  EXPECT_NEAR(ag.moe_step(tokens).exchange_s, 58 * 2 * (700.0 * 7168 * 2) / nvlink, 1e-12);
+  EngineProfile a2a;
+  a2a.moe_all_to_all = true;
+  const CostModel deepep(v3, gpu, ParallelLayout{1, 8, 8}, a2a);
+  // Each of a rank's 100 tokens reaches the other 7 ranks with probability 1 - (7/8)^8 each:
+  // FP8 out, 16-bit back.
+  const double remote = 7 * (1 - std::pow(7.0 / 8, 8));
+  EXPECT_NEAR(deepep.moe_step(tokens).exchange_s, 58 * (100 * remote * 7168 * (1 + 2)) / nvlink, 1e-12);
+  // Over two nodes (EP 16), the traffic bound to the other node crosses the NICs: 8 of the 15
+  // other GPUs are remote, and the slower link sets the time.
+  const CostModel wide(v3, gpu, ParallelLayout{1, 16, 16}, a2a);
+  const double remote16 = 15 * (1 - std::pow(15.0 / 16, 8));
+  const double bytes = 100 * remote16 * 7168 * 1.0;  // dispatch, 1600 tokens over 16 ranks
+  const double dispatch = std::max(bytes * 7 / 15 / nvlink, bytes * 8 / 15 / gpu.internode_bytes_per_s);
+  const double combine = 2 * dispatch;
+  EXPECT_NEAR(wide.moe_step(1600).exchange_s, 58 * (dispatch + combine), 1e-12);
+}
+
+// An expert rank multiplies its own whole experts (256 / EP of them) by the rows routed to them:
+// tokens x k / EP over the local experts the tokens touch.
+TEST(ParallelLayout, ExpertParallelismSplitsTheExpertsNotTheirTokens) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  const HardwareProfile h200 = resolve_gpu("h200");
+  const CostModel ep(v3, h200, ParallelLayout{8, 1, 8});
+  const int64_t tokens = 512;
+  const double touched = 32 * (1 - std::pow(1 - 8.0 / 256, tokens));
+  const double rows = tokens * 8.0 / 8 / touched;
+  const CostModel::MoeStepCost moe = ep.moe_step(tokens);
+  EXPECT_DOUBLE_EQ(moe.experts_up_s,
+                   58 * grouped_gemm_time_s(h200, GemmShape{7168, 2 * 2048}, rows, touched, WeightFormat::fp8_block));
+  EXPECT_DOUBLE_EQ(moe.experts_down_s,
+                   58 * grouped_gemm_time_s(h200, GemmShape{2048, 7168}, rows, touched, WeightFormat::fp8_block));
+  // With EP 8 x MoE-TP 1 on one attention rank of TP 8 (TEP) the experts' outputs are summed by
+  // the layer's all-reduce: no exchange of their own.
+  EXPECT_EQ(moe.exchange_s, 0);
+  // More tokens never make the experts faster.
+  EXPECT_GE(ep.moe_step(8192).experts_up_s, ep.moe_step(4096).experts_up_s);
+  EXPECT_GE(ep.moe_step(64).experts_up_s, ep.moe_step(1).experts_up_s);
+}
+
+}  // namespace
+}  // namespace batchsim
