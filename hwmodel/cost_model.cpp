@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "hwmodel/base/error.h"
+#include "hwmodel/mla.h"
 
 namespace batchsim {
 
@@ -57,15 +58,6 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   moe_gemms_ = moe_gemm_shapes(model_, tp_);
   mla_gemms_ = mla_gemm_shapes(model_, tp_);
-  if (model_.is_mla()) {
-    // Decode reads the latent as one KV head: K and V of head_dim (kv_lora_rank + rope) / 2 each
-    // move the latent's bytes once, and every query head of the GPU attends to it.
-    mla_decode_model_ = model_;
-    mla_decode_model_.attention = AttentionKind::gqa;
-    mla_decode_model_.num_kv_heads = 1;
-    mla_decode_model_.num_heads = model_.num_heads;
-    mla_decode_model_.head_dim = (model_.kv_lora_rank + model_.qk_rope_head_dim) / 2;
-  }
   lm_head_ = lm_head_shape(model_, tp_);
   if (model_.is_moe() && model_.dense_layers > 0) {
     dense_layer_model_ = model_;
@@ -76,7 +68,13 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
     dense_up_ = dense[static_cast<int>(LayerGemm::mlp_up)];
     dense_down_ = dense[static_cast<int>(LayerGemm::mlp_down)];
   }
-  fa3_tiles_ = costs_fa3_prefill_tiles(gpu_);
+  if (model_.is_moe() && model_.shared_expert_ffn_size > 0) {
+    // The shared experts' activation: a dense MLP of their FFN.
+    shared_expert_model_ = model_;
+    shared_expert_model_.num_experts = shared_expert_model_.experts_per_token = 0;
+    shared_expert_model_.ffn_size = model_.shared_expert_ffn_size;
+  }
+  tiles_ = prefill_attention_tiles(gpu_, model_);
 }
 
 double CostModel::weight_bytes_per_gpu() const {
@@ -100,32 +98,30 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   // With dp attention ranks this is one rank's part; the routed experts, which see every rank's
   // tokens, are the step's (moe_step).
   const bool routed_here = layout_.dp == 1;
-  if (model_.is_moe() && !layout_.is_plain_tp()) {
-    // Attention projections on the rank's tokens; the experts on their expert rank.
+  if (model_.is_moe()) {
+    // Attention projections on the rank's tokens; the routed experts as one fused-MoE call on
+    // their expert rank (moe_kernel.h), with the step's tokens when this rank is the step.
     cost.layer_gemm_s[kQkv] = layers * gemm_time_s(gpu_, layer_gemms_[kQkv], tokens, w_format);
     cost.layer_gemm_s[kO] = layers * gemm_time_s(gpu_, layer_gemms_[kO], tokens, w_format);
     if (routed_here) {
       const auto [up_s, down_s] = routed_experts_s(tokens);
       cost.layer_gemm_s[kUp] = model_.moe_layers() * up_s;
       cost.layer_gemm_s[kDown] = model_.moe_layers() * down_s;
+      cost.gemm_compute_bound = routed_experts_compute_bound(tokens);
     }
   } else {
-    // The MLP projections run once per expert the tokens touch, on that expert's tokens; a dense
-    // MLP is one expert of all of them.
+    // A dense MLP on all the tokens: one "expert" of all of them (expected_expert_load).
     const ExpertLoad load = expected_expert_load(model_, tokens);
-    const double mlp_layers = model_.is_moe() ? model_.moe_layers() : model_.num_layers;
     for (int g = 0; g < kNumLayerGemms; ++g) {
       const bool mlp = g == kUp || g == kDown;
       const double layer_s =
-          mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts,
-                                    expert_format)
+          mlp ? grouped_gemm_time_s(gpu_, layer_gemms_[g], load.tokens_per_expert, load.experts, w_format)
               : gemm_time_s(gpu_, layer_gemms_[g], tokens, w_format);
-      cost.layer_gemm_s[g] = (mlp ? mlp_layers : layers) * layer_s;
+      cost.layer_gemm_s[g] = layers * layer_s;
     }
-    // The MLP up projection is the largest GEMM; its regime is the layer's (an MoE layer's: one
-    // routed expert's on its share of the tokens).
+    // The MLP up projection is the largest GEMM; its regime is the layer's.
     cost.gemm_compute_bound =
-        grouped_gemm_compute_bound(gpu_, layer_gemms_[kUp], load.tokens_per_expert, load.experts, expert_format);
+        grouped_gemm_compute_bound(gpu_, layer_gemms_[kUp], load.tokens_per_expert, load.experts, w_format);
   }
   if (model_.is_mla()) {
     // MLA's query up-projection follows the fused down-projection (mla_gemm_shapes).
@@ -145,7 +141,7 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
     }
   }
   for (double s : cost.layer_gemm_s) cost.gemm_s += s;
-  if (model_.is_moe() && !layout_.is_plain_tp()) {
+  if (model_.is_moe() && !routed_here) {
     cost.gemm_compute_bound = gemm_compute_bound(gpu_, layer_gemms_[kQkv], tokens, w_format);
   }
 
@@ -156,19 +152,24 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   auto layer_op_s = [&](ElementwiseOp op) {
     return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
   };
-  if (model_.dense_layers == 0) {
+  if (!model_.is_moe()) {
     cost.elementwise_s =
         layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
                   layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
         layer_op_s(ElementwiseOp::embedding);
   } else {
-    // The dense layers' activation is a dense MLP's.
-    const double dense_activation_s = elementwise_time_s(
-        gpu_, ElementwiseOp::activation, elementwise_bytes(dense_layer_model_, tp_, ElementwiseOp::activation, tokens));
+    // The routed experts' activation and top-k combine are in the fused-MoE call; an MoE layer
+    // adds its shared expert's activation, a dense layer its MLP's.
+    auto activation_s = [&](const ModelSpec& m) {
+      return elementwise_time_s(gpu_, ElementwiseOp::activation,
+                                elementwise_bytes(m, tp_, ElementwiseOp::activation, tokens));
+    };
+    const double shared_activation_s = model_.shared_expert_ffn_size > 0 ? activation_s(shared_expert_model_) : 0;
+    const double dense_activation_s = model_.dense_layers > 0 ? activation_s(dense_layer_model_) : 0;
     cost.elementwise_s =
         layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
                   layer_op_s(ElementwiseOp::residual_add)) +
-        model_.moe_layers() * layer_op_s(ElementwiseOp::activation) + model_.dense_layers * dense_activation_s +
+        model_.moe_layers() * shared_activation_s + model_.dense_layers * dense_activation_s +
         layer_op_s(ElementwiseOp::embedding);
   }
 
@@ -185,23 +186,34 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   return cost;
 }
 
+FusedMoeCall CostModel::fused_moe_call(int64_t tokens) const {
+  FusedMoeCall call;
+  call.tokens = tokens;
+  call.hidden = model_.hidden_size;
+  call.intermediate = model_.ffn_size / layout_.expert_tp();
+  call.top_k = model_.experts_per_token;
+  call.experts = model_.num_experts;
+  call.ep = layout_.ep;
+  call.format = model_.expert_weight_format;
+  call.gated = model_.gated_mlp;
+  call.routing = moe_routing_;
+  return call;
+}
+
 std::pair<double, double> CostModel::routed_experts_s(int64_t tokens) const {
-  // One expert rank holds num_experts / ep experts of ffn_size / moe_tp. Under uniform routing
-  // each of a token's k experts lies on a given rank with probability 1/ep, so the rank multiplies
-  // tokens x k / ep rows over the local experts its tokens touch: a local expert is missed by all
-  // of them with probability (1 - k / E)^tokens.
+  // One MoE layer's routed experts on the busiest expert rank: vLLM's fused-MoE call (routing,
+  // the w13 and w2 grouped GEMMs, the activation and the top-k combine), fitted on NVIDIA's H100
+  // tables where the profile has the kernel's fit (moe_kernel.h). Reported split as the GEMMs
+  // split their weights (w13 holds gate and up: 2 of 3 parts when gated), the fixed part with
+  // the up projection and the per-row work with the down one.
   if (tokens <= 0) return {0, 0};
-  const double e = model_.num_experts;
-  const double k = model_.experts_per_token;
-  const double local = e / layout_.ep;
-  const double t = static_cast<double>(tokens);
-  const double touched = local * (1 - std::pow(1 - k / e, t));
-  const double rows = t * k / layout_.ep / touched;
-  const int64_t ffn = model_.ffn_size / layout_.expert_tp();
-  const GemmShape up{model_.hidden_size, ffn * (model_.gated_mlp ? 2 : 1)};
-  const GemmShape down{ffn, model_.hidden_size};
-  return {grouped_gemm_time_s(gpu_, up, rows, touched, model_.expert_weight_format),
-          grouped_gemm_time_s(gpu_, down, rows, touched, model_.expert_weight_format)};
+  const FusedMoeTime t = fused_moe_time(gpu_, fused_moe_call(tokens));
+  const double up_share = model_.gated_mlp ? 2.0 / 3 : 0.5;
+  return {t.fixed_s + t.gemm_s * up_share, t.gemm_s * (1 - up_share) + t.rows_s};
+}
+
+bool CostModel::routed_experts_compute_bound(int64_t tokens) const {
+  return tokens > 0 && fused_moe_time(gpu_, fused_moe_call(tokens)).compute_bound();
 }
 
 double CostModel::exchange_s(double bytes_per_gpu, int gpus) const {
@@ -257,7 +269,7 @@ double CostModel::lm_head_s(int64_t sampled) const {
 IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* memo) const {
   if (shape.empty()) return IterationCost{};
   const int64_t tokens = shape.total_tokens();
-  if (memo == nullptr) return iteration_from(shape, token_costs(tokens), lm_head_s(shape.num_sampled));
+  if (memo == nullptr) return iteration_from(shape, token_costs(tokens), lm_head_s(shape.num_sampled), nullptr);
   TokenCosts& slot = memo->token_slot(tokens);
   if (slot.tokens != tokens) slot = token_costs(tokens);
   auto& [sampled, head_s] = memo->lm_head_slot(shape.num_sampled);
@@ -265,7 +277,7 @@ IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* m
     sampled = shape.num_sampled;
     head_s = lm_head_s(sampled);
   }
-  return iteration_from(shape, slot, head_s);
+  return iteration_from(shape, slot, head_s, memo);
 }
 
 IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo) const {
@@ -304,7 +316,16 @@ IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCac
   return slowest;
 }
 
-void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost) const {
+double CostModel::mla_absorb_s(int64_t decodes) const {
+  // vLLM keeps the absorbed W_UK and W_UV in 16-bit (MLACommonImpl.process_weights_after_loading
+  // dequantises kv_b for them).
+  const double rows = static_cast<double>(decodes);
+  const double heads = static_cast<double>(mla_gemms_.heads_per_gpu);
+  return grouped_gemm_time_s(gpu_, mla_gemms_.uk, rows, heads, WeightFormat::bf16) +
+         grouped_gemm_time_s(gpu_, mla_gemms_.uv, rows, heads, WeightFormat::bf16);
+}
+
+void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const {
   // Multi-head latent attention as vLLM runs it (MLACommonImpl, layers/attention/mla_attention.py
   // at local-inference-lab/vllm@28be48f). Prefill decompresses: the latent of every token a chunk
   // attends to (its cached context and itself) goes through kv_b to each head's K and V, then
@@ -316,27 +337,33 @@ void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost) cons
   OperatorWork prefill;
   int64_t decompressed = 0;
   for (const PrefillChunk& chunk : shape.prefills) {
-    prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before, fa3_tiles_);
+    prefill += mla_prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before);
     decompressed += chunk.context_before + chunk.new_tokens;
   }
-  cost.prefill_attention_s =
-      layers * (prefill_attention_time_s(gpu_, prefill) +
-                gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
+  if (!shape.prefills.empty()) {
+    cost.prefill_attention_s =
+        layers * (mla_prefill_attention_time_s(gpu_, prefill) +
+                  gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
+  }
   if (shape.num_decodes > 0) {
-    const OperatorWork decode = decode_attention_work(mla_decode_model_, tp_, shape.num_decodes,
-                                                      shape.decode_context_sum, shape.decode_context_max);
-    // vLLM keeps the absorbed W_UK and W_UV in 16-bit (MLACommonImpl.process_weights_after_loading
-    // dequantises kv_b for them).
-    const double rows = static_cast<double>(shape.num_decodes);
-    const double heads = static_cast<double>(mla_gemms_.heads_per_gpu);
-    cost.decode_attention_s =
-        layers * (decode_attention_time_s(gpu_, decode, shape.num_decodes) +
-                  grouped_gemm_time_s(gpu_, mla_gemms_.uk, rows, heads, WeightFormat::bf16) +
-                  grouped_gemm_time_s(gpu_, mla_gemms_.uv, rows, heads, WeightFormat::bf16));
+    const OperatorWork decode = mla_decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum);
+    double absorb_s = 0;
+    if (memo == nullptr) {
+      absorb_s = mla_absorb_s(shape.num_decodes);
+    } else {
+      auto& [rows, seconds] = memo->mla_absorb_slot(shape.num_decodes);
+      if (rows != shape.num_decodes) {
+        rows = shape.num_decodes;
+        seconds = mla_absorb_s(rows);
+      }
+      absorb_s = seconds;
+    }
+    cost.decode_attention_s = layers * (mla_decode_attention_time_s(gpu_, decode) + absorb_s);
   }
 }
 
-IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const {
+IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds,
+                                        NonAttentionCache* memo) const {
   IterationCost cost;
   const double layers = model_.num_layers;
   cost.layer_gemm_s = t.layer_gemm_s;
@@ -353,23 +380,26 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
   // chunk; a decode reads at most W (or C) keys, summed as min(context sum, decodes x span),
   // which is exact when every context is beyond the span or every one within it.
   if (model_.is_mla()) {
-    mla_attention(shape, cost);
+    mla_attention(shape, cost, memo);
   } else {
     const double full_layers = model_.full_attention_layers();
     auto attention_s = [&](int64_t span, bool chunked, double count) {
       if (count <= 0) return std::pair<double, double>{0, 0};
+      // A sliding window is the kernel's own (window_tokens); a chunk of Llama 4's chunked
+      // attention is full attention from the chunk's start.
+      const int64_t window = chunked ? 0 : span;
       OperatorWork prefill;
       for (const PrefillChunk& chunk : shape.prefills) {
-        int64_t before = chunk.context_before;
-        if (span > 0) before = chunked ? before % span : std::min(before, span);
-        prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, before, fa3_tiles_);
+        const int64_t before = chunked && span > 0 ? chunk.context_before % span : chunk.context_before;
+        prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, before, tiles_, window);
       }
       int64_t context_sum = shape.decode_context_sum, context_max = shape.decode_context_max;
-      if (span > 0) {
+      if (chunked && span > 0) {
         context_sum = std::min(context_sum, shape.num_decodes * span);
         context_max = std::min(context_max, span);
       }
-      const OperatorWork decode = decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max);
+      const OperatorWork decode =
+          decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max, window);
       return std::pair<double, double>{count * prefill_attention_time_s(gpu_, prefill),
                                        count * decode_attention_time_s(gpu_, decode, shape.num_decodes)};
     };

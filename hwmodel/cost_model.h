@@ -34,6 +34,7 @@
 #include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/moe_kernel.h"
 #include "hwmodel/parallel_layout.h"
 #include "hwmodel/roofline.h"
 
@@ -126,9 +127,15 @@ class NonAttentionCache {
   std::pair<int64_t, double>& lm_head_slot(int64_t sampled) {
     return lm_head_[static_cast<uint64_t>(sampled) & (kSampledSlots - 1)];
   }
+  // The slot of `decodes` decode rows: (rows, seconds of MLA's absorbed per-head GEMMs), or
+  // another count's.
+  std::pair<int64_t, double>& mla_absorb_slot(int64_t decodes) {
+    return mla_absorb_[static_cast<uint64_t>(decodes) & (kSampledSlots - 1)];
+  }
  private:
   std::vector<TokenCosts> tokens_;
   std::vector<std::pair<int64_t, double>> lm_head_;
+  std::vector<std::pair<int64_t, double>> mla_absorb_ = std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
 };
 
 class CostModel {
@@ -198,6 +205,12 @@ class CostModel {
   const EngineProfile& engine() const { return engine_; }
   int tensor_parallel() const { return tp_; }
   const ParallelLayout& layout() const { return layout_; }
+  // How the tokens choose their experts (moe_kernel.h): balanced (the default, every expert
+  // T k / E rows) or a power law, whose busiest expert rank sets the MoE layers' time. An
+  // expert-load balancer that spreads hot experts (vLLM --enable-eplb, SGLang --enable-eplb) is
+  // modelled as balanced routing.
+  void set_moe_routing(MoeRouting routing) { moe_routing_ = routing; }
+  const MoeRouting& moe_routing() const { return moe_routing_; }
   // Weight bytes one GPU holds: everything but the routed experts split over an attention
   // rank's tp GPUs (replicated over the dp ranks), the routed experts over all tp x dp.
   double weight_bytes_per_gpu() const;
@@ -216,14 +229,20 @@ class CostModel {
   // of the heads of every token).
   int64_t kv_tokens_in(double kv_bytes_per_gpu) const;
   // A non-empty shape's cost from its token costs `t` (its token count's) and LM-head time.
-  IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds) const;
+  IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds,
+                               NonAttentionCache* memo) const;
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
   ParallelLayout layout_;
   EngineProfile engine_;
-  // The routed experts' grouped GEMMs on one expert rank over `tokens` tokens: up and down.
+  // The routed experts of one MoE layer on the busiest expert rank over `tokens` tokens (the
+  // fused-MoE call, moe_kernel.h), split into the up and down projections' shares.
+  FusedMoeCall fused_moe_call(int64_t tokens) const;
   std::pair<double, double> routed_experts_s(int64_t tokens) const;
+  bool routed_experts_compute_bound(int64_t tokens) const;
+  // How tokens choose their experts (uniform: balanced; or a power law): set_moe_routing.
+  MoeRouting moe_routing_;
   // Seconds to exchange `bytes_per_gpu` (what each GPU sends) among `gpus` GPUs: over NVLink
   // within a node, and for the share bound to other nodes over the inter-node NICs.
   double exchange_s(double bytes_per_gpu, int gpus) const;
@@ -235,17 +254,18 @@ class CostModel {
   // An MoE model's dense layers (dense_layers of them): its attention with a dense MLP of
   // dense_ffn_size, split by tp; their up and down shapes.
   ModelSpec dense_layer_model_;
+  ModelSpec shared_expert_model_;  // the shared experts as a dense MLP, for their activation
   GemmShape dense_up_, dense_down_;
   // MLA's projections (mla_gemm_shapes): the query and latent down-projection, the query's up.
   MlaGemmShapes mla_gemms_;
-  // MLA's decode as the attention kernels see it: one KV head over the latent.
-  ModelSpec mla_decode_model_;
   // MLA's prefill and decode attention of `shape`, into cost.prefill/decode_attention_s.
-  void mla_attention(const BatchShape& shape, IterationCost& cost) const;
+  void mla_attention(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const;
+  // MLA decode's absorbed per-head GEMMs (uk, uv) for `decodes` rows, per layer.
+  double mla_absorb_s(int64_t decodes) const;
   GemmShape lm_head_;
-  // Whether prefill attention is costed by FlashAttention-3's tiles (prefill_attention_time_s),
-  // which the prefill chunks' work then counts.
-  bool fa3_tiles_ = false;
+  // The tiles prefill attention is costed by (prefill_attention_tiles: FlashAttention-3's, the
+  // other kernels' generic ones, or none), which the prefill chunks' work then counts.
+  AttentionTiles tiles_ = AttentionTiles::none;
 };
 
 }  // namespace batchsim

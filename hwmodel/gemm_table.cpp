@@ -27,6 +27,13 @@ double lerp(double x, double x0, double y0, double x1, double y1) {
 
 }  // namespace
 
+WeightFormat GemmTable::format() const {
+  for (int f = 0; f < kNumWeightFormats; ++f) {
+    if (weight_format_name(static_cast<WeightFormat>(f)) == dtype_) return static_cast<WeightFormat>(f);
+  }
+  return WeightFormat::bf16;
+}
+
 GemmTable GemmTable::from_points(std::string dtype, std::string source,
                                  const std::vector<GemmPoint>& points) {
   GemmTable t;
@@ -176,7 +183,9 @@ GemmTable GemmTable::parse(const std::string& text, const std::string& where) {
     const std::string_view rest = space == std::string::npos ? std::string_view() : std::string_view(line).substr(space + 1);
     if (word == "dtype") {
       t.dtype_ = std::string(rest);
-      if (t.dtype_ != "bf16" && t.dtype_ != "fp8") fail(fmt::format("dtype '{}': expected bf16 or fp8", t.dtype_));
+      if (t.dtype_ != "bf16" && t.dtype_ != "fp8" && t.dtype_ != "fp8-block" && t.dtype_ != "mxfp4" && t.dtype_ != "nvfp4") {
+        fail(fmt::format("dtype '{}': expected bf16, fp8, fp8-block, mxfp4 or nvfp4", t.dtype_));
+      }
     } else if (word == "source") {
       t.source_ = std::string(rest);
     } else if (word == "m") {

@@ -65,7 +65,7 @@ class GemmTable {
   const std::vector<int64_t>& m_grid() const { return m_; }
   const std::vector<Column>& columns() const { return columns_; }
   // Weight bytes per element of the dtype: 2 for bf16/fp16, 1 for fp8.
-  WeightFormat format() const { return dtype_ == "fp8" ? WeightFormat::fp8 : WeightFormat::bf16; }
+  WeightFormat format() const;
 
  private:
   void index();  // sorts the columns and builds the per-n ranges

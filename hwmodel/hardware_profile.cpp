@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/base/line_reader.h"
 #include "hwmodel/base/yaml_fields.h"
+#include "hwmodel/model_spec.h"
 #include "hwmodel/shipped_profiles.h"
 
 namespace batchsim {
@@ -312,21 +314,199 @@ ProfileValidation read_validation(const YAML::Node& node, const std::string& whe
   return v;
 }
 
+// `attention_kernels: [{phase, kernel, kv_cache_dtype, tiles, head_dims, efficiency, NUMBERS}]`
+// (attention_kernel.h): one entry per (phase, kernel, KV dtype); every number of the entry's
+// phase optional (0), the rest required.
+std::vector<AttentionKernelFit> read_attention_kernels(const YAML::Node& node, const std::string& where) {
+  const std::string block = "attention_kernels";
+  if (!node.IsSequence()) bad_value(at_line(where, node), block, "must be a list of kernel regimes (hwmodel/README.md)");
+  std::vector<AttentionKernelFit> kernels;
+  for (const YAML::Node& entry : node) {
+    const std::string at = at_line(where, entry);
+    if (!entry.IsMap()) bad_value(at, block, "entries must be maps");
+    AttentionKernelFit k;
+    std::set<std::string> seen;
+    // The phase first: it says which numbers the entry may carry.
+    if (!entry["phase"] || !entry["phase"].IsScalar() ||
+        (entry["phase"].Scalar() != "prefill" && entry["phase"].Scalar() != "decode")) {
+      bad_value(at, block + ".phase", "is required: prefill or decode");
+    }
+    k.prefill = entry["phase"].Scalar() == "prefill";
+    const std::string name = fmt::format("{}[{}]", block, kernels.size());
+    for (const auto& kv : entry) {
+      const std::string key = key_text(kv.first, where);
+      const std::string field = name + "." + key;
+      if (!seen.insert(key).second) bad_value(at_line(where, kv.first), field, "is given twice");
+      const YAML::Node& v = kv.second;
+      if (key == "phase") continue;
+      if (key == "kernel") {
+        if (!v.IsScalar() || v.Scalar().empty()) bad_value(at_line(where, v), field, "must be the kernel's name");
+        k.kernel = v.Scalar();
+      } else if (key == "kv_cache_dtype") {
+        const int bytes = v.IsScalar() ? parse_dtype_bytes(v.Scalar(), field) : 0;
+        if (bytes != 1 && bytes != 2) bad_value(at_line(where, v), field, "must be bfloat16, float16 or fp8");
+        k.kv_dtype_bytes = bytes;
+      } else if (key == "tiles") {
+        if (!v.IsScalar() || (v.Scalar() != "fa3" && v.Scalar() != "generic")) {
+          bad_value(at_line(where, v), field, "must be fa3 (FlashAttention-3's tile table) or generic (128 x 128)");
+        }
+        k.tiles = v.Scalar() == "fa3" ? AttentionTiles::fa3 : AttentionTiles::generic;
+      } else if (key == "head_dims") {
+        if (!v.IsSequence() || v.size() == 0) bad_value(at_line(where, v), field, "must be a list of head dims");
+        for (const YAML::Node& h : v) k.head_dims.push_back(static_cast<int>(read_integer(h, where, field, 1, 1 << 16)));
+        if (!std::is_sorted(k.head_dims.begin(), k.head_dims.end()) ||
+            std::adjacent_find(k.head_dims.begin(), k.head_dims.end()) != k.head_dims.end()) {
+          bad_value(at_line(where, v), field, "must be strictly increasing");
+        }
+      } else if (key == "efficiency") {
+        if (!v.IsSequence() || v.size() == 0) bad_value(at_line(where, v), field, "must be a list, one per head dim");
+        for (const YAML::Node& e : v) {
+          const double x = read_double(e, where, field);
+          if (!(x > 0 && x <= 1)) bad_value(at_line(where, e), field, "entries are efficiencies and must be in (0, 1]");
+          k.efficiency.push_back(x);
+        }
+      } else {
+        const AttentionKernelKey* number = nullptr;
+        for (const AttentionKernelKey& a : attention_kernel_keys()) {
+          if (key == a.key && a.prefill == k.prefill) number = &a;
+        }
+        if (number == nullptr) {
+          std::string known;
+          for (const AttentionKernelKey& a : attention_kernel_keys()) {
+            if (a.prefill == k.prefill) known += (known.empty() ? "" : ", ") + std::string(a.key);
+          }
+          bad_value(at_line(where, kv.first), field,
+                    fmt::format("is unknown for a {} entry (phase, kernel, kv_cache_dtype, tiles, head_dims, efficiency, {})",
+                                k.prefill ? "prefill" : "decode", known));
+        }
+        const double x = read_double(v, where, field);
+        if (number->efficiency && !(x <= 1 && (x > 0 || number->zero_is_off))) {
+          bad_value(at_line(where, v), field, number->zero_is_off ? "is an efficiency and must be in [0, 1] (0: off)"
+                                                                : "is an efficiency and must be in (0, 1]");
+        }
+        k.*(number->member) = x;
+      }
+    }
+    for (const char* required : {"kernel", "kv_cache_dtype", "tiles", "head_dims", "efficiency"}) {
+      if (!seen.count(required)) bad_value(at, name + "." + required, "is required");
+    }
+    if (k.head_dims.size() != k.efficiency.size()) {
+      bad_value(at, name + ".efficiency", fmt::format("must give one efficiency per head dim ({} head dims, {} efficiencies)",
+                                                      k.head_dims.size(), k.efficiency.size()));
+    }
+    for (const AttentionKernelFit& other : kernels) {
+      if (other.prefill == k.prefill && other.kernel == k.kernel && other.kv_dtype_bytes == k.kv_dtype_bytes) {
+        bad_value(at, name, fmt::format("repeats the {} regime of {} with this KV dtype", k.prefill ? "prefill" : "decode", k.kernel));
+      }
+    }
+    kernels.push_back(std::move(k));
+  }
+  return kernels;
+}
+
+// `mla: {decode_launch_s, decode_compute_efficiency, decode_memory_efficiency, prefill_launch_s,
+// prefill_efficiency}` (attention_kernel.h, MlaAttentionFit), every key required.
+MlaAttentionFit read_mla(const YAML::Node& node, const std::string& where) {
+  const std::string block = "mla";
+  if (!node.IsMap()) bad_value(at_line(where, node), block, "must be a map (hwmodel/README.md)");
+  MlaAttentionFit m;
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const std::string key = key_text(kv.first, where);
+    const std::string field = block + "." + key;
+    if (!seen.insert(key).second) bad_value(at_line(where, kv.first), field, "is given twice");
+    const MlaAttentionKey* number = nullptr;
+    std::string known;
+    for (const MlaAttentionKey& a : mla_attention_keys()) {
+      if (key == a.key) number = &a;
+      known += (known.empty() ? "" : ", ") + std::string(a.key);
+    }
+    if (number == nullptr) bad_value(at_line(where, kv.first), field, fmt::format("is unknown ({})", known));
+    const double x = read_double(kv.second, where, field);
+    if (number->efficiency && !(x > 0 && x <= 1)) {
+      bad_value(at_line(where, kv.second), field, "is an efficiency and must be in (0, 1]");
+    }
+    m.*(number->member) = x;
+  }
+  for (const MlaAttentionKey& a : mla_attention_keys()) {
+    if (!seen.count(a.key)) bad_value(at_line(where, node), block + "." + a.key, "is required");
+  }
+  return m;
+}
+
+// `moe_kernels: {KERNEL: {launch_s, ..., misaligned_slowdown}}` (moe_kernel.h, MoeKernelFit),
+// every key of an entry required. An entry replaces the base profile's entry for the same kernel
+// (`into` holds the base's); the others are inherited.
+void read_moe_kernels(const YAML::Node& node, const std::string& where, std::vector<MoeKernelFit>& into) {
+  const std::string block = "moe_kernels";
+  if (!node.IsMap() || node.size() == 0) {
+    bad_value(at_line(where, node), block, "must be a map of kernel names to their constants (hwmodel/README.md)");
+  }
+  std::string kernels, keys;
+  for (int i = 0; i < kNumMoeKernels; ++i) {
+    kernels += (i == 0 ? "" : ", ") + std::string(moe_kernel_name(static_cast<MoeKernel>(i)));
+  }
+  for (const MoeKernelKey& k : moe_kernel_keys()) keys += (keys.empty() ? "" : ", ") + std::string(k.key);
+  std::set<std::string> named;
+  for (const auto& entry : node) {
+    const std::string name = key_text(entry.first, where);
+    const std::string at = at_line(where, entry.first);
+    const std::string field = block + "." + name;
+    const std::optional<MoeKernel> kernel = parse_moe_kernel(name);
+    if (!kernel) bad_value(at, field, fmt::format("is not a MoE kernel ({})", kernels));
+    if (!named.insert(name).second) bad_value(at, field, "is given twice");
+    if (!entry.second.IsMap()) bad_value(at_line(where, entry.second), field, fmt::format("must be a map {{{}}}", keys));
+    MoeKernelFit fit;
+    fit.kernel = *kernel;
+    std::set<std::string> seen;
+    for (const auto& kv : entry.second) {
+      const std::string key = key_text(kv.first, where);
+      const MoeKernelKey* number = nullptr;
+      for (const MoeKernelKey& k : moe_kernel_keys()) {
+        if (key == k.key) number = &k;
+      }
+      if (number == nullptr) bad_value(at_line(where, kv.first), field + "." + key, fmt::format("is unknown ({})", keys));
+      if (!seen.insert(key).second) bad_value(at_line(where, kv.first), field + "." + key, "is given twice");
+      fit.*(number->member) = read_double(kv.second, where, field + "." + key);
+    }
+    for (const MoeKernelKey& k : moe_kernel_keys()) {
+      if (!seen.count(k.key)) bad_value(at_line(where, entry.second), field + "." + k.key, "is required");
+    }
+    for (const char* key : {"weight_bytes_per_s", "flops_per_s"}) {
+      const double v = key == std::string_view("flops_per_s") ? fit.flops_per_s : fit.weight_bytes_per_s;
+      if (!(v > 0)) bad_value(at_line(where, entry.second), field + "." + key, "must be > 0");
+    }
+    if (fit.roofline_exponent > 0 && fit.roofline_exponent < 1) {
+      bad_value(at_line(where, entry.second), field + ".roofline_exponent", "must be 0 (the max of the two roofs) or >= 1");
+    }
+    const auto same = std::find_if(into.begin(), into.end(), [&](const MoeKernelFit& f) { return f.kernel == fit.kernel; });
+    if (same != into.end()) *same = fit;
+    else into.push_back(fit);
+  }
+  std::sort(into.begin(), into.end(), [](const MoeKernelFit& a, const MoeKernelFit& b) { return a.kernel < b.kernel; });
+}
+
 // The text of a GEMM table file a profile names (relative to the profile); where it was found
 // goes into error messages.
 using TableReader = std::function<std::pair<std::string, std::string>(const std::string& file)>;
 
 void read_gemm_tables(const YAML::Node& node, const std::string& where, const TableReader& read_table,
                       HardwareProfile& p) {
-  if (!node.IsMap()) bad_value(at_line(where, node), "gemm_tables", "must be a map {bf16: FILE, fp8: FILE}");
+  if (!node.IsMap()) bad_value(at_line(where, node), "gemm_tables", "must be a map {bf16: FILE, fp8: FILE, ...}");
   for (const auto& kv : node) {
     const std::string dtype = key_text(kv.first, where);
     if (!kv.second.IsScalar()) bad_value(at_line(where, kv.second), "gemm_tables." + dtype, "must be a file name");
     auto [text, found_at] = read_table(kv.second.Scalar());
     auto source = std::make_shared<GemmTableSource>(kv.second.Scalar(), std::move(text), found_at);
-    if (dtype == "bf16") p.gemm_table_bf16 = std::move(source);
-    else if (dtype == "fp8") p.gemm_table_fp8 = std::move(source);
-    else bad_value(at_line(where, kv.first), "gemm_tables." + dtype, "is unknown (bf16, fp8)");
+    bool known = false;
+    for (int f = 0; f < kNumWeightFormats; ++f) {
+      if (weight_format_name(static_cast<WeightFormat>(f)) == dtype) {
+        p.gemm_tables[static_cast<size_t>(f)] = std::move(source);
+        known = true;
+        break;
+      }
+    }
+    if (!known) bad_value(at_line(where, kv.first), "gemm_tables." + dtype, "is unknown (bf16, fp8, fp8-block, mxfp4, nvfp4)");
   }
 }
 
@@ -400,6 +580,18 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       p.validation = read_validation(value, where);
       continue;
     }
+    if (key == "moe_kernels") {
+      read_moe_kernels(value, where, p.moe_kernels);
+      continue;
+    }
+    if (key == "attention_kernels") {
+      p.attention_kernels = read_attention_kernels(value, where);
+      continue;
+    }
+    if (key == "mla") {
+      p.mla = read_mla(value, where);
+      continue;
+    }
     if (key.starts_with("iteration_overhead")) {
       // Profiles written before engine profiles existed carry the engine's CPU cost.
       throw UserError(fmt::format(
@@ -439,6 +631,9 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
   }
   if (p.prefill_attention_kernel == PrefillAttentionKernel::flash_attention_3 && p.sm_count <= 0) {
     bad_value(where, "prefill_attention_kernel", "fa3 needs sm_count: its tiles are spread over the SMs");
+  }
+  if (!p.attention_kernels.empty() && p.sm_count <= 0) {
+    bad_value(where, "attention_kernels", "need sm_count: their tiles and blocks are spread over the SMs");
   }
   for (const auto& k : number_keys()) {
     const double v = k.get(p);
@@ -606,10 +801,13 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
   out << YAML::Key << "prefill_attention_kernel" << YAML::Value
       << prefill_attention_kernel_name(profile.prefill_attention_kernel);
-  if (profile.gemm_table_bf16 || profile.gemm_table_fp8) {
+  if (profile.has_gemm_tables()) {
     out << YAML::Key << "gemm_tables" << YAML::Value << YAML::BeginMap;
-    if (profile.gemm_table_bf16) out << YAML::Key << "bf16" << YAML::Value << profile.gemm_table_bf16->file();
-    if (profile.gemm_table_fp8) out << YAML::Key << "fp8" << YAML::Value << profile.gemm_table_fp8->file();
+    for (int f = 0; f < kNumWeightFormats; ++f) {
+      if (const auto& t = profile.gemm_tables[static_cast<size_t>(f)]) {
+        out << YAML::Key << std::string(weight_format_name(static_cast<WeightFormat>(f))) << YAML::Value << t->file();
+      }
+    }
     out << YAML::EndMap;
   }
   for (const auto& [key, fits] : {std::pair<const char*, const std::vector<AllReduceFit>&>{"allreduce", profile.allreduce},
@@ -623,6 +821,39 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
     }
     out << YAML::EndSeq;
   }
+  if (!profile.moe_kernels.empty()) {
+    out << YAML::Key << "moe_kernels" << YAML::Value << YAML::BeginMap;
+    for (const MoeKernelFit& f : profile.moe_kernels) {
+      out << YAML::Key << std::string(moe_kernel_name(f.kernel)) << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const MoeKernelKey& k : moe_kernel_keys()) out << YAML::Key << k.key << YAML::Value << f.*(k.member);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
+  if (!profile.attention_kernels.empty()) {
+    out << YAML::Key << "attention_kernels" << YAML::Value << YAML::BeginSeq;
+    for (const AttentionKernelFit& k : profile.attention_kernels) {
+      out << YAML::BeginMap;
+      out << YAML::Key << "phase" << YAML::Value << (k.prefill ? "prefill" : "decode");
+      out << YAML::Key << "kernel" << YAML::Value << k.kernel;
+      out << YAML::Key << "kv_cache_dtype" << YAML::Value << (k.kv_dtype_bytes == 1 ? "fp8" : "bfloat16");
+      out << YAML::Key << "tiles" << YAML::Value << attention_tiles_name(k.tiles);
+      out << YAML::Key << "head_dims" << YAML::Value << YAML::Flow << k.head_dims;
+      out << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << k.efficiency;
+      AttentionKernelFit copy = k;
+      for (const AttentionKernelKey& a : attention_kernel_keys()) {
+        if (a.prefill == k.prefill) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
+      }
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!profile.mla.empty()) {
+    out << YAML::Key << "mla" << YAML::Value << YAML::BeginMap;
+    MlaAttentionFit copy = profile.mla;
+    for (const MlaAttentionKey& a : mla_attention_keys()) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
@@ -632,7 +863,8 @@ void save_hardware_profile(const HardwareProfile& original, const std::filesyste
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
   HardwareProfile profile = original;
-  for (auto* source : {&profile.gemm_table_bf16, &profile.gemm_table_fp8}) {
+  for (auto& table_source : profile.gemm_tables) {
+    auto* source = &table_source;
     if (!*source) continue;
     const GemmTable& table = (*source)->table();
     const std::string name = path.stem().string() + ".gemm-" + table.dtype() + ".txt";

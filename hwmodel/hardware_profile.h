@@ -14,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "hwmodel/attention_kernel.h"
 #include "hwmodel/gemm_table.h"
+#include "hwmodel/moe_kernel.h"
 #include "hwmodel/weight_format.h"
 
 namespace batchsim {
@@ -165,6 +167,12 @@ struct HardwareProfile {
   double attention_kv_write_efficiency = 0;
   // ... and per new token (the cache write runs one thread block per token).
   double attention_kv_write_per_token_s = 0;
+  // Attention by kernel regime (attention_kernel.h): one fitted set per (phase, kernel, KV dtype),
+  // which replaces the flat attention parameters above for the calls it covers (any head_dim,
+  // window and KV dtype; roofline.h). Empty: the flat parameters cost every call. Needs sm_count.
+  std::vector<AttentionKernelFit> attention_kernels;
+  // Multi-head latent attention (mla.h); empty: costed with the flat parameters.
+  MlaAttentionFit mla;
 
   // Norms, rotary embedding, MLP activation, residual add, embedding lookup.
   std::array<StreamingKernel, kNumElementwiseOps> elementwise{};
@@ -177,19 +185,32 @@ struct HardwareProfile {
   // moves each rank's whole message, not a ring's share). Empty: not measured.
   std::vector<AllReduceFit> custom_allreduce;
 
-  // Measured GEMM times (gemm_table.h) for 16-bit and FP8 weights, looked up before the GEMM
+  // The fused-MoE kernels' fitted constants, one per kernel library (moe_kernel.h; fitted by
+  // hwmodel/fit/fit_moe.h). A kernel without one is costed by its roofline (moe_kernel_roofline).
+  std::vector<MoeKernelFit> moe_kernels;
+
+  // Measured GEMM times (gemm_table.h) by the weights' format, looked up before the GEMM
   // roofline (roofline.h, gemm_time_s); null: none. Shared: profiles are copied freely. In a
-  // profile file: `gemm_tables: {bf16: FILE, fp8: FILE}`, files beside the profile.
-  std::shared_ptr<const GemmTableSource> gemm_table_bf16;
-  std::shared_ptr<const GemmTableSource> gemm_table_fp8;
-  // The table for weights of `format`, or null: FP8 weights (block-scaled ones too, whose
-  // kernels the per-tensor table stands in for) read the fp8 table, 16-bit the bf16 one, and FP4
-  // formats have none (the roofline with their bytes and rate).
+  // profile file: `gemm_tables: {bf16: FILE, fp8: FILE, nvfp4: FILE}`, files beside the profile.
+  std::array<std::shared_ptr<const GemmTableSource>, kNumWeightFormats> gemm_tables{};
+  std::shared_ptr<const GemmTableSource>& gemm_table_source(WeightFormat format) {
+    return gemm_tables[static_cast<size_t>(format)];
+  }
+  bool has_gemm_tables() const {
+    for (const auto& t : gemm_tables) {
+      if (t) return true;
+    }
+    return false;
+  }
+  // The table for weights of `format`, or null. Block-scaled FP8 weights without a table of their
+  // own read the per-tensor fp8 one: NVIDIA's block-FP8 rows carry a per-call floor of 0.06-0.17
+  // ms that the kernels do not have under CUDA graphs (hwmodel/measured/README.md), so none is
+  // fitted from them.
   const GemmTable* gemm_table(WeightFormat format) const {
-    const std::shared_ptr<const GemmTableSource>* source = nullptr;
-    if (format == WeightFormat::bf16) source = &gemm_table_bf16;
-    if (format == WeightFormat::fp8 || format == WeightFormat::fp8_block) source = &gemm_table_fp8;
-    return source != nullptr && *source ? &(*source)->table() : nullptr;
+    const auto& own = gemm_tables[static_cast<size_t>(format)];
+    if (own) return &own->table();
+    const auto& fp8 = gemm_tables[static_cast<size_t>(WeightFormat::fp8)];
+    return format == WeightFormat::fp8_block && fp8 ? &fp8->table() : nullptr;
   }
 };
 

@@ -33,7 +33,10 @@ struct GemmShape {
 // K/V-block iterations in all, the iterations of the longest, the most packed query rows (new
 // tokens x GQA group) of any sequence, which picks the tile height of the whole call, and the
 // FLOPs of one iteration (QK^T and PV over kBlockM x kBlockN x head_dim) of the two-warp-group
-// tile and of the one-warp-group tile the call runs when packed_rows_max <= 64.
+// tile and of the one-warp-group tile the call runs when packed_rows_max <= 64, with the K/V
+// bytes one iteration loads (kBlockN keys x head_dim, K and V). `tiling` says whose tiles they
+// are (AttentionTiles: FA3's table, or the generic 128 x 128 of the other kernels; none when
+// uncounted).
 struct Fa3PrefillTiles {
   double tiles = 0;
   double iterations = 0;
@@ -41,6 +44,9 @@ struct Fa3PrefillTiles {
   double packed_rows_max = 0;
   double iteration_flops = 0;
   double small_iteration_flops = 0;
+  double iteration_bytes = 0;
+  double small_iteration_bytes = 0;
+  AttentionTiles tiling = AttentionTiles::none;
 
   Fa3PrefillTiles& operator+=(const Fa3PrefillTiles& o) {
     tiles += o.tiles;
@@ -49,8 +55,22 @@ struct Fa3PrefillTiles {
     packed_rows_max = std::max(packed_rows_max, o.packed_rows_max);
     iteration_flops = std::max(iteration_flops, o.iteration_flops);
     small_iteration_flops = std::max(small_iteration_flops, o.small_iteration_flops);
+    iteration_bytes = std::max(iteration_bytes, o.iteration_bytes);
+    small_iteration_bytes = std::max(small_iteration_bytes, o.small_iteration_bytes);
+    if (tiling == AttentionTiles::none) tiling = o.tiling;
     return *this;
   }
+};
+
+// What every call of one attention operator shares (one model on one GPU): the heads per GPU,
+// head_dim, the KV cache's bytes per element and the sliding window (0: full attention). The
+// regime time functions pick the profile's kernel by it (attention_kernel.h).
+struct AttentionShape {
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int head_dim = 0;
+  int kv_dtype_bytes = 0;
+  int64_t window_tokens = 0;
 };
 
 // FLOPs and HBM bytes moved by one operator call, and for attention the count of work units
@@ -78,6 +98,15 @@ struct OperatorWork {
   // cache's dtype).
   double kv_write_tokens = 0;
   double kv_write_bytes = 0;
+  // Attention: the shape of the call (AttentionShape); the most new tokens of any sequence
+  // (prefill: a call of one-token chunks is costed as the decode it is); the keys the call
+  // reads, summed over its sequences (a window's last keys only); and the sequences' whole
+  // contexts (context_before + new tokens) summed, before any window, whose longest is
+  // `context_max` (prefill too).
+  AttentionShape shape{};
+  double new_tokens_max = 0;
+  double key_sum = 0;
+  double context_sum = 0;
 
   OperatorWork& operator+=(const OperatorWork& o) {
     flops += o.flops;
@@ -92,6 +121,10 @@ struct OperatorWork {
     kv_write_bytes += o.kv_write_bytes;
     unit_bytes_max = unit_bytes_max > o.unit_bytes_max ? unit_bytes_max : o.unit_bytes_max;
     context_max = context_max > o.context_max ? context_max : o.context_max;
+    if (shape.head_dim == 0) shape = o.shape;
+    new_tokens_max = std::max(new_tokens_max, o.new_tokens_max);
+    key_sum += o.key_sum;
+    context_sum += o.context_sum;
     return *this;
   }
 };
@@ -190,44 +223,72 @@ OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double gr
 // of the keys its tile sees, on average context_before + new_tokens / 2 (causal), and with
 // grouped-query attention the q_heads / kv_heads blocks of a KV group share those reads (one
 // goes to HBM, the others hit L2), so cta_kv_bytes counts K/V bytes / group size per block.
-// Those are FlashAttention-2's; FlashAttention-3's tiles are counted too (`fa3`, per KV head:
-// fa3_prefill_tiles), and the KV-cache write of the new tokens (kv_write_*). The profile's
-// prefill_attention_kernel picks which tiles prefill_attention_time_s costs; with
-// `fa3_tiles` false the FlashAttention-3 ones are left uncounted (zero), for a profile that
+// Those are FlashAttention-2's; a kernel's tiles are counted too (`fa3`, per KV head:
+// fa3_prefill_tiles) when `tiles` names them, and the KV-cache write of the new tokens
+// (kv_write_*). The profile picks which tiles prefill_attention_time_s costs
+// (prefill_attention_tiles); with AttentionTiles::none no tiles are counted, for a profile that
 // costs FlashAttention-2's (the cost model's iterations: counting them took a fifth of a
-// prefill's attention cost, for nothing).
+// prefill's attention cost, for nothing). `fa3_tiles` true is AttentionTiles::fa3.
+//
+// Sliding window (`window_tokens` W > 0; vLLM's sliding_window: the query at position t sees
+// keys max(0, t - W + 1) .. t, FA3's window_size_left = W - 1): query t pairs with min(t + 1, W)
+// keys, and the K/V read are those of positions max(0, context_before - W + 1) onwards. A
+// window that covers every key of the sequence (W >= context_before + new_tokens) is no window
+// (FA3 drops it: flash_api.cpp, window_size_left >= max_seqlen_k - 1), tiles included. Chunked
+// local attention (Llama 4's attention_chunk_size C) is not a window: vLLM runs it as
+// independent "virtual" sequences of at most C keys (make_local_attention_virtual_batches in
+// vllm/v1/attention/backends/utils.py), so cost it as full attention of the pieces of the chunk
+// that fall in each attention chunk, each with context_before = its start - the attention
+// chunk's start.
 inline constexpr int64_t kFlashPrefillBlockTokens = 64;  // kBlockM of FlashAttention-2's
                                                          // paged-KV (split-KV) kernel
 OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before, bool fa3_tiles = true);
+                                    int64_t context_before, bool fa3_tiles = true, int64_t window_tokens = 0);
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
+                                    int64_t context_before, AttentionTiles tiles, int64_t window_tokens = 0);
 
 // Whether `gpu` costs prefill attention by FlashAttention-3's tiles (prefill_attention_time_s).
 bool costs_fa3_prefill_tiles(const HardwareProfile& gpu);
+// The tiles prefill_attention_time_s needs counted for `model`'s attention on `gpu`: those of
+// the profile's prefill kernel for the model's head_dim and KV dtype (attention_kernels), else
+// FA3's for an `fa3` profile, else none. A call whose work counted other tiles is costed by the
+// profile's flat (pre-regime) parameters.
+AttentionTiles prefill_attention_tiles(const HardwareProfile& gpu, const ModelSpec& model);
 
 // FlashAttention-3's forward tile on Hopper (kBlockM query rows x kBlockN keys) as vLLM runs it:
-// causal, paged K/V whose pages (16 or 64 tokens) are no multiple of kBlockN, so loaded without
-// TMA (vllm-project/flash-attention hopper/tile_size.h, tile_size_fwd_sm90, and flash_api.cpp,
-// get_pagedkv_tma; vLLM 0.24's vllm-flash-attn). 16-bit Q/K/V by head_dim: <= 64: 192 x 128,
-// <= 96: 192 x 128, <= 128: 128 x 128, <= 192: 128 x 96, else 128 x 80; FP8 (an FP8 KV cache:
-// vLLM quantises the query too): 192 x 160, 192 x 128, 128 x 160, 128 x 160, 128 x 128. When the
-// call's longest sequence packs at most 64 query rows, head_dim 64 and 128 run one MMA warp
-// group instead of two, kBlockM 64 (heuristics.h, use_one_mma_wg; its head_dim-64 kBlockN of
-// 192 is not followed).
+// paged K/V whose pages (16 or 64 tokens) are no multiple of kBlockN, and a window turns paged
+// TMA off too, so loaded without TMA (vllm-project/flash-attention hopper/tile_size.h,
+// tile_size_fwd_sm90, and flash_api.cpp, get_pagedkv_tma; vLLM 0.24's vllm-flash-attn).
+// 16-bit Q/K/V by head_dim: <= 64: 192 x 128 (192 x 160 when not causal: a window, or a
+// decode), <= 96: 192 x 128, <= 128: 128 x 128, <= 192: 128 x 96, else 128 x 80 (128 x 64 with a
+// window); FP8 (an FP8 KV cache: vLLM quantises the query too): 192 x 160, 192 x 128, 128 x 160,
+// 128 x 160 (128 x 128 with a window), 128 x 128 (128 x 64 with a window). When the call packs
+// at most 64 query rows, a 16-bit head_dim 64 or 128 without a window runs one MMA warp group,
+// kBlockM 64 (heuristics.h, use_one_mma_wg): 64 x 192 and 64 x 128.
 struct Fa3Tile {
   int64_t m = 0;
   int64_t n = 0;
 };
-Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group = false);
+Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group = false,
+                         bool local = false, bool causal = true);
+// The tile of `tiles` (fa3: the table above, causal unless `local`; generic: 128 x 128, 64 x 128
+// for a call of at most 64 packed rows) for a call with or without a window.
+Fa3Tile attention_tile(AttentionTiles tiles, int head_dim, int kv_dtype_bytes, bool one_mma_warp_group,
+                       bool local, bool causal = true);
 // The tiles of one sequence of `new_tokens` queries after `context_before` cached tokens, for
 // one KV head, as FlashAttention-3 schedules them in vLLM's build. PackGQA is always on there
 // (FLASHATTENTION_PACKGQA_ONLY in vllm-flash-attn's CMakeLists.txt), so the `group` query heads
 // of a KV head share the M dimension, query token t of head h at row t * group + h (hopper/
 // pack_gqa.h): ceil(new_tokens x group / m) tiles per (sequence, KV head), not per query head.
-// Tile i (rows i m .. (i + 1) m - 1) runs over the K/V blocks of n keys up to its last token's
-// causal limit, ceil((context_before + last_i + 1) / n) with last_i = min(new_tokens - 1,
-// floor(((i + 1) m - 1) / group)) (hopper/block.h, get_n_block_min_max); the last tile is the
-// longest. Summed in closed form (floor_sum), not tile by tile.
-Fa3PrefillTiles fa3_prefill_tiles(int64_t new_tokens, int64_t context_before, int64_t group, Fa3Tile tile);
+// Tile i (rows i m .. (i + 1) m - 1, tokens first_i = floor(i m / group) .. last_i =
+// min(new_tokens - 1, floor(((i + 1) m - 1) / group))) runs over the K/V blocks of n keys from
+// n_min_i to its last token's causal limit n_max_i = ceil((context_before + last_i + 1) / n),
+// n_min_i = 0 without a window and max(0, floor((context_before + first_i - W + 1) / n)) with
+// one (hopper/block.h, get_n_block_min_max). Summed in closed form (floor_sum), not tile by
+// tile; the longest tile (iterations_max) is the last one without a window, and with one the
+// longest of a period of the tiles' pattern (at most g n / gcd(m, g n) tiles).
+Fa3PrefillTiles fa3_prefill_tiles(int64_t new_tokens, int64_t context_before, int64_t group, Fa3Tile tile,
+                                  int64_t window_tokens = 0);
 // sum_{i=0}^{n-1} floor((a i + b) / m) for n, a, b >= 0 and m > 0, in O(log m) steps (the
 // Euclid-like reduction of AtCoder Library's floor_sum, atcoder/math.hpp).
 int64_t floor_sum(int64_t n, int64_t m, int64_t a, int64_t b);
@@ -236,8 +297,15 @@ int64_t floor_sum(int64_t n, int64_t m, int64_t a, int64_t b);
 // (kv_dtype_bytes) plus Q and O (kActivationBytes); FLOPs as above with one query.
 // Memory-bound for every real shape (arithmetic intensity ~ q_heads / kv_heads FLOP/byte).
 // `context_max` is the longest context (0: all equal, context_sum / num_decodes).
+// With a sliding window of `window_tokens` W > 0 a sequence reads min(context, W) keys; pass
+// their sum as `windowed_context_sum` (sum of min(context_i, W) over the decodes; BatchShape can
+// keep it beside decode_context_sum). Left at -1 it is derived from context_sum and
+// context_max: exact when every context is at least W or none exceeds it (equal contexts), an
+// upper bound otherwise. context_sum and context_max stay the unwindowed ones (FA3's split
+// heuristic sees the whole context).
 OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
-                                   int64_t context_sum, int64_t context_max = 0);
+                                   int64_t context_sum, int64_t context_max = 0, int64_t window_tokens = 0,
+                                   int64_t windowed_context_sum = -1);
 
 // FlashAttention-2's split-KV choice for a decode call (flash-attention csrc/flash_attn/
 // flash_api.cpp, num_splits_heuristic): with `ctas` = sequences x KV heads thread blocks and
@@ -247,6 +315,58 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
 // A bounded loop (at most 128 candidates), no allocation.
 inline constexpr int64_t kFlashDecodeBlockTokens = 128;  // kBlockN of the split-KV kernel, d=128
 int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm_count);
+
+// FlashAttention-3's split-KV choice for `batch` decodes of `context` keys (the new one
+// included) as vLLM runs it, varlen with scheduler metadata computed ahead of time: the static
+// bound of hopper/flash_api.cpp get_num_splits, computed as if the batch were one sequence
+// because the dynamic split is on (hopper/heuristics.h num_splits_heuristic: 1 split at >= 0.8
+// x SMs of blocks, at <= 4 K/V blocks, or at <= 8 blocks and >= 32 of them; else the smallest
+// count within 95% of the best wave efficiency, x 0.85 below 4 blocks per split), then the
+// per-batch choice of hopper/flash_prepare_scheduler.cu (prepare_varlen_num_blocks_kernel: 1
+// above 992 sequences; else ceil(n_blocks / ceil(1.1 x total blocks x kv_heads / SMs)), within
+// 1 .. the bound). The tile is (m, n); `window_tokens` 0 or an engaged window (< context).
+int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, int64_t context,
+                              int64_t window_tokens, int head_dim, int kv_dtype_bytes, Fa3Tile tile,
+                              int64_t sm_count);
+
+// What a decode call's time under an attention-kernel regime depends on besides its fitted
+// constants (decode_attention_time_s), computed once per call: the tile, the split count, the
+// thread-block waves, the K/V blocks the busiest SM streams, the K/V tokens read (a window's
+// start aligned down to a block), the (sequence, KV head) units.
+struct AttentionDecodeStructure {
+  double sequences = 0;
+  double units = 0;
+  double kv_bytes = 0;       // K/V read and Q/O, bytes
+  double block_bytes = 0;    // one K/V block: n keys x head_dim, K and V
+  double block_flops = 0;    // one block's padded-tile MMA: 4 m n head_dim
+  double sm_blocks = 0;      // blocks on the busiest SM: max(waves x mean blocks per split, longest's)
+  bool split = false;        // the call splits K/V (and runs the combine kernel)
+  bool window = false;       // an engaged sliding window
+  int head_dim = 0;
+  int kv_dtype_bytes = 2;
+};
+AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, int64_t num_decodes,
+                                                    AttentionTiles tiles, double sm_count);
+// A decode call's time under `kernel` (attention_kernel.h), from its structure:
+//   launch + [split] combine + [window] (window + units x window_per_unit)
+//   + [sequences <= 992] sequences x per_seq_dynamic
+//   + roofline_combine(units x (per_unit + per_unit_head_dim x head_dim),
+//                      max(kv_bytes / (hbm x efficiency(head_dim)), sm_blocks x t_block), exponent),
+//   t_block = max(block_bytes / sm_bytes_per_s, block_flops / (peak / SMs x mma_efficiency)),
+// peak the FP8 one for an FP8 cache (FA3's e4m3 path), the 16-bit one otherwise.
+double attention_kernel_decode_time_s(const HardwareProfile& gpu, const AttentionKernelFit& kernel,
+                                      const AttentionDecodeStructure& s);
+// A prefill call's time under `kernel`, on work whose tiles are the kernel's:
+//   launch + sequences x per_seq + kv_write
+//   + roofline_combine(max(tiles_s / SMs, per_tile + iterations_max x it_s,
+//                          iterations x iteration_bytes / kv_reread_bytes_per_s),
+//                      bytes / (hbm x hbm_efficiency), exponent),
+//   tiles_s = tiles x per_tile + iterations x it_s, it_s = iteration_flops / (peak / SMs x
+//   efficiency(head_dim)) (the one-warp-group tile's FLOPs and bytes when no sequence packs more
+//   than 64 rows; peak the 16-bit one, FP8 caches too: their efficiency is fitted against it),
+//   kv_write = kv_write_tokens x kv_write_per_token + kv_write_bytes / (hbm x kv_write_efficiency).
+double attention_kernel_prefill_time_s(const HardwareProfile& gpu, const AttentionKernelFit& kernel,
+                                       const OperatorWork& work);
 
 // Bytes of the activation tensor one tensor-parallel all-reduce sums:
 // tokens * hidden * kActivationBytes.
@@ -302,8 +422,14 @@ bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_t
                         WeightFormat format);
 bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
                                 double rows_per_group, double groups, WeightFormat format);
-// One variable-length prefill attention call (all chunks of an iteration summed in `work`),
-// under a FlashAttention-2 profile (prefill_attention_kernel fa2, the default):
+// One variable-length prefill attention call (all chunks of an iteration summed in `work`).
+// A profile with attention-kernel regimes (HardwareProfile::attention_kernels) costs it by the
+// regime of the call's head_dim and KV dtype (find_attention_kernel): a call whose sequences
+// each bring one new token as the decode it is (attention_kernel_decode_time_s over
+// key_sum / sequences keys, NVIDIA's isl = 1 context rows time as step = 1 decode rows), else
+// attention_kernel_prefill_time_s when the work counted that regime's tiles. Otherwise the
+// profile's flat parameters, as follows.
+// Under a FlashAttention-2 profile (prefill_attention_kernel fa2, the default):
 //   attention_launch_s + units * prefill_attention_per_head_token_s
 //   + roofline_combine((flops - causal_flops) / (peak * prefill_attention_efficiency)
 //                        + causal_flops / (peak * prefill_attention_causal_efficiency),
@@ -339,7 +465,8 @@ bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
 // what an MHA layer costs beyond a GQA one of the same FLOPs (64 heads, batch 8 x 4,096
 // tokens: 4.59 ms at 64 KV heads, 3.80 ms at 8).
 double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
-// One decode attention call over num_decodes sequences:
+// One decode attention call over num_decodes sequences. A profile with a decode regime for the
+// call's head_dim and KV dtype costs it by attention_kernel_decode_time_s; otherwise:
 //   attention_launch_s + num_decodes * decode_attention_per_seq_s
 //   + roofline_combine(units * decode_attention_per_seq_kv_head_s,
 //                      max(flops / (peak * prefill_attention_efficiency),

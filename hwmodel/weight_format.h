@@ -18,6 +18,7 @@ namespace batchsim {
 //   nvfp4      NVIDIA FP4: 4-bit values with one FP8 scale per 16 (vLLM modelopt.py,
 //              group_size 16): 0.5 + 1/16 bytes. Native on Blackwell.
 enum class WeightFormat : uint8_t { bf16, fp8, fp8_block, mxfp4, nvfp4 };
+inline constexpr int kNumWeightFormats = 5;
 // Bytes per weight, scales included.
 double weight_format_bytes(WeightFormat format);
 // "bf16", "fp8", "fp8-block", "mxfp4", "nvfp4".

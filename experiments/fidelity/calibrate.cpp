@@ -8,6 +8,7 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/fit/kernel_tables.h"
 #include "hwmodel/fit/measurements.h"
+#include "hwmodel/fit/mla_tables.h"
 #include "hwmodel/fit/transfer_profile.h"
 #include "hwmodel/fit/validation.h"
 #include "hwmodel/hardware_profile.h"
@@ -37,6 +38,12 @@ int run_calibrate_fit(const CalibrateFitOptions& options, std::ostream& out) {
   o.profile_out = profile_out;
   o.out_json = report_out;
 
+  if (is_mla_table_dir(dir)) {
+    // InferSim's MLA tables: the base (--base-gpu, e.g. a fitted profile) with its `mla` block
+    // fitted on every row; the report is the held-out check.
+    o.profile_name = o.profile_out.stem().string();
+    return run_validate_mla(o, out);
+  }
   if (is_kernel_table_dir(dir)) {
     // NVIDIA's kernel tables of a GPU: the profile is fitted on every row, and the report is
     // the held-out check of the same fit on half of the shapes.

@@ -11,10 +11,12 @@
 #include "experiments/run/output.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/fit/fit_kernel_tables.h"
+#include "hwmodel/fit/fit_mla.h"
 #include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/fit/kernel_tables.h"
 #include "hwmodel/fit/kernel_validation.h"
 #include "hwmodel/fit/measurements.h"
+#include "hwmodel/fit/mla_tables.h"
 #include "hwmodel/fit/validation.h"
 #include "hwmodel/hardware_profile.h"
 
@@ -120,8 +122,42 @@ int run_validate_kernel_tables(const ValidateOptions& options, std::ostream& out
   return 0;
 }
 
+int run_validate_mla(const ValidateOptions& options, std::ostream& out) {
+  if (!options.fit_on.empty() || !options.device.empty() || !options.fallback_gpu.empty() || !options.rows_out.empty()) {
+    throw UserError("--fit-on, --device, --fallback-gpu and --rows-out do not apply to InferSim's MLA tables");
+  }
+  const MlaTables tables = read_mla_tables(options.measurements_dir);
+  MlaValidationReport report;
+  if (!options.gpu.empty()) {
+    report = score_mla(tables, resolve_gpu(options.gpu));
+  } else {
+    const std::string base = options.base_gpu.empty() ? datasheet_gpu_for_device(tables.device) : options.base_gpu;
+    if (base.empty()) {
+      throw UserError(fmt::format("--base-gpu is required: '{}' is not a built-in GPU (give the profile to add the MLA "
+                                  "constants to, e.g. h100-sxm-fitted)",
+                                  tables.device));
+    }
+    const HardwareProfile base_profile = resolve_gpu(base);
+    report = validate_mla(tables, base_profile);
+    if (!options.profile_out.empty()) {
+      HardwareProfile p = profile_with_mla(base_profile, tables, report);
+      if (!options.profile_name.empty()) p.name = options.profile_name;
+      save_hardware_profile(p, options.profile_out);
+      out << "wrote " << options.profile_out.string() << '\n';
+    }
+  }
+  print_mla_validation(report, out);
+  if (!options.out_json.empty()) {
+    auto file = open_for_write(options.out_json);
+    file << mla_validation_json(report).dump(2) << '\n';
+    out << "wrote " << options.out_json.string() << '\n';
+  }
+  return 0;
+}
+
 int run_validate(const ValidateOptions& options, std::ostream& out) {
   if (options.measurements_dir.empty()) throw UserError("validate: --measurements is required");
+  if (is_mla_table_dir(options.measurements_dir)) return run_validate_mla(options, out);
   if (is_kernel_table_dir(options.measurements_dir)) return run_validate_kernel_tables(options, out);
   if (options.fit_on.empty() && options.gpu.empty()) {
     throw UserError("validate: give --fit-on MODEL (fit a profile) or --gpu PROFILE (check one)");

@@ -59,6 +59,12 @@ void write_validation_outputs(const ValidationRun& run, const ValidateOptions& o
 // profile fitted on the training half scored on the held-out half, and, when
 // options.profile_out is set, a profile fitted on every row written there.
 int run_validate_kernel_tables(const ValidateOptions& options, std::ostream& out);
+// The InferSim MLA path of `validate` and `calibrate fit` (hwmodel/fit/fit_mla.h): with
+// options.gpu, that profile's MLA constants scored on every row; otherwise fitted on the
+// training rows of options.base_gpu (default: the folder's GPU, h800 -> h100-sxm) and scored on
+// the held-out rows, and, when options.profile_out is set, that base with its `mla` block fitted
+// on every row written there.
+int run_validate_mla(const ValidateOptions& options, std::ostream& out);
 // The datasheet GPU of a kernel-table system folder ("h100_sxm" -> "h100-sxm"), or
 // options.base_gpu; UserError when neither names one.
 std::string kernel_table_base_gpu(const std::string& system, const ValidateOptions& options);

@@ -104,6 +104,8 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   if (c.dp != 1) j["dp"] = c.dp;
   if (c.ep != 1) j["ep"] = c.ep;
   if (c.moe_tp != 0) j["moe_tp"] = c.moe_tp;
+  if (c.moe_routing != "balanced") j["moe_routing"] = c.moe_routing;
+  if (c.eplb) j["eplb"] = true;
   j["replicas"] = c.replicas;
   j["router"] = c.router;
   j["weight_dtype"] = c.weight_dtype;

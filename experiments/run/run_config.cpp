@@ -11,6 +11,7 @@
 
 #include "experiments/run/bench_result.h"
 #include "hwmodel/base/error.h"
+#include "hwmodel/base/parse.h"
 #include "hwmodel/engine_profile.h"
 #include "sim/kv_transfer.h"
 #include "sim/simulation.h"
@@ -179,6 +180,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     else if (key == "dp") c.dp = scalar<int>(v, file, shown);
     else if (key == "ep") c.ep = scalar<int>(v, file, shown);
     else if (key == "moe-tp") c.moe_tp = scalar<int>(v, file, shown);
+    else if (key == "moe-routing") c.moe_routing = scalar<std::string>(v, file, shown);
+    else if (key == "eplb") c.eplb = scalar<bool>(v, file, shown);
     else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
     else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
@@ -274,6 +277,19 @@ int64_t chrome_trace_requests(const RunConfig& c) {
   return c.chrome_trace_requests.value_or(kDefaultChromeTraceRequests);
 }
 
+MoeRouting run_moe_routing(const RunConfig& c) {
+  if (c.eplb) return MoeRouting{};
+  const std::string& s = c.moe_routing;
+  if (s == "balanced" || s == "uniform") return MoeRouting{};
+  if (s.rfind("power:", 0) == 0) {
+    const double alpha = parse_double(std::string_view(s).substr(6), "--moe-routing power:", 0, 100);
+    if (alpha > 0) return MoeRouting{MoeRoutingKind::power_law, alpha};
+  }
+  throw UserError(fmt::format("--moe-routing \"{}\": expected balanced or power:ALPHA with ALPHA > 0 (e.g. power:1.2, "
+                              "the skew of NVIDIA's MoE tables)",
+                              s));
+}
+
 ModelSpec resolve_run_model(const RunConfig& c) {
   return with_dtypes(resolve_model(c.model), parse_weight_dtype(c.weight_dtype, "--weight-dtype"),
                      parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
@@ -289,6 +305,7 @@ void validate(const RunConfig& c) {
   if (c.dp < 1 || c.dp > 1024) throw UserError(fmt::format("--dp {}: must be in [1, 1024]", c.dp));
   if (c.ep < 1 || c.ep > 1024) throw UserError(fmt::format("--ep {}: must be in [1, 1024]", c.ep));
   if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
+  run_moe_routing(c);
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.

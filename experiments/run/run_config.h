@@ -49,6 +49,12 @@ struct RunConfig {
   int ep = 1;
   int moe_tp = 0;
   ParallelLayout layout() const { return ParallelLayout{tp, dp, ep, moe_tp}; }
+  // How tokens choose their experts: "balanced" (every expert alike) or "power:ALPHA" (per-expert
+  // loads from a power law of exponent ALPHA, as NVIDIA's MoE tables measure them; the busiest
+  // expert rank sets the step); `eplb` spreads hot experts over the ranks as an expert-load
+  // balancer does (vLLM/SGLang --enable-eplb), modelled as balanced routing.
+  std::string moe_routing = "balanced";
+  bool eplb = false;
   // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
   // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
   std::string weight_dtype = "auto";
@@ -144,6 +150,9 @@ int64_t chrome_trace_requests(const RunConfig& config);
 void validate(const RunConfig& config);
 // The model the run simulates: `model` (built-in or config.json) with the run's dtypes.
 ModelSpec resolve_run_model(const RunConfig& config);
+// The routing a run's cost model uses (--moe-routing, --eplb). Throws UserError naming the
+// option for a malformed spec.
+MoeRouting run_moe_routing(const RunConfig& config);
 // The engine the run simulates: `engine`, or the policy's default.
 std::string run_engine_name(const RunConfig& config);
 

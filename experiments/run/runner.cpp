@@ -130,8 +130,10 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     add_replicas(config, config.replicas, PoolRole::kColocated);
   }
   // The first replica is the first pool's (the prefill pool comes first).
-  const CostModel cost_model(model, gpu, first_pool.layout(),
-                             engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
+  CostModel routed_cost_model(model, gpu, first_pool.layout(),
+                              engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
+  routed_cost_model.set_moe_routing(run_moe_routing(first_pool));
+  const CostModel& cost_model = routed_cost_model;
 
   BuiltWorkload generated;
   if (hooks.source != nullptr) {

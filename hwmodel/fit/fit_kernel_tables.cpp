@@ -9,6 +9,8 @@
 #include <map>
 #include <tuple>
 
+#include "hwmodel/fit/fit_attention_kernels.h"
+#include "hwmodel/fit/fit_moe.h"
 #include "hwmodel/fit/fit_profile.h"
 #include "hwmodel/roofline.h"
 
@@ -41,10 +43,12 @@ KernelSplit::KernelSplit(const KernelTables& tables) {
   }
   for (const auto& r : tables.attention) head_configs_.emplace_back(r.num_heads, r.num_kv_heads);
   for (const auto& r : tables.collectives) message_sizes_.emplace_back(r.implementation, r.num_gpus, r.elements);
+  for (const auto& r : tables.moe) moe_groups_.emplace_back(r.hidden, r.inter, r.topk, r.experts, r.tp, r.ep, r.dtype);
   sort_unique(gemm_n_);
   sort_unique(gemm_k_);
   sort_unique(head_configs_);
   sort_unique(message_sizes_);
+  sort_unique(moe_groups_);
 }
 
 bool KernelSplit::gemm(const KernelGemmRow& r, KernelRows rows) const {
@@ -70,22 +74,27 @@ bool KernelSplit::collective(const KernelCollectiveRow& r, KernelRows rows) cons
   return on_side(edge || (i - begin) % 2 == 0, rows);
 }
 
+bool KernelSplit::moe(const KernelMoeRow& r, KernelRows rows) const {
+  return on_side(index_in(moe_groups_, std::tuple(r.hidden, r.inter, r.topk, r.experts, r.tp, r.ep, r.dtype)) % 2 == 0, rows);
+}
+
 std::string gemm_row_skip_reason(const KernelGemmRow& r) {
-  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8") return "";
-  if (r.dtype == "fp8_block") return "block-scaled FP8 (fp8_block, DeepSeek-style): not modelled";
+  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8" || r.dtype == "nvfp4") return "";
+  // NVIDIA's block-FP8 rows carry a per-call floor of 0.06-0.17 ms at every m (DeepGEMM and
+  // CUTLASS alike: 0.155 ms for one token at 4096 x 4096 on the B200, where bf16 takes 0.010),
+  // which no kernel shows under CUDA graphs: what the collector timed outside them. Block-FP8
+  // weights read the per-tensor FP8 table instead (HardwareProfile::gemm_table).
+  if (r.dtype == "fp8_block") return "block-scaled FP8 (fp8_block): a per-call floor of 0.06-0.17 ms outside CUDA graphs, not the kernel's";
   return fmt::format("dtype {}: not modelled", r.dtype);
 }
 
 std::string attention_row_skip_reason(const KernelAttentionRow& r) {
-  if (r.window != 0) return "sliding-window attention: not modelled (full causal only)";
-  if (r.kernel != "vllm_flash_attn_fa3" && !r.kernel.empty()) {
-    return fmt::format("kernel {}: the fit is for FlashAttention-3, vLLM's kernel on Hopper", r.kernel);
-  }
+  // Every head_dim, window, KV dtype and kernel is modelled (attention_kernel.h: a regime per
+  // kernel and KV dtype); only what no row has yet is not.
   if (r.attn_dtype != "bfloat16" && r.attn_dtype != "float16") return fmt::format("attention dtype {}: not modelled", r.attn_dtype);
   if (r.kv_cache_dtype != "bfloat16" && r.kv_cache_dtype != "float16" && r.kv_cache_dtype != "fp8") {
     return fmt::format("KV cache dtype {}: not modelled", r.kv_cache_dtype);
   }
-  if (r.head_dim != 128) return fmt::format("head_dim {}: fitted and scored on Llama-like heads (head_dim 128)", r.head_dim);
   return "";
 }
 
@@ -101,9 +110,13 @@ std::string collective_row_skip_reason(const KernelCollectiveRow& r) {
   return "";
 }
 
-WeightFormat gemm_row_format(const KernelGemmRow& r) { return r.dtype == "fp8" ? WeightFormat::fp8 : WeightFormat::bf16; }
+WeightFormat gemm_row_format(const KernelGemmRow& r) {
+  if (r.dtype == "fp8") return WeightFormat::fp8;
+  if (r.dtype == "nvfp4") return WeightFormat::nvfp4;
+  return WeightFormat::bf16;
+}
 
-const char* gemm_row_table_dtype(const KernelGemmRow& r) { return gemm_row_format(r) == WeightFormat::fp8 ? "fp8" : "bf16"; }
+std::string gemm_row_table_dtype(const KernelGemmRow& r) { return std::string(weight_format_name(gemm_row_format(r))); }
 
 ModelSpec attention_row_model(const KernelAttentionRow& r) {
   ModelSpec m;
@@ -118,17 +131,10 @@ ModelSpec attention_row_model(const KernelAttentionRow& r) {
 }
 
 double predict_kernel_attention(const HardwareProfile& gpu, const KernelAttentionRow& r) {
-  const ModelSpec m = attention_row_model(r);
-  if (r.prefill) {
-    // `batch` sequences of `isl` new tokens in one variable-length call, as CostModel sums them.
-    OperatorWork work;
-    const OperatorWork one = prefill_attention_work(m, 1, r.isl, 0);
-    for (int64_t b = 0; b < r.batch; ++b) work += one;
-    return prefill_attention_time_s(gpu, work);
-  }
-  // Each decode reads its cached context plus the token it just wrote (BatchShape::add_decode).
-  const int64_t context = r.context + 1;
-  return decode_attention_time_s(gpu, decode_attention_work(m, 1, r.batch, r.batch * context, context), r.batch);
+  // `batch` sequences of `isl` new tokens in one variable-length call, as CostModel sums them,
+  // counting the tiles the profile costs the model's attention by; or `batch` decodes.
+  const OperatorWork work = kernel_row_attention_work(r, prefill_attention_tiles(gpu, attention_row_model(r)));
+  return r.prefill ? prefill_attention_time_s(gpu, work) : decode_attention_time_s(gpu, work, r.batch);
 }
 
 double predict_kernel_gemm(const HardwareProfile& gpu, const KernelGemmRow& r) {
@@ -147,7 +153,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   HardwareProfile& p = result.profile;
   p = base;
   p.name = base.name + "-fitted";
-  p.gemm_table_bf16 = p.gemm_table_fp8 = nullptr;
+  p.gemm_tables = {};
   const std::string where = fmt::format("{} ({})", tables.system, tables.framework);
 
   // GEMM: the tables per dtype, and the roofline outside them fitted on the 16-bit rows.
@@ -164,7 +170,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   for (auto& [dtype, points] : by_dtype) {
     auto table = GemmTable::from_points(dtype, fmt::format("{} gemm_perf, {} ({} points)", where, kernels[dtype], points.size()), points);
     auto source = std::make_shared<GemmTableSource>(fmt::format("{}.gemm-{}.txt", p.name, dtype), std::move(table));
-    (dtype == "fp8" ? p.gemm_table_fp8 : p.gemm_table_bf16) = std::move(source);
+    p.gemm_table_source(parse_weight_format(dtype, "GEMM table")) = std::move(source);
   }
   if (!roofline_points.empty()) {
     fit_gemm_roofline(roofline_points, p);
@@ -172,16 +178,19 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     result.notes.push_back("no 16-bit GEMM rows: the GEMM roofline is the base profile's");
   }
 
-  // Attention of Llama-like heads, prefill and decode together (one launch floor).
+  // The flat attention parameters (what a call no regime covers falls back to), on Llama-like
+  // heads as before the regimes: FlashAttention-3, head_dim 128, full attention, 16-bit KV
+  // (one parameter set cannot follow both KV dtypes: FA3's FP8-KV path dequantises K and V, so
+  // it is nowhere near twice as fast as the byte count says), prefill and decode together (one
+  // launch floor). The regimes below cost every row.
+  p.attention_kernels.clear();
   std::vector<const KernelAttentionRow*> attention;
   bool any_prefill = false, any_decode = false;
   for (const KernelAttentionRow& r : tables.attention) {
     if (!attention_row_skip_reason(r).empty() || !split.attention(r, rows)) continue;
-    // One parameter set cannot follow both KV dtypes: FA3's FP8-KV path dequantises K and V,
-    // so it is nowhere near twice as fast as the byte count says (fitted on both, bf16 rows come
-    // out 10% slow and FP8 rows 7% fast). The fit is for vLLM's default, a 16-bit KV cache;
-    // FP8-KV rows are scored apart (kernel_validation.h).
-    if (r.kv_cache_dtype == "fp8") continue;
+    const bool llama_like = r.window == 0 && r.head_dim == 128 && r.kv_cache_dtype != "fp8" &&
+                            attention_tiles_for_kernel(r.kernel) == AttentionTiles::fa3;
+    if (!llama_like) continue;
     attention.push_back(&r);
     (r.prefill ? any_prefill : any_decode) = true;
   }
@@ -199,8 +208,10 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
         [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
         [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true, /*kv_write=*/true);
   } else {
-    result.notes.push_back("no Llama-like attention rows: attention parameters are the base profile's");
+    result.notes.push_back("no Llama-like attention rows: the flat attention parameters are the base profile's");
   }
+  // Every attention row: one regime per (phase, kernel, KV dtype) (fit_attention_kernels.h).
+  p.attention_kernels = fit_attention_kernels(tables, split, rows, p, result.notes);
 
   // All-reduce: one latency + bandwidth per (implementation, GPU count). NCCL's is on a ring's
   // wire bytes (allreduce_time_s), the custom kernel's on the message bytes.
@@ -220,6 +231,23 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     if (f.slope > 0) (key.first ? p.allreduce : p.custom_allreduce).push_back({key.second, f.intercept, 1 / f.slope});
   }
   if (comm.empty()) result.notes.push_back("no all-reduce rows: interconnect values are the base profile's");
+
+  // Fused MoE: each kernel library's constants on the rows it ran (fit_moe.h), at the expected
+  // loads of each row's routing (DeepSeek-V3's rows: at the loads the collector's routing gave
+  // its grouped top-k, collector_grouped_load); rows the model cannot express are left out
+  // (kernel_validation counts them).
+  std::vector<MoeSample> moe;
+  MoeLoadCache loads;
+  for (const KernelMoeRow& r : tables.moe) {
+    if (!split.moe(r, rows)) continue;
+    const std::optional<FusedMoeCall> call = kernel_moe_row_call(r);
+    if (call) moe.push_back({*call, loads.load(*call, kernel_moe_row_grouping(r)), r.seconds});
+  }
+  if (!moe.empty()) {
+    MoeFitResult fits = fit_moe_kernels(moe, base);
+    p.moe_kernels = std::move(fits.fits);
+    for (std::string& note : fits.notes) result.notes.push_back(std::move(note));
+  }
 
   p.source = fmt::format("fitted on {} kernel tables of {}{}, ceilings of {}", tables.framework, tables.system,
                          rows == KernelRows::kTrain ? " (training half)" : "", base.name);

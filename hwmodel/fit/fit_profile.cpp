@@ -404,10 +404,10 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   HardwareProfile& p = result.profile;
   p = base;
   p.name = base.name + "-fitted";
-  if (p.gemm_table_bf16 || p.gemm_table_fp8) {
+  if (p.has_gemm_tables()) {
     // Tables are measurements of the base's own GPU; a fit on other measurements replaces them
     // by its roofline (which must be fitted without them).
-    p.gemm_table_bf16 = p.gemm_table_fp8 = nullptr;
+    p.gemm_tables = {};
     result.notes.push_back(fmt::format("GEMM tables of base '{}' dropped: fitted here on these rows", base.name));
   }
   fit_gemms(measurements, rows, p, result.notes);
@@ -430,8 +430,35 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
 std::string datasheet_gpu_for_device(std::string_view device) {
   if (device == "a100") return "a100-80gb";  // Vidur profiled 80 GB A100s (data/README.md)
   if (device == "h100") return "h100-sxm";
-  for (const HardwareProfile& g : builtin_gpus()) {
-    if (g.name == device && g.source == "datasheet") return g.name;  // "a40", "h200", ...
+  // The H800 is the H100 SXM's export variant: the same SMs, tensor cores and HBM3, a lower
+  // NVLink (InferSim's tables, hwmodel/measured/README.md).
+  if (device == "h800") return "h100-sxm";
+  auto datasheet = [](std::string_view name) {
+    for (const HardwareProfile& g : builtin_gpus()) {
+      if (g.name == name && g.source == "datasheet") return true;
+    }
+    return false;
+  };
+  if (datasheet(device)) return std::string(device);  // "a40", "h200", ...
+  // A fitted profile's name is not a device's, though it starts like one.
+  if (device.ends_with("-fitted") || device.ends_with("-measured")) return "";
+  // batchsim-calibrate names a GPU's folder after nvidia-smi's name, lowercased with dashes
+  // ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3", "NVIDIA A100-SXM4-80GB" -> "a100-sxm4-80gb",
+  // "NVIDIA H200" -> "h200"): the datasheet GPU whose name its leading model and memory give.
+  struct Known {
+    std::string_view prefix, gpu;
+  };
+  for (const Known& k : {Known{"h100-80gb", "h100-sxm"}, Known{"h100-sxm", "h100-sxm"}, Known{"h200", "h200"},
+                         Known{"b200", "b200"}, Known{"a100-sxm4-80gb", "a100-80gb"}, Known{"a100-80gb", "a100-80gb"},
+                         Known{"a100-sxm4-40gb", "a100-40gb"}, Known{"a100-40gb", "a100-40gb"}, Known{"l40s", "l40s"}}) {
+    if (device.starts_with(k.prefix)) return std::string(k.gpu);
+  }
+  // NVIDIA's system folders name the form factor ("b200_sxm", "h200_sxm"; read as "b200-sxm"):
+  // the datasheet GPU of that name without it, when there is one.
+  for (std::string_view suffix : {"-sxm", "_sxm"}) {
+    if (device.ends_with(suffix) && datasheet(device.substr(0, device.size() - suffix.size()))) {
+      return std::string(device.substr(0, device.size() - suffix.size()));
+    }
   }
   return "";
 }

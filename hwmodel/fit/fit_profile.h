@@ -127,8 +127,9 @@ void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
                               bool per_sequence = false, bool kv_write = false);
 
 // The built-in datasheet GPU a device folder was measured on ("a100" -> "a100-80gb", per
-// hwmodel/measured/README.md; "h100" -> "h100-sxm"; a datasheet GPU's own name, e.g. "a40" or
-// "h200", -> itself); empty when unknown.
+// hwmodel/measured/README.md; "h100" and "h800" -> "h100-sxm"; a datasheet GPU's own name, e.g.
+// "a40" or "h200", -> itself, also with NVIDIA's form-factor suffix: "b200-sxm" or "b200_sxm" ->
+// "b200"); empty when unknown.
 std::string datasheet_gpu_for_device(std::string_view device);
 
 }  // namespace batchsim

@@ -9,45 +9,13 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "hwmodel/fit/fit_attention_kernels.h"
+#include "hwmodel/fit/fit_moe.h"
 #include "hwmodel/roofline.h"
 
 namespace batchsim {
 
 namespace {
-
-// The MoE rows the cost model expresses: uniform (balanced) routing, no expert parallelism,
-// 16-bit or per-tensor FP8 experts, an intermediate size the TP degree divides.
-std::string moe_row_skip_reason(const KernelMoeRow& r) {
-  if (r.distribution != "balanced" && r.distribution != "uniform") {
-    return fmt::format("{} routing: the model assumes balanced routing", r.distribution);
-  }
-  if (r.ep != 1) return "expert parallelism: not modelled";
-  if (r.dtype != "bfloat16" && r.dtype != "fp8") return fmt::format("{} experts: not modelled", r.dtype);
-  if (r.inter % r.tp != 0) return "intermediate size not divisible by the TP degree";
-  return "";
-}
-
-// One MoE layer's experts as CostModel costs them: the routed experts' up[/gate] and down as
-// grouped GEMMs over the experts the tokens touch, and the activation (fused_moe's, gated).
-double predict_kernel_moe(const HardwareProfile& gpu, const KernelMoeRow& r) {
-  ModelSpec m;
-  m.name = "kernel-table-moe";
-  m.num_layers = 1;
-  m.hidden_size = static_cast<int>(r.hidden);
-  m.ffn_size = static_cast<int>(r.inter);
-  m.gated_mlp = true;  // fused_moe's w13: gate and up
-  m.num_experts = static_cast<int>(r.experts);
-  m.experts_per_token = static_cast<int>(r.topk);
-  m.num_heads = m.num_kv_heads = 1;
-  m.head_dim = 1;
-  m.weight_format = m.expert_weight_format = r.dtype == "fp8" ? WeightFormat::fp8 : WeightFormat::bf16;
-  const int tp = static_cast<int>(r.tp);
-  const auto shapes = layer_gemm_shapes(m, tp);
-  const ExpertLoad load = expected_expert_load(m, r.tokens);
-  return grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_up)], load.tokens_per_expert, load.experts, m.expert_weight_format) +
-         grouped_gemm_time_s(gpu, shapes[static_cast<int>(LayerGemm::mlp_down)], load.tokens_per_expert, load.experts, m.expert_weight_format) +
-         elementwise_time_s(gpu, ElementwiseOp::activation, elementwise_bytes(m, tp, ElementwiseOp::activation, r.tokens));
-}
 
 void add(KernelValidationReport& report, const std::string& name, double predicted, double measured,
          const std::string& what) {
@@ -112,15 +80,21 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
       continue;
     }
     if (!split.attention(r, rows)) continue;
-    const std::string what = r.prefill ? fmt::format("batch {} x isl {}, heads {}/{}, kv {}", r.batch, r.isl, r.num_heads, r.num_kv_heads, r.kv_cache_dtype)
-                                       : fmt::format("batch {} x context {}, heads {}/{}, kv {}", r.batch, r.context, r.num_heads, r.num_kv_heads, r.kv_cache_dtype);
+    const std::string window = r.window > 0 ? fmt::format(", window {}", r.window) : "";
+    const std::string what =
+        r.prefill ? fmt::format("batch {} x isl {}, heads {}/{} x {}{}, kv {}, {}", r.batch, r.isl, r.num_heads, r.num_kv_heads,
+                                r.head_dim, window, r.kv_cache_dtype, r.kernel)
+                  : fmt::format("batch {} x context {}, heads {}/{} x {}{}, kv {}, {}", r.batch, r.context, r.num_heads,
+                                r.num_kv_heads, r.head_dim, window, r.kv_cache_dtype, r.kernel);
     const double predicted = predict_kernel_attention(profile, r);
-    if (r.kv_cache_dtype == "fp8") {
-      // Scored apart: the fit is for 16-bit KV caches (fit_kernel_tables.cpp).
-      op.parts["kv fp8 (not in the fit or the headline)"].add(predicted, r.seconds, what);
-      continue;
-    }
     add(report, r.prefill ? "context_attention" : "generation_attention", predicted, r.seconds, what);
+    // Per regime (kernel and KV dtype, fit_attention_kernels.h), and per head_dim and window
+    // within it; one-token prompts are their kernel's decodes.
+    const std::string regime = fmt::format("{} kv {}{}", r.kernel.empty() ? "unnamed kernel" : r.kernel,
+                                           r.kv_cache_dtype == "fp8" ? "fp8" : "bf16",
+                                           r.prefill && kernel_row_is_decode(r) ? " (isl 1: decode)" : "");
+    op.parts["regime " + regime].add(predicted, r.seconds, what);
+    op.parts[fmt::format("{}, head_dim {}, {}", regime, r.head_dim, r.window > 0 ? "window" : "full")].add(predicted, r.seconds, what);
   }
   for (const KernelCollectiveRow& r : tables.collectives) {
     KernelOperatorScore& op = ops[r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce"];
@@ -138,17 +112,27 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     add(report, r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce", predicted, r.seconds, what);
     op.parts[fmt::format("{} GPUs", r.num_gpus)].add(predicted, r.seconds, what);
   }
+  // Fused MoE: each row as the call it timed (fit_moe.h), at the expected loads of its routing
+  // (moe_kernel.h), by the profile's fit for the kernel that ran (or that kernel's roofline).
+  MoeLoadCache moe_loads;
   for (const KernelMoeRow& r : tables.moe) {
     KernelOperatorScore& op = ops["moe"];
-    if (const std::string why = moe_row_skip_reason(r); !why.empty()) {
+    std::string why;
+    const std::optional<FusedMoeCall> call = kernel_moe_row_call(r, &why);
+    if (!call) {
       ++op.skipped[why];
       continue;
     }
-    const double predicted = predict_kernel_moe(profile, r);
-    const std::string what = fmt::format("{} tokens, {} x {} experts top-{}, hidden {}, inter {}, tp {}", r.tokens, r.dtype,
-                                         r.experts, r.topk, r.hidden, r.inter, r.tp);
-    add(report, "moe", predicted, r.seconds, what);
-    op.parts[r.dtype].add(predicted, r.seconds, what);
+    if (!split.moe(r, rows)) continue;
+    const std::optional<GroupedTopK> grouping = kernel_moe_row_grouping(r);
+    const FusedMoeTime t = fused_moe_time(profile, *call, moe_loads.load(*call, grouping));
+    const std::string what = fmt::format("{} tokens, {} x {} experts top-{}, hidden {}, inter {}, tp {}, ep {}, {}", r.tokens,
+                                         r.dtype, r.experts, r.topk, r.hidden, r.inter, r.tp, r.ep, r.distribution);
+    add(report, "moe", t.total_s, r.seconds, what);
+    op.parts[fmt::format("kernel {}{}", moe_kernel_name(t.kernel), t.fitted ? "" : " (roofline: no fit)")].add(t.total_s, r.seconds, what);
+    op.parts["routing " + r.distribution].add(t.total_s, r.seconds, what);
+    op.parts[r.ep > 1 ? "layout EP" : r.tp > 1 ? "layout TP" : "layout one GPU"].add(t.total_s, r.seconds, what);
+    if (grouping) op.parts["grouped top-k (DeepSeek-V3)"].add(t.total_s, r.seconds, what);  // collector_grouped_load
   }
   return report;
 }

@@ -4,15 +4,18 @@
 // that the cost model can express, per operator: `gemm`, `context_attention` (prefill),
 // `generation_attention` (decode), `nccl_all_reduce`, `custom_all_reduce` and `moe`, with the
 // mean and 90th-percentile absolute percentage error. Rows it cannot express (block-scaled
-// FP8, sliding-window attention, expert parallelism, ...) are counted per reason, never scored
+// FP8 GEMMs, ...) are counted per reason, never scored
 // silently. `batchsim validate --measurements <system folder>` fits a profile on one half of the
 // rows (fit_kernel_tables.h, KernelRows::kTrain) and scores it here on the other half; with
 // `--gpu PROFILE` it scores that profile on every row.
 //
-// Attention's headline is over 16-bit KV caches (vLLM's default, what the fit is for); FP8-KV
-// rows are scored as a part of their own. GEMM errors are also broken down where the tables' grid puts them: shapes with n and k both
+// Attention's headline is over every row (every head_dim, window, KV dtype and kernel), with
+// parts per regime (kernel and KV dtype, fit_attention_kernels.h) and per head_dim and window
+// within a regime. GEMM errors are also broken down where the tables' grid puts them: shapes with n and k both
 // >= 1024 (the weights of real models) and the rest, each per dtype, and the rows that fell
 // outside the profile's table (answered by its fitted roofline).
+// Fused-MoE rows (fit_moe.h, moe_kernel.h) are scored by kernel library, routing and layout
+// (EP, TP, one GPU).
 #pragma once
 
 #include <cstdint>

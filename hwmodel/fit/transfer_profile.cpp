@@ -144,6 +144,55 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
     lines.push_back("not transferred: the per-SM K/V rates (an SM count is missing), set to 0 (no wave term)");
   }
 
+  // The attention-kernel regimes (attention_kernel.h) by the same rules: per-unit times by the
+  // FLOP ratio, per-SM K/V rates by the per-SM bandwidth ratio, the GPU-wide K/V re-read rate by
+  // the HBM ratio, efficiencies, exponents, launches, per-tile, combine, window and
+  // per-sequence times as fitted. The MLA block is efficiencies and launches: carried as fitted.
+  if (!p.attention_kernels.empty()) {
+    const double hbm_ratio = target.hbm_bytes_per_s / fitted.hbm_bytes_per_s;
+    for (AttentionKernelFit& k : p.attention_kernels) {
+      k.per_unit_s *= flop_ratio;
+      k.per_unit_head_dim_s *= flop_ratio;
+      k.sm_bytes_per_s = per_sm_rate_on(k.sm_bytes_per_s, fitted, target);
+      k.kv_reread_bytes_per_s *= hbm_ratio;
+    }
+    lines.push_back(fmt::format("attention_kernels ({} regimes): per_unit_s and per_unit_head_dim_s {}, sm_bytes_per_s "
+                                "{}, kv_reread_bytes_per_s {} (HBM bandwidth); the rest as fitted",
+                                p.attention_kernels.size(), ratio_text(flop_ratio), ratio_text(sm_ratio),
+                                ratio_text(hbm_ratio)));
+  }
+
+  // The fused-MoE kernels (moe_kernel.h): weight streaming by the HBM ratio and the GEMMs' FLOP
+  // rate by the tensor-core ratio of the kernel's format (FP8 kernels by peak_fp8_flops, the
+  // others by peak_flops: the Hopper kernels these fits time run FP4 experts at the 16-bit rate),
+  // each capped at the target's ceiling; per-element row and token work by the HBM ratio (it is
+  // memory traffic); launch, EP and per-expert floors are latency and kept. On another
+  // generation the engine picks other kernels (Blackwell's native FP4 and FP8 paths), which a
+  // transfer cannot know: the provenance says so.
+  if (!p.moe_kernels.empty()) {
+    const double hbm = target.hbm_bytes_per_s / fitted.hbm_bytes_per_s;
+    const double fp8 = fitted.peak_fp8_flops > 0 && target.peak_fp8_flops > 0
+                           ? target.peak_fp8_flops / fitted.peak_fp8_flops
+                           : target.peak_flops / fitted.peak_flops;
+    const double bf16 = target.peak_flops / fitted.peak_flops;
+    for (MoeKernelFit& k : p.moe_kernels) {
+      const bool fp8_kernel = k.kernel == MoeKernel::fp8_flashinfer_cutlass || k.kernel == MoeKernel::fp8_block_triton ||
+                              k.kernel == MoeKernel::fp8_block_flashinfer_cutlass;
+      k.weight_bytes_per_s = std::min(k.weight_bytes_per_s * hbm, target.hbm_bytes_per_s);
+      const double ceiling = fp8_kernel && target.peak_fp8_flops > 0 ? target.peak_fp8_flops : target.peak_flops;
+      k.flops_per_s = std::min(k.flops_per_s * (fp8_kernel ? fp8 : bf16), ceiling);
+      k.out_element_s /= hbm;
+      k.row_element_s /= hbm;
+      k.token_element_s /= hbm;
+    }
+    lines.push_back(fmt::format("moe_kernels ({} kernels): weight_bytes_per_s {} and the per-element times {} (HBM "
+                                "bandwidth), flops_per_s {} (FP8 kernels) or {} (the others), each capped at the "
+                                "target's ceiling; launch floors as fitted; the kernels are {}'s, which another "
+                                "generation may not run",
+                                p.moe_kernels.size(), ratio_text(hbm), ratio_text(1 / hbm), ratio_text(fp8),
+                                ratio_text(bf16), fitted.name));
+  }
+
   // Launch floors and per-sequence set-up (metadata, block tables) are latency, not
   // throughput: no ceiling of the datasheet sets them, so they are kept. So are the fixed time
   // of one FlashAttention-3 tile on its SM (the target's SM count spreads the tiles, roofline.h)
@@ -205,7 +254,8 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
                         fitted.sm_count == target.sm_count;
   HardwareProfile from = fitted, to = p;
   to.name = target.name;
-  for (auto* table : {&p.gemm_table_bf16, &p.gemm_table_fp8}) {
+  for (auto& table_source : p.gemm_tables) {
+    auto* table = &table_source;
     if (!*table) continue;
     const GemmTable& measured = (*table)->table();
     if (!same_sms) {

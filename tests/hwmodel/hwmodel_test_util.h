@@ -119,8 +119,8 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
       near(x[i].bytes_per_s, y[i].bytes_per_s, "allreduce bytes_per_s");
     }
   }
-  EXPECT_EQ(a.gemm_table_bf16 == nullptr, b.gemm_table_bf16 == nullptr);
-  EXPECT_EQ(a.gemm_table_fp8 == nullptr, b.gemm_table_fp8 == nullptr);
+  EXPECT_EQ(a.gemm_table(WeightFormat::bf16) == nullptr, b.gemm_table(WeightFormat::bf16) == nullptr);
+  EXPECT_EQ(a.gemm_table(WeightFormat::fp8) == nullptr, b.gemm_table(WeightFormat::fp8) == nullptr);
 }
 
 }  // namespace batchsim::testing

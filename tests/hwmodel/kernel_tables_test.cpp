@@ -136,35 +136,40 @@ TEST(KernelTables, HeldOutAccuracyOnTheH100Tables) {
       EXPECT_LT(gemm.parts.at(part).mape_percent, gemm.parts.at(part + ", roofline alone").mape_percent) << part;
     }
   }
-  EXPECT_EQ(gemm.skipped.at("block-scaled FP8 (fp8_block, DeepSeek-style): not modelled"), 35704);
+  EXPECT_EQ(gemm.skipped.at("block-scaled FP8 (fp8_block): a per-call floor of 0.06-0.17 ms outside CUDA graphs, not the kernel's"), 35704);
+  // Attention over every row (every head_dim, window, KV dtype and kernel: attention_test.cpp
+  // pins each regime); Llama-like heads (head_dim 128, full, 16-bit KV) as tight as before.
   EXPECT_LE(r.operators.at("generation_attention").stats.mape_percent, 10.0);
-  EXPECT_LE(r.operators.at("context_attention").stats.mape_percent, 7.0);
-  EXPECT_LE(r.operators.at("context_attention").stats.p90_percent(), 14.5);
-  EXPECT_GT(r.operators.at("context_attention").stats.count, 2000);
+  EXPECT_LE(r.operators.at("context_attention").stats.mape_percent, 9.5);
+  EXPECT_LE(r.operators.at("context_attention").stats.p90_percent(), 21.0);
+  EXPECT_GT(r.operators.at("context_attention").stats.count, 24000);
+  EXPECT_LE(r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").mape_percent, 7.0);
+  EXPECT_LE(r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").p90_percent(), 14.5);
   EXPECT_EQ(fit.profile.prefill_attention_kernel, PrefillAttentionKernel::flash_attention_3);
   EXPECT_LE(r.operators.at("nccl_all_reduce").stats.mape_percent, 12.0);
   EXPECT_LE(r.operators.at("custom_all_reduce").stats.mape_percent, 12.0);
   EXPECT_GT(r.operators.at("moe").stats.count, 0);  // scored, not fitted
-  // Every row is scored (16-bit KV in the headline, FP8 KV as its part) or skipped with a
-  // reason: on all rows, the three add up to the table.
+  // Every row is scored: none skipped, and on all rows the scored ones are the table.
   const KernelValidationReport all = score_kernel_tables(t, fit.profile, KernelRows::kAll);
   const KernelOperatorScore& context = all.operators.at("context_attention");
-  int64_t skipped = 0;
-  for (const auto& [why, n] : context.skipped) skipped += n;
-  EXPECT_EQ(skipped + context.stats.count + context.parts.at("kv fp8 (not in the fit or the headline)").count, 50830);
+  EXPECT_TRUE(context.skipped.empty());
+  EXPECT_EQ(context.stats.count, 50830);
+  EXPECT_EQ(all.operators.at("generation_attention").stats.count, 62166);
 }
 
 // FlashAttention-3 packs a KV group's query heads into one tile; costed by FlashAttention-2's
 // tiles (query tiles x query heads) the held-out error followed the group: median
 // predicted/measured 0.93 at group 2, 1.10 at groups 32 and 48. By FA3's tiles every group's
-// median is within 5% (0.99 to 1.05).
+// median was within 5% (0.99 to 1.05) when the fit saw only these heads (head_dim 128, full,
+// 16-bit KV); the regime fitted on every head_dim and window (attention_kernel.h) leaves 0.97 to
+// 1.02 for the GQA groups and 1.08 for MHA (group 1).
 TEST(KernelTables, HeldOutPrefillIsUnbiasedInTheGqaGroup) {
   const KernelTables& t = h100_tables();
-  const KernelFitResult fit = fit_kernel_tables(t, resolve_gpu("h100-sxm"), KernelRows::kTrain);
+  const KernelFitResult& fit = h100_training_fit();
   const KernelSplit split(t);
   std::map<int64_t, std::vector<double>> ratios;  // group -> predicted / measured
   for (const KernelAttentionRow& r : t.attention) {
-    if (!r.prefill || !attention_row_skip_reason(r).empty() || r.kv_cache_dtype == "fp8") continue;
+    if (!r.prefill || r.kv_cache_dtype == "fp8" || r.head_dim != 128 || r.window != 0) continue;
     if (!split.attention(r, KernelRows::kHeldOut)) continue;
     ratios[r.num_heads / r.num_kv_heads].push_back(predict_kernel_attention(fit.profile, r) / r.seconds);
   }
@@ -173,7 +178,7 @@ TEST(KernelTables, HeldOutPrefillIsUnbiasedInTheGqaGroup) {
     std::sort(x.begin(), x.end());
     const double median = x[x.size() / 2];
     EXPECT_GT(median, 0.95) << "group " << group;
-    EXPECT_LT(median, 1.06) << "group " << group;
+    EXPECT_LT(median, group == 1 ? 1.08 : 1.03) << "group " << group;
   }
 }
 
@@ -213,6 +218,33 @@ TEST(KernelTables, ShippedH100ProfileIsAFreshFit) {
         else EXPECT_NEAR(x / y, 1.0, 1e-4);  // five significant digits in the file
       }
     }
+  }
+}
+
+// hwmodel/profiles/b200-fitted.yaml is the fit of NVIDIA's B200 tables (vLLM 0.24), NVFP4 GEMMs
+// included, with its held-out figures in its validation block: GEMM 10.4%, decode attention
+// 9.3%, prefill 13.9% (FlashInfer's TensorRT-LLM kernels; the Triton one is the 30% misfit).
+TEST(KernelTables, ShippedB200ProfileIsAFreshFitWithNvfp4Gemms) {
+  const HardwareProfile shipped = resolve_gpu("b200-fitted");
+  const KernelTables b200 = read_kernel_tables(testing::measured_dir() / "aiconfigurator" / "b200_sxm", "vllm");
+  const KernelFitResult fresh = fit_kernel_tables(b200, resolve_gpu("b200"), KernelRows::kAll);
+  testing::expect_profiles_near(fresh.profile, shipped, 1e-6, false);
+  for (WeightFormat f : {WeightFormat::bf16, WeightFormat::fp8, WeightFormat::nvfp4}) {
+    ASSERT_NE(shipped.gemm_table(f), nullptr) << weight_format_name(f);
+    EXPECT_EQ(shipped.gemm_table(f)->format(), f);
+  }
+  // NVFP4 GEMMs run at the B200's FP4 rate where no table answers.
+  EXPECT_DOUBLE_EQ(gemm_peak_flops(shipped, WeightFormat::nvfp4), 9000e12);
+  const KernelValidationReport held_out =
+      score_kernel_tables(b200, fit_kernel_tables(b200, resolve_gpu("b200"), KernelRows::kTrain).profile,
+                          KernelRows::kHeldOut);
+  const auto& gemm = held_out.operators.at("gemm");
+  EXPECT_LE(gemm.parts.at("nvfp4 n,k >= 1024").mape_percent, 8.0);
+  EXPECT_LE(gemm.parts.at("bf16 n,k >= 1024").mape_percent, 5.0);
+  EXPECT_LE(held_out.operators.at("generation_attention").stats.mape_percent, 10.0);
+  EXPECT_LE(held_out.operators.at("context_attention").stats.mape_percent, 15.0);
+  for (const OperatorError& e : shipped.validation.operators) {
+    EXPECT_NEAR(e.mape_percent, held_out.operators.at(e.op).stats.mape_percent, 0.05) << e.op;
   }
 }
 

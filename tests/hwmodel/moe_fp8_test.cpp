@@ -10,6 +10,7 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/moe_kernel.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel_test_util.h"
 #include "test_support.h"
@@ -311,60 +312,50 @@ HardwareProfile flops_only(double m_half) {
   return p;
 }
 
-TEST(MoeCostModel, OneDecodeReadsItsKExpertsAndABatchReadsThemAll) {
+// An MoE layer's routed experts are one fused-MoE call (moe_kernel.h) with the layer's shapes;
+// the router and the attention GEMMs are dense GEMMs beside it. A single decode reads its k
+// experts' weights, a batch of 256 all 8 of them: 4x the weight bytes.
+TEST(MoeCostModel, RoutedExpertsAreOneFusedMoeCallPerLayer) {
   const ModelSpec mixtral = resolve_model("mixtral-8x7b");
-  const CostModel cm(mixtral, bytes_only());
-  BatchShape one;
-  one.add_decode(100);
-  const IterationCost c1 = cm.iteration(one);
-  // Per layer, bytes at 1 TB/s. Up: router 2 (4096 + 8) + 2 * 4096 * 8, and 2 experts'
-  // 4096 x 28672 weights with one row each 2 * 2 * (4096 + 28672) + 2 * 2 * 4096 * 28672.
-  const double up_bytes = 2.0 * (4096 + 8) + 2.0 * 4096 * 8 + 2.0 * 2 * (4096 + 28672) +
-                          2.0 * 2 * 4096 * 28672;
-  // Down: 2 experts' 14336 x 4096 weights.
-  const double down_bytes = 2.0 * 2 * (14336 + 4096) + 2.0 * 2 * 14336 * 4096;
-  EXPECT_NEAR(c1.layer_gemm_s[kUp], 32 * up_bytes / 1e12, 1e-12);
-  EXPECT_NEAR(c1.layer_gemm_s[kDown], 32 * down_bytes / 1e12, 1e-12);
-
-  // 256 decodes touch all 8 experts: 4x the expert weights (plus 256 rows of activations).
-  BatchShape batch;
-  for (int i = 0; i < 256; ++i) batch.add_decode(100);
-  const IterationCost c256 = cm.iteration(batch);
-  const double expert_weights = 2.0 * 4096 * 28672 + 2.0 * 14336 * 4096;
-  const double activations = 2.0 * 256 * 2 * (4096 + 28672 + 14336 + 4096);
-  const double router = 2.0 * 256 * (4096 + 8) + 2.0 * 4096 * 8;
-  EXPECT_NEAR(c256.layer_gemm_s[kUp] + c256.layer_gemm_s[kDown],
-              32 * (8 * expert_weights + activations + router) / 1e12, 1e-9);
-  const double ratio = (c256.layer_gemm_s[kUp] + c256.layer_gemm_s[kDown]) /
-                       (c1.layer_gemm_s[kUp] + c1.layer_gemm_s[kDown]);
-  EXPECT_NEAR(ratio, 4.0, 0.1);
-  // Attention GEMMs are dense: 256 rows of the same weights cost little more than one.
-  EXPECT_LT(c256.layer_gemm_s[static_cast<int>(LayerGemm::qkv)],
-            1.2 * c1.layer_gemm_s[static_cast<int>(LayerGemm::qkv)]);
-  EXPECT_FALSE(c256.gemm_compute_bound);
-}
-
-TEST(MoeCostModel, ExpertGemmEfficiencyIsThatOfItsShareOfTheTokens) {
-  const ModelSpec mixtral = resolve_model("mixtral-8x7b");
-  const HardwareProfile gpu = flops_only(64);
+  const HardwareProfile gpu = bytes_only();
   const CostModel cm(mixtral, gpu);
-  BatchShape prefill;
-  prefill.add_prefill(4096, 0);
-  const IterationCost c = cm.iteration(prefill);
-  // 4096 tokens x top-2 over 8 experts: 1024 rows per expert, eta = 0.5 * 1024 / (1024 + 64).
-  // The router runs on all 4096 rows: eta = 0.5 * 4096 / (4096 + 64).
-  auto at = [&](double flops, double m) { return flops / (100e12 * 0.5 * m / (m + 64)); };
-  const double up_flops = 2.0 * 4096 * 2 * 4096 * 28672;
-  const double router_flops = 2.0 * 4096 * 4096 * 8;
-  EXPECT_NEAR(c.layer_gemm_s[kUp], 32 * (at(up_flops, 1024) + at(router_flops, 4096)), 1e-12);
-  EXPECT_NEAR(c.layer_gemm_s[kDown], 32 * at(2.0 * 4096 * 2 * 14336 * 4096, 1024), 1e-12);
-  EXPECT_TRUE(c.gemm_compute_bound);
-  // Costing the experts at all 4096 tokens would have been ~5% faster: the per-expert M counts.
-  EXPECT_GT(c.layer_gemm_s[kUp], 1.04 * 32 * (at(up_flops, 4096) + at(router_flops, 4096)));
-  // The same through grouped_gemm_time_s, for a fractional load (8 tokens: 7.2 experts).
+  auto call = [](int64_t tokens) {
+    FusedMoeCall c;
+    c.tokens = tokens;
+    c.hidden = 4096;
+    c.intermediate = 14336;
+    c.top_k = 2;
+    c.experts = 8;
+    c.ep = 1;
+    c.format = WeightFormat::bf16;
+    c.gated = true;
+    return c;
+  };
+  for (const int64_t n : {int64_t{1}, int64_t{256}}) {
+    SCOPED_TRACE(n);
+    BatchShape batch;
+    for (int64_t i = 0; i < n; ++i) batch.add_decode(100);
+    const IterationCost c = cm.iteration(batch);
+    const double router = gemm_time_s(gpu, GemmShape{4096, 8}, n, WeightFormat::bf16);
+    EXPECT_NEAR(c.layer_gemm_s[kUp] + c.layer_gemm_s[kDown], 32 * (fused_moe_time_s(gpu, call(n)) + router), 1e-12);
+  }
+  const FusedMoeTime one = fused_moe_time(gpu, call(1));
+  const FusedMoeTime many = fused_moe_time(gpu, call(256));
+  EXPECT_NEAR(many.weights_s / one.weights_s, 4.0, 1e-9);
+  // Attention GEMMs are dense: 256 rows of the same weights cost little more than one.
+  BatchShape one_decode, batch;
+  one_decode.add_decode(100);
+  for (int i = 0; i < 256; ++i) batch.add_decode(100);
+  EXPECT_LT(cm.iteration(batch).layer_gemm_s[static_cast<int>(LayerGemm::qkv)],
+            1.2 * cm.iteration(one_decode).layer_gemm_s[static_cast<int>(LayerGemm::qkv)]);
+  EXPECT_FALSE(cm.iteration(batch).gemm_compute_bound);
+  // The grouped GEMM of the roofline (what the kernel falls back to without a fit) at a
+  // fractional load: 8 tokens touch 7.2 experts on average.
+  const HardwareProfile flops = flops_only(64);
+  auto at = [&](double f, double m) { return f / (100e12 * 0.5 * m / (m + 64)); };
   const ExpertLoad eight = expected_expert_load(mixtral, 8);
   const GemmShape up = layer_gemm_shapes(mixtral, 1)[kUp];
-  EXPECT_NEAR(grouped_gemm_time_s(gpu, up, eight.tokens_per_expert, eight.experts, WeightFormat::bf16),
+  EXPECT_NEAR(grouped_gemm_time_s(flops, up, eight.tokens_per_expert, eight.experts, WeightFormat::bf16),
               at(2.0 * 16 * 4096 * 28672, eight.tokens_per_expert), 1e-15);
 }
 

@@ -11,6 +11,7 @@
 #include "hwmodel/cost_model.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/moe_kernel.h"
 #include "hwmodel/parallel_layout.h"
 #include "hwmodel/roofline.h"
 #include "test_support.h"
@@ -151,26 +152,52 @@ TEST(ParallelLayout, MoeExchangeBytesPerStep) {
   EXPECT_NEAR(wide.moe_step(1600).exchange_s, 58 * (dispatch + combine), 1e-12);
 }
 
-// An expert rank multiplies its own whole experts (256 / EP of them) by the rows routed to them:
-// tokens x k / EP over the local experts the tokens touch.
+// An expert rank runs its own whole experts (256 / EP of them) as one fused-MoE call fed every
+// token of the step (moe_kernel.h): expert parallelism 8, each expert's whole 2048.
 TEST(ParallelLayout, ExpertParallelismSplitsTheExpertsNotTheirTokens) {
   const ModelSpec v3 = resolve_model("deepseek-v3");
   const HardwareProfile h200 = resolve_gpu("h200");
   const CostModel ep(v3, h200, ParallelLayout{8, 1, 8});
   const int64_t tokens = 512;
-  const double touched = 32 * (1 - std::pow(1 - 8.0 / 256, tokens));
-  const double rows = tokens * 8.0 / 8 / touched;
+  FusedMoeCall call;
+  call.tokens = tokens;
+  call.hidden = 7168;
+  call.intermediate = 2048;
+  call.top_k = 8;
+  call.experts = 256;
+  call.ep = 8;
+  call.format = WeightFormat::fp8_block;
   const CostModel::MoeStepCost moe = ep.moe_step(tokens);
-  EXPECT_DOUBLE_EQ(moe.experts_up_s,
-                   58 * grouped_gemm_time_s(h200, GemmShape{7168, 2 * 2048}, rows, touched, WeightFormat::fp8_block));
-  EXPECT_DOUBLE_EQ(moe.experts_down_s,
-                   58 * grouped_gemm_time_s(h200, GemmShape{2048, 7168}, rows, touched, WeightFormat::fp8_block));
+  EXPECT_NEAR(moe.experts_up_s + moe.experts_down_s, 58 * fused_moe_time_s(h200, call), 1e-12);
+  // Under plain TP 8 each GPU holds a slice of 2048 / 8 of every expert instead.
+  call.ep = 1;
+  call.intermediate = 256;
+  const CostModel tp(v3, h200, ParallelLayout{8});
+  EXPECT_NEAR(tp.moe_step(tokens).experts_up_s + tp.moe_step(tokens).experts_down_s, 58 * fused_moe_time_s(h200, call),
+              1e-12);
   // With EP 8 x MoE-TP 1 on one attention rank of TP 8 (TEP) the experts' outputs are summed by
   // the layer's all-reduce: no exchange of their own.
   EXPECT_EQ(moe.exchange_s, 0);
   // More tokens never make the experts faster.
   EXPECT_GE(ep.moe_step(8192).experts_up_s, ep.moe_step(4096).experts_up_s);
   EXPECT_GE(ep.moe_step(64).experts_up_s, ep.moe_step(1).experts_up_s);
+}
+
+// Skewed routing makes the busiest expert rank slower once the experts are well fed (NVIDIA's
+// tables: at T k / E >= 64 rows per expert; below that, fewer experts are touched and skew is
+// cheaper); an expert-load balancer brings it back to balanced.
+TEST(ParallelLayout, SkewRaisesTheStepOfWellFedExperts) {
+  const ModelSpec v3 = resolve_model("deepseek-v3");
+  const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
+  CostModel balanced(v3, h100, ParallelLayout{1, 16, 16});
+  CostModel skewed(v3, h100, ParallelLayout{1, 16, 16});
+  skewed.set_moe_routing(MoeRouting{MoeRoutingKind::power_law, 1.2});
+  const int64_t tokens = 16 * 512;  // 8192 tokens x 8 / 256 experts = 256 rows each
+  const double b = balanced.moe_step(tokens).experts_up_s + balanced.moe_step(tokens).experts_down_s;
+  const double s = skewed.moe_step(tokens).experts_up_s + skewed.moe_step(tokens).experts_down_s;
+  EXPECT_GT(s, 1.05 * b);
+  std::vector<BatchShape> ranks(16, decodes(512, 1000));
+  EXPECT_GT(skewed.step(ranks).total_s, balanced.step(ranks).total_s);
 }
 
 }  // namespace

@@ -288,7 +288,7 @@ TEST(TransferProfile, HeldOutA100AndA40) {
   };
   for (const Direction& d : {Direction{a100, a40, "a100-80gb", "a40"}, Direction{a40, a100, "a40", "a100-80gb"}}) {
     HardwareProfile fitted = fit_profile(d.from, "llama-2-7b", resolve_gpu(d.from_base)).profile;
-    fitted.gemm_table_bf16 = std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
+    fitted.gemm_table_source(WeightFormat::bf16) = std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
     const HardwareProfile target = resolve_gpu(d.to_base);
     const HardwareProfile moved = transfer_profile(fitted, target);
     ASSERT_EQ(moved.gemm_table(WeightFormat::bf16), nullptr);
@@ -296,8 +296,8 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     HardwareProfile rescaled = moved;
     HardwareProfile named_target = moved;
     named_target.name = target.name;
-    rescaled.gemm_table_bf16 = std::make_shared<GemmTableSource>(
-        "rescaled.txt", rescale_gemm_table(fitted.gemm_table_bf16->table(), fitted, named_target).table);
+    rescaled.gemm_table_source(WeightFormat::bf16) = std::make_shared<GemmTableSource>(
+        "rescaled.txt", rescale_gemm_table(fitted.gemm_table(WeightFormat::bf16)[0], fitted, named_target).table);
     const FitResult own = fit_profile(d.to, "llama-2-7b", target);
     const ValidationReport own_report = validate_cost_model(d.to, "llama-2-7b", own.profile, own.cpu.value_or(CpuOverhead{}));
     double own_gemm = 0;
