@@ -162,8 +162,11 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("think-time", po::value(&o.think_time), "fixed:S | uniform:A:B | exponential:MEAN (seconds): each "
        "replayed client's wait before it sends a request, the benchmark client's turnaround, which the rows do "
        "not record (default: none)")
+      ("moe-routing", po::value(&o.moe_routing), "balanced | power:ALPHA: how a mixture of experts' tokens "
+       "choose their experts in every replayed run, which the rows do not record (default: a run's, balanced)")
       ("breakdown", po::bool_switch(&o.breakdown), "also print each backend's errors by prompt length, "
-       "clients and TP (--out writes them in any case)")
+       "clients and TP (--out writes them in any case; for a mixture-of-experts or disaggregated file also each "
+       "model's by prompt length, clients and layout)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
       ("profile-out", po::value(&o.profile_out), "write the --gpu profile here with these figures as its "
        "validation.serving block (every backend replayed; the profile must carry a validation block)")
@@ -193,13 +196,16 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out) {
            "  profile's provenance lists each rescaling (hwmodel/README.md).\n"
            "usage: batchsim calibrate engine --measurements FILE.csv --gpu PROFILE --backend B --out ENGINE.yaml\n"
            "  Fits an engine's residual time per iteration, per sequence and per extra TP worker\n"
-           "  to measured closed-loop serving benchmarks, scored on held-out rows.\n";
+           "  to measured closed-loop serving benchmarks, scored on held-out rows.\n"
+           "usage: batchsim calibrate shapes --model M [--tp N] [--dp N] [--ep N] [--moe-tp N] --out SHAPES.csv\n"
+           "  Writes a model's per-GPU GEMMs (attention, experts, MLA) for `batchsim-calibrate measure\n"
+           "  --shapes` (calibration/README.md).\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "fit") return calibrate_fit_command({args.begin() + 1, args.end()}, out);
   if (args[0] == "transfer") return calibrate_transfer_command({args.begin() + 1, args.end()}, out);
   if (args[0] == "engine") return calibrate_engine_command({args.begin() + 1, args.end()}, out);
-  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit, transfer, engine)", args[0]));
+  throw UserError(fmt::format("calibrate: unknown subcommand '{}' (expected: fit, transfer, engine, shapes)", args[0]));
 }
 
 }  // namespace batchsim

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -19,6 +21,8 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/model_spec.h"
+#include "hwmodel/parallel_layout.h"
+#include "hwmodel/weight_format.h"
 #include "policies/registry.h"
 #include "policies/sglang/sglang_policy.h"
 #include "sim/workload/workload.h"
@@ -72,6 +76,53 @@ struct BackendErrors {
   }
 };
 
+// Measurements seen so far, to find a row that repeats an earlier one: the same TTFT and TPOT to
+// within 1e-9 of each (the dumps a silicon file merges re-print a measurement, sometimes a digit
+// apart in the 17th place).
+class MeasurementIndex {
+ public:
+  // The id of an earlier measurement equal to (ttft_ms, tpot_ms), or nullptr after recording
+  // this one under `id`.
+  const std::string* find_or_add(double ttft_ms, double tpot_ms, const std::string& id) {
+    constexpr double kTolerance = 1e-9;
+    const double last = ttft_ms * (1 + kTolerance);
+    for (auto it = seen_.lower_bound(ttft_ms * (1 - kTolerance)); it != seen_.end() && it->first <= last; ++it) {
+      if (std::abs(it->second.first / tpot_ms - 1) <= kTolerance) return &it->second.second;
+    }
+    seen_.emplace(ttft_ms, std::pair{tpot_ms, id});
+    return nullptr;
+  }
+
+ private:
+  std::multimap<double, std::pair<double, std::string>> seen_;  // TTFT -> (TPOT, id)
+};
+
+// A row's layout as the report names it: "TP 4, EP 4", or a disaggregated row's pools
+// "1 x (TP 8) + 2 x (TP 8)".
+std::string layout_text(const ServingRow& r) {
+  if (r.mode != "disagg") return r.layout().text();
+  return fmt::format("{} x ({}) + {} x ({})", r.prefill.workers, r.prefill.layout.text(), r.decode.workers,
+                     r.decode.layout.text());
+}
+
+// One model's rows of one backend and mode (the report of a mixture-of-experts or disaggregated
+// file): every row, and the distinct measurements (a row repeating an earlier replayed row's
+// TTFT and TPOT counted once) with their groups by prompt length, clients and layout.
+struct ModelErrors {
+  ErrorGroup all, distinct;
+  std::map<int64_t, ErrorGroup> by_isl, by_concurrency;
+  std::map<std::string, ErrorGroup> by_layout;
+
+  void add(const ServingRow& r, const ServingPrediction& p, bool first) {
+    all.add(r, p);
+    if (!first) return;
+    distinct.add(r, p);
+    by_isl[r.isl].add(r, p);
+    by_concurrency[r.concurrency].add(r, p);
+    by_layout[layout_text(r)].add(r, p);
+  }
+};
+
 // Whether a policy base is vLLM's scheduler family (the continuous and chunked-prefill policies),
 // which takes vLLM's option names.
 bool vllm_family(const std::string& base) { return base == "continuous" || base == "chunked-prefill"; }
@@ -90,20 +141,33 @@ bool vllm_family(const std::string& base) { return base == "continuous" || base 
 //                 chunked prefill off, and from its engine template
 //                 (generator/config/backend_templates/trtllm/extra_engine_args.<version>.yaml.j2,
 //                 every version's the same) kv_cache_config.free_gpu_memory_fraction 0.80
-// where B, the deployment's max_batch_size, is taken as the row's concurrency (the benchmark's
-// estimated_concurrency is workers x max_batch_size; a concurrency sweep on a deployment sized
-// for another B moves the token budget by B - concurrency tokens, and a sequence cap above the
-// concurrency never binds under closed-loop clients). The limits are given under the option
-// names of the policy's scheduler (`base`: sglang, or the continuous schedulers); a static
-// policy gets none.
-std::map<std::string, std::string> deployment_limits(const ServingRow& r, const std::string& base) {
-  const auto b = std::to_string(r.concurrency);
+// where B, the deployment's max_batch_size, is taken as the row's concurrency per attention-DP
+// rank (the benchmark's estimated_concurrency is workers x max_batch_size, and each rank's
+// scheduler has its own cap: vLLM's EngineCore per DP rank, TensorRT-LLM's executor per rank
+// under enable_attention_dp; a concurrency sweep on a deployment sized for another B moves the
+// token budget by B - concurrency tokens, and a sequence cap above the concurrency never binds
+// under closed-loop clients). A disaggregated row's pools get the same rules' `prefill` and
+// `decode` lines: the prefill pool max_batch_size prefill_batch_size (blank: the rule's 1) and a
+// token budget of isl + 1500 (TensorRT-LLM: rounded up to 32), the decode pool decode_batch_size
+// (blank: the rule's 128) and a budget of B tokens (TensorRT-LLM: rounded up to 32); SGLang's
+// --max-prefill-tokens isl + 1500 in both, mixed chunks in neither. The limits are given under
+// the option names of the policy's scheduler (`base`: sglang, or the continuous schedulers); a
+// static policy gets none.
+std::map<std::string, std::string> deployment_limits(const ServingRow& r, const std::string& base, PoolRole role) {
+  int64_t batch = (r.concurrency + r.dp - 1) / r.dp;
+  if (role == PoolRole::kPrefill) batch = r.prefill.batch > 0 ? r.prefill.batch : 1;
+  if (role == PoolRole::kDecode) batch = r.decode.batch > 0 ? r.decode.batch : 128;
+  const auto b = std::to_string(batch);
   if (base == "sglang") {
-    return {{"max_running_requests", b}, {"max_prefill_tokens", std::to_string(r.isl + 1500)},
-            {"enable_mixed_chunk", "true"}};
+    std::map<std::string, std::string> limits = {{"max_running_requests", b},
+                                                 {"max_prefill_tokens", std::to_string(r.isl + 1500)}};
+    if (role == PoolRole::kColocated) limits["enable_mixed_chunk"] = "true";
+    return limits;
   }
   if (!vllm_family(base)) return {};
-  int64_t tokens = r.concurrency + r.isl + 1500;
+  int64_t tokens = role == PoolRole::kColocated ? batch + r.isl + 1500
+                   : role == PoolRole::kPrefill ? r.isl + 1500
+                                                : batch;
   if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
   std::map<std::string, std::string> limits = {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
   // TensorRT-LLM's KV rule is an option of the continuous base, where the trtllm preset lives.
@@ -213,9 +277,11 @@ void Mape::add(double predicted, double measured) {
 
 namespace {
 
-// ", think time uniform:0:0.03 s" when the replay's clients think.
+// ", think time uniform:0:0.03 s" when the replay's clients think, ", MoE routing power:1.2" when
+// it is given.
 std::string think_time_text(const ServingReplayOptions& o) {
-  return o.think_time.empty() ? "" : fmt::format(", think time {} s", o.think_time);
+  return (o.think_time.empty() ? "" : fmt::format(", think time {} s", o.think_time)) +
+         (o.moe_routing.empty() ? "" : fmt::format(", MoE routing {}", o.moe_routing));
 }
 
 }  // namespace
@@ -228,6 +294,170 @@ void check_replay_options(const ServingReplayOptions& o) {
     throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
   }
   if (!o.think_time.empty()) parse_think_time(o.think_time, "--think-time");
+  if (!o.moe_routing.empty()) {
+    RunConfig routed;
+    routed.moe_routing = o.moe_routing;
+    (void)run_moe_routing(routed);
+  }
+}
+
+namespace {
+
+// The rules read_serving_rows applies where a row's columns contradict what ran, each checked on
+// the rows it changes (docs/validation.md, "Mixtures of experts", lists them with their
+// evidence).
+const ServingNormalisation kVllmDep{
+    "vllm-dep",
+    "vLLM rows with tp_size = attention_dp_size > 1 ran attention DP on attention_dp_size GPUs (TP 1 per rank), "
+    "not on tp x attention_dp: read as TP 1 x DP attention_dp_size with the experts over those GPUs, EP when "
+    "moe_ep_size > 1 (vLLM's --enable-expert-parallel makes EP = TP x DP), else TP. Every vLLM row with attention "
+    "DP in aiconfigurator's silicon sample has tp = attention_dp; NVIDIA's MiniMax-M2.5 DP rows say tp4_ep4 in "
+    "their ids, decode within 1% of the 4-GPU TEP rows at equal concurrency, and queue to the KV capacity of 4 "
+    "GPUs"};
+const ServingNormalisation kTrtllmAttentionDp{
+    "trtllm-attention-dp",
+    "TensorRT-LLM rows whose silicon_concurrency is batch_size x tp_size (tp_size > 1, attention_dp_size blank) "
+    "ran attention DP over tp_size GPUs: the concurrency is batch_size per attention-DP rank x the ranks "
+    "(aiconfigurator sdk/backends/base_backend.py l.1361-1363), and TensorRT-LLM's tp_size is the world size "
+    "with enable_attention_dp beside it (generator/rule_plugin/trtllm.rule l.30-37), so the column holds the "
+    "GPUs and the DP flag was lost: read as TP 1 x DP tp_size, the experts as recorded"};
+const ServingNormalisation kCheckpointFormat{
+    "checkpoint-format",
+    "rows whose gemm/moe quant modes differ from the checkpoint's quantization_config run the checkpoint's "
+    "formats: an engine loads the scales the checkpoint has (vLLM takes the method from config.json and refuses "
+    "a --quantization that differs, vllm/config/model.py _verify_quantization) and none requantises one FP8 or "
+    "FP4 format into another. MiniMax-M2.5's, Qwen3-235B-A22B-FP8's and DeepSeek's fp8 labels are 128 x 128 "
+    "block-FP8 checkpoints, gpt-oss-120b's nvfp4 and fp8 labels an MXFP4 one with 16-bit attention (on Hopper "
+    "aiconfigurator itself costs nvfp4 as 4-bit weights at the 16-bit rate, sdk/models/helpers.py "
+    "resolve_nvfp4_for_system)"};
+
+// Skip reasons of disaggregated rows.
+constexpr const char* kNoWorkers =
+    "no worker counts in the row (aiconfigurator's own estimator refuses them: "
+    "tools/accuracy_regression_testing/predict_silicon_sample.py)";
+constexpr const char* kPoolAttentionDp = "attention DP inside a P/D pool: not simulated yet";
+constexpr const char* kPoolExpertParallel =
+    "expert parallelism inside a P/D pool: not simulated yet (a pool's cost model is plain TP)";
+
+// A whole number of `column` in [min, max], `blank` when the field is empty.
+int64_t integer_or(const CsvTable& csv, std::string_view column, int64_t blank, int64_t min, int64_t max) {
+  if (csv.text(column).empty()) return blank;
+  return csv.integer(column, min, max);
+}
+
+// The client concurrency the benchmark ran (silicon_concurrency=N in silicon_data_source: the
+// client's --max-concurrency), 0 when the row does not say.
+int64_t silicon_concurrency(const CsvTable& csv) {
+  const std::string& source = csv.text("silicon_data_source");
+  const std::string key = "silicon_concurrency=";
+  const auto at = source.find(key);
+  if (at == std::string::npos) return 0;
+  const auto from = at + key.size();
+  const auto to = source.find_first_not_of("0123456789", from);
+  const std::string digits = source.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  if (digits.empty() || digits.size() > 7 || std::stoll(digits) < 1) {
+    csv.fail(fmt::format("column 'silicon_data_source': '{}' is not a concurrency from 1 to 9999999",
+                         source.substr(at)));
+  }
+  return std::stoll(digits);
+}
+
+// One worker's layout in aiconfigurator's columns (`prefix`: "", "prefill_" or "decode_"): tp_size
+// the attention TP of one attention-DP rank, attention_dp_size the ranks (blank: 1), pp_size,
+// and the experts' moe_tp_size x moe_ep_size (0 or blank: not recorded).
+struct ColumnLayout {
+  int tp = 1, adp = 1, pp = 1, moe_tp = 0, moe_ep = 0;
+};
+ColumnLayout read_column_layout(const CsvTable& csv, const std::string& prefix) {
+  ColumnLayout c;
+  c.tp = static_cast<int>(csv.integer(prefix + "tp_size", 1, 1024));
+  c.adp = static_cast<int>(integer_or(csv, prefix + "attention_dp_size", 1, 1, 1024));
+  c.pp = static_cast<int>(integer_or(csv, prefix + "pp_size", 1, 1, 1024));
+  c.moe_tp = static_cast<int>(integer_or(csv, prefix + "moe_tp_size", 0, 0, 1024));
+  c.moe_ep = static_cast<int>(integer_or(csv, prefix + "moe_ep_size", 0, 0, 1024));
+  return c;
+}
+
+// RunConfig's layout of a worker (parallel_layout.h: the same convention as aiconfigurator's
+// columns, tp x dp GPUs = ep x moe_tp), or why there is none. For a mixture of experts the
+// width rule (aiconfigurator aic-core/src/aiconfigurator_core/sdk/config.py,
+// ModelConfig.resolve_moe_parallelism: tp x attention_dp = moe_tp x moe_ep, a missing size
+// inferred from the other, both missing an error) and the model's own divisibility
+// (check_layout); a dense model runs on tp alone.
+std::string resolve_layout(const ColumnLayout& c, const ModelSpec& model, ParallelLayout& out) {
+  if (!model.is_moe()) {
+    if (c.adp > 1) return "attention DP of a dense model (independent replicas): not replayed";
+    out = ParallelLayout{c.tp, 1, 1, 0};
+    return "";
+  }
+  const int width = c.tp * c.adp;
+  int moe_tp = c.moe_tp, moe_ep = c.moe_ep;
+  if (moe_tp == 0 && moe_ep == 0) {
+    return "moe_tp_size and moe_ep_size not recorded (aiconfigurator's resolve_moe_parallelism refuses that too)";
+  }
+  if (moe_tp == 0 && width % moe_ep == 0) moe_tp = width / moe_ep;
+  if (moe_ep == 0 && width % moe_tp == 0) moe_ep = width / moe_tp;
+  if (moe_tp * moe_ep != width) {
+    return "tp_size x attention_dp_size != moe_tp_size x moe_ep_size (aiconfigurator's width rule, sdk/config.py "
+           "resolve_moe_parallelism)";
+  }
+  out = ParallelLayout{c.tp, c.adp, moe_ep, moe_tp};
+  try {
+    check_layout(model, out);
+  } catch (const UserError& e) {
+    return fmt::format("layout {}: {}", out.text(), e.what());
+  }
+  return "";
+}
+
+// The weight format a quant-mode label names (aiconfigurator's gemm_quant_mode, moe_quant_mode
+// and precision spellings), or nullopt for one the cost model has not.
+std::optional<WeightFormat> label_format(const std::string& label) {
+  for (const char* sixteen : {"", "bf16", "bfloat16", "fp16", "float16"}) {
+    if (label == sixteen) return WeightFormat::bf16;
+  }
+  if (label == "fp8" || label == "fp8_static") return WeightFormat::fp8;
+  if (label == "fp8_block") return WeightFormat::fp8_block;
+  if (label == "nvfp4" || label == "fp4") return WeightFormat::nvfp4;
+  if (label == "mxfp4" || label == "w4a16_mxfp4") return WeightFormat::mxfp4;
+  return std::nullopt;
+}
+
+// The row's --weight-dtype from its labels and the checkpoint (`model`), or why there is none.
+// A quantized checkpoint runs in its own formats (kCheckpointFormat, `normalised` when the labels
+// say otherwise); a 16-bit one in the label's (vLLM --quantization fp8 on a 16-bit checkpoint).
+std::string resolve_weight_dtype(const CsvTable& csv, const ModelSpec& model, std::string& weight_dtype,
+                                 bool& normalised) {
+  const std::string& precision = csv.text("precision");
+  std::string gemm = csv.has("gemm_quant_mode") ? csv.text("gemm_quant_mode") : "";
+  std::string moe = csv.has("moe_quant_mode") ? csv.text("moe_quant_mode") : "";
+  if (gemm.empty()) gemm = precision;
+  if (moe.empty()) moe = gemm;
+  const std::optional<WeightFormat> gemm_format = label_format(gemm);
+  const std::optional<WeightFormat> moe_format = label_format(moe);
+  if (!gemm_format) return fmt::format("precision {}: not modelled", gemm);
+  if (!moe_format) return fmt::format("moe_quant_mode {}: not modelled", moe);
+  const WeightFormat own = model.weight_format;
+  const WeightFormat own_experts = model.is_moe() ? model.expert_weight_format : model.weight_format;
+  normalised = false;
+  if (own != WeightFormat::bf16 || own_experts != WeightFormat::bf16) {
+    normalised = *gemm_format != own || (model.is_moe() && *moe_format != own_experts);
+    weight_dtype = own == own_experts ? std::string(weight_format_name(own)) : "auto";
+    return "";
+  }
+  if (model.is_moe() && *gemm_format != *moe_format) {
+    return fmt::format("gemm_quant_mode {} and moe_quant_mode {} on a 16-bit checkpoint: one --weight-dtype sets both",
+                       gemm, moe);
+  }
+  weight_dtype = *gemm_format == WeightFormat::bf16 ? "auto" : std::string(weight_format_name(*gemm_format));
+  return "";
+}
+
+}  // namespace
+
+const std::vector<ServingNormalisation>& serving_normalisations() {
+  static const std::vector<ServingNormalisation> rules = {kVllmDep, kTrtllmAttentionDp, kCheckpointFormat};
+  return rules;
 }
 
 ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o) {
@@ -235,41 +465,132 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
   ServingRows out;
   std::vector<ServingRow>& rows = out.rows;
   std::map<std::string, int64_t>& skipped = out.skipped;
+  MeasurementIndex measurements_seen;
   while (csv.next()) {
     if (csv.text("system") != o.system) {
       ++skipped[fmt::format("system {} (not {})", csv.text("system"), o.system)];
       continue;
     }
     if (!o.backend.empty() && csv.text("backend") != o.backend) continue;
-    if (csv.text("mode") != "agg") {
-      ++skipped[fmt::format("{} serving (prefill/decode disaggregation is not simulated)", csv.text("mode"))];
-      continue;
-    }
-    if (csv.integer("pp_size", 1, 1 << 10) != 1) {
-      ++skipped["pipeline parallelism: not simulated"];
-      continue;
-    }
     ServingRow r;
+    r.id = csv.has("id") ? csv.text("id") : "";
     r.backend = csv.text("backend");
     r.version = csv.text("backend_version");
     r.model_path = csv.text("model_path");
     r.precision = csv.text("precision");
-    r.isl = csv.integer("isl", 1, 1 << 24);
-    r.osl = csv.integer("osl", 1, 1 << 24);
-    r.concurrency = csv.integer("batch_size", 1, 1 << 20);
-    r.tp = static_cast<int>(csv.integer("tp_size", 1, 64));
+    r.mode = csv.text("mode");
     r.ttft_ms = csv.number("silicon_ttft_ms");
     r.tpot_ms = csv.number("silicon_tpot_ms");
     if (!(r.ttft_ms > 0 && r.tpot_ms > 0)) csv.fail("silicon_ttft_ms and silicon_tpot_ms must be > 0");
-    if (r.precision != "" && r.precision != "fp8" && r.precision != "bf16" && r.precision != "fp16") {
-      ++skipped[fmt::format("precision {}: not modelled", r.precision)];
+    if (const std::string* earlier = measurements_seen.find_or_add(r.ttft_ms, r.tpot_ms, r.id)) {
+      r.repeats = *earlier;
+      ++out.repeated;
+    }
+    const bool disaggregated = r.mode == "disagg";
+    if (disaggregated) out.moe_or_disaggregated = true;
+    if (r.mode != "agg" && !disaggregated) {
+      ++skipped[fmt::format("{} serving: not simulated", r.mode)];
       continue;
     }
+    r.isl = csv.integer("isl", 1, 1 << 24);
+    r.osl = csv.integer("osl", 1, 1 << 24);
+    r.concurrency = silicon_concurrency(csv);
+
+    // The model: its checkpoint decides what a layout and a label mean.
     r.model = model_for(r.model_path, o);
     if (r.model.empty()) {
       ++skipped[fmt::format("model {}: not built in (give --models-dir with its config.json)", r.model_path)];
       continue;
     }
+    ModelSpec model;
+    try {
+      model = resolve_model(r.model);
+    } catch (const UserError& e) {
+      ++skipped[fmt::format("model {}: {}", r.model_path, e.what())];
+      continue;
+    }
+    if (model.is_moe()) out.moe_or_disaggregated = true;
+
+    if (!disaggregated) {
+      ColumnLayout c = read_column_layout(csv, "");
+      if (c.pp != 1) {
+        ++skipped["pipeline parallelism: not simulated"];
+        continue;
+      }
+      // Concurrency: the client's where recorded, else batch_size per attention-DP rank x the
+      // ranks (aiconfigurator sdk/backends/base_backend.py l.711-713 and l.1361-1363).
+      const int64_t batch = integer_or(csv, "batch_size", 0, 1, 1 << 20);
+      if (r.concurrency == 0) r.concurrency = batch * c.adp;
+      if (r.concurrency == 0) csv.fail("no concurrency: neither silicon_concurrency nor batch_size");
+      if (model.is_moe() && r.backend == "vllm" && c.adp > 1 && c.tp == c.adp) {
+        c.tp = 1;
+        c.moe_tp = c.moe_ep > 1 ? 1 : c.adp;
+        c.moe_ep = c.adp / c.moe_tp;
+        r.normalisations.push_back(kVllmDep.name);
+      }
+      if (model.is_moe() && r.backend == "trtllm" && c.adp == 1 && c.tp > 1 && csv.text("attention_dp_size").empty() &&
+          batch > 0 && r.concurrency == batch * c.tp) {
+        c.adp = c.tp;
+        c.tp = 1;
+        r.normalisations.push_back(kTrtllmAttentionDp.name);
+      }
+      ParallelLayout layout;
+      if (const std::string why = resolve_layout(c, model, layout); !why.empty()) {
+        ++skipped[why];
+        continue;
+      }
+      r.tp = layout.tp;
+      r.dp = layout.dp;
+      r.ep = layout.ep;
+      r.moe_tp = layout.moe_tp;
+    } else {
+      // Prefill and decode pools: each pool's workers and layout, the concurrency of the decode
+      // pool's batches where the client's is not recorded (the generator's estimated_concurrency,
+      // generator/rule_plugin/benchmark/*.rule l.1).
+      ServingPool* pools[] = {&r.prefill, &r.decode};
+      std::string why;
+      for (const char* role : {"prefill", "decode"}) {
+        const std::string prefix = std::string(role) + "_";
+        ServingPool& pool = *pools[prefix == "prefill_" ? 0 : 1];
+        pool.workers = static_cast<int>(integer_or(csv, prefix + "num_workers", 0, 0, 4096));
+        pool.batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
+      }
+      if (r.prefill.workers == 0 || r.decode.workers == 0) why = kNoWorkers;
+      for (const char* role : {"prefill", "decode"}) {
+        if (!why.empty()) break;
+        const std::string prefix = std::string(role) + "_";
+        ServingPool& pool = *pools[prefix == "prefill_" ? 0 : 1];
+        const ColumnLayout c = read_column_layout(csv, prefix);
+        if (c.pp != 1) why = "pipeline parallelism: not simulated";
+        else if (c.adp > 1) why = kPoolAttentionDp;
+        else if (const std::string bad = resolve_layout(c, model, pool.layout); !bad.empty()) why = bad;
+        else if (!pool.layout.is_plain_tp()) why = kPoolExpertParallel;
+      }
+      if (why.empty()) {
+        // The pools run the row's policy, which must have the prefill and decode roles.
+        const std::string policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
+        const std::string refused = make_policy(policy, PolicyOptions())->unsupported_role_reason(PoolRole::kPrefill);
+        if (!refused.empty()) why = fmt::format("P/D pools on the {} policy: {}", policy, refused);
+      }
+      if (!why.empty()) {
+        ++skipped[why];
+        continue;
+      }
+      if (r.concurrency == 0) r.concurrency = r.decode.batch * r.decode.workers;
+      if (r.concurrency == 0) {
+        ++skipped["no concurrency recorded (silicon_concurrency, decode_batch_size)"];
+        continue;
+      }
+      r.tp = r.prefill.layout.tp;
+    }
+
+    bool relabelled = false;
+    if (const std::string why = resolve_weight_dtype(csv, model, r.weight_dtype, relabelled); !why.empty()) {
+      ++skipped[why];
+      continue;
+    }
+    if (relabelled) r.normalisations.push_back(kCheckpointFormat.name);
+    for (const std::string& rule : r.normalisations) ++out.normalised[rule];
     rows.push_back(std::move(r));
   }
   if (rows.empty()) throw UserError(fmt::format("{}: no rows to replay for system {}", measurements, o.system));
@@ -281,14 +602,33 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   c.model = r.model;
   c.gpu = o.gpu;
   c.tp = r.tp;
+  c.dp = r.dp;
+  c.ep = r.ep;
+  c.moe_tp = r.moe_tp;
   c.policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
   c.engine = engine_for_row(r, o);
-  c.weight_dtype = r.precision == "fp8" ? "fp8" : "auto";
+  c.weight_dtype = r.weight_dtype;
   ServingPrediction p;
   p.deployment = deployment_of(r, o);
   c.kv_cache_dtype = kv_dtype_for(r, p.deployment);
   const std::string base = policy_base(c.policy);
-  if (p.deployment == "aiconfigurator") c.policy_opts = deployment_limits(r, base);
+  const bool disaggregated = r.mode == "disagg";
+  if (disaggregated) {
+    // Prefill and decode pools of the row's workers, each on its own TP, the run's policy and
+    // engine, the KV moved over the run's default link (sim/kv_transfer.h).
+    c.prefill_replicas = r.prefill.workers;
+    c.decode_replicas = r.decode.workers;
+    c.prefill.tp = r.prefill.layout.tp;
+    c.decode.tp = r.decode.layout.tp;
+  }
+  if (p.deployment == "aiconfigurator") {
+    if (disaggregated) {
+      c.prefill.policy_opts = deployment_limits(r, base, PoolRole::kPrefill);
+      c.decode.policy_opts = deployment_limits(r, base, PoolRole::kDecode);
+    } else {
+      c.policy_opts = deployment_limits(r, base, PoolRole::kColocated);
+    }
+  }
   if (vllm_schedules_async(r) && vllm_family(base)) c.policy_opts["async_scheduling"] = "true";
   // SGLang sizes its KV pool by mem_fraction_static; the rule the sglang policy applies came with
   // v0.5.3 (sglang #10975), and the versions before it (from v0.4.7, sglang #7054) had their own.
@@ -305,6 +645,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   c.workload.num_requests = r.concurrency * o.requests_per_client;
   c.max_concurrency = r.concurrency;
   c.workload.think_time = o.think_time;
+  if (!o.moe_routing.empty()) c.moe_routing = o.moe_routing;
   RunHooks hooks;
   hooks.engine = engine;
   const RunOutcome run = run_simulation(c, nullptr, hooks);
@@ -339,25 +680,58 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
   const ServingRows selected = read_serving_rows(o.measurements, o);
   const std::map<std::string, int64_t>& skipped = selected.skipped;
 
-  ErrorGroup every_row;
+  // A file of mixture-of-experts or disaggregated serving gets the report's further parts; a
+  // dense aggregated file's report keeps its form.
+  const bool moe_report = selected.moe_or_disaggregated;
+  ErrorGroup every_row, every_distinct;
   std::map<std::string, BackendErrors> by_backend;
+  // (model, backend, mode) -> its rows.
+  std::map<std::tuple<std::string, std::string, std::string>, ModelErrors> by_model;
+  MeasurementIndex measurements_seen;  // of the replayed rows
   nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
   for (const ServingRow& r : selected.rows) {
     const ServingPrediction p = replay_serving_row(r, o);
     every_row.add(r, p);
     by_backend[r.backend].add(r, p);
-    report_rows.push_back({{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.config.policy},
-                           {"engine", p.engine},
-                           {"model", r.model_path},
-                           {"precision", r.precision.empty() ? "bf16" : r.precision}, {"isl", r.isl}, {"osl", r.osl},
-                           {"concurrency", r.concurrency}, {"tp", r.tp}, {"kv_cache_dtype", p.config.kv_cache_dtype},
-                           {"deployment", p.deployment}, {"policy_opts", p.config.policy_opts},
-                           {"measured_ttft_ms", r.ttft_ms},
-                           {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
-                           {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected},
-                           {"config", config_to_json(p.config)}});
+    const bool first = measurements_seen.find_or_add(r.ttft_ms, r.tpot_ms, r.id) == nullptr;
+    if (first) every_distinct.add(r, p);
+    by_model[{r.model_path, r.backend, r.mode}].add(r, p, first);
+    nlohmann::ordered_json row = {{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.config.policy},
+                                  {"engine", p.engine},
+                                  {"model", r.model_path},
+                                  {"precision", r.precision.empty() ? "bf16" : r.precision},
+                                  {"isl", r.isl}, {"osl", r.osl},
+                                  {"concurrency", r.concurrency}, {"tp", r.tp}};
+    if (moe_report) {
+      row["id"] = r.id;
+      row["mode"] = r.mode;
+      row["dp"] = r.dp;
+      row["ep"] = r.ep;
+      row["moe_tp"] = r.layout().expert_tp();
+      row["layout"] = layout_text(r);
+      if (r.mode == "disagg") {
+        for (const auto& [name, pool] : {std::pair{"prefill", &r.prefill}, std::pair{"decode", &r.decode}}) {
+          row[name] = {{"workers", pool->workers}, {"tp", pool->layout.tp}, {"batch_size", pool->batch}};
+        }
+      }
+      row["weight_dtype"] = r.weight_dtype;
+      row["normalisations"] = r.normalisations;
+      row["repeats"] = r.repeats;
+      row["distinct"] = first;
+    }
+    row.update(nlohmann::ordered_json{{"kv_cache_dtype", p.config.kv_cache_dtype},
+                                      {"deployment", p.deployment}, {"policy_opts", p.config.policy_opts},
+                                      {"measured_ttft_ms", r.ttft_ms},
+                                      {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
+                                      {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected},
+                                      {"config", config_to_json(p.config)}});
+    report_rows.push_back(std::move(row));
   }
   const std::vector<ServingRow>& rows = selected.rows;
+  int64_t rows_skipped = 0;
+  for (const auto& [why, n] : skipped) rows_skipped += n;
+  const auto rows_read = static_cast<int64_t>(rows.size()) + rows_skipped;
+  const int64_t repeats_replayed = every_row.count() - every_distinct.count();
 
   fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client{}):\n",
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
@@ -383,7 +757,45 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     fmt::print(out, "(p/m: the median of predicted / measured; --breakdown shows each backend by prompt length, "
                     "clients and TP)\n");
   }
+  if (moe_report) {
+    fmt::print(out, "each measurement once ({} replayed rows repeat an earlier one's TTFT and TPOT), by model, "
+                    "backend and mode:\n",
+               repeats_replayed);
+    fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "model", "backend", "mode", "rows",
+               "TTFT MAPE %", "TTFT p/m", "TPOT MAPE %", "TPOT p/m");
+    auto print_model = [&](const std::string& model, const std::string& backend, const std::string& mode,
+                           const ErrorGroup& g) {
+      fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", model, backend, mode,
+                 g.count(), ErrorGroup::mape(g.ttft), ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot),
+                 ErrorGroup::median(g.tpot));
+    };
+    for (const auto& [key, e] : by_model) print_model(std::get<0>(key), std::get<1>(key), std::get<2>(key), e.distinct);
+    print_model("all", "", "", every_distinct);
+    if (o.breakdown) {
+      for (const auto& [key, e] : by_model) {
+        const auto& [model, backend, mode] = key;
+        auto groups = [&](const char* by, const auto& map) {
+          fmt::print(out, "{} {} {} by {}:\n", model, backend, mode, by);
+          for (const auto& [value, g] : map) print_model(fmt::format("  {}", value), "", "", g);
+        };
+        groups("isl", e.by_isl);
+        groups("concurrency", e.by_concurrency);
+        groups("layout", e.by_layout);
+      }
+    }
+    fmt::print(out, "replayed {} of {} rows ({:.1f}%)\n", rows.size(), rows_read,
+               rows_read > 0 ? 100.0 * static_cast<double>(rows.size()) / static_cast<double>(rows_read) : 0.0);
+  }
   for (const auto& [why, n] : skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
+  if (moe_report) {
+    for (const ServingNormalisation& rule : serving_normalisations()) {
+      const auto it = selected.normalised.find(rule.name);
+      if (it == selected.normalised.end()) continue;
+      fmt::print(out, "rule {} changed {} replayed rows: {}\n", rule.name, it->second, rule.rule);
+    }
+    fmt::print(out, "{} rows repeat an earlier row's TTFT and TPOT exactly, {} of them replayed\n", selected.repeated,
+               repeats_replayed);
+  }
 
   if (!o.profile_out.empty()) {
     HardwareProfile p = gpu;
@@ -414,6 +826,7 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     j["deployment"] = o.deployment;
     j["requests_per_client"] = o.requests_per_client;
     j["think_time"] = o.think_time;
+    if (!o.moe_routing.empty()) j["moe_routing"] = o.moe_routing;
     j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
                  "predicted / measured (below 1: predicted short); times in ms (means over requests)";
     j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)}, {"median_ratio", ErrorGroup::median(every_row.ttft)},
@@ -429,6 +842,30 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     }
     j["skipped"] = nlohmann::ordered_json::object();
     for (const auto& [why, n] : skipped) j["skipped"][why] = n;
+    if (moe_report) {
+      j["rows_read"] = rows_read;
+      j["rows_replayed"] = rows.size();
+      j["repeated_rows"] = selected.repeated;
+      j["repeated_rows_replayed"] = repeats_replayed;
+      j["distinct"] = every_distinct.to_json();
+      j["by_model"] = nlohmann::ordered_json::array();
+      for (const auto& [key, e] : by_model) {
+        nlohmann::ordered_json m = {{"model", std::get<0>(key)}, {"backend", std::get<1>(key)},
+                                    {"mode", std::get<2>(key)}, {"rows", e.all.count()}};
+        m["distinct"] = e.distinct.to_json();
+        m["every_row"] = e.all.to_json();
+        for (const auto& [value, g] : e.by_isl) m["by_isl"][std::to_string(value)] = g.to_json();
+        for (const auto& [value, g] : e.by_concurrency) m["by_concurrency"][std::to_string(value)] = g.to_json();
+        for (const auto& [value, g] : e.by_layout) m["by_layout"][value] = g.to_json();
+        j["by_model"].push_back(m);
+      }
+      j["normalisations"] = nlohmann::ordered_json::object();
+      for (const ServingNormalisation& rule : serving_normalisations()) {
+        const auto it = selected.normalised.find(rule.name);
+        j["normalisations"][rule.name] = {{"rows", it == selected.normalised.end() ? 0 : it->second},
+                                          {"rule", rule.rule}};
+      }
+    }
     j["rows"] = report_rows;
     auto file = open_for_write(o.out);
     file << j.dump(2) << '\n';
