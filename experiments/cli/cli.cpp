@@ -35,6 +35,8 @@ namespace po = boost::program_options;
 
 namespace batchsim {
 
+int calibrate_shapes_command(const std::vector<std::string>& args, std::ostream& out);  // calibrate_shapes.cpp
+
 namespace {
 
 constexpr const char* kUsage = R"(usage: batchsim <command> [options]
@@ -75,6 +77,10 @@ po::options_description run_options() {
        "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")
       ("moe-tp", po::value<int>(), "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
        "moe_tensor_parallel_size)")
+      ("moe-routing", po::value<std::string>(), "balanced (default) | power:ALPHA: how tokens choose their experts; "
+       "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")
+      ("eplb", po::bool_switch(), "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
+       "--enable-eplb): balanced routing")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
@@ -186,6 +192,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("dp")) c.dp = vm["dp"].as<int>();
   if (vm.count("ep")) c.ep = vm["ep"].as<int>();
   if (vm.count("moe-tp")) c.moe_tp = vm["moe-tp"].as<int>();
+  if (vm.count("moe-routing")) c.moe_routing = vm["moe-routing"].as<std::string>();
+  if (vm.count("eplb") && vm["eplb"].as<bool>()) c.eplb = true;
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
@@ -547,7 +555,7 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
-  const std::set<std::string> plan_owns = {"gpu",        "tp",         "replicas",         "out",
+  const std::set<std::string> plan_owns = {"gpu",        "tp",         "dp",               "ep",         "replicas",         "out",
                                            "slo",        "prefill-gpu", "decode-gpu",      "prefill-tp",
                                            "decode-tp", "prefill-replicas", "decode-replicas"};
   auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
@@ -555,6 +563,10 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   own.add_options()
       ("gpu", po::value<std::string>(), "candidate GPUs: built-in names or profile files, comma-separated")
       ("tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")
+      ("dp", po::value<std::string>(), "a mixture of experts' candidate attention data-parallel ranks, comma-separated "
+       "(default 1; every --tp x --dp x --ep the model can run is planned)")
+      ("ep", po::value<std::string>(), "a mixture of experts' candidate expert-parallel degrees, comma-separated "
+       "(default 1)")
       ("slo", po::value<std::vector<std::string>>()->composing(), "KEY=BOUND[,...]: upper bounds every "
        "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")
       ("max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")
@@ -595,6 +607,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (!vm.count("gpu")) throw UserError("--gpu: give the candidate GPUs, e.g. --gpu h100-sxm,a100-80gb");
   spec.gpus = split_list(vm["gpu"].as<std::string>());
   spec.tps = vm.count("tp") ? parse_int_list(vm["tp"].as<std::string>(), "--tp") : std::vector<int>{1};
+  if (vm.count("dp")) spec.dps = parse_int_list(vm["dp"].as<std::string>(), "--dp");
+  if (vm.count("ep")) spec.eps = parse_int_list(vm["ep"].as<std::string>(), "--ep");
   if (vm.count("slo")) {
     std::string slo_text;
     for (const auto& s : vm["slo"].as<std::vector<std::string>>()) slo_text += (slo_text.empty() ? "" : ",") + s;
@@ -849,6 +863,10 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "list") return cmd_list(rest, out);
   if (command == "bench") return cmd_bench(rest, out);
   if (command == "validate") return validate_command(rest, out);
+  // `calibrate shapes` (calibrate_shapes.cpp): a model's GEMMs for batchsim-calibrate.
+  if (command == "calibrate" && !rest.empty() && rest[0] == "shapes") {
+    return calibrate_shapes_command({rest.begin() + 1, rest.end()}, out);
+  }
   if (command == "calibrate") return calibrate_command(rest, out);
   if (command == "validate-serving") return validate_serving_command(rest, out);
   throw UserError(fmt::format("unknown command '{}' (try `batchsim --help`)", command));

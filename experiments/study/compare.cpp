@@ -1,4 +1,5 @@
 #include "experiments/study/compare.h"
+#include "experiments/study/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -462,10 +463,7 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
   std::vector<ordered_json> capacities(mine.size());
 
   std::mutex progress_mutex;
-  std::atomic<size_t> next{0};
   std::atomic<size_t> finished{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
   auto report = [&](const std::string& line, const std::vector<std::string>& warnings) {
     std::lock_guard<std::mutex> lock(progress_mutex);
     const size_t n = ++finished;
@@ -605,32 +603,20 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
     run_summaries[i].clear();
     capacities[i] = std::move(c);
   };
-  auto work = [&] {
-    while (!failed) {
-      const size_t i = next++;
-      if (i >= mine.size()) return;
-      try {
-        run_one(i);
-      } catch (const UserError& why) {
-        record_failure(i, why.what());
-      } catch (...) {  // a bug, not bad input: stop the sweep and report it
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const int threads = std::max(1, std::min<int>(options.jobs, static_cast<int>(mine.size())));
+  const int threads = threads_for(options.jobs, mine.size());
   fmt::print(progress, "batchsim: {}: {} {} of {}{} on {} thread(s)\n", e.name, mine.size(),
              e.capacity ? "capacity searches" : "runs", planned.size(),
              options.shard_count > 1 ? fmt::format(" (shard {}/{})", options.shard_index, options.shard_count) : "",
              threads);
-  {
-    std::vector<std::jthread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-  }
-  if (error) std::rethrow_exception(error);
+  // A combination that cannot run is reported in its row and the others go on; anything else
+  // is a bug, which stops the sweep (for_each_index rethrows it).
+  for_each_index(mine.size(), threads, [&](size_t i) {
+    try {
+      run_one(i);
+    } catch (const UserError& why) {
+      record_failure(i, why.what());
+    }
+  });
 
   for (auto& v : run_summaries) {
     for (auto& s : v) results.runs.push_back(std::move(s));

@@ -39,7 +39,7 @@ struct Where {
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
-      "model", "gpu", "engine", "tp", "dp", "ep", "moe-tp", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
+      "model", "gpu", "engine", "tp", "dp", "ep", "moe-tp", "moe-routing", "eplb", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
       "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "prefill-replicas", "decode-replicas", "prefill-gpu",
       "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",

@@ -1,4 +1,5 @@
 #include "experiments/study/plan.h"
+#include "experiments/study/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -205,6 +206,7 @@ BusyWindow busiest_window(const Workload& requests, double window_s) {
 }
 
 std::string PlanRow::name() const {
+  if (!disaggregated && (dp > 1 || ep > 1)) return fmt::format("{} {}", gpu, ParallelLayout{tp, dp, ep}.text());
   if (!disaggregated) return fmt::format("{} tp {}", gpu, tp);
   return fmt::format("{} tp {} + {} tp {}", gpu, tp, decode_gpu, decode_tp);
 }
@@ -303,14 +305,35 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     const auto price = spec.price_per_hour.find(gpu);
     return price != spec.price_per_hour.end() ? price->second : resolve_gpu(gpu).price_per_hour;
   };
+  // Every tp x dp x ep the model can run (check_layout); the others are named once.
+  const ModelSpec planned_model = resolve_run_model(base);
+  std::map<std::string, int> layouts_skipped;
   for (const std::string& gpu : spec.gpus) {
     for (int tp : spec.tps) {
-      PlanRow row;
-      row.gpu = gpu;
-      row.tp = tp;
-      row.price_per_hour = price_of(gpu);
-      plan.rows.push_back(std::move(row));
+      for (int dp : spec.dps) {
+        for (int ep : spec.eps) {
+          try {
+            check_layout(planned_model, ParallelLayout{tp, dp, ep});
+          } catch (const UserError& e) {
+            ++layouts_skipped[e.what()];
+            continue;
+          }
+          PlanRow row;
+          row.gpu = gpu;
+          row.tp = tp;
+          row.dp = dp;
+          row.ep = ep;
+          row.price_per_hour = price_of(gpu);
+          plan.rows.push_back(std::move(row));
+        }
+      }
     }
+  }
+  for (const auto& [why, n] : layouts_skipped) {
+    plan.warnings.push_back(fmt::format("{} layout(s) not planned: {}", n, why));
+  }
+  if (plan.rows.empty() && !spec.disaggregated) {
+    throw UserError(fmt::format("plan: no --tp x --dp x --ep layout can run model '{}'", planned_model.name));
   }
   if (spec.disaggregated) {
     // Pool settings that no candidate could run (a policy that cannot serve its role, an unknown
@@ -343,6 +366,8 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     RunConfig c = row.disaggregated ? base : colocated_base;
     c.gpu = row.gpu;
     c.tp = row.tp;
+    c.dp = row.dp;
+    c.ep = row.ep;
     if (row.disaggregated) {
       c.prefill_replicas = p;
       c.decode_replicas = d;
@@ -356,9 +381,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     return c;
   };
   std::mutex mutex;
-  std::atomic<size_t> next{0};
   size_t finished = 0;
-  std::exception_ptr error;
   std::vector<std::string> rejections(plan.rows.size());
   auto plan_one = [&](PlanRow& row, std::string& rejection) {
     const auto start = std::chrono::steady_clock::now();
@@ -401,7 +424,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       return SplitProbe{j.meets, j.headroom};
     };
     // A split's cost is its GPUs, or its dollars when both pools are priced.
-    const double cost_p = row.tp * (row.priced() ? row.price_per_hour : 1);
+    const double cost_p = row.replica_gpus() * (row.priced() ? row.price_per_hour : 1);
     const double cost_d = row.decode_tp * (row.priced() ? row.decode_price_per_hour : 1);
     if (row.disaggregated) {
       const SplitSearch found = find_cheapest_split(spec.max_replicas, cost_p, cost_d, probe);
@@ -459,41 +482,28 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     }
     row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  auto work = [&] {
-    for (size_t i = next++; i < plan.rows.size(); i = next++) {
-      PlanRow& row = plan.rows[i];
-      try {
-        plan_one(row, rejections[i]);
-      } catch (const UserError& why) {  // this candidate cannot run; the others go on
-        row.status = "error";
-        row.error = why.what();
-        row.replicas = row.decode_replicas = 0;
-      } catch (...) {  // a bug, not bad input
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        next = plan.rows.size();
-        return;
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      const std::string what =
-          row.status == "ok" ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
-          : row.status == "none"
-              ? fmt::format("no {} up to {} meets the SLOs", row.disaggregated ? "split" : "replica count", spec.max_replicas)
-              : "FAILED: " + row.error;
-      fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan.rows.size(), row.name(), what,
-                 row.runs, row.wall_s);
-    }
-  };
-  const int threads = std::max(1, std::min<int>(spec.jobs, static_cast<int>(plan.rows.size())));
+  const int threads = threads_for(spec.jobs, plan.rows.size());
   fmt::print(progress, "batchsim plan: {} candidates ({}), {} requests ({}), on {} thread(s)\n", plan.rows.size(),
              spec.disaggregated ? "GPU x TP, colocated and prefill/decode" : "GPU x TP", plan.requests, plan.workload,
              threads);
-  {
-    std::vector<std::jthread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-  }
-  if (error) std::rethrow_exception(error);
+  for_each_index(plan.rows.size(), threads, [&](size_t i) {
+    PlanRow& row = plan.rows[i];
+    try {
+      plan_one(row, rejections[i]);
+    } catch (const UserError& why) {  // this candidate cannot run; the others go on
+      row.status = "error";
+      row.error = why.what();
+      row.replicas = row.decode_replicas = 0;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    const std::string what =
+        row.status == "ok" ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
+        : row.status == "none"
+            ? fmt::format("no {} up to {} meets the SLOs", row.disaggregated ? "split" : "replica count", spec.max_replicas)
+            : "FAILED: " + row.error;
+    fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan.rows.size(), row.name(), what,
+               row.runs, row.wall_s);
+  });
 
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     if (!rejections[i].empty()) plan.warnings.push_back(fmt::format("{}: {}", plan.rows[i].name(), rejections[i]));
@@ -523,7 +533,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     } else if (r.status == "error") {
       plan.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
     } else if (!r.busy_window_ok) {
-      const int gpus = r.busy_window_replicas * r.tp + r.busy_window_decode_replicas * r.decode_tp;
+      const int gpus = r.busy_window_replicas * r.replica_gpus() + r.busy_window_decode_replicas * r.decode_tp;
       const std::string needs =
           r.busy_window_replicas > 0
               ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
@@ -581,7 +591,11 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
   // A disaggregated row reads "h100-sxm / a100-80gb", "1 / 2", "3P+1D": prefill / decode.
   std::vector<std::string> headers;
   if (spec.disaggregated) headers.push_back("deployment");
-  headers.insert(headers.end(), {"gpu", "tp", "replicas", "GPUs"});
+  // A mixture of experts' layouts add their DP and EP columns.
+  const bool layouts = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.dp > 1 || r.ep > 1; });
+  headers.insert(headers.end(), {"gpu", "tp"});
+  if (layouts) headers.insert(headers.end(), {"dp", "ep"});
+  headers.insert(headers.end(), {"replicas", "GPUs"});
   const size_t left_aligned = spec.disaggregated ? 3 : 2;
   if (priced) headers.push_back("$/hour");
   for (const auto& [path, bound] : spec.slo) headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
@@ -601,6 +615,10 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
     } else {
       cells.push_back(r.gpu == r.decode_gpu ? r.gpu : fmt::format("{} / {}", r.gpu, r.decode_gpu));
       cells.push_back(fmt::format("{} / {}", r.tp, r.decode_tp));
+    }
+    if (layouts) {
+      cells.push_back(r.disaggregated ? "-" : std::to_string(r.dp));
+      cells.push_back(r.disaggregated ? "-" : std::to_string(r.ep));
     }
     const std::string most = r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
     if (r.status == "error") {
@@ -668,6 +686,10 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     if (spec.disaggregated) row["deployment"] = r.disaggregated ? "disaggregated" : "colocated";
     row["gpu"] = r.gpu;
     row["tp"] = r.tp;
+    if (spec.dps != std::vector<int>{1} || spec.eps != std::vector<int>{1}) {
+      row["dp"] = r.dp;
+      row["ep"] = r.ep;
+    }
     row["replicas"] = r.replicas + r.decode_replicas;
     if (spec.disaggregated) {
       row["prefill_replicas"] = r.disaggregated ? r.replicas : 0;
@@ -731,6 +753,8 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   j["base"] = config_to_json(spec.base);
   j["gpus"] = spec.gpus;
   j["tps"] = spec.tps;
+  if (spec.dps != std::vector<int>{1}) j["dps"] = spec.dps;
+  if (spec.eps != std::vector<int>{1}) j["eps"] = spec.eps;
   if (spec.disaggregated) {
     ordered_json pairs = ordered_json::array();
     for (const auto& [pg, dg] : pool_gpu_pairs(spec)) pairs.push_back({{"prefill", pg}, {"decode", dg}});

@@ -47,6 +47,9 @@ struct PlanSpec {
   RunConfig base;                  // model, policy, router, workload; gpu, tp and replicas per candidate
   std::vector<std::string> gpus;   // built-in GPUs or profile files
   std::vector<int> tps;            // tensor-parallel degrees
+  // A mixture of experts' layouts (parallel_layout.h): every tp x dp x ep of these that the
+  // model can run is a candidate (--dp, --ep); {1}, {1}: plain tensor parallelism.
+  std::vector<int> dps{1}, eps{1};
   int max_replicas = 32;           // the most replicas tried per candidate
   SloBounds slo;
   std::map<std::string, double> price_per_hour;  // --price GPU=USD (per GPU and hour), over the profile's
@@ -98,6 +101,7 @@ struct PlanRow {
   bool disaggregated = false;
   std::string gpu;                 // colocated: the replicas' GPU; disaggregated: the prefill pool's
   int tp = 1;
+  int dp = 1, ep = 1;              // colocated: the replica's DP attention ranks and EP
   // "ok"; "none": no replica count up to max_replicas meets the SLO; "error": the candidate
   // cannot run (a model too large for the GPU at this TP, a TP its heads do not divide by).
   std::string status;
@@ -124,9 +128,10 @@ struct PlanRow {
   int runs = 0;
 
   bool meets_slo() const { return status == "ok"; }
-  int total_gpus() const { return replicas * tp + decode_replicas * decode_tp; }
+  int replica_gpus() const { return tp * dp; }
+  int total_gpus() const { return replicas * replica_gpus() + decode_replicas * decode_tp; }
   double cost_per_hour() const {
-    return price_per_hour * replicas * tp + decode_price_per_hour * decode_replicas * decode_tp;
+    return price_per_hour * replicas * replica_gpus() + decode_price_per_hour * decode_replicas * decode_tp;
   }
   bool priced() const { return price_per_hour > 0 && (!disaggregated || decode_price_per_hour > 0); }
   // "h100-sxm tp 1" or "h100-sxm tp 1 + a100-80gb tp 2" (prefill + decode): warnings and progress.

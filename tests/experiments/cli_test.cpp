@@ -192,6 +192,26 @@ TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
   EXPECT_NE(testing::read_text_file(dir / "a" / "requests.csv"), testing::read_text_file(dir / "c" / "requests.csv"));
 }
 
+// Every command answers --help with its usage and options, exit 0; the top level lists every
+// command. A command whose help broke (a duplicate option, a bad default) fails here, not in a
+// user's terminal.
+TEST(Cli, EveryCommandHasHelp) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"run"},      {"compare"},  {"merge"},         {"plan"},          {"list"},
+      {"bench"},    {"validate"}, {"validate-serving"}, {"calibrate"}, {"calibrate", "fit"},
+      {"calibrate", "transfer"}, {"calibrate", "engine"}, {"calibrate", "shapes"}};
+  std::string top;
+  ASSERT_EQ(run_cli({"--help"}, &top), 0);
+  for (std::vector<std::string> args : commands) {
+    SCOPED_TRACE(args.back());
+    EXPECT_THAT(top, HasSubstr(args.front()));
+    args.push_back("--help");
+    std::string text;
+    ASSERT_EQ(run_cli(args, &text), 0);
+    EXPECT_THAT(text, HasSubstr("usage: batchsim " + args.front()));
+  }
+}
+
 TEST(Cli, ListsShowEverythingBuiltIn) {
   std::string text;
   ASSERT_EQ(run_cli({"list", "models"}, &text), 0);
