@@ -19,6 +19,15 @@ namespace batchsim::calibration {
 // check goes to `log`.
 int run_kernel_checks(std::ostream& log, uint64_t seed);
 
-void run_measurements(const MeasureOptions& options, std::ostream& log);
+// What a measurement run could not do for lack of device memory: the points left out (a GEMM's
+// larger token counts, attention batches whose K/V caches do not fit) and one line per group of
+// them. The rows that fit are written either way.
+struct MeasureReport {
+  int points_not_fitting_memory = 0;
+  std::vector<std::string> not_fitting_memory;
+};
+
+// Throws std::invalid_argument for an unreadable shape file (before touching the GPU).
+MeasureReport run_measurements(const MeasureOptions& options, std::ostream& log);
 
 }  // namespace batchsim::calibration

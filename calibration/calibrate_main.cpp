@@ -1,10 +1,14 @@
 // batchsim-calibrate: measure a GPU for batchsim's cost model.
 //
-//   batchsim-calibrate measure --out DIR [--model NAME ...] [--quick] [--check] ...
+//   batchsim-calibrate measure --out DIR [--model NAME ...] [--shapes FILE] [--quick] [--check] ...
 //   batchsim-calibrate check [--seed N]   kernels vs the CPU reference; non-zero on mismatch
 //   batchsim-calibrate info               the device record, as JSON, to stdout
+//   batchsim-calibrate shapes [--model NAME ...] [--shapes FILE] [--tp N ...]
+//                                         the GEMMs `measure` would time; needs no GPU
 //
-// Exit status: 0 success, 1 kernel mismatch or CUDA failure, 2 bad usage, 3 no CUDA device.
+// Exit status: 0 success, 1 kernel mismatch or CUDA failure, 2 bad usage, 3 no usable CUDA
+// device (none, a compute capability below 8.0, or a binary built for other architectures),
+// 4 measured, but some points did not fit in the GPU's memory (the rows that fit are written).
 // Options are parsed by hand (no Boost) so the binary builds with nvcc alone on a bare CUDA
 // image; see calibration/CMakeLists.txt.
 #include <charconv>
@@ -15,29 +19,39 @@
 #include <vector>
 
 #include "calibration/calibrate.h"
+#include "calibration/cuda_kernels.h"
 #include "calibration/cuda_runtime_support.h"
 #include "calibration/kernel_timer.h"
+#include "calibration/shape_file.h"
 #include "calibration/shape_grid.h"
 
 using namespace batchsim::calibration;
 
 namespace {
 
-constexpr int kExitMismatch = 1, kExitUsage = 2, kExitNoDevice = 3;
+constexpr int kExitMismatch = 1, kExitUsage = 2, kExitNoDevice = 3, kExitDidNotFit = 4;
+// BF16 tensor cores (WMMA bf16, cuBLASLt BF16): Ampere and newer.
+constexpr int kMinComputeCapability = 80;
 
 const char* kUsage =
     "usage: batchsim-calibrate <command> [options]\n"
     "commands:\n"
     "  measure   time GEMMs, attention and bandwidth kernels; write a measurement directory\n"
     "  check     compare the CUDA kernels with the CPU reference on random inputs\n"
-    "  info      print the CUDA device record\n";
+    "  info      print the CUDA device record\n"
+    "  shapes    list the GEMMs `measure` would time (built-in models, a shape file); no GPU needed\n";
 
 const char* kMeasureHelp =
     "measure options:\n"
     "  --out DIR            measurement directory to write (required)\n"
-    "  --model NAME ...     model(s) whose layer shapes to measure\n"
-    "                       (default: llama-2-7b with --quick, every built-in model otherwise)\n"
-    "  --tp N ...           tensor-parallel degrees for the GEMM shapes (default 1 2 4 8)\n"
+    "  --model NAME ...     built-in model(s) whose layer GEMMs and attention to measure\n"
+    "                       (default: llama-2-7b with --quick, every built-in model otherwise;\n"
+    "                       none when --shapes is given)\n"
+    "  --shapes FILE        also time the GEMMs of a shape file: any model batchsim knows, MoE\n"
+    "                       experts and MLA included, at one parallel layout. Write it on a CPU\n"
+    "                       machine: batchsim calibrate shapes --model M --tp N [--ep N] --out FILE\n"
+    "  --tp N ...           tensor-parallel degrees of the built-in models' GEMMs (default 1 2 4 8;\n"
+    "                       a shape file has its own layout)\n"
     "  --quick              sparse grids and a loose stopping rule: minutes, not hours\n"
     "  --no-fp16            skip the FP16 GEMMs (always skipped with --quick)\n"
     "  --timer cupti|event  kernel timer (default cupti; falls back to events if CUPTI fails)\n"
@@ -105,18 +119,62 @@ Number parse_number(const std::string& option, const std::string& text) {
   return value;
 }
 
-int require_device() {
+// 0 when device 0 can run our kernels, else kExitNoDevice with the reason on stderr. `info`
+// asks only for a device (its record says what the GPU is, supported or not).
+int require_device(bool to_run_kernels) {
   if (const auto reason = cuda_device_unavailable_reason()) {
     std::cerr << "batchsim-calibrate: no CUDA device available (" << *reason
               << "). Calibration needs an NVIDIA GPU; everything else in batchsim runs without one.\n";
+    return kExitNoDevice;
+  }
+  if (!to_run_kernels) return 0;
+  const DeviceInfo device = query_device_info(0);
+  const int capability = device.compute_capability_major * 10 + device.compute_capability_minor;
+  const std::string cc = std::to_string(device.compute_capability_major) + "." +
+                         std::to_string(device.compute_capability_minor);
+  if (capability < kMinComputeCapability) {
+    std::cerr << "batchsim-calibrate: unsupported GPU: " << device.name << " has compute capability " << cc
+              << "; calibration needs 8.0 or newer (BF16 tensor cores: A100, A10/A40, L4/L40S, H100/H200, "
+                 "B200 ...).\n";
+    return kExitNoDevice;
+  }
+  if (const std::string problem = kernel_image_problem(); !problem.empty()) {
+    std::cerr << "batchsim-calibrate: this binary was compiled for " << compiled_cuda_architectures()
+              << " and cannot run on " << device.name << " (compute capability " << cc << ", sm_" << capability
+              << "): " << problem << ". Rebuild it for this GPU: cmake -DCMAKE_CUDA_ARCHITECTURES=" << capability
+              << " (calibration/run-on-gpu.sh asks nvidia-smi for it).\n";
     return kExitNoDevice;
   }
   return 0;
 }
 
 int run_check(uint64_t seed) {
-  if (int rc = require_device()) return rc;
+  if (int rc = require_device(true)) return rc;
   return run_kernel_checks(std::cout, seed) == 0 ? 0 : kExitMismatch;
+}
+
+// `shapes`: what `measure` with the same options would time, one GEMM per line.
+void print_shapes(const MeasureOptions& options, const std::vector<ShapeFileGemm>& shape_file) {
+  std::cout << "op,k,n,groups,tp,model\n";
+  for (const std::string& name : options.models) {
+    const CalibrationModel& model = find_calibration_model(name);
+    for (int tp : options.tensor_parallel_degrees) {
+      try {
+        for (const GemmShape& g : layer_gemm_shapes(model, tp)) {
+          std::cout << vidur_op_name(g.op) << "," << g.k << "," << g.n << ",1," << tp << "," << model.name << "\n";
+        }
+      } catch (const std::invalid_argument& e) {
+        std::cout << "# skip TP " << tp << ": " << e.what() << "\n";
+      }
+    }
+  }
+  for (const std::string& model : shape_file_models(shape_file)) {
+    for (const DistinctGemm& d : distinct_gemms(shape_file, model)) {
+      for (const ShapeFileGemm& g : d.rows) {
+        std::cout << g.op << "," << g.k << "," << g.n << "," << g.groups << "," << g.tp << "," << g.model << "\n";
+      }
+    }
+  }
 }
 
 int run(int argc, char** argv) {
@@ -129,16 +187,20 @@ int run(int argc, char** argv) {
     std::cout << "\n";
     return 0;
   }
-  if ((command == "measure" || command == "check" || command == "info") && args.wants_help()) {
+  if ((command == "measure" || command == "check" || command == "info" || command == "shapes") && args.wants_help()) {
     std::cout << "usage: batchsim-calibrate " << command
-              << (command == "measure" ? " --out DIR [options]\n" : command == "check" ? " [--seed N]\n" : "\n");
+              << (command == "measure"  ? " --out DIR [options]\n"
+                  : command == "check"  ? " [--seed N]\n"
+                  : command == "shapes" ? " [--model NAME ...] [--shapes FILE] [--tp N ...]\n"
+                                        : "\n");
     if (command == "info") std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
+    else if (command == "shapes") std::cout << "  lists the GEMMs `measure` would time with the same options; needs no GPU\n";
     else std::cout << kMeasureHelp;
     return 0;
   }
   if (command == "info") {
     if (!args.done()) throw UsageError("info takes no options");
-    if (int rc = require_device()) return rc;
+    if (int rc = require_device(false)) return rc;
     DeviceInfo info = query_device_info(0);
     info.cupti_api_version = cupti_api_version();
     const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "batchsim-calibrate-info.json";
@@ -156,7 +218,7 @@ int run(int argc, char** argv) {
     }
     return run_check(seed);
   }
-  if (command != "measure") throw UsageError("unknown command '" + command + "'");
+  if (command != "measure" && command != "shapes") throw UsageError("unknown command '" + command + "'");
 
   MeasureOptions options;
   bool check = false;
@@ -166,6 +228,8 @@ int run(int argc, char** argv) {
       options.out_dir = args.value(option);
     } else if (option == "--model") {
       for (const std::string& m : args.values(option)) options.models.push_back(m);
+    } else if (option == "--shapes") {
+      options.shapes_file = args.value(option);
     } else if (option == "--tp") {
       for (const std::string& t : args.values(option)) {
         const int tp = parse_number<int>(option, t);
@@ -190,17 +254,35 @@ int run(int argc, char** argv) {
       throw UsageError("measure: unknown option " + option);
     }
   }
-  if (options.out_dir.empty()) throw UsageError("measure needs --out DIR");
+  if (options.out_dir.empty() && command == "measure") throw UsageError("measure needs --out DIR");
   try {
     options = resolve_defaults(options);
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--model: ") + e.what());
   }
-  if (int rc = require_device()) return rc;
+  std::vector<ShapeFileGemm> shape_file;
+  try {
+    if (!options.shapes_file.empty()) shape_file = read_shape_file(options.shapes_file);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--shapes: ") + e.what());
+  }
+  if (command == "shapes") {
+    print_shapes(options, shape_file);
+    return 0;
+  }
+  if (int rc = require_device(true)) return rc;
   if (check) {
     if (int rc = run_check(options.seed)) return rc;
   }
-  run_measurements(options, std::cout);
+  const MeasureReport report = run_measurements(options, std::cout);
+  if (report.points_not_fitting_memory > 0) {
+    std::cerr << "batchsim-calibrate: " << report.points_not_fitting_memory
+              << " points did not fit in the GPU's memory, and were not measured:\n";
+    for (const std::string& line : report.not_fitting_memory) std::cerr << "  " << line << "\n";
+    std::cerr << "The rows that fit are written to " << options.out_dir.string()
+              << ". A GPU with more memory, or a higher --tp / --ep in the shape file, measures the rest.\n";
+    return kExitDidNotFit;
+  }
   return 0;
 }
 

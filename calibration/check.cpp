@@ -134,36 +134,43 @@ int check_prefill(std::ostream& log, std::mt19937_64& rng) {
 }
 
 // The GEMM layout trick (row-major Y = X·Wᵀ as column-major cuBLASLt) is easy to get
-// transposed; a small BF16 GEMM against a float loop catches it.
+// transposed, and a batched GEMM's strides easy to get wrong; small BF16 GEMMs against a float
+// loop catch both (the batched case is MLA's per-head uk / uv of a shape file).
 int check_gemm(std::ostream& log, std::mt19937_64& rng) {
   int failures = 0;
   CublasLtHandle handle;
   CudaStream stream;
   DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (const auto& [m, n, k] : {std::tuple{1, 96, 256}, std::tuple{37, 160, 512}, std::tuple{256, 64, 128}}) {
-    std::vector<float> x(static_cast<size_t>(m) * k), w(static_cast<size_t>(n) * k);
+  for (const auto& [m, n, k, groups] : {std::tuple{1, 96, 256, 1}, std::tuple{37, 160, 512, 1},
+                                        std::tuple{256, 64, 128, 1}, std::tuple{5, 64, 128, 3}}) {
+    const size_t mk = static_cast<size_t>(m) * k, nk = static_cast<size_t>(n) * k, mn = static_cast<size_t>(m) * n;
+    std::vector<float> x(groups * mk), w(groups * nk);
     for (float& e : x) e = round_to_bf16(dist(rng));
     for (float& e : w) e = round_to_bf16(dist(rng));
-    std::vector<float> expected(static_cast<size_t>(m) * n, 0.0f);
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n; ++j) {
-        float sum = 0;
-        for (int kk = 0; kk < k; ++kk) sum += x[static_cast<size_t>(i) * k + kk] * w[static_cast<size_t>(j) * k + kk];
-        expected[static_cast<size_t>(i) * n + j] = sum;
+    std::vector<float> expected(groups * mn, 0.0f);
+    for (size_t g = 0; g < static_cast<size_t>(groups); ++g) {
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          float sum = 0;
+          for (int kk = 0; kk < k; ++kk) {
+            sum += x[g * mk + static_cast<size_t>(i) * k + kk] * w[g * nk + static_cast<size_t>(j) * k + kk];
+          }
+          expected[g * mn + static_cast<size_t>(i) * n + j] = sum;
+        }
       }
     }
     const auto dx = upload(to_bf16(x));
     const auto dw = upload(to_bf16(w));
     DeviceBuffer<uint16_t> dy(expected.size());
-    const LtGemm gemm(handle, GemmDtype::kBf16, m, n, k);
+    const LtGemm gemm(handle, GemmDtype::kBf16, m, n, k, groups);
     gemm.run(dx.get(), dw.get(), dy.get(), workspace.get(), workspace.bytes(), stream.get());
     stream.synchronize();
     std::vector<uint16_t> got(expected.size());
     dy.copy_to_host(got.data(), got.size());
     // |y| ~ sqrt(k/9); BF16 output rounding dominates: 2^-8 relative plus a small absolute.
     failures += !report(log, "cuBLASLt bf16 GEMM M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
-                                 std::to_string(k),
+                                 std::to_string(k) + (groups > 1 ? " x" + std::to_string(groups) + " batched" : ""),
                         max_scaled_error(from_bf16(got), expected, 0.05, 0.01));
   }
   return failures;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "calibration/cuda_check.h"
 #include "calibration/cuda_kernels.h"
@@ -89,6 +90,39 @@ void launch_fill_random_16bit(void* dst, size_t count, bool bf16, uint32_t seed,
 void launch_blocking_kernel(volatile int* flag, int timeout_ms, cudaStream_t stream) {
   blocking_kernel<<<1, 1, 0, stream>>>(flag, static_cast<unsigned long long>(timeout_ms) * 1000000ull);
   BATCHSIM_CUDA_CHECK(cudaGetLastError());
+}
+
+// nvcc defines __CUDA_ARCH_LIST__ in host and device passes alike: "800,900" for sm_80 and
+// sm_90 (CUDA 11.5 and later).
+#define BATCHSIM_STRINGIFY_LIST(...) #__VA_ARGS__
+#define BATCHSIM_STRINGIFY(...) BATCHSIM_STRINGIFY_LIST(__VA_ARGS__)
+
+const char* compiled_cuda_architectures() {
+#ifdef __CUDA_ARCH_LIST__
+  static const std::string text = [] {
+    const std::string list = BATCHSIM_STRINGIFY(__CUDA_ARCH_LIST__);  // "800,900"
+    std::string out;
+    size_t start = 0;
+    while (start <= list.size()) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      const int arch = std::stoi(list.substr(start, comma - start));  // 900 = 9.0
+      out += (out.empty() ? "sm_" : ", sm_") + std::to_string(arch / 10);
+      start = comma + 1;
+    }
+    return out;
+  }();
+  return text.c_str();
+#else
+  return "unknown (nvcc older than 11.5)";
+#endif
+}
+
+std::string kernel_image_problem() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, copy_kernel);
+  if (status == cudaSuccess) return "";
+  cudaGetLastError();  // not sticky; clear it for whatever runs next
+  return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
 }
 
 }  // namespace batchsim::calibration

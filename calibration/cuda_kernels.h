@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace batchsim::calibration {
 
@@ -78,6 +79,14 @@ void launch_blocking_kernel(volatile int* flag, int timeout_ms, cudaStream_t str
 }  // namespace batchsim::calibration
 
 namespace batchsim::calibration {
+
+// The architectures this binary's kernels were compiled for, from nvcc's __CUDA_ARCH_LIST__:
+// "sm_80, sm_90" (the virtual ones; each also has its SASS unless the build asked for PTX only).
+const char* compiled_cuda_architectures();
+// Why this binary cannot run its kernels on the current device — no kernel image for its
+// compute capability (built for other architectures) — or "" when it can. Costs a
+// cudaFuncGetAttributes on one kernel; clears the error it may leave.
+std::string kernel_image_problem();
 
 // Fills `count` 2-byte elements with deterministic pseudo-random values in [-1, 1) as BF16
 // (or FP16): GEMM and attention inputs should not be zeros, which tensor cores and power

@@ -6,8 +6,9 @@ namespace batchsim::calibration {
 
 std::string dtype_name(GemmDtype dtype) { return dtype == GemmDtype::kBf16 ? "bf16" : "fp16"; }
 
-LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t n, int64_t k)
+LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t n, int64_t k, int64_t groups)
     : handle_(handle.get()) {
+  if (m < 1 || n < 1 || k < 1 || groups < 1) throw std::invalid_argument("GEMM sizes must be >= 1");
   const cudaDataType_t type = dtype == GemmDtype::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   cublasLtMatmulDesc_t op = nullptr;
   BATCHSIM_CUDA_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -15,11 +16,18 @@ LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
   BATCHSIM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
   BATCHSIM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
-  const auto make_layout = [type](Owned<cublasLtMatrixLayout_t>& owner, int64_t rows, int64_t cols) {
+  const auto make_layout = [type, groups](Owned<cublasLtMatrixLayout_t>& owner, int64_t rows, int64_t cols) {
     cublasLtMatrixLayout_t layout = nullptr;
     BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
                                                    static_cast<uint64_t>(cols), rows));
     owner.reset(layout);
+    if (groups > 1) {
+      const int32_t count = static_cast<int32_t>(groups);
+      const int64_t stride = rows * cols;  // elements between consecutive matrices
+      BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                           sizeof stride));
+    }
   };
   make_layout(a_, k, n);  // W as K×N, ld K (transposed by TRANSA)
   make_layout(b_, k, m);  // Xᵀ as K×M, ld K
@@ -37,7 +45,8 @@ LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t
   BATCHSIM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, op_.get(), a_.get(), b_.get(), c_.get(), c_.get(), pref, 1, &result, &found));
   if (found == 0) {
     throw std::runtime_error("cuBLASLt has no algorithm for M=" + std::to_string(m) + " N=" + std::to_string(n) +
-                             " K=" + std::to_string(k) + " " + dtype_name(dtype));
+                             " K=" + std::to_string(k) + (groups > 1 ? " x" + std::to_string(groups) + " groups " : " ") +
+                             dtype_name(dtype));
   }
   algo_ = result.algo;
 }

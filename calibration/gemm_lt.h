@@ -6,6 +6,9 @@
 // (CUBLAS_COMPUTE_32F) with BF16 or FP16 inputs and outputs, as inference engines run them.
 // The algorithm is cuBLASLt's top-1 heuristic for a 32 MiB workspace (cuBLAS's documented
 // Hopper workspace; pytorch PR #120925), which is what frameworks pick too.
+// A batched GEMM (`groups` > 1: MLA's absorbed per-head projections) is one strided-batched
+// call: group g reads X + g·M·K and W + g·N·K and writes Y + g·M·N (CUBLASLT_MATRIX_LAYOUT_
+// BATCH_COUNT and _STRIDED_BATCH_OFFSET on every layout), as torch.bmm runs it.
 #pragma once
 
 #include <cublasLt.h>
@@ -39,9 +42,9 @@ class CublasLtHandle {
 // A planned GEMM of fixed shape and dtype: descriptors and the chosen algorithm.
 class LtGemm {
  public:
-  LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t n, int64_t k);
+  LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t n, int64_t k, int64_t groups = 1);
 
-  // x: [m][k], w: [n][k], y: [m][n], all row-major, 2-byte elements.
+  // x: [groups][m][k], w: [groups][n][k], y: [groups][m][n], all row-major, 2-byte elements.
   void run(const void* x, const void* w, void* y, void* workspace, size_t workspace_bytes,
            cudaStream_t stream) const;
 

@@ -22,6 +22,7 @@
 #include "calibration/kernel_timer.h"
 #include "calibration/measurement_csv.h"
 #include "calibration/paged_kv_layout.h"
+#include "calibration/shape_file.h"
 #include "calibration/shape_grid.h"
 
 namespace batchsim::calibration {
@@ -70,11 +71,22 @@ class Session {
   }
 
   // Whether `bytes` more can be allocated with the reserve left over.
-  bool fits_in_memory(size_t bytes) const {
+  bool fits_in_memory(size_t bytes) const { return bytes <= available_bytes(); }
+  // Device memory free for one point's buffers: what the driver reports minus the reserve.
+  size_t available_bytes() const {
     size_t free_bytes = 0, total = 0;
     BATCHSIM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    return bytes + kMemoryReserveBytes <= free_bytes;
+    return free_bytes > kMemoryReserveBytes ? free_bytes - kMemoryReserveBytes : 0;
   }
+  // Points left out because their buffers do not fit: logged now, summed in the report, and
+  // the run's exit status says so (calibrate_main.cpp).
+  void did_not_fit(const std::string& what, int points) {
+    if (points <= 0) return;
+    log_ << "  did not fit in GPU memory: " << what << "\n";
+    report_.points_not_fitting_memory += points;
+    report_.not_fitting_memory.push_back(what);
+  }
+  const MeasureReport& report() const { return report_; }
 
   SampleSummary measure(const std::function<void()>& launch) {
     BATCHSIM_CUDA_CHECK(cudaDeviceSynchronize());  // setup (fills, uploads) done before timing
@@ -124,6 +136,7 @@ class Session {
   Clock::time_point start_;
   int sm_count_ = 0;
   bool budget_reported_ = false;
+  MeasureReport report_;
   std::string gpu_slug_ = "gpu";
   uint32_t seed_counter_ = 0;
 };
@@ -157,6 +170,19 @@ void measure_bandwidth(Session& s) {
 
 // --- GEMMs ---------------------------------------------------------------------------------
 
+// The largest M of `grid` whose X [groups][M][max_k], W [groups][max_kn] and Y [groups][M][max_n]
+// fit in device memory now (2-byte elements), or 0 when not even the smallest does.
+int64_t largest_m_that_fits(const Session& s, const std::vector<int>& grid, int64_t max_k, int64_t max_n,
+                            int64_t max_kn, int64_t groups) {
+  const size_t available = s.available_bytes();
+  int64_t best = 0;
+  for (int m : grid) {
+    const int64_t elements = groups * (int64_t{m} * max_k + max_kn + int64_t{m} * max_n);
+    if (static_cast<size_t>(elements * kBytesPerElement) <= available) best = std::max<int64_t>(best, m);
+  }
+  return best;
+}
+
 MlpCsvWriter open_mlp_csv(Session& s, const CalibrationModel& model, GemmDtype dtype) {
   const std::string file = dtype == GemmDtype::kBf16 ? "mlp.csv" : "mlp_fp16.csv";
   return MlpCsvWriter(model_measurement_dir(s.options().out_dir, s.gpu_slug(), model) / file);
@@ -183,18 +209,21 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, M
       max_n = std::max(max_n, g.n);
       max_kn = std::max(max_kn, g.k * g.n);
     }
-    const int64_t max_m = grid.back();
-    const size_t need = static_cast<size_t>((max_m * max_k + max_kn + max_m * max_n) * kBytesPerElement);
-    if (!s.fits_in_memory(need)) {
-      s.log() << "  skip TP " << tp << ": GEMM buffers need " << need / (1 << 20) << " MiB\n";
-      continue;
-    }
+    // X, W and Y of the largest shape at the largest M that fits; larger M are left out.
+    const int64_t max_m = largest_m_that_fits(s, grid, max_k, max_n, max_kn, 1);
+    const int beyond = static_cast<int>(std::count_if(grid.begin(), grid.end(), [&](int m) { return m > max_m; }));
+    s.did_not_fit(model.name + " " + dtype_name(dtype) + " GEMMs at TP " + std::to_string(tp) + ": " +
+                      (max_m == 0 ? "none" : "M above " + std::to_string(max_m)) + " (" + std::to_string(beyond) +
+                      " of " + std::to_string(grid.size()) + " token counts)",
+                  beyond);
+    if (max_m == 0) continue;
     const DeviceBuffer<uint16_t> x = random_device_16bit(s, static_cast<size_t>(max_m * max_k), bf16);
     const DeviceBuffer<uint16_t> w = random_device_16bit(s, static_cast<size_t>(max_kn), bf16);
     DeviceBuffer<uint16_t> y(static_cast<size_t>(max_m * max_n));
     int rows = 0;
     for (int m : grid) {
       if (s.out_of_time()) return;
+      if (m > max_m) break;
       MlpRow row{&model, m, tp, dtype_name(dtype), s.timer_kind(), {}};
       for (const GemmShape& g : shapes) {
         std::optional<LtGemm> gemm;
@@ -213,6 +242,58 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, M
       ++rows;
     }
     s.log() << "  " << model.name << " " << dtype_name(dtype) << " TP " << tp << ": " << rows << " token counts\n";
+  }
+}
+
+// The GEMMs of a shape file (shape_file.h): each distinct (k, n, groups) of a model over the
+// token grid, one gemm.csv row per op that has that shape.
+void measure_shape_file(Session& s, const std::vector<ShapeFileGemm>& gemms, GemmDtype dtype) {
+  const bool quick = s.options().quick;
+  const std::vector<int> grid = quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
+  const bool bf16 = dtype == GemmDtype::kBf16;
+  CublasLtHandle handle;
+  DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
+  for (const std::string& model : shape_file_models(gemms)) {
+    const std::vector<DistinctGemm> shapes = distinct_gemms(gemms, model);
+    const ShapeFileGemm& first = shapes.front().rows.front();
+    GemmCsvWriter csv(model_measurement_dir(s.options().out_dir, s.gpu_slug(), first) /
+                      (bf16 ? "gemm.csv" : "gemm_fp16.csv"));
+    s.log() << "GEMMs of " << model << " from " << s.options().shapes_file.string() << " (" << dtype_name(dtype)
+            << ", TP " << first.tp << (first.ep > 1 ? ", EP " + std::to_string(first.ep) : "") << "): "
+            << shapes.size() << " distinct shapes\n";
+    for (const DistinctGemm& shape : shapes) {
+      if (s.out_of_time()) return;
+      std::string ops;
+      for (const ShapeFileGemm& g : shape.rows) ops += (ops.empty() ? "" : "/") + g.op;
+      const std::string what = ops + " (K " + std::to_string(shape.k) + ", N " + std::to_string(shape.n) +
+                               (shape.groups > 1 ? ", " + std::to_string(shape.groups) + " groups" : "") + ")";
+      const int64_t max_m = largest_m_that_fits(s, grid, shape.k, shape.n, shape.k * shape.n, shape.groups);
+      const int beyond = static_cast<int>(std::count_if(grid.begin(), grid.end(), [&](int m) { return m > max_m; }));
+      s.did_not_fit(model + " " + what + ": " + (max_m == 0 ? "not even at M " + std::to_string(grid.front())
+                                                           : "M above " + std::to_string(max_m)),
+                    beyond);
+      if (max_m == 0) continue;
+      const DeviceBuffer<uint16_t> x = random_device_16bit(s, static_cast<size_t>(shape.groups * max_m * shape.k), bf16);
+      const DeviceBuffer<uint16_t> w = random_device_16bit(s, static_cast<size_t>(shape.groups * shape.k * shape.n), bf16);
+      DeviceBuffer<uint16_t> y(static_cast<size_t>(shape.groups * max_m * shape.n));
+      int rows = 0;
+      for (int m : grid) {
+        if (m > max_m || s.out_of_time()) break;
+        std::optional<LtGemm> gemm;
+        try {
+          gemm.emplace(handle, dtype, m, shape.n, shape.k, shape.groups);
+        } catch (const std::exception& e) {  // planning only: no kernel has run, nothing is sticky
+          s.log() << "  no cuBLASLt plan for " << what << " M=" << m << ": " << e.what() << "\n";
+          continue;
+        }
+        const SampleSummary stats = s.measure([&] {
+          gemm->run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream());
+        });
+        for (const ShapeFileGemm& g : shape.rows) csv.write({&g, m, dtype_name(dtype), s.timer_kind(), stats});
+        ++rows;
+      }
+      s.log() << "  " << what << ": " << rows << " token counts\n";
+    }
   }
 }
 
@@ -357,12 +438,18 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     ++prefill_rows;
   }
   s.log() << "  " << model.name << " attention TP " << tp << ": " << decode_rows << " decode, " << prefill_rows
-          << " prefill points" << (skipped ? ", " + std::to_string(skipped) + " skipped (memory)" : "") << "\n";
+          << " prefill points\n";
+  s.did_not_fit(model.name + " attention at TP " + std::to_string(tp) + ": " + std::to_string(skipped) +
+                    " points (their K/V caches)",
+                skipped);
 }
 
 }  // namespace
 
-void run_measurements(const MeasureOptions& options, std::ostream& log) {
+MeasureReport run_measurements(const MeasureOptions& options, std::ostream& log) {
+  // Read before the GPU does anything: a bad file is a usage error, not a lost measurement.
+  const std::vector<ShapeFileGemm> shape_file_gemms =
+      options.shapes_file.empty() ? std::vector<ShapeFileGemm>{} : read_shape_file(options.shapes_file);
   BATCHSIM_CUDA_CHECK(cudaSetDevice(0));
   Session s(options, log);
   DeviceInfo info = query_device_info(0);
@@ -375,14 +462,17 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
 
   log << "bandwidth\n";
   measure_bandwidth(s);
+  // Order for a run cut short by --time-budget-s: what a single-GPU fit needs first (each
+  // built-in model's first TP degree's GEMMs and its attention kernels), then the shape file's
+  // GEMMs, then the other TP degrees and FP16.
+  const std::span<const int> tps(options.tensor_parallel_degrees);
+  std::vector<MlpCsvWriter> mlp;
+  mlp.reserve(options.models.size());
   for (const std::string& name : options.models) {
     const CalibrationModel& model = find_calibration_model(name);
-    // Order for a run cut short by --time-budget-s: the first TP degree's GEMMs and the
-    // attention kernels (what a single-GPU fit needs) before the other TP degrees' GEMMs.
-    const std::span<const int> tps(options.tensor_parallel_degrees);
-    MlpCsvWriter mlp = open_mlp_csv(s, model, GemmDtype::kBf16);
+    mlp.push_back(open_mlp_csv(s, model, GemmDtype::kBf16));
     log << "GEMMs " << model.name << " (bf16), TP " << tps.front() << "\n";
-    measure_gemms(s, model, GemmDtype::kBf16, mlp, tps.first(1));
+    measure_gemms(s, model, GemmDtype::kBf16, mlp.back(), tps.first(1));
     log << "attention " << model.name << "\n";
     const std::filesystem::path dir = model_measurement_dir(options.out_dir, s.gpu_slug(), model);
     AttentionWriters csv{AttentionCsvWriter(dir / "attention.csv", AttentionFileKind::kVidur),
@@ -397,9 +487,13 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
       }
       measure_attention(s, model, tp, csv);
     }
+  }
+  if (!shape_file_gemms.empty()) measure_shape_file(s, shape_file_gemms, GemmDtype::kBf16);
+  for (size_t i = 0; i < options.models.size(); ++i) {
+    const CalibrationModel& model = find_calibration_model(options.models[i]);
     if (tps.size() > 1) {
       log << "GEMMs " << model.name << " (bf16), other TP degrees\n";
-      measure_gemms(s, model, GemmDtype::kBf16, mlp, tps.subspan(1));
+      measure_gemms(s, model, GemmDtype::kBf16, mlp[i], tps.subspan(1));
     }
     if (options.fp16) {
       log << "GEMMs " << model.name << " (fp16)\n";
@@ -407,10 +501,12 @@ void run_measurements(const MeasureOptions& options, std::ostream& log) {
       measure_gemms(s, model, GemmDtype::kFp16, mlp_fp16, tps);
     }
   }
+  if (!shape_file_gemms.empty() && options.fp16) measure_shape_file(s, shape_file_gemms, GemmDtype::kFp16);
   // Again at the end: the timer may have fallen back to CUDA events during the run.
   info.timer = s.timer_kind() == TimerKind::kCupti ? "cupti" : "cuda_event";
   write_device_info_json(info, options.out_dir / "device.json");
   log << "measurements written to " << options.out_dir.string() << "\n";
+  return s.report();
 }
 
 }  // namespace batchsim::calibration

@@ -35,6 +35,11 @@ std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, co
   return dir / "compute" / gpu_slug / model.hf_id;
 }
 
+std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, const std::string& gpu_slug,
+                                            const ShapeFileGemm& model) {
+  return dir / "compute" / gpu_slug / model.folder();
+}
+
 CsvWriter::CsvWriter(const std::filesystem::path& path, std::vector<std::string> header)
     : path_(path), header_(std::move(header)) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
@@ -169,6 +174,35 @@ void AttentionCsvWriter::write(const AttentionRow& row) {
   cells.push_back(std::to_string(row.kv_cache_size_sum_tokens));
   cells.push_back(std::to_string(row.num_partitions));
   cells.push_back(row.dtype);
+  csv_.write_row(cells);
+}
+
+// --- gemm.csv ------------------------------------------------------------------------------
+
+std::vector<std::string> GemmCsvWriter::header() {
+  std::vector<std::string> h{"model", "op", "m", "n", "k", "groups", "tp", "dp", "ep", "moe_tp", "layers",
+                             "weight_format", "dtype"};
+  append_stat_columns(h, "gemm", kVidurStats);
+  append_stat_columns(h, "gemm", kExtraStats);
+  h.emplace_back("profile_method");
+  return h;
+}
+
+GemmCsvWriter::GemmCsvWriter(const std::filesystem::path& path) : csv_(path, header()) {}
+
+void GemmCsvWriter::write(const GemmRow& row) {
+  if (row.gemm == nullptr) throw std::logic_error("gemm row without a shape");
+  const ShapeFileGemm& g = *row.gemm;
+  std::vector<std::string> cells{g.model, g.op};
+  for (int64_t v : {row.m, g.n, g.k, g.groups, int64_t{g.tp}, int64_t{g.dp}, int64_t{g.ep}, int64_t{g.moe_tp},
+                    int64_t{g.layers}}) {
+    cells.push_back(std::to_string(v));
+  }
+  cells.push_back(g.weight_format);
+  cells.push_back(row.dtype);
+  append_vidur_time_stats(cells, row.stats);
+  append_extra_time_stats(cells, row.stats);
+  cells.emplace_back(profile_method_name(row.timer));
   csv_.write_row(cells);
 }
 

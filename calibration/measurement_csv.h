@@ -11,6 +11,9 @@
 //   DIR/compute/<gpu>/<hf_id>/mlp_fp16.csv       the same in FP16 (Vidur's own data is FP16)
 //   DIR/compute/<gpu>/<hf_id>/attention.csv      decode (uniform contexts) and prefill attention
 //   DIR/compute/<gpu>/<hf_id>/attention_mixed.csv  decode with mixed context lengths per batch
+//   DIR/compute/<gpu>/<hf_id>/gemm.csv           GEMMs of a shape file (shape_file.h): any
+//                                                model's own shapes, experts and MLA included
+//   DIR/compute/<gpu>/<hf_id>/gemm_fp16.csv      the same in FP16
 //
 // <gpu> is device_slug() of the device name ("h200"), <hf_id> the model's Hugging Face id
 // ("meta-llama/Llama-2-7b-hf"), as in Vidur.
@@ -26,6 +29,10 @@
 // longest sequence — so attention_mixed.csv names it attn_decode_mixed (kv_cache_size is the
 // rounded mean there): a reader that only knows Vidur's attn_decode skips those rows instead
 // of mistaking them for uniform batches.
+// gemm.csv is ours alone (Vidur has no such file; hwmodel's reader lists it among the files it
+// skips): one row per (op, M), the shape in m, n, k, groups, the layout it is per GPU of, and
+// time_stats.gemm.* — one GEMM (or one batched call of `groups` GEMMs) on one GPU. Its
+// (m, n, k, median) are the points of a measured GEMM table (hwmodel/gemm_table.h).
 // Rows are flushed as written, so a run cut short by a time limit keeps what it measured.
 #pragma once
 
@@ -39,6 +46,7 @@
 #include <vector>
 
 #include "calibration/sample_stats.h"
+#include "calibration/shape_file.h"
 #include "calibration/shape_grid.h"
 
 namespace batchsim::calibration {
@@ -49,6 +57,9 @@ std::string_view profile_method_name(TimerKind timer);  // "ProfileMethod.CUPTI"
 
 std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, const std::string& gpu_slug,
                                             const CalibrationModel& model);
+// The same for a shape file's model (its hf_id, else its name).
+std::filesystem::path model_measurement_dir(const std::filesystem::path& dir, const std::string& gpu_slug,
+                                            const ShapeFileGemm& model);
 
 // A CSV file with a fixed header; each row must have one cell per column.
 class CsvWriter {
@@ -118,6 +129,25 @@ class AttentionCsvWriter {
 
  private:
   AttentionFileKind kind_;
+  CsvWriter csv_;
+};
+
+// One row of gemm.csv: one op of a shape file at one M.
+struct GemmRow {
+  const ShapeFileGemm* gemm = nullptr;
+  int64_t m = 0;
+  std::string dtype;  // what was timed: "bf16" | "fp16"
+  TimerKind timer = TimerKind::kCupti;
+  SampleSummary stats;
+};
+
+class GemmCsvWriter {
+ public:
+  explicit GemmCsvWriter(const std::filesystem::path& path);
+  void write(const GemmRow& row);
+  static std::vector<std::string> header();
+
+ private:
   CsvWriter csv_;
 };
 

@@ -61,6 +61,37 @@ TEST(CalibrateBinary, RejectsBadUsageWithAMessage) {
     EXPECT_NE(help.output.find("usage: batchsim-calibrate"), std::string::npos) << command;
   }
   EXPECT_NE(run(binary + " measure --help").output.find("--out DIR"), std::string::npos);
+  // A model that is not built in: the message says how to measure it anyway.
+  EXPECT_NE(bad_model.output.find("batchsim calibrate shapes --model gpt-5"), std::string::npos) << bad_model.output;
+  const RunResult bad_shapes = run(binary + " measure --out /tmp/x --shapes /nonexistent/shapes.csv");
+  EXPECT_EQ(bad_shapes.exit_code, 2);
+  EXPECT_NE(bad_shapes.output.find("cannot read the shape file /nonexistent/shapes.csv"), std::string::npos)
+      << bad_shapes.output;
+}
+
+// `shapes` lists what `measure` would time, without a GPU: the built-in table and a shape file.
+TEST(CalibrateBinary, ShapesListsTheGemmsMeasureWouldTime) {
+  const std::string binary = BATCHSIM_CALIBRATE_BINARY;
+  const RunResult builtin = run(binary + " shapes --model llama-2-70b --tp 8");
+  EXPECT_EQ(builtin.exit_code, 0) << builtin.output;
+  // 64 query and 8 KV heads of 128 over 8 GPUs: (8 + 2) x 128 QKV columns.
+  EXPECT_NE(builtin.output.find("\nattn_pre_proj,8192,1280,1,8,llama-2-70b\n"), std::string::npos) << builtin.output;
+  const std::filesystem::path file = batchsim::testing::write_text_file(
+      batchsim::testing::scratch_dir("shapes"), "shapes.csv",
+      "model,hf_id,tp,dp,ep,moe_tp,op,k,n,groups,layers,weight_format\n"
+      "deepseek-v3,deepseek-ai/DeepSeek-V3,8,1,8,1,expert_up_proj,7168,4096,1,58,fp8-block\n"
+      "deepseek-v3,deepseek-ai/DeepSeek-V3,8,1,8,1,mla_uk,128,512,16,61,bf16\n");
+  const RunResult from_file = run(binary + " shapes --shapes " + file.string());
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.output;
+  EXPECT_EQ(from_file.output,
+            "op,k,n,groups,tp,model\nexpert_up_proj,7168,4096,1,8,deepseek-v3\nmla_uk,128,512,16,8,deepseek-v3\n");
+  // The measurement itself needs the GPU: it fails cleanly after reading the file.
+  if (run(binary + " info").exit_code != 0) {
+    const RunResult measure = run(binary + " measure --out " + batchsim::testing::scratch_dir("m").string() +
+                                  " --shapes " + file.string());
+    EXPECT_EQ(measure.exit_code, 3) << measure.output;
+    EXPECT_NE(measure.output.find("no CUDA device"), std::string::npos) << measure.output;
+  }
 }
 #else
 TEST(CalibrateBinary, NotBuiltWithoutTheCudaToolkit) { GTEST_SKIP() << "batchsim-calibrate not built"; }

@@ -180,5 +180,26 @@ TEST(MeasureOptions, QuickDefaultsToLlama2At4TpDegreesBf16Only) {
   EXPECT_THROW(resolve_defaults(unknown), std::invalid_argument);
 }
 
+TEST(MeasureOptions, AShapeFileAddsNoModelAndAnUnknownModelSaysHowToMeasureIt) {
+  MeasureOptions shapes;
+  shapes.quick = true;
+  shapes.shapes_file = "deepseek-v3.csv";
+  EXPECT_TRUE(resolve_defaults(shapes).models.empty());
+  shapes.models = {"llama-2-7b"};
+  EXPECT_EQ(resolve_defaults(shapes).models, std::vector<std::string>{"llama-2-7b"});
+
+  MeasureOptions unknown;
+  unknown.models = {"deepseek-v3"};
+  try {
+    resolve_defaults(unknown);
+    ADD_FAILURE() << "deepseek-v3 is not built in";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("unknown model 'deepseek-v3'"), std::string::npos) << message;
+    EXPECT_NE(message.find("batchsim calibrate shapes --model deepseek-v3"), std::string::npos) << message;
+    EXPECT_NE(message.find("--shapes shapes.csv"), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace batchsim::calibration
