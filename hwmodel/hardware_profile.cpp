@@ -162,6 +162,46 @@ const std::vector<NumberKey>& number_keys() {
   return keys;
 }
 
+// `fp8_block_gemms: [{kernel, scale, call_floor_s, rows}, ...]`, every key required, one entry per
+// kernel (HardwareProfile::BlockFp8GemmFit).
+std::vector<HardwareProfile::BlockFp8GemmFit> read_fp8_block_gemms(const YAML::Node& node, const std::string& where) {
+  const std::string block = "fp8_block_gemms";
+  if (!node.IsSequence()) bad_value(at_line(where, node), block, "must be a list of {kernel, scale, call_floor_s, rows}");
+  std::vector<HardwareProfile::BlockFp8GemmFit> fits;
+  for (const YAML::Node& entry : node) {
+    if (!entry.IsMap()) bad_value(at_line(where, entry), block, "entries must be maps {kernel, scale, call_floor_s, rows}");
+    HardwareProfile::BlockFp8GemmFit fit;
+    std::set<std::string> seen;
+    for (const auto& kv : entry) {
+      const std::string key = key_text(kv.first, where);
+      const std::string at = at_line(where, kv.first);
+      if (!seen.insert(key).second) bad_value(at, block + "." + key, "is given twice");
+      if (key == "kernel") {
+        if (!kv.second.IsScalar() || kv.second.Scalar().empty()) bad_value(at, block + ".kernel", "must be a kernel's name");
+        fit.kernel = kv.second.Scalar();
+      } else if (key == "scale") {
+        fit.scale = read_double(kv.second, where, block + ".scale");
+        if (!(fit.scale > 0 && std::isfinite(fit.scale))) bad_value(at, block + ".scale", "must be a finite number > 0");
+      } else if (key == "call_floor_s") {
+        fit.call_floor_s = read_double(kv.second, where, block + ".call_floor_s");
+        if (!(fit.call_floor_s >= 0 && std::isfinite(fit.call_floor_s))) {
+          bad_value(at, block + ".call_floor_s", "must be a finite number >= 0");
+        }
+      } else if (key == "rows") {
+        fit.rows = read_integer(kv.second, where, block + ".rows", 0, 1e12);
+      } else {
+        bad_value(at, block + "." + key, "is unknown (kernel, scale, call_floor_s, rows)");
+      }
+    }
+    if (seen.size() != 4) bad_value(at_line(where, entry), block, "entries need kernel, scale, call_floor_s and rows");
+    for (const auto& f : fits) {
+      if (f.kernel == fit.kernel) bad_value(at_line(where, entry), block, fmt::format("kernel {} is given twice", fit.kernel));
+    }
+    fits.push_back(fit);
+  }
+  return fits;
+}
+
 // `key` is the profile key: allreduce (NCCL) or custom_allreduce.
 std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where, const std::string& key_name) {
   if (!node.IsSequence()) {
@@ -584,6 +624,10 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       read_moe_kernels(value, where, p.moe_kernels);
       continue;
     }
+    if (key == "fp8_block_gemms") {
+      p.fp8_block_gemms = read_fp8_block_gemms(value, where);
+      continue;
+    }
     if (key == "attention_kernels") {
       p.attention_kernels = read_attention_kernels(value, where);
       continue;
@@ -723,6 +767,21 @@ const char* elementwise_op_name(ElementwiseOp op) {
   return kNames[static_cast<int>(op)];
 }
 
+double HardwareProfile::fp8_block_gemm_scale() const {
+  const BlockFp8GemmFit* most = nullptr;
+  for (const BlockFp8GemmFit& f : fp8_block_gemms) {
+    if (most == nullptr || f.rows > most->rows) most = &f;
+  }
+  return most != nullptr ? most->scale : 1.0;
+}
+
+const HardwareProfile::BlockFp8GemmFit* HardwareProfile::fp8_block_gemm(std::string_view kernel) const {
+  for (const BlockFp8GemmFit& f : fp8_block_gemms) {
+    if (f.kernel == kernel) return &f;
+  }
+  return nullptr;
+}
+
 const std::vector<HardwareProfile>& builtin_gpus() {
   static const std::vector<HardwareProfile> gpus = make_all_gpus();
   return gpus;
@@ -818,6 +877,15 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
       out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key
           << "latency_s" << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value
           << f.bytes_per_s << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!profile.fp8_block_gemms.empty()) {
+    out << YAML::Key << "fp8_block_gemms" << YAML::Value << YAML::BeginSeq;
+    for (const HardwareProfile::BlockFp8GemmFit& f : profile.fp8_block_gemms) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "kernel" << YAML::Value << f.kernel << YAML::Key << "scale"
+          << YAML::Value << f.scale << YAML::Key << "call_floor_s" << YAML::Value << f.call_floor_s << YAML::Key
+          << "rows" << YAML::Value << f.rows << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }

@@ -185,6 +185,25 @@ struct HardwareProfile {
   // moves each rank's whole message, not a ring's share). Empty: not measured.
   std::vector<AllReduceFit> custom_allreduce;
 
+  // Block-scaled FP8 GEMMs (fp8_block weights: DeepSeek-V3's 128 x 128 scales), one fit per kernel
+  // library vLLM picks (DeepGEMM, CUTLASS, FlashInfer): its time is `scale` x the per-tensor FP8
+  // GEMM's of the same shape, and NVIDIA's collector times every call at no less than
+  // `call_floor_s` (0.06-0.17 ms at every m, what a call costs outside CUDA graphs: the
+  // per-token-group quantisation and the launches, host-bound). The cost model charges the scale
+  // alone (engines run decode under CUDA graphs); `validate` scores the rows with the floor.
+  // Fitted by fit_kernel_tables on NVIDIA's fp8_block rows; empty: block FP8 costs as FP8.
+  struct BlockFp8GemmFit {
+    std::string kernel;
+    double scale = 1;
+    double call_floor_s = 0;
+    int64_t rows = 0;  // training rows: the kernel with the most is the one serving costs use
+  };
+  std::vector<BlockFp8GemmFit> fp8_block_gemms;
+  // The serving scale: that of the kernel with the most rows, 1 without a fit.
+  double fp8_block_gemm_scale() const;
+  // The fit of `kernel`, or null.
+  const BlockFp8GemmFit* fp8_block_gemm(std::string_view kernel) const;
+
   // The fused-MoE kernels' fitted constants, one per kernel library (moe_kernel.h; fitted by
   // hwmodel/fit/fit_moe.h). A kernel without one is costed by its roofline (moe_kernel_roofline).
   std::vector<MoeKernelFit> moe_kernels;
@@ -203,9 +222,9 @@ struct HardwareProfile {
     return false;
   }
   // The table for weights of `format`, or null. Block-scaled FP8 weights without a table of their
-  // own read the per-tensor fp8 one: NVIDIA's block-FP8 rows carry a per-call floor of 0.06-0.17
-  // ms that the kernels do not have under CUDA graphs (hwmodel/measured/README.md), so none is
-  // fitted from them.
+  // own read the per-tensor fp8 one, times fp8_block_gemm_scale() (roofline.cpp, gemm_time_s):
+  // NVIDIA's block-FP8 rows carry a per-call floor of 0.06-0.17 ms that the kernels do not have
+  // under CUDA graphs (fp8_block_gemms), so no table is built from them.
   const GemmTable* gemm_table(WeightFormat format) const {
     const auto& own = gemm_tables[static_cast<size_t>(format)];
     if (own) return &own->table();

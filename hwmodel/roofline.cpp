@@ -390,6 +390,12 @@ double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t
 double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
                    WeightFormat format) {
   if (m_tokens <= 0 || shape.k <= 0 || shape.n <= 0) return 0;
+  if (format == WeightFormat::fp8_block && !gpu.gemm_tables[static_cast<size_t>(WeightFormat::fp8_block)] &&
+      gpu.gemm_table(WeightFormat::fp8) != nullptr) {
+    // Block FP8 as the per-tensor FP8 GEMM of the same shape, scaled as the kernel measured
+    // (HardwareProfile::fp8_block_gemms; the collector's per-call floor is not the kernel's).
+    return gpu.fp8_block_gemm_scale() * gemm_time_s(gpu, shape, m_tokens, WeightFormat::fp8);
+  }
   if (const GemmTable* table = gpu.gemm_table(format)) {
     if (const auto s = table->seconds(static_cast<double>(m_tokens), shape.n, shape.k)) return *s;
   }

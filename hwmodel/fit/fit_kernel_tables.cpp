@@ -79,12 +79,9 @@ bool KernelSplit::moe(const KernelMoeRow& r, KernelRows rows) const {
 }
 
 std::string gemm_row_skip_reason(const KernelGemmRow& r) {
-  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8" || r.dtype == "nvfp4") return "";
-  // NVIDIA's block-FP8 rows carry a per-call floor of 0.06-0.17 ms at every m (DeepGEMM and
-  // CUTLASS alike: 0.155 ms for one token at 4096 x 4096 on the B200, where bf16 takes 0.010),
-  // which no kernel shows under CUDA graphs: what the collector timed outside them. Block-FP8
-  // weights read the per-tensor FP8 table instead (HardwareProfile::gemm_table).
-  if (r.dtype == "fp8_block") return "block-scaled FP8 (fp8_block): a per-call floor of 0.06-0.17 ms outside CUDA graphs, not the kernel's";
+  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8" || r.dtype == "fp8_block" || r.dtype == "nvfp4") {
+    return "";
+  }
   return fmt::format("dtype {}: not modelled", r.dtype);
 }
 
@@ -112,6 +109,7 @@ std::string collective_row_skip_reason(const KernelCollectiveRow& r) {
 
 WeightFormat gemm_row_format(const KernelGemmRow& r) {
   if (r.dtype == "fp8") return WeightFormat::fp8;
+  if (r.dtype == "fp8_block") return WeightFormat::fp8_block;
   if (r.dtype == "nvfp4") return WeightFormat::nvfp4;
   return WeightFormat::bf16;
 }
@@ -138,7 +136,11 @@ double predict_kernel_attention(const HardwareProfile& gpu, const KernelAttentio
 }
 
 double predict_kernel_gemm(const HardwareProfile& gpu, const KernelGemmRow& r) {
-  return gemm_time_s(gpu, GemmShape{r.k, r.n}, r.m, gemm_row_format(r));
+  const double kernel_s = gemm_time_s(gpu, GemmShape{r.k, r.n}, r.m, gemm_row_format(r));
+  if (r.dtype != "fp8_block") return kernel_s;
+  // What the collector timed: no call below its kernel's floor (HardwareProfile::fp8_block_gemms).
+  const HardwareProfile::BlockFp8GemmFit* fit = gpu.fp8_block_gemm(r.kernel);
+  return fit != nullptr ? std::max(fit->call_floor_s, kernel_s) : kernel_s;
 }
 
 double predict_kernel_collective(const HardwareProfile& gpu, const KernelCollectiveRow& r) {
@@ -146,6 +148,48 @@ double predict_kernel_collective(const HardwareProfile& gpu, const KernelCollect
   const auto t = custom_allreduce_time_s(gpu, r.bytes, r.num_gpus);
   return t ? *t : std::numeric_limits<double>::quiet_NaN();
 }
+
+namespace {
+
+// Block-scaled FP8 per kernel library (HardwareProfile::BlockFp8GemmFit): the floor is the 5th
+// percentile of the kernel's times (NVIDIA's rows sit on it at every m below a few thousand:
+// 0.056 ms at m = 1 and 0.078 ms at m = 4096 for H100's DeepGEMM, 0.15 ms on B200), and the
+// scale the median ratio to the per-tensor FP8 GEMM of the same shape over the rows well above
+// that floor (twice it), where the kernel's own time shows.
+std::vector<HardwareProfile::BlockFp8GemmFit> fit_fp8_block_gemms(const std::vector<const KernelGemmRow*>& rows,
+                                                                  const HardwareProfile& p, std::vector<std::string>& notes) {
+  std::map<std::string, std::vector<const KernelGemmRow*>> by_kernel;
+  for (const KernelGemmRow* r : rows) by_kernel[r->kernel].push_back(r);
+  if (!by_kernel.empty() && p.gemm_table(WeightFormat::fp8) == nullptr) {
+    notes.push_back("block-FP8 GEMM rows but no per-tensor FP8 rows: block FP8 scaled from the FP8 roofline");
+  }
+  std::vector<HardwareProfile::BlockFp8GemmFit> fits;
+  for (auto& [kernel, kr] : by_kernel) {
+    std::vector<double> times;
+    for (const KernelGemmRow* r : kr) times.push_back(r->seconds);
+    std::sort(times.begin(), times.end());
+    HardwareProfile::BlockFp8GemmFit fit;
+    fit.kernel = kernel;
+    fit.rows = static_cast<int64_t>(kr.size());
+    fit.call_floor_s = times[times.size() / 20];
+    std::vector<double> ratios;
+    for (const KernelGemmRow* r : kr) {
+      if (r->seconds <= 2 * fit.call_floor_s) continue;
+      const double fp8 = gemm_time_s(p, GemmShape{r->k, r->n}, r->m, WeightFormat::fp8);
+      if (fp8 > 0) ratios.push_back(r->seconds / fp8);
+    }
+    if (!ratios.empty()) {
+      std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+      fit.scale = ratios[ratios.size() / 2];
+    } else {
+      notes.push_back(fmt::format("block-FP8 kernel {}: no row above its call floor; scale 1", kernel));
+    }
+    fits.push_back(fit);
+  }
+  return fits;
+}
+
+}  // namespace
 
 KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProfile& base, KernelRows rows) {
   const KernelSplit split(tables);
@@ -160,8 +204,13 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   std::map<std::string, std::vector<GemmPoint>> by_dtype;
   std::map<std::string, std::string> kernels;
   std::vector<GemmFitPoint> roofline_points;
+  std::vector<const KernelGemmRow*> block_fp8;
   for (const KernelGemmRow& r : tables.gemm) {
     if (!gemm_row_skip_reason(r).empty() || !split.gemm(r, rows)) continue;
+    if (r.dtype == "fp8_block") {
+      block_fp8.push_back(&r);  // fitted against the fp8 table below
+      continue;
+    }
     const std::string dtype = gemm_row_table_dtype(r);
     by_dtype[dtype].push_back({r.m, r.n, r.k, r.seconds});
     kernels[dtype] = r.kernel;
@@ -177,6 +226,7 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   } else {
     result.notes.push_back("no 16-bit GEMM rows: the GEMM roofline is the base profile's");
   }
+  p.fp8_block_gemms = fit_fp8_block_gemms(block_fp8, p, result.notes);
 
   // The flat attention parameters (what a call no regime covers falls back to), on Llama-like
   // heads as before the regimes: FlashAttention-3, head_dim 128, full attention, 16-bit KV

@@ -121,6 +121,13 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   }
   EXPECT_EQ(a.gemm_table(WeightFormat::bf16) == nullptr, b.gemm_table(WeightFormat::bf16) == nullptr);
   EXPECT_EQ(a.gemm_table(WeightFormat::fp8) == nullptr, b.gemm_table(WeightFormat::fp8) == nullptr);
+  ASSERT_EQ(a.fp8_block_gemms.size(), b.fp8_block_gemms.size());
+  for (size_t i = 0; i < a.fp8_block_gemms.size(); ++i) {
+    EXPECT_EQ(a.fp8_block_gemms[i].kernel, b.fp8_block_gemms[i].kernel);
+    EXPECT_EQ(a.fp8_block_gemms[i].rows, b.fp8_block_gemms[i].rows);
+    near(a.fp8_block_gemms[i].scale, b.fp8_block_gemms[i].scale, "fp8_block_gemms scale");
+    near(a.fp8_block_gemms[i].call_floor_s, b.fp8_block_gemms[i].call_floor_s, "fp8_block_gemms call_floor_s");
+  }
 }
 
 }  // namespace batchsim::testing

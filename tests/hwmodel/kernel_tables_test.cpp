@@ -136,7 +136,15 @@ TEST(KernelTables, HeldOutAccuracyOnTheH100Tables) {
       EXPECT_LT(gemm.parts.at(part).mape_percent, gemm.parts.at(part + ", roofline alone").mape_percent) << part;
     }
   }
-  EXPECT_EQ(gemm.skipped.at("block-scaled FP8 (fp8_block): a per-call floor of 0.06-0.17 ms outside CUDA graphs, not the kernel's"), 35704);
+  // Block-scaled FP8 is fitted and scored too (no row skipped): the per-tensor FP8 table scaled
+  // per kernel, under the collector's per-call floor; the roofline alone misses that floor.
+  EXPECT_TRUE(gemm.skipped.empty());
+  for (const char* region : {">= 1024", "< 1024 (either)"}) {
+    const std::string part = fmt::format("fp8-block n,k {}", region);
+    EXPECT_GT(gemm.parts.at(part).count, 8000) << part;
+    EXPECT_LE(gemm.parts.at(part).mape_percent, 12.0) << part;
+    EXPECT_LT(gemm.parts.at(part).mape_percent, gemm.parts.at(part + ", roofline alone").mape_percent) << part;
+  }
   // Attention over every row (every head_dim, window, KV dtype and kernel: attention_test.cpp
   // pins each regime); Llama-like heads (head_dim 128, full, 16-bit KV) as tight as before.
   EXPECT_LE(r.operators.at("generation_attention").stats.mape_percent, 10.0);
@@ -249,4 +257,71 @@ TEST(KernelTables, ShippedB200ProfileIsAFreshFitWithNvfp4Gemms) {
 }
 
 }  // namespace
+
+// Block FP8: a kernel's time is `scale` x the per-tensor FP8 GEMM of the shape, and the collector
+// timed no call below the kernel's floor. The fit recovers both from rows made that way; the
+// cost model charges the scale alone, `validate` the floor too.
+TEST(KernelTables, BlockFp8IsTheFp8GemmScaledUnderACallFloor) {
+  KernelTables t;
+  t.system = "h100_sxm";
+  t.framework = "vllm";
+  const HardwareProfile base = resolve_gpu("h100-sxm");
+  std::vector<std::pair<KernelGemmRow, double>> fp8_rows;
+  for (int64_t m : {1, 8, 64, 512, 2048, 8192, 16384}) {
+    for (int64_t n : {1024, 4096, 8192, 16384}) {
+      for (int64_t k : {1024, 4096, 8192}) {
+        KernelGemmRow r;
+        r.m = m;
+        r.n = n;
+        r.k = k;
+        r.dtype = "fp8";
+        r.kernel = "cutlass";
+        r.seconds = gemm_roofline_time_s(base, GemmShape{k, n}, m, WeightFormat::fp8);
+        t.gemm.push_back(r);
+        KernelGemmRow b = r;
+        b.dtype = "fp8_block";
+        b.kernel = "DeepGemm";
+        b.seconds = std::max(80e-6, 0.9 * r.seconds);
+        t.gemm.push_back(b);
+      }
+    }
+  }
+  const KernelFitResult fit = fit_kernel_tables(t, base, KernelRows::kAll);
+  ASSERT_EQ(fit.profile.fp8_block_gemms.size(), 1u);
+  const auto& f = fit.profile.fp8_block_gemms[0];
+  EXPECT_EQ(f.kernel, "DeepGemm");
+  EXPECT_EQ(f.rows, 84);
+  EXPECT_NEAR(f.call_floor_s, 80e-6, 1e-9);
+  EXPECT_NEAR(f.scale, 0.9, 0.02);
+  EXPECT_DOUBLE_EQ(fit.profile.fp8_block_gemm_scale(), f.scale);
+  // Serving: the scale alone, even where the floor is far above the kernel.
+  const GemmShape small{1024, 1024};
+  EXPECT_NEAR(gemm_time_s(fit.profile, small, 1, WeightFormat::fp8_block),
+              f.scale * gemm_time_s(fit.profile, small, 1, WeightFormat::fp8), 1e-15);
+  EXPECT_LT(gemm_time_s(fit.profile, small, 1, WeightFormat::fp8_block), 40e-6);
+  // The collector's row: no less than the floor.
+  KernelGemmRow row;
+  row.m = 1;
+  row.n = 1024;
+  row.k = 1024;
+  row.dtype = "fp8_block";
+  row.kernel = "DeepGemm";
+  EXPECT_DOUBLE_EQ(predict_kernel_gemm(fit.profile, row), f.call_floor_s);
+  // Every row is scored, none skipped.
+  const KernelValidationReport r = score_kernel_tables(t, fit.profile, KernelRows::kAll);
+  EXPECT_TRUE(r.operators.at("gemm").skipped.empty());
+  EXPECT_LT(r.operators.at("gemm").parts.at("fp8-block n,k >= 1024").mape_percent, 5.0);
+  // A profile file carries the fits; a bad entry is named.
+  const auto dir = testing::scratch_dir("block-fp8-profile");
+  write_text_file(dir, "ok.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: 0.9, call_floor_s: 8.0e-5, rows: 84}\n");
+  const HardwareProfile loaded = load_hardware_profile(dir / "ok.yaml");
+  ASSERT_EQ(loaded.fp8_block_gemms.size(), 1u);
+  EXPECT_DOUBLE_EQ(loaded.fp8_block_gemm_scale(), 0.9);
+  EXPECT_DOUBLE_EQ(loaded.fp8_block_gemm("DeepGemm")->call_floor_s, 8.0e-5);
+  write_text_file(dir, "bad.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: -1, call_floor_s: 0, rows: 1}\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "bad.yaml"); }), HasSubstr("'fp8_block_gemms.scale'"));
+  write_text_file(dir, "short.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: 1}\n");
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "short.yaml"); }), HasSubstr("need kernel, scale, call_floor_s and rows"));
+}
+
 }  // namespace batchsim
