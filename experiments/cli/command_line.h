@@ -3,7 +3,9 @@
 // Every `batchsim` command parses through parse_command_line: long options must be spelled in
 // full (no prefix guessing: `--num-req 5` is refused rather than silently meaning --num-requests,
 // and a flag added later cannot change what an abbreviation meant), and Boost's errors become
-// UserErrors prefixed with the command ("validate: unrecognised option '--bogus'").
+// UserErrors prefixed with the command ("validate: unrecognised option '--bogus'"). An option
+// spelled as vLLM, SGLang or TensorRT-LLM spell it (`--tensor-parallel-size`, `--num-prompts`)
+// is refused with batchsim's spelling in the message.
 #pragma once
 
 #include <string>

@@ -195,6 +195,34 @@ TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
 // Every command answers --help with its usage and options, exit 0; the top level lists every
 // command. A command whose help broke (a duplicate option, a bad default) fails here, not in a
 // user's terminal.
+// vLLM's, SGLang's and TensorRT-LLM's own spellings are refused with batchsim's in the message,
+// and the option each hint names is one the command has (or a --policy-opt key it knows).
+TEST(Cli, EnginesSpellingsAreRefusedWithOurs) {
+  const std::vector<std::pair<std::string, std::string>> hints = {
+      {"--tensor-parallel-size", "batchsim says --tp N"},
+      {"--num-prompts", "batchsim says --num-requests N"},
+      {"--request-rate", "batchsim says --arrival poisson:RATE"},
+      {"--max-num-seqs", "batchsim says --policy-opt max_num_seqs=N"},
+      {"--max-num-batched-tokens", "batchsim says --policy-opt max_num_batched_tokens=N"},
+      {"--tp-size", "SGLang's spelling: batchsim says --tp N"},
+      {"--tp_size", "TensorRT-LLM's spelling: batchsim says --tp N"},
+  };
+  for (const auto& [flag, hint] : hints) {
+    SCOPED_TRACE(flag);
+    const std::string why = cli_error_of({"run", flag, "4", "--num-requests", "5"});
+    EXPECT_THAT(why, HasSubstr("'" + flag + "'"));
+    EXPECT_THAT(why, HasSubstr(hint));
+  }
+  // The hinted spellings run.
+  std::string text;
+  EXPECT_EQ(run_cli({"run", "--tp", "2", "--arrival", "poisson:4", "--policy-opt", "max_num_seqs=8", "--policy-opt",
+                     "max_num_batched_tokens=1024", "--num-requests", "5"},
+                    &text),
+            0);
+  // Any other unknown option keeps Boost's message alone.
+  EXPECT_THAT(cli_error_of({"run", "--bogus", "1"}), ::testing::Not(HasSubstr("spelling")));
+}
+
 TEST(Cli, EveryCommandHasHelp) {
   const std::vector<std::vector<std::string>> commands = {
       {"run"},      {"compare"},  {"merge"},         {"plan"},          {"list"},
