@@ -476,41 +476,58 @@ double CostModel::activation_reserve_bytes(int64_t activation_tokens, int64_t sa
 }
 
 int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
-                                      int64_t sampler_rows) const {
+                                      int64_t sampler_rows, WindowKv window) const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
     throw UserError(
         fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization - weights_per_gpu -
-                      activation_reserve_bytes(activation_tokens, sampler_rows));
+                      activation_reserve_bytes(activation_tokens, sampler_rows),
+                      window);
 }
 
-int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static) const {
+int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static, WindowKv window) const {
   if (!(mem_fraction_static > 0 && mem_fraction_static < 1)) {
     throw UserError(fmt::format("mem_fraction_static must be in (0, 1), got {}", mem_fraction_static));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * mem_fraction_static - weights_per_gpu -
-                      kRuntimeReserveBytes);
+                      kRuntimeReserveBytes,
+                      window);
 }
 
 int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens,
-                                              int64_t sampler_rows) const {
+                                              int64_t sampler_rows, WindowKv window) const {
   if (!(free_fraction > 0 && free_fraction <= 1)) {
     throw UserError(fmt::format("free_gpu_memory_fraction must be in (0, 1], got {}", free_fraction));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
   const double free_after_profile =
       static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens, sampler_rows);
-  return kv_tokens_in(free_after_profile * free_fraction);
+  return kv_tokens_in(free_after_profile * free_fraction, window);
 }
 
-int64_t CostModel::kv_tokens_in(double kv_bytes_per_gpu) const {
+int64_t CostModel::kv_tokens_in(double kv_bytes_per_gpu, WindowKv window) const {
   // Every GPU holds its share of the heads of every token, so the replica's capacity in tokens
-  // is one GPU's free memory over one GPU's bytes per token.
-  return static_cast<int64_t>(
-      std::floor(kv_bytes_per_gpu / static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_))));
+  // is one GPU's free memory over one GPU's bytes per token (of the layers the pool's token
+  // holds: WindowKv).
+  double per_token = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_));
+  const int window_layers = model_.sliding_window_layers;
+  if (window != WindowKv::as_full && window_layers > 0 && window_layers < model_.num_layers) {
+    const double per_layer = per_token / model_.num_layers;
+    const double share = window == WindowKv::hybrid ? 0.0 : 0.8;  // SGLang's swa_full_tokens_ratio
+    per_token = per_layer * (model_.num_layers - window_layers + share * window_layers);
+  }
+  return static_cast<int64_t>(std::floor(kv_bytes_per_gpu / per_token));
+}
+
+int64_t CostModel::sliding_window_side_blocks(int32_t block_size) const {
+  const int window_layers = model_.sliding_window_layers;
+  const int other_layers = model_.num_layers - window_layers;
+  if (window_layers <= 0 || other_layers <= 0 || model_.sliding_window <= 0 || block_size < 1) return 0;
+  const int64_t per_layer = (model_.sliding_window - 1 + block_size - 1) / block_size + 1;
+  return (window_layers * per_layer + other_layers - 1) / other_layers;
 }
 
 }  // namespace batchsim

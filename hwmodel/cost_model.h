@@ -154,19 +154,37 @@ class CostModel {
   // their exchanges. With one rank, iteration(ranks[0]).
   IterationCost step(std::span<const BatchShape> ranks, NonAttentionCache* memo = nullptr) const;
 
+  // How a KV pool holds the layers that attend to a sliding window (gpt-oss: every other layer,
+  // 128 tokens), which keep only the window's KV:
+  //   as_full      every layer's KV for every token (an engine without a hybrid allocator; the
+  //                capacity of every model without such layers)
+  //   hybrid       vLLM v1's hybrid KV cache manager (docs/design/hybrid_kv_cache_manager.md,
+  //                vllm/v1/core/single_type_kv_cache_manager.py SlidingWindowManager): one pool
+  //                of pages, each layer type its own block table; a token's page holds the
+  //                full-attention layers, and each request holds sliding_window_side_blocks()
+  //                more pages for its window layers, freed as the window moves. TensorRT-LLM's
+  //                variable sliding-window attention gives each window its own pool in the same
+  //                spirit (examples/llm_kv_cache_connector_vswa.py).
+  //   sglang_swa   SGLang's SWA memory pool (mem_cache/memory_pool.py SWAKVPool, server_args.py
+  //                swa_full_tokens_ratio 0.8): a full pool of F tokens and a window pool of 0.8 F,
+  //                so one token of capacity costs full + 0.8 x window bytes.
+  // Capacities below are in tokens of that pool; with no window layers (or no full ones) every
+  // rule is as_full.
+  enum class WindowKv { as_full, hybrid, sglang_swa };
+
   // KV cache capacity of the replica in tokens: (memory * utilization - weights per GPU -
   // activation reserve) * tp / kv_bytes_per_token. Zero or negative means the weights do not fit.
   // The reserve is activation_reserve_bytes(activation_tokens, sampler_rows), by default that of
   // kDefaultActivationTokens and kSamplerRows (a policy that knows its own largest step passes it:
   // Policy::kv_sizing).
   int64_t kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens = kDefaultActivationTokens,
-                             int64_t sampler_rows = kSamplerRows) const;
+                             int64_t sampler_rows = kSamplerRows, WindowKv window = WindowKv::as_full) const;
   // KV cache capacity when weights and KV together may take `mem_fraction_static` of the GPU's
   // memory, as SGLang sizes its pool (model_runner profile_max_num_token: the memory free after
   // the weights, less the (1 - fraction) of the total it keeps for activations and CUDA graphs):
   // (memory * fraction - weights per GPU - kRuntimeReserveBytes, the CUDA context and
   // workspaces that were taken before it measured) * tp / kv_bytes_per_token.
-  int64_t kv_capacity_tokens_static(double mem_fraction_static) const;
+  int64_t kv_capacity_tokens_static(double mem_fraction_static, WindowKv window = WindowKv::as_full) const;
   // KV cache capacity when the engine takes `free_fraction` of the memory left after its profile
   // run, as TensorRT-LLM sizes its pool (tensorrt_llm/_torch/pyexecutor/_util.py,
   // KvCacheCreator.configure_kv_cache_capacity and _cal_max_memory: (total - peak) *
@@ -175,7 +193,13 @@ class CostModel {
   // (memory - weights per GPU - activation_reserve_bytes(activation_tokens)) * free_fraction
   // * tp / kv_bytes_per_token.
   int64_t kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens,
-                                     int64_t sampler_rows = kSamplerRows) const;
+                                     int64_t sampler_rows = kSamplerRows, WindowKv window = WindowKv::as_full) const;
+  // Under WindowKv::hybrid: the pages (of `block_size` tokens of the full-attention layers) that
+  // one request's sliding-window layers hold at most, ceil(window layers x (ceil((W - 1) / B) + 1)
+  // / full layers): vLLM keeps the blocks that cover the last W - 1 tokens and the new one
+  // (SlidingWindowManager.get_num_skipped_tokens), and a page of the window layers is as large
+  // as one of the full layers when their counts match (gpt-oss: 18 and 18). 0 without window layers.
+  int64_t sliding_window_side_blocks(int32_t block_size) const;
 
   // Memory per GPU that is neither weights nor KV, after vLLM's profile run
   // (vllm/worker/worker.py determine_num_available_blocks: a dummy forward pass of
@@ -227,7 +251,7 @@ class CostModel {
   double lm_head_s(int64_t sampled) const;
   // The replica's KV tokens in `kv_bytes_per_gpu` of one GPU's memory (each GPU holds its share
   // of the heads of every token).
-  int64_t kv_tokens_in(double kv_bytes_per_gpu) const;
+  int64_t kv_tokens_in(double kv_bytes_per_gpu, WindowKv window = WindowKv::as_full) const;
   // A non-empty shape's cost from its token costs `t` (its token count's) and LM-head time.
   IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds,
                                NonAttentionCache* memo) const;

@@ -249,14 +249,21 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
   }
 }
 
+void PagedKvCache::set_side_blocks(int64_t blocks) {
+  if (blocks < 0) throw std::logic_error("PagedKvCache: negative side blocks");
+  if (holders_ > 0) throw std::logic_error("PagedKvCache: side blocks set after an admission");
+  side_blocks_ = blocks;
+  if (caching_) side_.resize(blocks_.size());
+}
+
 bool PagedKvCache::can_admit(RequestId id, int64_t tokens, int64_t /*reserve_tokens*/) const {
   if (!caching_) {
     // vLLM v0 can_allocate: OK only if free - required >= watermark_blocks.
-    return free_blocks_ - blocks_for(tokens) >= watermark_blocks_;
+    return free_blocks_ - blocks_for(tokens) - side_blocks_ >= watermark_blocks_;
   }
   // Hit blocks are not allocated, but those at ref 0 leave the free pool when shared.
   const Hit hit = look_up(id, (tokens - 1) / block_size_);
-  return free_blocks_ - (blocks_for(tokens) - hit.blocks) - hit.evictable >= watermark_blocks_;
+  return free_blocks_ - (blocks_for(tokens) - hit.blocks) - hit.evictable - side_blocks_ >= watermark_blocks_;
 }
 
 bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) {
@@ -286,9 +293,12 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
       blocks.push_back(take_free_block());
     }
     enter_full_blocks(id, hit_tokens, tokens);
+    // The side blocks last: taking them may evict a cached block, never one of the hit.
+    for (int64_t k = 0; k < side_blocks_; ++k) side_[id].push_back(take_free_block());
   } else {
-    free_blocks_ -= blocks_for(tokens);
+    free_blocks_ -= blocks_for(tokens) + side_blocks_;
   }
+  ++holders_;
   tokens_[id] = tokens;
   used_tokens_ += tokens;
   return true;
@@ -377,9 +387,18 @@ void PagedKvCache::release(RequestId id) {
     }
     blocks.clear();
     hit_tokens_[id] = 0;
+    if (side_blocks_ > 0) {
+      for (const int32_t b : side_[id]) {
+        ref_[b] = 0;
+        queue_push_back(b);
+        ++free_blocks_;
+      }
+      side_[id].clear();
+    }
   } else {
-    free_blocks_ += blocks_for(tokens_[id]);
+    free_blocks_ += blocks_for(tokens_[id]) + side_blocks_;
   }
+  --holders_;
   used_tokens_ -= tokens_[id];
   tokens_[id] = -1;
 }
@@ -387,22 +406,27 @@ void PagedKvCache::release(RequestId id) {
 bool PagedKvCache::fits_when_empty(int64_t reserve_tokens) const {
   // Prefix-cache hits are not counted: a cached prefix may be evicted before the request is
   // (re)admitted, so it must fit without one.
-  return num_blocks_ - blocks_for(reserve_tokens) >= watermark_blocks_;
+  return num_blocks_ - blocks_for(reserve_tokens) - side_blocks_ >= watermark_blocks_;
 }
 
 void PagedKvCache::check_invariants() const {
   auto fail = [](const std::string& what) { throw std::logic_error("PagedKvCache: " + what); };
   const auto n = static_cast<RequestId>(tokens_.size());
-  int64_t held_blocks = 0, tokens = 0;
+  int64_t held_blocks = 0, tokens = 0, holders = 0;
   for (RequestId id = 0; id < n; ++id) {
-    held_blocks += blocks_of(id);
+    held_blocks += blocks_of(id) + (holds(id) ? side_blocks_ : 0);
+    holders += holds(id);
     tokens += tokens_of(id);
+    if (caching_ && side_blocks_ > 0 && static_cast<int64_t>(side_[id].size()) != (holds(id) ? side_blocks_ : 0)) {
+      fail(fmt::format("request {} holds {} side blocks, not {}", id, side_[id].size(), side_blocks_));
+    }
     if (caching_ && static_cast<int64_t>(blocks_[id].size()) != blocks_of(id)) {
       fail(fmt::format("request {} holds {} blocks for {} tokens", id, blocks_[id].size(),
                        tokens_of(id)));
     }
   }
   if (tokens != used_tokens_) fail("per-request tokens do not add up to used_tokens");
+  if (holders != holders_) fail("the count of requests holding KV is off");
   if (free_blocks_ < 0 || free_blocks_ > num_blocks_) fail("free block count out of range");
   if (!caching_) {
     if (held_blocks + free_blocks_ != num_blocks_) fail("blocks lost or made up");
@@ -411,6 +435,12 @@ void PagedKvCache::check_invariants() const {
   std::vector<int32_t> refs(static_cast<size_t>(num_blocks_), 0);
   for (RequestId id = 0; id < n; ++id) {
     for (const int32_t b : blocks_[id]) ++refs[b];
+    if (side_blocks_ > 0) {
+      for (const int32_t b : side_[id]) {
+        if (in_table_[b]) fail(fmt::format("side block {} is in the prefix cache", b));
+        ++refs[b];
+      }
+    }
   }
   int64_t referenced = 0, shared = 0;
   for (int64_t b = 0; b < num_blocks_; ++b) {

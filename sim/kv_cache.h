@@ -213,6 +213,12 @@ class PagedKvCache final : public KvCacheManager {
   PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
                double watermark_fraction = 0.0, PrefixCacheSource prefix = {});
   std::string_view kind() const override { return "paged"; }
+  // Blocks every admitted request holds beside those of its tokens, taken at admission and
+  // freed with it: the pages of a hybrid pool's sliding-window layers (CostModel::WindowKv::
+  // hybrid, sliding_window_side_blocks), bounded by the window, never shared. Set before any
+  // admission.
+  void set_side_blocks(int64_t blocks);
+  int64_t side_blocks() const { return side_blocks_; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   // Inline: policies grow every running request at every step they schedule (a caller that
   // holds a PagedKvCache, which is final, gets it without a virtual call).
@@ -282,7 +288,7 @@ class PagedKvCache final : public KvCacheManager {
   int64_t cached_prefix_tokens(RequestId id, int64_t known_tokens) const override;
   int64_t admission_room() const override { return free_blocks_ - watermark_blocks_; }
   int64_t admission_cost(int64_t tokens, int64_t /*reserve_tokens*/) const override {
-    return blocks_for(tokens);
+    return blocks_for(tokens) + side_blocks_;
   }
   int64_t capacity_tokens() const override { return num_blocks_ * block_size_; }
   int64_t allocated_tokens() const override { return (num_blocks_ - free_blocks_) * block_size_; }
@@ -299,6 +305,7 @@ class PagedKvCache final : public KvCacheManager {
     // costliest part of growing a decode by one token. Tokens are never negative.
     return block_shift_ >= 0 ? (tokens + block_size_ - 1) >> block_shift_ : (tokens + block_size_ - 1) / block_size_;
   }
+  // The blocks of `id`'s tokens (its side blocks apart).
   int64_t blocks_of(RequestId id) const { return blocks_for(tokens_of(id)); }
 
   int64_t decode_run_blocks() const override;
@@ -360,6 +367,8 @@ class PagedKvCache final : public KvCacheManager {
 
   int64_t num_blocks_;
   int32_t block_size_;
+  int64_t side_blocks_ = 0;
+  int64_t holders_ = 0;  // requests holding KV (each holds side_blocks_ more)
   int32_t block_shift_ = -1;  // log2(block_size_) when that is a power of two, else -1
   int64_t watermark_blocks_;
   int64_t free_blocks_;
@@ -368,6 +377,7 @@ class PagedKvCache final : public KvCacheManager {
   bool caching_ = false;
   PrefixCacheSource prefix_;
   std::vector<std::vector<int32_t>> blocks_;  // per request, in token order
+  std::vector<std::vector<int32_t>> side_;    // per request: its side blocks
   std::vector<int64_t> hit_tokens_;           // per request: shared at admission
   std::vector<int32_t> ref_;                  // per block
   std::vector<uint64_t> key_;                 // per block; meaningful when in_table_

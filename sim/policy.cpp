@@ -28,8 +28,8 @@ std::string Policy::unsupported_role_reason(PoolRole role) const {
 }
 
 Policy::KvSizing Policy::after_profile_run(const CostModel& cost_model, double gpu_memory_utilization,
-                                           int64_t tokens, int64_t sequences) {
-  return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, tokens, sequences),
+                                           int64_t tokens, int64_t sequences, CostModel::WindowKv window) {
+  return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, tokens, sequences, window),
                   fmt::format("--gpu-memory-utilization {:g} after a profile run of {} tokens in {} sequences",
                               gpu_memory_utilization, tokens, sequences)};
 }

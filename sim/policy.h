@@ -200,9 +200,10 @@ class Policy {
   }
   // vLLM's rule, which the default and most engines follow: `gpu_memory_utilization`'s share of
   // the GPU less the weights and the peak of a profile run of `tokens` tokens in `sequences`
-  // sampled sequences (CostModel::kv_capacity_tokens), with the rule in those words.
+  // sampled sequences (CostModel::kv_capacity_tokens), with the rule in those words; `window`
+  // is how the pool holds sliding-window layers (CostModel::WindowKv).
   static KvSizing after_profile_run(const CostModel& cost_model, double gpu_memory_utilization, int64_t tokens,
-                                    int64_t sequences);
+                                    int64_t sequences, CostModel::WindowKv window = CostModel::WindowKv::as_full);
 
   // The largest decode batch the engine runs as a CUDA graph when the server sets it by a rule
   // of its own (SGLang's cuda_graph_max_bs, by GPU memory and TP), replacing the engine

@@ -773,7 +773,10 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     print_model("all", "", "", every_distinct);
     if (o.breakdown) {
       for (const auto& [key, e] : by_model) {
-        const auto& [model, backend, mode] = key;
+        // Named references, not a structured binding: clang before 16 cannot capture those.
+        const auto& model = std::get<0>(key);
+        const auto& backend = std::get<1>(key);
+        const auto& mode = std::get<2>(key);
         auto groups = [&](const char* by, const auto& map) {
           fmt::print(out, "{} {} {} by {}:\n", model, backend, mode, by);
           for (const auto& [value, g] : map) print_model(fmt::format("  {}", value), "", "", g);

@@ -46,13 +46,18 @@ std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cos
   const ContinuousPolicyConfig limits = resolved_limits(&cost_model);
   const int64_t max_len = std::max<int64_t>(1, cost_model.model().max_context_tokens);
   const int64_t profile_tokens = budget_for(limits, max_len);
+  // A paged pool keeps a sliding-window layer's blocks for its window only (vLLM v1's hybrid
+  // KV cache manager; vLLM v0 never served a model mixing window and full layers: gpt-oss came
+  // with 0.10.1, V1 only): capacity in tokens of the full layers, and each request holds
+  // sliding_window_side_blocks() more (attach). A reserving cache reserves every layer.
+  const CostModel::WindowKv window = limits.paged ? CostModel::WindowKv::hybrid : CostModel::WindowKv::as_full;
   if (config_.free_gpu_memory_fraction > 0) {
     // TensorRT-LLM's dummy context requests of min(max_num_tokens, max_seq_len) tokens make up
     // max_num_tokens, each sampling one token (KvCacheCreator._create_dummy_context_requests,
     // tensorrt_llm/_torch/pyexecutor/_util.py).
     const int64_t per_request = std::min(profile_tokens, max_len);
     const int64_t rows = (profile_tokens + per_request - 1) / per_request;
-    return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens, rows),
+    return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens, rows, window),
                     fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
                                 config_.free_gpu_memory_fraction, profile_tokens)};
   }
@@ -65,7 +70,7 @@ std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cos
   // that computes the logits of every prompt token (prefill_logprobs in the warmup requests of
   // backends/v3/src/client/grpc_client.rs), which max_num_seqs above that budget gives here.
   const int64_t rows = std::min(profile_tokens, limits.max_num_seqs);
-  return after_profile_run(cost_model, gpu_memory_utilization, profile_tokens, rows);
+  return after_profile_run(cost_model, gpu_memory_utilization, profile_tokens, rows, window);
 }
 
 void ContinuousPolicy::attach(PolicyEnv& env) {
@@ -87,6 +92,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     const int64_t blocks =
         env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
     auto paged = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
+    paged->set_side_blocks(env.cost_model->sliding_window_side_blocks(config_.block_size));
     paged_kv_ = paged.get();
     kv_ = std::move(paged);
   } else {

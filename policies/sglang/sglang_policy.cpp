@@ -139,7 +139,10 @@ std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_mo
   const double fraction = given ? config_.mem_fraction_static
                                 : sglang_mem_fraction_static(memory, cost_model.tensor_parallel(),
                                                              chunked_prefill_size(memory), config_.cuda_graph_max_bs);
-  return KvSizing{cost_model.kv_capacity_tokens_static(fraction),
+  // A model with sliding-window layers gets SGLang's SWA pool (CostModel::WindowKv::sglang_swa):
+  // the window layers' pool holds 0.8 of the full pool's tokens, and only the window of each
+  // request; its running requests are bounded by the full pool, which alone is simulated.
+  return KvSizing{cost_model.kv_capacity_tokens_static(fraction, CostModel::WindowKv::sglang_swa),
                   fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
 }
 

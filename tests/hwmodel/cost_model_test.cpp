@@ -505,6 +505,31 @@ TEST(CostModel, KvCapacityByHand) {
   EXPECT_THAT(user_error_of([&] { cm.kv_capacity_tokens(1.5); }), HasSubstr("1.5"));
 }
 
+// gpt-oss's sliding-window layers (18 of 36, window 128) in each engine's KV pool: as full
+// layers, vLLM's hybrid pool (a token costs the 18 full layers; each request holds its window's
+// pages beside), SGLang's SWA pool (full + 0.8 x window layers per token).
+TEST(CostModel, SlidingWindowLayersInEachEnginesKvPool) {
+  const CostModel cm(resolve_model("gpt-oss-120b"), resolve_gpu("h100-sxm"), 2);
+  using W = CostModel::WindowKv;
+  const int64_t full = cm.kv_capacity_tokens(0.9);
+  const int64_t hybrid = cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::hybrid);
+  const int64_t swa = cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::sglang_swa);
+  ASSERT_GT(full, 0);
+  // 36 x per-layer bytes against 18 and 18 + 0.8 x 18 (floors apart).
+  EXPECT_NEAR(static_cast<double>(hybrid) / static_cast<double>(full), 2.0, 1e-4);
+  EXPECT_NEAR(static_cast<double>(swa) / static_cast<double>(full), 36.0 / 32.4, 1e-4);
+  // The window's pages: ceil(127 / 16) + 1 = 9 blocks of 16 per window layer, one page holding
+  // as many layers (18) as a full-layer page.
+  EXPECT_EQ(cm.sliding_window_side_blocks(16), 9);
+  EXPECT_EQ(cm.sliding_window_side_blocks(64), 3);  // ceil(127 / 64) + 1
+  // A model without window layers: every rule is as_full, no side blocks.
+  const CostModel dense(resolve_model("llama-3-8b"), resolve_gpu("h100-sxm"));
+  EXPECT_EQ(dense.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::hybrid),
+            dense.kv_capacity_tokens(0.9));
+  EXPECT_EQ(dense.kv_capacity_tokens_static(0.8, W::sglang_swa), dense.kv_capacity_tokens_static(0.8));
+  EXPECT_EQ(dense.sliding_window_side_blocks(16), 0);
+}
+
 // Adding tokens to an iteration never makes it faster, for any profile shape.
 TEST(CostModel, MoreWorkIsNeverFaster) {
   HardwareProfile fitted = round_profile();

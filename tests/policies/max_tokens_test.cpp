@@ -182,6 +182,40 @@ SimulationResult run_with_blocks(const std::string& name, std::map<std::string, 
   return result;
 }
 
+// gpt-oss's window layers in each engine's pool (CostModel::WindowKv): vLLM's paged pool counts
+// tokens of the full layers (twice as many) and gives each request its window's 9 pages;
+// SGLang's SWA pool 36 / 32.4 as many; a reserving cache (TGI) every layer. Each against the
+// same model with its window layers made full.
+TEST(NumGpuBlocks, WindowLayersFollowEachEnginesPool) {
+  const ModelSpec oss = resolve_model("gpt-oss-120b");
+  ModelSpec all_full = oss;
+  all_full.sliding_window_layers = 0;
+  all_full.sliding_window = 0;
+  const CostModel hybrid(oss, resolve_gpu("h100-sxm"), 2), plain(all_full, resolve_gpu("h100-sxm"), 2);
+  const std::map<std::string, double> ratios = {{"vllm", 2.0}, {"sglang", 36.0 / 32.4}, {"tgi", 1.0}};
+  for (const auto& [name, ratio] : ratios) {
+    SCOPED_TRACE(name);
+    const auto p = policy(name, {});
+    const auto a = p->kv_sizing(hybrid, 0.9), b = p->kv_sizing(plain, 0.9);
+    ASSERT_TRUE(a && b);
+    EXPECT_NEAR(static_cast<double>(a->tokens) / static_cast<double>(b->tokens), ratio, 1e-4);
+  }
+  // The pages a vLLM request holds beside its tokens': 12 requests of 150 tokens (10 blocks)
+  // and 100 blocks run 5 at a time (19 blocks each), not 10; the 6th waits for the first 5.
+  const Workload w = make_workload(std::vector<RequestSpec>(12, RequestSpec{0, 150, 4}));
+  std::vector<std::unique_ptr<Policy>> owned;
+  owned.push_back(policy("vllm", {{"prefix_caching", "false"}}));
+  SimulationOptions so = rig_simulation_options();
+  so.num_gpu_blocks = 100;
+  const SimulationResult with_window = Simulation(w, *owned.back(), hybrid, so).run();
+  const auto& kv = dynamic_cast<const PagedKvCache&>(owned.back()->kv_cache());
+  EXPECT_EQ(kv.side_blocks(), 9);
+  EXPECT_NEAR(with_window.summary.kv_allocated_fraction_peak, 5 * 19 / 100.0, 1e-9);
+  owned.push_back(policy("vllm", {{"prefix_caching", "false"}}));
+  const SimulationResult without = Simulation(w, *owned.back(), plain, so).run();
+  EXPECT_NEAR(without.summary.kv_allocated_fraction_peak, 10 * 10 / 100.0, 1e-9);
+}
+
 TEST(NumGpuBlocks, APagedCacheHasExactlyThatManyBlocksOfItsBlockSize) {
   const CostModel cm = rig_cost_model();  // 100,000 tokens of memory, which the count replaces
   const Workload w = limited(4, 30, 10, 0);

@@ -163,6 +163,65 @@ TEST(PrefixCache, ASecondRequestSharesTheCachedPrefixByReference) {
   kv.check_invariants();
 }
 
+// A hybrid pool's sliding-window pages (PagedKvCache::set_side_blocks): every admitted request
+// holds them beside its tokens' blocks, admission needs room for them, release frees them, and a
+// prefix hit never shares them.
+TEST(PagedKvCache, SideBlocksAreHeldPerRequestAndFreedWithIt) {
+  PagedKvCache kv(3, 20, 16);
+  kv.set_side_blocks(3);
+  EXPECT_TRUE(kv.fits_when_empty(17 * 16));
+  EXPECT_FALSE(kv.fits_when_empty(17 * 16 + 1));  // 18 + 3 > 20
+  EXPECT_EQ(kv.admission_cost(17, 17), 2 + 3);
+  ASSERT_TRUE(kv.try_admit(0, 17, 17));
+  EXPECT_EQ(kv.allocated_blocks(), 2 + 3);
+  ASSERT_TRUE(kv.try_grow(0, 48));  // growth takes the tokens' blocks only
+  EXPECT_EQ(kv.allocated_blocks(), 3 + 3);
+  EXPECT_TRUE(kv.can_admit(1, 16 * 11, 0));  // 11 + 3 = 14 free
+  EXPECT_FALSE(kv.can_admit(1, 16 * 11 + 1, 0));
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));
+  EXPECT_EQ(kv.allocated_blocks(), 6 + 4);
+  kv.check_invariants();
+  kv.release(0);
+  EXPECT_EQ(kv.allocated_blocks(), 4);
+  kv.release(1);
+  EXPECT_EQ(kv.free_blocks(), 20);
+  kv.check_invariants();
+  EXPECT_THROW(
+      {
+        PagedKvCache busy(1, 4, 16);
+        ASSERT_TRUE(busy.try_admit(0, 1, 1));
+        busy.set_side_blocks(1);
+      },
+      std::logic_error);
+}
+
+TEST(PrefixCache, SideBlocksAreNeverShared) {
+  const PrefixFixture f(8, {{16, {1, 2}}, {20, {1, 2, 3}}});
+  PagedKvCache kv = f.cache(12, 4);
+  kv.set_side_blocks(2);
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  EXPECT_EQ(kv.allocated_blocks(), 4 + 2);
+  EXPECT_EQ(kv.cached_blocks(), 4);  // the side blocks do not enter the table
+  ASSERT_TRUE(kv.try_admit(1, 20, 20));
+  EXPECT_EQ(kv.shared_tokens_of(1), 16);
+  EXPECT_EQ(kv.allocated_blocks(), 4 + 1 + 2 + 2);  // 4 shared, 1 new, 2 side each
+  kv.check_invariants();
+  kv.release(0);
+  kv.release(1);
+  EXPECT_EQ(kv.free_blocks(), 12);
+  EXPECT_EQ(kv.evictable_blocks(), 5);
+  kv.check_invariants();
+  // Side blocks come from the free queue and may evict cached blocks, never the hit itself.
+  PagedKvCache tight = f.cache(7, 4);
+  tight.set_side_blocks(2);
+  ASSERT_TRUE(tight.try_admit(0, 16, 16));
+  tight.release(0);  // 4 cached, evictable
+  ASSERT_TRUE(tight.try_admit(1, 20, 20));  // hit 4, 1 new, 2 side: 7 of 7
+  EXPECT_EQ(tight.shared_tokens_of(1), 16);
+  EXPECT_EQ(tight.free_blocks(), 0);
+  tight.check_invariants();
+}
+
 TEST(PrefixCache, AHitNeverCoversTheWholePrompt) {
   // vLLM v1 max_cache_hit_length = num_tokens - 1: the last token is computed to sample.
   const PrefixFixture f(8, {{16, {1, 2}}, {16, {1, 2}}});
