@@ -6,7 +6,13 @@
 # unit tests, shipped experiments and fuzzers cover; and for the check that the shipped fitted
 # engines equal a fresh fit, which replays NVIDIA's 534 serving benchmarks three to four times
 # (about 1,900 runs) through code that validate-serving's figures test and the small engine-fit
-# tests run under the sanitizers too (it runs in the release build); and for the sweep on a
+# tests run under the sanitizers too (it runs in the release build); for the figures on NVIDIA's
+# 333 measured MoE serving runs, replayed twice (balanced and power-law routing, about 460 runs,
+# 7 minutes and more under the sanitizers), whose reading, layouts, rules and pools the other
+# ValidateServingMoe tests run here on small files (it runs in the release build); for the checks
+# that the shipped H100 and B200 profiles equal a fresh fit on NVIDIA's ~400k kernel rows (about
+# 100 s each here), whose fitting code the held-out tests run under the sanitizers on the same
+# rows; and for the sweep on a
 # one-node Slurm cluster, which checks the scripts of experiments/data/slurm/ and Slurm around the
 # shard and merge code that the release build's run and the unit tests cover. Any sanitizer report aborts the program
 # that made it, so the test that ran it fails. The build is clang's, with libFuzzer's coverage hooks too, so that
@@ -20,4 +26,4 @@ cmake --build build-sanitize -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir build-sanitize --output-on-failure -j"$(nproc)" \
-  -E '^Docs\.|^EngineFit\.ShippedFittedEnginesEqualAFreshFit$|^Slurm\.ArraySweepEqualsUnsharded$' "$@"
+  -E '^Docs\.|^EngineFit\.ShippedFittedEnginesEqualAFreshFit$|^ValidateServingMoe\.FiguresOnNvidiasH100MoeMeasurements$|^KernelTables\.ShippedH100ProfileIsAFreshFit$|^KernelTables\.ShippedB200ProfileIsAFreshFitWithNvfp4Gemms$|^AttentionRegimes\.ShippedH100RegimesAreAFreshFit$|^Slurm\.ArraySweepEqualsUnsharded$' "$@"
