@@ -1,5 +1,6 @@
 // batchsim — fitting attention-kernel regimes on kernel tables (see fit_attention_kernels.h).
 #include "hwmodel/fit/fit_attention_kernels.h"
+#include "hwmodel/fit/fit_coordinates.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,14 +15,6 @@
 namespace batchsim {
 
 namespace {
-
-double from_log(double x) { return std::exp(std::clamp(x, -700.0, 700.0)); }
-double to_log(double v) { return std::log(std::max(v, 1e-300)); }
-double from_logit(double x) { return 1 / (1 + std::exp(-std::clamp(x, -700.0, 700.0))); }
-double to_logit(double v) {
-  v = std::clamp(v, 1e-6, 1 - 1e-6);
-  return std::log(v / (1 - v));
-}
 
 // One fitted constant: the member, its starting value, whether it is an efficiency (logit,
 // bounded by 1) or a positive quantity (log).

@@ -1,5 +1,6 @@
 // batchsim — the MLA fit and its scores (see fit_mla.h).
 #include "hwmodel/fit/fit_mla.h"
+#include "hwmodel/fit/fit_coordinates.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -19,14 +20,6 @@
 namespace batchsim {
 
 namespace {
-
-double from_log(double x) { return std::exp(std::clamp(x, -700.0, 700.0)); }
-double to_log(double v) { return std::log(std::max(v, 1e-300)); }
-double from_logit(double x) { return 1 / (1 + std::exp(-std::clamp(x, -700.0, 700.0))); }
-double to_logit(double v) {
-  v = std::clamp(v, 1e-6, 1 - 1e-6);
-  return std::log(v / (1 - v));
-}
 
 ModelSpec mla_model(int64_t heads, int64_t kv_lora, int64_t rope, int64_t nope, int kv_bytes) {
   ModelSpec m;

@@ -1,5 +1,6 @@
 // batchsim — the profile fit (see fit_profile.h).
 #include "hwmodel/fit/fit_profile.h"
+#include "hwmodel/fit/fit_coordinates.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,16 +21,6 @@
 namespace batchsim {
 
 namespace {
-
-// Parameters are fitted in unconstrained coordinates: log for positive quantities, logit for
-// efficiencies in (0, 1). The fitted values are then plausible by construction.
-double from_log(double x) { return std::exp(std::clamp(x, -700.0, 700.0)); }
-double to_log(double v) { return std::log(std::max(v, 1e-300)); }
-double from_logit(double x) { return 1 / (1 + std::exp(-std::clamp(x, -700.0, 700.0))); }
-double to_logit(double v) {
-  v = std::clamp(v, 1e-6, 1 - 1e-6);
-  return std::log(v / (1 - v));
-}
 
 bool usable(double measured_s) { return std::isfinite(measured_s) && measured_s > 0; }
 

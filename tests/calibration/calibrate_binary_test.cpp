@@ -2,31 +2,17 @@
 // non-zero, never crash or hang. Only built when CMake found the CUDA toolkit.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
-#include <sys/wait.h>
 
+#include "run_command.h"
 #include "test_support.h"
 
 namespace {
 
 #ifdef BATCHSIM_CALIBRATE_BINARY
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-RunResult run(const std::string& command) {
-  RunResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) result.output += buf.data();
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using RunResult = batchsim::calibration::shell::CommandResult;
+// The shared runner (run_command.h), under this file's short name.
+RunResult run(const std::string& command) { return batchsim::calibration::shell::run_command(command); }
 
 TEST(CalibrateBinary, WithoutAGpuMeasureFailsCleanlyWithAClearMessage) {
   const std::string binary = BATCHSIM_CALIBRATE_BINARY;
