@@ -205,6 +205,10 @@ class Policy {
   static KvSizing after_profile_run(const CostModel& cost_model, double gpu_memory_utilization, int64_t tokens,
                                     int64_t sequences, CostModel::WindowKv window = CostModel::WindowKv::as_full);
 
+  // Attention ranks that each hold a KV cache of the sizing above (DP attention: one per
+  // rank); the replica's KV memory is theirs together.
+  virtual int attention_ranks() const { return 1; }
+
   // The largest decode batch the engine runs as a CUDA graph when the server sets it by a rule
   // of its own (SGLang's cuda_graph_max_bs, by GPU memory and TP), replacing the engine
   // profile's cuda_graphs.max_tokens (where the engine runs graphs at all). nullopt (the

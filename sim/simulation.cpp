@@ -222,8 +222,15 @@ SimulationResult Simulation::run() {
     env.requests = r.role == PoolRole::kPrefill ? &prefill_view_ : requests_;
     env.progress = &progress_;
     env.cost_model = r.cost_model;
+    // The sizing is one attention rank's (each DP rank sizes its own cache, as each of vLLM's
+    // DP engines does); the replica's memory is its ranks' together.
+    const int ranks = r.policy->attention_ranks();
     env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
     if (r.num_gpu_blocks > 0) r.kv_sizing_rule = fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks);
+    if (ranks > 1) {
+      r.kv_capacity_tokens *= ranks;
+      r.kv_sizing_rule = fmt::format("{} DP ranks of {} tokens, each by {}", ranks, env.kv_capacity_tokens, r.kv_sizing_rule);
+    }
     env.kv_sizing_rule = r.kv_sizing_rule;
     env.num_gpu_blocks = r.num_gpu_blocks;
     env.max_model_len = r.cost_model->model().max_context_tokens;
@@ -783,6 +790,8 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   if (pooled()) next_arrival = std::min(next_arrival, next_pool_event(r));
   Batch& batch = r.batch;
   BatchShape shape = batch.shape;  // decodes only: copying allocates nothing
+  // DP attention's lockstep step, by its ranks' shapes (an idle rank's stays empty).
+  r.repeat_rank_shapes.assign(batch.rank_shapes.begin(), batch.rank_shapes.end());
   r.repeat_gaps.clear();
   r.max_repeat_gap = SimTime::zero();
   while (r.repeats + 1 < min_remaining && end < next_arrival) {
@@ -792,8 +801,15 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
 
     shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
     ++shape.decode_context_max;
+    for (BatchShape& rank : r.repeat_rank_shapes) {
+      if (rank.num_decodes == 0) continue;  // an idle rank's dummy batch stays empty
+      rank.decode_context_sum += rank.num_decodes;
+      ++rank.decode_context_max;
+    }
+    const IterationCost cost = r.repeat_rank_shapes.empty() ? r.cost_model->iteration(shape, &r.cost_memo)
+                                                            : r.cost_model->step(r.repeat_rank_shapes, &r.cost_memo);
     // KV is sampled as the repeated schedule() left it.
-    const SimTime duration = open_iteration(r, end, r.cost_model->iteration(shape, &r.cost_memo), SimTime::zero());
+    const SimTime duration = open_iteration(r, end, cost, SimTime::zero());
     latency_.iteration_repeated(r.index, r.current.cost, duration);
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);

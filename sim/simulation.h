@@ -247,6 +247,7 @@ class Simulation {
     int64_t repeats = 0;
     std::vector<SimTime> repeat_gaps;
     SimTime max_repeat_gap;
+    std::vector<BatchShape> repeat_rank_shapes;  // a DP attention step's ranks, as the run goes
     NonAttentionCache cost_memo;  // its cost model's non-attention costs by key
     // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there.
     DecodeCohort cohort;

@@ -15,6 +15,7 @@ DpAttentionPolicy::DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks)
   outstanding_.assign(n, 0);
   running_.assign(n, 0);
   batches_.resize(n);
+  vouched_.assign(n, 0);
   finished_.resize(n);
 }
 
@@ -59,13 +60,25 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
   bool any = false;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Batch& b = batches_[r];
-    b.clear();
-    ranks_[r]->schedule(now, b);
+    if (vouched_[r] != 0) {
+      // Its schedule() already ran, in repeat_decode_step: the same decodes again, as many
+      // tokens further on as the replica's run had steps (as the simulation advances a
+      // repeated step's shape).
+      vouched_[r] = 0;
+      const int64_t steps = 1 + repeats_;
+      for (BatchItem& item : b.items) item.context_before += steps;
+      b.shape.decode_context_sum += steps * b.shape.num_decodes;
+      b.shape.decode_context_max += steps;
+    } else {
+      b.clear();
+      ranks_[r]->schedule(now, b);
+    }
     if (!b.cohort.empty()) throw std::logic_error("DpAttentionPolicy: a rank scheduled a decode cohort");
     running_[r] = static_cast<int64_t>(b.items.size());
     any = any || !b.empty();
     if (b.wake_at && (!batch.wake_at || *b.wake_at < *batch.wake_at)) batch.wake_at = b.wake_at;
   }
+  repeats_ = 0;
   if (!any) return;
   // The replica's batch: every rank's items in rank order, the shapes summed, and each rank's
   // shape for the lockstep step (an idle rank's empty shape runs the dummy batch).
@@ -92,7 +105,30 @@ void DpAttentionPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const
     finished_[static_cast<size_t>(r)].push_back(id);
     --outstanding_[static_cast<size_t>(r)];
   }
-  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->on_iteration_end(batches_[r], finished_[r], now);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    // A rank that vouched for the next step is still in its run (none of its requests finished).
+    if (vouched_[r] == 0) ranks_[r]->on_iteration_end(batches_[r], finished_[r], now);
+  }
+}
+
+bool DpAttentionPolicy::repeat_decode_step(const Batch& /*batch*/) {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (vouched_[r] != 0) continue;  // an earlier refused repeat took it through this step
+    const Batch& b = batches_[r];
+    if (b.empty()) {
+      // An idle rank schedules nothing again while no request arrives (the simulation stops
+      // before any); one that holds requests but ran none might admit one (a timer, a wait
+      // rule), so only its own schedule() can tell.
+      if (!ranks_[r]->idle()) return false;
+      continue;
+    }
+    if (!ranks_[r]->repeat_decode_step(b)) return false;
+    vouched_[r] = 1;
+  }
+  // Every rank stepped: the replica's run goes on, and the next refusal starts afresh.
+  std::fill(vouched_.begin(), vouched_.end(), uint8_t{0});
+  ++repeats_;
+  return true;
 }
 
 bool DpAttentionPolicy::idle() const {

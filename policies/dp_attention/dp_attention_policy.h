@@ -22,7 +22,14 @@
 //
 // Invariants: every request lives on exactly one rank from arrival to finish; the merged
 // batch's items are the ranks' items in rank order; the replica is idle when every rank is.
-// Decode fast-forward is off (each rank schedules every step), as are decode cohorts.
+//
+// Decode fast-forward (Policy::repeat_decode_step) repeats the lockstep step when every rank
+// vouches for its own part: a rank with a batch through its own repeat_decode_step, an idle
+// one by holding nothing. When a rank refuses after lower ranks vouched, those ranks have
+// already taken their state through the next schedule(): their fast-forward run goes on one
+// step longer than the replica's, so the next on_iteration_end and schedule() pass them by
+// and keep their batches (no request of theirs finishes at that boundary: the simulation asks
+// only when none does). Decode cohorts stay off: each rank lists every request of its batch.
 #pragma once
 
 #include <cstdint>
@@ -49,11 +56,13 @@ class DpAttentionPolicy final : public Policy {
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
   void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
+  bool repeat_decode_step(const Batch& batch) override;
   bool idle() const override;
   // The ranks' KV caches summed (capacity, allocated and used tokens); holds_kv asks the rank.
   const KvCacheManager& kv_cache() const override;
   bool holds_kv(RequestId id) const override;
   std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
+  int attention_ranks() const override { return ranks(); }
   std::optional<int64_t> cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const override;
   std::string unsupported_role_reason(PoolRole role) const override;
 
@@ -100,6 +109,10 @@ class DpAttentionPolicy final : public Policy {
   std::vector<int64_t> outstanding_;      // per rank: given and not finished
   std::vector<int64_t> running_;          // per rank: requests of its last batch
   std::vector<Batch> batches_;            // per rank: its part of the current step
+  // Per rank: vouched for the next step while the replica's repeat was refused by a later rank
+  // (see the header comment); cleared as the next schedule() keeps its batch.
+  std::vector<uint8_t> vouched_;
+  int64_t repeats_ = 0;  // the replica's repeats of the step the last schedule() built
   std::vector<std::vector<RequestId>> finished_;  // per rank, scratch for on_iteration_end
   SummedKv summed_kv_{*this};
 };

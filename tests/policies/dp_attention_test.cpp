@@ -112,10 +112,18 @@ TEST(DpAttention, EachRankHasItsOwnKvCache) {
   const CostModel cm = dp_cost_model();
   auto policy = two_ranks();
   const Workload w = make_workload({{0, 4, 2}});
-  run(*policy, w, cm);
+  SimulationResult result;
+  run(*policy, w, cm, &result);
   const int64_t rank0 = policy->rank_policy(0).kv_cache().capacity_tokens();
   EXPECT_GT(rank0, 0);
-  EXPECT_EQ(policy->kv_cache().capacity_tokens(), rank0 + policy->rank_policy(1).kv_cache().capacity_tokens());
+  const int64_t both = rank0 + policy->rank_policy(1).kv_cache().capacity_tokens();
+  EXPECT_EQ(policy->kv_cache().capacity_tokens(), both);
+  // The replica's KV memory, which summary.json reports and the KV fractions divide by, is
+  // both ranks' (each cache carves whole blocks from its rank's memory: less than a block each
+  // is left over), not one rank's.
+  EXPECT_GE(result.kv_capacity_tokens, both);
+  EXPECT_LT(result.kv_capacity_tokens, both + 2 * 16);
+  EXPECT_THAT(result.kv_capacity_rule, ::testing::HasSubstr("2 DP ranks of"));
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 // ran, every request's phase changes, the idle samples). The decode cohort (sim/decode_cohort.h)
 // is held to the same: where a policy keeps one, a third run with it gives the same again.
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "policies/dp_attention/dp_attention_policy.h"
 #include "policies/registry.h"
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
@@ -175,6 +177,66 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   EXPECT_GT(cached_somewhere, 0);       // and prefix caching with it
   EXPECT_GT(cohort_somewhere, 1000);    // the decode cohort ran
   EXPECT_GT(cohort_preempting, 0);      // also where KV ran out
+}
+
+// DP attention (policies/dp_attention/): the ranks' lockstep step repeats only when every rank
+// vouches for its part, and a rank that vouched before a later one refused carries its run one
+// step past the replica's. The same results with fast-forward on and off, for each kind of rank
+// scheduler, on two and three ranks of an MoE model with KV tight enough to preempt.
+TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
+  const Case cases[] = {
+      {"offline", "uniform:16:600", "capexp:100:400", 0.9},
+      {"poisson:12", "lognormal:300:0.7", "uniform:1:300", 0.9},
+      {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41},
+      {"poisson:10", "uniform:16:600", "capexp:100:400", 0.9, "groups:500:3"},
+  };
+  const std::vector<PolicyVariant> kinds = {
+      {"vllm", {}},
+      {"vllm", {{"async_scheduling", "false"}, {"max_num_seqs", "12"}}},
+      {"vllm-v0", {{"prefix_caching", "true"}}},
+      {"vllm-v0", {{"max_waiting_tokens", "5"}, {"max_num_seqs", "12"}}},
+      {"sglang", {}},
+      {"trtllm", {}},
+      {"tgi", {}},
+  };
+  int64_t repeated = 0, preempted = 0;
+  for (const int dp : {2, 3}) {
+    // qwen3-30b-a3b's 128 experts over EP 2 (or, with DP 3, MoE-TP 3 with EP 1); KV per rank.
+    const ParallelLayout layout{1, dp, dp == 2 ? 2 : 1};
+    const CostModel cm(resolve_model("qwen3-30b-a3b"), resolve_gpu("h100-sxm"), layout);
+    for (const Case& c : cases) {
+      const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix, c.priority);
+      for (const PolicyVariant& v : kinds) {
+        SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options), DP " + std::to_string(dp) +
+                     " on " + c.arrival);
+        const auto run_dp = [&](bool fast_forward) {
+          std::vector<std::unique_ptr<Policy>> ranks;
+          for (int r = 0; r < dp; ++r) ranks.push_back(make_policy(v.policy, PolicyOptions(v.options)));
+          DpAttentionPolicy policy(std::move(ranks));
+          SimulationOptions options;
+          options.gpu_memory_utilization = c.memory_utilization;
+          options.engine_kv_rules = false;
+          options.record_iterations = true;
+          options.record_iteration_items = true;
+          options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
+          options.fast_forward = fast_forward;
+          options.prefix_blocks = &w.prefix_blocks;
+          return Simulation(w.requests, policy, cm, options).run();
+        };
+        const SimulationResult slow = run_dp(false);
+        const SimulationResult fast = run_dp(true);
+        expect_same_requests(slow, fast);
+        expect_same_iterations(slow, fast);
+        expect_same_timeline(slow, fast);
+        expect_same_summary(slow.summary, fast.summary);
+        EXPECT_EQ(slow.fast_forwarded_iterations, 0);
+        repeated += fast.fast_forwarded_iterations;
+        preempted += slow.summary.preemptions;
+      }
+    }
+  }
+  EXPECT_GT(repeated, 1000);  // the lockstep step really repeated
+  EXPECT_GT(preempted, 0);    // also where KV ran out
 }
 
 }  // namespace
