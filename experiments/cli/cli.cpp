@@ -95,6 +95,10 @@ po::options_description run_options() {
       ("decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")
       ("prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")
       ("decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")
+      ("prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")
+      ("decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")
+      ("prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")
+      ("decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")
       ("prefill-policy", po::value<std::string>(), "the prefill pool's policy (default --policy; its "
        "--policy-opt apply only to --policy)")
       ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
@@ -204,6 +208,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   for (auto [pool, name] : {std::pair{&c.prefill, std::string("prefill")}, std::pair{&c.decode, std::string("decode")}}) {
     if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
     if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
+    if (vm.count(name + "-ep")) pool->ep = vm[name + "-ep"].as<int>();
+    if (vm.count(name + "-moe-tp")) pool->moe_tp = vm[name + "-moe-tp"].as<int>();
     if (vm.count(name + "-policy")) pool->policy = vm[name + "-policy"].as<std::string>();
     if (vm.count(name + "-engine")) pool->engine = vm[name + "-engine"].as<std::string>();
     if (vm.count(name + "-num-gpu-blocks")) pool->num_gpu_blocks = vm[name + "-num-gpu-blocks"].as<int64_t>();

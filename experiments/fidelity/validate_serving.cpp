@@ -331,13 +331,14 @@ const ServingNormalisation kCheckpointFormat{
     "aiconfigurator itself costs nvfp4 as 4-bit weights at the 16-bit rate, sdk/models/helpers.py "
     "resolve_nvfp4_for_system)"};
 
-// Skip reasons of disaggregated rows.
+// Skip reasons of disaggregated rows. Rows without worker counts (NVIDIA's DeepSeek-R1 dumps of
+// 2026-03-25 and 2026-04-06) are not given a guessed count: one prefill and one decode worker fits
+// SGLang's rows (their TTFT jumps where 64 requests' KV outgrows one TP 16 decode worker) but not
+// TensorRT-LLM's (4,916 clients; TTFT of 4-13 s at 6-9 clients).
 constexpr const char* kNoWorkers =
     "no worker counts in the row (aiconfigurator's own estimator refuses them: "
     "tools/accuracy_regression_testing/predict_silicon_sample.py)";
 constexpr const char* kPoolAttentionDp = "attention DP inside a P/D pool: not simulated yet";
-constexpr const char* kPoolExpertParallel =
-    "expert parallelism inside a P/D pool: not simulated yet (a pool's cost model is plain TP)";
 
 // A whole number of `column` in [min, max], `blank` when the field is empty.
 int64_t integer_or(const CsvTable& csv, std::string_view column, int64_t blank, int64_t min, int64_t max) {
@@ -564,7 +565,6 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
         if (c.pp != 1) why = "pipeline parallelism: not simulated";
         else if (c.adp > 1) why = kPoolAttentionDp;
         else if (const std::string bad = resolve_layout(c, model, pool.layout); !bad.empty()) why = bad;
-        else if (!pool.layout.is_plain_tp()) why = kPoolExpertParallel;
       }
       if (why.empty()) {
         // The pools run the row's policy, which must have the prefill and decode roles.
@@ -618,8 +618,11 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
     // engine, the KV moved over the run's default link (sim/kv_transfer.h).
     c.prefill_replicas = r.prefill.workers;
     c.decode_replicas = r.decode.workers;
-    c.prefill.tp = r.prefill.layout.tp;
-    c.decode.tp = r.decode.layout.tp;
+    for (auto [pool, row] : {std::pair{&c.prefill, &r.prefill}, std::pair{&c.decode, &r.decode}}) {
+      pool->tp = row->layout.tp;
+      if (row->layout.ep != 1) pool->ep = row->layout.ep;
+      if (row->layout.moe_tp != 0) pool->moe_tp = row->layout.moe_tp;
+    }
   }
   if (p.deployment == "aiconfigurator") {
     if (disaggregated) {

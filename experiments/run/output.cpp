@@ -137,6 +137,8 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
       nlohmann::ordered_json pj;
       pj["gpu"] = pool.gpu;
       pj["tp"] = pool.tp;
+      if (pool.ep != 1) pj["ep"] = pool.ep;
+      if (pool.moe_tp != 0) pj["moe_tp"] = pool.moe_tp;
       pj["policy"] = pool.policy;
       pj["policy_opts"] = own.policy_opts;
       pj["engine"] = run_engine_name(pool);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "experiments/run/bench_result.h"
+#include "hwmodel/parallel_layout.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/base/parse.h"
 #include "hwmodel/engine_profile.h"
@@ -127,6 +128,8 @@ void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& 
                     const std::filesystem::path& file, const std::string& shown) {
   if (sub == "gpu") pool.gpu = scalar<std::string>(v, file, shown);
   else if (sub == "tp") pool.tp = scalar<int>(v, file, shown);
+  else if (sub == "ep") pool.ep = scalar<int>(v, file, shown);
+  else if (sub == "moe-tp") pool.moe_tp = scalar<int>(v, file, shown);
   else if (sub == "policy") pool.policy = scalar<std::string>(v, file, shown);
   else if (sub == "num-gpu-blocks") pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
   else if (sub == "engine") pool.engine = scalar<std::string>(v, file, shown);
@@ -134,7 +137,7 @@ void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& 
     if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
     for (const auto& o : v) pool.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
   } else {
-    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, policy, policy-opt, engine, num-gpu-blocks)",
+    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, ep, moe-tp, policy, policy-opt, engine, num-gpu-blocks)",
                                 file.string(), key_node.Mark().line + 1, shown));
   }
 }
@@ -332,6 +335,23 @@ void validate(const RunConfig& c) {
       if (pool->tp && (*pool->tp < 1 || *pool->tp > 64)) {
         throw UserError(fmt::format("--{}-tp {}: must be in [1, 64]", name, *pool->tp));
       }
+      if (pool->ep && (*pool->ep < 1 || *pool->ep > 1024)) {
+        throw UserError(fmt::format("--{}-ep {}: must be in [1, 1024]", name, *pool->ep));
+      }
+      if (pool->moe_tp && (*pool->moe_tp < 1 || *pool->moe_tp > 1024)) {
+        throw UserError(fmt::format("--{}-moe-tp {}: must be in [1, 1024]", name, *pool->moe_tp));
+      }
+      if (pool->ep || pool->moe_tp) {
+        // The pool's own layout, checked here so that the message names the pool's options
+        // (the cost model's check names the run's).
+        const RunConfig own = pool_run_config(c, name);
+        try {
+          check_layout(resolve_run_model(own), own.layout());
+        } catch (const UserError& e) {
+          throw UserError(fmt::format("the {} pool (--{}-tp {}, --{}-ep {}): {}", name, name, own.tp, name, own.ep,
+                                      e.what()));
+        }
+      }
       if (pool->num_gpu_blocks && (*pool->num_gpu_blocks < 0 || *pool->num_gpu_blocks > kMaxGpuBlocks)) {
         throw UserError(fmt::format("--{}-num-gpu-blocks {}: must be in [0, {}] (0: from GPU memory)", name,
                                     *pool->num_gpu_blocks, kMaxGpuBlocks));
@@ -395,7 +415,7 @@ void validate(const RunConfig& c) {
 
 bool has_pool_settings(const RunConfig& c) {
   for (const PoolConfig* pool : {&c.prefill, &c.decode}) {
-    if (!pool->gpu.empty() || pool->tp || !pool->policy.empty() || !pool->policy_opts.empty() ||
+    if (!pool->gpu.empty() || pool->tp || pool->ep || pool->moe_tp || !pool->policy.empty() || !pool->policy_opts.empty() ||
         pool->num_gpu_blocks || !pool->engine.empty()) {
       return true;
     }
@@ -412,6 +432,8 @@ RunConfig pool_run_config(const RunConfig& config, const std::string& role) {
   RunConfig c = config;
   if (!pool.gpu.empty()) c.gpu = pool.gpu;
   if (pool.tp) c.tp = *pool.tp;
+  if (pool.ep) c.ep = *pool.ep;
+  if (pool.moe_tp) c.moe_tp = *pool.moe_tp;
   if (!pool.policy.empty() && pool.policy != config.policy) {
     c.policy = pool.policy;
     c.policy_opts.clear();

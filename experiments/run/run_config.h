@@ -30,6 +30,10 @@ namespace batchsim {
 struct PoolConfig {
   std::string gpu;
   std::optional<int> tp;
+  // The pool's expert parallelism and experts' TP (a mixture of experts; default the run's).
+  // Attention DP inside a pool is not simulated (DpAttentionPolicy::unsupported_role_reason).
+  std::optional<int> ep;
+  std::optional<int> moe_tp;
   std::string policy;
   std::map<std::string, std::string> policy_opts;
   std::optional<int64_t> num_gpu_blocks;

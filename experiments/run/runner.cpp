@@ -115,9 +115,11 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     add_replicas(decode, config.decode_replicas, PoolRole::kDecode);
     // The last replica is a decode one: its policy may set the decode engine's CUDA graphs.
     const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
-    decode_cost_model.emplace(resolve_run_model(decode), decode_gpu, decode.tp,
+    // The decode pool's own layout (its experts' parallelism included) and the run's routing.
+    decode_cost_model.emplace(resolve_run_model(decode), decode_gpu, decode.layout(),
                               engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu,
                                               decode.tp));
+    decode_cost_model->set_moe_routing(run_moe_routing(decode));
     DisaggregationOptions& d = options.disaggregation;
     d.prefill_replicas = config.prefill_replicas;
     d.decode_cost_model = &*decode_cost_model;

@@ -53,6 +53,19 @@ TEST(DisaggregationCli, BadInputIsRefusedByName) {
               HasSubstr("--decode-tp 0"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-gpu", "tpu-v9"})),
               HasSubstr("tpu-v9"));
+  // A pool's expert layout: its range and what the model allows, named by the pool's options.
+  const std::vector<std::string> moe = {"--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--prefill-replicas", "1",
+                                        "--decode-replicas", "1", "--decode-tp", "4"};
+  auto moe_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = moe;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return cli_error_of(pooled(a));
+  };
+  EXPECT_THAT(moe_with({"--decode-ep", "0"}), HasSubstr("--decode-ep 0"));
+  EXPECT_THAT(moe_with({"--prefill-moe-tp", "-2"}), HasSubstr("--prefill-moe-tp -2"));
+  const std::string wide = moe_with({"--decode-ep", "3"});  // 128 experts over EP 3 of TP 4
+  EXPECT_THAT(wide, HasSubstr("the decode pool (--decode-tp 4, --decode-ep 3)"));
+  EXPECT_THAT(cli_error_of(pooled({"--decode-ep", "2"})), HasSubstr("--prefill-replicas P"));
   // Pool options without pools would be silently ignored.
   EXPECT_THAT(cli_error_of(pooled({"--decode-gpu", "h100-sxm"})), HasSubstr("--prefill-replicas P"));
   // A policy that cannot serve a role, named by its option.
@@ -124,6 +137,29 @@ TEST(DisaggregationCli, HeterogeneousPoolsAreEchoedAndReported) {
   // The run's own summary.json runs it again, to the byte.
   ASSERT_EQ(run_cli({"run", "--config", (dir / "out" / "summary.json").string(), "--out", (dir / "again").string()}), 0);
   EXPECT_EQ(testing::read_text_file(dir / "again" / "requests.csv"), requests);
+}
+
+// A mixture of experts' decode pool in wide EP beside a TP prefill pool: summary.json echoes
+// each pool's layout, and the decode pool's experts are costed in it (the same pool with its
+// experts split by TP decodes at another pace; the prefill pool, unchanged, prefills alike).
+TEST(DisaggregationCli, MoePoolsRunTheirOwnExpertLayouts) {
+  const auto dir = testing::scratch_dir("disagg-cli-moe");
+  const auto run = [&](const std::string& name, std::vector<std::string> decode) {
+    std::vector<std::string> args = {"run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--policy", "vllm",
+                                     "--arrival", "poisson:4", "--num-requests", "40", "--prefill-replicas", "1",
+                                     "--decode-replicas", "1", "--prefill-tp", "2", "--decode-tp", "4",
+                                     "--out", (dir / name).string()};
+    args.insert(args.end(), decode.begin(), decode.end());
+    EXPECT_EQ(run_cli(args), 0) << name;
+    return nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
+  };
+  const auto ep = run("ep", {"--decode-ep", "4"});
+  const auto tp = run("tp", {});
+  EXPECT_EQ(ep["config"]["decode"]["ep"], 4);
+  EXPECT_FALSE(ep["config"]["prefill"].contains("ep"));
+  EXPECT_FALSE(tp["config"]["decode"].contains("ep"));
+  EXPECT_NE(ep["latency"]["tpot_s"]["p50"], tp["latency"]["tpot_s"]["p50"]);
+  EXPECT_EQ(ep["pools"]["prefill"]["requests"], tp["pools"]["prefill"]["requests"]);
 }
 
 // Deployments as an experiment axis: a colocated value and P:D values side by side.

@@ -205,11 +205,15 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
           disagg({{"prefill_num_workers", ""}, {"decode_num_workers", ""}}) +
           disagg({{"prefill_tp_size", "1"}, {"prefill_attention_dp_size", "8"}, {"prefill_moe_tp_size", "1"},
                   {"prefill_moe_ep_size", "8"}}) +
-          disagg({{"decode_moe_tp_size", "1"}, {"decode_moe_ep_size", "8"}}) + disagg({{"backend", "sglang"}}) +
-          disagg({}),  // the one expressible: 1 x TP 8 + 1 x TP 8 on TensorRT-LLM's preset
+          disagg({{"decode_moe_tp_size", "1"}, {"decode_moe_ep_size", "8"}}) +  // expressible: EP 8 decode pool
+          disagg({{"backend", "sglang"}}) +
+          disagg({}),  // expressible: 1 x TP 8 + 1 x TP 8 on TensorRT-LLM's preset
       ServingReplayOptions{});
-  ASSERT_EQ(read.rows.size(), 1u);
+  ASSERT_EQ(read.rows.size(), 2u);
   EXPECT_EQ(read.rows[0].mode, "disagg");
+  EXPECT_EQ(read.rows[0].decode.layout, (ParallelLayout{8, 1, 8, 1}));
+  EXPECT_EQ(read.rows[0].prefill.layout, (ParallelLayout{8, 1, 1, 8}));
+  EXPECT_EQ(read.rows[1].decode.layout, (ParallelLayout{8, 1, 1, 8}));
   const std::map<std::string, int64_t> expected = {
       {"tp_size x attention_dp_size != moe_tp_size x moe_ep_size (aiconfigurator's width rule, sdk/config.py "
        "resolve_moe_parallelism)", 1},
@@ -220,7 +224,6 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
       {"no worker counts in the row (aiconfigurator's own estimator refuses them: "
        "tools/accuracy_regression_testing/predict_silicon_sample.py)", 1},
       {"attention DP inside a P/D pool: not simulated yet", 1},
-      {"expert parallelism inside a P/D pool: not simulated yet (a pool's cost model is plain TP)", 1},
   };
   for (const auto& [why, n] : expected) {
     ASSERT_TRUE(read.skipped.count(why)) << why;
@@ -300,6 +303,48 @@ TEST(ValidateServingMoe, DisaggregatedRowsRunAsPrefillAndDecodePools) {
   EXPECT_GT(run.result.summary.ttft_s.mean, 0);
   EXPECT_DOUBLE_EQ(p.ttft_ms, run.result.summary.ttft_s.mean * 1e3);
   EXPECT_DOUBLE_EQ(p.tpot_ms, run.result.summary.tpot_s.mean * 1e3);
+}
+
+// A disaggregated MoE row runs each pool in its own layout, its experts' parallelism included:
+// the same run by hand, and a decode pool whose experts split by TP instead runs differently.
+TEST(ValidateServingMoe, DisaggregatedPoolsRunInTheirOwnExpertLayouts) {
+  const auto csv = testing::write_text_file(
+      testing::scratch_dir("moe-disagg-1p1d"), "s.csv",
+      testing::kSiliconHeader +
+          silicon_row({{"backend", "trtllm"}, {"model_path", kQwen3}, {"precision", "fp8"}, {"mode", "disagg"},
+                       {"osl", "16"}, {"silicon_data_source", "x; silicon_concurrency=4"},
+                       {"prefill_num_workers", "1"}, {"decode_num_workers", "2"},
+                       {"prefill_tp_size", "8"}, {"prefill_pp_size", "1"}, {"prefill_moe_tp_size", "1"},
+                       {"prefill_moe_ep_size", "8"}, {"decode_tp_size", "8"}, {"decode_pp_size", "1"},
+                       {"decode_moe_tp_size", "1"}, {"decode_moe_ep_size", "8"}}));
+  ServingReplayOptions o;
+  o.gpu = "h100-sxm-fitted";
+  o.requests_per_client = 2;
+  const ServingRows read = read_serving_rows(csv.string(), o);
+  ASSERT_EQ(read.rows.size(), 1u);
+  const ServingRow& r = read.rows[0];
+  EXPECT_EQ(r.decode.layout, (ParallelLayout{8, 1, 8, 1}));
+  const ServingPrediction p = replay_serving_row(r, o);
+  EXPECT_EQ(p.config.prefill_replicas, 1);
+  EXPECT_EQ(p.config.decode_replicas, 2);
+  ASSERT_TRUE(p.config.decode.ep.has_value());
+  EXPECT_EQ(*p.config.decode.ep, 8);
+  EXPECT_EQ(*p.config.prefill.ep, 8);
+  RunConfig c = p.config;
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = "fixed:1024";
+  c.workload.output_len = "fixed:16";
+  c.workload.num_requests = 8;
+  c.max_concurrency = 4;
+  const RunOutcome run = run_simulation(c);
+  EXPECT_DOUBLE_EQ(p.ttft_ms, run.result.summary.ttft_s.mean * 1e3);
+  EXPECT_DOUBLE_EQ(p.tpot_ms, run.result.summary.tpot_s.mean * 1e3);
+  // The decode pool's experts are costed in its own layout: over 8 GPUs by TP instead, each
+  // GPU reads an eighth of every touched expert rather than its whole experts.
+  c.decode.ep = 1;
+  c.decode.moe_tp = 8;
+  const RunOutcome tp_decode = run_simulation(c);
+  EXPECT_NE(tp_decode.result.summary.tpot_s.mean, run.result.summary.tpot_s.mean);
 }
 
 // An MoE row with attention DP replays on dp schedulers in lockstep, each capped at the
