@@ -2,6 +2,7 @@
 #include "hwmodel/hardware_profile.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -569,6 +570,7 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       if (g.name == base.Scalar()) {
         p = g;
         p.validation = {};  // the base's figures are not this profile's (hardware_profile.h)
+        p.transferred_from.clear();
         found = true;
       }
     }
@@ -582,9 +584,10 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     const std::string key = key_text(kv.first, where);
     const YAML::Node& value = kv.second;
     if (key == "base") continue;
-    if (key == "name" || key == "source" || key == "provenance") {
+    if (key == "name" || key == "source" || key == "provenance" || key == "transferred_from") {
       if (!value.IsScalar()) bad_value(where, key, "must be a string");
-      (key == "name" ? p.name : key == "source" ? p.source : p.provenance) = value.Scalar();
+      (key == "name" ? p.name : key == "source" ? p.source : key == "provenance" ? p.provenance : p.transferred_from) =
+          value.Scalar();
       continue;
     }
     if (key == "prefill_attention_kernel") {
@@ -802,6 +805,21 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
   return profile_from_yaml(root, path.string(), path.stem().string(), builtin_gpus(), file_table);
 }
 
+std::string measured_transfer_error(const HardwareProfile& transferred) {
+  std::vector<std::string> figures;
+  for (const MeasuredTransfer& m : kMeasuredTransfers) {
+    figures.push_back(fmt::format("{}: GEMM {:.1f}%, iteration {:.1f}%", m.direction, m.gemm_mape_percent,
+                                  m.iteration_mape_percent));
+  }
+  // The source reads "transferred from <fitted> to <target> ceilings" unless a user rewrote it.
+  const std::string what = transferred.source.starts_with("transferred from ")
+                               ? transferred.source
+                               : fmt::format("transferred from {}", transferred.transferred_from);
+  return fmt::format("{}, never measured on this GPU; what a transfer loses, measured held out on Vidur's "
+                     "kernels (MAPE): {} (hwmodel/README.md, \"Held out\")",
+                     what, fmt::join(figures, "; "));
+}
+
 std::string hardware_profile_yaml(const HardwareProfile& profile) {
   YAML::Emitter out;
   out.SetDoublePrecision(17);
@@ -819,6 +837,9 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
       out << (text.back() == '\n' ? YAML::Literal : YAML::DoubleQuoted);
     }
     out << text;
+  }
+  if (!profile.transferred_from.empty()) {
+    out << YAML::Key << "transferred_from" << YAML::Value << profile.transferred_from;
   }
   if (const ProfileValidation& v = profile.validation; !v.empty()) {
     out << YAML::Key << "validation" << YAML::Value << YAML::BeginMap;

@@ -97,6 +97,10 @@ struct HardwareProfile {
   // Fitted profiles: their error against measurements (above). Not inherited through a file's
   // `base`: a profile that changes its base's values is not what was scored.
   ProfileValidation validation;
+  // A profile moved onto another GPU's datasheet ceilings (`calibrate transfer`,
+  // fit/transfer_profile.h): the fitted profile it came from. Its validation is empty, since
+  // the source's figures were measured on another GPU; runs state the transfer instead.
+  std::string transferred_from;
   double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
   // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
   // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).
@@ -242,5 +246,21 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path);
 void save_hardware_profile(const HardwareProfile& profile, const std::filesystem::path& path);
 // The profile as the YAML text save_hardware_profile writes (key order of hwmodel/README.md).
 std::string hardware_profile_yaml(const HardwareProfile& profile);
+
+// What a transfer loses, as this project measured it held out: fitted on one GPU of Vidur's
+// measurements, moved to the other's datasheet, scored on every row of the other
+// (TransferProfile.HeldOutA100AndA40 in tests/hwmodel/transfer_test.cpp recomputes these and
+// fails when they drift by 0.1; hwmodel/README.md, "Held out"). The only pair of GPUs with the
+// same kernels measured on both; a transfer to another pair is not measured at all.
+struct MeasuredTransfer {
+  const char* direction;           // "A100 -> A40"
+  double gemm_mape_percent;        // the four layer GEMMs, pooled
+  double iteration_mape_percent;   // whole iterations
+};
+inline constexpr MeasuredTransfer kMeasuredTransfers[] = {{"A100 -> A40", 9.4, 9.4}, {"A40 -> A100", 8.7, 9.2}};
+
+// A transferred profile's trust (`calibrate transfer`, fit/transfer_profile.h), in one line: where
+// it came from, that this GPU was never measured, and what transfers lose by the figures above.
+std::string measured_transfer_error(const HardwareProfile& transferred);
 
 }  // namespace batchsim

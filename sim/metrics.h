@@ -343,6 +343,9 @@ struct SimulationResult {
   int64_t kv_capacity_tokens = 0;
   // How it was sized, in words: the engine's rule (Policy::kv_sizing) or --num-gpu-blocks.
   std::string kv_capacity_rule;
+  // Rejected requests whose prompt + output exceed the model's context: no deployment of the
+  // model serves them, so an SLO verdict leaves them out (experiments/run/slo.h).
+  int64_t rejected_beyond_context = 0;
   // Iterations advanced by decode fast-forward rather than one by one (a speed figure, not a
   // result: the results are the same either way).
   int64_t fast_forwarded_iterations = 0;

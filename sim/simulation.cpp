@@ -630,6 +630,10 @@ void Simulation::reject(RequestId id, std::string reason) {
   }
   latency_.rejected(id);
   p.state = RequestState::kRejected;
+  if (const int context = cost_model_.model().max_context_tokens;
+      context > 0 && (*requests_)[id].prompt_tokens + int64_t{(*requests_)[id].output_tokens} > context) {
+    ++result_.rejected_beyond_context;
+  }
   record_phase(id, RequestPhase::kRejected);
   (streaming() ? slot_reject_reason_[static_cast<size_t>(id)] : result_.requests[id].reject_reason) = std::move(reason);
   // Refused by the decode replica it was handed to: the prefill replica's KV is no longer needed.

@@ -166,6 +166,18 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
   j["source"] = gpu.source;
   const ProfileValidation& v = gpu.validation;
   j["validated"] = !v.empty();
+  if (!gpu.transferred_from.empty()) j["transferred_from"] = gpu.transferred_from;
+  if (v.empty() && !gpu.transferred_from.empty()) {
+    // Not the source's figures, which another GPU earned: the transfer and what transfers lose.
+    j["reason"] = measured_transfer_error(gpu);
+    nlohmann::ordered_json measured = nlohmann::ordered_json::array();
+    for (const MeasuredTransfer& m : kMeasuredTransfers) {
+      measured.push_back({{"direction", m.direction}, {"gemm_mape", m.gemm_mape_percent},
+                          {"iteration_mape", m.iteration_mape_percent}});
+    }
+    j["transfer_error_measured"] = measured;
+    return j;
+  }
   if (v.empty()) {
     // Said outright rather than left out: a reader must not take silence for a good score.
     j["reason"] = gpu.source == "datasheet"
@@ -220,7 +232,10 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
     for (const auto& [name, e] : trust["serving"]["backends"].items()) {
       engines.push_back(fmt::format("{} {} {}", name, figure(e, "TTFT", "ttft"), figure(e, "TPOT", "tpot")));
     }
-    line += fmt::format("; end to end on measured serving benchmarks (MAPE, median predicted/measured): {}",
+    // What the end-to-end figures were measured on (the file, its rows, how they were replayed):
+    // figures from closed-loop benchmarks of a few models are not those of any run.
+    line += fmt::format("; end to end on {} (MAPE, median predicted/measured): {}",
+                        trust["serving"].value("measured_on", std::string("measured serving benchmarks")),
                         fmt::join(engines, ", "));
   }
   return line;
@@ -279,6 +294,8 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["requests"] = {{"total", s.requests_total},
                    {"completed", s.requests_completed},
                    {"rejected", s.requests_rejected}};
+  // Of the rejected, those no deployment of the model serves (an SLO verdict leaves them out).
+  if (s.requests_rejected > 0) j["requests"]["beyond_context"] = outcome.result.rejected_beyond_context;
   j["tokens"] = {{"prompt", s.prompt_tokens}, {"output", s.output_tokens}};
   j["throughput"] = {{"output_tokens_per_s", s.output_tokens_per_s},
                      {"total_tokens_per_s", s.total_tokens_per_s},

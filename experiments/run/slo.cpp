@@ -189,17 +189,13 @@ SloVerdict evaluate_slo(const ordered_json& summary, const SloBounds& bounds) {
   }
   const auto rejected = json_path_pointer("requests.rejected");
   if (summary.contains(rejected)) {
-    const int64_t n = summary.at(rejected).get<int64_t>();
+    const auto beyond_context = json_path_pointer("requests.beyond_context");
+    verdict.left_out = summary.contains(beyond_context) ? summary.at(beyond_context).get<int64_t>() : 0;
+    const int64_t n = summary.at(rejected).get<int64_t>() - verdict.left_out;
     if (n > 0) verdict.violations.push_back({"requests.rejected", 0, static_cast<double>(n)});
   }
   verdict.met = verdict.violations.empty();
   return verdict;
-}
-
-bool bounds_hold(const ordered_json& summary, const SloBounds& bounds) {
-  const SloVerdict verdict = evaluate_slo(summary, bounds);
-  return std::ranges::all_of(verdict.violations,
-                             [](const SloViolation& v) { return v.metric == "requests.rejected"; });
 }
 
 bool is_good_request(const RequestRecord& r, const GoodputSpec& spec) {
@@ -235,6 +231,7 @@ ordered_json slo_json(const SloVerdict& verdict, const SloBounds& bounds) {
   for (const SloViolation& v : verdict.violations) {
     j["violations"].push_back({{"metric", v.metric}, {"bound", v.bound}, {"value", v.value}});
   }
+  if (verdict.left_out > 0) j["left_out_beyond_context"] = verdict.left_out;
   j["bounds"] = slo_bounds_json(bounds);
   return j;
 }
@@ -262,7 +259,12 @@ ordered_json goodput_json(const Goodput& g, const GoodputSpec& spec) {
 std::string slo_line(const ordered_json& slo) {
   std::vector<std::string> bounds;
   for (const auto& [path, bound] : slo["bounds"].items()) bounds.push_back(fmt::format("{} <= {}", path, bound.get<double>()));
-  if (slo.value("met", false)) return fmt::format("slo: met ({})", fmt::join(bounds, ", "));
+  // Requests beyond the model's context, which no deployment serves, are not held against it.
+  const int64_t left_out = slo.value("left_out_beyond_context", int64_t{0});
+  const std::string left_out_text =
+      left_out > 0 ? fmt::format("; {} requests beyond the model's context left out (no deployment serves them)", left_out)
+                   : "";
+  if (slo.value("met", false)) return fmt::format("slo: met ({}){}", fmt::join(bounds, ", "), left_out_text);
   std::vector<std::string> why;
   for (const auto& v : slo["violations"]) {
     const std::string metric = v["metric"].get<std::string>();
@@ -272,7 +274,7 @@ std::string slo_line(const ordered_json& slo) {
       why.push_back(fmt::format("{} {:.6g} > {}", metric, v["value"].get<double>(), v["bound"].get<double>()));
     }
   }
-  return fmt::format("slo: NOT MET: {}", fmt::join(why, "; "));
+  return fmt::format("slo: NOT MET: {}{}", fmt::join(why, "; "), left_out_text);
 }
 
 std::string goodput_line(const ordered_json& goodput) {

@@ -79,16 +79,17 @@ struct SloViolation {
 struct SloVerdict {
   bool met = true;
   std::vector<SloViolation> violations;  // in the order of the bounds; rejections last
+  int64_t left_out = 0;                  // rejected beyond the model's context: not counted
 };
-// Judges `summary` (summary.json as summary_to_json writes it) against `bounds`. A path the
-// summary lacks throws std::out_of_range (bounds are checked when they are parsed).
+// Judges `summary` (summary.json as summary_to_json writes it) against `bounds`: the one
+// definition that `run --slo`, `plan` and compare's capacity searches share. A bound holds when
+// the figure is at or under it. A rejected request is a violation ("requests.rejected"): the
+// deployment did not serve it (its KV cache, its token budget), and another might. Left out:
+// requests beyond the model's context (`requests.beyond_context`), which no deployment of the
+// model serves, so that counting them would fail every deployment; the searches and the run warn
+// of them instead. A path the summary lacks throws std::out_of_range (bounds are checked when
+// they are parsed).
 SloVerdict evaluate_slo(const nlohmann::ordered_json& summary, const SloBounds& bounds);
-// Whether every bound holds: the capacity searches' test (plan, compare's capacity mode). Unlike a
-// run's verdict it leaves rejected requests out. The policies reject only a request one replica
-// can never serve (longer than the model's context or the token budget, or than its KV cache),
-// which no replica count or rate changes, so counting it would fail every probe of the search;
-// the searches warn of it instead.
-bool bounds_hold(const nlohmann::ordered_json& summary, const SloBounds& bounds);
 
 // Whether a completed request meets every threshold of `spec` (false for one not completed).
 bool is_good_request(const RequestRecord& r, const GoodputSpec& spec);

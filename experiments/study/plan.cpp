@@ -399,7 +399,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       const ordered_json summary = summary_to_json(outcome);
       Judged j;
       j.values = slo_values(summary, spec.slo);
-      j.meets = bounds_hold(summary, spec.slo);
+      j.meets = evaluate_slo(summary, spec.slo).met;  // run --slo's verdict
       j.headroom = INFINITY;
       for (size_t i = 0; i < spec.slo.size(); ++i) j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
       if (with_goodput) {
@@ -584,6 +584,22 @@ std::string goodput_text(const PlanGoodput& g) {
 
 }  // namespace
 
+namespace {
+
+// How far to trust each GPU profile the plan ran on (summary.json's `trust`, by profile), in the
+// order the plan names them: a datasheet or transferred profile says it was never measured.
+nlohmann::ordered_json plan_trust(const PlanSpec& spec) {
+  nlohmann::ordered_json trust = nlohmann::ordered_json::object();
+  for (const auto* list : {&spec.gpus, &spec.prefill_gpus, &spec.decode_gpus}) {
+    for (const std::string& gpu : *list) {
+      if (!trust.contains(gpu)) trust[gpu] = trust_json(resolve_gpu(gpu));
+    }
+  }
+  return trust;
+}
+
+}  // namespace
+
 void print_plan(std::ostream& out, const PlanResult& plan) {
   const PlanSpec& spec = plan.spec;
   const bool priced = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
@@ -667,6 +683,8 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
              offered_load_text(plan));
   line(headers);
   for (const auto& r : rows) line(r);
+  const nlohmann::ordered_json trust = plan_trust(spec);
+  for (const auto& [gpu, of_gpu] : trust.items()) fmt::print(out, "{}\n", trust_line(of_gpu));
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
 }
 
@@ -777,6 +795,7 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                          {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},
                          {"rate_rps", plan.busiest.rate_rps}};
   j["rows"] = rows;
+  j["trust"] = plan_trust(spec);
   j["warnings"] = plan.warnings;
   {
     auto out = open_for_write(dir / "plan.json");

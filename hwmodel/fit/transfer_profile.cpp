@@ -93,6 +93,9 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   HardwareProfile p = fitted;  // the efficiencies, exponents and everything not below
   p.name = fmt::format("{}-from-{}", target.name, fitted.name);
   p.source = fmt::format("transferred from {} to {} ceilings", fitted.name, target.name);
+  // The fitted profile's figures are its own GPU's: a run here must not claim them.
+  p.validation = ProfileValidation{};
+  p.transferred_from = fitted.name;
   p.peak_flops = target.peak_flops;
   p.peak_fp8_flops = target.peak_fp8_flops;
   p.peak_fp4_flops = target.peak_fp4_flops;

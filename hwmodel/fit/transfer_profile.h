@@ -26,12 +26,15 @@
 //   - the rest (CPU costs, names of no ceiling) as it is.
 // The result's `source` is "transferred from <fitted> to <target> ceilings"; its `provenance`
 // is the fitted profile's, then a paragraph listing every rescaling with its ratio and what
-// could not be transferred.
+// could not be transferred. Its `validation` is empty and `transferred_from` names the fitted
+// profile: the fitted profile's figures were measured on another GPU, so a run on the result
+// states what transfers measurably lose instead (measured_transfer_error, hardware_profile.h).
 #pragma once
 
 #include "hwmodel/hardware_profile.h"
 
 namespace batchsim {
+
 
 // Throws UserError when `target_datasheet` is not a datasheet profile (source "datasheet"), when
 // `fitted` is one (it has nothing fitted to carry), or when `fitted` already has the target's

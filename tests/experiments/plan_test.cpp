@@ -174,6 +174,21 @@ TEST(Plan, ARequestNoReplicaCanServeIsWarnedOfAndDoesNotFailEveryCount) {
   EXPECT_EQ(with.at("replicas"), without.at("replicas"));
   EXPECT_THAT(with_text, HasSubstr("1 of 401 requests rejected, never to be served"));
   EXPECT_THAT(without_text, Not(HasSubstr("rejected")));
+  // run --slo of the deployment the plan found agrees, and so does every count brute force
+  // (issue 45: plan said met where run --slo said NOT MET for this request).
+  const int answer = std::stoi(with.at("replicas"));
+  for (int n = 1; n <= answer; ++n) {
+    std::string run_text;
+    ASSERT_EQ(run_cli({"run", "--gpu", "a100-80gb", "--trace", with_long.string(), "--policy", "vllm", "--replicas",
+                       std::to_string(n), "--slo", "ttft_p99=500ms", "--out", (dir / fmt::format("run{}", n)).string()},
+                      &run_text),
+              0);
+    const auto s = nlohmann::json::parse(testing::read_text_file(dir / fmt::format("run{}", n) / "summary.json"));
+    EXPECT_EQ(s["requests"]["rejected"], 1);
+    EXPECT_EQ(s["requests"]["beyond_context"], 1);
+    EXPECT_EQ(s["slo"]["met"].get<bool>(), n == answer) << n << ": " << run_text;
+    if (n == answer) EXPECT_THAT(run_text, HasSubstr("slo: met"));
+  }
 }
 
 TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
@@ -289,6 +304,30 @@ TEST(Plan, RanksByCostWhenEveryGpuHasAPrice) {
   EXPECT_EQ(rows[0].at("replicas"), rows[1].at("replicas"));
   EXPECT_LT(std::stod(rows[0].at("cost_per_hour")), std::stod(rows[1].at("cost_per_hour")));
   EXPECT_THAT(text, HasSubstr("$/hour"));
+}
+
+// Each GPU profile a plan ranks says how far to trust it, on the terminal and in plan.json: a
+// datasheet and a transferred profile that they were never measured, a fitted one its figures.
+TEST(Plan, StatesTheTrustOfEveryGpuProfileItRanks) {
+  const fs::path dir = testing::scratch_dir("plan_trust");
+  const fs::path moved = dir / "a40-from-a100.yaml";
+  ASSERT_EQ(run_cli({"calibrate", "transfer", "a100-80gb-fitted", "--to", "a40", "--out", moved.string()}), 0);
+  std::string text;
+  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb,a100-80gb-fitted," + moved.string(), "--trace",
+                     flat_trace(dir).string(), "--policy", "vllm", "--slo", "ttft_p99=2s", "--max-replicas", "4",
+                     "--jobs", "2", "--out", (dir / "plan").string(), "--no-plots"},
+                    &text),
+            0)
+      << text;
+  EXPECT_THAT(text, HasSubstr("trust: a100-80gb not validated: datasheet ceilings"));
+  EXPECT_THAT(text, HasSubstr("trust: a100-80gb-fitted, held-out MAPE"));
+  EXPECT_THAT(text, HasSubstr("trust: a40-from-a100 not validated: transferred from a100-80gb-fitted to a40 ceilings"));
+  const auto j = nlohmann::json::parse(testing::read_text_file(dir / "plan" / "plan.json"));
+  ASSERT_EQ(j["trust"].size(), 3u);
+  EXPECT_EQ(j["trust"]["a100-80gb"]["validated"], false);
+  EXPECT_EQ(j["trust"]["a100-80gb-fitted"]["validated"], true);
+  EXPECT_EQ(j["trust"][moved.string()]["transferred_from"], "a100-80gb-fitted");
+  EXPECT_THAT(testing::read_text_file(dir / "plan" / "report.md"), HasSubstr("trust: a40-from-a100 not validated"));
 }
 
 TEST(Plan, FewestSearchDoublesThenBisects) {
@@ -414,7 +453,7 @@ std::vector<Split> cheapest_feasible_splits(const RunConfig& base, const SloBoun
       RunConfig c = base;
       c.prefill_replicas = p;
       c.decode_replicas = d;
-      if (!bounds_hold(summary_to_json(run_simulation(c, &workload)), slo)) continue;
+      if (!evaluate_slo(summary_to_json(run_simulation(c, &workload)), slo).met) continue;
       if (p + d < best_gpus) best.clear();
       if (p + d <= best_gpus) {
         best_gpus = p + d;

@@ -133,9 +133,6 @@ TEST(Slo, MetAndViolationsByHand) {
   EXPECT_EQ(s["slo"]["violations"][1]["metric"], "latency.tbt_s.p99");
   EXPECT_DOUBLE_EQ(s["slo"]["violations"][1]["value"].get<double>(), 0.2);
   EXPECT_THAT(slo_line(s["slo"]), HasSubstr("NOT MET: latency.ttft_s.p99 1 > 0.9"));
-  // The capacity searches' test reads the same bounds.
-  EXPECT_FALSE(bounds_hold(s, o.config.slo));
-  EXPECT_TRUE(bounds_hold(s, parse_slo("e2e_max_s=3")));
 }
 
 TEST(Slo, RejectedRequestsAreViolations) {
@@ -149,10 +146,17 @@ TEST(Slo, RejectedRequestsAreViolations) {
   EXPECT_EQ(s["slo"]["violations"][0]["metric"], "requests.rejected");
   EXPECT_DOUBLE_EQ(s["slo"]["violations"][0]["value"].get<double>(), 1);
   EXPECT_THAT(slo_line(s["slo"]), HasSubstr("1 requests rejected"));
-  // A capacity search asks whether the bounds hold on the requests served: more replicas or a
-  // lower rate would not serve this one either.
-  EXPECT_TRUE(bounds_hold(s, o.config.slo));
-  EXPECT_FALSE(bounds_hold(s, parse_slo("ttft_p99_s=0.001")));
+  EXPECT_EQ(s["requests"]["beyond_context"], 0);
+  // One beyond the model's context, which no deployment serves, is left out of the verdict (of
+  // run --slo and of the capacity searches alike), and said so.
+  o.result.rejected_beyond_context = 1;
+  const ordered_json beyond = summary_to_json(o);
+  EXPECT_EQ(beyond["requests"]["beyond_context"], 1);
+  EXPECT_TRUE(beyond["slo"]["met"].get<bool>());
+  EXPECT_EQ(beyond["slo"]["left_out_beyond_context"], 1);
+  EXPECT_THAT(slo_line(beyond["slo"]), HasSubstr("slo: met (latency.ttft_s.p99 <= 10, latency.e2e_s.p99 <= 10); "
+                                                 "1 requests beyond the model's context left out"));
+  EXPECT_FALSE(evaluate_slo(beyond, parse_slo("ttft_p99_s=0.001")).met);
   // bench.json counts it as vLLM's client would: failed.
   EXPECT_EQ(bench_json(o)["failed"], 1);
   EXPECT_EQ(bench_json(o)["completed"], 3);

@@ -98,7 +98,8 @@ TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
                                                e.ttft_mape_percent, e.ttft_median_ratio, e.tpot_mape_percent,
                                                e.tpot_median_ratio)));
   }
-  EXPECT_THAT(printed, HasSubstr("; end to end on measured serving benchmarks (MAPE, median predicted/measured): "));
+  EXPECT_THAT(printed, HasSubstr("; end to end on " + h100.validation.serving.measured_on +
+                                 " (MAPE, median predicted/measured): "));
 
   // A profile file's own block reaches the summary as written (in-sample figures too).
   const fs::path mine = testing::write_text_file(dir, "mine.yaml", R"(base: a100-80gb
@@ -137,6 +138,33 @@ TEST(Trust, ARunOnADatasheetProfileSaysItIsNotValidated) {
   EXPECT_EQ(own["trust"]["validated"], false);
   EXPECT_THAT(own["trust"]["reason"].get<std::string>(), HasSubstr("no `validation` block"));
   EXPECT_THAT(own_printed, HasSubstr("trust: faster not validated"));
+}
+
+// A profile moved onto another GPU (`calibrate transfer`) was never measured there: it carries
+// none of its source's figures, names its source, and states what transfers lose as this
+// project measured it, in summary.json and on the terminal; the file keeps that through a save.
+TEST(Trust, ARunOnATransferredProfileStatesTheTransferNotTheSourcesFigures) {
+  const fs::path dir = testing::scratch_dir("trust_transferred");
+  const fs::path file = dir / "h200-fitted.yaml";
+  run_cli({"calibrate", "transfer", "h100-sxm-fitted", "--to", "h200", "--out", file.string()});
+  const HardwareProfile moved = load_hardware_profile(file);
+  EXPECT_EQ(moved.transferred_from, "h100-sxm-fitted");
+  EXPECT_TRUE(moved.validation.empty());
+  ASSERT_FALSE(resolve_gpu("h100-sxm-fitted").validation.empty());  // what it must not claim
+  const auto [summary, printed] = run_on(file.string(), dir / "run");
+  const ordered_json& trust = summary["trust"];
+  EXPECT_EQ(trust["validated"], false);
+  EXPECT_EQ(trust["transferred_from"], "h100-sxm-fitted");
+  EXPECT_FALSE(trust.contains("operators"));
+  EXPECT_FALSE(trust.contains("serving"));
+  const std::string reason = trust["reason"].get<std::string>();
+  EXPECT_THAT(reason, HasSubstr("never measured on this GPU"));
+  EXPECT_THAT(reason, HasSubstr("A100 -> A40: GEMM 9.4%, iteration 9.4%"));
+  ASSERT_EQ(trust["transfer_error_measured"].size(), std::size(kMeasuredTransfers));
+  EXPECT_EQ(trust["transfer_error_measured"][1]["gemm_mape"], kMeasuredTransfers[1].gemm_mape_percent);
+  EXPECT_THAT(printed, HasSubstr("trust: h200-fitted not validated: transferred from h100-sxm-fitted to h200 ceilings, "
+                                 "never measured on this GPU"));
+  EXPECT_THAT(printed, Not(HasSubstr("held-out MAPE")));
 }
 
 // An experiment over two GPUs: report.md says per profile how far to trust the figures, once

@@ -39,6 +39,10 @@ TEST(TransferProfile, CeilingsAreTheTargetsAndEfficienciesTheFits) {
   const HardwareProfile h200 = resolve_gpu("h200");
   const HardwareProfile& p = h200_from_h100();
   EXPECT_EQ(p.name, "h200-from-h100-sxm-fitted");
+  // The H100's validation is the H100's: the transfer names its source instead.
+  EXPECT_FALSE(from.validation.empty());
+  EXPECT_TRUE(p.validation.empty());
+  EXPECT_EQ(p.transferred_from, "h100-sxm-fitted");
   EXPECT_DOUBLE_EQ(p.peak_flops, h200.peak_flops);
   EXPECT_DOUBLE_EQ(p.peak_fp8_flops, h200.peak_fp8_flops);
   EXPECT_DOUBLE_EQ(p.hbm_bytes_per_s, h200.hbm_bytes_per_s);
@@ -286,6 +290,7 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     const char* from_base;
     const char* to_base;
   };
+  size_t direction = 0;
   for (const Direction& d : {Direction{a100, a40, "a100-80gb", "a40"}, Direction{a40, a100, "a40", "a100-80gb"}}) {
     HardwareProfile fitted = fit_profile(d.from, "llama-2-7b", resolve_gpu(d.from_base)).profile;
     fitted.gemm_table_source(WeightFormat::bf16) = std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
@@ -318,7 +323,13 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     EXPECT_LT(transfer.mape, datasheet.mape - 1.0) << d.from.device;
     EXPECT_LT(transfer.mape, 10.0) << d.from.device;
     EXPECT_LT(own_gemm, transfer.mape) << d.from.device;
+    // The figures a run on a transferred profile states (kMeasuredTransfers, its trust line) are
+    // these, to their 0.1.
+    const MeasuredTransfer& stated = kMeasuredTransfers[direction++];
+    EXPECT_NEAR(transfer.mape, stated.gemm_mape_percent, 0.05) << stated.direction;
+    EXPECT_NEAR(transfer.iteration, stated.iteration_mape_percent, 0.05) << stated.direction;
   }
+  EXPECT_EQ(direction, std::size(kMeasuredTransfers));
 }
 
 }  // namespace
