@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -15,6 +16,7 @@
 
 #include "experiments/cli/command_line.h"
 #include "experiments/cli/fidelity_commands.h"
+#include "experiments/cli/vllm_spellings.h"
 #include "experiments/run/bench_result.h"
 #include "experiments/run/chrome_trace.h"
 #include "experiments/run/output.h"
@@ -186,6 +188,27 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   return parse_command_line(args, desc, positional);
 }
 
+// The run options of `args` with vLLM's spellings read as batchsim's (vllm_spellings.h), each
+// said once on `err`.
+VllmSpellings respelled(const std::vector<std::string>& args, std::ostream& err) {
+  VllmSpellings spelled = read_vllm_spellings(args);
+  for (const std::string& note : spelled.notes) fmt::print(err, "batchsim: note: {}\n", note);
+  return spelled;
+}
+
+// vLLM's --enable-chunked-prefill: in batchsim the policy chunks prefills or does not, so the flag
+// checks that `policy` does (the chunked-prefill presets, SGLang's, TensorRT-LLM's chunked context).
+void check_chunks_prefills(const std::string& policy, const std::map<std::string, std::string>& opts) {
+  const std::string& base = policy_base(policy);
+  const auto context = opts.find("enable_chunked_context");
+  const bool chunks = base == "chunked-prefill" || base == "sglang" || (context != opts.end() && context->second == "true");
+  if (!chunks) {
+    throw UserError(fmt::format("--enable-chunked-prefill: policy '{}' does not chunk prefills; choose one that does "
+                                "(vllm, sarathi, sglang: batchsim list policies)",
+                                policy));
+  }
+}
+
 // Applies the run flags present in `vm` on top of `c` (flags override a --config file or an
 // experiment's base).
 void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
@@ -341,15 +364,17 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
              clients, kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
 }
 
-int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {
   const auto desc = run_options();
-  const auto vm = parse(args, desc);
+  const VllmSpellings spelled = respelled(given, err);
+  const auto vm = parse(spelled.args, desc);
   if (vm.count("help")) {
     fmt::print(out, "usage: batchsim run [options]\n\n{}\n", fmt::streamed(desc));
     return 0;
   }
   const RunConfig config = config_from(vm);
   validate(config);
+  if (spelled.chunked_prefill_required) check_chunks_prefills(config.policy, config.policy_opts);
   if (config.iteration_log && config.out.empty()) {
     throw UserError("--iteration-log: iterations.csv is written into the --out folder; give --out DIR");
   }
@@ -437,7 +462,9 @@ int exit_status_of(const ResultSet& results, bool wrote_report, std::ostream& er
   return 1;
 }
 
-int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {
+  const VllmSpellings spelled = respelled(given, err);
+  const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
   desc.add_options()
       ("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")
@@ -482,11 +509,17 @@ int cmd_compare(const std::vector<std::string>& args, std::ostream& out, std::os
       base.out.clear();
     }, max_runs);
     if (vm.count("seed")) experiment.seeds = {parse_seed(vm["seed"].as<std::string>(), "--seed")};
+    if (spelled.chunked_prefill_required) {
+      throw UserError("--enable-chunked-prefill: not with an experiment file (choose policies that chunk prefills in it)");
+    }
   } else {
     const RunConfig base = config_from(vm);
     validate(base);
     const auto policies = split_list(vm.count("policies") ? vm["policies"].as<std::string>() : "hf-static,continuous");
     if (policies.empty()) throw UserError("--policies: give at least one policy");
+    if (spelled.chunked_prefill_required) {
+      for (const std::string& p : policies) check_chunks_prefills(p, base.policy_opts);
+    }
     experiment = experiment_from_policies(base, policies);
   }
   if (vm["dry-run"].as<bool>()) {
@@ -803,7 +836,9 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
   throw UserError(fmt::format("list: expected models, gpus, engines, policies, routers or links, got '{}'", what));
 }
 
-int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
+int cmd_bench(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {
+  const VllmSpellings spelled = respelled(given, err);
+  const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
   desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")
       ("no-fast-forward", po::bool_switch(), "step every decode iteration one by one (to measure "
@@ -815,6 +850,7 @@ int cmd_bench(const std::vector<std::string>& args, std::ostream& out) {
   }
   refuse_streaming(vm, "bench");
   RunConfig config = config_from(vm);
+  if (spelled.chunked_prefill_required) check_chunks_prefills(config.policy, config.policy_opts);
   const int repeat = vm["repeat"].as<int>();
   if (repeat < 1) throw UserError("--repeat: must be >= 1");
   const BuiltWorkload built = build_workload(config.workload);
@@ -867,7 +903,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (command == "merge") return cmd_merge(rest, out, err);
   if (command == "plan") return cmd_plan(rest, out, err);
   if (command == "list") return cmd_list(rest, out);
-  if (command == "bench") return cmd_bench(rest, out);
+  if (command == "bench") return cmd_bench(rest, out, err);
   if (command == "validate") return validate_command(rest, out);
   // `calibrate shapes` (calibrate_shapes.cpp): a model's GEMMs for batchsim-calibrate.
   if (command == "calibrate" && !rest.empty() && rest[0] == "shapes") {

@@ -1,6 +1,8 @@
 #include "experiments/cli/command_line.h"
 
+#include <algorithm>
 #include <string_view>
+#include <vector>
 
 #include "hwmodel/base/error.h"
 
@@ -46,8 +48,42 @@ constexpr ForeignSpelling kForeignSpellings[] = {
     {"dataset-path", "--trace FILE", "vLLM's benchmark"},
 };
 
-// The error's text, with batchsim's spelling when `option` is an engine's.
-std::string unknown_option_text(const po::unknown_option& e) {
+// Edits (insert, delete, replace one character) from `a` to `b` (Levenshtein).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The command's option closest to `name` when it is a likely typo (at most a third of its
+// letters off, and at most 3); "" otherwise.
+std::string closest_option(std::string_view name, const po::options_description& desc) {
+  std::string best;
+  size_t best_distance = std::min<size_t>(3, std::max<size_t>(1, name.size() / 3)) + 1;
+  for (const auto& option : desc.options()) {
+    const std::string& candidate = option->long_name();
+    if (candidate.empty()) continue;
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_distance) {
+      best = candidate;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+// The error's text, with batchsim's spelling when `option` is an engine's, else the closest
+// option of the command.
+std::string unknown_option_text(const po::unknown_option& e, const po::options_description& desc) {
   const std::string option = e.get_option_name();  // by value: a view of it must not outlive it
   std::string_view name = option;
   while (name.starts_with('-')) name.remove_prefix(1);
@@ -56,6 +92,9 @@ std::string unknown_option_text(const po::unknown_option& e) {
       return std::string(e.what()) + "; that is " + std::string(f.engine) + "'s spelling: batchsim says " +
              std::string(f.ours) + " (docs/options.md)";
     }
+  }
+  if (const std::string near = closest_option(name, desc); !near.empty()) {
+    return std::string(e.what()) + "; did you mean --" + near + "?";
   }
   return e.what();
 }
@@ -75,7 +114,7 @@ po::variables_map parse_command_line(const std::vector<std::string>& args,
     po::store(parser.run(), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
-    throw UserError(prefixed(unknown_option_text(e)));
+    throw UserError(prefixed(unknown_option_text(e, desc)));
   } catch (const po::error& e) {
     throw UserError(prefixed(e.what()));
   }

@@ -5,7 +5,9 @@
 // and a flag added later cannot change what an abbreviation meant), and Boost's errors become
 // UserErrors prefixed with the command ("validate: unrecognised option '--bogus'"). An option
 // spelled as vLLM, SGLang or TensorRT-LLM spell it (`--tensor-parallel-size`, `--num-prompts`)
-// is refused with batchsim's spelling in the message.
+// is refused with batchsim's spelling in the message (`run`, `compare` and `bench` read vLLM's
+// as batchsim's before they parse: vllm_spellings.h); any other unknown option with the
+// command's closest one ("did you mean --num-requests?").
 #pragma once
 
 #include <string>
