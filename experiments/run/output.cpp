@@ -115,8 +115,11 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["arrival"] = c.workload.arrival;
   j["trace"] = c.workload.trace.string();
   j["num_requests"] = c.workload.num_requests;
-  j["prompt_len"] = c.workload.prompt_len;
-  j["output_len"] = c.workload.output_len;
+  // A trace gives each request's lengths: the length distributions did not run.
+  if (c.workload.trace.empty()) {
+    j["prompt_len"] = c.workload.prompt_len;
+    j["output_len"] = c.workload.output_len;
+  }
   j["trace_speedup"] = c.workload.trace_speedup;
   j["seed"] = c.workload.seed;
   j["prefix"] = c.workload.prefix;

@@ -328,7 +328,7 @@ std::string make_figures(const fs::path& dir, bool plots, std::ostream& progress
 }  // namespace
 
 std::string draw_figures(const fs::path& dir, bool plots, const std::string& manual, std::ostream& progress) {
-  const std::string script = (plots_dir() / "make_figures.py").string();
+  const std::string script = fs::absolute(plots_dir() / "make_figures.py").string();
   if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them into this report with `{}`.", manual);
   const std::string python = find_plot_python();
   if (python.empty()) {
@@ -339,8 +339,10 @@ std::string draw_figures(const fs::path& dir, bool plots, const std::string& man
   }
   fs::create_directories(dir / "figures");
   const fs::path log = dir / "figures" / "make_figures.log";
-  const std::string cmd = fmt::format("{} {} {} > {} 2>&1", shell_quote(python), shell_quote(script),
-                                      shell_quote(dir.string()), shell_quote(log.string()));
+  // Run from the results folder on ".", so that the log names the figures as the folder does
+  // (figures/latency.png), not by a path of the machine that drew them.
+  const std::string cmd = fmt::format("cd {} && {} {} . > {} 2>&1", shell_quote(dir.string()), shell_quote(python),
+                                      shell_quote(script), shell_quote("figures/make_figures.log"));
   if (std::system(cmd.c_str()) != 0) {
     fmt::print(progress, "batchsim: warning: the figure script failed; see {}\n", log.string());
     return fmt::format("The figure script failed; see `figures/make_figures.log` and rerun `{}`.", manual);

@@ -714,13 +714,14 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
       row["decode_replicas"] = r.decode_replicas;
       row["decode_gpu"] = r.decode_gpu;
       row["decode_tp"] = r.decode_tp;
-      row["decode_price_per_hour"] = r.decode_price_per_hour;
+      row["decode_price_per_hour"] = r.decode_price_per_hour > 0 ? ordered_json(r.decode_price_per_hour) : ordered_json();
     }
     row["total_gpus"] = r.total_gpus();
     row["meets_slo"] = r.meets_slo();
     row["status"] = r.status;
-    row["price_per_hour"] = r.price_per_hour;
-    row["cost_per_hour"] = r.cost_per_hour();
+    // Unknown prices are empty (null), not $0: a free GPU is not what the plan knows.
+    row["price_per_hour"] = r.price_per_hour > 0 ? ordered_json(r.price_per_hour) : ordered_json();
+    row["cost_per_hour"] = r.priced() ? ordered_json(r.cost_per_hour()) : ordered_json();
     ordered_json slo = ordered_json::object();
     for (size_t i = 0; i < spec.slo.size() && i < r.values.size(); ++i) {
       slo[spec.slo[i].first] = {{"value", r.values[i]},
@@ -768,7 +769,11 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   ordered_json slo = ordered_json::object();
   for (const auto& [path, bound] : spec.slo) slo[path] = bound;
   j["slo"] = slo;
-  j["base"] = config_to_json(spec.base);
+  // The base's own GPU and layout did not run (the plan's gpus, tps, dps and eps did), nor its
+  // replica count (the plan searched it): left out rather than echoed.
+  ordered_json base = config_to_json(spec.base);
+  for (const char* key : {"gpu", "tp", "dp", "ep", "moe_tp", "replicas"}) base.erase(key);
+  j["base"] = base;
   j["gpus"] = spec.gpus;
   j["tps"] = spec.tps;
   if (spec.dps != std::vector<int>{1}) j["dps"] = spec.dps;

@@ -169,7 +169,11 @@ TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
     EXPECT_THAT(text, HasSubstr("rejected")) << policy;
     const auto summary = nlohmann::json::parse(testing::read_text_file(dir / policy / "summary.json"));
     EXPECT_EQ(summary["requests"]["rejected"], 1) << policy;
+    EXPECT_EQ(summary["requests"]["beyond_context"], 1) << policy;  // every policy's context rejection
     EXPECT_EQ(summary["requests"]["completed"], 2) << policy;
+    // The trace gave the lengths: no length distribution is echoed as if it had run.
+    EXPECT_FALSE(summary["config"].contains("prompt_len")) << policy;
+    EXPECT_FALSE(summary["config"].contains("output_len")) << policy;
     EXPECT_THAT(testing::read_text_file(dir / policy / "requests.csv"), HasSubstr("exceed")) << policy;
   }
 }

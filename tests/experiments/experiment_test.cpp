@@ -739,6 +739,10 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
       EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
     }
   }
+  // The log names the figures as the folder does, not by this machine's path to it.
+  const std::string log = testing::read_text_file(out / "figures" / "make_figures.log");
+  EXPECT_THAT(log, HasSubstr("figures/throughput.png"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr(fs::absolute(out).string())));
   const std::string report = testing::read_text_file(out / "report.md");
   EXPECT_THAT(report, HasSubstr("![Slot timeline](figures/slot_timeline.png)"));
   EXPECT_THAT(report, HasSubstr("![Slot timeline on a time axis](figures/slot_timeline_time.png)"));

@@ -328,6 +328,16 @@ TEST(Plan, StatesTheTrustOfEveryGpuProfileItRanks) {
   EXPECT_EQ(j["trust"]["a100-80gb-fitted"]["validated"], true);
   EXPECT_EQ(j["trust"][moved.string()]["transferred_from"], "a100-80gb-fitted");
   EXPECT_THAT(testing::read_text_file(dir / "plan" / "report.md"), HasSubstr("trust: a40-from-a100 not validated"));
+  // No GPU here has a price: plan.csv leaves price and cost empty rather than write $0.
+  const auto rows = read_csv(dir / "plan" / "plan.csv");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows[0].at("price_per_hour"), "");
+  EXPECT_EQ(rows[0].at("cost_per_hour"), "");
+  // plan.json's base echoes what every probe shared, not a GPU, TP or lengths that never ran.
+  for (const char* key : {"gpu", "tp", "replicas", "prompt_len", "output_len"}) {
+    EXPECT_FALSE(j["base"].contains(key)) << key;
+  }
+  EXPECT_EQ(j["base"]["policy"], "vllm");
 }
 
 TEST(Plan, FewestSearchDoublesThenBisects) {
