@@ -139,23 +139,28 @@ def _tick_label(res, group):
     return group.replace(" ", "\n")
 
 
-def _bars(ax, res, groups, metric, ylabel, colors, rows=None):
-    """Grouped bars: one cluster per group, one bar per policy, min–max over seeds as a whisker."""
+def _bars(ax, res, groups, metric, ylabel, colors, rows=None, scale=1.0, dots=False):
+    """Grouped bars: one cluster per group, one bar per policy, min–max over seeds as a whisker.
+    Values are multiplied by `scale` (seconds to ms). `dots`: a marker per policy instead of a
+    bar, for a logarithmic axis, on which a bar's length means nothing."""
     rows = res.runs if rows is None else rows
     n = len(res.policies)
     width = 0.8 / n
     for i, policy in enumerate(res.policies):
         means, lo, hi = [], [], []
         for g in groups:
-            vals = [_num(r.get(metric)) for r in rows
+            vals = [_num(r.get(metric)) * scale for r in rows
                     if r["experiment.group"] == g and r["experiment.policy"] == policy]
             m, a, b = _spread(vals)
             means.append(m)
             lo.append(m - a if not math.isnan(m) else 0)
             hi.append(b - m if not math.isnan(m) else 0)
         xs = [k + (i - (n - 1) / 2) * width for k in range(len(groups))]
-        ax.bar(xs, means, width, label=policy, color=colors[policy],
-               yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=3)
+        whiskers = [lo, hi] if any(lo) or any(hi) else None
+        if dots:
+            ax.errorbar(xs, means, yerr=whiskers, fmt="o", ms=7, color=colors[policy], label=policy, capsize=3)
+        else:
+            ax.bar(xs, means, width, label=policy, color=colors[policy], yerr=whiskers, capsize=3)
     ax.set_xticks(range(len(groups)))
     labels = [_tick_label(res, g) for g in groups]
     # Many groups of several axes (a load x model x dtype sweep) overlap as stacked
@@ -202,9 +207,10 @@ def throughput(res, out_dir):
     return [("throughput.png", "Throughput per policy", caption)]
 
 
-# The four latency figures a comparison shows, as (summary.json path, axis label).
-LATENCY_PANELS = [("latency.e2e_s.p50", "p50 e2e latency (s)"), ("latency.e2e_s.p99", "p99 e2e latency (s)"),
-                  ("latency.ttft_s.p99", "p99 TTFT (s)"), ("latency.tbt_s.p99", "p99 TBT (s)")]
+# The four latency figures a comparison shows, as (summary.json path, axis label, scale from
+# seconds): per-token times (TBT, TPOT) in ms in every figure, requests' times in s.
+LATENCY_PANELS = [("latency.e2e_s.p50", "p50 e2e latency (s)", 1.0), ("latency.e2e_s.p99", "p99 e2e latency (s)", 1.0),
+                  ("latency.ttft_s.p99", "p99 TTFT (s)", 1.0), ("latency.tbt_s.p99", "p99 TBT (ms)", 1e3)]
 
 
 def latency_bars(res, out_dir):
@@ -218,12 +224,14 @@ def latency_bars(res, out_dir):
     panels = list(LATENCY_PANELS)
     width = min(16, max(9, 0.5 * len(groups) * len(res.policies) + 4))
     fig, axes = plt.subplots(2, 2, figsize=(width, 7))
-    for ax, (metric, label) in zip(axes.flat, panels):
-        _bars(ax, res, groups, metric, label, colors, runs)
-        # Log only when the values span orders of magnitude (static queueing vs the rest): bars
-        # on a log axis whose range is a few percent would turn a 5% gap into a twofold one.
+    for ax, (metric, label, scale) in zip(axes.flat, panels):
+        # Log only when the values span orders of magnitude (static queueing vs the rest), and
+        # then as dots: a bar's length on a log axis means nothing, and on one whose range is a
+        # few percent it would turn a 5% gap into a twofold one.
         values = [v for v in (_num(r.get(metric)) for r in runs) if v > 0]
-        if values and max(values) / min(values) > 10:
+        wide = bool(values) and max(values) / min(values) > 10
+        _bars(ax, res, groups, metric, label, colors, runs, scale=scale, dots=wide)
+        if wide:
             ax.set_yscale("log")
             ax.grid(axis="y", alpha=0.3, which="both")
             _log_ticks(ax, "y")
@@ -234,26 +242,34 @@ def latency_bars(res, out_dir):
     plt.close(fig)
     return [("latency.png", "Latency per policy",
              "Means over seeds (whiskers: min–max). A panel whose values span more than tenfold "
-             "(static batching's queueing dwarfs the rest) has a logarithmic y axis.")]
+             "(static batching's queueing dwarfs the rest) has a logarithmic y axis and dots instead of bars.")]
 
 
 LATENCY_NAMES = {"e2e_s": "e2e latency", "ttft_s": "TTFT", "tpot_s": "TPOT", "tbt_s": "TBT",
                  "queueing_s": "queueing delay", "normalized_s_per_token": "normalised latency"}
 
 
+def _metric_scale(path):
+    """Seconds to the unit a figure shows `path` in: ms for per-token times (TBT, TPOT)."""
+    parts = path.split(".")
+    return 1e3 if len(parts) == 3 and parts[0] == "latency" and parts[1] in ("tbt_s", "tpot_s") else 1.0
+
+
 def _metric_label(path):
-    """"latency.queueing_s.p50" -> "p50 queueing delay (s)"; other paths as they are."""
+    """"latency.queueing_s.p50" -> "p50 queueing delay (s)", "latency.tbt_s.p99" -> "p99 TBT (ms)";
+    other paths as they are."""
     parts = path.split(".")
     if len(parts) == 3 and parts[0] == "latency" and parts[1] in LATENCY_NAMES:
-        unit = "s/token" if parts[1] == "normalized_s_per_token" else "s"
+        unit = "s/token" if parts[1] == "normalized_s_per_token" else "ms" if _metric_scale(path) == 1e3 else "s"
         return f"{parts[2]} {LATENCY_NAMES[parts[1]]} ({unit})"
     return path
 
 
 def _slo_text(path, bound):
     label = _metric_label(path)
-    if label.endswith(" (s)"):
-        return f"{label[:-4]} ≤ {bound} s"
+    for unit in ("s", "ms"):
+        if label.endswith(f" ({unit})"):
+            return f"{label[:-len(unit) - 3]} ≤ {bound * _metric_scale(path):g} {unit}"
     return f"{label} ≤ {bound}"
 
 
@@ -281,18 +297,18 @@ def latency_vs_qps(res, out_dir):
     panels = list(LATENCY_PANELS)
     if slo:
         # A capacity search is judged on its SLO figures: show those first.
-        named = [(k, _metric_label(k)) for k in slo]
+        named = [(k, _metric_label(k), _metric_scale(k)) for k in slo]
         panels = (named + [p for p in panels if p[0] not in slo])[:4]
 
     def meets(r):
         return all(_num(r.get(k)) <= bound for k, bound in slo.items())
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for ax, (metric, label) in zip(axes.flat, panels):
+    for ax, (metric, label, scale) in zip(axes.flat, panels):
         labelled = set()
         for (policy, other, _seed), by_rate in lines.items():
             rates = sorted(by_rate)
             # A log axis cannot show 0 (no queueing at low load): leave those points out.
-            stats = [_spread([v if v > 0 else math.nan for v in (_num(r[metric]) for r in by_rate[q])])
+            stats = [_spread([v * scale if v > 0 else math.nan for v in (_num(r[metric]) for r in by_rate[q])])
                      for q in rates]
             name = policy if len(others) == 1 else f"{policy} {other}"
             ls = styles[others.index(other) % len(styles)]
@@ -310,7 +326,7 @@ def latency_vs_qps(res, out_dir):
                 ax.fill_between(rates, [s[1] for s in stats], [s[2] for s in stats],
                                 color=colors[policy], alpha=0.15)
         if metric in slo:
-            ax.axhline(slo[metric], color="black", ls="--", lw=1, label="SLO")
+            ax.axhline(slo[metric] * scale, color="black", ls="--", lw=1, label="SLO")
         ax.set_yscale("log")
         if slo:
             ax.set_xscale("log")  # probes are spaced geometrically

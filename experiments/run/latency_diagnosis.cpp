@@ -24,6 +24,12 @@ std::string lost_time_clause(const DiagnosisInputs& in, LatencyPart part) {
         return fmt::format("{} queued (a static batch waits to fill and holds its slots until its longest "
                            "request ends): continuous batching (vllm, sarathi) would help", spent);
       }
+      if (in.sent_at_once) {
+        return fmt::format("{} queued behind the burst (every request was sent at t = 0, so most wait for "
+                           "earlier ones to finish, whatever the KV size): only more throughput shortens it "
+                           "(more replicas, more --tp, a faster GPU)",
+                           spent);
+      }
       if (in.kv_allocated_fraction_peak >= kKvFull) {
         return fmt::format("{} queued (KV memory full: peak {} allocated): a larger KV cache (more GPU memory, "
                            "--tp, --kv-cache-dtype fp8) or more replicas would help",
@@ -84,8 +90,13 @@ PolicyTraits policy_traits(const std::string& policy, const std::map<std::string
   return traits;
 }
 
-DiagnosisInputs diagnosis_inputs(const Summary& s, const PolicyTraits& policy) {
+bool sends_all_at_once(const std::string& arrival, int64_t max_concurrency) {
+  return arrival == "offline" && max_concurrency == 0;
+}
+
+DiagnosisInputs diagnosis_inputs(const Summary& s, const PolicyTraits& policy, bool sent_at_once) {
   DiagnosisInputs in;
+  in.sent_at_once = sent_at_once;
   for (size_t k = 0; k < kNumLatencyParts; ++k) in.share_of_p99[k] = s.latency_breakdown.parts[k].share_of_p99;
   in.completed = s.requests_completed;
   in.kv_allocated_fraction_peak = s.kv_allocated_fraction_peak;

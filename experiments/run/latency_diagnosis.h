@@ -8,7 +8,9 @@
 //     preemption, overhead, kv_transfer — each whose share reaches kNotableShare is named,
 //     largest first, at most kMostNamedParts, each with what removes it:
 //       queueing    static batching: continuous batching (a static batch waits to fill and
-//                   holds its slots until its longest request ends); KV memory full
+//                   holds its slots until its longest request ends); every request sent at
+//                   t = 0 (an offline benchmark): the burst itself, which only more throughput
+//                   shortens, whatever the KV size; KV memory full
 //                   (kv.allocated_fraction_peak >= kKvFull): a larger KV cache or more
 //                   replicas; otherwise the batch limits held them: more replicas or a larger
 //                   max_num_seqs / max_num_batched_tokens;
@@ -64,8 +66,13 @@ struct DiagnosisInputs {
   int64_t completed = 0;
   double kv_allocated_fraction_peak = 0;
   PolicyTraits policy;
+  // Every request was sent at t = 0 (--arrival offline without closed-loop clients): the tail
+  // queues behind the burst whatever the memory.
+  bool sent_at_once = false;
 };
-DiagnosisInputs diagnosis_inputs(const Summary& summary, const PolicyTraits& policy);
+DiagnosisInputs diagnosis_inputs(const Summary& summary, const PolicyTraits& policy, bool sent_at_once);
+// Whether a run of `arrival` (its --arrival) and `max_concurrency` sent every request at t = 0.
+bool sends_all_at_once(const std::string& arrival, int64_t max_concurrency);
 
 // "p99 requests spent 62% queued (KV memory full: peak 97% allocated): a larger KV cache ...
 // would help; 24% stalled behind other requests' prefills: chunked prefill ... would help".

@@ -38,7 +38,8 @@ std::string run_diagnosis(const RunOutcome& outcome) {
   // The diagnosis reads the p99 requests' shares, which a streaming run cannot know.
   if (streamed(outcome)) return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
   return latency_diagnosis(diagnosis_inputs(
-      outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts)));
+      outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts),
+      sends_all_at_once(outcome.config.workload.arrival, outcome.config.max_concurrency)));
 }
 
 nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {

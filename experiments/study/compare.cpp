@@ -68,6 +68,12 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
     }
     j["published"] = {{"source", e.published->source}, {"metric", e.published->metric},
                       {"baseline", e.published->baseline}, {"ratios", ratios}};
+    if (!e.published->baseline_values.empty()) {
+      ordered_json values = ordered_json::object();
+      for (const auto& [group, value] : e.published->baseline_values) values[group] = value;
+      j["published"]["baseline_values"] = values;
+    }
+    if (!e.published->why.empty()) j["published"]["why"] = e.published->why;
   }
   j["iteration_budget"] = e.iteration_budget;
   if (e.capacity) {

@@ -130,7 +130,21 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
     else if (raw == "metric") p.metric = as<std::string>(kv.second, where, key, "a summary.json path");
     else if (raw == "baseline") p.baseline = label_of(kv.second, key);
     else if (raw == "ratios") ratios = kv.second;
-    else where.fail(kv.first, key, "unknown key (expected source, metric, baseline, ratios)");
+    else if (raw == "why") p.why = as<std::string>(kv.second, where, key, "a paragraph");
+    else if (raw == "baseline-values") {
+      if (!kv.second.IsMap()) where.fail(kv.second, key, "expected {GROUP: VALUE}, e.g. {cap=1536: 83}");
+      for (const auto& g : kv.second) {
+        const std::string group = g.first.as<std::string>();
+        if (!groups.count(group)) {
+          where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
+        }
+        const double value = as<double>(g.second, where, key + "." + group, "a value of the metric");
+        if (!(value > 0)) where.fail(g.second, key + "." + group, "must be > 0");
+        p.baseline_values.emplace_back(group, value);
+      }
+    } else {
+      where.fail(kv.first, key, "unknown key (expected source, metric, baseline, ratios, baseline-values, why)");
+    }
   }
   if (p.source.empty() || p.metric.empty() || p.baseline.empty() || !ratios) {
     where.fail(node, "published", "needs source, metric, baseline and ratios");

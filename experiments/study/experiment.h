@@ -86,6 +86,10 @@ struct PublishedSpec {
   std::string baseline;  // a policy label
   // (policy label, group as runs name it e.g. "cap=1536", published ratio)
   std::vector<std::tuple<std::string, std::string, double>> ratios;
+  // The baseline's own published value of the metric per group, where the source gives it: the
+  // report sets the simulated baseline beside it (a ratio's gap is often the baseline's).
+  std::vector<std::pair<std::string, double>> baseline_values;
+  std::string why;  // why the simulated ratios differ, with where its figures come from
 };
 
 struct Experiment {

@@ -416,6 +416,7 @@ std::string row_diagnosis(const Row& r) {
     for (const auto& [key, value] : config["policy_opts"].items()) options[key] = value.get<std::string>();
   }
   in.policy = policy_traits(config.value("policy", std::string()), options);
+  in.sent_at_once = sends_all_at_once(config.value("arrival", std::string()), config.value("max_concurrency", int64_t{0}));
   return latency_diagnosis(in);
 }
 
@@ -666,6 +667,19 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
                       ok ? fmt::format("{:.2f}", *num / *den / ratio) : "–"});
   }
   render_markdown(out, t);
+  // Why they differ: the baseline as simulated beside its published value (one wrong baseline
+  // moves every ratio by the same factor), then the experiment's own account.
+  if (published.contains("baseline_values")) {
+    out << "\n";
+    for (const auto& [group, value] : published["baseline_values"].items()) {
+      const auto simulated = mean_of(baseline, group);
+      if (!simulated) continue;
+      fmt::print(out, "- `{}` in {}: {:.0f} simulated against {:.0f} published, {:.2f}x: every ratio over it shrinks "
+                      "by that factor.\n",
+                 baseline, group, *simulated, value.get<double>(), *simulated / value.get<double>());
+    }
+  }
+  if (published.contains("why")) fmt::print(out, "\n**Why they differ.** {}\n", published["why"].get<std::string>());
 }
 
 namespace {

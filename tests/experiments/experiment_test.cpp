@@ -381,9 +381,12 @@ seeds: [0, 1]
               HasSubstr("must be > 0"));
   EXPECT_THAT(parse_error(head + "published: {source: s, baseline: static-4, ratios: {}}\n"), HasSubstr("needs source"));
   const fs::path out = testing::scratch_dir("experiment_published");
+  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {}, "
+                                 "baseline-values: {cap=1: 5}}\n"),
+              HasSubstr("'cap=1' is not a group"));
   const Experiment e = parse_experiment_text(
       head + "published: {source: A study, metric: throughput.total_tokens_per_s, baseline: static-4, "
-             "ratios: {continuous: {cap=64: 3}}}\n",
+             "ratios: {continuous: {cap=64: 3}}, baseline-values: {cap=64: 100}, why: Their baseline was slow.}\n",
       "pub.yaml");
   const ResultSet results = run_experiment(e, options_for(out), std::cerr);
   double continuous = 0, baseline = 0;
@@ -396,6 +399,11 @@ seeds: [0, 1]
   EXPECT_THAT(report, HasSubstr("A study"));
   EXPECT_THAT(report, HasSubstr(fmt::format("| continuous | cap=64 | 3.0x | {:.2f}x | {:.2f} |", continuous / baseline,
                                             continuous / baseline / 3)));
+  // Why they differ, in the report itself: the baseline as simulated beside its published value,
+  // and the experiment's own account.
+  EXPECT_THAT(report, HasSubstr(fmt::format("- `static-4` in cap=64: {:.0f} simulated against 100 published, {:.2f}x",
+                                            baseline, baseline / 100)));
+  EXPECT_THAT(report, HasSubstr("**Why they differ.** Their baseline was slow."));
 }
 
 TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
@@ -907,6 +915,43 @@ axes:
         << testing::read_text_file(root / "lengths" / "figures" / "make_figures.log");
   }
   EXPECT_THAT(testing::read_text_file(root / "lengths" / "report.md"), HasSubstr("(figures/latency.png)"));
+  // Static batching's queueing puts a panel of the latency figure on a log axis: it is drawn with
+  // dots, never bars (a bar's length means nothing there), and TBT is in ms as in every figure.
+  const Experiment wide = parse_experiment_text(R"(
+base: {num-requests: 64, arrival: offline, prompt-len: "fixed:64", output-len: "uniform:1:512"}
+policies: [hf-static, vllm]
+)", "wide.yaml");
+  o = options_for(root / "wide");
+  run_experiment(wide, o, std::cerr);
+  const fs::path probe = testing::write_text_file(root, "probe.py", R"(import sys
+sys.path.insert(0, sys.argv[1])
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import batchsim_plots as bp
+seen = []
+save = plt.Figure.savefig
+def grab(fig, *a, **k):
+    seen.extend((ax.get_ylabel(), ax.get_yscale(), len(ax.patches)) for ax in fig.axes)
+    return save(fig, *a, **k)
+plt.Figure.savefig = grab
+bp.latency_bars(bp.ResultsFolder(sys.argv[2]), sys.argv[3])
+for label, scale, bars in seen:
+    print(f"{label}|{scale}|{bars}")
+)");
+  const fs::path printed = root / "probe.txt";
+  ASSERT_EQ(std::system(fmt::format("{} {} {} {} {} > {} 2>&1", find_plot_python(), probe.string(),
+                                    (testing::source_dir() / "plots").string(), (root / "wide").string(),
+                                    root.string(), printed.string())
+                            .c_str()),
+            0)
+      << testing::read_text_file(printed);
+  const std::string panels = testing::read_text_file(printed);
+  EXPECT_THAT(panels, HasSubstr("p99 TBT (ms)|"));
+  EXPECT_THAT(panels, HasSubstr("|log|0\n"));   // a log panel, without bars
+  EXPECT_THAT(panels, Not(HasSubstr("|log|1")));  // no log panel with bars (1 bar or more)
+  EXPECT_THAT(panels, Not(HasSubstr("|log|2")));
+  EXPECT_THAT(panels, ::testing::ContainsRegex("\\|linear\\|[1-9]"));  // the others keep their bars
 }
 
 }  // namespace

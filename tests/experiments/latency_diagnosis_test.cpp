@@ -49,6 +49,29 @@ TEST(LatencyDiagnosis, NamesTheLargestLostTimePartWithItsShareAndRemedy) {
   EXPECT_THAT(latency_diagnosis(in), HasSubstr("continuous batching"));
 }
 
+// An offline benchmark sends every request at t = 0: its tail queues behind the burst, which a
+// larger KV cache would not change, whatever the memory's peak (issue 45: it was told to get one).
+TEST(LatencyDiagnosis, ABurstAtTimeZeroQueuesWhateverTheMemory) {
+  DiagnosisInputs in = tail_spent({{LatencyPart::kQueueing, 0.80}, {LatencyPart::kDecode, 0.20}});
+  in.kv_allocated_fraction_peak = 0.97;
+  in.sent_at_once = true;
+  const std::string line = latency_diagnosis(in);
+  EXPECT_THAT(line, HasSubstr("80% queued behind the burst"));
+  EXPECT_THAT(line, HasSubstr("only more throughput shortens it"));
+  EXPECT_THAT(line, Not(HasSubstr("a larger KV cache")));
+  EXPECT_TRUE(sends_all_at_once("offline", 0));
+  EXPECT_FALSE(sends_all_at_once("offline", 64));  // closed-loop clients send as answers come
+  EXPECT_FALSE(sends_all_at_once("poisson:4", 0));
+  // End to end: 1000 requests at t = 0 on a small GPU.
+  const auto dir = testing::scratch_dir("diagnosis-burst");
+  std::string text;
+  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "offline", "--num-requests", "1000", "--out",
+                     (dir / "out").string()},
+                    &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("queued behind the burst"));
+}
+
 TEST(LatencyDiagnosis, TwoNotablePartsLargestFirstAndNoMore) {
   const DiagnosisInputs in = tail_spent({{LatencyPart::kPreemption, 0.25}, {LatencyPart::kStall, 0.41},
                                          {LatencyPart::kOverhead, 0.21}, {LatencyPart::kDecode, 0.13}});
