@@ -419,8 +419,18 @@ py::dict results_table(const ResultSet& results) {
   return out;
 }
 
+// A Python policy's factory as an experiment's (Experiment::policy_factories): each run builds
+// its policy with the GIL held.
+std::function<std::unique_ptr<Policy>()> python_policy_factory(const py::object& factory, const std::string& name) {
+  return [factory, name]() -> std::unique_ptr<Policy> {
+    py::gil_scoped_acquire gil;
+    return std::make_unique<PythonPolicy>(factory(), name);
+  };
+}
+
 py::dict compare_from_python(const std::string& experiment_file, const std::string& experiment_text,
-                 const std::vector<std::string>& policies, const std::vector<std::string>& run_args,
+                 const std::vector<std::string>& policies, const py::dict& python_policies,
+                 const std::vector<uint64_t>& seeds, const std::vector<std::string>& run_args,
                  const py::object& workload_columns, bool num_requests_given, const std::string& out,
                  int jobs, bool plots, bool progress) {
   CompareOptions options;
@@ -446,7 +456,14 @@ py::dict compare_from_python(const std::string& experiment_file, const std::stri
     RunConfig base = run_config_from_args(run_args);
     if (!workload_columns.is_none()) use_trace_columns(base, workload_columns.cast<py::dict>(), "workload", num_requests_given);
     if (policies.empty()) throw UserError("--policies: give at least one policy");
-    experiment = experiment_from_policies(base, policies);
+    // Python Policy classes among them, by the names their runs carry ("python:Fifo").
+    std::map<std::string, std::function<std::unique_ptr<Policy>()>> factories;
+    for (const auto& [name, factory] : python_policies) {
+      factories[name.cast<std::string>()] = python_policy_factory(py::reinterpret_borrow<py::object>(factory),
+                                                                  name.cast<std::string>());
+    }
+    experiment = experiment_from_policies(base, policies, std::move(factories));
+    if (!seeds.empty()) experiment.seeds = seeds;
   }
   ResultSet results;
   {
@@ -550,8 +567,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("run", &run_from_python, py::arg("args"), py::arg("workload"), py::arg("num_requests_given"),
         py::arg("policy_factory"), py::arg("policy_name"), py::arg("record_iterations"));
   m.def("compare", &compare_from_python, py::arg("experiment_file"), py::arg("experiment_text"), py::arg("policies"),
-        py::arg("run_args"), py::arg("workload"), py::arg("num_requests_given"), py::arg("out"),
-        py::arg("jobs"), py::arg("plots"), py::arg("progress"));
+        py::arg("python_policies"), py::arg("seeds"), py::arg("run_args"), py::arg("workload"),
+        py::arg("num_requests_given"), py::arg("out"), py::arg("jobs"), py::arg("plots"), py::arg("progress"));
   m.def("models", &model_rows);
   m.def("gpus", &gpu_rows);
   m.def("policies", &policy_rows);

@@ -177,6 +177,9 @@ RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload&
                 const fs::path& runs_dir, std::optional<int> capacity_probe = std::nullopt) {
   RunHooks hooks;
   hooks.record_iterations = true;  // for kv_timeline.csv and the iteration budget
+  if (const auto factory = e.policy_factories.find(run.config.policy); factory != e.policy_factories.end()) {
+    hooks.make_policy = factory->second;
+  }
   RunOutcome outcome = run_simulation(run.config, &workload, hooks);
   ordered_json block = experiment_block(e, run);
   if (capacity_probe) block["capacity_probe"] = *capacity_probe;

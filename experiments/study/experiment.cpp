@@ -359,7 +359,7 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
     validate(run.config);
     resolve_run_model(run.config);
     resolve_gpu(run.config.gpu);
-    make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
+    if (!e.policy_factories.count(run.config.policy)) make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
     check_run_pools(run.config);
     check_workload_spec(run.config.workload);
     // A trace given in memory (trace_columns) has a name, not a file.
@@ -596,11 +596,13 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
 
 }  // namespace
 
-Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies) {
+Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies,
+                                    std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories) {
   Experiment e;
   e.file = "compare --policies";
   e.name = "compare";
   e.base = base;
+  e.policy_factories = std::move(policy_factories);
   e.seeds.push_back(base.workload.seed);
   std::set<std::string> seen;
   for (const std::string& p : policies) {
@@ -654,6 +656,9 @@ std::vector<PlannedRun> expand_runs(const Experiment& e) {
         run.config = e.base;
         run.config.out.clear();
         run.config.policy = variant.policy;
+        // A policy built by code has no preset to take an engine from: current vLLM's, as a
+        // Python policy's single run gets.
+        if (e.policy_factories.count(variant.policy) && run.config.engine.empty()) run.config.engine = "vllm";
         run.policy_label = variant.label;
         run.seed = seed;
         for (const auto& [k, v] : variant.options) run.config.policy_opts[k] = v;

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +30,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "experiments/run/run_config.h"
+#include "sim/policy.h"
 
 namespace batchsim {
 
@@ -104,6 +106,10 @@ struct Experiment {
   std::optional<CapacitySpec> capacity;
   std::optional<SlotTimelineSpec> slot_timeline;
   std::optional<PublishedSpec> published;
+  // Policies built by code rather than by a registered name (a Python Policy class), by the
+  // name their runs carry: each run of one calls its factory (RunHooks::make_policy) and runs
+  // on engine `vllm` unless the base names one.
+  std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories;
   int64_t iteration_budget = 0;  // > 0: count requests completed within this many iterations
   // Refuse to expand beyond this many runs (capacity mode: searches); `max-runs:` in the file,
   // or `compare --max-runs N`. The product of a few long axes is easily billions of runs, and
@@ -143,7 +149,9 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
                                  int64_t max_runs = 0);
 
 // The quick mode `batchsim compare --policies a,b,c`: one base configuration, one policy axis.
-Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies);
+Experiment experiment_from_policies(
+    const RunConfig& base, const std::vector<std::string>& policies,
+    std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories = {});
 
 // Every run of the experiment, in expansion order. For a capacity experiment these are the
 // combinations whose rate is searched (their `rate` is unset).

@@ -19,9 +19,22 @@ The GIL is released while a simulation runs, so runs on the threads of a
 
 import json
 import os
+import sys
 
-import numpy as np
-import pandas as pd
+try:
+    import numpy as np
+    import pandas as pd
+except ModuleNotFoundError as missing:
+    # Say which interpreter this is and which one the module was built for, rather than leave a
+    # bare "No module named 'numpy'": a pyenv or conda python3 ahead of Debian's on PATH is the
+    # usual cause.
+    raise ModuleNotFoundError(
+        f"batchsim needs numpy and pandas, and this Python ({sys.executable}, {sys.version.split()[0]}) cannot "
+        f"import {missing.name}. The module is built for Debian's /usr/bin/python3, which has them as "
+        f"python3-numpy and python3-pandas (scripts/setup-debian.sh installs them; CMake's -DPython_EXECUTABLE "
+        f"chooses another interpreter that has them); run it with that interpreter, or from a venv made with "
+        f"--system-site-packages (python/README.md)",
+        name=missing.name) from missing
 
 from . import _core
 from ._core import KvCache, PagedKvCache, ReservedKvCache, UserError
@@ -253,13 +266,15 @@ def _experiment_text(experiment):
     return json.dumps(experiment, indent=2, default=plain)
 
 
-def compare(experiment=None, *, policies=None, out=None, jobs=None, plots=False, workload=None,
+def compare(experiment=None, *, policies=None, seeds=None, out=None, jobs=None, plots=False, workload=None,
             progress=False, **options):
     """Runs an experiment and returns its results table (results.csv) as a DataFrame.
 
     ``experiment`` is an experiment file's path or the same content as a dict (schema:
     experiments/README.md); without one, ``policies=[...]`` compares those policies on the
-    workload the keywords describe, as ``batchsim compare --policies``. Other keywords are run
+    workload the keywords describe, as ``batchsim compare --policies``; a :class:`Policy` subclass
+    among them runs as its own policy (``python:ClassName``, on engine vllm unless ``engine=``),
+    and ``seeds=[0, 1, 2]`` runs every policy on each seed's requests. Other keywords are run
     flags that patch the experiment's base, as on the CLI (``num_requests=200`` for a quick look);
     ``workload`` gives every run the same requests (see :func:`run`). ``out`` also writes the
     results folder (runs/, results.csv, report.md, and figures when ``plots``); ``jobs``
@@ -277,7 +292,18 @@ def compare(experiment=None, *, policies=None, out=None, jobs=None, plots=False,
         policies = ["hf-static", "continuous"]
     if isinstance(policies, str):
         policies = [p for p in policies.split(",") if p]
-    table = _core.compare(experiment_file, experiment_text, list(policies or []), _cli_args(options),
+    if seeds is not None and experiment is not None:
+        raise UserError("seeds=: set `seeds:` in the experiment")
+    names, python_policies = [], {}
+    for p in policies or []:
+        factory, name = _python_policy(p, None)
+        if factory is None:
+            names.append(p)
+        else:
+            names.append(name)
+            python_policies[name] = factory
+    table = _core.compare(experiment_file, experiment_text, names, python_policies,
+                          [int(s) for s in (seeds or [])], _cli_args(options),
                           _workload_columns(workload), options.get("num_requests") is not None,
                           os.fspath(out) if out is not None else "", int(jobs or os.cpu_count() or 1),
                           bool(plots), bool(progress))

@@ -299,3 +299,23 @@ def test_extra_time_lengthens_the_iteration_it_is_set_on():
     assert len(slow.iterations) == len(fast.iterations)
     added = slow.iterations["duration_s"] - fast.iterations["duration_s"]
     assert added.round(9).eq(0.25).all()
+
+
+def test_a_python_policy_goes_through_compare_with_seeds_report_and_figures(tmp_path):
+    """compare(policies=[...]) takes a Policy class beside registered names: each seed's run of it
+    gives exactly the C++ policy's figures on the same requests, and the results folder has its
+    report and figures."""
+    table = batchsim.compare(policies=[FcfsContinuous, "continuous"], seeds=[0, 1], engine="vllm",
+                             out=tmp_path / "cmp", plots=True, jobs=2,
+                             **{k: v for k, v in RULE_SIZED_RUN.items() if k != "seed"})
+    assert sorted(table["experiment.policy"].unique()) == ["continuous", "python:FcfsContinuous"]
+    assert sorted(table["experiment.seed"].unique()) == [0, 1]
+    for seed in (0, 1):
+        rows = table[table["experiment.seed"] == seed].set_index("experiment.policy")
+        for column in ("throughput.output_tokens_per_s", "latency.ttft_s.p99", "latency.tbt_s.p99"):
+            assert rows.loc["python:FcfsContinuous", column] == rows.loc["continuous", column], (seed, column)
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert "python:FcfsContinuous" in report
+    assert (tmp_path / "cmp" / "figures" / "throughput.png").exists()
+    with pytest.raises(batchsim.UserError, match="seeds="):
+        batchsim.compare({"name": "x", "policies": ["vllm"]}, seeds=[1])

@@ -190,3 +190,19 @@ def test_nan_marks_what_never_happened():
     assert len(rejected) == SMALL_RUN["num_requests"]
     assert rejected["ttft_s"].isna().all() and rejected["first_token_s"].isna().all()
     assert not math.isnan(rejected["arrival_s"].iloc[-1])
+
+
+def test_an_interpreter_without_numpy_is_told_which_one_the_module_needs():
+    """An interpreter that cannot import numpy (a pyenv python3 ahead of Debian's) gets a message
+    naming itself, the interpreter the module is built for and the packages, not a bare
+    ModuleNotFoundError."""
+    import os
+    import subprocess
+    import sys
+    code = "import sys; sys.modules['numpy'] = None\ntry:\n import batchsim\nexcept ModuleNotFoundError as e:\n print(e)"
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(batchsim.__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert "batchsim needs numpy and pandas" in out
+    assert sys.executable in out
+    assert "cannot import numpy" in out
+    assert "/usr/bin/python3" in out and "python3-numpy" in out
