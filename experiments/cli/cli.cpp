@@ -330,7 +330,10 @@ bool use_streaming(const RunConfig& c, std::ostream& err) {
   return true;
 }
 
-void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens) {
+// `engines`: what to print for the engine instead of the run's (a comparison's policies each run on
+// their own: "engines hf-static hf-transformers, vllm-v0 vllm-v0").
+void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int64_t kv_tokens,
+                 const std::string& engines = "") {
   std::string dtypes;
   if (c.weight_dtype != "auto") dtypes += " weights " + c.weight_dtype;
   if (c.kv_cache_dtype != "auto") dtypes += std::string(dtypes.empty() ? "" : ",") + " KV " + c.kv_cache_dtype;
@@ -356,8 +359,9 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
       c.max_concurrency == 0 ? ""
       : fmt::format(", {} clients{}", c.max_concurrency,
                     c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time));
-  fmt::print(out, "model {}{} on {} ({}), engine {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n",
-             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group, run_engine_name(c),
+  fmt::print(out, "model {}{} on {} ({}), {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n",
+             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group,
+             engines.empty() ? "engine " + run_engine_name(c) : engines,
              num_requests,
              c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
                                         : c.workload.arrival,
@@ -534,8 +538,18 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
   if (!vm.count("experiment") && !results.runs.empty()) {
     // Quick mode has one workload: say what it was, as `run` does.
     const auto& first = results.runs.front();
+    // Each policy's own engine (the base's would name one that most did not run on).
+    const auto engines = policy_engines(results);
+    std::set<std::string> distinct;
+    std::vector<std::string> each;
+    for (const auto& [label, engine] : engines) {
+      distinct.insert(engine);
+      each.push_back(label + " " + engine);
+    }
+    const std::string engine_text = distinct.size() == 1 ? "engine " + *distinct.begin()
+                                                         : fmt::format("engines {}", fmt::join(each, ", "));
     print_setup(out, experiment.base, first["requests"]["total"].get<size_t>(),
-                first["kv"]["capacity_tokens"].get<int64_t>());
+                first["kv"]["capacity_tokens"].get<int64_t>(), engine_text);
   }
   print_result_table(out, results);
   if (!options.out.empty()) fmt::print(out, "wrote {}\n", (options.out / "report.md").string());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -319,7 +320,7 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   // everywhere (an experiment that sweeps models or dtypes under one policy).
   const std::string baseline = first_policy(results);
   const bool speedup = results.experiment["policies"].size() > 1;
-  if (speedup) t.headers.push_back(fmt::format("speedup vs {}", baseline));
+  if (speedup) t.headers.push_back(fmt::format("speedup (out tok/s / {}'s)", baseline));
   std::map<std::string, double> baseline_tps;  // group -> mean output tokens/s of the baseline
   for (const Row& r : rows) {
     if (r.policy == baseline) {
@@ -820,12 +821,19 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   std::vector<std::string> seeds;
   for (const auto& s : e["seeds"]) seeds.push_back(s.dump());
   fmt::print(out, "- seeds: {} (with several seeds a cell reads `mean (min–max)`)\n", fmt::join(seeds, ", "));
-  out << "- policies:\n";
+  out << "- policies, each on its engine (`batchsim list engines`):\n";
+  std::map<std::string, std::string> engine_of;
+  for (const auto& [label, engine] : policy_engines(results)) engine_of[label] = engine;
   for (const auto& p : e["policies"]) {
     std::vector<std::string> opts;
     for (const auto& [k, v] : p["options"].items()) opts.push_back(k + "=" + v.get<std::string>());
-    fmt::print(out, "  - `{}`: `{}`{}\n", p["label"].get<std::string>(), p["policy"].get<std::string>(),
-               opts.empty() ? "" : fmt::format(" with {}", fmt::join(opts, " ")));
+    const std::string label = p["label"].get<std::string>();
+    fmt::print(out, "  - `{}`: `{}`{}{}\n", label, p["policy"].get<std::string>(),
+               opts.empty() ? "" : fmt::format(" with {}", fmt::join(opts, " ")),
+               engine_of.count(label) ? fmt::format(" on engine `{}`", engine_of[label]) : "");
+  }
+  if (const std::string warning = engines_warning(results); !warning.empty()) {
+    fmt::print(out, "- **Engines differ**: {}.\n", warning);
   }
   const int64_t expected = e["units"].get<int64_t>();
   const int64_t present = is_capacity(results) ? static_cast<int64_t>(results.capacities.size())
@@ -994,6 +1002,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   }
   render_text(out, t);
   if (seeds > 1) fmt::print(out, "(mean over {} seeds; report.md has the min–max)\n", seeds);
+  if (const std::string warning = engines_warning(results); !warning.empty()) fmt::print(out, "warning: {}\n", warning);
   for (const ordered_json* trust : distinct_trust(results)) fmt::print(out, "{}\n", trust_line(*trust));
   print_failures(out, results);
 }
@@ -1017,6 +1026,37 @@ ResultSet load_result_set(const fs::path& dir) {
   }
   sort_results(r);
   return r;
+}
+
+std::vector<std::pair<std::string, std::string>> policy_engines(const ResultSet& results) {
+  // Each policy label's engines over its runs (an engine axis gives one several), in the
+  // experiment's policy order.
+  std::map<std::string, std::set<std::string>> by_label;
+  for (const ordered_json& r : results.runs) {
+    if (!r.contains("experiment") || !r.contains("config")) continue;
+    by_label[r["experiment"].value("policy", std::string())].insert(r["config"].value("engine", std::string()));
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!results.experiment.contains("policies")) return out;
+  for (const auto& p : results.experiment["policies"]) {
+    const std::string label = p["label"].get<std::string>();
+    const auto it = by_label.find(label);
+    if (it != by_label.end()) out.emplace_back(label, fmt::format("{}", fmt::join(it->second, " / ")));
+  }
+  return out;
+}
+
+std::string engines_warning(const ResultSet& results) {
+  const auto engines = policy_engines(results);
+  std::set<std::string> distinct;
+  for (const auto& [label, engine] : engines) distinct.insert(engine);
+  if (distinct.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (const auto& [label, engine] : engines) parts.push_back(fmt::format("{} on {}", label, engine));
+  return fmt::format("the policies run on different engines ({}), so their differences are partly the engines' CPU "
+                     "and launch costs, not scheduling alone; --engine E (engine: in the base) puts every policy "
+                     "on one",
+                     fmt::join(parts, ", "));
 }
 
 }  // namespace batchsim

@@ -51,6 +51,13 @@ void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohman
 void write_report(const std::filesystem::path& dir, const ResultSet& results,
                   const std::string& figures_note);
 
+// (policy label, its engine) of every policy that ran, in the experiment's order; a policy that
+// ran on several (an engine axis) has them joined by " / ".
+std::vector<std::pair<std::string, std::string>> policy_engines(const ResultSet& results);
+// A warning when the policies ran on different engines (their differences are then partly the
+// engines'), "" when they share one.
+std::string engines_warning(const ResultSet& results);
+
 // The terminal version of the comparison (and capacity) table, each GPU profile's trust line,
 // then one line per failed run.
 void print_result_table(std::ostream& out, const ResultSet& results);

@@ -413,7 +413,7 @@ TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
   const std::string report = testing::read_text_file(out / "report.md");
   for (const char* must : {"# small", "out tok/s", "total tok/s", "req/s", "e2e p50 s", "e2e p90 s",
                            "e2e p99 s", "TTFT p99 s", "TPOT p50 ms", "TBT p99 ms", "preempt",
-                           "KV used mean %", "bubble %", "speedup vs static-4", "| rate=8 | continuous |",
+                           "KV used mean %", "bubble %", "speedup (out tok/s / static-4's)", "| rate=8 | continuous |",
                            "```yaml"}) {
     EXPECT_THAT(report, HasSubstr(must));
   }
@@ -699,8 +699,24 @@ TEST(Compare, QuickModeComparesPoliciesFromFlags) {
   std::ostringstream text, err;
   EXPECT_EQ(cli_main({"compare", "--policies", "hf-static,tgi", "--num-requests", "30", "--out",
                       out.string(), "--no-plots", "--jobs", "2"}, text, err), 0);
-  EXPECT_THAT(text.str(), HasSubstr("speedup vs hf-static"));
+  EXPECT_THAT(text.str(), HasSubstr("speedup (out tok/s / hf-static's)"));
   EXPECT_THAT(text.str(), ContainsRegex("tgi +30 +0 "));
+  // Each policy runs on its preset's engine: the header names them, not the base's, and a
+  // comparison across engines says so (issue 45: "engine vllm" was printed for these runs).
+  EXPECT_THAT(text.str(), HasSubstr("engines hf-static hf-transformers, tgi tgi"));
+  EXPECT_THAT(text.str(), HasSubstr("warning: the policies run on different engines (hf-static on hf-transformers, "
+                                    "tgi on tgi)"));
+  const std::string report = testing::read_text_file(out / "report.md");
+  EXPECT_THAT(report, HasSubstr("- `hf-static`: `hf-static` on engine `hf-transformers`"));
+  EXPECT_THAT(report, HasSubstr("- **Engines differ**: the policies run on different engines"));
+  // --engine puts them all on one: no warning.
+  std::ostringstream one, one_err;
+  EXPECT_EQ(cli_main({"compare", "--policies", "hf-static,tgi", "--engine", "vllm", "--num-requests", "10", "--out",
+                      (out / "one").string(), "--no-plots", "--jobs", "2"},
+                     one, one_err),
+            0);
+  EXPECT_THAT(one.str(), HasSubstr(", engine vllm,"));
+  EXPECT_THAT(one.str(), Not(HasSubstr("different engines")));
   // Progress goes to stderr, one line per finished run; stdout keeps only the table.
   EXPECT_THAT(err.str(), ContainsRegex("\\[1/2\\] 000[01]_"));
   EXPECT_THAT(err.str(), ContainsRegex("\\[2/2\\] 000[01]_"));
