@@ -626,6 +626,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
        "price_per_hour (repeatable)")
       ("window", po::value<double>()->default_value(60), "busy-window width in seconds")
+      ("recommend", po::value<std::string>()->default_value("busiest-window"), "what the recommendation asks: "
+       "busiest-window (every SLO over the whole workload and in its busiest --window) | whole-workload")
       ("disaggregated", po::bool_switch(), "also search prefill/decode deployments: for each GPU (pair) and TP "
        "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
        "other settings are run's --prefill-*/--decode-* options")
@@ -684,6 +686,10 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     for (const auto& p : vm["price"].as<std::vector<std::string>>()) spec.price_per_hour.insert(parse_price(p));
   }
   spec.window_s = vm["window"].as<double>();
+  spec.recommend = vm["recommend"].as<std::string>();
+  if (spec.recommend != "busiest-window" && spec.recommend != "whole-workload") {
+    throw UserError(fmt::format("--recommend {}: expected busiest-window or whole-workload", spec.recommend));
+  }
   spec.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const PlanResult plan = run_plan(spec, err);

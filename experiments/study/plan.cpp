@@ -600,6 +600,60 @@ nlohmann::ordered_json plan_trust(const PlanSpec& spec) {
 
 }  // namespace
 
+PlanRecommendation recommend(const PlanResult& plan) {
+  const PlanSpec& spec = plan.spec;
+  const bool busy = spec.recommend == "busiest-window";
+  const bool all_priced =
+      std::all_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return !r.meets_slo() || r.priced(); });
+  PlanRecommendation best;
+  best.condition =
+      plan.closed_loop ? "every SLO over the whole workload (closed-loop clients set the load: no window is busier)"
+      : busy           ? fmt::format("every SLO over the whole workload and in its busiest {:g} s window", spec.window_s)
+                       : "every SLO over the whole workload (--recommend whole-workload: its busiest window not "
+                         "required)";
+  best.criterion = fmt::format("the {} deployment meeting {}", all_priced ? "cheapest ($/hour)" : "smallest (fewest GPUs)",
+                               best.condition);
+  double best_key = 0;
+  for (const PlanRow& r : plan.rows) {
+    if (!r.meets_slo()) continue;
+    int p = r.replicas, d = r.decode_replicas;
+    if (busy && r.busy_window_checked && !r.busy_window_ok) {
+      if (r.busy_window_replicas == 0) continue;  // nothing up to --max-replicas sustains the window
+      p = r.busy_window_replicas;
+      d = r.busy_window_decode_replicas;
+    }
+    const int gpus = p * r.replica_gpus() + d * r.decode_tp;
+    const double cost = r.price_per_hour * p * r.replica_gpus() + r.decode_price_per_hour * d * r.decode_tp;
+    const double key = all_priced ? cost : gpus;
+    if (best.row == nullptr || key < best_key) {
+      best.row = &r;
+      best.replicas = p;
+      best.decode_replicas = d;
+      best.gpus = gpus;
+      best.cost_per_hour = all_priced ? cost : 0;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// "2 x h100-sxm tp 8 (16 GPUs, $96.00/hour)" or "1P+2D h100-sxm tp 1 / a100-80gb tp 2 (...)".
+std::string recommendation_text(const PlanRecommendation& rec) {
+  const PlanRow& r = *rec.row;
+  const std::string layout = r.dp > 1 || r.ep > 1 ? fmt::format("TP {} x DP {}, EP {}", r.tp, r.dp, r.ep)
+                                                  : fmt::format("tp {}", r.tp);
+  const std::string what =
+      r.disaggregated ? fmt::format("{}P+{}D: {} tp {} prefill, {} tp {} decode", rec.replicas, rec.decode_replicas,
+                                    r.gpu, r.tp, r.decode_gpu, r.decode_tp)
+                      : fmt::format("{} x {} {}", rec.replicas, r.gpu, layout);
+  return fmt::format("{} ({} GPUs{})", what, rec.gpus,
+                     rec.cost_per_hour > 0 ? fmt::format(", ${:.2f}/hour", rec.cost_per_hour) : "");
+}
+
+}  // namespace
+
 void print_plan(std::ostream& out, const PlanResult& plan) {
   const PlanSpec& spec = plan.spec;
   const bool priced = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
@@ -683,6 +737,12 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
              offered_load_text(plan));
   line(headers);
   for (const auto& r : rows) line(r);
+  const PlanRecommendation rec = recommend(plan);
+  if (rec.row != nullptr) {
+    fmt::print(out, "recommendation: {}: {}\n", recommendation_text(rec), rec.criterion);
+  } else {
+    fmt::print(out, "recommendation: none: no deployment up to --max-replicas meets {}\n", rec.condition);
+  }
   const nlohmann::ordered_json trust = plan_trust(spec);
   for (const auto& [gpu, of_gpu] : trust.items()) fmt::print(out, "{}\n", trust_line(of_gpu));
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
@@ -801,6 +861,26 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                          {"rate_rps", plan.busiest.rate_rps}};
   j["rows"] = rows;
   j["trust"] = plan_trust(spec);
+  const PlanRecommendation rec = recommend(plan);
+  ordered_json recommendation = {{"criterion", rec.criterion}, {"mode", spec.recommend}};
+  if (rec.row != nullptr) {
+    recommendation["gpu"] = rec.row->gpu;
+    recommendation["tp"] = rec.row->tp;
+    recommendation["dp"] = rec.row->dp;
+    recommendation["ep"] = rec.row->ep;
+    recommendation["replicas"] = rec.replicas;
+    if (rec.row->disaggregated) {
+      recommendation["decode_gpu"] = rec.row->decode_gpu;
+      recommendation["decode_tp"] = rec.row->decode_tp;
+      recommendation["decode_replicas"] = rec.decode_replicas;
+    }
+    recommendation["gpus"] = rec.gpus;
+    recommendation["cost_per_hour"] = rec.cost_per_hour > 0 ? ordered_json(rec.cost_per_hour) : ordered_json();
+    recommendation["text"] = recommendation_text(rec);
+  } else {
+    recommendation["text"] = nullptr;
+  }
+  j["recommendation"] = recommendation;
   j["warnings"] = plan.warnings;
   {
     auto out = open_for_write(dir / "plan.json");

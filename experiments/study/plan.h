@@ -54,6 +54,10 @@ struct PlanSpec {
   SloBounds slo;
   std::map<std::string, double> price_per_hour;  // --price GPU=USD (per GPU and hour), over the profile's
   double window_s = 60;            // the busy-window width
+  // What the recommendation asks of a deployment (--recommend): "busiest-window" (default), the
+  // SLOs over the whole workload and in its busiest window; "whole-workload", over the whole
+  // workload only.
+  std::string recommend = "busiest-window";
   int jobs = 1;
   // Disaggregated candidates as well (--disaggregated): every (prefill GPU, prefill TP, decode
   // GPU, decode TP); an empty GPU list pairs each of `gpus` with itself, an empty TP list is
@@ -169,6 +173,20 @@ struct PlanResult {
   std::vector<PlanRow> rows;       // sorted: meeting rows first, by total GPUs (by cost when all are priced)
   std::vector<std::string> warnings;
 };
+
+// The one deployment a plan recommends under spec.recommend: the cheapest (by $/hour when every
+// candidate is priced, else by GPUs; ties in table order) of the rows that meet the SLOs, each
+// at the replica count the criterion needs (busiest-window: the count that sustains the window,
+// when the row's own does not). No row when none qualifies.
+struct PlanRecommendation {
+  const PlanRow* row = nullptr;
+  int replicas = 0, decode_replicas = 0;  // at the criterion's count
+  int gpus = 0;
+  double cost_per_hour = 0;               // 0: not every candidate is priced
+  std::string condition;                  // what the deployment must meet, in words
+  std::string criterion;                  // how it was chosen, the condition included
+};
+PlanRecommendation recommend(const PlanResult& plan);
 
 // Runs the plan; progress lines go to `progress`. Throws UserError for bad input.
 PlanResult run_plan(const PlanSpec& spec, std::ostream& progress);

@@ -340,6 +340,71 @@ TEST(Plan, StatesTheTrustOfEveryGpuProfileItRanks) {
   EXPECT_EQ(j["base"]["policy"], "vllm");
 }
 
+// The recommendation (issue 45: the table ranked 16 GPUs first while its busy-window column said
+// 24 were needed): by default the smallest deployment that also sustains the busiest window, at
+// the count that sustains it; --recommend whole-workload takes the table's first; with every
+// candidate priced, the cheapest; none when nothing qualifies.
+TEST(Plan, RecommendsTheSmallestDeploymentThatSustainsTheBusiestWindow) {
+  PlanResult plan;
+  auto row = [](const char* gpu, int tp, int replicas, bool busy_ok, int busy_replicas) {
+    PlanRow r;
+    r.gpu = gpu;
+    r.tp = tp;
+    r.status = "ok";
+    r.replicas = replicas;
+    r.busy_window_checked = true;
+    r.busy_window_ok = busy_ok;
+    r.busy_window_replicas = busy_ok ? replicas : busy_replicas;
+    return r;
+  };
+  plan.rows = {row("h100-sxm", 8, 2, false, 3),   // 16 GPUs, 24 to sustain the window
+               row("a100-80gb", 4, 5, true, 5),   // 20 GPUs, sustained
+               row("l40s", 1, 12, false, 0)};     // 12 GPUs, nothing up to --max-replicas sustains
+  std::swap(plan.rows[0], plan.rows[2]);          // the table's order: by GPUs
+  std::swap(plan.rows[1], plan.rows[2]);
+  ASSERT_EQ(plan.rows[0].gpu, "l40s");
+  PlanRecommendation rec = recommend(plan);
+  ASSERT_NE(rec.row, nullptr);
+  EXPECT_EQ(rec.row->gpu, "a100-80gb");
+  EXPECT_EQ(rec.gpus, 20);
+  EXPECT_THAT(rec.criterion, HasSubstr("smallest (fewest GPUs) deployment meeting every SLO over the whole workload "
+                                       "and in its busiest 60 s window"));
+  plan.rows[0].busy_window_replicas = 0;
+  plan.spec.recommend = "whole-workload";
+  rec = recommend(plan);
+  EXPECT_EQ(rec.row->gpu, "l40s");
+  EXPECT_EQ(rec.gpus, 12);
+  // Priced: the cheapest at the criterion's count.
+  plan.spec.recommend = "busiest-window";
+  for (PlanRow& r : plan.rows) r.price_per_hour = r.gpu == "h100-sxm" ? 2.0 : 3.0;
+  rec = recommend(plan);
+  EXPECT_EQ(rec.row->gpu, "h100-sxm");
+  EXPECT_EQ(rec.replicas, 3);
+  EXPECT_DOUBLE_EQ(rec.cost_per_hour, 48.0);
+  for (PlanRow& r : plan.rows) r.status = "none";
+  EXPECT_EQ(recommend(plan).row, nullptr);
+}
+
+// End to end: plan prints and writes its one recommendation.
+TEST(Plan, PrintsAndWritesItsRecommendation) {
+  const fs::path dir = testing::scratch_dir("plan_recommend");
+  std::string text;
+  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--tp", "1,2", "--trace", flat_trace(dir).string(), "--policy",
+                     "vllm", "--slo", "ttft_p99=2s", "--max-replicas", "8", "--jobs", "2", "--out",
+                     (dir / "plan").string(), "--no-plots"},
+                    &text),
+            0)
+      << text;
+  EXPECT_THAT(text, ::testing::ContainsRegex("recommendation: [0-9]+ x a100-80gb tp [12] \\([0-9]+ GPUs\\): the smallest"));
+  const auto j = nlohmann::json::parse(testing::read_text_file(dir / "plan" / "plan.json"));
+  EXPECT_EQ(j["recommendation"]["mode"], "busiest-window");
+  EXPECT_EQ(j["recommendation"]["gpu"], "a100-80gb");
+  EXPECT_TRUE(j["recommendation"]["cost_per_hour"].is_null());
+  EXPECT_THAT(testing::read_text_file(dir / "plan" / "report.md"), HasSubstr("recommendation: "));
+  EXPECT_THAT(cli_error_of({"plan", "--gpu", "a100-80gb", "--slo", "ttft_p99=2s", "--recommend", "cheap"}),
+              HasSubstr("--recommend cheap"));
+}
+
 TEST(Plan, FewestSearchDoublesThenBisects) {
   int calls = 0;
   const CountSearch s = find_fewest(64, [&](int n) {
