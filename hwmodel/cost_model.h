@@ -73,6 +73,13 @@ struct BatchShape {
   }
   int64_t total_tokens() const { return prefill_tokens() + num_decodes; }
   bool empty() const { return prefills.empty() && num_decodes == 0; }
+  // The same decodes `steps` iterations later (decode fast-forward): every row attends to
+  // `steps` more tokens. Shapes without decodes (an idle DP rank's) stay as they are.
+  void advance_decodes(int64_t steps) {
+    if (num_decodes == 0) return;
+    decode_context_sum += steps * num_decodes;
+    decode_context_max += steps;
+  }
 };
 
 // Seconds per part of one iteration; `total_s` is their sum.

@@ -354,6 +354,15 @@ struct RunHandle {
   std::vector<std::string> warnings;
 };
 
+// A Python policy's factory for RunHooks::make_policy and Experiment::policy_factories: each run builds
+// its policy with the GIL held.
+std::function<std::unique_ptr<Policy>()> python_policy_factory(const py::object& factory, const std::string& name) {
+  return [factory, name]() -> std::unique_ptr<Policy> {
+    py::gil_scoped_acquire gil;
+    return std::make_unique<PythonPolicy>(factory(), name);
+  };
+}
+
 std::shared_ptr<RunHandle> run_from_python(const std::vector<std::string>& args, const py::object& workload_columns,
                                bool num_requests_given, const py::object& policy_factory,
                                const std::string& policy_name, bool record_iterations) {
@@ -368,10 +377,7 @@ std::shared_ptr<RunHandle> run_from_python(const std::vector<std::string>& args,
     // policies do, as current vLLM, unless engine= says otherwise.
     config.policy = policy_name;
     if (config.engine.empty()) config.engine = "vllm";
-    hooks.make_policy = [policy_factory, policy_name]() -> std::unique_ptr<Policy> {
-      py::gil_scoped_acquire gil;
-      return std::make_unique<PythonPolicy>(policy_factory(), policy_name);
-    };
+    hooks.make_policy = python_policy_factory(policy_factory, policy_name);
   }
   auto handle = std::make_shared<RunHandle>();
   {
@@ -417,15 +423,6 @@ py::dict results_table(const ResultSet& results) {
   out["columns"] = table.columns;
   out["rows"] = data;
   return out;
-}
-
-// A Python policy's factory as an experiment's (Experiment::policy_factories): each run builds
-// its policy with the GIL held.
-std::function<std::unique_ptr<Policy>()> python_policy_factory(const py::object& factory, const std::string& name) {
-  return [factory, name]() -> std::unique_ptr<Policy> {
-    py::gil_scoped_acquire gil;
-    return std::make_unique<PythonPolicy>(factory(), name);
-  };
 }
 
 py::dict compare_from_python(const std::string& experiment_file, const std::string& experiment_text,

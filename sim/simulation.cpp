@@ -803,13 +803,8 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
     set_counts(r, /*num_prefills=*/0, /*prefill_tokens=*/0);
     close_iteration(r);
 
-    shape.decode_context_sum += shape.num_decodes;  // every row attends to one more token
-    ++shape.decode_context_max;
-    for (BatchShape& rank : r.repeat_rank_shapes) {
-      if (rank.num_decodes == 0) continue;  // an idle rank's dummy batch stays empty
-      rank.decode_context_sum += rank.num_decodes;
-      ++rank.decode_context_max;
-    }
+    shape.advance_decodes(1);  // every row attends to one more token
+    for (BatchShape& rank : r.repeat_rank_shapes) rank.advance_decodes(1);
     const IterationCost cost = r.repeat_rank_shapes.empty() ? r.cost_model->iteration(shape, &r.cost_memo)
                                                             : r.cost_model->step(r.repeat_rank_shapes, &r.cost_memo);
     // KV is sampled as the repeated schedule() left it.

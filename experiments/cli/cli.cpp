@@ -540,14 +540,11 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
     const auto& first = results.runs.front();
     // Each policy's own engine (the base's would name one that most did not run on).
     const auto engines = policy_engines(results);
-    std::set<std::string> distinct;
     std::vector<std::string> each;
-    for (const auto& [label, engine] : engines) {
-      distinct.insert(engine);
-      each.push_back(label + " " + engine);
-    }
-    const std::string engine_text = distinct.size() == 1 ? "engine " + *distinct.begin()
-                                                         : fmt::format("engines {}", fmt::join(each, ", "));
+    for (const auto& [label, engine] : engines) each.push_back(label + " " + engine);
+    const std::string engine_text = engines_warning(results).empty() && !engines.empty()
+                                        ? "engine " + engines.front().second
+                                        : fmt::format("engines {}", fmt::join(each, ", "));
     print_setup(out, experiment.base, first["requests"]["total"].get<size_t>(),
                 first["kv"]["capacity_tokens"].get<int64_t>(), engine_text);
   }

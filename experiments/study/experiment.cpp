@@ -122,6 +122,21 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
     }
     return label;
   };
+  // {GROUP: positive number} under `key`, every group one the experiment runs.
+  auto group_values = [&](const YAML::Node& n, const std::string& key, const char* example, const char* what) {
+    if (!n.IsMap()) where.fail(n, key, fmt::format("expected {}", example));
+    std::vector<std::pair<std::string, double>> values;
+    for (const auto& g : n) {
+      const std::string group = g.first.as<std::string>();
+      if (!groups.count(group)) {
+        where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
+      }
+      const double value = as<double>(g.second, where, key + "." + group, what);
+      if (!(value > 0)) where.fail(g.second, key + "." + group, "must be > 0");
+      values.emplace_back(group, value);
+    }
+    return values;
+  };
   std::optional<YAML::Node> ratios;
   for (const auto& kv : node) {
     const std::string raw = kv.first.as<std::string>();
@@ -132,16 +147,7 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
     else if (raw == "ratios") ratios = kv.second;
     else if (raw == "why") p.why = as<std::string>(kv.second, where, key, "a paragraph");
     else if (raw == "baseline-values") {
-      if (!kv.second.IsMap()) where.fail(kv.second, key, "expected {GROUP: VALUE}, e.g. {cap=1536: 83}");
-      for (const auto& g : kv.second) {
-        const std::string group = g.first.as<std::string>();
-        if (!groups.count(group)) {
-          where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
-        }
-        const double value = as<double>(g.second, where, key + "." + group, "a value of the metric");
-        if (!(value > 0)) where.fail(g.second, key + "." + group, "must be > 0");
-        p.baseline_values.emplace_back(group, value);
-      }
+      p.baseline_values = group_values(kv.second, key, "{GROUP: VALUE}, e.g. {cap=1536: 83}", "a value of the metric");
     } else {
       where.fail(kv.first, key, "unknown key (expected source, metric, baseline, ratios, baseline-values, why)");
     }
@@ -153,14 +159,7 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
   for (const auto& per_policy : *ratios) {
     const std::string label = label_of(per_policy.first, "published.ratios");
     const std::string key = "published.ratios." + label;
-    if (!per_policy.second.IsMap()) where.fail(per_policy.second, key, "expected {GROUP: RATIO}, e.g. {cap=1536: 23}");
-    for (const auto& g : per_policy.second) {
-      const std::string group = g.first.as<std::string>();
-      if (!groups.count(group)) {
-        where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
-      }
-      const double ratio = as<double>(g.second, where, key + "." + group, "a ratio");
-      if (!(ratio > 0)) where.fail(g.second, key + "." + group, "must be > 0");
+    for (const auto& [group, ratio] : group_values(per_policy.second, key, "{GROUP: RATIO}, e.g. {cap=1536: 23}", "a ratio")) {
       p.ratios.emplace_back(label, group, ratio);
     }
   }

@@ -533,7 +533,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     } else if (r.status == "error") {
       plan.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
     } else if (!r.busy_window_ok) {
-      const int gpus = r.busy_window_replicas * r.replica_gpus() + r.busy_window_decode_replicas * r.decode_tp;
+      const int gpus = r.gpus_at(r.busy_window_replicas, r.busy_window_decode_replicas);
       const std::string needs =
           r.busy_window_replicas > 0
               ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
@@ -546,6 +546,12 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
           who, spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals,
           plan.busiest.rate_rps, busy_factor, plan.mean_rate_rps, replicas_text(r),
           misses_text(spec.slo, r.busy_window_values), needs));
+    }
+  }
+  // A datasheet or transferred profile says it was never measured.
+  for (const auto* list : {&spec.gpus, &spec.prefill_gpus, &spec.decode_gpus}) {
+    for (const std::string& gpu : *list) {
+      if (!plan.trust.contains(gpu)) plan.trust[gpu] = trust_json(resolve_gpu(gpu));
     }
   }
   return plan;
@@ -584,22 +590,6 @@ std::string goodput_text(const PlanGoodput& g) {
 
 }  // namespace
 
-namespace {
-
-// How far to trust each GPU profile the plan ran on (summary.json's `trust`, by profile), in the
-// order the plan names them: a datasheet or transferred profile says it was never measured.
-nlohmann::ordered_json plan_trust(const PlanSpec& spec) {
-  nlohmann::ordered_json trust = nlohmann::ordered_json::object();
-  for (const auto* list : {&spec.gpus, &spec.prefill_gpus, &spec.decode_gpus}) {
-    for (const std::string& gpu : *list) {
-      if (!trust.contains(gpu)) trust[gpu] = trust_json(resolve_gpu(gpu));
-    }
-  }
-  return trust;
-}
-
-}  // namespace
-
 PlanRecommendation recommend(const PlanResult& plan) {
   const PlanSpec& spec = plan.spec;
   const bool busy = spec.recommend == "busiest-window";
@@ -622,8 +612,8 @@ PlanRecommendation recommend(const PlanResult& plan) {
       p = r.busy_window_replicas;
       d = r.busy_window_decode_replicas;
     }
-    const int gpus = p * r.replica_gpus() + d * r.decode_tp;
-    const double cost = r.price_per_hour * p * r.replica_gpus() + r.decode_price_per_hour * d * r.decode_tp;
+    const int gpus = r.gpus_at(p, d);
+    const double cost = r.cost_at(p, d);
     const double key = all_priced ? cost : gpus;
     if (best.row == nullptr || key < best_key) {
       best.row = &r;
@@ -743,8 +733,7 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
   } else {
     fmt::print(out, "recommendation: none: no deployment up to --max-replicas meets {}\n", rec.condition);
   }
-  const nlohmann::ordered_json trust = plan_trust(spec);
-  for (const auto& [gpu, of_gpu] : trust.items()) fmt::print(out, "{}\n", trust_line(of_gpu));
+  for (const auto& [gpu, trust] : plan.trust.items()) fmt::print(out, "{}\n", trust_line(trust));
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
 }
 
@@ -860,7 +849,7 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                          {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},
                          {"rate_rps", plan.busiest.rate_rps}};
   j["rows"] = rows;
-  j["trust"] = plan_trust(spec);
+  j["trust"] = plan.trust;
   const PlanRecommendation rec = recommend(plan);
   ordered_json recommendation = {{"criterion", rec.criterion}, {"mode", spec.recommend}};
   if (rec.row != nullptr) {

@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "experiments/run/run_config.h"
 #include "experiments/study/experiment.h"
 
@@ -133,10 +135,13 @@ struct PlanRow {
 
   bool meets_slo() const { return status == "ok"; }
   int replica_gpus() const { return tp * dp; }
-  int total_gpus() const { return replicas * replica_gpus() + decode_replicas * decode_tp; }
-  double cost_per_hour() const {
-    return price_per_hour * replicas * replica_gpus() + decode_price_per_hour * decode_replicas * decode_tp;
+  // The deployment's GPUs and $/hour at `p` replicas (P of a split) and `d` decode replicas.
+  int gpus_at(int p, int d) const { return p * replica_gpus() + d * decode_tp; }
+  double cost_at(int p, int d) const {
+    return price_per_hour * p * replica_gpus() + decode_price_per_hour * d * decode_tp;
   }
+  int total_gpus() const { return gpus_at(replicas, decode_replicas); }
+  double cost_per_hour() const { return cost_at(replicas, decode_replicas); }
   bool priced() const { return price_per_hour > 0 && (!disaggregated || decode_price_per_hour > 0); }
   // "h100-sxm tp 1" or "h100-sxm tp 1 + a100-80gb tp 2" (prefill + decode): warnings and progress.
   std::string name() const;
@@ -172,6 +177,9 @@ struct PlanResult {
   bool closed_loop = false;
   std::vector<PlanRow> rows;       // sorted: meeting rows first, by total GPUs (by cost when all are priced)
   std::vector<std::string> warnings;
+  // How far to trust each GPU profile the plan ran on (summary.json's `trust`, by profile name as
+  // the plan was given it), in the order the plan names them: printed and written as they are.
+  nlohmann::ordered_json trust = nlohmann::ordered_json::object();
 };
 
 // The one deployment a plan recommends under spec.recommend: the cheapest (by $/hour when every

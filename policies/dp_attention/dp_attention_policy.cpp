@@ -67,8 +67,7 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
       vouched_[r] = 0;
       const int64_t steps = 1 + repeats_;
       for (BatchItem& item : b.items) item.context_before += steps;
-      b.shape.decode_context_sum += steps * b.shape.num_decodes;
-      b.shape.decode_context_max += steps;
+      b.shape.advance_decodes(steps);
     } else {
       b.clear();
       ranks_[r]->schedule(now, b);

@@ -50,6 +50,17 @@ ServingRows read_rows(const std::string& test, const std::string& rows, ServingR
   return read_serving_rows(csv.string(), o);
 }
 
+// A row's replay run by hand on `c`: `clients` closed-loop clients sending `requests` requests of
+// the silicon row's 1024-token prompts and `osl` output tokens, all due at once.
+RunOutcome run_by_hand(RunConfig c, int osl, int64_t requests, int64_t clients) {
+  c.workload.arrival = "offline";
+  c.workload.prompt_len = "fixed:1024";
+  c.workload.output_len = fmt::format("fixed:{}", osl);
+  c.workload.num_requests = requests;
+  c.max_concurrency = clients;
+  return run_simulation(c);
+}
+
 const std::string kQwen3 = "Qwen/Qwen3-235B-A22B-FP8";  // 128 experts, top 8, block FP8
 const std::string kGptOss = "openai/gpt-oss-120b";       // MXFP4 experts, 16-bit attention
 const std::string kMiniMax = "MiniMaxAI/MiniMax-M2.5";   // 256 experts, block FP8
@@ -294,12 +305,7 @@ TEST(ValidateServingMoe, DisaggregatedRowsRunAsPrefillAndDecodePools) {
   c.decode.tp = 2;
   c.prefill.policy_opts = {{"max_num_seqs", "1"}, {"max_num_batched_tokens", "2524"}};
   c.decode.policy_opts = {{"max_num_seqs", "4"}, {"max_num_batched_tokens", "4"}};
-  c.workload.arrival = "offline";
-  c.workload.prompt_len = "fixed:1024";
-  c.workload.output_len = "fixed:64";
-  c.workload.num_requests = 24;
-  c.max_concurrency = 8;
-  const RunOutcome run = run_simulation(c);
+  const RunOutcome run = run_by_hand(c, 64, 24, 8);
   EXPECT_GT(run.result.summary.ttft_s.mean, 0);
   EXPECT_DOUBLE_EQ(p.ttft_ms, run.result.summary.ttft_s.mean * 1e3);
   EXPECT_DOUBLE_EQ(p.tpot_ms, run.result.summary.tpot_s.mean * 1e3);
@@ -331,19 +337,14 @@ TEST(ValidateServingMoe, DisaggregatedPoolsRunInTheirOwnExpertLayouts) {
   EXPECT_EQ(*p.config.decode.ep, 8);
   EXPECT_EQ(*p.config.prefill.ep, 8);
   RunConfig c = p.config;
-  c.workload.arrival = "offline";
-  c.workload.prompt_len = "fixed:1024";
-  c.workload.output_len = "fixed:16";
-  c.workload.num_requests = 8;
-  c.max_concurrency = 4;
-  const RunOutcome run = run_simulation(c);
+  const RunOutcome run = run_by_hand(c, 16, 8, 4);
   EXPECT_DOUBLE_EQ(p.ttft_ms, run.result.summary.ttft_s.mean * 1e3);
   EXPECT_DOUBLE_EQ(p.tpot_ms, run.result.summary.tpot_s.mean * 1e3);
   // The decode pool's experts are costed in its own layout: over 8 GPUs by TP instead, each
   // GPU reads an eighth of every touched expert rather than its whole experts.
   c.decode.ep = 1;
   c.decode.moe_tp = 8;
-  const RunOutcome tp_decode = run_simulation(c);
+  const RunOutcome tp_decode = run_by_hand(c, 16, 8, 4);
   EXPECT_NE(tp_decode.result.summary.tpot_s.mean, run.result.summary.tpot_s.mean);
 }
 
@@ -381,12 +382,7 @@ TEST(ValidateServingMoe, AttentionDpRowsRunOnTheirRanks) {
   c.policy = "vllm-v1-2025";
   c.engine = "vllm-async";
   c.policy_opts = {{"max_num_seqs", "2"}, {"max_num_batched_tokens", "2526"}, {"async_scheduling", "true"}};
-  c.workload.arrival = "offline";
-  c.workload.prompt_len = "fixed:1024";
-  c.workload.output_len = "fixed:32";
-  c.workload.num_requests = 16;
-  c.max_concurrency = 8;
-  const RunOutcome run = run_simulation(c);
+  const RunOutcome run = run_by_hand(c, 32, 16, 8);
   EXPECT_DOUBLE_EQ(p.ttft_ms, run.result.summary.ttft_s.mean * 1e3);
   EXPECT_DOUBLE_EQ(p.tpot_ms, run.result.summary.tpot_s.mean * 1e3);
   // --moe-routing reaches every replayed run.
