@@ -19,6 +19,7 @@
 #include "experiments/cli/vllm_spellings.h"
 #include "experiments/run/bench_result.h"
 #include "experiments/run/chrome_trace.h"
+#include "experiments/run/confidence.h"
 #include "experiments/run/output.h"
 #include "experiments/run/run_config.h"
 #include "experiments/run/runner.h"
@@ -34,6 +35,7 @@
 #include "sim/kv_transfer.h"
 
 namespace po = boost::program_options;
+using nlohmann::ordered_json;
 
 namespace batchsim {
 
@@ -142,6 +144,12 @@ po::options_description run_options() {
        "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
        "its own; replaces a trace's priority column (default: the trace's, else 0)")
       ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
+      ("seeds", po::value<int64_t>(), "N runs, seeds --seed .. --seed + N - 1, each figure reported as its "
+       "95% confidence interval over them (default 1); a trace replayed as recorded is then resampled "
+       "(--resample block-bootstrap)")
+      ("resample", po::value<std::string>(), "block-bootstrap | block-bootstrap:B: replay a replicate of the "
+       "trace drawn from the seed, runs of B consecutive requests (default sqrt(n)) from random places "
+       "of it (Kuensch's moving-block bootstrap; default: the trace as recorded)")
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
        "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
@@ -272,6 +280,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("think-time")) c.workload.think_time = vm["think-time"].as<std::string>();
+  if (vm.count("resample")) c.workload.resample = vm["resample"].as<std::string>();
+  if (vm.count("seeds")) c.seeds = vm["seeds"].as<int64_t>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["streaming"].as<bool>() && vm["no-streaming"].as<bool>()) {
@@ -368,6 +378,45 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
              clients, kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
 }
 
+// Several seeds of a trace replayed as recorded would all be the same run: each seed replays a
+// block-bootstrap replicate of it instead (sim/workload/workload.h, "resample"), and says so.
+void resample_trace_for_seeds(WorkloadSpec& workload, int64_t seeds, std::ostream& err) {
+  if (!replays_trace_timestamps(workload) || !workload.resample.empty()) return;
+  workload.resample = "block-bootstrap";
+  fmt::print(err, "batchsim: note: {} seeds of a trace replay: each seed replays a block-bootstrap replicate "
+                  "of {} (--resample block-bootstrap), so that the seeds vary the bursts it holds\n",
+             seeds, workload.trace.filename().string());
+}
+
+// `run --seeds N`: seeds 2..N of `config` (the first ran already, its summary is `first`), then
+// summary.json's `confidence` over all of them, printed. Each seed's SLO verdict is counted.
+ordered_json run_other_seeds(const RunConfig& config, const ordered_json& first, std::ostream& out,
+                             std::ostream& err) {
+  std::vector<ordered_json> summaries = {first};
+  std::vector<uint64_t> seeds = {config.workload.seed};
+  for (int64_t i = 1; i < config.seeds; ++i) {
+    RunConfig c = config;
+    c.workload.seed = config.workload.seed + static_cast<uint64_t>(i);
+    c.chrome_trace.clear();
+    c.iteration_log = false;
+    const BuiltWorkload built = build_workload(c.workload);
+    const RunOutcome run = run_simulation(c, &built, {});
+    print_warnings(run, err);
+    summaries.push_back(summary_to_json(run));
+    seeds.push_back(c.workload.seed);
+  }
+  std::vector<const ordered_json*> runs;
+  for (const ordered_json& s : summaries) runs.push_back(&s);
+  ordered_json confidence = confidence_json(runs, seeds, seed_variation(config.workload));
+  print_confidence(out, confidence);
+  if (!config.slo.empty()) {
+    const auto met = std::count_if(summaries.begin(), summaries.end(),
+                                   [](const ordered_json& s) { return s["slo"]["met"].get<bool>(); });
+    fmt::print(out, "slo met in {} of {} seeds\n", met, summaries.size());
+  }
+  return confidence;
+}
+
 int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {
   const auto desc = run_options();
   const VllmSpellings spelled = respelled(given, err);
@@ -376,11 +425,16 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
     fmt::print(out, "usage: batchsim run [options]\n\n{}\n", fmt::streamed(desc));
     return 0;
   }
-  const RunConfig config = config_from(vm);
+  RunConfig config = config_from(vm);
   validate(config);
   if (spelled.chunked_prefill_required) check_chunks_prefills(config.policy, config.policy_opts);
   if (config.iteration_log && config.out.empty()) {
     throw UserError("--iteration-log: iterations.csv is written into the --out folder; give --out DIR");
+  }
+  if (config.seeds > 1) {
+    if (config.streaming.value_or(false)) throw UserError("--streaming with --seeds: not supported (each seed's summary is kept)");
+    config.streaming = false;
+    resample_trace_for_seeds(config.workload, config.seeds, err);
   }
   const bool streaming = use_streaming(config, err);
   BuiltWorkload built;
@@ -409,6 +463,7 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
                     "totals exact); no bench.json, no p99-request breakdown or diagnosis\n",
                100 * run.result.summary.percentile_relative_error);
   }
+  if (config.seeds > 1) fmt::print(out, "seed {} (the first of {}; the interval over all of them follows):\n", config.workload.seed, config.seeds);
   print_comparison_table(out, {&run});
   print_priority_classes(out, run.result.summary);
   // Why the slowest requests were slow, and what would have helped them.
@@ -419,15 +474,17 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
   }
   fmt::print(out, "{}\n", trust_line(trust_json(run.gpu)));
-  if (!config.slo.empty() || !config.goodput.empty()) {
-    const auto summary = summary_to_json(run);
-    if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
-    if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
-  }
+  ordered_json summary = summary_to_json(run);
+  if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
+  if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
   print_warnings(run, err);
+  if (config.seeds > 1) summary["confidence"] = run_other_seeds(config, summary, out, err);
   if (!config.out.empty()) {
-    write_run_outputs(run, config.out);
-    fmt::print(out, "wrote {}\n", config.out.string());
+    write_run_outputs(run, config.out, summary);
+    fmt::print(out, "wrote {}{}\n", config.out.string(),
+               config.seeds > 1 ? fmt::format(" (seed {}'s files, with the interval over {} seeds in summary.json)",
+                                              config.workload.seed, config.seeds)
+                                : std::string());
   }
   if (!config.chrome_trace.empty()) {
     write_chrome_trace(run, config.chrome_trace);
@@ -512,7 +569,11 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
       if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
       base.out.clear();
     }, max_runs);
-    if (vm.count("seed")) experiment.seeds = {parse_seed(vm["seed"].as<std::string>(), "--seed")};
+    if (vm.count("seed") || vm.count("seeds")) {
+      // --seed S picks the first seed, --seeds N how many (default: the file's first, one).
+      const uint64_t first = vm.count("seed") ? parse_seed(vm["seed"].as<std::string>(), "--seed") : experiment.seeds.front();
+      experiment.seeds = consecutive_seeds(first, vm.count("seeds") ? vm["seeds"].as<int64_t>() : 1);
+    }
     if (spelled.chunked_prefill_required) {
       throw UserError("--enable-chunked-prefill: not with an experiment file (choose policies that chunk prefills in it)");
     }

@@ -130,6 +130,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
   j["think_time"] = c.workload.think_time;
+  if (!c.workload.resample.empty()) j["resample"] = c.workload.resample;  // only when set: older files stay as they were
   j["num_gpu_blocks"] = c.num_gpu_blocks;
   // Written only for disaggregated runs, so that a colocated run's config reads as it always did.
   if (is_disaggregated(c)) {

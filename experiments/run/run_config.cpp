@@ -234,6 +234,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
     else if (key == "think-time") c.workload.think_time = scalar<std::string>(v, file, shown);
+    else if (key == "resample") c.workload.resample = scalar<std::string>(v, file, shown);
+    else if (key == "seeds") c.seeds = scalar<int64_t>(v, file, shown);
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") {
@@ -383,6 +385,20 @@ void validate(const RunConfig& c) {
   if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
+  }
+  constexpr int64_t kMaxSeeds = 10'000;
+  if (c.seeds < 1 || c.seeds > kMaxSeeds) {
+    throw UserError(fmt::format("--seeds {}: must be in [1, {}] (runs, one per seed)", c.seeds, kMaxSeeds));
+  }
+  if (c.seeds > 1 && c.workload.seed > std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(c.seeds - 1)) {
+    throw UserError(fmt::format("--seeds {} from --seed {}: the last seed would pass 2^64-1", c.seeds, c.workload.seed));
+  }
+  if (!c.workload.resample.empty()) {
+    parse_resample_block(c.workload.resample, "--resample");
+    if (c.workload.trace.empty() && c.workload.trace_columns == nullptr) {
+      throw UserError(fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
+                                  "ones from each seed already (give --trace FILE)", c.workload.resample));
+    }
   }
   if (!c.workload.think_time.empty() && c.max_concurrency == 0) {
     throw UserError(fmt::format("--think-time {}: is how long a closed-loop client waits between a response "

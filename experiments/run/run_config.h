@@ -93,6 +93,11 @@ struct RunConfig {
   // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
   // 0: from GPU memory.
   int64_t num_gpu_blocks = 0;
+  // --seeds N (`run`, and `compare` without a file's seeds): N runs, seeds workload.seed ..
+  // workload.seed + N - 1, reported with confidence intervals (experiments/run/confidence.h).
+  // On a trace replayed as recorded, N > 1 resamples it (workload.resample = block-bootstrap).
+  // Not in summary.json's config echo: each run there is one seed's.
+  int64_t seeds = 1;
   // Streaming mode (sim/simulation.h, "Streaming"; `batchsim run` only): unset: automatic
   // (on above kStreamingAutoRequests synthetic requests, experiments/run/runner.h); true:
   // --streaming; false: --no-streaming. Not in summary.json's config echo (a streaming run

@@ -106,6 +106,8 @@ ordered_json experiment_block(const Experiment& e, const PlannedRun& run) {
   for (const auto& [axis, label] : run.axis_labels) axes[axis] = label;
   b["axes"] = axes;
   b["seed"] = run.seed;
+  // What the seeds vary, for the report's intervals (only with several: one seed has none).
+  if (e.seeds.size() > 1) b["seed_varies"] = seed_variation(run.config.workload);
   if (run.rate) b["rate"] = *run.rate;
   if (run.trace_speedup) b["trace_speedup"] = *run.trace_speedup;
   return b;
@@ -365,6 +367,7 @@ std::vector<ordered_json> results_table_rows(const ResultSet& results) {
   // results.csv leaves it out rather than repeat dozens of columns on every row.
   std::vector<ordered_json> rows = results.runs;
   for (ordered_json& row : rows) row.erase("trust");
+  add_interval_columns(rows, results);
   return rows;
 }
 

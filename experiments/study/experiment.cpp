@@ -41,7 +41,7 @@ bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "dp", "ep", "moe-tp", "moe-routing", "eplb", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "prefill-replicas", "decode-replicas", "prefill-gpu",
+      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "resample", "prefill-replicas", "decode-replicas", "prefill-gpu",
       "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
       "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks",
       "prefill-engine", "decode-engine"};
@@ -51,7 +51,7 @@ bool is_axis_run_key(const std::string& key) {
 void reject_reserved_keys(const std::string& raw, const YAML::Node& key_node, const Where& where, const std::string& path) {
   const std::string key = normalize_key(raw);
   if (key == "policy") where.fail(key_node, path + "policy", "list policies under the top-level 'policies' key");
-  if (key == "seed") where.fail(key_node, path + "seed", "list seeds under the top-level 'seeds' key");
+  if (key == "seed" || key == "seeds") where.fail(key_node, path + key, "list seeds under the top-level 'seeds' key");
   if (key == "out") where.fail(key_node, path + "out", "the output folder is given with --out");
 }
 
@@ -595,6 +595,16 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
 
 }  // namespace
 
+std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count) {
+  if (count < 1) throw UserError(fmt::format("--seeds {}: must be >= 1", count));
+  if (first > std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(count - 1)) {
+    throw UserError(fmt::format("--seeds {} from seed {}: the last seed would pass 2^64-1", count, first));
+  }
+  std::vector<uint64_t> seeds;
+  for (int64_t i = 0; i < count; ++i) seeds.push_back(first + static_cast<uint64_t>(i));
+  return seeds;
+}
+
 Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies,
                                     std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories) {
   Experiment e;
@@ -602,7 +612,7 @@ Experiment experiment_from_policies(const RunConfig& base, const std::vector<std
   e.name = "compare";
   e.base = base;
   e.policy_factories = std::move(policy_factories);
-  e.seeds.push_back(base.workload.seed);
+  e.seeds = consecutive_seeds(base.workload.seed, base.seeds);
   std::set<std::string> seen;
   for (const std::string& p : policies) {
     if (!seen.insert(p).second) throw UserError(fmt::format("--policies: '{}' is listed twice", p));
@@ -679,6 +689,14 @@ std::vector<PlannedRun> expand_runs(const Experiment& e) {
         resolve_relative_trace(run.config, e.file);
         run.config.workload.seed = seed;
         if (run.rate) run.config = config_at_rate(run.config, *run.rate);
+        // Several seeds of a trace replayed as recorded would be one run repeated: each seed
+        // replays a block-bootstrap replicate of it (sim/workload/workload.h, "resample"). A
+        // capacity search over the Poisson rate draws its arrivals from the seed already.
+        const bool rate_search = e.capacity && e.capacity->search == "rate";
+        if (e.seeds.size() > 1 && !rate_search && run.config.workload.resample.empty() &&
+            replays_trace_timestamps(run.config.workload)) {
+          run.config.workload.resample = "block-bootstrap";
+        }
         run.group = fmt::format("{}", fmt::join(group_parts, " "));
         run.name = fmt::format("{:04d}_{}{}_s{}", run.index, sanitize(variant.label), name_parts, seed);
         runs.push_back(std::move(run));

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "experiments/run/confidence.h"
 #include "experiments/run/latency_diagnosis.h"
 #include "experiments/run/output.h"
 #include "hwmodel/base/error.h"
@@ -75,29 +76,31 @@ const std::vector<Column>& latency_columns() {
 struct Spread {
   double mean = 0, min = 0, max = 0;
   int n = 0;
+  double half = 0;  // half-width of the mean's 95% interval over the seeds (experiments/run/confidence.h)
 };
 
 Spread spread_of(const std::vector<const ordered_json*>& runs, const std::string& path, double scale) {
   Spread s;
+  std::vector<double> x;
   for (const ordered_json* r : runs) {
-    const auto v = number_at(*r, path);
-    if (!v) continue;
-    const double x = *v * scale;
-    if (s.n == 0) s.min = s.max = x;
-    s.min = std::min(s.min, x);
-    s.max = std::max(s.max, x);
-    s.mean += x;
-    ++s.n;
+    if (const auto v = number_at(*r, path)) x.push_back(*v * scale);
   }
-  if (s.n > 0) s.mean /= s.n;
+  if (x.empty()) return s;
+  s.n = static_cast<int>(x.size());
+  s.min = *std::min_element(x.begin(), x.end());
+  s.max = *std::max_element(x.begin(), x.end());
+  const Interval iv = mean_interval(x);
+  s.mean = iv.mean;
+  s.half = iv.half_width();
   return s;
 }
 
-// "12.3" for one seed, "12.3 (11.9–12.8)" for several: the seed spread the issue asks for.
+// "12.3" for one seed, "12.3 ± 0.4" for several: the mean and the half-width of its 95% interval
+// (seeds that gave the same value give none).
 std::string format_spread(const Spread& s, int precision) {
   if (s.n == 0) return "–";
   if (s.n == 1 || s.min == s.max) return fmt::format("{:.{}f}", s.mean, precision);
-  return fmt::format("{:.{}f} ({:.{}f}–{:.{}f})", s.mean, precision, s.min, precision, s.max, precision);
+  return fmt::format("{:.{}f} ± {:.{}f}", s.mean, precision, s.half, precision);
 }
 
 // Runs of one (group, policy) pair: the seeds of one combination.
@@ -728,6 +731,143 @@ void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs)
   if (!missed.empty()) fmt::print(out, "Runs that missed the SLO:\n\n{}\n\n", fmt::join(missed, "\n"));
 }
 
+// ---- differences between policies, paired by seed ------------------------------------------
+
+// The figures judged in "Differences": what a scheduler comparison is read for.
+struct DiffMetric {
+  const char* path;
+  const char* label;
+  double scale;
+  const char* unit;
+  bool higher_is_better;
+  int precision;
+};
+constexpr DiffMetric kDiffMetrics[] = {
+    {"throughput.output_tokens_per_s", "out tok/s", 1, "tok/s", true, 1},
+    {"goodput.requests_per_s", "goodput", 1, "req/s", true, 3},
+    {"latency.ttft_s.p50", "TTFT p50", 1, "s", false, 3},
+    {"latency.ttft_s.p99", "TTFT p99", 1, "s", false, 3},
+    {"latency.tpot_s.p50", "TPOT p50", 1e3, "ms", false, 2},
+    {"latency.tpot_s.p99", "TPOT p99", 1e3, "ms", false, 2},
+    {"latency.e2e_s.p99", "e2e p99", 1, "s", false, 2},
+};
+
+// A figure of one row, seed by seed.
+std::map<uint64_t, double> values_by_seed(const Row& row, const std::string& path) {
+  std::map<uint64_t, double> v;
+  for (const ordered_json* r : row.runs) {
+    const auto x = number_at(*r, path);
+    if (x && r->contains("experiment") && (*r)["experiment"].contains("seed")) {
+      v[(*r)["experiment"]["seed"].get<uint64_t>()] = *x;
+    }
+  }
+  return v;
+}
+
+// One policy against the baseline on one figure, over the seeds both ran.
+struct Comparison {
+  std::string group, policy;
+  std::string path;
+  Interval baseline, other;
+  PairedDifference difference;
+};
+
+Comparison compare_paired(const Row& base, const Row& row, const std::string& path) {
+  Comparison c{row.group, row.policy, path, {}, {}, {}};
+  const auto a = values_by_seed(base, path), b = values_by_seed(row, path);
+  std::vector<double> x, y;
+  for (const auto& [seed, value] : a) {
+    if (const auto it = b.find(seed); it != b.end()) {
+      x.push_back(value);
+      y.push_back(it->second);
+    }
+  }
+  c.baseline = mean_interval(x);
+  c.other = mean_interval(y);
+  c.difference = paired_difference(x, y);
+  return c;
+}
+
+// The rows of each policy but the first, with the first policy's row of the same group.
+std::vector<std::pair<const Row*, const Row*>> baseline_pairs(const ResultSet& results, const std::vector<Row>& rows) {
+  const std::string baseline = first_policy(results);
+  std::map<std::string, const Row*> base_of;
+  for (const Row& r : rows) {
+    if (r.policy == baseline) base_of[r.group] = &r;
+  }
+  std::vector<std::pair<const Row*, const Row*>> pairs;
+  for (const Row& r : rows) {
+    const auto it = base_of.find(r.group);
+    if (r.policy != baseline && it != base_of.end()) pairs.emplace_back(it->second, &r);
+  }
+  return pairs;
+}
+
+std::string verdict(const DiffMetric& m, const Comparison& c) {
+  if (c.difference.difference.n < 2) return "–";
+  if (!c.difference.significant()) return fmt::format("not significant (p = {:.2g})", c.difference.p_value);
+  const bool higher = c.difference.difference.mean > 0;
+  return fmt::format("**{} {}** (p = {:.2g})", higher ? "higher" : "lower",
+                     higher == m.higher_is_better ? "(better)" : "(worse)", c.difference.p_value);
+}
+
+std::string relative(double part, double whole) {
+  return whole != 0 ? fmt::format("{:+.1f}%", 100 * part / whole) : "–";
+}
+
+// report.md: each policy against the baseline, figure by figure, with the paired interval of
+// the difference and whether it is significant at 95%.
+void write_differences_section(std::ostream& out, const ResultSet& results, const std::vector<Row>& rows) {
+  const auto pairs = baseline_pairs(results, rows);
+  if (pairs.empty()) return;
+  const std::string baseline = first_policy(results);
+  fmt::print(out, "## Differences against `{}`\n\n"
+                  "Every policy of a group ran on the same requests for each seed (common random numbers: Law, "
+                  "*Simulation Modeling and Analysis*, 5th ed., §11.2), so each difference is taken seed by seed "
+                  "and judged by the paired t-test (Law, §10.2.1; Student, 1908): the 95% interval of the mean "
+                  "difference, and the two-sided p-value of \"no difference\". A difference is **significant** "
+                  "when p < 0.05, i.e. when its interval excludes 0. Each line is its own test: with many lines, "
+                  "some pass by chance alone (Bonferroni: compare p with 0.05 divided by the number of lines "
+                  "before acting on a lone one near 0.05).\n\n",
+             baseline);
+  Table t;
+  t.headers = {"group", "policy", "figure", baseline, "policy's", "difference (95% interval)", "relative", "verdict"};
+  for (const auto& [base, row] : pairs) {
+    for (const DiffMetric& m : kDiffMetrics) {
+      const Comparison c = compare_paired(*base, *row, m.path);
+      if (c.difference.difference.n < 2) continue;
+      const Interval& d = c.difference.difference;
+      auto show = [&](double v) { return fmt::format("{:.{}f}", v * m.scale, m.precision); };
+      t.rows.push_back({row->group.empty() ? "all" : row->group, row->policy, fmt::format("{} ({})", m.label, m.unit),
+                        format_with_half_width({c.baseline.mean * m.scale, c.baseline.lo * m.scale, c.baseline.hi * m.scale, c.baseline.n}, m.precision),
+                        format_with_half_width({c.other.mean * m.scale, c.other.lo * m.scale, c.other.hi * m.scale, c.other.n}, m.precision),
+                        fmt::format("{:+.{}f} [{}, {}]", d.mean * m.scale, m.precision, show(d.lo), show(d.hi)),
+                        relative(d.mean, c.baseline.mean), verdict(m, c)});
+    }
+  }
+  render_markdown(out, t);
+}
+
+// The terminal's version: one line per policy and group, each figure's relative difference with
+// its interval's half-width, `*` where significant.
+void print_differences(std::ostream& out, const ResultSet& results, const std::vector<Row>& rows) {
+  const auto pairs = baseline_pairs(results, rows);
+  if (pairs.empty()) return;
+  fmt::print(out, "against {}, paired by seed (t-test; * significant at 95%; report.md has the intervals):\n",
+             first_policy(results));
+  for (const auto& [base, row] : pairs) {
+    std::vector<std::string> parts;
+    for (const DiffMetric& m : kDiffMetrics) {
+      const Comparison c = compare_paired(*base, *row, m.path);
+      if (c.difference.difference.n < 2 || c.baseline.mean == 0) continue;
+      const Interval& d = c.difference.difference;
+      parts.push_back(fmt::format("{} {:+.1f}% ± {:.1f}%{}", m.label, 100 * d.mean / c.baseline.mean,
+                                  100 * d.half_width() / std::abs(c.baseline.mean), c.difference.significant() ? " *" : ""));
+    }
+    fmt::print(out, "  {}{}: {}\n", row->policy, row->group.empty() ? "" : " (" + row->group + ")", fmt::join(parts, ", "));
+  }
+}
+
 }  // namespace
 
 void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
@@ -820,7 +960,21 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   }
   std::vector<std::string> seeds;
   for (const auto& s : e["seeds"]) seeds.push_back(s.dump());
-  fmt::print(out, "- seeds: {} (with several seeds a cell reads `mean (min–max)`)\n", fmt::join(seeds, ", "));
+  if (seeds.size() > 1) {
+    // What the seeds varied, from the runs' own record of it.
+    std::set<std::string> varies;
+    for (const ordered_json& r : results.runs) {
+      if (r.contains("experiment") && r["experiment"].contains("seed_varies")) varies.insert(r["experiment"]["seed_varies"].get<std::string>());
+    }
+    std::vector<std::string> v(varies.begin(), varies.end());
+    for (auto& text : v) text = text.empty() ? "nothing (every seed gives the same workload)" : text;
+    fmt::print(out, "- seeds: {}; each seed draws anew {}. A cell reads `mean ± half-width` of the 95% Student t interval "
+                    "of the mean over the seeds (Law, *Simulation Modeling and Analysis*, 5th ed., §9.4.1)\n",
+               fmt::join(seeds, ", "), fmt::join(v, "; "));
+  } else {
+    fmt::print(out, "- seeds: {} (one seed: no interval; `seeds: [0, 1, 2, ...]` or `--seeds N` gives one)\n",
+               fmt::join(seeds, ", "));
+  }
   out << "- policies, each on its engine (`batchsim list engines`):\n";
   std::map<std::string, std::string> engine_of;
   for (const auto& [label, engine] : policy_engines(results)) engine_of[label] = engine;
@@ -888,6 +1042,9 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
            "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
     render_markdown(out, latency_table(rows));
+    if (results.experiment.contains("seeds") && results.experiment["seeds"].size() > 1) {
+      write_differences_section(out, results, rows);
+    }
     if (any_breakdown(results.runs)) write_breakdown_section(out, rows);
     if (any_pools(results.runs)) {
       out << "## Prefill/decode disaggregation\n\n"
@@ -939,6 +1096,53 @@ void drop_single_group(Table& t) {
 
 }  // namespace
 
+namespace {
+
+// Puts `extra` (key, value) pairs right after the leaf `path` names, in its parent object, so
+// that a CSV column "latency.ttft_s.p99.ci_lo" sits beside "latency.ttft_s.p99".
+void insert_beside(ordered_json& row, const std::string& path, const std::vector<std::pair<std::string, double>>& extra) {
+  const size_t dot = path.rfind('.');
+  const std::string leaf = path.substr(dot + 1);
+  const auto parent_ptr = json_path_pointer(path.substr(0, dot));
+  if (!row.contains(parent_ptr)) return;
+  ordered_json& parent = row.at(parent_ptr);
+  ordered_json rebuilt = ordered_json::object();
+  for (auto& item : parent.items()) {
+    rebuilt[item.key()] = std::move(item.value());
+    if (item.key() == leaf) {
+      for (const auto& [key, value] : extra) rebuilt[leaf + "." + key] = value;
+    }
+  }
+  parent = std::move(rebuilt);
+}
+
+}  // namespace
+
+void add_interval_columns(std::vector<ordered_json>& rows, const ResultSet& results) {
+  if (!results.experiment.contains("seeds") || results.experiment["seeds"].size() < 2) return;
+  // Rows are copies of results.runs in the same order: group those, write into the copies.
+  const std::vector<Row> groups = group_rows(results.runs);
+  std::map<const ordered_json*, size_t> index;
+  for (size_t i = 0; i < results.runs.size(); ++i) index[&results.runs[i]] = i;
+  std::map<const Row*, const Row*> base_of;
+  for (const auto& [base, row] : baseline_pairs(results, groups)) base_of[row] = base;
+  for (const Row& g : groups) {
+    for (const ConfidenceMetric& m : confidence_metrics()) {
+      const Spread s = spread_of(g.runs, m.path, 1);
+      if (s.n < 2) continue;
+      std::vector<std::pair<std::string, double>> extra = {{"ci_lo", s.mean - s.half}, {"ci_hi", s.mean + s.half}};
+      if (const auto it = base_of.find(&g); it != base_of.end()) {
+        const Comparison c = compare_paired(*it->second, g, m.path);
+        if (c.difference.difference.n >= 2) {
+          const Interval& d = c.difference.difference;
+          extra.insert(extra.end(), {{"diff", d.mean}, {"diff_lo", d.lo}, {"diff_hi", d.hi}, {"diff_p", c.difference.p_value}});
+        }
+      }
+      for (const ordered_json* run : g.runs) insert_beside(rows[index.at(run)], m.path, extra);
+    }
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& results) {
   std::vector<std::pair<std::string, std::string>> failed;
   for (const auto* list : {&results.runs, &results.capacities}) {
@@ -967,12 +1171,17 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   const std::vector<Row> rows = group_rows(results.runs);
   Table full = throughput_table(results, rows);
   const Table lat = latency_table(rows);
-  // The terminal gets the headline columns only; report.md has them all.
+  // The terminal gets the headline columns only; report.md has them all. With several seeds
+  // each cell holds an interval too, so fewer columns fit.
+  const size_t seeds = results.experiment.contains("seeds") ? results.experiment["seeds"].size() : 1;
   Table t;
-  const std::vector<std::string> keep = {"group",   "policy",     kSloHeader,
-                                         kReplicasColumn.header,  "done",       "rej",
-                                         "out tok/s", "total tok/s", "req/s",   kGoodputColumn.header,
-                                         "preempt", "bubble %",   kPrefixHitColumn.header};
+  const std::vector<std::string> keep =
+      seeds > 1 ? std::vector<std::string>{"group", "policy", kSloHeader, kReplicasColumn.header, "done", "rej",
+                                           "out tok/s", "req/s", kGoodputColumn.header}
+                : std::vector<std::string>{"group",   "policy",     kSloHeader,
+                                           kReplicasColumn.header,  "done",       "rej",
+                                           "out tok/s", "total tok/s", "req/s",   kGoodputColumn.header,
+                                           "preempt", "bubble %",   kPrefixHitColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {
       const auto it = std::find(src.headers.begin(), src.headers.end(), name);
@@ -993,15 +1202,11 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   }
   pick(full, tail, t);
   drop_single_group(t);
-  // Means only: "mean (min–max)" in fourteen columns wraps any terminal; report.md keeps it.
-  const size_t seeds = results.experiment.contains("seeds") ? results.experiment["seeds"].size() : 1;
-  if (seeds > 1) {
-    for (auto& row : t.rows) {
-      for (auto& cell : row) cell = cell.substr(0, cell.find(" ("));
-    }
-  }
   render_text(out, t);
-  if (seeds > 1) fmt::print(out, "(mean over {} seeds; report.md has the min–max)\n", seeds);
+  if (seeds > 1) {
+    fmt::print(out, "(mean ± half-width of the 95% interval over {} seeds)\n", seeds);
+    print_differences(out, results, rows);
+  }
   if (const std::string warning = engines_warning(results); !warning.empty()) fmt::print(out, "warning: {}\n", warning);
   for (const ordered_json* trust : distinct_trust(results)) fmt::print(out, "{}\n", trust_line(*trust));
   print_failures(out, results);

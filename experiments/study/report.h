@@ -58,6 +58,14 @@ std::vector<std::pair<std::string, std::string>> policy_engines(const ResultSet&
 // engines'), "" when they share one.
 std::string engines_warning(const ResultSet& results);
 
+// results.csv's intervals, with several seeds (nothing with one): beside each figure of
+// confidence_metrics() (experiments/run/confidence.h), `<figure>.ci_lo` and `.ci_hi`, its
+// combination's 95% interval over the seeds; and on the rows of every policy but the first,
+// `.diff`, `.diff_lo`, `.diff_hi` and `.diff_p`: the paired difference against the first policy
+// of the same group (policy minus first, seed by seed) with its interval and p-value. `rows`
+// are results.runs, copied in their order.
+void add_interval_columns(std::vector<nlohmann::ordered_json>& rows, const ResultSet& results);
+
 // The terminal version of the comparison (and capacity) table, each GPU profile's trust line,
 // then one line per failed run.
 void print_result_table(std::ostream& out, const ResultSet& results);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "hwmodel/base/error.h"
 
@@ -26,6 +27,7 @@ constexpr uint32_t kPrefixStream = 3;
 constexpr uint32_t kMaxTokensStream = 4;
 constexpr uint32_t kPriorityStream = 5;
 constexpr uint32_t kThinkTimeStream = 6;
+constexpr uint32_t kResampleStream = 7;
 // The longest think time: beyond it a closed loop's sends would run out of simulated time.
 constexpr double kMaxThinkTimeS = 1e9;
 
@@ -500,6 +502,16 @@ PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
                         list_syntaxes(kPrefixSyntaxes)));
 }
 
+int32_t parse_resample_block(std::string_view spec, std::string_view option) {
+  const SpecText text(spec, option);
+  if (text.kind() != "block-bootstrap") {
+    text.fail("expected block-bootstrap or block-bootstrap:B (B requests per block)");
+  }
+  if (spec == "block-bootstrap") return 0;
+  text.expect_parameters(1, "block-bootstrap:B");
+  return static_cast<int32_t>(text.integer(1, "B", 1, "1"));
+}
+
 namespace {
 
 // Prepends `prefix` to request `r`'s prompt and returns the hash of its prompt block: the
@@ -738,10 +750,80 @@ class SyntheticRequestSource final : public RequestSource {
   std::string description_;
 };
 
-// Whether arrivals are a trace's own timestamps (no --arrival, or --arrival trace).
+// The moving-block bootstrap of a trace's requests (workload.h, "resample"): `block` requests
+// per block (0: ceil(sqrt(n))). Each request's max_tokens column entry (`limits`, empty when
+// the trace has none) and prompt-block hashes travel with it. Returns the block length used.
+int32_t block_bootstrap(BuiltWorkload& built, std::vector<int32_t>& limits, int32_t block, uint64_t seed) {
+  const Workload& trace = built.requests;
+  const auto n = static_cast<int64_t>(trace.size());
+  if (n < 2) return 1;  // one request has one replicate: itself
+  const int64_t b = std::min<int64_t>(n, block > 0 ? block : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  // The gap before a block's first request: the trace's own gap before it, or for the trace's
+  // first request (which has none) the trace's mean gap.
+  const SimTime mean_gap = SimTime::from_ns((trace.back().arrival - trace.front().arrival).ns() / (n - 1));
+  Rng rng = Rng::for_stream(seed, kResampleStream);
+  Workload out;
+  out.reserve(trace.size());
+  std::vector<int32_t> out_limits;
+  PrefixBlockHashes out_blocks;
+  out_blocks.block_tokens = built.prefix_blocks.block_tokens;
+  const bool hashes = !built.prefix_blocks.offsets.empty();
+  if (hashes) out_blocks.offsets.push_back(0);
+  SimTime now = SimTime::zero();
+  while (static_cast<int64_t>(out.size()) < n) {
+    // Moving blocks: any of the n - b + 1 runs of b consecutive requests, equally likely.
+    const auto start = static_cast<int64_t>(sample_below(rng, static_cast<uint64_t>(n - b + 1)));
+    for (int64_t i = start; i < start + b && static_cast<int64_t>(out.size()) < n; ++i) {
+      const SimTime gap = i > 0 ? trace[i].arrival - trace[i - 1].arrival : mean_gap;
+      if (!out.empty()) now = now + gap;
+      Request r = trace[i];
+      r.id = static_cast<RequestId>(out.size());
+      r.arrival = now;
+      out.push_back(r);
+      if (!limits.empty()) out_limits.push_back(limits[i]);
+      if (hashes) {
+        const auto h = built.prefix_blocks.of(static_cast<RequestId>(i));
+        out_blocks.hashes.insert(out_blocks.hashes.end(), h.begin(), h.end());
+        out_blocks.offsets.push_back(static_cast<int64_t>(out_blocks.hashes.size()));
+      }
+    }
+  }
+  built.requests = std::move(out);
+  limits = std::move(out_limits);
+  if (hashes) built.prefix_blocks = std::move(out_blocks);
+  return static_cast<int32_t>(b);
+}
+
+}  // namespace
+
 bool replays_trace_timestamps(const WorkloadSpec& spec) {
   return !spec.trace.empty() && (spec.arrival.empty() || spec.arrival == "trace");
 }
+
+std::string seed_variation(const WorkloadSpec& spec) {
+  std::vector<std::string> parts;
+  const bool trace = !spec.trace.empty() || spec.trace_columns != nullptr;
+  if (!spec.resample.empty() && trace) {
+    const int32_t block = parse_resample_block(spec.resample, "--resample");
+    parts.push_back(fmt::format("a block-bootstrap replicate of {} (blocks of {} requests; Kuensch 1989)",
+                                spec.trace.filename().string(),
+                                block > 0 ? fmt::to_string(block) : std::string("ceil(sqrt(n))")));
+  }
+  const std::string arrival = spec.arrival.empty() ? (trace ? "trace" : "offline") : spec.arrival;
+  if (arrival != "offline" && arrival != "trace") parts.push_back("arrival times");
+  if (!trace) {
+    // A fixed length draws the same value for every seed.
+    if (spec.prompt_len.rfind("fixed:", 0) != 0) parts.push_back("prompt lengths");
+    if (spec.output_len.rfind("fixed:", 0) != 0) parts.push_back("output lengths");
+  }
+  if (!spec.prefix.empty() && spec.prefix.rfind("shared:", 0) != 0) parts.push_back("prefix groups");
+  if (!spec.max_tokens.empty() && spec.max_tokens.rfind("fixed:", 0) != 0) parts.push_back("max_tokens");
+  if (!spec.priority.empty() && spec.priority.rfind("fixed:", 0) != 0) parts.push_back("priorities");
+  if (!spec.think_time.empty() && spec.think_time.rfind("fixed:", 0) != 0) parts.push_back("think times");
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+namespace {
 
 // The arrival process of a workload without a trace's timestamps (build_workload's checks).
 std::unique_ptr<ArrivalProcess> parse_spec_arrival(const WorkloadSpec& spec) {
@@ -822,6 +904,7 @@ class PrefixedSource final : public RequestSource {
 }  // namespace
 
 std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
+  if (!spec.resample.empty()) throw UserError("--streaming with --resample: not supported (a replicate draws from the whole trace)");
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
   if (spec.trace_columns != nullptr) {
     throw UserError(fmt::format("--streaming with the in-memory workload {}: not supported (it is in memory "
@@ -888,6 +971,20 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
                                       spec.trace.filename().string(),
                                       trace_format_name(trace.format));
     }
+  }
+
+  if (!spec.resample.empty()) {
+    const int32_t block = parse_resample_block(spec.resample, "--resample");
+    if (synthetic) {
+      throw UserError(fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
+                                  "ones from each seed already (give --trace FILE)", spec.resample));
+    }
+    const int32_t used = block_bootstrap(built, limits, block, spec.seed);
+    built.description += fmt::format(", block-bootstrap replicate (blocks of {} requests, seed {})", used, spec.seed);
+  } else if (replay_timestamps && spec.seed != 0 && seed_variation(spec).empty()) {
+    built.warnings.push_back(fmt::format(
+        "--seed {}: changes nothing in a trace replayed as recorded ({}); --resample block-bootstrap "
+        "draws a replicate of the trace from each seed", spec.seed, spec.trace.filename().string()));
   }
 
   if (!synthetic) {  // (a synthetic source applied them as it drew each request)

@@ -31,6 +31,13 @@
 //             sends each request (after the response that freed it; the first ones after
 //             t = 0), as a user reads an answer before typing the next question or a benchmark
 //             client turns around: "fixed:S" | "uniform:A:B" | "exponential:MEAN", in seconds.
+//   resample  traces only: "block-bootstrap" | "block-bootstrap:B" draws, from the seed, a
+//             replicate of the trace by the moving-block bootstrap (Kuensch 1989, Ann. Statist.
+//             17(3)): runs of B consecutive requests (default ceil(sqrt(n))) from random places
+//             of the trace, laid end to end, each run keeping its own inter-arrival gaps and
+//             lengths, until the replicate holds as many requests as the trace. So the seeds of
+//             a trace replay vary something real (the bursts it happened to contain) while each
+//             replicate keeps the trace's burstiness within a block and its length mix.
 // Random numbers come from our own Rng and our own samplers, never std:: distributions, whose
 // output differs between standard libraries: the same spec and seed give the same workload
 // on every platform.
@@ -137,6 +144,7 @@ struct WorkloadSpec {
   bool ignore_eos = false;             // output = max_tokens
   std::string priority;                // empty: a trace's priority column, else 0 for all
   std::string think_time;              // empty: none (a closed-loop client sends at once)
+  std::string resample;                // empty: the trace as recorded; else a --resample spec
   // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
@@ -186,8 +194,27 @@ struct BuiltWorkload {
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the
 //     group identifies it), so any KV block size shares every full block inside the prefix.
 //     A trace that brings its own hash_ids cannot take a --prefix (an error says so).
+//   * resample (optional, traces only): after the trace's rows are read (and before
+//     --max-tokens, --priority, --prefix and --think-time are drawn), its requests are replaced
+//     by a block-bootstrap replicate drawn from stream 7 of `seed`: each block starts at a
+//     uniformly drawn request i, its first request follows the previous block's last by the
+//     trace's own gap before request i (the trace's mean gap for i = 0), and the requests of a
+//     block keep their gaps, lengths, limits, priorities and prompt-block hashes. A request drawn
+//     twice shares its prompt blocks with its copy (a prefix-cache hit the trace did not have).
+//   * A seed other than 0 that nothing above uses (a trace replayed as recorded, without
+//     resample, prefix groups, max_tokens, priority or think_time) adds a warning: it changes
+//     nothing.
 // Throws UserError for any malformed part (naming the option, or the trace file and line).
 BuiltWorkload build_workload(const WorkloadSpec& spec);
+// Whether arrivals are a trace's own timestamps (a trace and no --arrival, or --arrival trace).
+bool replays_trace_timestamps(const WorkloadSpec& spec);
+// What different seeds change in this workload, for reports: "arrivals, prompt and output
+// lengths", "a block-bootstrap replicate of conv.csv (blocks of 40 requests)", ... Empty when
+// the seed changes nothing (offline fixed lengths; a trace replayed as recorded).
+std::string seed_variation(const WorkloadSpec& spec);
+// Parses a --resample spec: the block length (0: the default ceil(sqrt(n))). Throws UserError
+// naming `option`.
+int32_t parse_resample_block(std::string_view spec, std::string_view option);
 // The workload of `spec` as a RequestSource, read one request at a time (streaming runs):
 // the requests build_workload(spec) would hold, in order, and each request's prompt-block hashes (build_workload's prefix_blocks, from
 // hash_ids or --prefix) through the source's prefix_hashes(). A trace is read as the run goes

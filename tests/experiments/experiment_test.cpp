@@ -322,9 +322,11 @@ TEST(Compare, ResultsCsvColumnsAreSummaryJsonPaths) {
       ASSERT_TRUE(cells.count(path)) << path;
       EXPECT_EQ(cells.at(path), text) << path;
     }
-    // A column this run's summary lacks (another policy's option) is empty, never invented.
+    // A column this run's summary lacks (another policy's option) is empty, never invented;
+    // the intervals over seeds beside a figure are the comparison's (Confidence tests).
     for (const auto& [path, text] : cells) {
-      if (!paths.count(path)) {
+      const bool interval = path.ends_with(".ci_lo") || path.ends_with(".ci_hi") || path.find(".diff") != std::string::npos;
+      if (!paths.count(path) && !interval) {
         EXPECT_EQ(text, "") << path;
       }
     }
@@ -417,8 +419,8 @@ TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
                            "```yaml"}) {
     EXPECT_THAT(report, HasSubstr(must));
   }
-  // Two seeds: cells read "mean (min–max)"; the baseline's speedup is 1.00x.
-  EXPECT_THAT(report, ContainsRegex("\\| rate=2 \\| static-4 \\| 40 \\| 0 \\| [0-9.]+ \\([0-9.]+–[0-9.]+\\)"));
+  // Two seeds: cells read "mean ± half-width"; the baseline's speedup is 1.00x.
+  EXPECT_THAT(report, ContainsRegex("\\| rate=2 \\| static-4 \\| 40 \\| 0 \\| [0-9.]+ ± [0-9.]+ \\|"));
   EXPECT_THAT(report, HasSubstr("| 1.00x |"));
 }
 
@@ -461,18 +463,21 @@ axes:
 
 // The terminal gets a short table: with several seeds, means only (a 14-column table of
 // "mean (min–max)" cells wrapped past 250 characters); report.md keeps the spread.
-TEST(Compare, TerminalTableShowsMeansOverSeedsAndSaysWhereTheSpreadIs) {
+TEST(Compare, TerminalTableShowsIntervalsOverSeedsAndThePairedDifferences) {
   const fs::path out = testing::scratch_dir("experiment_terminal");
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");
   const ResultSet results = run_experiment(e, options_for(out), std::cerr);
   std::ostringstream text;
   print_result_table(text, results);
-  EXPECT_THAT(text.str(), Not(ContainsRegex("[0-9]–[0-9]")));
-  EXPECT_THAT(text.str(), HasSubstr("mean over 2 seeds"));
-  EXPECT_THAT(text.str(), ContainsRegex("rate=2 +static-4 +40 +0 +[0-9.]+ "));
+  EXPECT_THAT(text.str(), HasSubstr("mean ± half-width of the 95% interval over 2 seeds"));
+  EXPECT_THAT(text.str(), ContainsRegex("rate=2 +static-4 +40 +0 +[0-9.]+ ± [0-9.]+ "));
+  EXPECT_THAT(text.str(), HasSubstr("against static-4, paired by seed"));
+  EXPECT_THAT(text.str(), ContainsRegex("continuous \\(rate=2\\): out tok/s [-+][0-9.]+% ± [0-9.]+%"));
+  // Table rows fit a wide terminal (the paired-difference lines wrap as prose does).
   std::istringstream lines(text.str());
-  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 170u) << line;
-  EXPECT_THAT(testing::read_text_file(out / "report.md"), ContainsRegex("[0-9]–[0-9]"));  // the report keeps min–max
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" ± ") != std::string::npos && line.find('%') == std::string::npos) EXPECT_LE(line.size(), 170u) << line;
+  }
 }
 
 TEST(Compare, CapacityModeSearchesEachCombinationAndItsProbesAreRuns) {

@@ -1,6 +1,7 @@
 // Tests of the random generator, the samplers, spec parsing and synthetic workloads.
 // Moment checks use 100k samples from fixed seeds; each tolerance is about 3-4 standard errors
 // of the estimate (stated beside it), so a wrong formula fails while the seed is incidental.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -604,6 +605,110 @@ TEST(WorkloadPrefix, ATraceWithItsOwnHashesRefusesAPrefixAndOneWithoutTakesIt) {
   const BuiltWorkload built = build_workload(spec);
   EXPECT_EQ(built.requests[0].prompt_tokens, 132);
   EXPECT_FALSE(built.prefix_blocks.empty());
+}
+
+// --resample block-bootstrap (issue 45): a replicate has the trace's size, is a valid workload,
+// is made of runs of B consecutive trace requests with their own gaps, and changes with the seed.
+TEST(WorkloadResample, BlockBootstrapReplicatesAreRunsOfTheTraceWithTheirGaps) {
+  const auto dir = testing::scratch_dir("resample");
+  std::string csv = "arrival_s,prompt_tokens,output_tokens,max_tokens\n";
+  // Request i: prompt 100 + i (so each row is recognizable), gaps growing with i.
+  double t = 0;
+  for (int i = 0; i < 60; ++i) {
+    t += 0.01 * i;
+    csv += fmt::format("{},{},{},{}\n", t, 100 + i, 1 + i % 7, 20 + i % 7);
+  }
+  WorkloadSpec spec;
+  spec.trace = testing::write_text_file(dir, "t.csv", csv);
+  const Workload trace = build_workload(spec).requests;
+  spec.resample = "block-bootstrap:5";
+  std::set<std::vector<int32_t>> replicates;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    spec.seed = seed;
+    const BuiltWorkload b = build_workload(spec);
+    const Workload& w = b.requests;
+    ASSERT_EQ(w.size(), trace.size());
+    EXPECT_NE(b.description.find("block-bootstrap replicate (blocks of 5 requests, seed"), std::string::npos);
+    std::vector<int32_t> rows;
+    for (size_t k = 0; k < w.size(); ++k) {
+      const int i = w[k].prompt_tokens - 100;  // the trace row it came from
+      ASSERT_GE(i, 0);
+      ASSERT_LT(i, 60);
+      rows.push_back(i);
+      EXPECT_EQ(w[k].id, static_cast<RequestId>(k));
+      EXPECT_EQ(w[k].output_tokens, trace[i].output_tokens);
+      EXPECT_EQ(w[k].max_tokens, trace[i].max_tokens) << "the max_tokens column travels with its request";
+      if (k % 5 != 0) {
+        // Inside a block: the next trace row, after the trace's own gap.
+        EXPECT_EQ(i, rows[k - 1] + 1);
+        EXPECT_EQ((w[k].arrival - w[k - 1].arrival).ns(), (trace[i].arrival - trace[i - 1].arrival).ns());
+      } else if (k > 0 && i > 0) {
+        // A block's first request: the gap the trace had before it.
+        EXPECT_EQ((w[k].arrival - w[k - 1].arrival).ns(), (trace[i].arrival - trace[i - 1].arrival).ns());
+      }
+    }
+    replicates.insert(rows);
+    spec.seed = seed;
+    const Workload again = build_workload(spec).requests;
+    EXPECT_EQ(again.size(), w.size());
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_EQ(again[k].arrival, w[k].arrival) << "the same seed, the same replicate";
+  }
+  EXPECT_EQ(replicates.size(), 6u) << "each seed draws its own replicate";
+  // One block as long as the trace is the trace itself.
+  spec.resample = "block-bootstrap:60";
+  const Workload whole = build_workload(spec).requests;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    EXPECT_EQ(whole[k].prompt_tokens, trace[k].prompt_tokens);
+    EXPECT_EQ(whole[k].arrival, trace[k].arrival);
+  }
+}
+
+TEST(WorkloadResample, DefaultBlockIsSqrtNAndHashesTravelWithTheirRequests) {
+  const auto dir = testing::scratch_dir("resample_hashes");
+  std::string jsonl;
+  for (int i = 0; i < 30; ++i) {
+    jsonl += fmt::format("{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 3, \"hash_ids\": [{}, {}]}}\n",
+                         i * 100, 1000 + i, i, 1000 + i);
+  }
+  WorkloadSpec spec;
+  spec.trace = testing::write_text_file(dir, "m.jsonl", jsonl);
+  spec.resample = "block-bootstrap";
+  spec.seed = 4;
+  const BuiltWorkload b = build_workload(spec);
+  EXPECT_NE(b.description.find("blocks of 6 requests"), std::string::npos) << b.description;  // ceil(sqrt(30))
+  ASSERT_EQ(b.prefix_blocks.size(), 30);
+  for (RequestId id = 0; id < 30; ++id) {
+    const int i = b.requests[id].prompt_tokens - 1000;
+    const auto h = b.prefix_blocks.of(id);
+    ASSERT_EQ(h.size(), 2u);
+    EXPECT_EQ(h[0], static_cast<uint64_t>(i));
+    EXPECT_EQ(h[1], static_cast<uint64_t>(1000 + i));
+  }
+  EXPECT_EQ(seed_variation(spec), "a block-bootstrap replicate of m.jsonl (blocks of ceil(sqrt(n)) requests; Kuensch 1989)");
+}
+
+TEST(WorkloadResample, WhatSeedsVaryIsNamedAndBadSpecsAreRefused) {
+  WorkloadSpec synthetic;
+  synthetic.num_requests = 5;
+  synthetic.output_len = "capexp:128:512";
+  EXPECT_EQ(seed_variation(synthetic), "output lengths") << "offline arrivals and a fixed prompt draw nothing";
+  synthetic.output_len = "fixed:9";
+  EXPECT_EQ(seed_variation(synthetic), "");
+  synthetic.arrival = "poisson:2";
+  synthetic.prompt_len = "uniform:1:9";
+  EXPECT_EQ(seed_variation(synthetic), "arrival times, prompt lengths");
+  synthetic.resample = "block-bootstrap";
+  EXPECT_NE(user_error_of([&] { build_workload(synthetic); }).find("--resample block-bootstrap: resamples a trace's requests"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] { parse_resample_block("bootstrap", "--resample"); }).find("expected block-bootstrap"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] { parse_resample_block("block-bootstrap:x", "--resample"); }).find("B must be an integer"),
+            std::string::npos);
+  EXPECT_EQ(parse_resample_block("block-bootstrap:12", "--resample"), 12);
+  WorkloadSpec traced;
+  traced.trace = "t.csv";
+  traced.resample = "block-bootstrap";
+  EXPECT_NE(user_error_of([&] { stream_workload(traced); }).find("--streaming with --resample"), std::string::npos);
 }
 
 }  // namespace
