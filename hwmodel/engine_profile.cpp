@@ -160,6 +160,7 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
     e = *it;
   }
   e.name = default_name;
+  const bool based = !e.family.empty();
   for (const auto& kv : root) {
     const std::string key = key_text(kv.first, where);
     const YAML::Node& value = kv.second;
@@ -187,6 +188,7 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
     }
   }
   if (e.name.empty()) bad_value(where, "name", "must not be empty");
+  if (!based) e.family = e.name;
   return e;
 }
 

@@ -37,6 +37,9 @@ struct EngineProfile {
   std::string name = "bare";  // the default: kernels only, nothing of an engine
   std::string description;    // one line
   std::string sources;        // where the numbers come from (the file's comments say per number)
+  // The built-in engine it is a variant of (the `base:` of its file: vllm for vllm-async and
+  // vllm-h100-fitted), or its own name: `plan` reruns its answer on each profile of the family.
+  std::string family;
 
   CpuOverhead cpu;
   // Whether the CPU work of the next iteration runs while the GPU computes this one, so that an

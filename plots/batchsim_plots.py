@@ -770,17 +770,16 @@ def make_all(folder):
 
 
 def make_plan(folder):
-    """A `batchsim plan` folder: each SLO figure against the replica count, one line per GPU and
-    TP degree (every probe of its search), the SLO bound dashed, the answer ringed."""
+    """A `batchsim plan` folder: each SLO figure against the GPUs a deployment takes (what a
+    planner buys), one line per colocated GPU, TP and layout (every probe of its search), the
+    prefill/decode splits as points, the SLO bound dashed, the answer ringed."""
     with open(os.path.join(folder, "plan.json")) as f:
         plan = json.load(f)
     out_dir = os.path.join(folder, "figures")
     os.makedirs(out_dir, exist_ok=True)
     slo = list(plan["slo"].items())
-    # A prefill/decode row's probes are splits, not points on a replica axis: only colocated
-    # rows are drawn. A plan with goodput thresholds and no SLO bounds has nothing to draw.
-    plan["rows"] = [r for r in plan["rows"] if r.get("deployment", "colocated") == "colocated"]
-    if not slo or not plan["rows"]:
+    # A plan with goodput thresholds and no SLO bounds has nothing to draw.
+    if not slo or not any(r.get("probes") for r in plan["rows"]):
         with open(os.path.join(out_dir, "figures.json"), "w") as f:
             f.write("[]\n")
         return []
@@ -789,32 +788,36 @@ def make_plan(folder):
     for k, (path, bound) in enumerate(slo):
         ax = axes[0][k]
         for i, row in enumerate(plan["rows"]):
-            probes = row.get("probes", [])
+            probes = sorted(row.get("probes", []), key=lambda p: p["gpus"])
             if not probes:
                 continue
-            xs = [p["replicas"] for p in probes]
+            split = row.get("deployment") == "disaggregated"
+            xs = [p["gpus"] for p in probes]
             ys = [p["values"][k] for p in probes]
-            label = f"{row['gpu']} tp {row['tp']}"
-            ax.plot(xs, ys, "-o", color=cmap(i % 10), label=label, markersize=4)
+            layout = f" dp {row['dp']} ep {row['ep']}" if row.get("dp", 1) > 1 or row.get("ep", 1) > 1 else ""
+            label = (f"P/D {row['gpu']} tp {row['tp']} / {row['decode_gpu']} tp {row['decode_tp']}" if split
+                     else f"{row['gpu']} tp {row['tp']}{layout}")
+            ax.plot(xs, ys, "s" if split else "-o", color=cmap(i % 10), label=label, markersize=4)
             if row["meets_slo"]:
-                y = next(p["values"][k] for p in probes if p["replicas"] == row["replicas"])
-                ax.plot([row["replicas"]], [y], "o", markersize=11, markerfacecolor="none",
+                y = next(p["values"][k] for p in probes if p["gpus"] == row["total_gpus"])
+                ax.plot([row["total_gpus"]], [y], "o", markersize=11, markerfacecolor="none",
                         markeredgecolor=cmap(i % 10))
         ax.axhline(bound, linestyle="--", color="grey", linewidth=1)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("replicas")
+        ax.set_xlabel("GPUs")
         ax.set_ylabel(f"{path} (s)")
         values = [v for row in plan["rows"] for p in row.get("probes", []) for v in [p["values"][k]] if v > 0]
         if values and max(values) > 10 * min(values):
             ax.set_yscale("log")
         ax.set_title(f"{path} <= {bound:g} s", fontsize=9)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{plan['base']['model']}: SLO figures vs replicas", fontsize=10)
+    fig.suptitle(f"{plan['base']['model']}: SLO figures vs GPUs", fontsize=10)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "plan_slo.png"), dpi=DPI)
     plt.close(fig)
-    index = [{"file": "plan_slo.png", "title": "SLO figures vs replicas",
-              "caption": "Every probed replica count per GPU and TP; dashed: the SLO bound; ringed: the answer."}]
+    index = [{"file": "plan_slo.png", "title": "SLO figures vs GPUs",
+              "caption": "Every probe of every candidate against the GPUs it takes (lines: colocated replicas; "
+                         "squares: prefill/decode splits); dashed: the SLO bound; ringed: the answer."}]
     with open(os.path.join(out_dir, "figures.json"), "w") as f:
         json.dump(index, f, indent=2)
         f.write("\n")

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -22,6 +23,7 @@
 #include "experiments/study/compare.h"
 #include "experiments/study/report.h"
 #include "hwmodel/base/error.h"
+#include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
 
 namespace batchsim {
@@ -364,6 +366,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
   // The run of one candidate at P replicas (colocated) or a P:D split.
   const auto config_for = [&](const PlanRow& row, int p, int d) {
     RunConfig c = row.disaggregated ? base : colocated_base;
+    if (!row.engine.empty()) c.engine = row.engine;
     c.gpu = row.gpu;
     c.tp = row.tp;
     c.dp = row.dp;
@@ -391,6 +394,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       std::vector<double> values;
       double attainment = 0;
       double headroom = 0;
+      double output_tokens_per_s = 0;
     };
     auto judge = [&](const BuiltWorkload& workload, int p, int d) {
       const RunOutcome outcome = run_simulation(config_for(row, p, d), &workload);
@@ -398,6 +402,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       if (rejection.empty()) rejection = rejection_warning(outcome.result);
       const ordered_json summary = summary_to_json(outcome);
       Judged j;
+      j.output_tokens_per_s = summary.at("throughput").at("output_tokens_per_s").get<double>();
       j.values = slo_values(summary, spec.slo);
       j.meets = evaluate_slo(summary, spec.slo).met;  // run --slo's verdict
       j.headroom = INFINITY;
@@ -419,6 +424,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       pr.meets = j.meets;
       pr.values = j.values;
       pr.attainment = j.attainment;
+      pr.output_tokens_per_s = j.output_tokens_per_s;
       pr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       probes[{p, d}] = pr;
       return SplitProbe{j.meets, j.headroom};
@@ -438,6 +444,7 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
                                           : probes.at({spec.max_replicas, row.disaggregated ? spec.max_replicas : 0});
     row.values = answer.values;
     row.attainment = answer.attainment;
+    row.output_tokens_per_s = answer.output_tokens_per_s;
     for (auto& [n, p] : probes) row.probes.push_back(std::move(p));
     if (row.meets_slo() && busy) {
       row.busy_window_checked = true;
@@ -548,6 +555,51 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
           misses_text(spec.slo, r.busy_window_values), needs));
     }
   }
+  // How the recommended answer moves with the engine's costs: its candidate planned again on each
+  // built-in profile of the same engine family.
+  if (const PlanRecommendation rec = recommend(plan); rec.row != nullptr) {
+    const std::string plan_engine = run_engine_name(config_for(*rec.row, 1, 1));
+    const std::string family = resolve_engine(plan_engine).family;
+    std::vector<std::string> engines = {plan_engine};
+    for (const EngineProfile& e : builtin_engines()) {
+      if (e.family == family && e.name != plan_engine) engines.push_back(e.name);
+    }
+    for (const std::string& engine : engines) {
+      EngineSensitivity s;
+      s.engine = engine;
+      s.plan_engine = engine == plan_engine;
+      PlanRow alt;
+      if (s.plan_engine) {
+        alt = *rec.row;
+      } else {
+        alt.disaggregated = rec.row->disaggregated;
+        alt.gpu = rec.row->gpu;
+        alt.tp = rec.row->tp;
+        alt.dp = rec.row->dp;
+        alt.ep = rec.row->ep;
+        alt.price_per_hour = rec.row->price_per_hour;
+        alt.decode_gpu = rec.row->decode_gpu;
+        alt.decode_tp = rec.row->decode_tp;
+        alt.decode_price_per_hour = rec.row->decode_price_per_hour;
+        alt.engine = engine;
+        std::string ignored;
+        try {
+          plan_one(alt, ignored);
+        } catch (const UserError& why) {
+          alt.status = "error";
+        }
+      }
+      s.status = alt.status;
+      if (const auto count = criterion_count(alt, spec.recommend == "busiest-window")) {
+        std::tie(s.replicas, s.decode_replicas) = *count;
+        s.gpus = alt.gpus_at(s.replicas, s.decode_replicas);
+        s.cost_per_hour = alt.priced() ? alt.cost_at(s.replicas, s.decode_replicas) : 0;
+      } else if (s.status == "ok") {
+        s.status = "none";  // meets the whole workload, but nothing up to --max-replicas sustains its busiest window
+      }
+      plan.engines.push_back(s);
+    }
+  }
   // A datasheet or transferred profile says it was never measured.
   for (const auto* list : {&spec.gpus, &spec.prefill_gpus, &spec.decode_gpus}) {
     for (const std::string& gpu : *list) {
@@ -590,6 +642,15 @@ std::string goodput_text(const PlanGoodput& g) {
 
 }  // namespace
 
+std::optional<std::pair<int, int>> criterion_count(const PlanRow& r, bool busiest_window) {
+  if (!r.meets_slo()) return std::nullopt;
+  if (busiest_window && r.busy_window_checked && !r.busy_window_ok) {
+    if (r.busy_window_replicas == 0) return std::nullopt;  // nothing up to --max-replicas sustains the window
+    return std::pair{r.busy_window_replicas, r.busy_window_decode_replicas};
+  }
+  return std::pair{r.replicas, r.decode_replicas};
+}
+
 PlanRecommendation recommend(const PlanResult& plan) {
   const PlanSpec& spec = plan.spec;
   const bool busy = spec.recommend == "busiest-window";
@@ -605,13 +666,9 @@ PlanRecommendation recommend(const PlanResult& plan) {
                                best.condition);
   double best_key = 0;
   for (const PlanRow& r : plan.rows) {
-    if (!r.meets_slo()) continue;
-    int p = r.replicas, d = r.decode_replicas;
-    if (busy && r.busy_window_checked && !r.busy_window_ok) {
-      if (r.busy_window_replicas == 0) continue;  // nothing up to --max-replicas sustains the window
-      p = r.busy_window_replicas;
-      d = r.busy_window_decode_replicas;
-    }
+    const auto count = criterion_count(r, busy);
+    if (!count) continue;
+    const auto [p, d] = *count;
     const int gpus = r.gpus_at(p, d);
     const double cost = r.cost_at(p, d);
     const double key = all_priced ? cost : gpus;
@@ -657,7 +714,8 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
   if (layouts) headers.insert(headers.end(), {"dp", "ep"});
   headers.insert(headers.end(), {"replicas", "GPUs"});
   const size_t left_aligned = spec.disaggregated ? 3 : 2;
-  if (priced) headers.push_back("$/hour");
+  if (priced) headers.insert(headers.end(), {"$/hour", "$/M out tok"});
+  headers.push_back("out tok/s/GPU");
   for (const auto& [path, bound] : spec.slo) headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
   if (with_goodput) {
     headers.push_back(fmt::format("attainment (>= {:g}%)", 100 * spec.attainment));
@@ -684,13 +742,19 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
     if (r.status == "error") {
       // "cannot run" in the busiest-window column, or in the replicas' where it has none.
       cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
-      if (priced) cells.push_back("-");
+      if (priced) cells.insert(cells.end(), {"-", "-"});
+      cells.push_back("-");
       for (size_t i = 0; i < spec.slo.size() + (with_goodput ? 2 : 0); ++i) cells.push_back("-");
       if (!plan.closed_loop) cells.push_back("cannot run");
     } else {
       cells.push_back(r.meets_slo() ? replicas_text(r) : most);
       cells.push_back(r.meets_slo() ? std::to_string(r.total_gpus()) : "-");
-      if (priced) cells.push_back(r.priced() && r.meets_slo() ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
+      if (priced) {
+        const bool shown = r.priced() && r.meets_slo();
+        cells.push_back(shown ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
+        cells.push_back(shown && r.output_tokens_per_s > 0 ? fmt::format("{:.3f}", r.usd_per_million_output_tokens()) : "-");
+      }
+      cells.push_back(r.meets_slo() ? fmt::format("{:.0f}", r.tokens_per_s_per_gpu()) : "-");
       for (size_t i = 0; i < spec.slo.size(); ++i) {
         cells.push_back(fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
       }
@@ -730,12 +794,100 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
   const PlanRecommendation rec = recommend(plan);
   if (rec.row != nullptr) {
     fmt::print(out, "recommendation: {}: {}\n", recommendation_text(rec), rec.criterion);
+    if (plan.engines.size() > 1) {
+      std::vector<std::string> parts;
+      for (const EngineSensitivity& s : plan.engines) {
+        parts.push_back(fmt::format("{}{} {}", s.engine, s.plan_engine ? " (planned)" : "",
+                                    s.status == "ok" ? fmt::format("{} GPUs", s.gpus)
+                                    : s.status == "error" ? std::string("cannot run")
+                                                          : fmt::format("> {} replicas", spec.max_replicas)));
+      }
+      fmt::print(out, "on the engine's other profiles the same deployment needs: {}\n", fmt::join(parts, ", "));
+    }
   } else {
     fmt::print(out, "recommendation: none: no deployment up to --max-replicas meets {}\n", rec.condition);
   }
   for (const auto& [gpu, trust] : plan.trust.items()) fmt::print(out, "{}\n", trust_line(trust));
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
 }
+
+namespace {
+
+// pareto.csv: every probe of every candidate, its GPUs, $/hour (empty unpriced) and SLO figures,
+// and whether it is on the Pareto front: no other probe has a lower-or-equal cost (dollars when
+// every probe is priced, else GPUs) and lower-or-equal figures, one of them strictly lower.
+void write_pareto(const PlanResult& plan, const fs::path& file) {
+  struct Point {
+    const PlanRow* row;
+    const PlanProbe* probe;
+    double cost;
+  };
+  std::vector<Point> points;
+  bool all_priced = true;
+  for (const PlanRow& r : plan.rows) {
+    for (const PlanProbe& p : r.probes) {
+      points.push_back({&r, &p, 0});
+      all_priced = all_priced && r.priced();
+    }
+  }
+  for (Point& pt : points) {
+    pt.cost = all_priced ? pt.row->cost_at(pt.probe->replicas, pt.probe->decode_replicas)
+                         : pt.row->gpus_at(pt.probe->replicas, pt.probe->decode_replicas);
+  }
+  auto dominates = [](const Point& a, const Point& b) {
+    bool strict = a.cost < b.cost;
+    if (a.cost > b.cost) return false;
+    for (size_t i = 0; i < a.probe->values.size(); ++i) {
+      if (a.probe->values[i] > b.probe->values[i]) return false;
+      strict = strict || a.probe->values[i] < b.probe->values[i];
+    }
+    return strict;
+  };
+  std::vector<ordered_json> rows;
+  for (const Point& pt : points) {
+    const PlanRow& r = *pt.row;
+    const PlanProbe& p = *pt.probe;
+    ordered_json row;
+    row["deployment"] = r.name();
+    row["gpu"] = r.gpu;
+    row["tp"] = r.tp;
+    row["dp"] = r.dp;
+    row["ep"] = r.ep;
+    row["replicas"] = p.replicas;
+    row["decode_replicas"] = p.decode_replicas;
+    row["gpus"] = r.gpus_at(p.replicas, p.decode_replicas);
+    row["cost_per_hour"] = r.priced() ? ordered_json(r.cost_at(p.replicas, p.decode_replicas)) : ordered_json();
+    for (size_t i = 0; i < plan.spec.slo.size() && i < p.values.size(); ++i) row[plan.spec.slo[i].first] = p.values[i];
+    const int gpus = r.gpus_at(p.replicas, p.decode_replicas);
+    row["output_tokens_per_s_per_gpu"] = gpus > 0 ? p.output_tokens_per_s / gpus : 0;
+    row["meets_slo"] = p.meets;
+    row["pareto"] = std::none_of(points.begin(), points.end(), [&](const Point& o) { return dominates(o, pt); });
+    rows.push_back(std::move(row));
+  }
+  write_flat_csv(file, rows);
+}
+
+// report.md's trust section: each GPU profile's validation, and how the recommended answer moves
+// on the engine family's other profiles.
+void write_trust_section(std::ostream& out, const PlanResult& plan) {
+  out << "## How far to trust this answer\n\n";
+  for (const auto& [gpu, trust] : plan.trust.items()) fmt::print(out, "- {}\n", trust_line(trust));
+  if (plan.engines.size() > 1) {
+    out << "\nThe recommended deployment planned again on every profile of its engine (the same scheduler with "
+           "other CPU and residual costs, `batchsim list engines`), at the recommendation's criterion: the spread "
+           "is what the engine's costs alone may move the answer.\n\n| engine | replicas | GPUs | $/hour |\n|:--|--:|--:|--:|\n";
+    for (const EngineSensitivity& s : plan.engines) {
+      const bool ok = s.status == "ok";
+      fmt::print(out, "| `{}`{} | {} | {} | {} |\n", s.engine, s.plan_engine ? " (planned)" : "",
+                 ok ? (s.decode_replicas > 0 ? fmt::format("{}P+{}D", s.replicas, s.decode_replicas) : std::to_string(s.replicas))
+                    : s.status == "error" ? std::string("cannot run") : fmt::format("> {}", plan.spec.max_replicas),
+                 ok ? std::to_string(s.gpus) : "-", ok && s.cost_per_hour > 0 ? fmt::format("{:.2f}", s.cost_per_hour) : "-");
+    }
+  }
+  out << "\n";
+}
+
+}  // namespace
 
 void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::ostream& progress) {
   std::error_code ec;
@@ -771,6 +923,10 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     // Unknown prices are empty (null), not $0: a free GPU is not what the plan knows.
     row["price_per_hour"] = r.price_per_hour > 0 ? ordered_json(r.price_per_hour) : ordered_json();
     row["cost_per_hour"] = r.priced() ? ordered_json(r.cost_per_hour()) : ordered_json();
+    row["output_tokens_per_s"] = r.output_tokens_per_s;
+    row["output_tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu();
+    row["usd_per_million_output_tokens"] =
+        r.priced() && r.output_tokens_per_s > 0 ? ordered_json(r.usd_per_million_output_tokens()) : ordered_json();
     ordered_json slo = ordered_json::object();
     for (size_t i = 0; i < spec.slo.size() && i < r.values.size(); ++i) {
       slo[spec.slo[i].first] = {{"value", r.values[i]},
@@ -800,6 +956,8 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     for (const PlanProbe& p : r.probes) {
       ordered_json probe = {{"replicas", p.replicas}};
       if (r.disaggregated) probe["decode_replicas"] = p.decode_replicas;
+      probe["gpus"] = r.gpus_at(p.replicas, p.decode_replicas);
+      probe["output_tokens_per_s"] = p.output_tokens_per_s;
       probe["meets"] = p.meets;
       probe["values"] = p.values;
       if (with_goodput) probe["attainment"] = p.attainment;
@@ -866,10 +1024,28 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     recommendation["gpus"] = rec.gpus;
     recommendation["cost_per_hour"] = rec.cost_per_hour > 0 ? ordered_json(rec.cost_per_hour) : ordered_json();
     recommendation["text"] = recommendation_text(rec);
+    const PlanRow& r = *rec.row;
+    const auto probe = std::find_if(r.probes.begin(), r.probes.end(), [&](const PlanProbe& p) {
+      return p.replicas == rec.replicas && p.decode_replicas == rec.decode_replicas;
+    });
+    // Served throughput at the recommended count (the answer's when that count was not probed:
+    // more replicas serve the same replayed workload).
+    const double tps = probe != r.probes.end() ? probe->output_tokens_per_s : r.output_tokens_per_s;
+    recommendation["output_tokens_per_s_per_gpu"] = rec.gpus > 0 ? tps / rec.gpus : 0;
+    recommendation["usd_per_million_output_tokens"] =
+        rec.cost_per_hour > 0 && tps > 0 ? ordered_json(rec.cost_per_hour / (tps * 3600) * 1e6) : ordered_json();
   } else {
     recommendation["text"] = nullptr;
   }
   j["recommendation"] = recommendation;
+  ordered_json engines = ordered_json::array();
+  for (const EngineSensitivity& s : plan.engines) {
+    engines.push_back({{"engine", s.engine}, {"planned", s.plan_engine}, {"status", s.status},
+                       {"replicas", s.replicas}, {"decode_replicas", s.decode_replicas}, {"gpus", s.gpus},
+                       {"cost_per_hour", s.cost_per_hour > 0 ? ordered_json(s.cost_per_hour) : ordered_json()}});
+  }
+  j["engine_sensitivity"] = engines;
+  write_pareto(plan, dir / "pareto.csv");
   j["warnings"] = plan.warnings;
   {
     auto out = open_for_write(dir / "plan.json");
@@ -918,12 +1094,15 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                100 * spec.attainment, spec.goodput_speedup_low, spec.goodput_speedup_high);
   }
   if (note.empty() && fs::exists(dir / "figures" / "plan_slo.png")) {
-    out << "## SLO figures vs replicas\n\n![SLO figures vs replicas](figures/plan_slo.png)\n\n"
-           "Every probed count of every candidate; the dashed lines are the SLO bounds.\n\n";
+    out << "## SLO figures vs GPUs\n\n![SLO figures vs GPUs](figures/plan_slo.png)\n\n"
+           "Every probe of every candidate against the GPUs it takes (colocated: lines; prefill/decode splits: "
+           "points); the dashed lines are the SLO bounds, the answers ringed.\n\n";
   } else if (!note.empty()) {
     fmt::print(out, "{}\n\n", note);
   }
-  out << "Files: `plan.csv` (one row per GPU and TP), `plan.json` (the same with every probe).\n";
+  write_trust_section(out, plan);
+  out << "Files: `plan.csv` (one row per GPU and TP), `plan.json` (the same with every probe), `pareto.csv` "
+         "(every probe's GPUs, cost and SLO figures; `pareto` marks those no other probe beats on all of them).\n";
 }
 
 }  // namespace batchsim

@@ -88,6 +88,7 @@ struct PlanProbe {
   bool meets = false;
   std::vector<double> values;      // the SLO figures, in PlanSpec::slo order
   double attainment = 0;           // the fraction of good requests (with goodput thresholds)
+  double output_tokens_per_s = 0;  // what the deployment served (summary.json's throughput)
   double wall_s = 0;
 };
 
@@ -115,7 +116,9 @@ struct PlanRow {
   int replicas = 0;                // the fewest meeting the SLO (0 unless ok); disaggregated: P of P:D
   std::vector<double> values;      // the SLO figures at `replicas` (status none: at max_replicas)
   double attainment = 0;           // the fraction of good requests there (with goodput thresholds)
+  double output_tokens_per_s = 0;  // served there
   double price_per_hour = 0;       // per GPU; 0: unknown
+  std::string engine;              // the engine profile its runs use; empty: the base's (policy's)
   // Disaggregated: the decode pool (GPU, TP, price per GPU) and D of the P:D split.
   std::string decode_gpu;
   int decode_tp = 0;
@@ -145,6 +148,23 @@ struct PlanRow {
   bool priced() const { return price_per_hour > 0 && (!disaggregated || decode_price_per_hour > 0); }
   // "h100-sxm tp 1" or "h100-sxm tp 1 + a100-80gb tp 2" (prefill + decode): warnings and progress.
   std::string name() const;
+  // Output tokens/s per GPU at the answer, and $ per million output tokens (0: not priced).
+  double tokens_per_s_per_gpu() const { return total_gpus() > 0 ? output_tokens_per_s / total_gpus() : 0; }
+  double usd_per_million_output_tokens() const {
+    return priced() && output_tokens_per_s > 0 ? cost_per_hour() / (output_tokens_per_s * 3600) * 1e6 : 0;
+  }
+};
+
+// How the recommended deployment's answer moves with the engine profile: the recommended
+// candidate planned again on each built-in profile of the plan's engine family (the same engine
+// with other fitted or cited costs: vllm, vllm-async, vllm-h100-fitted), at the recommendation's
+// criterion. A planner reads the spread as the error the engine's CPU costs alone may carry.
+struct EngineSensitivity {
+  std::string engine;
+  bool plan_engine = false;        // the engine the plan itself ran on
+  std::string status;              // as PlanRow::status; "none" when no count sustains the criterion
+  int replicas = 0, decode_replicas = 0, gpus = 0;
+  double cost_per_hour = 0;        // 0: not priced
 };
 
 // The cheapest P:D split that meets, found by replay (find_cheapest_split).
@@ -180,6 +200,9 @@ struct PlanResult {
   // How far to trust each GPU profile the plan ran on (summary.json's `trust`, by profile name as
   // the plan was given it), in the order the plan names them: printed and written as they are.
   nlohmann::ordered_json trust = nlohmann::ordered_json::object();
+  // The recommended candidate on every engine profile of the plan engine's family (empty when no
+  // row is recommended).
+  std::vector<EngineSensitivity> engines;
 };
 
 // The one deployment a plan recommends under spec.recommend: the cheapest (by $/hour when every
@@ -195,6 +218,9 @@ struct PlanRecommendation {
   std::string criterion;                  // how it was chosen, the condition included
 };
 PlanRecommendation recommend(const PlanResult& plan);
+// The replicas (P, D) at which a row meets the recommendation's condition (busiest_window: the
+// count that sustains the busiest window when its own does not); nullopt when it meets none.
+std::optional<std::pair<int, int>> criterion_count(const PlanRow& row, bool busiest_window);
 
 // Runs the plan; progress lines go to `progress`. Throws UserError for bad input.
 PlanResult run_plan(const PlanSpec& spec, std::ostream& progress);

@@ -11,9 +11,11 @@
 // refused by name.
 #include "experiments/study/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -403,6 +405,92 @@ TEST(Plan, PrintsAndWritesItsRecommendation) {
   EXPECT_THAT(testing::read_text_file(dir / "plan" / "report.md"), HasSubstr("recommendation: "));
   EXPECT_THAT(cli_error_of({"plan", "--gpu", "a100-80gb", "--slo", "ttft_p99=2s", "--recommend", "cheap"}),
               HasSubstr("--recommend cheap"));
+}
+
+// Issue 45, item 5: tokens/s/GPU and $ per million output tokens by hand from the answer's run,
+// pareto.csv's front by brute force over its own rows, the answer on the engine family's other
+// profiles equal to a plan run on each, and the figure's x axis in GPUs.
+TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
+  const fs::path dir = testing::scratch_dir("plan_pareto");
+  const std::string trace = flat_trace(dir).string();
+  auto plan_args = [&](const std::string& engine, const fs::path& out) {
+    std::vector<std::string> a = {"plan", "--gpu", "a100-80gb,h100-sxm", "--tp", "1,2", "--trace", trace, "--policy",
+                                  "vllm", "--slo", "ttft_p99=2s,tbt_p99=0.1s", "--max-replicas", "8", "--price",
+                                  "a100-80gb=1.5", "--price", "h100-sxm=3", "--out", out.string(), "--no-plots"};
+    if (!engine.empty()) a.insert(a.end(), {"--engine", engine});
+    return a;
+  };
+  std::string text;
+  ASSERT_EQ(run_cli(plan_args("", dir / "p"), &text), 0) << text;
+  EXPECT_THAT(text, HasSubstr("$/M out tok"));
+  EXPECT_THAT(text, HasSubstr("out tok/s/GPU"));
+  const auto j = nlohmann::json::parse(testing::read_text_file(dir / "p" / "plan.json"));
+  for (const auto& row : j["rows"]) {
+    if (!row["meets_slo"].get<bool>()) continue;
+    // The answer's own run, by hand.
+    RunConfig c = default_run_config();
+    apply_run_args({"--trace", trace, "--policy", "vllm", "--gpu", row["gpu"].get<std::string>(), "--tp",
+                    std::to_string(row["tp"].get<int>()), "--replicas", std::to_string(row["replicas"].get<int>())},
+                   c);
+    const double tps = run_simulation(c).result.summary.output_tokens_per_s;
+    const double gpus = row["total_gpus"].get<double>();
+    EXPECT_DOUBLE_EQ(row["output_tokens_per_s_per_gpu"].get<double>(), tps / gpus);
+    EXPECT_NEAR(row["usd_per_million_output_tokens"].get<double>(), row["cost_per_hour"].get<double>() / (tps * 3600) * 1e6,
+                1e-12);
+  }
+  EXPECT_GT(j["recommendation"]["output_tokens_per_s_per_gpu"].get<double>(), 0);
+  EXPECT_GT(j["recommendation"]["usd_per_million_output_tokens"].get<double>(), 0);
+
+  // pareto.csv: every probe; `pareto` exactly where no other row is as cheap and as fast, one strictly.
+  std::ifstream csv(dir / "p" / "pareto.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_THAT(line, HasSubstr("cost_per_hour,latency.ttft_s.p99,latency.tbt_s.p99,"));
+  struct P { double cost, ttft, tbt; bool pareto; };
+  std::vector<P> points;
+  size_t probes = 0;
+  for (const auto& row : j["rows"]) probes += row["probes"].size();
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+    ASSERT_EQ(f.size(), 14u) << line;
+    points.push_back({std::stod(f[8]), std::stod(f[9]), std::stod(f[10]), f[13] == "true"});
+  }
+  ASSERT_EQ(points.size(), probes);
+  size_t front = 0;
+  for (const P& a : points) {
+    const bool dominated = std::any_of(points.begin(), points.end(), [&](const P& b) {
+      return b.cost <= a.cost && b.ttft <= a.ttft && b.tbt <= a.tbt && (b.cost < a.cost || b.ttft < a.ttft || b.tbt < a.tbt);
+    });
+    EXPECT_EQ(a.pareto, !dominated);
+    front += a.pareto;
+  }
+  EXPECT_GE(front, 1u);
+
+  // The recommended candidate on each profile of its engine family: what `plan --engine E` finds for it.
+  const auto& sens = j["engine_sensitivity"];
+  ASSERT_GE(sens.size(), 2u);
+  EXPECT_TRUE(sens[0]["planned"].get<bool>());
+  EXPECT_THAT(text, HasSubstr("on the engine's other profiles the same deployment needs:"));
+  std::set<std::string> family;
+  for (const auto& s : sens) family.insert(s["engine"].get<std::string>());
+  EXPECT_EQ(family, (std::set<std::string>{"vllm", "vllm-async", "vllm-h100-fitted"}));
+  for (const auto& s : sens) {
+    if (s["planned"].get<bool>()) continue;
+    const std::string engine = s["engine"].get<std::string>();
+    const fs::path out = dir / ("e-" + engine);
+    ASSERT_EQ(run_cli(plan_args(engine, out), &text), 0) << text;
+    const auto alone = nlohmann::json::parse(testing::read_text_file(out / "plan.json"));
+    for (const auto& row : alone["rows"]) {
+      if (row["gpu"] == j["recommendation"]["gpu"] && row["tp"] == j["recommendation"]["tp"]) {
+        const int need = row["busy_window_sustained"].get<bool>() ? row["replicas"].get<int>()
+                                                                   : row["busy_window_replicas"].get<int>();
+        EXPECT_EQ(s["replicas"].get<int>(), need) << engine;
+      }
+    }
+  }
+  EXPECT_THAT(testing::read_text_file(dir / "p" / "report.md"), HasSubstr("## How far to trust this answer"));
 }
 
 TEST(Plan, FewestSearchDoublesThenBisects) {
