@@ -99,6 +99,17 @@ std::vector<HardwareProfile> make_builtin_gpus() {
       // tensor, 696 GB/s GDDR6, 48 GB; a two-GPU NVLink bridge at 112.5 GB/s per direction,
       // PCIe Gen4 x16. Ampere: no FP8.
       datasheet("a40", 149.7, 0, 696, 46068, 112.5, 15, 32, 84),
+      // NVIDIA GeForce RTX 4090 (Ada AD102; NVIDIA Ada GPU architecture whitepaper v2.1,
+      // appendix table 2): 165.2 TFLOP/s dense FP16/BF16 tensor with FP32 accumulate (vLLM's),
+      // 330.3 dense FP8 with FP32 accumulate, 1,008 GB/s GDDR6X, 128 SMs. Memory: 24,080 MiB,
+      // what CUDA reports (device_total_memory_bytes 25,250,627,584 in LLMServingSim's vLLM run,
+      // measured/llmservingsim). No NVLink: collectives over PCIe Gen4 x16, 32 GB/s per direction.
+      datasheet("rtx-4090", 165.2, 330.3, 1008, 24080, 32, 25, 32, 128),
+      // NVIDIA RTX PRO 6000 Blackwell (GB202; NVIDIA RTX Blackwell GPU architecture whitepaper,
+      // RTX PRO 6000 Blackwell Workstation/Server Edition): 503.8 TFLOP/s dense FP16/BF16 tensor
+      // with FP32 accumulate, 1,007.6 dense FP8, 2,015 dense FP4; 96 GB GDDR7 at 1,792 GB/s; 188
+      // SMs. No NVLink: PCIe Gen5 x16, 64 GB/s per direction.
+      datasheet("rtx-pro-6000", 503.8, 1007.6, 1792, 98304, 64, 25, 64, 188, 2015.2),
   };
 }
 

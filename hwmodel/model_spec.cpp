@@ -780,6 +780,11 @@ ModelSpec resolve_model(std::string_view name_or_path) {
   for (const auto& m : builtin_models()) {
     if (m.name == name_or_path || (!m.hf_id.empty() && m.hf_id == name_or_path)) return m;
   }
+  // A base checkpoint and its instruction tune share the architecture (their config.json differ
+  // in nothing the cost model reads: meta-llama/Llama-3.1-8B and -Instruct).
+  for (const auto& m : builtin_models()) {
+    if (!m.hf_id.empty() && m.hf_id == std::string(name_or_path) + "-Instruct") return m;
+  }
   const std::filesystem::path path(name_or_path);
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return load_hf_config(path);

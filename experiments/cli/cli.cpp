@@ -158,6 +158,8 @@ po::options_description run_options() {
        "--max-concurrency, how long a client waits before sending each request, after the response that "
        "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
        "stream of its own")
+      ("max-model-len", po::value<int64_t>(), "the longest context a request may fill, prompt + output (vLLM "
+       "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
        "reserving ones (default 0: from memory)")
@@ -283,6 +285,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("resample")) c.workload.resample = vm["resample"].as<std::string>();
   if (vm.count("seeds")) c.seeds = vm["seeds"].as<int64_t>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
+  if (vm.count("max-model-len")) c.max_model_len = vm["max-model-len"].as<int64_t>();
   if (vm.count("out")) c.out = vm["out"].as<std::string>();
   if (vm["streaming"].as<bool>() && vm["no-streaming"].as<bool>()) {
     throw UserError("--streaming, --no-streaming: give one or the other");

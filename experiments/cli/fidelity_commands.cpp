@@ -13,6 +13,7 @@
 #include "experiments/fidelity/calibrate.h"
 #include "experiments/fidelity/engine_fit.h"
 #include "experiments/fidelity/validate.h"
+#include "experiments/fidelity/run_replay.h"
 #include "experiments/fidelity/validate_serving.h"
 #include "hwmodel/base/error.h"
 
@@ -141,9 +142,13 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
 
 int validate_serving_command(const std::vector<std::string>& args, std::ostream& out) {
   ServingOptions o;
+  RunReplayOptions replay;
   po::options_description d("batchsim validate-serving options");
   d.add_options()
       ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
+      ("run", po::value(&replay.run_dir), "instead: one recorded run to replay request by request, a folder in "
+       "LLMServingSim's bench layout (requests.jsonl, meta.json, the model's config.json beside it; "
+       "experiments/fidelity/run_replay.h)")
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
       ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
        "vllm (vllm-v1-2025 before vLLM 0.19; async_scheduling=true from 0.14), sglang or trtllm)")
@@ -173,11 +178,21 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("help,h", "show this help");
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
   if (vm.count("help")) {
-    out << "usage: batchsim validate-serving --measurements FILE.csv --gpu PROFILE [options]\n\n"
+    out << "usage: batchsim validate-serving --measurements FILE.csv --gpu PROFILE [options]\n"
+           "       batchsim validate-serving --run DIR --gpu PROFILE [--engine E] [--policy P] [--out FILE.json]\n\n"
            "Replays every row of a measured serving benchmark with closed-loop clients and compares\n"
            "the predicted mean TTFT and TPOT with the measured ones.\n\n"
         << d << '\n';
     return 0;
+  }
+  if (vm.count("run")) {
+    if (vm.count("measurements")) throw UserError("--run, --measurements: give one or the other");
+    replay.gpu = o.gpu;
+    replay.policy = o.policy;
+    replay.out = o.out;
+    if (o.engine_args.size() > 1) throw UserError("--engine: give one engine with --run");
+    if (!o.engine_args.empty()) replay.engine = o.engine_args.front();
+    return run_replay_command(replay, out);
   }
   return run_validate_serving(o, out);
 }

@@ -7,6 +7,7 @@
 #include "experiments/fidelity/validate.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/fit/kernel_tables.h"
+#include "hwmodel/fit/llmservingsim_profile.h"
 #include "hwmodel/fit/measurements.h"
 #include "hwmodel/fit/mla_tables.h"
 #include "hwmodel/fit/transfer_profile.h"
@@ -50,8 +51,27 @@ int run_calibrate_fit(const CalibrateFitOptions& options, std::ostream& out) {
     o.profile_name = o.profile_out.stem().string();
     return run_validate_kernel_tables(o, out);
   }
-  const Measurements measurements = read_measurements(dir, o.device);
+  // LLMServingSim's per-layer profile of a GPU (profiler/perf/<GPU>/...), or Vidur's schema.
+  const bool per_layer_profile = is_llmservingsim_profile(dir);
+  const Measurements measurements =
+      per_layer_profile ? read_llmservingsim_profile(dir, o.device) : read_measurements(dir, o.device);
   if (o.fit_on.empty()) o.fit_on = first_measured_model(measurements);
+  if (per_layer_profile) {
+    // One model's profile has no other model to score on: the profile is fitted on every row, and
+    // its validation block is the held-out check of the same fit on every other shape (as for
+    // kernel tables).
+    const ValidationRun held_out = fit_and_validate(holdout_by_shape(measurements), o);
+    ValidationRun run = fit_and_validate(measurements, o);
+    run.profile.validation = held_out.profile.validation;
+    run.profile.validation.scored_on = fmt::format(
+        "fitted on every other shape of {}'s per-layer profile, scored on the rest (dense ops by token count, "
+        "attention by shape); the profile itself is fitted on every row",
+        run.report.fit_on);
+    run.report = held_out.report;
+    print_validation_table(run.report, out);
+    write_validation_outputs(run, o, out);
+    return 0;
+  }
   // The profile records its error per operator in its validation block (fit_and_validate):
   // over the other models measured, or over the fit model's rows when there are none.
   const ValidationRun run = fit_and_validate(measurements, o);

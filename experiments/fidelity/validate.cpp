@@ -17,6 +17,7 @@
 #include "hwmodel/fit/kernel_validation.h"
 #include "hwmodel/fit/measurements.h"
 #include "hwmodel/fit/mla_tables.h"
+#include "hwmodel/fit/llmservingsim_profile.h"
 #include "hwmodel/fit/validation.h"
 #include "hwmodel/hardware_profile.h"
 
@@ -162,7 +163,9 @@ int run_validate(const ValidateOptions& options, std::ostream& out) {
   if (options.fit_on.empty() && options.gpu.empty()) {
     throw UserError("validate: give --fit-on MODEL (fit a profile) or --gpu PROFILE (check one)");
   }
-  const Measurements measurements = read_measurements(options.measurements_dir, options.device);
+  const Measurements measurements = is_llmservingsim_profile(options.measurements_dir)
+                                        ? read_llmservingsim_profile(options.measurements_dir, options.device)
+                                        : read_measurements(options.measurements_dir, options.device);
   const ValidationRun run = fit_and_validate(measurements, options);
   print_validation_table(run.report, out);
   write_validation_outputs(run, options, out);

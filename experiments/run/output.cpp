@@ -132,6 +132,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["think_time"] = c.workload.think_time;
   if (!c.workload.resample.empty()) j["resample"] = c.workload.resample;  // only when set: older files stay as they were
   j["num_gpu_blocks"] = c.num_gpu_blocks;
+  if (c.max_model_len > 0) j["max_model_len"] = c.max_model_len;  // only when set: older files stay as they were
   // Written only for disaggregated runs, so that a colocated run's config reads as it always did.
   if (is_disaggregated(c)) {
     j["prefill_replicas"] = c.prefill_replicas;

@@ -237,6 +237,7 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     else if (key == "resample") c.workload.resample = scalar<std::string>(v, file, shown);
     else if (key == "seeds") c.seeds = scalar<int64_t>(v, file, shown);
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+    else if (key == "max-model-len") c.max_model_len = scalar<int64_t>(v, file, shown);
     else if (key == "out") c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") {
       // A YAML boolean (true, yes, on, ...) or `ids`.
@@ -296,8 +297,18 @@ MoeRouting run_moe_routing(const RunConfig& c) {
 }
 
 ModelSpec resolve_run_model(const RunConfig& c) {
-  return with_dtypes(resolve_model(c.model), parse_weight_dtype(c.weight_dtype, "--weight-dtype"),
-                     parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
+  ModelSpec m = with_dtypes(resolve_model(c.model), parse_weight_dtype(c.weight_dtype, "--weight-dtype"),
+                            parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype"));
+  if (c.max_model_len > 0) {
+    // As vLLM refuses a --max-model-len beyond the model's max_position_embeddings (without
+    // VLLM_ALLOW_LONG_MAX_MODEL_LEN), so does this.
+    if (m.max_context_tokens > 0 && c.max_model_len > m.max_context_tokens) {
+      throw UserError(fmt::format("--max-model-len {}: more than model '{}' allows (max_position_embeddings {})",
+                                  c.max_model_len, m.name, m.max_context_tokens));
+    }
+    m.max_context_tokens = static_cast<int>(c.max_model_len);
+  }
+  return m;
 }
 
 // 2^24 blocks are 268M tokens at block_size 16, far beyond any GPU's KV cache, and with prefix
@@ -385,6 +396,9 @@ void validate(const RunConfig& c) {
   if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
+  }
+  if (c.max_model_len < 0 || c.max_model_len > (int64_t{1} << 30)) {
+    throw UserError(fmt::format("--max-model-len {}: must be in [0, 2^30] (0: the model's max_position_embeddings)", c.max_model_len));
   }
   constexpr int64_t kMaxSeeds = 10'000;
   if (c.seeds < 1 || c.seeds > kMaxSeeds) {

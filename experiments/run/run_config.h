@@ -93,6 +93,9 @@ struct RunConfig {
   // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
   // 0: from GPU memory.
   int64_t num_gpu_blocks = 0;
+  // vLLM's --max-model-len: the context a request may fill (prompt + output), at most the
+  // model's max_position_embeddings; 0: that.
+  int64_t max_model_len = 0;
   // --seeds N (`run`, and `compare` without a file's seeds): N runs, seeds workload.seed ..
   // workload.seed + N - 1, reported with confidence intervals (experiments/run/confidence.h).
   // On a trace replayed as recorded, N > 1 resamples it (workload.resample = block-bootstrap).

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -419,6 +420,17 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
 }
 
 std::string datasheet_gpu_for_device(std::string_view device) {
+  // LLMServingSim's profiler names a GPU's folder in capitals without separators (profiler/perf/
+  // RTX4090, RTXPRO6000, H100, A100, L40S): the same GPUs by their letters and digits.
+  std::string compact;
+  for (char c : device) {
+    if (std::isalnum(static_cast<unsigned char>(c))) compact += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  for (const auto& [folder, gpu] : {std::pair{"rtx4090", "rtx-4090"}, {"rtxpro6000", "rtx-pro-6000"}, {"l40s", "l40s"},
+                                    {"h100", "h100-sxm"}, {"h200", "h200"}, {"b200", "b200"}, {"a100", "a100-80gb"},
+                                    {"a40", "a40"}}) {
+    if (compact == folder) return gpu;
+  }
   if (device == "a100") return "a100-80gb";  // Vidur profiled 80 GB A100s (data/README.md)
   if (device == "h100") return "h100-sxm";
   // The H800 is the H100 SXM's export variant: the same SMs, tensor cores and HBM3, a lower

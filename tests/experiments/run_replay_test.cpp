@@ -1,0 +1,198 @@
+// `batchsim validate-serving --run DIR` (issue 44, item 2): the reader on the shipped LLMServingSim
+// run (RTX 4090, vLLM 0.19), a replay of a run whose answer is known (batchsim's own run written
+// out in the bench layout replays to itself, request for request), what an older meta.json leaves
+// out being derived and said, bad input refused by file, line and field, Spearman by hand, and
+// --max-model-len.
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "experiments/fidelity/run_replay.h"
+#include "experiments/run/runner.h"
+#include "hwmodel/base/error.h"
+#include "sim/workload/workload.h"
+#include "test_support.h"
+
+namespace batchsim {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::cli;
+using testing::user_error_of;
+
+fs::path shipped_run() { return testing::measured_dir() / "llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm"; }
+
+TEST(RunReplay, ReadsTheShippedRtx4090Run) {
+  const RecordedRun run = read_recorded_run(shipped_run());
+  ASSERT_EQ(run.requests.size(), 300u);
+  EXPECT_EQ(run.requests.front().id, "bench-0");
+  EXPECT_EQ(run.requests.front().input_tokens, 2358);
+  EXPECT_EQ(run.requests.front().output_tokens, 531);
+  EXPECT_NEAR(run.requests.front().ttft_s(), 27537.350135653 - 27536.660701067, 1e-9);
+  EXPECT_EQ(run.model_id, "meta-llama/Llama-3.1-8B");
+  EXPECT_EQ(run.vllm_version, "0.19.0");
+  EXPECT_EQ(run.device, "NVIDIA GeForce RTX 4090");
+  EXPECT_EQ(run.max_num_seqs, 256);
+  EXPECT_EQ(run.max_num_batched_tokens, 2048);
+  EXPECT_EQ(run.max_model_len, 32768);
+  EXPECT_EQ(run.num_gpu_blocks, 2588);
+  EXPECT_EQ(run.block_size, 16);
+  EXPECT_TRUE(run.prefix_caching);
+  EXPECT_TRUE(run.derived.empty());
+  EXPECT_TRUE(run.model_config.empty()) << "the config.json beside it is LLMServingSim's cluster file, not the model's";
+  ASSERT_EQ(run.timeseries.size(), 184u);
+  EXPECT_EQ(run.timeseries[1].running, 16);
+  EXPECT_DOUBLE_EQ(run.timeseries[1].kv_percent, 39.7);
+  const RunConfig c = replay_config(run, "rtx-4090", "", "");
+  EXPECT_EQ(c.policy, "vllm");
+  EXPECT_EQ(c.policy_opts.at("max_num_seqs"), "256");
+  EXPECT_EQ(c.policy_opts.at("max_num_batched_tokens"), "2048");
+  EXPECT_EQ(c.num_gpu_blocks, 2588);
+  EXPECT_EQ(c.max_model_len, 32768);
+  EXPECT_EQ(resolve_run_model(c).name, "llama-3.1-8b");
+}
+
+// Writes `outcome` in LLMServingSim's bench layout, as vLLM's timestamps would record it.
+void write_run(const RunOutcome& outcome, const fs::path& dir, const std::string& meta) {
+  fs::create_directories(dir);
+  std::ofstream req(dir / "requests.jsonl");
+  const double t0 = 1000;
+  for (const RequestRecord& r : outcome.result.requests) {
+    req << fmt::format("{{\"request_id\": \"r{}\", \"input_toks\": {}, \"output_toks\": {}, \"queued_ts\": {:.9f}, "
+                       "\"scheduled_ts\": {:.9f}, \"first_token_ts\": {:.9f}, \"last_token_ts\": {:.9f}}}\n",
+                       r.id, r.prompt_tokens, r.output_tokens, t0 + r.arrival.seconds(), t0 + r.first_scheduled.seconds(),
+                       t0 + r.first_token.seconds(), t0 + r.finished.seconds());
+  }
+  std::ofstream(dir / "meta.json") << meta;
+}
+
+// Issue 44, item 3: the shipped RTX 4090 run replayed on the profile fitted only on that GPU's
+// per-layer profile (rtx-4090-fitted). Figures pinned as measured (docs/validation.md); the
+// issue's targets that hold are asserted as targets, TPOT (5.6% against <= 5%) is pinned.
+TEST(RunReplay, ShippedRtx4090RunOnItsOwnFittedProfile) {
+  const fs::path out = testing::scratch_dir("rtx4090") / "replay.json";
+  const auto r = cli({"validate-serving", "--run", shipped_run().string(), "--gpu", "rtx-4090-fitted", "--out", out.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(testing::read_text_file(out));
+  EXPECT_LE(j["ttft"]["mape"].get<double>(), 15);
+  EXPECT_LE(j["e2e"]["mape"].get<double>(), 8);
+  EXPECT_LE(std::abs(j["output_throughput"]["error_percent"].get<double>()), 3);
+  EXPECT_GE(j["e2e"]["spearman"].get<double>(), 0.9);
+  EXPECT_NEAR(j["ttft"]["mape"].get<double>(), 4.3, 0.1);
+  EXPECT_NEAR(j["tpot"]["mape"].get<double>(), 5.6, 0.1);
+  EXPECT_NEAR(j["e2e"]["mape"].get<double>(), 1.9, 0.1);
+  EXPECT_NEAR(j["output_throughput"]["error_percent"].get<double>(), -2.0, 0.1);
+  EXPECT_EQ(j["requests_completed"], 300);
+  EXPECT_EQ(j["timeseries"].size(), 184u);
+  EXPECT_TRUE(j["timeseries"][10].contains("predicted"));
+}
+
+TEST(RunReplay, ARunOfKnownAnswerReplaysToItself) {
+  // batchsim's own run of Llama-3.1-8B on an H100 with vLLM's arguments: replayed with the same
+  // GPU, its every request must come out as recorded (to the nanosecond rounding of the file).
+  RunConfig c = default_run_config();
+  apply_run_args({"--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--policy", "vllm", "--engine", "vllm-async",
+                  "--arrival", "poisson:12", "--num-requests", "150", "--prompt-len", "uniform:50:3000",
+                  "--output-len", "uniform:2:400", "--num-gpu-blocks", "3000", "--max-model-len", "8192",
+                  "--policy-opt", "max_num_seqs=64", "--policy-opt", "max_num_batched_tokens=1024"},
+                 c);
+  const RunOutcome truth = run_simulation(c);
+  const fs::path dir = testing::scratch_dir("known") / "vllm";
+  write_run(truth, dir, R"({"vllm_version": "0.19.0", "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B-Instruct",
+    "tensor_parallel_size": 1, "max_num_seqs": 64, "max_num_batched_tokens": 1024, "max_model_len": 8192},
+    "kv_cache": {"num_gpu_blocks": 3000, "block_size": 16, "enable_prefix_caching": true}})");
+  const fs::path out = dir.parent_path() / "report.json";
+  const auto r = cli({"validate-serving", "--run", dir.string(), "--gpu", "h100-sxm", "--out", out.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto report = nlohmann::json::parse(testing::read_text_file(out));
+  for (const char* figure : {"ttft", "tpot", "e2e"}) {
+    EXPECT_LT(report[figure]["mape"].get<double>(), 1e-4) << figure;
+    EXPECT_NEAR(report[figure]["spearman"].get<double>(), 1.0, 1e-9) << figure;
+  }
+  EXPECT_NEAR(report["output_throughput"]["error_percent"].get<double>(), 0, 0.01);
+  EXPECT_EQ(report["requests"].size(), 150u);
+  EXPECT_THAT(r.out, HasSubstr("ttft"));
+  EXPECT_THAT(r.out, HasSubstr("largest errors:"));
+  // A different GPU moves it, and the report says by how much.
+  const auto slower = cli({"validate-serving", "--run", dir.string(), "--gpu", "a100-80gb", "--out", out.string()});
+  ASSERT_EQ(slower.rc, 0) << slower.err;
+  EXPECT_GT(nlohmann::json::parse(testing::read_text_file(out))["tpot"]["mean_error"].get<double>(), 10);
+}
+
+TEST(RunReplay, WhatAnOlderMetaLeavesOutIsDerivedAndSaid) {
+  const fs::path dir = testing::scratch_dir("old") / "vllm";
+  fs::create_directories(dir);
+  std::ofstream(dir / "requests.jsonl")
+      << R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "scheduled_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})"
+      << "\n";
+  std::ofstream(dir / "meta.json") << R"({"engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_model_len": null}})";
+  const RecordedRun run = read_recorded_run(dir);
+  ASSERT_EQ(run.derived.size(), 5u);
+  EXPECT_THAT(run.derived[0], HasSubstr("sized from GPU memory at gpu_memory_utilization 0.9"));
+  EXPECT_THAT(run.derived[1], HasSubstr("max_position_embeddings"));
+  const RunConfig c = replay_config(run, "h100-sxm", "", "");
+  EXPECT_EQ(c.num_gpu_blocks, 0);
+  EXPECT_EQ(c.max_model_len, 0);
+  const auto r = cli({"validate-serving", "--run", dir.string(), "--gpu", "h100-sxm"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("derived: KV cache: no kv_cache block"));
+}
+
+TEST(RunReplay, BadInputIsRefusedByFileLineAndField) {
+  const fs::path root = testing::scratch_dir("bad");
+  int n = 0;
+  auto folder = [&](const std::string& requests, const std::string& meta) {
+    const fs::path dir = root / fmt::format("r{}", n++) / "vllm";
+    fs::create_directories(dir);
+    std::ofstream(dir / "requests.jsonl") << requests;
+    std::ofstream(dir / "meta.json") << meta;
+    return dir;
+  };
+  const std::string good = R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
+  const std::string meta = R"({"engine_kwargs": {"model": "meta-llama/Llama-3.1-8B"}})";
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good + "\n{\"request_id\": \"b\", \"input", meta)); }),
+              HasSubstr("requests.jsonl:2: not a JSON object (a truncated line?)"));
+  EXPECT_THAT(user_error_of([&] {
+                read_recorded_run(folder(R"({"input_toks": 1, "output_toks": 5, "queued_ts": 2.0, "first_token_ts": 1.1, "last_token_ts": 1.3})", meta));
+              }),
+              HasSubstr("requests.jsonl:1: request line-1 ends before it starts"));
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(R"({"input_toks": 1, "queued_ts": 1})", meta)); }),
+              HasSubstr("requests.jsonl:1: field 'output_toks' is missing or not a number"));
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good, R"({"model": "x"})")); }),
+              HasSubstr("meta.json: no engine_kwargs object"));
+  const fs::path bad_config = folder(good, R"({"engine_kwargs": {}})");
+  std::ofstream(bad_config / "config.json") << "{ not json";
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(bad_config); }), HasSubstr("config.json: not valid JSON"));
+  EXPECT_THAT(testing::cli_error_of({"validate-serving", "--run", (root / "none").string(), "--gpu", "h100-sxm"}),
+              HasSubstr("not a folder"));
+  EXPECT_THAT(testing::cli_error_of({"validate-serving", "--run", shipped_run().string()}), HasSubstr("--gpu"));
+}
+
+TEST(RunReplay, SpearmanByHand) {
+  // One swapped pair of four: 1 - 6 * 2 / (4 * 15) = 0.8.
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {1, 3, 2, 4}), 0.8, 1e-12);
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {40, 30, 20, 10}), -1, 1e-12);
+  // Ties take their average rank: ranks (1.5, 1.5, 3) against (1, 2, 3): 0.8660254.
+  EXPECT_NEAR(spearman({5, 5, 9}, {1, 2, 3}), std::sqrt(3.0) / 2, 1e-9);
+  EXPECT_EQ(spearman({1, 1, 1}, {1, 2, 3}), 0);
+  EXPECT_THROW(spearman({1}, {1, 2}), std::invalid_argument);
+}
+
+TEST(RunReplay, MaxModelLenRejectsLongerRequestsAndIsBoundedByTheModel) {
+  const auto r = cli({"run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-requests", "10", "--prompt-len",
+                      "fixed:3000", "--output-len", "fixed:100", "--max-model-len", "2048"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("10 of 10 requests rejected"));
+  EXPECT_THAT(r.err, HasSubstr("max_model_len 2048"));
+  EXPECT_THAT(testing::cli_error_of({"run", "--model", "llama-3-8b", "--num-requests", "5", "--max-model-len", "100000"}),
+              HasSubstr("--max-model-len 100000: more than model 'llama-3-8b' allows (max_position_embeddings 8192)"));
+}
+
+}  // namespace
+}  // namespace batchsim
