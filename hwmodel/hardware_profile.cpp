@@ -595,10 +595,13 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     const std::string key = key_text(kv.first, where);
     const YAML::Node& value = kv.second;
     if (key == "base") continue;
-    if (key == "name" || key == "source" || key == "provenance" || key == "transferred_from") {
+    if (key == "name" || key == "source" || key == "provenance" || key == "transferred_from" || key == "kernels") {
       if (!value.IsScalar()) bad_value(where, key, "must be a string");
-      (key == "name" ? p.name : key == "source" ? p.source : key == "provenance" ? p.provenance : p.transferred_from) =
-          value.Scalar();
+      (key == "name"               ? p.name
+       : key == "source"           ? p.source
+       : key == "provenance"       ? p.provenance
+       : key == "kernels"          ? p.kernels
+                                   : p.transferred_from) = value.Scalar();
       continue;
     }
     if (key == "prefill_attention_kernel") {
@@ -852,6 +855,7 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   if (!profile.transferred_from.empty()) {
     out << YAML::Key << "transferred_from" << YAML::Value << profile.transferred_from;
   }
+  if (!profile.kernels.empty()) out << YAML::Key << "kernels" << YAML::Value << profile.kernels;
   if (const ProfileValidation& v = profile.validation; !v.empty()) {
     out << YAML::Key << "validation" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "measured_on" << YAML::Value << v.measured_on;

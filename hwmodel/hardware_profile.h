@@ -101,6 +101,11 @@ struct HardwareProfile {
   // fit/transfer_profile.h): the fitted profile it came from. Its validation is empty, since
   // the source's figures were measured on another GPU; runs state the transfer instead.
   std::string transferred_from;
+  // The software whose kernels the fit's measurements timed ("vllm 0.24.0", "sarathi-serve
+  // (Vidur's profiling, 2024)"): a profile is a GPU and the kernels it was measured with. A run
+  // whose engine is another framework is told so (summary.json's trust.kernels_note). Empty:
+  // not recorded (datasheets, profiles written before it).
+  std::string kernels;
   double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
   // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
   // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).

@@ -476,7 +476,7 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
     fmt::print(out, "prefix cache: {:.1f}% hit rate ({} of {} tokens to prefill found cached)\n",
                100 * s.prefix_hit_rate, s.prefill_cached_tokens, s.prefill_admitted_tokens);
   }
-  fmt::print(out, "{}\n", trust_line(trust_json(run.gpu)));
+  fmt::print(out, "{}\n", trust_line(trust_json(run.gpu, run_engine_name(config))));
   ordered_json summary = summary_to_json(run);
   if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
   if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));

@@ -69,6 +69,9 @@ int calibrate_fit_command(const std::vector<std::string>& args, std::ostream& ou
        "(compute/<device>/..., e.g. a100)")
       ("fit-on", po::value(&o.fit_on), "model whose rows to fit on (default: the first measured)")
       ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from the device)")
+      ("kernels", po::value(&o.kernels), "whose kernels the measurements timed, recorded in the fitted profile "
+       "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
+       "version, an LLMServingSim profile's vllm_version)")
       ("report", po::value(&report_out), "also write the full error report as JSON")
       ("framework", po::value(&o.framework), "kernel tables (aiconfigurator layout): whose kernels, vllm | "
        "sglang | trtllm (default vllm)")
@@ -118,6 +121,9 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
       ("profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")
       ("fallback-gpu", po::value(&o.fallback_gpu),
        "profile whose attention parameters are used when the measurements have no attention")
+      ("kernels", po::value(&o.kernels), "whose kernels the measurements timed, recorded in the fitted profile "
+       "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
+       "version, an LLMServingSim profile's vllm_version)")
       ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
       ("engine", po::value(&o.engine),
        "with --gpu: score Vidur's CPU-overhead rows on this engine's CPU cost (default vllm)")

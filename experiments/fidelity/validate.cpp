@@ -29,6 +29,14 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
   const bool check_as_is = !options.gpu.empty() && options.fit_on.empty();
   if (check_as_is) {
     run.profile = resolve_gpu(options.gpu);
+    // A profile is its GPU and the kernels it timed: say when these measurements timed others.
+    const std::string timed = !options.kernels.empty() ? options.kernels : measurements.kernels;
+    if (!run.profile.kernels.empty() && timed != run.profile.kernels) {
+      fit_notes.push_back(fmt::format("profile '{}' was measured on {} kernels; these measurements timed {}: part of "
+                                      "the error is the kernels', not the GPU's",
+                                      run.profile.name, run.profile.kernels,
+                                      timed.empty() ? "kernels they do not name (--kernels names them)" : timed + "'s"));
+    }
   } else {
     std::string base = options.base_gpu;
     if (base.empty()) base = datasheet_gpu_for_device(measurements.device);
@@ -43,6 +51,7 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
     FitResult fit = fit_profile(measurements, options.fit_on, resolve_gpu(base),
                                 options.fallback_gpu.empty() ? nullptr : &fallback);
     run.profile = std::move(fit.profile);
+    if (!options.kernels.empty()) run.profile.kernels = options.kernels;
     fit_notes = std::move(fit.notes);
     run.fitted_cpu = fit.cpu;
   }

@@ -30,6 +30,9 @@ struct ValidateOptions {
   std::string base_gpu;  // datasheet ceilings for the fit; empty: from the device name
   std::string gpu;       // check this profile instead of fitting one
   std::string fallback_gpu;  // attention parameters when the measurements have none
+  // Whose kernels the measurements timed, recorded in the fitted profile (HardwareProfile::
+  // kernels); empty: what the layout says (kernel tables, LLMServingSim's meta.yaml), else none.
+  std::string kernels;
   std::filesystem::path out_json;     // optional: the report as JSON
   std::filesystem::path profile_out;  // optional: the fitted profile as YAML
   std::string framework = "vllm";     // kernel tables: whose kernels (vllm, sglang, trtllm)

@@ -1,5 +1,8 @@
 #include "experiments/run/output.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <array>
 #include <charconv>
 #include <fstream>
@@ -14,6 +17,7 @@
 #include "experiments/run/latency_diagnosis.h"
 #include "experiments/run/slo.h"
 #include "hwmodel/base/error.h"
+#include "hwmodel/engine_profile.h"
 #include "sim/kv_transfer.h"
 
 namespace batchsim {
@@ -166,10 +170,33 @@ int64_t run_gpus(const RunConfig& c) {
          static_cast<int64_t>(c.decode_replicas) * pool_run_config(c, "decode").tp;
 }
 
-nlohmann::ordered_json trust_json(const HardwareProfile& gpu) {
+namespace {
+
+// "vllm" of "vllm 0.24.0", "vllm-async", "vllm-v0"; "sarathi" of "sarathi-serve (...)".
+std::string software_root(std::string_view name) {
+  const size_t end = name.find_first_of(" -_(");
+  std::string root(name.substr(0, end));
+  std::transform(root.begin(), root.end(), root.begin(), [](unsigned char c) { return std::tolower(c); });
+  return root;
+}
+
+}  // namespace
+
+nlohmann::ordered_json trust_json(const HardwareProfile& gpu, const std::string& engine) {
   nlohmann::ordered_json j;
   j["profile"] = gpu.name;
   j["source"] = gpu.source;
+  if (!gpu.kernels.empty()) {
+    j["kernels"] = gpu.kernels;
+    // A profile is its GPU and the kernels it timed: another framework's attention and GEMM
+    // kernels are not what its figures were measured on.
+    const std::string family = engine.empty() ? "" : resolve_engine(engine).family;
+    if (!family.empty() && family != "bare" && software_root(family) != software_root(gpu.kernels)) {
+      j["kernels_note"] = fmt::format("the profile timed {}'s kernels; this run's engine is {}, whose kernels may "
+                                      "differ from those its error figures were measured on",
+                                      gpu.kernels, engine);
+    }
+  }
   const ProfileValidation& v = gpu.validation;
   j["validated"] = !v.empty();
   if (!gpu.transferred_from.empty()) j["transferred_from"] = gpu.transferred_from;
@@ -223,7 +250,8 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
   for (const auto& [name, e] : trust["operators"].items()) {
     ops.push_back(fmt::format("{} {:.1f}%", name, e["mape"].get<double>()));
   }
-  std::string line = fmt::format("trust: {}, {} MAPE on {}: {}", profile,
+  std::string line = fmt::format("trust: {}{}, {} MAPE on {}: {}", profile,
+                                 trust.contains("kernels") ? fmt::format(" ({} kernels)", trust["kernels"].get<std::string>()) : "",
                                  trust.value("held_out", false) ? "held-out" : "in-sample",
                                  trust.value("measured_on", ""), fmt::join(ops, ", "));
   if (trust.contains("serving")) {
@@ -244,6 +272,7 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
                         trust["serving"].value("measured_on", std::string("measured serving benchmarks")),
                         fmt::join(engines, ", "));
   }
+  if (trust.contains("kernels_note")) line += "; note: " + trust["kernels_note"].get<std::string>();
   return line;
 }
 
@@ -383,7 +412,7 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
     // deployments of different sizes and splits compare.
     j["goodput"]["requests_per_s_per_gpu"] = j["goodput"]["requests_per_s"].get<double>() / static_cast<double>(gpus);
   }
-  j["trust"] = trust_json(outcome.gpu);
+  j["trust"] = trust_json(outcome.gpu, run_engine_name(outcome.config));
   return j;
 }
 

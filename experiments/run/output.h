@@ -32,7 +32,9 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome);
 // block (hardware_profile.h). {profile, source, validated: true, measured_on, held_out,
 // scored_on, operators: {NAME: {mape, p90, count}}} (percent), or {profile, source,
 // validated: false, reason} for a profile that records none (a datasheet GPU).
-nlohmann::ordered_json trust_json(const HardwareProfile& gpu);
+// With the run's `engine`: `kernels` (HardwareProfile::kernels) and, when the engine is of another
+// framework than the kernels the profile timed, `kernels_note` saying so.
+nlohmann::ordered_json trust_json(const HardwareProfile& gpu, const std::string& engine = "");
 // That block in one terminal line: "trust: h100-sxm-fitted, held-out MAPE on NVIDIA
 // aiconfigurator kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3): context_attention 11.5%,
 // ..." or "trust: a100-80gb not validated: <reason>". Made from the JSON, so that the report

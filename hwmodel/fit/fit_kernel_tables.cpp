@@ -1,6 +1,9 @@
 // batchsim — fitting a profile on aiconfigurator-layout kernel tables (see fit_kernel_tables.h).
 #include "hwmodel/fit/fit_kernel_tables.h"
 
+#include <filesystem>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -302,6 +305,17 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
   p.source = fmt::format("fitted on {} kernel tables of {}{}, ceilings of {}", tables.framework, tables.system,
                          rows == KernelRows::kTrain ? " (training half)" : "", base.name);
   p.provenance = fit_provenance("hwmodel/fit/fit_kernel_tables.cpp", tables.files_read, "", result.notes);
+  // The kernels timed: the framework and the version folder its GEMM tables came from
+  // (<family>/<framework>/<version>/<table>).
+  p.kernels = tables.framework;
+  for (const std::string& f : tables.files_read) {
+    const std::filesystem::path path(f);
+    std::vector<std::string> parts(path.begin(), path.end());
+    if (parts.size() >= 4 && parts[1] == tables.framework) {
+      p.kernels = tables.framework + " " + parts[2];
+      break;
+    }
+  }
   return result;
 }
 

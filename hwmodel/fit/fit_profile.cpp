@@ -410,6 +410,7 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   p.source =
       fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
                   measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);
+  p.kernels = measurements.kernels;
   p.provenance = fit_provenance(
       "hwmodel/fit/fit_profile.cpp", measurements.files_read,
       !base.provenance.empty() || base.source != "datasheet"

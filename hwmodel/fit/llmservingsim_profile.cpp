@@ -184,6 +184,7 @@ Measurements read_llmservingsim_profile(const fs::path& dir, std::string_view de
   for (const auto& [meta_file, meta] : by_gpu.at(chosen)) {
     if (!meta["model"] || !meta["model"].IsScalar()) throw UserError(fmt::format("{}: no `model` key", meta_file.string()));
     const std::string model = meta["model"].as<std::string>();
+    if (meta["vllm_version"] && meta["vllm_version"].IsScalar()) out.kernels = "vllm " + meta["vllm_version"].as<std::string>();
     ModelSpec spec;
     try {
       spec = resolve_model(model);

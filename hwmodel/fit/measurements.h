@@ -105,6 +105,7 @@ struct CpuOverheadRow {
 struct Measurements {
   std::string root;    // the directory read
   std::string device;  // the GPU picked in a Vidur tree ("a100"), else empty
+  std::string kernels;  // whose kernels were timed, when the layout says ("vllm 0.19.0"); else empty
   std::vector<TokenOpRow> token_ops;
   std::vector<AttentionRow> attention;
   std::vector<AllReduceRow> all_reduce;  // single-node rows only (what tensor parallelism uses)

@@ -322,7 +322,7 @@ TEST(Plan, StatesTheTrustOfEveryGpuProfileItRanks) {
             0)
       << text;
   EXPECT_THAT(text, HasSubstr("trust: a100-80gb not validated: datasheet ceilings"));
-  EXPECT_THAT(text, HasSubstr("trust: a100-80gb-fitted, held-out MAPE"));
+  EXPECT_THAT(text, HasSubstr("trust: a100-80gb-fitted (sarathi-serve (Vidur's profiling, 2024) kernels), held-out MAPE"));
   EXPECT_THAT(text, HasSubstr("trust: a40-from-a100 not validated: transferred from a100-80gb-fitted to a40 ceilings"));
   const auto j = nlohmann::json::parse(testing::read_text_file(dir / "plan" / "plan.json"));
   ASSERT_EQ(j["trust"].size(), 3u);

@@ -86,7 +86,7 @@ TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
   expect_trust_is(summary["trust"], h100);
   // One line on the terminal, with every operator's MAPE.
   EXPECT_EQ(occurrences(printed, "trust: "), 1u);
-  EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted, held-out MAPE on " + h100.validation.measured_on + ": "));
+  EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted (vllm 0.24.0 kernels), held-out MAPE on " + h100.validation.measured_on + ": "));
   for (const OperatorError& e : h100.validation.operators) {
     EXPECT_THAT(printed, HasSubstr(fmt::format("{} {:.1f}%", e.op, e.mape_percent)));
   }
@@ -207,13 +207,47 @@ axes:
   EXPECT_LT(report.find("## How far to trust these figures"), report.find("## Throughput"));
 
   // The terminal: one trust line per profile after the table.
-  EXPECT_EQ(occurrences(printed, "trust: h100-sxm-fitted, held-out MAPE on "), 1u);
+  EXPECT_EQ(occurrences(printed, "trust: h100-sxm-fitted (vllm 0.24.0 kernels), held-out MAPE on "), 1u);
   EXPECT_EQ(occurrences(printed, "trust: a100-80gb not validated"), 1u);
 
   // Every run's summary.json keeps its block; results.csv does not repeat it on every row.
   const std::string csv = testing::read_text_file(dir / "out" / "results.csv");
   EXPECT_THAT(csv.substr(0, csv.find('\n')), Not(HasSubstr("trust")));
   EXPECT_THAT(csv.substr(0, csv.find('\n')), HasSubstr("throughput.output_tokens_per_s"));
+}
+
+// Issue 44, item 5: a profile names the kernels it timed, and a run or a check on other kernels
+// says so.
+TEST(Trust, AProfileNamesItsKernelsAndARunOnAnotherFrameworkIsTold) {
+  EXPECT_EQ(resolve_gpu("h100-sxm-fitted").kernels, "vllm 0.24.0");
+  EXPECT_EQ(resolve_gpu("b200-fitted").kernels, "vllm 0.24.0");
+  EXPECT_EQ(resolve_gpu("rtx-4090-fitted").kernels, "vllm 0.19.0");
+  EXPECT_EQ(resolve_gpu("a100-80gb-fitted").kernels, "sarathi-serve (Vidur's profiling, 2024)");
+  EXPECT_EQ(resolve_gpu("h100-sxm").kernels, "");
+  const fs::path dir = testing::scratch_dir("kernels");
+  auto trust_of = [&](const std::string& policy) {
+    const fs::path out = dir / policy;
+    const std::string printed = run_cli({"run", "--gpu", "h100-sxm-fitted", "--model", "llama-3-8b", "--policy", policy,
+                                         "--num-requests", "20", "--out", out.string()});
+    EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted (vllm 0.24.0 kernels), held-out"));
+    return std::make_pair(printed, ordered_json::parse(testing::read_text_file(out / "summary.json"))["trust"]);
+  };
+  const auto [vllm_text, vllm] = trust_of("vllm");
+  EXPECT_EQ(vllm["kernels"], "vllm 0.24.0");
+  EXPECT_FALSE(vllm.contains("kernels_note")) << "vllm-async is of the vllm family";
+  const auto [trt_text, trt] = trust_of("trtllm");
+  ASSERT_TRUE(trt.contains("kernels_note"));
+  EXPECT_THAT(trt["kernels_note"].get<std::string>(), HasSubstr("this run's engine is trtllm"));
+  EXPECT_THAT(trt_text, HasSubstr("; note: the profile timed vllm 0.24.0's kernels"));
+  // The kernels round-trip through a profile file, and a check on other kernels says so.
+  HardwareProfile p = resolve_gpu("h100-sxm-fitted");
+  p.kernels = "sglang 0.5.2";
+  save_hardware_profile(p, dir / "p.yaml");
+  EXPECT_EQ(load_hardware_profile(dir / "p.yaml").kernels, "sglang 0.5.2");
+  const std::string checked = run_cli({"validate", "--measurements", (testing::measured_dir() / "vidur").string(), "--device",
+                                       "a100", "--gpu", "h100-sxm-fitted", "--kernels", "sarathi-serve (Vidur's profiling, 2024)"});
+  EXPECT_THAT(checked, HasSubstr("profile 'h100-sxm-fitted' was measured on vllm 0.24.0 kernels; these measurements timed "
+                                 "sarathi-serve (Vidur's profiling, 2024)'s"));
 }
 
 }  // namespace
