@@ -8,6 +8,7 @@
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -65,8 +66,12 @@ std::vector<RecordedRequest> read_requests(const fs::path& file) {
     r.id = j.contains("request_id") ? (j["request_id"].is_string() ? j["request_id"].get<std::string>() : j["request_id"].dump())
                                     : fmt::format("line-{}", n);
     const double input = number_field(j, "input_toks", file, n), output = number_field(j, "output_toks", file, n);
-    if (input < 1 || output < 1 || input != std::floor(input) || output != std::floor(output)) {
-      throw UserError(fmt::format("{}:{}: input_toks and output_toks must be whole numbers >= 1", file.string(), n));
+    // Bounded before the cast: a double beyond int64's range would not convert.
+    constexpr double kMaxTokens = 2147483647.0;
+    if (!(input >= 1 && output >= 1 && input <= kMaxTokens && output <= kMaxTokens) || input != std::floor(input) ||
+        output != std::floor(output)) {
+      throw UserError(fmt::format("{}:{}: input_toks and output_toks must be whole numbers from 1 to 2^31-1",
+                                  file.string(), n));
     }
     r.input_tokens = static_cast<int64_t>(input);
     r.output_tokens = static_cast<int64_t>(output);
@@ -95,8 +100,18 @@ std::vector<RecordedSample> read_timeseries(const fs::path& file) {
 }
 
 template <typename T>
-T kwarg(const nlohmann::json& kw, const char* key, T fallback) {
-  return kw.contains(key) && !kw[key].is_null() ? kw[key].get<T>() : fallback;
+T kwarg(const nlohmann::json& kw, const char* key, T fallback, const fs::path& file) {
+  if (!kw.contains(key) || kw[key].is_null()) return fallback;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // A whole number within range: a float or a huge value would not convert.
+    const auto& v = kw[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 31)) {
+      throw UserError(fmt::format("{}: '{}' must be a whole number from 0 to 2^31, got {}", file.string(), key, v.dump()));
+    }
+    return static_cast<T>(v.get<int64_t>());
+  } else {
+    return kw[key].get<T>();
+  }
 }
 
 // Predicted against measured, per request: MAPE, mean signed error and the two sides' percentiles.
@@ -143,23 +158,23 @@ RecordedRun read_recorded_run(const fs::path& dir) {
   }
   const nlohmann::json& kw = meta["engine_kwargs"];
   try {
-    run.model_id = kwarg<std::string>(kw, "model", meta.value("model", std::string()));
+    run.model_id = kwarg<std::string>(kw, "model", meta.value("model", std::string()), meta_file);
     run.vllm_version = meta.value("vllm_version", std::string());
-    run.tp = kwarg<int>(kw, "tensor_parallel_size", 1);
-    run.dp = kwarg<int>(kw, "data_parallel_size", 1);
-    run.expert_parallel = kwarg<bool>(kw, "enable_expert_parallel", false);
-    run.max_num_seqs = kwarg<int64_t>(kw, "max_num_seqs", 0);
-    run.max_num_batched_tokens = kwarg<int64_t>(kw, "max_num_batched_tokens", 0);
-    run.max_model_len = kwarg<int64_t>(kw, "max_model_len", 0);
-    run.kv_cache_dtype = kwarg<std::string>(kw, "kv_cache_dtype", "auto");
-    run.prefix_caching = kwarg<bool>(kw, "enable_prefix_caching", true);
-    run.gpu_memory_utilization = kwarg<double>(kw, "gpu_memory_utilization", 0.9);
+    run.tp = kwarg<int>(kw, "tensor_parallel_size", 1, meta_file);
+    run.dp = kwarg<int>(kw, "data_parallel_size", 1, meta_file);
+    run.expert_parallel = kwarg<bool>(kw, "enable_expert_parallel", false, meta_file);
+    run.max_num_seqs = kwarg<int64_t>(kw, "max_num_seqs", 0, meta_file);
+    run.max_num_batched_tokens = kwarg<int64_t>(kw, "max_num_batched_tokens", 0, meta_file);
+    run.max_model_len = kwarg<int64_t>(kw, "max_model_len", 0, meta_file);
+    run.kv_cache_dtype = kwarg<std::string>(kw, "kv_cache_dtype", "auto", meta_file);
+    run.prefix_caching = kwarg<bool>(kw, "enable_prefix_caching", true, meta_file);
+    run.gpu_memory_utilization = kwarg<double>(kw, "gpu_memory_utilization", 0.9, meta_file);
     if (meta.contains("kv_cache") && meta["kv_cache"].is_object()) {
       const auto& kv = meta["kv_cache"];
-      run.num_gpu_blocks = kwarg<int64_t>(kv, "num_gpu_blocks", 0);
-      run.block_size = kwarg<int64_t>(kv, "block_size", 16);
-      run.prefix_caching = kwarg<bool>(kv, "enable_prefix_caching", run.prefix_caching);
-      run.gpu_memory_utilization = kwarg<double>(kv, "gpu_memory_utilization", run.gpu_memory_utilization);
+      run.num_gpu_blocks = kwarg<int64_t>(kv, "num_gpu_blocks", 0, meta_file);
+      run.block_size = kwarg<int64_t>(kv, "block_size", 16, meta_file);
+      run.prefix_caching = kwarg<bool>(kv, "enable_prefix_caching", run.prefix_caching, meta_file);
+      run.gpu_memory_utilization = kwarg<double>(kv, "gpu_memory_utilization", run.gpu_memory_utilization, meta_file);
     }
     if (meta.contains("hardware") && meta["hardware"].is_object()) run.device = meta["hardware"].value("device_name", "");
   } catch (const nlohmann::json::exception& e) {

@@ -164,6 +164,10 @@ TEST(RunReplay, BadInputIsRefusedByFileLineAndField) {
               HasSubstr("requests.jsonl:1: request line-1 ends before it starts"));
   EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(R"({"input_toks": 1, "queued_ts": 1})", meta)); }),
               HasSubstr("requests.jsonl:1: field 'output_toks' is missing or not a number"));
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(R"({"input_toks": 1e300, "output_toks": 5, "queued_ts": 1, "first_token_ts": 1, "last_token_ts": 1})", meta)); }),
+              HasSubstr("requests.jsonl:1: input_toks and output_toks must be whole numbers from 1 to 2^31-1"));
+  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good, R"({"engine_kwargs": {"max_num_seqs": 2.5e300}})")); }),
+              HasSubstr("meta.json: 'max_num_seqs' must be a whole number"));
   EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good, R"({"model": "x"})")); }),
               HasSubstr("meta.json: no engine_kwargs object"));
   const fs::path bad_config = folder(good, R"({"engine_kwargs": {}})");
