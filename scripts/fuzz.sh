@@ -32,9 +32,10 @@ seed fuzz_trace_reader "$build"/seeds/*
 seed fuzz_hf_config tests/fuzz/seeds/hf_config/*
 seed fuzz_hardware_profile hwmodel/profiles/*.yaml
 seed fuzz_experiment experiments/data/*.yaml tests/fuzz/seeds/run_config/*
+seed fuzz_llmservingsim tests/fuzz/seeds/llmservingsim/*
 
 status=0
-for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment; do
+for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment fuzz_llmservingsim; do
   mkdir -p "$build/findings/$harness"
   echo "fuzz: $harness for ${seconds} s"
   if ! "$build/tests/fuzz/$harness" "$build/corpus/$harness" -max_total_time="$seconds" \

@@ -1,0 +1,64 @@
+// libFuzzer harness: the readers of LLMServingSim's files (issue 44): a recorded run
+// (requests.jsonl and meta.json, experiments/fidelity/run_replay.h) and a per-layer GPU profile
+// (dense.csv, attention.csv, per_sequence.csv beside a meta.yaml, hwmodel/fit/llmservingsim_profile.h).
+// The first byte picks the file the rest becomes; the other files are the shipped ones' first
+// lines. Seeds: tests/fuzz/seeds/llmservingsim (scripts/fuzz.sh).
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "experiments/fidelity/run_replay.h"
+#include "fuzz_input.h"
+#include "hwmodel/base/error.h"
+#include "hwmodel/fit/llmservingsim_profile.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const fs::path root = batchsim::fuzz::as_file(data, 0, "unused").parent_path() / "llmservingsim";
+  fs::remove_all(root);
+  const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const int which = data[0] % 5;
+  const std::string request =
+      R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
+  const std::string meta = R"({"vllm_version": "0.19.0", "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_num_seqs": 8}})";
+  try {
+    if (which <= 1) {
+      const fs::path run = root / "run";
+      write(run / "requests.jsonl", which == 0 ? text : request + "\n");
+      write(run / "meta.json", which == 1 ? text : meta);
+      const batchsim::RecordedRun r = batchsim::read_recorded_run(run);
+      // What the reader promises: requests in queued order, each one's timestamps in order.
+      for (size_t i = 0; i < r.requests.size(); ++i) {
+        const auto& q = r.requests[i];
+        if (q.input_tokens < 1 || q.output_tokens < 1 || q.ttft_s() < 0 || q.e2e_s() < q.ttft_s()) __builtin_trap();
+        if (i > 0 && q.queued_s < r.requests[i - 1].queued_s) __builtin_trap();
+      }
+    } else {
+      const fs::path model = root / "profiler/perf/RTX4090/meta-llama/Llama-3.1-8B/bf16";
+      write(model / "meta.yaml", "profiler_version: 1.0.0\nmodel: meta-llama/Llama-3.1-8B\nvllm_version: 0.19.0\n");
+      write(model / "tp1/dense.csv", which == 2 ? text : "layer,tokens,time_us\nqkv_proj,1,54.9\n");
+      write(model / "tp1/attention.csv", which == 3 ? text : "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,9.3\n");
+      write(model / "tp1/per_sequence.csv", which == 4 ? text : "layer,sequences,time_us\nsampler,1,50\n");
+      const batchsim::Measurements m = batchsim::read_llmservingsim_profile(root / "profiler");
+      for (const auto& row : m.token_ops) {
+        if (row.num_tokens < 1) __builtin_trap();
+      }
+      for (const auto& a : m.attention) {
+        if (!(a.median_s > 0)) __builtin_trap();
+      }
+    }
+  } catch (const batchsim::UserError&) {
+  }
+  return 0;
+}
