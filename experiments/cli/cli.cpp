@@ -396,17 +396,16 @@ void resample_trace_for_seeds(WorkloadSpec& workload, int64_t seeds, std::ostrea
 ordered_json run_other_seeds(const RunConfig& config, const ordered_json& first, std::ostream& out,
                              std::ostream& err) {
   std::vector<ordered_json> summaries = {first};
-  std::vector<uint64_t> seeds = {config.workload.seed};
-  for (int64_t i = 1; i < config.seeds; ++i) {
+  const std::vector<uint64_t> seeds = consecutive_seeds(config.workload.seed, config.seeds);
+  for (size_t i = 1; i < seeds.size(); ++i) {
     RunConfig c = config;
-    c.workload.seed = config.workload.seed + static_cast<uint64_t>(i);
+    c.workload.seed = seeds[i];
     c.chrome_trace.clear();
     c.iteration_log = false;
     const BuiltWorkload built = build_workload(c.workload);
     const RunOutcome run = run_simulation(c, &built, {});
     print_warnings(run, err);
     summaries.push_back(summary_to_json(run));
-    seeds.push_back(c.workload.seed);
   }
   std::vector<const ordered_json*> runs;
   for (const ordered_json& s : summaries) runs.push_back(&s);

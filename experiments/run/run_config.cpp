@@ -315,6 +315,16 @@ ModelSpec resolve_run_model(const RunConfig& c) {
 // caching the cache keeps a few dozen bytes per block.
 constexpr int64_t kMaxGpuBlocks = int64_t{1} << 24;
 
+std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count) {
+  if (count < 1) throw UserError(fmt::format("--seeds {}: must be >= 1", count));
+  if (first > std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(count - 1)) {
+    throw UserError(fmt::format("--seeds {} from seed {}: the last seed would pass 2^64-1", count, first));
+  }
+  std::vector<uint64_t> seeds;
+  for (int64_t i = 0; i < count; ++i) seeds.push_back(first + static_cast<uint64_t>(i));
+  return seeds;
+}
+
 void validate(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
   // Wide expert parallelism reaches hundreds of GPUs (DeepSeek-V3's decode unit: EP 320, DP 80).
@@ -404,9 +414,7 @@ void validate(const RunConfig& c) {
   if (c.seeds < 1 || c.seeds > kMaxSeeds) {
     throw UserError(fmt::format("--seeds {}: must be in [1, {}] (runs, one per seed)", c.seeds, kMaxSeeds));
   }
-  if (c.seeds > 1 && c.workload.seed > std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(c.seeds - 1)) {
-    throw UserError(fmt::format("--seeds {} from --seed {}: the last seed would pass 2^64-1", c.seeds, c.workload.seed));
-  }
+  consecutive_seeds(c.workload.seed, c.seeds);  // the last seed within 2^64-1
   if (!c.workload.resample.empty()) {
     parse_resample_block(c.workload.resample, "--resample");
     if (c.workload.trace.empty() && c.workload.trace_columns == nullptr) {

@@ -150,6 +150,9 @@ std::pair<std::string, std::string> parse_policy_opt(const std::string& text);
 
 // A seed as typed: a whole number from 0 to 2^64-1 (no sign, no wrap-around of "-1").
 uint64_t parse_seed(const std::string& text, const std::string& option);
+// first, first + 1, ..., first + count - 1 (`--seeds N` from `--seed S`). Throws UserError
+// for count < 1 or a seed past 2^64-1.
+std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count);
 // Sets iteration_log (and iteration_log_ids) from an --iteration-log value: "true" or "false"
 // (a bare --iteration-log is "true"), or "ids". Throws UserError naming `option`.
 void set_iteration_log(RunConfig& config, const std::string& value, const std::string& option);

@@ -595,16 +595,6 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
 
 }  // namespace
 
-std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count) {
-  if (count < 1) throw UserError(fmt::format("--seeds {}: must be >= 1", count));
-  if (first > std::numeric_limits<uint64_t>::max() - static_cast<uint64_t>(count - 1)) {
-    throw UserError(fmt::format("--seeds {} from seed {}: the last seed would pass 2^64-1", count, first));
-  }
-  std::vector<uint64_t> seeds;
-  for (int64_t i = 0; i < count; ++i) seeds.push_back(first + static_cast<uint64_t>(i));
-  return seeds;
-}
-
 Experiment experiment_from_policies(const RunConfig& base, const std::vector<std::string>& policies,
                                     std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories) {
   Experiment e;

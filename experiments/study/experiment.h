@@ -149,10 +149,6 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
                                  int64_t max_runs = 0);
 
 // The quick mode `batchsim compare --policies a,b,c`: one base configuration, one policy axis.
-// first, first + 1, ..., first + count - 1 (`--seeds N` from `--seed S`). Throws UserError
-// for count < 1 or a seed past 2^64-1.
-std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count);
-
 Experiment experiment_from_policies(
     const RunConfig& base, const std::vector<std::string>& policies,
     std::map<std::string, std::function<std::unique_ptr<Policy>()>> policy_factories = {});
