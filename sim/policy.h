@@ -120,6 +120,10 @@ struct PolicyEnv {
   const int64_t* clients_in_flight = nullptr;
   const int64_t* clients_thinking = nullptr;
   int64_t max_concurrency = 0;
+  // With a client connection pool (SimulationOptions::client_connections > 0): how many of its
+  // connections are taken; while all are, no request can reach the server before one settles.
+  const int64_t* client_connections_taken = nullptr;
+  int64_t client_connections = 0;
   PoolRole role = PoolRole::kColocated;
   // Decode role: the policy has allocated KV for remote request `id`; `tokens` of it (its
   // prompt, less what it found in its own prefix cache) must come over the link. The
@@ -133,12 +137,14 @@ struct PolicyEnv {
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
-  // No request can arrive before one settles: all have, or the closed-loop clients are all
-  // waiting on theirs at the server (a batcher waiting for more would wait forever).
+  // No request can arrive before one settles: all have, the closed-loop clients are all
+  // waiting on theirs, or every connection of their pool is taken (a batcher waiting for more
+  // would wait forever).
   bool all_arrived() const {
     return *arrived == (total_requests != nullptr ? *total_requests : static_cast<int64_t>(requests->size())) ||
            (max_concurrency > 0 &&
-            *clients_in_flight - (clients_thinking != nullptr ? *clients_thinking : 0) >= max_concurrency);
+            *clients_in_flight - (clients_thinking != nullptr ? *clients_thinking : 0) >= max_concurrency) ||
+           (client_connections > 0 && *client_connections_taken >= client_connections);
   }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
   int64_t known_tokens(RequestId id) const {

@@ -148,6 +148,9 @@ SimulationResult Simulation::run() {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
   if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");
+  if (options_.client_connections < 0 || (options_.client_connections > 0 && options_.max_concurrency == 0)) {
+    throw std::logic_error("client_connections must be >= 0, and needs closed-loop clients");
+  }
   think_times_ = options_.think_times != nullptr && !options_.think_times->empty() ? options_.think_times : nullptr;
   if (think_times_ != nullptr && (options_.max_concurrency == 0 || static_cast<int64_t>(think_times_->size()) != n)) {
     throw std::logic_error("think times need closed-loop clients and one time per request");
@@ -174,9 +177,10 @@ SimulationResult Simulation::run() {
     next_request_ = source_->next();
   }
   prefix_blocks_ = streaming() ? &slot_prefix_blocks_ : options_.prefix_blocks;
-  in_flight_ = pending_sends_ = thinking_ = scheduled_ = 0;
+  in_flight_ = pending_sends_ = thinking_ = scheduled_ = connections_ = pending_connections_ = 0;
   pending_send_times_ = {};
   held_.clear();
+  awaiting_connection_.clear();
   released_.assign(closed_loop ? n : 0, 0);
   progress_.assign(table, RequestProgress{});
   admission_hit_.assign(table, 0);
@@ -261,6 +265,8 @@ SimulationResult Simulation::run() {
     env.clients_in_flight = &in_flight_;
     env.clients_thinking = &thinking_;
     env.max_concurrency = options_.max_concurrency;
+    env.client_connections_taken = &connections_;
+    env.client_connections = options_.client_connections;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
@@ -468,10 +474,15 @@ void Simulation::client_arrival(RequestId id) {
   }
   if (const uint8_t send = released_[static_cast<size_t>(id)]; send != 0) {  // a send queued by queue_send
     released_[static_cast<size_t>(id)] = 0;
+    if (send == kConnected) {  // a connection came free for it (release_clients)
+      --pending_connections_;
+      arrive(id);
+      return;
+    }
     --pending_sends_;
     if (send == kThinkingSend) --thinking_;
     pending_send_times_.pop();  // the earliest queued send: this one (sends are due in time order)
-    arrive(id);
+    connect(id);
     return;
   }
   ++scheduled_;
@@ -485,6 +496,15 @@ void Simulation::client_arrival(RequestId id) {
     return;
   }
   ++in_flight_;
+  connect(id);
+}
+
+void Simulation::connect(RequestId id) {
+  if (options_.client_connections > 0 && connections_ >= options_.client_connections) {
+    awaiting_connection_.push_back(id);
+    return;
+  }
+  ++connections_;
   arrive(id);
 }
 
@@ -512,6 +532,17 @@ void Simulation::queue_send(RequestId id) {
 void Simulation::release_clients(int64_t count) {
   if (options_.max_concurrency <= 0) return;
   in_flight_ -= count;
+  connections_ -= count;
+  // A freed connection goes to the request that has waited for one longest, as an event at
+  // `now_` like the sends below (its clock has run since its send).
+  while (!awaiting_connection_.empty() && connections_ < options_.client_connections) {
+    const RequestId id = awaiting_connection_.front();
+    awaiting_connection_.pop_front();
+    ++connections_;
+    released_[static_cast<size_t>(id)] = kConnected;
+    ++pending_connections_;
+    events_.push(now_, EventKind::kArrival, id);
+  }
   // Sends are events at `now_` (or later, after a think time), after what is being handled: a
   // policy that rejects on arrival settles inside arrive(), and a send from there must not
   // recurse into it.
@@ -533,7 +564,9 @@ void Simulation::arrive(RequestId id) {
   p.replica = r.index;
   p.state = RequestState::kWaiting;
   record_phase(id, RequestPhase::kQueued);
-  latency_.arrived(id, now_);
+  // Timed from its send: `now_` but for a request that waited for a client connection
+  // (SimulationOptions::client_connections), whose wait is queueing too.
+  latency_.arrived(id, (*requests_)[id].arrival);
   r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
   wake_now(r);
@@ -541,7 +574,8 @@ void Simulation::arrive(RequestId id) {
   // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
   // so every idle replica that holds work gets to schedule again. With one replica there is no
   // other.
-  if (arrived_ == total_requests_ || clients_saturated()) {
+  if (arrived_ == total_requests_ || clients_saturated() ||
+      (options_.client_connections > 0 && connections_ >= options_.client_connections)) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) wake_now(other);
     }
@@ -780,12 +814,14 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   // state after its last schedule() at or before t, which no repeat runs past.
   // The next request to reach a replica: the workload's next arrival, none while every
   // closed-loop client has a request at the server (until a settle); with closed-loop clients
-  // also the next queued send (at this instant, or when its client has thought), and a settle
-  // on another replica, at its iteration's end, while the clients hold requests to send then
-  // (a settle here ends the run).
+  // also the next queued send (at this instant, or when its client has thought), a request
+  // given a connection at this instant, and a settle on another replica, at its iteration's
+  // end, while the clients hold requests to send or to connect then (a settle here ends the
+  // run).
   SimTime next_arrival = clients_saturated() && pending_sends_ == 0 ? SimTime::max() : next_arrival_time();
   if (pending_sends_ > 0) next_arrival = std::min(next_arrival, pending_send_times_.top());
-  if (clients_saturated() || !held_.empty()) {
+  if (pending_connections_ > 0) next_arrival = now_;  // a request given a connection at this instant
+  if (clients_saturated() || !held_.empty() || !awaiting_connection_.empty()) {
     for (const Replica& other : replicas_) {
       if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
     }

@@ -175,6 +175,13 @@ struct SimulationOptions {
   // burst, and each later one a think time after a settle. Null or empty: none. Must outlive
   // the run.
   const std::vector<SimTime>* think_times = nullptr;
+  // Closed loop only: the client's HTTP connection pool, as aiohttp's TCPConnector(limit=N)
+  // (default 100) and httpx's max_connections (default 100) hold one: at most N requests at the
+  // server at once. A request sent while N are there waits at the client for a connection, in
+  // order of sending, and reaches the server the moment one settles; its clock runs from its
+  // send, so the wait counts in its TTFT and e2e (as a benchmark that starts the clock before it
+  // asks the pool for a connection measures it) and in its breakdown's queueing. 0: no limit.
+  int64_t client_connections = 0;
   // The KV cache's size in blocks, as vLLM's --num-gpu-blocks-override sets it
   // (CacheConfig.num_gpu_blocks_override, which replaces the count profiled from memory):
   // a paged policy gets this many blocks of its block_size, a policy that reserves contiguous
@@ -284,6 +291,9 @@ class Simulation {
   SimTime think_time(RequestId id) const;  // 0 without think times
   // `count` requests settled: the client sends as many of the requests it holds.
   void release_clients(int64_t count);
+  // Closed loop: request `id`, sent, takes a connection and reaches the server, or waits for
+  // one while SimulationOptions::client_connections are taken.
+  void connect(RequestId id);
   // Closed loop: every client has a request at the server (none is thinking).
   bool clients_saturated() const {
     return options_.max_concurrency > 0 && in_flight_ - thinking_ >= options_.max_concurrency;
@@ -413,9 +423,12 @@ class Simulation {
   int64_t in_flight_ = 0;            // closed loop: clients taken (sent or thinking), not settled
   std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
   // Closed loop: the pending arrival event is a send (kQueuedSend), after a think time
-  // (kThinkingSend); 0 otherwise.
+  // (kThinkingSend), or a sent request given a connection (kConnected); 0 otherwise.
   std::vector<uint8_t> released_;
-  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2;
+  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3;
+  int64_t connections_ = 0;          // closed loop: requests at the server, not settled
+  std::deque<RequestId> awaiting_connection_;  // closed loop: sent, waiting for a connection
+  int64_t pending_connections_ = 0;  // closed loop: kConnected events queued (all at `now_`)
   int64_t pending_sends_ = 0;        // closed loop: send events queued
   int64_t thinking_ = 0;             // closed loop: of those, the ones after a think time > 0
   const std::vector<SimTime>* think_times_ = nullptr;  // options_.think_times, null when empty

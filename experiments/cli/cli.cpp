@@ -158,6 +158,9 @@ po::options_description run_options() {
        "--max-concurrency, how long a client waits before sending each request, after the response that "
        "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
        "stream of its own")
+      ("client-connections", po::value<int64_t>(), "with --max-concurrency, the client's HTTP connection pool: "
+       "at most N requests at the server, the others waiting at the client with their clock running "
+       "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")
       ("max-model-len", po::value<int64_t>(), "the longest context a request may fill, prompt + output (vLLM "
        "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
@@ -282,6 +285,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("think-time")) c.workload.think_time = vm["think-time"].as<std::string>();
+  if (vm.count("client-connections")) c.client_connections = vm["client-connections"].as<int64_t>();
   if (vm.count("resample")) c.workload.resample = vm["resample"].as<std::string>();
   if (vm.count("seeds")) c.seeds = vm["seeds"].as<int64_t>();
   if (vm.count("num-gpu-blocks")) c.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
@@ -370,8 +374,11 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
   const std::string clients =
       c.max_concurrency == 0 ? ""
-      : fmt::format(", {} clients{}", c.max_concurrency,
-                    c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time));
+      : fmt::format(", {} clients{}{}", c.max_concurrency,
+                    c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time),
+                    c.client_connections > 0 && c.client_connections < c.max_concurrency
+                        ? fmt::format(" over {} connections", c.client_connections)
+                        : "");
   fmt::print(out, "model {}{} on {} ({}), {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n",
              c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group,
              engines.empty() ? "engine " + run_engine_name(c) : engines,

@@ -152,10 +152,21 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   po::options_description d("batchsim validate-serving options");
   d.add_options()
       ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
-      ("run", po::value(&replay.run_dir), "instead: one recorded run to replay request by request, a folder in "
+      ("run", po::value(&replay.run_dir), "instead: one recorded run to replay request by request: a folder in "
        "LLMServingSim's bench layout (requests.jsonl, meta.json, the model's config.json beside it; "
-       "experiments/fidelity/run_replay.h)")
+       "experiments/fidelity/run_replay.h), a vLLM `bench serve --save-result --save-detailed` result (.json) or an "
+       "aiperf profile_export.jsonl (or its artifact folder; experiments/fidelity/benchmark_readers.h)")
       ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
+      ("model", po::value(&replay.overrides.model), "with --run: the model, where the run or benchmark file does not "
+       "name it (a built-in name, a Hugging Face id or config.json), or instead of the one it names")
+      ("tp", po::value(&replay.overrides.tp), "with --run: the tensor parallelism the benchmarked server ran "
+       "(default: the run's, 1 for a benchmark file, which does not record it)")
+      ("num-gpu-blocks", po::value(&replay.overrides.num_gpu_blocks), "with --run: the KV blocks the server sized "
+       "(its log's 'GPU KV cache size' over the block size; default: the run's, else from GPU memory)")
+      ("max-model-len", po::value(&replay.overrides.max_model_len), "with --run: the server's --max-model-len "
+       "(default: the run's, else the model's)")
+      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "with --run: KEY=VALUE, an engine argument "
+       "the run did not record or ran otherwise (max_num_seqs, max_num_batched_tokens, ...; repeatable)")
       ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
        "vllm (vllm-v1-2025 before vLLM 0.19; async_scheduling=true from 0.14), sglang or trtllm)")
       ("engine", po::value(&o.engine_args)->composing(), "engine profile of every replayed run, or "
@@ -185,14 +196,34 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
   if (vm.count("help")) {
     out << "usage: batchsim validate-serving --measurements FILE.csv --gpu PROFILE [options]\n"
-           "       batchsim validate-serving --run DIR --gpu PROFILE [--engine E] [--policy P] [--out FILE.json]\n\n"
+           "       batchsim validate-serving --run DIR|RESULT.json|profile_export.jsonl --gpu PROFILE [--model M] [--tp N]\n"
+           "                                 [--policy-opt K=V ...] [--engine E] [--policy P] [--out FILE.json]\n\n"
            "Replays every row of a measured serving benchmark with closed-loop clients and compares\n"
            "the predicted mean TTFT and TPOT with the measured ones.\n\n"
         << d << '\n';
     return 0;
   }
+  const bool run_only = vm.count("model") || vm.count("tp") || vm.count("policy-opt") || vm.count("num-gpu-blocks") ||
+                        vm.count("max-model-len");
+  if (run_only && !vm.count("run")) {
+    throw UserError("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt: apply to --run only");
+  }
   if (vm.count("run")) {
     if (vm.count("measurements")) throw UserError("--run, --measurements: give one or the other");
+    if (vm.count("tp") && (replay.overrides.tp < 1 || replay.overrides.tp > 1024)) {
+      throw UserError(fmt::format("--tp {}: must be from 1 to 1024", replay.overrides.tp));
+    }
+    for (const auto& [name, value] : {std::pair{"num-gpu-blocks", replay.overrides.num_gpu_blocks},
+                                      {"max-model-len", replay.overrides.max_model_len}}) {
+      if (vm.count(name) && (value < 1 || value > (int64_t{1} << 30))) {
+        throw UserError(fmt::format("--{} {}: must be from 1 to 2^30", name, value));
+      }
+    }
+    if (vm.count("policy-opt")) {
+      for (const std::string& text : vm["policy-opt"].as<std::vector<std::string>>()) {
+        replay.overrides.policy_opts.insert(parse_policy_opt(text));
+      }
+    }
     replay.gpu = o.gpu;
     replay.policy = o.policy;
     replay.out = o.out;

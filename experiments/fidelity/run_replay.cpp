@@ -1,6 +1,7 @@
 #include "experiments/fidelity/run_replay.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -14,10 +15,12 @@
 #include <fmt/ostream.h>
 #include <fmt/ranges.h>
 
+#include "experiments/fidelity/benchmark_readers.h"
 #include "experiments/run/output.h"
 #include "experiments/run/runner.h"
 #include "hwmodel/base/csv_table.h"
 #include "hwmodel/base/error.h"
+#include "hwmodel/base/json_file.h"
 #include "hwmodel/base/line_reader.h"
 #include "sim/workload/trace_reader.h"
 
@@ -27,16 +30,6 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
 namespace {
-
-nlohmann::json read_json_file(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw UserError(fmt::format("{}: cannot open", file.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(fmt::format("{}: not valid JSON: {}", file.string(), e.what()));
-  }
-}
 
 // A number field of one JSON line; the message names the file, line and field.
 double number_field(const nlohmann::json& j, const char* key, const fs::path& file, int64_t line) {
@@ -145,11 +138,12 @@ ordered_json figure_errors(const std::vector<double>& predicted, const std::vect
 
 }  // namespace
 
-RecordedRun read_recorded_run(const fs::path& dir) {
+RecordedRun read_recorded_run(const fs::path& dir, const ReplayOverrides& overrides) {
   if (!fs::is_directory(dir)) throw UserError(fmt::format("--run {}: not a folder", dir.string()));
   RecordedRun run;
   run.dir = dir;
-  run.requests = read_requests(dir / "requests.jsonl");
+  run.requests_file = dir / "requests.jsonl";
+  run.requests = read_requests(run.requests_file);
   run.timeseries = read_timeseries(dir / "timeseries.csv");
   const fs::path meta_file = dir / "meta.json";
   const nlohmann::json meta = read_json_file(meta_file);
@@ -180,15 +174,6 @@ RecordedRun read_recorded_run(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw UserError(fmt::format("{}: a field of engine_kwargs or kv_cache has the wrong type: {}", meta_file.string(), e.what()));
   }
-  if (run.num_gpu_blocks == 0) {
-    run.derived.push_back(fmt::format("KV cache: no kv_cache block; sized from GPU memory at gpu_memory_utilization {} "
-                                      "after a profile run, as vLLM sizes it",
-                                      run.gpu_memory_utilization));
-  }
-  if (run.max_model_len == 0) run.derived.push_back("max_model_len: null; the model's max_position_embeddings, vLLM's default");
-  if (run.max_num_seqs == 0) run.derived.push_back("max_num_seqs: not given; vLLM's default for the GPU");
-  if (run.max_num_batched_tokens == 0) run.derived.push_back("max_num_batched_tokens: not given; vLLM's default for the GPU");
-  if (run.vllm_version.empty()) run.derived.push_back("vllm_version: not recorded; the current scheduler (vllm preset)");
   // The model's Hugging Face config.json; LLMServingSim keeps its cluster description under the
   // same name (nodes -> instances -> model_name, hardware), which names the model instead.
   for (const fs::path& candidate : {dir / "config.json", dir.parent_path() / "config.json"}) {
@@ -208,11 +193,53 @@ RecordedRun read_recorded_run(const fs::path& dir) {
     run.model_config = candidate;
     break;
   }
-  if (run.model_config.empty() && run.model_id.empty()) {
-    throw UserError(fmt::format("{}: no config.json in the run folder or the one above, and no model in engine_kwargs",
+  if (run.model_config.empty() && run.model_id.empty() && overrides.model.empty()) {
+    throw UserError(fmt::format("{}: no config.json in the run folder or the one above, and no model in engine_kwargs "
+                                "(give --model)",
                                 dir.string()));
   }
+  apply_overrides_and_note_derived(run, overrides);
   return run;
+}
+
+void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& overrides) {
+  if (!overrides.model.empty()) {
+    run.model_id = overrides.model;
+    run.model_config.clear();
+  }
+  if (overrides.tp > 0) run.tp = overrides.tp;
+  if (overrides.num_gpu_blocks > 0) run.num_gpu_blocks = overrides.num_gpu_blocks;
+  if (overrides.max_model_len > 0) run.max_model_len = overrides.max_model_len;
+  for (const auto& [key, value] : overrides.policy_opts) {
+    auto whole = [&](int64_t min) {
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || end != value.data() + value.size() || v < min || v > (int64_t{1} << 31)) {
+        throw UserError(fmt::format("--policy-opt {}={}: must be a whole number from {} to 2^31", key, value, min));
+      }
+      return v;
+    };
+    if (key == "max_num_seqs") run.max_num_seqs = whole(1);
+    else if (key == "max_num_batched_tokens") run.max_num_batched_tokens = whole(1);
+    else if (key == "block_size") run.block_size = whole(1);
+    else if (key == "prefix_caching") {
+      if (value != "true" && value != "false") {
+        throw UserError(fmt::format("--policy-opt prefix_caching={}: must be true or false", value));
+      }
+      run.prefix_caching = value == "true";
+    } else {
+      run.policy_opts[key] = value;
+    }
+  }
+  if (run.num_gpu_blocks == 0) {
+    run.derived.push_back(fmt::format("KV cache: no kv_cache block; sized from GPU memory at gpu_memory_utilization {} "
+                                      "after a profile run, as vLLM sizes it",
+                                      run.gpu_memory_utilization));
+  }
+  if (run.max_model_len == 0) run.derived.push_back("max_model_len: null; the model's max_position_embeddings, vLLM's default");
+  if (run.max_num_seqs == 0) run.derived.push_back("max_num_seqs: not given; vLLM's default for the GPU");
+  if (run.max_num_batched_tokens == 0) run.derived.push_back("max_num_batched_tokens: not given; vLLM's default for the GPU");
+  if (run.vllm_version.empty()) run.derived.push_back("vllm_version: not recorded; the current scheduler (vllm preset)");
 }
 
 RunConfig replay_config(const RecordedRun& run, const std::string& gpu, const std::string& engine,
@@ -233,6 +260,7 @@ RunConfig replay_config(const RecordedRun& run, const std::string& gpu, const st
   if (run.max_num_batched_tokens > 0) c.policy_opts["max_num_batched_tokens"] = std::to_string(run.max_num_batched_tokens);
   c.policy_opts["prefix_caching"] = run.prefix_caching ? "true" : "false";
   c.policy_opts["block_size"] = std::to_string(run.block_size);
+  for (const auto& [key, value] : run.policy_opts) c.policy_opts[key] = value;
   c.max_model_len = run.max_model_len;
   c.num_gpu_blocks = run.num_gpu_blocks;
   c.gpu_memory_utilization = run.gpu_memory_utilization;
@@ -244,8 +272,10 @@ RunConfig replay_config(const RecordedRun& run, const std::string& gpu, const st
     columns->prompt_tokens.push_back(r.input_tokens);
     columns->output_tokens.push_back(r.output_tokens);
   }
-  c.workload.trace = run.dir / "requests.jsonl";
+  c.workload.trace = run.requests_file;
   c.workload.trace_columns = std::move(columns);
+  // A closed loop that kept no send times: its clients send the requests in order.
+  c.max_concurrency = run.closed_loop_clients;
   c.iteration_log = false;
   return c;
 }
@@ -306,6 +336,8 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
   }
   ordered_json j;
   j["run"] = run.dir.string();
+  j["source"] = {{"format", run.source}, {"file", run.requests_file.string()}};
+  if (run.closed_loop_clients > 0) j["closed_loop_clients"] = run.closed_loop_clients;
   j["model"] = config.model;
   j["gpu"] = config.gpu;
   j["engine"] = run_engine_name(config);
@@ -358,7 +390,7 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
 
 int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
   if (o.gpu.empty()) throw UserError("validate-serving --run: give --gpu PROFILE (the GPU to predict with)");
-  const RecordedRun run = read_recorded_run(o.run_dir);
+  const RecordedRun run = read_recording(o.run_dir, o.overrides);
   const RunConfig config = replay_config(run, o.gpu, o.engine, o.policy);
   validate(config);
   RunHooks hooks;
@@ -366,7 +398,9 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
   const BuiltWorkload built = build_workload(config.workload);
   const RunOutcome outcome = run_simulation(config, &built, hooks);
   const ordered_json report = run_replay_report(run, config, outcome);
-  fmt::print(out, "replay of {} ({} requests{}{}) on {}, engine {}, policy {}\n", run.dir.string(), run.requests.size(),
+  fmt::print(out, "replay of {} ({}, {} requests{}{}{}) on {}, engine {}, policy {}\n", o.run_dir, run.source,
+             run.requests.size(),
+             run.closed_loop_clients > 0 ? fmt::format(", a closed loop of {} clients", run.closed_loop_clients) : "",
              run.device.empty() ? "" : ", measured on " + run.device,
              run.vllm_version.empty() ? "" : ", vLLM " + run.vllm_version, config.gpu, report["engine"].get<std::string>(),
              config.policy);

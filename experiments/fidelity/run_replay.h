@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,7 +58,14 @@ struct RecordedSample {  // one line of timeseries.csv
 
 struct RecordedRun {
   std::filesystem::path dir;
+  // The file the requests came from (requests.jsonl, a vLLM result, aiperf's export), and what
+  // wrote it, as the report names it.
+  std::filesystem::path requests_file;
+  std::string source = "LLMServingSim run";
   std::vector<RecordedRequest> requests;  // in queued order
+  // A benchmark that kept no send times and ran as a closed loop: its clients, the requests
+  // replayed in order as each client frees (requests[i].queued_s then all 0). 0: replayed at
+  // the recorded send times.
   std::vector<RecordedSample> timeseries;
   std::string model_id;                   // engine_kwargs.model
   std::filesystem::path model_config;     // the config.json found (empty: none; model_id then)
@@ -71,12 +79,31 @@ struct RecordedRun {
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
   std::vector<std::string> derived;       // what the run left out and how it was derived
+  int64_t closed_loop_clients = 0;
+  // Further --policy-opt settings of the replay (those above have their own fields).
+  std::map<std::string, std::string> policy_opts;
 };
+
+// What the command line sets over (or, for a benchmark file that records no engine, in place of)
+// what a run records: --model, --tp, --num-gpu-blocks, --max-model-len and --policy-opt KEY=VALUE (max_num_seqs,
+// max_num_batched_tokens, block_size and prefix_caching into their fields, any other key into
+// the replay's policy options).
+struct ReplayOverrides {
+  std::string model;
+  int tp = 0;  // 0: the run's
+  int64_t num_gpu_blocks = 0, max_model_len = 0;  // 0: the run's (--num-gpu-blocks, --max-model-len)
+  std::map<std::string, std::string> policy_opts;
+};
+
+// Sets `overrides` on `run` (a UserError names a malformed --policy-opt value), then notes in
+// `run.derived` each engine argument that neither the run nor the command line gave and how the
+// replay derives it.
+void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& overrides);
 
 // Reads a run folder. Throws UserError naming the file, line and field for a truncated or
 // malformed requests.jsonl, a request whose timestamps go backwards, a meta.json without
 // engine_kwargs, or a config that cannot be read.
-RecordedRun read_recorded_run(const std::filesystem::path& dir);
+RecordedRun read_recorded_run(const std::filesystem::path& dir, const ReplayOverrides& overrides = {});
 
 // The run configuration that replays it on `gpu` (engine `engine`, policy `policy`; empty: the
 // recorded vLLM version's engine, and the vllm preset), its requests in memory.
@@ -89,8 +116,10 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b);
 
 struct RunReplayOptions {
   std::string run_dir, gpu, engine, policy, out;
+  ReplayOverrides overrides;
 };
-// `batchsim validate-serving --run DIR`: replays the run, prints the table and where the largest
+// `batchsim validate-serving --run PATH` (a run folder, or a benchmark file that
+// benchmark_readers.h reads): replays the run, prints the table and where the largest
 // errors sit, and writes --out. Returns 0.
 int run_replay_command(const RunReplayOptions& options, std::ostream& out);
 

@@ -330,6 +330,26 @@ const ServingNormalisation kCheckpointFormat{
     "block-FP8 checkpoints, gpt-oss-120b's nvfp4 and fp8 labels an MXFP4 one with 16-bit attention (on Hopper "
     "aiconfigurator itself costs nvfp4 as 4-bit weights at the 16-bit rate, sdk/models/helpers.py "
     "resolve_nvfp4_for_system)"};
+const ServingNormalisation kClientConnectionPool{
+    "client-connection-pool",
+    "vLLM rows of NVIDIA's campaign of 2025-12-05 and 2025-12-08 (gpt-oss-120b, vLLM 0.11.2; silicon_data_source "
+    "measured=2025-12-..., all nine at 512 clients) ran with at most 100 requests at the server: each row's own "
+    "Little's law (clients x decode time / (TTFT + decode time)) puts 96-106 requests in flight, where every other "
+    "campaign's rows at 128 to 4,916 clients put 107-126 of 128 and more. 100 is the default pool of aiohttp's "
+    "TCPConnector (limit=100), which vLLM's and aiperf's benchmark clients are built on, and of httpx's "
+    "max_connections; the campaign's client is not recorded. Replayed with a 100-connection client pool "
+    "(--client-connections 100): the other requests wait at the client, their clock running"};
+
+// A field of silicon_data_source ("key=value; ..."), empty when the row does not have it.
+std::string source_field(const CsvTable& csv, std::string_view key) {
+  const std::string& source = csv.text("silicon_data_source");
+  const std::string needle = std::string(key) + "=";
+  auto at = source.find(needle);
+  if (at == std::string::npos) return "";
+  at += needle.size();
+  const auto end = source.find(';', at);
+  return source.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
 
 // Skip reasons of disaggregated rows. Rows without worker counts (NVIDIA's DeepSeek-R1 dumps of
 // 2026-03-25 and 2026-04-06) are not given a guessed count: one prefill and one decode worker fits
@@ -350,12 +370,10 @@ int64_t integer_or(const CsvTable& csv, std::string_view column, int64_t blank, 
 // client's --max-concurrency), 0 when the row does not say.
 int64_t silicon_concurrency(const CsvTable& csv) {
   const std::string& source = csv.text("silicon_data_source");
-  const std::string key = "silicon_concurrency=";
-  const auto at = source.find(key);
+  const auto at = source.find("silicon_concurrency=");
   if (at == std::string::npos) return 0;
-  const auto from = at + key.size();
-  const auto to = source.find_first_not_of("0123456789", from);
-  const std::string digits = source.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  const std::string field = source_field(csv, "silicon_concurrency");
+  const std::string digits = field.substr(0, field.find_first_not_of("0123456789"));
   if (digits.empty() || digits.size() > 7 || std::stoll(digits) < 1) {
     csv.fail(fmt::format("column 'silicon_data_source': '{}' is not a concurrency from 1 to 9999999",
                          source.substr(at)));
@@ -457,7 +475,8 @@ std::string resolve_weight_dtype(const CsvTable& csv, const ModelSpec& model, st
 }  // namespace
 
 const std::vector<ServingNormalisation>& serving_normalisations() {
-  static const std::vector<ServingNormalisation> rules = {kVllmDep, kTrtllmAttentionDp, kCheckpointFormat};
+  static const std::vector<ServingNormalisation> rules = {kVllmDep, kTrtllmAttentionDp, kCheckpointFormat,
+                                                          kClientConnectionPool};
   return rules;
 }
 
@@ -590,6 +609,11 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
       continue;
     }
     if (relabelled) r.normalisations.push_back(kCheckpointFormat.name);
+    if (constexpr int64_t kPool = 100; r.backend == "vllm" && source_field(csv, "measured").starts_with("2025-12-") &&
+                                       r.concurrency > kPool) {
+      r.client_connections = kPool;
+      r.normalisations.push_back(kClientConnectionPool.name);
+    }
     for (const std::string& rule : r.normalisations) ++out.normalised[rule];
     rows.push_back(std::move(r));
   }
@@ -647,6 +671,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   c.workload.output_len = fmt::format("fixed:{}", r.osl);
   c.workload.num_requests = r.concurrency * o.requests_per_client;
   c.max_concurrency = r.concurrency;
+  c.client_connections = r.client_connections;
   c.workload.think_time = o.think_time;
   if (!o.moe_routing.empty()) c.moe_routing = o.moe_routing;
   RunHooks hooks;

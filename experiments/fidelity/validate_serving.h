@@ -72,6 +72,8 @@ struct ServingRow {
   std::string mode = "agg";  // agg | disagg
   std::string model;  // model_path resolved: a built-in name or a config.json
   int64_t isl = 0, osl = 0, concurrency = 0;
+  // The benchmark client's connection pool (RunConfig::client_connections), 0: none recorded.
+  int64_t client_connections = 0;
   // Aggregated: the replica's layout (RunConfig tp, dp, ep, moe_tp). Disaggregated: the prefill
   // pool's, which is also `prefill.layout`.
   int tp = 1, dp = 1, ep = 1, moe_tp = 0;

@@ -30,6 +30,12 @@ std::string lost_time_clause(const DiagnosisInputs& in, LatencyPart part) {
                            "(more replicas, more --tp, a faster GPU)",
                            spent);
       }
+      if (in.client_connections > 0) {
+        return fmt::format("{} queued, at the client for one of its {} connections or at the server "
+                           "(--client-connections: the server never saw more than {} requests): a larger "
+                           "connection pool would show what the server does with all of them",
+                           spent, in.client_connections, in.client_connections);
+      }
       if (in.kv_allocated_fraction_peak >= kKvFull) {
         return fmt::format("{} queued (KV memory full: peak {} allocated): a larger KV cache (more GPU memory, "
                            "--tp, --kv-cache-dtype fp8) or more replicas would help",
@@ -92,6 +98,10 @@ PolicyTraits policy_traits(const std::string& policy, const std::map<std::string
 
 bool sends_all_at_once(const std::string& arrival, int64_t max_concurrency) {
   return arrival == "offline" && max_concurrency == 0;
+}
+
+int64_t limiting_client_connections(int64_t max_concurrency, int64_t client_connections) {
+  return client_connections > 0 && client_connections < max_concurrency ? client_connections : 0;
 }
 
 DiagnosisInputs diagnosis_inputs(const Summary& s, const PolicyTraits& policy, bool sent_at_once) {

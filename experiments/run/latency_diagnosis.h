@@ -69,7 +69,13 @@ struct DiagnosisInputs {
   // Every request was sent at t = 0 (--arrival offline without closed-loop clients): the tail
   // queues behind the burst whatever the memory.
   bool sent_at_once = false;
+  // The closed-loop client's connection pool, where it is smaller than its clients
+  // (--client-connections): the requests beyond it queue at the client. 0: none.
+  int64_t client_connections = 0;
 };
+// The pool that holds a run's clients back: `client_connections` where it is below
+// `max_concurrency`, else 0.
+int64_t limiting_client_connections(int64_t max_concurrency, int64_t client_connections);
 DiagnosisInputs diagnosis_inputs(const Summary& summary, const PolicyTraits& policy, bool sent_at_once);
 // Whether a run of `arrival` (its --arrival) and `max_concurrency` sent every request at t = 0.
 bool sends_all_at_once(const std::string& arrival, int64_t max_concurrency);

@@ -41,9 +41,11 @@ nlohmann::ordered_json dist_json(const Distribution& d) {
 std::string run_diagnosis(const RunOutcome& outcome) {
   // The diagnosis reads the p99 requests' shares, which a streaming run cannot know.
   if (streamed(outcome)) return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
-  return latency_diagnosis(diagnosis_inputs(
+  DiagnosisInputs in = diagnosis_inputs(
       outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts),
-      sends_all_at_once(outcome.config.workload.arrival, outcome.config.max_concurrency)));
+      sends_all_at_once(outcome.config.workload.arrival, outcome.config.max_concurrency));
+  in.client_connections = limiting_client_connections(outcome.config.max_concurrency, outcome.config.client_connections);
+  return latency_diagnosis(in);
 }
 
 nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {
@@ -134,6 +136,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
   j["think_time"] = c.workload.think_time;
+  if (c.client_connections > 0) j["client_connections"] = c.client_connections;  // only when set: older files stay as they were
   if (!c.workload.resample.empty()) j["resample"] = c.workload.resample;  // only when set: older files stay as they were
   j["num_gpu_blocks"] = c.num_gpu_blocks;
   if (c.max_model_len > 0) j["max_model_len"] = c.max_model_len;  // only when set: older files stay as they were

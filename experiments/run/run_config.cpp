@@ -234,6 +234,7 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
     else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
     else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
     else if (key == "think-time") c.workload.think_time = scalar<std::string>(v, file, shown);
+    else if (key == "client-connections") c.client_connections = scalar<int64_t>(v, file, shown);
     else if (key == "resample") c.workload.resample = scalar<std::string>(v, file, shown);
     else if (key == "seeds") c.seeds = scalar<int64_t>(v, file, shown);
     else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
@@ -406,6 +407,15 @@ void validate(const RunConfig& c) {
   if (c.max_concurrency < 0 || c.max_concurrency > kMaxConcurrency) {
     throw UserError(fmt::format("--max-concurrency {}: must be in [0, {}] (0: open loop, no client limit)",
                                 c.max_concurrency, kMaxConcurrency));
+  }
+  if (c.client_connections < 0 || c.client_connections > kMaxConcurrency) {
+    throw UserError(fmt::format("--client-connections {}: must be in [0, {}] (0: no limit)", c.client_connections,
+                                kMaxConcurrency));
+  }
+  if (c.client_connections > 0 && c.max_concurrency == 0) {
+    throw UserError(fmt::format("--client-connections {}: is the connection pool of closed-loop clients; give "
+                                "--max-concurrency C (the number of clients)",
+                                c.client_connections));
   }
   if (c.max_model_len < 0 || c.max_model_len > (int64_t{1} << 30)) {
     throw UserError(fmt::format("--max-model-len {}: must be in [0, 2^30] (0: the model's max_position_embeddings)", c.max_model_len));

@@ -90,6 +90,10 @@ struct RunConfig {
   // Closed-loop clients (vllm bench serve --max-concurrency): at most this many requests in
   // flight; 0 = open loop. See SimulationOptions::max_concurrency.
   int64_t max_concurrency = 0;
+  // The closed-loop client's connection pool: at most this many of its requests at the server,
+  // the rest waiting at the client with their clock running; 0 = no limit. See
+  // SimulationOptions::client_connections.
+  int64_t client_connections = 0;
   // KV cache size in blocks (vLLM --num-gpu-blocks-override; SimulationOptions::num_gpu_blocks);
   // 0: from GPU memory.
   int64_t num_gpu_blocks = 0;

@@ -41,7 +41,7 @@ bool is_axis_run_key(const std::string& key) {
   static const std::set<std::string> keys = {
       "model", "gpu", "engine", "tp", "dp", "ep", "moe-tp", "moe-routing", "eplb", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
       "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "resample", "prefill-replicas", "decode-replicas", "prefill-gpu",
+      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "client-connections", "resample", "prefill-replicas", "decode-replicas", "prefill-gpu",
       "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
       "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks",
       "prefill-engine", "decode-engine"};

@@ -16,6 +16,7 @@
 #include "experiments/run/latency_diagnosis.h"
 #include "experiments/run/output.h"
 #include "hwmodel/base/error.h"
+#include "hwmodel/base/json_file.h"
 
 namespace batchsim {
 
@@ -421,6 +422,8 @@ std::string row_diagnosis(const Row& r) {
   }
   in.policy = policy_traits(config.value("policy", std::string()), options);
   in.sent_at_once = sends_all_at_once(config.value("arrival", std::string()), config.value("max_concurrency", int64_t{0}));
+  in.client_connections = limiting_client_connections(config.value("max_concurrency", int64_t{0}),
+                                                      config.value("client_connections", int64_t{0}));
   return latency_diagnosis(in);
 }
 
@@ -545,15 +548,6 @@ std::string read_text(const fs::path& file) {
   return ss.str();
 }
 
-ordered_json read_json(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot read", file.string()));
-  try {
-    return ordered_json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(fmt::format("{}: not valid JSON: {}", file.string(), e.what()));
-  }
-}
 
 int64_t int_at(const ordered_json& j, const char* key) {
   return j.contains("experiment") && j["experiment"].contains(key) ? j["experiment"][key].get<int64_t>() : -1;
@@ -1063,7 +1057,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   out << "## Figures\n\n";
   const fs::path index = dir / "figures" / "figures.json";
   if (fs::exists(index)) {
-    for (const auto& f : read_json(index)) {
+    for (const auto& f : read_json_file<ordered_json>(index)) {
       fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f["title"].get<std::string>(),
                  f["title"].get<std::string>(), f["file"].get<std::string>());
       if (f.contains("caption")) fmt::print(out, "{}\n\n", f["caption"].get<std::string>());
@@ -1217,16 +1211,16 @@ ResultSet load_result_set(const fs::path& dir) {
     throw UserError(fmt::format("{}: not a batchsim compare results folder (no experiment.json)", dir.string()));
   }
   ResultSet r;
-  r.experiment = read_json(dir / "experiment.json");
+  r.experiment = read_json_file<ordered_json>(dir / "experiment.json");
   if (fs::exists(dir / "experiment.yaml")) r.experiment_yaml = read_text(dir / "experiment.yaml");
   if (fs::is_directory(dir / "runs")) {
     for (const auto& entry : fs::directory_iterator(dir / "runs")) {
-      if (fs::exists(entry.path() / "summary.json")) r.runs.push_back(read_json(entry.path() / "summary.json"));
+      if (fs::exists(entry.path() / "summary.json")) r.runs.push_back(read_json_file<ordered_json>(entry.path() / "summary.json"));
     }
   }
   if (fs::is_directory(dir / "capacity")) {
     for (const auto& entry : fs::directory_iterator(dir / "capacity")) {
-      if (entry.path().extension() == ".json") r.capacities.push_back(read_json(entry.path()));
+      if (entry.path().extension() == ".json") r.capacities.push_back(read_json_file<ordered_json>(entry.path()));
     }
   }
   sort_results(r);

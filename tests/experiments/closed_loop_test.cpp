@@ -36,17 +36,40 @@ RunConfig closed_loop_config(const std::string& policy, int64_t concurrency, con
   return c;
 }
 
-// The most requests in flight at once: sent (arrival) and not yet settled.
-int64_t max_in_flight(const SimulationResult& r) {
+// The most requests at once between `from` (a time of each request's) and their settle.
+int64_t peak_between(const SimulationResult& r, SimTime (*from)(const RequestRecord&)) {
   std::vector<std::pair<SimTime, int>> edges;
   for (const RequestRecord& q : r.requests) {
-    edges.emplace_back(q.arrival, +1);
+    edges.emplace_back(from(q), +1);
     edges.emplace_back(q.finished, -1);
   }
   std::sort(edges.begin(), edges.end());  // at equal times a settle (-1) comes before a send
   int64_t now = 0, peak = 0;
   for (const auto& [t, d] : edges) peak = std::max(peak, now += d);
   return peak;
+}
+
+// The most requests in flight at once: sent (arrival) and not yet settled.
+int64_t max_in_flight(const SimulationResult& r) {
+  return peak_between(r, [](const RequestRecord& q) { return q.arrival; });
+}
+
+// The most requests at the server at once: from the first time it was scheduled (an engine
+// with room admits a request at its first step) to its settle.
+int64_t max_at_server(const SimulationResult& r) {
+  return peak_between(r, [](const RequestRecord& q) { return q.first_scheduled; });
+}
+
+// Two runs of the same requests that must agree request for request: sent, first scheduled,
+// first token and finished at the same nanosecond.
+void expect_same_requests(const RunOutcome& a, const RunOutcome& b) {
+  ASSERT_EQ(a.result.requests.size(), b.result.requests.size());
+  for (size_t i = 0; i < a.result.requests.size(); ++i) {
+    EXPECT_EQ(a.result.requests[i].arrival, b.result.requests[i].arrival) << i;
+    EXPECT_EQ(a.result.requests[i].first_scheduled, b.result.requests[i].first_scheduled) << i;
+    EXPECT_EQ(a.result.requests[i].first_token, b.result.requests[i].first_token) << i;
+    EXPECT_EQ(a.result.requests[i].finished, b.result.requests[i].finished) << i;
+  }
 }
 
 TEST(ClosedLoop, ExactlyCInFlightAndEachSentWhenOneSettles) {
@@ -106,8 +129,10 @@ TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
                                          {3, "least-outstanding"}, {3, "random"}}) {
     for (const char* policy : {"vllm", "continuous", "tgi"}) {
      for (const char* think : {"", "exponential:0.05"}) {  // with think time, sends fall mid-run
-      SCOPED_TRACE(fmt::format("{} x{} {} think {}", policy, replicas, router, think));
+     for (const int connections : {0, 3}) {  // with a pool, a settle also lets a waiting request in
+      SCOPED_TRACE(fmt::format("{} x{} {} think {} connections {}", policy, replicas, router, think, connections));
       RunConfig c = closed_loop_config(policy, 5);
+      c.client_connections = connections;
       c.replicas = replicas;
       c.router = router;
       c.workload.output_len = "uniform:50:400";
@@ -115,26 +140,28 @@ TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
       RunHooks off;
       off.fast_forward = false;
       const RunOutcome fast = run_simulation(c), slow = run_simulation(c, nullptr, off);
-      ASSERT_EQ(fast.result.requests.size(), slow.result.requests.size());
-      for (size_t i = 0; i < fast.result.requests.size(); ++i) {
-        EXPECT_EQ(fast.result.requests[i].arrival, slow.result.requests[i].arrival) << i;
-        EXPECT_EQ(fast.result.requests[i].finished, slow.result.requests[i].finished) << i;
-        EXPECT_EQ(fast.result.requests[i].first_token, slow.result.requests[i].first_token) << i;
-      }
+      expect_same_requests(fast, slow);
       EXPECT_GT(fast.result.fast_forwarded_iterations, 0);
+     }
      }
     }
   }
 }
 
 // A static batcher waiting for 16 requests would wait forever on 4 clients: once every client
-// has a request in flight, nothing can arrive before one settles, so it runs what it has.
+// has a request in flight, nothing can arrive before one settles, so it runs what it has; and
+// so it does once a client connection pool (--client-connections) lets no more through.
 TEST(ClosedLoop, StaticBatchersRunWhatTheClientsCanSend) {
   RunConfig c = closed_loop_config("hf-static", 4);
   c.policy_opts["batch_size"] = "16";
   const RunOutcome run = run_simulation(c);
   EXPECT_EQ(run.result.summary.requests_completed, 60);
   EXPECT_EQ(max_in_flight(run.result), 4);
+  c.max_concurrency = 6;
+  c.client_connections = 2;
+  const RunOutcome pooled = run_simulation(c);
+  EXPECT_EQ(pooled.result.summary.requests_completed, 60);
+  EXPECT_EQ(max_at_server(pooled.result), 2);
 }
 
 TEST(ClosedLoop, TheOptionIsCheckedAndEchoed) {
@@ -190,11 +217,7 @@ TEST(ClosedLoopThinkTime, EachRequestIsSentItsThinkTimeAfterItsClientIsFree) {
   // Zero think time is the plain closed loop, request for request.
   RunConfig zero = closed_loop_config("vllm", 4);
   zero.workload.think_time = "fixed:0";
-  const RunOutcome plain = run_simulation(closed_loop_config("vllm", 4)), zeroed = run_simulation(zero);
-  for (size_t i = 0; i < plain.result.requests.size(); ++i) {
-    EXPECT_EQ(zeroed.result.requests[i].arrival, plain.result.requests[i].arrival) << i;
-    EXPECT_EQ(zeroed.result.requests[i].finished, plain.result.requests[i].finished) << i;
-  }
+  expect_same_requests(run_simulation(closed_loop_config("vllm", 4)), run_simulation(zero));
 }
 
 // N users who each think Z between a response and their next request, each request taking R on
@@ -246,6 +269,85 @@ TEST(ClosedLoopThinkTime, TheOptionIsCheckedAndEchoed) {
   std::ifstream in(dir / "r" / "summary.json");
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary["config"]["think_time"], "exponential:0.2");
+  // The summary's config reruns the same run.
+  ASSERT_EQ(testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out",
+                              (dir / "again").string()}),
+            0);
+  std::ifstream again(dir / "again" / "summary.json");
+  EXPECT_EQ(nlohmann::json::parse(again)["makespan_s"], summary["makespan_s"]);
+}
+
+// The client's connection pool (--client-connections N): N of the C clients' requests at the
+// server at once, the others waiting at the client in order of sending, their clock running.
+
+TEST(ClientConnections, AtMostNAtTheServerAndTheWaitCountsInTtft) {
+  RunConfig pooled = closed_loop_config("vllm", 8);
+  pooled.client_connections = 3;
+  const RunOutcome run = run_simulation(pooled), open = run_simulation(closed_loop_config("vllm", 8));
+  ASSERT_EQ(run.result.summary.requests_completed, 60);
+  EXPECT_EQ(max_in_flight(run.result), 8);  // eight clients, each with a request out
+  EXPECT_EQ(max_at_server(run.result), 3);  // three of them at the server
+  EXPECT_GT(max_at_server(open.result), 3);
+  // The first eight are sent at t = 0; five of them wait for a connection, and their TTFT counts
+  // the wait: each is scheduled only once an earlier request has settled.
+  std::multiset<SimTime> finishes;
+  for (const auto& q : run.result.requests) finishes.insert(q.finished);
+  int64_t waited = 0;
+  for (const auto& q : run.result.requests) {
+    EXPECT_GE(q.first_token, q.first_scheduled);
+    if (q.first_scheduled == q.arrival) continue;
+    ++waited;
+    EXPECT_GE(q.ttft(), q.first_scheduled - q.arrival) << q.id;
+    // Its breakdown's queueing holds the wait: its parts still sum to its e2e.
+    EXPECT_GE(q.breakdown.time(LatencyPart::kQueueing), q.first_scheduled - q.arrival - SimTime::from_ns(1)) << q.id;
+    EXPECT_EQ(q.breakdown.total_ns(), q.e2e().ns()) << q.id;
+  }
+  EXPECT_GE(waited, 5);
+  // Fewer at the server: shorter steps, longer waits.
+  EXPECT_LT(run.result.summary.tpot_s.mean, open.result.summary.tpot_s.mean);
+  EXPECT_GT(run.result.summary.ttft_s.mean, open.result.summary.ttft_s.mean);
+}
+
+// One connection serves the requests one at a time, in the order sent: each is scheduled when
+// the one before it finishes, though two clients keep two requests out.
+TEST(ClientConnections, OneConnectionServesOneRequestAtATimeInOrder) {
+  RunConfig c = closed_loop_config("vllm", 2);
+  c.client_connections = 1;
+  c.workload.num_requests = 12;
+  const RunOutcome run = run_simulation(c);
+  const auto& reqs = run.result.requests;
+  ASSERT_EQ(run.result.summary.requests_completed, 12);
+  EXPECT_EQ(max_at_server(run.result), 1);
+  for (size_t i = 1; i < reqs.size(); ++i) {
+    EXPECT_GE(reqs[i].first_scheduled, reqs[i - 1].finished) << i;  // it reached the server at that settle
+    EXPECT_LT(reqs[i].arrival, reqs[i].first_scheduled) << i;       // after waiting at the client
+    if (i >= 2) EXPECT_EQ(reqs[i].arrival, reqs[i - 2].finished) << i;  // sent when its client's last one ended
+  }
+}
+
+TEST(ClientConnections, APoolAsLargeAsTheClientsChangesNothing) {
+  RunConfig plain = closed_loop_config("sarathi", 5), pooled = plain;
+  pooled.client_connections = 5;
+  expect_same_requests(run_simulation(plain), run_simulation(pooled));
+}
+
+TEST(ClientConnections, TheOptionIsCheckedEchoedAndDiagnosed) {
+  EXPECT_THAT(testing::cli_error_of({"run", "--client-connections", "4", "--num-requests", "5"}),
+              HasSubstr("--client-connections 4: is the connection pool of closed-loop clients; give --max-concurrency"));
+  EXPECT_THAT(testing::cli_error_of({"run", "--max-concurrency", "8", "--client-connections", "-2"}),
+              HasSubstr("--client-connections -2: must be in [0, 10000000]"));
+  const auto dir = testing::scratch_dir("client-connections-cli");
+  std::string text;
+  ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "40", "--client-connections", "4", "--num-requests", "200",
+                              "--out", (dir / "r").string()},
+                             &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("200 requests, arrival offline, 40 clients over 4 connections, KV capacity"));
+  std::ifstream in(dir / "r" / "summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_EQ(summary["config"]["client_connections"], 4);
+  EXPECT_THAT(summary["latency_breakdown"]["diagnosis"].get<std::string>(),
+              HasSubstr("at the client for one of its 4 connections"));
   // The summary's config reruns the same run.
   ASSERT_EQ(testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out",
                               (dir / "again").string()}),

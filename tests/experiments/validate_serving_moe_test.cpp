@@ -504,15 +504,16 @@ TEST(ValidateServingMoe, FiguresOnNvidiasH100MoeMeasurements) {
   EXPECT_EQ(j["normalisations"]["vllm-dep"]["rows"], 15);
   EXPECT_EQ(j["normalisations"]["trtllm-attention-dp"]["rows"], 5);
   EXPECT_EQ(j["normalisations"]["checkpoint-format"]["rows"], 105);
+  EXPECT_EQ(j["normalisations"]["client-connection-pool"]["rows"], 9);
   EXPECT_EQ(j["repeated_rows"], 57);
   EXPECT_EQ(j["repeated_rows_replayed"], 15);
 
-  expect_figures(j["distinct"], {44.4, 0.58, 44.4, 1.00, 216}, "distinct");
+  expect_figures(j["distinct"], {47.4, 0.60, 25.2, 1.00, 216}, "distinct");
   const std::map<std::string, Figures> by_model = {
       {"MiniMaxAI/MiniMax-M2.5 vllm", {50.3, 1.23, 19.6, 1.00, 30}},
       {"Qwen/Qwen3-235B-A22B-FP8 trtllm", {49.3, 0.49, 18.6, 1.00, 127}},
       {"openai/gpt-oss-120b trtllm", {72.3, 0.26, 52.9, 0.48, 5}},
-      {"openai/gpt-oss-120b vllm", {26.8, 0.95, 118.2, 1.04, 54}},
+      {"openai/gpt-oss-120b vllm", {38.9, 1.01, 41.3, 1.04, 54}},
   };
   ASSERT_EQ(j["by_model"].size(), by_model.size());
   for (const auto& m : j["by_model"]) {
@@ -522,24 +523,33 @@ TEST(ValidateServingMoe, FiguresOnNvidiasH100MoeMeasurements) {
     expect_figures(m["distinct"], by_model.at(key), key);
   }
   expect_figures(j["by_backend"]["trtllm"], {50.2, 0.49, 19.9, 0.99, 132}, "trtllm, every row");
-  expect_figures(j["by_backend"]["vllm"], {32.2, 0.99, 72.6, 1.02, 99}, "vllm, every row");
+  expect_figures(j["by_backend"]["vllm"], {38.8, 1.03, 30.6, 1.02, 99}, "vllm, every row");
 
   // Where the error lies (docs/validation.md): the nine gpt-oss rows at 512 clients, whose
-  // measured TTFT and TPOT say about 100 requests ran at once, are replayed at 512, and eight of
-  // them predicted at 4x their TPOT or more; without them TPOT is 19.0%.
+  // measured TTFT and TPOT say about 100 requests ran at once, are replayed with the client's
+  // 100-connection pool (rule client-connection-pool). Their TTFT is then the wait for the
+  // requests ahead to finish, so its error follows their TPOT's (within 8%; with all 512 at the
+  // server their TTFT was predicted at 0.001-0.63 of the measured and TPOT at 2.6-15x); what is
+  // left is the decode step of about 100 sequences, predicted at 1.4-4.5x. Without them TPOT
+  // is 19.0%.
   Mape tpot_without_512, ttft_without_512;
-  int far_off_512 = 0;
+  int pooled_512 = 0;
   for (const auto& r : j["rows"]) {
     if (!r["distinct"].get<bool>()) continue;
     const double tpot_ratio = r["predicted_tpot_ms"].get<double>() / r["measured_tpot_ms"].get<double>();
+    const double ttft_ratio = r["predicted_ttft_ms"].get<double>() / r["measured_ttft_ms"].get<double>();
     if (r["concurrency"] == 512) {
-      far_off_512 += tpot_ratio > 4;
+      pooled_512 += r["config"]["client_connections"] == 100;
+      EXPECT_NEAR(ttft_ratio / tpot_ratio, 1.0, 0.08) << r["id"];
+      EXPECT_GT(tpot_ratio, 1.3) << r["id"];
+      EXPECT_LT(tpot_ratio, 4.6) << r["id"];
       continue;
     }
+    EXPECT_FALSE(r["config"].contains("client_connections")) << r["id"];
     tpot_without_512.add(r["predicted_tpot_ms"].get<double>(), r["measured_tpot_ms"].get<double>());
     ttft_without_512.add(r["predicted_ttft_ms"].get<double>(), r["measured_ttft_ms"].get<double>());
   }
-  EXPECT_EQ(far_off_512, 8);
+  EXPECT_EQ(pooled_512, 9);
   EXPECT_EQ(tpot_without_512.count, 207);
   EXPECT_NEAR(tpot_without_512.value(), 19.0, 0.051);
   EXPECT_NEAR(ttft_without_512.value(), 42.4, 0.051);
@@ -568,12 +578,12 @@ TEST(ValidateServingMoe, FiguresOnNvidiasH100MoeMeasurements) {
   std::ifstream routed_in(dir / "p.json");
   const auto p = nlohmann::json::parse(routed_in);
   EXPECT_EQ(p["moe_routing"], "power:1.2");
-  expect_figures(p["distinct"], {41.6, 0.68, 38.1, 0.94, 216}, "power:1.2, distinct");
+  expect_figures(p["distinct"], {43.8, 0.70, 17.8, 0.94, 216}, "power:1.2, distinct");
   const std::map<std::string, Figures> routed = {
       {"MiniMaxAI/MiniMax-M2.5 vllm", {67.4, 1.45, 14.7, 0.88, 30}},
       {"Qwen/Qwen3-235B-A22B-FP8 trtllm", {40.5, 0.59, 9.8, 0.97, 127}},
       {"openai/gpt-oss-120b trtllm", {71.0, 0.26, 53.4, 0.50, 5}},
-      {"openai/gpt-oss-120b vllm", {27.4, 0.95, 116.1, 0.92, 54}},
+      {"openai/gpt-oss-120b vllm", {35.9, 1.03, 34.9, 0.92, 54}},
   };
   for (const auto& m : p["by_model"]) {
     const std::string key = m["model"].get<std::string>() + " " + m["backend"].get<std::string>();

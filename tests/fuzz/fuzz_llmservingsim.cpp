@@ -1,12 +1,15 @@
-// libFuzzer harness: the readers of LLMServingSim's files (issue 44): a recorded run
-// (requests.jsonl and meta.json, experiments/fidelity/run_replay.h) and a per-layer GPU profile
-// (dense.csv, attention.csv, per_sequence.csv beside a meta.yaml, hwmodel/fit/llmservingsim_profile.h).
+// libFuzzer harness: the readers of recorded runs and GPU profiles (issue 44): LLMServingSim's
+// recorded run (requests.jsonl and meta.json, experiments/fidelity/run_replay.h) and per-layer
+// GPU profile (dense.csv, attention.csv, per_sequence.csv beside a meta.yaml,
+// hwmodel/fit/llmservingsim_profile.h), and a user's benchmark: vLLM's `bench serve
+// --save-detailed` result and aiperf's profile_export.jsonl (experiments/fidelity/benchmark_readers.h).
 // The first byte picks the file the rest becomes; the other files are the shipped ones' first
 // lines. Seeds: tests/fuzz/seeds/llmservingsim (scripts/fuzz.sh).
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "experiments/fidelity/benchmark_readers.h"
 #include "experiments/fidelity/run_replay.h"
 #include "fuzz_input.h"
 #include "hwmodel/base/error.h"
@@ -28,22 +31,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const fs::path root = batchsim::fuzz::as_file(data, 0, "unused").parent_path() / "llmservingsim";
   fs::remove_all(root);
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const int which = data[0] % 5;
+  const int which = data[0] % 7;
   const std::string request =
       R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
   const std::string meta = R"({"vllm_version": "0.19.0", "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_num_seqs": 8}})";
+  // What every run reader promises: requests in queued order, each one's timestamps in order.
+  auto check = [](const batchsim::RecordedRun& r) {
+    for (size_t i = 0; i < r.requests.size(); ++i) {
+      const auto& q = r.requests[i];
+      if (q.input_tokens < 1 || q.output_tokens < 1 || q.ttft_s() < 0 || q.e2e_s() < q.ttft_s()) __builtin_trap();
+      if (i > 0 && q.queued_s < r.requests[i - 1].queued_s) __builtin_trap();
+    }
+  };
   try {
     if (which <= 1) {
       const fs::path run = root / "run";
       write(run / "requests.jsonl", which == 0 ? text : request + "\n");
       write(run / "meta.json", which == 1 ? text : meta);
-      const batchsim::RecordedRun r = batchsim::read_recorded_run(run);
-      // What the reader promises: requests in queued order, each one's timestamps in order.
-      for (size_t i = 0; i < r.requests.size(); ++i) {
-        const auto& q = r.requests[i];
-        if (q.input_tokens < 1 || q.output_tokens < 1 || q.ttft_s() < 0 || q.e2e_s() < q.ttft_s()) __builtin_trap();
-        if (i > 0 && q.queued_s < r.requests[i - 1].queued_s) __builtin_trap();
-      }
+      check(batchsim::read_recorded_run(run));
+    } else if (which >= 5) {
+      // A benchmark file: a vLLM result (.json) or an aiperf export (.jsonl).
+      const fs::path file = root / (which == 5 ? "result.json" : "profile_export.jsonl");
+      write(file, text);
+      const batchsim::RecordedRun r = batchsim::read_recording(file, batchsim::ReplayOverrides{.model = "llama-3.1-8b"});
+      check(r);
+      if (r.requests.empty() || r.requests.front().queued_s != 0) __builtin_trap();  // timed from the first send
     } else {
       const fs::path model = root / "profiler/perf/RTX4090/meta-llama/Llama-3.1-8B/bf16";
       write(model / "meta.yaml", "profiler_version: 1.0.0\nmodel: meta-llama/Llama-3.1-8B\nvllm_version: 0.19.0\n");
