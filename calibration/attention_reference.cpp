@@ -32,9 +32,8 @@ struct RangeResult {
 // Softmax-attention of one query row over tokens [begin, end) of one sequence, the way one
 // CTA of vLLM's paged kernel does it: logits first, then their max, then exp and sums.
 // Writes the output normalised by the range's own exp-sum; an empty range writes zeros.
-RangeResult attend_token_range(const PagedKvCache& cache, const int32_t* block_table,
-                               int kv_head, const float* q_row, float scale, int begin, int end,
-                               std::vector<float>& logits, float* out_row) {
+RangeResult attend_token_range(const PagedKvCache& cache, const int32_t* block_table, int kv_head, const float* q_row,
+                               float scale, int begin, int end, std::vector<float>& logits, float* out_row) {
   const int head_dim = cache.layout.head_dim;
   RangeResult result;
   std::fill(out_row, out_row + head_dim, 0.0f);
@@ -55,9 +54,8 @@ RangeResult attend_token_range(const PagedKvCache& cache, const int32_t* block_t
   return result;
 }
 
-void check_decode_inputs(const AttentionShape& shape, const PagedKvCache& cache,
-                         const DecodeBatch& batch, std::span<const float> q,
-                         std::span<const float> out) {
+void check_decode_inputs(const AttentionShape& shape, const PagedKvCache& cache, const DecodeBatch& batch,
+                         std::span<const float> q, std::span<const float> out) {
   shape.validate();
   require(cache.layout.num_kv_heads == shape.num_kv_heads && cache.layout.head_dim == shape.head_dim,
           "cache layout does not match the attention shape");
@@ -71,14 +69,13 @@ void check_decode_inputs(const AttentionShape& shape, const PagedKvCache& cache,
   }
 }
 
-void fill_uniform(std::vector<float>& values, float lo, float hi, bool round_bf16,
-                  std::mt19937_64& rng) {
+void fill_uniform(std::vector<float>& values, float lo, float hi, bool round_bf16, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(lo, hi);
   for (float& x : values) x = round_bf16 ? round_to_bf16(dist(rng)) : dist(rng);
 }
 
-PagedKvCache make_random_cache(const AttentionShape& shape, int block_size_tokens, int num_blocks,
-                               bool round_bf16, std::mt19937_64& rng) {
+PagedKvCache make_random_cache(const AttentionShape& shape, int block_size_tokens, int num_blocks, bool round_bf16,
+                               std::mt19937_64& rng) {
   PagedKvCache cache;
   cache.layout = PagedKvLayout{block_size_tokens, shape.num_kv_heads, shape.head_dim};
   cache.num_blocks = num_blocks;
@@ -105,9 +102,8 @@ void AttentionShape::validate() const {
   require(num_heads % num_kv_heads == 0, "num_kv_heads must divide num_heads (GQA)");
 }
 
-void decode_attention_reference(const AttentionShape& shape, const PagedKvCache& cache,
-                                const DecodeBatch& batch, std::span<const float> q,
-                                std::span<float> out) {
+void decode_attention_reference(const AttentionShape& shape, const PagedKvCache& cache, const DecodeBatch& batch,
+                                std::span<const float> q, std::span<float> out) {
   check_decode_inputs(shape, cache, batch, q, out);
   std::vector<float> logits;
   const int d = shape.head_dim;
@@ -115,8 +111,8 @@ void decode_attention_reference(const AttentionShape& shape, const PagedKvCache&
     for (int h = 0; h < shape.num_heads; ++h) {
       const size_t row = (static_cast<size_t>(s) * shape.num_heads + h) * d;
       attend_token_range(cache, batch.block_table(s), kv_head_for(h, shape.num_heads, shape.num_kv_heads),
-                         q.data() + row, shape.softmax_scale(), 0,
-                         batch.seq_lens_tokens[static_cast<size_t>(s)], logits, out.data() + row);
+                         q.data() + row, shape.softmax_scale(), 0, batch.seq_lens_tokens[static_cast<size_t>(s)],
+                         logits, out.data() + row);
     }
   }
 }
@@ -129,8 +125,7 @@ DecodePartials decode_attention_partials(const AttentionShape& shape, const Page
   DecodePartials partials;
   const int max_len = *std::max_element(batch.seq_lens_tokens.begin(), batch.seq_lens_tokens.end());
   partials.max_num_partitions = ceil_div(max_len, partition_size_tokens);
-  const size_t slots =
-      static_cast<size_t>(batch.num_seqs()) * shape.num_heads * partials.max_num_partitions;
+  const size_t slots = static_cast<size_t>(batch.num_seqs()) * shape.num_heads * partials.max_num_partitions;
   partials.max_logits.assign(slots, kNegInf);
   partials.exp_sums.assign(slots, 0.0f);
   partials.tmp_out.assign(slots * d, 0.0f);
@@ -140,12 +135,11 @@ DecodePartials decode_attention_partials(const AttentionShape& shape, const Page
     for (int h = 0; h < shape.num_heads; ++h) {
       const size_t q_row = (static_cast<size_t>(s) * shape.num_heads + h) * d;
       for (int p = 0; p * partition_size_tokens < len; ++p) {
-        const size_t slot = (static_cast<size_t>(s) * shape.num_heads + h) *
-                                partials.max_num_partitions + p;
+        const size_t slot = (static_cast<size_t>(s) * shape.num_heads + h) * partials.max_num_partitions + p;
         const RangeResult r = attend_token_range(
-            cache, batch.block_table(s), kv_head_for(h, shape.num_heads, shape.num_kv_heads),
-            q.data() + q_row, shape.softmax_scale(), p * partition_size_tokens,
-            std::min(len, (p + 1) * partition_size_tokens), logits, partials.tmp_out.data() + slot * d);
+            cache, batch.block_table(s), kv_head_for(h, shape.num_heads, shape.num_kv_heads), q.data() + q_row,
+            shape.softmax_scale(), p * partition_size_tokens, std::min(len, (p + 1) * partition_size_tokens), logits,
+            partials.tmp_out.data() + slot * d);
         partials.max_logits[slot] = r.max_logit;
         partials.exp_sums[slot] = r.exp_sum;
       }
@@ -154,13 +148,11 @@ DecodePartials decode_attention_partials(const AttentionShape& shape, const Page
   return partials;
 }
 
-void combine_decode_partials(const AttentionShape& shape, const DecodeBatch& batch,
-                             const DecodePartials& partials, int partition_size_tokens,
-                             std::span<float> out) {
+void combine_decode_partials(const AttentionShape& shape, const DecodeBatch& batch, const DecodePartials& partials,
+                             int partition_size_tokens, std::span<float> out) {
   const int d = shape.head_dim;
   for (int s = 0; s < batch.num_seqs(); ++s) {
-    const int num_partitions =
-        ceil_div(batch.seq_lens_tokens[static_cast<size_t>(s)], partition_size_tokens);
+    const int num_partitions = ceil_div(batch.seq_lens_tokens[static_cast<size_t>(s)], partition_size_tokens);
     for (int h = 0; h < shape.num_heads; ++h) {
       const size_t base = (static_cast<size_t>(s) * shape.num_heads + h) * partials.max_num_partitions;
       float global_max = kNegInf;
@@ -181,26 +173,23 @@ void combine_decode_partials(const AttentionShape& shape, const DecodeBatch& bat
   }
 }
 
-void decode_attention_partitioned_reference(const AttentionShape& shape,
-                                            const PagedKvCache& cache, const DecodeBatch& batch,
-                                            std::span<const float> q, int partition_size_tokens,
-                                            std::span<float> out) {
+void decode_attention_partitioned_reference(const AttentionShape& shape, const PagedKvCache& cache,
+                                            const DecodeBatch& batch, std::span<const float> q,
+                                            int partition_size_tokens, std::span<float> out) {
   check_decode_inputs(shape, cache, batch, q, out);
   const DecodePartials partials = decode_attention_partials(shape, cache, batch, q, partition_size_tokens);
   combine_decode_partials(shape, batch, partials, partition_size_tokens, out);
 }
 
 void prefill_attention_reference(const AttentionShape& shape, const PagedKvCache& cache,
-                                 std::span<const int32_t> block_table, int prior_tokens,
-                                 int chunk_tokens, std::span<const float> q,
-                                 std::span<float> out) {
+                                 std::span<const int32_t> block_table, int prior_tokens, int chunk_tokens,
+                                 std::span<const float> q, std::span<float> out) {
   shape.validate();
   const int d = shape.head_dim;
   const size_t rows = static_cast<size_t>(chunk_tokens) * shape.num_heads * d;
   require(prior_tokens >= 0 && chunk_tokens >= 1, "prefill needs prior >= 0 and chunk >= 1");
   require(q.size() == rows && out.size() == rows, "q/out size is not chunk*num_heads*head_dim");
-  require(static_cast<int64_t>(block_table.size()) * cache.layout.block_size_tokens >=
-              prior_tokens + chunk_tokens,
+  require(static_cast<int64_t>(block_table.size()) * cache.layout.block_size_tokens >= prior_tokens + chunk_tokens,
           "block table too short for prior + chunk tokens");
   const float scale = shape.softmax_scale();
   std::vector<float> acc(static_cast<size_t>(d));
@@ -221,7 +210,8 @@ void prefill_attention_reference(const AttentionShape& shape, const PagedKvCache
         const float correction = std::exp(m - m_new);  // exp(-inf) = 0 on the first key
         const float p = std::exp(s - m_new);
         l = l * correction + p;
-        for (int j = 0; j < d; ++j) acc[static_cast<size_t>(j)] = acc[static_cast<size_t>(j)] * correction + p * v_row[j];
+        for (int j = 0; j < d; ++j)
+          acc[static_cast<size_t>(j)] = acc[static_cast<size_t>(j)] * correction + p * v_row[j];
         m = m_new;
       }
       float* out_row = out.data() + (static_cast<size_t>(i) * shape.num_heads + h) * d;
@@ -230,9 +220,8 @@ void prefill_attention_reference(const AttentionShape& shape, const PagedKvCache
   }
 }
 
-void naive_attention(const AttentionShape& shape, std::span<const float> q,
-                     std::span<const int> query_positions, std::span<const float> k,
-                     std::span<const float> v, bool causal, std::span<float> out) {
+void naive_attention(const AttentionShape& shape, std::span<const float> q, std::span<const int> query_positions,
+                     std::span<const float> k, std::span<const float> v, bool causal, std::span<float> out) {
   shape.validate();
   const int d = shape.head_dim;
   const size_t num_queries = query_positions.size();
@@ -267,8 +256,8 @@ void naive_attention(const AttentionShape& shape, std::span<const float> q,
   }
 }
 
-void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> block_table,
-                        int num_tokens, std::vector<float>& k, std::vector<float>& v) {
+void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> block_table, int num_tokens,
+                        std::vector<float>& k, std::vector<float>& v) {
   const int row = cache.layout.num_kv_heads * cache.layout.head_dim;
   k.resize(static_cast<size_t>(num_tokens) * row);
   v.resize(k.size());
@@ -356,9 +345,8 @@ DecodeCase make_random_decode_case(const AttentionShape& shape, std::span<const 
   return c;
 }
 
-PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_tokens,
-                                     int chunk_tokens, int block_size_tokens, bool round_bf16,
-                                     std::mt19937_64& rng) {
+PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_tokens, int chunk_tokens,
+                                     int block_size_tokens, bool round_bf16, std::mt19937_64& rng) {
   shape.validate();
   require(prior_tokens >= 0 && chunk_tokens >= 1, "prefill needs prior >= 0 and chunk >= 1");
   PrefillCase c;
@@ -378,8 +366,7 @@ PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_toke
   return c;
 }
 
-double max_scaled_error(std::span<const float> actual, std::span<const float> expected,
-                        double atol, double rtol) {
+double max_scaled_error(std::span<const float> actual, std::span<const float> expected, double atol, double rtol) {
   require(actual.size() == expected.size(), "compared arrays differ in size");
   double worst = 0;
   for (size_t i = 0; i < actual.size(); ++i) {

@@ -30,7 +30,7 @@ struct AttentionShape {
   int num_heads = 0;
   int num_kv_heads = 0;  // divides num_heads (GQA); == num_heads for MHA
   int head_dim = 0;
-  float scale = 0;       // softmax scale; 0 means 1/sqrt(head_dim)
+  float scale = 0;  // softmax scale; 0 means 1/sqrt(head_dim)
 
   float softmax_scale() const;
   // Throws std::invalid_argument when heads do not divide or a size is not positive.
@@ -58,9 +58,8 @@ struct DecodeBatch {
 };
 
 // out[seq][head][:] = softmax(q·Kᵀ·scale)·V over the sequence's whole context.
-void decode_attention_reference(const AttentionShape& shape, const PagedKvCache& cache,
-                                const DecodeBatch& batch, std::span<const float> q,
-                                std::span<float> out);
+void decode_attention_reference(const AttentionShape& shape, const PagedKvCache& cache, const DecodeBatch& batch,
+                                std::span<const float> q, std::span<float> out);
 
 // Per-partition results, laid out as vLLM's v2 kernel writes them.
 struct DecodePartials {
@@ -70,35 +69,30 @@ struct DecodePartials {
   std::vector<float> tmp_out;     // [seq][head][partition][head_dim], normalised per partition
 };
 DecodePartials decode_attention_partials(const AttentionShape& shape, const PagedKvCache& cache,
-                                         const DecodeBatch& batch, std::span<const float> q,
-                                         int partition_size_tokens);
+                                         const DecodeBatch& batch, std::span<const float> q, int partition_size_tokens);
 // The reduce step: rescales partition p by exp(m_p − max m) · l_p and normalises.
-void combine_decode_partials(const AttentionShape& shape, const DecodeBatch& batch,
-                             const DecodePartials& partials, int partition_size_tokens,
-                             std::span<float> out);
-void decode_attention_partitioned_reference(const AttentionShape& shape,
-                                            const PagedKvCache& cache, const DecodeBatch& batch,
-                                            std::span<const float> q, int partition_size_tokens,
-                                            std::span<float> out);
+void combine_decode_partials(const AttentionShape& shape, const DecodeBatch& batch, const DecodePartials& partials,
+                             int partition_size_tokens, std::span<float> out);
+void decode_attention_partitioned_reference(const AttentionShape& shape, const PagedKvCache& cache,
+                                            const DecodeBatch& batch, std::span<const float> q,
+                                            int partition_size_tokens, std::span<float> out);
 
 // Chunked prefill of one sequence: q and out are [chunk_tokens][num_heads][head_dim]; the
 // chunk's own K/V occupy tokens prior_tokens … prior_tokens + chunk_tokens − 1 of the cache.
 void prefill_attention_reference(const AttentionShape& shape, const PagedKvCache& cache,
-                                 std::span<const int32_t> block_table, int prior_tokens,
-                                 int chunk_tokens, std::span<const float> q,
-                                 std::span<float> out);
+                                 std::span<const int32_t> block_table, int prior_tokens, int chunk_tokens,
+                                 std::span<const float> q, std::span<float> out);
 
 // The textbook computation with an explicit [queries × keys] score matrix per head.
 // k and v are contiguous [num_keys][num_kv_heads][head_dim]; query r sits at absolute position
 // query_positions[r] and, when causal, sees keys 0 … query_positions[r].
-void naive_attention(const AttentionShape& shape, std::span<const float> q,
-                     std::span<const int> query_positions, std::span<const float> k,
-                     std::span<const float> v, bool causal, std::span<float> out);
+void naive_attention(const AttentionShape& shape, std::span<const float> q, std::span<const int> query_positions,
+                     std::span<const float> k, std::span<const float> v, bool causal, std::span<float> out);
 
 // Copies a sequence's first `num_tokens` K and V rows out of the paged cache into contiguous
 // [num_tokens][num_kv_heads][head_dim] arrays (for naive_attention).
-void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> block_table,
-                        int num_tokens, std::vector<float>& k, std::vector<float>& v);
+void gather_sequence_kv(const PagedKvCache& cache, std::span<const int32_t> block_table, int num_tokens,
+                        std::vector<float>& k, std::vector<float>& v);
 
 // Random test cases, shared by the CPU tests and `batchsim-calibrate check`. Physical blocks
 // are a random permutation, so a wrong block-table lookup reads another sequence's data.
@@ -125,9 +119,8 @@ struct PrefillCase {
   int chunk_tokens = 0;
   std::vector<float> q;  // [chunk_tokens][num_heads][head_dim]
 };
-PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_tokens,
-                                     int chunk_tokens, int block_size_tokens, bool round_bf16,
-                                     std::mt19937_64& rng);
+PrefillCase make_random_prefill_case(const AttentionShape& shape, int prior_tokens, int chunk_tokens,
+                                     int block_size_tokens, bool round_bf16, std::mt19937_64& rng);
 
 // Sets every K and V element of `cache` to a quiet NaN except those of the tokens in use:
 // tokens 0 … seq_lens[s] − 1 of each sequence s, through its block table. Returns the number
@@ -136,7 +129,6 @@ int64_t poison_unused_kv_slots(PagedKvCache& cache, const DecodeBatch& batch);
 int64_t poison_unused_kv_slots(PagedKvCache& cache, std::span<const int32_t> block_table, int num_tokens);
 
 // Largest |a − b| / (atol + rtol·|b|) over the elements; ≤ 1 means "within tolerance".
-double max_scaled_error(std::span<const float> actual, std::span<const float> expected,
-                        double atol, double rtol);
+double max_scaled_error(std::span<const float> actual, std::span<const float> expected, double atol, double rtol);
 
 }  // namespace batchsim::calibration

@@ -20,9 +20,7 @@ inline uint16_t float_to_bf16_bits(float value) {
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }
 
-inline float bf16_bits_to_float(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
+inline float bf16_bits_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 inline float round_to_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
 

@@ -130,8 +130,8 @@ int require_device(bool to_run_kernels) {
   if (!to_run_kernels) return 0;
   const DeviceInfo device = query_device_info(0);
   const int capability = device.compute_capability_major * 10 + device.compute_capability_minor;
-  const std::string cc = std::to_string(device.compute_capability_major) + "." +
-                         std::to_string(device.compute_capability_minor);
+  const std::string cc =
+      std::to_string(device.compute_capability_major) + "." + std::to_string(device.compute_capability_minor);
   if (capability < kMinComputeCapability) {
     std::cerr << "batchsim-calibrate: unsupported GPU: " << device.name << " has compute capability " << cc
               << "; calibration needs 8.0 or newer (BF16 tensor cores: A100, A10/A40, L4/L40S, H100/H200, "
@@ -193,9 +193,12 @@ int run(int argc, char** argv) {
                   : command == "check"  ? " [--seed N]\n"
                   : command == "shapes" ? " [--model NAME ...] [--shapes FILE] [--tp N ...]\n"
                                         : "\n");
-    if (command == "info") std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
-    else if (command == "shapes") std::cout << "  lists the GEMMs `measure` would time with the same options; needs no GPU\n";
-    else std::cout << kMeasureHelp;
+    if (command == "info")
+      std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
+    else if (command == "shapes")
+      std::cout << "  lists the GEMMs `measure` would time with the same options; needs no GPU\n";
+    else
+      std::cout << kMeasureHelp;
     return 0;
   }
   if (command == "info") {

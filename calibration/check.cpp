@@ -72,20 +72,32 @@ int check_decode(std::ostream& log, std::mt19937_64& rng) {
     const int max_parts = ceil_div(max_len, kDecodePartitionSizeTokens);
     const size_t slots = static_cast<size_t>(d.batch.num_seqs()) * c.shape.num_heads * max_parts;
     DeviceBuffer<float> tmp_out(slots * c.shape.head_dim), max_logits(slots), exp_sums(slots);
-    DecodeAttentionArgs args{q.get(), k.get(), v.get(), tables.get(), lens.get(), out.get(),
-                             d.batch.num_seqs(), c.shape.num_heads, c.shape.num_kv_heads, c.shape.head_dim,
-                             kDefaultBlockSizeTokens, d.batch.max_blocks_per_seq, max_len, c.shape.softmax_scale(),
-                             tmp_out.get(), max_logits.get(), exp_sums.get()};
+    DecodeAttentionArgs args{q.get(),
+                             k.get(),
+                             v.get(),
+                             tables.get(),
+                             lens.get(),
+                             out.get(),
+                             d.batch.num_seqs(),
+                             c.shape.num_heads,
+                             c.shape.num_kv_heads,
+                             c.shape.head_dim,
+                             kDefaultBlockSizeTokens,
+                             d.batch.max_blocks_per_seq,
+                             max_len,
+                             c.shape.softmax_scale(),
+                             tmp_out.get(),
+                             max_logits.get(),
+                             exp_sums.get()};
     for (const int partition : {0, kDecodePartitionSizeTokens}) {
       BATCHSIM_CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.bytes(), stream.get()));  // NaN-fill
       launch_paged_decode_attention(args, partition, stream.get());
       stream.synchronize();
       std::vector<uint16_t> got(d.q.size());
       out.copy_to_host(got.data(), got.size());
-      const std::string what = std::string(partition ? "decode partitioned" : "decode single-pass") +
-                               " heads " + std::to_string(c.shape.num_heads) + "/" +
-                               std::to_string(c.shape.num_kv_heads) + " d " + std::to_string(c.shape.head_dim) +
-                               " max ctx " + std::to_string(max_len);
+      const std::string what = std::string(partition ? "decode partitioned" : "decode single-pass") + " heads " +
+                               std::to_string(c.shape.num_heads) + "/" + std::to_string(c.shape.num_kv_heads) + " d " +
+                               std::to_string(c.shape.head_dim) + " max ctx " + std::to_string(max_len);
       failures += !report(log, what, max_scaled_error(from_bf16(got), expected, kAttentionAtol, kAttentionRtol));
     }
   }
@@ -100,7 +112,7 @@ int check_prefill(std::ostream& log, std::mt19937_64& rng) {
   const std::vector<Case> cases = {
       // One partial row tile; several tiles with prior context; one query; a tile boundary
       // of the tensor-core kernel (64 rows, 64 keys) crossed by both chunk and prior.
-      {{32, 8, 128, 0}, 0, 100}, {{32, 8, 128, 0}, 700, 300}, {{8, 2, 64, 0}, 37, 1},
+      {{32, 8, 128, 0}, 0, 100},    {{32, 8, 128, 0}, 700, 300}, {{8, 2, 64, 0}, 37, 1},
       {{16, 16, 128, 0}, 1000, 65}, {{8, 4, 64, 0}, 64, 129},
   };
   int failures = 0;
@@ -116,17 +128,17 @@ int check_prefill(std::ostream& log, std::mt19937_64& rng) {
     DeviceBuffer<uint16_t> out(p.q.size());
     for (const PrefillKernel kernel : {PrefillKernel::kTensorCore, PrefillKernel::kSimt}) {
       BATCHSIM_CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.bytes(), stream.get()));  // NaN-fill
-      launch_prefill_attention({q.get(), k.get(), v.get(), table.get(), out.get(), c.shape.num_heads,
-                                c.shape.num_kv_heads, c.shape.head_dim, kDefaultBlockSizeTokens, c.prior, c.chunk,
-                                c.shape.softmax_scale()},
-                               kernel, stream.get());
+      launch_prefill_attention(
+          {q.get(), k.get(), v.get(), table.get(), out.get(), c.shape.num_heads, c.shape.num_kv_heads, c.shape.head_dim,
+           kDefaultBlockSizeTokens, c.prior, c.chunk, c.shape.softmax_scale()},
+          kernel, stream.get());
       stream.synchronize();
       std::vector<uint16_t> got(p.q.size());
       out.copy_to_host(got.data(), got.size());
       const std::string what = std::string(prefill_kernel_name(kernel)) + " heads " +
-                               std::to_string(c.shape.num_heads) + "/" + std::to_string(c.shape.num_kv_heads) +
-                               " d " + std::to_string(c.shape.head_dim) + " prior " + std::to_string(c.prior) +
-                               " chunk " + std::to_string(c.chunk);
+                               std::to_string(c.shape.num_heads) + "/" + std::to_string(c.shape.num_kv_heads) + " d " +
+                               std::to_string(c.shape.head_dim) + " prior " + std::to_string(c.prior) + " chunk " +
+                               std::to_string(c.chunk);
       failures += !report(log, what, max_scaled_error(from_bf16(got), expected, kAttentionAtol, kAttentionRtol));
     }
   }
@@ -169,8 +181,9 @@ int check_gemm(std::ostream& log, std::mt19937_64& rng) {
     std::vector<uint16_t> got(expected.size());
     dy.copy_to_host(got.data(), got.size());
     // |y| ~ sqrt(k/9); BF16 output rounding dominates: 2^-8 relative plus a small absolute.
-    failures += !report(log, "cuBLASLt bf16 GEMM M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
-                                 std::to_string(k) + (groups > 1 ? " x" + std::to_string(groups) + " batched" : ""),
+    failures += !report(log,
+                        "cuBLASLt bf16 GEMM M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                            " K=" + std::to_string(k) + (groups > 1 ? " x" + std::to_string(groups) + " batched" : ""),
                         max_scaled_error(from_bf16(got), expected, 0.05, 0.01));
   }
   return failures;

@@ -45,10 +45,20 @@ __device__ float block_reduce(float v, float* scratch) {
 }
 
 // Raw storage for VEC consecutive bf16 values, so a load is one 4/8/16-byte access.
-template <int VEC> struct Bf16Raw;
-template <> struct Bf16Raw<2> { using type = unsigned int; };
-template <> struct Bf16Raw<4> { using type = uint2; };
-template <> struct Bf16Raw<8> { using type = uint4; };
+template <int VEC>
+struct Bf16Raw;
+template <>
+struct Bf16Raw<2> {
+  using type = unsigned int;
+};
+template <>
+struct Bf16Raw<4> {
+  using type = uint2;
+};
+template <>
+struct Bf16Raw<8> {
+  using type = uint4;
+};
 
 template <int VEC>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&out)[VEC]) {
@@ -67,11 +77,11 @@ __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&out)[V
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(kThreads)
     paged_decode_kernel(DecodeAttentionArgs a, int partition_tokens, bool write_partials) {
-  constexpr int kKVec = HEAD_DIM / 32;          // q·k: one warp covers one K row
-  constexpr int kVVec = 8;                      // P·V: one thread covers 8 dims (16 bytes)
+  constexpr int kKVec = HEAD_DIM / 32;  // q·k: one warp covers one K row
+  constexpr int kVVec = 8;              // P·V: one thread covers 8 dims (16 bytes)
   constexpr int kThreadsPerVRow = HEAD_DIM / kVVec;
   constexpr int kVGroups = kThreads / kThreadsPerVRow;
-  constexpr int kUnroll = 4;                    // K rows in flight per warp
+  constexpr int kUnroll = 4;  // K rows in flight per warp
   extern __shared__ float logits[];
   __shared__ float q_s[HEAD_DIM];
   __shared__ float red[kWarps];
@@ -85,7 +95,8 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = kv_head_for(head, a.num_heads, a.num_kv_heads);
   const PagedKvLayout layout{a.block_size_tokens, a.num_kv_heads, HEAD_DIM};
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
-  const auto* q = reinterpret_cast<const __nv_bfloat16*>(a.q) + (static_cast<int64_t>(seq) * a.num_heads + head) * HEAD_DIM;
+  const auto* q =
+      reinterpret_cast<const __nv_bfloat16*>(a.q) + (static_cast<int64_t>(seq) * a.num_heads + head) * HEAD_DIM;
   const auto* k_cache = reinterpret_cast<const __nv_bfloat16*>(a.k_cache);
   const auto* v_cache = reinterpret_cast<const __nv_bfloat16*>(a.v_cache);
 
@@ -194,11 +205,9 @@ __global__ void __launch_bounds__(kThreads)
 // 16 bytes per thread per step; keys past `last_position` are zero-filled, never read. Both
 // prefill kernels (CUDA-core and tensor-core) stage K/V this way.
 template <int TILE, int HEAD_DIM>
-__device__ void stage_kv_tile(const PagedKvLayout& layout, const int32_t* block_table,
-                              int kv_head, int t0, int last_position,
-                              const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                              __nv_bfloat16 (&k_tile)[TILE][HEAD_DIM],
-                              __nv_bfloat16 (&v_tile)[TILE][HEAD_DIM]) {
+__device__ void stage_kv_tile(const PagedKvLayout& layout, const int32_t* block_table, int kv_head, int t0,
+                              int last_position, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                              __nv_bfloat16 (&k_tile)[TILE][HEAD_DIM], __nv_bfloat16 (&v_tile)[TILE][HEAD_DIM]) {
   constexpr int kChunksPerRow = HEAD_DIM / 8;  // 16-byte chunks of a BF16 row
   for (int c = threadIdx.x; c < TILE * kChunksPerRow; c += kThreads) {
     const int j = c / kChunksPerRow, off = (c % kChunksPerRow) * 8;
@@ -311,17 +320,17 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillAtte
 // No score matrix beyond one 16×64 tile per warp is ever stored; out = O / l at the end.
 namespace tc {
 namespace wmma = nvcuda::wmma;
-constexpr int kRows = 64;                // query rows per CTA
-constexpr int kRowsPerWarp = 16;         // one WMMA tile of rows per warp
-constexpr int kKeys = 64;                // keys per tile
-constexpr int kFrag = 16;                // WMMA M = N = K
+constexpr int kRows = 64;         // query rows per CTA
+constexpr int kRowsPerWarp = 16;  // one WMMA tile of rows per warp
+constexpr int kKeys = 64;         // keys per tile
+constexpr int kFrag = 16;         // WMMA M = N = K
 
 template <int HEAD_DIM>
 struct Smem {
   __nv_bfloat16 q[kRows][HEAD_DIM];
   __nv_bfloat16 k[kKeys][HEAD_DIM];
   __nv_bfloat16 v[kKeys][HEAD_DIM];
-  float s[kWarps][kRowsPerWarp][kKeys];           // scores, then scratch for P·V chunks
+  float s[kWarps][kRowsPerWarp][kKeys];  // scores, then scratch for P·V chunks
   __nv_bfloat16 p[kWarps][kRowsPerWarp][kKeys];
   float o[kWarps][kRowsPerWarp][HEAD_DIM];
   float correction[kWarps][kRowsPerWarp];
@@ -444,8 +453,7 @@ template <int HEAD_DIM>
 void launch(const PrefillAttentionArgs& args, cudaStream_t stream) {
   const size_t smem_bytes = sizeof(Smem<HEAD_DIM>);
   BATCHSIM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_tc_kernel<HEAD_DIM>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem_bytes)));
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
   const dim3 grid(ceil_div(args.chunk_tokens, kRows), args.num_heads);
   prefill_attention_tc_kernel<HEAD_DIM><<<grid, kThreads, smem_bytes, stream>>>(args);
 }
@@ -474,29 +482,28 @@ void launch_decode(const DecodeAttentionArgs& a, int partition_size_tokens, cuda
   // ~4.6 KiB, so opt in well before that (the call is cheap and happens outside timed work
   // for both timers: CUPTI times kernels only, the event timer's stream is held meanwhile).
   if (static_cast<int64_t>(smem_bytes) > kDecodeSmemOptInBytes) {
-    BATCHSIM_CUDA_CHECK(cudaFuncSetAttribute(paged_decode_kernel<HEAD_DIM>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+    BATCHSIM_CUDA_CHECK(cudaFuncSetAttribute(paged_decode_kernel<HEAD_DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem_bytes)));
   }
   const dim3 grid(a.num_heads, a.num_seqs, max_num_partitions);
   paged_decode_kernel<HEAD_DIM><<<grid, kThreads, smem_bytes, stream>>>(a, partition_tokens, partitioned);
   BATCHSIM_CUDA_CHECK(cudaGetLastError());
   if (partitioned) {
-    paged_decode_reduce_kernel<HEAD_DIM><<<dim3(a.num_heads, a.num_seqs), kThreads, 0, stream>>>(
-        a, partition_tokens, max_num_partitions);
+    paged_decode_reduce_kernel<HEAD_DIM>
+        <<<dim3(a.num_heads, a.num_seqs), kThreads, 0, stream>>>(a, partition_tokens, max_num_partitions);
     BATCHSIM_CUDA_CHECK(cudaGetLastError());
   }
 }
 
 }  // namespace
 
-void launch_paged_decode_attention(const DecodeAttentionArgs& args, int partition_size_tokens,
-                                   cudaStream_t stream) {
+void launch_paged_decode_attention(const DecodeAttentionArgs& args, int partition_size_tokens, cudaStream_t stream) {
   require_head_dim(args.head_dim);
   if (args.num_seqs < 1 || args.max_seq_len_tokens < 1 || args.num_heads % args.num_kv_heads != 0) {
     throw std::invalid_argument("decode attention: need sequences, context, and kv heads dividing heads");
   }
-  if (partition_size_tokens > 0 && (args.tmp_out == nullptr || args.max_logits == nullptr || args.exp_sums == nullptr)) {
+  if (partition_size_tokens > 0 &&
+      (args.tmp_out == nullptr || args.max_logits == nullptr || args.exp_sums == nullptr)) {
     throw std::invalid_argument("partitioned decode attention needs its scratch buffers");
   }
   if (args.head_dim == 64) {

@@ -47,7 +47,11 @@ __global__ void blocking_kernel(volatile int* flag, unsigned long long timeout_n
 
 // A cheap integer hash (lowbias32, Chris Wellons' hash-prospector) turned into [-1, 1).
 __device__ __forceinline__ float hash_to_unit(uint32_t x) {
-  x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
   return static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
@@ -67,15 +71,15 @@ void require_16_byte_multiple(size_t bytes) {
 
 void launch_stream_read(const void* src, size_t bytes, unsigned* sink, int sm_count, cudaStream_t stream) {
   require_16_byte_multiple(bytes);
-  stream_read_kernel<<<sm_count * kStreamBlocksPerSm, kStreamThreads, 0, stream>>>(
-      static_cast<const uint4*>(src), bytes / 16, sink);
+  stream_read_kernel<<<sm_count * kStreamBlocksPerSm, kStreamThreads, 0, stream>>>(static_cast<const uint4*>(src),
+                                                                                   bytes / 16, sink);
   BATCHSIM_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_copy(const void* src, void* dst, size_t bytes, int sm_count, cudaStream_t stream) {
   require_16_byte_multiple(bytes);
-  copy_kernel<<<sm_count * kStreamBlocksPerSm, kStreamThreads, 0, stream>>>(
-      static_cast<const uint4*>(src), static_cast<uint4*>(dst), bytes / 16);
+  copy_kernel<<<sm_count * kStreamBlocksPerSm, kStreamThreads, 0, stream>>>(static_cast<const uint4*>(src),
+                                                                            static_cast<uint4*>(dst), bytes / 16);
   BATCHSIM_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -20,13 +20,13 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-[[noreturn]] void throw_cuda_error(const std::string& library, const std::string& message,
-                                   const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(const std::string& library, const std::string& message, const char* call,
+                                   const char* file, int line);
 
 inline void check_status(cudaError_t status, const char* call, const char* file, int line) {
   if (status != cudaSuccess) {
-    throw_cuda_error("CUDA", std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status),
-                     call, file, line);
+    throw_cuda_error("CUDA", std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status), call, file,
+                     line);
   }
 }
 
@@ -46,5 +46,4 @@ inline void check_status(CUptiResult status, const char* call, const char* file,
 
 }  // namespace batchsim::calibration
 
-#define BATCHSIM_CUDA_CHECK(call) \
-  ::batchsim::calibration::check_status((call), #call, __FILE__, __LINE__)
+#define BATCHSIM_CUDA_CHECK(call) ::batchsim::calibration::check_status((call), #call, __FILE__, __LINE__)

@@ -44,8 +44,7 @@ struct DecodeAttentionArgs {
 
 // partition_size_tokens == 0: single pass. Otherwise partitioned + reduce; the scratch
 // buffers must hold num_seqs·num_heads·ceil(max_seq_len/partition) (·head_dim) floats.
-void launch_paged_decode_attention(const DecodeAttentionArgs& args, int partition_size_tokens,
-                                   cudaStream_t stream);
+void launch_paged_decode_attention(const DecodeAttentionArgs& args, int partition_size_tokens, cudaStream_t stream);
 
 struct PrefillAttentionArgs {
   const uint16_t* q = nullptr;  // [chunk_tokens][num_heads][head_dim]

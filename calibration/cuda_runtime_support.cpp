@@ -8,10 +8,9 @@
 
 namespace batchsim::calibration {
 
-void throw_cuda_error(const std::string& library, const std::string& message, const char* call,
-                      const char* file, int line) {
-  throw CudaError(library + " error: " + message + " in " + call + " (" + file + ":" +
-                  std::to_string(line) + ")");
+void throw_cuda_error(const std::string& library, const std::string& message, const char* call, const char* file,
+                      int line) {
+  throw CudaError(library + " error: " + message + " in " + call + " (" + file + ":" + std::to_string(line) + ")");
 }
 
 MappedHostFlag::MappedHostFlag() {
@@ -50,8 +49,8 @@ DeviceInfo query_device_info(int device) {
   // CUDA 13 removed cudaDeviceProp::clockRate/memoryClockRate; the attributes remain. They are
   // only recorded, so a driver that refuses them leaves 0 rather than failing `info`/`measure`
   // (the error is not sticky; cudaGetLastError clears it).
-  for (const auto& [attribute, value] : {std::pair{cudaDevAttrClockRate, &d.sm_clock_khz},
-                                         std::pair{cudaDevAttrMemoryClockRate, &d.memory_clock_khz}}) {
+  for (const auto& [attribute, value] :
+       {std::pair{cudaDevAttrClockRate, &d.sm_clock_khz}, std::pair{cudaDevAttrMemoryClockRate, &d.memory_clock_khz}}) {
     if (cudaDeviceGetAttribute(value, attribute, device) != cudaSuccess) {
       *value = 0;
       cudaGetLastError();

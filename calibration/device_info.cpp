@@ -84,7 +84,8 @@ std::map<std::string, std::string> parse_flat_object(const std::string& text, co
       values[key] = read_string();
     } else {
       const size_t start = i;
-      while (i < text.size() && text[i] != ',' && text[i] != '}' && !std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+      while (i < text.size() && text[i] != ',' && text[i] != '}' && !std::isspace(static_cast<unsigned char>(text[i])))
+        ++i;
       if (i == start) fail("expected a value");
       values[key] = text.substr(start, i - start);
     }
@@ -120,8 +121,8 @@ void write_device_info_json(const DeviceInfo& d, const std::filesystem::path& pa
   const std::vector<std::pair<std::string, std::string>> fields = {
       {"name", quoted(d.name)},
       {"slug", quoted(device_slug(d.name))},
-      {"compute_capability", quoted(std::to_string(d.compute_capability_major) + "." +
-                                    std::to_string(d.compute_capability_minor))},
+      {"compute_capability",
+       quoted(std::to_string(d.compute_capability_major) + "." + std::to_string(d.compute_capability_minor))},
       {"compute_capability_major", std::to_string(d.compute_capability_major)},
       {"compute_capability_minor", std::to_string(d.compute_capability_minor)},
       {"sm_count", std::to_string(d.sm_count)},

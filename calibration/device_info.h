@@ -13,27 +13,25 @@
 namespace batchsim::calibration {
 
 struct DeviceInfo {
-  std::string name;                 // cudaDeviceProp::name, e.g. "NVIDIA H200"
+  std::string name;  // cudaDeviceProp::name, e.g. "NVIDIA H200"
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   int sm_count = 0;
-  int sm_clock_khz = 0;             // peak SM clock (cudaDevAttrClockRate)
-  int memory_clock_khz = 0;         // peak memory clock (cudaDevAttrMemoryClockRate)
+  int sm_clock_khz = 0;      // peak SM clock (cudaDevAttrClockRate)
+  int memory_clock_khz = 0;  // peak memory clock (cudaDevAttrMemoryClockRate)
   int memory_bus_width_bits = 0;
-  int64_t memory_bytes = 0;         // total global memory
+  int64_t memory_bytes = 0;  // total global memory
   int64_t l2_cache_bytes = 0;
-  int driver_version = 0;           // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;          // cudaRuntimeGetVersion
-  int64_t cublaslt_version = 0;     // cublasLtGetVersion, e.g. 130100
-  int cupti_api_version = 0;        // cuptiGetVersion; 0 when CUPTI is not used
-  std::string timer;                // "cupti" | "cuda_event"
-  std::string measured_at_utc;      // ISO 8601
+  int driver_version = 0;        // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;       // cudaRuntimeGetVersion
+  int64_t cublaslt_version = 0;  // cublasLtGetVersion, e.g. 130100
+  int cupti_api_version = 0;     // cuptiGetVersion; 0 when CUPTI is not used
+  std::string timer;             // "cupti" | "cuda_event"
+  std::string measured_at_utc;   // ISO 8601
 
   // DDR: two transfers per memory clock (the usual datasheet formula; HBM3e on H200 gives
   // ≈ 4.8 TB/s with its 6144-bit bus).
-  double theoretical_hbm_bytes_per_s() const {
-    return 2.0 * memory_clock_khz * 1e3 * (memory_bus_width_bits / 8.0);
-  }
+  double theoretical_hbm_bytes_per_s() const { return 2.0 * memory_clock_khz * 1e3 * (memory_bus_width_bits / 8.0); }
 };
 
 // The GPU's folder name in a measurement directory, as Vidur names its device folders

@@ -18,13 +18,14 @@ LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t
   BATCHSIM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
   const auto make_layout = [type, groups](Owned<cublasLtMatrixLayout_t>& owner, int64_t rows, int64_t cols) {
     cublasLtMatrixLayout_t layout = nullptr;
-    BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
-                                                   static_cast<uint64_t>(cols), rows));
+    BATCHSIM_CUDA_CHECK(
+        cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), rows));
     owner.reset(layout);
     if (groups > 1) {
       const int32_t count = static_cast<int32_t>(groups);
       const int64_t stride = rows * cols;  // elements between consecutive matrices
-      BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      BATCHSIM_CUDA_CHECK(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
       BATCHSIM_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                            sizeof stride));
     }
@@ -38,15 +39,16 @@ LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t
   const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> pref_owner(
       pref, &cublasLtMatmulPreferenceDestroy);
   const size_t workspace = kGemmWorkspaceBytes;
-  BATCHSIM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &workspace, sizeof workspace));
+  BATCHSIM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                           sizeof workspace));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  BATCHSIM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, op_.get(), a_.get(), b_.get(), c_.get(), c_.get(), pref, 1, &result, &found));
+  BATCHSIM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, op_.get(), a_.get(), b_.get(), c_.get(), c_.get(), pref,
+                                                     1, &result, &found));
   if (found == 0) {
     throw std::runtime_error("cuBLASLt has no algorithm for M=" + std::to_string(m) + " N=" + std::to_string(n) +
-                             " K=" + std::to_string(k) + (groups > 1 ? " x" + std::to_string(groups) + " groups " : " ") +
-                             dtype_name(dtype));
+                             " K=" + std::to_string(k) +
+                             (groups > 1 ? " x" + std::to_string(groups) + " groups " : " ") + dtype_name(dtype));
   }
   algo_ = result.algo;
 }
@@ -54,8 +56,8 @@ LtGemm::LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t
 void LtGemm::run(const void* x, const void* w, void* y, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream) const {
   const float alpha = 1.0f, beta = 0.0f;
-  BATCHSIM_CUDA_CHECK(cublasLtMatmul(handle_, op_.get(), &alpha, w, a_.get(), x, b_.get(), &beta, y, c_.get(), y, c_.get(), &algo_,
-                                     workspace, workspace_bytes, stream));
+  BATCHSIM_CUDA_CHECK(cublasLtMatmul(handle_, op_.get(), &alpha, w, a_.get(), x, b_.get(), &beta, y, c_.get(), y,
+                                     c_.get(), &algo_, workspace, workspace_bytes, stream));
 }
 
 }  // namespace batchsim::calibration

@@ -45,8 +45,7 @@ class LtGemm {
   LtGemm(const CublasLtHandle& handle, GemmDtype dtype, int64_t m, int64_t n, int64_t k, int64_t groups = 1);
 
   // x: [groups][m][k], w: [groups][n][k], y: [groups][m][n], all row-major, 2-byte elements.
-  void run(const void* x, const void* w, void* y, void* workspace, size_t workspace_bytes,
-           cudaStream_t stream) const;
+  void run(const void* x, const void* w, void* y, void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
 
  private:
   template <class Handle>

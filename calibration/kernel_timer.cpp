@@ -46,8 +46,7 @@ void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_re
   *max_records = 0;  // fill the buffer
 }
 
-void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t,
-                                  size_t valid_bytes) {
+void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid_bytes) {
   std::vector<KernelSpan> kernels;
   std::vector<ExternalTag> tags;
   CUpti_Activity* record = nullptr;
@@ -229,9 +228,8 @@ std::unique_ptr<KernelTimer> make_kernel_timer(bool allow_cupti, cudaStream_t st
     auto timer = std::make_unique<CuptiTimer>();
     // Self-test: a 1 MiB copy kernel must show up as exactly timed samples.
     DeviceBuffer<std::byte> a(1 << 20), b(1 << 20);
-    const std::vector<double> t = timer->time_samples(stream, 3, [] {}, [&] {
-      launch_copy(a.get(), b.get(), a.bytes(), 1, stream);
-    });
+    const std::vector<double> t = timer->time_samples(
+        stream, 3, [] {}, [&] { launch_copy(a.get(), b.get(), a.bytes(), 1, stream); });
     for (double s : t) {
       if (!(s > 0)) throw CudaError("CUPTI self-test recorded a zero-length kernel");
     }

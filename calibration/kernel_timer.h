@@ -32,8 +32,7 @@ class KernelTimer {
  public:
   virtual ~KernelTimer() = default;
   virtual TimerKind kind() const = 0;
-  virtual std::vector<double> time_samples(cudaStream_t stream, int count,
-                                           const std::function<void()>& prepare,
+  virtual std::vector<double> time_samples(cudaStream_t stream, int count, const std::function<void()>& prepare,
                                            const std::function<void()>& launch) = 0;
 };
 

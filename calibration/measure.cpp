@@ -35,9 +35,7 @@ constexpr int64_t kBytesPerElement = 2;  // BF16 / FP16
 // Leave this much device memory free when sizing a point's buffers.
 constexpr size_t kMemoryReserveBytes = size_t{2} << 30;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Shared state of one measurement run.
 class Session {
@@ -47,8 +45,10 @@ class Session {
     BATCHSIM_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, 0));
     std::string why_not_cupti;
     timer_ = make_kernel_timer(options.allow_cupti, stream_.get(), why_not_cupti);
-    if (timer_->kind() != TimerKind::kCupti) log_ << "timer: CUDA events (" << why_not_cupti << ")\n";
-    else log_ << "timer: CUPTI activity (concurrent kernel records)\n";
+    if (timer_->kind() != TimerKind::kCupti)
+      log_ << "timer: CUDA events (" << why_not_cupti << ")\n";
+    else
+      log_ << "timer: CUPTI activity (concurrent kernel records)\n";
   }
 
   TimerKind timer_kind() const { return timer_->kind(); }
@@ -151,15 +151,16 @@ DeviceBuffer<uint16_t> random_device_16bit(Session& s, size_t count, bool bf16) 
 
 void measure_bandwidth(Session& s) {
   BandwidthCsvWriter csv(s.options().out_dir / "bandwidth.csv");
-  const std::vector<size_t> sizes_mib = s.options().quick ? std::vector<size_t>{64, 256, 1024}
-                                                          : std::vector<size_t>{16, 64, 256, 1024, 4096};
+  const std::vector<size_t> sizes_mib =
+      s.options().quick ? std::vector<size_t>{64, 256, 1024} : std::vector<size_t>{16, 64, 256, 1024, 4096};
   DeviceBuffer<unsigned> sink(1);
   for (size_t mib : sizes_mib) {
     const size_t bytes = mib << 20;
     if (s.out_of_time() || !s.fits_in_memory(2 * bytes)) continue;
     DeviceBuffer<std::byte> a(bytes), b(bytes);
     launch_fill_random_16bit(a.get(), bytes / 2, true, s.next_seed(), s.stream());
-    const SampleSummary read = s.measure([&] { launch_stream_read(a.get(), bytes, sink.get(), s.sm_count(), s.stream()); });
+    const SampleSummary read =
+        s.measure([&] { launch_stream_read(a.get(), bytes, sink.get(), s.sm_count(), s.stream()); });
     csv.write({"stream_read", static_cast<int64_t>(bytes), s.timer_kind(), read});
     const SampleSummary copy = s.measure([&] { launch_copy(a.get(), b.get(), bytes, s.sm_count(), s.stream()); });
     csv.write({"copy", static_cast<int64_t>(2 * bytes), s.timer_kind(), copy});
@@ -191,7 +192,8 @@ MlpCsvWriter open_mlp_csv(Session& s, const CalibrationModel& model, GemmDtype d
 void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, MlpCsvWriter& csv,
                    std::span<const int> tensor_parallel_degrees) {
   const bool quick = s.options().quick;
-  const std::vector<int> grid = quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
+  const std::vector<int> grid =
+      quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
   CublasLtHandle handle;
   DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
   const bool bf16 = dtype == GemmDtype::kBf16;
@@ -233,9 +235,8 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, M
           s.log() << "  no cuBLASLt plan for " << vidur_op_name(g.op) << " M=" << m << ": " << e.what() << "\n";
           continue;  // the row keeps empty cells for this operator
         }
-        row.ops[static_cast<size_t>(g.op)] = s.measure([&] {
-          gemm->run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream());
-        });
+        row.ops[static_cast<size_t>(g.op)] =
+            s.measure([&] { gemm->run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream()); });
       }
       row.timer = s.timer_kind();
       csv.write(row);
@@ -249,7 +250,8 @@ void measure_gemms(Session& s, const CalibrationModel& model, GemmDtype dtype, M
 // token grid, one gemm.csv row per op that has that shape.
 void measure_shape_file(Session& s, const std::vector<ShapeFileGemm>& gemms, GemmDtype dtype) {
   const bool quick = s.options().quick;
-  const std::vector<int> grid = quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
+  const std::vector<int> grid =
+      quick ? quick_token_count_grid(kMaxModelLenTokens) : token_count_grid(kMaxModelLenTokens);
   const bool bf16 = dtype == GemmDtype::kBf16;
   CublasLtHandle handle;
   DeviceBuffer<std::byte> workspace(kGemmWorkspaceBytes);
@@ -259,8 +261,8 @@ void measure_shape_file(Session& s, const std::vector<ShapeFileGemm>& gemms, Gem
     GemmCsvWriter csv(model_measurement_dir(s.options().out_dir, s.gpu_slug(), first) /
                       (bf16 ? "gemm.csv" : "gemm_fp16.csv"));
     s.log() << "GEMMs of " << model << " from " << s.options().shapes_file.string() << " (" << dtype_name(dtype)
-            << ", TP " << first.tp << (first.ep > 1 ? ", EP " + std::to_string(first.ep) : "") << "): "
-            << shapes.size() << " distinct shapes\n";
+            << ", TP " << first.tp << (first.ep > 1 ? ", EP " + std::to_string(first.ep) : "") << "): " << shapes.size()
+            << " distinct shapes\n";
     for (const DistinctGemm& shape : shapes) {
       if (s.out_of_time()) return;
       std::string ops;
@@ -269,12 +271,15 @@ void measure_shape_file(Session& s, const std::vector<ShapeFileGemm>& gemms, Gem
                                (shape.groups > 1 ? ", " + std::to_string(shape.groups) + " groups" : "") + ")";
       const int64_t max_m = largest_m_that_fits(s, grid, shape.k, shape.n, shape.k * shape.n, shape.groups);
       const int beyond = static_cast<int>(std::count_if(grid.begin(), grid.end(), [&](int m) { return m > max_m; }));
-      s.did_not_fit(model + " " + what + ": " + (max_m == 0 ? "not even at M " + std::to_string(grid.front())
-                                                           : "M above " + std::to_string(max_m)),
-                    beyond);
+      s.did_not_fit(
+          model + " " + what + ": " +
+              (max_m == 0 ? "not even at M " + std::to_string(grid.front()) : "M above " + std::to_string(max_m)),
+          beyond);
       if (max_m == 0) continue;
-      const DeviceBuffer<uint16_t> x = random_device_16bit(s, static_cast<size_t>(shape.groups * max_m * shape.k), bf16);
-      const DeviceBuffer<uint16_t> w = random_device_16bit(s, static_cast<size_t>(shape.groups * shape.k * shape.n), bf16);
+      const DeviceBuffer<uint16_t> x =
+          random_device_16bit(s, static_cast<size_t>(shape.groups * max_m * shape.k), bf16);
+      const DeviceBuffer<uint16_t> w =
+          random_device_16bit(s, static_cast<size_t>(shape.groups * shape.k * shape.n), bf16);
       DeviceBuffer<uint16_t> y(static_cast<size_t>(shape.groups * max_m * shape.n));
       int rows = 0;
       for (int m : grid) {
@@ -286,9 +291,8 @@ void measure_shape_file(Session& s, const std::vector<ShapeFileGemm>& gemms, Gem
           s.log() << "  no cuBLASLt plan for " << what << " M=" << m << ": " << e.what() << "\n";
           continue;
         }
-        const SampleSummary stats = s.measure([&] {
-          gemm->run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream());
-        });
+        const SampleSummary stats =
+            s.measure([&] { gemm->run(x.get(), w.get(), y.get(), workspace.get(), workspace.bytes(), s.stream()); });
         for (const ShapeFileGemm& g : shape.rows) csv.write({&g, m, dtype_name(dtype), s.timer_kind(), stats});
         ++rows;
       }
@@ -352,9 +356,23 @@ std::optional<DeviceDecodeBatch> make_decode_batch(Session& s, const DecodeAtten
     d.max_logits = DeviceBuffer<float>(slots);
     d.exp_sums = DeviceBuffer<float>(slots);
   }
-  d.args = {d.q.get(), d.k.get(), d.v.get(), d.tables.get(), d.lens.get(), d.out.get(), p.batch_size, heads, kv_heads,
-            head_dim, kDefaultBlockSizeTokens, max_blocks, max_len, 1.0f / std::sqrt(static_cast<float>(head_dim)),
-            d.tmp_out.get(), d.max_logits.get(), d.exp_sums.get()};
+  d.args = {d.q.get(),
+            d.k.get(),
+            d.v.get(),
+            d.tables.get(),
+            d.lens.get(),
+            d.out.get(),
+            p.batch_size,
+            heads,
+            kv_heads,
+            head_dim,
+            kDefaultBlockSizeTokens,
+            max_blocks,
+            max_len,
+            1.0f / std::sqrt(static_cast<float>(head_dim)),
+            d.tmp_out.get(),
+            d.max_logits.get(),
+            d.exp_sums.get()};
   return d;
 }
 
@@ -391,13 +409,16 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     }
     AttentionRow row = attention_row(model, tp);
     row.batch_size = p.batch_size;
-    row.kv_cache_size_tokens = static_cast<int>(std::lround(static_cast<double>(p.total_context_tokens()) / p.batch_size));
+    row.kv_cache_size_tokens =
+        static_cast<int>(std::lround(static_cast<double>(p.total_context_tokens()) / p.batch_size));
     row.kv_cache_size_max_tokens = p.max_context_tokens();
     row.kv_cache_size_sum_tokens = p.total_context_tokens();
     row.is_prefill = false;
     row.attention_backend = batch->partition_size_tokens ? "batchsim_paged_v2" : "batchsim_paged_v1";
-    row.num_partitions = batch->partition_size_tokens ? ceil_div(p.max_context_tokens(), batch->partition_size_tokens) : 1;
-    row.stats = s.measure([&] { launch_paged_decode_attention(batch->args, batch->partition_size_tokens, s.stream()); });
+    row.num_partitions =
+        batch->partition_size_tokens ? ceil_div(p.max_context_tokens(), batch->partition_size_tokens) : 1;
+    row.stats =
+        s.measure([&] { launch_paged_decode_attention(batch->args, batch->partition_size_tokens, s.stream()); });
     row.timer = s.timer_kind();
     (p.mixed ? csv.mixed : csv.uniform).write(row);
     ++decode_rows;
@@ -421,8 +442,17 @@ void measure_attention(Session& s, const CalibrationModel& model, int tp, Attent
     DeviceBuffer<uint16_t> out(static_cast<size_t>(p.chunk_tokens) * heads * d);
     DeviceBuffer<int32_t> dtable(table.size());
     dtable.copy_from_host(table.data(), table.size());
-    const PrefillAttentionArgs args{q.get(), k.get(), v.get(), dtable.get(), out.get(), heads, kv_heads, d,
-                                    kDefaultBlockSizeTokens, p.prior_tokens, p.chunk_tokens,
+    const PrefillAttentionArgs args{q.get(),
+                                    k.get(),
+                                    v.get(),
+                                    dtable.get(),
+                                    out.get(),
+                                    heads,
+                                    kv_heads,
+                                    d,
+                                    kDefaultBlockSizeTokens,
+                                    p.prior_tokens,
+                                    p.chunk_tokens,
                                     1.0f / std::sqrt(static_cast<float>(d))};
     AttentionRow row = attention_row(model, tp);
     row.batch_size = 1;
@@ -457,8 +487,8 @@ MeasureReport run_measurements(const MeasureOptions& options, std::ostream& log)
   info.cupti_api_version = cupti_api_version();
   write_device_info_json(info, options.out_dir / "device.json");
   s.set_gpu_slug(device_slug(info.name));
-  log << "device: " << info.name << ", " << info.sm_count << " SMs, " << info.memory_bytes / (1 << 20) << " MiB, SM clock "
-      << info.sm_clock_khz / 1000 << " MHz\n";
+  log << "device: " << info.name << ", " << info.sm_count << " SMs, " << info.memory_bytes / (1 << 20)
+      << " MiB, SM clock " << info.sm_clock_khz / 1000 << " MHz\n";
 
   log << "bandwidth\n";
   measure_bandwidth(s);

@@ -19,10 +19,12 @@ MeasureOptions resolve_defaults(MeasureOptions o) {
     try {
       find_calibration_model(name);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(
-          std::string(e.what()) + ". Any model `batchsim run --model` accepts can be measured from its shape file: on "
-          "a CPU machine, `batchsim calibrate shapes --model " + name + " --tp N [--ep N] --out shapes.csv`, then "
-          "`batchsim-calibrate measure --shapes shapes.csv`");
+      throw std::invalid_argument(std::string(e.what()) +
+                                  ". Any model `batchsim run --model` accepts can be measured from its shape file: on "
+                                  "a CPU machine, `batchsim calibrate shapes --model " +
+                                  name +
+                                  " --tp N [--ep N] --out shapes.csv`, then "
+                                  "`batchsim-calibrate measure --shapes shapes.csv`");
     }
   }
   if (o.tensor_parallel_degrees.empty()) o.tensor_parallel_degrees = {1, 2, 4, 8};

@@ -50,8 +50,8 @@ CsvWriter::CsvWriter(const std::filesystem::path& path, std::vector<std::string>
 
 void CsvWriter::write_row(const std::vector<std::string>& cells) {
   if (cells.size() != header_.size()) {
-    throw std::logic_error(path_.string() + ": row has " + std::to_string(cells.size()) +
-                           " cells, header has " + std::to_string(header_.size()));
+    throw std::logic_error(path_.string() + ": row has " + std::to_string(cells.size()) + " cells, header has " +
+                           std::to_string(header_.size()));
   }
   for (size_t i = 0; i < cells.size(); ++i) {
     // None of our cells may contain a separator: names are ours, numbers are numbers.
@@ -96,8 +96,8 @@ std::vector<std::string> MlpCsvWriter::header() {
   for (GemmOp op : {GemmOp::kQkv, GemmOp::kAttnOut, GemmOp::kMlpUp, GemmOp::kMlpDown}) {
     append_stat_columns(h, vidur_op_name(op), kVidurStats);
   }
-  for (const char* c : {"n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size",
-                        "use_gated_mlp", "num_tokens", "num_tensor_parallel_workers"}) {
+  for (const char* c : {"n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp", "num_tokens",
+                        "num_tensor_parallel_workers"}) {
     h.emplace_back(c);
   }
   append_stat_columns(h, vidur_op_name(GemmOp::kLmHead), kVidurStats);
@@ -135,9 +135,9 @@ std::vector<std::string> AttentionCsvWriter::header(AttentionFileKind kind) {
   std::vector<std::string> h;
   append_stat_columns(h, decode_op_name(kind), kVidurStats);
   append_stat_columns(h, "attn_prefill", kVidurStats);
-  for (const char* c : {"n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers",
-                        "max_model_len", "batch_size", "prefill_chunk_size", "kv_cache_size",
-                        "is_prefill", "attention_backend", "profile_method"}) {
+  for (const char* c :
+       {"n_embd", "n_q_head", "n_kv_head", "block_size", "num_tensor_parallel_workers", "max_model_len", "batch_size",
+        "prefill_chunk_size", "kv_cache_size", "is_prefill", "attention_backend", "profile_method"}) {
     h.emplace_back(c);
   }
   append_stat_columns(h, decode_op_name(kind), kExtraStats);
@@ -161,8 +161,7 @@ void AttentionCsvWriter::write(const AttentionRow& row) {
   append_vidur_time_stats(cells, decode);
   append_vidur_time_stats(cells, prefill);
   for (int v : {m.hidden_size, m.num_heads, m.num_kv_heads, row.block_size_tokens, row.tensor_parallel,
-                row.max_model_len_tokens, row.batch_size, row.prefill_chunk_size_tokens,
-                row.kv_cache_size_tokens}) {
+                row.max_model_len_tokens, row.batch_size, row.prefill_chunk_size_tokens, row.kv_cache_size_tokens}) {
     cells.push_back(std::to_string(v));
   }
   cells.push_back(py_bool(row.is_prefill));
@@ -180,7 +179,7 @@ void AttentionCsvWriter::write(const AttentionRow& row) {
 // --- gemm.csv ------------------------------------------------------------------------------
 
 std::vector<std::string> GemmCsvWriter::header() {
-  std::vector<std::string> h{"model", "op", "m", "n", "k", "groups", "tp", "dp", "ep", "moe_tp", "layers",
+  std::vector<std::string> h{"model",         "op",   "m", "n", "k", "groups", "tp", "dp", "ep", "moe_tp", "layers",
                              "weight_format", "dtype"};
   append_stat_columns(h, "gemm", kVidurStats);
   append_stat_columns(h, "gemm", kExtraStats);
@@ -194,8 +193,8 @@ void GemmCsvWriter::write(const GemmRow& row) {
   if (row.gemm == nullptr) throw std::logic_error("gemm row without a shape");
   const ShapeFileGemm& g = *row.gemm;
   std::vector<std::string> cells{g.model, g.op};
-  for (int64_t v : {row.m, g.n, g.k, g.groups, int64_t{g.tp}, int64_t{g.dp}, int64_t{g.ep}, int64_t{g.moe_tp},
-                    int64_t{g.layers}}) {
+  for (int64_t v :
+       {row.m, g.n, g.k, g.groups, int64_t{g.tp}, int64_t{g.dp}, int64_t{g.ep}, int64_t{g.moe_tp}, int64_t{g.layers}}) {
     cells.push_back(std::to_string(v));
   }
   cells.push_back(g.weight_format);

@@ -44,8 +44,7 @@ struct PagedKvLayout {
            (static_cast<int64_t>(slot) * num_kv_heads + kv_head) * head_dim;
   }
   // Offset of the K (or V) row of token `token` of a sequence with this block table.
-  BATCHSIM_HOST_DEVICE int64_t token_row_offset(const int32_t* block_table, int token,
-                                                int kv_head) const {
+  BATCHSIM_HOST_DEVICE int64_t token_row_offset(const int32_t* block_table, int token, int kv_head) const {
     return row_offset(block_table[token / block_size_tokens], token % block_size_tokens, kv_head);
   }
 };
@@ -65,8 +64,7 @@ inline constexpr int kSinglePassMaxContextTokens = 8192;
 
 inline bool use_single_pass_decode(int num_seqs, int num_heads, int max_context_tokens) {
   const int max_num_partitions = ceil_div(max_context_tokens, kDecodePartitionSizeTokens);
-  return max_context_tokens <= kSinglePassMaxContextTokens &&
-         (max_num_partitions == 1 || num_seqs * num_heads > 512);
+  return max_context_tokens <= kSinglePassMaxContextTokens && (max_num_partitions == 1 || num_seqs * num_heads > 512);
 }
 
 // Launch geometry of the decode kernel (cuda_attention.cu), here so that the CPU tests can

@@ -46,11 +46,16 @@ StoppingRule StoppingRule::quick() {
 
 std::string_view to_string(StopReason reason) {
   switch (reason) {
-    case StopReason::kContinue: return "continue";
-    case StopReason::kConverged: return "converged";
-    case StopReason::kNoiseStable: return "noise_stable";
-    case StopReason::kTimeCap: return "time_cap";
-    case StopReason::kMaxSamples: return "max_samples";
+    case StopReason::kContinue:
+      return "continue";
+    case StopReason::kConverged:
+      return "converged";
+    case StopReason::kNoiseStable:
+      return "noise_stable";
+    case StopReason::kTimeCap:
+      return "time_cap";
+    case StopReason::kMaxSamples:
+      return "max_samples";
   }
   return "?";
 }

@@ -29,11 +29,16 @@ const CalibrationModel& find_calibration_model(std::string_view name) {
 
 std::string_view vidur_op_name(GemmOp op) {
   switch (op) {
-    case GemmOp::kQkv: return "attn_pre_proj";
-    case GemmOp::kAttnOut: return "attn_post_proj";
-    case GemmOp::kMlpUp: return "mlp_up_proj";
-    case GemmOp::kMlpDown: return "mlp_down_proj";
-    case GemmOp::kLmHead: return "lm_head";
+    case GemmOp::kQkv:
+      return "attn_pre_proj";
+    case GemmOp::kAttnOut:
+      return "attn_post_proj";
+    case GemmOp::kMlpUp:
+      return "mlp_up_proj";
+    case GemmOp::kMlpDown:
+      return "mlp_down_proj";
+    case GemmOp::kLmHead:
+      return "lm_head";
   }
   return "?";
 }
@@ -41,8 +46,8 @@ std::string_view vidur_op_name(GemmOp op) {
 namespace {
 void require_divides(int tp, int value, const char* what, const CalibrationModel& model) {
   if (tp < 1 || value % tp != 0) {
-    throw std::invalid_argument("tensor-parallel degree " + std::to_string(tp) + " does not divide " +
-                                what + " (" + std::to_string(value) + ") of " + model.name);
+    throw std::invalid_argument("tensor-parallel degree " + std::to_string(tp) + " does not divide " + what + " (" +
+                                std::to_string(value) + ") of " + model.name);
   }
 }
 }  // namespace
@@ -58,8 +63,8 @@ int kv_heads_per_gpu(const CalibrationModel& model, int tp) {
   if (tp >= model.num_kv_heads) {
     if (tp % model.num_kv_heads != 0) {
       throw std::invalid_argument("tensor-parallel degree " + std::to_string(tp) +
-                                  " is not a multiple of the KV heads (" +
-                                  std::to_string(model.num_kv_heads) + ") of " + model.name);
+                                  " is not a multiple of the KV heads (" + std::to_string(model.num_kv_heads) +
+                                  ") of " + model.name);
     }
     return 1;
   }
@@ -89,9 +94,11 @@ std::vector<int> token_count_grid(int max_tokens) {
     if (m <= max_tokens) grid.push_back(m);
   }
   // (first, last, step): Vidur's NUM_TOKENS_SPACE, extended to 16K at step 128.
-  struct Range { int first, last, step; };
-  for (const Range r : {Range{8, 1024, 8}, Range{1040, 2048, 16}, Range{2080, 4096, 32},
-                        Range{4160, 8192, 64}, Range{8320, 16384, 128}}) {
+  struct Range {
+    int first, last, step;
+  };
+  for (const Range r : {Range{8, 1024, 8}, Range{1040, 2048, 16}, Range{2080, 4096, 32}, Range{4160, 8192, 64},
+                        Range{8320, 16384, 128}}) {
     for (int m = r.first; m <= std::min(r.last, max_tokens); m += r.step) grid.push_back(m);
   }
   return grid;
@@ -145,8 +152,7 @@ std::vector<int> mixed_context_lengths(int batch_size, int mean_tokens) {
   if (batch_size == 1) return lens;
   const double lo = mean_tokens / 8.0, span = 14.0 * mean_tokens / 8.0;
   for (int i = 0; i < batch_size; ++i) {
-    lens[static_cast<size_t>(i)] =
-        std::max(1, static_cast<int>(std::lround(lo + span * i / (batch_size - 1))));
+    lens[static_cast<size_t>(i)] = std::max(1, static_cast<int>(std::lround(lo + span * i / (batch_size - 1))));
   }
   return lens;
 }
@@ -157,9 +163,9 @@ std::vector<DecodeAttentionPoint> decode_attention_grid(const AttentionGridOptio
     for (int batch : o.batch_sizes) {
       for (int ctx : o.context_lens_tokens) {
         if (mixed && batch < 2) continue;
-        DecodeAttentionPoint p{batch, mixed ? mixed_context_lengths(batch, ctx)
-                                            : std::vector<int>(static_cast<size_t>(batch), ctx),
-                               mixed};
+        DecodeAttentionPoint p{
+            batch, mixed ? mixed_context_lengths(batch, ctx) : std::vector<int>(static_cast<size_t>(batch), ctx),
+            mixed};
         if (p.total_context_tokens() > o.max_total_kv_tokens) continue;
         if (p.max_context_tokens() > o.max_model_len_tokens) continue;
         points.push_back(std::move(p));

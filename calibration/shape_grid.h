@@ -26,11 +26,11 @@ namespace batchsim::calibration {
 // fields map one-to-one onto hwmodel's ModelSpec (hwmodel/model_spec.h); a test keeps the two
 // tables equal. Kept here so batchsim-calibrate builds with nvcc alone (see CMakeLists.txt).
 struct CalibrationModel {
-  std::string name;        // short name: "llama-2-7b"
-  std::string hf_id;       // Hugging Face id, also the measurement sub-folder (as in Vidur)
-  int hidden_size = 0;     // Vidur: n_embd
-  int num_heads = 0;       // n_head / n_q_head
-  int num_kv_heads = 0;    // n_kv_head
+  std::string name;      // short name: "llama-2-7b"
+  std::string hf_id;     // Hugging Face id, also the measurement sub-folder (as in Vidur)
+  int hidden_size = 0;   // Vidur: n_embd
+  int num_heads = 0;     // n_head / n_q_head
+  int num_kv_heads = 0;  // n_kv_head
   int head_dim = 0;
   int ffn_size = 0;        // n_expanded_embd
   bool gated_mlp = false;  // use_gated_mlp: up projection produces gate and up (2·ffn)
@@ -43,8 +43,8 @@ const std::vector<CalibrationModel>& calibration_models();
 const CalibrationModel& find_calibration_model(std::string_view name);
 
 enum class GemmOp { kQkv, kAttnOut, kMlpUp, kMlpDown, kLmHead };
-inline constexpr GemmOp kAllGemmOps[] = {GemmOp::kQkv, GemmOp::kAttnOut, GemmOp::kMlpUp,
-                                         GemmOp::kMlpDown, GemmOp::kLmHead};
+inline constexpr GemmOp kAllGemmOps[] = {GemmOp::kQkv, GemmOp::kAttnOut, GemmOp::kMlpUp, GemmOp::kMlpDown,
+                                         GemmOp::kLmHead};
 // Vidur's operator name ("attn_pre_proj", …); the LM head, which Vidur does not profile,
 // is "lm_head".
 std::string_view vidur_op_name(GemmOp op);

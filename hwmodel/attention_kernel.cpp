@@ -10,9 +10,12 @@ namespace batchsim {
 
 const char* attention_tiles_name(AttentionTiles tiles) {
   switch (tiles) {
-    case AttentionTiles::none: return "none";
-    case AttentionTiles::fa3: return "fa3";
-    case AttentionTiles::generic: return "generic";
+    case AttentionTiles::none:
+      return "none";
+    case AttentionTiles::fa3:
+      return "fa3";
+    case AttentionTiles::generic:
+      return "generic";
   }
   return "none";
 }

@@ -42,17 +42,17 @@ const char* attention_tiles_name(AttentionTiles tiles);  // "none", "fa3", "gene
 AttentionTiles attention_tiles_for_kernel(std::string_view kernel);
 
 struct AttentionKernelFit {
-  std::string kernel;        // kernel_source in NVIDIA's tables, e.g. vllm_flash_attn_fa3
-  bool prefill = false;      // phase: prefill (context) or decode (generation)
-  int kv_dtype_bytes = 2;    // the KV cache's: 2 (16-bit) or 1 (FP8)
+  std::string kernel;      // kernel_source in NVIDIA's tables, e.g. vllm_flash_attn_fa3
+  bool prefill = false;    // phase: prefill (context) or decode (generation)
+  int kv_dtype_bytes = 2;  // the KV cache's: 2 (16-bit) or 1 (FP8)
   AttentionTiles tiles = AttentionTiles::fa3;
   // One efficiency per measured head_dim (prefill: of an SM's share of peak_flops per K/V-block
   // iteration; decode: of hbm_bytes_per_s for the K/V read).
   std::vector<int> head_dims;
   std::vector<double> efficiency;
 
-  double launch_s = 0;   // per call
-  double exponent = 0;   // p of roofline_combine: prefill SM time vs HBM time; decode units vs K/V
+  double launch_s = 0;  // per call
+  double exponent = 0;  // p of roofline_combine: prefill SM time vs HBM time; decode units vs K/V
   // Prefill.
   double per_seq_s = 0;              // per sequence of the variable-length call
   double per_tile_s = 0;             // per tile on its SM
@@ -60,14 +60,14 @@ struct AttentionKernelFit {
   double kv_write_per_token_s = 0;   // ... and per new token
   double kv_reread_bytes_per_s = 0;  // every tile's K/V-block loads, GPU-wide (L2, then HBM); 0: off
   // Decode.
-  double per_unit_s = 0;             // per (sequence, KV head)
-  double per_unit_head_dim_s = 0;    // ... and per element of head_dim
-  double sm_bytes_per_s = 0;         // K/V one SM streams per block; 0: no wave term
-  double combine_s = 0;              // the split-KV combine kernel, when the call splits
-  double mma_efficiency = 0;         // a block's padded-tile MMA, of an SM's share of the peak; 0: off
-  double window_s = 0;               // a call with an engaged sliding window ...
-  double window_per_unit_s = 0;      // ... and per (sequence, KV head)
-  double per_seq_dynamic_s = 0;      // per sequence while the call has <= 992 (FA4's scheduler)
+  double per_unit_s = 0;           // per (sequence, KV head)
+  double per_unit_head_dim_s = 0;  // ... and per element of head_dim
+  double sm_bytes_per_s = 0;       // K/V one SM streams per block; 0: no wave term
+  double combine_s = 0;            // the split-KV combine kernel, when the call splits
+  double mma_efficiency = 0;       // a block's padded-tile MMA, of an SM's share of the peak; 0: off
+  double window_s = 0;             // a call with an engaged sliding window ...
+  double window_per_unit_s = 0;    // ... and per (sequence, KV head)
+  double per_seq_dynamic_s = 0;    // per sequence while the call has <= 992 (FA4's scheduler)
 
   // The efficiency at `head_dim`: linear between the measured head_dims, held at the ends.
   double efficiency_at(int head_dim) const;

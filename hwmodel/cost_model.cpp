@@ -23,37 +23,34 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
   const bool ffn_on_tp = !model_.is_moe() || layout_.is_plain_tp();
   if (model_.num_heads % tp_ != 0 || (ffn_on_tp && model_.ffn_size % tp_ != 0)) {
     // vLLM refuses the same (vllm/config.py verify_with_parallel_config).
-    throw UserError(
-        fmt::format("model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
-                    model_.name, model_.num_heads, model_.ffn_size, tp_));
+    throw UserError(fmt::format("model '{}': {} attention heads and FFN size {} must be divisible by --tp {}",
+                                model_.name, model_.num_heads, model_.ffn_size, tp_));
   }
-  if (model_.is_moe() &&
-      (model_.experts_per_token < 1 || model_.experts_per_token > model_.num_experts ||
-       model_.shared_expert_ffn_size < 0 || model_.shared_expert_ffn_size % tp_ != 0 ||
-       model_.dense_ffn_size % tp_ != 0)) {
+  if (model_.is_moe() && (model_.experts_per_token < 1 || model_.experts_per_token > model_.num_experts ||
+                          model_.shared_expert_ffn_size < 0 || model_.shared_expert_ffn_size % tp_ != 0 ||
+                          model_.dense_ffn_size % tp_ != 0)) {
     // vLLM shards each expert's (and the shared expert's) intermediate size like a dense MLP.
-    throw UserError(fmt::format(
-        "model '{}': top-{} of {} experts with shared expert FFN {} cannot run on --tp {}",
-        model_.name, model_.experts_per_token, model_.num_experts, model_.shared_expert_ffn_size,
-        tp_));
+    throw UserError(fmt::format("model '{}': top-{} of {} experts with shared expert FFN {} cannot run on --tp {}",
+                                model_.name, model_.experts_per_token, model_.num_experts,
+                                model_.shared_expert_ffn_size, tp_));
   }
   if (model_.num_kv_heads % tp_ != 0 && tp_ % model_.num_kv_heads != 0) {
     // KV heads are either split or replicated whole (vLLM QKVParallelLinear).
-    throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}", model_.name,
-                                model_.num_kv_heads, tp_));
+    throw UserError(
+        fmt::format("model '{}': {} KV heads cannot be split over --tp {}", model_.name, model_.num_kv_heads, tp_));
   }
   check_layout(model_, layout_);
   if (gpu_.peak_flops <= 0 || gpu_.hbm_bytes_per_s <= 0) {
     throw UserError(fmt::format("GPU '{}': peak_flops and hbm_bytes_per_s must be > 0", gpu_.name));
   }
   if (layout_.gpus() > 1 && gpu_.interconnect_bytes_per_s <= 0) {
-    throw UserError(
-        fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
+    throw UserError(fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
   }
   if (layout_.gpus() > gpu_.gpus_per_node && gpu_.internode_bytes_per_s <= 0) {
-    throw UserError(fmt::format("{}: {} GPUs span more than one node of {}, and GPU '{}' has no "
-                                "internode_bytes_per_s for the traffic between nodes",
-                                layout_.text(), layout_.gpus(), gpu_.gpus_per_node, gpu_.name));
+    throw UserError(
+        fmt::format("{}: {} GPUs span more than one node of {}, and GPU '{}' has no "
+                    "internode_bytes_per_s for the traffic between nodes",
+                    layout_.text(), layout_.gpus(), gpu_.gpus_per_node, gpu_.name));
   }
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   moe_gemms_ = moe_gemm_shapes(model_, tp_);
@@ -130,9 +127,8 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   if (model_.is_moe()) {
     // The router is unquantised (16-bit) and replicated; the shared expert runs on every token.
     const double moe_layers = model_.moe_layers();
-    cost.layer_gemm_s[kUp] +=
-        moe_layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, WeightFormat::bf16) +
-                      gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_format));
+    cost.layer_gemm_s[kUp] += moe_layers * (gemm_time_s(gpu_, moe_gemms_.router, tokens, WeightFormat::bf16) +
+                                            gemm_time_s(gpu_, moe_gemms_.shared_up, tokens, w_format));
     cost.layer_gemm_s[kDown] += moe_layers * gemm_time_s(gpu_, moe_gemms_.shared_down, tokens, w_format);
     if (model_.dense_layers > 0) {
       const double dense_layers = model_.dense_layers;
@@ -153,10 +149,9 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
     return elementwise_time_s(gpu_, op, elementwise_bytes(model_, tp_, op, tokens));
   };
   if (!model_.is_moe()) {
-    cost.elementwise_s =
-        layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
-                  layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
-        layer_op_s(ElementwiseOp::embedding);
+    cost.elementwise_s = layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                                   layer_op_s(ElementwiseOp::activation) + layer_op_s(ElementwiseOp::residual_add)) +
+                         layer_op_s(ElementwiseOp::embedding);
   } else {
     // The routed experts' activation and top-k combine are in the fused-MoE call; an MoE layer
     // adds its shared expert's activation, a dense layer its MLP's.
@@ -166,11 +161,10 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
     };
     const double shared_activation_s = model_.shared_expert_ffn_size > 0 ? activation_s(shared_expert_model_) : 0;
     const double dense_activation_s = model_.dense_layers > 0 ? activation_s(dense_layer_model_) : 0;
-    cost.elementwise_s =
-        layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
-                  layer_op_s(ElementwiseOp::residual_add)) +
-        model_.moe_layers() * shared_activation_s + model_.dense_layers * dense_activation_s +
-        layer_op_s(ElementwiseOp::embedding);
+    cost.elementwise_s = layers * (2 * layer_op_s(ElementwiseOp::norm) + layer_op_s(ElementwiseOp::rope) +
+                                   layer_op_s(ElementwiseOp::residual_add)) +
+                         model_.moe_layers() * shared_activation_s + model_.dense_layers * dense_activation_s +
+                         layer_op_s(ElementwiseOp::embedding);
   }
 
   // Two all-reduces per layer: after the attention output projection and after the MLP down
@@ -341,9 +335,8 @@ void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost, NonA
     decompressed += chunk.context_before + chunk.new_tokens;
   }
   if (!shape.prefills.empty()) {
-    cost.prefill_attention_s =
-        layers * (mla_prefill_attention_time_s(gpu_, prefill) +
-                  gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
+    cost.prefill_attention_s = layers * (mla_prefill_attention_time_s(gpu_, prefill) +
+                                         gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
   }
   if (shape.num_decodes > 0) {
     const OperatorWork decode = mla_decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum);
@@ -420,24 +413,23 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
   if (engine_.kv_cache_write == KvCacheWrite::concat) {
     // Concatenating a token onto a layer's cache reads the old cache and writes the new one:
     // twice the context's K/V bytes per layer, streamed (HF DynamicCache / past_key_values).
-    const double per_token_layer =
-        static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)) / model_.num_layers;
+    const double per_token_layer = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)) / model_.num_layers;
     auto copy_s = [&](double context_tokens) {
       return 2 * context_tokens * per_token_layer / (gpu_.hbm_bytes_per_s * gpu_.hbm_efficiency);
     };
     double prefill_context = 0;
     for (const PrefillChunk& chunk : shape.prefills) prefill_context += chunk.context_before + chunk.new_tokens;
     if (!shape.prefills.empty()) cost.prefill_attention_s += layers * copy_s(prefill_context);
-    if (shape.num_decodes > 0) cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
+    if (shape.num_decodes > 0)
+      cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
   }
 
-  const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s +
-                           cost.lm_head_s + cost.elementwise_s + cost.communication_s;
+  const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
+                           cost.elementwise_s + cost.communication_s;
   const double device_s = std::max(kernels_s, t.launch_s);
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   const double cpu_s = engine_.cpu.seconds(sequences, tp_);
-  cost.overhead_s = (device_s - kernels_s) +
-                    (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
+  cost.overhead_s = (device_s - kernels_s) + (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
                     engine_.residual.seconds(sequences, tp_);
   cost.total_s = kernels_s + cost.overhead_s;
   return cost;
@@ -475,15 +467,14 @@ double CostModel::activation_reserve_bytes(int64_t activation_tokens, int64_t sa
   return kRuntimeReserveBytes + elements * kActivationBytes + logits_bytes;
 }
 
-int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens,
-                                      int64_t sampler_rows, WindowKv window) const {
+int64_t CostModel::kv_capacity_tokens(double gpu_memory_utilization, int64_t activation_tokens, int64_t sampler_rows,
+                                      WindowKv window) const {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
-    throw UserError(
-        fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
+    throw UserError(fmt::format("gpu memory utilization must be in (0, 1], got {}", gpu_memory_utilization));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
   return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * gpu_memory_utilization - weights_per_gpu -
-                      activation_reserve_bytes(activation_tokens, sampler_rows),
+                          activation_reserve_bytes(activation_tokens, sampler_rows),
                       window);
 }
 
@@ -492,19 +483,18 @@ int64_t CostModel::kv_capacity_tokens_static(double mem_fraction_static, WindowK
     throw UserError(fmt::format("mem_fraction_static must be in (0, 1), got {}", mem_fraction_static));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
-  return kv_tokens_in(static_cast<double>(gpu_.memory_bytes) * mem_fraction_static - weights_per_gpu -
-                      kRuntimeReserveBytes,
-                      window);
+  return kv_tokens_in(
+      static_cast<double>(gpu_.memory_bytes) * mem_fraction_static - weights_per_gpu - kRuntimeReserveBytes, window);
 }
 
-int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens,
-                                              int64_t sampler_rows, WindowKv window) const {
+int64_t CostModel::kv_capacity_tokens_of_free(double free_fraction, int64_t activation_tokens, int64_t sampler_rows,
+                                              WindowKv window) const {
   if (!(free_fraction > 0 && free_fraction <= 1)) {
     throw UserError(fmt::format("free_gpu_memory_fraction must be in (0, 1], got {}", free_fraction));
   }
   const double weights_per_gpu = weight_bytes_per_gpu();
-  const double free_after_profile =
-      static_cast<double>(gpu_.memory_bytes) - weights_per_gpu - activation_reserve_bytes(activation_tokens, sampler_rows);
+  const double free_after_profile = static_cast<double>(gpu_.memory_bytes) - weights_per_gpu -
+                                    activation_reserve_bytes(activation_tokens, sampler_rows);
   return kv_tokens_in(free_after_profile * free_fraction, window);
 }
 

@@ -58,9 +58,7 @@ struct BatchShape {
     prefills.clear();
     num_decodes = decode_context_sum = decode_context_max = num_sampled = 0;
   }
-  void add_prefill(int64_t new_tokens, int64_t context_before) {
-    prefills.push_back({new_tokens, context_before});
-  }
+  void add_prefill(int64_t new_tokens, int64_t context_before) { prefills.push_back({new_tokens, context_before}); }
   void add_decode(int64_t context_before) {
     ++num_decodes;
     decode_context_sum += context_before + 1;
@@ -123,13 +121,11 @@ struct TokenCosts {
 // computed without it, to the bit.
 class NonAttentionCache {
  public:
-  static constexpr size_t kTokenSlots = 4096;   // powers of two; ~330 KB in all
+  static constexpr size_t kTokenSlots = 4096;  // powers of two; ~330 KB in all
   static constexpr size_t kSampledSlots = 512;
   NonAttentionCache() : tokens_(kTokenSlots), lm_head_(kSampledSlots, {-1, 0.0}) {}
   // The slot of `tokens`: it holds that count's costs, or another's.
-  TokenCosts& token_slot(int64_t tokens) {
-    return tokens_[static_cast<uint64_t>(tokens) & (kTokenSlots - 1)];
-  }
+  TokenCosts& token_slot(int64_t tokens) { return tokens_[static_cast<uint64_t>(tokens) & (kTokenSlots - 1)]; }
   // The slot of `sampled` rows: (rows, LM-head seconds), or another count's.
   std::pair<int64_t, double>& lm_head_slot(int64_t sampled) {
     return lm_head_[static_cast<uint64_t>(sampled) & (kSampledSlots - 1)];
@@ -139,10 +135,12 @@ class NonAttentionCache {
   std::pair<int64_t, double>& mla_absorb_slot(int64_t decodes) {
     return mla_absorb_[static_cast<uint64_t>(decodes) & (kSampledSlots - 1)];
   }
+
  private:
   std::vector<TokenCosts> tokens_;
   std::vector<std::pair<int64_t, double>> lm_head_;
-  std::vector<std::pair<int64_t, double>> mla_absorb_ = std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
+  std::vector<std::pair<int64_t, double>> mla_absorb_ =
+      std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
 };
 
 class CostModel {

@@ -24,8 +24,7 @@ using yaml_fields::read_integer;
 using yaml_fields::read_string;
 
 double CpuOverhead::seconds(int64_t sequences, int tp) const {
-  return per_iteration_s + per_sequence_s * static_cast<double>(sequences) +
-         per_extra_worker_s * std::max(0, tp - 1);
+  return per_iteration_s + per_sequence_s * static_cast<double>(sequences) + per_extra_worker_s * std::max(0, tp - 1);
 }
 
 double EngineProfile::launch_s(int64_t num_layers, int64_t tokens) const {
@@ -33,12 +32,8 @@ double EngineProfile::launch_s(int64_t num_layers, int64_t tokens) const {
   return launch_per_kernel_s * static_cast<double>(num_layers * kernels_per_layer + kernels_per_iteration);
 }
 
-const char* allreduce_impl_name(AllReduceImpl impl) {
-  return impl == AllReduceImpl::custom ? "custom" : "nccl";
-}
-const char* kv_cache_write_name(KvCacheWrite w) {
-  return w == KvCacheWrite::concat ? "concat" : "in_place";
-}
+const char* allreduce_impl_name(AllReduceImpl impl) { return impl == AllReduceImpl::custom ? "custom" : "nccl"; }
+const char* kv_cache_write_name(KvCacheWrite w) { return w == KvCacheWrite::concat ? "concat" : "in_place"; }
 
 namespace {
 
@@ -107,22 +102,19 @@ const std::vector<Group>& groups() {
       {"cpu",
        {seconds_field("per_iteration_s", [](EngineProfile& e) -> double& { return e.cpu.per_iteration_s; }),
         seconds_field("per_sequence_s", [](EngineProfile& e) -> double& { return e.cpu.per_sequence_s; }),
-        seconds_field("per_extra_worker_s",
-                      [](EngineProfile& e) -> double& { return e.cpu.per_extra_worker_s; }),
+        seconds_field("per_extra_worker_s", [](EngineProfile& e) -> double& { return e.cpu.per_extra_worker_s; }),
         bool_field("overlaps_gpu", [](EngineProfile& e) -> bool& { return e.cpu_overlaps_gpu; })}},
       {"launch",
        {seconds_field("per_kernel_s", [](EngineProfile& e) -> double& { return e.launch_per_kernel_s; }),
         count_field("kernels_per_layer", [](EngineProfile& e) -> int64_t& { return e.kernels_per_layer; }),
-        count_field("kernels_per_iteration",
-                    [](EngineProfile& e) -> int64_t& { return e.kernels_per_iteration; })}},
+        count_field("kernels_per_iteration", [](EngineProfile& e) -> int64_t& { return e.kernels_per_iteration; })}},
       {"cuda_graphs",
        {count_field("max_tokens", [](EngineProfile& e) -> int64_t& { return e.cuda_graph_max_tokens; }),
         seconds_field("launch_s", [](EngineProfile& e) -> double& { return e.cuda_graph_launch_s; })}},
       {"allreduce",
        {choice_field<AllReduceImpl>("impl", [](EngineProfile& e) -> AllReduceImpl& { return e.allreduce; },
                                     {{"nccl", AllReduceImpl::nccl}, {"custom", AllReduceImpl::custom}}),
-        seconds_field("custom_max_bytes",
-                      [](EngineProfile& e) -> double& { return e.custom_allreduce_max_bytes; })}},
+        seconds_field("custom_max_bytes", [](EngineProfile& e) -> double& { return e.custom_allreduce_max_bytes; })}},
       {"residual",
        {seconds_field("per_iteration_s", [](EngineProfile& e) -> double& { return e.residual.per_iteration_s; }),
         seconds_field("per_sequence_s", [](EngineProfile& e) -> double& { return e.residual.per_sequence_s; }),
@@ -144,8 +136,8 @@ std::string known_keys(const Group& group) {
   return names;
 }
 
-EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
-                               const std::string& default_name, const std::vector<EngineProfile>& bases) {
+EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where, const std::string& default_name,
+                               const std::vector<EngineProfile>& bases) {
   if (!root.IsMap()) throw UserError(fmt::format("{}: an engine profile is a map of keys to values", where));
   EngineProfile e;
   // `base` names a built-in engine whose values are the defaults for keys the file leaves out.
@@ -171,15 +163,16 @@ EngineProfile engine_from_yaml(const YAML::Node& root, const std::string& where,
     }
     const auto group = std::find_if(groups().begin(), groups().end(), [&](const Group& g) { return g.name == key; });
     if (group == groups().end()) {
-      throw UserError(fmt::format("{}: unknown key '{}' in engine profile (known: base, name, description, "
-                                  "sources, cpu, launch, cuda_graphs, allreduce, residual, kv_cache, moe; see hwmodel/README.md)",
-                                  at_line(where, kv.first), key));
+      throw UserError(
+          fmt::format("{}: unknown key '{}' in engine profile (known: base, name, description, "
+                      "sources, cpu, launch, cuda_graphs, allreduce, residual, kv_cache, moe; see hwmodel/README.md)",
+                      at_line(where, kv.first), key));
     }
     if (!value.IsMap()) bad_value(at_line(where, value), key, fmt::format("must be a map of {}", known_keys(*group)));
     for (const auto& field_kv : value) {
       const std::string field_key = key_text(field_kv.first, where);
-      const auto field = std::find_if(group->fields.begin(), group->fields.end(),
-                                      [&](const Field& f) { return f.key == field_key; });
+      const auto field =
+          std::find_if(group->fields.begin(), group->fields.end(), [&](const Field& f) { return f.key == field_key; });
       if (field == group->fields.end()) {
         bad_value(at_line(where, field_kv.first), key + "." + field_key,
                   fmt::format("is unknown (known: {})", known_keys(*group)));
@@ -205,9 +198,10 @@ std::vector<EngineProfile> make_builtin_engines() {
       const std::string file = shipped.file_name;
       try {
         const YAML::Node root = YAML::Load(shipped.yaml);
-        if (const YAML::Node base = root["base"]; base && base.IsScalar() &&
-            std::none_of(engines.begin(), engines.end(),
-                         [&](const EngineProfile& e) { return e.name == base.as<std::string>(); })) {
+        if (const YAML::Node base = root["base"];
+            base && base.IsScalar() && std::none_of(engines.begin(), engines.end(), [&](const EngineProfile& e) {
+              return e.name == base.as<std::string>();
+            })) {
           later.push_back(i);
           continue;
         }
@@ -218,9 +212,10 @@ std::vector<EngineProfile> make_builtin_engines() {
       }
     }
     if (later.size() == pending.size()) {
-      throw std::logic_error(fmt::format("shipped engine profile broken: hwmodel/engines/{} names a base that is "
-                                         "not shipped",
-                                         detail::kShippedEngines[later.front()].file_name));
+      throw std::logic_error(
+          fmt::format("shipped engine profile broken: hwmodel/engines/{} names a base that is "
+                      "not shipped",
+                      detail::kShippedEngines[later.front()].file_name));
     }
     pending = std::move(later);
   }
@@ -287,9 +282,10 @@ EngineProfile resolve_engine(std::string_view name_or_path) {
   if (std::filesystem::is_regular_file(path, ec)) return load_engine_profile(path);
   std::string names;
   for (const auto& e : builtin_engines()) names += (names.empty() ? "" : ", ") + e.name;
-  throw UserError(fmt::format("--engine: unknown engine '{}': not a built-in engine ({}) nor an engine "
-                              "profile file",
-                              name_or_path, names));
+  throw UserError(
+      fmt::format("--engine: unknown engine '{}': not a built-in engine ({}) nor an engine "
+                  "profile file",
+                  name_or_path, names));
 }
 
 std::string engine_profile_yaml(const EngineProfile& engine) {

@@ -34,16 +34,15 @@ WeightFormat GemmTable::format() const {
   return WeightFormat::bf16;
 }
 
-GemmTable GemmTable::from_points(std::string dtype, std::string source,
-                                 const std::vector<GemmPoint>& points) {
+GemmTable GemmTable::from_points(std::string dtype, std::string source, const std::vector<GemmPoint>& points) {
   GemmTable t;
   t.dtype_ = std::move(dtype);
   t.source_ = std::move(source);
   std::vector<int64_t> ms;
   for (const GemmPoint& p : points) {
     if (p.m < 1 || p.n < 1 || p.k < 1 || !(p.seconds > 0) || !std::isfinite(p.seconds)) {
-      throw UserError(fmt::format("GEMM table: point m={} n={} k={} t={} needs positive sizes and time",
-                                  p.m, p.n, p.k, p.seconds));
+      throw UserError(
+          fmt::format("GEMM table: point m={} n={} k={} t={} needs positive sizes and time", p.m, p.n, p.k, p.seconds));
     }
     ms.push_back(p.m);
   }
@@ -79,8 +78,7 @@ void GemmTable::index() {
 
 double GemmTable::log_seconds_in_column(const Column& c, double log_m) const {
   // The nearest measured m at or below log_m and above it, skipping m's the column lacks.
-  const auto hi = static_cast<std::ptrdiff_t>(
-      std::lower_bound(log_m_.begin(), log_m_.end(), log_m) - log_m_.begin());
+  const auto hi = static_cast<std::ptrdiff_t>(std::lower_bound(log_m_.begin(), log_m_.end(), log_m) - log_m_.begin());
   const auto size = static_cast<std::ptrdiff_t>(log_m_.size());
   if (hi < size && log_m_[hi] == log_m && !std::isnan(c.seconds[hi])) return std::log(c.seconds[hi]);
   std::ptrdiff_t below = hi - 1;
@@ -107,8 +105,8 @@ double GemmTable::log_seconds_at_n(size_t n_index, double log_m, int64_t k) cons
 }
 
 std::optional<double> GemmTable::seconds(double m, int64_t n, int64_t k) const {
-  if (columns_.empty() || !(m >= static_cast<double>(m_.front())) ||
-      m > static_cast<double>(m_.back()) || n < ns_.front() || n > ns_.back()) {
+  if (columns_.empty() || !(m >= static_cast<double>(m_.front())) || m > static_cast<double>(m_.back()) ||
+      n < ns_.front() || n > ns_.back()) {
     return std::nullopt;
   }
   const double log_m = std::log(m);
@@ -147,9 +145,7 @@ GemmTable GemmTable::parse(const std::string& text, const std::string& where) {
   std::string line;
   int line_no = 0;
   bool have_m = false;
-  auto fail = [&](const std::string& why) -> void {
-    throw UserError(fmt::format("{}:{}: {}", where, line_no, why));
-  };
+  auto fail = [&](const std::string& why) -> void { throw UserError(fmt::format("{}:{}: {}", where, line_no, why)); };
   auto numbers = [&](std::string_view rest, size_t skip) {
     std::vector<double> values;
     size_t pos = 0;
@@ -180,10 +176,12 @@ GemmTable GemmTable::parse(const std::string& text, const std::string& where) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.find(' ');
     const std::string word = line.substr(0, space);
-    const std::string_view rest = space == std::string::npos ? std::string_view() : std::string_view(line).substr(space + 1);
+    const std::string_view rest =
+        space == std::string::npos ? std::string_view() : std::string_view(line).substr(space + 1);
     if (word == "dtype") {
       t.dtype_ = std::string(rest);
-      if (t.dtype_ != "bf16" && t.dtype_ != "fp8" && t.dtype_ != "fp8-block" && t.dtype_ != "mxfp4" && t.dtype_ != "nvfp4") {
+      if (t.dtype_ != "bf16" && t.dtype_ != "fp8" && t.dtype_ != "fp8-block" && t.dtype_ != "mxfp4" &&
+          t.dtype_ != "nvfp4") {
         fail(fmt::format("dtype '{}': expected bf16, fp8, fp8-block, mxfp4 or nvfp4", t.dtype_));
       }
     } else if (word == "source") {
@@ -228,6 +226,5 @@ const GemmTable& GemmTableSource::table() const {
   std::call_once(parsed_, [this] { table_ = GemmTable::parse(text_, where_); });
   return table_;
 }
-
 
 }  // namespace batchsim

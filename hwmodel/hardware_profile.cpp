@@ -41,10 +41,9 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 // figure for one small NCCL all-reduce within a node. PCIe: per direction.
 // The efficiency parameters keep the defaults of HardwareProfile: datasheet defaults, NOT
 // fitted (see hwmodel/README.md; fitted profiles live in hwmodel/profiles/).
-HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, double hbm_gb_per_s,
-                          int64_t mem_mib, double link_gb_per_s, double link_latency_us,
-                          double pcie_gb_per_s, int sm_count, double fp4_tflops = 0,
-                          double internode_gb_per_s = 0) {
+HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, double hbm_gb_per_s, int64_t mem_mib,
+                          double link_gb_per_s, double link_latency_us, double pcie_gb_per_s, int sm_count,
+                          double fp4_tflops = 0, double internode_gb_per_s = 0) {
   HardwareProfile p;
   p.peak_fp4_flops = fp4_tflops * kTera;
   p.internode_bytes_per_s = internode_gb_per_s * kGB;
@@ -125,8 +124,7 @@ const std::vector<NumberKey>& number_keys() {
   static const std::vector<NumberKey> keys = [] {
     std::vector<NumberKey> k;
     auto add = [&k](std::string key, double HardwareProfile::*member, bool efficiency = false) {
-      k.push_back({std::move(key), [member](HardwareProfile& p) -> double& { return p.*member; },
-                   efficiency});
+      k.push_back({std::move(key), [member](HardwareProfile& p) -> double& { return p.*member; }, efficiency});
     };
     add("peak_flops", &HardwareProfile::peak_flops);
     add("peak_fp8_flops", &HardwareProfile::peak_fp8_flops);
@@ -143,8 +141,7 @@ const std::vector<NumberKey>& number_keys() {
     add("gemm_roofline_exponent", &HardwareProfile::gemm_roofline_exponent);
     add("hbm_efficiency", &HardwareProfile::hbm_efficiency, true);
     add("prefill_attention_efficiency", &HardwareProfile::prefill_attention_efficiency, true);
-    add("prefill_attention_causal_efficiency",
-        &HardwareProfile::prefill_attention_causal_efficiency, true);
+    add("prefill_attention_causal_efficiency", &HardwareProfile::prefill_attention_causal_efficiency, true);
     add("decode_attention_efficiency", &HardwareProfile::decode_attention_efficiency, true);
     add("decode_attention_per_seq_s", &HardwareProfile::decode_attention_per_seq_s);
     add("kernel_launch_s", &HardwareProfile::kernel_launch_s);
@@ -156,18 +153,15 @@ const std::vector<NumberKey>& number_keys() {
     add("sm_count", &HardwareProfile::sm_count);
     add("decode_attention_sm_bytes_per_s", &HardwareProfile::decode_attention_sm_bytes_per_s);
     add("prefill_attention_sm_bytes_per_s", &HardwareProfile::prefill_attention_sm_bytes_per_s);
-    add("prefill_attention_roofline_exponent",
-        &HardwareProfile::prefill_attention_roofline_exponent);
+    add("prefill_attention_roofline_exponent", &HardwareProfile::prefill_attention_roofline_exponent);
     add("prefill_attention_per_tile_s", &HardwareProfile::prefill_attention_per_tile_s);
     add("attention_kv_write_efficiency", &HardwareProfile::attention_kv_write_efficiency);
     add("attention_kv_write_per_token_s", &HardwareProfile::attention_kv_write_per_token_s);
     for (int i = 0; i < kNumElementwiseOps; ++i) {
       const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
-      k.push_back({op + "_efficiency",
-                   [i](HardwareProfile& p) -> double& { return p.elementwise[i].efficiency; },
-                   true});
-      k.push_back({op + "_launch_s",
-                   [i](HardwareProfile& p) -> double& { return p.elementwise[i].launch_s; }});
+      k.push_back(
+          {op + "_efficiency", [i](HardwareProfile& p) -> double& { return p.elementwise[i].efficiency; }, true});
+      k.push_back({op + "_launch_s", [i](HardwareProfile& p) -> double& { return p.elementwise[i].launch_s; }});
     }
     return k;
   }();
@@ -178,10 +172,12 @@ const std::vector<NumberKey>& number_keys() {
 // kernel (HardwareProfile::BlockFp8GemmFit).
 std::vector<HardwareProfile::BlockFp8GemmFit> read_fp8_block_gemms(const YAML::Node& node, const std::string& where) {
   const std::string block = "fp8_block_gemms";
-  if (!node.IsSequence()) bad_value(at_line(where, node), block, "must be a list of {kernel, scale, call_floor_s, rows}");
+  if (!node.IsSequence())
+    bad_value(at_line(where, node), block, "must be a list of {kernel, scale, call_floor_s, rows}");
   std::vector<HardwareProfile::BlockFp8GemmFit> fits;
   for (const YAML::Node& entry : node) {
-    if (!entry.IsMap()) bad_value(at_line(where, entry), block, "entries must be maps {kernel, scale, call_floor_s, rows}");
+    if (!entry.IsMap())
+      bad_value(at_line(where, entry), block, "entries must be maps {kernel, scale, call_floor_s, rows}");
     HardwareProfile::BlockFp8GemmFit fit;
     std::set<std::string> seen;
     for (const auto& kv : entry) {
@@ -189,11 +185,13 @@ std::vector<HardwareProfile::BlockFp8GemmFit> read_fp8_block_gemms(const YAML::N
       const std::string at = at_line(where, kv.first);
       if (!seen.insert(key).second) bad_value(at, block + "." + key, "is given twice");
       if (key == "kernel") {
-        if (!kv.second.IsScalar() || kv.second.Scalar().empty()) bad_value(at, block + ".kernel", "must be a kernel's name");
+        if (!kv.second.IsScalar() || kv.second.Scalar().empty())
+          bad_value(at, block + ".kernel", "must be a kernel's name");
         fit.kernel = kv.second.Scalar();
       } else if (key == "scale") {
         fit.scale = read_double(kv.second, where, block + ".scale");
-        if (!(fit.scale > 0 && std::isfinite(fit.scale))) bad_value(at, block + ".scale", "must be a finite number > 0");
+        if (!(fit.scale > 0 && std::isfinite(fit.scale)))
+          bad_value(at, block + ".scale", "must be a finite number > 0");
       } else if (key == "call_floor_s") {
         fit.call_floor_s = read_double(kv.second, where, block + ".call_floor_s");
         if (!(fit.call_floor_s >= 0 && std::isfinite(fit.call_floor_s))) {
@@ -207,7 +205,8 @@ std::vector<HardwareProfile::BlockFp8GemmFit> read_fp8_block_gemms(const YAML::N
     }
     if (seen.size() != 4) bad_value(at_line(where, entry), block, "entries need kernel, scale, call_floor_s and rows");
     for (const auto& f : fits) {
-      if (f.kernel == fit.kernel) bad_value(at_line(where, entry), block, fmt::format("kernel {} is given twice", fit.kernel));
+      if (f.kernel == fit.kernel)
+        bad_value(at_line(where, entry), block, fmt::format("kernel {} is given twice", fit.kernel));
     }
     fits.push_back(fit);
   }
@@ -215,7 +214,8 @@ std::vector<HardwareProfile::BlockFp8GemmFit> read_fp8_block_gemms(const YAML::N
 }
 
 // `key` is the profile key: allreduce (NCCL) or custom_allreduce.
-std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where, const std::string& key_name) {
+std::vector<AllReduceFit> read_allreduce(const YAML::Node& node, const std::string& where,
+                                         const std::string& key_name) {
   if (!node.IsSequence()) {
     bad_value(where, key_name, "must be a list of {tp, latency_s, bytes_per_s}");
   }
@@ -276,25 +276,30 @@ ServingValidation read_serving_validation(const YAML::Node& node, const std::str
         for (const ServingError& other : v.backends) {
           if (other.backend == e.backend) bad_value(at_line(where, b.first), b_name, "is given twice");
         }
-        if (!b.second.IsMap()) bad_value(at_line(where, b.second), b_name, "must be a map {ttft_mape, tpot_mape, count}");
+        if (!b.second.IsMap())
+          bad_value(at_line(where, b.second), b_name, "must be a map {ttft_mape, tpot_mape, count}");
         std::set<std::string> fields;
         for (const auto& f : b.second) {
           const std::string field = key_text(f.first, where);
           const std::string field_name = b_name + "." + field;
-          if (field == "ttft_mape") e.ttft_mape_percent = read_double(f.second, where, field_name);
-          else if (field == "tpot_mape") e.tpot_mape_percent = read_double(f.second, where, field_name);
+          if (field == "ttft_mape")
+            e.ttft_mape_percent = read_double(f.second, where, field_name);
+          else if (field == "tpot_mape")
+            e.tpot_mape_percent = read_double(f.second, where, field_name);
           else if (field == "ttft_median_ratio" || field == "tpot_median_ratio") {
             const double ratio = read_double(f.second, where, field_name);
             if (ratio <= 0) bad_value(at_line(where, f.second), field_name, "must be > 0 (predicted / measured)");
             (field == "ttft_median_ratio" ? e.ttft_median_ratio : e.tpot_median_ratio) = ratio;
-          }
-          else if (field == "count") e.count = read_integer(f.second, where, field_name, 1, 1e15);
-          else bad_value(at_line(where, f.first), field_name,
-                         "is unknown (ttft_mape, tpot_mape, count, ttft_median_ratio, tpot_median_ratio)");
+          } else if (field == "count")
+            e.count = read_integer(f.second, where, field_name, 1, 1e15);
+          else
+            bad_value(at_line(where, f.first), field_name,
+                      "is unknown (ttft_mape, tpot_mape, count, ttft_median_ratio, tpot_median_ratio)");
           fields.insert(field);
         }
         for (const char* required : {"ttft_mape", "tpot_mape", "count"}) {
-          if (!fields.count(required)) bad_value(at_line(where, b.second), b_name, "needs ttft_mape, tpot_mape and count");
+          if (!fields.count(required))
+            bad_value(at_line(where, b.second), b_name, "needs ttft_mape, tpot_mape and count");
         }
         v.backends.push_back(std::move(e));
       }
@@ -345,10 +350,14 @@ ProfileValidation read_validation(const YAML::Node& node, const std::string& whe
         for (const auto& f : op.second) {
           const std::string field = key_text(f.first, where);
           const std::string field_name = op_name + "." + field;
-          if (field == "mape") e.mape_percent = read_double(f.second, where, field_name);
-          else if (field == "p90") e.p90_percent = read_double(f.second, where, field_name);
-          else if (field == "count") e.count = read_integer(f.second, where, field_name, 1, 1e15);
-          else bad_value(at_line(where, f.first), field_name, "is unknown (mape, p90, count)");
+          if (field == "mape")
+            e.mape_percent = read_double(f.second, where, field_name);
+          else if (field == "p90")
+            e.p90_percent = read_double(f.second, where, field_name);
+          else if (field == "count")
+            e.count = read_integer(f.second, where, field_name, 1, 1e15);
+          else
+            bad_value(at_line(where, f.first), field_name, "is unknown (mape, p90, count)");
           fields.insert(field);
         }
         if (fields.size() != 3) bad_value(at_line(where, op.second), op_name, "needs mape, p90 and count");
@@ -371,7 +380,8 @@ ProfileValidation read_validation(const YAML::Node& node, const std::string& whe
 // phase optional (0), the rest required.
 std::vector<AttentionKernelFit> read_attention_kernels(const YAML::Node& node, const std::string& where) {
   const std::string block = "attention_kernels";
-  if (!node.IsSequence()) bad_value(at_line(where, node), block, "must be a list of kernel regimes (hwmodel/README.md)");
+  if (!node.IsSequence())
+    bad_value(at_line(where, node), block, "must be a list of kernel regimes (hwmodel/README.md)");
   std::vector<AttentionKernelFit> kernels;
   for (const YAML::Node& entry : node) {
     const std::string at = at_line(where, entry);
@@ -405,7 +415,8 @@ std::vector<AttentionKernelFit> read_attention_kernels(const YAML::Node& node, c
         k.tiles = v.Scalar() == "fa3" ? AttentionTiles::fa3 : AttentionTiles::generic;
       } else if (key == "head_dims") {
         if (!v.IsSequence() || v.size() == 0) bad_value(at_line(where, v), field, "must be a list of head dims");
-        for (const YAML::Node& h : v) k.head_dims.push_back(static_cast<int>(read_integer(h, where, field, 1, 1 << 16)));
+        for (const YAML::Node& h : v)
+          k.head_dims.push_back(static_cast<int>(read_integer(h, where, field, 1, 1 << 16)));
         if (!std::is_sorted(k.head_dims.begin(), k.head_dims.end()) ||
             std::adjacent_find(k.head_dims.begin(), k.head_dims.end()) != k.head_dims.end()) {
           bad_value(at_line(where, v), field, "must be strictly increasing");
@@ -427,14 +438,16 @@ std::vector<AttentionKernelFit> read_attention_kernels(const YAML::Node& node, c
           for (const AttentionKernelKey& a : attention_kernel_keys()) {
             if (a.prefill == k.prefill) known += (known.empty() ? "" : ", ") + std::string(a.key);
           }
-          bad_value(at_line(where, kv.first), field,
-                    fmt::format("is unknown for a {} entry (phase, kernel, kv_cache_dtype, tiles, head_dims, efficiency, {})",
-                                k.prefill ? "prefill" : "decode", known));
+          bad_value(
+              at_line(where, kv.first), field,
+              fmt::format("is unknown for a {} entry (phase, kernel, kv_cache_dtype, tiles, head_dims, efficiency, {})",
+                          k.prefill ? "prefill" : "decode", known));
         }
         const double x = read_double(v, where, field);
         if (number->efficiency && !(x <= 1 && (x > 0 || number->zero_is_off))) {
-          bad_value(at_line(where, v), field, number->zero_is_off ? "is an efficiency and must be in [0, 1] (0: off)"
-                                                                : "is an efficiency and must be in (0, 1]");
+          bad_value(at_line(where, v), field,
+                    number->zero_is_off ? "is an efficiency and must be in [0, 1] (0: off)"
+                                        : "is an efficiency and must be in (0, 1]");
         }
         k.*(number->member) = x;
       }
@@ -443,12 +456,15 @@ std::vector<AttentionKernelFit> read_attention_kernels(const YAML::Node& node, c
       if (!seen.count(required)) bad_value(at, name + "." + required, "is required");
     }
     if (k.head_dims.size() != k.efficiency.size()) {
-      bad_value(at, name + ".efficiency", fmt::format("must give one efficiency per head dim ({} head dims, {} efficiencies)",
-                                                      k.head_dims.size(), k.efficiency.size()));
+      bad_value(at, name + ".efficiency",
+                fmt::format("must give one efficiency per head dim ({} head dims, {} efficiencies)", k.head_dims.size(),
+                            k.efficiency.size()));
     }
     for (const AttentionKernelFit& other : kernels) {
       if (other.prefill == k.prefill && other.kernel == k.kernel && other.kv_dtype_bytes == k.kv_dtype_bytes) {
-        bad_value(at, name, fmt::format("repeats the {} regime of {} with this KV dtype", k.prefill ? "prefill" : "decode", k.kernel));
+        bad_value(
+            at, name,
+            fmt::format("repeats the {} regime of {} with this KV dtype", k.prefill ? "prefill" : "decode", k.kernel));
       }
     }
     kernels.push_back(std::move(k));
@@ -507,7 +523,8 @@ void read_moe_kernels(const YAML::Node& node, const std::string& where, std::vec
     const std::optional<MoeKernel> kernel = parse_moe_kernel(name);
     if (!kernel) bad_value(at, field, fmt::format("is not a MoE kernel ({})", kernels));
     if (!named.insert(name).second) bad_value(at, field, "is given twice");
-    if (!entry.second.IsMap()) bad_value(at_line(where, entry.second), field, fmt::format("must be a map {{{}}}", keys));
+    if (!entry.second.IsMap())
+      bad_value(at_line(where, entry.second), field, fmt::format("must be a map {{{}}}", keys));
     MoeKernelFit fit;
     fit.kernel = *kernel;
     std::set<std::string> seen;
@@ -517,7 +534,8 @@ void read_moe_kernels(const YAML::Node& node, const std::string& where, std::vec
       for (const MoeKernelKey& k : moe_kernel_keys()) {
         if (key == k.key) number = &k;
       }
-      if (number == nullptr) bad_value(at_line(where, kv.first), field + "." + key, fmt::format("is unknown ({})", keys));
+      if (number == nullptr)
+        bad_value(at_line(where, kv.first), field + "." + key, fmt::format("is unknown ({})", keys));
       if (!seen.insert(key).second) bad_value(at_line(where, kv.first), field + "." + key, "is given twice");
       fit.*(number->member) = read_double(kv.second, where, field + "." + key);
     }
@@ -529,11 +547,15 @@ void read_moe_kernels(const YAML::Node& node, const std::string& where, std::vec
       if (!(v > 0)) bad_value(at_line(where, entry.second), field + "." + key, "must be > 0");
     }
     if (fit.roofline_exponent > 0 && fit.roofline_exponent < 1) {
-      bad_value(at_line(where, entry.second), field + ".roofline_exponent", "must be 0 (the max of the two roofs) or >= 1");
+      bad_value(at_line(where, entry.second), field + ".roofline_exponent",
+                "must be 0 (the max of the two roofs) or >= 1");
     }
-    const auto same = std::find_if(into.begin(), into.end(), [&](const MoeKernelFit& f) { return f.kernel == fit.kernel; });
-    if (same != into.end()) *same = fit;
-    else into.push_back(fit);
+    const auto same =
+        std::find_if(into.begin(), into.end(), [&](const MoeKernelFit& f) { return f.kernel == fit.kernel; });
+    if (same != into.end())
+      *same = fit;
+    else
+      into.push_back(fit);
   }
   std::sort(into.begin(), into.end(), [](const MoeKernelFit& a, const MoeKernelFit& b) { return a.kernel < b.kernel; });
 }
@@ -558,14 +580,14 @@ void read_gemm_tables(const YAML::Node& node, const std::string& where, const Ta
         break;
       }
     }
-    if (!known) bad_value(at_line(where, kv.first), "gemm_tables." + dtype, "is unknown (bf16, fp8, fp8-block, mxfp4, nvfp4)");
+    if (!known)
+      bad_value(at_line(where, kv.first), "gemm_tables." + dtype, "is unknown (bf16, fp8, fp8-block, mxfp4, nvfp4)");
   }
 }
 
 // A profile from a parsed YAML map; `where` names the file in errors, `default_name` is used
 // when the map has no `name`.
-HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where,
-                                  const std::string& default_name,
+HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where, const std::string& default_name,
                                   const std::vector<HardwareProfile>& bases, const TableReader& read_table) {
   if (!root.IsMap()) {
     throw UserError(fmt::format("{}: a hardware profile is a map of keys to values", where));
@@ -586,8 +608,7 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
       }
     }
     if (!found) {
-      bad_value(where, "base",
-                fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
+      bad_value(where, "base", fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
     }
   }
   p.name = default_name;
@@ -597,11 +618,11 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     if (key == "base") continue;
     if (key == "name" || key == "source" || key == "provenance" || key == "transferred_from" || key == "kernels") {
       if (!value.IsScalar()) bad_value(where, key, "must be a string");
-      (key == "name"               ? p.name
-       : key == "source"           ? p.source
-       : key == "provenance"       ? p.provenance
-       : key == "kernels"          ? p.kernels
-                                   : p.transferred_from) = value.Scalar();
+      (key == "name"         ? p.name
+       : key == "source"     ? p.source
+       : key == "provenance" ? p.provenance
+       : key == "kernels"    ? p.kernels
+                             : p.transferred_from) = value.Scalar();
       continue;
     }
     if (key == "prefill_attention_kernel") {
@@ -609,7 +630,7 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
         bad_value(where, key, "must be fa2 (FlashAttention-2) or fa3 (FlashAttention-3, Hopper)");
       }
       p.prefill_attention_kernel = value.Scalar() == "fa3" ? PrefillAttentionKernel::flash_attention_3
-                                                          : PrefillAttentionKernel::flash_attention_2;
+                                                           : PrefillAttentionKernel::flash_attention_2;
       continue;
     }
     if (key == "price_per_hour") {
@@ -655,11 +676,11 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     }
     if (key.starts_with("iteration_overhead")) {
       // Profiles written before engine profiles existed carry the engine's CPU cost.
-      throw UserError(fmt::format(
-          "{}: key '{}' is an engine's CPU cost, no longer a GPU's: remove it here and put it in an "
-          "engine profile (cpu.per_iteration_s, cpu.per_sequence_s, cpu.per_extra_worker_s; "
-          "--engine FILE, see hwmodel/README.md \"Engine profiles\")",
-          at_line(where, kv.first), key));
+      throw UserError(
+          fmt::format("{}: key '{}' is an engine's CPU cost, no longer a GPU's: remove it here and put it in an "
+                      "engine profile (cpu.per_iteration_s, cpu.per_sequence_s, cpu.per_extra_worker_s; "
+                      "--engine FILE, see hwmodel/README.md \"Engine profiles\")",
+                      at_line(where, kv.first), key));
     }
     bool known = false;
     for (const auto& k : number_keys()) {
@@ -717,7 +738,8 @@ std::string shipped_stem(std::size_t i) {
 }
 
 bool shipped_is_profile(std::size_t i) {
-  return std::string_view(detail::kShippedProfiles[i].file_name).ends_with(".yaml");  // else a GEMM table a profile names
+  return std::string_view(detail::kShippedProfiles[i].file_name)
+      .ends_with(".yaml");  // else a GEMM table a profile names
 }
 
 // Shipped profile `i` (a .yaml entry), parsed.
@@ -779,8 +801,7 @@ const char* prefill_attention_kernel_name(PrefillAttentionKernel kernel) {
 }
 
 const char* elementwise_op_name(ElementwiseOp op) {
-  static constexpr const char* kNames[kNumElementwiseOps] = {"norm", "rope", "activation",
-                                                             "residual_add", "embedding"};
+  static constexpr const char* kNames[kNumElementwiseOps] = {"norm", "rope", "activation", "residual_add", "embedding"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -822,16 +843,17 @@ HardwareProfile load_hardware_profile(const std::filesystem::path& path) {
 std::string measured_transfer_error(const HardwareProfile& transferred) {
   std::vector<std::string> figures;
   for (const MeasuredTransfer& m : kMeasuredTransfers) {
-    figures.push_back(fmt::format("{}: GEMM {:.1f}%, iteration {:.1f}%", m.direction, m.gemm_mape_percent,
-                                  m.iteration_mape_percent));
+    figures.push_back(
+        fmt::format("{}: GEMM {:.1f}%, iteration {:.1f}%", m.direction, m.gemm_mape_percent, m.iteration_mape_percent));
   }
   // The source reads "transferred from <fitted> to <target> ceilings" unless a user rewrote it.
   const std::string what = transferred.source.starts_with("transferred from ")
                                ? transferred.source
                                : fmt::format("transferred from {}", transferred.transferred_from);
-  return fmt::format("{}, never measured on this GPU; what a transfer loses, measured held out on Vidur's "
-                     "kernels (MAPE): {} (hwmodel/README.md, \"Held out\")",
-                     what, fmt::join(figures, "; "));
+  return fmt::format(
+      "{}, never measured on this GPU; what a transfer loses, measured held out on Vidur's "
+      "kernels (MAPE): {} (hwmodel/README.md, \"Held out\")",
+      what, fmt::join(figures, "; "));
 }
 
 std::string hardware_profile_yaml(const HardwareProfile& profile) {
@@ -841,8 +863,7 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << profile.name;
   for (const auto& [key, text] :
-       {std::pair<const char*, const std::string&>{"source", profile.source},
-        {"provenance", profile.provenance}}) {
+       {std::pair<const char*, const std::string&>{"source", profile.source}, {"provenance", profile.provenance}}) {
     if (key == std::string_view("provenance") && text.empty()) continue;
     out << YAML::Key << key << YAML::Value;
     // A literal block reads back with one trailing newline (YAML "clip" chomping), so only
@@ -865,9 +886,9 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
     // Percentages as their shortest exact text ("6.5", not 17 digits of 6.5000000000000000):
     // they are rounded to 0.1 and read back the same.
     for (const OperatorError& e : v.operators) {
-      out << YAML::Key << e.op << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mape"
-          << YAML::Value << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value
-          << fmt::format("{}", e.p90_percent) << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
+      out << YAML::Key << e.op << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mape" << YAML::Value
+          << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value << fmt::format("{}", e.p90_percent)
+          << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
     }
     out << YAML::EndMap;
     if (!v.serving.empty()) {
@@ -905,14 +926,14 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
     }
     out << YAML::EndMap;
   }
-  for (const auto& [key, fits] : {std::pair<const char*, const std::vector<AllReduceFit>&>{"allreduce", profile.allreduce},
-                                   {"custom_allreduce", profile.custom_allreduce}}) {
+  for (const auto& [key, fits] :
+       {std::pair<const char*, const std::vector<AllReduceFit>&>{"allreduce", profile.allreduce},
+        {"custom_allreduce", profile.custom_allreduce}}) {
     if (fits.empty()) continue;
     out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
     for (const AllReduceFit& f : fits) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key
-          << "latency_s" << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value
-          << f.bytes_per_s << YAML::EndMap;
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key << "latency_s"
+          << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value << f.bytes_per_s << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }
@@ -998,8 +1019,8 @@ HardwareProfile resolve_gpu(std::string_view name_or_path) {
   const std::filesystem::path path(name_or_path);
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return load_hardware_profile(path);
-  throw UserError(fmt::format("unknown GPU '{}': not a built-in GPU ({}) nor a profile file",
-                              name_or_path, known_gpu_names()));
+  throw UserError(
+      fmt::format("unknown GPU '{}': not a built-in GPU ({}) nor a profile file", name_or_path, known_gpu_names()));
 }
 
 }  // namespace batchsim

@@ -46,10 +46,10 @@ struct AllReduceFit {
 // compute (validation.h, kernel_validation.h); empty in datasheet profiles, which were never
 // compared with a measurement.
 struct OperatorError {
-  std::string op;            // the operator's name in the validation report ("gemm", "attn_decode")
-  double mape_percent = 0;   // mean |predicted / measured - 1| x 100 over the rows, to 0.1
-  double p90_percent = 0;    // its 90th percentile (nearest rank), to 0.1
-  int64_t count = 0;         // rows scored
+  std::string op;           // the operator's name in the validation report ("gemm", "attn_decode")
+  double mape_percent = 0;  // mean |predicted / measured - 1| x 100 over the rows, to 0.1
+  double p90_percent = 0;   // its 90th percentile (nearest rank), to 0.1
+  int64_t count = 0;        // rows scored
   bool operator==(const OperatorError&) const = default;
 };
 
@@ -57,13 +57,13 @@ struct OperatorError {
 // (`batchsim validate-serving --profile-out`, experiments/fidelity/validate_serving.h). Serving results
 // are never fitted on, so these are always out of sample.
 struct ServingError {
-  std::string backend;       // the benchmarks' serving engine ("vllm", "sglang", "trtllm")
+  std::string backend;           // the benchmarks' serving engine ("vllm", "sglang", "trtllm")
   double ttft_mape_percent = 0;  // mean |predicted / measured - 1| x 100 of the mean TTFT, to 0.1
   double tpot_mape_percent = 0;  // the same of the mean TPOT
   // The median of predicted / measured over the runs, to 0.01: the error's sign, which the MAPE
   // hides (below 1: predicted short). 0: not recorded (a profile written before they were).
   double ttft_median_ratio = 0, tpot_median_ratio = 0;
-  int64_t count = 0;             // benchmark runs replayed
+  int64_t count = 0;  // benchmark runs replayed
   bool operator==(const ServingError&) const = default;
 };
 
@@ -92,8 +92,8 @@ const char* prefill_attention_kernel_name(PrefillAttentionKernel kernel);  // "f
 
 struct HardwareProfile {
   std::string name;
-  std::string source;          // one line: "datasheet", or what a fitted profile was fitted from
-  std::string provenance;      // fitted profiles: the measurement files read and the fit's notes
+  std::string source;      // one line: "datasheet", or what a fitted profile was fitted from
+  std::string provenance;  // fitted profiles: the measurement files read and the fit's notes
   // Fitted profiles: their error against measurements (above). Not inherited through a file's
   // `base`: a profile that changes its base's values is not what was scored.
   ProfileValidation validation;
@@ -106,15 +106,15 @@ struct HardwareProfile {
   // whose engine is another framework is told so (summary.json's trust.kernels_note). Empty:
   // not recorded (datasheets, profiles written before it).
   std::string kernels;
-  double peak_flops = 0;       // dense BF16/FP16 FLOP/s of one GPU
+  double peak_flops = 0;  // dense BF16/FP16 FLOP/s of one GPU
   // Dense FP8 tensor-core FLOP/s of one GPU; 0 = no FP8 tensor cores (A100, A40), where FP8
   // weights are dequantised and multiplied at peak_flops (see gemm_peak_flops in roofline.h).
   double peak_fp8_flops = 0;
   // Dense FP4 tensor-core FLOP/s (Blackwell's MXFP4 / NVFP4); 0 = none (Hopper and older), where
   // FP4 weights are dequantised and multiplied at peak_flops.
   double peak_fp4_flops = 0;
-  double hbm_bytes_per_s = 0;  // HBM bandwidth of one GPU
-  int64_t memory_bytes = 0;    // HBM capacity of one GPU
+  double hbm_bytes_per_s = 0;           // HBM bandwidth of one GPU
+  int64_t memory_bytes = 0;             // HBM capacity of one GPU
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption
@@ -258,9 +258,9 @@ std::string hardware_profile_yaml(const HardwareProfile& profile);
 // fails when they drift by 0.1; hwmodel/README.md, "Held out"). The only pair of GPUs with the
 // same kernels measured on both; a transfer to another pair is not measured at all.
 struct MeasuredTransfer {
-  const char* direction;           // "A100 -> A40"
-  double gemm_mape_percent;        // the four layer GEMMs, pooled
-  double iteration_mape_percent;   // whole iterations
+  const char* direction;          // "A100 -> A40"
+  double gemm_mape_percent;       // the four layer GEMMs, pooled
+  double iteration_mape_percent;  // whole iterations
 };
 inline constexpr MeasuredTransfer kMeasuredTransfers[] = {{"A100 -> A40", 9.4, 9.4}, {"A40 -> A100", 8.7, 9.2}};
 

@@ -68,7 +68,8 @@ double mla_prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWo
   const bool fitted = !m.empty();
   const double launch = fitted ? m.prefill_launch_s : gpu.attention_launch_s;
   const double efficiency = fitted ? m.prefill_efficiency : gpu.prefill_attention_efficiency;
-  return launch + std::max(work.flops / (gpu.peak_flops * efficiency), work.bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency));
+  return launch +
+         std::max(work.flops / (gpu.peak_flops * efficiency), work.bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency));
 }
 
 }  // namespace batchsim

@@ -43,8 +43,8 @@ T attention_params(const ModelSpec& m) {
     const T heads = T(m.num_heads);
     const T qk = T(m.qk_nope_head_dim + m.qk_rope_head_dim);
     const T q = m.q_lora_rank > 0 ? d * T(m.q_lora_rank) + T(m.q_lora_rank) * heads * qk : d * heads * qk;
-    const T kv = d * T(m.kv_lora_rank + m.qk_rope_head_dim) +
-                 T(m.kv_lora_rank) * heads * T(m.qk_nope_head_dim + m.v_head_dim);
+    const T kv =
+        d * T(m.kv_lora_rank + m.qk_rope_head_dim) + T(m.kv_lora_rank) * heads * T(m.qk_nope_head_dim + m.v_head_dim);
     return q + kv + heads * T(m.v_head_dim) * d;
   }
   const T q_dim = T(m.num_heads) * T(m.head_dim);
@@ -142,8 +142,8 @@ std::string ModelSpec::weight_format_text() const {
 namespace {
 
 // Published configs: the `config.json` of each Hugging Face repository named in the comment.
-ModelSpec spec(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn,
-               bool gated, int vocab, int max_context) {
+ModelSpec spec(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn, bool gated, int vocab,
+               int max_context) {
   ModelSpec m;
   m.name = std::move(name);
   m.num_layers = layers;
@@ -223,11 +223,9 @@ std::vector<ModelSpec> make_builtin_models() {
                  "meta-llama/Llama-3.1-8B-Instruct"),
       // Qwen/Qwen3-32B: 64 layers, hidden 5120, 64 query heads of head_dim 128 (8192 wide, more
       // than the hidden size), 8 KV heads, intermediate 25600, vocabulary 151936, 40,960 positions.
-      with_hf_id(with_head_dim(spec("qwen3-32b", 64, 5120, 64, 8, 25600, true, 151936, 40960), 128),
-                 "Qwen/Qwen3-32B"),
+      with_hf_id(with_head_dim(spec("qwen3-32b", 64, 5120, 64, 8, 25600, true, 151936, 40960), 128), "Qwen/Qwen3-32B"),
   };
-  std::sort(models.begin(), models.end(),
-            [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });
+  std::sort(models.begin(), models.end(), [](const ModelSpec& a, const ModelSpec& b) { return a.name < b.name; });
   return models;
 }
 
@@ -260,8 +258,8 @@ class HfConfig {
       : j_(j), path_(path), prefix_(std::move(prefix)) {}
 
   // The first of `keys` present and not null, as an integer from 1 to `max`.
-  std::optional<int> optional_int(std::initializer_list<const char*> keys,
-                                  int max = std::numeric_limits<int>::max(), int min = 1) const {
+  std::optional<int> optional_int(std::initializer_list<const char*> keys, int max = std::numeric_limits<int>::max(),
+                                  int min = 1) const {
     for (const char* key : keys) {
       auto it = j_.find(key);
       if (it == j_.end() || it->is_null()) continue;
@@ -269,15 +267,14 @@ class HfConfig {
                             : it->is_number_integer() ? it->get<int64_t>() <= int64_t{max}
                                                       : false;
       if (!in_range || !it->is_number_integer() || it->get<int64_t>() < min) {
-        throw UserError(fmt::format("{}: key '{}{}' must be an integer from {} to {}, got {}",
-                                    path_.string(), prefix_, key, min, max, it->dump()));
+        throw UserError(fmt::format("{}: key '{}{}' must be an integer from {} to {}, got {}", path_.string(), prefix_,
+                                    key, min, max, it->dump()));
       }
       return it->get<int>();
     }
     return std::nullopt;
   }
-  int required_int(std::initializer_list<const char*> keys,
-                   int max = std::numeric_limits<int>::max()) const {
+  int required_int(std::initializer_list<const char*> keys, int max = std::numeric_limits<int>::max()) const {
     if (auto v = optional_int(keys, max)) return *v;
     std::string names;
     for (const char* key : keys) names += (names.empty() ? "'" : "' or '") + prefix_ + key;
@@ -287,8 +284,7 @@ class HfConfig {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_string()) {
-      throw UserError(fmt::format("{}: key '{}{}' must be a string, got {}", path_.string(),
-                                  prefix_, key, it->dump()));
+      throw UserError(fmt::format("{}: key '{}{}' must be a string, got {}", path_.string(), prefix_, key, it->dump()));
     }
     return it->get<std::string>();
   }
@@ -311,10 +307,9 @@ class HfConfig {
 // Those known not to be (OPT, GPT-2, GPT-NeoX, Phi, Falcon, BLOOM) fall through to the
 // activation rule, which gives them non-gated for relu/gelu.
 bool is_gated(const std::string& model_type, const std::string& hidden_act) {
-  static const char* const kGated[] = {"llama",  "mistral",  "mixtral",  "qwen2",    "qwen3",
-                                       "qwen",   "gemma",    "gemma2",   "internlm", "internlm2",
-                                       "yi",     "deepseek", "baichuan", "olmo",     "cohere",
-                                       "dbrx"};
+  static const char* const kGated[] = {"llama",    "mistral", "mixtral",  "qwen2",     "qwen3", "qwen",
+                                       "gemma",    "gemma2",  "internlm", "internlm2", "yi",    "deepseek",
+                                       "baichuan", "olmo",    "cohere",   "dbrx"};
   for (const char* t : kGated) {
     if (model_type == t) return true;
   }
@@ -328,8 +323,8 @@ bool is_gated(const std::string& model_type, const std::string& hidden_act) {
 int count_layer_flags(const nlohmann::json& list, const std::filesystem::path& path, const std::string& key,
                       int layers) {
   if (!list.is_array() || static_cast<int>(list.size()) != layers) {
-    throw UserError(fmt::format("{}: key '{}' must be a list of {} entries, one per layer", path.string(), key,
-                                layers));
+    throw UserError(
+        fmt::format("{}: key '{}' must be a list of {} entries, one per layer", path.string(), key, layers));
   }
   int n = 0;
   for (const auto& v : list) {
@@ -350,8 +345,8 @@ std::vector<int> layer_indices(const nlohmann::json& j, const std::filesystem::p
   if (!it->is_array()) throw UserError(fmt::format("{}: key '{}' must be a list of layer indices", path.string(), key));
   for (const auto& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= layers) {
-      throw UserError(fmt::format("{}: key '{}' holds {}, not a layer index from 0 to {}", path.string(), key,
-                                  v.dump(), layers - 1));
+      throw UserError(fmt::format("{}: key '{}' holds {}, not a layer index from 0 to {}", path.string(), key, v.dump(),
+                                  layers - 1));
     }
     out.push_back(v.get<int>());
   }
@@ -380,15 +375,14 @@ std::vector<int> layer_indices(const nlohmann::json& j, const std::filesystem::p
 //     expert, shared_intermediate_size (0: none); every layer MoE.
 void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesystem::path& path,
                   const std::string& model_type, ModelSpec& m) {
-  const int experts =
-      c.optional_int({"n_routed_experts", "num_local_experts", "num_experts"}, kMaxExperts).value_or(0);
-  if (experts <= 1) return;  // one expert is a dense MLP
+  const int experts = c.optional_int({"n_routed_experts", "num_local_experts", "num_experts"}, kMaxExperts).value_or(0);
+  if (experts <= 1) return;          // one expert is a dense MLP
   const int dense_ffn = m.ffn_size;  // intermediate_size, before it becomes the expert's width
   m.num_experts = experts;
   m.experts_per_token = c.required_int({"num_experts_per_tok", "experts_per_token"}, kMaxExperts);
   if (m.experts_per_token > experts) {
-    throw UserError(fmt::format("{}: key 'num_experts_per_tok' is {}, more than the {} experts",
-                                path.string(), m.experts_per_token, experts));
+    throw UserError(fmt::format("{}: key 'num_experts_per_tok' is {}, more than the {} experts", path.string(),
+                                m.experts_per_token, experts));
   }
   if (auto per_expert = c.optional_int({"moe_intermediate_size"}, kMaxFfn)) m.ffn_size = *per_expert;
   if (auto n_shared = c.optional_int({"n_shared_experts"}, kMaxExperts, 0)) {
@@ -402,8 +396,8 @@ void read_experts(const HfConfig& c, const nlohmann::json& j, const std::filesys
     const int first = c.optional_int({"first_k_dense_replace"}, kMaxLayers, 0).value_or(0);
     const int freq = c.optional_int({"moe_layer_freq"}, kMaxLayers).value_or(1);
     if (first > layers) {
-      throw UserError(fmt::format("{}: key 'first_k_dense_replace' is {}, more than the {} layers", path.string(),
-                                  first, layers));
+      throw UserError(
+          fmt::format("{}: key 'first_k_dense_replace' is {}, more than the {} layers", path.string(), first, layers));
     }
     int moe = 0;
     for (int l = first; l < layers; ++l) moe += l % freq == 0 ? 1 : 0;
@@ -472,8 +466,8 @@ void read_attention_span(const HfConfig& c, const nlohmann::json& j, const std::
       if (type == "sliding_attention") {
         ++sliding;
       } else if (type != "full_attention") {
-        throw UserError(fmt::format("{}: key 'layer_types' holds '{}' (full_attention or sliding_attention)",
-                                    path.string(), type));
+        throw UserError(
+            fmt::format("{}: key 'layer_types' holds '{}' (full_attention or sliding_attention)", path.string(), type));
       }
     }
     if (sliding > 0) {
@@ -508,9 +502,10 @@ void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesyst
   m.num_kv_heads = c.optional_int({"num_key_value_heads", "num_kv_heads"}, kMaxHeads).value_or(m.num_heads);
   m.head_dim = c.optional_int({"head_dim"}, kMaxHeadDim).value_or(m.hidden_size / m.num_heads);
   if (m.head_dim == 0) {
-    throw UserError(fmt::format("{}: hidden_size {} is smaller than num_attention_heads {}, so "
-                                "head_dim (hidden_size / heads) would be 0; give key 'head_dim'",
-                                path.string(), m.hidden_size, m.num_heads));
+    throw UserError(
+        fmt::format("{}: hidden_size {} is smaller than num_attention_heads {}, so "
+                    "head_dim (hidden_size / heads) would be 0; give key 'head_dim'",
+                    path.string(), m.hidden_size, m.num_heads));
   }
   const std::string hidden_act = c.string_or("hidden_act", c.string_or("activation_function", ""));
   // OPT names its FFN size ffn_dim; GPT-2 n_inner (null means 4 * n_embd).
@@ -519,8 +514,7 @@ void read_shapes(const HfConfig& c, const nlohmann::json& j, const std::filesyst
   if (m.ffn_size == 0) m.ffn_size = c.required_int({"intermediate_size", "ffn_dim"}, kMaxFfn);
   m.gated_mlp = is_gated(model_type, hidden_act);
   m.vocab_size = c.required_int({"vocab_size"}, kMaxVocab);
-  m.max_context_tokens =
-      c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
+  m.max_context_tokens = c.required_int({"max_position_embeddings", "n_positions", "max_sequence_length"});
   if (j.contains("kv_lora_rank")) read_mla(c, m);
   read_experts(c, j, path, model_type, m);
   read_attention_span(c, j, path, model_type, m);
@@ -537,8 +531,8 @@ void read_dbrx(const HfConfig& c, const std::filesystem::path& path, ModelSpec& 
   m.num_kv_heads = c.object("attn_config").optional_int({"kv_n_heads"}, kMaxHeads).value_or(m.num_heads);
   m.head_dim = m.hidden_size / m.num_heads;
   if (m.head_dim == 0) {
-    throw UserError(fmt::format("{}: d_model {} is smaller than n_heads {}", path.string(),
-                                m.hidden_size, m.num_heads));
+    throw UserError(
+        fmt::format("{}: d_model {} is smaller than n_heads {}", path.string(), m.hidden_size, m.num_heads));
   }
   m.vocab_size = c.required_int({"vocab_size"}, kMaxVocab);
   m.max_context_tokens = c.required_int({"max_seq_len"});
@@ -548,8 +542,8 @@ void read_dbrx(const HfConfig& c, const std::filesystem::path& path, ModelSpec& 
   m.num_experts = ffn.required_int({"moe_num_experts"}, kMaxExperts);
   m.experts_per_token = ffn.required_int({"moe_top_k"}, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
-    throw UserError(fmt::format("{}: key 'ffn_config.moe_top_k' is {}, more than the {} experts",
-                                path.string(), m.experts_per_token, m.num_experts));
+    throw UserError(fmt::format("{}: key 'ffn_config.moe_top_k' is {}, more than the {} experts", path.string(),
+                                m.experts_per_token, m.num_experts));
   }
   if (m.num_experts == 1) m.num_experts = m.experts_per_token = 0;  // one expert: dense
 }
@@ -575,8 +569,7 @@ std::optional<QuantizedFormats> quantized_formats(const nlohmann::json& j, const
   if (it == j.end() || it->is_null()) return std::nullopt;
   const char* key = "quantization_config.quant_method";
   if (!it->is_object()) {
-    throw UserError(fmt::format("{}: key 'quantization_config' must be an object, got {}",
-                                path.string(), it->dump()));
+    throw UserError(fmt::format("{}: key 'quantization_config' must be an object, got {}", path.string(), it->dump()));
   }
   auto method = it->find("quant_method");
   if (method == it->end() || !method->is_string()) {
@@ -613,10 +606,10 @@ std::optional<QuantizedFormats> quantized_formats(const nlohmann::json& j, const
     throw UserError(fmt::format("{}: key 'quantization_config.quant_algo' has unsupported value '{}' (FP8, NVFP4)",
                                 path.string(), a));
   }
-  throw UserError(fmt::format(
-      "{}: key '{}' has unsupported value '{}' (supported: fp8, fbgemm_fp8, mxfp4, modelopt; 16-bit "
-      "checkpoints have no quantization_config)",
-      path.string(), key, name));
+  throw UserError(
+      fmt::format("{}: key '{}' has unsupported value '{}' (supported: fp8, fbgemm_fp8, mxfp4, modelopt; 16-bit "
+                  "checkpoints have no quantization_config)",
+                  path.string(), key, name));
 }
 
 // The name a config.json gives its model: `_name_or_path` when it has one (the Hugging Face id it
@@ -641,8 +634,7 @@ void check_model_size(const ModelSpec& m, const std::filesystem::path& path) {
         "{}: the sizes give {:.3g} parameters, more than any real model ({:g}): check "
         "num_hidden_layers ({}), hidden_size ({}), intermediate_size ({}), the expert count ({}) "
         "and vocab_size ({})",
-        path.string(), params, kMaxParams, m.num_layers, m.hidden_size, m.ffn_size,
-        m.num_experts, m.vocab_size));
+        path.string(), params, kMaxParams, m.num_layers, m.hidden_size, m.ffn_size, m.num_experts, m.vocab_size));
   }
 }
 
@@ -788,12 +780,11 @@ ModelSpec resolve_model(std::string_view name_or_path) {
   const std::filesystem::path path(name_or_path);
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return load_hf_config(path);
-  if (std::filesystem::is_directory(path, ec) &&
-      std::filesystem::is_regular_file(path / "config.json", ec)) {
+  if (std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(path / "config.json", ec)) {
     return load_hf_config(path / "config.json");
   }
-  throw UserError(fmt::format("unknown model '{}': not a built-in model ({}) nor a config.json",
-                              name_or_path, known_model_names()));
+  throw UserError(fmt::format("unknown model '{}': not a built-in model ({}) nor a config.json", name_or_path,
+                              known_model_names()));
 }
 
 int parse_dtype_bytes(std::string_view text, std::string_view option) {
@@ -806,10 +797,10 @@ int parse_dtype_bytes(std::string_view text, std::string_view option) {
     if (text == one) return 1;
   }
   if (text == "auto") return 0;
-  throw UserError(fmt::format(
-      "{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3, "
-      "fp8_e5m2)",
-      option, text));
+  throw UserError(
+      fmt::format("{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3, "
+                  "fp8_e5m2)",
+                  option, text));
 }
 
 std::optional<WeightFormat> parse_weight_dtype(std::string_view text, std::string_view option) {
@@ -817,8 +808,10 @@ std::optional<WeightFormat> parse_weight_dtype(std::string_view text, std::strin
   try {
     return parse_weight_format(text, option);
   } catch (const UserError&) {
-    throw UserError(fmt::format("{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, "
-                                "fp8-block, mxfp4, nvfp4)", option, text));
+    throw UserError(
+        fmt::format("{}: unknown dtype '{}' (auto, bf16, bfloat16, fp16, float16, half, fp8, "
+                    "fp8-block, mxfp4, nvfp4)",
+                    option, text));
   }
 }
 

@@ -53,10 +53,10 @@ struct ModelSpec {
   // resolve_model accepts it for the built-in. Empty for models read from a config.json.
   std::string hf_id;
   int num_layers = 0;
-  int hidden_size = 0;     // d_model
-  int num_heads = 0;       // query heads
-  int num_kv_heads = 0;    // == num_heads without GQA/MQA
-  int head_dim = 0;        // usually hidden_size / num_heads
+  int hidden_size = 0;   // d_model
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // == num_heads without GQA/MQA
+  int head_dim = 0;      // usually hidden_size / num_heads
   // Intermediate size of the MLP; in an MoE model, of ONE routed expert (Mixtral's
   // intermediate_size, Qwen2-MoE's moe_intermediate_size).
   int ffn_size = 0;
@@ -73,11 +73,11 @@ struct ModelSpec {
   // Attention. With MLA, num_kv_heads is num_heads (every head has its own K and V after the
   // up-projection) and head_dim is the query/key head width, qk_nope_head_dim + qk_rope_head_dim.
   AttentionKind attention = AttentionKind::gqa;
-  int q_lora_rank = 0;        // MLA: the query's compressed rank (0: queries projected directly)
-  int kv_lora_rank = 0;       // MLA: the cached latent's width (512 in DeepSeek-V3)
-  int qk_rope_head_dim = 0;   // MLA: the RoPE key shared by the heads (64)
-  int qk_nope_head_dim = 0;   // MLA: each head's non-RoPE query/key width (128)
-  int v_head_dim = 0;         // MLA: each head's value width (128)
+  int q_lora_rank = 0;       // MLA: the query's compressed rank (0: queries projected directly)
+  int kv_lora_rank = 0;      // MLA: the cached latent's width (512 in DeepSeek-V3)
+  int qk_rope_head_dim = 0;  // MLA: the RoPE key shared by the heads (64)
+  int qk_nope_head_dim = 0;  // MLA: each head's non-RoPE query/key width (128)
+  int v_head_dim = 0;        // MLA: each head's value width (128)
   // Layers whose attention sees only the last `sliding_window` tokens (gpt-oss layer_types
   // "sliding_attention", window 128), and layers that see only their chunk of
   // `attention_chunk_size` tokens (Llama 4's RoPE layers, 8192); the other layers see the whole

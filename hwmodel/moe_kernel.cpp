@@ -17,8 +17,8 @@ namespace batchsim {
 namespace {
 
 constexpr std::array<std::string_view, kNumMoeKernels> kKernelNames = {
-    "bf16_triton",      "fp8_flashinfer_cutlass", "fp8_block_triton", "fp8_block_flashinfer_cutlass",
-    "mxfp4_oai_triton", "w4a16_marlin"};
+    "bf16_triton", "fp8_flashinfer_cutlass", "fp8_block_triton", "fp8_block_flashinfer_cutlass", "mxfp4_oai_triton",
+    "w4a16_marlin"};
 
 // The output writes (OUT) are counted over rows padded to 64 for every kernel: the finest tile
 // that follows them (fitted with the prototype's 16/32/64/128 candidates).
@@ -246,7 +246,8 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
 
   if (ep == 1) {
     load.local_rows = static_cast<double>(rows);
-    load.touched_experts = static_cast<double>(std::count_if(s.global.begin(), s.global.end(), [](int64_t n) { return n > 0; }));
+    load.touched_experts =
+        static_cast<double>(std::count_if(s.global.begin(), s.global.end(), [](int64_t n) { return n > 0; }));
     load.local_padded_rows = load.all_padded_rows;
     return load;
   }
@@ -321,12 +322,16 @@ std::optional<MoeKernel> parse_moe_kernel(std::string_view name) {
 
 MoeKernel default_moe_kernel(WeightFormat format, int64_t ep) {
   switch (format) {
-    case WeightFormat::bf16: return MoeKernel::bf16_triton;
-    case WeightFormat::fp8: return MoeKernel::fp8_flashinfer_cutlass;
+    case WeightFormat::bf16:
+      return MoeKernel::bf16_triton;
+    case WeightFormat::fp8:
+      return MoeKernel::fp8_flashinfer_cutlass;
     case WeightFormat::fp8_block:
       return ep > 1 ? MoeKernel::fp8_block_flashinfer_cutlass : MoeKernel::fp8_block_triton;
-    case WeightFormat::mxfp4: return MoeKernel::mxfp4_oai_triton;
-    case WeightFormat::nvfp4: return MoeKernel::w4a16_marlin;
+    case WeightFormat::mxfp4:
+      return MoeKernel::mxfp4_oai_triton;
+    case WeightFormat::nvfp4:
+      return MoeKernel::w4a16_marlin;
   }
   return MoeKernel::bf16_triton;
 }
@@ -334,11 +339,14 @@ MoeKernel default_moe_kernel(WeightFormat format, int64_t ep) {
 int moe_kernel_tile_rows(MoeKernel kernel) {
   switch (kernel) {
     case MoeKernel::bf16_triton:
-    case MoeKernel::fp8_block_triton: return 64;
+    case MoeKernel::fp8_block_triton:
+      return 64;
     case MoeKernel::fp8_flashinfer_cutlass:
-    case MoeKernel::fp8_block_flashinfer_cutlass: return 128;
+    case MoeKernel::fp8_block_flashinfer_cutlass:
+      return 128;
     case MoeKernel::mxfp4_oai_triton:
-    case MoeKernel::w4a16_marlin: return 16;
+    case MoeKernel::w4a16_marlin:
+      return 16;
   }
   return 64;
 }

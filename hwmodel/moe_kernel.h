@@ -165,18 +165,18 @@ MoeRankLoad expected_moe_load(const FusedMoeCall& call);
 // A kernel library's fitted constants (the model above); seconds, bytes/s, FLOP/s.
 struct MoeKernelFit {
   MoeKernel kernel = MoeKernel::bf16_triton;
-  double launch_s = 0;            // the call's fixed floor: its 6-8 kernels
-  double ep_launch_s = 0;         // added under EP (the expert map, zeroing the other ranks' rows)
-  double per_expert_s = 0;        // per touched local expert
-  double weight_bytes_per_s = 0;  // weight streaming of the grouped GEMMs
-  double flops_per_s = 0;         // their FLOP rate over tile-padded rows
-  double out_element_s = 0;       // per element of OUT (output writes)
-  double row_element_s = 0;       // per element of ACT (activation, routed rows' traffic)
-  double token_element_s = 0;     // per element of TOK (routing, combine per token)
-  double roofline_exponent = 0;   // p of roofline_combine (0: max)
-  double misaligned_slowdown = 0; // mu: compute and per-row work (1 + mu)x slower when Il is not a
-                                  // multiple of 16 (the table's Triton bf16 rows: about 5x; why
-                                  // in the kernel is not established here)
+  double launch_s = 0;             // the call's fixed floor: its 6-8 kernels
+  double ep_launch_s = 0;          // added under EP (the expert map, zeroing the other ranks' rows)
+  double per_expert_s = 0;         // per touched local expert
+  double weight_bytes_per_s = 0;   // weight streaming of the grouped GEMMs
+  double flops_per_s = 0;          // their FLOP rate over tile-padded rows
+  double out_element_s = 0;        // per element of OUT (output writes)
+  double row_element_s = 0;        // per element of ACT (activation, routed rows' traffic)
+  double token_element_s = 0;      // per element of TOK (routing, combine per token)
+  double roofline_exponent = 0;    // p of roofline_combine (0: max)
+  double misaligned_slowdown = 0;  // mu: compute and per-row work (1 + mu)x slower when Il is not a
+                                   // multiple of 16 (the table's Triton bf16 rows: about 5x; why
+                                   // in the kernel is not established here)
   bool operator==(const MoeKernelFit&) const = default;
 };
 

@@ -18,16 +18,17 @@ std::string ParallelLayout::text() const {
 }
 
 void check_layout(const ModelSpec& model, const ParallelLayout& layout) {
-  for (const auto& [option, value] : {std::pair<const char*, int>{"--tp", layout.tp}, {"--dp", layout.dp},
-                                      {"--ep", layout.ep}}) {
+  for (const auto& [option, value] :
+       {std::pair<const char*, int>{"--tp", layout.tp}, {"--dp", layout.dp}, {"--ep", layout.ep}}) {
     if (value < 1) throw UserError(fmt::format("{} {}: must be at least 1", option, value));
   }
   if (layout.moe_tp < 0) throw UserError(fmt::format("--moe-tp {}: must be at least 1", layout.moe_tp));
   if (!model.is_moe()) {
     if (layout.dp > 1) {
-      throw UserError(fmt::format("--dp {}: model '{}' has no experts, so its data-parallel ranks never meet; run "
-                                  "--replicas {} instead",
-                                  layout.dp, model.name, layout.dp));
+      throw UserError(
+          fmt::format("--dp {}: model '{}' has no experts, so its data-parallel ranks never meet; run "
+                      "--replicas {} instead",
+                      layout.dp, model.name, layout.dp));
     }
     if (layout.ep > 1 || layout.moe_tp > 0) {
       throw UserError(fmt::format("--ep/--moe-tp: model '{}' has no experts to shard", model.name));
@@ -39,8 +40,7 @@ void check_layout(const ModelSpec& model, const ParallelLayout& layout) {
     throw UserError(fmt::format(
         "--ep {}{}: expert parallelism x expert tensor parallelism must cover the replica's --tp {} x --dp {} = {} "
         "GPUs (every GPU runs the MoE layers)",
-        layout.ep, layout.moe_tp > 0 ? fmt::format(" x --moe-tp {}", layout.moe_tp) : "", layout.tp, layout.dp,
-        gpus));
+        layout.ep, layout.moe_tp > 0 ? fmt::format(" x --moe-tp {}", layout.moe_tp) : "", layout.tp, layout.dp, gpus));
   }
   if (model.num_experts % layout.ep != 0) {
     throw UserError(fmt::format("--ep {}: model '{}' has {} experts, which EP {} does not divide", layout.ep,

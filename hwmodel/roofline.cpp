@@ -10,18 +10,21 @@ namespace batchsim {
 
 const char* layer_gemm_name(LayerGemm gemm) {
   switch (gemm) {
-    case LayerGemm::qkv: return "qkv";
-    case LayerGemm::o: return "o";
-    case LayerGemm::mlp_up: return "mlp_up";
-    case LayerGemm::mlp_down: return "mlp_down";
+    case LayerGemm::qkv:
+      return "qkv";
+    case LayerGemm::o:
+      return "o";
+    case LayerGemm::mlp_up:
+      return "mlp_up";
+    case LayerGemm::mlp_down:
+      return "mlp_down";
   }
   throw std::logic_error("layer_gemm_name: bad LayerGemm");
 }
 
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp) {
   if (model.is_mla()) return model.kv_bytes_per_token();  // the latent, whole on every GPU
-  return 2 * int64_t{model.num_layers} * kv_heads_per_gpu(model, tp) * model.head_dim *
-         model.kv_dtype_bytes;
+  return 2 * int64_t{model.num_layers} * kv_heads_per_gpu(model, tp) * model.head_dim * model.kv_dtype_bytes;
 }
 
 MlaGemmShapes mla_gemm_shapes(const ModelSpec& model, int tp) {
@@ -58,9 +61,7 @@ std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, 
   return shapes;
 }
 
-GemmShape lm_head_shape(const ModelSpec& model, int tp) {
-  return {model.hidden_size, model.vocab_size / tp};
-}
+GemmShape lm_head_shape(const ModelSpec& model, int tp) { return {model.hidden_size, model.vocab_size / tp}; }
 
 MoeGemmShapes moe_gemm_shapes(const ModelSpec& model, int tp) {
   if (!model.is_moe()) return {};
@@ -79,8 +80,7 @@ ExpertLoad expected_expert_load(const ModelSpec& model, int64_t tokens) {
   return {touched, t * k / touched};
 }
 
-OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
-                               WeightFormat format) {
+OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups, WeightFormat format) {
   const double m = groups * rows_per_group;
   const double k = static_cast<double>(shape.k);
   const double n = static_cast<double>(shape.n);
@@ -103,19 +103,18 @@ double sum_min(double a, double b, double w) {
 }
 
 AttentionShape attention_shape(const ModelSpec& model, int tp, int64_t window_tokens) {
-  return {q_heads_per_gpu(model, tp), kv_heads_per_gpu(model, tp), model.head_dim, model.kv_dtype_bytes,
-          window_tokens};
+  return {q_heads_per_gpu(model, tp), kv_heads_per_gpu(model, tp), model.head_dim, model.kv_dtype_bytes, window_tokens};
 }
 }  // namespace
 
-OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before, bool fa3_tiles, int64_t window_tokens) {
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens, int64_t context_before,
+                                    bool fa3_tiles, int64_t window_tokens) {
   return prefill_attention_work(model, tp, new_tokens, context_before,
                                 fa3_tiles ? AttentionTiles::fa3 : AttentionTiles::none, window_tokens);
 }
 
-OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before, AttentionTiles tiles, int64_t window_tokens) {
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens, int64_t context_before,
+                                    AttentionTiles tiles, int64_t window_tokens) {
   const double c = static_cast<double>(new_tokens);
   const double p = static_cast<double>(context_before);
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
@@ -138,8 +137,8 @@ OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_
   OperatorWork w{4 * hq * dh * pairs, qo_bytes + kv_bytes, c * hq, 4 * hq * dh * causal_pairs};
   w.shape = attention_shape(model, tp, window_tokens);
   if (new_tokens > 0) {
-    const double tiles_fa2 = static_cast<double>((new_tokens + kFlashPrefillBlockTokens - 1) /
-                                                 kFlashPrefillBlockTokens);
+    const double tiles_fa2 =
+        static_cast<double>((new_tokens + kFlashPrefillBlockTokens - 1) / kFlashPrefillBlockTokens);
     w.ctas = tiles_fa2 * hq;
     const double cta_keys = window > 0 ? std::min(p + c / 2, static_cast<double>(window)) : p + c / 2;
     w.cta_kv_bytes = w.ctas * cta_keys * 2 * dh * model.kv_dtype_bytes / (hq / hkv);
@@ -204,12 +203,15 @@ Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_gro
   return {128, local ? 64 : 80};
 }
 
-Fa3Tile attention_tile(AttentionTiles tiles, int head_dim, int kv_dtype_bytes, bool one_mma_warp_group,
-                       bool local, bool causal) {
+Fa3Tile attention_tile(AttentionTiles tiles, int head_dim, int kv_dtype_bytes, bool one_mma_warp_group, bool local,
+                       bool causal) {
   switch (tiles) {
-    case AttentionTiles::fa3: return fa3_prefill_tile(head_dim, kv_dtype_bytes, one_mma_warp_group, local, causal);
-    case AttentionTiles::generic: return {one_mma_warp_group ? 64 : 128, 128};
-    case AttentionTiles::none: break;
+    case AttentionTiles::fa3:
+      return fa3_prefill_tile(head_dim, kv_dtype_bytes, one_mma_warp_group, local, causal);
+    case AttentionTiles::generic:
+      return {one_mma_warp_group ? 64 : 128, 128};
+    case AttentionTiles::none:
+      break;
   }
   return {};
 }
@@ -253,9 +255,8 @@ Fa3PrefillTiles fa3_prefill_tiles(int64_t new_tokens, int64_t context_before, in
   return t;
 }
 
-OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
-                                   int64_t context_sum, int64_t context_max, int64_t window_tokens,
-                                   int64_t windowed_context_sum) {
+OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum,
+                                   int64_t context_max, int64_t window_tokens, int64_t windowed_context_sum) {
   const double n = static_cast<double>(num_decodes);
   const double ctx = static_cast<double>(context_sum);
   const double hq = static_cast<double>(q_heads_per_gpu(model, tp));
@@ -275,8 +276,7 @@ OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_d
   const double kv_bytes = model.kv_dtype_bytes * (2 * read * hkv * dh);
   const double qo_bytes = kActivationBytes * (2 * n * hq * dh);
   OperatorWork w{4 * hq * dh * read, kv_bytes + qo_bytes, n * hkv};
-  w.unit_bytes_max = model.kv_dtype_bytes * 2.0 *
-                     static_cast<double>(windowed ? window_tokens : context_max) * dh;
+  w.unit_bytes_max = model.kv_dtype_bytes * 2.0 * static_cast<double>(windowed ? window_tokens : context_max) * dh;
   w.context_max = context_max;
   w.shape = attention_shape(model, tp, window_tokens);
   w.key_sum = read;
@@ -288,14 +288,12 @@ int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm
   if (sm_count <= 0 || ctas <= 0) return 1;
   // "If we have enough to almost fill the SMs, then just use 1 split."
   if (static_cast<double>(ctas) >= 0.8 * static_cast<double>(sm_count)) return 1;
-  const int64_t n_blocks = std::max<int64_t>(
-      1, (context_tokens + kFlashDecodeBlockTokens - 1) / kFlashDecodeBlockTokens);
+  const int64_t n_blocks =
+      std::max<int64_t>(1, (context_tokens + kFlashDecodeBlockTokens - 1) / kFlashDecodeBlockTokens);
   const int64_t max_splits = std::min({int64_t{128}, sm_count, n_blocks});
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // A split count is eligible when it changes the blocks per split (else it is the previous one).
-  auto eligible = [&](int64_t s) {
-    return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1);
-  };
+  auto eligible = [&](int64_t s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
   auto wave_efficiency = [&](int64_t s) {
     const double waves = static_cast<double>(ctas * s) / static_cast<double>(sm_count);
     return waves / std::ceil(waves);
@@ -318,10 +316,10 @@ double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64
   const double m = static_cast<double>(tokens) * kActivationBytes;
   const double d = model.hidden_size;
   switch (op) {
-    case ElementwiseOp::norm: return 2 * m * d;
+    case ElementwiseOp::norm:
+      return 2 * m * d;
     case ElementwiseOp::rope:
-      return 2 * m * static_cast<double>(q_heads_per_gpu(model, tp) + kv_heads_per_gpu(model, tp)) *
-             model.head_dim;
+      return 2 * m * static_cast<double>(q_heads_per_gpu(model, tp) + kv_heads_per_gpu(model, tp)) * model.head_dim;
     case ElementwiseOp::activation: {
       const double per_row = model.gated_mlp ? 3 : 2;  // elements moved per intermediate column
       const double ffn = static_cast<double>(model.ffn_size / tp);
@@ -330,8 +328,10 @@ double elementwise_bytes(const ModelSpec& model, int tp, ElementwiseOp op, int64
       const double shared = static_cast<double>(model.shared_expert_ffn_size / tp);
       return m * (k * ffn * per_row + shared * per_row + (k + 1) * d);
     }
-    case ElementwiseOp::residual_add: return 3 * m * d;
-    case ElementwiseOp::embedding: return 2 * m * d;
+    case ElementwiseOp::residual_add:
+      return 3 * m * d;
+    case ElementwiseOp::embedding:
+      return 2 * m * d;
   }
   throw std::logic_error("elementwise_bytes: bad ElementwiseOp");
 }
@@ -363,8 +363,7 @@ double gemm_peak_flops(const HardwareProfile& gpu, WeightFormat format) {
 }
 
 namespace {
-double gemm_compute_s(const HardwareProfile& gpu, const OperatorWork& w, double m_rows,
-                      WeightFormat format) {
+double gemm_compute_s(const HardwareProfile& gpu, const OperatorWork& w, double m_rows, WeightFormat format) {
   return w.flops / (gemm_peak_flops(gpu, format) * gemm_compute_efficiency(gpu, m_rows));
 }
 double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) {
@@ -372,23 +371,20 @@ double streaming_s(const HardwareProfile& gpu, double bytes, double efficiency) 
 }
 }  // namespace
 
-double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
-                           double groups, WeightFormat format) {
+double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group, double groups,
+                           WeightFormat format) {
   if (!(rows_per_group > 0 && groups > 0) || shape.k <= 0 || shape.n <= 0) return 0;
   const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, format);
-  return gpu.kernel_launch_s +
-         roofline_combine(gemm_compute_s(gpu, w, rows_per_group, format),
-                          streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
-                          gpu.gemm_roofline_exponent);
+  return gpu.kernel_launch_s + roofline_combine(gemm_compute_s(gpu, w, rows_per_group, format),
+                                                streaming_s(gpu, w.bytes, gpu.hbm_efficiency),
+                                                gpu.gemm_roofline_exponent);
 }
 
-double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                            WeightFormat format) {
+double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format) {
   return grouped_gemm_time_s(gpu, shape, static_cast<double>(m_tokens), 1, format);
 }
 
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   WeightFormat format) {
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format) {
   if (m_tokens <= 0 || shape.k <= 0 || shape.n <= 0) return 0;
   if (format == WeightFormat::fp8_block && !gpu.gemm_tables[static_cast<size_t>(WeightFormat::fp8_block)] &&
       gpu.gemm_table(WeightFormat::fp8) != nullptr) {
@@ -402,16 +398,14 @@ double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens
   return gemm_roofline_time_s(gpu, shape, m_tokens, format);
 }
 
-bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
-                                double rows_per_group, double groups, WeightFormat format) {
+bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, double rows_per_group, double groups,
+                                WeightFormat format) {
   if (!(rows_per_group > 0 && groups > 0)) return false;
   const OperatorWork w = grouped_gemm_work(shape, rows_per_group, groups, format);
-  return gemm_compute_s(gpu, w, rows_per_group, format) >=
-         streaming_s(gpu, w.bytes, gpu.hbm_efficiency);
+  return gemm_compute_s(gpu, w, rows_per_group, format) >= streaming_s(gpu, w.bytes, gpu.hbm_efficiency);
 }
 
-bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        WeightFormat format) {
+bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format) {
   return grouped_gemm_compute_bound(gpu, shape, static_cast<double>(m_tokens), 1, format);
 }
 
@@ -471,9 +465,8 @@ int64_t fa3_num_splits_heuristic(int64_t total_mblocks, int64_t num_sms, int64_t
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, int64_t context,
-                              int64_t window_tokens, int head_dim, int kv_dtype_bytes, Fa3Tile tile,
-                              int64_t sm_count) {
+int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, int64_t context, int64_t window_tokens,
+                              int head_dim, int kv_dtype_bytes, Fa3Tile tile, int64_t sm_count) {
   if (sm_count <= 0 || batch <= 0 || context <= 0 || tile.m <= 0 || tile.n <= 0) return 1;
   const int64_t m_blocks = ceil_div(group, tile.m);
   // The static bound sees the blocks a window can load (flash_api.cpp: seqlen_k limited to
@@ -486,13 +479,13 @@ int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, in
   // The dynamic pass counts the whole of seqlen_k, window or not.
   const int64_t n_blocks = ceil_div(context, tile.n);
   const double total_blocks = static_cast<double>(batch * m_blocks * n_blocks);
-  const auto blocks_per_sm =
-      static_cast<int64_t>(std::ceil(total_blocks * 1.1 * static_cast<double>(kv_heads) / static_cast<double>(sm_count)));
+  const auto blocks_per_sm = static_cast<int64_t>(
+      std::ceil(total_blocks * 1.1 * static_cast<double>(kv_heads) / static_cast<double>(sm_count)));
   return std::max<int64_t>(std::min(ceil_div(n_blocks, std::max<int64_t>(1, blocks_per_sm)), bound), 1);
 }
 
-AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, int64_t num_decodes,
-                                                    AttentionTiles tiles, double sm_count) {
+AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, int64_t num_decodes, AttentionTiles tiles,
+                                                    double sm_count) {
   AttentionDecodeStructure s;
   if (num_decodes <= 0) return s;
   const AttentionShape& a = work.shape;
@@ -506,11 +499,13 @@ AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, in
                                       a.kv_dtype_bytes, group <= 64, w > 0, false);
   const double n = static_cast<double>(tile.n);
   // The first K/V block a windowed sequence of `keys` keys reads (hopper/block.h n_block_min).
-  auto first_block = [&](double keys) { return w > 0 ? std::floor(std::max(0.0, keys - static_cast<double>(w)) / n) : 0.0; };
+  auto first_block = [&](double keys) {
+    return w > 0 ? std::floor(std::max(0.0, keys - static_cast<double>(w)) / n) : 0.0;
+  };
   auto blocks = [&](double keys) { return std::ceil(keys / n) - first_block(keys); };
   const auto sms = static_cast<int64_t>(sm_count);
-  const int64_t splits = fa3_decode_num_splits(num_decodes, a.kv_heads, group, longest, w, a.head_dim,
-                                               a.kv_dtype_bytes, tile, sms);
+  const int64_t splits =
+      fa3_decode_num_splits(num_decodes, a.kv_heads, group, longest, w, a.head_dim, a.kv_dtype_bytes, tile, sms);
   const double m_blocks = std::ceil(static_cast<double>(group) / static_cast<double>(tile.m));
   const double ctas = b * static_cast<double>(a.kv_heads) * m_blocks * static_cast<double>(splits);
   s.sequences = b;
@@ -599,27 +594,26 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
            roofline_combine(fa3_prefill_sm_s(gpu, work.fa3), streaming_s(gpu, work.bytes, gpu.hbm_efficiency),
                             gpu.prefill_attention_roofline_exponent);
   }
-  const double compute_s =
-      (work.flops - work.causal_flops) / (gpu.peak_flops * gpu.prefill_attention_efficiency) +
-      work.causal_flops / (gpu.peak_flops * gpu.prefill_attention_causal_efficiency);
+  const double compute_s = (work.flops - work.causal_flops) / (gpu.peak_flops * gpu.prefill_attention_efficiency) +
+                           work.causal_flops / (gpu.peak_flops * gpu.prefill_attention_causal_efficiency);
   double memory_s = streaming_s(gpu, work.bytes, gpu.hbm_efficiency);
   if (gpu.sm_count > 0 && gpu.prefill_attention_sm_bytes_per_s > 0 && work.ctas > 0) {
     const double waves = std::ceil(work.ctas / gpu.sm_count);
-    memory_s = std::max(memory_s, waves * (work.cta_kv_bytes / work.ctas) /
-                                      gpu.prefill_attention_sm_bytes_per_s);
+    memory_s = std::max(memory_s, waves * (work.cta_kv_bytes / work.ctas) / gpu.prefill_attention_sm_bytes_per_s);
   }
   return gpu.attention_launch_s + work.units * gpu.prefill_attention_per_head_token_s +
          work.sequences * gpu.prefill_attention_per_seq_s + kv_write_s +
          roofline_combine(compute_s, memory_s, gpu.prefill_attention_roofline_exponent);
 }
 
-double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
-                               int64_t num_decodes) {
+double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work, int64_t num_decodes) {
   if (num_decodes <= 0) return 0;
   if (!gpu.attention_kernels.empty() && work.shape.head_dim > 0) {
     const AttentionShape& a = work.shape;
-    if (const AttentionKernelFit* k = find_attention_kernel(gpu.attention_kernels, false, a.head_dim, a.kv_dtype_bytes)) {
-      return attention_kernel_decode_time_s(gpu, *k, attention_decode_structure(work, num_decodes, k->tiles, gpu.sm_count));
+    if (const AttentionKernelFit* k =
+            find_attention_kernel(gpu.attention_kernels, false, a.head_dim, a.kv_dtype_bytes)) {
+      return attention_kernel_decode_time_s(gpu, *k,
+                                            attention_decode_structure(work, num_decodes, k->tiles, gpu.sm_count));
     }
   }
   double kv_s = std::max(work.flops / (gpu.peak_flops * gpu.prefill_attention_efficiency),
@@ -629,17 +623,14 @@ double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& w
   if (sm_count > 0 && work.units > 0 && gpu.decode_attention_sm_bytes_per_s > 0) {
     const auto ctas = static_cast<int64_t>(work.units);
     const int64_t splits = flash_decode_num_splits(ctas, work.context_max, sm_count);
-    const double waves =
-        std::ceil(static_cast<double>(ctas * splits) / static_cast<double>(sm_count));
+    const double waves = std::ceil(static_cast<double>(ctas * splits) / static_cast<double>(sm_count));
     // The busiest SM streams `waves` blocks of the mean unit's share, and no SM finishes
     // before the longest unit's share is read.
     const double unit_bytes = work.bytes / work.units;
-    const double sm_bytes =
-        std::max(waves * unit_bytes, work.unit_bytes_max) / static_cast<double>(splits);
+    const double sm_bytes = std::max(waves * unit_bytes, work.unit_bytes_max) / static_cast<double>(splits);
     kv_s = std::max(kv_s, sm_bytes / gpu.decode_attention_sm_bytes_per_s);
   }
-  return gpu.attention_launch_s +
-         static_cast<double>(num_decodes) * gpu.decode_attention_per_seq_s +
+  return gpu.attention_launch_s + static_cast<double>(num_decodes) * gpu.decode_attention_per_seq_s +
          roofline_combine(fixed_s, kv_s, gpu.decode_attention_roofline_exponent);
 }
 
@@ -667,6 +658,5 @@ std::optional<double> custom_allreduce_time_s(const HardwareProfile& gpu, double
   }
   return std::nullopt;
 }
-
 
 }  // namespace batchsim

@@ -138,9 +138,7 @@ const char* layer_gemm_name(LayerGemm gemm);  // "qkv", "o", "mlp_up", "mlp_down
 // Heads held by one GPU. KV heads are replicated when tp exceeds them (vLLM
 // QKVParallelLinear: num_kv_head_replicas), so a GPU always holds at least one.
 // Inline: the cost model asks for both on every iteration.
-inline int64_t q_heads_per_gpu(const ModelSpec& model, int tp) {
-  return std::max<int64_t>(1, model.num_heads / tp);
-}
+inline int64_t q_heads_per_gpu(const ModelSpec& model, int tp) { return std::max<int64_t>(1, model.num_heads / tp); }
 inline int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
   return std::max<int64_t>(1, model.num_kv_heads / tp);
 }
@@ -150,9 +148,9 @@ inline int64_t kv_heads_per_gpu(const ModelSpec& model, int tp) {
 int64_t kv_bytes_per_token_per_gpu(const ModelSpec& model, int tp);
 
 // Per-GPU weight shapes. QKV: (hidden, (q + 2 kv) * head_dim / tp) (MLA: the down-projection
-// of mla_gemm_shapes); O: (q * head_dim / tp, hidden) (MLA: q * v_head_dim / tp); up: (hidden, ffn * (gated ? 2 : 1) / tp); down: (ffn / tp, hidden). LM head: (hidden,
-// vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead. For an MoE model up and down are
-// those of ONE routed expert (ffn_size is per expert).
+// of mla_gemm_shapes); O: (q * head_dim / tp, hidden) (MLA: q * v_head_dim / tp); up: (hidden, ffn * (gated ? 2 : 1) /
+// tp); down: (ffn / tp, hidden). LM head: (hidden, vocab / tp), vocabulary-parallel as in vLLM's ParallelLMHead. For an
+// MoE model up and down are those of ONE routed expert (ffn_size is per expert).
 std::array<GemmShape, kNumLayerGemms> layer_gemm_shapes(const ModelSpec& model, int tp);
 GemmShape lm_head_shape(const ModelSpec& model, int tp);
 
@@ -207,8 +205,7 @@ OperatorWork gemm_work(GemmShape shape, int64_t m_tokens, WeightFormat format);
 // expert: vllm/model_executor/layers/fused_moe/fused_moe.py). FLOPs and activation bytes of
 // groups x rows_per_group rows, weight bytes of `groups` matrices; counts may be fractional
 // (expectations). gemm_work is one group of m_tokens rows.
-OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups,
-                               WeightFormat format);
+OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double groups, WeightFormat format);
 
 // Causal attention of `new_tokens` queries over `context_before + new_tokens` keys, flash style
 // (FlashAttention, Dao et al. 2022: the score matrix never reaches HBM). Query i of the chunk
@@ -242,10 +239,10 @@ OperatorWork grouped_gemm_work(GemmShape shape, double rows_per_group, double gr
 // chunk's start.
 inline constexpr int64_t kFlashPrefillBlockTokens = 64;  // kBlockM of FlashAttention-2's
                                                          // paged-KV (split-KV) kernel
-OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before, bool fa3_tiles = true, int64_t window_tokens = 0);
-OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens,
-                                    int64_t context_before, AttentionTiles tiles, int64_t window_tokens = 0);
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens, int64_t context_before,
+                                    bool fa3_tiles = true, int64_t window_tokens = 0);
+OperatorWork prefill_attention_work(const ModelSpec& model, int tp, int64_t new_tokens, int64_t context_before,
+                                    AttentionTiles tiles, int64_t window_tokens = 0);
 
 // Whether `gpu` costs prefill attention by FlashAttention-3's tiles (prefill_attention_time_s).
 bool costs_fa3_prefill_tiles(const HardwareProfile& gpu);
@@ -269,12 +266,12 @@ struct Fa3Tile {
   int64_t m = 0;
   int64_t n = 0;
 };
-Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group = false,
-                         bool local = false, bool causal = true);
+Fa3Tile fa3_prefill_tile(int head_dim, int kv_dtype_bytes, bool one_mma_warp_group = false, bool local = false,
+                         bool causal = true);
 // The tile of `tiles` (fa3: the table above, causal unless `local`; generic: 128 x 128, 64 x 128
 // for a call of at most 64 packed rows) for a call with or without a window.
-Fa3Tile attention_tile(AttentionTiles tiles, int head_dim, int kv_dtype_bytes, bool one_mma_warp_group,
-                       bool local, bool causal = true);
+Fa3Tile attention_tile(AttentionTiles tiles, int head_dim, int kv_dtype_bytes, bool one_mma_warp_group, bool local,
+                       bool causal = true);
 // The tiles of one sequence of `new_tokens` queries after `context_before` cached tokens, for
 // one KV head, as FlashAttention-3 schedules them in vLLM's build. PackGQA is always on there
 // (FLASHATTENTION_PACKGQA_ONLY in vllm-flash-attn's CMakeLists.txt), so the `group` query heads
@@ -303,8 +300,8 @@ int64_t floor_sum(int64_t n, int64_t m, int64_t a, int64_t b);
 // context_max: exact when every context is at least W or none exceeds it (equal contexts), an
 // upper bound otherwise. context_sum and context_max stay the unwindowed ones (FA3's split
 // heuristic sees the whole context).
-OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes,
-                                   int64_t context_sum, int64_t context_max = 0, int64_t window_tokens = 0,
+OperatorWork decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum,
+                                   int64_t context_max = 0, int64_t window_tokens = 0,
                                    int64_t windowed_context_sum = -1);
 
 // FlashAttention-2's split-KV choice for a decode call (flash-attention csrc/flash_attn/
@@ -325,9 +322,8 @@ int64_t flash_decode_num_splits(int64_t ctas, int64_t context_tokens, int64_t sm
 // per-batch choice of hopper/flash_prepare_scheduler.cu (prepare_varlen_num_blocks_kernel: 1
 // above 992 sequences; else ceil(n_blocks / ceil(1.1 x total blocks x kv_heads / SMs)), within
 // 1 .. the bound). The tile is (m, n); `window_tokens` 0 or an engaged window (< context).
-int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, int64_t context,
-                              int64_t window_tokens, int head_dim, int kv_dtype_bytes, Fa3Tile tile,
-                              int64_t sm_count);
+int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, int64_t context, int64_t window_tokens,
+                              int head_dim, int kv_dtype_bytes, Fa3Tile tile, int64_t sm_count);
 
 // What a decode call's time under an attention-kernel regime depends on besides its fitted
 // constants (decode_attention_time_s), computed once per call: the tile, the split count, the
@@ -336,17 +332,17 @@ int64_t fa3_decode_num_splits(int64_t batch, int64_t kv_heads, int64_t group, in
 struct AttentionDecodeStructure {
   double sequences = 0;
   double units = 0;
-  double kv_bytes = 0;       // K/V read and Q/O, bytes
-  double block_bytes = 0;    // one K/V block: n keys x head_dim, K and V
-  double block_flops = 0;    // one block's padded-tile MMA: 4 m n head_dim
-  double sm_blocks = 0;      // blocks on the busiest SM: max(waves x mean blocks per split, longest's)
-  bool split = false;        // the call splits K/V (and runs the combine kernel)
-  bool window = false;       // an engaged sliding window
+  double kv_bytes = 0;     // K/V read and Q/O, bytes
+  double block_bytes = 0;  // one K/V block: n keys x head_dim, K and V
+  double block_flops = 0;  // one block's padded-tile MMA: 4 m n head_dim
+  double sm_blocks = 0;    // blocks on the busiest SM: max(waves x mean blocks per split, longest's)
+  bool split = false;      // the call splits K/V (and runs the combine kernel)
+  bool window = false;     // an engaged sliding window
   int head_dim = 0;
   int kv_dtype_bytes = 2;
 };
-AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, int64_t num_decodes,
-                                                    AttentionTiles tiles, double sm_count);
+AttentionDecodeStructure attention_decode_structure(const OperatorWork& work, int64_t num_decodes, AttentionTiles tiles,
+                                                    double sm_count);
 // A decode call's time under `kernel` (attention_kernel.h), from its structure:
 //   launch + [split] combine + [window] (window + units x window_per_unit)
 //   + [sequences <= 992] sequences x per_seq_dynamic
@@ -406,22 +402,19 @@ double gemm_compute_efficiency(const HardwareProfile& gpu, double m_rows);
 double gemm_peak_flops(const HardwareProfile& gpu, WeightFormat format);
 // The measured time of the profile's GEMM table for the weights' dtype (gemm_table.h) where
 // the shape lies in its span; elsewhere, and without a table, gemm_roofline_time_s.
-double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                   WeightFormat format);
+double gemm_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format);
 // kernel_launch_s + roofline_combine(flops / (gemm_peak_flops * eta_c(M)),
 //                                  bytes / (hbm * hbm_efficiency), gemm_roofline_exponent).
 // The efficiencies, fitted on 16-bit GEMMs, are applied to the FP8 ceiling unchanged. (What a
 // profile's GEMM table falls back to; the fit fits this.)
-double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                            WeightFormat format);
+double gemm_roofline_time_s(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format);
 // The same for a grouped GEMM (one launch; eta_c at rows_per_group). Zero without rows.
-double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group,
-                           double groups, WeightFormat format);
+double grouped_gemm_time_s(const HardwareProfile& gpu, GemmShape shape, double rows_per_group, double groups,
+                           WeightFormat format);
 // Whether the FLOP roof, not the bandwidth roof, binds this GEMM.
-bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens,
-                        WeightFormat format);
-bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape,
-                                double rows_per_group, double groups, WeightFormat format);
+bool gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, int64_t m_tokens, WeightFormat format);
+bool grouped_gemm_compute_bound(const HardwareProfile& gpu, GemmShape shape, double rows_per_group, double groups,
+                                WeightFormat format);
 // One variable-length prefill attention call (all chunks of an iteration summed in `work`).
 // A profile with attention-kernel regimes (HardwareProfile::attention_kernels) costs it by the
 // regime of the call's head_dim and KV dtype (find_attention_kernel): a call whose sequences
@@ -485,8 +478,7 @@ double prefill_attention_time_s(const HardwareProfile& gpu, const OperatorWork& 
 // profiles only equal contexts, so this floor uses the per-SM rate fitted on those and is not a
 // fitted correction). Profiles without sm_count or a per-SM
 // rate (datasheet ones) leave the wave term out.
-double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work,
-                               int64_t num_decodes);
+double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work, int64_t num_decodes);
 // launch + elementwise_bytes / (hbm * efficiency) of the op's StreamingKernel.
 double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double bytes);
 // All-reduce over tp GPUs: latency + wire bytes / bandwidth, wire bytes = message * 2 (tp-1)/tp

@@ -16,19 +16,27 @@ namespace batchsim {
 const std::vector<PolicyInfo>& registered_policies() {
   static const std::vector<PolicyInfo> policies = {
       {"static", "static", "static batching: a batch starts and ends together", {}},
-      {"continuous", "continuous",
-       "iteration-level scheduling (Orca, OSDI'22), paged KV, mixed prefill+decode", {}},
-      {"chunked-prefill", "chunked-prefill",
-       "stall-free batching with a per-iteration token budget (Sarathi-Serve, OSDI'24)", {}},
-      {"hf-static", "static", "HF pipeline: padded prompts, every slot held until the longest ends",
-       {{"pad", "true"}, {"release", "batch"}}, "hf-transformers"},
-      {"ft-static", "static",
+      {"continuous", "continuous", "iteration-level scheduling (Orca, OSDI'22), paged KV, mixed prefill+decode", {}},
+      {"chunked-prefill",
+       "chunked-prefill",
+       "stall-free batching with a per-iteration token budget (Sarathi-Serve, OSDI'24)",
+       {}},
+      {"hf-static",
+       "static",
+       "HF pipeline: padded prompts, every slot held until the longest ends",
+       {{"pad", "true"}, {"release", "batch"}},
+       "hf-transformers"},
+      {"ft-static",
+       "static",
        "FasterTransformer-like: no padding, finished rows stop computing, slots not refilled",
-       {{"pad", "false"}, {"release", "request"}}, "fastertransformer"},
+       {{"pad", "false"}, {"release", "request"}},
+       "fastertransformer"},
       // Orca (OSDI'22, section 5) is a C++ engine with fused CUDA kernels, as FasterTransformer.
-      {"orca", "continuous",
+      {"orca",
+       "continuous",
        "Orca: mixed iterations, contiguous KV reserved for max_model_len",
-       {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}}, "fastertransformer"},
+       {{"kv", "reserve"}, {"reserve_to", "max_model_len"}, {"prefill", "mixed"}},
+       "fastertransformer"},
       // text-generation-inference v3 (v3.3.7, backends/v3/src/backend.rs batching_task and
       // queue.rs next_batch) on a model that supports chunking (the flash models; the server's
       // PREFILL_CHUNKING defaults to 1): new requests are prefilled together with the running
@@ -49,10 +57,15 @@ const std::vector<PolicyInfo>& registered_policies() {
       // 0.90 of the GPU less what is in use (flash_causal_lm.py warmup, models/globals.py, v3.3.7),
       // which is --gpu-memory-utilization 0.9's form after a profile run of the budget
       // (ContinuousPolicy::kv_sizing).
-      {"tgi", "chunked-prefill",
-       "TGI v3: chunked prefill mixed with the running decodes (max_batch_prefill_tokens 4096), a decode after every admission, KV reserved for prompt + max_new_tokens",
-       {{"kv", "reserve"}, {"reserve_to", "output"}, {"max_num_batched_tokens", "4096"},
-        {"max_num_seqs", "1048576"}, {"decode_after_admission", "true"}},
+      {"tgi",
+       "chunked-prefill",
+       "TGI v3: chunked prefill mixed with the running decodes (max_batch_prefill_tokens 4096), a decode after every "
+       "admission, KV reserved for prompt + max_new_tokens",
+       {{"kv", "reserve"},
+        {"reserve_to", "output"},
+        {"max_num_batched_tokens", "4096"},
+        {"max_num_seqs", "1048576"},
+        {"decode_after_admission", "true"}},
        "tgi"},
       // text-generation-inference 1.x router: a new batch is prefilled on its own and then
       // concatenated (router/src/infer.rs batching_task, v1.4.5), with the 20-step / 1.2 wait
@@ -62,11 +75,17 @@ const std::vector<PolicyInfo>& registered_policies() {
       // (flash_causal_lm.py), which is a reservation of prompt + output; prefill budget
       // --max-batch-prefill-tokens 4096. (Until issue 13 `tgi` was a simplified TGI:
       // continuous, mixed, paged; that is `--policy continuous --engine tgi`.)
-      {"tgi-router", "continuous",
-       "TGI 1.x router: prefill-only iterations after a wait rule, a decode after each, KV reserved for prompt + max_new_tokens",
-       {{"kv", "reserve"}, {"reserve_to", "output"}, {"prefill", "exclusive"},
-        {"max_num_batched_tokens", "4096"}, {"max_waiting_tokens", "20"},
-        {"waiting_served_ratio", "1.2"}, {"decode_after_admission", "true"}},
+      {"tgi-router",
+       "continuous",
+       "TGI 1.x router: prefill-only iterations after a wait rule, a decode after each, KV reserved for prompt + "
+       "max_new_tokens",
+       {{"kv", "reserve"},
+        {"reserve_to", "output"},
+        {"prefill", "exclusive"},
+        {"max_num_batched_tokens", "4096"},
+        {"max_waiting_tokens", "20"},
+        {"waiting_served_ratio", "1.2"},
+        {"decode_after_admission", "true"}},
        "tgi"},
       // TensorRT-LLM in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp,
       // microBatchScheduler.cpp, main 2026-05) with trtllm-serve's defaults: the capacity
@@ -80,26 +99,39 @@ const std::vector<PolicyInfo>& registered_policies() {
       // (KvCacheConfig, tensorrt_llm/llmapi/llm_args.py) of the memory left after the weights and
       // a profile run (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator._cal_max_memory).
       // Not modelled: KV block reuse (enable_block_reuse).
-      {"trtllm", "continuous",
-       "TensorRT-LLM in-flight batching: GUARANTEED_NO_EVICT (blocks to completion) or MAX_UTILIZATION, max_num_tokens 8192, max_batch_size 2048, tokens_per_block 32, KV pool 0.9 of the memory free after the weights and a profile run",
-       {{"capacity_scheduler", "guaranteed_no_evict"}, {"block_size", "32"},
-        {"max_num_batched_tokens", "8192"}, {"max_num_seqs", "2048"}, {"free_gpu_memory_fraction", "0.9"}},
+      {"trtllm",
+       "continuous",
+       "TensorRT-LLM in-flight batching: GUARANTEED_NO_EVICT (blocks to completion) or MAX_UTILIZATION, max_num_tokens "
+       "8192, max_batch_size 2048, tokens_per_block 32, KV pool 0.9 of the memory free after the weights and a profile "
+       "run",
+       {{"capacity_scheduler", "guaranteed_no_evict"},
+        {"block_size", "32"},
+        {"max_num_batched_tokens", "8192"},
+        {"max_num_seqs", "2048"},
+        {"free_gpu_memory_fraction", "0.9"}},
        "trtllm"},
       // With scheduling_policy=priority (or sjf) it follows v0's priority scheduling, forced
       // preemption for a better-ranked waiting request included (_schedule_priority_preemption);
       // the chunked presets below follow v1, which has none.
-      {"vllm-v0", "continuous",
+      {"vllm-v0",
+       "continuous",
        "vLLM v0 _schedule_default: prefill-only or decode-only iterations, paged, recompute",
-       {{"kv", "paged"}, {"prefill", "exclusive"}, {"preemption", "recompute"},
-        {"watermark", "0.01"}, {"preempt_for_waiting", "true"}},
+       {{"kv", "paged"},
+        {"prefill", "exclusive"},
+        {"preemption", "recompute"},
+        {"watermark", "0.01"},
+        {"preempt_for_waiting", "true"}},
        "vllm-v0"},
       // Budget and sequence cap from the GPU and usage context as vLLM sets them
       // (vllm_batch_defaults; usage_context=none with explicit values for the old 2048 / 256).
       // No bound on partial prefills (the base's max_num_partial_prefills=0): v1's scheduler
       // never reads the option.
-      {"vllm", "chunked-prefill",
-       "vLLM v1 scheduler (v0.19 on): chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else 2048/256), whole prompt's KV free to admit, recompute, prefix caching, async scheduling",
-       {{"usage_context", "api_server"}, {"preemption", "recompute"},
+      {"vllm",
+       "chunked-prefill",
+       "vLLM v1 scheduler (v0.19 on): chunked prefill, budget and seqs from the GPU (8192/1024 on H100-class, else "
+       "2048/256), whole prompt's KV free to admit, recompute, prefix caching, async scheduling",
+       {{"usage_context", "api_server"},
+        {"preemption", "recompute"},
         // scheduler_reserve_full_isl, on by default since v0.19.0 (vllm/config/scheduler.py).
         {"admission", "full_prompt"},
         // v1 enables automatic prefix caching by default (EngineArgs.enable_prefix_caching).
@@ -112,26 +144,39 @@ const std::vector<PolicyInfo>& registered_policies() {
       // 2025): a request is admitted once its first chunk's KV fits, and may be preempted by its
       // own later chunks. Synchronous, as up to v0.13 (NVIDIA's vLLM 0.12 rows); v0.14 to v0.18
       // scheduled asynchronously: async_scheduling=true with --engine vllm-async.
-      {"vllm-v1-2025", "chunked-prefill",
-       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits, and synchronous (as up to v0.13)",
-       {{"usage_context", "api_server"}, {"preemption", "recompute"}, {"admission", "first_chunk"},
+      {"vllm-v1-2025",
+       "chunked-prefill",
+       "vLLM v1 scheduler before v0.19: as vllm, but a request is admitted when its first chunk's KV fits, and "
+       "synchronous (as up to v0.13)",
+       {{"usage_context", "api_server"},
+        {"preemption", "recompute"},
+        {"admission", "first_chunk"},
         {"prefix_caching", "true"}},
        "vllm"},
       // Sarathi-Serve is built on a vLLM fork of its time (the engine Vidur measured). Its
       // scheduler admits a request only when blocks for its whole prompt can be allocated
       // (sarathi/core/scheduler/sarathi_scheduler.py, block_manager.can_allocate).
-      {"sarathi", "chunked-prefill", "Sarathi-Serve: chunked prefill with a 512-token budget, whole prompt's KV free to admit",
-       {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}}, "vllm-v0"},
+      {"sarathi",
+       "chunked-prefill",
+       "Sarathi-Serve: chunked prefill with a 512-token budget, whole prompt's KV free to admit",
+       {{"max_num_batched_tokens", "512"}, {"admission", "full_prompt"}},
+       "vllm-v0"},
       // SGLang's scheduler (policies/sglang/sglang_policy.h): its own loop, with SGLang's defaults
       // (server_args.py, environ.py); schedule_policy=lpm is the cache-aware order.
       // The overlap scheduler (SGLang's default since 0.4) is on: its step of lag is the policy's
       // (disable_overlap_schedule=false), its CPU overlap the engine's.
-      {"sglang", "sglang",
-       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm, overlap scheduler, KV pool by mem_fraction_static (SGLang's rule, 0.835 on an H100 at TP 1)",
-       {}, "sglang"},
+      {"sglang",
+       "sglang",
+       "SGLang: prefill-first chunked prefill (chunk by GPU memory, 8192 on H100/H200), admission by new_token_ratio, "
+       "retraction on KV shortage, radix prefix cache (page 1), fcfs | lpm, overlap scheduler, KV pool by "
+       "mem_fraction_static (SGLang's rule, 0.835 on an H100 at TP 1)",
+       {},
+       "sglang"},
       // policies/README.md builds this one, line by line, as its worked example.
-      {"example-sjf", "example-sjf",
-       "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt first, the newest preempted",
+      {"example-sjf",
+       "example-sjf",
+       "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt first, the newest "
+       "preempted",
        {}},
   };
   return policies;
@@ -143,29 +188,56 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"batch_timeout_s", "0", "start a partial batch when the oldest waited this long (0: never)"},
       {"pad", "true", "pad prompts to the batch's longest"},
       {"release", "batch", "batch: finished rows compute until the longest ends; request: they stop"},
-      {"max_new_tokens", "0", "output tokens reserved per row (0: the batch's longest max_tokens, = output without --max-tokens)"},
+      {"max_new_tokens", "0",
+       "output tokens reserved per row (0: the batch's longest max_tokens, = output without --max-tokens)"},
   };
   static const std::vector<PolicyOptionDoc> continuous_docs = {
       {"kv", "paged", "paged (PagedAttention blocks) | reserve (contiguous reservation)"},
       {"block_size", "16", "tokens per KV block (kv=paged)"},
       {"watermark", "0", "fraction of blocks kept free at admission (kv=paged)"},
-      {"reserve_to", "output", "kv=reserve: reserve prompt+max_tokens (TRT-LLM no-evict, TGI; max_tokens = output without --max-tokens) | max_model_len (Orca)"},
+      {"reserve_to", "output",
+       "kv=reserve: reserve prompt+max_tokens (TRT-LLM no-evict, TGI; max_tokens = output without --max-tokens) | "
+       "max_model_len (Orca)"},
       {"prefill", "mixed", "mixed (Orca) | exclusive (vLLM v0: prefill-only iterations)"},
       {"max_num_seqs", "256", "most sequences running at once"},
       {"max_num_batched_tokens", "max(max_model_len, 2048)", "tokens per iteration; a longer prompt is rejected"},
-      {"preemption", "recompute", "newest running request is preempted: recompute | swap (KV over the GPU's PCIe, both ways)"},
-      {"max_waiting_tokens", "0", "TGI wait rule: admit only after this many decode steps, or when enough fit at once (0: off)"},
+      {"preemption", "recompute",
+       "newest running request is preempted: recompute | swap (KV over the GPU's PCIe, both ways)"},
+      {"max_waiting_tokens", "0",
+       "TGI wait rule: admit only after this many decode steps, or when enough fit at once (0: off)"},
       {"waiting_served_ratio", "1.2", "TGI wait rule: 'enough' = this x the running requests"},
-      {"prefix_caching", "false", "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
-      {"usage_context", "none", "api_server | llm: max_num_batched_tokens and max_num_seqs not given follow vLLM's defaults for the GPU (vllm serve | offline LLM); none: the defaults above"},
-      {"decode_after_admission", "false", "TGI's batching loop: an iteration that admitted into a running batch is followed by one that admits nobody"},
-      {"capacity_scheduler", "none", "TensorRT-LLM capacity policy, instead of kv/reserve_to: guaranteed_no_evict (reserve ceil((prompt+max_tokens)/block_size) blocks) | max_utilization (paged, whole prompt free to admit, pause the last started) | none"},
-      {"enable_chunked_context", "false", "TensorRT-LLM chunked context: decodes first, then prompt chunks rounded down to multiples of block_size (tokens_per_block) to fill max_num_batched_tokens"},
-      {"scheduling_policy", "fcfs", "fcfs: arrival order, the newest running request preempted | priority: vLLM's --scheduling-policy priority, waiting by (priority, arrival), smaller first, the lowest-ranked running request preempted | sjf: the same ranked by job length (sjf_by)"},
-      {"sjf_by", "output", "scheduling_policy=sjf's job length: output (the true output length, which no server knows: an oracle baseline) | prompt (known on arrival)"},
-      {"preempt_for_waiting", "false", "prefill=exclusive with priority or sjf: while the best waiting request cannot be admitted, preempt running requests ranked below it (vLLM v0 _schedule_priority_preemption; on in vllm-v0)"},
-      {"free_gpu_memory_fraction", "none", "TensorRT-LLM's KV pool: this share of the GPU memory left after the weights and a profile run of max_num_batched_tokens (KvCacheConfig.free_gpu_memory_fraction; 0.9 in trtllm), instead of --gpu-memory-utilization's share of the whole GPU | none: --gpu-memory-utilization's"},
-      {"async_scheduling", "false", "vLLM's --async-scheduling (default since 0.14): each step is scheduled while the one before runs, so a request arriving during an iteration waits one more step (pair it with --engine vllm-async, whose CPU work overlaps the GPU)"},
+      {"prefix_caching", "false",
+       "share KV blocks of equal prompt prefixes (vLLM v1 APC; kv=paged; needs a trace's hash_ids or --prefix)"},
+      {"usage_context", "none",
+       "api_server | llm: max_num_batched_tokens and max_num_seqs not given follow vLLM's defaults for the GPU (vllm "
+       "serve | offline LLM); none: the defaults above"},
+      {"decode_after_admission", "false",
+       "TGI's batching loop: an iteration that admitted into a running batch is followed by one that admits nobody"},
+      {"capacity_scheduler", "none",
+       "TensorRT-LLM capacity policy, instead of kv/reserve_to: guaranteed_no_evict (reserve "
+       "ceil((prompt+max_tokens)/block_size) blocks) | max_utilization (paged, whole prompt free to admit, pause the "
+       "last started) | none"},
+      {"enable_chunked_context", "false",
+       "TensorRT-LLM chunked context: decodes first, then prompt chunks rounded down to multiples of block_size "
+       "(tokens_per_block) to fill max_num_batched_tokens"},
+      {"scheduling_policy", "fcfs",
+       "fcfs: arrival order, the newest running request preempted | priority: vLLM's --scheduling-policy priority, "
+       "waiting by (priority, arrival), smaller first, the lowest-ranked running request preempted | sjf: the same "
+       "ranked by job length (sjf_by)"},
+      {"sjf_by", "output",
+       "scheduling_policy=sjf's job length: output (the true output length, which no server knows: an oracle baseline) "
+       "| prompt (known on arrival)"},
+      {"preempt_for_waiting", "false",
+       "prefill=exclusive with priority or sjf: while the best waiting request cannot be admitted, preempt running "
+       "requests ranked below it (vLLM v0 _schedule_priority_preemption; on in vllm-v0)"},
+      {"free_gpu_memory_fraction", "none",
+       "TensorRT-LLM's KV pool: this share of the GPU memory left after the weights and a profile run of "
+       "max_num_batched_tokens (KvCacheConfig.free_gpu_memory_fraction; 0.9 in trtllm), instead of "
+       "--gpu-memory-utilization's share of the whole GPU | none: --gpu-memory-utilization's"},
+      {"async_scheduling", "false",
+       "vLLM's --async-scheduling (default since 0.14): each step is scheduled while the one before runs, so a request "
+       "arriving during an iteration waits one more step (pair it with --engine vllm-async, whose CPU work overlaps "
+       "the GPU)"},
   };
   static const std::vector<PolicyOptionDoc> chunked_docs = [] {
     std::vector<PolicyOptionDoc> docs = continuous_docs;
@@ -180,29 +252,51 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
     }
     docs.push_back({"long_prefill_token_threshold", "0", "cap on one request's chunk (0: off)"});
     docs.push_back({"max_num_partial_prefills", "0",
-                    "requests whose prefill may be unfinished after a step; a new one that would be cut waits (vLLM v0's concurrent partial prefills; 0: no bound, as vLLM v1 and Sarathi-Serve)"});
+                    "requests whose prefill may be unfinished after a step; a new one that would be cut waits (vLLM "
+                    "v0's concurrent partial prefills; 0: no bound, as vLLM v1 and Sarathi-Serve)"});
     docs.push_back({"admission", "first_chunk",
-                    "first_chunk: admit when the first chunk's KV fits | full_prompt: only when the KV of the whole prompt is free (vLLM v1 scheduler_reserve_full_isl, Sarathi-Serve)"});
+                    "first_chunk: admit when the first chunk's KV fits | full_prompt: only when the KV of the whole "
+                    "prompt is free (vLLM v1 scheduler_reserve_full_isl, Sarathi-Serve)"});
     return docs;
   }();
   // SGLang's server arguments and environment variables, under their own names
   // (policies/sglang/sglang_policy.h cites each).
   static const std::vector<PolicyOptionDoc> sglang_docs = {
       {"page_size", "1", "tokens per KV page (SGLang --page-size); also the radix cache's match granularity"},
-      {"chunked_prefill_size", "auto", "prefill tokens per batch and the chunk size; auto: by GPU memory, 2048 below 35 GiB, 4096 below 60, 8192 below 160 (H100, H200), else 16384"},
+      {"chunked_prefill_size", "auto",
+       "prefill tokens per batch and the chunk size; auto: by GPU memory, 2048 below 35 GiB, 4096 below 60, 8192 below "
+       "160 (H100, H200), else 16384"},
       {"max_prefill_tokens", "16384", "prefill tokens per batch (the first request may exceed it)"},
-      {"max_running_requests", "auto", "most requests running; auto: min(clamp(KV tokens / context x 512, 2048, 4096), KV tokens / 2)"},
-      {"schedule_policy", "fcfs", "fcfs: arrival order | lpm: longest radix-cache prefix first (fcfs above 128 waiting)"},
-      {"prefix_caching", "true", "the radix cache: share KV of equal prompt prefixes (needs a trace's hash_ids or --prefix)"},
-      {"init_new_token_ratio", "0.7", "admission's starting share of running requests' max_new_tokens reserved (SGLANG_INIT_NEW_TOKEN_RATIO)"},
-      {"min_new_token_ratio_factor", "0.14", "floor of the ratio, as a fraction of its initial value (SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR)"},
-      {"new_token_ratio_decay_steps", "600", "decode steps over which the ratio decays from initial to floor (SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)"},
+      {"max_running_requests", "auto",
+       "most requests running; auto: min(clamp(KV tokens / context x 512, 2048, 4096), KV tokens / 2)"},
+      {"schedule_policy", "fcfs",
+       "fcfs: arrival order | lpm: longest radix-cache prefix first (fcfs above 128 waiting)"},
+      {"prefix_caching", "true",
+       "the radix cache: share KV of equal prompt prefixes (needs a trace's hash_ids or --prefix)"},
+      {"init_new_token_ratio", "0.7",
+       "admission's starting share of running requests' max_new_tokens reserved (SGLANG_INIT_NEW_TOKEN_RATIO)"},
+      {"min_new_token_ratio_factor", "0.14",
+       "floor of the ratio, as a fraction of its initial value (SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR)"},
+      {"new_token_ratio_decay_steps", "600",
+       "decode steps over which the ratio decays from initial to floor (SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)"},
       {"schedule_conservativeness", "1.0", "multiplies the initial ratio (capped at 1)"},
-      {"retract_decode_steps", "20", "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
-      {"enable_mixed_chunk", "false", "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets (--enable-mixed-chunk)"},
-      {"disable_overlap_schedule", "false", "false: the overlap scheduler chooses each batch while the one before runs, so a request arriving during an iteration waits one more (SGLang's default since 0.4) | true: --disable-overlap-schedule"},
-      {"cuda_graph_max_bs", "auto", "largest decode batch run as a CUDA graph (--cuda-graph-max-bs), in place of the engine profile's; auto: SGLang's rule by GPU memory and TP < 4 / >= 4, 8 below 20 GiB, 24 / 80 below 35, 32 / 160 below 60, 256 / 512 below 160 (H100, H200), else 512"},
-      {"mem_fraction_static", "auto", "share of GPU memory for weights + KV pool, the rest kept for activations and CUDA graphs (--mem-fraction-static; --gpu-memory-utilization does not apply); auto: SGLang's rule, (memory - reserved) / memory, reserved 512 MiB + 1.5 x chunked_prefill_size + 2 x cuda_graph_max_bs + TP/8 GiB, at least 10 GiB above 60 GiB (0.835 on an H100 at TP 1)"},
+      {"retract_decode_steps", "20",
+       "decode steps per remaining request in the ratio set after a retraction (SGLANG_RETRACT_DECODE_STEPS)"},
+      {"enable_mixed_chunk", "false",
+       "a prefill batch also runs the running requests' decode steps, their tokens taken from its budgets "
+       "(--enable-mixed-chunk)"},
+      {"disable_overlap_schedule", "false",
+       "false: the overlap scheduler chooses each batch while the one before runs, so a request arriving during an "
+       "iteration waits one more (SGLang's default since 0.4) | true: --disable-overlap-schedule"},
+      {"cuda_graph_max_bs", "auto",
+       "largest decode batch run as a CUDA graph (--cuda-graph-max-bs), in place of the engine profile's; auto: "
+       "SGLang's rule by GPU memory and TP < 4 / >= 4, 8 below 20 GiB, 24 / 80 below 35, 32 / 160 below 60, 256 / 512 "
+       "below 160 (H100, H200), else 512"},
+      {"mem_fraction_static", "auto",
+       "share of GPU memory for weights + KV pool, the rest kept for activations and CUDA graphs "
+       "(--mem-fraction-static; --gpu-memory-utilization does not apply); auto: SGLang's rule, (memory - reserved) / "
+       "memory, reserved 512 MiB + 1.5 x chunked_prefill_size + 2 x cuda_graph_max_bs + TP/8 GiB, at least 10 GiB "
+       "above 60 GiB (0.835 on an H100 at TP 1)"},
   };
   static const std::vector<PolicyOptionDoc> example_sjf_docs = {
       {"max_num_seqs", "64", "most requests running at once"},
@@ -215,8 +309,7 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
 }
 
 const std::vector<std::string>& policy_bases() {
-  static const std::vector<std::string> bases = {"static", "continuous", "chunked-prefill", "sglang",
-                                                 "example-sjf"};
+  static const std::vector<std::string> bases = {"static", "continuous", "chunked-prefill", "sglang", "example-sjf"};
   return bases;
 }
 
@@ -228,8 +321,7 @@ const PolicyInfo& find_policy(std::string_view name) {
   }
   std::vector<std::string> names;
   for (const PolicyInfo& info : registered_policies()) names.push_back(info.name);
-  throw UserError(fmt::format("--policy: unknown policy '{}' (known: {})", name,
-                              fmt::join(names, ", ")));
+  throw UserError(fmt::format("--policy: unknown policy '{}' (known: {})", name, fmt::join(names, ", ")));
 }
 
 ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
@@ -244,18 +336,18 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
     c.generation_first = true;
     c.chunk_unit = c.block_size;
   }
-  const std::string capacity = o.get_choice("capacity_scheduler", "none",
-                                            {"none", "guaranteed_no_evict", "max_utilization"});
+  const std::string capacity =
+      o.get_choice("capacity_scheduler", "none", {"none", "guaranteed_no_evict", "max_utilization"});
   if (capacity == "none") {
     c.paged = o.get_choice("kv", "paged", {"paged", "reserve"}) == "paged";
-    c.reserve_max_model_len =
-        o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";
+    c.reserve_max_model_len = o.get_choice("reserve_to", "output", {"output", "max_model_len"}) == "max_model_len";
   } else {
     for (const char* key : {"kv", "reserve_to"}) {
       if (o.values().count(key) > 0) {
-        throw UserError(fmt::format("--policy-opt {}={}: capacity_scheduler={} decides the KV "
-                                    "manager; leave {} out",
-                                    key, o.values().at(key), capacity, key));
+        throw UserError(
+            fmt::format("--policy-opt {}={}: capacity_scheduler={} decides the KV "
+                        "manager; leave {} out",
+                        key, o.values().at(key), capacity, key));
       }
     }
     // GUARANTEED_NO_EVICT: blocks to completion reserved at admission; MAX_UTILIZATION: paged,
@@ -269,8 +361,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
     c.mixed_prefill = o.get_choice("prefill", "mixed", {"mixed", "exclusive"}) == "mixed";
   }
   c.max_num_seqs = o.get_int("max_num_seqs", 256, 1, 1 << 20);
-  c.max_num_batched_tokens =
-      o.get_int("max_num_batched_tokens", chunked ? 2048 : 0, chunked ? 1 : 0, 1 << 24);
+  c.max_num_batched_tokens = o.get_int("max_num_batched_tokens", chunked ? 2048 : 0, chunked ? 1 : 0, 1 << 24);
   const std::string usage = o.get_choice("usage_context", "none", {"none", "api_server", "llm"});
   c.usage_context = usage == "api_server" ? ContinuousPolicyConfig::UsageContext::api_server
                     : usage == "llm"      ? ContinuousPolicyConfig::UsageContext::llm_class
@@ -290,8 +381,7 @@ ContinuousPolicyConfig continuous_config(const PolicyOptions& o, bool chunked) {
                                             : SchedulingPolicy::fcfs;
   // Read whatever the order, so that a preset may set it; make_policy refuses a user's sjf_by
   // without sjf.
-  c.sjf_by = o.get_choice("sjf_by", "output", {"output", "prompt"}) == "prompt" ? JobLength::prompt
-                                                                              : JobLength::output;
+  c.sjf_by = o.get_choice("sjf_by", "output", {"output", "prompt"}) == "prompt" ? JobLength::prompt : JobLength::output;
   if (!chunked) {
     // v0's _schedule_priority_preemption exists in _schedule_default (exclusive prefill) only;
     // elsewhere a preset's value is ignored (a user's is refused by make_policy).
@@ -385,10 +475,10 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
     for (const auto& [key, value] : options.values()) {
       const bool paged_only = (key == "block_size" && !blocks) || key == "watermark" || key == "prefix_caching";
       if ((paged_only && !paged) || (key == "reserve_to" && paged)) {
-        throw UserError(fmt::format("--policy-opt {}={}: only applies with kv={} (policy '{}' "
-                                    "uses kv={})",
-                                    key, value, paged ? "reserve" : "paged", info.name,
-                                    paged ? "paged" : "reserve"));
+        throw UserError(
+            fmt::format("--policy-opt {}={}: only applies with kv={} (policy '{}' "
+                        "uses kv={})",
+                        key, value, paged ? "reserve" : "paged", info.name, paged ? "paged" : "reserve"));
       }
     }
     // The scheduling order's own options, when the order (or the iteration mode) they need is
@@ -401,21 +491,25 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
                            !PolicyOptions(set).get_bool("enable_chunked_context", false);
     for (const auto& [key, value] : options.values()) {
       if (key == "sjf_by" && order != "sjf") {
-        throw UserError(fmt::format("--policy-opt sjf_by={}: only applies with scheduling_policy=sjf "
-                                    "(policy '{}' uses scheduling_policy={})",
-                                    value, info.name, order));
+        throw UserError(
+            fmt::format("--policy-opt sjf_by={}: only applies with scheduling_policy=sjf "
+                        "(policy '{}' uses scheduling_policy={})",
+                        value, info.name, order));
       }
-      if (key == "preempt_for_waiting" && PolicyOptions(std::map<std::string, std::string>{{key, value}}).get_bool(key, false)) {
+      if (key == "preempt_for_waiting" &&
+          PolicyOptions(std::map<std::string, std::string>{{key, value}}).get_bool(key, false)) {
         if (order == "fcfs") {
-          throw UserError(fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
-                                      "scheduling_policy=priority or sjf (policy '{}' uses fcfs)",
-                                      value, info.name));
+          throw UserError(
+              fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
+                          "scheduling_policy=priority or sjf (policy '{}' uses fcfs)",
+                          value, info.name));
         }
         if (!exclusive) {
-          throw UserError(fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
-                                      "prefill=exclusive on the continuous base (vLLM v0 "
-                                      "_schedule_default); policy '{}' runs mixed or chunked iterations",
-                                      value, info.name));
+          throw UserError(
+              fmt::format("--policy-opt preempt_for_waiting={}: only applies with "
+                          "prefill=exclusive on the continuous base (vLLM v0 "
+                          "_schedule_default); policy '{}' runs mixed or chunked iterations",
+                          value, info.name));
         }
       }
     }
@@ -429,8 +523,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const PolicyOptions& 
   } else if (info.base == "example-sjf") {
     policy = std::make_unique<ExampleSjfPolicy>(example_sjf_config(merged), info.name);
   } else {
-    policy = std::make_unique<ContinuousPolicy>(
-        continuous_config(merged, info.base == "chunked-prefill"), info.name);
+    policy = std::make_unique<ContinuousPolicy>(continuous_config(merged, info.base == "chunked-prefill"), info.name);
   }
   merged.check_all_used(info.name);
   return policy;

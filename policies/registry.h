@@ -23,8 +23,8 @@ struct PolicyOptionDoc {
 
 struct PolicyInfo {
   std::string name;
-  std::string base;         // one of policy_bases()
-  std::string description;  // one line, with the source it mirrors
+  std::string base;                                         // one of policy_bases()
+  std::string description;                                  // one line, with the source it mirrors
   std::vector<std::pair<std::string, std::string>> preset;  // options the preset sets
   // The engine profile (hwmodel/engines/) the preset's engine runs as, unless --engine says
   // otherwise; the base policies run as current vLLM.

@@ -110,9 +110,8 @@ py::dict request_columns(const RunOutcome& outcome) {
     c["kv_wait_s"] = column<double>(n, [&](size_t i) { return moved(i) ? of(i).wait_s() : kNaN; });
     c["kv_queue_s"] = column<double>(n, [&](size_t i) { return moved(i) ? of(i).queue_s() : kNaN; });
     c["kv_transfer_s"] = column<double>(n, [&](size_t i) { return moved(i) ? of(i).transfer_s() : kNaN; });
-    c["kv_bytes"] = column<double>(n, [&](size_t i) {
-      return moved(i) ? static_cast<double>(of(i).transfer_bytes) : kNaN;
-    });
+    c["kv_bytes"] =
+        column<double>(n, [&](size_t i) { return moved(i) ? static_cast<double>(of(i).transfer_bytes) : kNaN; });
   }
   return c;
 }
@@ -173,8 +172,7 @@ std::shared_ptr<const TraceColumns> trace_columns(const py::dict& columns) {
 
 // Puts an in-memory trace in `config` as --trace FILE would put a file: named `name`, read
 // whole unless the caller gave num_requests.
-void use_trace_columns(RunConfig& config, const py::dict& columns, const std::string& name,
-                       bool num_requests_given) {
+void use_trace_columns(RunConfig& config, const py::dict& columns, const std::string& name, bool num_requests_given) {
   if (!config.workload.trace.empty()) {
     throw UserError(fmt::format("workload: not with trace={} (give one of them)", config.workload.trace.string()));
   }
@@ -256,15 +254,19 @@ class PythonPolicy final : public Policy {
     env_ = &env;
     impl_.attr("attach")(env_object);
     if (!py::hasattr(impl_, "kv_cache") || impl_.attr("kv_cache").is_none()) {
-      throw UserError(fmt::format("policy {}: attach() must set self.kv_cache to a batchsim.PagedKvCache "
-                                  "or batchsim.ReservedKvCache (the simulation reads KV use from it)", name_));
+      throw UserError(
+          fmt::format("policy {}: attach() must set self.kv_cache to a batchsim.PagedKvCache "
+                      "or batchsim.ReservedKvCache (the simulation reads KV use from it)",
+                      name_));
     }
     kv_holder_ = impl_.attr("kv_cache");
     try {
       kv_ = kv_holder_.cast<KvCacheManager*>();
     } catch (const py::cast_error&) {
-      throw UserError(fmt::format("policy {}: self.kv_cache must be a batchsim.PagedKvCache or "
-                                  "batchsim.ReservedKvCache, not {}", name_, py::str(kv_holder_.get_type()).cast<std::string>()));
+      throw UserError(
+          fmt::format("policy {}: self.kv_cache must be a batchsim.PagedKvCache or "
+                      "batchsim.ReservedKvCache, not {}",
+                      name_, py::str(kv_holder_.get_type()).cast<std::string>()));
     }
   }
 
@@ -325,13 +327,17 @@ class PythonPolicy final : public Policy {
     try {
       tokens_sequences = step.cast<std::pair<int64_t, int64_t>>();
     } catch (const py::cast_error&) {
-      throw UserError(fmt::format("policy {}: profile_step() must return None or (tokens, sequences), two "
-                                  "integers, not {}", name_, py::repr(step).cast<std::string>()));
+      throw UserError(
+          fmt::format("policy {}: profile_step() must return None or (tokens, sequences), two "
+                      "integers, not {}",
+                      name_, py::repr(step).cast<std::string>()));
     }
     const auto [tokens, sequences] = tokens_sequences;
     if (tokens < 1 || sequences < 1 || sequences > tokens) {
-      throw UserError(fmt::format("policy {}: profile_step() returned ({}, {}): a step needs at least one token "
-                                  "and 1 to `tokens` sequences", name_, tokens, sequences));
+      throw UserError(
+          fmt::format("policy {}: profile_step() returned ({}, {}): a step needs at least one token "
+                      "and 1 to `tokens` sequences",
+                      name_, tokens, sequences));
     }
     return after_profile_run(cost_model, gpu_memory_utilization, tokens, sequences);
   }
@@ -364,8 +370,8 @@ std::function<std::unique_ptr<Policy>()> python_policy_factory(const py::object&
 }
 
 std::shared_ptr<RunHandle> run_from_python(const std::vector<std::string>& args, const py::object& workload_columns,
-                               bool num_requests_given, const py::object& policy_factory,
-                               const std::string& policy_name, bool record_iterations) {
+                                           bool num_requests_given, const py::object& policy_factory,
+                                           const std::string& policy_name, bool record_iterations) {
   RunConfig config = run_config_from_args(args);
   if (!workload_columns.is_none()) {
     use_trace_columns(config, workload_columns.cast<py::dict>(), "workload", num_requests_given);
@@ -426,10 +432,10 @@ py::dict results_table(const ResultSet& results) {
 }
 
 py::dict compare_from_python(const std::string& experiment_file, const std::string& experiment_text,
-                 const std::vector<std::string>& policies, const py::dict& python_policies,
-                 const std::vector<uint64_t>& seeds, const std::vector<std::string>& run_args,
-                 const py::object& workload_columns, bool num_requests_given, const std::string& out,
-                 int jobs, bool plots, bool progress) {
+                             const std::vector<std::string>& policies, const py::dict& python_policies,
+                             const std::vector<uint64_t>& seeds, const std::vector<std::string>& run_args,
+                             const py::object& workload_columns, bool num_requests_given, const std::string& out,
+                             int jobs, bool plots, bool progress) {
   CompareOptions options;
   options.out = out;
   options.jobs = jobs;
@@ -451,13 +457,14 @@ py::dict compare_from_python(const std::string& experiment_file, const std::stri
     experiment = parse_experiment_text(experiment_text, "<dict>", adjust);
   } else {
     RunConfig base = run_config_from_args(run_args);
-    if (!workload_columns.is_none()) use_trace_columns(base, workload_columns.cast<py::dict>(), "workload", num_requests_given);
+    if (!workload_columns.is_none())
+      use_trace_columns(base, workload_columns.cast<py::dict>(), "workload", num_requests_given);
     if (policies.empty()) throw UserError("--policies: give at least one policy");
     // Python Policy classes among them, by the names their runs carry ("python:Fifo").
     std::map<std::string, std::function<std::unique_ptr<Policy>()>> factories;
     for (const auto& [name, factory] : python_policies) {
-      factories[name.cast<std::string>()] = python_policy_factory(py::reinterpret_borrow<py::object>(factory),
-                                                                  name.cast<std::string>());
+      factories[name.cast<std::string>()] =
+          python_policy_factory(py::reinterpret_borrow<py::object>(factory), name.cast<std::string>());
     }
     experiment = experiment_from_policies(base, policies, std::move(factories));
     if (!seeds.empty()) experiment.seeds = seeds;
@@ -552,14 +559,16 @@ PYBIND11_MODULE(_core, m) {
   py::register_exception<UserError>(m, "UserError", PyExc_ValueError);
 
   py::class_<RunHandle, std::shared_ptr<RunHandle>>(m, "RunHandle")
-      .def("summary_json", [](const RunHandle& h) { return summary_to_json(h.outcome).dump(); },
-           "summary.json's text (the same function writes the file)")
+      .def(
+          "summary_json", [](const RunHandle& h) { return summary_to_json(h.outcome).dump(); },
+          "summary.json's text (the same function writes the file)")
       .def("request_columns", [](const RunHandle& h) { return request_columns(h.outcome); })
       .def("iteration_columns", [](const RunHandle& h) { return iteration_columns(h.outcome); })
       .def_readonly("warnings", &RunHandle::warnings)
       .def_property_readonly("wall_s", [](const RunHandle& h) { return h.outcome.wall_s; })
-      .def("write", [](const RunHandle& h, const std::string& dir) { write_run_outputs(h.outcome, dir); },
-           "write summary.json, bench.json, requests.csv (and iterations.csv) into dir");
+      .def(
+          "write", [](const RunHandle& h, const std::string& dir) { write_run_outputs(h.outcome, dir); },
+          "write summary.json, bench.json, requests.csv (and iterations.csv) into dir");
 
   m.def("run", &run_from_python, py::arg("args"), py::arg("workload"), py::arg("num_requests_given"),
         py::arg("policy_factory"), py::arg("policy_name"), py::arg("record_iterations"));
@@ -587,143 +596,200 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("preemptions", &RequestProgress::preemptions)
       .def_readonly("cached_tokens", &RequestProgress::cached_tokens);
 
-  py::class_<EnvView, std::shared_ptr<EnvView>>(m, "PolicyEnv", "what a policy may read and do (sim/policy.h, PolicyEnv)")
+  py::class_<EnvView, std::shared_ptr<EnvView>>(m, "PolicyEnv",
+                                                "what a policy may read and do (sim/policy.h, PolicyEnv)")
       .def_property_readonly("num_requests", [](const EnvView& v) { return v.get().requests->size(); })
       .def_property_readonly("kv_capacity_tokens", [](const EnvView& v) { return v.get().kv_capacity_tokens; })
       .def_property_readonly("num_gpu_blocks", [](const EnvView& v) { return v.get().num_gpu_blocks; })
       .def_property_readonly("max_model_len", [](const EnvView& v) { return v.get().max_model_len; })
-      .def("request", [](const EnvView& v, RequestId id) -> const Request& { v.check_id(id); return v.get().request(id); },
-           py::return_value_policy::copy)
-      .def("progress", [](const EnvView& v, RequestId id) -> const RequestProgress& { v.check_id(id); return v.get().progress_of(id); },
-           py::return_value_policy::copy, "a copy of the request's progress now")
-      .def("known_tokens", [](const EnvView& v, RequestId id) { v.check_id(id); return v.get().known_tokens(id); })
-      .def("computed_tokens", [](const EnvView& v, RequestId id) { v.check_id(id); return v.get().progress_of(id).computed_tokens; })
-      .def("output_limit", [](const EnvView& v, RequestId id) { v.check_id(id); return v.get().output_limit(id); })
+      .def(
+          "request",
+          [](const EnvView& v, RequestId id) -> const Request& {
+            v.check_id(id);
+            return v.get().request(id);
+          },
+          py::return_value_policy::copy)
+      .def(
+          "progress",
+          [](const EnvView& v, RequestId id) -> const RequestProgress& {
+            v.check_id(id);
+            return v.get().progress_of(id);
+          },
+          py::return_value_policy::copy, "a copy of the request's progress now")
+      .def("known_tokens",
+           [](const EnvView& v, RequestId id) {
+             v.check_id(id);
+             return v.get().known_tokens(id);
+           })
+      .def("computed_tokens",
+           [](const EnvView& v, RequestId id) {
+             v.check_id(id);
+             return v.get().progress_of(id).computed_tokens;
+           })
+      .def("output_limit",
+           [](const EnvView& v, RequestId id) {
+             v.check_id(id);
+             return v.get().output_limit(id);
+           })
       .def("all_arrived", [](const EnvView& v) { return v.get().all_arrived(); })
-      .def("reject", [](const EnvView& v, RequestId id, const std::string& reason) { v.check_id(id); v.get().reject(id, reason); },
-           py::arg("id"), py::arg("reason"))
-      .def("preempt", [](const EnvView& v, RequestId id, bool keeps_kv) { v.check_id(id); v.get().preempt(id, keeps_kv); },
-           py::arg("id"), py::arg("keeps_kv") = false)
-      .def("reject_over_context", [](const EnvView& v, RequestId id) { v.check_id(id); return reject_over_context(v.get(), id); },
-           "reject the request, with the continuous policies' reason, when prompt + output exceed max_model_len")
-      .def("prefix_caching_kv_cache",
-           [](const EnvView& v, int64_t num_blocks, int32_t block_size, double watermark_fraction) {
-             if (num_blocks < 1 || block_size < 1 || !(watermark_fraction >= 0 && watermark_fraction < 1)) {
-               throw UserError(fmt::format("policy env: prefix_caching_kv_cache needs num_blocks >= 1, block_size >= 1 "
-                                           "and watermark_fraction in [0, 1), got {}, {}, {}",
-                                           num_blocks, block_size, watermark_fraction));
-             }
-             const PolicyEnv& env = v.get();
-             auto source = std::make_unique<PrefixSourceCopy>(PrefixSourceCopy{
-                 *env.requests, env.prefix_blocks != nullptr ? *env.prefix_blocks : PrefixBlockHashes{}});
-             auto cache = std::make_unique<PagedKvCache>(static_cast<int64_t>(env.requests->size()), num_blocks,
-                                                         block_size, watermark_fraction,
-                                                         PrefixCacheSource{&source->requests, &source->hashes});
-             py::object cache_object = py::cast(std::move(cache));
-             cache_object.attr("_prefix_source") = py::cast(std::move(source));
-             return cache_object;
-           },
-           py::arg("num_blocks"), py::arg("block_size") = kDefaultBlockSize, py::arg("watermark_fraction") = 0.0,
-           "a PagedKvCache that shares full blocks of equal prompt prefixes between requests (the workload's "
-           "--prefix or a trace's hash_ids; without them nothing is shared)")
-      .def_property_readonly("role", [](const EnvView& v) { return std::string(pool_role_name(v.get().role)); },
-                             "the replica's pool: colocated, prefill or decode")
-      .def("start_kv_transfer",
-           [](const EnvView& v, RequestId id, int64_t tokens) {
-             v.check_id(id);
-             const PolicyEnv& env = v.get();
-             if (env.role != PoolRole::kDecode || !env.start_kv_transfer) {
-               throw UserError("policy env: start_kv_transfer is for a decode pool's replica");
-             }
-             if (tokens < 0 || tokens > env.request(id).prompt_tokens) {
-               throw UserError(fmt::format("policy env: start_kv_transfer({}, {}): tokens must be in [0, {}] (the prompt)",
-                                           id, tokens, env.request(id).prompt_tokens));
-             }
-             env.start_kv_transfer(id, tokens);
-           },
-           py::arg("id"), py::arg("tokens"),
-           "decode pool: KV for remote request id is allocated; pull `tokens` of its prompt over the link "
-           "(on_kv_received(id, now_s) follows when they land)")
-      .def("use_cached_prefix",
-           [](const EnvView& v, RequestId id, int64_t tokens) {
-             v.check_id(id);
-             const PolicyEnv& env = v.get();
-             const RequestProgress& p = env.progress_of(id);
-             if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
-               throw UserError(fmt::format("policy env: use_cached_prefix({}, {}): only a waiting request with nothing "
-                                           "computed, and fewer cached tokens than its {} known ones",
-                                           id, tokens, env.known_tokens(id)));
-             }
-             env.use_cached_prefix(id, tokens);
-           },
-           py::arg("id"), py::arg("tokens"),
-           "request id, being admitted now, found its first `tokens` tokens in the prefix cache: they count as "
-           "computed, and its prefill starts after them")
-      .def("reject_over_cache",
-           [](const EnvView& v, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens) {
-             v.check_id(id);
-             return reject_over_cache(v.get(), kv, id, footprint_tokens);
-           },
-           py::arg("kv_cache"), py::arg("id"), py::arg("footprint_tokens"),
-           "reject the request, with the continuous policies' reason, when even an empty cache cannot hold it");
+      .def(
+          "reject",
+          [](const EnvView& v, RequestId id, const std::string& reason) {
+            v.check_id(id);
+            v.get().reject(id, reason);
+          },
+          py::arg("id"), py::arg("reason"))
+      .def(
+          "preempt",
+          [](const EnvView& v, RequestId id, bool keeps_kv) {
+            v.check_id(id);
+            v.get().preempt(id, keeps_kv);
+          },
+          py::arg("id"), py::arg("keeps_kv") = false)
+      .def(
+          "reject_over_context",
+          [](const EnvView& v, RequestId id) {
+            v.check_id(id);
+            return reject_over_context(v.get(), id);
+          },
+          "reject the request, with the continuous policies' reason, when prompt + output exceed max_model_len")
+      .def(
+          "prefix_caching_kv_cache",
+          [](const EnvView& v, int64_t num_blocks, int32_t block_size, double watermark_fraction) {
+            if (num_blocks < 1 || block_size < 1 || !(watermark_fraction >= 0 && watermark_fraction < 1)) {
+              throw UserError(
+                  fmt::format("policy env: prefix_caching_kv_cache needs num_blocks >= 1, block_size >= 1 "
+                              "and watermark_fraction in [0, 1), got {}, {}, {}",
+                              num_blocks, block_size, watermark_fraction));
+            }
+            const PolicyEnv& env = v.get();
+            auto source = std::make_unique<PrefixSourceCopy>(PrefixSourceCopy{
+                *env.requests, env.prefix_blocks != nullptr ? *env.prefix_blocks : PrefixBlockHashes{}});
+            auto cache = std::make_unique<PagedKvCache>(static_cast<int64_t>(env.requests->size()), num_blocks,
+                                                        block_size, watermark_fraction,
+                                                        PrefixCacheSource{&source->requests, &source->hashes});
+            py::object cache_object = py::cast(std::move(cache));
+            cache_object.attr("_prefix_source") = py::cast(std::move(source));
+            return cache_object;
+          },
+          py::arg("num_blocks"), py::arg("block_size") = kDefaultBlockSize, py::arg("watermark_fraction") = 0.0,
+          "a PagedKvCache that shares full blocks of equal prompt prefixes between requests (the workload's "
+          "--prefix or a trace's hash_ids; without them nothing is shared)")
+      .def_property_readonly(
+          "role", [](const EnvView& v) { return std::string(pool_role_name(v.get().role)); },
+          "the replica's pool: colocated, prefill or decode")
+      .def(
+          "start_kv_transfer",
+          [](const EnvView& v, RequestId id, int64_t tokens) {
+            v.check_id(id);
+            const PolicyEnv& env = v.get();
+            if (env.role != PoolRole::kDecode || !env.start_kv_transfer) {
+              throw UserError("policy env: start_kv_transfer is for a decode pool's replica");
+            }
+            if (tokens < 0 || tokens > env.request(id).prompt_tokens) {
+              throw UserError(
+                  fmt::format("policy env: start_kv_transfer({}, {}): tokens must be in [0, {}] (the prompt)", id,
+                              tokens, env.request(id).prompt_tokens));
+            }
+            env.start_kv_transfer(id, tokens);
+          },
+          py::arg("id"), py::arg("tokens"),
+          "decode pool: KV for remote request id is allocated; pull `tokens` of its prompt over the link "
+          "(on_kv_received(id, now_s) follows when they land)")
+      .def(
+          "use_cached_prefix",
+          [](const EnvView& v, RequestId id, int64_t tokens) {
+            v.check_id(id);
+            const PolicyEnv& env = v.get();
+            const RequestProgress& p = env.progress_of(id);
+            if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
+                tokens >= env.known_tokens(id)) {
+              throw UserError(
+                  fmt::format("policy env: use_cached_prefix({}, {}): only a waiting request with nothing "
+                              "computed, and fewer cached tokens than its {} known ones",
+                              id, tokens, env.known_tokens(id)));
+            }
+            env.use_cached_prefix(id, tokens);
+          },
+          py::arg("id"), py::arg("tokens"),
+          "request id, being admitted now, found its first `tokens` tokens in the prefix cache: they count as "
+          "computed, and its prefill starts after them")
+      .def(
+          "reject_over_cache",
+          [](const EnvView& v, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens) {
+            v.check_id(id);
+            return reject_over_cache(v.get(), kv, id, footprint_tokens);
+          },
+          py::arg("kv_cache"), py::arg("id"), py::arg("footprint_tokens"),
+          "reject the request, with the continuous policies' reason, when even an empty cache cannot hold it");
 
   py::class_<BatchView, std::shared_ptr<BatchView>>(m, "Batch", "one iteration's work (sim/batch.h)")
-      .def("add",
-           [](const BatchView& v, RequestId id, int64_t new_tokens) {
-             if (new_tokens < 1) throw UserError(fmt::format("batch.add: new_tokens must be >= 1, got {}", new_tokens));
-             Batch& batch = v.get();  // first: a batch kept past its call refuses before anything is read
-             v.check_id(id);
-             return add_batch_step(*v.env, id, new_tokens, batch);
-           },
-           py::arg("id"), py::arg("new_tokens"),
-           "add new_tokens of request id at its computed tokens (a prefill chunk, or 1 for a decode); "
-           "returns whether the step samples a token")
-      .def_property_readonly("items",
-                             [](const BatchView& v) {
-                               py::list items;
-                               for (const BatchItem& i : v.get().items) items.append(py::make_tuple(i.id, i.new_tokens, i.context_before));
-                               return items;
-                             },
-                             "(id, new_tokens, context_before) of each item")
+      .def(
+          "add",
+          [](const BatchView& v, RequestId id, int64_t new_tokens) {
+            if (new_tokens < 1) throw UserError(fmt::format("batch.add: new_tokens must be >= 1, got {}", new_tokens));
+            Batch& batch = v.get();  // first: a batch kept past its call refuses before anything is read
+            v.check_id(id);
+            return add_batch_step(*v.env, id, new_tokens, batch);
+          },
+          py::arg("id"), py::arg("new_tokens"),
+          "add new_tokens of request id at its computed tokens (a prefill chunk, or 1 for a decode); "
+          "returns whether the step samples a token")
+      .def_property_readonly(
+          "items",
+          [](const BatchView& v) {
+            py::list items;
+            for (const BatchItem& i : v.get().items) items.append(py::make_tuple(i.id, i.new_tokens, i.context_before));
+            return items;
+          },
+          "(id, new_tokens, context_before) of each item")
       // What static batching needs (policies/static/static_policy.cpp): items whose work the policy
       // describes itself, padded or held rows that compute without progressing, the slots they
       // waste, a later wake-up, and time beyond the kernels.
-      .def("add_item",
-           [](const BatchView& v, RequestId id, int64_t new_tokens) {
-             Batch& batch = v.get();
-             v.check_id(id);
-             const int64_t computed = v.env->progress_of(id).computed_tokens;
-             const int64_t left = v.env->known_tokens(id) - computed;
-             if (new_tokens < 1 || new_tokens > left) {
-               throw UserError(fmt::format("batch.add_item: new_tokens of request {} must be in [1, {}] (its known "
-                                           "tokens not yet computed), got {}", id, left, new_tokens));
-             }
-             batch.items.push_back({id, static_cast<int32_t>(new_tokens), computed});
-           },
-           py::arg("id"), py::arg("new_tokens"),
-           "add new_tokens of request id at its computed tokens without timing them: the policy "
-           "describes the iteration's work itself with add_prefill_work and add_decode_work")
-      .def("add_prefill_work",
-           [](const BatchView& v, int64_t tokens, int64_t context_before, bool samples) {
-             if (tokens < 1 || context_before < 0) {
-               throw UserError(fmt::format("batch.add_prefill_work: tokens must be >= 1 and context_before >= 0, "
-                                           "got {} and {}", tokens, context_before));
-             }
-             v.get().shape.add_prefill(tokens, context_before);
-             if (samples) ++v.get().shape.num_sampled;
-           },
-           py::arg("tokens"), py::arg("context_before") = 0, py::arg("samples") = true,
-           "time a prefill of tokens after context_before tokens (a padded prompt, a row that progresses nothing)")
-      .def("add_decode_work",
-           [](const BatchView& v, int64_t context_before, bool samples) {
-             if (context_before < 0) {
-               throw UserError(fmt::format("batch.add_decode_work: context_before must be >= 0, got {}", context_before));
-             }
-             v.get().shape.add_decode(context_before);
-             if (samples) ++v.get().shape.num_sampled;
-           },
-           py::arg("context_before"), py::arg("samples") = true,
-           "time one decoded token after context_before tokens (a padded or finished row)")
+      .def(
+          "add_item",
+          [](const BatchView& v, RequestId id, int64_t new_tokens) {
+            Batch& batch = v.get();
+            v.check_id(id);
+            const int64_t computed = v.env->progress_of(id).computed_tokens;
+            const int64_t left = v.env->known_tokens(id) - computed;
+            if (new_tokens < 1 || new_tokens > left) {
+              throw UserError(
+                  fmt::format("batch.add_item: new_tokens of request {} must be in [1, {}] (its known "
+                              "tokens not yet computed), got {}",
+                              id, left, new_tokens));
+            }
+            batch.items.push_back({id, static_cast<int32_t>(new_tokens), computed});
+          },
+          py::arg("id"), py::arg("new_tokens"),
+          "add new_tokens of request id at its computed tokens without timing them: the policy "
+          "describes the iteration's work itself with add_prefill_work and add_decode_work")
+      .def(
+          "add_prefill_work",
+          [](const BatchView& v, int64_t tokens, int64_t context_before, bool samples) {
+            if (tokens < 1 || context_before < 0) {
+              throw UserError(
+                  fmt::format("batch.add_prefill_work: tokens must be >= 1 and context_before >= 0, "
+                              "got {} and {}",
+                              tokens, context_before));
+            }
+            v.get().shape.add_prefill(tokens, context_before);
+            if (samples) ++v.get().shape.num_sampled;
+          },
+          py::arg("tokens"), py::arg("context_before") = 0, py::arg("samples") = true,
+          "time a prefill of tokens after context_before tokens (a padded prompt, a row that progresses nothing)")
+      .def(
+          "add_decode_work",
+          [](const BatchView& v, int64_t context_before, bool samples) {
+            if (context_before < 0) {
+              throw UserError(
+                  fmt::format("batch.add_decode_work: context_before must be >= 0, got {}", context_before));
+            }
+            v.get().shape.add_decode(context_before);
+            if (samples) ++v.get().shape.num_sampled;
+          },
+          py::arg("context_before"), py::arg("samples") = true,
+          "time one decoded token after context_before tokens (a padded or finished row)")
       .def_property(
           "bubble_slots", [](const BatchView& v) { return v.get().bubble_slots; },
           [](const BatchView& v, int64_t slots) {
@@ -747,7 +813,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property(
           "extra_time_s", [](const BatchView& v) { return v.get().extra_time.seconds(); },
           [](const BatchView& v, double s) {
-            if (!(std::isfinite(s) && s >= 0)) throw UserError(fmt::format("batch.extra_time_s must be >= 0, got {}", s));
+            if (!(std::isfinite(s) && s >= 0))
+              throw UserError(fmt::format("batch.extra_time_s must be >= 0, got {}", s));
             v.get().extra_time = SimTime::from_seconds(s);
           },
           "seconds the iteration takes beyond the cost model's time (a transfer the GPU waits for)")
@@ -781,7 +848,7 @@ PYBIND11_MODULE(_core, m) {
            "tokens of the request's KV in blocks it found in the prefix cache at admission");
   py::class_<PrefixSourceCopy>(m, "_PrefixSource", "the prompts a prefix-caching KV cache reads (kept by the cache)");
   py::class_<ReservedKvCache, KvCacheManager>(m, "ReservedKvCache",
-                                               "a contiguous reservation per request (sim/kv_cache.h)")
+                                              "a contiguous reservation per request (sim/kv_cache.h)")
       .def(py::init<int64_t, int64_t, int32_t>(), py::arg("num_requests"), py::arg("capacity_tokens"),
            py::arg("block_size") = 1)
       .def("reservation_of", &ReservedKvCache::reservation_of, py::arg("id"));

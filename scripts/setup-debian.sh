@@ -9,7 +9,7 @@
 #   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build
+  build-essential cmake ninja-build clang-format
   libboost-program-options-dev libeigen3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libmimalloc-dev

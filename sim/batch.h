@@ -21,8 +21,8 @@ namespace batchsim {
 
 struct BatchItem {
   RequestId id = 0;
-  int32_t new_tokens = 0;       // >= 1
-  int64_t context_before = 0;   // tokens already computed (in the KV cache) before this step
+  int32_t new_tokens = 0;      // >= 1
+  int64_t context_before = 0;  // tokens already computed (in the KV cache) before this step
 };
 
 struct Batch {
@@ -32,13 +32,13 @@ struct Batch {
   // progress the replica advances without visiting them. In `shape` like any decode. Empty
   // unless the policy keeps a cohort; valid until the iteration has ended.
   std::span<const RequestId> cohort;
-  BatchShape shape;             // what the cost model times
+  BatchShape shape;  // what the cost model times
   // With attention data parallelism (policies/dp_attention/): each rank's shape, which the cost
   // model times as one lockstep step (CostModel::step); `shape` is then their sum. Empty
   // otherwise.
   std::vector<BatchShape> rank_shapes;
-  SimTime extra_time;           // added to the cost model's time (e.g. swap transfers)
-  int64_t bubble_slots = 0;     // batch slots that compute nothing useful (static batching)
+  SimTime extra_time;        // added to the cost model's time (e.g. swap transfers)
+  int64_t bubble_slots = 0;  // batch slots that compute nothing useful (static batching)
   // When the policy schedules nothing now but wants to be asked again at a later time
   // (a static batch timeout), it sets this.
   std::optional<SimTime> wake_at;
@@ -57,8 +57,7 @@ struct Batch {
   size_t size() const { return items.size() + cohort.size(); }
   // Adds an item and its shape: a decode when it computes the last known token, else a
   // prefill chunk. Policies that pad or compute extra rows add to `shape` themselves.
-  void add(RequestId id, int32_t new_tokens, int64_t context_before, bool is_decode,
-           bool samples) {
+  void add(RequestId id, int32_t new_tokens, int64_t context_before, bool is_decode, bool samples) {
     items.push_back({id, new_tokens, context_before});
     if (is_decode) {
       shape.add_decode(context_before);

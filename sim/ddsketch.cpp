@@ -20,9 +20,7 @@ DDSketch::DDSketch(double relative_accuracy) : alpha_(relative_accuracy) {
   log_gamma_ = std::log(gamma_);
 }
 
-int32_t DDSketch::index_of(double value) const {
-  return static_cast<int32_t>(std::ceil(std::log(value) / log_gamma_));
-}
+int32_t DDSketch::index_of(double value) const { return static_cast<int32_t>(std::ceil(std::log(value) / log_gamma_)); }
 
 double DDSketch::representative(int32_t index) const {
   // The point of (gamma^(i-1), gamma^i] whose relative distance to both ends is alpha.
@@ -62,8 +60,8 @@ void DDSketch::add(double value, int64_t weight) {
 
 void DDSketch::merge(const DDSketch& other) {
   if (other.alpha_ != alpha_) {
-    throw std::logic_error(fmt::format("DDSketch: cannot merge a sketch of accuracy {} into one of {}",
-                                       other.alpha_, alpha_));
+    throw std::logic_error(
+        fmt::format("DDSketch: cannot merge a sketch of accuracy {} into one of {}", other.alpha_, alpha_));
   }
   if (other.count_ == 0) return;
   min_ = count_ == 0 ? other.min_ : std::min(min_, other.min_);

@@ -51,14 +51,17 @@ void DecodeCohort::join(RequestId id, int32_t output_tokens) {
   joins_.push_back({steps_, seq, id});
   if (joins_.size() > 2 * static_cast<size_t>(size_) + 64) prune_gaps();
   finish_heap_.push_back({steps_ + (output_tokens - p.generated_tokens), seq, id});
-  std::push_heap(finish_heap_.begin(), finish_heap_.end(), [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
+  std::push_heap(finish_heap_.begin(), finish_heap_.end(),
+                 [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
   context_heap_.push_back({key, seq, id});
-  std::push_heap(context_heap_.begin(), context_heap_.end(), [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
+  std::push_heap(context_heap_.begin(), context_heap_.end(),
+                 [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
 }
 
 int64_t DecodeCohort::next_context_max() {
   while (!context_heap_.empty() && !live(context_heap_.front())) {
-    std::pop_heap(context_heap_.begin(), context_heap_.end(), [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
+    std::pop_heap(context_heap_.begin(), context_heap_.end(),
+                  [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
     context_heap_.pop_back();
   }
   return context_heap_.empty() ? 0 : context_heap_.front().key + steps_ + 1;
@@ -70,7 +73,8 @@ int64_t DecodeCohort::min_remaining() {
 }
 
 void DecodeCohort::pop_finish() {
-  std::pop_heap(finish_heap_.begin(), finish_heap_.end(), [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
+  std::pop_heap(finish_heap_.begin(), finish_heap_.end(),
+                [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
   finish_heap_.pop_back();
 }
 
@@ -138,9 +142,11 @@ void DecodeCohort::compact() {
   const size_t larger = std::max(finish_heap_.size(), context_heap_.size());
   if (larger <= 2 * std::max<size_t>(heaps_compacted_, 32) || larger <= 2 * static_cast<size_t>(size_)) return;
   std::erase_if(finish_heap_, [this](const Entry& e) { return !live(e); });
-  std::make_heap(finish_heap_.begin(), finish_heap_.end(), [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
+  std::make_heap(finish_heap_.begin(), finish_heap_.end(),
+                 [](const Entry& a, const Entry& b) { return finishes_later(a, b); });
   std::erase_if(context_heap_, [this](const Entry& e) { return !live(e); });
-  std::make_heap(context_heap_.begin(), context_heap_.end(), [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
+  std::make_heap(context_heap_.begin(), context_heap_.end(),
+                 [](const Entry& a, const Entry& b) { return smaller_key(a, b); });
   heaps_compacted_ = std::max(finish_heap_.size(), context_heap_.size());
 }
 

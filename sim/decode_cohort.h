@@ -65,13 +65,9 @@ class DecodeCohort {
   // tokens, joins; it finishes after output_tokens - generated more steps.
   void join(RequestId id, int32_t output_tokens);
   // KV blocks the next step takes: members whose tokens are a multiple of the block size.
-  int64_t blocks_next_step() const {
-    return histogram_[static_cast<size_t>(mod_block(-steps_))];
-  }
+  int64_t blocks_next_step() const { return histogram_[static_cast<size_t>(mod_block(-steps_))]; }
   // Whether member `id` is one of them.
-  bool needs_block_next_step(RequestId id) const {
-    return mod_block(key_[static_cast<size_t>(id)] + steps_) == 0;
-  }
+  bool needs_block_next_step(RequestId id) const { return mod_block(key_[static_cast<size_t>(id)] + steps_) == 0; }
   // The next step's decode contexts (each member attends to its computed tokens + 1): their
   // sum and their largest.
   int64_t next_context_sum() const { return key_sum_ + size_ * (steps_ + 1); }
@@ -147,10 +143,10 @@ class DecodeCohort {
   bool enabled_ = false;
   int32_t block_size_ = 1;
   int64_t size_ = 0;
-  int64_t steps_ = 0;   // steps grown
-  int64_t ended_ = 0;   // steps ended
+  int64_t steps_ = 0;  // steps grown
+  int64_t ended_ = 0;  // steps ended
   int64_t next_seq_ = 0;
-  SimTime last_end_;    // the end of step ended_
+  SimTime last_end_;  // the end of step ended_
   // Per request id: its join's sequence number (-1: not a member), the step count at its join,
   // and its key: KV tokens at its join minus that step count.
   std::vector<int64_t> join_seq_, join_step_, key_;

@@ -31,12 +31,12 @@ Policy::KvSizing Simulation::pool_kv_sizing(const Policy& policy, const CostMode
   const Policy::KvSizing kv = size_kv(policy, cm);
   if (kv.tokens < 1 && num_gpu_blocks <= 0) {
     const ModelSpec& m = cm.model();
-    throw UserError(fmt::format(
-        "decode pool: model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --decode-tp {}) leaves "
-        "no room for a KV cache on '{}' ({:.0f} GiB at {}): use a larger --decode-tp or --decode-gpu",
-        m.name, static_cast<double>(m.weight_bytes()) / kGiB,
-        static_cast<double>(m.weight_bytes()) / kGiB / cm.tensor_parallel(), cm.tensor_parallel(), cm.gpu().name,
-        static_cast<double>(cm.gpu().memory_bytes) / kGiB, kv.rule));
+    throw UserError(
+        fmt::format("decode pool: model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --decode-tp {}) leaves "
+                    "no room for a KV cache on '{}' ({:.0f} GiB at {}): use a larger --decode-tp or --decode-gpu",
+                    m.name, static_cast<double>(m.weight_bytes()) / kGiB,
+                    static_cast<double>(m.weight_bytes()) / kGiB / cm.tensor_parallel(), cm.tensor_parallel(),
+                    cm.gpu().name, static_cast<double>(cm.gpu().memory_bytes) / kGiB, kv.rule));
   }
   return kv;
 }
@@ -111,9 +111,10 @@ void Simulation::start_kv_transfer(Replica& to, RequestId id, int64_t tokens) {
   HandoffRecord& h = result_.handoffs[id];
   if (h.decode_replica != to.index || h.kv_allocated != SimTime::max() || tokens < 0 ||
       tokens > (*requests_)[id].prompt_tokens) {
-    throw std::logic_error(fmt::format("replica {} started a transfer of {} tokens for request {} "
-                                       "(handed to {}, allocated before: {})",
-                                       to.index, tokens, id, h.decode_replica, h.kv_allocated != SimTime::max()));
+    throw std::logic_error(
+        fmt::format("replica {} started a transfer of {} tokens for request {} "
+                    "(handed to {}, allocated before: {})",
+                    to.index, tokens, id, h.decode_replica, h.kv_allocated != SimTime::max()));
   }
   h.kv_allocated = now_;
   const Replica& from = replicas_[static_cast<size_t>(h.prefill_replica)];
@@ -127,12 +128,12 @@ void Simulation::start_kv_transfer(Replica& to, RequestId id, int64_t tokens) {
   if (d.mode == KvTransferMode::kLayerwise && had_room) {
     // Streamed while the prefill ran, from its first iteration on (sim/kv_transfer.h).
     const double overlap_s = (h.handoff - progress_[id].first_scheduled).seconds();
-    bytes = layerwise_exposed_bytes(bytes, from.cost_model->model().num_layers,
-                                    d.link.bytes_per_s() * parallel, overlap_s);
+    bytes =
+        layerwise_exposed_bytes(bytes, from.cost_model->model().num_layers, d.link.bytes_per_s() * parallel, overlap_s);
   }
   const SimTime duration = SimTime::from_seconds(kv_transfer_seconds(d.link, bytes, parallel));
-  const KvLinkSchedule::Slot slot = links_.reserve(static_cast<size_t>(from.index), static_cast<size_t>(to.index),
-                                                   now_, duration);
+  const KvLinkSchedule::Slot slot =
+      links_.reserve(static_cast<size_t>(from.index), static_cast<size_t>(to.index), now_, duration);
   h.transfer_start = slot.start;
   h.transfer_end = slot.end;
   h.transfer_bytes = static_cast<int64_t>(bytes);

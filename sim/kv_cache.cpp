@@ -79,8 +79,8 @@ void BlockKeyTable::erase(uint64_t key) {
   --size_;
 }
 
-PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
-                           double watermark_fraction, PrefixCacheSource prefix)
+PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size, double watermark_fraction,
+                           PrefixCacheSource prefix)
     : KvCacheManager(num_requests),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -360,7 +360,8 @@ bool PagedKvCache::decode_run_step() {
   if (blocks > free_blocks_) return false;
   if (caching_) {
     for (const RequestId id : run_ids_) {
-      if (!try_grow(id, tokens_[id] + 1)) throw std::logic_error("PagedKvCache: decode run growth failed after its blocks were counted");
+      if (!try_grow(id, tokens_[id] + 1))
+        throw std::logic_error("PagedKvCache: decode run growth failed after its blocks were counted");
     }
   } else {
     free_blocks_ -= blocks;
@@ -421,8 +422,7 @@ void PagedKvCache::check_invariants() const {
       fail(fmt::format("request {} holds {} side blocks, not {}", id, side_[id].size(), side_blocks_));
     }
     if (caching_ && static_cast<int64_t>(blocks_[id].size()) != blocks_of(id)) {
-      fail(fmt::format("request {} holds {} blocks for {} tokens", id, blocks_[id].size(),
-                       tokens_of(id)));
+      fail(fmt::format("request {} holds {} blocks for {} tokens", id, blocks_[id].size(), tokens_of(id)));
     }
   }
   if (tokens != used_tokens_) fail("per-request tokens do not add up to used_tokens");
@@ -529,8 +529,6 @@ void ReservedKvCache::release(RequestId id) {
   tokens_[id] = -1;
 }
 
-bool ReservedKvCache::fits_when_empty(int64_t reserve_tokens) const {
-  return rounded(reserve_tokens) <= capacity_;
-}
+bool ReservedKvCache::fits_when_empty(int64_t reserve_tokens) const { return rounded(reserve_tokens) <= capacity_; }
 
 }  // namespace batchsim

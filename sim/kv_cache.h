@@ -75,8 +75,8 @@ class KvCacheManager {
   virtual int64_t admission_cost(int64_t tokens, int64_t reserve_tokens) const = 0;
 
   virtual int64_t capacity_tokens() const = 0;
-  virtual int64_t allocated_tokens() const = 0;   // blocks * block_size, or reservations
-  virtual int64_t used_tokens() const = 0;        // tokens really written
+  virtual int64_t allocated_tokens() const = 0;  // blocks * block_size, or reservations
+  virtual int64_t used_tokens() const = 0;       // tokens really written
   bool holds(RequestId id) const { return id < static_cast<RequestId>(tokens_.size()) && tokens_[id] >= 0; }
   int64_t tokens_of(RequestId id) const { return holds(id) ? tokens_[id] : 0; }
 
@@ -210,8 +210,8 @@ struct PrefixCacheSource {
 // Every operation costs O(blocks it touches) hash-table operations; nothing is per token.
 class PagedKvCache final : public KvCacheManager {
  public:
-  PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size,
-               double watermark_fraction = 0.0, PrefixCacheSource prefix = {});
+  PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size, double watermark_fraction = 0.0,
+               PrefixCacheSource prefix = {});
   std::string_view kind() const override { return "paged"; }
   // Blocks every admitted request holds beside those of its tokens, taken at admission and
   // freed with it: the pages of a hybrid pool's sliding-window layers (CostModel::WindowKv::
@@ -259,8 +259,11 @@ class PagedKvCache final : public KvCacheManager {
   class DecodeGrowth {
    public:
     explicit DecodeGrowth(PagedKvCache& kv)
-        : kv_(kv), tokens_(kv.tokens_.data()), size_(static_cast<RequestId>(kv.tokens_.size())),
-          mask_(kv.block_size_ - 1), fast_(!kv.caching_ && kv.block_shift_ >= 0) {}
+        : kv_(kv),
+          tokens_(kv.tokens_.data()),
+          size_(static_cast<RequestId>(kv.tokens_.size())),
+          mask_(kv.block_size_ - 1),
+          fast_(!kv.caching_ && kv.block_shift_ >= 0) {}
     DecodeGrowth(const DecodeGrowth&) = delete;
     DecodeGrowth& operator=(const DecodeGrowth&) = delete;
     ~DecodeGrowth() { kv_.used_tokens_ += grown_; }
@@ -274,6 +277,7 @@ class PagedKvCache final : public KvCacheManager {
       grown_ = 0;
       return kv_.try_grow_decode(id, computed);
     }
+
    private:
     PagedKvCache& kv_;
     int64_t* tokens_;
@@ -324,7 +328,7 @@ class PagedKvCache final : public KvCacheManager {
   // Tokens `id` shared from the cache at its current admission (0 when not held).
   int64_t shared_tokens_of(RequestId id) const { return holds(id) && caching_ ? hit_tokens_[id] : 0; }
   int64_t cached_blocks() const { return table_.size(); }  // in the table
-  int64_t evictable_blocks() const { return evictable_; }      // cached, ref 0, counted free
+  int64_t evictable_blocks() const { return evictable_; }  // cached, ref 0, counted free
   // Whether allocating `n` blocks now would evict a cached block: one of the first `n` of the
   // free queue is in the table. O(n).
   bool allocation_evicts(int64_t n) const;
@@ -368,7 +372,7 @@ class PagedKvCache final : public KvCacheManager {
   int64_t num_blocks_;
   int32_t block_size_;
   int64_t side_blocks_ = 0;
-  int64_t holders_ = 0;  // requests holding KV (each holds side_blocks_ more)
+  int64_t holders_ = 0;       // requests holding KV (each holds side_blocks_ more)
   int32_t block_shift_ = -1;  // log2(block_size_) when that is a power of two, else -1
   int64_t watermark_blocks_;
   int64_t free_blocks_;
@@ -382,17 +386,17 @@ class PagedKvCache final : public KvCacheManager {
   std::vector<int32_t> ref_;                  // per block
   std::vector<uint64_t> key_;                 // per block; meaningful when in_table_
   std::vector<uint8_t> in_table_;
-  std::vector<int32_t> index_;                // per block in the table: its index k in its request
+  std::vector<int32_t> index_;  // per block in the table: its index k in its request
   // The free queue: every block at ref 0, least recently freed first, linked through the
   // blocks as FreeKVCacheBlockQueue links them.
   std::vector<int32_t> queue_prev_, queue_next_;
   int32_t queue_head_ = kNone, queue_tail_ = kNone;
-  int64_t evictable_ = 0;                     // blocks in the queue that are in the table
+  int64_t evictable_ = 0;  // blocks in the queue that are in the table
   BlockKeyTable table_;
-  int64_t shared_refs_ = 0;                   // sum over blocks of max(ref - 1, 0)
-  uint64_t generation_ = 0;                   // see scan()
-  mutable std::vector<int32_t> run_;          // cached blocks found by the last scan()
-  mutable uint64_t run_end_key_ = 0;          // the key that ended the run (if one did)
+  int64_t shared_refs_ = 0;           // sum over blocks of max(ref - 1, 0)
+  uint64_t generation_ = 0;           // see scan()
+  mutable std::vector<int32_t> run_;  // cached blocks found by the last scan()
+  mutable uint64_t run_end_key_ = 0;  // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;
   mutable uint64_t run_generation_ = 0;
   // Decode run without prefix caching: how many of the run's requests held a number of tokens

@@ -18,7 +18,8 @@ namespace {
 const std::vector<KvLink> kLinks = {
     // NVIDIA H100 SXM datasheet: NVLink 4 at 900 GB/s bidirectional per GPU, 450 GB/s each way
     // (prefill and decode GPUs in one NVSwitch node: DistServe's placement for slow clusters).
-    {"nvlink", 3600, 10, "NVLink 4 within a node: 450 GB/s per GPU each way (H100 SXM datasheet, 900 GB/s bidirectional)"},
+    {"nvlink", 3600, 10,
+     "NVLink 4 within a node: 450 GB/s per GPU each way (H100 SXM datasheet, 900 GB/s bidirectional)"},
     // NVIDIA ConnectX-7: 400 Gb/s InfiniBand NDR, one per GPU in a DGX H100 (Splitwise's
     // H100 machines, ISCA'24 section V).
     {"ib", 400, 10, "InfiniBand NDR between nodes: 400 Gb/s per GPU (ConnectX-7, one per GPU as in DGX H100)"},
@@ -45,8 +46,10 @@ KvLink resolve_kv_link(std::string_view name, std::optional<double> gbps, std::o
   if (it == kLinks.end()) {
     std::string known;
     for (const KvLink& l : kLinks) known += (known.empty() ? "" : ", ") + l.name;
-    throw UserError(fmt::format("{} '{}': unknown link (expected one of {}; --kv-link-gbps and "
-                                "--kv-link-latency-us replace its figures)", option, name, known));
+    throw UserError(
+        fmt::format("{} '{}': unknown link (expected one of {}; --kv-link-gbps and "
+                    "--kv-link-latency-us replace its figures)",
+                    option, name, known));
   }
   KvLink link = *it;
   if (gbps) {

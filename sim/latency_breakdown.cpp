@@ -12,13 +12,20 @@ namespace batchsim {
 
 std::string_view latency_part_name(LatencyPart part) {
   switch (part) {
-    case LatencyPart::kQueueing: return "queueing";
-    case LatencyPart::kPrefill: return "prefill";
-    case LatencyPart::kDecode: return "decode";
-    case LatencyPart::kStall: return "stall";
-    case LatencyPart::kPreemption: return "preemption";
-    case LatencyPart::kKvTransfer: return "kv_transfer";
-    case LatencyPart::kOverhead: return "overhead";
+    case LatencyPart::kQueueing:
+      return "queueing";
+    case LatencyPart::kPrefill:
+      return "prefill";
+    case LatencyPart::kDecode:
+      return "decode";
+    case LatencyPart::kStall:
+      return "stall";
+    case LatencyPart::kPreemption:
+      return "preemption";
+    case LatencyPart::kKvTransfer:
+      return "kv_transfer";
+    case LatencyPart::kOverhead:
+      return "overhead";
   }
   return "?";
 }
@@ -74,7 +81,7 @@ void LatencyAccounting::joined(RequestId id, int32_t replica, SimTime at) {
     throw std::logic_error(fmt::format("latency breakdown: request {} joined while running or done", id));
   }
   if (at < a.attributed_until) time_went_backwards(a.attributed_until, at);
-  const LatencyPart wait = a.waiting == Waiting::kForAdmission    ? LatencyPart::kQueueing
+  const LatencyPart wait = a.waiting == Waiting::kForAdmission      ? LatencyPart::kQueueing
                            : a.waiting == Waiting::kAfterPreemption ? LatencyPart::kPreemption
                                                                     : LatencyPart::kKvTransfer;
   a.parts[wait] += (at - a.attributed_until).ns();
@@ -126,8 +133,8 @@ void LatencyAccounting::kv_transfer_started(RequestId id, SimTime at) {
   a.waiting = Waiting::kForKv;
 }
 
-void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const Batch& batch,
-                                          const IterationCost& cost, SimTime duration, const CostModel& cost_model,
+void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const Batch& batch, const IterationCost& cost,
+                                          SimTime duration, const CostModel& cost_model,
                                           std::span<const int64_t> batch_stamp, int64_t stamp,
                                           const DecodeCohort* cohort) {
   ReplicaAccount& r = replicas_[static_cast<size_t>(replica)];

@@ -175,8 +175,8 @@ class LatencyAccounting {
   // must compute again: all it knew when it was decoding (the re-prefill replaces the decode
   // step that would have computed the last sampled token), the chunks it had computed when it
   // was still prefilling.
-  void preempted(RequestId id, SimTime at, int64_t computed_tokens, int64_t known_tokens,
-                 int32_t generated_tokens, bool keeps_kv);
+  void preempted(RequestId id, SimTime at, int64_t computed_tokens, int64_t known_tokens, int32_t generated_tokens,
+                 bool keeps_kv);
   // Disaggregation (issue 15): the prefill replica hands the request on at `at` (its first
   // token); from then until its first iteration on the decode replica — waiting for decode KV
   // memory, for the link, on the link, and for the decode replica's next iteration — is
@@ -222,8 +222,8 @@ class LatencyAccounting {
     IterationSplit split;
     bool left_out_by_default = false;
     std::vector<RequestId> exceptions;
-    std::vector<RequestId> running;   // requests running here (joined, not left)
-    std::vector<RequestId> landed;    // KV landed here, not yet in an iteration (disaggregation)
+    std::vector<RequestId> running;  // requests running here (joined, not left)
+    std::vector<RequestId> landed;   // KV landed here, not yet in an iteration (disaggregation)
     // By row count d: the kernels of a decode-only iteration of d rows that depend on d alone
     // (GEMMs, LM head, elementwise, all-reduce), asked of the cost model once per d; NaN until.
     std::vector<double> decode_rows_kernels_s;

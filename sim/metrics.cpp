@@ -24,7 +24,9 @@ void WeightedSamples::sort() const {
   using Pair = std::pair<double, int64_t>;
   boost::sort::spreadsort::float_sort(
       samples_.begin(), samples_.end(),
-      [](const Pair& x, unsigned offset) { return boost::sort::spreadsort::float_mem_cast<double, int64_t>(x.first) >> offset; },
+      [](const Pair& x, unsigned offset) {
+        return boost::sort::spreadsort::float_mem_cast<double, int64_t>(x.first) >> offset;
+      },
       [](const Pair& a, const Pair& b) { return a.first < b.first; });
   // Merge equal values so storage stays proportional to distinct values.
   size_t out = 0;
@@ -83,8 +85,7 @@ void select_ranks(std::span<const SamplePair> pairs, std::span<const int64_t> ra
   constexpr size_t kSortBelow = 64;
   if (pairs.size() <= kSortBelow) {
     std::vector<SamplePair> sorted(pairs.begin(), pairs.end());
-    std::sort(sorted.begin(), sorted.end(),
-              [](const SamplePair& a, const SamplePair& b) { return a.first < b.first; });
+    std::sort(sorted.begin(), sorted.end(), [](const SamplePair& a, const SamplePair& b) { return a.first < b.first; });
     int64_t cumulative = 0;
     size_t k = 0;
     for (const SamplePair& p : sorted) {
@@ -247,13 +248,20 @@ double SketchedSamples::mean() const {
 
 std::string_view phase_name(RequestPhase phase) {
   switch (phase) {
-    case RequestPhase::kQueued: return "queued";
-    case RequestPhase::kPrefilling: return "prefilling";
-    case RequestPhase::kDecoding: return "decoding";
-    case RequestPhase::kPreempted: return "preempted";
-    case RequestPhase::kKvTransfer: return "kv_transfer";
-    case RequestPhase::kFinished: return "finished";
-    case RequestPhase::kRejected: return "rejected";
+    case RequestPhase::kQueued:
+      return "queued";
+    case RequestPhase::kPrefilling:
+      return "prefilling";
+    case RequestPhase::kDecoding:
+      return "decoding";
+    case RequestPhase::kPreempted:
+      return "preempted";
+    case RequestPhase::kKvTransfer:
+      return "kv_transfer";
+    case RequestPhase::kFinished:
+      return "finished";
+    case RequestPhase::kRejected:
+      return "rejected";
   }
   return "?";
 }

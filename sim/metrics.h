@@ -42,24 +42,22 @@ struct RequestRecord : Request, RequestProgress {
   double e2e_s() const { return e2e().seconds(); }
   double queueing_s() const { return queueing().seconds(); }
   // (e2e - TTFT) / (output - 1); 0 for single-token outputs.
-  double tpot_s() const {
-    return output_tokens > 1 ? (finished - first_token).seconds() / (output_tokens - 1) : 0.0;
-  }
+  double tpot_s() const { return output_tokens > 1 ? (finished - first_token).seconds() / (output_tokens - 1) : 0.0; }
 };
 
 struct IterationRecord {
-  int64_t index = 0;              // of the replica's iterations
-  int32_t replica = 0;            // which replica ran it
+  int64_t index = 0;    // of the replica's iterations
+  int32_t replica = 0;  // which replica ran it
   SimTime start;
   SimTime duration;
-  int32_t num_requests = 0;       // items scheduled
-  int32_t num_prefills = 0;       // prefill chunks
+  int32_t num_requests = 0;  // items scheduled
+  int32_t num_prefills = 0;  // prefill chunks
   int64_t prefill_tokens = 0;
   int32_t num_decodes = 0;
   int64_t bubble_slots = 0;
-  int64_t kv_used_tokens = 0;     // while the iteration runs (after scheduling)
+  int64_t kv_used_tokens = 0;  // while the iteration runs (after scheduling)
   int64_t kv_allocated_tokens = 0;
-  int32_t waiting = 0;            // routed here, not yet settled, not in this batch
+  int32_t waiting = 0;  // routed here, not yet settled, not in this batch
   IterationCost cost;
   // With SimulationOptions::record_iteration_items: where this iteration's num_requests items
   // start in SimulationResult::iteration_items (the iterations of a fast-forwarded decode run
@@ -108,15 +106,15 @@ struct RequestPhaseChange {
 // reached: a request of one output token finishes on the prefill side and is never handed off.
 struct HandoffRecord {
   int32_t prefill_replica = -1;
-  int32_t decode_replica = -1;    // -1: never handed off
-  SimTime handoff = SimTime::max();        // its first token; its KV is held from here
-  SimTime kv_allocated = SimTime::max();   // the decode replica found room: the transfer is asked for
-  SimTime transfer_start = SimTime::max();  // the link (both NICs) became free for it
-  SimTime transfer_end = SimTime::max();    // landed: prefill KV freed, decode may schedule it
-  int64_t transfer_bytes = 0;               // KV moved over the link after the prefill ended
+  int32_t decode_replica = -1;                  // -1: never handed off
+  SimTime handoff = SimTime::max();             // its first token; its KV is held from here
+  SimTime kv_allocated = SimTime::max();        // the decode replica found room: the transfer is asked for
+  SimTime transfer_start = SimTime::max();      // the link (both NICs) became free for it
+  SimTime transfer_end = SimTime::max();        // landed: prefill KV freed, decode may schedule it
+  int64_t transfer_bytes = 0;                   // KV moved over the link after the prefill ended
   SimTime decode_first_token = SimTime::max();  // its first token on the decode side (its second)
   bool transferred() const { return transfer_end != SimTime::max(); }
-  SimTime wait() const { return kv_allocated - handoff; }         // backpressure
+  SimTime wait() const { return kv_allocated - handoff; }          // backpressure
   SimTime queue() const { return transfer_start - kv_allocated; }  // NIC queueing
   SimTime transfer() const { return transfer_end - transfer_start; }
   double wait_s() const { return wait().seconds(); }
@@ -156,6 +154,7 @@ class WeightedSamples {
   double interpolated_percentile(double q) const;
   // Population standard deviation (numpy.std's default, ddof = 0); 0 when empty.
   double stddev() const;
+
  private:
   mutable std::vector<std::pair<double, int64_t>> samples_;
   mutable bool sorted_ = true;
@@ -183,12 +182,13 @@ class SketchedSamples {
   // Several at once, closing the open run once.
   void percentiles(std::span<const double> qs, std::span<double> out) const;
   double max() const { return closed().max(); }
+
  private:
   // The sketch with the open run added (it stays open: a later equal value still joins it).
   DDSketch closed() const;
   DDSketch sketch_{kRelativeAccuracy};  // the closed runs
-  double sum_ = 0;          // of value x weight over the closed runs
-  double run_value_ = 0;    // the open run of equal values
+  double sum_ = 0;                      // of value x weight over the closed runs
+  double run_value_ = 0;                // the open run of equal values
   int64_t run_weight_ = 0;
 };
 
@@ -217,25 +217,25 @@ struct PriorityClassSummary {
 
 // One pool of a disaggregated run (Summary::pools): its replicas' figures together.
 struct PoolSummary {
-  std::string role;                 // "prefill" | "decode"
+  std::string role;  // "prefill" | "decode"
   int32_t first_replica = 0, replicas = 0;
-  int64_t requests = 0;             // routed (prefill) or handed (decode) to it
+  int64_t requests = 0;  // routed (prefill) or handed (decode) to it
   int64_t iterations = 0;
-  double busy_fraction = 0;         // its replicas' mean computing time / the makespan
-  int64_t kv_capacity_tokens = 0;   // per replica
-  std::string kv_capacity_rule;     // how that was sized (SimulationResult::kv_capacity_rule)
+  double busy_fraction = 0;        // its replicas' mean computing time / the makespan
+  int64_t kv_capacity_tokens = 0;  // per replica
+  std::string kv_capacity_rule;    // how that was sized (SimulationResult::kv_capacity_rule)
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // over its replicas' busy time
-  int64_t preemptions = 0;          // preemptions its policies made
+  int64_t preemptions = 0;                                                // preemptions its policies made
 };
 
 // The KV transfers of a disaggregated run (Summary::kv_transfer).
 struct KvTransferSummary {
   int64_t transfers = 0;
-  double bytes = 0;                 // moved over the links after prefills ended
-  Distribution wait_s;              // hand-off to decode KV allocated (backpressure)
-  Distribution queue_s;             // allocated to the link free (NIC queueing)
-  Distribution transfer_s;          // on the link
-  Distribution handoff_gap_s;       // first token (prefill) to second token (decode)
+  double bytes = 0;            // moved over the links after prefills ended
+  Distribution wait_s;         // hand-off to decode KV allocated (backpressure)
+  Distribution queue_s;        // allocated to the link free (NIC queueing)
+  Distribution transfer_s;     // on the link
+  Distribution handoff_gap_s;  // first token (prefill) to second token (decode)
   // Arrival to the first token on the decode side: the TTFT a client of vLLM's disaggregated
   // proxy sees, whose first token comes from the decode instance (it re-samples it there).
   Distribution ttft_at_decode_s;
@@ -264,27 +264,27 @@ LatencyBreakdownSummary summarize_latency_breakdown(const std::vector<RequestRec
 struct Summary {
   int64_t requests_total = 0, requests_completed = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;  // of completed requests
-  double makespan_s = 0;   // first arrival to last completion
+  double makespan_s = 0;                         // first arrival to last completion
   double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
   Distribution e2e_s, ttft_s, tpot_s, tbt_s, normalized_latency_s_per_token, queueing_s;
   int64_t preemptions = 0;
   int64_t iterations = 0;
-  double bubble_fraction = 0;      // bubble slots / (bubble + useful slots) over all iterations
+  double bubble_fraction = 0;  // bubble slots / (bubble + useful slots) over all iterations
   // Over the KV memory, SimulationResult::kv_capacity_tokens (not the blocks carved from it).
-  double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;        // real tokens / capacity
+  double kv_used_fraction_mean = 0, kv_used_fraction_peak = 0;            // real tokens / capacity
   double kv_allocated_fraction_mean = 0, kv_allocated_fraction_peak = 0;  // held / capacity
-  double busy_fraction = 0;        // time a replica was computing / makespan (replicas' mean)
+  double busy_fraction = 0;  // time a replica was computing / makespan (replicas' mean)
   // Prefix caching, over every admission of a request that had to prefill (first admissions
   // and readmissions after recompute, not swap-ins): the tokens whose KV it needed (prompt,
   // plus the generated tokens of a readmission), and those of them found cached.
   int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
-  double prefix_hit_rate = 0;      // prefill_cached_tokens / prefill_admitted_tokens
+  double prefix_hit_rate = 0;            // prefill_cached_tokens / prefill_admitted_tokens
   std::vector<ReplicaSummary> replicas;  // one per replica, in index order
   // One per priority present, most urgent (smallest) first; empty when every request has the
   // same priority (the class would repeat the figures above).
   std::vector<PriorityClassSummary> priority_classes;
-  std::vector<PoolSummary> pools;        // disaggregated runs: prefill, then decode
-  KvTransferSummary kv_transfer;         // disaggregated runs
+  std::vector<PoolSummary> pools;  // disaggregated runs: prefill, then decode
+  KvTransferSummary kv_transfer;   // disaggregated runs
   LatencyBreakdownSummary latency_breakdown;
   // 0: every percentile is exact (nearest rank over all samples). A streaming run's are a
   // DDSketch's, within this relative error of the exact ones; its latency breakdown then has
@@ -306,6 +306,7 @@ class RequestFigures {
   // Writes the figures into `s`; `busy_s` as summarize()'s. The latency breakdown's p99
   // shares are left to the caller (they need the records).
   void finish(Summary& s, double busy_s, const Samples& tbt_s) const;
+
  private:
   struct Class {
     PriorityClassSummary counts;
@@ -337,8 +338,8 @@ struct SimulationResult {
   // The phase changes of the requests with id < SimulationOptions::record_phases_of_first_requests,
   // by request, then time; each request's first is kQueued, its last kFinished or kRejected.
   std::vector<RequestPhaseChange> request_phases;
-  WeightedSamples tbt_s;                    // every inter-token gap
-  std::vector<HandoffRecord> handoffs;      // disaggregated runs, by request id; else empty
+  WeightedSamples tbt_s;                // every inter-token gap
+  std::vector<HandoffRecord> handoffs;  // disaggregated runs, by request id; else empty
   Summary summary;
   int64_t kv_capacity_tokens = 0;
   // How it was sized, in words: the engine's rule (Policy::kv_sizing) or --num-gpu-blocks.

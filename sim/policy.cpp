@@ -13,22 +13,26 @@ namespace batchsim {
 
 std::string_view pool_role_name(PoolRole role) {
   switch (role) {
-    case PoolRole::kColocated: return "colocated";
-    case PoolRole::kPrefill: return "prefill";
-    case PoolRole::kDecode: return "decode";
+    case PoolRole::kColocated:
+      return "colocated";
+    case PoolRole::kPrefill:
+      return "prefill";
+    case PoolRole::kDecode:
+      return "decode";
   }
   return "?";
 }
 
 std::string Policy::unsupported_role_reason(PoolRole role) const {
   if (role == PoolRole::kColocated) return "";
-  return fmt::format("policy '{}' has no {} role: it cannot hold a finished request's KV for a "
-                     "transfer, nor admit a request whose prompt was prefilled elsewhere",
-                     name(), pool_role_name(role));
+  return fmt::format(
+      "policy '{}' has no {} role: it cannot hold a finished request's KV for a "
+      "transfer, nor admit a request whose prompt was prefilled elsewhere",
+      name(), pool_role_name(role));
 }
 
-Policy::KvSizing Policy::after_profile_run(const CostModel& cost_model, double gpu_memory_utilization,
-                                           int64_t tokens, int64_t sequences, CostModel::WindowKv window) {
+Policy::KvSizing Policy::after_profile_run(const CostModel& cost_model, double gpu_memory_utilization, int64_t tokens,
+                                           int64_t sequences, CostModel::WindowKv window) {
   return KvSizing{cost_model.kv_capacity_tokens(gpu_memory_utilization, tokens, sequences, window),
                   fmt::format("--gpu-memory-utilization {:g} after a profile run of {} tokens in {} sequences",
                               gpu_memory_utilization, tokens, sequences)};
@@ -66,14 +70,12 @@ T parse_number(const std::string& key, const std::string& text, T min, T max, co
 
 }  // namespace
 
-int64_t PolicyOptions::get_int(const std::string& key, int64_t fallback, int64_t min,
-                               int64_t max) const {
+int64_t PolicyOptions::get_int(const std::string& key, int64_t fallback, int64_t min, int64_t max) const {
   const std::string* text = lookup(key);
   return text == nullptr ? fallback : parse_number<int64_t>(key, *text, min, max, "an integer");
 }
 
-double PolicyOptions::get_double(const std::string& key, double fallback, double min,
-                                 double max) const {
+double PolicyOptions::get_double(const std::string& key, double fallback, double min, double max) const {
   const std::string* text = lookup(key);
   return text == nullptr ? fallback : parse_number<double>(key, *text, min, max, "a number");
 }
@@ -93,16 +95,16 @@ std::string PolicyOptions::get_choice(const std::string& key, const std::string&
   for (std::string_view c : choices) {
     if (*text == c) return *text;
   }
-  throw UserError(fmt::format("--policy-opt {}={}: expected one of {}", key, *text,
-                              fmt::join(choices, ", ")));
+  throw UserError(fmt::format("--policy-opt {}={}: expected one of {}", key, *text, fmt::join(choices, ", ")));
 }
 
 void PolicyOptions::check_all_used(std::string_view policy_name) const {
   for (const auto& [key, value] : values_) {
     if (!used_.count(key)) {
-      throw UserError(fmt::format("--policy-opt {}={}: policy '{}' has no option '{}' "
-                                  "(`batchsim list policies` shows the options)",
-                                  key, value, policy_name, key));
+      throw UserError(
+          fmt::format("--policy-opt {}={}: policy '{}' has no option '{}' "
+                      "(`batchsim list policies` shows the options)",
+                      key, value, policy_name, key));
     }
   }
 }

@@ -14,9 +14,9 @@
 // A request the policy can never serve is handed to env.reject(id, reason) exactly once and
 // must then leave every queue. A reason reads "KIND: DETAIL": the kind is the rule and its limit,
 // the same for every request it rejects ("prompt + output exceed max_model_len 4096"), the
-// detail this request's figures ("4069 + 46 tokens"); warnings group requests by kind. A policy must never return an empty batch while it holds
-// schedulable work, unless it sets batch.wake_at (e.g. a static batch timeout): the simulation
-// treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
+// detail this request's figures ("4069 + 46 tokens"); warnings group requests by kind. A policy must never return an
+// empty batch while it holds schedulable work, unless it sets batch.wake_at (e.g. a static batch timeout): the
+// simulation treats "work left, nothing scheduled, nothing to wait for" as a bug, not a hang.
 //
 // Disaggregated pools (sim/simulation.h, "Disaggregated pools"): a policy serves one of three
 // roles, PolicyEnv::role. Colocated is all of the above. A prefill replica sees each request
@@ -91,7 +91,7 @@ struct PolicyEnv {
   // SimulationOptions::num_gpu_blocks: a paged manager has exactly this many blocks (0: as
   // many as kv_capacity_tokens holds).
   int64_t num_gpu_blocks = 0;
-  int32_t max_model_len = 0;       // the model's context limit
+  int32_t max_model_len = 0;  // the model's context limit
   std::function<void(RequestId, std::string)> reject;
   // Preempts running request `id`: it goes back to waiting and its preemption count grows.
   // With recompute (`keeps_kv` false) its computed tokens are dropped and must be prefilled
@@ -147,9 +147,7 @@ struct PolicyEnv {
            (client_connections > 0 && *client_connections_taken >= client_connections);
   }
   // Tokens whose KV must exist before the next token can be sampled: prompt + generated.
-  int64_t known_tokens(RequestId id) const {
-    return request(id).prompt_tokens + progress_of(id).generated_tokens;
-  }
+  int64_t known_tokens(RequestId id) const { return request(id).prompt_tokens + progress_of(id).generated_tokens; }
   // The most output tokens request `id` may generate, which a server that reserves KV ahead
   // must reserve for: the client's max_tokens (Request::output_limit), cut to what the model's
   // context leaves after the prompt, as TensorRT-LLM lowers a request's maxNewTokens
@@ -170,8 +168,7 @@ class Policy {
   virtual void attach(PolicyEnv& env) = 0;
   virtual void on_arrival(RequestId id, SimTime now) = 0;
   virtual void schedule(SimTime now, Batch& batch) = 0;
-  virtual void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
-                                SimTime now) = 0;
+  virtual void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) = 0;
   // True when the policy holds no waiting or running request.
   virtual bool idle() const = 0;
   virtual const KvCacheManager& kv_cache() const = 0;

@@ -56,8 +56,7 @@ const std::vector<RouterInfo> kRouters = {
     {Router::kRandom, "random", "uniform over replicas, from the run's seed (Vidur's random)"},
     {Router::kLeastOutstanding, "least-outstanding",
      "fewest routed, unfinished requests; ties to the lowest index (Vidur's lor)"},
-    {Router::kLeastKv, "least-kv",
-     "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
+    {Router::kLeastKv, "least-kv", "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
     {Router::kPrefix, "prefix",
      "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
      "production-stack prefixaware); round-robin without hashes"},
@@ -83,10 +82,8 @@ Router parse_router(std::string_view name, std::string_view option) {
   throw UserError(fmt::format("{} '{}': unknown router (expected one of {})", option, name, known));
 }
 
-Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model,
-                       SimulationOptions options)
-    : Simulation(workload, std::span<Policy* const>(std::array<Policy*, 1>{&policy}), cost_model,
-                 std::move(options)) {}
+Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model, SimulationOptions options)
+    : Simulation(workload, std::span<Policy* const>(std::array<Policy*, 1>{&policy}), cost_model, std::move(options)) {}
 
 namespace {
 const Workload kNoWorkload;  // a streaming run's workload_: its requests come from the source
@@ -112,8 +109,8 @@ Simulation::Simulation(RequestSource& source, std::span<Policy* const> policies,
   source_ = &source;
 }
 
-Simulation::Simulation(const Workload& workload, std::span<Policy* const> policies,
-                       const CostModel& cost_model, SimulationOptions options)
+Simulation::Simulation(const Workload& workload, std::span<Policy* const> policies, const CostModel& cost_model,
+                       SimulationOptions options)
     : workload_(workload),
       policies_(policies.begin(), policies.end()),
       cost_model_(cost_model),
@@ -131,11 +128,11 @@ SimulationResult Simulation::run() {
   const auto n = static_cast<int64_t>(workload_.size());
   for (int64_t i = 0; i < n; ++i) check_request(workload_[i], i, i > 0 ? workload_[i - 1].arrival : SimTime::zero());
   if (streaming()) {
-    const char* unsupported = options_.max_concurrency > 0                ? "closed-loop clients"
-                              : pooled()                                  ? "disaggregated pools"
-                              : options_.prefix_blocks != nullptr &&
-                                        !options_.prefix_blocks->empty() ? "prompt-block hashes"
-                              : options_.record_iterations                ? "recorded iterations"
+    const char* unsupported = options_.max_concurrency > 0 ? "closed-loop clients"
+                              : pooled()                   ? "disaggregated pools"
+                              : options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty()
+                                  ? "prompt-block hashes"
+                              : options_.record_iterations                   ? "recorded iterations"
                               : options_.record_phases_of_first_requests > 0 ? "recorded phases"
                                                                              : nullptr;
     if (unsupported != nullptr) {
@@ -201,9 +198,8 @@ SimulationResult Simulation::run() {
         "model '{}' ({:.1f} GiB of weights, {:.1f} GiB per GPU at --tp {}) leaves no room for a "
         "KV cache on '{}' ({:.0f} GiB at {}): use a larger --tp or GPU",
         m.name, static_cast<double>(m.weight_bytes()) / kGiB,
-        static_cast<double>(m.weight_bytes()) / kGiB / cost_model_.tensor_parallel(),
-        cost_model_.tensor_parallel(), cost_model_.gpu().name,
-        static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, kv.rule));
+        static_cast<double>(m.weight_bytes()) / kGiB / cost_model_.tensor_parallel(), cost_model_.tensor_parallel(),
+        cost_model_.gpu().name, static_cast<double>(cost_model_.gpu().memory_bytes) / kGiB, kv.rule));
   }
 
   // Sized once and never again: each policy keeps a pointer to its replica's env.
@@ -233,7 +229,8 @@ SimulationResult Simulation::run() {
     if (r.num_gpu_blocks > 0) r.kv_sizing_rule = fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks);
     if (ranks > 1) {
       r.kv_capacity_tokens *= ranks;
-      r.kv_sizing_rule = fmt::format("{} DP ranks of {} tokens, each by {}", ranks, env.kv_capacity_tokens, r.kv_sizing_rule);
+      r.kv_sizing_rule =
+          fmt::format("{} DP ranks of {} tokens, each by {}", ranks, env.kv_capacity_tokens, r.kv_sizing_rule);
     }
     env.kv_sizing_rule = r.kv_sizing_rule;
     env.num_gpu_blocks = r.num_gpu_blocks;
@@ -269,11 +266,9 @@ SimulationResult Simulation::run() {
     env.client_connections = options_.client_connections;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
-      if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 ||
-          tokens >= env.known_tokens(id)) {
-        throw std::logic_error(fmt::format(
-            "policy claimed {} cached tokens for request {} (computed {}, known {})", tokens, id,
-            p.computed_tokens, env.known_tokens(id)));
+      if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
+        throw std::logic_error(fmt::format("policy claimed {} cached tokens for request {} (computed {}, known {})",
+                                           tokens, id, p.computed_tokens, env.known_tokens(id)));
       }
       p.computed_tokens = tokens;
       p.cached_tokens += tokens;
@@ -282,8 +277,8 @@ SimulationResult Simulation::run() {
     // The cohort needs every batch's requests to be the replica's business alone, and its
     // members listed by nobody: not with fast-forward off (whose runs the tests compare with
     // it), a hook or a log that wants every item, or pools (a hand-off reads the items).
-    if (options_.fast_forward && !options_.on_iteration && !(options_.record_iterations && options_.record_iteration_items) &&
-        !pooled()) {
+    if (options_.fast_forward && !options_.on_iteration &&
+        !(options_.record_iterations && options_.record_iteration_items) && !pooled()) {
       r.cohort.attach(&progress_);
       env.cohort = &r.cohort;
     }
@@ -305,7 +300,8 @@ SimulationResult Simulation::run() {
       arrive_from_source();
       continue;
     }
-    if (!streaming() && scheduled_ < n && (events_.empty() || workload_[static_cast<size_t>(scheduled_)].arrival <= events_.next_time())) {
+    if (!streaming() && scheduled_ < n &&
+        (events_.empty() || workload_[static_cast<size_t>(scheduled_)].arrival <= events_.next_time())) {
       const Request& next = workload_[static_cast<size_t>(scheduled_)];
       if (next.arrival < now_) throw std::logic_error("time went backwards");
       now_ = next.arrival;
@@ -335,9 +331,8 @@ SimulationResult Simulation::run() {
     }
   }
   if (const int64_t all = streaming() ? read_ : n; settled_ != all) {
-    throw std::logic_error(fmt::format(
-        "policy '{}' left {} of {} requests neither finished nor rejected",
-        policies_.front()->name(), all - settled_, all));
+    throw std::logic_error(fmt::format("policy '{}' left {} of {} requests neither finished nor rejected",
+                                       policies_.front()->name(), all - settled_, all));
   }
   // Logged in event order; each request's changes are in time order already.
   std::stable_sort(result_.request_phases.begin(), result_.request_phases.end(),
@@ -382,10 +377,9 @@ void Simulation::summarize_replicas() {
                      [](const IterationRecord& a, const IterationRecord& b) {
                        return a.start != b.start ? a.start < b.start : a.replica < b.replica;
                      });
-    std::stable_sort(result_.idle_samples.begin(), result_.idle_samples.end(),
-                     [](const IdleSample& a, const IdleSample& b) {
-                       return a.at != b.at ? a.at < b.at : a.replica < b.replica;
-                     });
+    std::stable_sort(
+        result_.idle_samples.begin(), result_.idle_samples.end(),
+        [](const IdleSample& a, const IdleSample& b) { return a.at != b.at ? a.at < b.at : a.replica < b.replica; });
   }
   const auto num_replicas = static_cast<double>(replicas_.size());
   if (streaming()) {
@@ -395,9 +389,7 @@ void Simulation::summarize_replicas() {
   }
   Summary& s = result_.summary;
   s.iterations = iterations;
-  s.bubble_fraction = (bubble + useful) > 0
-                          ? static_cast<double>(bubble) / static_cast<double>(bubble + useful)
-                          : 0.0;
+  s.bubble_fraction = (bubble + useful) > 0 ? static_cast<double>(bubble) / static_cast<double>(bubble + useful) : 0.0;
   // KV fractions while busy, weighted by busy time over the replicas (all have the capacity).
   if (busy_s > 0) {
     s.kv_used_fraction_mean = kv_used_area / busy_s;
@@ -418,8 +410,8 @@ void Simulation::summarize_replicas() {
     if (s.makespan_s > 0) rs.busy_fraction = r.busy_s / s.makespan_s;
     if (r.busy_s > 0) rs.kv_allocated_fraction_mean = r.kv_alloc_area / r.busy_s;
     if (r.prefill_admitted_tokens > 0) {
-      rs.prefix_hit_rate = static_cast<double>(r.prefill_cached_tokens) /
-                           static_cast<double>(r.prefill_admitted_tokens);
+      rs.prefix_hit_rate =
+          static_cast<double>(r.prefill_cached_tokens) / static_cast<double>(r.prefill_admitted_tokens);
     }
     s.replicas.push_back(rs);
   }
@@ -428,8 +420,7 @@ void Simulation::summarize_replicas() {
   }
 }
 
-int32_t Simulation::route(RequestId id, size_t first, size_t count, Router router, Rng& rng,
-                          int64_t& round_robin) {
+int32_t Simulation::route(RequestId id, size_t first, size_t count, Router router, Rng& rng, int64_t& round_robin) {
   const auto n = static_cast<int64_t>(count);
   const auto base = static_cast<int32_t>(first);
   if (n == 1) return base;
@@ -451,9 +442,7 @@ int32_t Simulation::route(RequestId id, size_t first, size_t count, Router route
     case Router::kLeastKv:
       // Allocated KV (all replicas have the same capacity), then outstanding requests: a
       // burst arrives before any replica allocates, and must still spread.
-      return least([](const Replica& r) {
-        return std::pair(r.policy->kv_cache().allocated_tokens(), r.outstanding);
-      });
+      return least([](const Replica& r) { return std::pair(r.policy->kv_cache().allocated_tokens(), r.outstanding); });
     case Router::kPrefix:
       // Requests that share their first prompt block share a replica, whose prefix cache then
       // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
@@ -585,7 +574,7 @@ void Simulation::arrive(RequestId id) {
 SimTime Simulation::next_arrival_time() const {
   if (streaming()) return next_request_ ? next_request_->arrival : SimTime::max();
   return scheduled_ < static_cast<int64_t>(workload_.size()) ? workload_[static_cast<size_t>(scheduled_)].arrival
-                                                              : SimTime::max();
+                                                             : SimTime::max();
 }
 
 void Simulation::arrive_from_source() {
@@ -600,10 +589,10 @@ void Simulation::arrive_from_source() {
     return true;
   });
   if (free_slots_.empty()) {
-    throw UserError(fmt::format(
-        "--streaming-slots: {} requests are in flight at t={:.3f}s (request {} arrives), more than the {} "
-        "slots of this streaming run; give a larger --streaming-slots (or a lighter load)",
-        options_.streaming.slots + 1, now_.seconds(), read_, options_.streaming.slots));
+    throw UserError(
+        fmt::format("--streaming-slots: {} requests are in flight at t={:.3f}s (request {} arrives), more than the {} "
+                    "slots of this streaming run; give a larger --streaming-slots (or a lighter load)",
+                    options_.streaming.slots + 1, now_.seconds(), read_, options_.streaming.slots));
   }
   const RequestId slot = free_slots_.back();
   free_slots_.pop_back();
@@ -692,15 +681,15 @@ void Simulation::try_start_iteration(Replica& r) {
     if (options_.record_iterations) record_idle(r);
     if (batch.wake_at) {
       if (*batch.wake_at <= now_) {
-        throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future",
-                                           policy.name()));
+        throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future", policy.name()));
       }
       wake_at(r, *batch.wake_at);
-    } else if (!policy.idle() && events_.empty() && next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
-      throw std::logic_error(fmt::format(
-          "policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
-          "left to wait for",
-          policy.name(), now_.seconds()));
+    } else if (!policy.idle() && events_.empty() &&
+               next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
+      throw std::logic_error(
+          fmt::format("policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
+                      "left to wait for",
+                      policy.name(), now_.seconds()));
     }
     return;
   }
@@ -748,7 +737,8 @@ void Simulation::try_start_iteration(Replica& r) {
     }
     // A request whose KV landed here decodes from its first iteration on this replica (its
     // kv_transfer phase ends); its first token here marks every later iteration.
-    if (!phase_starts && r.role == PoolRole::kDecode && result_.handoffs[item.id].decode_first_token == SimTime::max()) {
+    if (!phase_starts && r.role == PoolRole::kDecode &&
+        result_.handoffs[item.id].decode_first_token == SimTime::max()) {
       record_phase(item.id, RequestPhase::kDecoding);
     }
     p.state = RequestState::kRunning;
@@ -756,9 +746,9 @@ void Simulation::try_start_iteration(Replica& r) {
   }
 
   if (!batch.cohort.empty() && (!r.cohort.enabled() || static_cast<int64_t>(batch.cohort.size()) != r.cohort.size() ||
-                                 r.cohort.steps_in_flight() != 1)) {
-    throw std::logic_error(fmt::format("policy '{}' listed a decode cohort that is not its replica's whole cohort, stepped once",
-                                       policy.name()));
+                                r.cohort.steps_in_flight() != 1)) {
+    throw std::logic_error(fmt::format(
+        "policy '{}' listed a decode cohort that is not its replica's whole cohort, stepped once", policy.name()));
   }
   const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
                                                        : r.cost_model->step(batch.rank_shapes, &r.cost_memo);
@@ -774,8 +764,8 @@ void Simulation::try_start_iteration(Replica& r) {
     // Output tokens still to come.
     int64_t min_remaining = batch.cohort.empty() ? std::numeric_limits<int64_t>::max() : r.cohort.min_remaining();
     for (const BatchItem& item : batch.items) {
-      min_remaining = std::min<int64_t>(min_remaining,
-                                        (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
+      min_remaining =
+          std::min<int64_t>(min_remaining, (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
     }
     end = fast_forward(r, r.first_end, min_remaining);
   }
@@ -783,11 +773,9 @@ void Simulation::try_start_iteration(Replica& r) {
   events_.push(end, EventKind::kIterationDone, r.index);
 }
 
-SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCost& cost,
-                                   SimTime extra_time) {
+SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time) {
   // At least 1 ns, so that simulated time moves on with every iteration.
-  const SimTime duration =
-      std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + extra_time);
+  const SimTime duration = std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + extra_time);
   r.current = IterationRecord{};
   r.current.index = r.iterations;
   r.current.replica = r.index;
@@ -892,8 +880,7 @@ void Simulation::close_iteration(Replica& r) {
 
 void Simulation::record_idle(Replica& r) {
   const KvCacheManager& kv = r.policy->kv_cache();
-  const IdleSample sample{r.index, now_, kv.used_tokens(), kv.allocated_tokens(),
-                          static_cast<int32_t>(r.outstanding)};
+  const IdleSample sample{r.index, now_, kv.used_tokens(), kv.allocated_tokens(), static_cast<int32_t>(r.outstanding)};
   const IdleSample& last = r.last_idle;
   if (r.iterations == r.last_idle_iterations && sample.kv_used_tokens == last.kv_used_tokens &&
       sample.kv_allocated_tokens == last.kv_allocated_tokens && sample.waiting == last.waiting) {

@@ -37,13 +37,12 @@
 // policies' last tie-break. A request's record goes to `on_settled` the moment it finishes or
 // is rejected, and its slot is free for the next arrival once its policy holds no KV for it
 // (static batching keeps a batch's finished rows until the batch ends). Policies that order
-// requests break ties by Request::id, the arrival order, never by the RequestId (a slot). Percentiles come from DDSketches
-// (sim/ddsketch.h); every other figure is what the same run in memory gives (means up to the
-// order of a floating-point sum: records settle in another order than by id). Memory is then
-// the slots plus the sketches, whatever the number of requests. Prompt-block hashes (prefix
-// caching) come from the source with each request (RequestSource::prefix_hashes) and are kept
-// per slot; a KV block of a request's own content is keyed by its Request::id, so a slot's
-// next occupant never finds its predecessor's. Not supported (refused with std::logic_error;
+// requests break ties by Request::id, the arrival order, never by the RequestId (a slot). Percentiles come from
+// DDSketches (sim/ddsketch.h); every other figure is what the same run in memory gives (means up to the order of a
+// floating-point sum: records settle in another order than by id). Memory is then the slots plus the sketches, whatever
+// the number of requests. Prompt-block hashes (prefix caching) come from the source with each request
+// (RequestSource::prefix_hashes) and are kept per slot; a KV block of a request's own content is keyed by its
+// Request::id, so a slot's next occupant never finds its predecessor's. Not supported (refused with std::logic_error;
 // the CLI refuses them first with the option's name): closed-loop clients (their held
 // requests are a queue of unbounded length), disaggregated pools, hashes given in
 // SimulationOptions::prefix_blocks (a streaming run's are its source's), recorded iterations
@@ -87,11 +86,10 @@ class EventQueue {
   SimTime next_time() const { return heap_.top().time; }
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
+
  private:
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-    }
+    bool operator()(const Event& a, const Event& b) const { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   };
   std::priority_queue<Event, std::vector<Event>, Later> heap_;
   uint64_t next_seq_ = 0;
@@ -215,11 +213,10 @@ struct GapSamples {
 class Simulation {
  public:
   // One replica.
-  Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model,
-             SimulationOptions options = {});
+  Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model, SimulationOptions options = {});
   // One replica per policy (identical policies, one instance each), routed by options.router.
-  Simulation(const Workload& workload, std::span<Policy* const> policies,
-             const CostModel& cost_model, SimulationOptions options = {});
+  Simulation(const Workload& workload, std::span<Policy* const> policies, const CostModel& cost_model,
+             SimulationOptions options = {});
   // Streaming (options.streaming.slots > 0): the requests come from `source`, which must
   // outlive run(); the result holds no request records (they went to on_settled).
   Simulation(RequestSource& source, std::span<Policy* const> policies, const CostModel& cost_model,
@@ -234,11 +231,11 @@ class Simulation {
     PolicyEnv env;
     const CostModel* cost_model = nullptr;  // its pool's
     PoolRole role = PoolRole::kColocated;
-    int64_t kv_capacity_tokens = 0;         // its KV memory, over which its KV fractions are taken
-    std::string kv_sizing_rule;             // how that was sized (PolicyEnv::kv_sizing_rule)
-    int64_t num_gpu_blocks = 0;             // its pool's SimulationOptions::num_gpu_blocks
-    int64_t preemptions = 0;                // made by its policy
-    int64_t schedules = 0;                  // schedule() calls so far
+    int64_t kv_capacity_tokens = 0;  // its KV memory, over which its KV fractions are taken
+    std::string kv_sizing_rule;      // how that was sized (PolicyEnv::kv_sizing_rule)
+    int64_t num_gpu_blocks = 0;      // its pool's SimulationOptions::num_gpu_blocks
+    int64_t preemptions = 0;         // made by its policy
+    int64_t schedules = 0;           // schedule() calls so far
     int32_t index = 0;
     bool busy = false;
     bool wake_pending = false;
@@ -255,7 +252,7 @@ class Simulation {
     std::vector<SimTime> repeat_gaps;
     SimTime max_repeat_gap;
     std::vector<BatchShape> repeat_rank_shapes;  // a DP attention step's ranks, as the run goes
-    NonAttentionCache cost_memo;  // its cost model's non-attention costs by key
+    NonAttentionCache cost_memo;                 // its cost model's non-attention costs by key
     // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there.
     DecodeCohort cohort;
     // Running sums for the summary, so iteration records need not be kept.
@@ -298,7 +295,7 @@ class Simulation {
   bool clients_saturated() const {
     return options_.max_concurrency > 0 && in_flight_ - thinking_ >= options_.max_concurrency;
   }
-  void wake_now(Replica& r);  // a wake-up at `now_` unless busy or one is already due then
+  void wake_now(Replica& r);             // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
   // Picks a replica among replicas_[first, first + count) by `router` (its random stream and
   // round-robin counter passed in, so that each pool keeps its own).
@@ -420,28 +417,28 @@ class Simulation {
   // are the send times (PolicyEnv::requests and the records read this).
   const Workload* requests_ = nullptr;
   Workload sent_;
-  int64_t in_flight_ = 0;            // closed loop: clients taken (sent or thinking), not settled
-  std::deque<RequestId> held_;       // closed loop: arrived at the client, not yet sent
+  int64_t in_flight_ = 0;       // closed loop: clients taken (sent or thinking), not settled
+  std::deque<RequestId> held_;  // closed loop: arrived at the client, not yet sent
   // Closed loop: the pending arrival event is a send (kQueuedSend), after a think time
   // (kThinkingSend), or a sent request given a connection (kConnected); 0 otherwise.
   std::vector<uint8_t> released_;
   static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3;
-  int64_t connections_ = 0;          // closed loop: requests at the server, not settled
-  std::deque<RequestId> awaiting_connection_;  // closed loop: sent, waiting for a connection
-  int64_t pending_connections_ = 0;  // closed loop: kConnected events queued (all at `now_`)
-  int64_t pending_sends_ = 0;        // closed loop: send events queued
-  int64_t thinking_ = 0;             // closed loop: of those, the ones after a think time > 0
+  int64_t connections_ = 0;                            // closed loop: requests at the server, not settled
+  std::deque<RequestId> awaiting_connection_;          // closed loop: sent, waiting for a connection
+  int64_t pending_connections_ = 0;                    // closed loop: kConnected events queued (all at `now_`)
+  int64_t pending_sends_ = 0;                          // closed loop: send events queued
+  int64_t thinking_ = 0;                               // closed loop: of those, the ones after a think time > 0
   const std::vector<SimTime>* think_times_ = nullptr;  // options_.think_times, null when empty
   // The times of the queued sends, earliest on top: fast-forward stops at the next one.
   std::priority_queue<SimTime, std::vector<SimTime>, std::greater<>> pending_send_times_;
-  int64_t scheduled_ = 0;            // workload arrivals processed: the next is workload_[scheduled_]
+  int64_t scheduled_ = 0;  // workload arrivals processed: the next is workload_[scheduled_]
   std::vector<Policy*> policies_;
   const CostModel& cost_model_;
   SimulationOptions options_;
   std::vector<Replica> replicas_;  // sized once: policies keep pointers to their env
   EventQueue events_;
   SimTime now_;
-  int64_t arrived_ = 0;            // arrivals processed (they come in workload order)
+  int64_t arrived_ = 0;  // arrivals processed (they come in workload order)
   int64_t next_round_robin_ = 0;
   Rng router_rng_{0};
   std::vector<RequestId> finished_;

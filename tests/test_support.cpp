@@ -16,9 +16,8 @@ namespace batchsim::testing {
 namespace {
 std::filesystem::path data_folder(const char* env_subfolder, const char* repo_folder) {
   const char* env = std::getenv("BATCHSIM_DATA_DIR");
-  const std::filesystem::path dir = env != nullptr && *env != '\0'
-                                        ? std::filesystem::path(env) / env_subfolder
-                                        : source_dir() / repo_folder;
+  const std::filesystem::path dir =
+      env != nullptr && *env != '\0' ? std::filesystem::path(env) / env_subfolder : source_dir() / repo_folder;
   if (!std::filesystem::is_directory(dir)) {
     throw std::runtime_error("test data not found at " + dir.string() +
                              (env != nullptr ? " ($BATCHSIM_DATA_DIR/" + std::string(env_subfolder) + ")"

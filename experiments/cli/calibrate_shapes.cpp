@@ -92,7 +92,8 @@ void check_model_on_layout(const ModelSpec& m, const ParallelLayout& layout) {
   const int tp = layout.tp;
   if (tp < 1) throw UserError(fmt::format("--tp {}: must be at least 1", tp));
   if (m.num_heads % tp != 0) {
-    throw UserError(fmt::format("model '{}': {} attention heads are not divisible by --tp {}", m.name, m.num_heads, tp));
+    throw UserError(
+        fmt::format("model '{}': {} attention heads are not divisible by --tp {}", m.name, m.num_heads, tp));
   }
   if (m.num_kv_heads % tp != 0 && tp % m.num_kv_heads != 0) {
     throw UserError(fmt::format("model '{}': {} KV heads cannot be split over --tp {}", m.name, m.num_kv_heads, tp));
@@ -101,8 +102,10 @@ void check_model_on_layout(const ModelSpec& m, const ParallelLayout& layout) {
     throw UserError(fmt::format("model '{}': FFN size {} is not divisible by --tp {}", m.name, m.ffn_size, tp));
   }
   if (m.is_moe() && (m.shared_expert_ffn_size % tp != 0 || m.dense_ffn_size % tp != 0)) {
-    throw UserError(fmt::format("model '{}': the shared experts' FFN {} and the dense layers' {} must be divisible by "
-                                "--tp {}", m.name, m.shared_expert_ffn_size, m.dense_ffn_size, tp));
+    throw UserError(
+        fmt::format("model '{}': the shared experts' FFN {} and the dense layers' {} must be divisible by "
+                    "--tp {}",
+                    m.name, m.shared_expert_ffn_size, m.dense_ffn_size, tp));
   }
   if (m.vocab_size % tp != 0) {
     throw UserError(fmt::format("model '{}': vocabulary {} is not divisible by --tp {}", m.name, m.vocab_size, tp));
@@ -128,16 +131,16 @@ int calibrate_shapes_command(const std::vector<std::string>& args, std::ostream&
   std::string model_name, weight_dtype = "auto", file;
   ParallelLayout layout;
   po::options_description d("batchsim calibrate shapes options");
-  d.add_options()
-      ("model", po::value(&model_name), "the model: built-in name, Hugging Face id or config.json (as run --model)")
-      ("tp", po::value(&layout.tp), "tensor-parallel degree of attention (default 1)")
-      ("dp", po::value(&layout.dp), "attention data-parallel ranks of an MoE model (default 1)")
-      ("ep", po::value(&layout.ep), "expert parallelism: experts sharded whole over EP GPUs (default 1)")
-      ("moe-tp", po::value(&layout.moe_tp), "the experts' tensor parallelism (default TP x DP / EP)")
-      ("weight-dtype", po::value(&weight_dtype), "auto | bf16 | fp8 | fp8-block | mxfp4 | nvfp4: recorded per GEMM "
-       "(batchsim-calibrate times 16-bit GEMMs)")
-      ("out", po::value(&file), "the shape file to write (default: print it)")
-      ("help,h", "show this help");
+  d.add_options()("model", po::value(&model_name),
+                  "the model: built-in name, Hugging Face id or config.json (as run --model)")(
+      "tp", po::value(&layout.tp), "tensor-parallel degree of attention (default 1)")(
+      "dp", po::value(&layout.dp), "attention data-parallel ranks of an MoE model (default 1)")(
+      "ep", po::value(&layout.ep), "expert parallelism: experts sharded whole over EP GPUs (default 1)")(
+      "moe-tp", po::value(&layout.moe_tp), "the experts' tensor parallelism (default TP x DP / EP)")(
+      "weight-dtype", po::value(&weight_dtype),
+      "auto | bf16 | fp8 | fp8-block | mxfp4 | nvfp4: recorded per GEMM "
+      "(batchsim-calibrate times 16-bit GEMMs)")(
+      "out", po::value(&file), "the shape file to write (default: print it)")("help,h", "show this help");
   const po::variables_map vm = parse_command_line(args, d, nullptr, "calibrate shapes");
   if (vm.count("help")) {
     out << "usage: batchsim calibrate shapes --model MODEL [--tp N] [--dp N] [--ep N] [--moe-tp N] --out SHAPES.csv\n\n"
@@ -165,8 +168,9 @@ int calibrate_shapes_command(const std::vector<std::string>& args, std::ostream&
   fmt::print(csv, "# batchsim calibrate shapes: the GEMMs of {}{} on one GPU at {} ({} layers{})\n", model.name,
              hf_id.empty() ? "" : " (" + hf_id + ")", layout.text(), model.num_layers,
              model.is_moe() ? fmt::format(": {} MoE, {} dense", model.moe_layers(), model.dense_layers) : "");
-  fmt::print(csv, "# Y[M, N] = X[M, K] W[K, N]; groups: a batched GEMM of that many (K, N). Measure them on a GPU:\n"
-                  "#   batchsim-calibrate measure --shapes FILE --out DIR   (calibration/shape_file.h)\n");
+  fmt::print(csv,
+             "# Y[M, N] = X[M, K] W[K, N]; groups: a batched GEMM of that many (K, N). Measure them on a GPU:\n"
+             "#   batchsim-calibrate measure --shapes FILE --out DIR   (calibration/shape_file.h)\n");
   csv << "model,hf_id,tp,dp,ep,moe_tp,op,k,n,groups,layers,weight_format\n";
   for (const ShapeRow& r : rows) {
     fmt::print(csv, "{},{},{},{},{},{},{},{},{},{},{},{}\n", cell(model.name), hf_id, layout.tp, layout.dp, layout.ep,

@@ -67,132 +67,167 @@ commands:
 // Options that describe one run; shared by `run`, `compare` and `bench`.
 po::options_description run_options() {
   po::options_description d("run options (also accepted as keys of a --config YAML file)");
-  d.add_options()
-      ("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")
-      ("model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")
-      ("gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")
-      ("engine", po::value<std::string>(), "engine profile: built-in name or file (default: the policy's "
-       "engine; batchsim list engines)")
-      ("tp", po::value<int>(), "tensor-parallel degree of attention (default 1; vLLM's --tensor-parallel-size)")
-      ("dp", po::value<int>(), "attention data-parallel ranks of a mixture of experts, each with its own scheduler and "
-       "KV cache, stepping together (default 1; vLLM --data-parallel-size, SGLang --dp with "
-       "--enable-dp-attention, TensorRT-LLM enable_attention_dp)")
-      ("ep", po::value<int>(), "expert parallelism: the experts sharded over EP GPUs (default 1; vLLM "
-       "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")
-      ("moe-tp", po::value<int>(), "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
-       "moe_tensor_parallel_size)")
-      ("moe-routing", po::value<std::string>(), "balanced (default) | power:ALPHA: how tokens choose their experts; "
-       "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")
-      ("eplb", po::bool_switch(), "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
-       "--enable-eplb): balanced routing")
-      ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
-      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
-      ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
-       "cache) behind a router (default 1)")
-      ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
-       "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")
-      ("prefill-replicas", po::value<int>(), "disaggregated serving: P prefill replicas (with --decode-replicas; "
-       "instead of --replicas). Arrivals go to them by --router; each request's first token is "
-       "computed there and its KV moved to a decode replica")
-      ("decode-replicas", po::value<int>(), "disaggregated serving: D decode replicas, picked by --decode-router")
-      ("prefill-gpu", po::value<std::string>(), "the prefill pool's GPU (default --gpu)")
-      ("decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")
-      ("prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")
-      ("decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")
-      ("prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")
-      ("decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")
-      ("prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")
-      ("decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")
-      ("prefill-policy", po::value<std::string>(), "the prefill pool's policy (default --policy; its "
-       "--policy-opt apply only to --policy)")
-      ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
-      ("prefill-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the prefill pool's policy (repeatable)")
-      ("decode-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the decode pool's policy (repeatable)")
-      ("prefill-engine", po::value<std::string>(), "the prefill pool's engine profile: built-in name or file "
-       "(default --engine, else the prefill policy's engine; batchsim list engines)")
-      ("decode-engine", po::value<std::string>(), "the decode pool's engine profile (default --engine, else "
-       "the decode policy's engine)")
-      ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
-      ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
-      ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
-       "round-robin | random | least-outstanding | least-kv | prefix (default --router)")
-      ("kv-link", po::value<std::string>(), "the link KV moves over: nvlink | ib | roce | pcie "
-       "(default ib, 400 Gb/s per GPU; batchsim list links)")
-      ("kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")
-      ("kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")
-      ("kv-transfer", po::value<std::string>(), "pull: the whole KV after the prefill, once the decode "
-       "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
-       "layer's share exposed (Splitwise) (default pull)")
-      ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
-       "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")
-      ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
-      ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
-      ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
-      ("num-requests", po::value<int64_t>(), "number of requests (default 1000; with --trace, every "
-       "request of the trace unless N is given: then its first N)")
-      ("prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")
-      ("output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")
-      ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
-      ("prefix", po::value<std::string>(), "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
-       "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
-      ("max-tokens", po::value<std::string>(), "the client's limit on output tokens, as --prompt-len: the "
-       "output ends at EOS (--output-len or the trace's) or at max_tokens, whichever comes first; "
-       "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")
-      ("ignore-eos", po::bool_switch(), "every request runs to its max_tokens, as benchmarks send them "
-       "(vllm bench serve --ignore-eos)")
-      ("priority", po::value<std::string>(), "fixed:P | uniform:A:B | classes:P=W,P=W,...: each request's "
-       "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
-       "its own; replaces a trace's priority column (default: the trace's, else 0)")
-      ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
-      ("seeds", po::value<int64_t>(), "N runs, seeds --seed .. --seed + N - 1, each figure reported as its "
-       "95% confidence interval over them (default 1); a trace replayed as recorded is then resampled "
-       "(--resample block-bootstrap)")
-      ("resample", po::value<std::string>(), "block-bootstrap | block-bootstrap:B: replay a replicate of the "
-       "trace drawn from the seed, runs of B consecutive requests (default sqrt(n)) from random places "
-       "of it (Kuensch's moving-block bootstrap; default: the trace as recorded)")
-      ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
-      ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
-       "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
-       "closed loop; default 0: open loop)")
-      ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
-       "--max-concurrency, how long a client waits before sending each request, after the response that "
-       "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
-       "stream of its own")
-      ("client-connections", po::value<int64_t>(), "with --max-concurrency, the client's HTTP connection pool: "
-       "at most N requests at the server, the others waiting at the client with their clock running "
-       "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")
-      ("max-model-len", po::value<int64_t>(), "the longest context a request may fill, prompt + output (vLLM "
-       "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")
-      ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
-       "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
-       "reserving ones (default 0: from memory)")
-      ("slo", po::value<std::string>(), "KEY=BOUND,...: upper bounds on summary.json figures, by path "
-       "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
-       "slo says whether the run met them (a rejected request is a violation)")
-      ("goodput", po::value<std::vector<std::string>>()->multitoken(), "KEY:MS ... (ttft, tpot, e2el; "
-       "vllm bench serve --goodput): a request is good when it completed within every threshold; "
-       "summary.json's goodput and bench.json's request_goodput")
-      ("percentile-metrics", po::value<std::string>(), "bench.json: metrics given mean/median/std/"
-       "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")
-      ("metric-percentiles", po::value<std::string>(), "bench.json: percentiles of those metrics, "
-       "e.g. 50,90,99 (vllm bench serve; default 99)")
-      ("out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")
-      ("iteration-log", po::value<std::string>()->implicit_value("true")->value_name("ids"),
-       "also write iterations.csv; --iteration-log=ids adds each iteration's requests (columns "
-       "prefill_chunks, decode_ids)")
-      ("chrome-trace", po::value<std::string>()->value_name("FILE"), "write the run as a Chrome / "
-       "Perfetto trace (open it in ui.perfetto.dev): iterations per replica, request phases, KV and "
-       "queue counters")
-      ("chrome-trace-requests", po::value<int64_t>()->value_name("N"), "the trace draws the phases of "
-       "the first N requests (default 2000; 0: none); iterations and counters are always whole")
-      ("streaming", po::bool_switch(), "bounded memory for long runs (run only): arrivals generated or a time-ordered "
-       "--trace read lazily, "
-       "state kept for requests in flight, requests.csv written as requests settle (in that order), "
-       "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")
-      ("no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")
-      ("streaming-slots", po::value<int64_t>()->value_name("N"), "streaming: requests in flight at most "
-       "(default 262144; a run that has more stops with an error)")
-      ("help,h", "show this help");
+  d.add_options()("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")(
+      "model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")(
+      "gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")(
+      "engine", po::value<std::string>(),
+      "engine profile: built-in name or file (default: the policy's "
+      "engine; batchsim list engines)")(
+      "tp", po::value<int>(), "tensor-parallel degree of attention (default 1; vLLM's --tensor-parallel-size)")(
+      "dp", po::value<int>(),
+      "attention data-parallel ranks of a mixture of experts, each with its own scheduler and "
+      "KV cache, stepping together (default 1; vLLM --data-parallel-size, SGLang --dp with "
+      "--enable-dp-attention, TensorRT-LLM enable_attention_dp)")(
+      "ep", po::value<int>(),
+      "expert parallelism: the experts sharded over EP GPUs (default 1; vLLM "
+      "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")(
+      "moe-tp", po::value<int>(),
+      "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
+      "moe_tensor_parallel_size)")(
+      "moe-routing", po::value<std::string>(),
+      "balanced (default) | power:ALPHA: how tokens choose their experts; "
+      "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")(
+      "eplb", po::bool_switch(),
+      "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
+      "--enable-eplb): balanced routing")("policy", po::value<std::string>(),
+                                          "policy or preset name (default continuous)")(
+      "policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")(
+      "replicas", po::value<int>(),
+      "identical replicas (each --tp GPUs, its own policy and KV "
+      "cache) behind a router (default 1)")(
+      "router", po::value<std::string>(),
+      "round-robin | random | least-outstanding | least-kv | "
+      "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")(
+      "prefill-replicas", po::value<int>(),
+      "disaggregated serving: P prefill replicas (with --decode-replicas; "
+      "instead of --replicas). Arrivals go to them by --router; each request's first token is "
+      "computed there and its KV moved to a decode replica")(
+      "decode-replicas", po::value<int>(), "disaggregated serving: D decode replicas, picked by --decode-router")(
+      "prefill-gpu", po::value<std::string>(), "the prefill pool's GPU (default --gpu)")(
+      "decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")(
+      "prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")(
+      "decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")(
+      "prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")(
+      "decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")(
+      "prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")(
+      "decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")(
+      "prefill-policy", po::value<std::string>(),
+      "the prefill pool's policy (default --policy; its "
+      "--policy-opt apply only to --policy)")("decode-policy", po::value<std::string>(),
+                                              "the decode pool's policy (default --policy)")(
+      "prefill-policy-opt", po::value<std::vector<std::string>>()->composing(),
+      "KEY=VALUE for the prefill pool's policy (repeatable)")("decode-policy-opt",
+                                                              po::value<std::vector<std::string>>()->composing(),
+                                                              "KEY=VALUE for the decode pool's policy (repeatable)")(
+      "prefill-engine", po::value<std::string>(),
+      "the prefill pool's engine profile: built-in name or file "
+      "(default --engine, else the prefill policy's engine; batchsim list engines)")(
+      "decode-engine", po::value<std::string>(),
+      "the decode pool's engine profile (default --engine, else "
+      "the decode policy's engine)")("prefill-num-gpu-blocks", po::value<int64_t>(),
+                                     "the prefill pool's --num-gpu-blocks")(
+      "decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")(
+      "decode-router", po::value<std::string>(),
+      "how a prefilled request picks its decode replica: "
+      "round-robin | random | least-outstanding | least-kv | prefix (default --router)")(
+      "kv-link", po::value<std::string>(),
+      "the link KV moves over: nvlink | ib | roce | pcie "
+      "(default ib, 400 Gb/s per GPU; batchsim list links)")(
+      "kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")(
+      "kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")(
+      "kv-transfer", po::value<std::string>(),
+      "pull: the whole KV after the prefill, once the decode "
+      "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
+      "layer's share exposed (Splitwise) (default pull)")(
+      "weight-dtype", po::value<std::string>(),
+      "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
+      "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")(
+      "kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")(
+      "arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")(
+      "trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")(
+      "num-requests", po::value<int64_t>(),
+      "number of requests (default 1000; with --trace, every "
+      "request of the trace unless N is given: then its first N)")(
+      "prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")(
+      "output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")(
+      "trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")(
+      "prefix", po::value<std::string>(),
+      "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
+      "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")(
+      "max-tokens", po::value<std::string>(),
+      "the client's limit on output tokens, as --prompt-len: the "
+      "output ends at EOS (--output-len or the trace's) or at max_tokens, whichever comes first; "
+      "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")(
+      "ignore-eos", po::bool_switch(),
+      "every request runs to its max_tokens, as benchmarks send them "
+      "(vllm bench serve --ignore-eos)")(
+      "priority", po::value<std::string>(),
+      "fixed:P | uniform:A:B | classes:P=W,P=W,...: each request's "
+      "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
+      "its own; replaces a trace's priority column (default: the trace's, else 0)")(
+      "seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")(
+      "seeds", po::value<int64_t>(),
+      "N runs, seeds --seed .. --seed + N - 1, each figure reported as its "
+      "95% confidence interval over them (default 1); a trace replayed as recorded is then resampled "
+      "(--resample block-bootstrap)")(
+      "resample", po::value<std::string>(),
+      "block-bootstrap | block-bootstrap:B: replay a replicate of the "
+      "trace drawn from the seed, runs of B consecutive requests (default sqrt(n)) from random places "
+      "of it (Kuensch's moving-block bootstrap; default: the trace as recorded)")(
+      "gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")(
+      "max-concurrency", po::value<int64_t>(),
+      "closed-loop clients: at most C requests in flight, the next "
+      "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
+      "closed loop; default 0: open loop)")(
+      "think-time", po::value<std::string>(),
+      "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
+      "--max-concurrency, how long a client waits before sending each request, after the response that "
+      "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
+      "stream of its own")(
+      "client-connections", po::value<int64_t>(),
+      "with --max-concurrency, the client's HTTP connection pool: "
+      "at most N requests at the server, the others waiting at the client with their clock running "
+      "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")(
+      "max-model-len", po::value<int64_t>(),
+      "the longest context a request may fill, prompt + output (vLLM "
+      "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")(
+      "num-gpu-blocks", po::value<int64_t>(),
+      "KV cache of N blocks instead of sizing it from GPU memory "
+      "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
+      "reserving ones (default 0: from memory)")(
+      "slo", po::value<std::string>(),
+      "KEY=BOUND,...: upper bounds on summary.json figures, by path "
+      "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
+      "slo says whether the run met them (a rejected request is a violation)")(
+      "goodput", po::value<std::vector<std::string>>()->multitoken(),
+      "KEY:MS ... (ttft, tpot, e2el; "
+      "vllm bench serve --goodput): a request is good when it completed within every threshold; "
+      "summary.json's goodput and bench.json's request_goodput")(
+      "percentile-metrics", po::value<std::string>(),
+      "bench.json: metrics given mean/median/std/"
+      "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")(
+      "metric-percentiles", po::value<std::string>(),
+      "bench.json: percentiles of those metrics, "
+      "e.g. 50,90,99 (vllm bench serve; default 99)")(
+      "out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")(
+      "iteration-log", po::value<std::string>()->implicit_value("true")->value_name("ids"),
+      "also write iterations.csv; --iteration-log=ids adds each iteration's requests (columns "
+      "prefill_chunks, decode_ids)")(
+      "chrome-trace", po::value<std::string>()->value_name("FILE"),
+      "write the run as a Chrome / "
+      "Perfetto trace (open it in ui.perfetto.dev): iterations per replica, request phases, KV and "
+      "queue counters")("chrome-trace-requests", po::value<int64_t>()->value_name("N"),
+                        "the trace draws the phases of "
+                        "the first N requests (default 2000; 0: none); iterations and counters are always whole")(
+      "streaming", po::bool_switch(),
+      "bounded memory for long runs (run only): arrivals generated or a time-ordered "
+      "--trace read lazily, "
+      "state kept for requests in flight, requests.csv written as requests settle (in that order), "
+      "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")(
+      "no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")(
+      "streaming-slots", po::value<int64_t>()->value_name("N"),
+      "streaming: requests in flight at most "
+      "(default 262144; a run that has more stops with an error)")("help,h", "show this help");
   return d;
 }
 
@@ -214,11 +249,13 @@ VllmSpellings respelled(const std::vector<std::string>& args, std::ostream& err)
 void check_chunks_prefills(const std::string& policy, const std::map<std::string, std::string>& opts) {
   const std::string& base = policy_base(policy);
   const auto context = opts.find("enable_chunked_context");
-  const bool chunks = base == "chunked-prefill" || base == "sglang" || (context != opts.end() && context->second == "true");
+  const bool chunks =
+      base == "chunked-prefill" || base == "sglang" || (context != opts.end() && context->second == "true");
   if (!chunks) {
-    throw UserError(fmt::format("--enable-chunked-prefill: policy '{}' does not chunk prefills; choose one that does "
-                                "(vllm, sarathi, sglang: batchsim list policies)",
-                                policy));
+    throw UserError(
+        fmt::format("--enable-chunked-prefill: policy '{}' does not chunk prefills; choose one that does "
+                    "(vllm, sarathi, sglang: batchsim list policies)",
+                    policy));
   }
 }
 
@@ -241,7 +278,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("router")) c.router = vm["router"].as<std::string>();
   if (vm.count("prefill-replicas")) c.prefill_replicas = vm["prefill-replicas"].as<int>();
   if (vm.count("decode-replicas")) c.decode_replicas = vm["decode-replicas"].as<int>();
-  for (auto [pool, name] : {std::pair{&c.prefill, std::string("prefill")}, std::pair{&c.decode, std::string("decode")}}) {
+  for (auto [pool, name] :
+       {std::pair{&c.prefill, std::string("prefill")}, std::pair{&c.decode, std::string("decode")}}) {
     if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
     if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
     if (vm.count(name + "-ep")) pool->ep = vm[name + "-ep"].as<int>();
@@ -298,7 +336,8 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm["no-streaming"].as<bool>()) c.streaming = false;
   if (vm.count("streaming-slots")) {
     c.streaming_slots = vm["streaming-slots"].as<int64_t>();
-    if (c.streaming_slots < 1) throw UserError(fmt::format("--streaming-slots: must be >= 1, got {}", c.streaming_slots));
+    if (c.streaming_slots < 1)
+      throw UserError(fmt::format("--streaming-slots: must be >= 1, got {}", c.streaming_slots));
   }
   if (vm.count("iteration-log")) set_iteration_log(c, vm["iteration-log"].as<std::string>(), "--iteration-log");
   if (vm.count("chrome-trace")) c.chrome_trace = vm["chrome-trace"].as<std::string>();
@@ -321,13 +360,15 @@ RunConfig config_from(const po::variables_map& vm) {
 }
 
 void print_warnings(const RunOutcome& run, std::ostream& err) {
-  if (const std::string line = rejection_warning(run); !line.empty()) fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
+  if (const std::string line = rejection_warning(run); !line.empty())
+    fmt::print(err, "batchsim: warning: {}: {}\n", run.config.policy, line);
 }
 
 // Commands other than `run` hold every run's records (tables, reports, sweeps): they refuse to stream.
 void refuse_streaming(const po::variables_map& vm, std::string_view command) {
   if (vm.count("streaming") && vm["streaming"].as<bool>()) {
-    throw UserError(fmt::format("--streaming with `batchsim {}`: not supported yet (only `batchsim run` streams)", command));
+    throw UserError(
+        fmt::format("--streaming with `batchsim {}`: not supported yet (only `batchsim run` streams)", command));
   }
 }
 
@@ -336,13 +377,15 @@ void refuse_streaming(const po::variables_map& vm, std::string_view command) {
 bool use_streaming(const RunConfig& c, std::ostream& err) {
   const std::string why_not = streaming_unsupported_reason(c);
   if (c.streaming.has_value()) {
-    if (*c.streaming && !why_not.empty()) throw UserError(fmt::format("--streaming with {}: not supported yet", why_not));
+    if (*c.streaming && !why_not.empty())
+      throw UserError(fmt::format("--streaming with {}: not supported yet", why_not));
     return *c.streaming;
   }
   const bool known_count = c.workload.trace.empty() && c.workload.trace_columns == nullptr;
   if (!known_count || c.workload.num_requests <= kStreamingAutoRequests || !why_not.empty()) return false;
-  fmt::print(err, "batchsim: note: {} requests > {}: streaming mode (memory bounded by the requests in flight, "
-                  "percentiles within 1%); --no-streaming for exact percentiles\n",
+  fmt::print(err,
+             "batchsim: note: {} requests > {}: streaming mode (memory bounded by the requests in flight, "
+             "percentiles within 1%); --no-streaming for exact percentiles\n",
              c.workload.num_requests, kStreamingAutoRequests);
   return true;
 }
@@ -373,19 +416,21 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   }
   // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
   const std::string clients =
-      c.max_concurrency == 0 ? ""
-      : fmt::format(", {} clients{}{}", c.max_concurrency,
-                    c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time),
-                    c.client_connections > 0 && c.client_connections < c.max_concurrency
-                        ? fmt::format(" over {} connections", c.client_connections)
-                        : "");
-  fmt::print(out, "model {}{} on {} ({}), {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n",
-             c.model, dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group,
-             engines.empty() ? "engine " + run_engine_name(c) : engines,
-             num_requests,
-             c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace")
-                                        : c.workload.arrival,
-             clients, kv_tokens, c.replicas > 1 ? " per replica" : is_disaggregated(c) ? " per prefill replica" : "");
+      c.max_concurrency == 0
+          ? ""
+          : fmt::format(", {} clients{}{}", c.max_concurrency,
+                        c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time),
+                        c.client_connections > 0 && c.client_connections < c.max_concurrency
+                            ? fmt::format(" over {} connections", c.client_connections)
+                            : "");
+  fmt::print(out, "model {}{} on {} ({}), {}, {} requests, arrival {}{}, KV capacity {} tokens{}\n", c.model,
+             dtypes.empty() ? "" : " (" + dtypes.substr(1) + ")", c.gpu, group,
+             engines.empty() ? "engine " + run_engine_name(c) : engines, num_requests,
+             c.workload.arrival.empty() ? (c.workload.trace.empty() ? "offline" : "trace") : c.workload.arrival,
+             clients, kv_tokens,
+             c.replicas > 1        ? " per replica"
+             : is_disaggregated(c) ? " per prefill replica"
+                                   : "");
 }
 
 // Several seeds of a trace replayed as recorded would all be the same run: each seed replays a
@@ -393,15 +438,15 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
 void resample_trace_for_seeds(WorkloadSpec& workload, int64_t seeds, std::ostream& err) {
   if (!replays_trace_timestamps(workload) || !workload.resample.empty()) return;
   workload.resample = "block-bootstrap";
-  fmt::print(err, "batchsim: note: {} seeds of a trace replay: each seed replays a block-bootstrap replicate "
-                  "of {} (--resample block-bootstrap), so that the seeds vary the bursts it holds\n",
+  fmt::print(err,
+             "batchsim: note: {} seeds of a trace replay: each seed replays a block-bootstrap replicate "
+             "of {} (--resample block-bootstrap), so that the seeds vary the bursts it holds\n",
              seeds, workload.trace.filename().string());
 }
 
 // `run --seeds N`: seeds 2..N of `config` (the first ran already, its summary is `first`), then
 // summary.json's `confidence` over all of them, printed. Each seed's SLO verdict is counted.
-ordered_json run_other_seeds(const RunConfig& config, const ordered_json& first, std::ostream& out,
-                             std::ostream& err) {
+ordered_json run_other_seeds(const RunConfig& config, const ordered_json& first, std::ostream& out, std::ostream& err) {
   std::vector<ordered_json> summaries = {first};
   const std::vector<uint64_t> seeds = consecutive_seeds(config.workload.seed, config.seeds);
   for (size_t i = 1; i < seeds.size(); ++i) {
@@ -441,7 +486,8 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
     throw UserError("--iteration-log: iterations.csv is written into the --out folder; give --out DIR");
   }
   if (config.seeds > 1) {
-    if (config.streaming.value_or(false)) throw UserError("--streaming with --seeds: not supported (each seed's summary is kept)");
+    if (config.streaming.value_or(false))
+      throw UserError("--streaming with --seeds: not supported (each seed's summary is kept)");
     config.streaming = false;
     resample_trace_for_seeds(config.workload, config.seeds, err);
   }
@@ -468,11 +514,14 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
   }
   print_setup(out, config, static_cast<size_t>(run.result.summary.requests_total), run.result.kv_capacity_tokens);
   if (streaming) {
-    fmt::print(out, "streaming: percentiles from a DDSketch, within {:.0f}% of the exact ones (counts, means and "
-                    "totals exact); no bench.json, no p99-request breakdown or diagnosis\n",
+    fmt::print(out,
+               "streaming: percentiles from a DDSketch, within {:.0f}% of the exact ones (counts, means and "
+               "totals exact); no bench.json, no p99-request breakdown or diagnosis\n",
                100 * run.result.summary.percentile_relative_error);
   }
-  if (config.seeds > 1) fmt::print(out, "seed {} (the first of {}; the interval over all of them follows):\n", config.workload.seed, config.seeds);
+  if (config.seeds > 1)
+    fmt::print(out, "seed {} (the first of {}; the interval over all of them follows):\n", config.workload.seed,
+               config.seeds);
   print_comparison_table(out, {&run});
   print_priority_classes(out, run.result.summary);
   // Why the slowest requests were slow, and what would have helped them.
@@ -512,7 +561,8 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
-constexpr const char* kCompareUsage = R"(usage: batchsim compare EXPERIMENT.yaml --out DIR [--jobs N] [--shard K/N] [run flags]
+constexpr const char* kCompareUsage =
+    R"(usage: batchsim compare EXPERIMENT.yaml --out DIR [--jobs N] [--shard K/N] [run flags]
        batchsim compare --policies a,b,c [run flags] [--out DIR]
 
 The first form runs every combination of an experiment file (experiments/README.md) and writes
@@ -536,15 +586,15 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
   const VllmSpellings spelled = respelled(given, err);
   const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
-  desc.add_options()
-      ("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")
-      ("policies", po::value<std::string>(), "quick mode: comma-separated policies or presets")
-      ("jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")
-      ("shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")
-      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
-      ("max-runs", po::value<int64_t>(), "refuse an experiment that expands to more runs than "
-       "this (default: the file's max-runs, else 100000)")
-      ("dry-run", po::bool_switch(), "list the runs the experiment expands to, run nothing");
+  desc.add_options()("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")(
+      "policies", po::value<std::string>(), "quick mode: comma-separated policies or presets")(
+      "jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")(
+      "shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")(
+      "no-plots", po::bool_switch(), "do not run plots/make_figures.py")(
+      "max-runs", po::value<int64_t>(),
+      "refuse an experiment that expands to more runs than "
+      "this (default: the file's max-runs, else 100000)")("dry-run", po::bool_switch(),
+                                                          "list the runs the experiment expands to, run nothing");
   po::positional_options_description positional;
   positional.add("experiment", 1);
   const auto vm = parse(args, desc, &positional);
@@ -554,8 +604,8 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
   }
   refuse_streaming(vm, "compare");
   CompareOptions options;
-  options.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
-                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  options.jobs =
+      vm.count("jobs") ? vm["jobs"].as<int>() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (options.jobs < 1) throw UserError("--jobs: must be >= 1");
   if (vm.count("shard")) parse_shard(vm["shard"].as<std::string>(), options);
   options.plots = !vm["no-plots"].as<bool>();
@@ -573,18 +623,23 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
     }
     const int64_t max_runs = vm.count("max-runs") ? vm["max-runs"].as<int64_t>() : 0;
     if (vm.count("max-runs") && max_runs < 1) throw UserError("--max-runs: must be >= 1");
-    experiment = parse_experiment(vm["experiment"].as<std::string>(), [&](RunConfig& base) {
-      apply_run_flags(vm, base);
-      if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
-      base.out.clear();
-    }, max_runs);
+    experiment = parse_experiment(
+        vm["experiment"].as<std::string>(),
+        [&](RunConfig& base) {
+          apply_run_flags(vm, base);
+          if (vm.count("trace")) base.workload.trace = std::filesystem::absolute(base.workload.trace);
+          base.out.clear();
+        },
+        max_runs);
     if (vm.count("seed") || vm.count("seeds")) {
       // --seed S picks the first seed, --seeds N how many (default: the file's first, one).
-      const uint64_t first = vm.count("seed") ? parse_seed(vm["seed"].as<std::string>(), "--seed") : experiment.seeds.front();
+      const uint64_t first =
+          vm.count("seed") ? parse_seed(vm["seed"].as<std::string>(), "--seed") : experiment.seeds.front();
       experiment.seeds = consecutive_seeds(first, vm.count("seeds") ? vm["seeds"].as<int64_t>() : 1);
     }
     if (spelled.chunked_prefill_required) {
-      throw UserError("--enable-chunked-prefill: not with an experiment file (choose policies that chunk prefills in it)");
+      throw UserError(
+          "--enable-chunked-prefill: not with an experiment file (choose policies that chunk prefills in it)");
     }
   } else {
     const RunConfig base = config_from(vm);
@@ -675,39 +730,55 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
 
 int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
-  const std::set<std::string> plan_owns = {"gpu",        "tp",         "dp",               "ep",         "replicas",         "out",
-                                           "slo",        "prefill-gpu", "decode-gpu",      "prefill-tp",
-                                           "decode-tp", "prefill-replicas", "decode-replicas"};
+  const std::set<std::string> plan_owns = {"gpu",
+                                           "tp",
+                                           "dp",
+                                           "ep",
+                                           "replicas",
+                                           "out",
+                                           "slo",
+                                           "prefill-gpu",
+                                           "decode-gpu",
+                                           "prefill-tp",
+                                           "decode-tp",
+                                           "prefill-replicas",
+                                           "decode-replicas"};
   auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
   po::options_description own("plan options");
-  own.add_options()
-      ("gpu", po::value<std::string>(), "candidate GPUs: built-in names or profile files, comma-separated")
-      ("tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")
-      ("dp", po::value<std::string>(), "a mixture of experts' candidate attention data-parallel ranks, comma-separated "
-       "(default 1; every --tp x --dp x --ep the model can run is planned)")
-      ("ep", po::value<std::string>(), "a mixture of experts' candidate expert-parallel degrees, comma-separated "
-       "(default 1)")
-      ("slo", po::value<std::vector<std::string>>()->composing(), "KEY=BOUND[,...]: upper bounds every "
-       "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")
-      ("max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")
-      ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
-       "price_per_hour (repeatable)")
-      ("window", po::value<double>()->default_value(60), "busy-window width in seconds")
-      ("recommend", po::value<std::string>()->default_value("busiest-window"), "what the recommendation asks: "
-       "busiest-window (every SLO over the whole workload and in its busiest --window) | whole-workload")
-      ("disaggregated", po::bool_switch(), "also search prefill/decode deployments: for each GPU (pair) and TP "
-       "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
-       "other settings are run's --prefill-*/--decode-* options")
-      ("prefill-gpu", po::value<std::string>(), "with --disaggregated: the prefill pool's candidate GPUs, "
-       "comma-separated (default: each --gpu paired with itself)")
-      ("decode-gpu", po::value<std::string>(), "with --disaggregated: the decode pool's candidate GPUs (default --gpu)")
-      ("prefill-tp", po::value<std::string>(), "with --disaggregated: the prefill pool's TP degrees (default --tp)")
-      ("decode-tp", po::value<std::string>(), "with --disaggregated: the decode pool's TP degrees (default --tp)")
-      ("attainment", po::value<double>()->default_value(90), "with --goodput: the percentage of requests that "
-       "must meet the thresholds, at the replayed rate and for per-GPU goodput (DistServe's SLO attainment)")
-      ("jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")
-      ("out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")
-      ("no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
+  own.add_options()("gpu", po::value<std::string>(),
+                    "candidate GPUs: built-in names or profile files, comma-separated")(
+      "tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")(
+      "dp", po::value<std::string>(),
+      "a mixture of experts' candidate attention data-parallel ranks, comma-separated "
+      "(default 1; every --tp x --dp x --ep the model can run is planned)")(
+      "ep", po::value<std::string>(),
+      "a mixture of experts' candidate expert-parallel degrees, comma-separated "
+      "(default 1)")("slo", po::value<std::vector<std::string>>()->composing(),
+                     "KEY=BOUND[,...]: upper bounds every "
+                     "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")(
+      "max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")(
+      "price", po::value<std::vector<std::string>>()->composing(),
+      "GPU=USD per GPU-hour, over the profile's "
+      "price_per_hour (repeatable)")("window", po::value<double>()->default_value(60), "busy-window width in seconds")(
+      "recommend", po::value<std::string>()->default_value("busiest-window"),
+      "what the recommendation asks: "
+      "busiest-window (every SLO over the whole workload and in its busiest --window) | whole-workload")(
+      "disaggregated", po::bool_switch(),
+      "also search prefill/decode deployments: for each GPU (pair) and TP "
+      "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
+      "other settings are run's --prefill-*/--decode-* options")(
+      "prefill-gpu", po::value<std::string>(),
+      "with --disaggregated: the prefill pool's candidate GPUs, "
+      "comma-separated (default: each --gpu paired with itself)")(
+      "decode-gpu", po::value<std::string>(), "with --disaggregated: the decode pool's candidate GPUs (default --gpu)")(
+      "prefill-tp", po::value<std::string>(), "with --disaggregated: the prefill pool's TP degrees (default --tp)")(
+      "decode-tp", po::value<std::string>(), "with --disaggregated: the decode pool's TP degrees (default --tp)")(
+      "attainment", po::value<double>()->default_value(90),
+      "with --goodput: the percentage of requests that "
+      "must meet the thresholds, at the replayed rate and for per-GPU goodput (DistServe's SLO attainment)")(
+      "jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")(
+      "out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")(
+      "no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
   desc.add(own);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
@@ -722,7 +793,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), spec.base);
   refuse_streaming(run_vm, "plan");
   apply_run_flags(run_vm, spec.base);
-  if (spec.base.iteration_log) throw UserError("--iteration-log: plan writes no per-run files (run the answer with `batchsim run`)");
+  if (spec.base.iteration_log)
+    throw UserError("--iteration-log: plan writes no per-run files (run the answer with `batchsim run`)");
   if (!spec.base.chrome_trace.empty()) {
     throw UserError("--chrome-trace: plan writes no per-run files (trace the answer with `batchsim run`)");
   }
@@ -739,8 +811,9 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
     spec.slo = spec.base.slo;  // a --config file's slo: block
   }
   if (spec.slo.empty() && spec.base.goodput.empty()) {
-    throw UserError("--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput "
-                    "thresholds: --goodput ttft:MS tpot:MS)");
+    throw UserError(
+        "--slo: give the SLOs every answer must meet, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput "
+        "thresholds: --goodput ttft:MS tpot:MS)");
   }
   spec.disaggregated = vm["disaggregated"].as<bool>();
   if (vm.count("prefill-gpu")) spec.prefill_gpus = split_list(vm["prefill-gpu"].as<std::string>());
@@ -757,8 +830,8 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (spec.recommend != "busiest-window" && spec.recommend != "whole-workload") {
     throw UserError(fmt::format("--recommend {}: expected busiest-window or whole-workload", spec.recommend));
   }
-  spec.jobs = vm.count("jobs") ? vm["jobs"].as<int>()
-                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  spec.jobs =
+      vm.count("jobs") ? vm["jobs"].as<int>() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const PlanResult plan = run_plan(spec, err);
   print_plan(out, plan);
   if (vm.count("out")) {
@@ -771,17 +844,16 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   po::options_description desc("merge options");
-  desc.add_options()
-      ("dirs", po::value<std::vector<std::string>>()->multitoken(), "results folders of the shards")
-      ("out", po::value<std::string>(), "folder for the merged results (required)")
-      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
-      ("help,h", "show this help");
+  desc.add_options()("dirs", po::value<std::vector<std::string>>()->multitoken(), "results folders of the shards")(
+      "out", po::value<std::string>(), "folder for the merged results (required)")(
+      "no-plots", po::bool_switch(), "do not run plots/make_figures.py")("help,h", "show this help");
   po::positional_options_description positional;
   positional.add("dirs", -1);
   const auto vm = parse(args, desc, &positional);
   if (vm.count("help")) {
-    fmt::print(out, "usage: batchsim merge DIR... --out MERGED\n\nJoins the results folders of "
-                    "`compare --shard K/N` runs into one results.csv and report.\n\n{}\n",
+    fmt::print(out,
+               "usage: batchsim merge DIR... --out MERGED\n\nJoins the results folders of "
+               "`compare --shard K/N` runs into one results.csv and report.\n\n{}\n",
                fmt::streamed(desc));
     return 0;
   }
@@ -796,7 +868,8 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return exit_status_of(results, true, err);
 }
 
-constexpr const char* kListUsage = R"(usage: batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers,links}
+constexpr const char* kListUsage =
+    R"(usage: batchsim list {models,gpus [PROFILE.yaml...],engines,policies,routers,links}
 
   models    built-in models (any Hugging Face config.json also works as --model)
   gpus      built-in GPUs and shipped profiles, then the profile files given, each with where
@@ -824,7 +897,8 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     // layers), the weight format, the KV one token caches over all layers, and the parameters.
     std::size_t width = 4;
     for (const ModelSpec& m : builtin_models()) width = std::max(width, m.name.size());
-    const std::string row_format = "{:<{}} {:>6} {:>6} {:>5} {:>4} {:>19} {:>6} {:>7} {:>5} {:>6} {:>5} {:>15} {:>10} {:>9} {:>8} {:>7}\n";
+    const std::string row_format =
+        "{:<{}} {:>6} {:>6} {:>5} {:>4} {:>19} {:>6} {:>7} {:>5} {:>6} {:>5} {:>15} {:>10} {:>9} {:>8} {:>7}\n";
     fmt::print(out, fmt::runtime(row_format), "name", width, "layers", "hidden", "heads", "kv", "attention", "ffn",
                "experts", "top-k", "shared", "dense", "weights", "KV/token", "context", "params", "active");
     for (const ModelSpec& m : builtin_models()) {
@@ -842,14 +916,16 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
                  fmt::format("{:.1f}B", static_cast<double>(m.total_params()) / 1e9),
                  fmt::format("{:.1f}B", static_cast<double>(m.active_params()) / 1e9));
     }
-    fmt::print(out, "\nattention: gqa (grouped-query; MHA and MQA too) or mla (latent KV: kv_lora_rank + rope per token, "
-                    "whatever the heads), with swW N/L: N of L layers see a sliding window of W tokens, chunkC N/L: N "
-                    "layers attend within chunks of C.\nMoE rows: ffn is one routed expert's; experts routed per layer, "
-                    "top-k per token, shared the shared experts' FFN, dense the layers that keep a dense MLP;\nweights "
-                    "the quantisable layers' format (ATTN+EXPERTS where they differ); KV/token at the model's KV dtype; "
-                    "params every expert (what must fit), active what one token runs through.\n");
-    fmt::print(out, "\nA Hugging Face id (--model deepseek-ai/DeepSeek-R1) or a config.json (or its folder) also works "
-                    "as --model.\n");
+    fmt::print(out,
+               "\nattention: gqa (grouped-query; MHA and MQA too) or mla (latent KV: kv_lora_rank + rope per token, "
+               "whatever the heads), with swW N/L: N of L layers see a sliding window of W tokens, chunkC N/L: N "
+               "layers attend within chunks of C.\nMoE rows: ffn is one routed expert's; experts routed per layer, "
+               "top-k per token, shared the shared experts' FFN, dense the layers that keep a dense MLP;\nweights "
+               "the quantisable layers' format (ATTN+EXPERTS where they differ); KV/token at the model's KV dtype; "
+               "params every expert (what must fit), active what one token runs through.\n");
+    fmt::print(out,
+               "\nA Hugging Face id (--model deepseek-ai/DeepSeek-R1) or a config.json (or its folder) also works "
+               "as --model.\n");
     return 0;
   }
   if (what == "gpus") {
@@ -864,8 +940,9 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
       fmt::print(out, "{:<{}} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, width, g.peak_flops / 1e12,
                  g.hbm_bytes_per_s / 1e9, static_cast<double>(g.memory_bytes) / 1e9, g.source);
     }
-    fmt::print(out, "\nA hardware profile file (YAML/JSON) also works as --gpu; `batchsim list gpus FILE` "
-                    "lists it here.\n");
+    fmt::print(out,
+               "\nA hardware profile file (YAML/JSON) also works as --gpu; `batchsim list gpus FILE` "
+               "lists it here.\n");
     return 0;
   }
   if (what == "engines") {
@@ -882,11 +959,13 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
                  has_residual ? fmt::format("{:.2f}ms+{:.0f}us", r.per_iteration_s * 1e3, r.per_sequence_s * 1e6) : "-",
                  e.description);
     }
-    fmt::print(out, "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
-                    "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
-                    "allred: all-reduce; kv write: in place or by concatenation;\nresidual: time per iteration + per sequence "
-                    "fitted to serving benchmarks (batchsim calibrate engine).\nEach number's source is "
-                    "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
+    fmt::print(
+        out,
+        "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
+        "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
+        "allred: all-reduce; kv write: in place or by concatenation;\nresidual: time per iteration + per sequence "
+        "fitted to serving benchmarks (batchsim calibrate engine).\nEach number's source is "
+        "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
     return 0;
   }
   if (what == "policies") {
@@ -910,9 +989,10 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     for (const KvLink& l : kv_links()) {
       fmt::print(out, "{:<8} {:>6.0f} Gb/s {:>5.0f} us  {}\n", l.name, l.gbps, l.latency_us, l.description);
     }
-    fmt::print(out, "\n--kv-link NAME for disaggregated runs (--prefill-replicas P --decode-replicas D); "
-                    "--kv-link-gbps and --kv-link-latency-us replace its figures. Bandwidth per GPU and "
-                    "direction: a tensor-parallel replica sends its shards in parallel.\n");
+    fmt::print(out,
+               "\n--kv-link NAME for disaggregated runs (--prefill-replicas P --decode-replicas D); "
+               "--kv-link-gbps and --kv-link-latency-us replace its figures. Bandwidth per GPU and "
+               "direction: a tensor-parallel replica sends its shards in parallel.\n");
     return 0;
   }
   if (what == "routers") {
@@ -927,9 +1007,10 @@ int cmd_bench(const std::vector<std::string>& given, std::ostream& out, std::ost
   const VllmSpellings spelled = respelled(given, err);
   const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
-  desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")
-      ("no-fast-forward", po::bool_switch(), "step every decode iteration one by one (to measure "
-       "what fast-forward saves; results are identical)");
+  desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")(
+      "no-fast-forward", po::bool_switch(),
+      "step every decode iteration one by one (to measure "
+      "what fast-forward saves; results are identical)");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     fmt::print(out, "usage: batchsim bench [options]\n\n{}\n", fmt::streamed(desc));
@@ -952,17 +1033,17 @@ int cmd_bench(const std::vector<std::string>& given, std::ostream& out, std::ost
   }
   const Summary& s = last.result.summary;
   const double iterations = static_cast<double>(std::max<int64_t>(1, s.iterations));
-  fmt::print(out, "policy {}: {} requests, {} iterations ({:.0f}% fast-forwarded, {:.0f}% with a decode "
+  fmt::print(out,
+             "policy {}: {} requests, {} iterations ({:.0f}% fast-forwarded, {:.0f}% with a decode "
              "cohort), {} output tokens simulated\n",
              config.policy, workload.size(), s.iterations,
              100.0 * static_cast<double>(last.result.fast_forwarded_iterations) / iterations,
              100.0 * static_cast<double>(last.result.cohort_iterations) / iterations, s.output_tokens);
-  fmt::print(out, "best of {}: {:.4f} s wall = {:.0f} simulated requests/s, {:.0f} iterations/s, "
+  fmt::print(out,
+             "best of {}: {:.4f} s wall = {:.0f} simulated requests/s, {:.0f} iterations/s, "
              "{:.3g} simulated tokens/s; simulated time {:.1f} s ({:.0f}x faster than real time)\n",
-             repeat, best_s, static_cast<double>(workload.size()) / best_s,
-             static_cast<double>(s.iterations) / best_s,
-             static_cast<double>(s.output_tokens + s.prompt_tokens) / best_s, s.makespan_s,
-             s.makespan_s / best_s);
+             repeat, best_s, static_cast<double>(workload.size()) / best_s, static_cast<double>(s.iterations) / best_s,
+             static_cast<double>(s.output_tokens + s.prompt_tokens) / best_s, s.makespan_s, s.makespan_s / best_s);
   return 0;
 }
 

@@ -101,15 +101,13 @@ std::string unknown_option_text(const po::unknown_option& e, const po::options_d
 
 }  // namespace
 
-po::variables_map parse_command_line(const std::vector<std::string>& args,
-                                     const po::options_description& desc,
-                                     const po::positional_options_description* positional,
-                                     const std::string& command) {
+po::variables_map parse_command_line(const std::vector<std::string>& args, const po::options_description& desc,
+                                     const po::positional_options_description* positional, const std::string& command) {
   po::variables_map vm;
   const auto prefixed = [&](const std::string& what) { return command.empty() ? what : command + ": " + what; };
   try {
-    auto parser = po::command_line_parser(args).options(desc).style(
-        po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
+    auto parser = po::command_line_parser(args).options(desc).style(po::command_line_style::default_style &
+                                                                    ~po::command_line_style::allow_guessing);
     if (positional != nullptr) parser.positional(*positional);
     po::store(parser.run(), vm);
     po::notify(vm);

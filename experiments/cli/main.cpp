@@ -37,8 +37,8 @@ static void tune_allocator(int, char**, char**) {
   mi_option_set_enabled_default(mi_option_large_os_pages, true);
   mi_option_set_default(mi_option_eager_commit_delay, 0);
 }
-__attribute__((section(".preinit_array"), used))
-static void (*const preinit_tune_allocator)(int, char**, char**) = &tune_allocator;
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_tune_allocator)(int, char**,
+                                                                                             char**) = &tune_allocator;
 #endif
 
 int main(int argc, char** argv) {

@@ -18,9 +18,9 @@ namespace {
 
 // The vLLM options that take a value (vllm/engine/arg_utils.py, vllm/benchmarks/serve.py and
 // datasets.py), and the flags.
-constexpr std::string_view kValued[] = {"num-prompts",        "request-rate",          "burstiness",
-                                        "tensor-parallel-size", "max-num-seqs",        "max-num-batched-tokens",
-                                        "random-input-len",   "random-output-len",     "random-range-ratio",
+constexpr std::string_view kValued[] = {"num-prompts",          "request-rate",      "burstiness",
+                                        "tensor-parallel-size", "max-num-seqs",      "max-num-batched-tokens",
+                                        "random-input-len",     "random-output-len", "random-range-ratio",
                                         "dataset-path"};
 constexpr std::string_view kFlags[] = {"enable-prefix-caching", "no-enable-prefix-caching", "enable-chunked-prefill"};
 
@@ -71,8 +71,9 @@ VllmSpellings read_vllm_spellings(const std::vector<std::string>& args) {
       if (inline_value) throw UserError(fmt::format("--{}: takes no value (it is vLLM's flag)", name));
       if (name == "enable-chunked-prefill") {
         out.chunked_prefill_required = true;
-        out.notes.push_back("read vLLM's --enable-chunked-prefill as a check that the policy chunks prefills "
-                            "(in batchsim the policy does: vllm, sarathi and the chunked presets)");
+        out.notes.push_back(
+            "read vLLM's --enable-chunked-prefill as a check that the policy chunks prefills "
+            "(in batchsim the policy does: vllm, sarathi and the chunked presets)");
         continue;
       }
       const std::string value = name == "enable-prefix-caching" ? "true" : "false";
@@ -97,20 +98,29 @@ VllmSpellings read_vllm_spellings(const std::vector<std::string>& args) {
       out.args.insert(out.args.end(), {ours, ours_value});
       note(theirs, fmt::format("{} {}", ours, ours_value));
     };
-    if (name == "num-prompts") plain("--num-requests", value);
-    else if (name == "tensor-parallel-size") plain("--tp", value);
-    else if (name == "max-num-seqs") plain("--policy-opt", "max_num_seqs=" + value);
-    else if (name == "max-num-batched-tokens") plain("--policy-opt", "max_num_batched_tokens=" + value);
-    else if (name == "dataset-path") plain("--trace", value);
-    else if (name == "random-range-ratio") range_ratio = value;
-    else if (name == "random-input-len") input_len = value;
-    else if (name == "random-output-len") output_len = value;
+    if (name == "num-prompts")
+      plain("--num-requests", value);
+    else if (name == "tensor-parallel-size")
+      plain("--tp", value);
+    else if (name == "max-num-seqs")
+      plain("--policy-opt", "max_num_seqs=" + value);
+    else if (name == "max-num-batched-tokens")
+      plain("--policy-opt", "max_num_batched_tokens=" + value);
+    else if (name == "dataset-path")
+      plain("--trace", value);
+    else if (name == "random-range-ratio")
+      range_ratio = value;
+    else if (name == "random-input-len")
+      input_len = value;
+    else if (name == "random-output-len")
+      output_len = value;
     else {
       (name == "request-rate" ? rate : burstiness) = value;  // composed below, in the order given
       rate_text += (rate_text.empty() ? "" : " ") + theirs;
     }
   }
-  if (burstiness && !rate) throw UserError("--burstiness: give --request-rate too (vLLM's burstiness shapes its arrivals)");
+  if (burstiness && !rate)
+    throw UserError("--burstiness: give --request-rate too (vLLM's burstiness shapes its arrivals)");
   if (rate) {
     // vLLM's arrivals (vllm/benchmarks/serve.py get_request): inf sends every request at once;
     // else gaps from a gamma distribution of shape `burstiness` (default 1: Poisson) and mean
@@ -130,7 +140,7 @@ VllmSpellings read_vllm_spellings(const std::vector<std::string>& args) {
     throw UserError("--random-range-ratio: give --random-input-len or --random-output-len too");
   }
   for (auto [len, theirs, ours] : {std::tuple{&input_len, "--random-input-len", "--prompt-len"},
-                                    std::tuple{&output_len, "--random-output-len", "--output-len"}}) {
+                                   std::tuple{&output_len, "--random-output-len", "--output-len"}}) {
     if (!*len) continue;
     const std::string spec = random_length(**len, range_ratio, theirs);
     out.args.insert(out.args.end(), {ours, spec});

@@ -24,8 +24,8 @@
 namespace batchsim {
 
 struct VllmSpellings {
-  std::vector<std::string> args;   // batchsim's spelling of every option
-  std::vector<std::string> notes;  // "read vLLM's --num-prompts 200 as --num-requests 200", one per option
+  std::vector<std::string> args;          // batchsim's spelling of every option
+  std::vector<std::string> notes;         // "read vLLM's --num-prompts 200 as --num-requests 200", one per option
   bool chunked_prefill_required = false;  // --enable-chunked-prefill was given
 };
 

@@ -61,8 +61,13 @@ double metric_seconds(const nlohmann::json& metrics, const char* name, const std
   const nlohmann::json* v = metric(metrics, name);
   if (v == nullptr) throw UserError(fmt::format("{}: no metric '{}'", where, name));
   const std::string unit = metrics[name].value("unit", std::string("ms"));
-  const double scale = unit == "ms" ? 1e-3 : unit == "s" || unit == "sec" ? 1 : unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : -1;
-  if (scale < 0) throw UserError(fmt::format("{}: metric '{}' in unit '{}' (expected ms, s, us or ns)", where, name, unit));
+  const double scale = unit == "ms"                   ? 1e-3
+                       : unit == "s" || unit == "sec" ? 1
+                       : unit == "ns"                 ? 1e-9
+                       : unit == "us"                 ? 1e-6
+                                                      : -1;
+  if (scale < 0)
+    throw UserError(fmt::format("{}: metric '{}' in unit '{}' (expected ms, s, us or ns)", where, name, unit));
   return seconds(*v, fmt::format("{}: metric '{}'", where, name)) * scale;
 }
 
@@ -107,9 +112,10 @@ RecordedRun read_vllm_bench_result(const fs::path& file) {
   if (!j.is_object()) throw UserError(fmt::format("{}: not a vLLM bench serve result (a JSON object)", file.string()));
   for (const char* key : {"input_lens", "output_lens", "ttfts", "itls"}) {
     if (!j.contains(key) || !j[key].is_array()) {
-      throw UserError(fmt::format("{}: no per-request '{}': a vLLM bench serve result keeps its requests only when "
-                                  "saved with --save-result --save-detailed",
-                                  file.string(), key));
+      throw UserError(
+          fmt::format("{}: no per-request '{}': a vLLM bench serve result keeps its requests only when "
+                      "saved with --save-result --save-detailed",
+                      file.string(), key));
     }
   }
   const size_t n = j["input_lens"].size();
@@ -137,10 +143,11 @@ RecordedRun read_vllm_bench_result(const fs::path& file) {
   }
   if (!has_starts) {
     if (!unlimited_rate) {
-      throw UserError(fmt::format("{}: no start_times (vLLM before 0.11 kept none), and the run sent requests at "
-                                  "request_rate {}, so when each was sent is not known; rerun the benchmark with a "
-                                  "vLLM that saves start_times, or with --max-concurrency and no rate",
-                                  file.string(), j["request_rate"].dump()));
+      throw UserError(
+          fmt::format("{}: no start_times (vLLM before 0.11 kept none), and the run sent requests at "
+                      "request_rate {}, so when each was sent is not known; rerun the benchmark with a "
+                      "vLLM that saves start_times, or with --max-concurrency and no rate",
+                      file.string(), j["request_rate"].dump()));
     }
     run.closed_loop_clients = clients;
     run.derived.push_back(
@@ -170,7 +177,8 @@ RecordedRun read_vllm_bench_result(const fs::path& file) {
     if (has_starts) {
       // perf_counter seconds: any origin, so only differences count.
       if (!j["start_times"][i].is_number() || !std::isfinite(j["start_times"][i].get<double>())) {
-        throw UserError(fmt::format("{} start_times: must be a finite number, got {}", where, j["start_times"][i].dump()));
+        throw UserError(
+            fmt::format("{} start_times: must be a finite number, got {}", where, j["start_times"][i].dump()));
       }
       start = j["start_times"][i].get<double>();
     }
@@ -196,7 +204,8 @@ RecordedRun read_aiperf_export(const fs::path& path) {
     const nlohmann::json s = read_json_file(summary);
     const nlohmann::json config = s.is_object() ? s.value("input_config", nlohmann::json::object()) : nlohmann::json();
     if (config.is_object()) {
-      const auto names = config.value("endpoint", nlohmann::json::object()).value("model_names", nlohmann::json::array());
+      const auto names =
+          config.value("endpoint", nlohmann::json::object()).value("model_names", nlohmann::json::array());
       if (names.is_array() && !names.empty() && names[0].is_string()) run.model_id = names[0].get<std::string>();
     }
   }
@@ -237,18 +246,20 @@ RecordedRun read_recording(const fs::path& path, const ReplayOverrides& override
   if (fs::is_directory(path)) {
     if (fs::exists(path / "requests.jsonl")) return read_recorded_run(path, overrides);
     if (!fs::exists(path / "profile_export.jsonl")) {
-      throw UserError(fmt::format("--run {}: neither requests.jsonl (LLMServingSim's bench layout) nor "
-                                  "profile_export.jsonl (aiperf) in the folder",
-                                  path.string()));
+      throw UserError(
+          fmt::format("--run {}: neither requests.jsonl (LLMServingSim's bench layout) nor "
+                      "profile_export.jsonl (aiperf) in the folder",
+                      path.string()));
     }
   } else if (!fs::exists(path)) {
     throw UserError(fmt::format("--run {}: no such file or folder", path.string()));
   }
   const bool aiperf = fs::is_directory(path) || path.extension() == ".jsonl";
   if (!aiperf && path.extension() != ".json") {
-    throw UserError(fmt::format("--run {}: expected a run folder, an aiperf profile_export.jsonl or a vLLM bench "
-                                "serve result (.json)",
-                                path.string()));
+    throw UserError(
+        fmt::format("--run {}: expected a run folder, an aiperf profile_export.jsonl or a vLLM bench "
+                    "serve result (.json)",
+                    path.string()));
   }
   RecordedRun run = aiperf ? read_aiperf_export(path) : read_vllm_bench_result(path);
   if (run.model_id.empty() && overrides.model.empty()) {

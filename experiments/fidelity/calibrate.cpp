@@ -22,8 +22,7 @@ namespace {
 // models given to `batchsim-calibrate measure --model`, llama-2-7b by default).
 std::string first_measured_model(const Measurements& m) {
   if (!m.token_ops.empty()) return m.token_ops.front().model;
-  throw UserError(fmt::format("calibrate fit: {} holds no GEMM (mlp) measurements to fit on",
-                              m.root));
+  throw UserError(fmt::format("calibrate fit: {} holds no GEMM (mlp) measurements to fit on", m.root));
 }
 
 }  // namespace

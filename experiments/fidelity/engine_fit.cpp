@@ -32,8 +32,10 @@ std::vector<bool> held_out(const std::vector<ServingRow>& rows, const std::strin
   std::set<int64_t> values;
   for (const ServingRow& r : rows) values.insert(key(r));
   if (values.size() < 2) {
-    throw UserError(fmt::format("--holdout {}: the rows have one {} only ({}); nothing to hold out (give "
-                                "--holdout none or another split)", holdout, holdout, *values.begin()));
+    throw UserError(
+        fmt::format("--holdout {}: the rows have one {} only ({}); nothing to hold out (give "
+                    "--holdout none or another split)",
+                    holdout, holdout, *values.begin()));
   }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto index = std::distance(values.begin(), values.find(key(rows[i])));
@@ -162,12 +164,12 @@ int run_calibrate_engine(const EngineFitOptions& options, std::ostream& out) {
   fmt::print(out, "{} {} rows of {} replayed on {} with engine {} ({} fitting, {} held out by {}):\n", rows.size(),
              o.backend, o.measurements, o.gpu, base_name, fitting, static_cast<int64_t>(rows.size()) - fitting,
              o.holdout);
-  fmt::print(out, "residual per iteration {:.3f} ms, per sequence {:.2f} us, per extra TP worker {:.3f} ms "
-                  "({} rounds)\n",
+  fmt::print(out,
+             "residual per iteration {:.3f} ms, per sequence {:.2f} us, per extra TP worker {:.3f} ms "
+             "({} rounds)\n",
              engine.residual.per_iteration_s * 1e3, engine.residual.per_sequence_s * 1e6,
              engine.residual.per_extra_worker_s * 1e3, rounds + 1);
-  fmt::print(out, "{:<22} {:>12} {:>12} {:>12} {:>12}\n", "", "TPOT fit %", "TPOT held %", "TTFT fit %",
-             "TTFT held %");
+  fmt::print(out, "{:<22} {:>12} {:>12} {:>12} {:>12}\n", "", "TPOT fit %", "TPOT held %", "TTFT fit %", "TTFT held %");
   auto line = [&](const char* what, const Scores& s) {
     fmt::print(out, "{:<22} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", what, s.tpot_fit.value(), s.tpot_held.value(),
                s.ttft_fit.value(), s.ttft_held.value());

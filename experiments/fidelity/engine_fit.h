@@ -17,13 +17,12 @@
 // Each row of the backend is replayed as validate-serving replays it (experiments/
 // validate_serving.h) with the base engine; the TPOT gap of the fitting rows is regressed,
 // non-negatively, on [1, sequences per iteration, TP - 1], minimising the mean absolute relative
-// error (what MAPE scores, and robust to the few rows the model misses for other reasons). Adding the fitted times changes the runs it was fitted on (longer iterations hold more
-// requests waiting), so the replay and the fit repeat until the times move by less than 1%
-// (at most 5 rounds). `--holdout osl` (the default) fits on the rows of every other distinct
-// output length (the 1st, 3rd, ...) and scores on the rest; `isl` splits by prompt length;
-// `none` fits on all. The report gives TPOT and TTFT MAPE before and after, on the fitting and
-// the held-out rows. The engine written is BASE with the fitted `residual:` block and a
-// `sources` line saying what it was fitted on.
+// error (what MAPE scores, and robust to the few rows the model misses for other reasons). Adding the fitted times
+// changes the runs it was fitted on (longer iterations hold more requests waiting), so the replay and the fit repeat
+// until the times move by less than 1% (at most 5 rounds). `--holdout osl` (the default) fits on the rows of every
+// other distinct output length (the 1st, 3rd, ...) and scores on the rest; `isl` splits by prompt length; `none` fits
+// on all. The report gives TPOT and TTFT MAPE before and after, on the fitting and the held-out rows. The engine
+// written is BASE with the fitted `residual:` block and a `sources` line saying what it was fitted on.
 #pragma once
 
 #include <iosfwd>

@@ -56,15 +56,16 @@ std::vector<RecordedRequest> read_requests(const fs::path& file) {
     }
     if (!j.is_object()) throw UserError(fmt::format("{}:{}: not a JSON object", file.string(), n));
     RecordedRequest r;
-    r.id = j.contains("request_id") ? (j["request_id"].is_string() ? j["request_id"].get<std::string>() : j["request_id"].dump())
-                                    : fmt::format("line-{}", n);
+    r.id = j.contains("request_id")
+               ? (j["request_id"].is_string() ? j["request_id"].get<std::string>() : j["request_id"].dump())
+               : fmt::format("line-{}", n);
     const double input = number_field(j, "input_toks", file, n), output = number_field(j, "output_toks", file, n);
     // Bounded before the cast: a double beyond int64's range would not convert.
     constexpr double kMaxTokens = 2147483647.0;
     if (!(input >= 1 && output >= 1 && input <= kMaxTokens && output <= kMaxTokens) || input != std::floor(input) ||
         output != std::floor(output)) {
-      throw UserError(fmt::format("{}:{}: input_toks and output_toks must be whole numbers from 1 to 2^31-1",
-                                  file.string(), n));
+      throw UserError(
+          fmt::format("{}:{}: input_toks and output_toks must be whole numbers from 1 to 2^31-1", file.string(), n));
     }
     r.input_tokens = static_cast<int64_t>(input);
     r.output_tokens = static_cast<int64_t>(output);
@@ -73,9 +74,10 @@ std::vector<RecordedRequest> read_requests(const fs::path& file) {
     r.first_token_s = number_field(j, "first_token_ts", file, n);
     r.last_token_s = number_field(j, "last_token_ts", file, n);
     if (!(r.queued_s <= r.scheduled_s && r.scheduled_s <= r.first_token_s && r.first_token_s <= r.last_token_s)) {
-      throw UserError(fmt::format("{}:{}: request {} ends before it starts: queued_ts <= scheduled_ts <= "
-                                  "first_token_ts <= last_token_ts must hold",
-                                  file.string(), n, r.id));
+      throw UserError(
+          fmt::format("{}:{}: request {} ends before it starts: queued_ts <= scheduled_ts <= "
+                      "first_token_ts <= last_token_ts must hold",
+                      file.string(), n, r.id));
     }
     out.push_back(std::move(r));
   }
@@ -99,7 +101,8 @@ T kwarg(const nlohmann::json& kw, const char* key, T fallback, const fs::path& f
     // A whole number within range: a float or a huge value would not convert.
     const auto& v = kw[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 31)) {
-      throw UserError(fmt::format("{}: '{}' must be a whole number from 0 to 2^31, got {}", file.string(), key, v.dump()));
+      throw UserError(
+          fmt::format("{}: '{}' must be a whole number from 0 to 2^31, got {}", file.string(), key, v.dump()));
     }
     return static_cast<T>(v.get<int64_t>());
   } else {
@@ -132,7 +135,8 @@ ordered_json figure_errors(const std::vector<double>& predicted, const std::vect
     j["predicted"][name] = pct(predicted, q);
   }
   j["measured"]["mean"] = std::accumulate(measured.begin(), measured.end(), 0.0) / static_cast<double>(measured.size());
-  j["predicted"]["mean"] = std::accumulate(predicted.begin(), predicted.end(), 0.0) / static_cast<double>(predicted.size());
+  j["predicted"]["mean"] =
+      std::accumulate(predicted.begin(), predicted.end(), 0.0) / static_cast<double>(predicted.size());
   return j;
 }
 
@@ -148,7 +152,8 @@ RecordedRun read_recorded_run(const fs::path& dir, const ReplayOverrides& overri
   const fs::path meta_file = dir / "meta.json";
   const nlohmann::json meta = read_json_file(meta_file);
   if (!meta.contains("engine_kwargs") || !meta["engine_kwargs"].is_object()) {
-    throw UserError(fmt::format("{}: no engine_kwargs object (the arguments the engine was started with)", meta_file.string()));
+    throw UserError(
+        fmt::format("{}: no engine_kwargs object (the arguments the engine was started with)", meta_file.string()));
   }
   const nlohmann::json& kw = meta["engine_kwargs"];
   try {
@@ -170,9 +175,11 @@ RecordedRun read_recorded_run(const fs::path& dir, const ReplayOverrides& overri
       run.prefix_caching = kwarg<bool>(kv, "enable_prefix_caching", run.prefix_caching, meta_file);
       run.gpu_memory_utilization = kwarg<double>(kv, "gpu_memory_utilization", run.gpu_memory_utilization, meta_file);
     }
-    if (meta.contains("hardware") && meta["hardware"].is_object()) run.device = meta["hardware"].value("device_name", "");
+    if (meta.contains("hardware") && meta["hardware"].is_object())
+      run.device = meta["hardware"].value("device_name", "");
   } catch (const nlohmann::json::exception& e) {
-    throw UserError(fmt::format("{}: a field of engine_kwargs or kv_cache has the wrong type: {}", meta_file.string(), e.what()));
+    throw UserError(
+        fmt::format("{}: a field of engine_kwargs or kv_cache has the wrong type: {}", meta_file.string(), e.what()));
   }
   // The model's Hugging Face config.json; LLMServingSim keeps its cluster description under the
   // same name (nodes -> instances -> model_name, hardware), which names the model instead.
@@ -194,9 +201,10 @@ RecordedRun read_recorded_run(const fs::path& dir, const ReplayOverrides& overri
     break;
   }
   if (run.model_config.empty() && run.model_id.empty() && overrides.model.empty()) {
-    throw UserError(fmt::format("{}: no config.json in the run folder or the one above, and no model in engine_kwargs "
-                                "(give --model)",
-                                dir.string()));
+    throw UserError(
+        fmt::format("{}: no config.json in the run folder or the one above, and no model in engine_kwargs "
+                    "(give --model)",
+                    dir.string()));
   }
   apply_overrides_and_note_derived(run, overrides);
   return run;
@@ -219,9 +227,12 @@ void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& o
       }
       return v;
     };
-    if (key == "max_num_seqs") run.max_num_seqs = whole(1);
-    else if (key == "max_num_batched_tokens") run.max_num_batched_tokens = whole(1);
-    else if (key == "block_size") run.block_size = whole(1);
+    if (key == "max_num_seqs")
+      run.max_num_seqs = whole(1);
+    else if (key == "max_num_batched_tokens")
+      run.max_num_batched_tokens = whole(1);
+    else if (key == "block_size")
+      run.block_size = whole(1);
     else if (key == "prefix_caching") {
       if (value != "true" && value != "false") {
         throw UserError(fmt::format("--policy-opt prefix_caching={}: must be true or false", value));
@@ -232,14 +243,18 @@ void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& o
     }
   }
   if (run.num_gpu_blocks == 0) {
-    run.derived.push_back(fmt::format("KV cache: no kv_cache block; sized from GPU memory at gpu_memory_utilization {} "
-                                      "after a profile run, as vLLM sizes it",
-                                      run.gpu_memory_utilization));
+    run.derived.push_back(
+        fmt::format("KV cache: no kv_cache block; sized from GPU memory at gpu_memory_utilization {} "
+                    "after a profile run, as vLLM sizes it",
+                    run.gpu_memory_utilization));
   }
-  if (run.max_model_len == 0) run.derived.push_back("max_model_len: null; the model's max_position_embeddings, vLLM's default");
+  if (run.max_model_len == 0)
+    run.derived.push_back("max_model_len: null; the model's max_position_embeddings, vLLM's default");
   if (run.max_num_seqs == 0) run.derived.push_back("max_num_seqs: not given; vLLM's default for the GPU");
-  if (run.max_num_batched_tokens == 0) run.derived.push_back("max_num_batched_tokens: not given; vLLM's default for the GPU");
-  if (run.vllm_version.empty()) run.derived.push_back("vllm_version: not recorded; the current scheduler (vllm preset)");
+  if (run.max_num_batched_tokens == 0)
+    run.derived.push_back("max_num_batched_tokens: not given; vLLM's default for the GPU");
+  if (run.vllm_version.empty())
+    run.derived.push_back("vllm_version: not recorded; the current scheduler (vllm preset)");
 }
 
 RunConfig replay_config(const RecordedRun& run, const std::string& gpu, const std::string& engine,
@@ -254,10 +269,13 @@ RunConfig replay_config(const RecordedRun& run, const std::string& gpu, const st
   // schedulers admitted on the first chunk (vllm-v1-2025), asynchronously from 0.14.
   const bool old = !run.vllm_version.empty() && run.vllm_version < std::string("0.19");
   c.policy = !policy.empty() ? policy : old ? "vllm-v1-2025" : "vllm";
-  if (!engine.empty()) c.engine = engine;
-  else if (old && run.vllm_version >= std::string("0.14")) c.engine = "vllm-async";
+  if (!engine.empty())
+    c.engine = engine;
+  else if (old && run.vllm_version >= std::string("0.14"))
+    c.engine = "vllm-async";
   if (run.max_num_seqs > 0) c.policy_opts["max_num_seqs"] = std::to_string(run.max_num_seqs);
-  if (run.max_num_batched_tokens > 0) c.policy_opts["max_num_batched_tokens"] = std::to_string(run.max_num_batched_tokens);
+  if (run.max_num_batched_tokens > 0)
+    c.policy_opts["max_num_batched_tokens"] = std::to_string(run.max_num_batched_tokens);
   c.policy_opts["prefix_caching"] = run.prefix_caching ? "true" : "false";
   c.policy_opts["block_size"] = std::to_string(run.block_size);
   for (const auto& [key, value] : run.policy_opts) c.policy_opts[key] = value;
@@ -314,8 +332,11 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const RecordedRequest& m = run.requests[i];
     const RequestRecord& p = records.at(i);
-    ordered_json row = {{"id", m.id}, {"input_tokens", m.input_tokens}, {"output_tokens", m.output_tokens},
-                        {"queued_s", m.queued_s - run.requests.front().queued_s}, {"completed", p.completed()}};
+    ordered_json row = {{"id", m.id},
+                        {"input_tokens", m.input_tokens},
+                        {"output_tokens", m.output_tokens},
+                        {"queued_s", m.queued_s - run.requests.front().queued_s},
+                        {"completed", p.completed()}};
     if (!p.completed()) {
       row["reject_reason"] = p.reject_reason;
       rows.push_back(std::move(row));
@@ -343,10 +364,14 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
   j["engine"] = run_engine_name(config);
   j["policy"] = config.policy;
   j["measured_on"] = {{"device", run.device}, {"vllm_version", run.vllm_version}};
-  j["engine_arguments"] = {{"max_num_seqs", run.max_num_seqs},           {"max_num_batched_tokens", run.max_num_batched_tokens},
-                           {"max_model_len", run.max_model_len},         {"prefix_caching", run.prefix_caching},
-                           {"num_gpu_blocks", run.num_gpu_blocks},       {"block_size", run.block_size},
-                           {"tensor_parallel_size", run.tp},             {"data_parallel_size", run.dp},
+  j["engine_arguments"] = {{"max_num_seqs", run.max_num_seqs},
+                           {"max_num_batched_tokens", run.max_num_batched_tokens},
+                           {"max_model_len", run.max_model_len},
+                           {"prefix_caching", run.prefix_caching},
+                           {"num_gpu_blocks", run.num_gpu_blocks},
+                           {"block_size", run.block_size},
+                           {"tensor_parallel_size", run.tp},
+                           {"data_parallel_size", run.dp},
                            {"enable_expert_parallel", run.expert_parallel}};
   j["derived"] = run.derived;
   j["requests_total"] = run.requests.size();
@@ -372,8 +397,10 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
   const double capacity = static_cast<double>(std::max<int64_t>(1, outcome.result.kv_capacity_tokens));
   for (const RecordedSample& s : run.timeseries) {
     const SimTime t = SimTime::from_seconds(s.t);
-    auto it = std::upper_bound(its.begin(), its.end(), t, [](SimTime v, const IterationRecord& r) { return v < r.start; });
-    ordered_json row = {{"t", s.t}, {"measured", {{"running", s.running}, {"waiting", s.waiting}, {"kv_cache_pct", s.kv_percent}}}};
+    auto it =
+        std::upper_bound(its.begin(), its.end(), t, [](SimTime v, const IterationRecord& r) { return v < r.start; });
+    ordered_json row = {{"t", s.t},
+                        {"measured", {{"running", s.running}, {"waiting", s.waiting}, {"kv_cache_pct", s.kv_percent}}}};
     if (it != its.begin()) {
       const IterationRecord& r = *std::prev(it);
       const bool idle = t > r.start + r.duration && std::next(std::prev(it)) == its.end();
@@ -402,8 +429,8 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
              run.requests.size(),
              run.closed_loop_clients > 0 ? fmt::format(", a closed loop of {} clients", run.closed_loop_clients) : "",
              run.device.empty() ? "" : ", measured on " + run.device,
-             run.vllm_version.empty() ? "" : ", vLLM " + run.vllm_version, config.gpu, report["engine"].get<std::string>(),
-             config.policy);
+             run.vllm_version.empty() ? "" : ", vLLM " + run.vllm_version, config.gpu,
+             report["engine"].get<std::string>(), config.policy);
   for (const std::string& d : run.derived) fmt::print(out, "derived: {}\n", d);
   fmt::print(out, "{:<6} {:>7} {:>11} {:>9} {:>21} {:>21} {:>21}\n", "", "MAPE %", "mean err %", "Spearman",
              "p50 meas / pred", "p90 meas / pred", "p99 meas / pred");
@@ -412,7 +439,8 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
     const double scale = std::string(figure) == "tpot" ? 1e3 : 1;
     const char* unit = std::string(figure) == "tpot" ? "ms" : "s";
     auto pair = [&](const char* q) {
-      return fmt::format("{:.3f} / {:.3f} {}", f["measured"][q].get<double>() * scale, f["predicted"][q].get<double>() * scale, unit);
+      return fmt::format("{:.3f} / {:.3f} {}", f["measured"][q].get<double>() * scale,
+                         f["predicted"][q].get<double>() * scale, unit);
     };
     fmt::print(out, "{:<6} {:>7.1f} {:>+11.1f} {:>9.3f} {:>21} {:>21} {:>21}\n", figure, f["mape"].get<double>(),
                f["mean_error"].get<double>(), f["spearman"].get<double>(), pair("p50"), pair("p90"), pair("p99"));
@@ -427,7 +455,8 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
   std::vector<std::pair<double, const ordered_json*>> worst;
   for (const auto& row : report["requests"]) {
     if (row.contains("e2e_s")) {
-      worst.emplace_back(std::abs(row["e2e_s"]["predicted"].get<double>() - row["e2e_s"]["measured"].get<double>()), &row);
+      worst.emplace_back(std::abs(row["e2e_s"]["predicted"].get<double>() - row["e2e_s"]["measured"].get<double>()),
+                         &row);
     }
   }
   std::sort(worst.begin(), worst.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -440,9 +469,11 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
     last = std::max(last, (*row)["queued_s"].get<double>());
   }
   if (total > 0) {
-    fmt::print(out, "largest errors: the {} requests with the largest e2e error (queued {:.0f}-{:.0f} s into the run) "
-                    "are off by {:.2f} s on average, {:.0f}% of it in their TTFT (queueing and prefill), the rest in decode\n",
-               worst.size(), first, last, total / static_cast<double>(worst.size()), std::min(100.0, 100 * ttft_part / total));
+    fmt::print(
+        out,
+        "largest errors: the {} requests with the largest e2e error (queued {:.0f}-{:.0f} s into the run) "
+        "are off by {:.2f} s on average, {:.0f}% of it in their TTFT (queueing and prefill), the rest in decode\n",
+        worst.size(), first, last, total / static_cast<double>(worst.size()), std::min(100.0, 100 * ttft_part / total));
   }
   if (!o.out.empty()) {
     auto file = open_for_write(o.out);

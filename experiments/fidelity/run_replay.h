@@ -67,18 +67,18 @@ struct RecordedRun {
   // replayed in order as each client frees (requests[i].queued_s then all 0). 0: replayed at
   // the recorded send times.
   std::vector<RecordedSample> timeseries;
-  std::string model_id;                   // engine_kwargs.model
-  std::filesystem::path model_config;     // the config.json found (empty: none; model_id then)
-  std::string vllm_version;               // empty: not recorded
-  std::string device;                     // hardware.device_name, or ""
+  std::string model_id;                // engine_kwargs.model
+  std::filesystem::path model_config;  // the config.json found (empty: none; model_id then)
+  std::string vllm_version;            // empty: not recorded
+  std::string device;                  // hardware.device_name, or ""
   int64_t max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0;  // 0: not set
   int tp = 1, dp = 1;
   bool expert_parallel = false;
-  bool prefix_caching = true;             // vLLM v1's default
+  bool prefix_caching = true;                   // vLLM v1's default
   int64_t num_gpu_blocks = 0, block_size = 16;  // 0 blocks: not recorded
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_dtype = "auto";
-  std::vector<std::string> derived;       // what the run left out and how it was derived
+  std::vector<std::string> derived;  // what the run left out and how it was derived
   int64_t closed_loop_clients = 0;
   // Further --policy-opt settings of the replay (those above have their own fields).
   std::map<std::string, std::string> policy_opts;
@@ -90,7 +90,7 @@ struct RecordedRun {
 // the replay's policy options).
 struct ReplayOverrides {
   std::string model;
-  int tp = 0;  // 0: the run's
+  int tp = 0;                                     // 0: the run's
   int64_t num_gpu_blocks = 0, max_model_len = 0;  // 0: the run's (--num-gpu-blocks, --max-model-len)
   std::map<std::string, std::string> policy_opts;
 };
@@ -124,7 +124,6 @@ struct RunReplayOptions {
 int run_replay_command(const RunReplayOptions& options, std::ostream& out);
 
 // The report of a replay as validate-serving --run writes it (see the header comment).
-nlohmann::ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config,
-                                         const RunOutcome& outcome);
+nlohmann::ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, const RunOutcome& outcome);
 
 }  // namespace batchsim

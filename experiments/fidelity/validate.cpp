@@ -32,19 +32,20 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
     // A profile is its GPU and the kernels it timed: say when these measurements timed others.
     const std::string timed = !options.kernels.empty() ? options.kernels : measurements.kernels;
     if (!run.profile.kernels.empty() && timed != run.profile.kernels) {
-      fit_notes.push_back(fmt::format("profile '{}' was measured on {} kernels; these measurements timed {}: part of "
-                                      "the error is the kernels', not the GPU's",
-                                      run.profile.name, run.profile.kernels,
-                                      timed.empty() ? "kernels they do not name (--kernels names them)" : timed + "'s"));
+      fit_notes.push_back(
+          fmt::format("profile '{}' was measured on {} kernels; these measurements timed {}: part of "
+                      "the error is the kernels', not the GPU's",
+                      run.profile.name, run.profile.kernels,
+                      timed.empty() ? "kernels they do not name (--kernels names them)" : timed + "'s"));
     }
   } else {
     std::string base = options.base_gpu;
     if (base.empty()) base = datasheet_gpu_for_device(measurements.device);
     if (base.empty()) {
-      throw UserError(fmt::format(
-          "--base-gpu is required: device '{}' is not a built-in GPU (give the datasheet GPU "
-          "the measurements were taken on, e.g. a100-80gb)",
-          measurements.device));
+      throw UserError(
+          fmt::format("--base-gpu is required: device '{}' is not a built-in GPU (give the datasheet GPU "
+                      "the measurements were taken on, e.g. a100-80gb)",
+                      measurements.device));
     }
     HardwareProfile fallback;
     if (!options.fallback_gpu.empty()) fallback = resolve_gpu(options.fallback_gpu);
@@ -64,8 +65,7 @@ ValidationRun fit_and_validate(const Measurements& measurements, const ValidateO
   return run;
 }
 
-void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
-                              std::ostream& out) {
+void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options, std::ostream& out) {
   if (!options.out_json.empty()) {
     auto file = open_for_write(options.out_json);
     file << validation_json(run.report).dump(2) << '\n';
@@ -83,9 +83,10 @@ std::string kernel_table_base_gpu(const std::string& system, const ValidateOptio
   std::replace(name.begin(), name.end(), '_', '-');
   const std::string base = datasheet_gpu_for_device(name);
   if (base.empty()) {
-    throw UserError(fmt::format("--base-gpu is required: system '{}' is not a built-in GPU (give the datasheet "
-                                "GPU the tables were measured on, e.g. h100-sxm)",
-                                system));
+    throw UserError(
+        fmt::format("--base-gpu is required: system '{}' is not a built-in GPU (give the datasheet "
+                    "GPU the tables were measured on, e.g. h100-sxm)",
+                    system));
   }
   return base;
 }
@@ -133,7 +134,8 @@ int run_validate_kernel_tables(const ValidateOptions& options, std::ostream& out
 }
 
 int run_validate_mla(const ValidateOptions& options, std::ostream& out) {
-  if (!options.fit_on.empty() || !options.device.empty() || !options.fallback_gpu.empty() || !options.rows_out.empty()) {
+  if (!options.fit_on.empty() || !options.device.empty() || !options.fallback_gpu.empty() ||
+      !options.rows_out.empty()) {
     throw UserError("--fit-on, --device, --fallback-gpu and --rows-out do not apply to InferSim's MLA tables");
   }
   const MlaTables tables = read_mla_tables(options.measurements_dir);
@@ -143,9 +145,10 @@ int run_validate_mla(const ValidateOptions& options, std::ostream& out) {
   } else {
     const std::string base = options.base_gpu.empty() ? datasheet_gpu_for_device(tables.device) : options.base_gpu;
     if (base.empty()) {
-      throw UserError(fmt::format("--base-gpu is required: '{}' is not a built-in GPU (give the profile to add the MLA "
-                                  "constants to, e.g. h100-sxm-fitted)",
-                                  tables.device));
+      throw UserError(
+          fmt::format("--base-gpu is required: '{}' is not a built-in GPU (give the profile to add the MLA "
+                      "constants to, e.g. h100-sxm-fitted)",
+                      tables.device));
     }
     const HardwareProfile base_profile = resolve_gpu(base);
     report = validate_mla(tables, base_profile);

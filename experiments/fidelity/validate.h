@@ -25,10 +25,10 @@ namespace batchsim {
 
 struct ValidateOptions {
   std::filesystem::path measurements_dir;
-  std::string device;    // which GPU of a Vidur tree ("a100"); empty: the only one
-  std::string fit_on;    // model to fit on (built-in name, Vidur id or config.json)
-  std::string base_gpu;  // datasheet ceilings for the fit; empty: from the device name
-  std::string gpu;       // check this profile instead of fitting one
+  std::string device;        // which GPU of a Vidur tree ("a100"); empty: the only one
+  std::string fit_on;        // model to fit on (built-in name, Vidur id or config.json)
+  std::string base_gpu;      // datasheet ceilings for the fit; empty: from the device name
+  std::string gpu;           // check this profile instead of fitting one
   std::string fallback_gpu;  // attention parameters when the measurements have none
   // Whose kernels the measurements timed, recorded in the fitted profile (HardwareProfile::
   // kernels); empty: what the layout says (kernel tables, LLMServingSim's meta.yaml), else none.
@@ -54,8 +54,7 @@ struct ValidationRun {
 };
 ValidationRun fit_and_validate(const Measurements& measurements, const ValidateOptions& options);
 // Writes options.out_json (the report) and options.profile_out (the profile) where set.
-void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options,
-                              std::ostream& out);
+void write_validation_outputs(const ValidationRun& run, const ValidateOptions& options, std::ostream& out);
 
 // The kernel-table path of `validate` and `calibrate fit` (aiconfigurator layout,
 // hwmodel/fit/kernel_tables.h): with options.gpu, that profile scored on every row; otherwise a

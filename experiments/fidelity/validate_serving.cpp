@@ -56,8 +56,11 @@ struct ErrorGroup {
     return (v[mid] + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
   }
   nlohmann::ordered_json to_json() const {
-    return {{"ttft_mape", mape(ttft)}, {"ttft_median_ratio", median(ttft)},
-            {"tpot_mape", mape(tpot)}, {"tpot_median_ratio", median(tpot)}, {"count", count()}};
+    return {{"ttft_mape", mape(ttft)},
+            {"ttft_median_ratio", median(ttft)},
+            {"tpot_mape", mape(tpot)},
+            {"tpot_median_ratio", median(tpot)},
+            {"count", count()}};
   }
 };
 
@@ -66,7 +69,8 @@ struct ErrorGroup {
 struct BackendErrors {
   ErrorGroup all;
   // (what the rows are grouped by, value -> its rows), in this order.
-  std::vector<std::pair<std::string, std::map<int64_t, ErrorGroup>>> by = {{"isl", {}}, {"concurrency", {}}, {"tp", {}}};
+  std::vector<std::pair<std::string, std::map<int64_t, ErrorGroup>>> by = {
+      {"isl", {}}, {"concurrency", {}}, {"tp", {}}};
 
   void add(const ServingRow& r, const ServingPrediction& p) {
     all.add(r, p);
@@ -375,8 +379,8 @@ int64_t silicon_concurrency(const CsvTable& csv) {
   const std::string field = source_field(csv, "silicon_concurrency");
   const std::string digits = field.substr(0, field.find_first_not_of("0123456789"));
   if (digits.empty() || digits.size() > 7 || std::stoll(digits) < 1) {
-    csv.fail(fmt::format("column 'silicon_data_source': '{}' is not a concurrency from 1 to 9999999",
-                         source.substr(at)));
+    csv.fail(
+        fmt::format("column 'silicon_data_source': '{}' is not a concurrency from 1 to 9999999", source.substr(at)));
   }
   return std::stoll(digits);
 }
@@ -581,9 +585,12 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
         const std::string prefix = std::string(role) + "_";
         ServingPool& pool = *pools[prefix == "prefill_" ? 0 : 1];
         const ColumnLayout c = read_column_layout(csv, prefix);
-        if (c.pp != 1) why = "pipeline parallelism: not simulated";
-        else if (c.adp > 1) why = kPoolAttentionDp;
-        else if (const std::string bad = resolve_layout(c, model, pool.layout); !bad.empty()) why = bad;
+        if (c.pp != 1)
+          why = "pipeline parallelism: not simulated";
+        else if (c.adp > 1)
+          why = kPoolAttentionDp;
+        else if (const std::string bad = resolve_layout(c, model, pool.layout); !bad.empty())
+          why = bad;
       }
       if (why.empty()) {
         // The pools run the row's policy, which must have the prefill and decode roles.
@@ -609,8 +616,8 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
       continue;
     }
     if (relabelled) r.normalisations.push_back(kCheckpointFormat.name);
-    if (constexpr int64_t kPool = 100; r.backend == "vllm" && source_field(csv, "measured").starts_with("2025-12-") &&
-                                       r.concurrency > kPool) {
+    if (constexpr int64_t kPool = 100;
+        r.backend == "vllm" && source_field(csv, "measured").starts_with("2025-12-") && r.concurrency > kPool) {
       r.client_connections = kPool;
       r.normalisations.push_back(kClientConnectionPool.name);
     }
@@ -695,9 +702,10 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
   check_replay_options(o);
   const HardwareProfile gpu = resolve_gpu(o.gpu);  // a bad name fails here, before any row
   if (!o.profile_out.empty() && gpu.validation.empty()) {
-    throw UserError(fmt::format("--profile-out: profile '{}' has no validation block to add the serving figures "
-                                "to (fit it first: batchsim validate --profile-out, hwmodel/README.md)",
-                                gpu.name));
+    throw UserError(
+        fmt::format("--profile-out: profile '{}' has no validation block to add the serving figures "
+                    "to (fit it first: batchsim validate --profile-out, hwmodel/README.md)",
+                    gpu.name));
   }
   if (!o.profile_out.empty() && !o.backend.empty()) {
     throw UserError("--profile-out: records every backend's figures; drop --backend");
@@ -724,12 +732,16 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     const bool first = measurements_seen.find_or_add(r.ttft_ms, r.tpot_ms, r.id) == nullptr;
     if (first) every_distinct.add(r, p);
     by_model[{r.model_path, r.backend, r.mode}].add(r, p, first);
-    nlohmann::ordered_json row = {{"backend", r.backend}, {"backend_version", r.version}, {"policy", p.config.policy},
+    nlohmann::ordered_json row = {{"backend", r.backend},
+                                  {"backend_version", r.version},
+                                  {"policy", p.config.policy},
                                   {"engine", p.engine},
                                   {"model", r.model_path},
                                   {"precision", r.precision.empty() ? "bf16" : r.precision},
-                                  {"isl", r.isl}, {"osl", r.osl},
-                                  {"concurrency", r.concurrency}, {"tp", r.tp}};
+                                  {"isl", r.isl},
+                                  {"osl", r.osl},
+                                  {"concurrency", r.concurrency},
+                                  {"tp", r.tp}};
     if (moe_report) {
       row["id"] = r.id;
       row["mode"] = r.mode;
@@ -748,10 +760,13 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
       row["distinct"] = first;
     }
     row.update(nlohmann::ordered_json{{"kv_cache_dtype", p.config.kv_cache_dtype},
-                                      {"deployment", p.deployment}, {"policy_opts", p.config.policy_opts},
+                                      {"deployment", p.deployment},
+                                      {"policy_opts", p.config.policy_opts},
                                       {"measured_ttft_ms", r.ttft_ms},
-                                      {"predicted_ttft_ms", p.ttft_ms}, {"measured_tpot_ms", r.tpot_ms},
-                                      {"predicted_tpot_ms", p.tpot_ms}, {"rejected", p.rejected},
+                                      {"predicted_ttft_ms", p.ttft_ms},
+                                      {"measured_tpot_ms", r.tpot_ms},
+                                      {"predicted_tpot_ms", p.tpot_ms},
+                                      {"rejected", p.rejected},
                                       {"config", config_to_json(p.config)}});
     report_rows.push_back(std::move(row));
   }
@@ -763,8 +778,7 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
 
   fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client{}):\n",
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
-             engines_text(o.engines, "of each backend"), o.deployment, o.requests_per_client,
-             think_time_text(o));
+             engines_text(o.engines, "of each backend"), o.deployment, o.requests_per_client, think_time_text(o));
   // The medians of predicted / measured say which way the error goes (below 1: short).
   fmt::print(out, "{:<10} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "backend", "rows", "TTFT MAPE %", "TTFT p/m",
              "TPOT MAPE %", "TPOT p/m");
@@ -782,12 +796,14 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
       }
     }
   } else {
-    fmt::print(out, "(p/m: the median of predicted / measured; --breakdown shows each backend by prompt length, "
-                    "clients and TP)\n");
+    fmt::print(out,
+               "(p/m: the median of predicted / measured; --breakdown shows each backend by prompt length, "
+               "clients and TP)\n");
   }
   if (moe_report) {
-    fmt::print(out, "each measurement once ({} replayed rows repeat an earlier one's TTFT and TPOT), by model, "
-                    "backend and mode:\n",
+    fmt::print(out,
+               "each measurement once ({} replayed rows repeat an earlier one's TTFT and TPOT), by model, "
+               "backend and mode:\n",
                repeats_replayed);
     fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "model", "backend", "mode", "rows",
                "TTFT MAPE %", "TTFT p/m", "TPOT MAPE %", "TPOT p/m");
@@ -840,10 +856,9 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     auto tenth = [](double x) { return std::round(x * 10) / 10; };
     auto hundredth = [](double x) { return std::round(x * 100) / 100; };
     for (const auto& [backend, e] : by_backend) {
-      p.validation.serving.backends.push_back({backend, tenth(ErrorGroup::mape(e.all.ttft)),
-                                               tenth(ErrorGroup::mape(e.all.tpot)),
-                                               hundredth(ErrorGroup::median(e.all.ttft)),
-                                               hundredth(ErrorGroup::median(e.all.tpot)), e.all.count()});
+      p.validation.serving.backends.push_back(
+          {backend, tenth(ErrorGroup::mape(e.all.ttft)), tenth(ErrorGroup::mape(e.all.tpot)),
+           hundredth(ErrorGroup::median(e.all.ttft)), hundredth(ErrorGroup::median(e.all.tpot)), e.all.count()});
     }
     save_hardware_profile(p, o.profile_out);
     fmt::print(out, "wrote {}\n", o.profile_out);
@@ -858,11 +873,14 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     j["requests_per_client"] = o.requests_per_client;
     j["think_time"] = o.think_time;
     if (!o.moe_routing.empty()) j["moe_routing"] = o.moe_routing;
-    j["units"] = "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
-                 "predicted / measured (below 1: predicted short); times in ms (means over requests)";
-    j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)}, {"median_ratio", ErrorGroup::median(every_row.ttft)},
+    j["units"] =
+        "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
+        "predicted / measured (below 1: predicted short); times in ms (means over requests)";
+    j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)},
+                 {"median_ratio", ErrorGroup::median(every_row.ttft)},
                  {"count", every_row.count()}};
-    j["tpot"] = {{"mape", ErrorGroup::mape(every_row.tpot)}, {"median_ratio", ErrorGroup::median(every_row.tpot)},
+    j["tpot"] = {{"mape", ErrorGroup::mape(every_row.tpot)},
+                 {"median_ratio", ErrorGroup::median(every_row.tpot)},
                  {"count", every_row.count()}};
     for (const auto& [backend, e] : by_backend) {
       nlohmann::ordered_json b = e.all.to_json();
@@ -881,8 +899,10 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
       j["distinct"] = every_distinct.to_json();
       j["by_model"] = nlohmann::ordered_json::array();
       for (const auto& [key, e] : by_model) {
-        nlohmann::ordered_json m = {{"model", std::get<0>(key)}, {"backend", std::get<1>(key)},
-                                    {"mode", std::get<2>(key)}, {"rows", e.all.count()}};
+        nlohmann::ordered_json m = {{"model", std::get<0>(key)},
+                                    {"backend", std::get<1>(key)},
+                                    {"mode", std::get<2>(key)},
+                                    {"rows", e.all.count()}};
         m["distinct"] = e.distinct.to_json();
         m["every_row"] = e.all.to_json();
         for (const auto& [value, g] : e.by_isl) m["by_isl"][std::to_string(value)] = g.to_json();

@@ -70,7 +70,7 @@ struct ServingPool {
 struct ServingRow {
   std::string id, backend, version, model_path, precision;
   std::string mode = "agg";  // agg | disagg
-  std::string model;  // model_path resolved: a built-in name or a config.json
+  std::string model;         // model_path resolved: a built-in name or a config.json
   int64_t isl = 0, osl = 0, concurrency = 0;
   // The benchmark client's connection pool (RunConfig::client_connections), 0: none recorded.
   int64_t client_connections = 0;

@@ -77,12 +77,13 @@ int64_t max_concurrent_requests(const SimulationResult& result) {
 
 std::vector<std::string> parse_percentile_metrics(const std::string& text, const std::string& option) {
   const auto items = split_items(text, ",");
-  if (items.empty()) throw UserError(fmt::format("{}: give metric names separated by commas, e.g. ttft,tpot,itl", option));
+  if (items.empty())
+    throw UserError(fmt::format("{}: give metric names separated by commas, e.g. ttft,tpot,itl", option));
   std::vector<std::string> metrics;
   for (const std::string& m : items) {
     if (std::find(metric_names().begin(), metric_names().end(), m) == metric_names().end()) {
-      throw UserError(fmt::format("{}: unknown metric '{}' (expected ttft, tpot, itl or e2el, as vllm bench serve)",
-                                  option, m));
+      throw UserError(
+          fmt::format("{}: unknown metric '{}' (expected ttft, tpot, itl or e2el, as vllm bench serve)", option, m));
     }
     if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
   }
@@ -139,8 +140,12 @@ ordered_json bench_json(const RunOutcome& outcome) {
     e2el.add(r.e2e_s());
   }
   for (const std::string& metric : metric_names()) {
-    if (std::find(c.percentile_metrics.begin(), c.percentile_metrics.end(), metric) == c.percentile_metrics.end()) continue;
-    const WeightedSamples& v = metric == "ttft" ? ttft : metric == "tpot" ? tpot : metric == "itl" ? result.tbt_s : e2el;
+    if (std::find(c.percentile_metrics.begin(), c.percentile_metrics.end(), metric) == c.percentile_metrics.end())
+      continue;
+    const WeightedSamples& v = metric == "ttft"   ? ttft
+                               : metric == "tpot" ? tpot
+                               : metric == "itl"  ? result.tbt_s
+                                                  : e2el;
     j[fmt::format("mean_{}_ms", metric)] = v.mean() * 1000;
     j[fmt::format("median_{}_ms", metric)] = v.interpolated_percentile(0.5) * 1000;
     j[fmt::format("std_{}_ms", metric)] = v.stddev() * 1000;

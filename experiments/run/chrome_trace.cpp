@@ -200,8 +200,11 @@ std::vector<ScheduledStep> schedule_steps(const SimulationResult& result) {
 class TraceBuilder {
  public:
   TraceBuilder(const RunOutcome& run, EventStream& stream)
-      : run_(run), result_(run.result), stream_(stream),
-        counters_(std::max<size_t>({1, static_cast<size_t>(run.config.replicas), run.result.summary.replicas.size()})) {}
+      : run_(run),
+        result_(run.result),
+        stream_(stream),
+        counters_(std::max<size_t>({1, static_cast<size_t>(run.config.replicas), run.result.summary.replicas.size()})) {
+  }
 
   void write() {
     write_metadata();
@@ -213,11 +216,12 @@ class TraceBuilder {
           write_counters(idle.replica, idle.at, idle.kv_used_tokens, idle.kv_allocated_tokens, 0, idle.waiting);
           break;
         }
-        case Step::kIteration: write_iteration(result_.iterations[i]); break;
+        case Step::kIteration:
+          write_iteration(result_.iterations[i]);
+          break;
         case Step::kRequestBegin: {
           const RequestRecord& r = record_of(i);
-          write_request_event('b', fmt::format("request {}", r.id), r, result_.request_phases[i].at,
-                              request_args(r));
+          write_request_event('b', fmt::format("request {}", r.id), r, result_.request_phases[i].at, request_args(r));
           break;
         }
         case Step::kPhaseBegin:
@@ -261,8 +265,9 @@ class TraceBuilder {
     const RunConfig& c = run_.config;
     for (size_t r = 0; r < counters_.size(); ++r) {
       const int pid = pid_of(static_cast<int32_t>(r));
-      stream_.add(metadata("process_name", pid,
-                           {{"name", fmt::format("replica {} ({}, {} on {}, tp {})", r, c.policy, c.model, c.gpu, c.tp)}}));
+      stream_.add(
+          metadata("process_name", pid,
+                   {{"name", fmt::format("replica {} ({}, {} on {}, tp {})", r, c.policy, c.model, c.gpu, c.tp)}}));
       stream_.add(metadata("process_sort_index", pid, {{"sort_index", r}}));
       stream_.add(metadata("thread_name", pid, {{"name", "iterations"}}));
     }
@@ -284,14 +289,14 @@ class TraceBuilder {
                       int64_t waiting) {
     CounterState& last = counters_.at(static_cast<size_t>(replica));
     const int pid = pid_of(replica);
-    write_counter(kv_event_, "KV cache", at, pid, {"used_tokens", "allocated_tokens"}, {kv_used, kv_allocated}, last.kv);
+    write_counter(kv_event_, "KV cache", at, pid, {"used_tokens", "allocated_tokens"}, {kv_used, kv_allocated},
+                  last.kv);
     write_counter(requests_event_, "requests", at, pid, {"running", "waiting"}, {running, waiting}, last.requests);
   }
 
   // Counter `name`, a track per series in a viewer, written when a value differs from `last`.
-  void write_counter(Json& e, std::string_view name, SimTime at, int pid,
-                     std::pair<const char*, const char*> series, std::pair<int64_t, int64_t> values,
-                     std::pair<int64_t, int64_t>& last) {
+  void write_counter(Json& e, std::string_view name, SimTime at, int pid, std::pair<const char*, const char*> series,
+                     std::pair<int64_t, int64_t> values, std::pair<int64_t, int64_t>& last) {
     if (values == last) return;
     set_event(e, name, 'C', at, pid);
     e["args"][series.first] = values.first;
@@ -302,8 +307,7 @@ class TraceBuilder {
 
   // A nestable async event on request `r`'s track: every event of one request shares its
   // category and id, so a viewer draws them on one track, phases nested in "request N".
-  void write_request_event(char phase, std::string_view name, const RequestRecord& r, SimTime at,
-                           Json args = nullptr) {
+  void write_request_event(char phase, std::string_view name, const RequestRecord& r, SimTime at, Json args = nullptr) {
     Json e = event(name, phase, at, pid_of(r.replica));
     e["cat"] = "request";
     e["id"] = r.id;

@@ -116,7 +116,8 @@ ordered_json confidence_json(const std::vector<const ordered_json*>& runs, const
   ordered_json c;
   c["seeds"] = seeds;
   c["level"] = kConfidenceLevel;
-  c["method"] = "Student t interval of the mean over independent seeds (Law, Simulation Modeling and Analysis, 5th ed., 9.4.1)";
+  c["method"] =
+      "Student t interval of the mean over independent seeds (Law, Simulation Modeling and Analysis, 5th ed., 9.4.1)";
   c["varies"] = varies;
   bool moved = false;
   ordered_json metrics = ordered_json::object();

@@ -34,9 +34,9 @@ namespace batchsim {
 struct ConfidenceMetric {
   const char* key;
   const char* path;
-  const char* label;   // "TTFT p99"
-  double scale;        // to the shown unit
-  const char* unit;    // "s", "ms", "tok/s"
+  const char* label;  // "TTFT p99"
+  double scale;       // to the shown unit
+  const char* unit;   // "s", "ms", "tok/s"
 };
 std::span<const ConfidenceMetric> confidence_metrics();
 

@@ -55,9 +55,10 @@ class CsvBuffer {
     out = std::to_chars(out, out + kMaxIntegerChars, magnitude / 1'000'000'000u).ptr;
     *out++ = '.';
     std::array<char, 9> fraction;
-    const auto n = static_cast<size_t>(
-        std::to_chars(fraction.data(), fraction.data() + fraction.size(), static_cast<uint32_t>(magnitude % 1'000'000'000u)).ptr -
-        fraction.data());
+    const auto n = static_cast<size_t>(std::to_chars(fraction.data(), fraction.data() + fraction.size(),
+                                                     static_cast<uint32_t>(magnitude % 1'000'000'000u))
+                                           .ptr -
+                                       fraction.data());
     for (size_t i = n; i < 9; ++i) *out++ = '0';
     for (size_t i = 0; i < n; ++i) *out++ = fraction[i];
     finish(out);

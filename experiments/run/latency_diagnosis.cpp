@@ -21,52 +21,63 @@ std::string lost_time_clause(const DiagnosisInputs& in, LatencyPart part) {
   switch (part) {
     case LatencyPart::kQueueing:
       if (in.policy.static_batching) {
-        return fmt::format("{} queued (a static batch waits to fill and holds its slots until its longest "
-                           "request ends): continuous batching (vllm, sarathi) would help", spent);
+        return fmt::format(
+            "{} queued (a static batch waits to fill and holds its slots until its longest "
+            "request ends): continuous batching (vllm, sarathi) would help",
+            spent);
       }
       if (in.sent_at_once) {
-        return fmt::format("{} queued behind the burst (every request was sent at t = 0, so most wait for "
-                           "earlier ones to finish, whatever the KV size): only more throughput shortens it "
-                           "(more replicas, more --tp, a faster GPU)",
-                           spent);
+        return fmt::format(
+            "{} queued behind the burst (every request was sent at t = 0, so most wait for "
+            "earlier ones to finish, whatever the KV size): only more throughput shortens it "
+            "(more replicas, more --tp, a faster GPU)",
+            spent);
       }
       if (in.client_connections > 0) {
-        return fmt::format("{} queued, at the client for one of its {} connections or at the server "
-                           "(--client-connections: the server never saw more than {} requests): a larger "
-                           "connection pool would show what the server does with all of them",
-                           spent, in.client_connections, in.client_connections);
+        return fmt::format(
+            "{} queued, at the client for one of its {} connections or at the server "
+            "(--client-connections: the server never saw more than {} requests): a larger "
+            "connection pool would show what the server does with all of them",
+            spent, in.client_connections, in.client_connections);
       }
       if (in.kv_allocated_fraction_peak >= kKvFull) {
-        return fmt::format("{} queued (KV memory full: peak {} allocated): a larger KV cache (more GPU memory, "
-                           "--tp, --kv-cache-dtype fp8) or more replicas would help",
-                           spent, percent(in.kv_allocated_fraction_peak));
+        return fmt::format(
+            "{} queued (KV memory full: peak {} allocated): a larger KV cache (more GPU memory, "
+            "--tp, --kv-cache-dtype fp8) or more replicas would help",
+            spent, percent(in.kv_allocated_fraction_peak));
       }
-      return fmt::format("{} queued (KV memory not full: peak {} allocated, so the batch limits held them): "
-                         "more replicas, or a larger max_num_seqs / max_num_batched_tokens, would help",
-                         spent, percent(in.kv_allocated_fraction_peak));
+      return fmt::format(
+          "{} queued (KV memory not full: peak {} allocated, so the batch limits held them): "
+          "more replicas, or a larger max_num_seqs / max_num_batched_tokens, would help",
+          spent, percent(in.kv_allocated_fraction_peak));
     case LatencyPart::kStall:
       if (in.policy.prefill_batches_pause_decodes) {
-        return fmt::format("{} stalled while prefill batches paused their decodes: mixed chunks "
-                           "(enable_mixed_chunk=true) or a smaller {} would help",
-                           spent, in.policy.chunk_budget_option);
+        return fmt::format(
+            "{} stalled while prefill batches paused their decodes: mixed chunks "
+            "(enable_mixed_chunk=true) or a smaller {} would help",
+            spent, in.policy.chunk_budget_option);
       }
       if (in.policy.chunked_prefill) {
-        return fmt::format("{} stalled behind other requests' prefill chunks: a smaller chunk budget ({}), "
-                           "at some cost in queueing, or more replicas would help",
-                           spent, in.policy.chunk_budget_option);
+        return fmt::format(
+            "{} stalled behind other requests' prefill chunks: a smaller chunk budget ({}), "
+            "at some cost in queueing, or more replicas would help",
+            spent, in.policy.chunk_budget_option);
       }
       return fmt::format("{} stalled behind other requests' prefills: chunked prefill (sarathi / vllm) would help",
                          spent);
     case LatencyPart::kPreemption:
-      return fmt::format("{} preempted (waiting to run again, recomputing): more KV memory, KV reserved at "
-                         "admission (trtllm capacity_scheduler=guaranteed_no_evict) or a priority/SJF order "
-                         "(scheduling_policy) would help", spent);
+      return fmt::format(
+          "{} preempted (waiting to run again, recomputing): more KV memory, KV reserved at "
+          "admission (trtllm capacity_scheduler=guaranteed_no_evict) or a priority/SJF order "
+          "(scheduling_policy) would help",
+          spent);
     case LatencyPart::kOverhead:
-      return fmt::format("{} in CPU and launch overhead: an engine with CUDA graphs or an overlapped scheduler "
-                         "(--engine; batchsim list engines), or larger batches to share it, would help", spent);
+      return fmt::format(
+          "{} in CPU and launch overhead: an engine with CUDA graphs or an overlapped scheduler "
+          "(--engine; batchsim list engines), or larger batches to share it, would help",
+          spent);
     case LatencyPart::kKvTransfer:
-      return fmt::format("{} waiting for KV transfers: a faster link or more decode-pool KV memory would help",
-                         spent);
+      return fmt::format("{} waiting for KV transfers: a faster link or more decode-pool KV memory would help", spent);
     case LatencyPart::kPrefill:
     case LatencyPart::kDecode:
       break;  // a request's own work: rule 2
@@ -86,8 +97,8 @@ PolicyTraits policy_traits(const std::string& policy, const std::map<std::string
     const PolicyOptions merged(set);
     traits.static_batching = info.base == "static";
     // TensorRT-LLM's chunked context chunks prompts on the continuous base.
-    traits.chunked_prefill = info.base == "chunked-prefill" || info.base == "sglang" ||
-                             merged.get_bool("enable_chunked_context", false);
+    traits.chunked_prefill =
+        info.base == "chunked-prefill" || info.base == "sglang" || merged.get_bool("enable_chunked_context", false);
     if (info.base == "sglang") {
       traits.prefill_batches_pause_decodes = !merged.get_bool("enable_mixed_chunk", false);
       traits.chunk_budget_option = "chunked_prefill_size";
@@ -126,10 +137,11 @@ std::string latency_diagnosis(const DiagnosisInputs& in) {
   if (lost.size() > static_cast<size_t>(kMostNamedParts)) lost.resize(kMostNamedParts);
   if (lost.empty()) {
     const double prefill = share(in, LatencyPart::kPrefill), decode = share(in, LatencyPart::kDecode);
-    return fmt::format("p99 requests spent {} on their own work (prefill {}, decode {}), no lost-time part "
-                       "reaching {}: they are long, and faster iterations (a faster GPU, more --tp) would help "
-                       "more than a scheduling change",
-                       percent(prefill + decode), percent(prefill), percent(decode), percent(kNotableShare));
+    return fmt::format(
+        "p99 requests spent {} on their own work (prefill {}, decode {}), no lost-time part "
+        "reaching {}: they are long, and faster iterations (a faster GPU, more --tp) would help "
+        "more than a scheduling change",
+        percent(prefill + decode), percent(prefill), percent(decode), percent(kNotableShare));
   }
   std::string line = "p99 requests spent ";
   for (size_t i = 0; i < lost.size(); ++i) line += (i > 0 ? "; " : "") + lost_time_clause(in, lost[i]);

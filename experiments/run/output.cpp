@@ -35,16 +35,17 @@ nlohmann::ordered_json dist_json(const Distribution& d) {
   return j;
 }
 
-
 }  // namespace
 
 std::string run_diagnosis(const RunOutcome& outcome) {
   // The diagnosis reads the p99 requests' shares, which a streaming run cannot know.
-  if (streamed(outcome)) return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
-  DiagnosisInputs in = diagnosis_inputs(
-      outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts),
-      sends_all_at_once(outcome.config.workload.arrival, outcome.config.max_concurrency));
-  in.client_connections = limiting_client_connections(outcome.config.max_concurrency, outcome.config.client_connections);
+  if (streamed(outcome))
+    return "none: a streaming run keeps no records to find its p99 requests by (run with --no-streaming)";
+  DiagnosisInputs in =
+      diagnosis_inputs(outcome.result.summary, policy_traits(outcome.config.policy, outcome.config.policy_opts),
+                       sends_all_at_once(outcome.config.workload.arrival, outcome.config.max_concurrency));
+  in.client_connections =
+      limiting_client_connections(outcome.config.max_concurrency, outcome.config.client_connections);
   return latency_diagnosis(in);
 }
 
@@ -58,9 +59,11 @@ nlohmann::ordered_json latency_breakdown_json(const RunOutcome& outcome) {
         {"mean", p.mean_s},
         {"p99", p.p99_s},
         {"share", p.share},
-        {"share_of_p99_requests", streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.share_of_p99)}};
+        {"share_of_p99_requests",
+         streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.share_of_p99)}};
   }
-  j["p99_requests"] = streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.latency_breakdown.p99_requests);
+  j["p99_requests"] =
+      streamed(outcome) ? nlohmann::ordered_json() : nlohmann::ordered_json(s.latency_breakdown.p99_requests);
   j["diagnosis"] = run_diagnosis(outcome);
   return j;
 }
@@ -74,9 +77,10 @@ std::string latency_breakdown_line(const Summary& s) {
     if (share > 0) parts.push_back(fmt::format("{} {:.1f}%", latency_part_name(part), 100 * share));
   }
   if (whole_run) {
-    return fmt::format("latency breakdown of all completed requests (streaming keeps no records to pick the p99 "
-                       "requests from): {}",
-                       fmt::join(parts, ", "));
+    return fmt::format(
+        "latency breakdown of all completed requests (streaming keeps no records to pick the p99 "
+        "requests from): {}",
+        fmt::join(parts, ", "));
   }
   return fmt::format("latency breakdown of the p99 requests ({}, e2e >= {:.2f}s): {}", s.latency_breakdown.p99_requests,
                      s.e2e_s.p99, fmt::join(parts, ", "));
@@ -84,11 +88,16 @@ std::string latency_breakdown_line(const Summary& s) {
 
 const char* request_state_name(RequestState s) {
   switch (s) {
-    case RequestState::kPending: return "pending";
-    case RequestState::kWaiting: return "waiting";
-    case RequestState::kRunning: return "running";
-    case RequestState::kFinished: return "finished";
-    case RequestState::kRejected: return "rejected";
+    case RequestState::kPending:
+      return "pending";
+    case RequestState::kWaiting:
+      return "waiting";
+    case RequestState::kRunning:
+      return "running";
+    case RequestState::kFinished:
+      return "finished";
+    case RequestState::kRejected:
+      return "rejected";
   }
   return "?";
 }
@@ -136,8 +145,10 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["gpu_memory_utilization"] = c.gpu_memory_utilization;
   j["max_concurrency"] = c.max_concurrency;
   j["think_time"] = c.workload.think_time;
-  if (c.client_connections > 0) j["client_connections"] = c.client_connections;  // only when set: older files stay as they were
-  if (!c.workload.resample.empty()) j["resample"] = c.workload.resample;  // only when set: older files stay as they were
+  if (c.client_connections > 0)
+    j["client_connections"] = c.client_connections;  // only when set: older files stay as they were
+  if (!c.workload.resample.empty())
+    j["resample"] = c.workload.resample;  // only when set: older files stay as they were
   j["num_gpu_blocks"] = c.num_gpu_blocks;
   if (c.max_model_len > 0) j["max_model_len"] = c.max_model_len;  // only when set: older files stay as they were
   // Written only for disaggregated runs, so that a colocated run's config reads as it always did.
@@ -195,9 +206,10 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu, const std::string&
     // kernels are not what its figures were measured on.
     const std::string family = engine.empty() ? "" : resolve_engine(engine).family;
     if (!family.empty() && family != "bare" && software_root(family) != software_root(gpu.kernels)) {
-      j["kernels_note"] = fmt::format("the profile timed {}'s kernels; this run's engine is {}, whose kernels may "
-                                      "differ from those its error figures were measured on",
-                                      gpu.kernels, engine);
+      j["kernels_note"] = fmt::format(
+          "the profile timed {}'s kernels; this run's engine is {}, whose kernels may "
+          "differ from those its error figures were measured on",
+          gpu.kernels, engine);
     }
   }
   const ProfileValidation& v = gpu.validation;
@@ -208,7 +220,8 @@ nlohmann::ordered_json trust_json(const HardwareProfile& gpu, const std::string&
     j["reason"] = measured_transfer_error(gpu);
     nlohmann::ordered_json measured = nlohmann::ordered_json::array();
     for (const MeasuredTransfer& m : kMeasuredTransfers) {
-      measured.push_back({{"direction", m.direction}, {"gemm_mape", m.gemm_mape_percent},
+      measured.push_back({{"direction", m.direction},
+                          {"gemm_mape", m.gemm_mape_percent},
                           {"iteration_mape", m.iteration_mape_percent}});
     }
     j["transfer_error_measured"] = measured;
@@ -253,10 +266,10 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
   for (const auto& [name, e] : trust["operators"].items()) {
     ops.push_back(fmt::format("{} {:.1f}%", name, e["mape"].get<double>()));
   }
-  std::string line = fmt::format("trust: {}{}, {} MAPE on {}: {}", profile,
-                                 trust.contains("kernels") ? fmt::format(" ({} kernels)", trust["kernels"].get<std::string>()) : "",
-                                 trust.value("held_out", false) ? "held-out" : "in-sample",
-                                 trust.value("measured_on", ""), fmt::join(ops, ", "));
+  std::string line = fmt::format(
+      "trust: {}{}, {} MAPE on {}: {}", profile,
+      trust.contains("kernels") ? fmt::format(" ({} kernels)", trust["kernels"].get<std::string>()) : "",
+      trust.value("held_out", false) ? "held-out" : "in-sample", trust.value("measured_on", ""), fmt::join(ops, ", "));
   if (trust.contains("serving")) {
     std::vector<std::string> engines;
     // "TTFT 30.3% (0.72x)": the MAPE, and the median predicted / measured where the profile
@@ -305,8 +318,8 @@ nlohmann::ordered_json pools_json(const RunOutcome& outcome) {
     j[p.role] = pj;
   }
   const KvTransferSummary& t = s.kv_transfer;
-  const KvLink link = resolve_kv_link(outcome.config.kv_link, outcome.config.kv_link_gbps,
-                                      outcome.config.kv_link_latency_us);
+  const KvLink link =
+      resolve_kv_link(outcome.config.kv_link, outcome.config.kv_link_gbps, outcome.config.kv_link_latency_us);
   j["kv_transfer"] = {{"link", link.name},
                       {"gbps_per_gpu", link.gbps},
                       {"latency_us", link.latency_us},
@@ -329,9 +342,7 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["batchsim_version"] = "0.1.0";
   j["config"] = config_to_json(outcome.config);
   j["seed"] = outcome.config.workload.seed;
-  j["requests"] = {{"total", s.requests_total},
-                   {"completed", s.requests_completed},
-                   {"rejected", s.requests_rejected}};
+  j["requests"] = {{"total", s.requests_total}, {"completed", s.requests_completed}, {"rejected", s.requests_rejected}};
   // Of the rejected, those no deployment of the model serves (an SLO verdict leaves them out).
   if (s.requests_rejected > 0) j["requests"]["beyond_context"] = outcome.result.rejected_beyond_context;
   j["tokens"] = {{"prompt", s.prompt_tokens}, {"output", s.output_tokens}};
@@ -350,8 +361,9 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
     // Added only to streaming runs, so that an exact run's summary.json stays as it was.
     j["percentiles"] = {{"method", "ddsketch"},
                         {"relative_error", s.percentile_relative_error},
-                        {"note", "streaming run: percentiles within relative_error of the exact nearest-rank "
-                                 "ones; counts, means and totals exact"}};
+                        {"note",
+                         "streaming run: percentiles within relative_error of the exact nearest-rank "
+                         "ones; counts, means and totals exact"}};
     j["streaming"] = {{"slots", outcome.config.streaming_slots}};
   }
   // Where the requests' time went, and what would have helped the slowest (README "Outputs").
@@ -391,14 +403,10 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   if (!s.priority_classes.empty()) {
     nlohmann::ordered_json classes = nlohmann::ordered_json::object();
     for (const PriorityClassSummary& c : s.priority_classes) {
-      classes[std::to_string(c.priority)] = {{"requests", c.requests},
-                                             {"completed", c.completed},
-                                             {"rejected", c.rejected},
-                                             {"preemptions", c.preemptions},
-                                             {"e2e_s", dist_json(c.e2e_s)},
-                                             {"ttft_s", dist_json(c.ttft_s)},
-                                             {"tpot_s", dist_json(c.tpot_s)},
-                                             {"queueing_s", dist_json(c.queueing_s)}};
+      classes[std::to_string(c.priority)] = {{"requests", c.requests},        {"completed", c.completed},
+                                             {"rejected", c.rejected},        {"preemptions", c.preemptions},
+                                             {"e2e_s", dist_json(c.e2e_s)},   {"ttft_s", dist_json(c.ttft_s)},
+                                             {"tpot_s", dist_json(c.tpot_s)}, {"queueing_s", dist_json(c.queueing_s)}};
     }
     j["priority_classes"] = classes;
   }
@@ -408,9 +416,10 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["gpus"] = gpus;
   if (!s.pools.empty()) j["pools"] = pools_json(outcome);
   if (!outcome.config.goodput.empty()) {
-    j["goodput"] = goodput_json(outcome.streamed_goodput ? *outcome.streamed_goodput
-                                                         : compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
-                                outcome.config.goodput);
+    j["goodput"] =
+        goodput_json(outcome.streamed_goodput ? *outcome.streamed_goodput
+                                              : compute_goodput(outcome.result, outcome.config.goodput, s.makespan_s),
+                     outcome.config.goodput);
     // DistServe's figure of merit (OSDI'24 section 2.3): goodput per provisioned GPU, so that
     // deployments of different sizes and splits compare.
     j["goodput"]["requests_per_s_per_gpu"] = j["goodput"]["requests_per_s"].get<double>() / static_cast<double>(gpus);
@@ -424,9 +433,10 @@ namespace {
 // requests.csv: its header, and one request's row. `cluster` adds the replica column;
 // `handoffs` (a disaggregated run's, by request id; else empty) the hand-off columns.
 void write_requests_csv_header(CsvBuffer& csv, bool cluster, bool pooled) {
-  csv.put("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
-          "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
-          "cached_tokens,priority");
+  csv.put(
+      "id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,first_scheduled_s,first_token_s,"
+      "finished_s,ttft_s,e2e_s,tpot_s,max_tbt_s,queueing_s,preemptions,reject_reason,"
+      "cached_tokens,priority");
   for (LatencyPart part : kLatencyParts) csv.format(",breakdown_{}_s", latency_part_name(part));
   csv.put(cluster ? ",replica" : "");
   csv.put(pooled ? ",prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes" : "");
@@ -551,7 +561,8 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     auto out = open_for_write(dir / "requests.csv");
     CsvBuffer csv(out);
     write_requests_csv_header(csv, cluster, pooled);
-    for (const RequestRecord& r : outcome.result.requests) write_requests_csv_row(csv, r, cluster, outcome.result.handoffs);
+    for (const RequestRecord& r : outcome.result.requests)
+      write_requests_csv_row(csv, r, cluster, outcome.result.handoffs);
     csv.flush();
   }
   if (outcome.config.iteration_log && !outcome.result.iterations.empty()) {
@@ -559,9 +570,10 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
     const std::vector<IterationItem>& items = outcome.result.iteration_items;
     auto out = open_for_write(dir / "iterations.csv");
     CsvBuffer csv(out);
-    csv.put("index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
-            "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
-            "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound,waiting");
+    csv.put(
+        "index,start_s,duration_s,num_requests,num_prefills,prefill_tokens,num_decodes,"
+        "bubble_slots,kv_used_tokens,kv_allocated_tokens,gemm_s,prefill_attention_s,"
+        "decode_attention_s,lm_head_s,communication_s,overhead_s,gemm_compute_bound,waiting");
     csv.put(cluster ? ",replica" : "");
     csv.put(ids ? ",prefill_chunks,decode_ids" : "");
     csv.end_row();
@@ -572,15 +584,15 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
       csv.seconds(it.start);
       csv.put(',');
       csv.seconds(it.duration);
-      for (const int64_t v : {int64_t{it.num_requests}, int64_t{it.num_prefills}, it.prefill_tokens,
-                              int64_t{it.num_decodes}, int64_t{it.bubble_slots}, it.kv_used_tokens,
-                              it.kv_allocated_tokens}) {
+      for (const int64_t v :
+           {int64_t{it.num_requests}, int64_t{it.num_prefills}, it.prefill_tokens, int64_t{it.num_decodes},
+            int64_t{it.bubble_slots}, it.kv_used_tokens, it.kv_allocated_tokens}) {
         csv.put(',');
         csv.integer(v);
       }
       csv.put(',');
-      for (const double v : {c.gemm_s, c.prefill_attention_s, c.decode_attention_s, c.lm_head_s, c.communication_s,
-                             c.overhead_s}) {
+      for (const double v :
+           {c.gemm_s, c.prefill_attention_s, c.decode_attention_s, c.lm_head_s, c.communication_s, c.overhead_s}) {
         csv.general9(v);
         csv.put(',');
       }
@@ -620,28 +632,27 @@ void write_run_outputs(const RunOutcome& outcome, const std::filesystem::path& d
 
 void print_priority_classes(std::ostream& out, const Summary& summary) {
   if (summary.priority_classes.empty()) return;
-  fmt::print(out, "{:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "priority", "done/rej", "ttft p50",
-             "ttft p99", "e2e p50", "e2e p99", "preempt");
+  fmt::print(out, "{:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "priority", "done/rej", "ttft p50", "ttft p99",
+             "e2e p50", "e2e p99", "preempt");
   for (const PriorityClassSummary& c : summary.priority_classes) {
     fmt::print(out, "{:>10} {:>9} {:>8.3f}s {:>8.3f}s {:>8.2f}s {:>8.2f}s {:>8}\n", c.priority,
-               fmt::format("{}/{}", c.completed, c.rejected), c.ttft_s.p50, c.ttft_s.p99, c.e2e_s.p50,
-               c.e2e_s.p99, c.preemptions);
+               fmt::format("{}/{}", c.completed, c.rejected), c.ttft_s.p50, c.ttft_s.p99, c.e2e_s.p50, c.e2e_s.p99,
+               c.preemptions);
   }
 }
 
 void print_comparison_table(std::ostream& out, const std::vector<const RunOutcome*>& runs) {
-  fmt::print(out, "{:<18} {:>9} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n",
-             "policy", "done/rej", "out tok/s", "tot tok/s", "req/s", "e2e p50", "e2e p99",
-             "ttft p50", "ttft p99", "tbt p99", "preempt", "bubble");
+  fmt::print(out, "{:<18} {:>9} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "policy", "done/rej",
+             "out tok/s", "tot tok/s", "req/s", "e2e p50", "e2e p99", "ttft p50", "ttft p99", "tbt p99", "preempt",
+             "bubble");
   for (const RunOutcome* run : runs) {
     const Summary& s = run->result.summary;
     fmt::print(out,
                "{:<18} {:>9} {:>11.1f} {:>11.1f} {:>8.2f} {:>8.2f}s {:>8.2f}s {:>8.3f}s {:>8.3f}s "
                "{:>7.1f}ms {:>8} {:>6.1f}%\n",
                run->config.policy, fmt::format("{}/{}", s.requests_completed, s.requests_rejected),
-               s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s, s.e2e_s.p50,
-               s.e2e_s.p99, s.ttft_s.p50, s.ttft_s.p99, s.tbt_s.p99 * 1e3, s.preemptions,
-               s.bubble_fraction * 100);
+               s.output_tokens_per_s, s.total_tokens_per_s, s.requests_per_s, s.e2e_s.p50, s.e2e_s.p99, s.ttft_s.p50,
+               s.ttft_s.p99, s.tbt_s.p99 * 1e3, s.preemptions, s.bubble_fraction * 100);
   }
 }
 
@@ -650,10 +661,14 @@ nlohmann::ordered_json::json_pointer json_path_pointer(const std::string& dotted
   // text is a valid pointer, that merely names no figure ("a~b" is the key "a~b").
   std::string pointer = "/";
   for (char ch : dotted_path) {
-    if (ch == '.') pointer += '/';
-    else if (ch == '~') pointer += "~0";
-    else if (ch == '/') pointer += "~1";
-    else pointer += ch;
+    if (ch == '.')
+      pointer += '/';
+    else if (ch == '~')
+      pointer += "~0";
+    else if (ch == '/')
+      pointer += "~1";
+    else
+      pointer += ch;
   }
   return nlohmann::ordered_json::json_pointer(pointer);
 }

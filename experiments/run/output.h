@@ -68,6 +68,7 @@ class RequestsCsvWriter {
   void add(const RequestRecord& r);
   // Writes out what is buffered; UserError naming the file when it could not be written.
   void finish();
+
  private:
   std::filesystem::path path_;
   std::ofstream out_;

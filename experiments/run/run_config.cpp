@@ -48,8 +48,8 @@ uint64_t parse_seed(const std::string& text, const std::string& option) {
   uint64_t seed = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    throw UserError(fmt::format("{}: '{}' is not a seed (a whole number from 0 to {})", option,
-                                text, std::numeric_limits<uint64_t>::max()));
+    throw UserError(fmt::format("{}: '{}' is not a seed (a whole number from 0 to {})", option, text,
+                                std::numeric_limits<uint64_t>::max()));
   }
   return seed;
 }
@@ -61,8 +61,8 @@ T scalar(const YAML::Node& node, const std::filesystem::path& file, const std::s
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
-    throw UserError(fmt::format("{}:{}: key '{}' has a value of the wrong type", file.string(),
-                                node.Mark().line + 1, key));
+    throw UserError(
+        fmt::format("{}:{}: key '{}' has a value of the wrong type", file.string(), node.Mark().line + 1, key));
   }
 }
 
@@ -85,7 +85,8 @@ auto option_text(const YAML::Node& v, const std::filesystem::path& file, const s
 
 // `slo`: a mapping {ttft_p99_s: 2, latency.tbt_s.p99: 0.1}, or the --slo text.
 SloBounds yaml_slo(const YAML::Node& v, const std::filesystem::path& file, const std::string& key) {
-  if (!v.IsMap()) return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_slo(t, k); });
+  if (!v.IsMap())
+    return option_text(v, file, key, [](const std::string& t, const std::string& k) { return parse_slo(t, k); });
   SloBounds bounds;
   for (const auto& b : v) {
     const std::string name = b.first.as<std::string>();
@@ -100,7 +101,8 @@ SloBounds yaml_slo(const YAML::Node& v, const std::filesystem::path& file, const
       throw UserError(fmt::format("{}:{}: {}", file.string(), b.first.Mark().line + 1, e.what()));
     }
   }
-  if (bounds.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one bound", file.string(), v.Mark().line + 1, key));
+  if (bounds.empty())
+    throw UserError(fmt::format("{}:{}: {}: give at least one bound", file.string(), v.Mark().line + 1, key));
   return bounds;
 }
 
@@ -119,26 +121,37 @@ GoodputSpec yaml_goodput(const YAML::Node& v, const std::filesystem::path& file,
       throw UserError(fmt::format("{}:{}: {}", file.string(), t.first.Mark().line + 1, e.what()));
     }
   }
-  if (spec.empty()) throw UserError(fmt::format("{}:{}: {}: give at least one threshold", file.string(), v.Mark().line + 1, key));
+  if (spec.empty())
+    throw UserError(fmt::format("{}:{}: {}: give at least one threshold", file.string(), v.Mark().line + 1, key));
   return spec;
 }
 
 // One key of a pool (`prefill-tp: 2`, or `tp: 2` under `prefill:`), without its prefix.
 void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& v, const YAML::Node& key_node,
                     const std::filesystem::path& file, const std::string& shown) {
-  if (sub == "gpu") pool.gpu = scalar<std::string>(v, file, shown);
-  else if (sub == "tp") pool.tp = scalar<int>(v, file, shown);
-  else if (sub == "ep") pool.ep = scalar<int>(v, file, shown);
-  else if (sub == "moe-tp") pool.moe_tp = scalar<int>(v, file, shown);
-  else if (sub == "policy") pool.policy = scalar<std::string>(v, file, shown);
-  else if (sub == "num-gpu-blocks") pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
-  else if (sub == "engine") pool.engine = scalar<std::string>(v, file, shown);
+  if (sub == "gpu")
+    pool.gpu = scalar<std::string>(v, file, shown);
+  else if (sub == "tp")
+    pool.tp = scalar<int>(v, file, shown);
+  else if (sub == "ep")
+    pool.ep = scalar<int>(v, file, shown);
+  else if (sub == "moe-tp")
+    pool.moe_tp = scalar<int>(v, file, shown);
+  else if (sub == "policy")
+    pool.policy = scalar<std::string>(v, file, shown);
+  else if (sub == "num-gpu-blocks")
+    pool.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+  else if (sub == "engine")
+    pool.engine = scalar<std::string>(v, file, shown);
   else if (sub == "policy-opt" || sub == "policy-opts") {
-    if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+    if (!v.IsMap())
+      throw UserError(
+          fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
     for (const auto& o : v) pool.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
   } else {
-    throw UserError(fmt::format("{}:{}: unknown key '{}' (a pool takes gpu, tp, ep, moe-tp, policy, policy-opt, engine, num-gpu-blocks)",
-                                file.string(), key_node.Mark().line + 1, shown));
+    throw UserError(fmt::format(
+        "{}:{}: unknown key '{}' (a pool takes gpu, tp, ep, moe-tp, policy, policy-opt, engine, num-gpu-blocks)",
+        file.string(), key_node.Mark().line + 1, shown));
   }
 }
 
@@ -167,8 +180,8 @@ void apply_yaml_config(const std::filesystem::path& file, RunConfig& c) {
   }
 }
 
-void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
-                        RunConfig& c, const std::string& key_prefix) {
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file, RunConfig& c,
+                        const std::string& key_prefix) {
   for (const auto& kv : mapping) apply_yaml_key(kv.first.as<std::string>(), kv.first, kv.second, file, c, key_prefix);
 }
 
@@ -177,69 +190,109 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
   {
     const std::string key = normalize_key(raw);
     const std::string shown = key_prefix + raw;
-    if (key == "model") c.model = scalar<std::string>(v, file, shown);
-    else if (key == "gpu") c.gpu = scalar<std::string>(v, file, shown);
-    else if (key == "tp") c.tp = scalar<int>(v, file, shown);
-    else if (key == "dp") c.dp = scalar<int>(v, file, shown);
-    else if (key == "ep") c.ep = scalar<int>(v, file, shown);
-    else if (key == "moe-tp") c.moe_tp = scalar<int>(v, file, shown);
-    else if (key == "moe-routing") c.moe_routing = scalar<std::string>(v, file, shown);
-    else if (key == "eplb") c.eplb = scalar<bool>(v, file, shown);
-    else if (key == "weight-dtype") c.weight_dtype = scalar<std::string>(v, file, shown);
-    else if (key == "kv-cache-dtype") c.kv_cache_dtype = scalar<std::string>(v, file, shown);
-    else if (key == "policy") c.policy = scalar<std::string>(v, file, shown);
-    else if (key == "engine") c.engine = scalar<std::string>(v, file, shown);
-    else if (key == "replicas") c.replicas = scalar<int>(v, file, shown);
-    else if (key == "router") c.router = scalar<std::string>(v, file, shown);
-    else if (key == "prefill-replicas") c.prefill_replicas = scalar<int>(v, file, shown);
-    else if (key == "decode-replicas") c.decode_replicas = scalar<int>(v, file, shown);
-    else if (key == "decode-router") c.decode_router = scalar<std::string>(v, file, shown);
-    else if (key == "kv-link") c.kv_link = scalar<std::string>(v, file, shown);
-    else if (key == "kv-link-gbps") c.kv_link_gbps = scalar<double>(v, file, shown);
-    else if (key == "kv-link-latency-us") c.kv_link_latency_us = scalar<double>(v, file, shown);
-    else if (key == "kv-transfer") c.kv_transfer = scalar<std::string>(v, file, shown);
+    if (key == "model")
+      c.model = scalar<std::string>(v, file, shown);
+    else if (key == "gpu")
+      c.gpu = scalar<std::string>(v, file, shown);
+    else if (key == "tp")
+      c.tp = scalar<int>(v, file, shown);
+    else if (key == "dp")
+      c.dp = scalar<int>(v, file, shown);
+    else if (key == "ep")
+      c.ep = scalar<int>(v, file, shown);
+    else if (key == "moe-tp")
+      c.moe_tp = scalar<int>(v, file, shown);
+    else if (key == "moe-routing")
+      c.moe_routing = scalar<std::string>(v, file, shown);
+    else if (key == "eplb")
+      c.eplb = scalar<bool>(v, file, shown);
+    else if (key == "weight-dtype")
+      c.weight_dtype = scalar<std::string>(v, file, shown);
+    else if (key == "kv-cache-dtype")
+      c.kv_cache_dtype = scalar<std::string>(v, file, shown);
+    else if (key == "policy")
+      c.policy = scalar<std::string>(v, file, shown);
+    else if (key == "engine")
+      c.engine = scalar<std::string>(v, file, shown);
+    else if (key == "replicas")
+      c.replicas = scalar<int>(v, file, shown);
+    else if (key == "router")
+      c.router = scalar<std::string>(v, file, shown);
+    else if (key == "prefill-replicas")
+      c.prefill_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-replicas")
+      c.decode_replicas = scalar<int>(v, file, shown);
+    else if (key == "decode-router")
+      c.decode_router = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link")
+      c.kv_link = scalar<std::string>(v, file, shown);
+    else if (key == "kv-link-gbps")
+      c.kv_link_gbps = scalar<double>(v, file, shown);
+    else if (key == "kv-link-latency-us")
+      c.kv_link_latency_us = scalar<double>(v, file, shown);
+    else if (key == "kv-transfer")
+      c.kv_transfer = scalar<std::string>(v, file, shown);
     else if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
       const bool prefill = key[0] == 'p';
       apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, key_node, file, shown);
-    }
-    else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
-      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
+    } else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
+      if (!v.IsMap())
+        throw UserError(
+            fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
       for (const auto& o : v) {
         const std::string sub = o.first.as<std::string>();
         apply_pool_key(key == "prefill" ? c.prefill : c.decode, normalize_key(sub), o.second, o.first, file,
                        shown + "." + sub);
       }
-    }
-    else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
-      if (!v.IsMap()) throw UserError(fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+    } else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
+      if (!v.IsMap())
+        throw UserError(
+            fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
       for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
-    }
-    else if (key == "arrival") c.workload.arrival = scalar<std::string>(v, file, shown);
-    else if (key == "trace") c.workload.trace = scalar<std::string>(v, file, shown);
-    else if (key == "num-requests") c.workload.num_requests = scalar<int64_t>(v, file, shown);
-    else if (key == "prompt-len") c.workload.prompt_len = scalar<std::string>(v, file, shown);
-    else if (key == "output-len") c.workload.output_len = scalar<std::string>(v, file, shown);
-    else if (key == "trace-speedup") c.workload.trace_speedup = scalar<double>(v, file, shown);
-    else if (key == "prefix") c.workload.prefix = scalar<std::string>(v, file, shown);
-    else if (key == "max-tokens") c.workload.max_tokens = scalar<std::string>(v, file, shown);
-    else if (key == "ignore-eos") c.workload.ignore_eos = scalar<bool>(v, file, shown);
-    else if (key == "priority") c.workload.priority = scalar<std::string>(v, file, shown);
+    } else if (key == "arrival")
+      c.workload.arrival = scalar<std::string>(v, file, shown);
+    else if (key == "trace")
+      c.workload.trace = scalar<std::string>(v, file, shown);
+    else if (key == "num-requests")
+      c.workload.num_requests = scalar<int64_t>(v, file, shown);
+    else if (key == "prompt-len")
+      c.workload.prompt_len = scalar<std::string>(v, file, shown);
+    else if (key == "output-len")
+      c.workload.output_len = scalar<std::string>(v, file, shown);
+    else if (key == "trace-speedup")
+      c.workload.trace_speedup = scalar<double>(v, file, shown);
+    else if (key == "prefix")
+      c.workload.prefix = scalar<std::string>(v, file, shown);
+    else if (key == "max-tokens")
+      c.workload.max_tokens = scalar<std::string>(v, file, shown);
+    else if (key == "ignore-eos")
+      c.workload.ignore_eos = scalar<bool>(v, file, shown);
+    else if (key == "priority")
+      c.workload.priority = scalar<std::string>(v, file, shown);
     else if (key == "seed") {
       try {
         c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
       } catch (const UserError& e) {
         throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
       }
-    }
-    else if (key == "gpu-memory-utilization") c.gpu_memory_utilization = scalar<double>(v, file, shown);
-    else if (key == "max-concurrency") c.max_concurrency = scalar<int64_t>(v, file, shown);
-    else if (key == "think-time") c.workload.think_time = scalar<std::string>(v, file, shown);
-    else if (key == "client-connections") c.client_connections = scalar<int64_t>(v, file, shown);
-    else if (key == "resample") c.workload.resample = scalar<std::string>(v, file, shown);
-    else if (key == "seeds") c.seeds = scalar<int64_t>(v, file, shown);
-    else if (key == "num-gpu-blocks") c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
-    else if (key == "max-model-len") c.max_model_len = scalar<int64_t>(v, file, shown);
-    else if (key == "out") c.out = scalar<std::string>(v, file, shown);
+    } else if (key == "gpu-memory-utilization")
+      c.gpu_memory_utilization = scalar<double>(v, file, shown);
+    else if (key == "max-concurrency")
+      c.max_concurrency = scalar<int64_t>(v, file, shown);
+    else if (key == "think-time")
+      c.workload.think_time = scalar<std::string>(v, file, shown);
+    else if (key == "client-connections")
+      c.client_connections = scalar<int64_t>(v, file, shown);
+    else if (key == "resample")
+      c.workload.resample = scalar<std::string>(v, file, shown);
+    else if (key == "seeds")
+      c.seeds = scalar<int64_t>(v, file, shown);
+    else if (key == "num-gpu-blocks")
+      c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
+    else if (key == "max-model-len")
+      c.max_model_len = scalar<int64_t>(v, file, shown);
+    else if (key == "out")
+      c.out = scalar<std::string>(v, file, shown);
     else if (key == "iteration-log") {
       // A YAML boolean (true, yes, on, ...) or `ids`.
       const std::string text = scalar<std::string>(v, file, shown);
@@ -250,22 +303,21 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
       } catch (const UserError& e) {
         throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
       }
-    }
-    else if (key == "chrome-trace") c.chrome_trace = scalar<std::string>(v, file, shown);
-    else if (key == "chrome-trace-requests") c.chrome_trace_requests = scalar<int64_t>(v, file, shown);
-    else if (key == "slo") c.slo = yaml_slo(v, file, shown);
-    else if (key == "goodput") c.goodput = yaml_goodput(v, file, shown);
+    } else if (key == "chrome-trace")
+      c.chrome_trace = scalar<std::string>(v, file, shown);
+    else if (key == "chrome-trace-requests")
+      c.chrome_trace_requests = scalar<int64_t>(v, file, shown);
+    else if (key == "slo")
+      c.slo = yaml_slo(v, file, shown);
+    else if (key == "goodput")
+      c.goodput = yaml_goodput(v, file, shown);
     else if (key == "percentile-metrics") {
-      c.percentile_metrics = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
-        return parse_percentile_metrics(t, k);
-      });
-    }
-    else if (key == "metric-percentiles") {
-      c.metric_percentiles = option_text(v, file, shown, [](const std::string& t, const std::string& k) {
-        return parse_metric_percentiles(t, k);
-      });
-    }
-    else {
+      c.percentile_metrics = option_text(
+          v, file, shown, [](const std::string& t, const std::string& k) { return parse_percentile_metrics(t, k); });
+    } else if (key == "metric-percentiles") {
+      c.metric_percentiles = option_text(
+          v, file, shown, [](const std::string& t, const std::string& k) { return parse_metric_percentiles(t, k); });
+    } else {
       throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), key_node.Mark().line + 1, shown));
     }
   }
@@ -273,8 +325,10 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
 
 void set_iteration_log(RunConfig& c, const std::string& value, const std::string& option) {
   if (value != "true" && value != "false" && value != "ids") {
-    throw UserError(fmt::format("{}: '{}' is not an iteration log (expected true, false, or ids: "
-                                "iterations.csv with each iteration's request ids)", option, value));
+    throw UserError(
+        fmt::format("{}: '{}' is not an iteration log (expected true, false, or ids: "
+                    "iterations.csv with each iteration's request ids)",
+                    option, value));
   }
   c.iteration_log = value != "false";
   c.iteration_log_ids = value == "ids";
@@ -292,9 +346,10 @@ MoeRouting run_moe_routing(const RunConfig& c) {
     const double alpha = parse_double(std::string_view(s).substr(6), "--moe-routing power:", 0, 100);
     if (alpha > 0) return MoeRouting{MoeRoutingKind::power_law, alpha};
   }
-  throw UserError(fmt::format("--moe-routing \"{}\": expected balanced or power:ALPHA with ALPHA > 0 (e.g. power:1.2, "
-                              "the skew of NVIDIA's MoE tables)",
-                              s));
+  throw UserError(
+      fmt::format("--moe-routing \"{}\": expected balanced or power:ALPHA with ALPHA > 0 (e.g. power:1.2, "
+                  "the skew of NVIDIA's MoE tables)",
+                  s));
 }
 
 ModelSpec resolve_run_model(const RunConfig& c) {
@@ -343,16 +398,20 @@ void validate(const RunConfig& c) {
   parse_router(c.router, "--router");
   if (is_disaggregated(c)) {
     // A pool of 0 replicas has nothing to hand to, or nothing to hand from.
-    for (const auto& [n, option] : {std::pair{c.prefill_replicas, "--prefill-replicas"},
-                                    std::pair{c.decode_replicas, "--decode-replicas"}}) {
+    for (const auto& [n, option] :
+         {std::pair{c.prefill_replicas, "--prefill-replicas"}, std::pair{c.decode_replicas, "--decode-replicas"}}) {
       if (n < 1 || n > kMaxReplicas) {
-        throw UserError(fmt::format("{} {}: a disaggregated run needs both pools, each in [1, {}] replicas "
-                                    "(--prefill-replicas P --decode-replicas D)", option, n, kMaxReplicas));
+        throw UserError(
+            fmt::format("{} {}: a disaggregated run needs both pools, each in [1, {}] replicas "
+                        "(--prefill-replicas P --decode-replicas D)",
+                        option, n, kMaxReplicas));
       }
     }
     if (c.replicas != 1) {
-      throw UserError(fmt::format("--replicas {}: not with --prefill-replicas/--decode-replicas, which "
-                                  "size the two pools", c.replicas));
+      throw UserError(
+          fmt::format("--replicas {}: not with --prefill-replicas/--decode-replicas, which "
+                      "size the two pools",
+                      c.replicas));
     }
     if (!c.decode_router.empty()) parse_router(c.decode_router, "--decode-router");
     for (const auto& [pool, name] : {std::pair{&c.prefill, "prefill"}, std::pair{&c.decode, "decode"}}) {
@@ -372,8 +431,8 @@ void validate(const RunConfig& c) {
         try {
           check_layout(resolve_run_model(own), own.layout());
         } catch (const UserError& e) {
-          throw UserError(fmt::format("the {} pool (--{}-tp {}, --{}-ep {}): {}", name, name, own.tp, name, own.ep,
-                                      e.what()));
+          throw UserError(
+              fmt::format("the {} pool (--{}-tp {}, --{}-ep {}): {}", name, name, own.tp, name, own.ep, e.what()));
         }
       }
       if (pool->num_gpu_blocks && (*pool->num_gpu_blocks < 0 || *pool->num_gpu_blocks > kMaxGpuBlocks)) {
@@ -396,8 +455,9 @@ void validate(const RunConfig& c) {
   } else {
     // Pool settings without pools would be ignored: say so rather than run something else.
     if (has_pool_settings(c)) {
-      throw UserError("--prefill-*/--decode-* options: set --prefill-replicas P and --decode-replicas D "
-                      "for a disaggregated run");
+      throw UserError(
+          "--prefill-*/--decode-* options: set --prefill-replicas P and --decode-replicas D "
+          "for a disaggregated run");
     }
   }
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
@@ -413,12 +473,14 @@ void validate(const RunConfig& c) {
                                 kMaxConcurrency));
   }
   if (c.client_connections > 0 && c.max_concurrency == 0) {
-    throw UserError(fmt::format("--client-connections {}: is the connection pool of closed-loop clients; give "
-                                "--max-concurrency C (the number of clients)",
-                                c.client_connections));
+    throw UserError(
+        fmt::format("--client-connections {}: is the connection pool of closed-loop clients; give "
+                    "--max-concurrency C (the number of clients)",
+                    c.client_connections));
   }
   if (c.max_model_len < 0 || c.max_model_len > (int64_t{1} << 30)) {
-    throw UserError(fmt::format("--max-model-len {}: must be in [0, 2^30] (0: the model's max_position_embeddings)", c.max_model_len));
+    throw UserError(fmt::format("--max-model-len {}: must be in [0, 2^30] (0: the model's max_position_embeddings)",
+                                c.max_model_len));
   }
   constexpr int64_t kMaxSeeds = 10'000;
   if (c.seeds < 1 || c.seeds > kMaxSeeds) {
@@ -428,14 +490,17 @@ void validate(const RunConfig& c) {
   if (!c.workload.resample.empty()) {
     parse_resample_block(c.workload.resample, "--resample");
     if (c.workload.trace.empty() && c.workload.trace_columns == nullptr) {
-      throw UserError(fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
-                                  "ones from each seed already (give --trace FILE)", c.workload.resample));
+      throw UserError(
+          fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
+                      "ones from each seed already (give --trace FILE)",
+                      c.workload.resample));
     }
   }
   if (!c.workload.think_time.empty() && c.max_concurrency == 0) {
-    throw UserError(fmt::format("--think-time {}: is how long a closed-loop client waits between a response "
-                                "and its next request; give --max-concurrency C (the number of clients)",
-                                c.workload.think_time));
+    throw UserError(
+        fmt::format("--think-time {}: is how long a closed-loop client waits between a response "
+                    "and its next request; give --max-concurrency C (the number of clients)",
+                    c.workload.think_time));
   }
   if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {
     throw UserError(fmt::format("--num-gpu-blocks {}: must be in [0, {}] (0: size the KV cache from GPU memory)",
@@ -444,16 +509,17 @@ void validate(const RunConfig& c) {
   // Request ids are 32-bit; far below that, memory runs out first (about 200 bytes a request).
   constexpr int64_t kMaxRequests = 100'000'000;
   if (c.workload.num_requests < 0 || c.workload.num_requests > kMaxRequests) {
-    throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests,
-                                kMaxRequests));
+    throw UserError(fmt::format("--num-requests {}: must be in [0, {}]", c.workload.num_requests, kMaxRequests));
   }
   if (c.chrome_trace_requests) {
     if (c.chrome_trace.empty()) {
       throw UserError("--chrome-trace-requests: says how many requests a trace shows; give --chrome-trace FILE");
     }
     if (*c.chrome_trace_requests < 0 || *c.chrome_trace_requests > kMaxRequests) {
-      throw UserError(fmt::format("--chrome-trace-requests {}: must be in [0, {}] (0: iterations and "
-                                  "counters only)", *c.chrome_trace_requests, kMaxRequests));
+      throw UserError(
+          fmt::format("--chrome-trace-requests {}: must be in [0, {}] (0: iterations and "
+                      "counters only)",
+                      *c.chrome_trace_requests, kMaxRequests));
     }
   }
   if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
@@ -463,8 +529,8 @@ void validate(const RunConfig& c) {
 
 bool has_pool_settings(const RunConfig& c) {
   for (const PoolConfig* pool : {&c.prefill, &c.decode}) {
-    if (!pool->gpu.empty() || pool->tp || pool->ep || pool->moe_tp || !pool->policy.empty() || !pool->policy_opts.empty() ||
-        pool->num_gpu_blocks || !pool->engine.empty()) {
+    if (!pool->gpu.empty() || pool->tp || pool->ep || pool->moe_tp || !pool->policy.empty() ||
+        !pool->policy_opts.empty() || pool->num_gpu_blocks || !pool->engine.empty()) {
       return true;
     }
   }

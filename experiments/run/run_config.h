@@ -111,7 +111,7 @@ struct RunConfig {
   // says so in its own keys), so that exact runs' files stay as they were.
   std::optional<bool> streaming;
   int64_t streaming_slots = 1 << 18;  // --streaming-slots: requests in flight at most
-  std::filesystem::path out;     // empty: print only
+  std::filesystem::path out;          // empty: print only
   bool iteration_log = false;
   // --iteration-log=ids: iterations.csv also lists each iteration's requests (implies
   // iteration_log).
@@ -143,8 +143,8 @@ std::string normalize_key(std::string key);
 void apply_yaml_config(const std::filesystem::path& file, RunConfig& config);
 // Applies the run keys of a YAML mapping (as apply_yaml_config does for a whole file); errors
 // name `file`, the line and `key_prefix` + the key (an experiment file passes e.g. "base.").
-void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file,
-                        RunConfig& config, const std::string& key_prefix = "");
+void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& file, RunConfig& config,
+                        const std::string& key_prefix = "");
 // One run key `raw` with value `v`; `key_node` is where the key is written (its line names an
 // unknown key). For values read from a file: a cloned node has no line of its own.
 void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,

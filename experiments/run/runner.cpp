@@ -27,10 +27,10 @@ int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests) {
 void check_memory(int64_t needed, int64_t available, int64_t requests, const std::string& policy) {
   if (available <= 0 || needed <= available) return;
   constexpr double kGiB = 1024.0 * 1024 * 1024;
-  throw UserError(fmt::format(
-      "--num-requests: {} requests under {} need about {:.1f} GiB, more than the {:.1f} GiB this "
-      "machine has available; simulate fewer requests (or shard the sweep)",
-      requests, policy, static_cast<double>(needed) / kGiB, static_cast<double>(available) / kGiB));
+  throw UserError(
+      fmt::format("--num-requests: {} requests under {} need about {:.1f} GiB, more than the {:.1f} GiB this "
+                  "machine has available; simulate fewer requests (or shard the sweep)",
+                  requests, policy, static_cast<double>(needed) / kGiB, static_cast<double>(available) / kGiB));
 }
 
 int64_t available_memory_bytes() {
@@ -75,8 +75,7 @@ void check_run_pools(const RunConfig& config) {
   }
 }
 
-RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload,
-                          const RunHooks& hooks) {
+RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload, const RunHooks& hooks) {
   validate(config);
   // The prefill pool's settings are the run's cost model (the only pool of a colocated run).
   const RunConfig first_pool = is_disaggregated(config) ? pool_run_config(config, "prefill") : config;
@@ -116,16 +115,16 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     // The last replica is a decode one: its policy may set the decode engine's CUDA graphs.
     const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
     // The decode pool's own layout (its experts' parallelism included) and the run's routing.
-    decode_cost_model.emplace(resolve_run_model(decode), decode_gpu, decode.layout(),
-                              engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu,
-                                              decode.tp));
+    decode_cost_model.emplace(
+        resolve_run_model(decode), decode_gpu, decode.layout(),
+        engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu, decode.tp));
     decode_cost_model->set_moe_routing(run_moe_routing(decode));
     DisaggregationOptions& d = options.disaggregation;
     d.prefill_replicas = config.prefill_replicas;
     d.decode_cost_model = &*decode_cost_model;
     d.decode_num_gpu_blocks = decode.num_gpu_blocks;
-    d.decode_router = parse_router(config.decode_router.empty() ? config.router : config.decode_router,
-                                   "--decode-router");
+    d.decode_router =
+        parse_router(config.decode_router.empty() ? config.router : config.decode_router, "--decode-router");
     d.link = resolve_kv_link(config.kv_link, config.kv_link_gbps, config.kv_link_latency_us);
     d.mode = parse_kv_transfer_mode(config.kv_transfer);
   } else {
@@ -229,9 +228,10 @@ std::string RejectionTally::line(int64_t total) const {
   for (const auto& [first, kind] : order) {
     parts.push_back(fmt::format("{} {} (first: request {})", kinds_.at(*kind).count, *kind, first));
   }
-  return fmt::format("{} of {} requests rejected, never to be served: {}; each request's reason "
-                     "is in requests.csv",
-                     rejected_, total, fmt::join(parts, ", "));
+  return fmt::format(
+      "{} of {} requests rejected, never to be served: {}; each request's reason "
+      "is in requests.csv",
+      rejected_, total, fmt::join(parts, ", "));
 }
 
 std::string rejection_warning(const SimulationResult& result) {

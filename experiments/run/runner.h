@@ -22,6 +22,7 @@ class RejectionTally {
   void add(const RequestRecord& r);
   // As rejection_warning, for a run of `total` requests.
   std::string line(int64_t total) const;
+
  private:
   struct Kind {
     int64_t count = 0;
@@ -77,7 +78,6 @@ constexpr int64_t kStreamingAutoRequests = 2'000'000;
 // stops it), or "" when it can.
 std::string streaming_unsupported_reason(const RunConfig& config);
 
-
 // Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",
 // "chunked-prefill") needs, from the per-request cost measured on the whole process (README,
 // "Robustness": about 400 B a request for the continuous policies, 1.5 kB for static batching,
@@ -98,8 +98,7 @@ void check_run_pools(const RunConfig& config);
 // Runs `config`; when `workload` is given it is used instead of generating one (so that a
 // comparison feeds every policy the same request sequence); its prefix_blocks reach the policy
 // for prefix caching. Throws UserError for bad input.
-RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload = nullptr,
-                          const RunHooks& hooks = {});
+RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload = nullptr, const RunHooks& hooks = {});
 
 // One line for the terminal when requests were rejected, "" otherwise: how many of how many, and
 // per kind of reason (the part of a reason before ": ", see sim/policy.h) the count and the

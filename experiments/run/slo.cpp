@@ -107,7 +107,8 @@ std::pair<std::string, double> slo_bound(const std::string& key, double bound, c
 SloBounds parse_slo(const std::string& text, const std::string& option) {
   const auto items = split_items(text, ",");
   if (items.empty()) {
-    throw UserError(fmt::format("{}: give KEY=BOUND pairs separated by commas, e.g. ttft_p99_s=2,tbt_p99_s=0.1", option));
+    throw UserError(
+        fmt::format("{}: give KEY=BOUND pairs separated by commas, e.g. ttft_p99_s=2,tbt_p99_s=0.1", option));
   }
   SloBounds bounds;
   for (const std::string& item : items) {
@@ -141,7 +142,7 @@ SloBounds parse_slo(const std::string& text, const std::string& option) {
 }
 
 void set_goodput_threshold(GoodputSpec& spec, const std::string& key, double ms, const std::string& option) {
-  std::optional<double>* slot = key == "ttft" ? &spec.ttft_ms
+  std::optional<double>* slot = key == "ttft"   ? &spec.ttft_ms
                                 : key == "tpot" ? &spec.tpot_ms
                                 : key == "e2el" ? &spec.e2el_ms
                                                 : nullptr;
@@ -168,13 +169,14 @@ GoodputSpec parse_goodput(const std::vector<std::string>& pairs, const std::stri
   for (const std::string& item : items) {
     const auto colon = item.find(':');
     if (colon == std::string::npos || colon == 0 || item.find(':', colon + 1) != std::string::npos) {
-      throw UserError(fmt::format("{}: '{}': expected KEY:VALUE with the value in milliseconds, e.g. ttft:2000",
-                                  option, item));
+      throw UserError(
+          fmt::format("{}: '{}': expected KEY:VALUE with the value in milliseconds, e.g. ttft:2000", option, item));
     }
     const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
     const auto v = parse_finite(value);
     if (!v || *v < 0) {
-      throw UserError(fmt::format("{}: {}: the threshold '{}' is not a number of milliseconds >= 0", option, key, value));
+      throw UserError(
+          fmt::format("{}: {}: the threshold '{}' is not a number of milliseconds >= 0", option, key, value));
     }
     set_goodput_threshold(spec, key, *v, option);
   }
@@ -258,12 +260,14 @@ ordered_json goodput_json(const Goodput& g, const GoodputSpec& spec) {
 
 std::string slo_line(const ordered_json& slo) {
   std::vector<std::string> bounds;
-  for (const auto& [path, bound] : slo["bounds"].items()) bounds.push_back(fmt::format("{} <= {}", path, bound.get<double>()));
+  for (const auto& [path, bound] : slo["bounds"].items())
+    bounds.push_back(fmt::format("{} <= {}", path, bound.get<double>()));
   // Requests beyond the model's context, which no deployment serves, are not held against it.
   const int64_t left_out = slo.value("left_out_beyond_context", int64_t{0});
   const std::string left_out_text =
-      left_out > 0 ? fmt::format("; {} requests beyond the model's context left out (no deployment serves them)", left_out)
-                   : "";
+      left_out > 0
+          ? fmt::format("; {} requests beyond the model's context left out (no deployment serves them)", left_out)
+          : "";
   if (slo.value("met", false)) return fmt::format("slo: met ({}){}", fmt::join(bounds, ", "), left_out_text);
   std::vector<std::string> why;
   for (const auto& v : slo["violations"]) {
@@ -279,10 +283,11 @@ std::string slo_line(const ordered_json& slo) {
 
 std::string goodput_line(const ordered_json& goodput) {
   std::vector<std::string> t;
-  for (const auto& [key, ms] : goodput["thresholds_ms"].items()) t.push_back(fmt::format("{} <= {} ms", key, ms.get<double>()));
-  return fmt::format("goodput: {:.3f} req/s, {:.1f}% of {} requests good ({})",
-                     goodput["requests_per_s"].get<double>(), 100 * goodput["fraction"].get<double>(),
-                     goodput["total_requests"].get<int64_t>(), fmt::join(t, ", "));
+  for (const auto& [key, ms] : goodput["thresholds_ms"].items())
+    t.push_back(fmt::format("{} <= {} ms", key, ms.get<double>()));
+  return fmt::format("goodput: {:.3f} req/s, {:.1f}% of {} requests good ({})", goodput["requests_per_s"].get<double>(),
+                     100 * goodput["fraction"].get<double>(), goodput["total_requests"].get<int64_t>(),
+                     fmt::join(t, ", "));
 }
 
 }  // namespace batchsim

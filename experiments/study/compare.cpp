@@ -66,8 +66,10 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
     for (const auto& [policy, group, ratio] : e.published->ratios) {
       ratios.push_back({{"policy", policy}, {"group", group}, {"ratio", ratio}});
     }
-    j["published"] = {{"source", e.published->source}, {"metric", e.published->metric},
-                      {"baseline", e.published->baseline}, {"ratios", ratios}};
+    j["published"] = {{"source", e.published->source},
+                      {"metric", e.published->metric},
+                      {"baseline", e.published->baseline},
+                      {"ratios", ratios}};
     if (!e.published->baseline_values.empty()) {
       ordered_json values = ordered_json::object();
       for (const auto& [group, value] : e.published->baseline_values) values[group] = value;
@@ -77,12 +79,9 @@ ordered_json experiment_json(const Experiment& e, int64_t units) {
   }
   j["iteration_budget"] = e.iteration_budget;
   if (e.capacity) {
-    j["capacity"] = {{"slo", slo_bounds_json(e.capacity->slo)},
-                     {"search", e.capacity->search},
-                     {"max_replicas", e.capacity->max_replicas},
-                     {"rate_low", e.capacity->rate_low},
-                     {"rate_high", e.capacity->rate_high},
-                     {"tolerance", e.capacity->tolerance},
+    j["capacity"] = {{"slo", slo_bounds_json(e.capacity->slo)},  {"search", e.capacity->search},
+                     {"max_replicas", e.capacity->max_replicas}, {"rate_low", e.capacity->rate_low},
+                     {"rate_high", e.capacity->rate_high},       {"tolerance", e.capacity->tolerance},
                      {"max_probes", e.capacity->max_probes}};
   } else {
     j["capacity"] = nullptr;
@@ -124,8 +123,8 @@ struct SharedWorkload {
 };
 
 const SharedWorkload* find_workload(const std::vector<SharedWorkload>& workloads, const WorkloadSpec& spec) {
-  const auto it = std::find_if(workloads.begin(), workloads.end(),
-                               [&](const SharedWorkload& w) { return w.spec == spec; });
+  const auto it =
+      std::find_if(workloads.begin(), workloads.end(), [&](const SharedWorkload& w) { return w.spec == spec; });
   return it != workloads.end() ? &*it : nullptr;
 }
 
@@ -155,8 +154,8 @@ void write_kv_timeline(const SimulationResult& result, const fs::path& file) {
       if (its[k].kv_allocated_tokens > peak->kv_allocated_tokens) peak = &its[k];
     }
     // KV is sampled while the iteration runs (after scheduling), so it belongs to its start.
-    fmt::print(out, "{:.6f},{},{},{}\n", peak->start.seconds(), peak->kv_used_tokens,
-               peak->kv_allocated_tokens, peak->num_requests);
+    fmt::print(out, "{:.6f},{},{},{}\n", peak->start.seconds(), peak->kv_used_tokens, peak->kv_allocated_tokens,
+               peak->num_requests);
   }
 }
 
@@ -175,8 +174,8 @@ struct RunDone {
   double wall_s = 0;
 };
 
-RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload& workload,
-                const fs::path& runs_dir, std::optional<int> capacity_probe = std::nullopt) {
+RunDone execute(const Experiment& e, const PlannedRun& run, const BuiltWorkload& workload, const fs::path& runs_dir,
+                std::optional<int> capacity_probe = std::nullopt) {
   RunHooks hooks;
   hooks.record_iterations = true;  // for kv_timeline.csv and the iteration budget
   if (const auto factory = e.policy_factories.find(run.config.policy); factory != e.policy_factories.end()) {
@@ -213,8 +212,7 @@ void write_text(const fs::path& file, const std::string& text) {
 // A combination that cannot run (a model too large for the GPU, a TP degree the model does not
 // divide by): its row says why, in place of figures, and the sweep goes on. The folder has a
 // summary.json too, so that `merge` and the report see the failure as well.
-ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::string& why,
-                        const fs::path& runs_dir) {
+ordered_json failed_run(const Experiment& e, const PlannedRun& run, const std::string& why, const fs::path& runs_dir) {
   ordered_json summary;
   summary["experiment"] = experiment_block(e, run);
   summary["config"] = config_to_json(run.config);
@@ -284,8 +282,7 @@ void write_slot_timeline(const Experiment& e, const fs::path& dir, std::ostream&
     auto out = open_for_write(dir / (p.label + ".csv"));
     out << "iteration,start_s,end_s,slot,request,state\n";
     const auto row = [&](const LoggedIteration& it, int slot, RequestId id, const char* state) {
-      fmt::print(out, "{},{:.6f},{:.6f},{},{},{}\n", it.index, it.start.seconds(), it.end.seconds(),
-                 slot, id, state);
+      fmt::print(out, "{},{:.6f},{:.6f},{},{},{}\n", it.index, it.start.seconds(), it.end.seconds(), slot, id, state);
     };
     const auto vacate = [&](RequestId id) {
       free_slots.insert(slot_of.at(id));
@@ -343,10 +340,14 @@ std::string draw_figures(const fs::path& dir, bool plots, const std::string& man
   if (!plots) return fmt::format("Figures were not drawn (--no-plots). Draw them into this report with `{}`.", manual);
   const std::string python = find_plot_python();
   if (python.empty()) {
-    fmt::print(progress, "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
-                         "or set BATCHSIM_PYTHON); figures skipped. Later: {}\n", manual);
-    return fmt::format("Figures were not drawn: no Python 3 with matplotlib was found. Install "
-                       "Debian's python3-matplotlib and run `{}`.", manual);
+    fmt::print(progress,
+               "batchsim: note: no Python 3 with matplotlib found (install python3-matplotlib, "
+               "or set BATCHSIM_PYTHON); figures skipped. Later: {}\n",
+               manual);
+    return fmt::format(
+        "Figures were not drawn: no Python 3 with matplotlib was found. Install "
+        "Debian's python3-matplotlib and run `{}`.",
+        manual);
   }
   fs::create_directories(dir / "figures");
   const fs::path log = dir / "figures" / "make_figures.log";
@@ -430,8 +431,10 @@ std::string find_plot_python() {
 ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std::ostream& progress) {
   if (const fs::path& trace = e.base.chrome_trace; !trace.empty()) {
     if (trace != trace.filename()) {
-      throw UserError(fmt::format("chrome-trace {}: in an experiment give a file name: each run writes "
-                                  "its trace as runs/<run>/{}", trace.string(), trace.filename().string()));
+      throw UserError(
+          fmt::format("chrome-trace {}: in an experiment give a file name: each run writes "
+                      "its trace as runs/<run>/{}",
+                      trace.string(), trace.filename().string()));
     }
     if (options.out.empty()) {
       throw UserError("chrome-trace: each run's trace goes into its folder under --out; give --out DIR");
@@ -533,9 +536,8 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
       c["experiment"] = experiment_block(e, run);
       std::string line;
       if (spec.search == "replicas") {
-        const CountSearch found = find_fewest(spec.max_replicas, [&](int n) {
-          return probe_with([&](PlannedRun& p) { p.config.replicas = n; });
-        });
+        const CountSearch found = find_fewest(
+            spec.max_replicas, [&](int n) { return probe_with([&](PlannedRun& p) { p.config.replicas = n; }); });
         ordered_json counts = ordered_json::array(), met = ordered_json::array();
         for (const auto& p : found.probes) {
           counts.push_back(p.count);
@@ -548,8 +550,9 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
                          {"probes", found.probes.size()},
                          {"probe_replicas", counts},
                          {"probe_met", met}};
-        line = found.count > 0 ? fmt::format("{}: fewest replicas {}", run.name, found.count)
-                               : fmt::format("{}: no replica count up to {} meets the SLO", run.name, spec.max_replicas);
+        line = found.count > 0
+                   ? fmt::format("{}: fewest replicas {}", run.name, found.count)
+                   : fmt::format("{}: no replica count up to {} meets the SLO", run.name, spec.max_replicas);
         line += fmt::format(" ({} probes, {:.2f} s wall)", found.probes.size(), wall_s);
       } else {
         const bool speedup = spec.search == "trace-speedup";
@@ -591,8 +594,8 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
         c["capacity"]["probes"] = cap.probes.size();
         c["capacity"][speedup ? "probe_speedups" : "probe_rates_rps"] = probes_x;
         c["capacity"]["probe_met"] = probes_met;
-        line = speedup ? fmt::format("{}: capacity trace-speedup {:.3f} = {:.3f} req/s", run.name,
-                                     cap.capacity_rps, c["capacity"]["rate_rps"].get<double>())
+        line = speedup ? fmt::format("{}: capacity trace-speedup {:.3f} = {:.3f} req/s", run.name, cap.capacity_rps,
+                                     c["capacity"]["rate_rps"].get<double>())
                        : fmt::format("{}: capacity {:.3f} req/s", run.name, cap.capacity_rps);
         line += fmt::format(" ({}, {} probes, {:.2f} s wall)", cap.status, cap.probes.size(), wall_s);
       }
@@ -644,8 +647,7 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
   return results;
 }
 
-ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, bool plots,
-                        std::ostream& progress) {
+ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, bool plots, std::ostream& progress) {
   if (dirs.empty()) throw UserError("merge: give the results folders of the shards");
   ResultSet merged;
   std::set<std::string> seen_runs;
@@ -676,7 +678,9 @@ ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, 
         if (!fs::is_directory(dir / sub)) continue;
         fs::create_directories(out / sub);
         fs::copy(dir / sub, out / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
-        if (ec) throw UserError(fmt::format("merge: cannot copy {} into {}: {}", (dir / sub).string(), out.string(), ec.message()));
+        if (ec)
+          throw UserError(
+              fmt::format("merge: cannot copy {} into {}: {}", (dir / sub).string(), out.string(), ec.message()));
       }
     }
   }

@@ -25,11 +25,11 @@
 namespace batchsim {
 
 struct CompareOptions {
-  std::filesystem::path out;   // empty: run and print, write nothing
+  std::filesystem::path out;  // empty: run and print, write nothing
   int jobs = 1;
-  int shard_index = 0;         // this process runs units i with i % shard_count == shard_index
+  int shard_index = 0;  // this process runs units i with i % shard_count == shard_index
   int shard_count = 1;
-  bool plots = true;           // run plots/make_figures.py when a Python with matplotlib exists
+  bool plots = true;  // run plots/make_figures.py when a Python with matplotlib exists
 };
 
 // Parses "K/N" (0 <= K < N). Throws UserError naming --shard.
@@ -37,8 +37,7 @@ void parse_shard(const std::string& text, CompareOptions& options);
 
 // Runs the experiment's share of work units; progress lines go to `progress`. When
 // options.out is set, writes the folder described above. Returns what was run.
-ResultSet run_experiment(const Experiment& experiment, const CompareOptions& options,
-                         std::ostream& progress);
+ResultSet run_experiment(const Experiment& experiment, const CompareOptions& options, std::ostream& progress);
 
 // results.csv's rows: each run's summary.json, less its `trust` (report.md shows it once per
 // GPU profile), in run order.
@@ -47,9 +46,8 @@ std::vector<nlohmann::ordered_json> results_table_rows(const ResultSet& results)
 // Joins the results folders of shards into `out` (copying their run folders) and writes
 // results.csv, report.md and figures there. Throws UserError when the folders hold different
 // experiments or the same run twice.
-ResultSet merge_results(const std::vector<std::filesystem::path>& dirs,
-                        const std::filesystem::path& out, bool plots, std::ostream& progress);
-
+ResultSet merge_results(const std::vector<std::filesystem::path>& dirs, const std::filesystem::path& out, bool plots,
+                        std::ostream& progress);
 
 // Runs plots/make_figures.py on `dir` (when `plots` and a Python with matplotlib exist); returns
 // "" or a note for the report saying why figures are missing and that `redraw` draws them.

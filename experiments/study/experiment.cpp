@@ -25,8 +25,7 @@ namespace {
 // Context for error messages: "FILE:LINE: KEY.PATH: what".
 struct Where {
   const std::filesystem::path& file;
-  [[noreturn]] void fail(const YAML::Node& node, const std::string& key,
-                         const std::string& what) const {
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& key, const std::string& what) const {
     const auto mark = node.Mark();
     if (mark.line >= 0) {
       throw UserError(fmt::format("{}:{}: {}: {}", file.string(), mark.line + 1, key, what));
@@ -38,17 +37,58 @@ struct Where {
 // Run keys an axis may be named after (RunConfig keys, see run_config.h). `policy` and `seed`
 // have their own top-level lists; `out` comes from --out.
 bool is_axis_run_key(const std::string& key) {
-  static const std::set<std::string> keys = {
-      "model", "gpu", "engine", "tp", "dp", "ep", "moe-tp", "moe-routing", "eplb", "replicas", "router", "weight-dtype", "kv-cache-dtype", "arrival", "trace", "num-requests", "prompt-len", "output-len",
-      "prefix", "trace-speedup", "gpu-memory-utilization", "iteration-log", "max-concurrency",
-      "max-tokens", "ignore-eos", "num-gpu-blocks", "priority", "think-time", "client-connections", "resample", "prefill-replicas", "decode-replicas", "prefill-gpu",
-      "decode-gpu", "prefill-tp", "decode-tp", "prefill-policy", "decode-policy", "decode-router", "kv-link",
-      "kv-link-gbps", "kv-link-latency-us", "kv-transfer", "prefill-num-gpu-blocks", "decode-num-gpu-blocks",
-      "prefill-engine", "decode-engine"};
+  static const std::set<std::string> keys = {"model",
+                                             "gpu",
+                                             "engine",
+                                             "tp",
+                                             "dp",
+                                             "ep",
+                                             "moe-tp",
+                                             "moe-routing",
+                                             "eplb",
+                                             "replicas",
+                                             "router",
+                                             "weight-dtype",
+                                             "kv-cache-dtype",
+                                             "arrival",
+                                             "trace",
+                                             "num-requests",
+                                             "prompt-len",
+                                             "output-len",
+                                             "prefix",
+                                             "trace-speedup",
+                                             "gpu-memory-utilization",
+                                             "iteration-log",
+                                             "max-concurrency",
+                                             "max-tokens",
+                                             "ignore-eos",
+                                             "num-gpu-blocks",
+                                             "priority",
+                                             "think-time",
+                                             "client-connections",
+                                             "resample",
+                                             "prefill-replicas",
+                                             "decode-replicas",
+                                             "prefill-gpu",
+                                             "decode-gpu",
+                                             "prefill-tp",
+                                             "decode-tp",
+                                             "prefill-policy",
+                                             "decode-policy",
+                                             "decode-router",
+                                             "kv-link",
+                                             "kv-link-gbps",
+                                             "kv-link-latency-us",
+                                             "kv-transfer",
+                                             "prefill-num-gpu-blocks",
+                                             "decode-num-gpu-blocks",
+                                             "prefill-engine",
+                                             "decode-engine"};
   return keys.count(key) > 0;
 }
 
-void reject_reserved_keys(const std::string& raw, const YAML::Node& key_node, const Where& where, const std::string& path) {
+void reject_reserved_keys(const std::string& raw, const YAML::Node& key_node, const Where& where,
+                          const std::string& path) {
   const std::string key = normalize_key(raw);
   if (key == "policy") where.fail(key_node, path + "policy", "list policies under the top-level 'policies' key");
   if (key == "seed" || key == "seeds") where.fail(key_node, path + key, "list seeds under the top-level 'seeds' key");
@@ -75,8 +115,7 @@ T as(const YAML::Node& node, const Where& where, const std::string& key, const c
   return value;
 }
 
-std::map<std::string, std::string> option_map(const YAML::Node& node, const Where& where,
-                                              const std::string& key) {
+std::map<std::string, std::string> option_map(const YAML::Node& node, const Where& where, const std::string& key) {
   if (!node.IsMap()) where.fail(node, key, "expected a mapping of option: value");
   std::map<std::string, std::string> out;
   for (const auto& o : node) {
@@ -96,10 +135,14 @@ PolicyVariant parse_policy_variant(const YAML::Node& node, const Where& where, c
   if (!node.IsMap()) where.fail(node, key, "expected a policy name or a mapping {policy, label, policy-opt}");
   for (const auto& kv : node) {
     const std::string k = normalize_key(kv.first.as<std::string>());
-    if (k == "policy") v.policy = as<std::string>(kv.second, where, key + ".policy", "a policy name");
-    else if (k == "label") v.label = as<std::string>(kv.second, where, key + ".label", "a string");
-    else if (k == "policy-opt") v.options = option_map(kv.second, where, key + ".policy-opt");
-    else where.fail(kv.first, key + "." + kv.first.as<std::string>(), "unknown key (expected policy, label, policy-opt)");
+    if (k == "policy")
+      v.policy = as<std::string>(kv.second, where, key + ".policy", "a policy name");
+    else if (k == "label")
+      v.label = as<std::string>(kv.second, where, key + ".label", "a string");
+    else if (k == "policy-opt")
+      v.options = option_map(kv.second, where, key + ".policy-opt");
+    else
+      where.fail(kv.first, key + "." + kv.first.as<std::string>(), "unknown key (expected policy, label, policy-opt)");
   }
   if (v.policy.empty()) where.fail(node, key + ".policy", "missing");
   if (v.label.empty()) v.label = v.policy;
@@ -118,7 +161,8 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
   auto label_of = [&](const YAML::Node& n, const std::string& key) {
     const std::string label = as<std::string>(n, where, key, "a policy label");
     if (!labels.count(label)) {
-      where.fail(n, key, fmt::format("'{}' is not a policy label of this experiment ({})", label, fmt::join(labels, ", ")));
+      where.fail(n, key,
+                 fmt::format("'{}' is not a policy label of this experiment ({})", label, fmt::join(labels, ", ")));
     }
     return label;
   };
@@ -129,7 +173,8 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
     for (const auto& g : n) {
       const std::string group = g.first.as<std::string>();
       if (!groups.count(group)) {
-        where.fail(g.first, key, fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
+        where.fail(g.first, key,
+                   fmt::format("'{}' is not a group this experiment runs ({})", group, fmt::join(groups, ", ")));
       }
       const double value = as<double>(g.second, where, key + "." + group, what);
       if (!(value > 0)) where.fail(g.second, key + "." + group, "must be > 0");
@@ -141,11 +186,16 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
   for (const auto& kv : node) {
     const std::string raw = kv.first.as<std::string>();
     const std::string key = "published." + raw;
-    if (raw == "source") p.source = as<std::string>(kv.second, where, key, "a citation");
-    else if (raw == "metric") p.metric = as<std::string>(kv.second, where, key, "a summary.json path");
-    else if (raw == "baseline") p.baseline = label_of(kv.second, key);
-    else if (raw == "ratios") ratios = kv.second;
-    else if (raw == "why") p.why = as<std::string>(kv.second, where, key, "a paragraph");
+    if (raw == "source")
+      p.source = as<std::string>(kv.second, where, key, "a citation");
+    else if (raw == "metric")
+      p.metric = as<std::string>(kv.second, where, key, "a summary.json path");
+    else if (raw == "baseline")
+      p.baseline = label_of(kv.second, key);
+    else if (raw == "ratios")
+      ratios = kv.second;
+    else if (raw == "why")
+      p.why = as<std::string>(kv.second, where, key, "a paragraph");
     else if (raw == "baseline-values") {
       p.baseline_values = group_values(kv.second, key, "{GROUP: VALUE}, e.g. {cap=1536: 83}", "a value of the metric");
     } else {
@@ -159,15 +209,15 @@ PublishedSpec parse_published(const YAML::Node& node, const Where& where, const 
   for (const auto& per_policy : *ratios) {
     const std::string label = label_of(per_policy.first, "published.ratios");
     const std::string key = "published.ratios." + label;
-    for (const auto& [group, ratio] : group_values(per_policy.second, key, "{GROUP: RATIO}, e.g. {cap=1536: 23}", "a ratio")) {
+    for (const auto& [group, ratio] :
+         group_values(per_policy.second, key, "{GROUP: RATIO}, e.g. {cap=1536: 23}", "a ratio")) {
       p.ratios.emplace_back(label, group, ratio);
     }
   }
   return p;
 }
 
-std::vector<PolicyVariant> parse_policies(const YAML::Node& node, const Where& where,
-                                          const std::string& key) {
+std::vector<PolicyVariant> parse_policies(const YAML::Node& node, const Where& where, const std::string& key) {
   if (!node.IsSequence() || node.size() == 0) where.fail(node, key, "expected a non-empty list of policies");
   std::vector<PolicyVariant> out;
   std::set<std::string> labels;
@@ -190,8 +240,8 @@ std::string scalar_label(const YAML::Node& node) { return node.as<std::string>()
 // took minutes and 10 GB to be refused as too large. A clone costs only the value's size.
 YAML::Node detached(const YAML::Node& node) { return YAML::Clone(node); }
 
-AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, const Where& where,
-                           const std::string& key, const std::set<std::string>& policy_labels) {
+AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, const Where& where, const std::string& key,
+                           const std::set<std::string>& policy_labels) {
   AxisValue v;
   v.settings = YAML::Node(YAML::NodeType::Map);
   const bool is_rate = axis == "rate";
@@ -209,8 +259,10 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
     } else if (is_axis_run_key(axis)) {
       set(axis, node, node);
     } else {
-      where.fail(node, key, fmt::format("'{}' is not a run key, so its values must be mappings "
-                                        "with a label and the run keys they set", axis));
+      where.fail(node, key,
+                 fmt::format("'{}' is not a run key, so its values must be mappings "
+                             "with a label and the run keys they set",
+                             axis));
     }
     v.label = scalar_label(node);
   } else if (node.IsMap()) {
@@ -221,9 +273,12 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
       if (k == "label") {
         v.label = as<std::string>(kv.second, where, sub, "a string");
       } else if (k == "value") {
-        if (is_rate) v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
-        else if (is_axis_run_key(axis)) set(axis, kv.first, kv.second);
-        else where.fail(kv.first, sub, fmt::format("'{}' is not a run key: set run keys by name", axis));
+        if (is_rate)
+          v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
+        else if (is_axis_run_key(axis))
+          set(axis, kv.first, kv.second);
+        else
+          where.fail(kv.first, sub, fmt::format("'{}' is not a run key: set run keys by name", axis));
         if (v.label.empty()) v.label = scalar_label(kv.second);
       } else if (k == "rate") {
         v.rate = as<double>(kv.second, where, sub, "a request rate (requests/s)");
@@ -232,8 +287,7 @@ AxisValue parse_axis_value(const std::string& axis, const YAML::Node& node, cons
         for (const auto& p : kv.second) {
           const std::string label = p.first.as<std::string>();
           if (!policy_labels.count(label)) {
-            where.fail(p.first, sub + "." + label,
-                       fmt::format("no policy labelled '{}' in 'policies'", label));
+            where.fail(p.first, sub + "." + label, fmt::format("no policy labelled '{}' in 'policies'", label));
           }
           v.per_policy[label] = option_map(p.second, where, sub + "." + label);
         }
@@ -276,15 +330,17 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where, const Sl
     const std::string key = "capacity." + raw;
     if (k == "slo") {
       if (!kv.second.IsMap() || kv.second.size() == 0) {
-        where.fail(kv.second, key, "expected a mapping of summary.json path: upper bound, "
-                                   "e.g. latency.ttft_s.p99: 2.0");
+        where.fail(kv.second, key,
+                   "expected a mapping of summary.json path: upper bound, "
+                   "e.g. latency.ttft_s.p99: 2.0");
       }
       for (const auto& s : kv.second) {
         const std::string name = s.first.as<std::string>();
         // The SLO keys of --slo (experiments/run/slo.h): a summary.json path, or ttft_p99_s.
         const auto resolved = resolve_slo_key(name);
         if (!resolved) {
-          where.fail(s.first, key + "." + name, fmt::format("not a numeric summary.json figure (expected {})", kSloKeyHelp));
+          where.fail(s.first, key + "." + name,
+                     fmt::format("not a numeric summary.json figure (expected {})", kSloKeyHelp));
         }
         const double bound = as<double>(s.second, where, key + "." + name, "a number");
         if (bound < 0) where.fail(s.second, key + "." + name, "an upper bound must be >= 0");
@@ -312,23 +368,30 @@ CapacitySpec parse_capacity(const YAML::Node& node, const Where& where, const Sl
       c.max_probes = as<int>(kv.second, where, key, "an integer");
       if (c.max_probes < 2 || c.max_probes > 64) where.fail(kv.second, key, "must be in [2, 64]");
     } else {
-      where.fail(kv.first, key, "unknown key (expected slo, search, rate-low, rate-high, speedup-low, "
-                                "speedup-high, max-replicas, tolerance, max-probes)");
+      where.fail(kv.first, key,
+                 "unknown key (expected slo, search, rate-low, rate-high, speedup-low, "
+                 "speedup-high, max-replicas, tolerance, max-probes)");
     }
   }
   if (c.slo.empty()) c.slo = fallback;
-  if (c.slo.empty()) where.fail(node, "capacity.slo", "missing: give at least one bound (here or in the top-level slo)");
+  if (c.slo.empty())
+    where.fail(node, "capacity.slo", "missing: give at least one bound (here or in the top-level slo)");
   // A range key of another search is a mistake worth naming: it would be silently ignored.
-  if (rate_range && c.search != "rate") where.fail(node, "capacity", fmt::format("rate-low/rate-high belong to search: rate, not {}", c.search));
-  if (speedup_range && c.search != "trace-speedup") where.fail(node, "capacity", fmt::format("speedup-low/speedup-high belong to search: trace-speedup, not {}", c.search));
-  if (replicas_max && c.search != "replicas") where.fail(node, "capacity", fmt::format("max-replicas belongs to search: replicas, not {}", c.search));
+  if (rate_range && c.search != "rate")
+    where.fail(node, "capacity", fmt::format("rate-low/rate-high belong to search: rate, not {}", c.search));
+  if (speedup_range && c.search != "trace-speedup")
+    where.fail(node, "capacity",
+               fmt::format("speedup-low/speedup-high belong to search: trace-speedup, not {}", c.search));
+  if (replicas_max && c.search != "replicas")
+    where.fail(node, "capacity", fmt::format("max-replicas belongs to search: replicas, not {}", c.search));
   if (c.search == "trace-speedup" && !speedup_range) {
     c.rate_low = 0.25;  // a quarter to 64 times the trace's own rate
     c.rate_high = 64;
   }
   if (!(c.rate_low > 0 && c.rate_high > c.rate_low)) {
-    where.fail(node, "capacity", fmt::format("need 0 < {0}-low < {0}-high (got {1} and {2})",
-                                             c.search == "rate" ? "rate" : "speedup", c.rate_low, c.rate_high));
+    where.fail(node, "capacity",
+               fmt::format("need 0 < {0}-low < {0}-high (got {1} and {2})", c.search == "rate" ? "rate" : "speedup",
+                           c.rate_low, c.rate_high));
   }
   return c;
 }
@@ -358,14 +421,17 @@ void check_planned(const Experiment& e, const PlannedRun& run) {
     validate(run.config);
     resolve_run_model(run.config);
     resolve_gpu(run.config.gpu);
-    if (!e.policy_factories.count(run.config.policy)) make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
+    if (!e.policy_factories.count(run.config.policy))
+      make_policy(run.config.policy, PolicyOptions(run.config.policy_opts));
     check_run_pools(run.config);
     check_workload_spec(run.config.workload);
     // A trace given in memory (trace_columns) has a name, not a file.
     if (!run.config.workload.trace.empty() && run.config.workload.trace_columns == nullptr &&
         !std::filesystem::exists(run.config.workload.trace)) {
-      throw UserError(fmt::format("trace {} does not exist (relative paths are relative to the "
-                                  "experiment file)", run.config.workload.trace.string()));
+      throw UserError(
+          fmt::format("trace {} does not exist (relative paths are relative to the "
+                      "experiment file)",
+                      run.config.workload.trace.string()));
     }
   } catch (const UserError& err) {
     throw UserError(fmt::format("{}: run {}: {}", e.file.string(), run.name, err.what()));
@@ -389,14 +455,16 @@ RunConfig config_at_rate(const RunConfig& config, double rate) {
     // With a trace, Poisson arrivals keep the trace's lengths (see build_workload).
     c.workload.arrival = fmt::format("poisson:{}", rate);
   } else {
-    throw UserError(fmt::format("arrival '{}': a rate axis or capacity search needs poisson or gamma "
-                                "arrivals", a));
+    throw UserError(
+        fmt::format("arrival '{}': a rate axis or capacity search needs poisson or gamma "
+                    "arrivals",
+                    a));
   }
   return c;
 }
 
-Experiment parse_experiment(const std::filesystem::path& file,
-                            const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
+Experiment parse_experiment(const std::filesystem::path& file, const std::function<void(RunConfig&)>& adjust_base,
+                            int64_t max_runs) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw UserError(fmt::format("{}: cannot read the experiment file", file.string()));
   std::stringstream ss;
@@ -406,16 +474,13 @@ Experiment parse_experiment(const std::filesystem::path& file,
 
 namespace {
 
-Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
-                                 const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base,
-                                 int64_t max_runs);
+Experiment parse_experiment_node(const YAML::Node& root, const std::string& text, const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs);
 
 }  // namespace
 
 Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base,
-                                 int64_t max_runs) {
+                                 const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
   try {
     return parse_experiment_node(YAML::Load(text), text, file, adjust_base, max_runs);
   } catch (const YAML::ParserException& e) {
@@ -429,12 +494,11 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
 
 namespace {
 
-Experiment parse_experiment_node(const YAML::Node& root, const std::string& text,
-                                 const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base,
-                                 int64_t max_runs) {
+Experiment parse_experiment_node(const YAML::Node& root, const std::string& text, const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
   const Where where{file};
-  if (!root.IsMap()) throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
+  if (!root.IsMap())
+    throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
 
   Experiment e;
   e.file = file;
@@ -446,20 +510,22 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
-    if (k == "name") e.name = as<std::string>(kv.second, where, raw, "a string");
+    if (k == "name")
+      e.name = as<std::string>(kv.second, where, raw, "a string");
     else if (k == "description") {
       e.description = as<std::string>(kv.second, where, raw, "a string");
       // A folded YAML block (`>`) ends in a newline the report should not repeat.
       while (!e.description.empty() && std::isspace(static_cast<unsigned char>(e.description.back()))) {
         e.description.pop_back();
       }
-    }
-    else if (k == "base") {
+    } else if (k == "base") {
       if (!kv.second.IsMap()) where.fail(kv.second, raw, "expected a mapping of run keys");
       reject_reserved_keys(kv.second, where, "base.");
       apply_yaml_mapping(kv.second, file, e.base, "base.");
-    } else if (k == "policies") policies_node = kv.second;
-    else if (k == "axes") axes_node = kv.second;
+    } else if (k == "policies")
+      policies_node = kv.second;
+    else if (k == "axes")
+      axes_node = kv.second;
     else if (k == "seeds") {
       if (kv.second.IsScalar()) {
         e.seeds.push_back(as<uint64_t>(kv.second, where, raw, "a seed or a list of seeds"));
@@ -470,10 +536,14 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       } else {
         where.fail(kv.second, raw, "expected a seed or a non-empty list of seeds");
       }
-    } else if (k == "capacity") capacity_node = kv.second;
-    else if (k == "slo") slo_node = kv.second;
-    else if (k == "published") published_node = kv.second;
-    else if (k == "slot-timeline") slot_node = kv.second;
+    } else if (k == "capacity")
+      capacity_node = kv.second;
+    else if (k == "slo")
+      slo_node = kv.second;
+    else if (k == "published")
+      published_node = kv.second;
+    else if (k == "slot-timeline")
+      slot_node = kv.second;
     else if (k == "iteration-budget") {
       e.iteration_budget = as<int64_t>(kv.second, where, raw, "an iteration count");
       if (e.iteration_budget < 1) where.fail(kv.second, raw, "must be >= 1");
@@ -481,18 +551,22 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       e.max_runs = as<int64_t>(kv.second, where, raw, "a number of runs");
       if (e.max_runs < 1) where.fail(kv.second, raw, "must be >= 1");
     } else {
-      where.fail(kv.first, raw, "unknown key (expected name, description, base, policies, axes, "
-                                "seeds, slo, capacity, slot-timeline, iteration-budget, max-runs, published)");
+      where.fail(kv.first, raw,
+                 "unknown key (expected name, description, base, policies, axes, "
+                 "seeds, slo, capacity, slot-timeline, iteration-budget, max-runs, published)");
     }
   }
   if (slo_node) {
     // Every run is judged: the bounds become the base's `slo` run key, a `goodput` entry its
     // `goodput` (experiments/run/slo.h); they win over the same keys in `base`.
-    if (!slo_node->IsMap()) where.fail(*slo_node, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
+    if (!slo_node->IsMap())
+      where.fail(*slo_node, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
     YAML::Node bounds(YAML::NodeType::Map), keys(YAML::NodeType::Map);
     for (const auto& kv : *slo_node) {
-      if (normalize_key(kv.first.as<std::string>()) == "goodput") keys.force_insert(kv.first, kv.second);
-      else bounds.force_insert(kv.first, kv.second);
+      if (normalize_key(kv.first.as<std::string>()) == "goodput")
+        keys.force_insert(kv.first, kv.second);
+      else
+        bounds.force_insert(kv.first, kv.second);
     }
     if (bounds.size() > 0) keys.force_insert("slo", bounds);
     apply_yaml_mapping(keys, file, e.base);
@@ -501,8 +575,10 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
   // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
   if (adjust_base) adjust_base(e.base);
   if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
-  if (policies_node) e.policies = parse_policies(*policies_node, where, "policies");
-  else e.policies.push_back({e.base.policy, e.base.policy, {}});
+  if (policies_node)
+    e.policies = parse_policies(*policies_node, where, "policies");
+  else
+    e.policies.push_back({e.base.policy, e.base.policy, {}});
 
   std::set<std::string> labels;
   for (const auto& p : e.policies) labels.insert(p.label);
@@ -512,14 +588,18 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
       Axis axis;
       axis.name = normalize_key(kv.first.as<std::string>());
       const std::string key = "axes." + kv.first.as<std::string>();
-      if (axis.name == "policy" || axis.name == "policies") where.fail(kv.first, key, "list policies under the top-level 'policies' key");
-      if (axis.name == "seed" || axis.name == "seeds") where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
-      if (!kv.second.IsSequence() || kv.second.size() == 0) where.fail(kv.second, key, "expected a non-empty list of values");
+      if (axis.name == "policy" || axis.name == "policies")
+        where.fail(kv.first, key, "list policies under the top-level 'policies' key");
+      if (axis.name == "seed" || axis.name == "seeds")
+        where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
+      if (!kv.second.IsSequence() || kv.second.size() == 0)
+        where.fail(kv.second, key, "expected a non-empty list of values");
       std::set<std::string> value_labels;
       for (size_t i = 0; i < kv.second.size(); ++i) {
         const std::string vkey = fmt::format("{}[{}]", key, i);
         AxisValue v = parse_axis_value(axis.name, kv.second[i], where, vkey, labels);
-        if (!value_labels.insert(v.label).second) where.fail(kv.second[i], vkey, fmt::format("label '{}' is used twice", v.label));
+        if (!value_labels.insert(v.label).second)
+          where.fail(kv.second[i], vkey, fmt::format("label '{}' is used twice", v.label));
         axis.values.push_back(std::move(v));
       }
       e.axes.push_back(std::move(axis));
@@ -529,22 +609,27 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     e.capacity = parse_capacity(*capacity_node, where, e.base.slo);
     for (const Axis& a : e.axes) {
       for (const AxisValue& v : a.values) {
-        if (v.rate) where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
+        if (v.rate)
+          where.fail(*capacity_node, "capacity",
+                     fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
         if (e.capacity->search != "rate" && (a.name == e.capacity->search || v.settings[e.capacity->search])) {
-          where.fail(*capacity_node, "capacity", fmt::format("axis '{}' sets {}, but this capacity search chooses it", a.name, e.capacity->search));
+          where.fail(*capacity_node, "capacity",
+                     fmt::format("axis '{}' sets {}, but this capacity search chooses it", a.name, e.capacity->search));
         }
       }
     }
   }
   if (slot_node) {
-    if (!slot_node->IsMap()) where.fail(*slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
+    if (!slot_node->IsMap())
+      where.fail(*slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
     SlotTimelineSpec s;
     s.base = e.base;
     for (const auto& kv : *slot_node) {
       const std::string raw = kv.first.as<std::string>();
       const std::string k = normalize_key(raw);
       const std::string key = "slot-timeline." + raw;
-      if (k == "policies") s.policies = parse_policies(kv.second, where, key);
+      if (k == "policies")
+        s.policies = parse_policies(kv.second, where, key);
       else if (k == "base") {
         if (!kv.second.IsMap()) where.fail(kv.second, key, "expected a mapping of run keys");
         reject_reserved_keys(kv.second, where, key + ".");
@@ -584,9 +669,10 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
     const WorkloadSpec& w = run.config.workload;
     if (e.capacity && e.capacity->search == "trace-speedup" &&
         (w.trace.empty() || !(w.arrival.empty() || w.arrival == "trace"))) {
-      throw UserError(fmt::format("{}: run {}: capacity search trace-speedup replays a trace with its own "
-                                  "timestamps: set `trace` and no other arrival (got arrival '{}'{})",
-                                  file.string(), run.name, w.arrival, w.trace.empty() ? ", no trace" : ""));
+      throw UserError(
+          fmt::format("{}: run {}: capacity search trace-speedup replays a trace with its own "
+                      "timestamps: set `trace` and no other arrival (got arrival '{}'{})",
+                      file.string(), run.name, w.arrival, w.trace.empty() ? ", no trace" : ""));
     }
   }
   if (published_node) e.published = parse_published(*published_node, where, e, runs);
@@ -634,8 +720,7 @@ std::vector<PlannedRun> expand_runs(const Experiment& e) {
     throw UserError(fmt::format(
         "expands to {:.4g} {} ({} policies x {} seeds{}), more than the limit of {}; raise it with "
         "`max-runs: N` in the file or `compare --max-runs N`, or shorten the axes",
-        runs, e.capacity ? "capacity searches" : "runs", e.policies.size(), e.seeds.size(), sizes,
-        e.max_runs));
+        runs, e.capacity ? "capacity searches" : "runs", e.policies.size(), e.seeds.size(), sizes, e.max_runs));
   }
   // Odometer over the axes, first axis slowest.
   std::vector<size_t> pick(e.axes.size(), 0);
@@ -721,8 +806,10 @@ CountSearch find_fewest(int max_n, const std::function<bool(int)>& meets, int fi
   }
   while (pass - fail > 1) {
     const int mid = fail + (pass - fail) / 2;
-    if (probe(mid)) pass = mid;
-    else fail = mid;
+    if (probe(mid))
+      pass = mid;
+    else
+      fail = mid;
   }
   r.count = pass;
   return r;
@@ -752,8 +839,10 @@ CapacityResult find_capacity(const CapacitySpec& spec, const std::function<bool(
   // Invariant: meets(lo) and !meets(hi).
   while (static_cast<int>(r.probes.size()) < spec.max_probes && hi / lo > 1 + spec.tolerance) {
     const double mid = std::sqrt(lo * hi);
-    if (probe(mid)) lo = mid;
-    else hi = mid;
+    if (probe(mid))
+      lo = mid;
+    else
+      hi = mid;
   }
   r.status = hi / lo > 1 + spec.tolerance ? "max-probes" : "ok";
   r.capacity_rps = lo;

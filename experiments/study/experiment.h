@@ -42,8 +42,8 @@ struct PolicyVariant {
 
 struct AxisValue {
   std::string label;
-  YAML::Node settings;             // a mapping of run keys (may be empty)
-  std::optional<double> rate;      // the `rate` shorthand: Poisson (or gamma) arrivals at RATE/s
+  YAML::Node settings;         // a mapping of run keys (may be empty)
+  std::optional<double> rate;  // the `rate` shorthand: Poisson (or gamma) arrivals at RATE/s
   // Options for some policies only, by policy label: e.g. hf-static's batch size tied to CAP.
   std::map<std::string, std::map<std::string, std::string>> per_policy;
 };
@@ -52,7 +52,6 @@ struct Axis {
   std::string name;
   std::vector<AxisValue> values;
 };
-
 
 // A capacity search (see find_capacity and find_fewest): what it varies, over which range.
 struct CapacitySpec {
@@ -68,15 +67,15 @@ struct CapacitySpec {
   // "trace-speedup" (speedup-low, speedup-high); find_capacity bisects either.
   double rate_low = 0.1;
   double rate_high = 64;
-  int max_replicas = 64;     // "replicas": the most it tries (max-replicas)
-  double tolerance = 0.02;   // stop when high/low <= 1 + tolerance
+  int max_replicas = 64;    // "replicas": the most it tries (max-replicas)
+  double tolerance = 0.02;  // stop when high/low <= 1 + tolerance
   int max_probes = 14;
 };
 
 struct SlotTimelineSpec {
-  RunConfig base;                         // the experiment base with the slot-timeline patch
+  RunConfig base;  // the experiment base with the slot-timeline patch
   std::vector<PolicyVariant> policies;
-  int64_t max_iterations = 400;           // columns drawn
+  int64_t max_iterations = 400;  // columns drawn
 };
 
 // Figures a paper or a blog published for the same workload, to compare with (the report's
@@ -124,15 +123,15 @@ int64_t count_runs(const Experiment& experiment);
 
 // One combination of axis values, seed and policy.
 struct PlannedRun {
-  int64_t index = 0;       // position in the expansion
-  std::string name;        // folder name under runs/, e.g. "0007_vllm-v0_cap-512_s0"
+  int64_t index = 0;  // position in the expansion
+  std::string name;   // folder name under runs/, e.g. "0007_vllm-v0_cap-512_s0"
   RunConfig config;
   std::string policy_label;
   std::vector<std::pair<std::string, std::string>> axis_labels;  // (axis, value label)
   uint64_t seed = 0;
   std::optional<double> rate;
   std::optional<double> trace_speedup;  // a capacity probe over trace-speedup
-  std::string group;       // the axis labels joined ("cap=512"): runs compared side by side
+  std::string group;                    // the axis labels joined ("cap=512"): runs compared side by side
 };
 
 // Reads and checks an experiment file. Throws UserError naming the file, line and key path
@@ -140,13 +139,11 @@ struct PlannedRun {
 // `adjust_base`, when given, edits the base after the file's `base` is read and before anything
 // is expanded or checked: the CLI applies run flags there (`--num-requests 200` shortens a run).
 // `max_runs` > 0 replaces the file's `max-runs` (the CLI's --max-runs).
-Experiment parse_experiment(const std::filesystem::path& file,
-                            const std::function<void(RunConfig&)>& adjust_base = {},
+Experiment parse_experiment(const std::filesystem::path& file, const std::function<void(RunConfig&)>& adjust_base = {},
                             int64_t max_runs = 0);
 // The same from YAML text (`file` only names it in messages and anchors relative paths).
 Experiment parse_experiment_text(const std::string& text, const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base = {},
-                                 int64_t max_runs = 0);
+                                 const std::function<void(RunConfig&)>& adjust_base = {}, int64_t max_runs = 0);
 
 // The quick mode `batchsim compare --policies a,b,c`: one base configuration, one policy axis.
 Experiment experiment_from_policies(
@@ -187,7 +184,7 @@ struct CountProbe {
   bool meets = false;
 };
 struct CountSearch {
-  int count = 0;  // the fewest that met it; 0: none up to the maximum did
+  int count = 0;                   // the fewest that met it; 0: none up to the maximum did
   std::vector<CountProbe> probes;  // in probe order
 };
 // The smallest n in [first, max_n] for which `meets(n)` holds, assuming it is monotone (false

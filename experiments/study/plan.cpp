@@ -127,12 +127,15 @@ void check_spec(const PlanSpec& spec) {
   }
   if (spec.max_replicas < 1) throw UserError(fmt::format("--max-replicas {}: must be >= 1", spec.max_replicas));
   if (spec.slo.empty() && spec.base.goodput.empty()) {
-    throw UserError("--slo: give at least one bound, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput thresholds, "
-                    "--goodput ttft:MS tpot:MS, with --attainment)");
+    throw UserError(
+        "--slo: give at least one bound, e.g. --slo ttft_p99=2s,tbt_p99=100ms (or goodput thresholds, "
+        "--goodput ttft:MS tpot:MS, with --attainment)");
   }
   if (!(spec.attainment > 0 && spec.attainment <= 1)) {
-    throw UserError(fmt::format("--attainment {:g}: the percentage of requests that must meet the goodput "
-                                "thresholds, in (0, 100]", 100 * spec.attainment));
+    throw UserError(
+        fmt::format("--attainment {:g}: the percentage of requests that must meet the goodput "
+                    "thresholds, in (0, 100]",
+                    100 * spec.attainment));
   }
   for (const auto& [gpu, price] : spec.price_per_hour) {
     if (std::find(known.begin(), known.end(), gpu) == known.end()) {
@@ -255,8 +258,10 @@ SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_co
     }
     while (pass - fail > 1) {
       const int mid = fail + (pass - fail) / 2;
-      if (at(p, mid).meets) pass = mid;
-      else fail = mid;
+      if (at(p, mid).meets)
+        pass = mid;
+      else
+        fail = mid;
     }
     d_hi = pass;
     const double c = cost(p, pass);
@@ -406,7 +411,8 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
       j.values = slo_values(summary, spec.slo);
       j.meets = evaluate_slo(summary, spec.slo).met;  // run --slo's verdict
       j.headroom = INFINITY;
-      for (size_t i = 0; i < spec.slo.size(); ++i) j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
+      for (size_t i = 0; i < spec.slo.size(); ++i)
+        j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
       if (with_goodput) {
         j.attainment = summary.at("goodput").at("fraction").get<double>();
         j.meets = j.meets && j.attainment >= spec.attainment;
@@ -463,7 +469,9 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
         row.busy_window_decode_replicas = sustained.decode;
       } else if (row.replicas < spec.max_replicas) {
         row.busy_window_replicas =
-            find_fewest(spec.max_replicas, [&](int n) { return judge(*busy, n, 0).meets; }, row.replicas + 1).count;
+            find_fewest(
+                spec.max_replicas, [&](int n) { return judge(*busy, n, 0).meets; }, row.replicas + 1)
+                .count;
       }
     }
     if (row.meets_slo() && with_goodput) {
@@ -504,10 +512,10 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     }
     std::lock_guard<std::mutex> lock(mutex);
     const std::string what =
-        row.status == "ok" ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
-        : row.status == "none"
-            ? fmt::format("no {} up to {} meets the SLOs", row.disaggregated ? "split" : "replica count", spec.max_replicas)
-            : "FAILED: " + row.error;
+        row.status == "ok"     ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
+        : row.status == "none" ? fmt::format("no {} up to {} meets the SLOs",
+                                             row.disaggregated ? "split" : "replica count", spec.max_replicas)
+                               : "FAILED: " + row.error;
     fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan.rows.size(), row.name(), what,
                row.runs, row.wall_s);
   });
@@ -516,9 +524,8 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     if (!rejections[i].empty()) plan.warnings.push_back(fmt::format("{}: {}", plan.rows[i].name(), rejections[i]));
   }
   // Meeting rows first; among them by total GPUs, or by cost when every one has a price.
-  const bool all_priced = std::all_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) {
-    return !r.meets_slo() || r.priced();
-  });
+  const bool all_priced =
+      std::all_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return !r.meets_slo() || r.priced(); });
   std::stable_sort(plan.rows.begin(), plan.rows.end(), [&](const PlanRow& a, const PlanRow& b) {
     if (a.meets_slo() != b.meets_slo()) return a.meets_slo();
     if (!a.meets_slo()) return false;
@@ -528,7 +535,8 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
   });
   for (const PlanRow& r : plan.rows) {
     const std::string who = r.name();
-    const std::string most = r.disaggregated ? fmt::format("{0}P+{0}D", spec.max_replicas) : std::to_string(spec.max_replicas);
+    const std::string most =
+        r.disaggregated ? fmt::format("{0}P+{0}D", spec.max_replicas) : std::to_string(spec.max_replicas);
     if (r.status == "none") {
       std::string misses = misses_text(spec.slo, r.values);
       if (with_goodput && r.attainment < spec.attainment) {
@@ -536,7 +544,8 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
                               100 * spec.attainment);
       }
       plan.warnings.push_back(fmt::format("{}: no {} up to {} meets the SLOs; at {}: {}", who,
-                                          r.disaggregated ? "split" : "replica count", spec.max_replicas, most, misses));
+                                          r.disaggregated ? "split" : "replica count", spec.max_replicas, most,
+                                          misses));
     } else if (r.status == "error") {
       plan.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
     } else if (!r.busy_window_ok) {
@@ -545,14 +554,14 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
           r.busy_window_replicas > 0
               ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
                             replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas), gpus)
-              : fmt::format("no {} up to {} sustains it", r.disaggregated ? "split" : "replica count", spec.max_replicas);
+              : fmt::format("no {} up to {} sustains it", r.disaggregated ? "split" : "replica count",
+                            spec.max_replicas);
       plan.warnings.push_back(fmt::format(
           "{}: the busiest {:g} s window ({:.0f}-{:.0f} s after the first arrival: {} requests, {:.1f} req/s, "
           "{:.1f}x the mean {:.2f} req/s) is busier than the {} replica(s) found sustain: with the whole workload "
           "at its rate, {}; {}",
-          who, spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals,
-          plan.busiest.rate_rps, busy_factor, plan.mean_rate_rps, replicas_text(r),
-          misses_text(spec.slo, r.busy_window_values), needs));
+          who, spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps,
+          busy_factor, plan.mean_rate_rps, replicas_text(r), misses_text(spec.slo, r.busy_window_values), needs));
     }
   }
   // How the recommended answer moves with the engine's costs: its candidate planned again on each
@@ -625,10 +634,9 @@ std::string thresholds_text(const GoodputSpec& thresholds) {
 std::string offered_load_text(const PlanResult& plan) {
   const RunConfig& base = plan.spec.base;
   if (plan.closed_loop) {
-    return fmt::format("closed loop: {} clients, each sending its next request {} its last one ends",
-                       base.max_concurrency,
-                       base.workload.think_time.empty() ? "when"
-                                                        : fmt::format("a think time ({} s) after", base.workload.think_time));
+    return fmt::format(
+        "closed loop: {} clients, each sending its next request {} its last one ends", base.max_concurrency,
+        base.workload.think_time.empty() ? "when" : fmt::format("a think time ({} s) after", base.workload.think_time));
   }
   return fmt::format("mean {:.2f} req/s; busiest {:g} s window {:.0f}-{:.0f} s: {:.1f} req/s", plan.mean_rate_rps,
                      plan.spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.rate_rps);
@@ -659,11 +667,11 @@ PlanRecommendation recommend(const PlanResult& plan) {
   PlanRecommendation best;
   best.condition =
       plan.closed_loop ? "every SLO over the whole workload (closed-loop clients set the load: no window is busier)"
-      : busy           ? fmt::format("every SLO over the whole workload and in its busiest {:g} s window", spec.window_s)
-                       : "every SLO over the whole workload (--recommend whole-workload: its busiest window not "
-                         "required)";
-  best.criterion = fmt::format("the {} deployment meeting {}", all_priced ? "cheapest ($/hour)" : "smallest (fewest GPUs)",
-                               best.condition);
+      : busy ? fmt::format("every SLO over the whole workload and in its busiest {:g} s window", spec.window_s)
+             : "every SLO over the whole workload (--recommend whole-workload: its busiest window not "
+               "required)";
+  best.criterion = fmt::format("the {} deployment meeting {}",
+                               all_priced ? "cheapest ($/hour)" : "smallest (fewest GPUs)", best.condition);
   double best_key = 0;
   for (const PlanRow& r : plan.rows) {
     const auto count = criterion_count(r, busy);
@@ -689,12 +697,11 @@ namespace {
 // "2 x h100-sxm tp 8 (16 GPUs, $96.00/hour)" or "1P+2D h100-sxm tp 1 / a100-80gb tp 2 (...)".
 std::string recommendation_text(const PlanRecommendation& rec) {
   const PlanRow& r = *rec.row;
-  const std::string layout = r.dp > 1 || r.ep > 1 ? fmt::format("TP {} x DP {}, EP {}", r.tp, r.dp, r.ep)
-                                                  : fmt::format("tp {}", r.tp);
-  const std::string what =
-      r.disaggregated ? fmt::format("{}P+{}D: {} tp {} prefill, {} tp {} decode", rec.replicas, rec.decode_replicas,
-                                    r.gpu, r.tp, r.decode_gpu, r.decode_tp)
-                      : fmt::format("{} x {} {}", rec.replicas, r.gpu, layout);
+  const std::string layout =
+      r.dp > 1 || r.ep > 1 ? fmt::format("TP {} x DP {}, EP {}", r.tp, r.dp, r.ep) : fmt::format("tp {}", r.tp);
+  const std::string what = r.disaggregated ? fmt::format("{}P+{}D: {} tp {} prefill, {} tp {} decode", rec.replicas,
+                                                         rec.decode_replicas, r.gpu, r.tp, r.decode_gpu, r.decode_tp)
+                                           : fmt::format("{} x {} {}", rec.replicas, r.gpu, layout);
   return fmt::format("{} ({} GPUs{})", what, rec.gpus,
                      rec.cost_per_hour > 0 ? fmt::format(", ${:.2f}/hour", rec.cost_per_hour) : "");
 }
@@ -703,20 +710,23 @@ std::string recommendation_text(const PlanRecommendation& rec) {
 
 void print_plan(std::ostream& out, const PlanResult& plan) {
   const PlanSpec& spec = plan.spec;
-  const bool priced = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
+  const bool priced =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
   const bool with_goodput = !spec.base.goodput.empty();
   // A disaggregated row reads "h100-sxm / a100-80gb", "1 / 2", "3P+1D": prefill / decode.
   std::vector<std::string> headers;
   if (spec.disaggregated) headers.push_back("deployment");
   // A mixture of experts' layouts add their DP and EP columns.
-  const bool layouts = std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.dp > 1 || r.ep > 1; });
+  const bool layouts =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.dp > 1 || r.ep > 1; });
   headers.insert(headers.end(), {"gpu", "tp"});
   if (layouts) headers.insert(headers.end(), {"dp", "ep"});
   headers.insert(headers.end(), {"replicas", "GPUs"});
   const size_t left_aligned = spec.disaggregated ? 3 : 2;
   if (priced) headers.insert(headers.end(), {"$/hour", "$/M out tok"});
   headers.push_back("out tok/s/GPU");
-  for (const auto& [path, bound] : spec.slo) headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
+  for (const auto& [path, bound] : spec.slo)
+    headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
   if (with_goodput) {
     headers.push_back(fmt::format("attainment (>= {:g}%)", 100 * spec.attainment));
     headers.push_back(fmt::format("goodput/GPU ({:g}%)", 100 * spec.attainment));
@@ -738,7 +748,8 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
       cells.push_back(r.disaggregated ? "-" : std::to_string(r.dp));
       cells.push_back(r.disaggregated ? "-" : std::to_string(r.ep));
     }
-    const std::string most = r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
+    const std::string most =
+        r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
     if (r.status == "error") {
       // "cannot run" in the busiest-window column, or in the replicas' where it has none.
       cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
@@ -752,22 +763,25 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
       if (priced) {
         const bool shown = r.priced() && r.meets_slo();
         cells.push_back(shown ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
-        cells.push_back(shown && r.output_tokens_per_s > 0 ? fmt::format("{:.3f}", r.usd_per_million_output_tokens()) : "-");
+        cells.push_back(shown && r.output_tokens_per_s > 0 ? fmt::format("{:.3f}", r.usd_per_million_output_tokens())
+                                                           : "-");
       }
       cells.push_back(r.meets_slo() ? fmt::format("{:.0f}", r.tokens_per_s_per_gpu()) : "-");
       for (size_t i = 0; i < spec.slo.size(); ++i) {
-        cells.push_back(fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
+        cells.push_back(
+            fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
       }
       if (with_goodput) {
         cells.push_back(fmt::format("{:.1f}%", 100 * r.attainment));
         cells.push_back(r.goodput ? goodput_text(*r.goodput) : "-");
       }
       if (!plan.closed_loop) {
-        cells.push_back(!r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
-                        : r.busy_window_ok     ? "sustained"
-                        : r.busy_window_replicas > 0
-                            ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
-                            : "needs " + most);
+        cells.push_back(
+            !r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
+            : r.busy_window_ok     ? "sustained"
+            : r.busy_window_replicas > 0
+                ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
+                : "needs " + most);
       }
     }
     cells.push_back(std::to_string(r.runs));
@@ -798,7 +812,7 @@ void print_plan(std::ostream& out, const PlanResult& plan) {
       std::vector<std::string> parts;
       for (const EngineSensitivity& s : plan.engines) {
         parts.push_back(fmt::format("{}{} {}", s.engine, s.plan_engine ? " (planned)" : "",
-                                    s.status == "ok" ? fmt::format("{} GPUs", s.gpus)
+                                    s.status == "ok"      ? fmt::format("{} GPUs", s.gpus)
                                     : s.status == "error" ? std::string("cannot run")
                                                           : fmt::format("> {} replicas", spec.max_replicas)));
       }
@@ -875,13 +889,17 @@ void write_trust_section(std::ostream& out, const PlanResult& plan) {
   if (plan.engines.size() > 1) {
     out << "\nThe recommended deployment planned again on every profile of its engine (the same scheduler with "
            "other CPU and residual costs, `batchsim list engines`), at the recommendation's criterion: the spread "
-           "is what the engine's costs alone may move the answer.\n\n| engine | replicas | GPUs | $/hour |\n|:--|--:|--:|--:|\n";
+           "is what the engine's costs alone may move the answer.\n\n| engine | replicas | GPUs | $/hour "
+           "|\n|:--|--:|--:|--:|\n";
     for (const EngineSensitivity& s : plan.engines) {
       const bool ok = s.status == "ok";
       fmt::print(out, "| `{}`{} | {} | {} | {} |\n", s.engine, s.plan_engine ? " (planned)" : "",
-                 ok ? (s.decode_replicas > 0 ? fmt::format("{}P+{}D", s.replicas, s.decode_replicas) : std::to_string(s.replicas))
-                    : s.status == "error" ? std::string("cannot run") : fmt::format("> {}", plan.spec.max_replicas),
-                 ok ? std::to_string(s.gpus) : "-", ok && s.cost_per_hour > 0 ? fmt::format("{:.2f}", s.cost_per_hour) : "-");
+                 ok                    ? (s.decode_replicas > 0 ? fmt::format("{}P+{}D", s.replicas, s.decode_replicas)
+                                                                : std::to_string(s.replicas))
+                 : s.status == "error" ? std::string("cannot run")
+                                       : fmt::format("> {}", plan.spec.max_replicas),
+                 ok ? std::to_string(s.gpus) : "-",
+                 ok && s.cost_per_hour > 0 ? fmt::format("{:.2f}", s.cost_per_hour) : "-");
     }
   }
   out << "\n";
@@ -915,7 +933,8 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
       row["decode_replicas"] = r.decode_replicas;
       row["decode_gpu"] = r.decode_gpu;
       row["decode_tp"] = r.decode_tp;
-      row["decode_price_per_hour"] = r.decode_price_per_hour > 0 ? ordered_json(r.decode_price_per_hour) : ordered_json();
+      row["decode_price_per_hour"] =
+          r.decode_price_per_hour > 0 ? ordered_json(r.decode_price_per_hour) : ordered_json();
     }
     row["total_gpus"] = r.total_gpus();
     row["meets_slo"] = r.meets_slo();
@@ -938,9 +957,12 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
       // DistServe's per-GPU goodput (OSDI'24 section 2.2) of the answer; null when there is none.
       ordered_json g = nullptr;
       if (r.goodput) {
-        g = {{"status", r.goodput->status},         {"speedup", r.goodput->speedup},
-             {"rate_rps", r.goodput->rate_rps},     {"per_gpu_rps", r.goodput->per_gpu_rps},
-             {"bracket_low_speedup", r.goodput->bracket_low}, {"bracket_high_speedup", r.goodput->bracket_high}};
+        g = {{"status", r.goodput->status},
+             {"speedup", r.goodput->speedup},
+             {"rate_rps", r.goodput->rate_rps},
+             {"per_gpu_rps", r.goodput->per_gpu_rps},
+             {"bracket_low_speedup", r.goodput->bracket_low},
+             {"bracket_high_speedup", r.goodput->bracket_high}};
       }
       row["goodput"] = g;
     }
@@ -966,7 +988,8 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     row["probes"] = probes;
     if (r.goodput) {
       ordered_json gp = ordered_json::array();
-      for (const auto& [speedup, attained] : r.goodput->probes) gp.push_back({{"speedup", speedup}, {"attainment", attained}});
+      for (const auto& [speedup, attained] : r.goodput->probes)
+        gp.push_back({{"speedup", speedup}, {"attainment", attained}});
       row["goodput"]["probes"] = gp;
     }
     rows.push_back(std::move(row));
@@ -1003,8 +1026,10 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   j["closed_loop"] = plan.closed_loop ? ordered_json{{"clients", spec.base.max_concurrency},
                                                      {"think_time", spec.base.workload.think_time}}
                                       : ordered_json(nullptr);
-  j["busiest_window"] = {{"window_s", spec.window_s},     {"start_s", plan.busiest.start_s},
-                         {"end_s", plan.busiest.end_s},   {"arrivals", plan.busiest.arrivals},
+  j["busiest_window"] = {{"window_s", spec.window_s},
+                         {"start_s", plan.busiest.start_s},
+                         {"end_s", plan.busiest.end_s},
+                         {"arrivals", plan.busiest.arrivals},
                          {"rate_rps", plan.busiest.rate_rps}};
   j["rows"] = rows;
   j["trust"] = plan.trust;
@@ -1040,8 +1065,12 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   j["recommendation"] = recommendation;
   ordered_json engines = ordered_json::array();
   for (const EngineSensitivity& s : plan.engines) {
-    engines.push_back({{"engine", s.engine}, {"planned", s.plan_engine}, {"status", s.status},
-                       {"replicas", s.replicas}, {"decode_replicas", s.decode_replicas}, {"gpus", s.gpus},
+    engines.push_back({{"engine", s.engine},
+                       {"planned", s.plan_engine},
+                       {"status", s.status},
+                       {"replicas", s.replicas},
+                       {"decode_replicas", s.decode_replicas},
+                       {"gpus", s.gpus},
                        {"cost_per_hour", s.cost_per_hour > 0 ? ordered_json(s.cost_per_hour) : ordered_json()}});
   }
   j["engine_sensitivity"] = engines;
@@ -1051,23 +1080,26 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
     auto out = open_for_write(dir / "plan.json");
     out << j.dump(2) << "\n";
   }
-  const std::string note = draw_figures(dir, plots, fmt::format("python3 plots/make_figures.py {}", dir.string()), progress);
+  const std::string note =
+      draw_figures(dir, plots, fmt::format("python3 plots/make_figures.py {}", dir.string()), progress);
   auto out = open_for_write(dir / "report.md");
   std::vector<std::string> bounds;
   for (const auto& [path, bound] : spec.slo) bounds.push_back(fmt::format("`{}` <= {}", path, seconds_text(bound)));
   if (with_goodput) {
-    bounds.push_back(fmt::format("{:g}% of the requests within {}", 100 * spec.attainment, thresholds_text(spec.base.goodput)));
+    bounds.push_back(
+        fmt::format("{:g}% of the requests within {}", 100 * spec.attainment, thresholds_text(spec.base.goodput)));
   }
   fmt::print(out, "# Capacity plan: {}\n\n", spec.base.model);
-  fmt::print(out, "How many replicas of {} (each `tp` GPUs, policy `{}`, router `{}`) on {} at TP {} keep {}? "
-                  "Each count was judged by replaying the workload itself: {} requests ({}), {}.\n\n",
+  fmt::print(out,
+             "How many replicas of {} (each `tp` GPUs, policy `{}`, router `{}`) on {} at TP {} keep {}? "
+             "Each count was judged by replaying the workload itself: {} requests ({}), {}.\n\n",
              spec.base.model, spec.base.policy, spec.base.router, fmt::join(spec.gpus, ", "), fmt::join(spec.tps, ", "),
              fmt::join(bounds, " and "), plan.requests, plan.workload,
              plan.closed_loop ? offered_load_text(plan)
                               : fmt::format("mean {:.2f} req/s; its busiest {:g} s window ({:.0f}-{:.0f} s after the "
                                             "first arrival) has {} requests, {:.1f} req/s",
-                                            plan.mean_rate_rps, spec.window_s, plan.busiest.start_s,
-                                            plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps));
+                                            plan.mean_rate_rps, spec.window_s, plan.busiest.start_s, plan.busiest.end_s,
+                                            plan.busiest.arrivals, plan.busiest.rate_rps));
   out << "```text\n";
   print_plan(out, plan);
   out << "```\n\n";
@@ -1079,19 +1111,21 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
          "send only as fast as their requests finish).\n\n";
   if (spec.disaggregated) {
     out << "`prefill/decode` rows split the GPUs into a prefill pool and a decode pool (`gpu` and `tp` read "
-           "prefill / decode); `replicas` is the split (`3P+1D`: 3 prefill and 1 decode replicas) with the fewest GPUs (the lowest cost when both "
+           "prefill / decode); `replicas` is the split (`3P+1D`: 3 prefill and 1 decode replicas) with the fewest GPUs "
+           "(the lowest cost when both "
            "pools are priced) that meets every SLO, found by replay: the fewest prefill replicas with a full "
            "decode pool and the fewest decode replicas with a full prefill pool bound the search, then each "
            "prefill count gets the fewest decode replicas by bisection (ties: the split with the most headroom).\n\n";
   }
   if (with_goodput) {
-    fmt::print(out, "`attainment`: the share of requests that completed within the goodput thresholds ({}) at the "
-                    "replayed rate; every answer must reach {:g}%. `goodput/GPU`: DistServe's per-GPU goodput "
-                    "(Zhong et al., OSDI'24, section 2.2): the highest arrival rate at which the answer still serves "
-                    "{:g}% of the requests within the thresholds, divided by its GPUs, found by bisecting the factor "
-                    "(`xF`) by which the replayed arrivals are compressed, between {:g} and {:g}.\n\n",
-               thresholds_text(spec.base.goodput), 100 * spec.attainment,
-               100 * spec.attainment, spec.goodput_speedup_low, spec.goodput_speedup_high);
+    fmt::print(out,
+               "`attainment`: the share of requests that completed within the goodput thresholds ({}) at the "
+               "replayed rate; every answer must reach {:g}%. `goodput/GPU`: DistServe's per-GPU goodput "
+               "(Zhong et al., OSDI'24, section 2.2): the highest arrival rate at which the answer still serves "
+               "{:g}% of the requests within the thresholds, divided by its GPUs, found by bisecting the factor "
+               "(`xF`) by which the replayed arrivals are compressed, between {:g} and {:g}.\n\n",
+               thresholds_text(spec.base.goodput), 100 * spec.attainment, 100 * spec.attainment,
+               spec.goodput_speedup_low, spec.goodput_speedup_high);
   }
   if (note.empty() && fs::exists(dir / "figures" / "plan_slo.png")) {
     out << "## SLO figures vs GPUs\n\n![SLO figures vs GPUs](figures/plan_slo.png)\n\n"

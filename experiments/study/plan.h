@@ -46,16 +46,16 @@
 namespace batchsim {
 
 struct PlanSpec {
-  RunConfig base;                  // model, policy, router, workload; gpu, tp and replicas per candidate
-  std::vector<std::string> gpus;   // built-in GPUs or profile files
-  std::vector<int> tps;            // tensor-parallel degrees
+  RunConfig base;                 // model, policy, router, workload; gpu, tp and replicas per candidate
+  std::vector<std::string> gpus;  // built-in GPUs or profile files
+  std::vector<int> tps;           // tensor-parallel degrees
   // A mixture of experts' layouts (parallel_layout.h): every tp x dp x ep of these that the
   // model can run is a candidate (--dp, --ep); {1}, {1}: plain tensor parallelism.
   std::vector<int> dps{1}, eps{1};
-  int max_replicas = 32;           // the most replicas tried per candidate
+  int max_replicas = 32;  // the most replicas tried per candidate
   SloBounds slo;
   std::map<std::string, double> price_per_hour;  // --price GPU=USD (per GPU and hour), over the profile's
-  double window_s = 60;            // the busy-window width
+  double window_s = 60;                          // the busy-window width
   // What the recommendation asks of a deployment (--recommend): "busiest-window" (default), the
   // SLOs over the whole workload and in its busiest window; "whole-workload", over the whole
   // workload only.
@@ -76,15 +76,15 @@ struct PlanSpec {
 
 // Arrivals in the busiest window of `window_s` seconds (its start at an arrival).
 struct BusyWindow {
-  double start_s = 0, end_s = 0;   // offsets from the first arrival
+  double start_s = 0, end_s = 0;  // offsets from the first arrival
   int64_t arrivals = 0;
-  double rate_rps = 0;             // arrivals / window_s
+  double rate_rps = 0;  // arrivals / window_s
 };
 BusyWindow busiest_window(const Workload& requests, double window_s);
 
 struct PlanProbe {
-  int replicas = 0;                // colocated: replicas; disaggregated: prefill replicas
-  int decode_replicas = 0;         // disaggregated only
+  int replicas = 0;         // colocated: replicas; disaggregated: prefill replicas
+  int decode_replicas = 0;  // disaggregated only
   bool meets = false;
   std::vector<double> values;      // the SLO figures, in PlanSpec::slo order
   double attainment = 0;           // the fraction of good requests (with goodput thresholds)
@@ -97,18 +97,18 @@ struct PlanGoodput {
   // find_capacity's status: "ok", "above-range" (even goodput_speedup_high attains it: at
   // least that), "below-range" (not even goodput_speedup_low does: 0), "max-probes".
   std::string status;
-  double speedup = 0;              // the highest factor on the replayed rate that attains it
-  double rate_rps = 0;             // the mean arrival rate at that factor
-  double per_gpu_rps = 0;          // rate_rps / the deployment's GPUs
+  double speedup = 0;      // the highest factor on the replayed rate that attains it
+  double rate_rps = 0;     // the mean arrival rate at that factor
+  double per_gpu_rps = 0;  // rate_rps / the deployment's GPUs
   double bracket_low = 0, bracket_high = 0;
   std::vector<std::pair<double, double>> probes;  // (speedup, attainment) in probe order
 };
 
 struct PlanRow {
   bool disaggregated = false;
-  std::string gpu;                 // colocated: the replicas' GPU; disaggregated: the prefill pool's
+  std::string gpu;  // colocated: the replicas' GPU; disaggregated: the prefill pool's
   int tp = 1;
-  int dp = 1, ep = 1;              // colocated: the replica's DP attention ranks and EP
+  int dp = 1, ep = 1;  // colocated: the replica's DP attention ranks and EP
   // "ok"; "none": no replica count up to max_replicas meets the SLO; "error": the candidate
   // cannot run (a model too large for the GPU at this TP, a TP its heads do not divide by).
   std::string status;
@@ -124,7 +124,7 @@ struct PlanRow {
   int decode_tp = 0;
   double decode_price_per_hour = 0;
   int decode_replicas = 0;
-  std::vector<PlanProbe> probes;   // by replica count
+  std::vector<PlanProbe> probes;  // by replica count
   // The busy window at the answer: whether the answer meets the SLO with the whole workload at
   // its rate and, when not, the fewest replicas that do (0: none up to max_replicas).
   bool busy_window_ok = true;
@@ -161,10 +161,10 @@ struct PlanRow {
 // criterion. A planner reads the spread as the error the engine's CPU costs alone may carry.
 struct EngineSensitivity {
   std::string engine;
-  bool plan_engine = false;        // the engine the plan itself ran on
-  std::string status;              // as PlanRow::status; "none" when no count sustains the criterion
+  bool plan_engine = false;  // the engine the plan itself ran on
+  std::string status;        // as PlanRow::status; "none" when no count sustains the criterion
   int replicas = 0, decode_replicas = 0, gpus = 0;
-  double cost_per_hour = 0;        // 0: not priced
+  double cost_per_hour = 0;  // 0: not priced
 };
 
 // The cheapest P:D split that meets, found by replay (find_cheapest_split).
@@ -188,14 +188,14 @@ SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_co
 
 struct PlanResult {
   PlanSpec spec;
-  std::string workload;            // what was replayed (BuiltWorkload::description)
+  std::string workload;  // what was replayed (BuiltWorkload::description)
   int64_t requests = 0;
   double mean_rate_rps = 0;
-  BusyWindow busiest;              // of the workload's arrivals; unused with closed-loop clients
+  BusyWindow busiest;  // of the workload's arrivals; unused with closed-loop clients
   // Closed-loop clients (--max-concurrency): their sends, not the arrivals, set the load, so
   // no busiest window is judged.
   bool closed_loop = false;
-  std::vector<PlanRow> rows;       // sorted: meeting rows first, by total GPUs (by cost when all are priced)
+  std::vector<PlanRow> rows;  // sorted: meeting rows first, by total GPUs (by cost when all are priced)
   std::vector<std::string> warnings;
   // How far to trust each GPU profile the plan ran on (summary.json's `trust`, by profile name as
   // the plan was given it), in the order the plan names them: printed and written as they are.
@@ -213,9 +213,9 @@ struct PlanRecommendation {
   const PlanRow* row = nullptr;
   int replicas = 0, decode_replicas = 0;  // at the criterion's count
   int gpus = 0;
-  double cost_per_hour = 0;               // 0: not every candidate is priced
-  std::string condition;                  // what the deployment must meet, in words
-  std::string criterion;                  // how it was chosen, the condition included
+  double cost_per_hour = 0;  // 0: not every candidate is priced
+  std::string condition;     // what the deployment must meet, in words
+  std::string criterion;     // how it was chosen, the condition included
 };
 PlanRecommendation recommend(const PlanResult& plan);
 // The replicas (P, D) at which a row meets the recommendation's condition (busiest_window: the

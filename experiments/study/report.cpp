@@ -64,12 +64,12 @@ const std::vector<Column>& throughput_columns() {
 
 const std::vector<Column>& latency_columns() {
   static const std::vector<Column> c = {
-      {"latency.e2e_s.p50", "e2e p50 s", 1, 2},   {"latency.e2e_s.p90", "e2e p90 s", 1, 2},
-      {"latency.e2e_s.p99", "e2e p99 s", 1, 2},   {"latency.ttft_s.p50", "TTFT p50 s", 1, 3},
-      {"latency.ttft_s.p90", "TTFT p90 s", 1, 3}, {"latency.ttft_s.p99", "TTFT p99 s", 1, 3},
+      {"latency.e2e_s.p50", "e2e p50 s", 1, 2},      {"latency.e2e_s.p90", "e2e p90 s", 1, 2},
+      {"latency.e2e_s.p99", "e2e p99 s", 1, 2},      {"latency.ttft_s.p50", "TTFT p50 s", 1, 3},
+      {"latency.ttft_s.p90", "TTFT p90 s", 1, 3},    {"latency.ttft_s.p99", "TTFT p99 s", 1, 3},
       {"latency.tpot_s.p50", "TPOT p50 ms", 1e3, 1}, {"latency.tpot_s.p90", "TPOT p90 ms", 1e3, 1},
       {"latency.tpot_s.p99", "TPOT p99 ms", 1e3, 1}, {"latency.tbt_s.p50", "TBT p50 ms", 1e3, 1},
-      {"latency.tbt_s.p90", "TBT p90 ms", 1e3, 1},  {"latency.tbt_s.p99", "TBT p99 ms", 1e3, 1},
+      {"latency.tbt_s.p90", "TBT p90 ms", 1e3, 1},   {"latency.tbt_s.p99", "TBT p99 ms", 1e3, 1},
   };
   return c;
 }
@@ -179,9 +179,8 @@ std::string first_policy(const ResultSet& results) {
 constexpr Column kPrefixHitColumn = {"prefix_cache.hit_rate", "prefix hit %", 100, 1};
 
 bool any_prefix_hits(const std::vector<ordered_json>& runs) {
-  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) {
-    return number_at(r, "prefix_cache.cached_tokens").value_or(0) > 0;
-  });
+  return std::any_of(runs.begin(), runs.end(),
+                     [](const ordered_json& r) { return number_at(r, "prefix_cache.cached_tokens").value_or(0) > 0; });
 }
 
 // The replica count is a column only when some run of the result set is a cluster (more than one
@@ -194,9 +193,8 @@ bool any_prefix_hits(const std::vector<ordered_json>& runs) {
 constexpr Column kReplicasColumn = {"config.replicas", "replicas", 1, 0};
 
 bool replicas_column(const std::vector<ordered_json>& runs) {
-  const bool cluster = std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) {
-    return number_at(r, "config.replicas").value_or(1) > 1;
-  });
+  const bool cluster = std::any_of(
+      runs.begin(), runs.end(), [](const ordered_json& r) { return number_at(r, "config.replicas").value_or(1) > 1; });
   const bool in_group_label = std::all_of(runs.begin(), runs.end(), [](const ordered_json& r) {
     const auto n = number_at(r, "config.replicas");
     const auto label = json_path_pointer("experiment.axes.replicas");
@@ -277,8 +275,10 @@ void write_trust_section(std::ostream& out, const ResultSet& results) {
   if (!t.rows.empty()) render_markdown(out, t);
   // End to end: the profiles' predictions of measured serving benchmarks (validate-serving).
   Table e2e;
-  e2e.headers = {"profile", "serving engine", "TTFT MAPE %", "TTFT predicted / measured", "TPOT MAPE %",
-                 "TPOT predicted / measured", "benchmark runs"};
+  e2e.headers = {"profile",       "serving engine",
+                 "TTFT MAPE %",   "TTFT predicted / measured",
+                 "TPOT MAPE %",   "TPOT predicted / measured",
+                 "benchmark runs"};
   // The median ratio where the profile records it ("-" for a profile written before).
   auto ratio = [](const ordered_json& e, const char* key) {
     return e.contains(key) ? fmt::format("{:.2f}", e[key].get<double>()) : std::string("-");
@@ -411,7 +411,8 @@ Table breakdown_table(const std::vector<Row>& rows, const std::vector<LatencyPar
 std::string row_diagnosis(const Row& r) {
   DiagnosisInputs in;
   for (LatencyPart part : kLatencyParts) {
-    in.share_of_p99[static_cast<size_t>(part)] = spread_of(r.runs, breakdown_path(part, "share_of_p99_requests"), 1).mean;
+    in.share_of_p99[static_cast<size_t>(part)] =
+        spread_of(r.runs, breakdown_path(part, "share_of_p99_requests"), 1).mean;
   }
   in.completed = static_cast<int64_t>(std::llround(spread_of(r.runs, "requests.completed", 1).mean));
   in.kv_allocated_fraction_peak = spread_of(r.runs, "kv.allocated_fraction_peak", 1).mean;
@@ -421,7 +422,8 @@ std::string row_diagnosis(const Row& r) {
     for (const auto& [key, value] : config["policy_opts"].items()) options[key] = value.get<std::string>();
   }
   in.policy = policy_traits(config.value("policy", std::string()), options);
-  in.sent_at_once = sends_all_at_once(config.value("arrival", std::string()), config.value("max_concurrency", int64_t{0}));
+  in.sent_at_once =
+      sends_all_at_once(config.value("arrival", std::string()), config.value("max_concurrency", int64_t{0}));
   in.client_connections = limiting_client_connections(config.value("max_concurrency", int64_t{0}),
                                                       config.value("client_connections", int64_t{0}));
   return latency_diagnosis(in);
@@ -478,10 +480,10 @@ Table disaggregation_table(const std::vector<Row>& rows) {
   for (const Column& c : disaggregation_columns()) t.headers.push_back(c.header);
   for (const Row& r : rows) {
     const ordered_json& config = (*r.runs.front())["config"];
-    const std::string deployment =
-        config.contains("prefill_replicas")
-            ? fmt::format("{}P:{}D", config["prefill_replicas"].get<int64_t>(), config["decode_replicas"].get<int64_t>())
-            : fmt::format("colocated x{}", config.value("replicas", 1));
+    const std::string deployment = config.contains("prefill_replicas")
+                                       ? fmt::format("{}P:{}D", config["prefill_replicas"].get<int64_t>(),
+                                                     config["decode_replicas"].get<int64_t>())
+                                       : fmt::format("colocated x{}", config.value("replicas", 1));
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy, deployment};
     for (const Column& c : disaggregation_columns()) {
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
@@ -503,8 +505,12 @@ Table capacity_table(const ResultSet& results) {
   // The searched figure: fewest replicas, or the largest rate (a trace's speedup beside it).
   const char* figure = search == "replicas" ? "capacity.replicas" : "capacity.rate_rps";
   Table t;
-  t.headers = {"group", "policy", search == "replicas" ? "fewest replicas" : "capacity req/s",
-               fmt::format("vs {}", baseline), "status", "probes per search"};
+  t.headers = {"group",
+               "policy",
+               search == "replicas" ? "fewest replicas" : "capacity req/s",
+               fmt::format("vs {}", baseline),
+               "status",
+               "probes per search"};
   if (search == "trace-speedup") t.headers.insert(t.headers.begin() + 2, "trace speedup");
   const std::vector<Row> rows = group_rows(results.capacities);
   std::map<std::string, double> baseline_rate;  // group -> mean capacity of the first policy
@@ -520,7 +526,8 @@ Table capacity_table(const ResultSet& results) {
     const double rate = spread_of(r.runs, figure, 1).mean;
     const auto it = baseline_rate.find(r.group);
     std::vector<std::string> cells = {
-        r.group.empty() ? "all" : r.group, r.policy,
+        r.group.empty() ? "all" : r.group,
+        r.policy,
         format_spread(spread_of(r.runs, figure, 1), search == "replicas" ? 1 : 3),
         it != baseline_rate.end() && it->second > 0 ? fmt::format("{:.2f}x", rate / it->second) : "–",
         fmt::format("{}", fmt::join(statuses, ", ")),
@@ -548,7 +555,6 @@ std::string read_text(const fs::path& file) {
   return ss.str();
 }
 
-
 int64_t int_at(const ordered_json& j, const char* key) {
   return j.contains("experiment") && j["experiment"].contains(key) ? j["experiment"][key].get<int64_t>() : -1;
 }
@@ -556,9 +562,7 @@ int64_t int_at(const ordered_json& j, const char* key) {
 }  // namespace
 
 void sort_results(ResultSet& results) {
-  auto key = [](const ordered_json& j) {
-    return std::make_pair(int_at(j, "run"), int_at(j, "capacity_probe"));
-  };
+  auto key = [](const ordered_json& j) { return std::make_pair(int_at(j, "run"), int_at(j, "capacity_probe")); };
   std::stable_sort(results.runs.begin(), results.runs.end(),
                    [&](const auto& a, const auto& b) { return key(a) < key(b); });
   std::stable_sort(results.capacities.begin(), results.capacities.end(),
@@ -631,7 +635,8 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
   for (size_t i = 0; i < table.columns.size(); ++i) out << (i ? "," : "") << cell(table.columns[i]);
   out << '\n';
   for (const auto& row : table.cells) {
-    for (size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << (row[i] != nullptr ? cell(leaf_text(*row[i])) : "");
+    for (size_t i = 0; i < row.size(); ++i)
+      out << (i ? "," : "") << (row[i] != nullptr ? cell(leaf_text(*row[i])) : "");
     out << '\n';
   }
 }
@@ -650,9 +655,10 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
     }
     return std::nullopt;
   };
-  fmt::print(out, "## Against the published figures\n\n{} over `{}` in the same group, as published ({}) and as "
-                  "simulated here (mean over seeds). The engines' numbers are cited in their profiles "
-                  "(`batchsim list engines`); none is fitted to these ratios.\n\n",
+  fmt::print(out,
+             "## Against the published figures\n\n{} over `{}` in the same group, as published ({}) and as "
+             "simulated here (mean over seeds). The engines' numbers are cited in their profiles "
+             "(`batchsim list engines`); none is fitted to these ratios.\n\n",
              metric, baseline, published["source"].get<std::string>());
   Table t;
   t.headers = {"policy", "group", "published", "simulated", "simulated / published"};
@@ -672,8 +678,9 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
     for (const auto& [group, value] : published["baseline_values"].items()) {
       const auto simulated = mean_of(baseline, group);
       if (!simulated) continue;
-      fmt::print(out, "- `{}` in {}: {:.0f} simulated against {:.0f} published, {:.2f}x: every ratio over it shrinks "
-                      "by that factor.\n",
+      fmt::print(out,
+                 "- `{}` in {}: {:.0f} simulated against {:.0f} published, {:.2f}x: every ratio over it shrinks "
+                 "by that factor.\n",
                  baseline, group, *simulated, value.get<double>(), *simulated / value.get<double>());
     }
   }
@@ -697,18 +704,24 @@ void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs)
   });
   if (slo) {
     std::vector<std::string> bounds;
-    for (const auto& [path, bound] : (*slo)["bounds"].items()) bounds.push_back(fmt::format("`{}` ≤ {}", path, bound.get<double>()));
+    for (const auto& [path, bound] : (*slo)["bounds"].items())
+      bounds.push_back(fmt::format("`{}` ≤ {}", path, bound.get<double>()));
     if (!one_slo) bounds = {"the bounds of each run (`slo.bounds` in its summary.json; they differ between runs)"};
-    fmt::print(out, "SLO: {}, and no request rejected (a rejected request was never served, so no latency "
+    fmt::print(out,
+               "SLO: {}, and no request rejected (a rejected request was never served, so no latency "
                "percentile sees it). `pass`: every seed met it; `FAIL`: none did; `pass k/n`: k of n seeds "
-               "(`slo.met`, `slo.violations`).", fmt::join(bounds, " and "));
+               "(`slo.met`, `slo.violations`).",
+               fmt::join(bounds, " and "));
   }
   if (goodput) {
     std::vector<std::string> t;
-    for (const auto& [key, ms] : (*goodput)["thresholds_ms"].items()) t.push_back(fmt::format("{} ≤ {} ms", key, ms.get<double>()));
-    fmt::print(out, "{}Goodput (`vllm bench serve --goodput`): requests that completed with {}, per second of the "
+    for (const auto& [key, ms] : (*goodput)["thresholds_ms"].items())
+      t.push_back(fmt::format("{} ≤ {} ms", key, ms.get<double>()));
+    fmt::print(out,
+               "{}Goodput (`vllm bench serve --goodput`): requests that completed with {}, per second of the "
                "makespan (`goodput.requests_per_s`), and as a share of all requests, rejected ones included "
-               "(`goodput.fraction`).", slo ? " " : "", fmt::join(t, " and "));
+               "(`goodput.fraction`).",
+               slo ? " " : "", fmt::join(t, " and "));
   }
   if (!slo && !goodput) return;
   out << "\n\n";
@@ -815,14 +828,15 @@ void write_differences_section(std::ostream& out, const ResultSet& results, cons
   const auto pairs = baseline_pairs(results, rows);
   if (pairs.empty()) return;
   const std::string baseline = first_policy(results);
-  fmt::print(out, "## Differences against `{}`\n\n"
-                  "Every policy of a group ran on the same requests for each seed (common random numbers: Law, "
-                  "*Simulation Modeling and Analysis*, 5th ed., §11.2), so each difference is taken seed by seed "
-                  "and judged by the paired t-test (Law, §10.2.1; Student, 1908): the 95% interval of the mean "
-                  "difference, and the two-sided p-value of \"no difference\". A difference is **significant** "
-                  "when p < 0.05, i.e. when its interval excludes 0. Each line is its own test: with many lines, "
-                  "some pass by chance alone (Bonferroni: compare p with 0.05 divided by the number of lines "
-                  "before acting on a lone one near 0.05).\n\n",
+  fmt::print(out,
+             "## Differences against `{}`\n\n"
+             "Every policy of a group ran on the same requests for each seed (common random numbers: Law, "
+             "*Simulation Modeling and Analysis*, 5th ed., §11.2), so each difference is taken seed by seed "
+             "and judged by the paired t-test (Law, §10.2.1; Student, 1908): the 95% interval of the mean "
+             "difference, and the two-sided p-value of \"no difference\". A difference is **significant** "
+             "when p < 0.05, i.e. when its interval excludes 0. Each line is its own test: with many lines, "
+             "some pass by chance alone (Bonferroni: compare p with 0.05 divided by the number of lines "
+             "before acting on a lone one near 0.05).\n\n",
              baseline);
   Table t;
   t.headers = {"group", "policy", "figure", baseline, "policy's", "difference (95% interval)", "relative", "verdict"};
@@ -832,11 +846,15 @@ void write_differences_section(std::ostream& out, const ResultSet& results, cons
       if (c.difference.difference.n < 2) continue;
       const Interval& d = c.difference.difference;
       auto show = [&](double v) { return fmt::format("{:.{}f}", v * m.scale, m.precision); };
-      t.rows.push_back({row->group.empty() ? "all" : row->group, row->policy, fmt::format("{} ({})", m.label, m.unit),
-                        format_with_half_width({c.baseline.mean * m.scale, c.baseline.lo * m.scale, c.baseline.hi * m.scale, c.baseline.n}, m.precision),
-                        format_with_half_width({c.other.mean * m.scale, c.other.lo * m.scale, c.other.hi * m.scale, c.other.n}, m.precision),
-                        fmt::format("{:+.{}f} [{}, {}]", d.mean * m.scale, m.precision, show(d.lo), show(d.hi)),
-                        relative(d.mean, c.baseline.mean), verdict(m, c)});
+      t.rows.push_back(
+          {row->group.empty() ? "all" : row->group, row->policy, fmt::format("{} ({})", m.label, m.unit),
+           format_with_half_width(
+               {c.baseline.mean * m.scale, c.baseline.lo * m.scale, c.baseline.hi * m.scale, c.baseline.n},
+               m.precision),
+           format_with_half_width({c.other.mean * m.scale, c.other.lo * m.scale, c.other.hi * m.scale, c.other.n},
+                                  m.precision),
+           fmt::format("{:+.{}f} [{}, {}]", d.mean * m.scale, m.precision, show(d.lo), show(d.hi)),
+           relative(d.mean, c.baseline.mean), verdict(m, c)});
     }
   }
   render_markdown(out, t);
@@ -856,9 +874,11 @@ void print_differences(std::ostream& out, const ResultSet& results, const std::v
       if (c.difference.difference.n < 2 || c.baseline.mean == 0) continue;
       const Interval& d = c.difference.difference;
       parts.push_back(fmt::format("{} {:+.1f}% ± {:.1f}%{}", m.label, 100 * d.mean / c.baseline.mean,
-                                  100 * d.half_width() / std::abs(c.baseline.mean), c.difference.significant() ? " *" : ""));
+                                  100 * d.half_width() / std::abs(c.baseline.mean),
+                                  c.difference.significant() ? " *" : ""));
     }
-    fmt::print(out, "  {}{}: {}\n", row->policy, row->group.empty() ? "" : " (" + row->group + ")", fmt::join(parts, ", "));
+    fmt::print(out, "  {}{}: {}\n", row->policy, row->group.empty() ? "" : " (" + row->group + ")",
+               fmt::join(parts, ", "));
   }
 }
 
@@ -899,29 +919,31 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   const auto arrival_axis = by_axis("arrival");
   const auto rate_axis = by_axis("rate");
   // A trace brings its arrivals too unless an arrival process is set (see build_workload).
-  const bool trace_arrivals = has_trace && !arrival_axis && !rate_axis && (arrival.empty() || arrival == "trace") &&
-                              !is_capacity(results);
-  const std::string trace_name =
-      trace_axis ? fmt::format("the trace of {}", *trace_axis) : fmt::format("`{}`", fs::path(trace).filename().string());
-  const std::string lengths =
-      has_trace ? fmt::format("lengths{} from {}", trace_arrivals ? " and arrivals" : "", trace_name)
-                : fmt::format("prompt {}, output {}", code_or_axis("prompt-len", "prompt_len"),
-                              code_or_axis("output-len", "output_len"));
+  const bool trace_arrivals =
+      has_trace && !arrival_axis && !rate_axis && (arrival.empty() || arrival == "trace") && !is_capacity(results);
+  const std::string trace_name = trace_axis ? fmt::format("the trace of {}", *trace_axis)
+                                            : fmt::format("`{}`", fs::path(trace).filename().string());
+  const std::string lengths = has_trace
+                                  ? fmt::format("lengths{} from {}", trace_arrivals ? " and arrivals" : "", trace_name)
+                                  : fmt::format("prompt {}, output {}", code_or_axis("prompt-len", "prompt_len"),
+                                                code_or_axis("output-len", "output_len"));
   std::string arrivals;
   if (is_capacity(results)) {
     const std::string search = capacity_search(results);
     arrivals = search == "rate"            ? ", Poisson arrivals at each probed rate"
                : search == "trace-speedup" ? ", the trace's own arrivals sped up by each probed factor"
                                            : "";
-  }
-  else if (rate_axis) {
+  } else if (rate_axis) {
     arrivals = fmt::format(", {} arrivals at the rates of {}",
                            arrival.rfind("gamma:", 0) == 0 ? "gamma (CV of `" + arrival + "`)" : "Poisson", *rate_axis);
-  }
-  else if (arrival_axis) arrivals = fmt::format(", arrivals per {}", *arrival_axis);
-  else if (trace_arrivals) arrivals = "";
-  else if (arrival.empty() || arrival == "offline") arrivals = ", all at t=0";
-  else arrivals = fmt::format(", arrival `{}`", arrival);
+  } else if (arrival_axis)
+    arrivals = fmt::format(", arrivals per {}", *arrival_axis);
+  else if (trace_arrivals)
+    arrivals = "";
+  else if (arrival.empty() || arrival == "offline")
+    arrivals = ", all at t=0";
+  else
+    arrivals = fmt::format(", arrival `{}`", arrival);
   const std::string count = by_axis("num-requests") ? "requests per " + *by_axis("num-requests")
                             : base["num_requests"].get<int64_t>() == 0
                                 ? std::string("all requests")
@@ -930,11 +952,16 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   // Client limits and a KV cache sized by block count change what the figures mean; a file
   // without them reads as before. (value(): experiment.json of older results lacks the keys.)
   std::vector<std::string> limits;
-  if (const auto axis = by_axis("max-tokens")) limits.push_back("max_tokens per " + *axis);
-  else if (const std::string m = base.value("max_tokens", ""); !m.empty()) limits.push_back(fmt::format("max_tokens `{}`", m));
-  if (const auto axis = by_axis("ignore-eos")) limits.push_back("EOS ignored or not per " + *axis);
-  else if (base.value("ignore_eos", false)) limits.push_back("EOS ignored: every request runs to its max_tokens");
-  if (const auto axis = by_axis("num-gpu-blocks")) limits.push_back("KV cache blocks per " + *axis);
+  if (const auto axis = by_axis("max-tokens"))
+    limits.push_back("max_tokens per " + *axis);
+  else if (const std::string m = base.value("max_tokens", ""); !m.empty())
+    limits.push_back(fmt::format("max_tokens `{}`", m));
+  if (const auto axis = by_axis("ignore-eos"))
+    limits.push_back("EOS ignored or not per " + *axis);
+  else if (base.value("ignore_eos", false))
+    limits.push_back("EOS ignored: every request runs to its max_tokens");
+  if (const auto axis = by_axis("num-gpu-blocks"))
+    limits.push_back("KV cache blocks per " + *axis);
   else if (const int64_t n = base.value("num_gpu_blocks", int64_t{0}); n > 0) {
     limits.push_back(fmt::format("KV cache of {} blocks (`num-gpu-blocks`)", n));
   }
@@ -945,7 +972,8 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     // An axis not named after the one key it sets says what it sets ("cap" sets output-len).
     std::vector<std::string> sets;
     if (axis.contains("sets")) {
-      for (const auto& k : axis["sets"]) sets.push_back(k.get<std::string>() == "rate" ? "the Poisson rate in req/s" : "`" + k.get<std::string>() + "`");
+      for (const auto& k : axis["sets"])
+        sets.push_back(k.get<std::string>() == "rate" ? "the Poisson rate in req/s" : "`" + k.get<std::string>() + "`");
     }
     const bool named_after = sets.size() == 1 && sets[0] == "`" + axis["name"].get<std::string>() + "`";
     fmt::print(out, "- axis `{}`{}: {}\n", axis["name"].get<std::string>(),
@@ -958,12 +986,14 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     // What the seeds varied, from the runs' own record of it.
     std::set<std::string> varies;
     for (const ordered_json& r : results.runs) {
-      if (r.contains("experiment") && r["experiment"].contains("seed_varies")) varies.insert(r["experiment"]["seed_varies"].get<std::string>());
+      if (r.contains("experiment") && r["experiment"].contains("seed_varies"))
+        varies.insert(r["experiment"]["seed_varies"].get<std::string>());
     }
     std::vector<std::string> v(varies.begin(), varies.end());
     for (auto& text : v) text = text.empty() ? "nothing (every seed gives the same workload)" : text;
-    fmt::print(out, "- seeds: {}; each seed draws anew {}. A cell reads `mean ± half-width` of the 95% Student t interval "
-                    "of the mean over the seeds (Law, *Simulation Modeling and Analysis*, 5th ed., §9.4.1)\n",
+    fmt::print(out,
+               "- seeds: {}; each seed draws anew {}. A cell reads `mean ± half-width` of the 95% Student t interval "
+               "of the mean over the seeds (Law, *Simulation Modeling and Analysis*, 5th ed., §9.4.1)\n",
                fmt::join(seeds, ", "), fmt::join(v, "; "));
   } else {
     fmt::print(out, "- seeds: {} (one seed: no interval; `seeds: [0, 1, 2, ...]` or `--seeds N` gives one)\n",
@@ -986,8 +1016,8 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   const int64_t expected = e["units"].get<int64_t>();
   const int64_t present = is_capacity(results) ? static_cast<int64_t>(results.capacities.size())
                                                : static_cast<int64_t>(results.runs.size());
-  fmt::print(out, "- {} {} of {}{}\n\n", present, is_capacity(results) ? "capacity searches" : "runs",
-             expected, present < expected ? " (**incomplete: merge the missing shards**)" : "");
+  fmt::print(out, "- {} {} of {}{}\n\n", present, is_capacity(results) ? "capacity searches" : "runs", expected,
+             present < expected ? " (**incomplete: merge the missing shards**)" : "");
   if (const auto failed = failed_runs(results); !failed.empty()) {
     fmt::print(out, "## Failed runs\n\n{} of {} could not run; their rows read `–`:\n\n", failed.size(), present);
     for (const auto& [name, why] : failed) fmt::print(out, "- `{}`: {}\n", name, why);
@@ -999,15 +1029,17 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     out << "## Capacity\n\n";
     const std::string search = capacity_search(results);
     if (search == "replicas") {
-      fmt::print(out, "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
-                      "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
-                      "no count up to it meets the SLO).\n\n",
+      fmt::print(out,
+                 "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
+                 "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
+                 "no count up to it meets the SLO).\n\n",
                  slo_text(results), e["capacity"]["max_replicas"].dump());
     } else {
-      fmt::print(out, "Searched: {}. The largest {} meeting {}, found by geometric bisection "
-                      "between {} and {}{} to a relative tolerance of {} (status `above-range`: "
-                      "the capacity is at least the upper end; `below-range`: not even the lower end "
-                      "meets the SLO).{}\n\n",
+      fmt::print(out,
+                 "Searched: {}. The largest {} meeting {}, found by geometric bisection "
+                 "between {} and {}{} to a relative tolerance of {} (status `above-range`: "
+                 "the capacity is at least the upper end; `below-range`: not even the lower end "
+                 "meets the SLO).{}\n\n",
                  search, search == "rate" ? "Poisson request rate" : "speedup of the trace's own timestamps",
                  slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
                  search == "rate" ? " req/s" : "x", e["capacity"]["tolerance"].dump(),
@@ -1058,8 +1090,8 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   const fs::path index = dir / "figures" / "figures.json";
   if (fs::exists(index)) {
     for (const auto& f : read_json_file<ordered_json>(index)) {
-      fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f["title"].get<std::string>(),
-                 f["title"].get<std::string>(), f["file"].get<std::string>());
+      fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f["title"].get<std::string>(), f["title"].get<std::string>(),
+                 f["file"].get<std::string>());
       if (f.contains("caption")) fmt::print(out, "{}\n\n", f["caption"].get<std::string>());
     }
   }
@@ -1067,7 +1099,8 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
 
   out << "## Files\n\n"
          "- `results.csv`: one row per run; every column is a `summary.json` key by its JSON path\n"
-         "- `runs/<run>/`: `summary.json`, `bench.json` (`vllm bench serve --save-result` keys), `requests.csv`, `tbt_quantiles.csv`, `kv_timeline.csv`\n";
+         "- `runs/<run>/`: `summary.json`, `bench.json` (`vllm bench serve --save-result` keys), `requests.csv`, "
+         "`tbt_quantiles.csv`, `kv_timeline.csv`\n";
   if (is_capacity(results)) out << "- `capacity.csv`: one row per capacity search (`capacity/*.json`)\n";
   out << "- figures: `python3 plots/make_figures.py <this folder>` redraws them from these files\n\n";
   if (!results.experiment_yaml.empty()) {
@@ -1094,7 +1127,8 @@ namespace {
 
 // Puts `extra` (key, value) pairs right after the leaf `path` names, in its parent object, so
 // that a CSV column "latency.ttft_s.p99.ci_lo" sits beside "latency.ttft_s.p99".
-void insert_beside(ordered_json& row, const std::string& path, const std::vector<std::pair<std::string, double>>& extra) {
+void insert_beside(ordered_json& row, const std::string& path,
+                   const std::vector<std::pair<std::string, double>>& extra) {
   const size_t dot = path.rfind('.');
   const std::string leaf = path.substr(dot + 1);
   const auto parent_ptr = json_path_pointer(path.substr(0, dot));
@@ -1129,7 +1163,8 @@ void add_interval_columns(std::vector<ordered_json>& rows, const ResultSet& resu
         const Comparison c = compare_paired(*it->second, g, m.path);
         if (c.difference.difference.n >= 2) {
           const Interval& d = c.difference.difference;
-          extra.insert(extra.end(), {{"diff", d.mean}, {"diff_lo", d.lo}, {"diff_hi", d.hi}, {"diff_p", c.difference.p_value}});
+          extra.insert(extra.end(),
+                       {{"diff", d.mean}, {"diff_lo", d.lo}, {"diff_hi", d.hi}, {"diff_p", c.difference.p_value}});
         }
       }
       for (const ordered_json* run : g.runs) insert_beside(rows[index.at(run)], m.path, extra);
@@ -1141,7 +1176,8 @@ std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& re
   std::vector<std::pair<std::string, std::string>> failed;
   for (const auto* list : {&results.runs, &results.capacities}) {
     for (const ordered_json& r : *list) {
-      if (r.contains("error")) failed.emplace_back(string_at(r, "experiment", "run_name"), r["error"].get<std::string>());
+      if (r.contains("error"))
+        failed.emplace_back(string_at(r, "experiment", "run_name"), r["error"].get<std::string>());
     }
   }
   return failed;
@@ -1170,12 +1206,21 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   const size_t seeds = results.experiment.contains("seeds") ? results.experiment["seeds"].size() : 1;
   Table t;
   const std::vector<std::string> keep =
-      seeds > 1 ? std::vector<std::string>{"group", "policy", kSloHeader, kReplicasColumn.header, "done", "rej",
-                                           "out tok/s", "req/s", kGoodputColumn.header}
-                : std::vector<std::string>{"group",   "policy",     kSloHeader,
-                                           kReplicasColumn.header,  "done",       "rej",
-                                           "out tok/s", "total tok/s", "req/s",   kGoodputColumn.header,
-                                           "preempt", "bubble %",   kPrefixHitColumn.header};
+      seeds > 1 ? std::vector<std::string>{"group", "policy",    kSloHeader, kReplicasColumn.header, "done",
+                                           "rej",   "out tok/s", "req/s",    kGoodputColumn.header}
+                : std::vector<std::string>{"group",
+                                           "policy",
+                                           kSloHeader,
+                                           kReplicasColumn.header,
+                                           "done",
+                                           "rej",
+                                           "out tok/s",
+                                           "total tok/s",
+                                           "req/s",
+                                           kGoodputColumn.header,
+                                           "preempt",
+                                           "bubble %",
+                                           kPrefixHitColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {
       const auto it = std::find(src.headers.begin(), src.headers.end(), name);
@@ -1215,7 +1260,8 @@ ResultSet load_result_set(const fs::path& dir) {
   if (fs::exists(dir / "experiment.yaml")) r.experiment_yaml = read_text(dir / "experiment.yaml");
   if (fs::is_directory(dir / "runs")) {
     for (const auto& entry : fs::directory_iterator(dir / "runs")) {
-      if (fs::exists(entry.path() / "summary.json")) r.runs.push_back(read_json_file<ordered_json>(entry.path() / "summary.json"));
+      if (fs::exists(entry.path() / "summary.json"))
+        r.runs.push_back(read_json_file<ordered_json>(entry.path() / "summary.json"));
     }
   }
   if (fs::is_directory(dir / "capacity")) {
@@ -1252,10 +1298,11 @@ std::string engines_warning(const ResultSet& results) {
   if (distinct.size() < 2) return "";
   std::vector<std::string> parts;
   for (const auto& [label, engine] : engines) parts.push_back(fmt::format("{} on {}", label, engine));
-  return fmt::format("the policies run on different engines ({}), so their differences are partly the engines' CPU "
-                     "and launch costs, not scheduling alone; --engine E (engine: in the base) puts every policy "
-                     "on one",
-                     fmt::join(parts, ", "));
+  return fmt::format(
+      "the policies run on different engines ({}), so their differences are partly the engines' CPU "
+      "and launch costs, not scheduling alone; --engine E (engine: in the base) puts every policy "
+      "on one",
+      fmt::join(parts, ", "));
 }
 
 }  // namespace batchsim

@@ -19,9 +19,9 @@ namespace batchsim {
 
 struct ResultSet {
   nlohmann::ordered_json experiment;               // experiment.json
-  std::string experiment_yaml;                      // the experiment file as written ("" in quick mode)
-  std::vector<nlohmann::ordered_json> runs;         // summary.json of every run, in run order
-  std::vector<nlohmann::ordered_json> capacities;   // capacity mode: one per searched combination
+  std::string experiment_yaml;                     // the experiment file as written ("" in quick mode)
+  std::vector<nlohmann::ordered_json> runs;        // summary.json of every run, in run order
+  std::vector<nlohmann::ordered_json> capacities;  // capacity mode: one per searched combination
 };
 
 // Sorts runs by (experiment.run, experiment.capacity_probe) and capacities by experiment.run.
@@ -48,8 +48,7 @@ void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohman
 // comparison tables (mean and min–max over seeds, speedup vs the
 // first policy), capacity table, figures listed in figures/figures.json, the experiment file.
 // `figures_note` explains missing figures (e.g. no matplotlib) and is printed when not empty.
-void write_report(const std::filesystem::path& dir, const ResultSet& results,
-                  const std::string& figures_note);
+void write_report(const std::filesystem::path& dir, const ResultSet& results, const std::string& figures_note);
 
 // (policy label, its engine) of every policy that ran, in the experiment's order; a policy that
 // ran on several (an engine axis) has them joined by " / ".

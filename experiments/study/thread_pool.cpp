@@ -10,9 +10,7 @@
 
 namespace batchsim {
 
-int threads_for(int jobs, std::size_t count) {
-  return std::max(1, std::min<int>(jobs, static_cast<int>(count)));
-}
+int threads_for(int jobs, std::size_t count) { return std::max(1, std::min<int>(jobs, static_cast<int>(count))); }
 
 void for_each_index(std::size_t count, int threads, const std::function<void(std::size_t)>& body) {
   std::atomic<std::size_t> next{0};

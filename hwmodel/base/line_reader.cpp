@@ -24,10 +24,8 @@ struct LineReader::GzFile {
   }
 };
 
-LineReader::LineReader(const std::filesystem::path& path, std::string what,
-                       int64_t max_line_bytes)
-    : path_(path), what_(std::move(what)), max_line_bytes_(max_line_bytes),
-      file_(std::make_unique<GzFile>()) {
+LineReader::LineReader(const std::filesystem::path& path, std::string what, int64_t max_line_bytes)
+    : path_(path), what_(std::move(what)), max_line_bytes_(max_line_bytes), file_(std::make_unique<GzFile>()) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw UserError(fmt::format("{}: is a directory, not a {}", path.string(), what_));
@@ -72,12 +70,11 @@ bool LineReader::refill() {
     int code = Z_OK;
     const std::string message = zlib_error(file_->handle, path_, code);
     if (code == Z_ERRNO) {
-      throw UserError(fmt::format("{}: read error after line {}: {}", path_.string(), line_no_,
-                                  message));
+      throw UserError(fmt::format("{}: read error after line {}: {}", path_.string(), line_no_, message));
     }
     if (code != Z_OK) {
-      throw UserError(fmt::format("{}: corrupt or truncated gzip data after line {}: {}",
-                                  path_.string(), line_no_, message));
+      throw UserError(
+          fmt::format("{}: corrupt or truncated gzip data after line {}: {}", path_.string(), line_no_, message));
     }
     if (got <= 0) eof_ = true;
   }
@@ -90,8 +87,8 @@ bool LineReader::next(std::string& line) {
     const size_t newline = buffer_.find('\n', searched);
     const size_t length = (newline != std::string::npos ? newline : buffer_.size()) - pos_;
     if (static_cast<int64_t>(length) > max_line_bytes_) {
-      throw UserError(fmt::format("{}:{}: line longer than {} bytes (is this a text {}?)",
-                                  path_.string(), line_no_ + 1, max_line_bytes_, what_));
+      throw UserError(fmt::format("{}:{}: line longer than {} bytes (is this a text {}?)", path_.string(), line_no_ + 1,
+                                  max_line_bytes_, what_));
     }
     if (newline != std::string::npos) {
       line.assign(buffer_, pos_, length);

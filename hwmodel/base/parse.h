@@ -14,8 +14,7 @@ namespace batchsim {
 
 // The whole of `text` (no leading or trailing characters) as a finite number in [min, max].
 // Throws UserError naming `what` otherwise.
-double parse_double(std::string_view text, std::string_view what,
-                    double min = -std::numeric_limits<double>::max(),
+double parse_double(std::string_view text, std::string_view what, double min = -std::numeric_limits<double>::max(),
                     double max = std::numeric_limits<double>::max());
 // The whole of `text` as an integer in [min, max] (decimal digits with an optional sign).
 int64_t parse_int(std::string_view text, std::string_view what, int64_t min = std::numeric_limits<int64_t>::min(),

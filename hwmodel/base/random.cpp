@@ -51,8 +51,8 @@ uint64_t Rng::next_u64() {
 double Rng::uniform01() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
 void Rng::jump() {
-  static constexpr uint64_t kJump[4] = {0x180ec6d33cfd0abaULL, 0xd5a61266f0c9392cULL,
-                                        0xa9582618e03fc9aaULL, 0x39abdc4529b1661cULL};
+  static constexpr uint64_t kJump[4] = {0x180ec6d33cfd0abaULL, 0xd5a61266f0c9392cULL, 0xa9582618e03fc9aaULL,
+                                        0x39abdc4529b1661cULL};
   uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   for (uint64_t word : kJump) {
     for (int b = 0; b < 64; ++b) {
@@ -80,9 +80,7 @@ uint64_t sample_below(Rng& rng, uint64_t n) {
   }
 }
 
-double sample_exponential(Rng& rng, double mean) {
-  return -mean * std::log(1.0 - rng.uniform01());
-}
+double sample_exponential(Rng& rng, double mean) { return -mean * std::log(1.0 - rng.uniform01()); }
 
 double sample_truncated_exponential(Rng& rng, double mean, double cap) {
   // CDF of Exp(mean) at cap; -expm1(-x) = 1 - e^-x without cancellation for small cap/mean.

@@ -41,7 +41,10 @@ class SimTime {
   constexpr auto operator<=>(const SimTime&) const = default;
   constexpr SimTime operator+(SimTime o) const { return SimTime(ns_ + o.ns_); }
   constexpr SimTime operator-(SimTime o) const { return SimTime(ns_ - o.ns_); }
-  constexpr SimTime& operator+=(SimTime o) { ns_ += o.ns_; return *this; }
+  constexpr SimTime& operator+=(SimTime o) {
+    ns_ += o.ns_;
+    return *this;
+  }
 
  private:
   constexpr explicit SimTime(int64_t ns) : ns_(ns) {}

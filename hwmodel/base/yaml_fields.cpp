@@ -21,7 +21,9 @@ std::string at_line(const std::string& where, const YAML::Node& node) {
 std::string key_text(const YAML::Node& key, const std::string& where) {
   if (!key.IsScalar()) {
     throw UserError(fmt::format("{}: a key must be a name, got a {}", at_line(where, key),
-                                key.IsSequence() ? "list" : key.IsMap() ? "map" : "null"));
+                                key.IsSequence() ? "list"
+                                : key.IsMap()    ? "map"
+                                                 : "null"));
   }
   return key.Scalar();
 }
@@ -38,8 +40,8 @@ double read_double(const YAML::Node& node, const std::string& where, const std::
   return v;
 }
 
-int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key,
-                     double low, double high) {
+int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key, double low,
+                     double high) {
   const double v = read_double(node, where, key);
   if (v != std::floor(v) || v < low || v > high) {
     bad_value(at_line(where, node), key,

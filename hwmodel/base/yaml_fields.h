@@ -22,8 +22,7 @@ std::string key_text(const YAML::Node& key, const std::string& where);
 // A finite number in [0, kMaxValue].
 double read_double(const YAML::Node& node, const std::string& where, const std::string& key);
 // A whole number in [low, high], range-checked before the conversion.
-int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key,
-                     double low, double high);
+int64_t read_integer(const YAML::Node& node, const std::string& where, const std::string& key, double low, double high);
 // The parsed file; UserError "<path>: cannot open <what>" or "<path>:LINE: not valid YAML/JSON (...)".
 YAML::Node load_file(const std::filesystem::path& path, const std::string& what);
 // A string scalar.

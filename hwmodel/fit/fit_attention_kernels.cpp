@@ -39,9 +39,9 @@ std::vector<Parameter> prefill_parameters() {
 
 std::vector<Parameter> decode_parameters(bool fa3_tiles, bool windowed, bool fa4) {
   using F = AttentionKernelFit;
-  std::vector<Parameter> p = {{&F::launch_s, 1e-5, false},         {&F::per_unit_s, 2e-8, false},
-                              {&F::per_unit_head_dim_s, 5e-11, false}, {&F::exponent, 2.0, false},
-                              {&F::sm_bytes_per_s, 2.5e10, false},  {&F::combine_s, 3e-6, false}};
+  std::vector<Parameter> p = {
+      {&F::launch_s, 1e-5, false}, {&F::per_unit_s, 2e-8, false},       {&F::per_unit_head_dim_s, 5e-11, false},
+      {&F::exponent, 2.0, false},  {&F::sm_bytes_per_s, 2.5e10, false}, {&F::combine_s, 3e-6, false}};
   // The padded-tile MMA needs FA3's tile table; the window terms an engaged window among the
   // rows; the per-sequence scheduling cost is FA4's (head_dim 512 on Hopper: ~2 us per sequence
   // below 993 of them, even at 2 cached tokens).
@@ -91,9 +91,9 @@ AttentionKernelFit fit_regime(const Regime& g, const HardwareProfile& base, std:
     }
   }
   std::sort(k.head_dims.begin(), k.head_dims.end());
-  const std::vector<Parameter> params =
-      g.prefill ? prefill_parameters()
-                : decode_parameters(k.tiles == AttentionTiles::fa3, windowed, g.kernel.find("fa4") != std::string::npos);
+  const std::vector<Parameter> params = g.prefill ? prefill_parameters()
+                                                  : decode_parameters(k.tiles == AttentionTiles::fa3, windowed,
+                                                                      g.kernel.find("fa4") != std::string::npos);
   const auto n_params = static_cast<Eigen::Index>(params.size());
   const auto n_eff = static_cast<Eigen::Index>(k.head_dims.size());
   auto apply = [&](const Eigen::VectorXd& x) {
@@ -169,9 +169,9 @@ OperatorWork kernel_row_attention_work(const KernelAttentionRow& r, AttentionTil
   // `batch` equal sequences in one variable-length call: one sequence's work, `batch` times.
   OperatorWork w = prefill_attention_work(m, 1, r.isl, 0, tiles, r.window);
   const auto b = static_cast<double>(r.batch);
-  for (double* sum : {&w.flops, &w.bytes, &w.units, &w.causal_flops, &w.ctas, &w.cta_kv_bytes, &w.sequences,
-                      &w.fa3.tiles, &w.fa3.iterations, &w.kv_write_tokens, &w.kv_write_bytes, &w.key_sum,
-                      &w.context_sum}) {
+  for (double* sum :
+       {&w.flops, &w.bytes, &w.units, &w.causal_flops, &w.ctas, &w.cta_kv_bytes, &w.sequences, &w.fa3.tiles,
+        &w.fa3.iterations, &w.kv_write_tokens, &w.kv_write_bytes, &w.key_sum, &w.context_sum}) {
     *sum *= b;
   }
   return w;
@@ -199,9 +199,10 @@ std::vector<AttentionKernelFit> fit_attention_kernels(const KernelTables& tables
   for (const auto& [key, n] : all_rows) {
     const auto it = regimes.find(key);
     if (it == regimes.end()) {
-      notes.push_back(fmt::format("attention {} {} kv {}: no rows on this side of the split ({} in all): its rows take "
-                                  "the nearest regime",
-                                  std::get<2>(key) ? "decode" : "prefill", std::get<0>(key), std::get<1>(key), n));
+      notes.push_back(
+          fmt::format("attention {} {} kv {}: no rows on this side of the split ({} in all): its rows take "
+                      "the nearest regime",
+                      std::get<2>(key) ? "decode" : "prefill", std::get<0>(key), std::get<1>(key), n));
       continue;
     }
     fitted.push_back(fit_regime(it->second, base, notes));

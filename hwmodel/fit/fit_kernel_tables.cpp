@@ -33,9 +33,7 @@ void sort_unique(std::vector<T>& v) {
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
-bool on_side(bool train, KernelRows rows) {
-  return rows == KernelRows::kAll || (rows == KernelRows::kTrain) == train;
-}
+bool on_side(bool train, KernelRows rows) { return rows == KernelRows::kAll || (rows == KernelRows::kTrain) == train; }
 
 }  // namespace
 
@@ -78,11 +76,13 @@ bool KernelSplit::collective(const KernelCollectiveRow& r, KernelRows rows) cons
 }
 
 bool KernelSplit::moe(const KernelMoeRow& r, KernelRows rows) const {
-  return on_side(index_in(moe_groups_, std::tuple(r.hidden, r.inter, r.topk, r.experts, r.tp, r.ep, r.dtype)) % 2 == 0, rows);
+  return on_side(index_in(moe_groups_, std::tuple(r.hidden, r.inter, r.topk, r.experts, r.tp, r.ep, r.dtype)) % 2 == 0,
+                 rows);
 }
 
 std::string gemm_row_skip_reason(const KernelGemmRow& r) {
-  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8" || r.dtype == "fp8_block" || r.dtype == "nvfp4") {
+  if (r.dtype == "bfloat16" || r.dtype == "float16" || r.dtype == "fp8" || r.dtype == "fp8_block" ||
+      r.dtype == "nvfp4") {
     return "";
   }
   return fmt::format("dtype {}: not modelled", r.dtype);
@@ -91,7 +91,8 @@ std::string gemm_row_skip_reason(const KernelGemmRow& r) {
 std::string attention_row_skip_reason(const KernelAttentionRow& r) {
   // Every head_dim, window, KV dtype and kernel is modelled (attention_kernel.h: a regime per
   // kernel and KV dtype); only what no row has yet is not.
-  if (r.attn_dtype != "bfloat16" && r.attn_dtype != "float16") return fmt::format("attention dtype {}: not modelled", r.attn_dtype);
+  if (r.attn_dtype != "bfloat16" && r.attn_dtype != "float16")
+    return fmt::format("attention dtype {}: not modelled", r.attn_dtype);
   if (r.kv_cache_dtype != "bfloat16" && r.kv_cache_dtype != "float16" && r.kv_cache_dtype != "fp8") {
     return fmt::format("KV cache dtype {}: not modelled", r.kv_cache_dtype);
   }
@@ -160,7 +161,8 @@ namespace {
 // scale the median ratio to the per-tensor FP8 GEMM of the same shape over the rows well above
 // that floor (twice it), where the kernel's own time shows.
 std::vector<HardwareProfile::BlockFp8GemmFit> fit_fp8_block_gemms(const std::vector<const KernelGemmRow*>& rows,
-                                                                  const HardwareProfile& p, std::vector<std::string>& notes) {
+                                                                  const HardwareProfile& p,
+                                                                  std::vector<std::string>& notes) {
   std::map<std::string, std::vector<const KernelGemmRow*>> by_kernel;
   for (const KernelGemmRow* r : rows) by_kernel[r->kernel].push_back(r);
   if (!by_kernel.empty() && p.gemm_table(WeightFormat::fp8) == nullptr) {
@@ -220,7 +222,8 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     if (dtype == "bf16") roofline_points.push_back({GemmShape{r.k, r.n}, r.m, WeightFormat::bf16, r.seconds});
   }
   for (auto& [dtype, points] : by_dtype) {
-    auto table = GemmTable::from_points(dtype, fmt::format("{} gemm_perf, {} ({} points)", where, kernels[dtype], points.size()), points);
+    auto table = GemmTable::from_points(
+        dtype, fmt::format("{} gemm_perf, {} ({} points)", where, kernels[dtype], points.size()), points);
     auto source = std::make_shared<GemmTableSource>(fmt::format("{}.gemm-{}.txt", p.name, dtype), std::move(table));
     p.gemm_table_source(parse_weight_format(dtype, "GEMM table")) = std::move(source);
   }
@@ -253,8 +256,9 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     if (p.sm_count > 0) {
       p.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
     } else {
-      result.notes.push_back("base without sm_count: prefill attention costed as FlashAttention-2, not by "
-                             "FlashAttention-3's tiles");
+      result.notes.push_back(
+          "base without sm_count: prefill attention costed as FlashAttention-2, not by "
+          "FlashAttention-3's tiles");
     }
     fit_attention_parameters(
         attention.size(), any_prefill, any_decode,

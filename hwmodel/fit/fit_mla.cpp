@@ -69,8 +69,8 @@ Eigen::VectorXd fit_phase(const std::function<void(const Eigen::VectorXd&, Eigen
   return best.x;
 }
 
-MlaAttentionFit fit_rows(const std::vector<const MlaDecodeRow*>& decode, const std::vector<const MlaPrefillRow*>& prefill,
-                         const HardwareProfile& base) {
+MlaAttentionFit fit_rows(const std::vector<const MlaDecodeRow*>& decode,
+                         const std::vector<const MlaPrefillRow*>& prefill, const HardwareProfile& base) {
   MlaAttentionFit m = flat_values(base);
   HardwareProfile q = base;
   if (!decode.empty()) {
@@ -136,7 +136,8 @@ ModelSpec mla_prefill_row_model(const MlaPrefillRow& r) {
 }
 
 double predict_mla_decode(const HardwareProfile& gpu, const MlaDecodeRow& r) {
-  return mla_decode_attention_time_s(gpu, mla_decode_attention_work(mla_decode_row_model(r), 1, r.batch, r.batch * r.kv_len));
+  return mla_decode_attention_time_s(
+      gpu, mla_decode_attention_work(mla_decode_row_model(r), 1, r.batch, r.batch * r.kv_len));
 }
 
 double predict_mla_prefill(const HardwareProfile& gpu, const MlaPrefillRow& r) {
@@ -183,7 +184,8 @@ MlaValidationReport validate_mla(const MlaTables& t, const HardwareProfile& base
   r.rows = "held-out rows";
   r.scored = p.mla;
   for (size_t i = 0; i < t.decode.size(); ++i) {
-    (split.decode_held_out[i] ? r.decode : r.decode_fitted).add(predict_mla_decode(p, t.decode[i]), t.decode[i].seconds, decode_what(t.decode[i]));
+    (split.decode_held_out[i] ? r.decode : r.decode_fitted)
+        .add(predict_mla_decode(p, t.decode[i]), t.decode[i].seconds, decode_what(t.decode[i]));
   }
   for (size_t i = 0; i < t.prefill.size(); ++i) {
     (split.prefill_held_out[i] ? r.prefill : r.prefill_fitted)
@@ -215,17 +217,20 @@ MlaValidationReport score_mla(const MlaTables& t, const HardwareProfile& profile
   r.profile_source = profile.source;
   r.rows = "all rows";
   r.scored = profile.mla;
-  for (const MlaDecodeRow& row : t.decode) r.decode.add(predict_mla_decode(profile, row), row.seconds, decode_what(row));
-  for (const MlaPrefillRow& row : t.prefill) r.prefill.add(predict_mla_prefill(profile, row), row.seconds, prefill_what(row));
+  for (const MlaDecodeRow& row : t.decode)
+    r.decode.add(predict_mla_decode(profile, row), row.seconds, decode_what(row));
+  for (const MlaPrefillRow& row : t.prefill)
+    r.prefill.add(predict_mla_prefill(profile, row), row.seconds, prefill_what(row));
   return r;
 }
 
 HardwareProfile profile_with_mla(const HardwareProfile& base, const MlaTables& t, const MlaValidationReport& held_out) {
   HardwareProfile p = base;
   p.mla = fit_mla(t, base, KernelRows::kAll);
-  if (base.source == "datasheet") p.source = fmt::format("MLA fitted on InferSim's tables of {}, ceilings of {}", t.device, base.name);
-  std::string text = fmt::format(
-      "mla: fitted by hwmodel/fit/fit_mla.cpp on InferSim's {} tables ({}):\n", t.device, t.root);
+  if (base.source == "datasheet")
+    p.source = fmt::format("MLA fitted on InferSim's tables of {}, ceilings of {}", t.device, base.name);
+  std::string text =
+      fmt::format("mla: fitted by hwmodel/fit/fit_mla.cpp on InferSim's {} tables ({}):\n", t.device, t.root);
   for (const std::string& f : t.files_read) text += "  " + f + "\n";
   text += fmt::format(
       "  measured on an H800, the H100 SXM's export variant (the same SMs, tensor cores and HBM3), on these ceilings "
@@ -237,7 +242,8 @@ HardwareProfile profile_with_mla(const HardwareProfile& base, const MlaTables& t
       base.name, held_out.decode.mape_percent, held_out.decode.count, held_out.decode_leave_one_kv_len_out.mape_percent,
       held_out.decode_leave_one_batch_out.mape_percent, held_out.prefill.mape_percent, held_out.prefill.count);
   // A profile refitted here replaces its earlier paragraph (the last of its provenance).
-  if (const size_t earlier = p.provenance.find("mla: fitted by hwmodel/fit/fit_mla.cpp"); earlier != std::string::npos) {
+  if (const size_t earlier = p.provenance.find("mla: fitted by hwmodel/fit/fit_mla.cpp");
+      earlier != std::string::npos) {
     p.provenance.erase(earlier);
   }
   if (!p.provenance.empty() && p.provenance.back() != '\n') p.provenance += '\n';
@@ -248,8 +254,9 @@ HardwareProfile profile_with_mla(const HardwareProfile& base, const MlaTables& t
 void print_mla_validation(const MlaValidationReport& r, std::ostream& out) {
   fmt::print(out, "profile {} on the {}, {}:\n", r.profile, r.measured_on, r.rows);
   fmt::print(out, "profile source: {}\n", r.profile_source);
-  fmt::print(out, "mla constants: decode launch {:.3g} us, compute {:.3f}, memory {:.3f}; prefill launch {:.3g} us, "
-                  "efficiency {:.3f}\n",
+  fmt::print(out,
+             "mla constants: decode launch {:.3g} us, compute {:.3f}, memory {:.3f}; prefill launch {:.3g} us, "
+             "efficiency {:.3f}\n",
              r.scored.decode_launch_s * 1e6, r.scored.decode_compute_efficiency, r.scored.decode_memory_efficiency,
              r.scored.prefill_launch_s * 1e6, r.scored.prefill_efficiency);
   fmt::print(out, "{:<46} {:>7} {:>7} {:>7} {:>7}\n", "operator", "rows", "MAPE %", "p90 %", "max %");
@@ -269,8 +276,11 @@ void print_mla_validation(const MlaValidationReport& r, std::ostream& out) {
 
 nlohmann::json mla_validation_json(const MlaValidationReport& r) {
   auto stats = [](const ErrorStats& s) {
-    return nlohmann::json{{"mape", s.mape_percent}, {"p90", s.p90_percent()}, {"max_ape", s.max_ape_percent},
-                          {"count", s.count}, {"worst", s.worst_case}};
+    return nlohmann::json{{"mape", s.mape_percent},
+                          {"p90", s.p90_percent()},
+                          {"max_ape", s.max_ape_percent},
+                          {"count", s.count},
+                          {"worst", s.worst_case}};
   };
   nlohmann::json j;
   j["measured_on"] = r.measured_on;
@@ -287,8 +297,10 @@ nlohmann::json mla_validation_json(const MlaValidationReport& r) {
   j["operators"]["mla_prefill"] = stats(r.prefill);
   if (r.decode_fitted.count > 0) j["fitted"]["mla_decode"] = stats(r.decode_fitted);
   if (r.prefill_fitted.count > 0) j["fitted"]["mla_prefill"] = stats(r.prefill_fitted);
-  if (r.decode_leave_one_kv_len_out.count > 0) j["cross_validation"]["decode_leave_one_kv_len_out"] = stats(r.decode_leave_one_kv_len_out);
-  if (r.decode_leave_one_batch_out.count > 0) j["cross_validation"]["decode_leave_one_batch_out"] = stats(r.decode_leave_one_batch_out);
+  if (r.decode_leave_one_kv_len_out.count > 0)
+    j["cross_validation"]["decode_leave_one_kv_len_out"] = stats(r.decode_leave_one_kv_len_out);
+  if (r.decode_leave_one_batch_out.count > 0)
+    j["cross_validation"]["decode_leave_one_batch_out"] = stats(r.decode_leave_one_batch_out);
   return j;
 }
 

@@ -49,9 +49,9 @@ MlaAttentionFit fit_mla(const MlaTables& t, const HardwareProfile& base, KernelR
 struct MlaValidationReport {
   std::string measured_on;  // one line: InferSim's tables, GPU and what they time
   std::string profile, profile_source;
-  std::string rows;         // "held-out rows" or "all rows"
-  MlaAttentionFit scored;   // the constants scored
-  ErrorStats decode, prefill;              // the scored side
+  std::string rows;                          // "held-out rows" or "all rows"
+  MlaAttentionFit scored;                    // the constants scored
+  ErrorStats decode, prefill;                // the scored side
   ErrorStats decode_fitted, prefill_fitted;  // the fit side (held-out validation only)
   // Decode, refit per fold (held-out validation only; count 0 otherwise).
   ErrorStats decode_leave_one_kv_len_out, decode_leave_one_batch_out;

@@ -65,7 +65,8 @@ MoeKernelFit constants(MoeKernel kernel, const Eigen::VectorXd& q, const std::ar
   for (int i = 0; i < kNumParams; ++i) {
     if (!free[static_cast<size_t>(i)]) continue;  // switched off: 0
     double x = q(i);
-    if (i == kBandwidth || i == kFlops) x = ceiling[static_cast<size_t>(i)] - softplus(ceiling[static_cast<size_t>(i)] - x);
+    if (i == kBandwidth || i == kFlops)
+      x = ceiling[static_cast<size_t>(i)] - softplus(ceiling[static_cast<size_t>(i)] - x);
     v[static_cast<size_t>(i)] = std::exp(x) * kScale[static_cast<size_t>(i)];
   }
   MoeKernelFit f;
@@ -189,7 +190,8 @@ MoeRankLoad collector_grouped_load(const FusedMoeCall& c, GroupedTopK grouping) 
   }
   if (grouping.groups < 1 || c.experts % grouping.groups != 0 || grouping.top_groups < 1 ||
       grouping.top_groups > grouping.groups || grouping.top_groups * (c.experts / grouping.groups) < c.top_k) {
-    throw std::invalid_argument("collector_grouped_load: groups must divide the experts and the kept groups hold top_k");
+    throw std::invalid_argument(
+        "collector_grouped_load: groups must divide the experts and the kept groups hold top_k");
   }
   const int64_t tokens = c.tokens, experts = c.experts, k = c.top_k, ep = c.ep, local = experts / ep;
   const int64_t group_size = experts / grouping.groups, rows = tokens * k;
@@ -225,10 +227,12 @@ MoeRankLoad collector_grouped_load(const FusedMoeCall& c, GroupedTopK grouping) 
       g = std::min<int64_t>(g + 1, 2);  // the sum of the group's top-2 scores
     }
     std::iota(group_order.begin(), group_order.end(), 0);
-    std::stable_sort(group_order.begin(), group_order.end(),
-                     [&](int64_t a, int64_t b) { return group_score[static_cast<size_t>(a)] > group_score[static_cast<size_t>(b)]; });
+    std::stable_sort(group_order.begin(), group_order.end(), [&](int64_t a, int64_t b) {
+      return group_score[static_cast<size_t>(a)] > group_score[static_cast<size_t>(b)];
+    });
     std::fill(kept.begin(), kept.end(), 0);
-    for (int64_t i = 0; i < grouping.top_groups; ++i) kept[static_cast<size_t>(group_order[static_cast<size_t>(i)])] = 1;
+    for (int64_t i = 0; i < grouping.top_groups; ++i)
+      kept[static_cast<size_t>(group_order[static_cast<size_t>(i)])] = 1;
     int64_t routed = 0;
     for (int64_t e : picked) {
       if (kept[static_cast<size_t>(e / group_size)]) {
@@ -272,10 +276,12 @@ MoeRankLoad collector_grouped_load(const FusedMoeCall& c, GroupedTopK grouping) 
         }
         // one_hot(...).sum: a repeated expert is one logit; top-k fills the slot with the
         // lowest-index zero-logit expert.
-        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n) picked[static_cast<size_t>(n++)] = e;
+        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n)
+          picked[static_cast<size_t>(n++)] = e;
       }
       for (int64_t e = 0; n < k; ++e) {
-        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n) picked[static_cast<size_t>(n++)] = e;
+        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n)
+          picked[static_cast<size_t>(n++)] = e;
       }
       route();
     }
@@ -365,7 +371,8 @@ const MoeRankLoad& MoeLoadCache::load(const FusedMoeCall& c, std::optional<Group
   return it->second;
 }
 
-MoeKernelFit fit_moe_kernel(MoeKernel kernel, const std::vector<const MoeSample*>& samples, const HardwareProfile& gpu) {
+MoeKernelFit fit_moe_kernel(MoeKernel kernel, const std::vector<const MoeSample*>& samples,
+                            const HardwareProfile& gpu) {
   std::vector<Features> rows;
   rows.reserve(samples.size());
   std::array<bool, kNumParams> free{};

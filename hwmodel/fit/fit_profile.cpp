@@ -25,12 +25,10 @@ namespace {
 
 bool usable(double measured_s) { return std::isfinite(measured_s) && measured_s > 0; }
 
-constexpr TokenOp kGemmOps[] = {TokenOp::attn_pre_proj, TokenOp::attn_post_proj,
-                                TokenOp::mlp_up_proj, TokenOp::mlp_down_proj};
+constexpr TokenOp kGemmOps[] = {TokenOp::attn_pre_proj, TokenOp::attn_post_proj, TokenOp::mlp_up_proj,
+                                TokenOp::mlp_down_proj};
 
-
-void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
-               std::vector<std::string>& notes) {
+void fit_gemms(const Measurements& m, const FitModelRows& rows, HardwareProfile& p, std::vector<std::string>& notes) {
   std::vector<GemmFitPoint> points;
   for (const TokenOpRow& row : m.token_ops) {
     if (!rows.token_row(row)) continue;
@@ -60,8 +58,8 @@ void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwarePr
       if (!token_op_elementwise(static_cast<TokenOp>(op), kind) || !usable(row.median_s[op])) {
         continue;
       }
-      by_kind[static_cast<int>(kind)].emplace_back(
-          elementwise_bytes(model, row.tp, kind, row.num_tokens), row.median_s[op]);
+      by_kind[static_cast<int>(kind)].emplace_back(elementwise_bytes(model, row.tp, kind, row.num_tokens),
+                                                   row.median_s[op]);
     }
   }
   for (int k = 0; k < kNumElementwiseOps; ++k) {
@@ -76,8 +74,7 @@ void fit_elementwise(const Measurements& m, const FitModelRows& rows, HardwarePr
     // slope = 1 / (hbm_bytes_per_s * efficiency). A kernel that streams faster than the
     // datasheet (slope too small: L2 hits on small tensors) is capped at efficiency 1.
     const double efficiency = f.slope > 0 ? 1 / (f.slope * p.hbm_bytes_per_s) : 1.0;
-    if (efficiency > 1)
-      notes.push_back(fmt::format("{} efficiency {:.3f} capped at 1", name, efficiency));
+    if (efficiency > 1) notes.push_back(fmt::format("{} efficiency {:.3f} capped at 1", name, efficiency));
     kernel.efficiency = std::min(1.0, efficiency);
   }
 }
@@ -103,8 +100,8 @@ void copy_attention(const HardwareProfile& from, HardwareProfile& to) {
   to.attention_kv_write_per_token_s = from.attention_kv_write_per_token_s;
 }
 
-void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p,
-                   const HardwareProfile* fallback, std::vector<std::string>& notes) {
+void fit_attention(const Measurements& m, const FitModelRows& rows, HardwareProfile& p, const HardwareProfile* fallback,
+                   std::vector<std::string>& notes) {
   std::vector<const AttentionRow*> points;
   bool any_prefill = false, any_decode = false;
   for (const AttentionRow& row : m.attention) {
@@ -161,8 +158,7 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, FitResult& result)
   bool multi_worker = false;
   for (const CpuOverheadRow& row : m.cpu_overheads) {
     if (rows.cpu_row(row) && usable(row.total_s())) {
-      points.push_back(
-          {static_cast<double>(row.batch_size), static_cast<double>(row.tp - 1), row.total_s()});
+      points.push_back({static_cast<double>(row.batch_size), static_cast<double>(row.tp - 1), row.total_s()});
       multi_worker = multi_worker || row.tp > 1;
     }
   }
@@ -184,18 +180,19 @@ void fit_cpu(const Measurements& m, const FitModelRows& rows, FitResult& result)
     notes.push_back("CPU overhead rows of the fit model are all TP 1: no per-worker cost fitted");
   }
   // The CPU rows time the engine Vidur profiled, not the GPU: reported, not part of the profile.
-  notes.push_back(fmt::format("engine CPU overhead measured with these tables (an engine profile's cpu block, "
-                              "not this profile's): {:.4g} ms per iteration + {:.4g} us per sequence + {:.4g} ms "
-                              "per extra TP worker",
-                              c(0) * 1e3, c(1) * 1e6, c(2) * 1e3));
+  notes.push_back(
+      fmt::format("engine CPU overhead measured with these tables (an engine profile's cpu block, "
+                  "not this profile's): {:.4g} ms per iteration + {:.4g} us per sequence + {:.4g} ms "
+                  "per extra TP worker",
+                  c(0) * 1e3, c(1) * 1e6, c(2) * 1e3));
 }
 
 }  // namespace
 
 // ---- the shared cores (fit_profile.h) ----
 
-std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files,
-                           const std::string& context, const std::vector<std::string>& notes) {
+std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files, const std::string& context,
+                           const std::vector<std::string>& notes) {
   std::string text = fmt::format("fitted by {} from:", fitter);
   for (const std::string& f : files) text += "\n  " + f;
   if (!context.empty()) text += "\n" + context;
@@ -218,8 +215,8 @@ LinearFit fit_intercept_slope(const std::vector<std::pair<double, double>>& x_an
 
 void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
                               const std::function<double(const HardwareProfile&, size_t)>& predict,
-                              const std::function<double(size_t)>& measured, HardwareProfile& p,
-                              bool per_sequence, bool kv_write) {
+                              const std::function<double(size_t)>& measured, HardwareProfile& p, bool per_sequence,
+                              bool kv_write) {
   // The wave terms need the GPU's SM count (a datasheet value); without it they stay off.
   const bool waves = p.sm_count > 0;
   // FlashAttention-3's prefill (roofline.h) has a fixed time per tile where FlashAttention-2's
@@ -255,8 +252,7 @@ void fit_attention_parameters(size_t count, bool any_prefill, bool any_decode,
   // The per-SM rates start at an even share of the datasheet bandwidth, the prefill corner at
   // p = 2.
   x0.head(10) << to_log(5e-6), to_log(1e-9), to_logit(p.prefill_attention_efficiency), to_log(5e-8),
-      to_logit(p.decode_attention_efficiency), to_log(2),
-      to_logit(p.prefill_attention_causal_efficiency),
+      to_logit(p.decode_attention_efficiency), to_log(2), to_logit(p.prefill_attention_causal_efficiency),
       to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10),
       to_log(p.sm_count > 0 ? p.hbm_bytes_per_s / p.sm_count : 1e10), to_log(2);
   if (per_sequence || kv_write) x0(10) = to_log(1e-7);
@@ -310,8 +306,7 @@ void fit_gemm_roofline(const std::vector<GemmFitPoint>& points, HardwareProfile&
         const HardwareProfile q = apply(x);
         for (size_t i = 0; i < points.size(); ++i) {
           const GemmFitPoint& g = points[i];
-          r(static_cast<Eigen::Index>(i)) =
-              std::log(gemm_roofline_time_s(q, g.shape, g.m, g.format) / g.seconds);
+          r(static_cast<Eigen::Index>(i)) = std::log(gemm_roofline_time_s(q, g.shape, g.m, g.format) / g.seconds);
         }
       },
       x0, static_cast<int>(points.size()));
@@ -328,8 +323,7 @@ AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows) {
   std::vector<std::pair<double, double>> points;
   for (const AllReduceRow& row : rows) {
     if (row.num_workers < 2 || !usable(row.median_s)) continue;
-    points.emplace_back(ring_allreduce_wire_bytes(row.size_bytes, row.num_workers),
-                        row.median_s);
+    points.emplace_back(ring_allreduce_wire_bytes(row.size_bytes, row.num_workers), row.median_s);
   }
   if (points.empty()) return {};
   const LinearFit f = fit_intercept_slope(points);
@@ -345,8 +339,8 @@ FitModelRows::FitModelRows(const Measurements& m, std::string_view fit_on) {
   } catch (const UserError&) {
     has_spec_ = false;  // a Vidur model id that is not built in: match by name only
   }
-  name_ = canonical_model_name(
-      has_spec_ && std::filesystem::is_regular_file(fit_on, ec) ? spec_.name : std::string(fit_on));
+  name_ = canonical_model_name(has_spec_ && std::filesystem::is_regular_file(fit_on, ec) ? spec_.name
+                                                                                         : std::string(fit_on));
   for (const TokenOpRow& row : m.token_ops) {
     if (canonical_model_name(row.model) == name_) token_by_name_ = true;
   }
@@ -388,8 +382,8 @@ bool FitModelRows::cpu_row(const CpuOverheadRow& row) const {
   return !cpu_by_name_ || canonical_model_name(row.model) == name_;
 }
 
-FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
-                      const HardwareProfile& base, const HardwareProfile* fallback) {
+FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model, const HardwareProfile& base,
+                      const HardwareProfile* fallback) {
   const FitModelRows rows(measurements, fit_on_model);
   FitResult result;
   result.fit_on = rows.name();
@@ -407,16 +401,14 @@ FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_
   fit_attention(measurements, rows, p, fallback, result.notes);
   fit_all_reduce(measurements, p, result.notes);
   fit_cpu(measurements, rows, result);
-  p.source =
-      fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
-                  measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);
+  p.source = fmt::format("fitted on {} rows of {}{}, ceilings of {}", rows.name(), measurements.root,
+                         measurements.device.empty() ? "" : " (" + measurements.device + ")", base.name);
   p.kernels = measurements.kernels;
-  p.provenance = fit_provenance(
-      "hwmodel/fit/fit_profile.cpp", measurements.files_read,
-      !base.provenance.empty() || base.source != "datasheet"
-          ? fmt::format("base profile '{}': {}", base.name, base.source)
-          : "",
-      result.notes);
+  p.provenance = fit_provenance("hwmodel/fit/fit_profile.cpp", measurements.files_read,
+                                !base.provenance.empty() || base.source != "datasheet"
+                                    ? fmt::format("base profile '{}': {}", base.name, base.source)
+                                    : "",
+                                result.notes);
   return result;
 }
 
@@ -425,10 +417,16 @@ std::string datasheet_gpu_for_device(std::string_view device) {
   // RTX4090, RTXPRO6000, H100, A100, L40S): the same GPUs by their letters and digits.
   std::string compact;
   for (char c : device) {
-    if (std::isalnum(static_cast<unsigned char>(c))) compact += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      compact += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  for (const auto& [folder, gpu] : {std::pair{"rtx4090", "rtx-4090"}, {"rtxpro6000", "rtx-pro-6000"}, {"l40s", "l40s"},
-                                    {"h100", "h100-sxm"}, {"h200", "h200"}, {"b200", "b200"}, {"a100", "a100-80gb"},
+  for (const auto& [folder, gpu] : {std::pair{"rtx4090", "rtx-4090"},
+                                    {"rtxpro6000", "rtx-pro-6000"},
+                                    {"l40s", "l40s"},
+                                    {"h100", "h100-sxm"},
+                                    {"h200", "h200"},
+                                    {"b200", "b200"},
+                                    {"a100", "a100-80gb"},
                                     {"a40", "a40"}}) {
     if (compact == folder) return gpu;
   }
@@ -452,9 +450,10 @@ std::string datasheet_gpu_for_device(std::string_view device) {
   struct Known {
     std::string_view prefix, gpu;
   };
-  for (const Known& k : {Known{"h100-80gb", "h100-sxm"}, Known{"h100-sxm", "h100-sxm"}, Known{"h200", "h200"},
-                         Known{"b200", "b200"}, Known{"a100-sxm4-80gb", "a100-80gb"}, Known{"a100-80gb", "a100-80gb"},
-                         Known{"a100-sxm4-40gb", "a100-40gb"}, Known{"a100-40gb", "a100-40gb"}, Known{"l40s", "l40s"}}) {
+  for (const Known& k :
+       {Known{"h100-80gb", "h100-sxm"}, Known{"h100-sxm", "h100-sxm"}, Known{"h200", "h200"}, Known{"b200", "b200"},
+        Known{"a100-sxm4-80gb", "a100-80gb"}, Known{"a100-80gb", "a100-80gb"}, Known{"a100-sxm4-40gb", "a100-40gb"},
+        Known{"a100-40gb", "a100-40gb"}, Known{"l40s", "l40s"}}) {
     if (device.starts_with(k.prefix)) return std::string(k.gpu);
   }
   // NVIDIA's system folders name the form factor ("b200_sxm", "h200_sxm"; read as "b200-sxm"):

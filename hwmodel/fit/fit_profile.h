@@ -79,8 +79,8 @@ struct FitResult {
 // "llama-2-7b", a Vidur model id, or a config.json path). The profile is named
 // "<base.name>-fitted"; its `source` says in one line what it was fitted on, its `provenance`
 // lists the files read and the fit's notes.
-FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model,
-                      const HardwareProfile& base, const HardwareProfile* fallback = nullptr);
+FitResult fit_profile(const Measurements& measurements, std::string_view fit_on_model, const HardwareProfile& base,
+                      const HardwareProfile* fallback = nullptr);
 
 // latency + wire bytes / bandwidth fitted (NNLS, relative error) over all-reduce rows of any
 // degrees pooled, wire bytes = size x 2 (n-1)/n: what fit_profile sets as interconnect_*, and
@@ -93,8 +93,8 @@ AllReduceFit fit_pooled_all_reduce(const std::vector<AllReduceRow>& rows);
 
 // A fitted profile's provenance: "fitted by FITTER from:" and the files read, then `context`
 // (one line, or nothing when empty), then the fit's notes; ends with a newline.
-std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files,
-                           const std::string& context, const std::vector<std::string>& notes);
+std::string fit_provenance(std::string_view fitter, const std::vector<std::string>& files, const std::string& context,
+                           const std::vector<std::string>& notes);
 
 // intercept + slope * x fitted on relative error: rows (1/t, x/t) . (intercept, slope) ~ 1,
 // non-negative (NNLS). The all-reduce and elementwise fits' form: launch + bytes / bandwidth.

@@ -72,8 +72,8 @@ double grouped_gemm_part_s(const MoeKernelFit& fit, const GroupedGemmRow& r) {
 GroupedGemmScore score_infersim_grouped_gemm(const std::vector<GroupedGemmRow>& rows, const MoeKernelFit& fit) {
   GroupedGemmScore score;
   for (const GroupedGemmRow& r : rows) {
-    const std::string what = fmt::format("{} GPUs x {} experts, {} rows each ({} tokens per GPU)", r.gpus, r.local_experts,
-                                         r.tokens_per_expert, r.tokens_per_gpu);
+    const std::string what = fmt::format("{} GPUs x {} experts, {} rows each ({} tokens per GPU)", r.gpus,
+                                         r.local_experts, r.tokens_per_expert, r.tokens_per_gpu);
     (r.prefill ? score.prefill : score.decode).add(grouped_gemm_part_s(fit, r), r.seconds(), what);
   }
   return score;

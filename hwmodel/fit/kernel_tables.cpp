@@ -42,7 +42,8 @@ bool version_less(const std::string& a, const std::string& b) {
       const size_t dot = v.find('.', pos);
       const std::string part = v.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
       long number = -1;
-      if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) && part.size() < 10) number = std::stol(part);
+      if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) && part.size() < 10)
+        number = std::stol(part);
       out.emplace_back(number, part);
       if (dot == std::string::npos) break;
       pos = dot + 1;
@@ -197,8 +198,8 @@ KernelTables read_kernel_tables(const fs::path& dir, std::string_view framework)
     }
   }
   if (const auto v = newest_version(dir / "attention" / fw)) {
-    for (const auto& [name, prefill] : {std::pair<const char*, bool>{"context_attention_perf", true},
-                                        {"generation_attention_perf", false}}) {
+    for (const auto& [name, prefill] :
+         {std::pair<const char*, bool>{"context_attention_perf", true}, {"generation_attention_perf", false}}) {
       if (const auto f = table_file(*v, name)) {
         read_attention(*f, prefill, out);
         note(*f);
@@ -226,8 +227,9 @@ KernelTables read_kernel_tables(const fs::path& dir, std::string_view framework)
     }
   }
   if (out.gemm.empty() && out.attention.empty() && out.moe.empty()) {
-    throw UserError(fmt::format("{}: no kernel tables of framework '{}' (this folder has: {})", dir.string(),
-                                framework, frameworks.empty() ? std::string("none") : fmt::format("{}", fmt::join(frameworks, ", "))));
+    throw UserError(
+        fmt::format("{}: no kernel tables of framework '{}' (this folder has: {})", dir.string(), framework,
+                    frameworks.empty() ? std::string("none") : fmt::format("{}", fmt::join(frameworks, ", "))));
   }
   return out;
 }

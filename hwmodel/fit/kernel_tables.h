@@ -34,8 +34,8 @@ struct KernelGemmRow {
 struct KernelAttentionRow {
   bool prefill = false;
   int64_t batch = 0;
-  int64_t isl = 0;      // prefill: tokens per sequence
-  int64_t context = 0;  // decode: tokens already in the KV cache
+  int64_t isl = 0;                                        // prefill: tokens per sequence
+  int64_t context = 0;                                    // decode: tokens already in the KV cache
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;  // per GPU, after tensor parallelism
   std::string attn_dtype, kv_cache_dtype, kernel;
   int64_t window = 0;  // 0 = full causal attention
@@ -59,9 +59,9 @@ struct KernelMoeRow {
 };
 
 struct KernelTables {
-  std::string root;       // the system folder
-  std::string system;     // its name, e.g. "h100_sxm"
-  std::string framework;  // vllm, sglang, trtllm
+  std::string root;                     // the system folder
+  std::string system;                   // its name, e.g. "h100_sxm"
+  std::string framework;                // vllm, sglang, trtllm
   std::vector<std::string> files_read;  // relative to root
   std::vector<KernelGemmRow> gemm;
   std::vector<KernelAttentionRow> attention;

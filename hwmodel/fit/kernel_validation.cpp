@@ -47,7 +47,9 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
   report.profile = profile.name;
   report.profile_source = profile.source;
   report.side = rows;
-  report.rows = rows == KernelRows::kHeldOut ? "held-out half" : rows == KernelRows::kTrain ? "training half" : "all rows";
+  report.rows = rows == KernelRows::kHeldOut ? "held-out half"
+                : rows == KernelRows::kTrain ? "training half"
+                                             : "all rows";
   auto& ops = report.operators;
 
   for (const KernelGemmRow& r : tables.gemm) {
@@ -70,7 +72,8 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     if (table != nullptr) {
       // The roofline alone on the same rows: what the table adds.
       const double roofline = gemm_roofline_time_s(profile, GemmShape{r.k, r.n}, r.m, gemm_row_format(r));
-      op.parts[fmt::format("{} n,k {}, roofline alone", dtype, large ? ">= 1024" : "< 1024 (either)")].add(roofline, r.seconds, what);
+      op.parts[fmt::format("{} n,k {}, roofline alone", dtype, large ? ">= 1024" : "< 1024 (either)")].add(
+          roofline, r.seconds, what);
     }
   }
   for (const KernelAttentionRow& r : tables.attention) {
@@ -82,8 +85,8 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     if (!split.attention(r, rows)) continue;
     const std::string window = r.window > 0 ? fmt::format(", window {}", r.window) : "";
     const std::string what =
-        r.prefill ? fmt::format("batch {} x isl {}, heads {}/{} x {}{}, kv {}, {}", r.batch, r.isl, r.num_heads, r.num_kv_heads,
-                                r.head_dim, window, r.kv_cache_dtype, r.kernel)
+        r.prefill ? fmt::format("batch {} x isl {}, heads {}/{} x {}{}, kv {}, {}", r.batch, r.isl, r.num_heads,
+                                r.num_kv_heads, r.head_dim, window, r.kv_cache_dtype, r.kernel)
                   : fmt::format("batch {} x context {}, heads {}/{} x {}{}, kv {}, {}", r.batch, r.context, r.num_heads,
                                 r.num_kv_heads, r.head_dim, window, r.kv_cache_dtype, r.kernel);
     const double predicted = predict_kernel_attention(profile, r);
@@ -94,7 +97,8 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
                                            r.kv_cache_dtype == "fp8" ? "fp8" : "bf16",
                                            r.prefill && kernel_row_is_decode(r) ? " (isl 1: decode)" : "");
     op.parts["regime " + regime].add(predicted, r.seconds, what);
-    op.parts[fmt::format("{}, head_dim {}, {}", regime, r.head_dim, r.window > 0 ? "window" : "full")].add(predicted, r.seconds, what);
+    op.parts[fmt::format("{}, head_dim {}, {}", regime, r.head_dim, r.window > 0 ? "window" : "full")].add(
+        predicted, r.seconds, what);
   }
   for (const KernelCollectiveRow& r : tables.collectives) {
     KernelOperatorScore& op = ops[r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce"];
@@ -126,10 +130,12 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     if (!split.moe(r, rows)) continue;
     const std::optional<GroupedTopK> grouping = kernel_moe_row_grouping(r);
     const FusedMoeTime t = fused_moe_time(profile, *call, moe_loads.load(*call, grouping));
-    const std::string what = fmt::format("{} tokens, {} x {} experts top-{}, hidden {}, inter {}, tp {}, ep {}, {}", r.tokens,
-                                         r.dtype, r.experts, r.topk, r.hidden, r.inter, r.tp, r.ep, r.distribution);
+    const std::string what =
+        fmt::format("{} tokens, {} x {} experts top-{}, hidden {}, inter {}, tp {}, ep {}, {}", r.tokens, r.dtype,
+                    r.experts, r.topk, r.hidden, r.inter, r.tp, r.ep, r.distribution);
     add(report, "moe", t.total_s, r.seconds, what);
-    op.parts[fmt::format("kernel {}{}", moe_kernel_name(t.kernel), t.fitted ? "" : " (roofline: no fit)")].add(t.total_s, r.seconds, what);
+    op.parts[fmt::format("kernel {}{}", moe_kernel_name(t.kernel), t.fitted ? "" : " (roofline: no fit)")].add(
+        t.total_s, r.seconds, what);
     op.parts["routing " + r.distribution].add(t.total_s, r.seconds, what);
     op.parts[r.ep > 1 ? "layout EP" : r.tp > 1 ? "layout TP" : "layout one GPU"].add(t.total_s, r.seconds, what);
     if (grouping) op.parts["grouped top-k (DeepSeek-V3)"].add(t.total_s, r.seconds, what);  // collector_grouped_load
@@ -139,8 +145,11 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
 
 nlohmann::json kernel_validation_json(const KernelValidationReport& report) {
   auto stats = [](const ErrorStats& s) {
-    return nlohmann::json{{"mape", s.mape_percent}, {"p90", s.p90_percent()}, {"max_ape", s.max_ape_percent},
-                          {"count", s.count}, {"worst", s.worst_case}};
+    return nlohmann::json{{"mape", s.mape_percent},
+                          {"p90", s.p90_percent()},
+                          {"max_ape", s.max_ape_percent},
+                          {"count", s.count},
+                          {"worst", s.worst_case}};
   };
   nlohmann::json j;
   j["tables"] = report.tables;
@@ -165,8 +174,8 @@ ProfileValidation profile_validation(const KernelValidationReport& report) {
   v.measured_on = report.measured_on;
   v.held_out = report.side == KernelRows::kHeldOut;
   // The split of fit_kernel_tables.h: by shape, so that no scored shape was fitted on.
-  v.scored_on = v.held_out ? "fitted on half the shapes, scored on the other half"
-                           : fmt::format("scored on the {}", report.rows);
+  v.scored_on =
+      v.held_out ? "fitted on half the shapes, scored on the other half" : fmt::format("scored on the {}", report.rows);
   for (const auto& [name, op] : report.operators) {
     if (op.stats.count > 0) v.operators.push_back(operator_error(name, op.stats));
   }

@@ -42,20 +42,19 @@ struct KernelScoredRow {
 };
 
 struct KernelValidationReport {
-  std::string tables;   // e.g. "h100_sxm (vllm)"
+  std::string tables;  // e.g. "h100_sxm (vllm)"
   // One line: the tables with every framework and version read, e.g. "NVIDIA aiconfigurator
   // kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)".
   std::string measured_on;
-  std::string profile;         // the profile scored
-  std::string profile_source;  // its source line (datasheet, fitted on ..., transferred from ...)
+  std::string profile;                 // the profile scored
+  std::string profile_source;          // its source line (datasheet, fitted on ..., transferred from ...)
   KernelRows side = KernelRows::kAll;  // which rows were scored (fit_kernel_tables.h)
-  std::string rows;     // which rows: "held-out half" or "all rows"
+  std::string rows;                    // which rows: "held-out half" or "all rows"
   std::map<std::string, KernelOperatorScore> operators;
   std::vector<KernelScoredRow> scored;  // every scored row, for `validate --rows-out`
 };
 
-KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
-                                           KernelRows rows);
+KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile, KernelRows rows);
 
 // The report as a fitted profile's validation block (hardware_profile.h): each operator's
 // headline MAPE / p90 / rows, and whether they are the held-out half's.

@@ -156,7 +156,8 @@ bool is_llmservingsim_profile(const fs::path& dir) { return !profile_metas(dir).
 
 Measurements read_llmservingsim_profile(const fs::path& dir, std::string_view device) {
   const std::vector<fs::path> metas = profile_metas(dir);
-  if (metas.empty()) throw UserError(fmt::format("{}: no LLMServingSim profile (meta.yaml beside tp<N>/) below it", dir.string()));
+  if (metas.empty())
+    throw UserError(fmt::format("{}: no LLMServingSim profile (meta.yaml beside tp<N>/) below it", dir.string()));
   std::map<std::string, std::vector<std::pair<fs::path, YAML::Node>>> by_gpu;
   for (const fs::path& m : metas) {
     YAML::Node meta;
@@ -172,7 +173,8 @@ Measurements read_llmservingsim_profile(const fs::path& dir, std::string_view de
   std::string chosen(device);
   if (chosen.empty()) {
     if (gpus.size() != 1) {
-      throw UserError(fmt::format("{}: holds profiles of several GPUs ({}); name one (--device)", dir.string(), fmt::join(gpus, ", ")));
+      throw UserError(fmt::format("{}: holds profiles of several GPUs ({}); name one (--device)", dir.string(),
+                                  fmt::join(gpus, ", ")));
     }
     chosen = gpus.front();
   } else if (!by_gpu.count(chosen)) {
@@ -182,14 +184,17 @@ Measurements read_llmservingsim_profile(const fs::path& dir, std::string_view de
   out.root = dir.string();
   out.device = chosen;
   for (const auto& [meta_file, meta] : by_gpu.at(chosen)) {
-    if (!meta["model"] || !meta["model"].IsScalar()) throw UserError(fmt::format("{}: no `model` key", meta_file.string()));
+    if (!meta["model"] || !meta["model"].IsScalar())
+      throw UserError(fmt::format("{}: no `model` key", meta_file.string()));
     const std::string model = meta["model"].as<std::string>();
-    if (meta["vllm_version"] && meta["vllm_version"].IsScalar()) out.kernels = "vllm " + meta["vllm_version"].as<std::string>();
+    if (meta["vllm_version"] && meta["vllm_version"].IsScalar())
+      out.kernels = "vllm " + meta["vllm_version"].as<std::string>();
     ModelSpec spec;
     try {
       spec = resolve_model(model);
     } catch (const UserError& e) {
-      throw UserError(fmt::format("{}: model '{}': its layer shape is not known here ({})", meta_file.string(), model, e.what()));
+      throw UserError(
+          fmt::format("{}: model '{}': its layer shape is not known here ({})", meta_file.string(), model, e.what()));
     }
     MeasuredShape shape;
     shape.num_heads = spec.num_heads;
@@ -210,7 +215,8 @@ Measurements read_llmservingsim_profile(const fs::path& dir, std::string_view de
       if (const auto f = table(e.path(), "attention.csv")) {
         const int64_t mixed = read_attention(*f, model, shape, tp, out);
         out.files_read.push_back(relative(*f));
-        if (mixed > 0) out.files_skipped.push_back(fmt::format("{}: {} mixed prefill+decode rows", relative(*f), mixed));
+        if (mixed > 0)
+          out.files_skipped.push_back(fmt::format("{}: {} mixed prefill+decode rows", relative(*f), mixed));
       }
       if (const auto f = table(e.path(), "per_sequence.csv")) {
         read_per_sequence(*f, model, tp, out);

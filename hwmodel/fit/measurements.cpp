@@ -18,10 +18,8 @@ namespace fs = std::filesystem;
 
 const char* token_op_name(TokenOp op) {
   static constexpr const char* kNames[kNumTokenOps] = {
-      "emb",         "input_layernorm", "attn_pre_proj",
-      "attn_rope",   "attn_post_proj",  "post_attention_layernorm",
-      "mlp_up_proj", "mlp_act",         "mlp_down_proj",
-      "add"};
+      "emb",         "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+      "mlp_up_proj", "mlp_act",         "mlp_down_proj", "add"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -40,9 +38,8 @@ ModelSpec MeasuredShape::as_model_spec() const {
 }
 
 bool MeasuredShape::same_layer_shape(const ModelSpec& model) const {
-  return model.hidden_size == hidden_size && model.num_heads == num_heads &&
-         model.num_kv_heads == num_kv_heads && model.ffn_size == ffn_size &&
-         model.gated_mlp == gated_mlp;
+  return model.hidden_size == hidden_size && model.num_heads == num_heads && model.num_kv_heads == num_kv_heads &&
+         model.ffn_size == ffn_size && model.gated_mlp == gated_mlp;
 }
 
 ModelSpec AttentionRow::as_model_spec() const {
@@ -66,8 +63,7 @@ std::string source_of(const fs::path& file) {
   const fs::path dir = file.parent_path();
   const std::string model = dir.filename().string();
   const std::string org = dir.parent_path().filename().string();
-  const std::string device_level =
-      dir.parent_path().parent_path().parent_path().filename().string();
+  const std::string device_level = dir.parent_path().parent_path().parent_path().filename().string();
   if (device_level == "compute") return org + "/" + model;
   return model;
 }
@@ -85,13 +81,11 @@ void read_token_ops(CsvTable& csv, const fs::path& file, Measurements& out) {
     row.shape.gated_mlp = csv.boolean("use_gated_mlp");
     row.num_tokens = csv.integer("num_tokens", 1, int64_t{1} << 40);
     row.tp = static_cast<int>(csv.integer("num_tensor_parallel_workers", 1, 1 << 16));
-    if (row.shape.num_heads <= 0 || row.shape.hidden_size <= 0 || row.num_tokens <= 0 ||
-        row.tp <= 0) {
+    if (row.shape.num_heads <= 0 || row.shape.hidden_size <= 0 || row.num_tokens <= 0 || row.tp <= 0) {
       csv.fail("shape, num_tokens and tensor parallel workers must be positive");
     }
     for (int op = 0; op < kNumTokenOps; ++op) {
-      const std::string column =
-          fmt::format("time_stats.{}.median", token_op_name(static_cast<TokenOp>(op)));
+      const std::string column = fmt::format("time_stats.{}.median", token_op_name(static_cast<TokenOp>(op)));
       row.median_s[op] = csv.has(column) ? csv.number_or_nan(column) * kMs : kNaN;
     }
     out.token_ops.push_back(std::move(row));
@@ -113,8 +107,7 @@ void read_attention(CsvTable& csv, const fs::path& file, Measurements& out) {
     row.batch_size = csv.integer("batch_size", 0, int64_t{1} << 40);
     row.prefill_chunk_size = csv.integer("prefill_chunk_size", 0, int64_t{1} << 40);
     row.kv_cache_size = csv.integer("kv_cache_size", 0, int64_t{1} << 40);
-    const char* column =
-        row.is_prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median";
+    const char* column = row.is_prefill ? "time_stats.attn_prefill.median" : "time_stats.attn_decode.median";
     if (!(row.is_prefill ? has_prefill : has_decode)) continue;
     row.median_s = csv.number_or_nan(column) * kMs;
     if (std::isnan(row.median_s)) continue;
@@ -229,9 +222,10 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
     make_relative(out.files_read, dir.parent_path());
     make_relative(out.files_skipped, dir.parent_path());
     if (out.files_read.empty()) {
-      throw UserError(fmt::format("{}: not a measurement CSV (expected the header of Vidur's "
-                                  "mlp.csv, attention.csv, all_reduce.csv or cpu overheads)",
-                                  dir.string()));
+      throw UserError(
+          fmt::format("{}: not a measurement CSV (expected the header of Vidur's "
+                      "mlp.csv, attention.csv, all_reduce.csv or cpu overheads)",
+                      dir.string()));
     }
     return out;
   }
@@ -246,14 +240,13 @@ Measurements read_measurements(const fs::path& dir, std::string_view device) {
     std::string chosen(device);
     if (chosen.empty()) {
       if (devices.size() != 1) {
-        throw UserError(
-            fmt::format("{}: holds measurements of several GPUs ({}); name one (--device)",
-                        dir.string(), fmt::join(devices, ", ")));
+        throw UserError(fmt::format("{}: holds measurements of several GPUs ({}); name one (--device)", dir.string(),
+                                    fmt::join(devices, ", ")));
       }
       chosen = devices.front();
     } else if (std::find(devices.begin(), devices.end(), chosen) == devices.end()) {
-      throw UserError(fmt::format("{}: no measurements for GPU '{}' (have: {})", dir.string(),
-                                  chosen, fmt::join(devices, ", ")));
+      throw UserError(
+          fmt::format("{}: no measurements for GPU '{}' (have: {})", dir.string(), chosen, fmt::join(devices, ", ")));
     }
     out.device = chosen;
     files = csv_files_under(dir / "compute" / chosen);

@@ -103,8 +103,8 @@ struct CpuOverheadRow {
 };
 
 struct Measurements {
-  std::string root;    // the directory read
-  std::string device;  // the GPU picked in a Vidur tree ("a100"), else empty
+  std::string root;     // the directory read
+  std::string device;   // the GPU picked in a Vidur tree ("a100"), else empty
   std::string kernels;  // whose kernels were timed, when the layout says ("vllm 0.19.0"); else empty
   std::vector<TokenOpRow> token_ops;
   std::vector<AttentionRow> attention;

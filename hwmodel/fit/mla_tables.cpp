@@ -66,9 +66,10 @@ bool is_mla_table_dir(const fs::path& dir) { return holds_tables(mla_root(dir));
 MlaTables read_mla_tables(const fs::path& dir) {
   const fs::path root = mla_root(dir);
   if (!holds_tables(root)) {
-    throw UserError(fmt::format("{}: no InferSim MLA tables (mla/decode/<heads>-<kv_lora_rank>-<rope>.csv or "
-                                "mla/prefill/<heads>-<nope>-<rope>.csv)",
-                                dir.string()));
+    throw UserError(
+        fmt::format("{}: no InferSim MLA tables (mla/decode/<heads>-<kv_lora_rank>-<rope>.csv or "
+                    "mla/prefill/<heads>-<nope>-<rope>.csv)",
+                    dir.string()));
   }
   MlaTables t;
   t.root = root.string();
@@ -108,7 +109,8 @@ MlaTables read_mla_tables(const fs::path& dir) {
     }
     t.files_read.push_back(fs::relative(file, root).generic_string());
   }
-  if (t.decode.empty() && t.prefill.empty()) throw UserError(fmt::format("{}: the MLA tables hold no rows", root.string()));
+  if (t.decode.empty() && t.prefill.empty())
+    throw UserError(fmt::format("{}: the MLA tables hold no rows", root.string()));
   return t;
 }
 

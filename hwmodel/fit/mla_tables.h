@@ -24,7 +24,7 @@ namespace batchsim {
 
 struct MlaDecodeRow {
   int64_t heads = 0, kv_lora_rank = 0, qk_rope_head_dim = 0;  // from the file name
-  std::string kv_dtype;                                        // bf16, fp8
+  std::string kv_dtype;                                       // bf16, fp8
   int64_t batch = 0;
   int64_t kv_len = 0;  // keys per sequence
   double seconds = 0;
@@ -32,13 +32,13 @@ struct MlaDecodeRow {
 
 struct MlaPrefillRow {
   int64_t heads = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;  // from the file name
-  int64_t seq_len = 0;  // one sequence of that many tokens, no cached prefix
+  int64_t seq_len = 0;                                            // one sequence of that many tokens, no cached prefix
   double seconds = 0;
 };
 
 struct MlaTables {
-  std::string root;    // the `mla` folder
-  std::string device;  // the folder above it, e.g. "h800"
+  std::string root;                     // the `mla` folder
+  std::string device;                   // the folder above it, e.g. "h800"
   std::vector<std::string> files_read;  // relative to root
   std::vector<MlaDecodeRow> decode;
   std::vector<MlaPrefillRow> prefill;

@@ -11,27 +11,43 @@ namespace batchsim {
 
 bool token_op_elementwise(TokenOp op, ElementwiseOp& kind) {
   switch (op) {
-    case TokenOp::emb: kind = ElementwiseOp::embedding; return true;
+    case TokenOp::emb:
+      kind = ElementwiseOp::embedding;
+      return true;
     case TokenOp::input_layernorm:
-    case TokenOp::post_attention_layernorm: kind = ElementwiseOp::norm; return true;
-    case TokenOp::attn_rope: kind = ElementwiseOp::rope; return true;
-    case TokenOp::mlp_act: kind = ElementwiseOp::activation; return true;
-    case TokenOp::add: kind = ElementwiseOp::residual_add; return true;
+    case TokenOp::post_attention_layernorm:
+      kind = ElementwiseOp::norm;
+      return true;
+    case TokenOp::attn_rope:
+      kind = ElementwiseOp::rope;
+      return true;
+    case TokenOp::mlp_act:
+      kind = ElementwiseOp::activation;
+      return true;
+    case TokenOp::add:
+      kind = ElementwiseOp::residual_add;
+      return true;
     case TokenOp::attn_pre_proj:
     case TokenOp::attn_post_proj:
     case TokenOp::mlp_up_proj:
-    case TokenOp::mlp_down_proj: return false;
+    case TokenOp::mlp_down_proj:
+      return false;
   }
   throw std::logic_error("token_op_elementwise: bad TokenOp");
 }
 
 LayerGemm token_op_gemm(TokenOp op) {
   switch (op) {
-    case TokenOp::attn_pre_proj: return LayerGemm::qkv;
-    case TokenOp::attn_post_proj: return LayerGemm::o;
-    case TokenOp::mlp_up_proj: return LayerGemm::mlp_up;
-    case TokenOp::mlp_down_proj: return LayerGemm::mlp_down;
-    default: break;
+    case TokenOp::attn_pre_proj:
+      return LayerGemm::qkv;
+    case TokenOp::attn_post_proj:
+      return LayerGemm::o;
+    case TokenOp::mlp_up_proj:
+      return LayerGemm::mlp_up;
+    case TokenOp::mlp_down_proj:
+      return LayerGemm::mlp_down;
+    default:
+      break;
   }
   throw std::logic_error("token_op_gemm: not a GEMM operator");
 }
@@ -49,14 +65,13 @@ double predict_token_op(const HardwareProfile& gpu, const TokenOpRow& row, Token
 double predict_attention(const HardwareProfile& gpu, const AttentionRow& row) {
   const ModelSpec model = row.as_model_spec();
   if (row.is_prefill) {
-    return prefill_attention_time_s(
-        gpu, prefill_attention_work(model, row.tp, row.prefill_chunk_size, row.kv_cache_size));
+    return prefill_attention_time_s(gpu,
+                                    prefill_attention_work(model, row.tp, row.prefill_chunk_size, row.kv_cache_size));
   }
   // Each decode reads its cached context plus the K/V it just wrote (BatchShape::add_decode).
   const int64_t context_sum = row.batch_size * (row.kv_cache_size + 1);
   return decode_attention_time_s(
-      gpu, decode_attention_work(model, row.tp, row.batch_size, context_sum, row.kv_cache_size + 1),
-      row.batch_size);
+      gpu, decode_attention_work(model, row.tp, row.batch_size, context_sum, row.kv_cache_size + 1), row.batch_size);
 }
 
 double predict_all_reduce(const HardwareProfile& gpu, const AllReduceRow& row) {
@@ -72,8 +87,7 @@ std::string canonical_model_name(std::string_view measured_model) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   auto strip_suffix = [&name](std::string_view suffix) {
-    if (name.size() > suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       name.resize(name.size() - suffix.size());
     }
   };

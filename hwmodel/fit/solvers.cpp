@@ -53,8 +53,7 @@ Eigen::VectorXd nnls(const Eigen::MatrixXd& a, const Eigen::VectorXd& b, int max
       // Step from x towards z until the first passive variable hits zero.
       double alpha = std::numeric_limits<double>::infinity();
       for (Eigen::Index j = 0; j < n; ++j) {
-        if (passive[static_cast<size_t>(j)] && z(j) <= 0)
-          alpha = std::min(alpha, x(j) / (x(j) - z(j)));
+        if (passive[static_cast<size_t>(j)] && z(j) <= 0) alpha = std::min(alpha, x(j) / (x(j) - z(j)));
       }
       x += alpha * (z - x);
       for (Eigen::Index j = 0; j < n; ++j) {
@@ -68,8 +67,8 @@ Eigen::VectorXd nnls(const Eigen::MatrixXd& a, const Eigen::VectorXd& b, int max
   return x;
 }
 
-LmResult levenberg_marquardt(const ResidualFunction& residuals, Eigen::VectorXd x0,
-                             int num_residuals, const LmOptions& options) {
+LmResult levenberg_marquardt(const ResidualFunction& residuals, Eigen::VectorXd x0, int num_residuals,
+                             const LmOptions& options) {
   const Eigen::Index n = x0.size();
   Eigen::VectorXd r(num_residuals), r_trial(num_residuals), r_step(num_residuals);
   Eigen::MatrixXd jac(num_residuals, n);

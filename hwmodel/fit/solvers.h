@@ -31,7 +31,7 @@ struct LmResult {
 // (Marquardt 1963; Nocedal & Wright, "Numerical Optimization", section 10.3). For fits of a
 // few parameters over a few thousand rows, a numeric Jacobian is cheap and removes a class of
 // bugs (hand-written derivatives of a max/p-norm roofline).
-LmResult levenberg_marquardt(const ResidualFunction& residuals, Eigen::VectorXd x0,
-                             int num_residuals, const LmOptions& options = {});
+LmResult levenberg_marquardt(const ResidualFunction& residuals, Eigen::VectorXd x0, int num_residuals,
+                             const LmOptions& options = {});
 
 }  // namespace batchsim::fit

@@ -49,19 +49,19 @@ RescaledGemmTable rescale_gemm_table(const GemmTable& table, const HardwareProfi
       const int64_t m = table.m_grid()[i];
       const GemmShape shape{c.k, c.n};
       // The roofline alone (gemm_roofline_time_s never looks at a table).
-      const double ratio = gemm_roofline_time_s(to, shape, m, table.format()) /
-                           gemm_roofline_time_s(from, shape, m, table.format());
+      const double ratio =
+          gemm_roofline_time_s(to, shape, m, table.format()) / gemm_roofline_time_s(from, shape, m, table.format());
       out.min_ratio = std::min(out.min_ratio, ratio);
       out.max_ratio = std::max(out.max_ratio, ratio);
       points.push_back({m, c.n, c.k, c.seconds[i] * ratio});
     }
   }
   out.points = points.size();
-  out.table = GemmTable::from_points(
-      table.dtype(),
-      fmt::format("{}; rescaled from {} to {} ceilings by the fitted roofline's time ratio", table.source(), from.name,
-                  to.name),
-      points);
+  out.table =
+      GemmTable::from_points(table.dtype(),
+                             fmt::format("{}; rescaled from {} to {} ceilings by the fitted roofline's time ratio",
+                                         table.source(), from.name, to.name),
+                             points);
   return out;
 }
 
@@ -78,14 +78,16 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
         fitted.name, target.name, target.name, target.source));
   }
   if (fitted.source == "datasheet") {
-    throw UserError(fmt::format("cannot transfer '{}': it is a datasheet profile, with no fitted efficiencies "
-                                "to carry; use '{}' itself",
-                                fitted.name, target.name));
+    throw UserError(
+        fmt::format("cannot transfer '{}': it is a datasheet profile, with no fitted efficiencies "
+                    "to carry; use '{}' itself",
+                    fitted.name, target.name));
   }
   if (same_ceilings(fitted, target)) {
-    throw UserError(fmt::format("cannot transfer '{}' onto '{}': it already has the ceilings of '{}' (the same "
-                                "GPU); use '{}' as it is",
-                                fitted.name, target.name, target.name, fitted.name));
+    throw UserError(
+        fmt::format("cannot transfer '{}' onto '{}': it already has the ceilings of '{}' (the same "
+                    "GPU); use '{}' as it is",
+                    fitted.name, target.name, target.name, fitted.name));
   }
   const HardwareProfile* fitted_datasheet = datasheet_of(fitted);
   std::vector<std::string> lines;
@@ -107,11 +109,12 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   p.gpus_per_node = target.gpus_per_node;
   p.internode_bytes_per_s = target.internode_bytes_per_s;
   p.internode_latency_s = target.internode_latency_s;
-  lines.push_back(fmt::format("ceilings of {}: peak_flops {:g}, peak_fp8_flops {:g}, peak_fp4_flops {:g}, "
-                              "hbm_bytes_per_s {:g}, memory_bytes {}, pcie_bytes_per_s {:g}, sm_count {:g}, "
-                              "internode_bytes_per_s {:g}",
-                              target.name, p.peak_flops, p.peak_fp8_flops, p.peak_fp4_flops, p.hbm_bytes_per_s,
-                              p.memory_bytes, p.pcie_bytes_per_s, p.sm_count, p.internode_bytes_per_s));
+  lines.push_back(
+      fmt::format("ceilings of {}: peak_flops {:g}, peak_fp8_flops {:g}, peak_fp4_flops {:g}, "
+                  "hbm_bytes_per_s {:g}, memory_bytes {}, pcie_bytes_per_s {:g}, sm_count {:g}, "
+                  "internode_bytes_per_s {:g}",
+                  target.name, p.peak_flops, p.peak_fp8_flops, p.peak_fp4_flops, p.hbm_bytes_per_s, p.memory_bytes,
+                  p.pcie_bytes_per_s, p.sm_count, p.internode_bytes_per_s));
   // Efficiencies are fractions of a ceiling, so they carry as they are. For the elementwise
   // kernels that is the weakest assumption held out (A100 <-> A40, hwmodel/README.md): small
   // kernels that reach a fraction of the A100's HBM (embedding 16%) are bound by something else,
@@ -129,9 +132,10 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   const double flop_ratio = fitted.peak_flops / target.peak_flops;
   p.prefill_attention_per_head_token_s *= flop_ratio;
   p.decode_attention_per_seq_kv_head_s *= flop_ratio;
-  lines.push_back(fmt::format("{} (peak FLOP/s {:g} -> {:g} TFLOP/s): prefill_attention_per_head_token_s, "
-                              "decode_attention_per_seq_kv_head_s",
-                              ratio_text(flop_ratio), fitted.peak_flops / 1e12, target.peak_flops / 1e12));
+  lines.push_back(
+      fmt::format("{} (peak FLOP/s {:g} -> {:g} TFLOP/s): prefill_attention_per_head_token_s, "
+                  "decode_attention_per_seq_kv_head_s",
+                  ratio_text(flop_ratio), fitted.peak_flops / 1e12, target.peak_flops / 1e12));
 
   // One SM streams K/V at a bounded rate (roofline.h, the wave terms), a share of the GPU's HBM
   // bandwidth: the same share of the target's per-SM bandwidth.
@@ -139,10 +143,11 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
   p.decode_attention_sm_bytes_per_s = per_sm_rate_on(fitted.decode_attention_sm_bytes_per_s, fitted, target);
   p.prefill_attention_sm_bytes_per_s = per_sm_rate_on(fitted.prefill_attention_sm_bytes_per_s, fitted, target);
   if (sm_ratio > 0) {
-    lines.push_back(fmt::format("{} (HBM bandwidth per SM {:.4g} -> {:.4g} GB/s): decode_attention_sm_bytes_per_s, "
-                                "prefill_attention_sm_bytes_per_s",
-                                ratio_text(sm_ratio), fitted.hbm_bytes_per_s / fitted.sm_count / 1e9,
-                                target.hbm_bytes_per_s / target.sm_count / 1e9));
+    lines.push_back(
+        fmt::format("{} (HBM bandwidth per SM {:.4g} -> {:.4g} GB/s): decode_attention_sm_bytes_per_s, "
+                    "prefill_attention_sm_bytes_per_s",
+                    ratio_text(sm_ratio), fitted.hbm_bytes_per_s / fitted.sm_count / 1e9,
+                    target.hbm_bytes_per_s / target.sm_count / 1e9));
   } else {
     lines.push_back("not transferred: the per-SM K/V rates (an SM count is missing), set to 0 (no wave term)");
   }
@@ -159,10 +164,10 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
       k.sm_bytes_per_s = per_sm_rate_on(k.sm_bytes_per_s, fitted, target);
       k.kv_reread_bytes_per_s *= hbm_ratio;
     }
-    lines.push_back(fmt::format("attention_kernels ({} regimes): per_unit_s and per_unit_head_dim_s {}, sm_bytes_per_s "
-                                "{}, kv_reread_bytes_per_s {} (HBM bandwidth); the rest as fitted",
-                                p.attention_kernels.size(), ratio_text(flop_ratio), ratio_text(sm_ratio),
-                                ratio_text(hbm_ratio)));
+    lines.push_back(
+        fmt::format("attention_kernels ({} regimes): per_unit_s and per_unit_head_dim_s {}, sm_bytes_per_s "
+                    "{}, kv_reread_bytes_per_s {} (HBM bandwidth); the rest as fitted",
+                    p.attention_kernels.size(), ratio_text(flop_ratio), ratio_text(sm_ratio), ratio_text(hbm_ratio)));
   }
 
   // The fused-MoE kernels (moe_kernel.h): weight streaming by the HBM ratio and the GEMMs' FLOP
@@ -179,7 +184,8 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
                            : target.peak_flops / fitted.peak_flops;
     const double bf16 = target.peak_flops / fitted.peak_flops;
     for (MoeKernelFit& k : p.moe_kernels) {
-      const bool fp8_kernel = k.kernel == MoeKernel::fp8_flashinfer_cutlass || k.kernel == MoeKernel::fp8_block_triton ||
+      const bool fp8_kernel = k.kernel == MoeKernel::fp8_flashinfer_cutlass ||
+                              k.kernel == MoeKernel::fp8_block_triton ||
                               k.kernel == MoeKernel::fp8_block_flashinfer_cutlass;
       k.weight_bytes_per_s = std::min(k.weight_bytes_per_s * hbm, target.hbm_bytes_per_s);
       const double ceiling = fp8_kernel && target.peak_fp8_flops > 0 ? target.peak_fp8_flops : target.peak_flops;
@@ -188,12 +194,12 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
       k.row_element_s /= hbm;
       k.token_element_s /= hbm;
     }
-    lines.push_back(fmt::format("moe_kernels ({} kernels): weight_bytes_per_s {} and the per-element times {} (HBM "
-                                "bandwidth), flops_per_s {} (FP8 kernels) or {} (the others), each capped at the "
-                                "target's ceiling; launch floors as fitted; the kernels are {}'s, which another "
-                                "generation may not run",
-                                p.moe_kernels.size(), ratio_text(hbm), ratio_text(1 / hbm), ratio_text(fp8),
-                                ratio_text(bf16), fitted.name));
+    lines.push_back(fmt::format(
+        "moe_kernels ({} kernels): weight_bytes_per_s {} and the per-element times {} (HBM "
+        "bandwidth), flops_per_s {} (FP8 kernels) or {} (the others), each capped at the "
+        "target's ceiling; launch floors as fitted; the kernels are {}'s, which another "
+        "generation may not run",
+        p.moe_kernels.size(), ratio_text(hbm), ratio_text(1 / hbm), ratio_text(fp8), ratio_text(bf16), fitted.name));
   }
 
   // Launch floors and per-sequence set-up (metadata, block tables) are latency, not
@@ -233,11 +239,11 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
       p.interconnect_bytes_per_s = target.interconnect_bytes_per_s;
       p.interconnect_latency_s = target.interconnect_latency_s;
     }
-    lines.push_back(fmt::format("{} (datasheet link {:g} -> {:g} GB/s per direction, {} -> {}): allreduce and "
-                                "custom_allreduce bytes_per_s{}; their latencies kept",
-                                ratio_text(link_ratio), fitted_datasheet->interconnect_bytes_per_s / 1e9,
-                                target.interconnect_bytes_per_s / 1e9, fitted_datasheet->name, target.name,
-                                link_fitted ? ", interconnect_bytes_per_s" : ""));
+    lines.push_back(fmt::format(
+        "{} (datasheet link {:g} -> {:g} GB/s per direction, {} -> {}): allreduce and "
+        "custom_allreduce bytes_per_s{}; their latencies kept",
+        ratio_text(link_ratio), fitted_datasheet->interconnect_bytes_per_s / 1e9, target.interconnect_bytes_per_s / 1e9,
+        fitted_datasheet->name, target.name, link_fitted ? ", interconnect_bytes_per_s" : ""));
     if (!link_fitted) {
       lines.push_back(fmt::format("interconnect_* were {}'s datasheet values (not fitted): {}'s datasheet values",
                                   fitted_datasheet->name, target.name));
@@ -272,12 +278,13 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
       continue;
     }
     RescaledGemmTable r = rescale_gemm_table(measured, from, to);
-    lines.push_back(fmt::format("GEMM table {}: each of its {} times x the fitted roofline's time on {} / on {} "
-                                "({:.4g} to {:.4g})",
-                                measured.dtype(), r.points, target.name, fitted.name, r.min_ratio, r.max_ratio));
+    lines.push_back(
+        fmt::format("GEMM table {}: each of its {} times x the fitted roofline's time on {} / on {} "
+                    "({:.4g} to {:.4g})",
+                    measured.dtype(), r.points, target.name, fitted.name, r.min_ratio, r.max_ratio));
     // The file name is a placeholder until save_hardware_profile names the table after the profile.
-    *table = std::make_shared<GemmTableSource>(fmt::format("{}.gemm-{}.txt", p.name, measured.dtype()),
-                                               std::move(r.table));
+    *table =
+        std::make_shared<GemmTableSource>(fmt::format("{}.gemm-{}.txt", p.name, measured.dtype()), std::move(r.table));
   }
   lines.push_back(
       "caveat: the efficiencies are those of the fitted GPU's kernels; a target of another architecture runs other "
@@ -286,9 +293,10 @@ HardwareProfile transfer_profile(const HardwareProfile& fitted, const HardwarePr
 
   std::string& text = p.provenance;
   if (!text.empty() && text.back() != '\n') text += '\n';
-  text += fmt::format("transferred by hwmodel/fit/transfer_profile.cpp from '{}' ({}) to the datasheet ceilings of "
-                      "'{}':",
-                      fitted.name, fitted.source, target.name);
+  text += fmt::format(
+      "transferred by hwmodel/fit/transfer_profile.cpp from '{}' ({}) to the datasheet ceilings of "
+      "'{}':",
+      fitted.name, fitted.source, target.name);
   for (const std::string& line : lines) text += "\n  " + line;
   text += '\n';
   return p;

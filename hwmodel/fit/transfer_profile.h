@@ -35,7 +35,6 @@
 
 namespace batchsim {
 
-
 // Throws UserError when `target_datasheet` is not a datasheet profile (source "datasheet"), when
 // `fitted` is one (it has nothing fitted to carry), or when `fitted` already has the target's
 // ceilings (a transfer onto the same GPU). The result is named "<target>-from-<fitted>".

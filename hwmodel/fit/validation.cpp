@@ -27,8 +27,7 @@ void ErrorStats::add(double predicted_s, double measured_s, const std::string& w
   ++count;
   if (ape > max_ape_percent || count == 1) {
     max_ape_percent = ape;
-    worst_case = fmt::format("{}: measured {:.4f} ms, predicted {:.4f} ms", what, measured_s * 1e3,
-                             predicted_s * 1e3);
+    worst_case = fmt::format("{}: measured {:.4f} ms, predicted {:.4f} ms", what, measured_s * 1e3, predicted_s * 1e3);
   }
 }
 
@@ -47,8 +46,7 @@ int layers_of(const std::string& measured_model) {
 
 }  // namespace
 
-ValidationReport validate_cost_model(const Measurements& measurements,
-                                     std::string_view fit_on_model,
+ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
                                      const HardwareProfile& profile, const CpuOverhead& cpu) {
   const FitModelRows rows(measurements, fit_on_model);
   ValidationReport report;
@@ -92,23 +90,20 @@ ValidationReport validate_cost_model(const Measurements& measurements,
     }
   }
   for (const auto& [model, count] : unknown_layers) {
-    report.notes.push_back(fmt::format(
-        "{} is not a built-in model: its iteration counts one layer ({} rows)", model, count));
+    report.notes.push_back(
+        fmt::format("{} is not a built-in model: its iteration counts one layer ({} rows)", model, count));
   }
 
   for (const AttentionRow& row : measurements.attention) {
     if (!usable(row.median_s)) continue;
     const std::string name = row.is_prefill ? "attn_prefill" : "attn_decode";
-    const std::string what = row.is_prefill
-                                 ? fmt::format("{} tp={} chunk={} context={}", row.source, row.tp,
-                                               row.prefill_chunk_size, row.kv_cache_size)
-                                 : fmt::format("{} tp={} batch={} context={}", row.source, row.tp,
-                                               row.batch_size, row.kv_cache_size);
+    const std::string what =
+        row.is_prefill
+            ? fmt::format("{} tp={} chunk={} context={}", row.source, row.tp, row.prefill_chunk_size, row.kv_cache_size)
+            : fmt::format("{} tp={} batch={} context={}", row.source, row.tp, row.batch_size, row.kv_cache_size);
     const double predicted_s = predict_attention(profile, row);
-    (rows.attention_row(row) ? report.fitted : report.held_out)[name].add(predicted_s, row.median_s,
-                                                                          what);
-    report.by_model[fmt::format("{} tp={}", row.source, row.tp)][name].add(predicted_s,
-                                                                           row.median_s, what);
+    (rows.attention_row(row) ? report.fitted : report.held_out)[name].add(predicted_s, row.median_s, what);
+    report.by_model[fmt::format("{} tp={}", row.source, row.tp)][name].add(predicted_s, row.median_s, what);
   }
 
   // Leave-one-degree-out fits of the pooled all-reduce model, for the held-out figures below.
@@ -128,10 +123,9 @@ ValidationReport validate_cost_model(const Measurements& measurements,
     const std::string what = fmt::format("{} GPUs, {} bytes", row.num_workers, row.size_bytes);
     const double predicted_s = predict_all_reduce(profile, row);
     // Fitted on every all-reduce row when a fit was made: in-sample, so reported as fitted.
-    (rows.name().empty() ? report.held_out : report.fitted)["all_reduce"].add(predicted_s,
-                                                                              row.median_s, what);
-    report.by_model[fmt::format("all_reduce tp={}", row.num_workers)]["all_reduce"].add(
-        predicted_s, row.median_s, what);
+    (rows.name().empty() ? report.held_out : report.fitted)["all_reduce"].add(predicted_s, row.median_s, what);
+    report.by_model[fmt::format("all_reduce tp={}", row.num_workers)]["all_reduce"].add(predicted_s, row.median_s,
+                                                                                        what);
     // Held out: this degree predicted by a fit on the other degrees (what a degree that was not
     // measured gets, through interconnect_*).
     const auto it = without_degree.find(row.num_workers);
@@ -150,10 +144,8 @@ ValidationReport validate_cost_model(const Measurements& measurements,
     const double predicted_s = predict_cpu_overhead(cpu, row);
     // Without rows of the fit model the CPU fit used every model's rows: all are in-sample.
     const bool fitted = rows.cpu_rows_by_name() ? rows.cpu_row(row) : !rows.name().empty();
-    (fitted ? report.fitted : report.held_out)["cpu_overhead"].add(predicted_s, row.total_s(),
-                                                                   what);
-    report.by_model[fmt::format("{} tp={}", row.model, row.tp)]["cpu_overhead"].add(
-        predicted_s, row.total_s(), what);
+    (fitted ? report.fitted : report.held_out)["cpu_overhead"].add(predicted_s, row.total_s(), what);
+    report.by_model[fmt::format("{} tp={}", row.model, row.tp)]["cpu_overhead"].add(predicted_s, row.total_s(), what);
   }
   return report;
 }
@@ -171,8 +163,7 @@ nlohmann::json stats_json(const ErrorStats& s) {
 // Operators in the order of a layer's forward pass, then the separately measured ones.
 std::vector<std::string> operator_order() {
   std::vector<std::string> names;
-  for (int op = 0; op < kNumTokenOps; ++op)
-    names.push_back(token_op_name(static_cast<TokenOp>(op)));
+  for (int op = 0; op < kNumTokenOps; ++op) names.push_back(token_op_name(static_cast<TokenOp>(op)));
   for (const char* n : {"attn_prefill", "attn_decode", "all_reduce", "cpu_overhead"}) {
     names.push_back(n);
   }
@@ -190,11 +181,12 @@ ProfileValidation profile_validation(const ValidationReport& report) {
   ProfileValidation v;
   v.measured_on = report.measured_on;
   v.held_out = report.iteration_held_out.count > 0;
-  v.scored_on = v.held_out ? fmt::format("fitted on {}, scored on the other models (all-reduce: each GPU count "
-                                         "predicted from the others)",
-                                         report.fit_on)
-                           : fmt::format("scored on the {} rows it was fitted on (no other model measured)",
-                                         report.fit_on);
+  v.scored_on = v.held_out
+                    ? fmt::format(
+                          "fitted on {}, scored on the other models (all-reduce: each GPU count "
+                          "predicted from the others)",
+                          report.fit_on)
+                    : fmt::format("scored on the {} rows it was fitted on (no other model measured)", report.fit_on);
   // The whole iteration first: the figure closest to what a run's latencies are made of.
   const ErrorStats& iteration = v.held_out ? report.iteration_held_out : report.iteration_fitted;
   if (iteration.count > 0) v.operators.push_back(operator_error("iteration", iteration));
@@ -236,8 +228,7 @@ void print_validation_table(const ValidationReport& report, std::ostream& out) {
                      report.fit_on.empty() ? "checked as it is" : "fitted on " + report.fit_on);
   // A transferred or datasheet profile reads as such before its errors do.
   out << fmt::format("profile source: {}\n", report.profile.source);
-  out << fmt::format("{:<26} {:>22} {:>22}\n", "operator", "held-out MAPE / max",
-                     "fitted MAPE / max");
+  out << fmt::format("{:<26} {:>22} {:>22}\n", "operator", "held-out MAPE / max", "fitted MAPE / max");
   auto cell = [](const std::map<std::string, ErrorStats>& m, const std::string& name) {
     auto it = m.find(name);
     if (it == m.end() || it->second.count == 0) return std::string("-");
@@ -245,15 +236,12 @@ void print_validation_table(const ValidationReport& report, std::ostream& out) {
   };
   for (const std::string& name : operator_order()) {
     if (!report.held_out.count(name) && !report.fitted.count(name)) continue;
-    out << fmt::format("{:<26} {:>22} {:>22}\n", name, cell(report.held_out, name),
-                       cell(report.fitted, name));
+    out << fmt::format("{:<26} {:>22} {:>22}\n", name, cell(report.held_out, name), cell(report.fitted, name));
   }
   auto iteration_cell = [](const ErrorStats& s) {
-    return s.count == 0 ? std::string("-")
-                        : fmt::format("{:6.1f}% / {:6.1f}%", s.mape_percent, s.max_ape_percent);
+    return s.count == 0 ? std::string("-") : fmt::format("{:6.1f}% / {:6.1f}%", s.mape_percent, s.max_ape_percent);
   };
-  out << fmt::format("{:<26} {:>22} {:>22}\n", "iteration (layers x ops)",
-                     iteration_cell(report.iteration_held_out),
+  out << fmt::format("{:<26} {:>22} {:>22}\n", "iteration (layers x ops)", iteration_cell(report.iteration_held_out),
                      iteration_cell(report.iteration_fitted));
   for (const std::string& note : report.notes) out << "note: " << note << "\n";
 }

@@ -31,9 +31,9 @@ namespace batchsim {
 
 struct ErrorStats {
   int64_t count = 0;
-  double mape_percent = 0;     // mean of |predicted / measured - 1| * 100
-  double max_ape_percent = 0;  // worst |predicted / measured - 1| * 100
-  std::string worst_case;      // which row, with measured and predicted times
+  double mape_percent = 0;          // mean of |predicted / measured - 1| * 100
+  double max_ape_percent = 0;       // worst |predicted / measured - 1| * 100
+  std::string worst_case;           // which row, with measured and predicted times
   std::vector<double> ape_percent;  // every row's error, for the percentiles
 
   void add(double predicted_s, double measured_s, const std::string& what);
@@ -57,9 +57,8 @@ struct ValidationReport {
 // Operator names in reports: Vidur's token-level names (token_op_name), then "attn_prefill",
 // "attn_decode", "all_reduce", "cpu_overhead". The CPU-overhead rows measure an engine, not the
 // GPU: they are scored on `cpu` (the fitted one, or an engine profile's).
-ValidationReport validate_cost_model(const Measurements& measurements,
-                                     std::string_view fit_on_model, const HardwareProfile& profile,
-                                     const CpuOverhead& cpu);
+ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
+                                     const HardwareProfile& profile, const CpuOverhead& cpu);
 
 // An operator's figures as a profile records them (hardware_profile.h): MAPE and p90 rounded
 // to 0.1%, the precision every report prints them at.

@@ -72,8 +72,8 @@ class ScheduleAheadIntake {
   }
 
   std::deque<std::pair<RequestId, int64_t>> pending_;  // each with its arrival's number
-  int64_t arrivals_ = 0;  // arrivals so far
-  int64_t seen_ = 0;      // arrivals the last schedule() call saw
+  int64_t arrivals_ = 0;                               // arrivals so far
+  int64_t seen_ = 0;                                   // arrivals the last schedule() call saw
   SimTime last_iteration_end_ = SimTime::max();
 };
 

@@ -4,9 +4,12 @@ namespace batchsim {
 
 std::string_view scheduling_policy_name(SchedulingPolicy policy) {
   switch (policy) {
-    case SchedulingPolicy::fcfs: return "fcfs";
-    case SchedulingPolicy::priority: return "priority";
-    case SchedulingPolicy::sjf: return "sjf";
+    case SchedulingPolicy::fcfs:
+      return "fcfs";
+    case SchedulingPolicy::priority:
+      return "priority";
+    case SchedulingPolicy::sjf:
+      return "sjf";
   }
   return "?";
 }
@@ -19,8 +22,7 @@ RequestRanking::RequestRanking(SchedulingPolicy policy, JobLength sjf_length, co
 }
 
 WaitingQueue::WaitingQueue(const RequestRanking* ranking)
-    : ranking_(ranking != nullptr && ranking->ranked() ? ranking : nullptr),
-      ranked_(ByRank{ranking_}) {}
+    : ranking_(ranking != nullptr && ranking->ranked() ? ranking : nullptr), ranked_(ByRank{ranking_}) {}
 
 void WaitingQueue::pop_front() {
   if (ranked()) {

@@ -57,9 +57,10 @@ std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cos
     // tensorrt_llm/_torch/pyexecutor/_util.py).
     const int64_t per_request = std::min(profile_tokens, max_len);
     const int64_t rows = (profile_tokens + per_request - 1) / per_request;
-    return KvSizing{cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens, rows, window),
-                    fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
-                                config_.free_gpu_memory_fraction, profile_tokens)};
+    return KvSizing{
+        cost_model.kv_capacity_tokens_of_free(config_.free_gpu_memory_fraction, profile_tokens, rows, window),
+        fmt::format("free_gpu_memory_fraction {:g} of the memory left after a {}-token profile run",
+                    config_.free_gpu_memory_fraction, profile_tokens)};
   }
   // vLLM's profile run spreads max_num_batched_tokens over min(max_num_batched_tokens,
   // max_num_seqs) dummy requests and samples each (GPUModelRunner.profile_run and _dummy_run,
@@ -81,16 +82,15 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     // Weights that leave no KV memory at all are reported by the simulation; here the memory
     // exists but is smaller than one block, which the user fixes differently.
     if (env.num_gpu_blocks == 0 && env.kv_capacity_tokens < config_.block_size) {
-      throw UserError(fmt::format(
-          "the KV memory left after the weights ({}) holds {} tokens, less than one block of "
-          "block_size={}: use a smaller block_size, or more memory (a larger share, --tp, a "
-          "larger GPU)",
-          env.kv_sizing_rule, env.kv_capacity_tokens, config_.block_size));
+      throw UserError(
+          fmt::format("the KV memory left after the weights ({}) holds {} tokens, less than one block of "
+                      "block_size={}: use a smaller block_size, or more memory (a larger share, --tp, a "
+                      "larger GPU)",
+                      env.kv_sizing_rule, env.kv_capacity_tokens, config_.block_size));
     }
     PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
     if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
-    const int64_t blocks =
-        env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
+    const int64_t blocks = env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
     auto paged = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
     paged->set_side_blocks(env.cost_model->sliding_window_side_blocks(config_.block_size));
     paged_kv_ = paged.get();
@@ -100,9 +100,8 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     // Counted in blocks only for TensorRT-LLM's no-evict reservation; --num-gpu-blocks then
     // sets the block count as it does for a paged cache.
     const int32_t unit = config_.reserve_blocks_to_completion ? config_.block_size : 1;
-    const int64_t capacity = env.num_gpu_blocks > 0 && config_.reserve_blocks_to_completion
-                                 ? env.num_gpu_blocks * unit
-                                 : env.kv_capacity_tokens;
+    const int64_t capacity = env.num_gpu_blocks > 0 && config_.reserve_blocks_to_completion ? env.num_gpu_blocks * unit
+                                                                                            : env.kv_capacity_tokens;
     kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
   }
   budget_ = budget_for(config_, env.max_model_len);
@@ -145,8 +144,8 @@ bool reject_over_context(PolicyEnv& env, RequestId id) {
   const Request& r = env.request(id);
   const int64_t total = static_cast<int64_t>(r.prompt_tokens) + r.output_tokens;
   if (env.max_model_len > 0 && total > env.max_model_len) {
-    env.reject(id, fmt::format("prompt + output exceed max_model_len {}: {} + {} tokens",
-                               env.max_model_len, r.prompt_tokens, r.output_tokens));
+    env.reject(id, fmt::format("prompt + output exceed max_model_len {}: {} + {} tokens", env.max_model_len,
+                               r.prompt_tokens, r.output_tokens));
     return true;
   }
   return false;
@@ -154,8 +153,8 @@ bool reject_over_context(PolicyEnv& env, RequestId id) {
 
 bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens) {
   if (kv.fits_when_empty(footprint_tokens)) return false;
-  env.reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens",
-                             kv.capacity_tokens(), footprint_tokens));
+  env.reject(id, fmt::format("needs more KV than the whole cache holds ({} tokens): {} tokens", kv.capacity_tokens(),
+                             footprint_tokens));
   return true;
 }
 
@@ -198,8 +197,8 @@ SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
   const double pcie = cm.gpu().pcie_bytes_per_s;
   if (pcie <= 0) return SimTime::zero();
   // Each GPU of the tensor-parallel group moves its share of the heads over its own link.
-  const double bytes = static_cast<double>(tokens) *
-                       static_cast<double>(cm.model().kv_bytes_per_token()) / cm.tensor_parallel();
+  const double bytes =
+      static_cast<double>(tokens) * static_cast<double>(cm.model().kv_bytes_per_token()) / cm.tensor_parallel();
   return SimTime::from_seconds(bytes / pcie);
 }
 
@@ -255,8 +254,7 @@ void ContinuousPolicy::preempt(RequestId victim, Batch& batch, bool allow_swap) 
 
 RequestId ContinuousPolicy::preemption_victim(const Batch& batch) const {
   const auto in_batch = [&batch](RequestId id) {
-    return std::any_of(batch.items.begin(), batch.items.end(),
-                       [id](const BatchItem& item) { return item.id == id; });
+    return std::any_of(batch.items.begin(), batch.items.end(), [id](const BatchItem& item) { return item.id == id; });
   };
   if (ranking_.ranked()) {
     // vLLM v1 under --scheduling-policy priority: max(running, key=(priority, arrival_time)),
@@ -333,7 +331,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   // vLLM v1 schedule() step 1 / v0 _schedule_running: running requests in admission order
   // while budget is left (a decode costs one token; a partial prefill its next chunk).
   const size_t first = pass != RunningPass::all ? 0
-                      : cohort_ != nullptr      ? schedule_cohort(batch, budget, preempted)
+                       : cohort_ != nullptr     ? schedule_cohort(batch, budget, preempted)
                                                 : schedule_leading_decodes(batch, budget);
   for (size_t i = first; i < running_.size() && budget > 0;) {
     const RequestId id = running_[i];
@@ -435,7 +433,8 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
     blocks = 0;
     for (size_t c = 0; c < end; ++c) {
       const RequestId id = running_[c];
-      const bool needs = c < members ? cohort.needs_block_next_step(id) : progress[id].computed_tokens % block_size == 0;
+      const bool needs =
+          c < members ? cohort.needs_block_next_step(id) : progress[id].computed_tokens % block_size == 0;
       if (!needs) continue;
       while (paged_kv_->free_blocks() - blocks < 1) {
         const RequestId victim = running_.back();
@@ -456,7 +455,8 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
   for (size_t i = members; i < end; ++i) cohort.join(running_[i], requests[running_[i]].output_tokens);
   const int64_t size = cohort.size();
   if (size == 0) return 0;
-  if (!kv_->grow_cohort(size, blocks)) throw std::logic_error("decode cohort growth failed after its blocks were counted");
+  if (!kv_->grow_cohort(size, blocks))
+    throw std::logic_error("decode cohort growth failed after its blocks were counted");
   BatchShape& shape = batch.shape;
   shape.num_decodes += size;
   shape.decode_context_sum += cohort.next_context_sum();
@@ -516,8 +516,7 @@ size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget)
 }
 
 void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
-  while (!swapped_.empty() && budget > 0 &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!swapped_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     // vLLM v0 _schedule_swapped: FCFS from `swapped` while can_swap_in (which, like
     // admission, keeps the watermark free) and the budget allow.
     const RequestId id = swapped_.front();
@@ -595,8 +594,8 @@ bool ContinuousPolicy::admission_allowed(int64_t budget) const {
   // TGI: `if waiting_tokens >= max_waiting_tokens` take any new requests; else only a batch of
   // at least floor(batch_size * waiting_served_ratio) (queue.next_batch's min_size).
   if (steps_since_admission_ + 1 >= config_.max_waiting_tokens) return true;
-  const auto min_size = static_cast<int64_t>(
-      std::floor(static_cast<double>(running_.size()) * config_.waiting_served_ratio));
+  const auto min_size =
+      static_cast<int64_t>(std::floor(static_cast<double>(running_.size()) * config_.waiting_served_ratio));
   return count_admissible(budget, min_size) >= min_size;
 }
 
@@ -616,8 +615,7 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
   // by rank) while a sequence slot (max_num_seqs), budget and KV are left; the first request
   // that does not fit stops admission (head-of-line), so a later, smaller (or, under a ranked
   // policy, lower-ranked) request never overtakes it.
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     const RequestId id = waiting_.front();
     if (!remote_pending_.empty() && remote_pending_[id] != 0) {
       if (!admit_remote(id)) break;
@@ -745,8 +743,8 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
   // a later one: the next step differs.
   // Admissions may have moved running_ since the cohort's span was taken.
   if (!batch.cohort.empty()) batch.cohort = std::span<const RequestId>(running_.data(), batch.cohort.size());
-  repeatable_ = !preempted && !admitted_ && !remote_admitted_ && !batch.empty() &&
-                batch.shape.prefills.empty() && swapped_.empty();
+  repeatable_ = !preempted && !admitted_ && !remote_admitted_ && !batch.empty() && batch.shape.prefills.empty() &&
+                swapped_.empty();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
 }
@@ -805,9 +803,9 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     // counts, unless TGI's wait rule counts what the others would find; any other eviction
     // only shrinks the free room, as growth does. With nobody waiting, what is cached
     // changes no decision of schedule().
-    if (!waiting_.empty() && (config_.max_waiting_tokens > 0
-                                  ? paged.allocation_evicts(new_blocks)
-                                  : paged.allocation_evicts_run_of(waiting_.front(), new_blocks))) {
+    if (!waiting_.empty() &&
+        (config_.max_waiting_tokens > 0 ? paged.allocation_evicts(new_blocks)
+                                        : paged.allocation_evicts_run_of(waiting_.front(), new_blocks))) {
       return false;
     }
   }
@@ -816,8 +814,7 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   return true;
 }
 
-void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/,
-                                        std::span<const RequestId> finished, SimTime now) {
+void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime now) {
   kv_->end_decode_run();  // the iteration (run) that grew the requests has ended
   if (config_.async_scheduling) intake_.on_iteration_end(now);
   if (finished.empty()) return;

@@ -136,15 +136,13 @@
 //                          arrivals in between keep arrival order among themselves until then;
 //                          here the queue is always in rank order.
 // Admission is head-of-line in the waiting queue's order (arrival order under fcfs): the first
-// waiting request that does not fit stops admission (vLLM v0 and v1: allocate_slots returning None breaks the WAITING loop of v1
-// schedule(), which skips ahead only past requests waiting for remote KV, a grammar or more
-// of a streamed input, or over the LoRA limit). A request that can never be served (prompt +
-// output beyond max_model_len, prompt beyond max_num_batched_tokens without chunking — v0
-// prompt_limit —, footprint beyond the whole KV cache — v0 AllocStatus.NEVER) is rejected on
-// arrival with its reason.
-// Invariants (asserted per iteration by tests/policies): Σ new_tokens <= max_num_batched_tokens;
-// running <= max_num_seqs; each running request's KV covers exactly its computed tokens plus
-// this step's.
+// waiting request that does not fit stops admission (vLLM v0 and v1: allocate_slots returning None breaks the WAITING
+// loop of v1 schedule(), which skips ahead only past requests waiting for remote KV, a grammar or more of a streamed
+// input, or over the LoRA limit). A request that can never be served (prompt + output beyond max_model_len, prompt
+// beyond max_num_batched_tokens without chunking — v0 prompt_limit —, footprint beyond the whole KV cache — v0
+// AllocStatus.NEVER) is rejected on arrival with its reason. Invariants (asserted per iteration by tests/policies): Σ
+// new_tokens <= max_num_batched_tokens; running <= max_num_seqs; each running request's KV covers exactly its computed
+// tokens plus this step's.
 #pragma once
 
 #include <deque>
@@ -161,20 +159,20 @@ namespace batchsim {
 struct ContinuousPolicyConfig {
   bool paged = true;
   int32_t block_size = kDefaultBlockSize;  // vLLM CacheConfig's default
-  double watermark = 0.0;               // fraction of blocks kept free at admission (v0: 0.01)
-  bool reserve_max_model_len = false;   // kv=reserve: reserve max_model_len, not prompt+output
-  bool mixed_prefill = true;            // false: vLLM v0 exclusive prefill iterations
+  double watermark = 0.0;                  // fraction of blocks kept free at admission (v0: 0.01)
+  bool reserve_max_model_len = false;      // kv=reserve: reserve max_model_len, not prompt+output
+  bool mixed_prefill = true;               // false: vLLM v0 exclusive prefill iterations
   bool chunked = false;
   int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 0;   // 0: max(max_model_len, 2048) (vLLM v0 default)
+  int64_t max_num_batched_tokens = 0;        // 0: max(max_model_len, 2048) (vLLM v0 default)
   int64_t long_prefill_token_threshold = 0;  // 0: off; caps one request's chunk
   int64_t max_num_partial_prefills = 0;      // requests whose prefill may be unfinished; 0: any
   bool admit_full_prompt = false;            // admission=full_prompt (chunked only)
-  bool swap = false;                    // preemption=swap (else recompute)
-  bool prefix_caching = false;          // share cached prompt prefixes (kv=paged only)
-  int64_t max_waiting_tokens = 0;       // TGI --max-waiting-tokens (20); 0: off
-  double waiting_served_ratio = 1.2;    // TGI --waiting-served-ratio
-  bool decode_after_admission = false;  // TGI: an admission into a running batch, then a decode
+  bool swap = false;                         // preemption=swap (else recompute)
+  bool prefix_caching = false;               // share cached prompt prefixes (kv=paged only)
+  int64_t max_waiting_tokens = 0;            // TGI --max-waiting-tokens (20); 0: off
+  double waiting_served_ratio = 1.2;         // TGI --waiting-served-ratio
+  bool decode_after_admission = false;       // TGI: an admission into a running batch, then a decode
   // TensorRT-LLM GUARANTEED_NO_EVICT (kv=reserve): reserve ceil((prompt + max_tokens) /
   // block_size) blocks, the last output token included, instead of prompt + max_tokens - 1
   // tokens.
@@ -229,8 +227,7 @@ bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, i
 // complete what it knows (a decode when that is one generated token's successor). Returns
 // whether the step samples. The second form takes the request's progress and known tokens the
 // caller already read (inline: schedulers add every running request at every step).
-inline bool add_batch_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known,
-                           Batch& batch) {
+inline bool add_batch_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch) {
   const bool samples = p.computed_tokens + new_tokens == known;
   const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
   batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
@@ -247,8 +244,7 @@ class ContinuousPolicy final : public Policy {
   void attach(PolicyEnv& env) override;
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
-  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
-                        SimTime now) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
   // KV held for transfers (prefill role) is no work: nothing is left to schedule for it.
   bool idle() const override {
     return waiting_.empty() && running_.empty() && swapped_.empty() && receiving_ == 0 && received_.empty() &&
@@ -337,9 +333,7 @@ class ContinuousPolicy final : public Policy {
   // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
   // left; 0 when it must wait.
   int64_t step_tokens(int64_t need, int64_t budget) const;
-  int64_t need_of(RequestId id) const {
-    return env_->known_tokens(id) - env_->progress_of(id).computed_tokens;
-  }
+  int64_t need_of(RequestId id) const { return env_->known_tokens(id) - env_->progress_of(id).computed_tokens; }
   // Adds the step to the batch (add_batch_step) and counts a prefill it leaves unfinished; the
   // second form takes the progress and known tokens the caller already read.
   void add_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch) {
@@ -371,9 +365,9 @@ class ContinuousPolicy final : public Policy {
   // matters there), fcfs (a ranked victim may be any member), no generation_first, colocated.
   DecodeCohort* cohort_ = nullptr;
   int64_t budget_ = 0;
-  RequestRanking ranking_;           // empty under fcfs
-  WaitingQueue waiting_;             // in the order admission takes requests
-  std::vector<RequestId> running_;   // admission order: the newest is at the back
+  RequestRanking ranking_;          // empty under fcfs
+  WaitingQueue waiting_;            // in the order admission takes requests
+  std::vector<RequestId> running_;  // admission order: the newest is at the back
   std::deque<RequestId> swapped_;
   std::vector<int64_t> swapped_tokens_;
   std::vector<uint8_t> finished_flag_;  // bytes, not bits: read for every running request at each finish
@@ -381,13 +375,13 @@ class ContinuousPolicy final : public Policy {
   // swapped out: then every reason that kept new requests out persists until a request
   // finishes or arrives (see repeat_decode_step).
   bool repeatable_ = false;
-  int64_t partial_prefills_ = 0;  // items of the batch being built that do not finish a prefill
-  bool admitted_ = false;         // the batch being built admitted a waiting request
-  bool held_back_ = false;        // ... or TGI's wait rule kept the waiting requests out
-  bool forced_decode_ = false;    // ... or decode_after_admission did
+  int64_t partial_prefills_ = 0;        // items of the batch being built that do not finish a prefill
+  bool admitted_ = false;               // the batch being built admitted a waiting request
+  bool held_back_ = false;              // ... or TGI's wait rule kept the waiting requests out
+  bool forced_decode_ = false;          // ... or decode_after_admission did
   bool admitted_into_running_ = false;  // the last schedule() admitted while others ran
   bool into_running_ = false;           // the batch being built admits into a running one
-  int64_t steps_since_admission_ = 0;  // schedule() calls since one last admitted (TGI: waiting_tokens - 1)
+  int64_t steps_since_admission_ = 0;   // schedule() calls since one last admitted (TGI: waiting_tokens - 1)
   // Disaggregated roles (sim/policy.h). Prefill: finished requests whose KV is held for their
   // transfer. Decode: arrived requests whose prompt KV is not allocated yet (in `waiting_`),
   // how many wait for their KV to land, and those whose KV has landed but found no sequence
@@ -398,7 +392,7 @@ class ContinuousPolicy final : public Policy {
   int64_t receiving_ = 0;
   std::deque<RequestId> received_;
   bool remote_admitted_ = false;  // the schedule() being built allocated a remote request's KV
-  ScheduleAheadIntake intake_;  // async_scheduling: arrivals not yet in the waiting queue
+  ScheduleAheadIntake intake_;    // async_scheduling: arrivals not yet in the waiting queue
 };
 
 }  // namespace batchsim

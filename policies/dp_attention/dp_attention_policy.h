@@ -104,15 +104,15 @@ class DpAttentionPolicy final : public Policy {
 
   std::vector<std::unique_ptr<Policy>> ranks_;
   std::string name_;
-  std::vector<PolicyEnv> envs_;           // each rank's environment (no cohort)
-  std::vector<int32_t> rank_of_;          // per request, -1 before it arrives
-  std::vector<int64_t> outstanding_;      // per rank: given and not finished
-  std::vector<int64_t> running_;          // per rank: requests of its last batch
-  std::vector<Batch> batches_;            // per rank: its part of the current step
+  std::vector<PolicyEnv> envs_;       // each rank's environment (no cohort)
+  std::vector<int32_t> rank_of_;      // per request, -1 before it arrives
+  std::vector<int64_t> outstanding_;  // per rank: given and not finished
+  std::vector<int64_t> running_;      // per rank: requests of its last batch
+  std::vector<Batch> batches_;        // per rank: its part of the current step
   // Per rank: vouched for the next step while the replica's repeat was refused by a later rank
   // (see the header comment); cleared as the next schedule() keeps its batch.
   std::vector<uint8_t> vouched_;
-  int64_t repeats_ = 0;  // the replica's repeats of the step the last schedule() built
+  int64_t repeats_ = 0;                           // the replica's repeats of the step the last schedule() built
   std::vector<std::vector<RequestId>> finished_;  // per rank, scratch for on_iteration_end
   SummedKv summed_kv_{*this};
 };

@@ -7,10 +7,8 @@ namespace batchsim {
 void ExampleSjfPolicy::attach(PolicyEnv& env) {
   env_ = &env;
   // Blocks of vLLM's default size; --num-gpu-blocks, when given, sets their number.
-  const int64_t blocks = env.num_gpu_blocks > 0 ? env.num_gpu_blocks
-                                                : env.kv_capacity_tokens / kDefaultBlockSize;
-  kv_ = std::make_unique<PagedKvCache>(static_cast<int64_t>(env.requests->size()), blocks,
-                                       kDefaultBlockSize);
+  const int64_t blocks = env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / kDefaultBlockSize;
+  kv_ = std::make_unique<PagedKvCache>(static_cast<int64_t>(env.requests->size()), blocks, kDefaultBlockSize);
 }
 
 void ExampleSjfPolicy::on_arrival(RequestId id, SimTime /*now*/) {
@@ -60,8 +58,7 @@ void ExampleSjfPolicy::schedule(SimTime /*now*/, Batch& batch) {
   }
 }
 
-void ExampleSjfPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
-                                        SimTime /*now*/) {
+void ExampleSjfPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime /*now*/) {
   for (const RequestId id : finished) {
     kv_->release(id);
     std::erase(running_, id);

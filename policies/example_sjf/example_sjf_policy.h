@@ -31,15 +31,13 @@ struct ExampleSjfConfig {
 
 class ExampleSjfPolicy final : public Policy {
  public:
-  ExampleSjfPolicy(ExampleSjfConfig config, std::string name)
-      : config_(config), name_(std::move(name)) {}
+  ExampleSjfPolicy(ExampleSjfConfig config, std::string name) : config_(config), name_(std::move(name)) {}
 
   std::string_view name() const override { return name_; }
   void attach(PolicyEnv& env) override;
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
-  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
-                        SimTime now) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
   bool idle() const override { return waiting_.empty() && running_.empty(); }
   const KvCacheManager& kv_cache() const override { return *kv_; }
 

@@ -95,20 +95,20 @@ int64_t sglang_max_running_requests(int64_t kv_capacity_tokens, int64_t context_
   return std::max<int64_t>(1, std::min(pool, kv_capacity_tokens / 2));
 }
 
-SglangPolicy::SglangPolicy(SglangPolicyConfig config, std::string name)
-    : config_(config), name_(std::move(name)) {}
+SglangPolicy::SglangPolicy(SglangPolicyConfig config, std::string name) : config_(config), name_(std::move(name)) {}
 
 void SglangPolicy::attach(PolicyEnv& env) {
   env_ = &env;
   const int64_t page = config_.page_size;
   if (env.kv_capacity_tokens < page) {
-    throw UserError(fmt::format(
-        "the KV memory left after the weights holds {} tokens, less than one page of "
-        "page_size={}: use a smaller page_size, or more memory (mem_fraction_static, --tp, a "
-        "larger GPU)",
-        env.kv_capacity_tokens, page));
+    throw UserError(
+        fmt::format("the KV memory left after the weights holds {} tokens, less than one page of "
+                    "page_size={}: use a smaller page_size, or more memory (mem_fraction_static, --tp, a "
+                    "larger GPU)",
+                    env.kv_capacity_tokens, page));
   }
-  config_.chunked_prefill_size = chunked_prefill_size(env.cost_model != nullptr ? env.cost_model->gpu().memory_bytes : 0);
+  config_.chunked_prefill_size =
+      chunked_prefill_size(env.cost_model != nullptr ? env.cost_model->gpu().memory_bytes : 0);
   const int64_t blocks = env.kv_capacity_tokens / page;
   if (config_.max_running_requests == 0) {
     config_.max_running_requests = sglang_max_running_requests(blocks * page, env.max_model_len);
@@ -129,7 +129,8 @@ void SglangPolicy::attach(PolicyEnv& env) {
 }
 
 int64_t SglangPolicy::chunked_prefill_size(int64_t gpu_memory_bytes) const {
-  return config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size : sglang_chunked_prefill_size(gpu_memory_bytes);
+  return config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size
+                                          : sglang_chunked_prefill_size(gpu_memory_bytes);
 }
 
 std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_model,
@@ -142,8 +143,9 @@ std::optional<Policy::KvSizing> SglangPolicy::kv_sizing(const CostModel& cost_mo
   // A model with sliding-window layers gets SGLang's SWA pool (CostModel::WindowKv::sglang_swa):
   // the window layers' pool holds 0.8 of the full pool's tokens, and only the window of each
   // request; its running requests are bounded by the full pool, which alone is simulated.
-  return KvSizing{cost_model.kv_capacity_tokens_static(fraction, CostModel::WindowKv::sglang_swa),
-                  fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
+  return KvSizing{
+      cost_model.kv_capacity_tokens_static(fraction, CostModel::WindowKv::sglang_swa),
+      fmt::format("mem_fraction_static {:g}{}", fraction, given ? "" : ", SGLang's rule for this GPU and TP")};
 }
 
 std::optional<int64_t> SglangPolicy::cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const {
@@ -214,8 +216,8 @@ void SglangPolicy::sort_waiting_by_prefix() {
       const auto own = hashes->of(id);
       size_t j = 0;
       while (j < own.size() && queued.count(key_of(j, own[j])) > 0) ++j;
-      const int64_t shared = std::min<int64_t>(static_cast<int64_t>(j) * hashes->block_tokens,
-                                               env_->request(id).prompt_tokens);
+      const int64_t shared =
+          std::min<int64_t>(static_cast<int64_t>(j) * hashes->block_tokens, env_->request(id).prompt_tokens);
       if (shared >= kInBatchPrefixThreshold) {
         deprioritized = true;
       } else {
@@ -224,8 +226,7 @@ void SglangPolicy::sort_waiting_by_prefix() {
     }
     order.emplace_back(deprioritized ? std::numeric_limits<int64_t>::max() : -prefix, id);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < order.size(); ++i) waiting_[i] = order[i].second;
 }
 
@@ -352,9 +353,8 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
     }
   }
   if (batch.items.empty()) return false;
-  std::erase_if(waiting_, [&](RequestId id) {
-    return std::find(admitted.begin(), admitted.end(), id) != admitted.end();
-  });
+  std::erase_if(waiting_,
+                [&](RequestId id) { return std::find(admitted.begin(), admitted.end(), id) != admitted.end(); });
   // mix_with_running: the running requests decode in this batch, after the prefill took its KV.
   if (config_.mixed_chunk && !running_.empty() && pages_for_next_decode(running_) <= kv_->free_blocks()) {
     grow_and_decode(running_, batch);
@@ -365,7 +365,8 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
 
 void SglangPolicy::grow_and_decode(std::span<const RequestId> requests, Batch& batch) {
   for (const RequestId id : requests) {
-    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1)) throw std::logic_error("decode growth failed after its pages were counted");
+    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1))
+      throw std::logic_error("decode growth failed after its pages were counted");
     add_step(id, 1, batch);
   }
 }
@@ -427,9 +428,9 @@ void SglangPolicy::schedule_decode(Batch& batch) {
       decoded += env_->progress_of(id).generated_tokens;
       max_new += max_new_tokens(id);
     }
-    const double estimate = static_cast<double>(decoded + config_.retract_decode_steps *
-                                                              static_cast<int64_t>(running_.size())) /
-                            static_cast<double>(std::max<int64_t>(max_new, 1));
+    const double estimate =
+        static_cast<double>(decoded + config_.retract_decode_steps * static_cast<int64_t>(running_.size())) /
+        static_cast<double>(std::max<int64_t>(max_new, 1));
     new_token_ratio_ = std::min(1.0, estimate);
     batch_is_full_ = false;
     retracted = true;
@@ -481,13 +482,13 @@ bool SglangPolicy::repeat_decode_step(const Batch& /*batch*/) {
   if (pages_for_next_decode(running_) > kv_->free_blocks()) return false;
   new_token_ratio_ = std::max(new_token_ratio_ - decay_, min_ratio_);
   for (const RequestId id : running_) {
-    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1)) throw std::logic_error("decode growth failed after its pages were counted");
+    if (!kv_->try_grow(id, kv_->tokens_of(id) + 1))
+      throw std::logic_error("decode growth failed after its pages were counted");
   }
   return true;
 }
 
-void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
-                                    SimTime now) {
+void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime now) {
   if (config_.overlap_schedule) intake_.on_iteration_end(now);
   for (const RequestId id : finished) {
     finished_flag_[id] = 1;

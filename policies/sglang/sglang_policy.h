@@ -79,18 +79,18 @@ struct SglangPolicyConfig {
   // SGLang's default page_size is 1 (one token per page): KV is allocated token by token and
   // the radix tree matches any prefix length. PagedKvCache with block_size 1 is exactly that.
   int32_t page_size = 1;
-  int64_t chunked_prefill_size = 0;   // 0: from the GPU's memory (sglang_chunked_prefill_size)
+  int64_t chunked_prefill_size = 0;  // 0: from the GPU's memory (sglang_chunked_prefill_size)
   int64_t max_prefill_tokens = 16384;
-  int64_t max_running_requests = 0;   // 0: from the KV capacity (sglang_max_running_requests)
-  bool lpm = false;                   // schedule_policy=lpm (else fcfs, SGLang's default)
-  bool radix_cache = true;            // prefix sharing (disable_radix_cache=False)
-  double init_new_token_ratio = 0.7;  // SGLANG_INIT_NEW_TOKEN_RATIO
-  double min_new_token_ratio_factor = 0.14;  // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+  int64_t max_running_requests = 0;           // 0: from the KV capacity (sglang_max_running_requests)
+  bool lpm = false;                           // schedule_policy=lpm (else fcfs, SGLang's default)
+  bool radix_cache = true;                    // prefix sharing (disable_radix_cache=False)
+  double init_new_token_ratio = 0.7;          // SGLANG_INIT_NEW_TOKEN_RATIO
+  double min_new_token_ratio_factor = 0.14;   // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
   int64_t new_token_ratio_decay_steps = 600;  // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
   double schedule_conservativeness = 1.0;
-  int64_t retract_decode_steps = 20;  // SGLANG_RETRACT_DECODE_STEPS
+  int64_t retract_decode_steps = 20;   // SGLANG_RETRACT_DECODE_STEPS
   int64_t clip_max_new_tokens = 4096;  // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
-  bool mixed_chunk = false;           // --enable-mixed-chunk (off by default)
+  bool mixed_chunk = false;            // --enable-mixed-chunk (off by default)
   // The overlap scheduler (on unless --disable-overlap-schedule): its one step of lag for a new
   // request (policies/common/schedule_ahead.h); its CPU overlap is the engine's (hwmodel/engines/sglang.yaml).
   bool overlap_schedule = true;
@@ -138,8 +138,7 @@ class SglangPolicy final : public Policy {
   void attach(PolicyEnv& env) override;
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
-  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
-                        SimTime now) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
   bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0 && intake_.empty(); }
   bool repeat_decode_step(const Batch& batch) override;
   // SGLang's own disaggregation (--disaggregation-mode prefill|decode: a bootstrap server,
@@ -193,16 +192,16 @@ class SglangPolicy final : public Policy {
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<PagedKvCache> kv_;
   std::vector<RequestId> waiting_;
-  std::vector<RequestId> running_;  // the running (decoding) batch, in merge order
-  RequestId chunked_ = -1;          // the request whose prefill is cut into chunks
-  std::vector<RequestId> prefilled_;  // admitted by the last prefill batch, merged at its end
-  size_t mixed_decodes_ = 0;          // running requests the last prefill batch decoded
+  std::vector<RequestId> running_;      // the running (decoding) batch, in merge order
+  RequestId chunked_ = -1;              // the request whose prefill is cut into chunks
+  std::vector<RequestId> prefilled_;    // admitted by the last prefill batch, merged at its end
+  size_t mixed_decodes_ = 0;            // running requests the last prefill batch decoded
   std::vector<uint8_t> finished_flag_;  // bytes, not bits: read for every running request at each finish
   bool batch_is_full_ = false;
-  bool decode_shrank_ = false;      // a running request finished since the last decode step
-  bool repeatable_ = false;         // the last schedule() decoded without retracting
-  ScheduleAheadIntake intake_;      // overlap_schedule: arrivals not yet in the waiting queue
-  bool last_was_prefill_ = false;   // the last schedule() returned a prefill batch
+  bool decode_shrank_ = false;     // a running request finished since the last decode step
+  bool repeatable_ = false;        // the last schedule() decoded without retracting
+  ScheduleAheadIntake intake_;     // overlap_schedule: arrivals not yet in the waiting queue
+  bool last_was_prefill_ = false;  // the last schedule() returned a prefill batch
   double new_token_ratio_ = 0;
   double init_ratio_ = 0, min_ratio_ = 0, decay_ = 0;
 };

@@ -7,13 +7,11 @@
 
 namespace batchsim {
 
-StaticPolicy::StaticPolicy(StaticPolicyConfig config, std::string name)
-    : config_(config), name_(std::move(name)) {}
+StaticPolicy::StaticPolicy(StaticPolicyConfig config, std::string name) : config_(config), name_(std::move(name)) {}
 
 void StaticPolicy::attach(PolicyEnv& env) {
   env_ = &env;
-  kv_ = std::make_unique<ReservedKvCache>(static_cast<int64_t>(env.requests->size()),
-                                          env.kv_capacity_tokens);
+  kv_ = std::make_unique<ReservedKvCache>(static_cast<int64_t>(env.requests->size()), env.kv_capacity_tokens);
 }
 
 int64_t StaticPolicy::output_allowance(RequestId id) const {
@@ -45,8 +43,7 @@ bool StaticPolicy::form_batch(SimTime now, Batch& batch) {
   const auto waiting = static_cast<int64_t>(waiting_.size());
   if (waiting < config_.batch_size && !all_arrived) {
     if (config_.batch_timeout_s <= 0) return false;  // wait for more arrivals
-    const SimTime deadline = env_->request(waiting_.front()).arrival +
-                             SimTime::from_seconds(config_.batch_timeout_s);
+    const SimTime deadline = env_->request(waiting_.front()).arrival + SimTime::from_seconds(config_.batch_timeout_s);
     if (now < deadline) {
       batch.wake_at = deadline;
       return false;
@@ -130,8 +127,7 @@ bool StaticPolicy::repeat_decode_step(const Batch& batch) {
   return true;
 }
 
-void StaticPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished,
-                                    SimTime /*now*/) {
+void StaticPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime /*now*/) {
   kv_->end_decode_run();  // the iteration (run) that grew the rows has ended
   // The batch's KV is one preallocated tensor: rows are freed together when the batch ends.
   unfinished_ -= static_cast<int64_t>(finished.size());

@@ -45,8 +45,7 @@ class StaticPolicy final : public Policy {
   void attach(PolicyEnv& env) override;
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
-  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished,
-                        SimTime now) override;
+  void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
   bool idle() const override { return waiting_.empty() && batch_.empty(); }
   const KvCacheManager& kv_cache() const override { return *kv_; }
   bool repeat_decode_step(const Batch& batch) override;
@@ -69,9 +68,9 @@ class StaticPolicy final : public Policy {
   PolicyEnv* env_ = nullptr;
   std::unique_ptr<ReservedKvCache> kv_;
   std::deque<RequestId> waiting_;
-  std::vector<RequestId> batch_;   // the running batch, in admission order
-  int64_t padded_prompt_ = 0;      // longest prompt in the batch
-  int64_t steps_ = 0;              // decode steps done by the batch
+  std::vector<RequestId> batch_;  // the running batch, in admission order
+  int64_t padded_prompt_ = 0;     // longest prompt in the batch
+  int64_t steps_ = 0;             // decode steps done by the batch
   int64_t unfinished_ = 0;
 };
 

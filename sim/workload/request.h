@@ -30,8 +30,8 @@ using RequestId = int32_t;
 struct Request {
   RequestId id = 0;
   SimTime arrival;
-  int32_t prompt_tokens = 0;   // >= 1
-  int32_t output_tokens = 0;   // >= 1; the first one is produced by the prefill
+  int32_t prompt_tokens = 0;  // >= 1
+  int32_t output_tokens = 0;  // >= 1; the first one is produced by the prefill
   // The client's limit on output tokens, >= output_tokens; 0: none beyond the output itself,
   // so that a request built as {id, arrival, prompt, output} runs as it always did.
   int32_t max_tokens = 0;
@@ -91,7 +91,8 @@ class RequestSource {
 class WorkloadSource final : public RequestSource {
  public:
   explicit WorkloadSource(const Workload& requests, const PrefixBlockHashes* prefix_blocks = nullptr)
-      : requests_(requests), prefix_blocks_(prefix_blocks != nullptr && !prefix_blocks->empty() ? prefix_blocks : nullptr) {}
+      : requests_(requests),
+        prefix_blocks_(prefix_blocks != nullptr && !prefix_blocks->empty() ? prefix_blocks : nullptr) {}
   std::optional<Request> next() override {
     if (next_ >= requests_.size()) return std::nullopt;
     return requests_[next_++];
@@ -101,6 +102,7 @@ class WorkloadSource final : public RequestSource {
     if (prefix_blocks_ == nullptr || next_ == 0) return {};
     return prefix_blocks_->of(static_cast<RequestId>(next_ - 1));
   }
+
  private:
   const Workload& requests_;
   const PrefixBlockHashes* prefix_blocks_;

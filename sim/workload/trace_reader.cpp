@@ -21,19 +21,20 @@ namespace batchsim {
 
 std::string_view trace_format_name(TraceFormat format) {
   switch (format) {
-    case TraceFormat::kAzureCsv: return "azure-csv";
-    case TraceFormat::kGenericCsv: return "generic-csv";
-    case TraceFormat::kMooncakeJsonl: return "mooncake-jsonl";
+    case TraceFormat::kAzureCsv:
+      return "azure-csv";
+    case TraceFormat::kGenericCsv:
+      return "generic-csv";
+    case TraceFormat::kMooncakeJsonl:
+      return "mooncake-jsonl";
   }
   return "unknown";
 }
 
 namespace {
 
-constexpr std::array<std::string_view, 3> kAzureHeader = {"TIMESTAMP", "ContextTokens",
-                                                          "GeneratedTokens"};
-constexpr std::array<std::string_view, 3> kGenericHeader = {"arrival_s", "prompt_tokens",
-                                                            "output_tokens"};
+constexpr std::array<std::string_view, 3> kAzureHeader = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"};
+constexpr std::array<std::string_view, 3> kGenericHeader = {"arrival_s", "prompt_tokens", "output_tokens"};
 // Columns a CSV may add after its three, in any order, each at most once: the client's limit on
 // output tokens (Request::max_tokens; generic CSV only) and the request's priority
 // (Request::priority; both formats).
@@ -127,8 +128,7 @@ std::optional<int64_t> parse_timestamp_ns(std::string_view s, DateMemo& memo) {
       return std::nullopt;
     }
     if (year < 1900 || year > 2100) return std::nullopt;
-    const std::chrono::year_month_day date{std::chrono::year{year},
-                                           std::chrono::month{static_cast<unsigned>(month)},
+    const std::chrono::year_month_day date{std::chrono::year{year}, std::chrono::month{static_cast<unsigned>(month)},
                                            std::chrono::day{static_cast<unsigned>(day)}};
     if (!date.ok()) return std::nullopt;  // e.g. 2023-02-29
     days = std::chrono::sys_days{date}.time_since_epoch().count();
@@ -138,8 +138,7 @@ std::optional<int64_t> parse_timestamp_ns(std::string_view s, DateMemo& memo) {
   }
   int hour = 0, minute = 0, second = 0;
   if (!expect(' ') && !expect('T')) return std::nullopt;
-  if (!digits(2, hour) || !expect(':') || !digits(2, minute) || !expect(':') ||
-      !digits(2, second)) {
+  if (!digits(2, hour) || !expect(':') || !digits(2, minute) || !expect(':') || !digits(2, second)) {
     return std::nullopt;
   }
   int64_t fraction_ns = 0;
@@ -160,8 +159,7 @@ std::optional<int64_t> parse_timestamp_ns(std::string_view s, DateMemo& memo) {
     const int sign = s[pos] == '-' ? -1 : 1;
     ++pos;
     int offset_h = 0, offset_min = 0;
-    if (!digits(2, offset_h) || !expect(':') || !digits(2, offset_min) || offset_h > 23 ||
-        offset_min > 59) {
+    if (!digits(2, offset_h) || !expect(':') || !digits(2, offset_min) || offset_h > 23 || offset_min > 59) {
       return std::nullopt;
     }
     utc_offset_s = sign * (offset_h * 3600 + offset_min * 60);
@@ -211,14 +209,10 @@ class TraceParser {
     if (in_memory_) throw UserError(fmt::format("{} row {}: {}", name_, line_no_, what));
     throw UserError(fmt::format("{}:{}: {}", name_, line_no_, what));
   }
-  [[noreturn]] void fail_file(std::string_view what) const {
-    throw UserError(fmt::format("{}: {}", name_, what));
-  }
+  [[noreturn]] void fail_file(std::string_view what) const { throw UserError(fmt::format("{}: {}", name_, what)); }
   // Next non-blank line (trimmed, without its line end) into `line`; false at end of file.
   bool next_line(std::string_view& line);
-  bool want_more() const {
-    return max_requests_ == 0 || static_cast<int64_t>(rows_.size()) + taken_ < max_requests_;
-  }
+  bool want_more() const { return max_requests_ == 0 || static_cast<int64_t>(rows_.size()) + taken_ < max_requests_; }
   // Parses the next data line into rows_; false at the end of the file or of max_requests.
   bool read_row();
 
@@ -241,8 +235,7 @@ class TraceParser {
   int64_t timestamp_ns_from_ms(double ms) const;
   // The first `expected` fields of a line that must have exactly that many (at most N).
   template <size_t N>
-  void split_fields(std::string_view line, std::array<std::string_view, N>& fields,
-                    size_t expected = N) const;
+  void split_fields(std::string_view line, std::array<std::string_view, N>& fields, size_t expected = N) const;
 
   TraceReadResult finish(double speedup);
 
@@ -251,7 +244,7 @@ class TraceParser {
   int64_t max_requests_;
   std::unique_ptr<LineReader> in_;  // plain or gzip text
   std::string buffer_;
-  int64_t line_no_ = 0;   // for in-memory columns: the row, from 0
+  int64_t line_no_ = 0;  // for in-memory columns: the row, from 0
   bool in_memory_ = false;
 
   TraceFormat format_ = TraceFormat::kGenericCsv;
@@ -260,7 +253,7 @@ class TraceParser {
   size_t csv_fields_ = 3;        // fields on every CSV line
   size_t max_tokens_field_ = 0;  // their positions, when present
   size_t priority_field_ = 0;
-  DateMemo date_memo_;           // an Azure trace's TIMESTAMP date, parsed once
+  DateMemo date_memo_;  // an Azure trace's TIMESTAMP date, parsed once
   std::vector<RawRow> rows_;
   int64_t taken_ = 0;  // rows handed out by take_row (and no longer in rows_)
   int64_t last_taken_ns_ = 0;
@@ -289,8 +282,7 @@ bool TraceParser::next_line(std::string_view& line) {
 int32_t TraceParser::length(int64_t value, std::string_view column, int64_t& clamped_rows) const {
   if (value < 0) fail_line(fmt::format("{} must be >= 0, got {}", column, value));
   if (value > std::numeric_limits<int32_t>::max()) {
-    fail_line(fmt::format("{} = {} is more than {} tokens", column, value,
-                          std::numeric_limits<int32_t>::max()));
+    fail_line(fmt::format("{} = {} is more than {} tokens", column, value, std::numeric_limits<int32_t>::max()));
   }
   if (value == 0) {  // see "Zero lengths" in trace_reader.h
     ++clamped_rows;
@@ -299,16 +291,14 @@ int32_t TraceParser::length(int64_t value, std::string_view column, int64_t& cla
   return static_cast<int32_t>(value);
 }
 
-int32_t TraceParser::length_text(std::string_view text, std::string_view column,
-                                 int64_t& clamped_rows) const {
+int32_t TraceParser::length_text(std::string_view text, std::string_view column, int64_t& clamped_rows) const {
   const std::optional<int64_t> value = parse_int64(text);
   if (!value) fail_line(fmt::format("{} \"{}\" is not an integer", column, text));
   return length(*value, column, clamped_rows);
 }
 
 template <size_t N>
-void TraceParser::split_fields(std::string_view line, std::array<std::string_view, N>& fields,
-                               size_t expected) const {
+void TraceParser::split_fields(std::string_view line, std::array<std::string_view, N>& fields, size_t expected) const {
   const size_t count = split_csv(line, fields);
   if (count != expected) fail_line(fmt::format("expected {} fields, got {}", expected, count));
 }
@@ -318,10 +308,10 @@ void TraceParser::read_azure_row(std::string_view line) {
   split_fields(line, fields, csv_fields_);
   const std::optional<int64_t> time_ns = parse_timestamp_ns(fields[0], date_memo_);
   if (!time_ns) {
-    fail_line(fmt::format(
-        "TIMESTAMP \"{}\" is not a date and time like 2023-11-16 18:17:03.9799600 "
-        "(years 1900-2100)",
-        fields[0]));
+    fail_line(
+        fmt::format("TIMESTAMP \"{}\" is not a date and time like 2023-11-16 18:17:03.9799600 "
+                    "(years 1900-2100)",
+                    fields[0]));
   }
   const int32_t prompt = length_text(fields[1], "ContextTokens", prompt_clamped_);
   const int32_t output = length_text(fields[2], "GeneratedTokens", output_clamped_);
@@ -342,8 +332,8 @@ int32_t TraceParser::max_tokens_text(std::string_view text) const {
 int32_t TraceParser::priority_value(int64_t value) const {
   // vLLM takes any Python int; ours are int32, as wide as any priority scheme needs.
   if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    fail_line(fmt::format("priority {} is out of range [{}, {}]", value,
-                          std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+    fail_line(fmt::format("priority {} is out of range [{}, {}]", value, std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max()));
   }
   return static_cast<int32_t>(value);
 }
@@ -354,8 +344,7 @@ int32_t TraceParser::priority_text(std::string_view text) const {
   return priority_value(*value);
 }
 
-bool TraceParser::read_csv_header(std::string_view line,
-                                  const std::array<std::string_view, 3>& leading,
+bool TraceParser::read_csv_header(std::string_view line, const std::array<std::string_view, 3>& leading,
                                   std::span<const std::string_view> optional) {
   std::array<std::string_view, kMaxCsvFields + 1> fields;
   const size_t count = split_csv(line, fields);
@@ -366,9 +355,10 @@ bool TraceParser::read_csv_header(std::string_view line,
   for (size_t i = leading.size(); i < count; ++i) {
     const std::string_view column = fields[i];
     if (std::find(optional.begin(), optional.end(), column) == optional.end()) {
-      fail_line(fmt::format("unknown column \"{}\" after {}; the optional columns of this format "
-                            "are {}",
-                            column, fmt::join(leading, ","), fmt::join(optional, ", ")));
+      fail_line(
+          fmt::format("unknown column \"{}\" after {}; the optional columns of this format "
+                      "are {}",
+                      column, fmt::join(leading, ","), fmt::join(optional, ", ")));
     }
     bool& seen = column == kPriorityColumn ? has_priority_ : has_max_tokens_;
     if (seen) fail_line(fmt::format("column \"{}\" appears twice", column));
@@ -570,9 +560,8 @@ int64_t TraceParser::timestamp_ns_from_ms(double ms) const {
 
 void TraceParser::read_mooncake_row(std::string_view line) {
   FlatJsonScanner::Fields fields;
-  if (FlatJsonScanner(line).scan(fields, hashes_) &&
-      (fields.timestamp_ms_int || fields.timestamp_ms_float) && fields.input_length &&
-      fields.output_length) {
+  if (FlatJsonScanner(line).scan(fields, hashes_) && (fields.timestamp_ms_int || fields.timestamp_ms_float) &&
+      fields.input_length && fields.output_length) {
     const int64_t time_ns = fields.timestamp_ms_int ? timestamp_ns_from_ms(*fields.timestamp_ms_int)
                                                     : timestamp_ns_from_ms(*fields.timestamp_ms_float);
     const int32_t prompt = length(*fields.input_length, "input_length", prompt_clamped_);
@@ -641,10 +630,8 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
   } else {
     fail_line(fmt::format("\"timestamp\" must be a number of ms, got {}", shown(timestamp)));
   }
-  const int32_t prompt =
-      length(integer("input_length", field("input_length")), "input_length", prompt_clamped_);
-  const int32_t output =
-      length(integer("output_length", field("output_length")), "output_length", output_clamped_);
+  const int32_t prompt = length(integer("input_length", field("input_length")), "input_length", prompt_clamped_);
+  const int32_t output = length(integer("output_length", field("output_length")), "output_length", output_clamped_);
 
   if (const auto it = object.find("hash_ids"); it != object.end()) {
     if (!it->is_array()) fail_line(fmt::format("\"hash_ids\" must be an array, got {}", shown(*it)));
@@ -686,11 +673,11 @@ void TraceParser::open() {
   } else {
     std::string shown(line.substr(0, 60));
     if (line.size() > 60) shown += "...";
-    fail_line(fmt::format(
-        "unrecognised trace header \"{}\"; expected \"TIMESTAMP,ContextTokens,GeneratedTokens\" "
-        "(Azure LLM inference CSV), \"arrival_s,prompt_tokens,output_tokens\" (generic CSV) or "
-        "one JSON object per line (Mooncake JSONL)",
-        shown));
+    fail_line(
+        fmt::format("unrecognised trace header \"{}\"; expected \"TIMESTAMP,ContextTokens,GeneratedTokens\" "
+                    "(Azure LLM inference CSV), \"arrival_s,prompt_tokens,output_tokens\" (generic CSV) or "
+                    "one JSON object per line (Mooncake JSONL)",
+                    shown));
   }
 }
 
@@ -698,9 +685,15 @@ bool TraceParser::read_row() {
   std::string_view line;
   if (!want_more() || !next_line(line)) return false;
   switch (format_) {
-    case TraceFormat::kAzureCsv: read_azure_row(line); break;
-    case TraceFormat::kGenericCsv: read_generic_row(line); break;
-    case TraceFormat::kMooncakeJsonl: read_mooncake_row(line); break;
+    case TraceFormat::kAzureCsv:
+      read_azure_row(line);
+      break;
+    case TraceFormat::kGenericCsv:
+      read_generic_row(line);
+      break;
+    case TraceFormat::kMooncakeJsonl:
+      read_mooncake_row(line);
+      break;
   }
   return true;
 }
@@ -721,15 +714,17 @@ std::optional<RawRow> TraceParser::take_row(std::vector<uint64_t>& hashes) {
   // prefix caching before it starts); a later row without hash_ids has none, as in read().
   if (hash_mode_ == HashMode::kUndecided) hash_mode_ = any_hash_ids_ ? HashMode::kKeep : HashMode::kNone;
   if (hash_mode_ == HashMode::kNone && any_hash_ids_) {
-    fail_line("hash_ids here but not on the first row: --streaming decides from the first row whether requests "
-              "carry prompt-block hashes; give the first row hash_ids, or run without --streaming");
+    fail_line(
+        "hash_ids here but not on the first row: --streaming decides from the first row whether requests "
+        "carry prompt-block hashes; give the first row hash_ids, or run without --streaming");
   }
   hashes.assign(hashes_.begin(), hashes_.end());  // this row's only: they are cleared per row
   hashes_.clear();
   hash_offsets_.resize(1);
   if (taken_ > 1 && row.time_ns < last_taken_ns_) {
-    fail_line("timestamp earlier than the row above: --streaming reads a trace in file order and cannot "
-              "sort it; sort the file by time, or run without --streaming");
+    fail_line(
+        "timestamp earlier than the row above: --streaming reads a trace in file order and cannot "
+        "sort it; sort the file by time, or run without --streaming");
   }
   if (taken_ > std::numeric_limits<RequestId>::max()) fail_file("too many requests for 32-bit request ids");
   last_taken_ns_ = row.time_ns;
@@ -782,29 +777,25 @@ TraceReadResult TraceParser::read_columns(const TraceColumns& columns, double sp
 
 std::vector<std::string> TraceParser::adjustment_warnings(int64_t rows_read, int64_t rows_out_of_order) const {
   std::vector<std::string> warnings;
-  const std::string_view prompt_column = format_ == TraceFormat::kAzureCsv ? "ContextTokens"
-                                         : format_ == TraceFormat::kGenericCsv
-                                             ? "prompt_tokens"
-                                             : "input_length";
-  const std::string_view output_column = format_ == TraceFormat::kAzureCsv ? "GeneratedTokens"
-                                         : format_ == TraceFormat::kGenericCsv
-                                             ? "output_tokens"
-                                             : "output_length";
+  const std::string_view prompt_column = format_ == TraceFormat::kAzureCsv     ? "ContextTokens"
+                                         : format_ == TraceFormat::kGenericCsv ? "prompt_tokens"
+                                                                               : "input_length";
+  const std::string_view output_column = format_ == TraceFormat::kAzureCsv     ? "GeneratedTokens"
+                                         : format_ == TraceFormat::kGenericCsv ? "output_tokens"
+                                                                               : "output_length";
   if (prompt_clamped_ > 0) {
-    warnings.push_back(fmt::format(
-        "{}: {} of {} requests have {}=0; given 1 prompt token (a prefill needs one)", name_,
-        prompt_clamped_, rows_read, prompt_column));
+    warnings.push_back(fmt::format("{}: {} of {} requests have {}=0; given 1 prompt token (a prefill needs one)", name_,
+                                   prompt_clamped_, rows_read, prompt_column));
   }
   if (output_clamped_ > 0) {
-    warnings.push_back(fmt::format(
-        "{}: {} of {} requests have {}=0; given 1 output token (the prefill samples one)", name_,
-        output_clamped_, rows_read, output_column));
+    warnings.push_back(fmt::format("{}: {} of {} requests have {}=0; given 1 output token (the prefill samples one)",
+                                   name_, output_clamped_, rows_read, output_column));
   }
   if (rows_out_of_order > 0) {
-    warnings.push_back(fmt::format(
-        "{}: {} rows have a timestamp earlier than the row above; requests sorted by arrival "
-        "(ties keep file order)",
-        name_, rows_out_of_order));
+    warnings.push_back(
+        fmt::format("{}: {} rows have a timestamp earlier than the row above; requests sorted by arrival "
+                    "(ties keep file order)",
+                    name_, rows_out_of_order));
   }
   return warnings;
 }
@@ -827,9 +818,8 @@ TraceReadResult TraceParser::finish(double speedup) {
   std::vector<int32_t> order(rows_.size());
   std::iota(order.begin(), order.end(), 0);
   if (result.rows_out_of_order > 0) {
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return rows_[a].time_ns < rows_[b].time_ns;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return rows_[a].time_ns < rows_[b].time_ns; });
   }
 
   const int64_t first_ns = rows_[order.front()].time_ns;
@@ -874,14 +864,13 @@ void check_read_arguments(int64_t max_requests, double speedup) {
 
 }  // namespace
 
-TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
-                                    double speedup) {
+TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests, double speedup) {
   check_read_arguments(max_requests, speedup);
   return TraceParser(path, max_requests).read(speedup);
 }
 
-TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name,
-                                   int64_t max_requests, double speedup) {
+TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name, int64_t max_requests,
+                                   double speedup) {
   check_read_arguments(max_requests, speedup);
   return TraceParser(std::filesystem::path(name), max_requests).read_columns(columns, speedup);
 }
@@ -890,7 +879,7 @@ struct TraceStream::Impl {
   Impl(const std::filesystem::path& path, int64_t max_requests) : parser(path, max_requests) {}
   TraceParser parser;
   double speedup = 1.0;
-  std::optional<RawRow> ahead;  // the next row, read before it is asked for
+  std::optional<RawRow> ahead;                 // the next row, read before it is asked for
   std::vector<uint64_t> ahead_hashes, hashes;  // its hash_ids, and those of the row handed out
   int64_t first_ns = 0;
 };

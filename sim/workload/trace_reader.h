@@ -66,11 +66,11 @@ std::string_view trace_format_name(TraceFormat format);  // "azure-csv", "generi
 struct TraceReadResult {
   Workload requests;
   TraceFormat format = TraceFormat::kGenericCsv;
-  int64_t rows_read = 0;             // data rows read (== requests.size())
-  int64_t rows_prompt_clamped = 0;   // prompt 0 raised to 1
-  int64_t rows_output_clamped = 0;   // output 0 raised to 1
-  int64_t rows_out_of_order = 0;     // rows earlier than the row above them; sorted stably
-  PrefixBlockHashes prefix_blocks;   // Mooncake hash_ids, permuted along with the sort
+  int64_t rows_read = 0;            // data rows read (== requests.size())
+  int64_t rows_prompt_clamped = 0;  // prompt 0 raised to 1
+  int64_t rows_output_clamped = 0;  // output 0 raised to 1
+  int64_t rows_out_of_order = 0;    // rows earlier than the row above them; sorted stably
+  PrefixBlockHashes prefix_blocks;  // Mooncake hash_ids, permuted along with the sort
   // A generic CSV's max_tokens column, one per request in `requests` order; empty without the
   // column. Kept apart from the requests, whose output_tokens stay the trace's EOS lengths, so
   // that a --max-tokens that overrides the column still ends outputs at EOS (build_workload).
@@ -78,13 +78,12 @@ struct TraceReadResult {
   // Whether the trace gave priorities (a CSV `priority` column, or the key on any JSONL line);
   // they are in requests[i].priority, 0 where none was given.
   bool priority_column = false;
-  std::vector<std::string> warnings; // one line per kind of adjustment, naming the file
+  std::vector<std::string> warnings;  // one line per kind of adjustment, naming the file
 };
 
 // Throws UserError for an unreadable file, an unknown header, a malformed line, an empty trace,
 // max_requests < 0, or speedup not a finite number > 0.
-TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests,
-                                    double speedup);
+TraceReadResult read_trace_detailed(const std::filesystem::path& path, int64_t max_requests, double speedup);
 
 // A trace held in memory as columns instead of a file (the Python module's DataFrame or numpy
 // workloads): the generic CSV's columns, one entry per request, in any order of arrival.
@@ -100,8 +99,8 @@ struct TraceColumns {
 // generic CSV of the same rows; errors name `name` and the row (0-based), e.g.
 // "workload row 3: prompt_tokens must be >= 0, got -1". Also throws for columns of unequal
 // length.
-TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name,
-                                   int64_t max_requests, double speedup);
+TraceReadResult read_trace_columns(const TraceColumns& columns, std::string_view name, int64_t max_requests,
+                                   double speedup);
 
 // A trace file read one request at a time, for streaming runs: memory does not grow with the
 // file. The requests are those read_trace_detailed returns for a trace whose timestamps never
@@ -121,7 +120,7 @@ class TraceStream {
 
   struct Row {
     Request request;
-    int32_t max_tokens = 0;  // the max_tokens column's value; 0 without the column
+    int32_t max_tokens = 0;            // the max_tokens column's value; 0 without the column
     std::span<const uint64_t> hashes;  // its hash_ids; valid until the next next()
   };
   // The next request in file order; nullopt after the last (or after max_requests).

@@ -34,24 +34,28 @@ constexpr double kMaxThinkTimeS = 1e9;
 constexpr SpecSyntax kArrivalSyntaxes[] = {
     {"offline", "every request at t = 0 (a batch job)"},
     {"poisson:RATE", "Poisson arrivals, RATE requests/s (exponential gaps)"},
-    {"gamma:RATE:CV", "gamma-distributed gaps, mean 1/RATE s, coefficient of variation CV "
-                      "(CV > 1 bursty; CV = 1 is Poisson)"},
+    {"gamma:RATE:CV",
+     "gamma-distributed gaps, mean 1/RATE s, coefficient of variation CV "
+     "(CV > 1 bursty; CV = 1 is Poisson)"},
     {"trace", "the trace's own timestamps (the default with --trace)"},
 };
 
 constexpr SpecSyntax kLengthSyntaxes[] = {
     {"fixed:N", "always N tokens"},
     {"uniform:A:B", "uniform integer in [A, B], inclusive"},
-    {"capexp:MEAN:CAP", "exponential with mean MEAN, samples above CAP redrawn (the Anyscale "
-                        "continuous-batching benchmark), rounded to the nearest integer >= 1"},
+    {"capexp:MEAN:CAP",
+     "exponential with mean MEAN, samples above CAP redrawn (the Anyscale "
+     "continuous-batching benchmark), rounded to the nearest integer >= 1"},
     {"lognormal:MEDIAN:SIGMA", "MEDIAN * exp(SIGMA * N(0,1)), rounded to the nearest integer >= 1"},
 };
 
 constexpr SpecSyntax kPrefixSyntaxes[] = {
-    {"shared:TOKENS", "every prompt starts with the same TOKENS tokens (a system prompt), "
-                      "added to its sampled length"},
-    {"groups:TOKENS:N", "N distinct prefixes of TOKENS tokens, each request drawing one "
-                        "uniformly, added to its sampled length"},
+    {"shared:TOKENS",
+     "every prompt starts with the same TOKENS tokens (a system prompt), "
+     "added to its sampled length"},
+    {"groups:TOKENS:N",
+     "N distinct prefixes of TOKENS tokens, each request drawing one "
+     "uniformly, added to its sampled length"},
 };
 
 constexpr SpecSyntax kThinkTimeSyntaxes[] = {
@@ -63,8 +67,9 @@ constexpr SpecSyntax kThinkTimeSyntaxes[] = {
 constexpr SpecSyntax kPrioritySyntaxes[] = {
     {"fixed:P", "every request has priority P"},
     {"uniform:A:B", "uniform integer in [A, B], inclusive"},
-    {"classes:P=W,P=W,...", "priority P with relative weight W (W > 0), e.g. classes:0=1,1=4: "
-                            "a fifth of the requests at priority 0"},
+    {"classes:P=W,P=W,...",
+     "priority P with relative weight W (W > 0), e.g. classes:0=1,1=4: "
+     "a fifth of the requests at priority 0"},
 };
 
 // A spec split at ':' with the option it came from, for parsing and for error messages of the
@@ -91,8 +96,7 @@ class SpecText {
 
   void expect_parameters(size_t count, std::string_view syntax) const {
     if (parts_.size() != count + 1) {
-      fail(fmt::format("expected {} ({} parameter{} after \"{}:\")", syntax, count,
-                       count == 1 ? "" : "s", kind()));
+      fail(fmt::format("expected {} ({} parameter{} after \"{}:\")", syntax, count, count == 1 ? "" : "s", kind()));
     }
   }
 
@@ -113,8 +117,8 @@ class SpecText {
                   int64_t max_value = kMaxTokens) const {
     return integer_text(parts_[i], name, min_value, min_text, max_value);
   }
-  int64_t integer_text(std::string_view text, std::string_view name, int64_t min_value,
-                       std::string_view min_text, int64_t max_value = kMaxTokens) const {
+  int64_t integer_text(std::string_view text, std::string_view name, int64_t min_value, std::string_view min_text,
+                       int64_t max_value = kMaxTokens) const {
     const std::optional<int64_t> value = whole_number(text);
     if (!value || *value < min_value) fail(fmt::format("{} must be an integer >= {}", name, min_text));
     if (*value > max_value) fail(fmt::format("{} must be at most {}", name, max_value));
@@ -131,8 +135,7 @@ class SpecText {
   static std::optional<double> number(std::string_view text) {
     double value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
-        !std::isfinite(value)) {
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
       return std::nullopt;
     }
     return value;
@@ -164,15 +167,12 @@ class FixedLength final : public LengthDistribution {
 
 class UniformLength final : public LengthDistribution {
  public:
-  UniformLength(int32_t min_tokens, int32_t max_tokens)
-      : min_tokens_(min_tokens), max_tokens_(max_tokens) {}
+  UniformLength(int32_t min_tokens, int32_t max_tokens) : min_tokens_(min_tokens), max_tokens_(max_tokens) {}
   int32_t sample(Rng& rng) const override {
     const uint64_t span = static_cast<uint64_t>(max_tokens_ - min_tokens_) + 1;
     return min_tokens_ + static_cast<int32_t>(sample_below(rng, span));
   }
-  std::string describe() const override {
-    return fmt::format("uniform:{}:{}", min_tokens_, max_tokens_);
-  }
+  std::string describe() const override { return fmt::format("uniform:{}:{}", min_tokens_, max_tokens_); }
 
  private:
   int32_t min_tokens_;
@@ -190,9 +190,7 @@ class CappedExponentialLength final : public LengthDistribution {
   int32_t sample(Rng& rng) const override {
     return round_length(sample_truncated_exponential(rng, mean_tokens_, cap_tokens_));
   }
-  std::string describe() const override {
-    return fmt::format("capexp:{}:{}", mean_tokens_, cap_tokens_);
-  }
+  std::string describe() const override { return fmt::format("capexp:{}:{}", mean_tokens_, cap_tokens_); }
 
  private:
   double mean_tokens_;
@@ -201,14 +199,11 @@ class CappedExponentialLength final : public LengthDistribution {
 
 class LognormalLength final : public LengthDistribution {
  public:
-  LognormalLength(double median_tokens, double sigma)
-      : median_tokens_(median_tokens), sigma_(sigma) {}
+  LognormalLength(double median_tokens, double sigma) : median_tokens_(median_tokens), sigma_(sigma) {}
   int32_t sample(Rng& rng) const override {
     return round_length(median_tokens_ * std::exp(sigma_ * sample_standard_normal(rng)));
   }
-  std::string describe() const override {
-    return fmt::format("lognormal:{}:{}", median_tokens_, sigma_);
-  }
+  std::string describe() const override { return fmt::format("lognormal:{}:{}", median_tokens_, sigma_); }
 
  private:
   double median_tokens_;
@@ -291,10 +286,10 @@ class GapSampler : public ArrivalProcess {
       : option_(option), description_(std::move(description)) {}
   SimTime to_sim_time(double gap_s) const {
     if (!(gap_s <= 1e9)) {
-      throw UserError(fmt::format(
-          "{}: \"{}\": a gap of {:g} s between arrivals is beyond the simulated time range; is "
-          "RATE too small?",
-          option_, description_, gap_s));
+      throw UserError(
+          fmt::format("{}: \"{}\": a gap of {:g} s between arrivals is beyond the simulated time range; is "
+                      "RATE too small?",
+                      option_, description_, gap_s));
     }
     return SimTime::from_seconds(gap_s);
   }
@@ -351,16 +346,16 @@ std::string list_syntaxes(std::span<const SpecSyntax> syntaxes) {
 SimTime next_arrival(SimTime now, ArrivalProcess& process, Rng& rng, std::string_view option) {
   const SimTime gap = process.next_gap(rng);
   if (gap.ns() > SimTime::max().ns() - now.ns()) {
-    throw UserError(fmt::format("{}: \"{}\": arrival times exceed the simulated time range "
-                                "(about 292 years)",
-                                option, process.describe()));
+    throw UserError(
+        fmt::format("{}: \"{}\": arrival times exceed the simulated time range "
+                    "(about 292 years)",
+                    option, process.describe()));
   }
   return now + gap;
 }
 
 // Overwrites arrivals with 0, gap, gap+gap, ... (first request at t = 0).
-void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng,
-                     std::string_view option) {
+void assign_arrivals(Workload& requests, ArrivalProcess& process, Rng& rng, std::string_view option) {
   SimTime now = SimTime::zero();
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i > 0) now = next_arrival(now, process, rng, option);
@@ -432,8 +427,7 @@ ThinkTime parse_think_time(std::string_view spec, std::string_view option) {
   text.fail(fmt::format("unknown think time \"{}\"; expected {}", kind, list_syntaxes(kThinkTimeSyntaxes)));
 }
 
-std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
-                                                                  std::string_view option) {
+std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec, std::string_view option) {
   const SpecText text(spec, option);
   const std::string_view kind = text.kind();
   const std::string min_text = std::to_string(kMinPriority);
@@ -466,8 +460,8 @@ std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_vi
       const auto [end, ec] = std::from_chars(weight_text.data(), weight_text.data() + weight_text.size(), weight);
       if (weight_text.empty() || ec != std::errc() || end != weight_text.data() + weight_text.size() ||
           !std::isfinite(weight) || !(weight > 0)) {
-        text.fail(fmt::format("the weight of priority {} must be a positive number, got \"{}\"",
-                              priority, weight_text));
+        text.fail(
+            fmt::format("the weight of priority {} must be a positive number, got \"{}\"", priority, weight_text));
       }
       for (const PriorityClasses::Class& c : classes) {
         if (c.priority == priority) text.fail(fmt::format("priority {} is listed twice", priority));
@@ -478,8 +472,7 @@ std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_vi
     }
     return std::make_unique<PriorityClasses>(std::move(classes));
   }
-  text.fail(fmt::format("unknown priority distribution \"{}\"; expected {}", kind,
-                        list_syntaxes(kPrioritySyntaxes)));
+  text.fail(fmt::format("unknown priority distribution \"{}\"; expected {}", kind, list_syntaxes(kPrioritySyntaxes)));
 }
 
 PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
@@ -498,8 +491,7 @@ PrefixSpec parse_prefix_spec(std::string_view spec, std::string_view option) {
     prefix.groups = static_cast<int32_t>(text.integer(2, "N", 1, "1"));
     return prefix;
   }
-  text.fail(fmt::format("unknown prefix \"{}\"; expected {}", kind,
-                        list_syntaxes(kPrefixSyntaxes)));
+  text.fail(fmt::format("unknown prefix \"{}\"; expected {}", kind, list_syntaxes(kPrefixSyntaxes)));
 }
 
 int32_t parse_resample_block(std::string_view spec, std::string_view option) {
@@ -520,8 +512,10 @@ namespace {
 uint64_t prepend_prefix(const PrefixSpec& prefix, Rng& rng, std::string_view option, Request& r) {
   const int64_t prompt = static_cast<int64_t>(r.prompt_tokens) + prefix.tokens;
   if (prompt > kMaxTokens) {
-    throw UserError(fmt::format("{}: request {} would have a prompt of {} tokens, more than "
-                                "{}", option, r.id, prompt, kMaxTokens));
+    throw UserError(
+        fmt::format("{}: request {} would have a prompt of {} tokens, more than "
+                    "{}",
+                    option, r.id, prompt, kMaxTokens));
   }
   r.prompt_tokens = static_cast<int32_t>(prompt);
   return prefix.groups > 1 ? sample_below(rng, static_cast<uint64_t>(prefix.groups)) : 0;
@@ -529,8 +523,7 @@ uint64_t prepend_prefix(const PrefixSpec& prefix, Rng& rng, std::string_view opt
 
 // Prepends `prefix` to every prompt and describes it in `built.prefix_blocks`: one hash per
 // request, the index of its prefix group, covering block_tokens = TOKENS tokens.
-void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option,
-                BuiltWorkload& built) {
+void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option, BuiltWorkload& built) {
   Rng rng = Rng::for_stream(seed, kPrefixStream);
   PrefixBlockHashes& blocks = built.prefix_blocks;
   blocks.block_tokens = prefix.tokens;
@@ -545,9 +538,10 @@ void add_prefix(const PrefixSpec& prefix, uint64_t seed, std::string_view option
 
 // A trace that brings its own prompt-block hashes takes no --prefix.
 [[noreturn]] void refuse_prefix_with_hashes(const WorkloadSpec& spec) {
-  throw UserError(fmt::format("--prefix {}: the trace {} brings its own prompt-block hashes "
-                              "(hash_ids), which say what its requests share; drop --prefix",
-                              spec.prefix, spec.trace.string()));
+  throw UserError(
+      fmt::format("--prefix {}: the trace {} brings its own prompt-block hashes "
+                  "(hash_ids), which say what its requests share; drop --prefix",
+                  spec.prefix, spec.trace.string()));
 }
 
 // Ends a request's output at its client limit: `limit` becomes max_tokens, and the output, so
@@ -560,8 +554,7 @@ void apply_max_tokens(int32_t limit, bool ignore_eos, Request& r) {
 
 }  // namespace
 
-std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
-                                                              std::string_view option) {
+std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec, std::string_view option) {
   const SpecText text(spec, option);
   const std::string_view kind = text.kind();
   if (kind == "fixed") {
@@ -586,12 +579,10 @@ std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view s
     const double sigma = text.non_negative(2, "SIGMA");
     return std::make_unique<LognormalLength>(median, sigma);
   }
-  text.fail(fmt::format("unknown length distribution \"{}\"; expected {}", kind,
-                        list_syntaxes(kLengthSyntaxes)));
+  text.fail(fmt::format("unknown length distribution \"{}\"; expected {}", kind, list_syntaxes(kLengthSyntaxes)));
 }
 
-std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
-                                                      std::string_view option) {
+std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec, std::string_view option) {
   const SpecText text(spec, option);
   const std::string_view kind = text.kind();
   if (kind == "offline") {
@@ -611,8 +602,7 @@ std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
   if (kind == "trace") {
     text.fail("\"trace\" replays a trace's own timestamps; give a trace file (--trace FILE)");
   }
-  text.fail(fmt::format("unknown arrival process \"{}\"; expected {}", kind,
-                        list_syntaxes(kArrivalSyntaxes)));
+  text.fail(fmt::format("unknown arrival process \"{}\"; expected {}", kind, list_syntaxes(kArrivalSyntaxes)));
 }
 
 namespace {
@@ -641,12 +631,11 @@ ParsedWorkloadSpec parse_workload_spec(const WorkloadSpec& spec) {
     throw UserError(fmt::format("--num-requests: must be >= 0, got {}", spec.num_requests));
   }
   if (spec.num_requests > std::numeric_limits<RequestId>::max()) {
-    throw UserError(fmt::format("--num-requests: at most {}, got {}",
-                                std::numeric_limits<RequestId>::max(), spec.num_requests));
+    throw UserError(
+        fmt::format("--num-requests: at most {}, got {}", std::numeric_limits<RequestId>::max(), spec.num_requests));
   }
   if (!(std::isfinite(spec.trace_speedup) && spec.trace_speedup > 0.0)) {
-    throw UserError(
-        fmt::format("--trace-speedup: must be a number > 0, got {}", spec.trace_speedup));
+    throw UserError(fmt::format("--trace-speedup: must be a number > 0, got {}", spec.trace_speedup));
   }
   // Validated first, even when a trace brings its lengths: a typo is reported, not ignored.
   ParsedWorkloadSpec parsed;
@@ -706,8 +695,7 @@ class ClientSettings {
 // order, so the requests are those build_workload materializes, sample for sample.
 class SyntheticRequestSource final : public RequestSource {
  public:
-  SyntheticRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed,
-                         std::unique_ptr<ArrivalProcess> arrival)
+  SyntheticRequestSource(const WorkloadSpec& spec, ParsedWorkloadSpec parsed, std::unique_ptr<ArrivalProcess> arrival)
       : parsed_(std::move(parsed)),
         client_(spec, parsed_),
         arrival_(std::move(arrival)),
@@ -718,9 +706,8 @@ class SyntheticRequestSource final : public RequestSource {
     if (count_ == 0) {
       throw UserError("--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
     }
-    description_ = fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}", count_,
-                               arrival_->describe(), parsed_.prompt_len->describe(),
-                               parsed_.output_len->describe(), spec.seed);
+    description_ = fmt::format("{} requests: {} arrivals, prompt {}, output {}, seed {}", count_, arrival_->describe(),
+                               parsed_.prompt_len->describe(), parsed_.output_len->describe(), spec.seed);
     description_ += client_.describe(false, false);
   }
 
@@ -757,7 +744,8 @@ int32_t block_bootstrap(BuiltWorkload& built, std::vector<int32_t>& limits, int3
   const Workload& trace = built.requests;
   const auto n = static_cast<int64_t>(trace.size());
   if (n < 2) return 1;  // one request has one replicate: itself
-  const int64_t b = std::min<int64_t>(n, block > 0 ? block : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  const int64_t b =
+      std::min<int64_t>(n, block > 0 ? block : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
   // The gap before a block's first request: the trace's own gap before it, or for the trace's
   // first request (which has none) the trace's mean gap.
   const SimTime mean_gap = SimTime::from_ns((trace.back().arrival - trace.front().arrival).ns() / (n - 1));
@@ -831,9 +819,8 @@ std::unique_ptr<ArrivalProcess> parse_spec_arrival(const WorkloadSpec& spec) {
   // Parsed before a trace is read: a malformed option is reported without reading the file.
   std::unique_ptr<ArrivalProcess> arrival = parse_arrival_process(arrival_spec, "--arrival");
   if (spec.trace_speedup != 1.0) {
-    throw UserError(fmt::format(
-        "--trace-speedup: {} scales trace timestamps, but arrivals come from --arrival {}",
-        spec.trace_speedup, arrival_spec));
+    throw UserError(fmt::format("--trace-speedup: {} scales trace timestamps, but arrivals come from --arrival {}",
+                                spec.trace_speedup, arrival_spec));
   }
   return arrival;
 }
@@ -871,7 +858,7 @@ class TraceRequestSource final : public RequestSource {
 
  private:
   ParsedWorkloadSpec parsed_;
-  ClientSettings client_;  // reads parsed_
+  ClientSettings client_;                    // reads parsed_
   std::unique_ptr<ArrivalProcess> arrival_;  // null: the trace's own timestamps
   TraceStream stream_;
   Rng arrival_rng_;
@@ -904,12 +891,14 @@ class PrefixedSource final : public RequestSource {
 }  // namespace
 
 std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
-  if (!spec.resample.empty()) throw UserError("--streaming with --resample: not supported (a replicate draws from the whole trace)");
+  if (!spec.resample.empty())
+    throw UserError("--streaming with --resample: not supported (a replicate draws from the whole trace)");
   ParsedWorkloadSpec parsed = parse_workload_spec(spec);
   if (spec.trace_columns != nullptr) {
-    throw UserError(fmt::format("--streaming with the in-memory workload {}: not supported (it is in memory "
-                                "already; run without streaming)",
-                                spec.trace.string()));
+    throw UserError(
+        fmt::format("--streaming with the in-memory workload {}: not supported (it is in memory "
+                    "already; run without streaming)",
+                    spec.trace.string()));
   }
   if (parsed.think_time) {
     throw UserError("--streaming with --think-time: not supported (closed-loop clients need the workload in memory)");
@@ -932,16 +921,16 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   const std::optional<ThinkTime> think_time = parsed.think_time;
 
   BuiltWorkload built;
-  bool synthetic = false;  // no trace: the requests came whole from a SyntheticRequestSource
-  std::vector<int32_t> limits;  // each request's max_tokens; empty: none given
+  bool synthetic = false;         // no trace: the requests came whole from a SyntheticRequestSource
+  std::vector<int32_t> limits;    // each request's max_tokens; empty: none given
   bool trace_priorities = false;  // a trace's priority column set them
   const bool replay_timestamps = replays_trace_timestamps(spec);
   if (replay_timestamps) {
     TraceReadResult trace = read_spec_trace(spec, spec.trace_speedup);
-    built.description = fmt::format(
-        "{} requests: arrivals{} and lengths from {} ({})", trace.requests.size(),
-        spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : std::string(),
-        spec.trace.filename().string(), trace_format_name(trace.format));
+    built.description =
+        fmt::format("{} requests: arrivals{} and lengths from {} ({})", trace.requests.size(),
+                    spec.trace_speedup != 1.0 ? fmt::format(" / {}", spec.trace_speedup) : std::string(),
+                    spec.trace.filename().string(), trace_format_name(trace.format));
     built.requests = std::move(trace.requests);
     built.warnings = std::move(trace.warnings);
     built.prefix_blocks = std::move(trace.prefix_blocks);
@@ -966,25 +955,27 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
       limits = std::move(trace.max_tokens);
       trace_priorities = trace.priority_column;
       assign_arrivals(built.requests, *arrival, arrival_rng, "--arrival");
-      built.description = fmt::format("{} requests: {} arrivals, seed {}; lengths from {} ({})",
-                                      built.requests.size(), arrival->describe(), spec.seed,
-                                      spec.trace.filename().string(),
-                                      trace_format_name(trace.format));
+      built.description =
+          fmt::format("{} requests: {} arrivals, seed {}; lengths from {} ({})", built.requests.size(),
+                      arrival->describe(), spec.seed, spec.trace.filename().string(), trace_format_name(trace.format));
     }
   }
 
   if (!spec.resample.empty()) {
     const int32_t block = parse_resample_block(spec.resample, "--resample");
     if (synthetic) {
-      throw UserError(fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
-                                  "ones from each seed already (give --trace FILE)", spec.resample));
+      throw UserError(
+          fmt::format("--resample {}: resamples a trace's requests; a synthetic workload draws new "
+                      "ones from each seed already (give --trace FILE)",
+                      spec.resample));
     }
     const int32_t used = block_bootstrap(built, limits, block, spec.seed);
     built.description += fmt::format(", block-bootstrap replicate (blocks of {} requests, seed {})", used, spec.seed);
   } else if (replay_timestamps && spec.seed != 0 && seed_variation(spec).empty()) {
-    built.warnings.push_back(fmt::format(
-        "--seed {}: changes nothing in a trace replayed as recorded ({}); --resample block-bootstrap "
-        "draws a replicate of the trace from each seed", spec.seed, spec.trace.filename().string()));
+    built.warnings.push_back(
+        fmt::format("--seed {}: changes nothing in a trace replayed as recorded ({}); --resample block-bootstrap "
+                    "draws a replicate of the trace from each seed",
+                    spec.seed, spec.trace.filename().string()));
   }
 
   if (!synthetic) {  // (a synthetic source applied them as it drew each request)
@@ -1010,12 +1001,12 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   for (size_t i = 0; i < built.requests.size(); ++i) {
     const Request& r = built.requests[i];
     if (r.id != static_cast<RequestId>(i) || r.prompt_tokens < 1 || r.output_tokens < 1 ||
-        (r.max_tokens != 0 && r.max_tokens < r.output_tokens) ||
-        (i > 0 && r.arrival < built.requests[i - 1].arrival)) {
-      throw std::logic_error(fmt::format("build_workload: request {} breaks the Workload "
-                                         "invariants (dense ids, sorted arrivals, lengths >= 1, "
-                                         "output <= max_tokens)",
-                                         i));
+        (r.max_tokens != 0 && r.max_tokens < r.output_tokens) || (i > 0 && r.arrival < built.requests[i - 1].arrival)) {
+      throw std::logic_error(
+          fmt::format("build_workload: request {} breaks the Workload "
+                      "invariants (dense ids, sorted arrivals, lengths >= 1, "
+                      "output <= max_tokens)",
+                      i));
     }
   }
   return built;

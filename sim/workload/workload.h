@@ -90,8 +90,7 @@ class LengthDistribution {
 // capexp and lognormal round the continuous sample to the nearest integer, then raise it to 1
 // (capexp's CAP must be an integer, so rounding never exceeds it); lognormal is clamped to
 // 2^31 − 1 at the top.
-std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec,
-                                                              std::string_view option);
+std::unique_ptr<LengthDistribution> parse_length_distribution(std::string_view spec, std::string_view option);
 
 // A distribution of request priorities (see "priority" above). Throws UserError naming
 // `option` and the spec for a malformed one, e.g.  --priority: "classes:0=1,0=2": priority 0
@@ -102,8 +101,7 @@ class PriorityDistribution {
   virtual int32_t sample(Rng& rng) const = 0;
   virtual std::string describe() const = 0;
 };
-std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec,
-                                                                  std::string_view option);
+std::unique_ptr<PriorityDistribution> parse_priority_distribution(std::string_view spec, std::string_view option);
 
 // A parsed --think-time (see "think_time" above). Throws UserError naming `option` and the
 // spec for a malformed one, e.g.  --think-time: "uniform:2:1": B must be a number >= A
@@ -128,23 +126,22 @@ class ArrivalProcess {
 // "offline" | "poisson:RATE" (RATE requests/s > 0) | "gamma:RATE:CV" (gaps ~ Gamma(shape 1/CV²,
 // scale CV²/RATE): mean 1/RATE, coefficient of variation CV > 0). "trace" is not a process: it is
 // rejected here and handled by make_workload. Throws UserError naming `option` and the spec.
-std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec,
-                                                      std::string_view option);
+std::unique_ptr<ArrivalProcess> parse_arrival_process(std::string_view spec, std::string_view option);
 
 struct WorkloadSpec {
-  std::string arrival;                 // empty: "trace" with a trace, else "offline"
+  std::string arrival;  // empty: "trace" with a trace, else "offline"
   std::string prompt_len = "fixed:512";
   std::string output_len = "fixed:128";
-  std::filesystem::path trace;         // empty: synthetic
-  int64_t num_requests = 0;            // 0: all of a trace; required (> 0) without one
-  double trace_speedup = 1.0;          // divides trace arrival offsets
+  std::filesystem::path trace;  // empty: synthetic
+  int64_t num_requests = 0;     // 0: all of a trace; required (> 0) without one
+  double trace_speedup = 1.0;   // divides trace arrival offsets
   uint64_t seed = 0;
-  std::string prefix;                  // empty: none; else a --prefix spec (see above)
-  std::string max_tokens;              // empty: a trace's max_tokens column, else the output length
-  bool ignore_eos = false;             // output = max_tokens
-  std::string priority;                // empty: a trace's priority column, else 0 for all
-  std::string think_time;              // empty: none (a closed-loop client sends at once)
-  std::string resample;                // empty: the trace as recorded; else a --resample spec
+  std::string prefix;       // empty: none; else a --prefix spec (see above)
+  std::string max_tokens;   // empty: a trace's max_tokens column, else the output length
+  bool ignore_eos = false;  // output = max_tokens
+  std::string priority;     // empty: a trace's priority column, else 0 for all
+  std::string think_time;   // empty: none (a closed-loop client sends at once)
+  std::string resample;     // empty: the trace as recorded; else a --resample spec
   // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
@@ -158,9 +155,9 @@ struct WorkloadSpec {
 // A built workload with what a user must be told about it.
 struct BuiltWorkload {
   Workload requests;
-  std::string description;             // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
-  std::vector<std::string> warnings;   // trace rows adjusted (see trace_reader.h); print them
-  PrefixBlockHashes prefix_blocks;     // from a trace with hash_ids (Mooncake) or --prefix
+  std::string description;            // e.g. "poisson:4 arrivals; lengths from conv.csv (azure-csv)"
+  std::vector<std::string> warnings;  // trace rows adjusted (see trace_reader.h); print them
+  PrefixBlockHashes prefix_blocks;    // from a trace with hash_ids (Mooncake) or --prefix
   // --think-time: the client that takes request i waits think_times[i] before sending it
   // (SimulationOptions::think_times). Empty: none.
   std::vector<SimTime> think_times;
@@ -216,8 +213,8 @@ std::string seed_variation(const WorkloadSpec& spec);
 // naming `option`.
 int32_t parse_resample_block(std::string_view spec, std::string_view option);
 // The workload of `spec` as a RequestSource, read one request at a time (streaming runs):
-// the requests build_workload(spec) would hold, in order, and each request's prompt-block hashes (build_workload's prefix_blocks, from
-// hash_ids or --prefix) through the source's prefix_hashes(). A trace is read as the run goes
+// the requests build_workload(spec) would hold, in order, and each request's prompt-block hashes (build_workload's
+// prefix_blocks, from hash_ids or --prefix) through the source's prefix_hashes(). A trace is read as the run goes
 // (TraceStream, sim/workload/trace_reader.h: file order, which must be time order; its warnings come from
 // the source's warnings() once it ran out). In-memory columns get a UserError saying
 // "--streaming with ...: not supported". Other errors as build_workload's.

@@ -31,13 +31,12 @@ std::vector<float> naive_decode(const DecodeCase& c) {
   std::vector<float> k, v;
   for (int s = 0; s < c.batch.num_seqs(); ++s) {
     const int len = c.batch.seq_lens_tokens[static_cast<size_t>(s)];
-    gather_sequence_kv(c.cache, std::span(c.batch.block_table(s), static_cast<size_t>(c.batch.max_blocks_per_seq)),
-                       len, k, v);
+    gather_sequence_kv(c.cache, std::span(c.batch.block_table(s), static_cast<size_t>(c.batch.max_blocks_per_seq)), len,
+                       k, v);
     const int position = len - 1;  // the new token is the last one of its context
     const size_t row = static_cast<size_t>(s) * h * d;
-    naive_attention(c.shape, std::span(c.q).subspan(row, static_cast<size_t>(h * d)),
-                    std::span(&position, 1), k, v, /*causal=*/true,
-                    std::span(out).subspan(row, static_cast<size_t>(h * d)));
+    naive_attention(c.shape, std::span(c.q).subspan(row, static_cast<size_t>(h * d)), std::span(&position, 1), k, v,
+                    /*causal=*/true, std::span(out).subspan(row, static_cast<size_t>(h * d)));
   }
   return out;
 }
@@ -158,8 +157,8 @@ TEST(PrefillAttentionReference, ChunkAfterPriorContextEqualsNaiveCausalOverTheWh
       prefill_attention_reference(shape, c.cache, c.block_table, prior, chunk, c.q, out);
       const std::span expected = std::span(naive_all).subspan(static_cast<size_t>(prior) * row);
       EXPECT_LE(max_scaled_error(out, expected, kAtol, kRtol), 1.0)
-          << "heads " << g.heads << "/" << g.kv_heads << " d " << g.head_dim << " prior " << prior
-          << " chunk " << chunk;
+          << "heads " << g.heads << "/" << g.kv_heads << " d " << g.head_dim << " prior " << prior << " chunk "
+          << chunk;
     }
   }
 }
@@ -180,7 +179,8 @@ TEST(PrefillAttentionReference, IsCausalWithinTheChunk) {
   const size_t last_row = 5 * 2 * 16;
   EXPECT_EQ(std::vector<float>(before.begin(), before.begin() + last_row),
             std::vector<float>(after.begin(), after.begin() + last_row));
-  EXPECT_GT(max_scaled_error(std::span(after).subspan(last_row), std::span(before).subspan(last_row), kAtol, kRtol), 10.0);
+  EXPECT_GT(max_scaled_error(std::span(after).subspan(last_row), std::span(before).subspan(last_row), kAtol, kRtol),
+            10.0);
 }
 
 TEST(AttentionReference, GqaMapsQueryHeadsToKvHeadsInGroups) {
@@ -202,7 +202,7 @@ TEST(AttentionReference, RejectsASequenceLongerThanItsBlockTable) {
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
-  EXPECT_EQ(round_to_bf16(1.0f + 0x1p-8f), 1.0f);                  // tie, to even
+  EXPECT_EQ(round_to_bf16(1.0f + 0x1p-8f), 1.0f);                    // tie, to even
   EXPECT_EQ(round_to_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 4 * 0x1p-8f);  // tie, to even (up)
   EXPECT_EQ(round_to_bf16(1.0f + 0x1p-8f + 0x1p-12f), 1.0f + 0x1p-7f);
   EXPECT_EQ(float_to_bf16_bits(-2.0f), 0xc000);

@@ -73,8 +73,8 @@ TEST(CalibrateBinary, ShapesListsTheGemmsMeasureWouldTime) {
             "op,k,n,groups,tp,model\nexpert_up_proj,7168,4096,1,8,deepseek-v3\nmla_uk,128,512,16,8,deepseek-v3\n");
   // The measurement itself needs the GPU: it fails cleanly after reading the file.
   if (run(binary + " info").exit_code != 0) {
-    const RunResult measure = run(binary + " measure --out " + batchsim::testing::scratch_dir("m").string() +
-                                  " --shapes " + file.string());
+    const RunResult measure =
+        run(binary + " measure --out " + batchsim::testing::scratch_dir("m").string() + " --shapes " + file.string());
     EXPECT_EQ(measure.exit_code, 3) << measure.output;
     EXPECT_NE(measure.output.find("no CUDA device"), std::string::npos) << measure.output;
   }

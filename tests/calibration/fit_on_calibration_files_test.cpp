@@ -48,7 +48,8 @@ TEST(FitOnCalibrationFiles, RecoversTheGemmEfficiencyOfSyntheticMeasurements) {
   ASSERT_EQ(measurements.token_ops.size(), 4 * quick_token_count_grid(16384).size());
   // The GPU folder our writers name must lead the fit to the right datasheet ceilings.
   ASSERT_EQ(datasheet_gpu_for_device(measurements.device), "h200");
-  const FitResult fit = fit_profile(measurements, "llama-2-7b", resolve_gpu(datasheet_gpu_for_device(measurements.device)));
+  const FitResult fit =
+      fit_profile(measurements, "llama-2-7b", resolve_gpu(datasheet_gpu_for_device(measurements.device)));
   const HardwareProfile& p = fit.profile;
   // Large-M GEMMs are compute-bound at 80 % of peak, small-M ones read weights at 90 % of
   // HBM: whatever curve the fit uses, its asymptotes must land near those.

@@ -14,9 +14,7 @@
 namespace batchsim::calibration {
 namespace {
 
-SampleSummary constant_samples(double seconds) {
-  return summarize(std::vector<double>(5, seconds));
-}
+SampleSummary constant_samples(double seconds) { return summarize(std::vector<double>(5, seconds)); }
 
 TEST(HwmodelReader, ReadsACalibrationDirectory) {
   const std::filesystem::path dir = testing::scratch_dir("calibration_reader");
@@ -34,11 +32,37 @@ TEST(HwmodelReader, ReadsACalibrationDirectory) {
     }
     AttentionCsvWriter attention(model_dir / "attention.csv", AttentionFileKind::kVidur);
     AttentionCsvWriter mixed(model_dir / "attention_mixed.csv", AttentionFileKind::kMixedDecode);
-    calibration::AttentionRow decode{&model, 1, 16, 16384, 8, 0, 1024, 1024, 8192, false, "batchsim_paged_v1", 1,
-                                     "bf16", TimerKind::kCupti, constant_samples(40e-6)};
+    calibration::AttentionRow decode{&model,
+                                     1,
+                                     16,
+                                     16384,
+                                     8,
+                                     0,
+                                     1024,
+                                     1024,
+                                     8192,
+                                     false,
+                                     "batchsim_paged_v1",
+                                     1,
+                                     "bf16",
+                                     TimerKind::kCupti,
+                                     constant_samples(40e-6)};
     attention.write(decode);
-    calibration::AttentionRow prefill{&model, 1, 16, 16384, 1, 512, 2048, 2560, 2560, true, "batchsim_prefill_tiled",
-                                      1, "bf16", TimerKind::kCupti, constant_samples(300e-6)};
+    calibration::AttentionRow prefill{&model,
+                                      1,
+                                      16,
+                                      16384,
+                                      1,
+                                      512,
+                                      2048,
+                                      2560,
+                                      2560,
+                                      true,
+                                      "batchsim_prefill_tiled",
+                                      1,
+                                      "bf16",
+                                      TimerKind::kCupti,
+                                      constant_samples(300e-6)};
     attention.write(prefill);
     calibration::AttentionRow uneven = decode;
     uneven.kv_cache_size_max_tokens = 1920;
@@ -65,12 +89,14 @@ TEST(HwmodelReader, ReadsACalibrationDirectory) {
 
   // Uniform decode and prefill are read; the mixed-length batch is not taken for a uniform one.
   ASSERT_EQ(m.attention.size(), 2u);
-  const auto decode_it = std::find_if(m.attention.begin(), m.attention.end(), [](const auto& a) { return !a.is_prefill; });
+  const auto decode_it =
+      std::find_if(m.attention.begin(), m.attention.end(), [](const auto& a) { return !a.is_prefill; });
   ASSERT_NE(decode_it, m.attention.end());
   EXPECT_EQ(decode_it->batch_size, 8);
   EXPECT_EQ(decode_it->kv_cache_size, 1024);
   EXPECT_NEAR(decode_it->median_s, 40e-6, 1e-15);
-  const auto prefill_it = std::find_if(m.attention.begin(), m.attention.end(), [](const auto& a) { return a.is_prefill; });
+  const auto prefill_it =
+      std::find_if(m.attention.begin(), m.attention.end(), [](const auto& a) { return a.is_prefill; });
   ASSERT_NE(prefill_it, m.attention.end());
   EXPECT_EQ(prefill_it->prefill_chunk_size, 512);
   EXPECT_EQ(prefill_it->kv_cache_size, 2048);

@@ -57,8 +57,7 @@ std::vector<std::string> read_header(const std::filesystem::path& path) {
 
 // Every column of `published` that `keep` accepts appears in `ours`, in the same order.
 template <class Keep>
-void expect_ordered_subset(const std::vector<std::string>& published, const std::vector<std::string>& ours,
-                           Keep keep) {
+void expect_ordered_subset(const std::vector<std::string>& published, const std::vector<std::string>& ours, Keep keep) {
   size_t pos = 0;
   int matched = 0;
   for (const std::string& col : published) {
@@ -77,8 +76,7 @@ SampleSummary summary_from(double median_s) {
 
 TEST(MlpCsv, CarriesVidurColumnsInOrderAndRoundTripsValues) {
   const std::filesystem::path published =
-      testing::data_file(testing::measured_dir(),
-                         "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
+      testing::data_file(testing::measured_dir(), "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
   const std::vector<std::string> ours = MlpCsvWriter::header();
   // Vidur's columns for the operators we measure plus all shape columns. Norms, rope,
   // activation and embedding are not GEMMs and are not measured by calibration.
@@ -123,8 +121,9 @@ TEST(MlpCsv, CarriesVidurColumnsInOrderAndRoundTripsValues) {
 TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
   const std::filesystem::path vidur = testing::measured_dir() / "vidur/compute/a100";
   const std::vector<std::string> ours = AttentionCsvWriter::header(AttentionFileKind::kVidur);
-  expect_ordered_subset(read_header(testing::data_file(vidur, "meta-llama/Llama-2-7b-hf/attention_SUBSET_tp1_1810rows.csv")), ours,
-                        [](const std::string&) { return true; });
+  expect_ordered_subset(
+      read_header(testing::data_file(vidur, "meta-llama/Llama-2-7b-hf/attention_SUBSET_tp1_1810rows.csv")), ours,
+      [](const std::string&) { return true; });
   // The complete profile also has reshape timings, which are not attention kernels.
   expect_ordered_subset(read_header(testing::data_file(vidur, "attention-70b-shape-tp2/attention.csv")), ours,
                         [](const std::string& c) { return c.find("reshape") == std::string::npos; });
@@ -133,10 +132,36 @@ TEST(AttentionCsv, CarriesVidurColumnsInOrderForDecodeAndPrefillRows) {
   const CalibrationModel& model = find_calibration_model("llama-3-8b");
   {
     AttentionCsvWriter writer(file, AttentionFileKind::kVidur);
-    AttentionRow decode{&model, 1, 16, 16384, 8, 0, 1024, 1920, 8192, false, "batchsim_paged_v1", 1, "bf16",
-                        TimerKind::kCudaEvent, summary_from(0.05e-3)};
-    AttentionRow prefill{&model, 1, 16, 16384, 1, 512, 4096, 4608, 4608, true, "batchsim_prefill", 1, "bf16",
-                         TimerKind::kCupti, summary_from(0.2e-3)};
+    AttentionRow decode{&model,
+                        1,
+                        16,
+                        16384,
+                        8,
+                        0,
+                        1024,
+                        1920,
+                        8192,
+                        false,
+                        "batchsim_paged_v1",
+                        1,
+                        "bf16",
+                        TimerKind::kCudaEvent,
+                        summary_from(0.05e-3)};
+    AttentionRow prefill{&model,
+                         1,
+                         16,
+                         16384,
+                         1,
+                         512,
+                         4096,
+                         4608,
+                         4608,
+                         true,
+                         "batchsim_prefill",
+                         1,
+                         "bf16",
+                         TimerKind::kCupti,
+                         summary_from(0.2e-3)};
     writer.write(decode);
     writer.write(prefill);
   }
@@ -169,8 +194,21 @@ TEST(AttentionCsv, MixedDecodeRowsNameTheirOwnOperator) {
   const std::filesystem::path file = testing::scratch_dir("calibration_mixed_csv") / "attention_mixed.csv";
   const CalibrationModel& model = find_calibration_model("llama-2-7b");
   AttentionCsvWriter writer(file, AttentionFileKind::kMixedDecode);
-  AttentionRow prefill{&model, 1, 16, 16384, 1, 512, 0, 512, 512, true, "batchsim_prefill", 1, "bf16",
-                       TimerKind::kCupti, summary_from(0.2e-3)};
+  AttentionRow prefill{&model,
+                       1,
+                       16,
+                       16384,
+                       1,
+                       512,
+                       0,
+                       512,
+                       512,
+                       true,
+                       "batchsim_prefill",
+                       1,
+                       "bf16",
+                       TimerKind::kCupti,
+                       summary_from(0.2e-3)};
   EXPECT_THROW(writer.write(prefill), std::logic_error);
 }
 

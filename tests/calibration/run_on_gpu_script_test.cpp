@@ -60,7 +60,8 @@ std::filesystem::path write_measurement_dir(const std::filesystem::path& dir,
       MlpRow row{&model, m, tp, "bf16", TimerKind::kCupti, {}};
       for (const GemmShape& g : layer_gemm_shapes(model, tp)) {
         const double flops = 2.0 * m * static_cast<double>(g.k * g.n);
-        const double bytes = 2.0 * (m * static_cast<double>(g.k) + static_cast<double>(g.k * g.n) + m * static_cast<double>(g.n));
+        const double bytes =
+            2.0 * (m * static_cast<double>(g.k) + static_cast<double>(g.k * g.n) + m * static_cast<double>(g.n));
         row.ops[static_cast<size_t>(g.op)] = exactly(roofline_s(flops, bytes));
       }
       mlp.write(row);
@@ -106,8 +107,8 @@ std::filesystem::path write_measurement_dir(const std::filesystem::path& dir,
 struct ScriptRun {
   CommandResult result;
   std::filesystem::path out, build, log;
-  std::string run_log;     // $OUT/run.log
-  std::string calls;       // every stand-in call, one per line
+  std::string run_log;          // $OUT/run.log
+  std::string calls;            // every stand-in call, one per line
   std::set<std::string> files;  // what $OUT holds
 };
 
@@ -131,12 +132,14 @@ ScriptRun run_script(const std::string& name, const std::vector<std::string>& en
   run.run_log = ::batchsim::testing::read_text_file(run.out / "run.log");
   run.calls = ::batchsim::testing::read_text_file(run.log);
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(run.out, ec)) run.files.insert(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(run.out, ec))
+    run.files.insert(entry.path().filename().string());
   return run;
 }
 
 std::string describe(const ScriptRun& r) {
-  return "exit " + std::to_string(r.result.exit_code) + "\n--- output:\n" + r.result.output + "\n--- calls:\n" + r.calls;
+  return "exit " + std::to_string(r.result.exit_code) + "\n--- output:\n" + r.result.output + "\n--- calls:\n" +
+         r.calls;
 }
 
 TEST(RunOnGpuScript, StandInsRunEveryLaterStepAndTheResultsComeBack) {
@@ -192,7 +195,9 @@ TEST(RunOnGpuScript, AFailedMeasurementStillBringsBackWhatWasMeasured) {
 
 TEST(RunOnGpuScript, NoNvidiaGpuFailsFirstWithTheReason) {
   for (const auto& [name, env, why] : std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>{
-           {"no-nvidia-smi", {"NVIDIA_SMI=/nonexistent/nvidia-smi"}, "no NVIDIA GPU: /nonexistent/nvidia-smi is not installed"},
+           {"no-nvidia-smi",
+            {"NVIDIA_SMI=/nonexistent/nvidia-smi"},
+            "no NVIDIA GPU: /nonexistent/nvidia-smi is not installed"},
            {"no-driver", {"FAKE_NVIDIA_SMI_FAIL=1"}, "communicate with the NVIDIA driver"},
            {"no-gpu-listed", {"FAKE_GPUS="}, "lists none"},
            {"turing", {"FAKE_GPUS=Tesla T4, 7.5"}, "unsupported GPU: sm_75 is below sm_80"}}) {
@@ -228,14 +233,14 @@ TEST(RunOnGpuScript, AnyModelIsMeasuredFromItsShapeFile) {
   EXPECT_EQ(refused.result.exit_code, 1) << describe(refused);
   EXPECT_NE(refused.run_log.find("MODEL=deepseek-v3 is not built into batchsim-calibrate"), std::string::npos)
       << refused.run_log;
-  EXPECT_NE(refused.run_log.find("batchsim calibrate shapes --model deepseek-v3"), std::string::npos) << refused.run_log;
+  EXPECT_NE(refused.run_log.find("batchsim calibrate shapes --model deepseek-v3"), std::string::npos)
+      << refused.run_log;
   EXPECT_NE(last_line(refused.run_log).find("FAILED: input"), std::string::npos) << refused.run_log;
   EXPECT_EQ(refused.calls.find("batchsim-calibrate measure"), std::string::npos) << describe(refused);
   // A shape file that is not there fails before the build.
   const ScriptRun missing = run_script("missing-shapes", {"SHAPES=/nonexistent/shapes.csv"});
   EXPECT_EQ(missing.result.exit_code, 1) << describe(missing);
-  EXPECT_NE(missing.run_log.find("SHAPES=/nonexistent/shapes.csv: no such file"), std::string::npos)
-      << missing.run_log;
+  EXPECT_NE(missing.run_log.find("SHAPES=/nonexistent/shapes.csv: no such file"), std::string::npos) << missing.run_log;
   EXPECT_EQ(missing.calls, "");
 }
 
@@ -244,8 +249,8 @@ TEST(RunOnGpuScript, TheRealBatchsimFitsAndValidatesTheMeasurement) {
   if (batchsim.empty()) GTEST_SKIP() << "experiments/batchsim is not built in " << BATCHSIM_BINARY_DIR;
   // An H100 measures into compute/h100-80gb-hbm3/, a name hwmodel's fit does not map to a
   // datasheet GPU by itself: the script must name the base GPU (this failed once).
-  for (const auto& [device, base] : std::map<std::string, std::string>{{"NVIDIA H200", "h200"},
-                                                                       {"NVIDIA H100 80GB HBM3", "h100-sxm"}}) {
+  for (const auto& [device, base] :
+       std::map<std::string, std::string>{{"NVIDIA H200", "h200"}, {"NVIDIA H100 80GB HBM3", "h100-sxm"}}) {
     SCOPED_TRACE(device);
     const ScriptRun r = run_script("real-batchsim-" + base, {}, batchsim, device);
     ASSERT_EQ(r.result.exit_code, 0) << describe(r);
@@ -270,20 +275,20 @@ TEST(CudaArchScript, ComputeCapabilityBecomesTheArchitecture) {
     int exit_code;
     std::string printed;  // stdout's last line when it succeeds, else a part of the reason
   };
-  for (const Case& c : std::vector<Case>{
-           {"NVIDIA A100-SXM4-80GB, 8.0", 0, "80"},
-           {"NVIDIA A10, 8.6", 0, "86"},
-           {"NVIDIA L40S, 8.9", 0, "89"},
-           {"NVIDIA H100 80GB HBM3, 9.0", 0, "90"},
-           {"NVIDIA B200, 10.0", 0, "100"},
-           {"NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0", 0, "120"},
-           {"NVIDIA H200, 9.0\nNVIDIA H200, 9.0", 0, "90"},
-           {"NVIDIA A100-SXM4-80GB, 8.0\nNVIDIA H100 80GB HBM3, 9.0", 0, "80;90"},
-           {"Tesla T4, 7.5\nNVIDIA H100 80GB HBM3, 9.0", 0, "90"},
-           {"Tesla T4, 7.5", 4, "unsupported GPU: sm_75 is below sm_80"},
-           {"Tesla V100-SXM2-16GB, 7.0", 4, "Tesla V100-SXM2-16GB (compute capability 7.0)"},
-           {"", 3, "lists none"},
-           {"NVIDIA H100, [N/A]", 3, "cannot read the compute capability"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"NVIDIA A100-SXM4-80GB, 8.0", 0, "80"},
+                         {"NVIDIA A10, 8.6", 0, "86"},
+                         {"NVIDIA L40S, 8.9", 0, "89"},
+                         {"NVIDIA H100 80GB HBM3, 9.0", 0, "90"},
+                         {"NVIDIA B200, 10.0", 0, "100"},
+                         {"NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0", 0, "120"},
+                         {"NVIDIA H200, 9.0\nNVIDIA H200, 9.0", 0, "90"},
+                         {"NVIDIA A100-SXM4-80GB, 8.0\nNVIDIA H100 80GB HBM3, 9.0", 0, "80;90"},
+                         {"Tesla T4, 7.5\nNVIDIA H100 80GB HBM3, 9.0", 0, "90"},
+                         {"Tesla T4, 7.5", 4, "unsupported GPU: sm_75 is below sm_80"},
+                         {"Tesla V100-SXM2-16GB, 7.0", 4, "Tesla V100-SXM2-16GB (compute capability 7.0)"},
+                         {"", 3, "lists none"},
+                         {"NVIDIA H100, [N/A]", 3, "cannot read the compute capability"}}) {
     SCOPED_TRACE(c.gpus);
     // NVCC=/nonexistent: whether this machine's nvcc knows an architecture is not what is checked here.
     const CommandResult r = run_command("env " + smi + " FAKE_GPUS=" + quoted(c.gpus) + " NVCC=/nonexistent " + script);

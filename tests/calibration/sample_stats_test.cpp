@@ -96,7 +96,7 @@ TEST(StoppingCriterion, TimeCapAndSampleCapEndAnyPoint) {
 
 TEST(StoppingCriterion, QuickRuleIsLooserThanNvbenchDefaults) {
   const StoppingRule full = StoppingRule::nvbench_defaults(), quick = StoppingRule::quick();
-  EXPECT_EQ(full.min_samples, 10);          // nvbench m_min_samples
+  EXPECT_EQ(full.min_samples, 10);              // nvbench m_min_samples
   EXPECT_DOUBLE_EQ(full.max_rel_noise, 0.005);  // stdrel max-noise 0.5 %
   EXPECT_DOUBLE_EQ(full.min_measured_time_s, 0.5);
   EXPECT_DOUBLE_EQ(full.time_cap_s, 15.0);

@@ -34,14 +34,14 @@ std::string error_of(const std::filesystem::path& path) {
 }
 
 TEST(ShapeFile, ReadsColumnsByNameSkipsCommentsAndDefaultsTheLayout) {
-  const std::filesystem::path file = ::batchsim::testing::write_text_file(
-      ::batchsim::testing::scratch_dir("shapes"), "shapes.csv",
-      "# a comment\n"
-      "\n"
-      "op,k,n,model,extra_column,groups\n"
-      "attn_pre_proj,4096,6144,my-model,ignored,\n"
-      "   # an indented comment\n"
-      "mla_uk,128,512,my-model,ignored,16\r\n");
+  const std::filesystem::path file =
+      ::batchsim::testing::write_text_file(::batchsim::testing::scratch_dir("shapes"), "shapes.csv",
+                                           "# a comment\n"
+                                           "\n"
+                                           "op,k,n,model,extra_column,groups\n"
+                                           "attn_pre_proj,4096,6144,my-model,ignored,\n"
+                                           "   # an indented comment\n"
+                                           "mla_uk,128,512,my-model,ignored,16\r\n");
   const std::vector<ShapeFileGemm> rows = read_shape_file(file);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].model, "my-model");
@@ -75,14 +75,14 @@ TEST(ShapeFile, RefusesMalformedFilesNamingTheFileAndLine) {
 }
 
 TEST(ShapeFile, RowsOfOneShapeShareOneMeasurement) {
-  const std::filesystem::path file = ::batchsim::testing::write_text_file(
-      ::batchsim::testing::scratch_dir("shapes"), "shapes.csv",
-      "model,op,k,n,groups\n"
-      "a,attn_pre_proj,4096,12288,1\n"
-      "a,attn_post_proj,4096,4096,1\n"
-      "b,lm_head,4096,32000,1\n"
-      "a,mlp_down_proj,4096,4096,1\n"
-      "a,mla_uk,4096,4096,8\n");
+  const std::filesystem::path file =
+      ::batchsim::testing::write_text_file(::batchsim::testing::scratch_dir("shapes"), "shapes.csv",
+                                           "model,op,k,n,groups\n"
+                                           "a,attn_pre_proj,4096,12288,1\n"
+                                           "a,attn_post_proj,4096,4096,1\n"
+                                           "b,lm_head,4096,32000,1\n"
+                                           "a,mlp_down_proj,4096,4096,1\n"
+                                           "a,mla_uk,4096,4096,8\n");
   const std::vector<ShapeFileGemm> rows = read_shape_file(file);
   EXPECT_EQ(shape_file_models(rows), (std::vector<std::string>{"a", "b"}));
   const std::vector<DistinctGemm> a = distinct_gemms(rows, "a");
@@ -97,7 +97,8 @@ TEST(ShapeFile, RowsOfOneShapeShareOneMeasurement) {
 
 TEST(GemmCsv, WritesOneRowPerOpAndHwmodelsReaderPassesOverIt) {
   const std::filesystem::path dir = ::batchsim::testing::scratch_dir("gemm-csv");
-  ShapeFileGemm expert{"deepseek-v3", "deepseek-ai/DeepSeek-V3", 8, 1, 8, 1, "expert_up_proj", 7168, 4096, 1, 58, "fp8-block"};
+  ShapeFileGemm expert{"deepseek-v3", "deepseek-ai/DeepSeek-V3", 8, 1, 8, 1, "expert_up_proj", 7168, 4096, 1, 58,
+                       "fp8-block"};
   const std::filesystem::path gemm_csv = model_measurement_dir(dir, "h200", expert) / "gemm.csv";
   EXPECT_EQ(gemm_csv, dir / "compute" / "h200" / "deepseek-ai" / "DeepSeek-V3" / "gemm.csv");
   {
@@ -117,7 +118,8 @@ TEST(GemmCsv, WritesOneRowPerOpAndHwmodelsReaderPassesOverIt) {
   {
     MlpCsvWriter mlp(model_measurement_dir(dir, "h200", llama) / "mlp.csv");
     MlpRow row{&llama, 16, 1, "bf16", TimerKind::kCupti, {}};
-    for (const GemmShape& g : layer_gemm_shapes(llama, 1)) row.ops[static_cast<size_t>(g.op)] = summarize(std::vector<double>{1e-5});
+    for (const GemmShape& g : layer_gemm_shapes(llama, 1))
+      row.ops[static_cast<size_t>(g.op)] = summarize(std::vector<double>{1e-5});
     mlp.write(row);
   }
   const Measurements m = read_measurements(dir);
@@ -157,9 +159,9 @@ void expect_gemm(const ShapesRun& run, const std::string& op, int64_t k, int64_t
   EXPECT_EQ(it->second.groups, groups) << op;
 }
 
-#define REQUIRE_BATCHSIM()                                                                       \
-  if (shell::built_batchsim().empty()) {                                                         \
-    GTEST_SKIP() << "experiments/batchsim is not built in " << BATCHSIM_BINARY_DIR;              \
+#define REQUIRE_BATCHSIM()                                                          \
+  if (shell::built_batchsim().empty()) {                                            \
+    GTEST_SKIP() << "experiments/batchsim is not built in " << BATCHSIM_BINARY_DIR; \
   }
 
 // DeepSeek-V3's config.json (hwmodel/models/deepseek-ai--DeepSeek-V3.json): hidden 7168, 128

@@ -104,16 +104,16 @@ TEST(AttentionGrid, DecodePointsRespectTheCapsAndMixTheirLengths) {
   EXPECT_GT(uniform, 30);
   EXPECT_GT(mixed, 20);
   // The extremes that matter: one sequence at the longest context, the biggest batch.
-  EXPECT_TRUE(std::any_of(points.begin(), points.end(), [](const auto& p) {
-    return p.batch_size == 1 && p.max_context_tokens() == 16384; }));
+  EXPECT_TRUE(std::any_of(points.begin(), points.end(),
+                          [](const auto& p) { return p.batch_size == 1 && p.max_context_tokens() == 16384; }));
   EXPECT_TRUE(std::any_of(points.begin(), points.end(), [](const auto& p) { return p.batch_size == 256; }));
 }
 
 TEST(AttentionGrid, MixedLengthsKeepTheMeanAndSpreadAboutIt) {
   const std::vector<int> lens = mixed_context_lengths(8, 1024);
   ASSERT_EQ(lens.size(), 8u);
-  EXPECT_EQ(lens.front(), 128);   // mean/8
-  EXPECT_EQ(lens.back(), 1920);   // 15·mean/8
+  EXPECT_EQ(lens.front(), 128);  // mean/8
+  EXPECT_EQ(lens.back(), 1920);  // 15·mean/8
   int64_t sum = 0;
   for (int len : lens) sum += len;
   EXPECT_NEAR(static_cast<double>(sum), 8 * 1024, 8);

@@ -31,8 +31,8 @@ TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
   const auto dir = testing::scratch_dir("calibrate-fit");
   const auto meas = testing::measured_dir() / "vidur/compute/a100/meta-llama/Llama-2-7b-hf";
   std::ostringstream out;
-  ASSERT_EQ(calibrate_command({"fit", meas.string(), "--base-gpu", "a100-80gb", "--out",
-                               (dir / "p.yaml").string(), "--report", (dir / "r.json").string()},
+  ASSERT_EQ(calibrate_command({"fit", meas.string(), "--base-gpu", "a100-80gb", "--out", (dir / "p.yaml").string(),
+                               "--report", (dir / "r.json").string()},
                               out),
             0);
   const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
@@ -70,8 +70,7 @@ TEST(CalibrateFit, WritesAProfileThatRecordsItsErrors) {
 // the datasheet's values.
 TEST(CalibrateFit, FitsOneCsvAndTakesTheGpuFromItsPath) {
   const auto dir = testing::scratch_dir("calibrate-fit-csv");
-  const auto csv = testing::data_file(testing::measured_dir(),
-                                     "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
+  const auto csv = testing::data_file(testing::measured_dir(), "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv");
   std::ostringstream out;
   ASSERT_EQ(calibrate_command({"fit", csv.string(), "--out", (dir / "p.yaml").string()}, out), 0);
   const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
@@ -105,10 +104,10 @@ TEST(CalibrateFit, ATreeOfSeveralGpusTakesTheDeviceItsErrorNames) {
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("several GPUs (a100, a40)"), HasSubstr("--device")));
   }
-  ASSERT_EQ(calibrate_command({"fit", tree.string(), "--device", "a40", "--fit-on", "llama-2-7b",
-                               "--out", (dir / "p.yaml").string()},
-                              out),
-            0);
+  ASSERT_EQ(
+      calibrate_command(
+          {"fit", tree.string(), "--device", "a40", "--fit-on", "llama-2-7b", "--out", (dir / "p.yaml").string()}, out),
+      0);
   const HardwareProfile p = load_hardware_profile(dir / "p.yaml");
   EXPECT_DOUBLE_EQ(p.peak_flops, resolve_gpu("a40").peak_flops);
 }
@@ -164,9 +163,8 @@ TEST(CalibrateFit, BadInputIsNamed) {
 TEST(CalibrateTransfer, WritesALoadableProfileWithItsTables) {
   const auto dir = testing::scratch_dir("calibrate-transfer");
   std::ostringstream out;
-  ASSERT_EQ(calibrate_command({"transfer", "h100-sxm-fitted", "--to", "h200", "--out",
-                               (dir / "h200-from-h100.yaml").string()},
-                              out),
+  ASSERT_EQ(calibrate_command(
+                {"transfer", "h100-sxm-fitted", "--to", "h200", "--out", (dir / "h200-from-h100.yaml").string()}, out),
             0);
   EXPECT_THAT(out.str(), HasSubstr("transferred from h100-sxm-fitted to h200 ceilings"));
   EXPECT_THAT(out.str(), HasSubstr("x 1.433 (HBM bandwidth per SM"));  // what was rescaled, on screen
@@ -188,8 +186,8 @@ TEST(CalibrateTransfer, WritesALoadableProfileWithItsTables) {
   EXPECT_EQ(load_hardware_profile(dir / "x.yaml").name, "my-h200");
 
   std::ostringstream run_out, run_err;
-  ASSERT_EQ(cli_main({"run", "--gpu", (dir / "h200-from-h100.yaml").string(), "--model", "llama-3-8b",
-                      "--policy", "vllm", "--num-requests", "20"},
+  ASSERT_EQ(cli_main({"run", "--gpu", (dir / "h200-from-h100.yaml").string(), "--model", "llama-3-8b", "--policy",
+                      "vllm", "--num-requests", "20"},
                      run_out, run_err),
             0);
 }
@@ -243,9 +241,9 @@ TEST(CalibrateTransfer, BadInputIsNamed) {
               HasSubstr("the target must be a datasheet GPU"));
   EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h100-sxm", "--out", out_file}),
               HasSubstr("the same GPU"));
-  EXPECT_THAT(user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h200", "--out", out_file, "--from",
-                                       "x"}),
-              HasSubstr("calibrate transfer: unrecognised option '--from'"));
+  EXPECT_THAT(
+      user_error_of_calibrate({"transfer", "h100-sxm-fitted", "--to", "h200", "--out", out_file, "--from", "x"}),
+      HasSubstr("calibrate transfer: unrecognised option '--from'"));
   EXPECT_FALSE(std::filesystem::exists(out_file));  // nothing written on a refusal
 }
 

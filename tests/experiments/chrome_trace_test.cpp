@@ -291,14 +291,13 @@ TEST(ChromeTrace, RunWritesTheFileAndRefusesBadOptionsByName) {
   EXPECT_EQ(trace["otherData"]["traced_requests"], 7);
 
   // The same through a --config file.
-  testing::write_text_file(dir, "run.yaml", "chrome-trace: " + (dir / "yaml.json").string() +
-                                                "\nchrome-trace-requests: 3\nnum-requests: 10\n");
+  testing::write_text_file(
+      dir, "run.yaml",
+      "chrome-trace: " + (dir / "yaml.json").string() + "\nchrome-trace-requests: 3\nnum-requests: 10\n");
   ASSERT_EQ(run_cli({"run", "--config", (dir / "run.yaml").string()}), 0);
   EXPECT_EQ(json::parse(testing::read_text_file(dir / "yaml.json"))["otherData"]["traced_requests"], 3);
 
-  const auto error_of = [](std::vector<std::string> args) {
-    return testing::user_error_of([&] { run_cli(args); });
-  };
+  const auto error_of = [](std::vector<std::string> args) { return testing::user_error_of([&] { run_cli(args); }); };
   EXPECT_THAT(error_of({"run", "--num-requests", "5", "--chrome-trace", "t.json", "--chrome-trace-requests", "-1"}),
               HasSubstr("--chrome-trace-requests -1"));
   EXPECT_THAT(error_of({"run", "--num-requests", "5", "--chrome-trace-requests", "10"}),

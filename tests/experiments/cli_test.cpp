@@ -19,8 +19,8 @@
 namespace batchsim {
 namespace {
 
-using testing::run_cli;
 using testing::cli_error_of;
+using testing::run_cli;
 
 using ::testing::HasSubstr;
 
@@ -28,12 +28,9 @@ TEST(Cli, BadInputNamesTheCulprit) {
   EXPECT_THAT(cli_error_of({"run", "--model", "gpt-5", "--num-requests", "5"}), HasSubstr("gpt-5"));
   EXPECT_THAT(cli_error_of({"run", "--gpu", "tpu-v9", "--num-requests", "5"}), HasSubstr("tpu-v9"));
   EXPECT_THAT(cli_error_of({"run", "--policy", "fastest", "--num-requests", "5"}), HasSubstr("fastest"));
-  EXPECT_THAT(cli_error_of({"run", "--prompt-len", "normal:5", "--num-requests", "5"}),
-              HasSubstr("--prompt-len"));
-  EXPECT_THAT(cli_error_of({"run", "--arrival", "poisson:-1", "--num-requests", "5"}),
-              HasSubstr("--arrival"));
-  EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqs", "--num-requests", "5"}),
-              HasSubstr("KEY=VALUE"));
+  EXPECT_THAT(cli_error_of({"run", "--prompt-len", "normal:5", "--num-requests", "5"}), HasSubstr("--prompt-len"));
+  EXPECT_THAT(cli_error_of({"run", "--arrival", "poisson:-1", "--num-requests", "5"}), HasSubstr("--arrival"));
+  EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqs", "--num-requests", "5"}), HasSubstr("KEY=VALUE"));
   EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqz=4", "--num-requests", "5"}),
               HasSubstr("max_num_seqz"));
   EXPECT_THAT(cli_error_of({"run", "--policy-opt", "max_num_seqs=0", "--num-requests", "5"}),
@@ -53,8 +50,7 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
   EXPECT_THAT(cli_error_of({"run", "--replicas", "0", "--num-requests", "5"}), HasSubstr("--replicas 0"));
   EXPECT_THAT(cli_error_of({"run", "--replicas", "100000", "--num-requests", "5"}), HasSubstr("--replicas"));
   EXPECT_THAT(cli_error_of({"run", "--replicas", "two", "--num-requests", "5"}), HasSubstr("replicas"));
-  EXPECT_THAT(cli_error_of({"run", "--router", "fastest", "--num-requests", "5"}),
-              HasSubstr("--router 'fastest'"));
+  EXPECT_THAT(cli_error_of({"run", "--router", "fastest", "--num-requests", "5"}), HasSubstr("--router 'fastest'"));
   const auto dir = testing::scratch_dir("cli-replicas");
   {
     std::ofstream(dir / "bad.yaml") << "replicas: 2\nrouter: nearest\n";
@@ -63,8 +59,8 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
   }
   std::ofstream(dir / "cluster.yaml") << "replicas: 3\nrouter: least-outstanding\n";
   std::string text;
-  ASSERT_EQ(run_cli({"run", "--config", (dir / "cluster.yaml").string(), "--arrival", "poisson:20",
-                     "--num-requests", "90", "--iteration-log", "--out", (dir / "out").string()},
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "cluster.yaml").string(), "--arrival", "poisson:20", "--num-requests",
+                     "90", "--iteration-log", "--out", (dir / "out").string()},
                     &text),
             0);
   EXPECT_THAT(text, HasSubstr("3 replicas x (tp 1), router least-outstanding"));
@@ -84,9 +80,7 @@ TEST(Cli, ReplicasAndRouterAreValidatedEchoedAndReported) {
   EXPECT_THAT(iterations.substr(0, iterations.find('\n')), ::testing::EndsWith(",replica"));
 
   // One replica: the header, requests.csv and summary.json read as they did before clusters.
-  ASSERT_EQ(run_cli({"run", "--arrival", "poisson:20", "--num-requests", "30", "--out",
-                     (dir / "one").string()},
-                    &text),
+  ASSERT_EQ(run_cli({"run", "--arrival", "poisson:20", "--num-requests", "30", "--out", (dir / "one").string()}, &text),
             0);
   EXPECT_THAT(text, HasSubstr("(tp 1), engine vllm, 30 requests"));
   EXPECT_THAT(testing::read_text_file(dir / "one" / "requests.csv"), ::testing::Not(HasSubstr("replica")));
@@ -115,8 +109,8 @@ TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
 
   std::ofstream(dir / "good.yaml") << "model: llama-2-7b\nnum-requests: 7\npolicy: vllm\n"
                                       "policy-opt:\n  max_num_seqs: 4\nseed: 3\n";
-  ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--num-requests", "9",
-                     "--out", (dir / "out").string()}),
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--num-requests", "9", "--out",
+                     (dir / "out").string()}),
             0);
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["num_requests"], 9);  // the flag wins
@@ -131,8 +125,8 @@ TEST(Cli, ConfigFileKeysAreCheckedAndFlagsOverrideThem) {
 TEST(Cli, DtypeOptionsChangeKvCapacityAndAreEchoed) {
   const auto dir = testing::scratch_dir("cli-dtypes");
   const auto capacity = [&](const std::vector<std::string>& extra, const std::string& name) {
-    std::vector<std::string> args = {"run", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2",
-                                     "--num-requests", "20", "--out", (dir / name).string()};
+    std::vector<std::string> args = {"run", "--model",        "mixtral-8x7b", "--gpu", "h100-sxm",           "--tp",
+                                     "2",   "--num-requests", "20",           "--out", (dir / name).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_cli(args), 0);
     const auto summary = nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
@@ -162,8 +156,8 @@ TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
   std::ofstream(dir / "t.csv") << "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.1,3000,10\n0.2,50,5\n";
   for (const char* policy : {"continuous", "hf-static", "vllm", "orca"}) {
     std::string text;
-    ASSERT_EQ(run_cli({"run", "--model", "opt-13b", "--gpu", "a100-40gb", "--policy", policy,
-                       "--trace", (dir / "t.csv").string(), "--out", (dir / policy).string()},
+    ASSERT_EQ(run_cli({"run", "--model", "opt-13b", "--gpu", "a100-40gb", "--policy", policy, "--trace",
+                       (dir / "t.csv").string(), "--out", (dir / policy).string()},
                       &text),
               0);
     EXPECT_THAT(text, HasSubstr("rejected")) << policy;
@@ -181,9 +175,9 @@ TEST(Cli, UnservableRequestsAreRejectedWithAReasonAndTheRunGoesOn) {
 TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
   const auto dir = testing::scratch_dir("cli-determinism");
   for (const char* run : {"a", "b"}) {
-    ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300",
-                       "--prompt-len", "lognormal:400:1", "--output-len", "capexp:100:800",
-                       "--seed", "11", "--iteration-log", "--out", (dir / run).string()}),
+    ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300", "--prompt-len",
+                       "lognormal:400:1", "--output-len", "capexp:100:800", "--seed", "11", "--iteration-log", "--out",
+                       (dir / run).string()}),
               0);
   }
   for (const char* file : {"summary.json", "requests.csv", "iterations.csv"}) {
@@ -191,10 +185,10 @@ TEST(Cli, SameSeedGivesByteIdenticalOutputs) {
     EXPECT_FALSE(a.empty()) << file;
     EXPECT_EQ(a, b) << file;
   }
-  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300",
-                     "--prompt-len", "lognormal:400:1", "--output-len", "capexp:100:800",
-                     "--seed", "12", "--out", (dir / "c").string()}),
-            0);
+  ASSERT_EQ(
+      run_cli({"run", "--policy", "vllm", "--arrival", "gamma:8:3", "--num-requests", "300", "--prompt-len",
+               "lognormal:400:1", "--output-len", "capexp:100:800", "--seed", "12", "--out", (dir / "c").string()}),
+      0);
   EXPECT_NE(testing::read_text_file(dir / "a" / "requests.csv"), testing::read_text_file(dir / "c" / "requests.csv"));
 }
 
@@ -231,10 +225,19 @@ TEST(Cli, EnginesSpellingsAreRefusedWithOurs) {
 }
 
 TEST(Cli, EveryCommandHasHelp) {
-  const std::vector<std::vector<std::string>> commands = {
-      {"run"},      {"compare"},  {"merge"},         {"plan"},          {"list"},
-      {"bench"},    {"validate"}, {"validate-serving"}, {"calibrate"}, {"calibrate", "fit"},
-      {"calibrate", "transfer"}, {"calibrate", "engine"}, {"calibrate", "shapes"}};
+  const std::vector<std::vector<std::string>> commands = {{"run"},
+                                                          {"compare"},
+                                                          {"merge"},
+                                                          {"plan"},
+                                                          {"list"},
+                                                          {"bench"},
+                                                          {"validate"},
+                                                          {"validate-serving"},
+                                                          {"calibrate"},
+                                                          {"calibrate", "fit"},
+                                                          {"calibrate", "transfer"},
+                                                          {"calibrate", "engine"},
+                                                          {"calibrate", "shapes"}};
   std::string top;
   ASSERT_EQ(run_cli({"--help"}, &top), 0);
   for (std::vector<std::string> args : commands) {
@@ -250,8 +253,8 @@ TEST(Cli, EveryCommandHasHelp) {
 TEST(Cli, ListsShowEverythingBuiltIn) {
   std::string text;
   ASSERT_EQ(run_cli({"list", "models"}, &text), 0);
-  for (const char* m : {"opt-13b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b",
-                        "llama-3-70b", "mistral-7b"}) {
+  for (const char* m :
+       {"opt-13b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b"}) {
     EXPECT_THAT(text, HasSubstr(m));
   }
   ASSERT_EQ(run_cli({"list", "gpus"}, &text), 0);
@@ -259,13 +262,13 @@ TEST(Cli, ListsShowEverythingBuiltIn) {
     EXPECT_THAT(text, HasSubstr(g));
   }
   ASSERT_EQ(run_cli({"list", "policies"}, &text), 0);
-  for (const char* p : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi",
-                        "max_num_batched_tokens", "watermark=0.01", "(engine hf-transformers)"}) {
+  for (const char* p : {"hf-static", "ft-static", "orca", "tgi", "vllm-v0", "vllm", "sarathi", "max_num_batched_tokens",
+                        "watermark=0.01", "(engine hf-transformers)"}) {
     EXPECT_THAT(text, HasSubstr(p));
   }
   ASSERT_EQ(run_cli({"list", "engines"}, &text), 0);
-  for (const char* e : {"bare", "vllm", "vllm-v0", "hf-transformers", "fastertransformer", "tgi", "sglang",
-                        "trtllm", "concat", "custom"}) {
+  for (const char* e : {"bare", "vllm", "vllm-v0", "hf-transformers", "fastertransformer", "tgi", "sglang", "trtllm",
+                        "concat", "custom"}) {
     EXPECT_THAT(text, HasSubstr(e));
   }
 }
@@ -277,7 +280,8 @@ TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
   std::string text;
   ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--num-requests", "8", "--out", (dir / "hf").string()}, &text), 0);
   EXPECT_THAT(text, HasSubstr("engine hf-transformers"));
-  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "hf" / "summary.json"))["config"]["engine"], "hf-transformers");
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "hf" / "summary.json"))["config"]["engine"],
+            "hf-transformers");
   ASSERT_EQ(run_cli({"run", "--policy", "hf-static", "--engine", "bare", "--num-requests", "8", "--out",
                      (dir / "bare").string()},
                     &text),
@@ -286,7 +290,8 @@ TEST(Cli, EngineDefaultsToThePresetsAndCanBeChosen) {
   const auto bare = nlohmann::json::parse(testing::read_text_file(dir / "bare" / "summary.json"));
   EXPECT_EQ(bare["config"]["engine"], "bare");
   // The same schedule on a faster engine: HF's concatenated cache and eager launches cost time.
-  EXPECT_GT(bare["throughput"]["total_tokens_per_s"].get<double>(), hf["throughput"]["total_tokens_per_s"].get<double>());
+  EXPECT_GT(bare["throughput"]["total_tokens_per_s"].get<double>(),
+            hf["throughput"]["total_tokens_per_s"].get<double>());
   std::ofstream(dir / "run.yaml") << "engine: fastertransformer\npolicy: hf-static\n";
   ASSERT_EQ(run_cli({"run", "--config", (dir / "run.yaml").string(), "--num-requests", "8"}, &text), 0);
   EXPECT_THAT(text, HasSubstr("engine fastertransformer"));
@@ -302,8 +307,9 @@ TEST(Cli, ListModelsShowsExpertsAttentionAndWeights) {
   std::istringstream lines(text);
   std::string header;
   std::getline(lines, header);
-  EXPECT_THAT(header, ::testing::ContainsRegex("attention +ffn +experts +top-k +shared +dense +weights +KV/token +context "
-                                               "+params +active$"));
+  EXPECT_THAT(header,
+              ::testing::ContainsRegex("attention +ffn +experts +top-k +shared +dense +weights +KV/token +context "
+                                       "+params +active$"));
   std::map<std::string, std::string> rows;
   for (std::string line; std::getline(lines, line) && !line.empty();) {
     EXPECT_EQ(line.size(), header.size()) << line;
@@ -316,11 +322,13 @@ TEST(Cli, ListModelsShowsExpertsAttentionAndWeights) {
   EXPECT_THAT(rows["llama-2-70b"], ::testing::ContainsRegex(" gqa +28672 +- +- +- +- +bf16 .* 69\\.0B +69\\.0B$"));
   // DeepSeek-V3 (its config.json): MLA, 256 routed experts top-8, one shared expert of 2048, the first
   // 3 of 61 layers dense, block-scaled FP8; 671B parameters, 37B active (the V3 report's figures).
-  EXPECT_THAT(rows["deepseek-v3"], ::testing::ContainsRegex(" mla +2048 +256 +8 +2048 +3 +fp8-block .* 671\\.0B +37\\.6B$"));
+  EXPECT_THAT(rows["deepseek-v3"],
+              ::testing::ContainsRegex(" mla +2048 +256 +8 +2048 +3 +fp8-block .* 671\\.0B +37\\.6B$"));
   // gpt-oss-120b: half its layers see a 128-token window; MXFP4 experts, 16-bit attention.
   EXPECT_THAT(rows["gpt-oss-120b"], ::testing::ContainsRegex(" gqa sw128 18/36 +2880 +128 +4 +- +- +bf16\\+mxfp4 "));
   // Llama 4 Maverick: every other layer MoE with a shared expert; 36 of 48 layers chunked.
-  EXPECT_THAT(rows["llama-4-maverick"], ::testing::ContainsRegex(" gqa chunk8192 36/48 +8192 +128 +1 +8192 +24 +bf16 "));
+  EXPECT_THAT(rows["llama-4-maverick"],
+              ::testing::ContainsRegex(" gqa chunk8192 36/48 +8192 +128 +1 +8192 +24 +bf16 "));
 }
 
 }  // namespace
@@ -339,14 +347,12 @@ TEST(Cli, AModelThatDoesNotFitSaysSoAndSuggestsTp) {
 TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
   EXPECT_THAT(cli_error_of({"run", "--prefix", "shared:x", "--num-requests", "5"}),
               HasSubstr("--prefix: \"shared:x\""));
-  EXPECT_THAT(cli_error_of({"run", "--prefix", "groups:100", "--num-requests", "5"}),
-              HasSubstr("--prefix"));
-  EXPECT_THAT(cli_error_of({"run", "--policy", "orca", "--policy-opt", "prefix_caching=true",
-                        "--num-requests", "5"}),
+  EXPECT_THAT(cli_error_of({"run", "--prefix", "groups:100", "--num-requests", "5"}), HasSubstr("--prefix"));
+  EXPECT_THAT(cli_error_of({"run", "--policy", "orca", "--policy-opt", "prefix_caching=true", "--num-requests", "5"}),
               HasSubstr("prefix_caching=true: only applies with kv=paged"));
-  EXPECT_THAT(cli_error_of({"run", "--policy", "hf-static", "--policy-opt", "prefix_caching=true",
-                        "--num-requests", "5"}),
-              HasSubstr("no option 'prefix_caching'"));
+  EXPECT_THAT(
+      cli_error_of({"run", "--policy", "hf-static", "--policy-opt", "prefix_caching=true", "--num-requests", "5"}),
+      HasSubstr("no option 'prefix_caching'"));
   // A shared system prompt with the vllm preset (prefix caching on): hits, reported and written.
   const auto dir = testing::scratch_dir("cli_prefix");
   const auto config = testing::write_text_file(dir, "run.yaml",
@@ -358,7 +364,8 @@ TEST(Cli, PrefixOptionIsValidatedAndFeedsPrefixCaching) {
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
   EXPECT_EQ(summary["config"]["prefix"], "shared:512");
   EXPECT_GT(summary["prefix_cache"]["hit_rate"].get<double>(), 0.4);  // 496 of ~1024 per request
-  EXPECT_THAT(testing::read_text_file(dir / "out" / "requests.csv"), HasSubstr(",cached_tokens,priority,breakdown_queueing_s,"));
+  EXPECT_THAT(testing::read_text_file(dir / "out" / "requests.csv"),
+              HasSubstr(",cached_tokens,priority,breakdown_queueing_s,"));
 }
 
 }  // namespace

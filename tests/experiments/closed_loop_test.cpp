@@ -125,25 +125,25 @@ TEST(ClosedLoop, CapsARateDrivenStreamAndTimesRequestsFromTheirSend) {
 TEST(ClosedLoop, FastForwardStaysExactWithClientsAndReplicas) {
   // With several replicas a settle on one sends a request that the router may give to another
   // in the middle of its fast-forwarded run.
-  for (const auto& [replicas, router] : {std::pair<int, const char*>{1, "round-robin"}, {3, "round-robin"},
-                                         {3, "least-outstanding"}, {3, "random"}}) {
+  for (const auto& [replicas, router] :
+       {std::pair<int, const char*>{1, "round-robin"}, {3, "round-robin"}, {3, "least-outstanding"}, {3, "random"}}) {
     for (const char* policy : {"vllm", "continuous", "tgi"}) {
-     for (const char* think : {"", "exponential:0.05"}) {  // with think time, sends fall mid-run
-     for (const int connections : {0, 3}) {  // with a pool, a settle also lets a waiting request in
-      SCOPED_TRACE(fmt::format("{} x{} {} think {} connections {}", policy, replicas, router, think, connections));
-      RunConfig c = closed_loop_config(policy, 5);
-      c.client_connections = connections;
-      c.replicas = replicas;
-      c.router = router;
-      c.workload.output_len = "uniform:50:400";
-      c.workload.think_time = think;
-      RunHooks off;
-      off.fast_forward = false;
-      const RunOutcome fast = run_simulation(c), slow = run_simulation(c, nullptr, off);
-      expect_same_requests(fast, slow);
-      EXPECT_GT(fast.result.fast_forwarded_iterations, 0);
-     }
-     }
+      for (const char* think : {"", "exponential:0.05"}) {  // with think time, sends fall mid-run
+        for (const int connections : {0, 3}) {              // with a pool, a settle also lets a waiting request in
+          SCOPED_TRACE(fmt::format("{} x{} {} think {} connections {}", policy, replicas, router, think, connections));
+          RunConfig c = closed_loop_config(policy, 5);
+          c.client_connections = connections;
+          c.replicas = replicas;
+          c.router = router;
+          c.workload.output_len = "uniform:50:400";
+          c.workload.think_time = think;
+          RunHooks off;
+          off.fast_forward = false;
+          const RunOutcome fast = run_simulation(c), slow = run_simulation(c, nullptr, off);
+          expect_same_requests(fast, slow);
+          EXPECT_GT(fast.result.fast_forwarded_iterations, 0);
+        }
+      }
     }
   }
 }
@@ -168,7 +168,8 @@ TEST(ClosedLoop, TheOptionIsCheckedAndEchoed) {
   EXPECT_THAT(testing::cli_error_of({"run", "--max-concurrency", "-1", "--num-requests", "5"}),
               HasSubstr("--max-concurrency -1: must be in [0, 10000000]"));
   const auto dir = testing::scratch_dir("closed-loop-cli");
-  ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "8", "--num-requests", "30", "--out", (dir / "r").string()}), 0);
+  ASSERT_EQ(testing::run_cli({"run", "--max-concurrency", "8", "--num-requests", "30", "--out", (dir / "r").string()}),
+            0);
   std::ifstream in(dir / "r" / "summary.json");
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary["config"]["max_concurrency"], 8);
@@ -270,9 +271,9 @@ TEST(ClosedLoopThinkTime, TheOptionIsCheckedAndEchoed) {
   const auto summary = nlohmann::json::parse(in);
   EXPECT_EQ(summary["config"]["think_time"], "exponential:0.2");
   // The summary's config reruns the same run.
-  ASSERT_EQ(testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out",
-                              (dir / "again").string()}),
-            0);
+  ASSERT_EQ(
+      testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out", (dir / "again").string()}),
+      0);
   std::ifstream again(dir / "again" / "summary.json");
   EXPECT_EQ(nlohmann::json::parse(again)["makespan_s"], summary["makespan_s"]);
 }
@@ -319,8 +320,8 @@ TEST(ClientConnections, OneConnectionServesOneRequestAtATimeInOrder) {
   ASSERT_EQ(run.result.summary.requests_completed, 12);
   EXPECT_EQ(max_at_server(run.result), 1);
   for (size_t i = 1; i < reqs.size(); ++i) {
-    EXPECT_GE(reqs[i].first_scheduled, reqs[i - 1].finished) << i;  // it reached the server at that settle
-    EXPECT_LT(reqs[i].arrival, reqs[i].first_scheduled) << i;       // after waiting at the client
+    EXPECT_GE(reqs[i].first_scheduled, reqs[i - 1].finished) << i;      // it reached the server at that settle
+    EXPECT_LT(reqs[i].arrival, reqs[i].first_scheduled) << i;           // after waiting at the client
     if (i >= 2) EXPECT_EQ(reqs[i].arrival, reqs[i - 2].finished) << i;  // sent when its client's last one ended
   }
 }
@@ -332,8 +333,9 @@ TEST(ClientConnections, APoolAsLargeAsTheClientsChangesNothing) {
 }
 
 TEST(ClientConnections, TheOptionIsCheckedEchoedAndDiagnosed) {
-  EXPECT_THAT(testing::cli_error_of({"run", "--client-connections", "4", "--num-requests", "5"}),
-              HasSubstr("--client-connections 4: is the connection pool of closed-loop clients; give --max-concurrency"));
+  EXPECT_THAT(
+      testing::cli_error_of({"run", "--client-connections", "4", "--num-requests", "5"}),
+      HasSubstr("--client-connections 4: is the connection pool of closed-loop clients; give --max-concurrency"));
   EXPECT_THAT(testing::cli_error_of({"run", "--max-concurrency", "8", "--client-connections", "-2"}),
               HasSubstr("--client-connections -2: must be in [0, 10000000]"));
   const auto dir = testing::scratch_dir("client-connections-cli");
@@ -349,9 +351,9 @@ TEST(ClientConnections, TheOptionIsCheckedEchoedAndDiagnosed) {
   EXPECT_THAT(summary["latency_breakdown"]["diagnosis"].get<std::string>(),
               HasSubstr("at the client for one of its 4 connections"));
   // The summary's config reruns the same run.
-  ASSERT_EQ(testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out",
-                              (dir / "again").string()}),
-            0);
+  ASSERT_EQ(
+      testing::run_cli({"run", "--config", (dir / "r" / "summary.json").string(), "--out", (dir / "again").string()}),
+      0);
   std::ifstream again(dir / "again" / "summary.json");
   EXPECT_EQ(nlohmann::json::parse(again)["makespan_s"], summary["makespan_s"]);
 }

@@ -28,9 +28,9 @@ namespace batchsim {
 namespace {
 
 using nlohmann::ordered_json;
+using testing::cli;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::cli;
 
 TEST(Confidence, StudentIntervalByHand) {
   // mean 3, s = sqrt(2.5), t(0.975, 4) = 2.776445 (scipy.stats.t.ppf): half-width 1.963243.
@@ -153,8 +153,8 @@ TEST(Confidence, SeedsThatVaryNothingGiveAWarningNotAZeroWidthInterval) {
     c.workload.seed = s;
     summaries.push_back(summary_to_json(run_simulation(c)));
   }
-  const ordered_json conf = confidence_json({&summaries[0], &summaries[1], &summaries[2]}, {0, 1, 2},
-                                            seed_variation(c.workload));
+  const ordered_json conf =
+      confidence_json({&summaries[0], &summaries[1], &summaries[2]}, {0, 1, 2}, seed_variation(c.workload));
   ASSERT_TRUE(conf.contains("warning"));
   EXPECT_THAT(conf["warning"].get<std::string>(), HasSubstr("nothing in this workload depends on the seed"));
   EXPECT_FALSE(conf["metrics"]["ttft_p99_s"].contains("lo"));
@@ -165,8 +165,9 @@ TEST(Confidence, SeedsThatVaryNothingGiveAWarningNotAZeroWidthInterval) {
 
 TEST(Confidence, RunSeedsWritesTheIntervalOfTheSeedsItRan) {
   const auto dir = testing::scratch_dir("seeds");
-  const std::vector<std::string> base = {"run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--arrival", "poisson:6",
-                                         "--num-requests", "120", "--output-len", "uniform:10:300", "--seed", "7"};
+  const std::vector<std::string> base = {
+      "run", "--model",      "llama-3-8b",     "--gpu",  "h100-sxm", "--arrival", "poisson:6", "--num-requests",
+      "120", "--output-len", "uniform:10:300", "--seed", "7"};
   auto args = base;
   args.insert(args.end(), {"--seeds", "4", "--out", dir.string()});
   const auto r = cli(args);
@@ -187,7 +188,8 @@ TEST(Confidence, RunSeedsWritesTheIntervalOfTheSeedsItRan) {
     a[a.size() - 1] = std::to_string(s);
     a.insert(a.end(), {"--out", one.string()});
     ASSERT_EQ(cli(a).rc, 0);
-    p99.push_back(ordered_json::parse(testing::read_text_file(one / "summary.json"))["latency"]["ttft_s"]["p99"].get<double>());
+    p99.push_back(
+        ordered_json::parse(testing::read_text_file(one / "summary.json"))["latency"]["ttft_s"]["p99"].get<double>());
   }
   const Interval iv = mean_interval(p99);
   EXPECT_DOUBLE_EQ(conf["metrics"]["ttft_p99_s"]["mean"].get<double>(), iv.mean);
@@ -199,29 +201,49 @@ TEST(Confidence, RunSeedsWritesTheIntervalOfTheSeedsItRan) {
 
 TEST(Confidence, SeedsOfATraceReplayEachReplayAReplicate) {
   const std::string trace = (testing::traces_dir() / "azure-llm-2023/conv.csv.gz").string();
-  const auto r = cli({"run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--trace", trace, "--num-requests", "400",
-                      "--seeds", "3"});
+  const auto r = cli(
+      {"run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--trace", trace, "--num-requests", "400", "--seeds", "3"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("block-bootstrap replicate"));
   EXPECT_THAT(r.out, HasSubstr("block-bootstrap replicate of conv.csv.gz"));
   EXPECT_THAT(r.out, Not(HasSubstr("gave the same figures")));
   // One seed other than 0 on a trace replayed as recorded changes nothing, and says so.
-  const auto one = cli({"run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--trace", trace, "--num-requests", "50",
-                        "--seed", "2"});
+  const auto one = cli(
+      {"run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--trace", trace, "--num-requests", "50", "--seed", "2"});
   EXPECT_THAT(one.err, HasSubstr("--seed 2: changes nothing in a trace replayed as recorded"));
 }
 
 TEST(Confidence, CompareSeedsPairsPoliciesOnTheSameRequests) {
   const auto dir = testing::scratch_dir("cmp");
-  const auto r = cli({"compare", "--policies", "vllm,sarathi", "--engine", "vllm", "--model", "llama-3-8b", "--gpu",
-                      "h100-sxm", "--arrival", "poisson:6", "--num-requests", "150", "--prompt-len", "uniform:100:3000",
-                      "--output-len", "uniform:10:300", "--seeds", "4", "--no-plots", "--out", dir.string()});
+  const auto r = cli({"compare",
+                      "--policies",
+                      "vllm,sarathi",
+                      "--engine",
+                      "vllm",
+                      "--model",
+                      "llama-3-8b",
+                      "--gpu",
+                      "h100-sxm",
+                      "--arrival",
+                      "poisson:6",
+                      "--num-requests",
+                      "150",
+                      "--prompt-len",
+                      "uniform:100:3000",
+                      "--output-len",
+                      "uniform:10:300",
+                      "--seeds",
+                      "4",
+                      "--no-plots",
+                      "--out",
+                      dir.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("against vllm, paired by seed"));
   // Common random numbers: per seed, both policies were sent the very same requests.
   for (int s = 0; s < 4; ++s) {
     auto requests = [&](int run) {
-      std::ifstream in(dir / "runs" / fmt::format("{:04d}_{}_s{}", run, run % 2 ? "sarathi" : "vllm", s) / "requests.csv");
+      std::ifstream in(dir / "runs" / fmt::format("{:04d}_{}_s{}", run, run % 2 ? "sarathi" : "vllm", s) /
+                       "requests.csv");
       std::string header, line;
       std::getline(in, header);
       std::vector<std::string> sent;  // id, arrival, prompt, output: the first four columns
@@ -238,9 +260,9 @@ TEST(Confidence, CompareSeedsPairsPoliciesOnTheSameRequests) {
   }
   const std::string csv = testing::read_text_file(dir / "results.csv");
   const std::string header = csv.substr(0, csv.find('\n'));
-  for (const char* column : {"latency.ttft_s.p99.ci_lo", "latency.ttft_s.p99.ci_hi", "latency.ttft_s.p99.diff",
-                             "latency.ttft_s.p99.diff_lo", "latency.ttft_s.p99.diff_hi", "latency.ttft_s.p99.diff_p",
-                             "throughput.output_tokens_per_s.ci_lo"}) {
+  for (const char* column :
+       {"latency.ttft_s.p99.ci_lo", "latency.ttft_s.p99.ci_hi", "latency.ttft_s.p99.diff", "latency.ttft_s.p99.diff_lo",
+        "latency.ttft_s.p99.diff_hi", "latency.ttft_s.p99.diff_p", "throughput.output_tokens_per_s.ci_lo"}) {
     EXPECT_THAT(header, HasSubstr(column));
   }
   const std::string report = testing::read_text_file(dir / "report.md");
@@ -261,7 +283,8 @@ TEST(Confidence, ExperimentSeedsOnATraceNoLongerGiveIdenticalRows) {
   ASSERT_EQ(r.rc, 0) << r.err;
   std::set<double> p99;
   for (int s = 0; s < 3; ++s) {
-    const auto summary = ordered_json::parse(testing::read_text_file(dir / "runs" / fmt::format("{:04d}_vllm_s{}", s, s) / "summary.json"));
+    const auto summary = ordered_json::parse(
+        testing::read_text_file(dir / "runs" / fmt::format("{:04d}_vllm_s{}", s, s) / "summary.json"));
     EXPECT_EQ(summary["config"]["resample"], "block-bootstrap");
     p99.insert(summary["latency"]["e2e_s"]["p99"].get<double>());
   }
@@ -274,7 +297,8 @@ TEST(Confidence, BadSeedOptionsAreRefusedByName) {
               HasSubstr("--resample block-bootstrap: resamples a trace's requests"));
   const std::string trace = (testing::traces_dir() / "azure-llm-2023/conv.csv.gz").string();
   EXPECT_THAT(testing::cli_error_of({"run", "--trace", trace, "--resample", "block:3"}), HasSubstr("--resample"));
-  EXPECT_THAT(testing::cli_error_of({"run", "--trace", trace, "--resample", "block-bootstrap:0"}), HasSubstr("B must be"));
+  EXPECT_THAT(testing::cli_error_of({"run", "--trace", trace, "--resample", "block-bootstrap:0"}),
+              HasSubstr("B must be"));
   EXPECT_THAT(testing::cli_error_of({"run", "--trace", trace, "--resample", "block-bootstrap", "--streaming"}),
               HasSubstr("--resample"));
 }

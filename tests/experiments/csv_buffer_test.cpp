@@ -33,9 +33,20 @@ std::string as_fixed9(int64_t ns) {
 }
 
 TEST(CsvBuffer, SecondsAreTheDigitsOfFixed9OfTheSeconds) {
-  std::vector<int64_t> values = {0, 1, 9, 10, 499'999'999, 500'000'000, 999'999'999, 1'000'000'000,
-                                 1'000'000'001, 3'505'400'000'001, 604'800'000'000'000,  // a week
-                                 1'999'999'999'999'999, 2'000'000'000'000'000, 2'000'000'000'000'001,
+  std::vector<int64_t> values = {0,
+                                 1,
+                                 9,
+                                 10,
+                                 499'999'999,
+                                 500'000'000,
+                                 999'999'999,
+                                 1'000'000'000,
+                                 1'000'000'001,
+                                 3'505'400'000'001,
+                                 604'800'000'000'000,  // a week
+                                 1'999'999'999'999'999,
+                                 2'000'000'000'000'000,
+                                 2'000'000'000'000'001,
                                  9'007'199'254'740'993};
   std::mt19937_64 rng(17);
   // Uniform in the exponent: gaps of microseconds, arrivals of days, and around the switch to

@@ -20,8 +20,8 @@
 namespace batchsim {
 namespace {
 
-using testing::run_cli;
 using testing::cli_error_of;
+using testing::run_cli;
 
 using ::testing::HasSubstr;
 
@@ -32,9 +32,11 @@ std::vector<std::string> pooled(std::vector<std::string> extra) {
 }
 
 TEST(DisaggregationCli, BadInputIsRefusedByName) {
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "0", "--decode-replicas", "2"})), HasSubstr("--prefill-replicas 0"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "0", "--decode-replicas", "2"})),
+              HasSubstr("--prefill-replicas 0"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1"})), HasSubstr("--decode-replicas 0"));
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "-3"})), HasSubstr("--decode-replicas -3"));
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "-3"})),
+              HasSubstr("--decode-replicas -3"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"})),
               HasSubstr("--replicas 2"));
   for (const char* gbps : {"0", "-400", "nan"}) {
@@ -43,8 +45,9 @@ TEST(DisaggregationCli, BadInputIsRefusedByName) {
   }
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-latency-us", "-1"})),
               HasSubstr("--kv-link-latency-us"));
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "carrier-pigeon"})),
-              HasSubstr("--kv-link 'carrier-pigeon'"));
+  EXPECT_THAT(
+      cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link", "carrier-pigeon"})),
+      HasSubstr("--kv-link 'carrier-pigeon'"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--kv-transfer", "push"})),
               HasSubstr("--kv-transfer 'push'"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-router", "nearest"})),
@@ -54,8 +57,8 @@ TEST(DisaggregationCli, BadInputIsRefusedByName) {
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-gpu", "tpu-v9"})),
               HasSubstr("tpu-v9"));
   // A pool's expert layout: its range and what the model allows, named by the pool's options.
-  const std::vector<std::string> moe = {"--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--prefill-replicas", "1",
-                                        "--decode-replicas", "1", "--decode-tp", "4"};
+  const std::vector<std::string> moe = {"--model", "qwen3-30b-a3b",     "--gpu", "h100-sxm",    "--prefill-replicas",
+                                        "1",       "--decode-replicas", "1",     "--decode-tp", "4"};
   auto moe_with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = moe;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -69,15 +72,15 @@ TEST(DisaggregationCli, BadInputIsRefusedByName) {
   // Pool options without pools would be silently ignored.
   EXPECT_THAT(cli_error_of(pooled({"--decode-gpu", "h100-sxm"})), HasSubstr("--prefill-replicas P"));
   // A policy that cannot serve a role, named by its option.
-  const std::string static_decode = cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1",
-                                                     "--decode-policy", "hf-static"}));
+  const std::string static_decode =
+      cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy", "hf-static"}));
   EXPECT_THAT(static_decode, HasSubstr("--decode-policy hf-static"));
   EXPECT_THAT(static_decode, HasSubstr("static batching"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--prefill-policy", "sglang"})),
               HasSubstr("--prefill-policy sglang"));
   // A pool policy's options are checked as --policy-opt's are.
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy-opt",
-                               "max_num_seqz=4"})),
+  EXPECT_THAT(cli_error_of(pooled(
+                  {"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy-opt", "max_num_seqz=4"})),
               HasSubstr("max_num_seqz"));
   // YAML keys: an unknown pool key names the file and line.
   const auto dir = testing::scratch_dir("disagg-cli-bad");
@@ -94,8 +97,8 @@ TEST(DisaggregationCli, HeterogeneousPoolsAreEchoedAndReported) {
                                        "decode-router: least-kv\nkv-link: ib\nkv-transfer: layerwise\n"
                                        "decode-policy-opt:\n  max_num_seqs: 64\n";
   std::string text;
-  ASSERT_EQ(run_cli({"run", "--config", (dir / "pools.yaml").string(), "--arrival", "poisson:8", "--num-requests",
-                     "60", "--goodput", "ttft:2000", "tpot:100", "--out", (dir / "out").string()},
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "pools.yaml").string(), "--arrival", "poisson:8", "--num-requests", "60",
+                     "--goodput", "ttft:2000", "tpot:100", "--out", (dir / "out").string()},
                     &text),
             0);
   EXPECT_THAT(text, HasSubstr("1 prefill x (h100-sxm tp 1, vllm) + 2 decode x (a100-80gb tp 1, vllm)"));
@@ -126,16 +129,19 @@ TEST(DisaggregationCli, HeterogeneousPoolsAreEchoedAndReported) {
   std::istringstream lines(requests);
   std::string header, line;
   std::getline(lines, header);
-  EXPECT_THAT(header, ::testing::EndsWith(",replica,prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes"));
+  EXPECT_THAT(header,
+              ::testing::EndsWith(",replica,prefill_replica,handoff_s,kv_wait_s,kv_queue_s,kv_transfer_s,kv_bytes"));
   while (std::getline(lines, line)) {
     // A request of more than one token was moved: its kv_bytes field is set.
     if (line.back() != ',') ++multi_token;
   }
   EXPECT_EQ(t["transfers"].get<int64_t>(), multi_token);
   EXPECT_GT(multi_token, 30);
-  EXPECT_DOUBLE_EQ(s["goodput"]["requests_per_s_per_gpu"].get<double>(), s["goodput"]["requests_per_s"].get<double>() / 3);
+  EXPECT_DOUBLE_EQ(s["goodput"]["requests_per_s_per_gpu"].get<double>(),
+                   s["goodput"]["requests_per_s"].get<double>() / 3);
   // The run's own summary.json runs it again, to the byte.
-  ASSERT_EQ(run_cli({"run", "--config", (dir / "out" / "summary.json").string(), "--out", (dir / "again").string()}), 0);
+  ASSERT_EQ(run_cli({"run", "--config", (dir / "out" / "summary.json").string(), "--out", (dir / "again").string()}),
+            0);
   EXPECT_EQ(testing::read_text_file(dir / "again" / "requests.csv"), requests);
 }
 
@@ -145,10 +151,27 @@ TEST(DisaggregationCli, HeterogeneousPoolsAreEchoedAndReported) {
 TEST(DisaggregationCli, MoePoolsRunTheirOwnExpertLayouts) {
   const auto dir = testing::scratch_dir("disagg-cli-moe");
   const auto run = [&](const std::string& name, std::vector<std::string> decode) {
-    std::vector<std::string> args = {"run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--policy", "vllm",
-                                     "--arrival", "poisson:4", "--num-requests", "40", "--prefill-replicas", "1",
-                                     "--decode-replicas", "1", "--prefill-tp", "2", "--decode-tp", "4",
-                                     "--out", (dir / name).string()};
+    std::vector<std::string> args = {"run",
+                                     "--model",
+                                     "qwen3-30b-a3b",
+                                     "--gpu",
+                                     "h100-sxm",
+                                     "--policy",
+                                     "vllm",
+                                     "--arrival",
+                                     "poisson:4",
+                                     "--num-requests",
+                                     "40",
+                                     "--prefill-replicas",
+                                     "1",
+                                     "--decode-replicas",
+                                     "1",
+                                     "--prefill-tp",
+                                     "2",
+                                     "--decode-tp",
+                                     "4",
+                                     "--out",
+                                     (dir / name).string()};
     args.insert(args.end(), decode.begin(), decode.end());
     EXPECT_EQ(run_cli(args), 0) << name;
     return nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
@@ -178,9 +201,10 @@ TEST(DisaggregationCli, PoolSizesAreExperimentAxes) {
   EXPECT_EQ(runs[1].config.kv_link, "nvlink");
   // The report puts the deployments side by side, a disaggregated row naming its pools.
   std::string text;
-  ASSERT_EQ(run_cli({"compare", (dir / "e.yaml").string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "1"},
-                    &text),
-            0);
+  ASSERT_EQ(
+      run_cli({"compare", (dir / "e.yaml").string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "1"},
+              &text),
+      0);
   EXPECT_THAT(text, HasSubstr("1P+1D"));
   const std::string report = testing::read_text_file(dir / "out" / "report.md");
   EXPECT_THAT(report, HasSubstr("## Prefill/decode disaggregation"));
@@ -188,8 +212,9 @@ TEST(DisaggregationCli, PoolSizesAreExperimentAxes) {
   EXPECT_THAT(report, HasSubstr("| 1P:1D |"));
   const std::string results = testing::read_text_file(dir / "out" / "results.csv");
   EXPECT_THAT(results, HasSubstr("pools.kv_transfer.transfer_s.p99"));
-  std::ofstream(dir / "bad.yaml") << "base: {model: llama-2-7b, num-requests: 20}\npolicies: [vllm]\n"
-                                     "axes:\n  deployment:\n    - {label: broken, prefill-replicas: 1, decode-replicas: 0}\n";
+  std::ofstream(dir / "bad.yaml")
+      << "base: {model: llama-2-7b, num-requests: 20}\npolicies: [vllm]\n"
+         "axes:\n  deployment:\n    - {label: broken, prefill-replicas: 1, decode-replicas: 0}\n";
   EXPECT_THAT(testing::user_error_of([&] { parse_experiment(dir / "bad.yaml"); }), HasSubstr("--decode-replicas 0"));
 }
 
@@ -199,15 +224,16 @@ TEST(DisaggregationCli, PoolSizesAreExperimentAxes) {
 TEST(DisaggregationCli, EachPoolRunsItsOwnEngine) {
   const auto dir = testing::scratch_dir("disagg-cli-engine");
   auto run = [&](std::vector<std::string> extra, const std::string& name) {
-    std::vector<std::string> args = pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--out",
-                                            (dir / name).string()});
+    std::vector<std::string> args =
+        pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--out", (dir / name).string()});
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_cli(args), 0);
     return nlohmann::json::parse(testing::read_text_file(dir / name / "summary.json"));
   };
   // vLLM with 20 ms of scheduling per iteration in series with the GPU (synchronous), a profile
   // file of the test's own.
-  const auto slow = testing::write_text_file(dir, "slow.yaml", "base: vllm\nname: slow-vllm\ncpu:\n  per_iteration_s: 0.02\n");
+  const auto slow =
+      testing::write_text_file(dir, "slow.yaml", "base: vllm\nname: slow-vllm\ncpu:\n  per_iteration_s: 0.02\n");
   const auto same = run({}, "same");
   const auto slow_decode = run({"--decode-engine", slow.string()}, "slow-decode");
   const auto slow_prefill = run({"--prefill-engine", slow.string()}, "slow-prefill");
@@ -217,22 +243,24 @@ TEST(DisaggregationCli, EachPoolRunsItsOwnEngine) {
   const auto tpot = [](const nlohmann::json& s) { return s["latency"]["tpot_s"]["p50"].get<double>(); };
   const auto ttft = [](const nlohmann::json& s) { return s["latency"]["ttft_s"]["p50"].get<double>(); };
   EXPECT_GT(tpot(slow_decode), tpot(same) + 0.015);  // most of the 20 ms shows in every decode step
-  EXPECT_DOUBLE_EQ(ttft(slow_decode), ttft(same));  // the prefill side did not change
+  EXPECT_DOUBLE_EQ(ttft(slow_decode), ttft(same));   // the prefill side did not change
   EXPECT_GT(ttft(slow_prefill), ttft(same) + 0.015);
   // The echo replays the run to the byte.
-  ASSERT_EQ(run_cli({"run", "--config", (dir / "slow-decode" / "summary.json").string(), "--out",
-                     (dir / "again").string()}),
-            0);
+  ASSERT_EQ(
+      run_cli({"run", "--config", (dir / "slow-decode" / "summary.json").string(), "--out", (dir / "again").string()}),
+      0);
   EXPECT_EQ(testing::read_text_file(dir / "again" / "requests.csv"),
             testing::read_text_file(dir / "slow-decode" / "requests.csv"));
   // Bad values are named by their option, or by file and line.
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-engine", "warp-drive"})),
-              HasSubstr("--decode-engine warp-drive: unknown engine 'warp-drive'"));
+  EXPECT_THAT(
+      cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-engine", "warp-drive"})),
+      HasSubstr("--decode-engine warp-drive: unknown engine 'warp-drive'"));
   EXPECT_THAT(cli_error_of(pooled({"--prefill-engine", "vllm"})), HasSubstr("--prefill-replicas P"));
   std::ofstream(dir / "bad.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\nprefill:\n  engine: 42\n";
   const std::string bad = cli_error_of({"run", "--config", (dir / "bad.yaml").string(), "--num-requests", "5"});
   EXPECT_THAT(bad, HasSubstr("--prefill-engine 42"));
-  std::ofstream(dir / "good.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\ndecode-engine: " << slow.string() << "\n"
+  std::ofstream(dir / "good.yaml") << "prefill-replicas: 1\ndecode-replicas: 1\ndecode-engine: " << slow.string()
+                                   << "\n"
                                       "policy: vllm\nnum-requests: 20\narrival: 'poisson:10'\n";
   ASSERT_EQ(run_cli({"run", "--config", (dir / "good.yaml").string(), "--out", (dir / "yaml").string()}), 0);
   EXPECT_EQ(testing::read_text_file(dir / "yaml" / "requests.csv"),

@@ -54,9 +54,21 @@ std::string measured_with(const EngineProfile& truth, const std::string& think_t
 nlohmann::json fit(const std::filesystem::path& csv, const std::string& backend, const std::string& holdout,
                    const std::filesystem::path& dir, int requests_per_client, const std::string& think_time = "") {
   std::ostringstream out, err;
-  std::vector<std::string> args = {"calibrate", "engine", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                                   "--backend", backend, "--holdout", holdout, "--requests-per-client",
-                                   std::to_string(requests_per_client), "--out", (dir / "e.yaml").string(), "--report",
+  std::vector<std::string> args = {"calibrate",
+                                   "engine",
+                                   "--measurements",
+                                   csv.string(),
+                                   "--gpu",
+                                   "h100-sxm-fitted",
+                                   "--backend",
+                                   backend,
+                                   "--holdout",
+                                   holdout,
+                                   "--requests-per-client",
+                                   std::to_string(requests_per_client),
+                                   "--out",
+                                   (dir / "e.yaml").string(),
+                                   "--report",
                                    (dir / "r.json").string()};
   if (!think_time.empty()) args.insert(args.end(), {"--think-time", think_time});
   const int rc = cli_main(args, out, err);
@@ -125,15 +137,16 @@ TEST(EngineFit, BadInputIsNamed) {
     });
   };
   const std::string m = csv.string(), o = (dir / "e.yaml").string();
-  EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--out", o}), HasSubstr("--backend is required"));
+  EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--out", o}),
+              HasSubstr("--backend is required"));
   EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "vllm"}), HasSubstr("--out"));
-  EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--out", o, "--holdout",
-                        "tp"}),
-              HasSubstr("--holdout: 'tp' is not osl, isl or none"));
+  EXPECT_THAT(
+      error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--out", o, "--holdout", "tp"}),
+      HasSubstr("--holdout: 'tp' is not osl, isl or none"));
   // One prompt length only: nothing to hold out by it.
-  EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--out", o, "--holdout",
-                        "isl"}),
-              HasSubstr("the rows have one isl only (256)"));
+  EXPECT_THAT(
+      error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--out", o, "--holdout", "isl"}),
+      HasSubstr("the rows have one isl only (256)"));
   EXPECT_THAT(error_of({"--measurements", m, "--gpu", "h100-sxm-fitted", "--backend", "sglang", "--out", o}),
               HasSubstr("no rows to replay"));
 }

@@ -24,10 +24,10 @@ namespace batchsim {
 namespace {
 
 namespace fs = std::filesystem;
+using nlohmann::ordered_json;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::ordered_json;
 
 std::vector<std::vector<std::string>> read_csv_rows(const fs::path& p) {
   // Our CSVs quote only cells with commas or quotes; the files read here have none inside
@@ -42,9 +42,13 @@ std::vector<std::vector<std::string>> read_csv_rows(const fs::path& p) {
     for (size_t i = 0; i < line.size(); ++i) {
       const char ch = line[i];
       if (quoted) {
-        if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') { cell += '"'; ++i; }
-        else if (ch == '"') quoted = false;
-        else cell += ch;
+        if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+          cell += '"';
+          ++i;
+        } else if (ch == '"')
+          quoted = false;
+        else
+          cell += ch;
       } else if (ch == '"') {
         quoted = true;
       } else if (ch == ',') {
@@ -149,8 +153,7 @@ TEST(ExperimentParse, CliReportsBadFilesAsUserErrors) {
   const fs::path dir = testing::scratch_dir("experiment_cli_errors");
   std::ofstream(dir / "bad.yaml") << "policies: [nope]\n";
   std::ostringstream out, err;
-  EXPECT_THROW(cli_main({"compare", (dir / "bad.yaml").string(), "--out", (dir / "o").string()}, out, err),
-               UserError);
+  EXPECT_THROW(cli_main({"compare", (dir / "bad.yaml").string(), "--out", (dir / "o").string()}, out, err), UserError);
   EXPECT_THROW(cli_main({"compare", (dir / "missing.yaml").string(), "--out", (dir / "o").string()}, out, err),
                UserError);
   EXPECT_THROW(cli_main({"compare", "--policies", "tgi", "--shard", "2/2"}, out, err), UserError);
@@ -170,7 +173,8 @@ axes:
     - {label: long, output-len: "fixed:512", per-policy: {hf: {batch_size: 4}}}
   rate: [1.5, 3]
 seeds: [7, 8]
-)", "x.yaml");
+)",
+                                             "x.yaml");
   const auto runs = expand_runs(e);
   ASSERT_EQ(runs.size(), 2u * 2 * 2 * 2 * 2);
   // Policy fastest, then seed, then the last axis; the first axis slowest.
@@ -212,7 +216,8 @@ policies: [vllm]
 axes:
   replicas: [1, 4]
   router: [round-robin, least-outstanding]
-)", "cluster.yaml");
+)",
+                                             "cluster.yaml");
   const std::vector<PlannedRun> runs = expand_runs(e);
   ASSERT_EQ(runs.size(), 4u);
   EXPECT_EQ(runs[0].config.replicas, 1);
@@ -297,11 +302,11 @@ TEST(Compare, ResultsCsvColumnsAreSummaryJsonPaths) {
   const auto rows = read_csv_rows(out / "results.csv");
   ASSERT_EQ(rows.size(), 9u);
   const auto& header = rows[0];
-  for (const char* must : {"throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
-                           "throughput.requests_per_s", "latency.e2e_s.p50", "latency.ttft_s.p99",
-                           "latency.tbt_s.p99", "latency.tpot_s.p90", "requests.completed",
-                           "preemptions", "bubble_fraction", "kv.used_fraction_mean",
-                           "experiment.policy", "experiment.rate", "config.policy_opts.batch_size"}) {
+  for (const char* must :
+       {"throughput.output_tokens_per_s", "throughput.total_tokens_per_s", "throughput.requests_per_s",
+        "latency.e2e_s.p50", "latency.ttft_s.p99", "latency.tbt_s.p99", "latency.tpot_s.p90", "requests.completed",
+        "preemptions", "bubble_fraction", "kv.used_fraction_mean", "experiment.policy", "experiment.rate",
+        "config.policy_opts.batch_size"}) {
     EXPECT_NE(std::find(header.begin(), header.end(), must), header.end()) << must;
   }
   EXPECT_EQ(std::set<std::string>(header.begin(), header.end()).size(), header.size());
@@ -325,7 +330,8 @@ TEST(Compare, ResultsCsvColumnsAreSummaryJsonPaths) {
     // A column this run's summary lacks (another policy's option) is empty, never invented;
     // the intervals over seeds beside a figure are the comparison's (Confidence tests).
     for (const auto& [path, text] : cells) {
-      const bool interval = path.ends_with(".ci_lo") || path.ends_with(".ci_hi") || path.find(".diff") != std::string::npos;
+      const bool interval =
+          path.ends_with(".ci_lo") || path.ends_with(".ci_hi") || path.find(".diff") != std::string::npos;
       if (!paths.count(path) && !interval) {
         EXPECT_EQ(text, "") << path;
       }
@@ -352,12 +358,15 @@ TEST(Compare, ShardsMergedEqualTheUnshardedRunWhateverTheJobs) {
   EXPECT_TRUE(fs::exists(root / "s0" / "slot_timeline"));
   EXPECT_FALSE(fs::exists(root / "s1" / "slot_timeline"));
   merge_results({root / "s1", root / "s0"}, root / "merged", false, std::cerr);
-  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"), testing::read_text_file(root / "all" / "results.csv"));
-  EXPECT_EQ(testing::read_text_file(root / "merged" / "report.md"), testing::read_text_file(root / "all" / "report.md"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"),
+            testing::read_text_file(root / "all" / "results.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "report.md"),
+            testing::read_text_file(root / "all" / "report.md"));
   for (const auto& entry : fs::directory_iterator(root / "all" / "runs")) {
     const fs::path name = entry.path().filename();
     EXPECT_EQ(testing::read_text_file(root / "merged" / "runs" / name / "summary.json"),
-              testing::read_text_file(entry.path() / "summary.json")) << name;
+              testing::read_text_file(entry.path() / "summary.json"))
+        << name;
   }
   // A shard alone is reported as incomplete; merging a shard twice is refused.
   EXPECT_THAT(testing::read_text_file(root / "s0" / "report.md"), HasSubstr("incomplete"));
@@ -377,18 +386,22 @@ seeds: [0, 1]
 )";
   EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: vllm, ratios: {}}\n"),
               HasSubstr("'vllm' is not a policy label"));
-  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=65: 2}}}\n"),
-              HasSubstr("'cap=65' is not a group"));
-  EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=64: -1}}}\n"),
-              HasSubstr("must be > 0"));
-  EXPECT_THAT(parse_error(head + "published: {source: s, baseline: static-4, ratios: {}}\n"), HasSubstr("needs source"));
+  EXPECT_THAT(
+      parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=65: 2}}}\n"),
+      HasSubstr("'cap=65' is not a group"));
+  EXPECT_THAT(
+      parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {continuous: {cap=64: -1}}}\n"),
+      HasSubstr("must be > 0"));
+  EXPECT_THAT(parse_error(head + "published: {source: s, baseline: static-4, ratios: {}}\n"),
+              HasSubstr("needs source"));
   const fs::path out = testing::scratch_dir("experiment_published");
   EXPECT_THAT(parse_error(head + "published: {source: s, metric: m, baseline: static-4, ratios: {}, "
                                  "baseline-values: {cap=1: 5}}\n"),
               HasSubstr("'cap=1' is not a group"));
   const Experiment e = parse_experiment_text(
-      head + "published: {source: A study, metric: throughput.total_tokens_per_s, baseline: static-4, "
-             "ratios: {continuous: {cap=64: 3}}, baseline-values: {cap=64: 100}, why: Their baseline was slow.}\n",
+      head +
+          "published: {source: A study, metric: throughput.total_tokens_per_s, baseline: static-4, "
+          "ratios: {continuous: {cap=64: 3}}, baseline-values: {cap=64: 100}, why: Their baseline was slow.}\n",
       "pub.yaml");
   const ResultSet results = run_experiment(e, options_for(out), std::cerr);
   double continuous = 0, baseline = 0;
@@ -413,10 +426,9 @@ TEST(Compare, ReportHasTheComparisonTablesWithSeedSpreadAndSpeedup) {
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");
   run_experiment(e, options_for(out), std::cerr);
   const std::string report = testing::read_text_file(out / "report.md");
-  for (const char* must : {"# small", "out tok/s", "total tok/s", "req/s", "e2e p50 s", "e2e p90 s",
-                           "e2e p99 s", "TTFT p99 s", "TPOT p50 ms", "TBT p99 ms", "preempt",
-                           "KV used mean %", "bubble %", "speedup (out tok/s / static-4's)", "| rate=8 | continuous |",
-                           "```yaml"}) {
+  for (const char* must : {"# small", "out tok/s", "total tok/s", "req/s", "e2e p50 s", "e2e p90 s", "e2e p99 s",
+                           "TTFT p99 s", "TPOT p50 ms", "TBT p99 ms", "preempt", "KV used mean %", "bubble %",
+                           "speedup (out tok/s / static-4's)", "| rate=8 | continuous |", "```yaml"}) {
     EXPECT_THAT(report, HasSubstr(must));
   }
   // Two seeds: cells read "mean ± half-width"; the baseline's speedup is 1.00x.
@@ -436,7 +448,8 @@ policies: [tgi]
 axes:
   trace: [{label: tiny, value: t.csv}]
   output-len: ["fixed:4"]
-)", out / "setup.yaml");
+)",
+                                             out / "setup.yaml");
   run_experiment(e, options_for(out / "res"), std::cerr);
   const std::string report = testing::read_text_file(out / "res" / "report.md");
   EXPECT_THAT(report, HasSubstr("lengths and arrivals from the trace of axis `trace`"));
@@ -455,7 +468,8 @@ base: {arrival: offline, prompt-len: "fixed:16", output-len: "fixed:4"}
 policies: [tgi]
 axes:
   num-requests: [2, 4]
-)", "counts.yaml");
+)",
+                                                  "counts.yaml");
   run_experiment(counts, options_for(out / "counts"), std::cerr);
   EXPECT_THAT(testing::read_text_file(out / "counts" / "report.md"),
               HasSubstr("workload: requests per axis `num-requests`, prompt `fixed:16`, output `fixed:4`, all at t=0"));
@@ -476,7 +490,8 @@ TEST(Compare, TerminalTableShowsIntervalsOverSeedsAndThePairedDifferences) {
   // Table rows fit a wide terminal (the paired-difference lines wrap as prose does).
   std::istringstream lines(text.str());
   for (std::string line; std::getline(lines, line);) {
-    if (line.find(" ± ") != std::string::npos && line.find('%') == std::string::npos) EXPECT_LE(line.size(), 170u) << line;
+    if (line.find(" ± ") != std::string::npos && line.find('%') == std::string::npos)
+      EXPECT_LE(line.size(), 170u) << line;
   }
 }
 
@@ -492,7 +507,8 @@ capacity:
   rate-low: 0.5
   rate-high: 200
   tolerance: 0.05
-)", "cap.yaml");
+)",
+                                             "cap.yaml");
   const ResultSet all = run_experiment(e, options_for(root / "all"), std::cerr);
   ASSERT_EQ(all.capacities.size(), 4u);
   for (const auto& c : all.capacities) {
@@ -505,8 +521,8 @@ capacity:
     for (const auto& run : all.runs) {
       if (run["experiment"]["run"] != c["experiment"]["run"]) continue;
       const double r = run["experiment"]["rate"].get<double>();
-      const bool meets = run["latency"]["ttft_s"]["p99"].get<double>() <= 0.5 &&
-                         run["latency"]["tbt_s"]["p99"].get<double>() <= 0.1;
+      const bool meets =
+          run["latency"]["ttft_s"]["p99"].get<double>() <= 0.5 && run["latency"]["tbt_s"]["p99"].get<double>() <= 0.1;
       if (r == rate) found_ok = meets;
       if (r == cap["bracket_high_rps"].get<double>()) found_fail = !meets;
     }
@@ -522,8 +538,10 @@ capacity:
   run_experiment(e, s0, std::cerr);
   run_experiment(e, s1, std::cerr);
   merge_results({root / "s0", root / "s1"}, root / "merged", false, std::cerr);
-  EXPECT_EQ(testing::read_text_file(root / "merged" / "capacity.csv"), testing::read_text_file(root / "all" / "capacity.csv"));
-  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"), testing::read_text_file(root / "all" / "results.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "capacity.csv"),
+            testing::read_text_file(root / "all" / "capacity.csv"));
+  EXPECT_EQ(testing::read_text_file(root / "merged" / "results.csv"),
+            testing::read_text_file(root / "all" / "results.csv"));
 }
 
 TEST(Compare, SlotTimelineShowsStaticSlotsIdleUntilTheBatchEnds) {
@@ -534,7 +552,8 @@ policies:
   - {policy: hf-static, label: static, policy-opt: {batch_size: 4}}
   - {policy: continuous, label: cont, policy-opt: {max_num_seqs: 4}}
 slot-timeline: {max-iterations: 1000}
-)", "slots.yaml");
+)",
+                                             "slots.yaml");
   run_experiment(e, options_for(out), std::cerr);
   for (const char* label : {"static", "cont"}) {
     const auto rows = read_csv_rows(out / "slot_timeline" / (std::string(label) + ".csv"));
@@ -547,7 +566,7 @@ slot-timeline: {max-iterations: 1000}
     }
     EXPECT_EQ(ends.size(), 8u) << label;  // every request ends exactly once
     for (const auto& [id, n] : ends) EXPECT_EQ(n, 1) << label << " request " << id;
-    EXPECT_LT(max_slot, 4) << label;      // never more rows than slots
+    EXPECT_LT(max_slot, 4) << label;  // never more rows than slots
   }
   // Static: the second batch's requests (ids 4..7) never run before all of 0..3 ended.
   const auto rows = read_csv_rows(out / "slot_timeline" / "static.csv");
@@ -571,7 +590,8 @@ policies:
   - {policy: vllm-v0, label: recompute, policy-opt: {max_num_seqs: 6}}
   - {policy: vllm-v0, label: swap, policy-opt: {max_num_seqs: 6, preemption: swap}}
 slot-timeline: {max-iterations: 100000}
-)", "slots.yaml");
+)",
+                                             "slots.yaml");
   run_experiment(e, options_for(out), std::cerr);
   for (const char* label : {"recompute", "swap"}) {
     SCOPED_TRACE(label);
@@ -586,8 +606,8 @@ slot-timeline: {max-iterations: 100000}
       if (r[5] == "preempted") ++preempted[r[4]];
       if (r[5] == "end") ++ends[r[4]];
       const auto [it, fresh] = holder.try_emplace({r[0], r[3]}, r[4]);
-      EXPECT_TRUE(fresh) << "iteration " << r[0] << " slot " << r[3] << " holds requests "
-                         << it->second << " and " << r[4];
+      EXPECT_TRUE(fresh) << "iteration " << r[0] << " slot " << r[3] << " holds requests " << it->second << " and "
+                         << r[4];
     }
     EXPECT_FALSE(preempted.empty());  // KV for 3025 tokens, 6 x 800 wanted
     EXPECT_LT(max_slot, 6);           // a preempted request's slot is reused, not kept
@@ -608,7 +628,8 @@ policies:
 axes:
   prefix: ["shared:64"]
 )";
-  const ResultSet cached = run_experiment(parse_experiment_text(kPrefix, "prefix.yaml"), options_for(out / "on"), std::cerr);
+  const ResultSet cached =
+      run_experiment(parse_experiment_text(kPrefix, "prefix.yaml"), options_for(out / "on"), std::cerr);
   std::ostringstream text;
   print_result_table(text, cached);
   const std::string report = testing::read_text_file(out / "on" / "report.md");
@@ -619,11 +640,13 @@ axes:
   EXPECT_THAT(report, ContainsRegex("\\| no-cache \\|( [^|]+ \\|){9} 0\\.0 \\| 1\\.00x \\|"));
   EXPECT_THAT(report, ContainsRegex("\\| vllm \\|( [^|]+ \\|){9} [1-9][0-9]\\.[0-9] \\| [0-9.]+x \\|"));
   EXPECT_THAT(text.str(), ContainsRegex("prefix hit %"));
-  EXPECT_THAT(text.str(), ContainsRegex("vllm +30 +0 .* [1-9][0-9]\\.[0-9] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x"));
+  EXPECT_THAT(text.str(),
+              ContainsRegex("vllm +30 +0 .* [1-9][0-9]\\.[0-9] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x"));
 
   // The same without a shared prefix: nothing to find in the cache, so no column.
   const std::string no_prefix = std::string(kPrefix).substr(0, std::string(kPrefix).find("axes:"));
-  const ResultSet uncached = run_experiment(parse_experiment_text(no_prefix, "plain.yaml"), options_for(out / "off"), std::cerr);
+  const ResultSet uncached =
+      run_experiment(parse_experiment_text(no_prefix, "plain.yaml"), options_for(out / "off"), std::cerr);
   std::ostringstream plain;
   print_result_table(plain, uncached);
   EXPECT_THAT(testing::read_text_file(out / "off" / "report.md"), Not(HasSubstr("prefix hit")));
@@ -643,11 +666,11 @@ TEST(Compare, ReportShowsTheReplicaCountOnlyForClustersItsGroupsDoNotName) {
 base: {num-requests: 12, arrival: "poisson:20", prompt-len: "uniform:16:64", output-len: "uniform:4:16"BASE}
 policies: [vllm]
 )";
-  auto run = [&](const std::string& name, const std::string& base_extra, const std::string& axes,
-                 std::string& table) {
+  auto run = [&](const std::string& name, const std::string& base_extra, const std::string& axes, std::string& table) {
     std::string yaml = base;
     yaml.replace(yaml.find("BASE"), 4, base_extra);
-    const ResultSet r = run_experiment(parse_experiment_text(yaml + axes, name + ".yaml"), options_for(out / name), std::cerr);
+    const ResultSet r =
+        run_experiment(parse_experiment_text(yaml + axes, name + ".yaml"), options_for(out / name), std::cerr);
     std::ostringstream text;
     print_result_table(text, r);
     table = text.str();
@@ -664,7 +687,8 @@ policies: [vllm]
   EXPECT_THAT(table, ContainsRegex("router=round-robin +vllm +2 +12 "));
 
   // A mapping axis that sets replicas under its own labels: the column says how many.
-  report = run("mapping", "", "axes:\n  size:\n    - {label: one, replicas: 1}\n    - {label: pair, replicas: 2}\n", table);
+  report =
+      run("mapping", "", "axes:\n  size:\n    - {label: one, replicas: 1}\n    - {label: pair, replicas: 2}\n", table);
   EXPECT_THAT(report, HasSubstr("| size=one | vllm | 1 | 12 |"));
   EXPECT_THAT(report, HasSubstr("| size=pair | vllm | 2 | 12 |"));
   EXPECT_THAT(table, ContainsRegex("size=pair +vllm +2 +12 "));
@@ -691,7 +715,8 @@ TEST(Compare, OnePolicyGetsNoSpeedupColumn) {
 base: {num-requests: 6, prompt-len: "fixed:32", output-len: "fixed:8"}
 policies: [vllm]
 axes: {tp: [1, 2]}
-)", "one.yaml");
+)",
+                                             "one.yaml");
   std::ostringstream table;
   print_result_table(table, run_experiment(e, options_for(out), std::cerr));
   EXPECT_THAT(testing::read_text_file(out / "report.md"), Not(HasSubstr("speedup")));
@@ -702,8 +727,10 @@ axes: {tp: [1, 2]}
 TEST(Compare, QuickModeComparesPoliciesFromFlags) {
   const fs::path out = testing::scratch_dir("experiment_quick");
   std::ostringstream text, err;
-  EXPECT_EQ(cli_main({"compare", "--policies", "hf-static,tgi", "--num-requests", "30", "--out",
-                      out.string(), "--no-plots", "--jobs", "2"}, text, err), 0);
+  EXPECT_EQ(cli_main({"compare", "--policies", "hf-static,tgi", "--num-requests", "30", "--out", out.string(),
+                      "--no-plots", "--jobs", "2"},
+                     text, err),
+            0);
   EXPECT_THAT(text.str(), HasSubstr("speedup (out tok/s / hf-static's)"));
   EXPECT_THAT(text.str(), ContainsRegex("tgi +30 +0 "));
   // Each policy runs on its preset's engine: the header names them, not the base's, and a
@@ -743,7 +770,8 @@ TEST(ShippedExperiments, ParseAndExpand) {
   }
   EXPECT_GE(files, 8);
   // The cluster experiment sweeps cluster size × router over one trace.
-  const std::vector<PlannedRun> cluster = expand_runs(parse_experiment(testing::source_dir() / "experiments" / "data" / "cluster-routing.yaml"));
+  const std::vector<PlannedRun> cluster =
+      expand_runs(parse_experiment(testing::source_dir() / "experiments" / "data" / "cluster-routing.yaml"));
   ASSERT_EQ(cluster.size(), 9u);
   EXPECT_EQ(cluster[0].config.replicas, 2);
   EXPECT_EQ(cluster[0].config.router, "round-robin");
@@ -760,10 +788,10 @@ TEST(Plots, FigureScriptsDrawEveryFigureOfATinyResultSet) {
   CompareOptions o = options_for(out);
   o.plots = true;
   run_experiment(e, o, std::cerr);
-  for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png",
-                        "kv_rate-2.png", "slot_timeline.png", "slot_timeline_time.png", "latency_breakdown.png",
-                        "figures.json"}) {
-    EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n" << testing::read_text_file(out / "figures" / "make_figures.log");
+  for (const char* f : {"throughput.png", "latency_vs_qps.png", "cdf_rate-2.png", "cdf_rate-8.png", "kv_rate-2.png",
+                        "slot_timeline.png", "slot_timeline_time.png", "latency_breakdown.png", "figures.json"}) {
+    EXPECT_TRUE(fs::exists(out / "figures" / f)) << f << "\n"
+                                                 << testing::read_text_file(out / "figures" / "make_figures.log");
     if (fs::exists(out / "figures" / f)) {
       EXPECT_GT(fs::file_size(out / "figures" / f), 1000u) << f;
     }
@@ -787,16 +815,19 @@ TEST(Compare, ReportSaysWhereTheTimeWentAndWhatWouldHaveHelped) {
 name: breakdown
 base: {num-requests: 60, arrival: "poisson:4", prompt-len: "uniform:100:3000", output-len: "fixed:64"}
 policies: [vllm-v0, sarathi, {policy: static, label: static-8, policy-opt: {batch_size: 8}}]
-)", "breakdown.yaml");
+)",
+                                             "breakdown.yaml");
   const ResultSet results = run_experiment(e, options_for(out), std::cerr);
   const std::string report = testing::read_text_file(out / "report.md");
   EXPECT_THAT(report, HasSubstr("## Where the time went"));
-  EXPECT_THAT(report, HasSubstr("| group | policy | e2e p99 s | p99 requests | queueing % | prefill % | decode % | stall % |"));
+  EXPECT_THAT(report,
+              HasSubstr("| group | policy | e2e p99 s | p99 requests | queueing % | prefill % | decode % | stall % |"));
   EXPECT_THAT(report, Not(HasSubstr("kv_transfer %")));  // no run has any: no column of zeros
   ASSERT_EQ(results.runs.size(), 3u);
   for (const auto& run : results.runs) {
     const std::string diagnosis = run["latency_breakdown"]["diagnosis"].get<std::string>();
-    EXPECT_THAT(report, HasSubstr(fmt::format("- `{}`: {}\n", run["experiment"]["policy"].get<std::string>(), diagnosis)));
+    EXPECT_THAT(report,
+                HasSubstr(fmt::format("- `{}`: {}\n", run["experiment"]["policy"].get<std::string>(), diagnosis)));
   }
   // The rules at work: exclusive prefills stall, chunks less so, static batches queue.
   EXPECT_THAT(report, HasSubstr("- `vllm-v0`: p99 requests spent"));
@@ -814,7 +845,8 @@ base: {num-requests: 10, arrival: "poisson:20", prompt-len: "uniform:16:3500", o
 policies:
   - {policy: vllm, label: chunked, policy-opt: {max_num_batched_tokens: 8192}}
 slot-timeline: {max-iterations: 100000}
-)", "time_axis.yaml");
+)",
+                                             "time_axis.yaml");
   run_experiment(e, options_for(out), std::cerr);
   const fs::path csv = out / "slot_timeline" / "chunked.csv";
   const auto rows = read_csv_rows(csv);
@@ -848,7 +880,8 @@ slot-timeline: {max-iterations: 100000}
       "import sys; sys.path.insert(0, '{}'); import batchsim_plots as p\n"
       "rows = p.read_csv('{}'); cells, its = p.time_axis_cells(rows)\n"
       "drawn = {{(k, s, w) for k, spans in cells.items() for s, w in spans}}\n"
-      "want = {{((int(r['slot']), r['state']), float(r['start_s']), float(r['end_s']) - float(r['start_s'])) for r in rows}}\n"
+      "want = {{((int(r['slot']), r['state']), float(r['start_s']), float(r['end_s']) - float(r['start_s'])) for r in "
+      "rows}}\n"
       "sys.exit(0 if drawn == want and len(its) == len({{r['iteration'] for r in rows}}) else 1)\n",
       (testing::source_dir() / "plots").string(), csv.string());
   testing::write_text_file(out, "check.py", check);
@@ -862,7 +895,8 @@ TEST(Compare, ChromeTraceIsWrittenPerRun) {
   const Experiment e = parse_experiment_text(R"(
 base: {num-requests: 12, chrome-trace: trace.json, chrome-trace-requests: 4}
 policies: [continuous, vllm]
-)", "trace.yaml");
+)",
+                                             "trace.yaml");
   run_experiment(e, options_for(out), std::cerr);
   int runs = 0;
   for (const auto& entry : fs::directory_iterator(out / "runs")) {
@@ -871,7 +905,8 @@ policies: [continuous, vllm]
     EXPECT_EQ(trace["otherData"]["traced_requests"], 4) << entry.path();
   }
   EXPECT_EQ(runs, 2);
-  const Experiment nested = parse_experiment_text("base: {num-requests: 4, chrome-trace: traces/t.json}\n", "nested.yaml");
+  const Experiment nested =
+      parse_experiment_text("base: {num-requests: 4, chrome-trace: traces/t.json}\n", "nested.yaml");
   EXPECT_THAT(testing::user_error_of([&] { run_experiment(nested, options_for(out), std::cerr); }),
               HasSubstr("chrome-trace traces/t.json: in an experiment give a file name"));
   CompareOptions print_only = options_for(out);
@@ -885,7 +920,8 @@ TEST(Plots, ANoPlotsReportGetsItsFiguresByMergingTheFolderIntoItself) {
   const fs::path out = testing::scratch_dir("experiment_plots_later");
   const Experiment e = parse_experiment_text(kSmall, "small.yaml");
   run_experiment(e, options_for(out), std::cerr);
-  EXPECT_THAT(testing::read_text_file(out / "report.md"), HasSubstr("batchsim merge <this folder> --out <this folder>"));
+  EXPECT_THAT(testing::read_text_file(out / "report.md"),
+              HasSubstr("batchsim merge <this folder> --out <this folder>"));
   if (find_plot_python().empty()) {
     GTEST_SKIP() << "no Python 3 with matplotlib (Debian: python3-matplotlib); CI installs it";
   }
@@ -912,12 +948,14 @@ capacity:
   rate-low: 0.5
   rate-high: 100
   tolerance: 0.1
-)", "cap.yaml");
+)",
+                                               "cap.yaml");
   CompareOptions o = options_for(root / "cap");
   o.plots = true;
   run_experiment(cap, o, std::cerr);
   for (const char* f : {"capacity.png", "latency_vs_qps.png"}) {
-    EXPECT_TRUE(fs::exists(root / "cap" / "figures" / f)) << f << "\n"
+    EXPECT_TRUE(fs::exists(root / "cap" / "figures" / f))
+        << f << "\n"
         << testing::read_text_file(root / "cap" / "figures" / "make_figures.log");
   }
   const Experiment lengths = parse_experiment_text(R"(
@@ -927,12 +965,14 @@ axes:
   cap:
     - {label: "8", output-len: "uniform:1:8"}
     - {label: "32", output-len: "uniform:1:32"}
-)", "lengths.yaml");
+)",
+                                                   "lengths.yaml");
   o = options_for(root / "lengths");
   o.plots = true;
   run_experiment(lengths, o, std::cerr);
   for (const char* f : {"throughput.png", "latency.png", "cdf_cap-8.png", "kv_cap-32.png"}) {
-    EXPECT_TRUE(fs::exists(root / "lengths" / "figures" / f)) << f << "\n"
+    EXPECT_TRUE(fs::exists(root / "lengths" / "figures" / f))
+        << f << "\n"
         << testing::read_text_file(root / "lengths" / "figures" / "make_figures.log");
   }
   EXPECT_THAT(testing::read_text_file(root / "lengths" / "report.md"), HasSubstr("(figures/latency.png)"));
@@ -941,7 +981,8 @@ axes:
   const Experiment wide = parse_experiment_text(R"(
 base: {num-requests: 64, arrival: offline, prompt-len: "fixed:64", output-len: "uniform:1:512"}
 policies: [hf-static, vllm]
-)", "wide.yaml");
+)",
+                                                "wide.yaml");
   o = options_for(root / "wide");
   run_experiment(wide, o, std::cerr);
   const fs::path probe = testing::write_text_file(root, "probe.py", R"(import sys
@@ -962,14 +1003,14 @@ for label, scale, bars in seen:
 )");
   const fs::path printed = root / "probe.txt";
   ASSERT_EQ(std::system(fmt::format("{} {} {} {} {} > {} 2>&1", find_plot_python(), probe.string(),
-                                    (testing::source_dir() / "plots").string(), (root / "wide").string(),
-                                    root.string(), printed.string())
+                                    (testing::source_dir() / "plots").string(), (root / "wide").string(), root.string(),
+                                    printed.string())
                             .c_str()),
             0)
       << testing::read_text_file(printed);
   const std::string panels = testing::read_text_file(printed);
   EXPECT_THAT(panels, HasSubstr("p99 TBT (ms)|"));
-  EXPECT_THAT(panels, HasSubstr("|log|0\n"));   // a log panel, without bars
+  EXPECT_THAT(panels, HasSubstr("|log|0\n"));     // a log panel, without bars
   EXPECT_THAT(panels, Not(HasSubstr("|log|1")));  // no log panel with bars (1 bar or more)
   EXPECT_THAT(panels, Not(HasSubstr("|log|2")));
   EXPECT_THAT(panels, ::testing::ContainsRegex("\\|linear\\|[1-9]"));  // the others keep their bars

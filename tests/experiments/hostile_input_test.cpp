@@ -49,9 +49,9 @@ TEST(HostileInput, ThirdPartyParserErrorsNameTheFileAndLine) {
   EXPECT_THAT(cli_error({"run", "--config", opts.string()}), HasSubstr("opts.yaml:2"));
   // A '~' in an SLO path was an invalid JSON pointer (nlohmann parse_error).
   const auto slo = write_text_file(dir, "slo.yaml", "capacity:\n  slo: {latency.ttft_s.p9~9: 2}\n");
-  EXPECT_THAT(cli_error({"compare", slo.string(), "--dry-run"}),
-              AllOf(HasSubstr("slo.yaml:2"), HasSubstr("latency.ttft_s.p9~9"),
-                    HasSubstr("not a numeric summary.json figure")));
+  EXPECT_THAT(
+      cli_error({"compare", slo.string(), "--dry-run"}),
+      AllOf(HasSubstr("slo.yaml:2"), HasSubstr("latency.ttft_s.p9~9"), HasSubstr("not a numeric summary.json figure")));
 }
 
 TEST(HostileInput, NonFiniteNumbersAreRefusedWhereverTheyAreTyped) {
@@ -62,13 +62,15 @@ TEST(HostileInput, NonFiniteNumbersAreRefusedWhereverTheyAreTyped) {
               AllOf(HasSubstr("nan.yaml:2"), HasSubstr("a finite number")));
   const auto neg_slo = write_text_file(dir, "neg.yaml", "capacity:\n  slo: {latency.ttft_s.p99: -1}\n");
   EXPECT_THAT(cli_error({"compare", neg_slo.string(), "--dry-run"}), HasSubstr("an upper bound must be >= 0"));
-  const auto inf_rate = write_text_file(dir, "inf.yaml",
-                                        "capacity:\n  slo: {latency.ttft_s.p99: 2}\n  rate-high: .inf\n");
-  EXPECT_THAT(cli_error({"compare", inf_rate.string(), "--dry-run"}), AllOf(HasSubstr("inf.yaml:3"), HasSubstr("finite")));
+  const auto inf_rate =
+      write_text_file(dir, "inf.yaml", "capacity:\n  slo: {latency.ttft_s.p99: 2}\n  rate-high: .inf\n");
+  EXPECT_THAT(cli_error({"compare", inf_rate.string(), "--dry-run"}),
+              AllOf(HasSubstr("inf.yaml:3"), HasSubstr("finite")));
   const auto axis = write_text_file(dir, "axis.yaml", "axes:\n  rate: [1, .inf]\n");
   EXPECT_THAT(cli_error({"compare", axis.string(), "--dry-run"}), HasSubstr("axis.yaml:2"));
   const auto seeds = write_text_file(dir, "seeds.yaml", "seeds: [1, -1]\n");
-  EXPECT_THAT(cli_error({"compare", seeds.string(), "--dry-run"}), HasSubstr("seeds.yaml:1: seeds[1]: expected a non-negative integer"));
+  EXPECT_THAT(cli_error({"compare", seeds.string(), "--dry-run"}),
+              HasSubstr("seeds.yaml:1: seeds[1]: expected a non-negative integer"));
   EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--policy", "vllm", "--policy-opt", "watermark=nan"}),
               HasSubstr("watermark=nan: must be a finite number"));
   EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--policy", "vllm", "--policy-opt", "watermark=inf"}),
@@ -78,7 +80,8 @@ TEST(HostileInput, NonFiniteNumbersAreRefusedWhereverTheyAreTyped) {
               HasSubstr("--trace-speedup"));
   EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--arrival", "poisson:inf"}), HasSubstr("--arrival"));
   EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--arrival", "gamma:2:nan"}), HasSubstr("--arrival"));
-  EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--output-len", "lognormal:100:inf"}), HasSubstr("--output-len"));
+  EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--output-len", "lognormal:100:inf"}),
+              HasSubstr("--output-len"));
   EXPECT_THAT(cli_error({"run", "--num-requests", "5", "--gpu-memory-utilization", "nan"}),
               HasSubstr("--gpu-memory-utilization"));
 }
@@ -88,8 +91,8 @@ TEST(HostileInput, AnExperimentTooLargeToExpandIsCountedAndRefused) {
   const fs::path dir = testing::scratch_dir("hostile_cli_expand");
   std::string axis;
   for (int i = 1; i <= 3000; ++i) axis += (i > 1 ? ", " : "") + std::to_string(i);
-  const auto huge = write_text_file(dir, "huge.yaml", "axes:\n  num-requests: [" + axis + "]\n  tp: [" + axis +
-                                                          "]\n  replicas: [" + axis + "]\n");
+  const auto huge = write_text_file(
+      dir, "huge.yaml", "axes:\n  num-requests: [" + axis + "]\n  tp: [" + axis + "]\n  replicas: [" + axis + "]\n");
   EXPECT_THAT(cli_error({"compare", huge.string(), "--dry-run"}),
               AllOf(HasSubstr("huge.yaml: expands to 2.7e+10 runs (1 policies x 1 seeds x 3000 (num-requests) x "
                               "3000 (tp) x 3000 (replicas)), more than the limit of 100000"),
@@ -101,7 +104,8 @@ TEST(HostileInput, AnExperimentTooLargeToExpandIsCountedAndRefused) {
   EXPECT_THAT(text, HasSubstr("\n6 runs\n"));
   EXPECT_THAT(cli_error({"compare", six.string(), "--dry-run", "--max-runs", "5"}),
               HasSubstr("expands to 6 runs (2 policies x 1 seeds x 3 (tp)), more than the limit of 5"));
-  const auto capped = write_text_file(dir, "capped.yaml", "max-runs: 4\npolicies: [vllm, orca]\naxes:\n  tp: [1, 2, 4]\n");
+  const auto capped =
+      write_text_file(dir, "capped.yaml", "max-runs: 4\npolicies: [vllm, orca]\naxes:\n  tp: [1, 2, 4]\n");
   EXPECT_THAT(cli_error({"compare", capped.string(), "--dry-run"}), HasSubstr("more than the limit of 4"));
   EXPECT_EQ(cli({"compare", capped.string(), "--dry-run", "--max-runs", "6"}), 0);
   EXPECT_THAT(cli_error({"compare", six.string(), "--dry-run", "--max-runs", "0"}), HasSubstr("--max-runs"));

@@ -37,9 +37,19 @@ TEST(IterationLog, IdsListEachIterationsPrefillChunksAndDecodes) {
   for (const std::string how : {"flag", "yaml"}) {
     SCOPED_TRACE(how);
     const fs::path out = dir / how;
-    std::vector<std::string> args = {"run", "--policy", "vllm", "--replicas", "2", "--arrival", "poisson:20",
-                                     "--num-requests", "60", "--prompt-len", "uniform:64:3000",
-                                     "--out", out.string()};
+    std::vector<std::string> args = {"run",
+                                     "--policy",
+                                     "vllm",
+                                     "--replicas",
+                                     "2",
+                                     "--arrival",
+                                     "poisson:20",
+                                     "--num-requests",
+                                     "60",
+                                     "--prompt-len",
+                                     "uniform:64:3000",
+                                     "--out",
+                                     out.string()};
     if (how == "flag") {
       args.push_back("--iteration-log=ids");
     } else {
@@ -93,11 +103,15 @@ TEST(IterationLog, IdsListEachIterationsPrefillChunksAndDecodes) {
 }
 
 TEST(IterationLog, AnUnknownValueIsRefusedByName) {
-  EXPECT_THAT(testing::user_error_of([] { run_cli({"run", "--num-requests", "5", "--iteration-log=all", "--out", "x"}); }),
+  EXPECT_THAT(testing::user_error_of([] {
+                run_cli({"run", "--num-requests", "5", "--iteration-log=all", "--out", "x"});
+              }),
               HasSubstr("--iteration-log: 'all' is not an iteration log"));
   const fs::path dir = testing::scratch_dir("iteration-log-bad");
   testing::write_text_file(dir, "bad.yaml", "iteration-log: every\n");
-  EXPECT_THAT(testing::user_error_of([&] { run_cli({"run", "--config", (dir / "bad.yaml").string(), "--out", "x"}); }),
+  EXPECT_THAT(testing::user_error_of([&] {
+                run_cli({"run", "--config", (dir / "bad.yaml").string(), "--out", "x"});
+              }),
               HasSubstr("bad.yaml:1: iteration-log: 'every'"));
 }
 

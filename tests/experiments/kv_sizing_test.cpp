@@ -59,7 +59,8 @@ TEST(VllmMemory, TheKvPoolIsTheShareLeftAfterAProfileRunOfTheBudget) {
   // A policy that does not say what its largest step is (the static batchers, a Python policy
   // without profile_step) gets the default profile run, and the rule says which.
   const RunConfig static_run = short_run("llama-3-8b", "h100-sxm", "static");
-  EXPECT_EQ(capacity(static_run), cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows));
+  EXPECT_EQ(capacity(static_run),
+            cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows));
   EXPECT_EQ(run_simulation(static_run).result.kv_capacity_rule,
             "--gpu-memory-utilization 0.9 after a profile run of 8192 tokens in 256 sequences");
   // --num-gpu-blocks still sizes it directly.
@@ -126,8 +127,8 @@ TEST(SglangCudaGraphs, TheServersCapReplacesTheEngineProfiles) {
   RunConfig engine_cap = c;
   engine_cap.policy_opts["cuda_graph_max_bs"] = "160";  // the engine profile's own
   EXPECT_GT(makespan(c), 5 * makespan(raised));         // 63 decode steps of 400 launches
-  EXPECT_EQ(makespan(raised), makespan(engine_cap));     // no batch above 64 either way
-  EXPECT_GT(capacity(c), capacity(raised));              // 2 x (64 - 32) MiB more for graphs
+  EXPECT_EQ(makespan(raised), makespan(engine_cap));    // no batch above 64 either way
+  EXPECT_GT(capacity(c), capacity(raised));             // 2 x (64 - 32) MiB more for graphs
   RunConfig bare = c;
   bare.engine = "bare";
   RunConfig bare_raised = raised;

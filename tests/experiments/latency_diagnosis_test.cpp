@@ -32,8 +32,8 @@ DiagnosisInputs tail_spent(std::initializer_list<std::pair<LatencyPart, double>>
 }
 
 TEST(LatencyDiagnosis, NamesTheLargestLostTimePartWithItsShareAndRemedy) {
-  DiagnosisInputs in = tail_spent({{LatencyPart::kQueueing, 0.62}, {LatencyPart::kDecode, 0.30},
-                                   {LatencyPart::kOverhead, 0.08}});
+  DiagnosisInputs in =
+      tail_spent({{LatencyPart::kQueueing, 0.62}, {LatencyPart::kDecode, 0.30}, {LatencyPart::kOverhead, 0.08}});
   in.kv_allocated_fraction_peak = 0.97;
   const std::string line = latency_diagnosis(in);
   EXPECT_THAT(line, HasSubstr("p99 requests spent 62% queued"));
@@ -73,8 +73,10 @@ TEST(LatencyDiagnosis, ABurstAtTimeZeroQueuesWhateverTheMemory) {
 }
 
 TEST(LatencyDiagnosis, TwoNotablePartsLargestFirstAndNoMore) {
-  const DiagnosisInputs in = tail_spent({{LatencyPart::kPreemption, 0.25}, {LatencyPart::kStall, 0.41},
-                                         {LatencyPart::kOverhead, 0.21}, {LatencyPart::kDecode, 0.13}});
+  const DiagnosisInputs in = tail_spent({{LatencyPart::kPreemption, 0.25},
+                                         {LatencyPart::kStall, 0.41},
+                                         {LatencyPart::kOverhead, 0.21},
+                                         {LatencyPart::kDecode, 0.13}});
   const std::string line = latency_diagnosis(in);
   const auto stall = line.find("41% stalled"), preempt = line.find("25% preempted");
   ASSERT_NE(stall, std::string::npos) << line;
@@ -88,13 +90,14 @@ TEST(LatencyDiagnosis, TwoNotablePartsLargestFirstAndNoMore) {
 TEST(LatencyDiagnosis, TheNotableShareIsInclusive) {
   EXPECT_THAT(latency_diagnosis(tail_spent({{LatencyPart::kOverhead, kNotableShare}, {LatencyPart::kDecode, 0.8}})),
               HasSubstr("overhead"));
-  EXPECT_THAT(latency_diagnosis(tail_spent({{LatencyPart::kOverhead, kNotableShare - 0.001}, {LatencyPart::kDecode, 0.8}})),
-              Not(HasSubstr("CPU and launch overhead")));
+  EXPECT_THAT(
+      latency_diagnosis(tail_spent({{LatencyPart::kOverhead, kNotableShare - 0.001}, {LatencyPart::kDecode, 0.8}})),
+      Not(HasSubstr("CPU and launch overhead")));
 }
 
 TEST(LatencyDiagnosis, WithoutLostTimeTheRequestsAreLong) {
-  const std::string line = latency_diagnosis(tail_spent({{LatencyPart::kPrefill, 0.3}, {LatencyPart::kDecode, 0.55},
-                                                         {LatencyPart::kStall, 0.15}}));
+  const std::string line = latency_diagnosis(
+      tail_spent({{LatencyPart::kPrefill, 0.3}, {LatencyPart::kDecode, 0.55}, {LatencyPart::kStall, 0.15}}));
   EXPECT_THAT(line, HasSubstr("85% on their own work (prefill 30%, decode 55%)"));
   EXPECT_THAT(line, HasSubstr("faster GPU"));
   DiagnosisInputs none;
@@ -144,9 +147,9 @@ TEST(LatencyBreakdownOutputs, CsvSummaryTerminalAndTraceAgree) {
   const auto dir = testing::scratch_dir("latency_breakdown_outputs");
   std::string text;
   // Long prompts joining running decodes under vLLM v0's prefill-only iterations: stalls.
-  ASSERT_EQ(run_cli({"run", "--policy", "vllm-v0", "--arrival", "poisson:4", "--num-requests", "120",
-                     "--prompt-len", "uniform:100:3000", "--output-len", "fixed:128", "--out", (dir / "out").string(),
-                     "--chrome-trace", (dir / "trace.json").string()},
+  ASSERT_EQ(run_cli({"run", "--policy", "vllm-v0", "--arrival", "poisson:4", "--num-requests", "120", "--prompt-len",
+                     "uniform:100:3000", "--output-len", "fixed:128", "--out", (dir / "out").string(), "--chrome-trace",
+                     (dir / "trace.json").string()},
                     &text),
             0);
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
@@ -188,7 +191,8 @@ TEST(LatencyBreakdownOutputs, CsvSummaryTerminalAndTraceAgree) {
     if (cells[column["state"]] != "finished") continue;
     ++rows;
     int64_t sum = 0;
-    for (LatencyPart part : kLatencyParts) sum += ns_of_cell(cells[column["breakdown_" + std::string(latency_part_name(part)) + "_s"]]);
+    for (LatencyPart part : kLatencyParts)
+      sum += ns_of_cell(cells[column["breakdown_" + std::string(latency_part_name(part)) + "_s"]]);
     EXPECT_EQ(sum, ns_of_cell(cells[column["e2e_s"]])) << line;
     EXPECT_EQ(cells[column["breakdown_queueing_s"]], cells[column["queueing_s"]]) << line;
     stalled += ns_of_cell(cells[column["breakdown_stall_s"]]) > 0;

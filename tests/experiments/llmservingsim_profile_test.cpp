@@ -39,7 +39,8 @@ TEST(LlmServingSimProfile, ReadsTheShippedRtx4090Profile) {
   EXPECT_EQ(one.shape.num_kv_heads, 8);
   EXPECT_DOUBLE_EQ(one.median_s[static_cast<int>(TokenOp::attn_pre_proj)], 54.898e-6);  // dense.csv: qkv_proj,1,54.898
   // One RMSNorm kernel, called twice per layer; the residual add is fused into it.
-  EXPECT_EQ(one.median_s[static_cast<int>(TokenOp::input_layernorm)], one.median_s[static_cast<int>(TokenOp::post_attention_layernorm)]);
+  EXPECT_EQ(one.median_s[static_cast<int>(TokenOp::input_layernorm)],
+            one.median_s[static_cast<int>(TokenOp::post_attention_layernorm)]);
   EXPECT_TRUE(std::isnan(one.median_s[static_cast<int>(TokenOp::add)]));
   // Pure prefill and decode attention rows; the mixed ones are left out and said.
   int64_t prefill = 0, decode = 0;
@@ -48,7 +49,8 @@ TEST(LlmServingSimProfile, ReadsTheShippedRtx4090Profile) {
   EXPECT_GT(decode, 50);
   EXPECT_LT(prefill + decode, 8643);
   bool mixed_said = false;
-  for (const std::string& s : m.files_skipped) mixed_said = mixed_said || s.find("mixed prefill+decode rows") != std::string::npos;
+  for (const std::string& s : m.files_skipped)
+    mixed_said = mixed_said || s.find("mixed prefill+decode rows") != std::string::npos;
   EXPECT_TRUE(mixed_said);
   EXPECT_EQ(m.cpu_overheads.size(), 40u);  // the sampler, per sequences
 }
@@ -64,8 +66,9 @@ TEST(LlmServingSimProfile, GpuFolderNamesMapToDatasheets) {
   const fs::path dir = testing::scratch_dir("unknown_gpu");
   fs::copy(profiler_dir(), dir / "profiler", fs::copy_options::recursive);
   fs::rename(dir / "profiler/perf/RTX4090", dir / "profiler/perf/MI300X");
-  EXPECT_THAT(testing::cli_error_of({"calibrate", "fit", (dir / "profiler").string(), "--out", (dir / "p.yaml").string()}),
-              HasSubstr("--base-gpu is required: device 'MI300X'"));
+  EXPECT_THAT(
+      testing::cli_error_of({"calibrate", "fit", (dir / "profiler").string(), "--out", (dir / "p.yaml").string()}),
+      HasSubstr("--base-gpu is required: device 'MI300X'"));
 }
 
 TEST(LlmServingSimProfile, ShippedRtx4090ProfileIsAFreshFitWithHeldOutErrors) {

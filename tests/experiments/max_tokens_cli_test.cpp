@@ -19,8 +19,8 @@
 namespace batchsim {
 namespace {
 
-using testing::run_cli;
 using testing::cli_error_of;
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -34,8 +34,7 @@ TEST(MaxTokensCli, BadValuesNameTheOption) {
               HasSubstr("--num-gpu-blocks -5: must be in [0, 16777216]"));
   EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "20000000", "--num-requests", "5"}),
               HasSubstr("--num-gpu-blocks 20000000"));
-  EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "lots", "--num-requests", "5"}),
-              HasSubstr("num-gpu-blocks"));
+  EXPECT_THAT(cli_error_of({"run", "--num-gpu-blocks", "lots", "--num-requests", "5"}), HasSubstr("num-gpu-blocks"));
   const auto dir = testing::scratch_dir("max_tokens_cli_bad_yaml");
   const auto yaml = testing::write_text_file(dir, "run.yaml", "num-requests: 5\nignore-eos: maybe\n");
   EXPECT_THAT(cli_error_of({"run", "--config", yaml.string()}), HasSubstr("run.yaml:2: key 'ignore-eos'"));
@@ -43,16 +42,16 @@ TEST(MaxTokensCli, BadValuesNameTheOption) {
 
 TEST(MaxTokensCli, TheOptionsAreEchoedWrittenAndRerunFromTheSummary) {
   const auto dir = testing::scratch_dir("max_tokens_cli_run");
-  ASSERT_EQ(run_cli({"run", "--policy", "tgi-router", "--num-requests", "40", "--arrival", "poisson:20",
-                     "--output-len", "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos",
-                     "--num-gpu-blocks", "500", "--out", (dir / "a").string()}),
+  ASSERT_EQ(run_cli({"run", "--policy", "tgi-router", "--num-requests", "40", "--arrival", "poisson:20", "--output-len",
+                     "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos", "--num-gpu-blocks", "500", "--out",
+                     (dir / "a").string()}),
             0);
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "a" / "summary.json"));
   EXPECT_EQ(summary["config"]["max_tokens"], "fixed:128");
   EXPECT_EQ(summary["config"]["ignore_eos"], true);
   EXPECT_EQ(summary["config"]["num_gpu_blocks"], 500);
   EXPECT_EQ(summary["kv"]["capacity_tokens"], 500 * 16);  // tgi-router reserves: blocks of 16
-  EXPECT_EQ(summary["tokens"]["output"], 40 * 128);        // every request ran to max_tokens
+  EXPECT_EQ(summary["tokens"]["output"], 40 * 128);       // every request ran to max_tokens
   const std::string requests = testing::read_text_file(dir / "a" / "requests.csv");
   EXPECT_THAT(requests, HasSubstr("id,arrival_s,prompt_tokens,output_tokens,max_tokens,state,"));
   std::istringstream rows(requests);
@@ -72,19 +71,20 @@ TEST(MaxTokensCli, TheOptionsAreEchoedWrittenAndRerunFromTheSummary) {
   ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--policy-opt", "block_size=32", "--num-requests", "10",
                      "--num-gpu-blocks", "500", "--out", (dir / "c").string()}),
             0);
-  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "c" / "summary.json"))["kv"]["capacity_tokens"], 500 * 32);
+  EXPECT_EQ(nlohmann::json::parse(testing::read_text_file(dir / "c" / "summary.json"))["kv"]["capacity_tokens"],
+            500 * 32);
 }
 
 TEST(MaxTokensCli, TheYamlKeysSetTheSameRun) {
   const auto dir = testing::scratch_dir("max_tokens_cli_yaml");
-  const auto yaml = testing::write_text_file(
-      dir, "run.yaml",
-      "policy: tgi-router\nnum-requests: 40\narrival: poisson:20\noutput-len: uniform:1:200\n"
-      "max_tokens: fixed:128\nignore-eos: true\nnum_gpu_blocks: 500\n");
+  const auto yaml =
+      testing::write_text_file(dir, "run.yaml",
+                               "policy: tgi-router\nnum-requests: 40\narrival: poisson:20\noutput-len: uniform:1:200\n"
+                               "max_tokens: fixed:128\nignore-eos: true\nnum_gpu_blocks: 500\n");
   ASSERT_EQ(run_cli({"run", "--config", yaml.string(), "--out", (dir / "y").string()}), 0);
-  ASSERT_EQ(run_cli({"run", "--policy", "tgi-router", "--num-requests", "40", "--arrival", "poisson:20",
-                     "--output-len", "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos",
-                     "--num-gpu-blocks", "500", "--out", (dir / "f").string()}),
+  ASSERT_EQ(run_cli({"run", "--policy", "tgi-router", "--num-requests", "40", "--arrival", "poisson:20", "--output-len",
+                     "uniform:1:200", "--max-tokens", "fixed:128", "--ignore-eos", "--num-gpu-blocks", "500", "--out",
+                     (dir / "f").string()}),
             0);
   EXPECT_EQ(testing::read_text_file(dir / "y" / "summary.json"), testing::read_text_file(dir / "f" / "summary.json"));
 }
@@ -112,15 +112,13 @@ TEST(MaxTokensCli, TheOptionsAreExperimentAxes) {
   // Each value gets its own request sequence (compare shares a workload between runs whose
   // workload keys are equal, so the key must hold the limits): output fixed:10 ends at 5 tokens
   // under max_tokens 5 and runs to 50 under max_tokens 50 with ignore-eos.
-  const auto file = testing::write_text_file(
-      dir, "run.yaml",
-      "base: {num-requests: 20, output-len: 'fixed:10', ignore-eos: true}\n"
-      "policies: [tgi-router]\n"
-      "axes:\n  max-tokens: ['fixed:5', 'fixed:50']\n");
+  const auto file = testing::write_text_file(dir, "run.yaml",
+                                             "base: {num-requests: 20, output-len: 'fixed:10', ignore-eos: true}\n"
+                                             "policies: [tgi-router]\n"
+                                             "axes:\n  max-tokens: ['fixed:5', 'fixed:50']\n");
   std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"compare", file.string(), "--out", (dir / "cmp").string(), "--no-plots", "--jobs", "1"},
-                     out, err),
-            0);
+  ASSERT_EQ(
+      cli_main({"compare", file.string(), "--out", (dir / "cmp").string(), "--no-plots", "--jobs", "1"}, out, err), 0);
   std::map<std::string, int64_t> output_tokens;
   for (const auto& entry : fs::directory_iterator(dir / "cmp" / "runs")) {
     const auto s = nlohmann::json::parse(testing::read_text_file(entry.path() / "summary.json"));

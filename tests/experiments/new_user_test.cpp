@@ -28,10 +28,16 @@ using testing::cli;
 using testing::CliRun;
 
 TEST(NewUser, HelpOfEveryCommandExitsZero) {
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--help"}, {"run", "--help"}, {"compare", "--help"}, {"merge", "--help"},
-        {"list", "--help"}, {"bench", "--help"}, {"validate", "--help"}, {"calibrate", "--help"},
-        {"calibrate", "fit", "--help"}, {"calibrate", "transfer", "--help"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"},
+                                               {"run", "--help"},
+                                               {"compare", "--help"},
+                                               {"merge", "--help"},
+                                               {"list", "--help"},
+                                               {"bench", "--help"},
+                                               {"validate", "--help"},
+                                               {"calibrate", "--help"},
+                                               {"calibrate", "fit", "--help"},
+                                               {"calibrate", "transfer", "--help"}}) {
     const CliRun r = cli(args);
     EXPECT_EQ(r.rc, 0) << args[0];
     EXPECT_THAT(r.out, HasSubstr("usage: batchsim")) << args[0];
@@ -58,16 +64,21 @@ TEST(NewUser, OptionsMustBeSpelledInFullAndSeedsAreWholeNumbers) {
   EXPECT_THAT(user_error_of([] { cli({"run", "--num-req", "5"}); }), HasSubstr("--num-req"));
   EXPECT_THAT(user_error_of([] { cli({"compare", "--polic", "vllm"}); }), HasSubstr("--polic"));
   EXPECT_THAT(user_error_of([] { cli({"validate", "--measure", "x"}); }), HasSubstr("validate: "));
-  EXPECT_THAT(user_error_of([] { cli({"run", "--seed", "-1", "--num-requests", "5"}); }),
+  EXPECT_THAT(user_error_of([] {
+                cli({"run", "--seed", "-1", "--num-requests", "5"});
+              }),
               HasSubstr("--seed: '-1' is not a seed"));
-  EXPECT_THAT(user_error_of([] { cli({"run", "--seed", "1e3", "--num-requests", "5"}); }),
-              HasSubstr("--seed: '1e3'"));
+  EXPECT_THAT(user_error_of([] { cli({"run", "--seed", "1e3", "--num-requests", "5"}); }), HasSubstr("--seed: '1e3'"));
   EXPECT_EQ(cli({"run", "--seed", "18446744073709551615", "--num-requests", "5"}).rc, 0);
   const auto dir = testing::scratch_dir("new-user-seed");
   std::ofstream(dir / "neg.yaml") << "num-requests: 5\nseed: -3\n";
-  EXPECT_THAT(user_error_of([&] { cli({"run", "--config", (dir / "neg.yaml").string()}); }),
+  EXPECT_THAT(user_error_of([&] {
+                cli({"run", "--config", (dir / "neg.yaml").string()});
+              }),
               AllOf(HasSubstr("neg.yaml:2"), HasSubstr("'-3' is not a seed")));
-  EXPECT_THAT(user_error_of([] { cli({"run", "--num-requests", "5", "--iteration-log"}); }),
+  EXPECT_THAT(user_error_of([] {
+                cli({"run", "--num-requests", "5", "--iteration-log"});
+              }),
               HasSubstr("--iteration-log: iterations.csv is written into the --out folder"));
 }
 
@@ -76,8 +87,8 @@ TEST(NewUser, OptionsMustBeSpelledInFullAndSeedsAreWholeNumbers) {
 TEST(NewUser, ASummaryJsonFeedsBackAsConfig) {
   const auto dir = testing::scratch_dir("new-user-config");
   ASSERT_EQ(cli({"run", "--policy", "vllm", "--policy-opt", "max_num_seqs=7", "--policy-opt",
-                 "max_num_batched_tokens=1024", "--arrival", "poisson:20", "--num-requests", "80",
-                 "--seed", "5", "--tp", "2", "--out", (dir / "a").string()})
+                 "max_num_batched_tokens=1024", "--arrival", "poisson:20", "--num-requests", "80", "--seed", "5",
+                 "--tp", "2", "--out", (dir / "a").string()})
                 .rc,
             0);
   ASSERT_EQ(cli({"run", "--config", (dir / "a" / "summary.json").string(), "--out", (dir / "b").string()}).rc, 0);
@@ -87,9 +98,9 @@ TEST(NewUser, ASummaryJsonFeedsBackAsConfig) {
   const auto summary = nlohmann::json::parse(testing::read_text_file(dir / "b" / "summary.json"));
   EXPECT_EQ(summary["config"]["policy_opts"]["max_num_seqs"], "7");
   // A flag still overrides the file.
-  ASSERT_EQ(cli({"run", "--config", (dir / "a" / "summary.json").string(), "--seed", "6", "--out",
-                 (dir / "c").string()}).rc,
-            0);
+  ASSERT_EQ(
+      cli({"run", "--config", (dir / "a" / "summary.json").string(), "--seed", "6", "--out", (dir / "c").string()}).rc,
+      0);
   EXPECT_NE(testing::read_text_file(dir / "a" / "requests.csv"), testing::read_text_file(dir / "c" / "requests.csv"));
 }
 
@@ -101,8 +112,8 @@ TEST(NewUser, RejectionsAreSummarisedOnOneLine) {
   for (int i = 0; i < 200; ++i) t << i * 0.01 << "," << 2100 + i << ",10\n";  // over OPT's 2048
   t << "3,100,10\n";
   t.close();
-  const CliRun r = cli({"run", "--model", "opt-13b", "--gpu", "a100-40gb", "--policy", "vllm",
-                        "--trace", (dir / "t.csv").string()});
+  const CliRun r =
+      cli({"run", "--model", "opt-13b", "--gpu", "a100-40gb", "--policy", "vllm", "--trace", (dir / "t.csv").string()});
   ASSERT_EQ(r.rc, 0);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("vllm: 200 of 201 requests rejected, never to be served: 200 prompt + "
@@ -119,8 +130,8 @@ TEST(NewUser, AConfigFileIsNamedByItsOwnNameNotItsFolder) {
   const auto hf = testing::write_text_file(dir / "models" / "Llama-2-7b-hf", "config.json", body + "}");
   EXPECT_EQ(resolve_model(hf.string()).name, "Llama-2-7b-hf");
   EXPECT_EQ(resolve_model((dir / "models" / "Llama-2-7b-hf").string()).name, "Llama-2-7b-hf");
-  const auto with_id = testing::write_text_file(dir / "models", "x.json",
-                                                body + R"(, "_name_or_path": "meta-llama/Llama-2-7b-hf"})");
+  const auto with_id =
+      testing::write_text_file(dir / "models", "x.json", body + R"(, "_name_or_path": "meta-llama/Llama-2-7b-hf"})");
   EXPECT_EQ(resolve_model(with_id.string()).name, "meta-llama/Llama-2-7b-hf");
 }
 
@@ -134,8 +145,8 @@ policies: [vllm, hf-static]
 axes:
   model: [opt-13b, llama-2-70b, llama-2-7b]
 )";
-  const CliRun r = cli({"compare", (dir / "e.yaml").string(), "--out", (dir / "out").string(),
-                        "--no-plots", "--jobs", "2"});
+  const CliRun r =
+      cli({"compare", (dir / "e.yaml").string(), "--out", (dir / "out").string(), "--no-plots", "--jobs", "2"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("batchsim: error: 2 of 6 runs failed"));
   EXPECT_THAT(r.out, HasSubstr("FAILED 0002_vllm_model-llama-2-70b_s0: "));
@@ -146,7 +157,8 @@ axes:
   // The feasible points ran and wrote their figures; the failed rows say why in results.csv.
   const std::string csv = testing::read_text_file(dir / "out" / "results.csv");
   EXPECT_THAT(csv, HasSubstr("error"));
-  const auto ok = nlohmann::json::parse(testing::read_text_file(dir / "out" / "runs" / "0004_vllm_model-llama-2-7b_s0" / "summary.json"));
+  const auto ok = nlohmann::json::parse(
+      testing::read_text_file(dir / "out" / "runs" / "0004_vllm_model-llama-2-7b_s0" / "summary.json"));
   EXPECT_EQ(ok["requests"]["completed"], 20);
   // merge keeps the failure (and so the non-zero exit's reason) with the rest.
   std::ostringstream out, err;

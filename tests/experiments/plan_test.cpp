@@ -35,8 +35,8 @@
 namespace batchsim {
 namespace {
 
-using testing::run_cli;
 using testing::cli_error_of;
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -114,9 +114,26 @@ TEST(Plan, AgreesWithABruteForceSweepOfRun) {
   }
   ASSERT_GT(ttft[1], bound) << "one replica must be overloaded for the test to mean anything";
   std::string text;
-  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--tp", "1", "--trace", trace.string(), "--policy", "vllm",
-                     "--router", "least-outstanding", "--slo", fmt::format("latency.ttft_s.p99={:.17g}", bound),
-                     "--max-replicas", "6", "--jobs", "1", "--out", (dir / "plan").string(), "--no-plots"},
+  ASSERT_EQ(run_cli({"plan",
+                     "--gpu",
+                     "a100-80gb",
+                     "--tp",
+                     "1",
+                     "--trace",
+                     trace.string(),
+                     "--policy",
+                     "vllm",
+                     "--router",
+                     "least-outstanding",
+                     "--slo",
+                     fmt::format("latency.ttft_s.p99={:.17g}", bound),
+                     "--max-replicas",
+                     "6",
+                     "--jobs",
+                     "1",
+                     "--out",
+                     (dir / "plan").string(),
+                     "--no-plots"},
                     &text),
             0)
       << text;
@@ -129,8 +146,8 @@ TEST(Plan, AgreesWithABruteForceSweepOfRun) {
   EXPECT_EQ(rows[0].at("meets_slo"), "true");
   // The figure it reports is the run's, and so is the margin.
   EXPECT_DOUBLE_EQ(std::stod(rows[0].at("slo.latency.ttft_s.p99.value")), ttft[expected]);
-  EXPECT_NEAR(std::stod(rows[0].at("slo.latency.ttft_s.p99.margin_percent")),
-              100 * (bound - ttft[expected]) / bound, 1e-6);
+  EXPECT_NEAR(std::stod(rows[0].at("slo.latency.ttft_s.p99.margin_percent")), 100 * (bound - ttft[expected]) / bound,
+              1e-6);
   // Fewer runs than the brute force: doubling and bisection.
   EXPECT_LT(std::stoi(rows[0].at("runs")), 6);
   EXPECT_TRUE(fs::exists(dir / "plan" / "plan.json"));
@@ -140,8 +157,8 @@ TEST(Plan, AgreesWithABruteForceSweepOfRun) {
 TEST(Plan, SaysWhenNoReplicaCountMeetsTheSloAndByHowMuch) {
   const fs::path dir = testing::scratch_dir("plan_none");
   std::string text;
-  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--trace", flat_trace(dir).string(), "--policy", "vllm",
-                     "--slo", "ttft_p99=1ms", "--max-replicas", "2", "--jobs", "1"},
+  ASSERT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--trace", flat_trace(dir).string(), "--policy", "vllm", "--slo",
+                     "ttft_p99=1ms", "--max-replicas", "2", "--jobs", "1"},
                     &text),
             0);
   EXPECT_THAT(text, HasSubstr("no replica count up to 2 meets the SLOs"));
@@ -160,11 +177,11 @@ TEST(Plan, ARequestNoReplicaCanServeIsWarnedOfAndDoesNotFailEveryCount) {
     out << testing::read_text_file(flat) << "10.01,5000,20\n";  // Llama-2-7B's context is 4096
   }
   auto plan = [&](const fs::path& trace, const std::string& name, std::string& text) {
-    EXPECT_EQ(run_cli({"plan", "--gpu", "a100-80gb", "--trace", trace.string(), "--policy", "vllm", "--slo",
-                       "ttft_p99=500ms", "--max-replicas", "8", "--jobs", "1", "--out", (dir / name).string(),
-                       "--no-plots"},
-                      &text),
-              0)
+    EXPECT_EQ(
+        run_cli({"plan", "--gpu", "a100-80gb", "--trace", trace.string(), "--policy", "vllm", "--slo", "ttft_p99=500ms",
+                 "--max-replicas", "8", "--jobs", "1", "--out", (dir / name).string(), "--no-plots"},
+                &text),
+        0)
         << text;
     return read_csv(dir / name / "plan.csv").at(0);
   };
@@ -195,8 +212,9 @@ TEST(Plan, ARequestNoReplicaCanServeIsWarnedOfAndDoesNotFailEveryCount) {
 
 TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
   const fs::path dir = testing::scratch_dir("plan_busy");
-  const std::vector<std::string> common = {"plan", "--gpu", "a100-80gb", "--policy", "vllm", "--slo",
-                                           "ttft_p99=2s", "--max-replicas", "8", "--window", "10", "--jobs", "1"};
+  const std::vector<std::string> common = {
+      "plan",           "--gpu", "a100-80gb", "--policy", "vllm",   "--slo", "ttft_p99=2s",
+      "--max-replicas", "8",     "--window",  "10",       "--jobs", "1"};
   std::vector<std::string> flat = common, burst = common;
   flat.insert(flat.end(), {"--trace", flat_trace(dir).string()});
   burst.insert(burst.end(), {"--trace", burst_trace(dir).string()});
@@ -216,13 +234,14 @@ TEST(Plan, BusyWindowWarningFiresOnABurstAndNotOnAFlatTrace) {
 // (all at t = 0 offline): the plan says so and judges no busiest window. Users who think between
 // requests offer less load, so they need fewer replicas than clients that send at once.
 TEST(Plan, ClosedLoopClientsSetTheLoadAndNoBusyWindowIsJudged) {
-  const std::vector<std::string> common = {"plan",  "--gpu", "a100-80gb", "--policy", "vllm", "--slo",
-                                           "ttft_p99=0.3s", "--max-concurrency", "80", "--num-requests",
-                                           "800", "--jobs", "1"};
+  const std::vector<std::string> common = {
+      "plan", "--gpu",          "a100-80gb", "--policy", "vllm", "--slo", "ttft_p99=0.3s", "--max-concurrency",
+      "80",   "--num-requests", "800",       "--jobs",   "1"};
   const fs::path dir = testing::scratch_dir("plan_closed_loop");
   std::vector<std::string> eager = common, thinking = common;
   eager.insert(eager.end(), {"--out", (dir / "eager").string(), "--no-plots"});
-  thinking.insert(thinking.end(), {"--think-time", "exponential:5", "--out", (dir / "thinking").string(), "--no-plots"});
+  thinking.insert(thinking.end(),
+                  {"--think-time", "exponential:5", "--out", (dir / "thinking").string(), "--no-plots"});
   std::string eager_text, thinking_text;
   ASSERT_EQ(run_cli(eager, &eager_text), 0) << eager_text;
   ASSERT_EQ(run_cli(thinking, &thinking_text), 0) << thinking_text;
@@ -267,7 +286,8 @@ TEST(Plan, BadOptionsNameTheOption) {
   EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", ""}), HasSubstr("--slo: give KEY=BOUND pairs"));
   EXPECT_THAT(with({"--gpu", "a100-80gb"}), HasSubstr("--slo"));
   EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p42=2"}), HasSubstr("'ttft_p42' is not an SLO figure"));
-  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=fast"}), HasSubstr("--slo: ttft_p99: the bound 'fast' is not a number"));
+  EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=fast"}),
+              HasSubstr("--slo: ttft_p99: the bound 'fast' is not a number"));
   EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=2", "--price", "l40s=2"}),
               HasSubstr("--price l40s=2: 'l40s' is not one of the --gpu candidates (a100-80gb)"));
   EXPECT_THAT(with({"--gpu", "a100-80gb", "--slo", "ttft_p99=2", "--price", "a100-80gb=cheap"}), HasSubstr("--price"));
@@ -289,11 +309,12 @@ TEST(Plan, SloListTakesPathsShortFormsAndUnits) {
 TEST(Plan, RanksByCostWhenEveryGpuHasAPrice) {
   const fs::path dir = testing::scratch_dir("plan_price");
   // A profile file carrying its own price; the other GPU's comes from --price.
-  const fs::path profile = testing::write_text_file(dir, "priced.yaml", "base: a100-80gb\nname: priced-a100\nprice_per_hour: 9\n");
+  const fs::path profile =
+      testing::write_text_file(dir, "priced.yaml", "base: a100-80gb\nname: priced-a100\nprice_per_hour: 9\n");
   std::string text;
-  ASSERT_EQ(run_cli({"plan", "--gpu", profile.string() + ",a100-80gb", "--trace", flat_trace(dir).string(),
-                     "--policy", "vllm", "--slo", "ttft_p99=2s", "--max-replicas", "8", "--price",
-                     "a100-80gb=1.5", "--jobs", "2", "--out", (dir / "plan").string(), "--no-plots"},
+  ASSERT_EQ(run_cli({"plan", "--gpu", profile.string() + ",a100-80gb", "--trace", flat_trace(dir).string(), "--policy",
+                     "vllm", "--slo", "ttft_p99=2s", "--max-replicas", "8", "--price", "a100-80gb=1.5", "--jobs", "2",
+                     "--out", (dir / "plan").string(), "--no-plots"},
                     &text),
             0)
       << text;
@@ -322,7 +343,8 @@ TEST(Plan, StatesTheTrustOfEveryGpuProfileItRanks) {
             0)
       << text;
   EXPECT_THAT(text, HasSubstr("trust: a100-80gb not validated: datasheet ceilings"));
-  EXPECT_THAT(text, HasSubstr("trust: a100-80gb-fitted (sarathi-serve (Vidur's profiling, 2024) kernels), held-out MAPE"));
+  EXPECT_THAT(text,
+              HasSubstr("trust: a100-80gb-fitted (sarathi-serve (Vidur's profiling, 2024) kernels), held-out MAPE"));
   EXPECT_THAT(text, HasSubstr("trust: a40-from-a100 not validated: transferred from a100-80gb-fitted to a40 ceilings"));
   const auto j = nlohmann::json::parse(testing::read_text_file(dir / "plan" / "plan.json"));
   ASSERT_EQ(j["trust"].size(), 3u);
@@ -359,10 +381,10 @@ TEST(Plan, RecommendsTheSmallestDeploymentThatSustainsTheBusiestWindow) {
     r.busy_window_replicas = busy_ok ? replicas : busy_replicas;
     return r;
   };
-  plan.rows = {row("h100-sxm", 8, 2, false, 3),   // 16 GPUs, 24 to sustain the window
-               row("a100-80gb", 4, 5, true, 5),   // 20 GPUs, sustained
-               row("l40s", 1, 12, false, 0)};     // 12 GPUs, nothing up to --max-replicas sustains
-  std::swap(plan.rows[0], plan.rows[2]);          // the table's order: by GPUs
+  plan.rows = {row("h100-sxm", 8, 2, false, 3),  // 16 GPUs, 24 to sustain the window
+               row("a100-80gb", 4, 5, true, 5),  // 20 GPUs, sustained
+               row("l40s", 1, 12, false, 0)};    // 12 GPUs, nothing up to --max-replicas sustains
+  std::swap(plan.rows[0], plan.rows[2]);         // the table's order: by GPUs
   std::swap(plan.rows[1], plan.rows[2]);
   ASSERT_EQ(plan.rows[0].gpu, "l40s");
   PlanRecommendation rec = recommend(plan);
@@ -397,7 +419,8 @@ TEST(Plan, PrintsAndWritesItsRecommendation) {
                     &text),
             0)
       << text;
-  EXPECT_THAT(text, ::testing::ContainsRegex("recommendation: [0-9]+ x a100-80gb tp [12] \\([0-9]+ GPUs\\): the smallest"));
+  EXPECT_THAT(text,
+              ::testing::ContainsRegex("recommendation: [0-9]+ x a100-80gb tp [12] \\([0-9]+ GPUs\\): the smallest"));
   const auto j = nlohmann::json::parse(testing::read_text_file(dir / "plan" / "plan.json"));
   EXPECT_EQ(j["recommendation"]["mode"], "busiest-window");
   EXPECT_EQ(j["recommendation"]["gpu"], "a100-80gb");
@@ -414,9 +437,26 @@ TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
   const fs::path dir = testing::scratch_dir("plan_pareto");
   const std::string trace = flat_trace(dir).string();
   auto plan_args = [&](const std::string& engine, const fs::path& out) {
-    std::vector<std::string> a = {"plan", "--gpu", "a100-80gb,h100-sxm", "--tp", "1,2", "--trace", trace, "--policy",
-                                  "vllm", "--slo", "ttft_p99=2s,tbt_p99=0.1s", "--max-replicas", "8", "--price",
-                                  "a100-80gb=1.5", "--price", "h100-sxm=3", "--out", out.string(), "--no-plots"};
+    std::vector<std::string> a = {"plan",
+                                  "--gpu",
+                                  "a100-80gb,h100-sxm",
+                                  "--tp",
+                                  "1,2",
+                                  "--trace",
+                                  trace,
+                                  "--policy",
+                                  "vllm",
+                                  "--slo",
+                                  "ttft_p99=2s,tbt_p99=0.1s",
+                                  "--max-replicas",
+                                  "8",
+                                  "--price",
+                                  "a100-80gb=1.5",
+                                  "--price",
+                                  "h100-sxm=3",
+                                  "--out",
+                                  out.string(),
+                                  "--no-plots"};
     if (!engine.empty()) a.insert(a.end(), {"--engine", engine});
     return a;
   };
@@ -435,8 +475,8 @@ TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
     const double tps = run_simulation(c).result.summary.output_tokens_per_s;
     const double gpus = row["total_gpus"].get<double>();
     EXPECT_DOUBLE_EQ(row["output_tokens_per_s_per_gpu"].get<double>(), tps / gpus);
-    EXPECT_NEAR(row["usd_per_million_output_tokens"].get<double>(), row["cost_per_hour"].get<double>() / (tps * 3600) * 1e6,
-                1e-12);
+    EXPECT_NEAR(row["usd_per_million_output_tokens"].get<double>(),
+                row["cost_per_hour"].get<double>() / (tps * 3600) * 1e6, 1e-12);
   }
   EXPECT_GT(j["recommendation"]["output_tokens_per_s_per_gpu"].get<double>(), 0);
   EXPECT_GT(j["recommendation"]["usd_per_million_output_tokens"].get<double>(), 0);
@@ -446,7 +486,10 @@ TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
   std::string line;
   std::getline(csv, line);
   EXPECT_THAT(line, HasSubstr("cost_per_hour,latency.ttft_s.p99,latency.tbt_s.p99,"));
-  struct P { double cost, ttft, tbt; bool pareto; };
+  struct P {
+    double cost, ttft, tbt;
+    bool pareto;
+  };
   std::vector<P> points;
   size_t probes = 0;
   for (const auto& row : j["rows"]) probes += row["probes"].size();
@@ -461,7 +504,8 @@ TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
   size_t front = 0;
   for (const P& a : points) {
     const bool dominated = std::any_of(points.begin(), points.end(), [&](const P& b) {
-      return b.cost <= a.cost && b.ttft <= a.ttft && b.tbt <= a.tbt && (b.cost < a.cost || b.ttft < a.ttft || b.tbt < a.tbt);
+      return b.cost <= a.cost && b.ttft <= a.ttft && b.tbt <= a.tbt &&
+             (b.cost < a.cost || b.ttft < a.ttft || b.tbt < a.tbt);
     });
     EXPECT_EQ(a.pareto, !dominated);
     front += a.pareto;
@@ -485,7 +529,7 @@ TEST(Plan, CostPerTokenParetoAndEngineSensitivity) {
     for (const auto& row : alone["rows"]) {
       if (row["gpu"] == j["recommendation"]["gpu"] && row["tp"] == j["recommendation"]["tp"]) {
         const int need = row["busy_window_sustained"].get<bool>() ? row["replicas"].get<int>()
-                                                                   : row["busy_window_replicas"].get<int>();
+                                                                  : row["busy_window_replicas"].get<int>();
         EXPECT_EQ(s["replicas"].get<int>(), need) << engine;
       }
     }
@@ -504,7 +548,10 @@ TEST(Plan, FewestSearchDoublesThenBisects) {
   for (const CountProbe& p : s.probes) EXPECT_EQ(p.meets, p.count >= 11);
   EXPECT_EQ(find_fewest(5, [](int) { return false; }).count, 0);
   EXPECT_EQ(find_fewest(5, [](int n) { return n >= 5; }).count, 5);
-  EXPECT_EQ(find_fewest(64, [](int) { return true; }, 7).count, 7);
+  EXPECT_EQ(find_fewest(
+                64, [](int) { return true; }, 7)
+                .count,
+            7);
 }
 
 ResultSet run_text(const std::string& yaml, const fs::path& dir, const fs::path& trace) {
@@ -530,7 +577,8 @@ capacity:
   speedup-low: 0.25
   speedup-high: 16
   tolerance: 0.1
-)", dir, burst_trace(dir));
+)",
+                               dir, burst_trace(dir));
   ASSERT_EQ(r.capacities.size(), 1u);
   const auto& c = r.capacities[0]["capacity"];
   EXPECT_EQ(c["searched"], "trace-speedup");
@@ -560,7 +608,8 @@ capacity:
   search: replicas
   slo: {latency.ttft_s.p99: 2.0}
   max-replicas: 8
-)", dir, flat_trace(dir));
+)",
+                               dir, flat_trace(dir));
   ASSERT_EQ(r.capacities.size(), 1u);
   const auto& c = r.capacities[0]["capacity"];
   EXPECT_EQ(c["searched"], "replicas");
@@ -576,18 +625,22 @@ capacity:
 TEST(Capacity, TraceSpeedupSearchNeedsATraceAndItsOwnKeys) {
   const fs::path dir = testing::scratch_dir("capacity_bad");
   EXPECT_THAT(testing::user_error_of([&] {
-                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: trace-speedup, slo: {latency.ttft_s.p99: 1}}\n",
-                                      dir / "x.yaml");
+                parse_experiment_text(
+                    "base: {num-requests: 10}\ncapacity: {search: trace-speedup, slo: {latency.ttft_s.p99: 1}}\n",
+                    dir / "x.yaml");
               }),
               HasSubstr("trace-speedup replays a trace"));
+  EXPECT_THAT(
+      testing::user_error_of([&] {
+        parse_experiment_text(
+            "base: {num-requests: 10}\ncapacity: {search: replicas, rate-high: 9, slo: {latency.ttft_s.p99: 1}}\n",
+            dir / "x.yaml");
+      }),
+      HasSubstr("rate-low/rate-high belong to search: rate"));
   EXPECT_THAT(testing::user_error_of([&] {
-                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: replicas, rate-high: 9, slo: {latency.ttft_s.p99: 1}}\n",
-                                      dir / "x.yaml");
-              }),
-              HasSubstr("rate-low/rate-high belong to search: rate"));
-  EXPECT_THAT(testing::user_error_of([&] {
-                parse_experiment_text("base: {num-requests: 10}\ncapacity: {search: qps, slo: {latency.ttft_s.p99: 1}}\n",
-                                      dir / "x.yaml");
+                parse_experiment_text(
+                    "base: {num-requests: 10}\ncapacity: {search: qps, slo: {latency.ttft_s.p99: 1}}\n",
+                    dir / "x.yaml");
               }),
               HasSubstr("capacity.search"));
 }
@@ -650,8 +703,9 @@ const nlohmann::json& row_of(const nlohmann::json& plan, const std::string& depl
 // The split `plan --disaggregated` finds for vllm on `trace` (0:0 when none), its output in *text.
 Split planned_split(const fs::path& trace, const fs::path& out, const std::vector<std::string>& options,
                     std::string* text) {
-  std::vector<std::string> args = {"plan", "--gpu", "a100-80gb", "--trace", trace.string(), "--policy", "vllm",
-                                   "--disaggregated", "--jobs", "1", "--out", out.string(), "--no-plots"};
+  std::vector<std::string> args = {"plan",     "--gpu",      "a100-80gb",       "--trace", trace.string(),
+                                   "--policy", "vllm",       "--disaggregated", "--jobs",  "1",
+                                   "--out",    out.string(), "--no-plots"};
   args.insert(args.end(), options.begin(), options.end());
   EXPECT_EQ(run_cli(args, text), 0) << *text;
   const auto plan = plan_json(out);
@@ -838,18 +892,21 @@ TEST(PlanDisaggregated, BadInputIsRefusedByName) {
   };
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--prefill-tp", "0"}), HasSubstr("--prefill-tp 0"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--decode-tp", "two"}), HasSubstr("--decode-tp"));
-  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--decode-gpu", "tpu-v9"}), HasSubstr("--decode-gpu tpu-v9"));
+  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--decode-gpu", "tpu-v9"}),
+              HasSubstr("--decode-gpu tpu-v9"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--prefill-gpu", "h100-sxm"}), HasSubstr("add --disaggregated"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--decode-policy", "sarathi"}), HasSubstr("add --disaggregated"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--decode-policy", "hf-static"}),
               HasSubstr("--decode-policy hf-static"));
   EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--prefill-engine", "warp-drive"}),
               HasSubstr("--prefill-engine warp-drive"));
-  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--price", "h100-sxm=3"}), HasSubstr("--price h100-sxm=3"));
+  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--price", "h100-sxm=3"}),
+              HasSubstr("--price h100-sxm=3"));
   EXPECT_THAT(with({"--goodput", "ttft:500", "--attainment", "0"}), HasSubstr("--attainment 0"));
   EXPECT_THAT(with({"--goodput", "ttft:500", "--attainment", "150"}), HasSubstr("--attainment 150"));
   EXPECT_THAT(with({}), HasSubstr("--goodput ttft:MS tpot:MS"));  // neither --slo nor --goodput
-  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--prefill-replicas", "2"}), HasSubstr("prefill-replicas"));
+  EXPECT_THAT(with({"--slo", "ttft_p99=2", "--disaggregated", "--prefill-replicas", "2"}),
+              HasSubstr("prefill-replicas"));
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 namespace batchsim {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 // Runs the CLI in-process and returns what it printed; a failing status fails the test.
 std::string cli_output(const std::vector<std::string>& args) {
@@ -32,14 +32,26 @@ std::string error_of(const std::vector<std::string>& args) {
 
 // A loaded vllm replica: a fifth of the requests urgent (priority 0), the rest priority 1.
 std::vector<std::string> loaded_run(const std::string& scheduling_policy, const std::filesystem::path& out) {
-  return {"run", "--policy", "vllm", "--policy-opt", "scheduling_policy=" + scheduling_policy,
-          "--arrival", "poisson:60", "--num-requests", "400", "--prompt-len", "uniform:200:800",
-          "--output-len", "uniform:50:250", "--priority", "classes:0=1,1=4", "--out", out.string()};
+  return {"run",
+          "--policy",
+          "vllm",
+          "--policy-opt",
+          "scheduling_policy=" + scheduling_policy,
+          "--arrival",
+          "poisson:60",
+          "--num-requests",
+          "400",
+          "--prompt-len",
+          "uniform:200:800",
+          "--output-len",
+          "uniform:50:250",
+          "--priority",
+          "classes:0=1,1=4",
+          "--out",
+          out.string()};
 }
 
-json summary_of(const std::filesystem::path& dir) {
-  return json::parse(testing::read_text_file(dir / "summary.json"));
-}
+json summary_of(const std::filesystem::path& dir) { return json::parse(testing::read_text_file(dir / "summary.json")); }
 
 TEST(PriorityCli, SummaryReportsEachClassAndPriorityServesTheUrgentFirst) {
   const auto dir = testing::scratch_dir("priority_cli_run");

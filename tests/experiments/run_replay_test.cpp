@@ -25,8 +25,8 @@ namespace batchsim {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::cli;
+using ::testing::HasSubstr;
 using testing::user_error_of;
 
 fs::path shipped_run() { return testing::measured_dir() / "llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm"; }
@@ -67,10 +67,11 @@ void write_run(const RunOutcome& outcome, const fs::path& dir, const std::string
   std::ofstream req(dir / "requests.jsonl");
   const double t0 = 1000;
   for (const RequestRecord& r : outcome.result.requests) {
-    req << fmt::format("{{\"request_id\": \"r{}\", \"input_toks\": {}, \"output_toks\": {}, \"queued_ts\": {:.9f}, "
-                       "\"scheduled_ts\": {:.9f}, \"first_token_ts\": {:.9f}, \"last_token_ts\": {:.9f}}}\n",
-                       r.id, r.prompt_tokens, r.output_tokens, t0 + r.arrival.seconds(), t0 + r.first_scheduled.seconds(),
-                       t0 + r.first_token.seconds(), t0 + r.finished.seconds());
+    req << fmt::format(
+        "{{\"request_id\": \"r{}\", \"input_toks\": {}, \"output_toks\": {}, \"queued_ts\": {:.9f}, "
+        "\"scheduled_ts\": {:.9f}, \"first_token_ts\": {:.9f}, \"last_token_ts\": {:.9f}}}\n",
+        r.id, r.prompt_tokens, r.output_tokens, t0 + r.arrival.seconds(), t0 + r.first_scheduled.seconds(),
+        t0 + r.first_token.seconds(), t0 + r.finished.seconds());
   }
   std::ofstream(dir / "meta.json") << meta;
 }
@@ -80,7 +81,8 @@ void write_run(const RunOutcome& outcome, const fs::path& dir, const std::string
 // issue's targets that hold are asserted as targets, TPOT (5.6% against <= 5%) is pinned.
 TEST(RunReplay, ShippedRtx4090RunOnItsOwnFittedProfile) {
   const fs::path out = testing::scratch_dir("rtx4090") / "replay.json";
-  const auto r = cli({"validate-serving", "--run", shipped_run().string(), "--gpu", "rtx-4090-fitted", "--out", out.string()});
+  const auto r =
+      cli({"validate-serving", "--run", shipped_run().string(), "--gpu", "rtx-4090-fitted", "--out", out.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(testing::read_text_file(out));
   EXPECT_LE(j["ttft"]["mape"].get<double>(), 15);
@@ -100,10 +102,30 @@ TEST(RunReplay, ARunOfKnownAnswerReplaysToItself) {
   // batchsim's own run of Llama-3.1-8B on an H100 with vLLM's arguments: replayed with the same
   // GPU, its every request must come out as recorded (to the nanosecond rounding of the file).
   RunConfig c = default_run_config();
-  apply_run_args({"--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--policy", "vllm", "--engine", "vllm-async",
-                  "--arrival", "poisson:12", "--num-requests", "150", "--prompt-len", "uniform:50:3000",
-                  "--output-len", "uniform:2:400", "--num-gpu-blocks", "3000", "--max-model-len", "8192",
-                  "--policy-opt", "max_num_seqs=64", "--policy-opt", "max_num_batched_tokens=1024"},
+  apply_run_args({"--model",
+                  "llama-3.1-8b",
+                  "--gpu",
+                  "h100-sxm",
+                  "--policy",
+                  "vllm",
+                  "--engine",
+                  "vllm-async",
+                  "--arrival",
+                  "poisson:12",
+                  "--num-requests",
+                  "150",
+                  "--prompt-len",
+                  "uniform:50:3000",
+                  "--output-len",
+                  "uniform:2:400",
+                  "--num-gpu-blocks",
+                  "3000",
+                  "--max-model-len",
+                  "8192",
+                  "--policy-opt",
+                  "max_num_seqs=64",
+                  "--policy-opt",
+                  "max_num_batched_tokens=1024"},
                  c);
   const RunOutcome truth = run_simulation(c);
   const fs::path dir = testing::scratch_dir("known") / "vllm";
@@ -134,7 +156,8 @@ TEST(RunReplay, WhatAnOlderMetaLeavesOutIsDerivedAndSaid) {
   std::ofstream(dir / "requests.jsonl")
       << R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "scheduled_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})"
       << "\n";
-  std::ofstream(dir / "meta.json") << R"({"engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_model_len": null}})";
+  std::ofstream(dir / "meta.json")
+      << R"({"engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_model_len": null}})";
   const RecordedRun run = read_recorded_run(dir);
   ASSERT_EQ(run.derived.size(), 5u);
   EXPECT_THAT(run.derived[0], HasSubstr("sized from GPU memory at gpu_memory_utilization 0.9"));
@@ -157,20 +180,30 @@ TEST(RunReplay, BadInputIsRefusedByFileLineAndField) {
     std::ofstream(dir / "meta.json") << meta;
     return dir;
   };
-  const std::string good = R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
+  const std::string good =
+      R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
   const std::string meta = R"({"engine_kwargs": {"model": "meta-llama/Llama-3.1-8B"}})";
   EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good + "\n{\"request_id\": \"b\", \"input", meta)); }),
               HasSubstr("requests.jsonl:2: not a JSON object (a truncated line?)"));
-  EXPECT_THAT(user_error_of([&] {
-                read_recorded_run(folder(R"({"input_toks": 1, "output_toks": 5, "queued_ts": 2.0, "first_token_ts": 1.1, "last_token_ts": 1.3})", meta));
-              }),
-              HasSubstr("requests.jsonl:1: request line-1 ends before it starts"));
+  EXPECT_THAT(
+      user_error_of([&] {
+        read_recorded_run(folder(
+            R"({"input_toks": 1, "output_toks": 5, "queued_ts": 2.0, "first_token_ts": 1.1, "last_token_ts": 1.3})",
+            meta));
+      }),
+      HasSubstr("requests.jsonl:1: request line-1 ends before it starts"));
   EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(R"({"input_toks": 1, "queued_ts": 1})", meta)); }),
               HasSubstr("requests.jsonl:1: field 'output_toks' is missing or not a number"));
-  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(R"({"input_toks": 1e300, "output_toks": 5, "queued_ts": 1, "first_token_ts": 1, "last_token_ts": 1})", meta)); }),
-              HasSubstr("requests.jsonl:1: input_toks and output_toks must be whole numbers from 1 to 2^31-1"));
-  EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good, R"({"engine_kwargs": {"max_num_seqs": 2.5e300}})")); }),
-              HasSubstr("meta.json: 'max_num_seqs' must be a whole number"));
+  EXPECT_THAT(
+      user_error_of([&] {
+        read_recorded_run(folder(
+            R"({"input_toks": 1e300, "output_toks": 5, "queued_ts": 1, "first_token_ts": 1, "last_token_ts": 1})",
+            meta));
+      }),
+      HasSubstr("requests.jsonl:1: input_toks and output_toks must be whole numbers from 1 to 2^31-1"));
+  EXPECT_THAT(
+      user_error_of([&] { read_recorded_run(folder(good, R"({"engine_kwargs": {"max_num_seqs": 2.5e300}})")); }),
+      HasSubstr("meta.json: 'max_num_seqs' must be a whole number"));
   EXPECT_THAT(user_error_of([&] { read_recorded_run(folder(good, R"({"model": "x"})")); }),
               HasSubstr("meta.json: no engine_kwargs object"));
   const fs::path bad_config = folder(good, R"({"engine_kwargs": {}})");
@@ -197,8 +230,9 @@ TEST(RunReplay, MaxModelLenRejectsLongerRequestsAndIsBoundedByTheModel) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("10 of 10 requests rejected"));
   EXPECT_THAT(r.err, HasSubstr("max_model_len 2048"));
-  EXPECT_THAT(testing::cli_error_of({"run", "--model", "llama-3-8b", "--num-requests", "5", "--max-model-len", "100000"}),
-              HasSubstr("--max-model-len 100000: more than model 'llama-3-8b' allows (max_position_embeddings 8192)"));
+  EXPECT_THAT(
+      testing::cli_error_of({"run", "--model", "llama-3-8b", "--num-requests", "5", "--max-model-len", "100000"}),
+      HasSubstr("--max-model-len 100000: more than model 'llama-3-8b' allows (max_position_embeddings 8192)"));
 }
 
 // A user's own benchmark (experiments/fidelity/benchmark_readers.h): the shipped RTX 4090 run
@@ -208,9 +242,9 @@ TEST(RunReplay, MaxModelLenRejectsLongerRequestsAndIsBoundedByTheModel) {
 // loop; what a file lacks is said or refused with the file, request and field named.
 
 // What the shipped run's meta.json records and a benchmark file does not.
-const std::vector<std::string> kEngineArguments = {"--policy-opt", "max_num_seqs=256", "--policy-opt",
-                                                   "max_num_batched_tokens=2048", "--num-gpu-blocks", "2588",
-                                                   "--max-model-len", "32768"};
+const std::vector<std::string> kEngineArguments = {
+    "--policy-opt", "max_num_seqs=256", "--policy-opt", "max_num_batched_tokens=2048", "--num-gpu-blocks",
+    "2588",         "--max-model-len",  "32768"};
 
 // The run's requests, listed in an order other than sent (as a benchmark's records may be).
 std::vector<RecordedRequest> shuffled_requests() {
@@ -243,8 +277,11 @@ void expect_same_figures(const nlohmann::json& a, const nlohmann::json& b) {
 
 TEST(BenchmarkReaders, AVllmBenchResultReplaysAsTheRunItself) {
   const fs::path file = testing::scratch_dir("bench-readers") / "vllm-result.json";
-  nlohmann::json j = {{"backend", "vllm"}, {"model_id", "meta-llama/Llama-3.1-8B"}, {"request_rate", 10.0},
-                      {"max_concurrency", nullptr}, {"num_prompts", 300}};
+  nlohmann::json j = {{"backend", "vllm"},
+                      {"model_id", "meta-llama/Llama-3.1-8B"},
+                      {"request_rate", 10.0},
+                      {"max_concurrency", nullptr},
+                      {"num_prompts", 300}};
   for (const RecordedRequest& r : shuffled_requests()) {
     j["input_lens"].push_back(r.input_tokens);
     j["output_lens"].push_back(r.output_tokens);
@@ -288,14 +325,16 @@ TEST(BenchmarkReaders, AnAiperfExportReplaysAsTheRunItself) {
   int i = 0;
   for (const RecordedRequest& r : shuffled_requests()) {
     const auto ns = [](double s) { return static_cast<int64_t>(std::llround(s * 1e9)); };
-    nlohmann::json rec = {
-        {"metadata", {{"x_request_id", fmt::format("req-{}", i++)}, {"request_start_ns", epoch_ns + ns(r.queued_s)},
-                      {"benchmark_phase", "profiling"}}},
-        {"metrics", {{"input_sequence_length", {{"value", r.input_tokens}, {"unit", "tokens"}}},
-                     {"output_sequence_length", {{"value", r.output_tokens}, {"unit", "tokens"}}},
-                     {"time_to_first_token", {{"value", r.ttft_s() * 1e3}, {"unit", "ms"}}},
-                     {"request_latency", {{"value", r.e2e_s() * 1e3}, {"unit", "ms"}}}}},
-        {"error", nullptr}};
+    nlohmann::json rec = {{"metadata",
+                           {{"x_request_id", fmt::format("req-{}", i++)},
+                            {"request_start_ns", epoch_ns + ns(r.queued_s)},
+                            {"benchmark_phase", "profiling"}}},
+                          {"metrics",
+                           {{"input_sequence_length", {{"value", r.input_tokens}, {"unit", "tokens"}}},
+                            {"output_sequence_length", {{"value", r.output_tokens}, {"unit", "tokens"}}},
+                            {"time_to_first_token", {{"value", r.ttft_s() * 1e3}, {"unit", "ms"}}},
+                            {"request_latency", {{"value", r.e2e_s() * 1e3}, {"unit", "ms"}}}}},
+                          {"error", nullptr}};
     out << rec.dump() << "\n";
   }
   out << R"({"metadata": {"request_start_ns": 1759813207532900363}, "metrics": {"error_isl": {"value": 550, "unit": "tokens"}}, "error": {"code": 499, "type": "RequestCancellationError", "message": "cancelled"}})"
@@ -318,7 +357,8 @@ TEST(BenchmarkReaders, AnAiperfExportReplaysAsTheRunItself) {
 // as one, the requests sent in order as clients free.
 TEST(BenchmarkReaders, AClosedLoopWithoutSendTimesReplaysAsAClosedLoop) {
   const fs::path file = testing::scratch_dir("bench-readers") / "closed.json";
-  nlohmann::json j = {{"model_id", "meta-llama/Llama-3.1-8B-Instruct"}, {"request_rate", "inf"}, {"max_concurrency", 4}};
+  nlohmann::json j = {
+      {"model_id", "meta-llama/Llama-3.1-8B-Instruct"}, {"request_rate", "inf"}, {"max_concurrency", 4}};
   for (int i = 0; i < 40; ++i) {
     j["input_lens"].push_back(200 + 10 * i);
     j["output_lens"].push_back(50);
@@ -332,7 +372,8 @@ TEST(BenchmarkReaders, AClosedLoopWithoutSendTimesReplaysAsAClosedLoop) {
   ASSERT_EQ(run.requests.size(), 40u);
   EXPECT_EQ(run.requests[3].input_tokens, 230);  // in the order sent
   EXPECT_DOUBLE_EQ(run.requests[3].e2e_s(), 0.05 + 49 * 0.01);
-  EXPECT_THAT(fmt::format("{}", fmt::join(run.derived, "; ")), HasSubstr("replayed as the closed loop it ran, 4 clients"));
+  EXPECT_THAT(fmt::format("{}", fmt::join(run.derived, "; ")),
+              HasSubstr("replayed as the closed loop it ran, 4 clients"));
   const RunConfig c = replay_config(run, "h100-sxm", "", "");
   EXPECT_EQ(c.max_concurrency, 4);
   const nlohmann::json report = replay("closed", {"--run", file.string(), "--tp", "2"});
@@ -377,29 +418,37 @@ TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
               HasSubstr("does not name the model; give --model"));
   const std::string good_record =
       R"({"metadata": {"request_start_ns": 1000}, "metrics": {"input_sequence_length": {"value": 5, "unit": "tokens"}, "output_sequence_length": {"value": 3, "unit": "tokens"}, "time_to_first_token": {"value": 20, "unit": "ms"}, "request_latency": {"value": 40, "unit": "ms"}}, "error": null})";
-  EXPECT_THAT(user_error_of([&] { read_recording(write("a.jsonl", good_record + "\n{\"metadata\": {\"request_st"), none); }),
-              HasSubstr("a.jsonl:2: not a JSON object (a truncated line?)"));
+  EXPECT_THAT(
+      user_error_of([&] { read_recording(write("a.jsonl", good_record + "\n{\"metadata\": {\"request_st"), none); }),
+      HasSubstr("a.jsonl:2: not a JSON object (a truncated line?)"));
+  EXPECT_THAT(
+      user_error_of([&] {
+        read_recording(
+            write(
+                "b.jsonl",
+                R"({"metadata": {"request_start_ns": 1}, "metrics": {"input_sequence_length": {"value": 5}, "output_sequence_length": {"value": 3}, "time_to_first_token": {"value": 20, "unit": "fortnights"}, "request_latency": {"value": 40}}, "error": null})"),
+            ReplayOverrides{.model = "llama-3.1-8b"});
+      }),
+      HasSubstr("b.jsonl:1: metric 'time_to_first_token' in unit 'fortnights'"));
   EXPECT_THAT(user_error_of([&] {
-                read_recording(write("b.jsonl", R"({"metadata": {"request_start_ns": 1}, "metrics": {"input_sequence_length": {"value": 5}, "output_sequence_length": {"value": 3}, "time_to_first_token": {"value": 20, "unit": "fortnights"}, "request_latency": {"value": 40}}, "error": null})"),
-                               ReplayOverrides{.model = "llama-3.1-8b"});
-              }),
-              HasSubstr("b.jsonl:1: metric 'time_to_first_token' in unit 'fortnights'"));
-  EXPECT_THAT(user_error_of([&] {
-                read_recording(write("c.jsonl", R"({"metadata": {"request_start_ns": "soon"}, "metrics": {}, "error": null})"),
-                               none);
+                read_recording(
+                    write("c.jsonl", R"({"metadata": {"request_start_ns": "soon"}, "metrics": {}, "error": null})"),
+                    none);
               }),
               HasSubstr("c.jsonl:1: metadata.request_start_ns must be a whole number of ns"));
   EXPECT_THAT(user_error_of([&] { read_recording(dir / "missing.json", none); }), HasSubstr("no such file or folder"));
   EXPECT_THAT(user_error_of([&] { read_recording(dir, none); }),
               HasSubstr("neither requests.jsonl (LLMServingSim's bench layout) nor profile_export.jsonl (aiperf)"));
   EXPECT_THAT(user_error_of([&] {
-                read_recording(write("d.jsonl", good_record), ReplayOverrides{.model = "x", .policy_opts = {{"max_num_seqs", "lots"}}});
+                read_recording(write("d.jsonl", good_record),
+                               ReplayOverrides{.model = "x", .policy_opts = {{"max_num_seqs", "lots"}}});
               }),
               HasSubstr("--policy-opt max_num_seqs=lots: must be a whole number from 1 to 2^31"));
   // The command line's own checks.
   EXPECT_THAT(testing::cli_error_of({"validate-serving", "--measurements", "x.csv", "--gpu", "h100-sxm", "--tp", "2"}),
               HasSubstr("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt: apply to --run only"));
-  EXPECT_THAT(testing::cli_error_of({"validate-serving", "--run", (dir / "d.jsonl").string(), "--gpu", "h100-sxm", "--tp", "0"}),
+  EXPECT_THAT(testing::cli_error_of(
+                  {"validate-serving", "--run", (dir / "d.jsonl").string(), "--gpu", "h100-sxm", "--tp", "0"}),
               HasSubstr("--tp 0: must be from 1 to 1024"));
 }
 

@@ -172,7 +172,7 @@ TEST(BenchJson, FiguresByHandFollowNumpy) {
   EXPECT_DOUBLE_EQ(b["burstiness"].get<double>(), 1.0);
   EXPECT_TRUE(b["max_concurrency"].is_null());
   EXPECT_DOUBLE_EQ(b["duration"].get<double>(), 3.0);
-  EXPECT_EQ(b["total_input_tokens"], 300);   // completed requests' prompts
+  EXPECT_EQ(b["total_input_tokens"], 300);  // completed requests' prompts
   EXPECT_EQ(b["total_output_tokens"], 23);
   EXPECT_DOUBLE_EQ(b["request_throughput"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(b["output_throughput"].get<double>(), 23.0 / 3);
@@ -186,8 +186,8 @@ TEST(BenchJson, FiguresByHandFollowNumpy) {
   EXPECT_NEAR(b["median_ttft_ms"].get<double>(), 500, 1e-9);
   EXPECT_NEAR(b["std_ttft_ms"].get<double>(), sd * 1000, 1e-9);
   EXPECT_NEAR(b["p50_ttft_ms"].get<double>(), 500, 1e-9);
-  EXPECT_NEAR(b["p99_ttft_ms"].get<double>(), (0.5 + 0.98 * 0.5) * 1000, 1e-6);      // rank 1.98
-  EXPECT_NEAR(b["p99.9_ttft_ms"].get<double>(), (0.5 + 0.998 * 0.5) * 1000, 1e-6);   // rank 1.998
+  EXPECT_NEAR(b["p99_ttft_ms"].get<double>(), (0.5 + 0.98 * 0.5) * 1000, 1e-6);     // rank 1.98
+  EXPECT_NEAR(b["p99.9_ttft_ms"].get<double>(), (0.5 + 0.998 * 0.5) * 1000, 1e-6);  // rank 1.998
   // TPOT over the two requests with more than one token: {0.1, 0.2} s.
   EXPECT_NEAR(b["mean_tpot_ms"].get<double>(), 150, 1e-6);
   EXPECT_NEAR(b["std_tpot_ms"].get<double>(), 50, 1e-6);
@@ -265,15 +265,33 @@ ordered_json read_json(const fs::path& file) {
 TEST(BenchJson, KeysMatchARecordedVllmResult) {
   const ordered_json vllm = read_json(testing::source_dir() / "tests/data/vllm_bench_serve_result.json");
   const fs::path out = testing::scratch_dir("bench_json_keys");
-  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "poisson:4", "--max-concurrency", "32",
-                     "--num-requests", "200", "--prompt-len", "fixed:512", "--output-len", "fixed:128",
-                     "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-                     "--goodput", "ttft:2000", "tpot:100", "--out", out.string()}),
+  ASSERT_EQ(run_cli({"run",
+                     "--policy",
+                     "vllm",
+                     "--arrival",
+                     "poisson:4",
+                     "--max-concurrency",
+                     "32",
+                     "--num-requests",
+                     "200",
+                     "--prompt-len",
+                     "fixed:512",
+                     "--output-len",
+                     "fixed:128",
+                     "--percentile-metrics",
+                     "ttft,tpot,itl,e2el",
+                     "--metric-percentiles",
+                     "50,90,99",
+                     "--goodput",
+                     "ttft:2000",
+                     "tpot:100",
+                     "--out",
+                     out.string()}),
             0);
   const ordered_json ours = read_json(out / "bench.json");
   // What batchsim cannot produce as vLLM defines it, and leaves out (README, bench.json).
-  const std::set<std::string> left_out = {"date",     "endpoint_type", "backend", "label",
-                                          "model_id", "tokenizer_id",  "max_output_tokens_per_s"};
+  const std::set<std::string> left_out = {"date",         "endpoint_type",          "backend", "label", "model_id",
+                                          "tokenizer_id", "max_output_tokens_per_s"};
   std::vector<std::string> expected, got;
   for (const auto& [k, v] : vllm.items()) {
     if (!left_out.count(k)) expected.push_back(k);
@@ -298,9 +316,9 @@ TEST(BenchJson, KeysMatchARecordedVllmResult) {
 TEST(Goodput, RealRunMatchesItsRequestsCsv) {
   const fs::path out = testing::scratch_dir("goodput_real_run");
   std::string text;
-  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "poisson:12", "--num-requests", "300",
-                     "--prompt-len", "uniform:64:1024", "--output-len", "uniform:1:256", "--goodput", "ttft:150",
-                     "tpot:30", "--slo", "ttft_p99_s=100", "--out", out.string()},
+  ASSERT_EQ(run_cli({"run", "--policy", "vllm", "--arrival", "poisson:12", "--num-requests", "300", "--prompt-len",
+                     "uniform:64:1024", "--output-len", "uniform:1:256", "--goodput", "ttft:150", "tpot:30", "--slo",
+                     "ttft_p99_s=100", "--out", out.string()},
                     &text),
             0);
   std::ifstream csv(out / "requests.csv");
@@ -341,7 +359,8 @@ TEST(Slo, BadOptionsNameTheOption) {
   EXPECT_THAT(error({"--slo", "ttft_p99_s=1,latency.ttft_s.p99=2"}), HasSubstr("bounded twice"));
   EXPECT_THAT(error({"--slo", ","}), HasSubstr("--slo: give KEY=BOUND pairs"));
   EXPECT_THAT(error({"--goodput", "ttft=2000"}), HasSubstr("--goodput: 'ttft=2000': expected KEY:VALUE"));
-  EXPECT_THAT(error({"--goodput", "itl:20"}), HasSubstr("--goodput: unknown metric 'itl' (expected ttft, tpot or e2el"));
+  EXPECT_THAT(error({"--goodput", "itl:20"}),
+              HasSubstr("--goodput: unknown metric 'itl' (expected ttft, tpot or e2el"));
   EXPECT_THAT(error({"--goodput", "ttft:-5"}), HasSubstr("--goodput: ttft: the threshold '-5'"));
   EXPECT_THAT(error({"--goodput", "ttft:1", "ttft:2"}), HasSubstr("--goodput: ttft is given twice"));
   EXPECT_THAT(error({"--percentile-metrics", "ttft,latency"}),
@@ -352,10 +371,14 @@ TEST(Slo, BadOptionsNameTheOption) {
   // The same keys in a --config file name the file, line and key.
   const fs::path dir = testing::scratch_dir("slo_bad_config");
   const fs::path cfg = testing::write_text_file(dir, "c.yaml", "num-requests: 5\nslo: {ttft_p99_s: 2, tbt_p42_s: 1}\n");
-  EXPECT_THAT(testing::user_error_of([&] { run_cli({"run", "--config", cfg.string()}); }),
+  EXPECT_THAT(testing::user_error_of([&] {
+                run_cli({"run", "--config", cfg.string()});
+              }),
               HasSubstr("c.yaml:2: slo: 'tbt_p42_s' is not an SLO figure"));
   const fs::path cfg2 = testing::write_text_file(dir, "g.yaml", "num-requests: 5\ngoodput: {ttft: 100, queue: 5}\n");
-  EXPECT_THAT(testing::user_error_of([&] { run_cli({"run", "--config", cfg2.string()}); }),
+  EXPECT_THAT(testing::user_error_of([&] {
+                run_cli({"run", "--config", cfg2.string()});
+              }),
               HasSubstr("g.yaml:2: goodput: unknown metric 'queue'"));
 }
 
@@ -364,8 +387,8 @@ TEST(Slo, BadOptionsExitNonZero) {
   const fs::path binary = fs::path(BATCHSIM_BINARY_DIR) / "experiments" / "batchsim";
   if (!fs::exists(binary)) GTEST_SKIP() << "the batchsim binary is not built";
   const fs::path log = testing::scratch_dir("slo_exit") / "err.txt";
-  for (const std::string flags : {"--slo ttft_p95_s=2", "--goodput itl:20", "--percentile-metrics foo",
-                                  "--metric-percentiles 200"}) {
+  for (const std::string flags :
+       {"--slo ttft_p95_s=2", "--goodput itl:20", "--percentile-metrics foo", "--metric-percentiles 200"}) {
     const std::string cmd = fmt::format("{} run --num-requests 5 {} 2> {}", binary.string(), flags, log.string());
     const int status = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << flags;
@@ -422,8 +445,10 @@ TEST(SloExperiment, BadBlocksNameFileLineAndKey) {
   EXPECT_THAT(error("slo: [1, 2]\n"), HasSubstr("bad.yaml:1: slo: expected a mapping"));
   EXPECT_THAT(error("base: {num-requests: 5}\nslo:\n  ttft_p99_s: 2\n  ttft_p95_s: 1\n"),
               HasSubstr("bad.yaml:4: slo: 'ttft_p95_s' is not an SLO figure"));
-  EXPECT_THAT(error("slo:\n  goodput: {ttft: fast}\n"), HasSubstr("bad.yaml:2: key 'goodput.ttft' has a value of the wrong type"));
-  EXPECT_THAT(error("capacity: {slo: {ttft_p99_x: 1}}\n"), HasSubstr("capacity.slo.ttft_p99_x: not a numeric summary.json figure"));
+  EXPECT_THAT(error("slo:\n  goodput: {ttft: fast}\n"),
+              HasSubstr("bad.yaml:2: key 'goodput.ttft' has a value of the wrong type"));
+  EXPECT_THAT(error("capacity: {slo: {ttft_p99_x: 1}}\n"),
+              HasSubstr("capacity.slo.ttft_p99_x: not a numeric summary.json figure"));
   EXPECT_THAT(error("capacity: {rate-low: 1}\n"), HasSubstr("capacity.slo: missing"));
 }
 

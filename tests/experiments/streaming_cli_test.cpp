@@ -100,11 +100,27 @@ CliRun expect_streaming_equals_exact(const std::vector<std::string>& workload, c
 }
 
 TEST(StreamingCli, SameRowsAndSummaryButPercentilesWithinTheirStatedError) {
-  expect_streaming_equals_exact({"--num-requests", "400", "--arrival", "poisson:8", "--policy", "vllm",
-                                 "--output-len", "capexp:128:512", "--prompt-len", "lognormal:400:0.8",
-                                 "--priority", "uniform:0:2", "--replicas", "2",
-                                 "--router", "least-outstanding", "--streaming-slots", "64", "--goodput",
-                                 "ttft:300", "tpot:40"},
+  expect_streaming_equals_exact({"--num-requests",
+                                 "400",
+                                 "--arrival",
+                                 "poisson:8",
+                                 "--policy",
+                                 "vllm",
+                                 "--output-len",
+                                 "capexp:128:512",
+                                 "--prompt-len",
+                                 "lognormal:400:0.8",
+                                 "--priority",
+                                 "uniform:0:2",
+                                 "--replicas",
+                                 "2",
+                                 "--router",
+                                 "least-outstanding",
+                                 "--streaming-slots",
+                                 "64",
+                                 "--goodput",
+                                 "ttft:300",
+                                 "tpot:40"},
                                 "streaming_cli_same", 400);
 }
 
@@ -112,10 +128,10 @@ TEST(StreamingCli, ATraceIsReadAsTheRunGoesWithTheExactRunsRows) {
   // The shipped Azure code trace at 8x its speed (a backlog, rejections of over-long requests),
   // and a generic CSV with a zero output length, whose warning comes at the end of the run.
   const std::string azure = testing::data_file(testing::traces_dir(), "azure-llm-2023/code.csv").string();
-  const CliRun replay = expect_streaming_equals_exact(
-      {"--trace", azure, "--trace-speedup", "8", "--num-requests", "3000", "--policy", "sarathi", "--streaming-slots", "4096"},
-      "streaming_cli_trace", 3000);
-  EXPECT_THAT(replay.err, HasSubstr("rejected"));  // the same tally as the exact run
+  const CliRun replay = expect_streaming_equals_exact({"--trace", azure, "--trace-speedup", "8", "--num-requests",
+                                                       "3000", "--policy", "sarathi", "--streaming-slots", "4096"},
+                                                      "streaming_cli_trace", 3000);
+  EXPECT_THAT(replay.err, HasSubstr("rejected"));                       // the same tally as the exact run
   EXPECT_THAT(replay.err, ::testing::Not(HasSubstr("requests have")));  // nothing clamped
   const fs::path generic = testing::write_text_file(testing::scratch_dir("streaming_cli_generic"), "g.csv",
                                                     "arrival_s,prompt_tokens,output_tokens,max_tokens\n"
@@ -131,10 +147,10 @@ TEST(StreamingCli, PromptBlockHashesStreamWithTheirRequests) {
   // SGLang replicas behind the prefix router; and --prefix groups on the vLLM preset's prefix
   // cache. Each hit or miss is in the requests' cached_tokens, which must match the exact run's.
   const std::string mooncake = testing::data_file(testing::traces_dir(), "mooncake-fast25/conversation.jsonl").string();
-  const CliRun trace = expect_streaming_equals_exact({"--trace", mooncake, "--num-requests", "2000", "--trace-speedup", "4",
-                                                      "--policy", "sglang", "--replicas", "2", "--router", "prefix",
-                                                      "--streaming-slots", "512"},
-                                                     "streaming_cli_mooncake", 2000);
+  const CliRun trace =
+      expect_streaming_equals_exact({"--trace", mooncake, "--num-requests", "2000", "--trace-speedup", "4", "--policy",
+                                     "sglang", "--replicas", "2", "--router", "prefix", "--streaming-slots", "512"},
+                                    "streaming_cli_mooncake", 2000);
   EXPECT_THAT(trace.out, HasSubstr("prefix cache: "));
   const CliRun groups = expect_streaming_equals_exact({"--num-requests", "600", "--arrival", "poisson:6", "--prefix",
                                                        "groups:1024:3", "--policy", "vllm", "--streaming-slots", "64"},

@@ -17,9 +17,9 @@ namespace batchsim {
 namespace {
 
 namespace fs = std::filesystem;
+using nlohmann::ordered_json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::ordered_json;
 
 // `batchsim ARGS`: its stdout; the exit status must be 0.
 std::string run_cli(const std::vector<std::string>& args) {
@@ -86,7 +86,8 @@ TEST(Trust, ARunOnAFittedProfileCarriesItsFigures) {
   expect_trust_is(summary["trust"], h100);
   // One line on the terminal, with every operator's MAPE.
   EXPECT_EQ(occurrences(printed, "trust: "), 1u);
-  EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted (vllm 0.24.0 kernels), held-out MAPE on " + h100.validation.measured_on + ": "));
+  EXPECT_THAT(printed, HasSubstr("trust: h100-sxm-fitted (vllm 0.24.0 kernels), held-out MAPE on " +
+                                 h100.validation.measured_on + ": "));
   for (const OperatorError& e : h100.validation.operators) {
     EXPECT_THAT(printed, HasSubstr(fmt::format("{} {:.1f}%", e.op, e.mape_percent)));
   }
@@ -182,13 +183,13 @@ axes:
   const std::string report = testing::read_text_file(dir / "out" / "report.md");
   EXPECT_EQ(occurrences(report, "## How far to trust these figures"), 1u);
   const HardwareProfile h100 = resolve_gpu("h100-sxm-fitted");
-  EXPECT_EQ(occurrences(report, "- `h100-sxm-fitted` (" + h100.source + "): held out (" +
-                                    h100.validation.scored_on + ") on " + h100.validation.measured_on + "\n"),
+  EXPECT_EQ(occurrences(report, "- `h100-sxm-fitted` (" + h100.source + "): held out (" + h100.validation.scored_on +
+                                    ") on " + h100.validation.measured_on + "\n"),
             1u);
   EXPECT_THAT(report, HasSubstr("| profile | operator | MAPE % | p90 % | rows |"));
   for (const OperatorError& e : h100.validation.operators) {
-    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.1f} | {} |\n", e.op,
-                                              e.mape_percent, e.p90_percent, e.count)),
+    EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.1f} | {} |\n", e.op, e.mape_percent,
+                                              e.p90_percent, e.count)),
               1u)
         << e.op;
   }
@@ -196,8 +197,8 @@ axes:
                                 "TPOT predicted / measured | benchmark runs |"));
   for (const ServingError& e : h100.validation.serving.backends) {
     EXPECT_EQ(occurrences(report, fmt::format("| h100-sxm-fitted | {} | {:.1f} | {:.2f} | {:.1f} | {:.2f} | {} |\n",
-                                              e.backend, e.ttft_mape_percent, e.ttft_median_ratio,
-                                              e.tpot_mape_percent, e.tpot_median_ratio, e.count)),
+                                              e.backend, e.ttft_mape_percent, e.ttft_median_ratio, e.tpot_mape_percent,
+                                              e.tpot_median_ratio, e.count)),
               1u)
         << e.backend;
   }
@@ -244,10 +245,12 @@ TEST(Trust, AProfileNamesItsKernelsAndARunOnAnotherFrameworkIsTold) {
   p.kernels = "sglang 0.5.2";
   save_hardware_profile(p, dir / "p.yaml");
   EXPECT_EQ(load_hardware_profile(dir / "p.yaml").kernels, "sglang 0.5.2");
-  const std::string checked = run_cli({"validate", "--measurements", (testing::measured_dir() / "vidur").string(), "--device",
-                                       "a100", "--gpu", "h100-sxm-fitted", "--kernels", "sarathi-serve (Vidur's profiling, 2024)"});
-  EXPECT_THAT(checked, HasSubstr("profile 'h100-sxm-fitted' was measured on vllm 0.24.0 kernels; these measurements timed "
-                                 "sarathi-serve (Vidur's profiling, 2024)'s"));
+  const std::string checked =
+      run_cli({"validate", "--measurements", (testing::measured_dir() / "vidur").string(), "--device", "a100", "--gpu",
+               "h100-sxm-fitted", "--kernels", "sarathi-serve (Vidur's profiling, 2024)"});
+  EXPECT_THAT(checked,
+              HasSubstr("profile 'h100-sxm-fitted' was measured on vllm 0.24.0 kernels; these measurements timed "
+                        "sarathi-serve (Vidur's profiling, 2024)'s"));
 }
 
 }  // namespace

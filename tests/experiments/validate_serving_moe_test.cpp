@@ -29,9 +29,15 @@ using ::testing::Not;
 // One row of a silicon file: `fields` by column name, the rest blank, in kSiliconHeader's order.
 // Defaults: an aggregated h100_sxm row measured at TTFT 200 ms and TPOT 20 ms.
 std::string silicon_row(std::map<std::string, std::string> fields) {
-  const std::map<std::string, std::string> defaults = {
-      {"id", "row"},  {"silicon_data_source", "src"}, {"system", "h100_sxm"}, {"mode", "agg"},
-      {"isl", "1024"}, {"osl", "128"},  {"pp_size", "1"}, {"silicon_ttft_ms", "200.0"}, {"silicon_tpot_ms", "20.0"}};
+  const std::map<std::string, std::string> defaults = {{"id", "row"},
+                                                       {"silicon_data_source", "src"},
+                                                       {"system", "h100_sxm"},
+                                                       {"mode", "agg"},
+                                                       {"isl", "1024"},
+                                                       {"osl", "128"},
+                                                       {"pp_size", "1"},
+                                                       {"silicon_ttft_ms", "200.0"},
+                                                       {"silicon_tpot_ms", "20.0"}};
   for (const auto& [k, v] : defaults) fields.try_emplace(k, v);
   std::string line;
   std::istringstream header(testing::kSiliconHeader.substr(0, testing::kSiliconHeader.find('\n')));
@@ -62,29 +68,59 @@ RunOutcome run_by_hand(RunConfig c, int osl, int64_t requests, int64_t clients) 
 }
 
 const std::string kQwen3 = "Qwen/Qwen3-235B-A22B-FP8";  // 128 experts, top 8, block FP8
-const std::string kGptOss = "openai/gpt-oss-120b";       // MXFP4 experts, 16-bit attention
-const std::string kMiniMax = "MiniMaxAI/MiniMax-M2.5";   // 256 experts, block FP8
+const std::string kGptOss = "openai/gpt-oss-120b";      // MXFP4 experts, 16-bit attention
+const std::string kMiniMax = "MiniMaxAI/MiniMax-M2.5";  // 256 experts, block FP8
 
 // aiconfigurator's columns are RunConfig's: tp the attention TP of one attention-DP rank,
 // attention_dp_size the ranks, moe_tp x moe_ep the experts over the same GPUs; a size left 0 is
 // inferred from the other; the client's concurrency comes from silicon_data_source.
 TEST(ValidateServingMoe, ColumnsMapToTheRunsLayout) {
-  const ServingRows read = read_rows(
-      "moe-layouts",
-      silicon_row({{"id", "tep"}, {"backend", "trtllm"}, {"backend_version", "1.0.0rc3"}, {"model_path", kQwen3},
-                   {"precision", "fp8"}, {"gemm_quant_mode", "fp8_block"}, {"moe_quant_mode", "fp8_block"},
-                   {"batch_size", "16"}, {"tp_size", "4"}, {"moe_tp_size", "1"}, {"moe_ep_size", "4"},
-                   {"silicon_data_source", "source_file=q.csv; silicon_concurrency=16"}}) +
-          silicon_row({{"id", "mixed"}, {"backend", "trtllm"}, {"model_path", kQwen3}, {"precision", "fp8"},
-                       {"gemm_quant_mode", "fp8_block"}, {"moe_quant_mode", "fp8_block"}, {"batch_size", "16"},
-                       {"tp_size", "4"}, {"moe_tp_size", "2"}, {"moe_ep_size", "0"}}) +
-          silicon_row({{"id", "tp"}, {"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kGptOss},
-                       {"precision", "fp4"}, {"gemm_quant_mode", "nvfp4"}, {"moe_quant_mode", "nvfp4"},
-                       {"batch_size", "8"}, {"tp_size", "8"}, {"attention_dp_size", "1"}, {"moe_tp_size", "8"},
-                       {"moe_ep_size", "1"}}) +
-          silicon_row({{"id", "dep"}, {"backend", "sglang"}, {"model_path", kQwen3}, {"precision", "fp8"},
-                       {"gemm_quant_mode", "fp8_block"}, {"moe_quant_mode", "fp8_block"}, {"batch_size", "8"},
-                       {"tp_size", "1"}, {"attention_dp_size", "4"}, {"moe_tp_size", "1"}, {"moe_ep_size", "4"}}));
+  const ServingRows read =
+      read_rows("moe-layouts", silicon_row({{"id", "tep"},
+                                            {"backend", "trtllm"},
+                                            {"backend_version", "1.0.0rc3"},
+                                            {"model_path", kQwen3},
+                                            {"precision", "fp8"},
+                                            {"gemm_quant_mode", "fp8_block"},
+                                            {"moe_quant_mode", "fp8_block"},
+                                            {"batch_size", "16"},
+                                            {"tp_size", "4"},
+                                            {"moe_tp_size", "1"},
+                                            {"moe_ep_size", "4"},
+                                            {"silicon_data_source", "source_file=q.csv; silicon_concurrency=16"}}) +
+                                   silicon_row({{"id", "mixed"},
+                                                {"backend", "trtllm"},
+                                                {"model_path", kQwen3},
+                                                {"precision", "fp8"},
+                                                {"gemm_quant_mode", "fp8_block"},
+                                                {"moe_quant_mode", "fp8_block"},
+                                                {"batch_size", "16"},
+                                                {"tp_size", "4"},
+                                                {"moe_tp_size", "2"},
+                                                {"moe_ep_size", "0"}}) +
+                                   silicon_row({{"id", "tp"},
+                                                {"backend", "vllm"},
+                                                {"backend_version", "0.18.0"},
+                                                {"model_path", kGptOss},
+                                                {"precision", "fp4"},
+                                                {"gemm_quant_mode", "nvfp4"},
+                                                {"moe_quant_mode", "nvfp4"},
+                                                {"batch_size", "8"},
+                                                {"tp_size", "8"},
+                                                {"attention_dp_size", "1"},
+                                                {"moe_tp_size", "8"},
+                                                {"moe_ep_size", "1"}}) +
+                                   silicon_row({{"id", "dep"},
+                                                {"backend", "sglang"},
+                                                {"model_path", kQwen3},
+                                                {"precision", "fp8"},
+                                                {"gemm_quant_mode", "fp8_block"},
+                                                {"moe_quant_mode", "fp8_block"},
+                                                {"batch_size", "8"},
+                                                {"tp_size", "1"},
+                                                {"attention_dp_size", "4"},
+                                                {"moe_tp_size", "1"},
+                                                {"moe_ep_size", "4"}}));
   ASSERT_EQ(read.rows.size(), 4u);
   const ServingRow& tep = read.rows[0];
   EXPECT_EQ(tep.layout(), (ParallelLayout{4, 1, 4, 1}));
@@ -107,23 +143,42 @@ TEST(ValidateServingMoe, ColumnsMapToTheRunsLayout) {
 // when the row has EP, TP otherwise; other backends' rows keep their columns.
 TEST(ValidateServingMoe, VllmTpEqualToAttentionDpIsDataParallelAttentionOnTpGpus) {
   const std::string common_source = "source_file=2026-04-06.csv; silicon_concurrency=64";
-  const ServingRows read = read_rows(
-      "moe-vllm-dep",
-      silicon_row({{"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kMiniMax}, {"precision", "fp8"},
-                   {"gemm_quant_mode", "fp8"}, {"moe_quant_mode", "fp8"}, {"batch_size", "16"}, {"tp_size", "4"},
-                   {"attention_dp_size", "4"}, {"moe_tp_size", "1"}, {"moe_ep_size", "16"},
-                   {"silicon_data_source", common_source}}) +
-          silicon_row({{"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kMiniMax},
-                       {"precision", "fp8"}, {"batch_size", "16"}, {"tp_size", "4"}, {"attention_dp_size", "4"},
-                       {"moe_tp_size", "16"}, {"moe_ep_size", "1"}, {"silicon_data_source", common_source}}) +
-          silicon_row({{"backend", "sglang"}, {"model_path", kMiniMax}, {"precision", "fp8"}, {"batch_size", "16"},
-                       {"tp_size", "2"}, {"attention_dp_size", "2"}, {"moe_tp_size", "1"}, {"moe_ep_size", "4"}}));
+  const ServingRows read = read_rows("moe-vllm-dep", silicon_row({{"backend", "vllm"},
+                                                                  {"backend_version", "0.18.0"},
+                                                                  {"model_path", kMiniMax},
+                                                                  {"precision", "fp8"},
+                                                                  {"gemm_quant_mode", "fp8"},
+                                                                  {"moe_quant_mode", "fp8"},
+                                                                  {"batch_size", "16"},
+                                                                  {"tp_size", "4"},
+                                                                  {"attention_dp_size", "4"},
+                                                                  {"moe_tp_size", "1"},
+                                                                  {"moe_ep_size", "16"},
+                                                                  {"silicon_data_source", common_source}}) +
+                                                         silicon_row({{"backend", "vllm"},
+                                                                      {"backend_version", "0.18.0"},
+                                                                      {"model_path", kMiniMax},
+                                                                      {"precision", "fp8"},
+                                                                      {"batch_size", "16"},
+                                                                      {"tp_size", "4"},
+                                                                      {"attention_dp_size", "4"},
+                                                                      {"moe_tp_size", "16"},
+                                                                      {"moe_ep_size", "1"},
+                                                                      {"silicon_data_source", common_source}}) +
+                                                         silicon_row({{"backend", "sglang"},
+                                                                      {"model_path", kMiniMax},
+                                                                      {"precision", "fp8"},
+                                                                      {"batch_size", "16"},
+                                                                      {"tp_size", "2"},
+                                                                      {"attention_dp_size", "2"},
+                                                                      {"moe_tp_size", "1"},
+                                                                      {"moe_ep_size", "4"}}));
   ASSERT_EQ(read.rows.size(), 3u);
   EXPECT_EQ(read.rows[0].layout(), (ParallelLayout{1, 4, 4, 1}));
   EXPECT_EQ(read.rows[0].concurrency, 64);
   EXPECT_THAT(read.rows[0].normalisations, ElementsAre("vllm-dep", "checkpoint-format"));
   EXPECT_EQ(read.rows[1].layout(), (ParallelLayout{1, 4, 1, 4}));
-  EXPECT_EQ(read.rows[2].layout(), (ParallelLayout{2, 2, 4, 1}));  // SGLang: as recorded
+  EXPECT_EQ(read.rows[2].layout(), (ParallelLayout{2, 2, 4, 1}));              // SGLang: as recorded
   EXPECT_THAT(read.rows[2].normalisations, ElementsAre("checkpoint-format"));  // fp8: its block FP8
   EXPECT_EQ(read.rows[2].concurrency, 32);
   EXPECT_EQ(read.normalised.at("vllm-dep"), 2);
@@ -134,10 +189,18 @@ TEST(ValidateServingMoe, VllmTpEqualToAttentionDpIsDataParallelAttentionOnTpGpus
 // batch_size did not.
 TEST(ValidateServingMoe, TrtllmConcurrencyOfTpRanksIsAttentionDp) {
   auto gpt_oss = [](const std::string& concurrency) {
-    return silicon_row({{"backend", "trtllm"}, {"backend_version", "1.3.0rc1"}, {"model_path", kGptOss},
-                        {"precision", "fp8"}, {"gemm_quant_mode", "fp8"}, {"moe_quant_mode", "fp8"},
-                        {"isl", "4000"}, {"osl", "1000"}, {"batch_size", "40"}, {"tp_size", "4"},
-                        {"moe_tp_size", "2"}, {"moe_ep_size", "2"},
+    return silicon_row({{"backend", "trtllm"},
+                        {"backend_version", "1.3.0rc1"},
+                        {"model_path", kGptOss},
+                        {"precision", "fp8"},
+                        {"gemm_quant_mode", "fp8"},
+                        {"moe_quant_mode", "fp8"},
+                        {"isl", "4000"},
+                        {"osl", "1000"},
+                        {"batch_size", "40"},
+                        {"tp_size", "4"},
+                        {"moe_tp_size", "2"},
+                        {"moe_ep_size", "2"},
                         {"silicon_data_source", "source_file=g.csv; silicon_concurrency=" + concurrency}});
   };
   const ServingRows read = read_rows("moe-trtllm-dp", gpt_oss("160") + gpt_oss("40"));
@@ -155,18 +218,29 @@ TEST(ValidateServingMoe, TrtllmConcurrencyOfTpRanksIsAttentionDp) {
 // checkpoint-format); a 16-bit checkpoint in the label's, both layers alike.
 TEST(ValidateServingMoe, AQuantizedCheckpointRunsItsOwnFormats) {
   auto row = [](const std::string& model, const std::string& gemm, const std::string& moe) {
-    return silicon_row({{"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", model},
-                        {"precision", gemm == "nvfp4" ? "fp4" : gemm}, {"gemm_quant_mode", gemm},
-                        {"moe_quant_mode", moe}, {"batch_size", "8"}, {"tp_size", "4"}, {"moe_tp_size", "1"},
+    return silicon_row({{"backend", "vllm"},
+                        {"backend_version", "0.18.0"},
+                        {"model_path", model},
+                        {"precision", gemm == "nvfp4" ? "fp4" : gemm},
+                        {"gemm_quant_mode", gemm},
+                        {"moe_quant_mode", moe},
+                        {"batch_size", "8"},
+                        {"tp_size", "4"},
+                        {"moe_tp_size", "1"},
                         {"moe_ep_size", "4"}});
   };
   const ServingRows read = read_rows(
       "moe-formats", row(kMiniMax, "fp8", "fp8") + row(kQwen3, "fp8_block", "fp8_block") +
                          row(kGptOss, "nvfp4", "nvfp4") + row("Qwen/Qwen3-235B-A22B", "fp8", "fp8") +
                          row("Qwen/Qwen3-235B-A22B", "fp8", "fp8_block") + row(kQwen3, "int4_awq", "int4_awq") +
-                         silicon_row({{"backend", "vllm"}, {"model_path", "meta-llama/Llama-3.1-8B-Instruct"},
-                                      {"precision", "fp8"}, {"gemm_quant_mode", "fp8"}, {"batch_size", "8"},
-                                      {"tp_size", "1"}, {"moe_tp_size", "1"}, {"moe_ep_size", "1"}}));
+                         silicon_row({{"backend", "vllm"},
+                                      {"model_path", "meta-llama/Llama-3.1-8B-Instruct"},
+                                      {"precision", "fp8"},
+                                      {"gemm_quant_mode", "fp8"},
+                                      {"batch_size", "8"},
+                                      {"tp_size", "1"},
+                                      {"moe_tp_size", "1"},
+                                      {"moe_ep_size", "1"}}));
   ASSERT_EQ(read.rows.size(), 5u);
   EXPECT_EQ(read.rows[0].weight_dtype, "fp8-block");  // MiniMax-M2.5: 128 x 128 block FP8
   EXPECT_THAT(read.rows[0].normalisations, ElementsAre("checkpoint-format"));
@@ -195,10 +269,10 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
   };
   auto disagg = [](std::map<std::string, std::string> f) {
     const std::map<std::string, std::string> pools = {
-        {"prefill_tp_size", "8"}, {"prefill_pp_size", "1"}, {"prefill_moe_tp_size", "8"},
-        {"prefill_moe_ep_size", "1"}, {"decode_tp_size", "8"}, {"decode_pp_size", "1"},
-        {"decode_moe_tp_size", "8"}, {"decode_moe_ep_size", "1"}, {"prefill_num_workers", "1"},
-        {"decode_num_workers", "1"}, {"decode_batch_size", "8"}, {"prefill_batch_size", "1"}};
+        {"prefill_tp_size", "8"},     {"prefill_pp_size", "1"},    {"prefill_moe_tp_size", "8"},
+        {"prefill_moe_ep_size", "1"}, {"decode_tp_size", "8"},     {"decode_pp_size", "1"},
+        {"decode_moe_tp_size", "8"},  {"decode_moe_ep_size", "1"}, {"prefill_num_workers", "1"},
+        {"decode_num_workers", "1"},  {"decode_batch_size", "8"},  {"prefill_batch_size", "1"}};
     for (const auto& [k, v] : pools) f.try_emplace(k, v);
     f.try_emplace("backend", "trtllm");
     f.try_emplace("model_path", kQwen3);
@@ -214,11 +288,12 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
           agg({{"tp_size", "3"}, {"moe_tp_size", "1"}, {"moe_ep_size", "3"}}) +  // 128 experts over 3 GPUs
           agg({{"model_path", "meta-llama/Llama-3.1-8B-Instruct"}, {"tp_size", "1"}, {"attention_dp_size", "2"}}) +
           disagg({{"prefill_num_workers", ""}, {"decode_num_workers", ""}}) +
-          disagg({{"prefill_tp_size", "1"}, {"prefill_attention_dp_size", "8"}, {"prefill_moe_tp_size", "1"},
+          disagg({{"prefill_tp_size", "1"},
+                  {"prefill_attention_dp_size", "8"},
+                  {"prefill_moe_tp_size", "1"},
                   {"prefill_moe_ep_size", "8"}}) +
           disagg({{"decode_moe_tp_size", "1"}, {"decode_moe_ep_size", "8"}}) +  // expressible: EP 8 decode pool
-          disagg({{"backend", "sglang"}}) +
-          disagg({}),  // expressible: 1 x TP 8 + 1 x TP 8 on TensorRT-LLM's preset
+          disagg({{"backend", "sglang"}}) + disagg({}),  // expressible: 1 x TP 8 + 1 x TP 8 on TensorRT-LLM's preset
       ServingReplayOptions{});
   ASSERT_EQ(read.rows.size(), 2u);
   EXPECT_EQ(read.rows[0].mode, "disagg");
@@ -227,13 +302,15 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
   EXPECT_EQ(read.rows[1].decode.layout, (ParallelLayout{8, 1, 1, 8}));
   const std::map<std::string, int64_t> expected = {
       {"tp_size x attention_dp_size != moe_tp_size x moe_ep_size (aiconfigurator's width rule, sdk/config.py "
-       "resolve_moe_parallelism)", 1},
+       "resolve_moe_parallelism)",
+       1},
       {"moe_tp_size and moe_ep_size not recorded (aiconfigurator's resolve_moe_parallelism refuses that too)", 1},
       {"pipeline parallelism: not simulated", 1},
       {"layout TP 3, EP 3: --ep 3: model 'qwen3-235b-a22b-fp8' has 128 experts, which EP 3 does not divide", 1},
       {"attention DP of a dense model (independent replicas): not replayed", 1},
       {"no worker counts in the row (aiconfigurator's own estimator refuses them: "
-       "tools/accuracy_regression_testing/predict_silicon_sample.py)", 1},
+       "tools/accuracy_regression_testing/predict_silicon_sample.py)",
+       1},
       {"attention DP inside a P/D pool: not simulated yet", 1},
   };
   for (const auto& [why, n] : expected) {
@@ -253,9 +330,17 @@ TEST(ValidateServingMoe, RowsItCannotExpressAreCountedWithTheirReason) {
 // counted, and named by the earlier row's id.
 TEST(ValidateServingMoe, RepeatedMeasurementsAreFound) {
   auto row = [](const std::string& id, const std::string& ttft, const std::string& tpot) {
-    return silicon_row({{"id", id}, {"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kGptOss},
-                        {"precision", "fp4"}, {"batch_size", "4"}, {"tp_size", "2"}, {"moe_tp_size", "2"},
-                        {"moe_ep_size", "1"}, {"silicon_ttft_ms", ttft}, {"silicon_tpot_ms", tpot}});
+    return silicon_row({{"id", id},
+                        {"backend", "vllm"},
+                        {"backend_version", "0.18.0"},
+                        {"model_path", kGptOss},
+                        {"precision", "fp4"},
+                        {"batch_size", "4"},
+                        {"tp_size", "2"},
+                        {"moe_tp_size", "2"},
+                        {"moe_ep_size", "1"},
+                        {"silicon_ttft_ms", ttft},
+                        {"silicon_tpot_ms", tpot}});
   };
   const ServingRows read = read_rows("moe-repeats", row("a", "31.777605996467173", "3.6378634292781338") +
                                                         row("b", "31.777605996467173", "3.6378634292781333") +
@@ -273,11 +358,17 @@ TEST(ValidateServingMoe, DisaggregatedRowsRunAsPrefillAndDecodePools) {
   const auto dir = testing::scratch_dir("moe-disagg");
   const auto csv = testing::write_text_file(
       dir, "s.csv",
-      testing::kSiliconHeader +
-          silicon_row({{"backend", "vllm"}, {"backend_version", "0.12.0"},
-                       {"model_path", "meta-llama/Llama-3.1-8B-Instruct"}, {"mode", "disagg"}, {"osl", "64"},
-                       {"prefill_num_workers", "1"}, {"prefill_batch_size", "1"}, {"prefill_tp_size", "1"},
-                       {"decode_num_workers", "2"}, {"decode_batch_size", "4"}, {"decode_tp_size", "2"}}));
+      testing::kSiliconHeader + silicon_row({{"backend", "vllm"},
+                                             {"backend_version", "0.12.0"},
+                                             {"model_path", "meta-llama/Llama-3.1-8B-Instruct"},
+                                             {"mode", "disagg"},
+                                             {"osl", "64"},
+                                             {"prefill_num_workers", "1"},
+                                             {"prefill_batch_size", "1"},
+                                             {"prefill_tp_size", "1"},
+                                             {"decode_num_workers", "2"},
+                                             {"decode_batch_size", "4"},
+                                             {"decode_tp_size", "2"}}));
   ServingReplayOptions o;
   o.gpu = "h100-sxm-fitted";
   o.requests_per_client = 3;
@@ -316,13 +407,22 @@ TEST(ValidateServingMoe, DisaggregatedRowsRunAsPrefillAndDecodePools) {
 TEST(ValidateServingMoe, DisaggregatedPoolsRunInTheirOwnExpertLayouts) {
   const auto csv = testing::write_text_file(
       testing::scratch_dir("moe-disagg-1p1d"), "s.csv",
-      testing::kSiliconHeader +
-          silicon_row({{"backend", "trtllm"}, {"model_path", kQwen3}, {"precision", "fp8"}, {"mode", "disagg"},
-                       {"osl", "16"}, {"silicon_data_source", "x; silicon_concurrency=4"},
-                       {"prefill_num_workers", "1"}, {"decode_num_workers", "2"},
-                       {"prefill_tp_size", "8"}, {"prefill_pp_size", "1"}, {"prefill_moe_tp_size", "1"},
-                       {"prefill_moe_ep_size", "8"}, {"decode_tp_size", "8"}, {"decode_pp_size", "1"},
-                       {"decode_moe_tp_size", "1"}, {"decode_moe_ep_size", "8"}}));
+      testing::kSiliconHeader + silicon_row({{"backend", "trtllm"},
+                                             {"model_path", kQwen3},
+                                             {"precision", "fp8"},
+                                             {"mode", "disagg"},
+                                             {"osl", "16"},
+                                             {"silicon_data_source", "x; silicon_concurrency=4"},
+                                             {"prefill_num_workers", "1"},
+                                             {"decode_num_workers", "2"},
+                                             {"prefill_tp_size", "8"},
+                                             {"prefill_pp_size", "1"},
+                                             {"prefill_moe_tp_size", "1"},
+                                             {"prefill_moe_ep_size", "8"},
+                                             {"decode_tp_size", "8"},
+                                             {"decode_pp_size", "1"},
+                                             {"decode_moe_tp_size", "1"},
+                                             {"decode_moe_ep_size", "8"}}));
   ServingReplayOptions o;
   o.gpu = "h100-sxm-fitted";
   o.requests_per_client = 2;
@@ -353,11 +453,19 @@ TEST(ValidateServingMoe, DisaggregatedPoolsRunInTheirOwnExpertLayouts) {
 TEST(ValidateServingMoe, AttentionDpRowsRunOnTheirRanks) {
   const auto csv = testing::write_text_file(
       testing::scratch_dir("moe-dp-replay"), "s.csv",
-      testing::kSiliconHeader +
-          silicon_row({{"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kMiniMax},
-                       {"precision", "fp8"}, {"gemm_quant_mode", "fp8"}, {"moe_quant_mode", "fp8"}, {"osl", "32"},
-                       {"batch_size", "2"}, {"tp_size", "4"}, {"attention_dp_size", "4"}, {"moe_tp_size", "1"},
-                       {"moe_ep_size", "16"}, {"silicon_data_source", "x; silicon_concurrency=8"}}));
+      testing::kSiliconHeader + silicon_row({{"backend", "vllm"},
+                                             {"backend_version", "0.18.0"},
+                                             {"model_path", kMiniMax},
+                                             {"precision", "fp8"},
+                                             {"gemm_quant_mode", "fp8"},
+                                             {"moe_quant_mode", "fp8"},
+                                             {"osl", "32"},
+                                             {"batch_size", "2"},
+                                             {"tp_size", "4"},
+                                             {"attention_dp_size", "4"},
+                                             {"moe_tp_size", "1"},
+                                             {"moe_ep_size", "16"},
+                                             {"silicon_data_source", "x; silicon_concurrency=8"}}));
   ServingReplayOptions o;
   o.gpu = "h100-sxm-fitted";
   o.requests_per_client = 2;
@@ -368,8 +476,8 @@ TEST(ValidateServingMoe, AttentionDpRowsRunOnTheirRanks) {
   EXPECT_EQ(p.config.dp, 4);
   EXPECT_EQ(p.config.ep, 4);
   EXPECT_EQ(p.config.weight_dtype, "fp8-block");
-  EXPECT_EQ(p.config.policy_opts.at("max_num_seqs"), "2");                // 8 clients over 4 ranks
-  EXPECT_EQ(p.config.policy_opts.at("max_num_batched_tokens"), "2526");   // 2 + 1024 + 1500
+  EXPECT_EQ(p.config.policy_opts.at("max_num_seqs"), "2");               // 8 clients over 4 ranks
+  EXPECT_EQ(p.config.policy_opts.at("max_num_batched_tokens"), "2526");  // 2 + 1024 + 1500
   RunConfig c = default_run_config();
   c.model = "minimax-m2.5";
   c.gpu = "h100-sxm-fitted";
@@ -395,16 +503,27 @@ TEST(ValidateServingMoe, AttentionDpRowsRunOnTheirRanks) {
 TEST(ValidateServingMoe, TheReportOfAMoeFileHasItsFurtherParts) {
   const auto dir = testing::scratch_dir("moe-report");
   auto gpt_oss = [](const std::string& id, int clients, const std::string& ttft) {
-    return silicon_row({{"id", id}, {"backend", "vllm"}, {"backend_version", "0.18.0"}, {"model_path", kGptOss},
-                        {"precision", "fp4"}, {"gemm_quant_mode", "nvfp4"}, {"moe_quant_mode", "nvfp4"},
-                        {"osl", "32"}, {"batch_size", std::to_string(clients)}, {"tp_size", "2"},
-                        {"moe_tp_size", "2"}, {"moe_ep_size", "1"}, {"silicon_ttft_ms", ttft}});
+    return silicon_row({{"id", id},
+                        {"backend", "vllm"},
+                        {"backend_version", "0.18.0"},
+                        {"model_path", kGptOss},
+                        {"precision", "fp4"},
+                        {"gemm_quant_mode", "nvfp4"},
+                        {"moe_quant_mode", "nvfp4"},
+                        {"osl", "32"},
+                        {"batch_size", std::to_string(clients)},
+                        {"tp_size", "2"},
+                        {"moe_tp_size", "2"},
+                        {"moe_ep_size", "1"},
+                        {"silicon_ttft_ms", ttft}});
   };
-  const auto csv = testing::write_text_file(
-      dir, "s.csv",
-      testing::kSiliconHeader + gpt_oss("a", 4, "60.0") + gpt_oss("a-again", 4, "60.0") + gpt_oss("b", 8, "70.0") +
-          silicon_row({{"backend", "trtllm"}, {"model_path", "deepseek-ai/DeepSeek-R1"}, {"mode", "disagg"},
-                       {"precision", "fp8"}}));
+  const auto csv = testing::write_text_file(dir, "s.csv",
+                                            testing::kSiliconHeader + gpt_oss("a", 4, "60.0") +
+                                                gpt_oss("a-again", 4, "60.0") + gpt_oss("b", 8, "70.0") +
+                                                silicon_row({{"backend", "trtllm"},
+                                                             {"model_path", "deepseek-ai/DeepSeek-R1"},
+                                                             {"mode", "disagg"},
+                                                             {"precision", "fp8"}}));
   std::ostringstream out, err;
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
                       "--requests-per-client", "2", "--out", (dir / "r.json").string()},
@@ -445,9 +564,12 @@ TEST(ValidateServingMoe, TheReportOfAMoeFileHasItsFurtherParts) {
 
   const auto dense = testing::write_text_file(
       dir, "d.csv",
-      testing::kSiliconHeader + silicon_row({{"backend", "vllm"}, {"backend_version", "0.12.0"},
-                                             {"model_path", "meta-llama/Llama-3.1-8B-Instruct"}, {"osl", "32"},
-                                             {"batch_size", "4"}, {"tp_size", "1"}}));
+      testing::kSiliconHeader + silicon_row({{"backend", "vllm"},
+                                             {"backend_version", "0.12.0"},
+                                             {"model_path", "meta-llama/Llama-3.1-8B-Instruct"},
+                                             {"osl", "32"},
+                                             {"batch_size", "4"},
+                                             {"tp_size", "1"}}));
   std::ostringstream dense_out;
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", dense.string(), "--gpu", "h100-sxm-fitted",
                       "--requests-per-client", "2", "--out", (dir / "d.json").string()},

@@ -54,7 +54,8 @@ TEST(ValidateServing, ReplaysEachRowAsTheBenchmarkRanIt) {
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1, "fp8") +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "disagg", 1, 8, 1) +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 2, 8, 1) +
-          row("meta-llama/Llama-3.1-8B-Instruct", "b200_sxm", "agg", 1, 8, 1) + row("org/unknown-7b", "h100_sxm", "agg", 1, 8, 1));
+          row("meta-llama/Llama-3.1-8B-Instruct", "b200_sxm", "agg", 1, 8, 1) +
+          row("org/unknown-7b", "h100_sxm", "agg", 1, 8, 1));
   std::ostringstream out, err;
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
                       "--requests-per-client", "4", "--out", (dir / "r.json").string()},
@@ -103,11 +104,11 @@ TEST(ValidateServing, TheDeploymentLimitsFollowEachBackendsGenerator) {
   }
   const auto csv = testing::write_text_file(dir, "s.csv", text);
   std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", "2", "--deployment", "aiconfigurator", "--out",
-                      (dir / "r.json").string()},
-                     out, err),
-            0);
+  ASSERT_EQ(
+      cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted", "--requests-per-client",
+                "2", "--deployment", "aiconfigurator", "--out", (dir / "r.json").string()},
+               out, err),
+      0);
   std::ifstream in(dir / "r.json");
   const auto j = nlohmann::json::parse(in);
   ASSERT_EQ(j["rows"].size(), 2u);
@@ -141,8 +142,7 @@ nlohmann::json replay_versions(const std::filesystem::path& dir, const std::stri
   const auto csv = testing::write_text_file(dir, "s.csv", text);
   std::ostringstream out, err;
   EXPECT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", std::to_string(requests_per_client), "--out",
-                      (dir / "r.json").string()},
+                      "--requests-per-client", std::to_string(requests_per_client), "--out", (dir / "r.json").string()},
                      out, err),
             0)
       << err.str();
@@ -155,8 +155,8 @@ nlohmann::json replay_versions(const std::filesystem::path& dir, const std::stri
 // 81,559 = 0.874 on the H100 at TP 1 (sglang #7054's 9.5 + 1/2 GiB reserved); a newer one with the
 // sglang policy's own rule. The fraction is what sizes the KV cache of the row's run.
 TEST(ValidateServing, SglangRowsSizeTheirKvCacheAsTheirVersionDid) {
-  const auto j = replay_versions(testing::scratch_dir("validate-serving-sglang-memory"), "sglang",
-                                 {"0.5.1.post1", "0.5.3"}, 2);
+  const auto j =
+      replay_versions(testing::scratch_dir("validate-serving-sglang-memory"), "sglang", {"0.5.1.post1", "0.5.3"}, 2);
   ASSERT_EQ(j["rows"].size(), 2u);
   EXPECT_EQ(j["rows"][0]["policy"], "sglang");
   EXPECT_EQ(j["rows"][0]["policy_opts"]["mem_fraction_static"], "0.874");
@@ -226,11 +226,11 @@ TEST(ValidateServing, VllmRowsRunAsTheirVersionScheduled) {
   EXPECT_NE(v14["predicted_ttft_ms"].get<double>(), v12["predicted_ttft_ms"].get<double>());
   // An --engine for the backend replaces the version's engine, not its scheduling.
   std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", "2", "--engine", "vllm=vllm-h100-fitted", "--out",
-                      (dir / "e.json").string()},
-                     out, err),
-            0);
+  ASSERT_EQ(
+      cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted", "--requests-per-client",
+                "2", "--engine", "vllm=vllm-h100-fitted", "--out", (dir / "e.json").string()},
+               out, err),
+      0);
   std::ifstream in2(dir / "e.json");
   const auto e = nlohmann::json::parse(in2);
   EXPECT_EQ(e["rows"][1]["engine"], "vllm-h100-fitted");
@@ -244,11 +244,11 @@ TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
   const auto csv = testing::write_text_file(
       dir, "s.csv", testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
   std::ostringstream out, err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                      "--requests-per-client", "2", "--out", (dir / "r.json").string(), "--profile-out",
-                      (dir / "p.yaml").string()},
-                     out, err),
-            0);
+  ASSERT_EQ(
+      cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted", "--requests-per-client",
+                "2", "--out", (dir / "r.json").string(), "--profile-out", (dir / "p.yaml").string()},
+               out, err),
+      0);
   std::ifstream in(dir / "r.json");
   const auto j = nlohmann::json::parse(in);
   const HardwareProfile written = load_hardware_profile(dir / "p.yaml");
@@ -261,7 +261,8 @@ TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
   // And the error's sign, to a hundredth: one row's median is its own ratio.
   EXPECT_NEAR(e.ttft_median_ratio, j["ttft"]["median_ratio"].get<double>(), 0.005);
   EXPECT_NEAR(e.tpot_median_ratio, j["tpot"]["median_ratio"].get<double>(), 0.005);
-  EXPECT_NEAR(e.ttft_median_ratio, j["rows"][0]["predicted_ttft_ms"].get<double>() / j["rows"][0]["measured_ttft_ms"].get<double>(), 0.005);
+  EXPECT_NEAR(e.ttft_median_ratio,
+              j["rows"][0]["predicted_ttft_ms"].get<double>() / j["rows"][0]["measured_ttft_ms"].get<double>(), 0.005);
   EXPECT_THAT(written.validation.serving.measured_on, HasSubstr("1 rows of s.csv (h100_sxm)"));
   const HardwareProfile shipped = resolve_gpu("h100-sxm-fitted");
   EXPECT_EQ(written.validation.operators, shipped.validation.operators);
@@ -273,12 +274,13 @@ TEST(ValidateServing, ProfileOutAddsTheServingFigures) {
 TEST(ValidateServing, ThinkTimeIsEachReplayedClientsTurnaround) {
   const auto dir = testing::scratch_dir("validate-serving-think");
   const auto csv = testing::write_text_file(
-      dir, "silicon.csv", testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
+      dir, "silicon.csv",
+      testing::kSiliconHeader + row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 1));
   std::string text;
-  ASSERT_EQ(testing::run_cli({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
-                              "--requests-per-client", "4", "--think-time", "uniform:0:0.05", "--out",
-                              (dir / "r.json").string()},
-                             &text),
+  ASSERT_EQ(testing::run_cli(
+                {"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted",
+                 "--requests-per-client", "4", "--think-time", "uniform:0:0.05", "--out", (dir / "r.json").string()},
+                &text),
             0)
       << text;
   EXPECT_THAT(text, HasSubstr("(4 requests per client, think time uniform:0:0.05 s)"));
@@ -314,10 +316,12 @@ TEST(ValidateServing, BadInputIsNamed) {
               HasSubstr("--think-time: \"uniform:1\": expected uniform:A:B"));
   EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm", "--profile-out", "p.yaml"}),
               HasSubstr("--profile-out: profile 'h100-sxm' has no validation block"));
-  EXPECT_THAT(error({"--measurements", "x.csv", "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--profile-out", "p.yaml"}),
-              HasSubstr("drop --backend"));
+  EXPECT_THAT(
+      error({"--measurements", "x.csv", "--gpu", "h100-sxm-fitted", "--backend", "vllm", "--profile-out", "p.yaml"}),
+      HasSubstr("drop --backend"));
   const auto dir = testing::scratch_dir("validate-serving-bad");
-  const auto csv = testing::write_text_file(dir, "s.csv", testing::kSiliconHeader + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
+  const auto csv =
+      testing::write_text_file(dir, "s.csv", testing::kSiliconHeader + row("org/unknown", "h100_sxm", "agg", 1, 8, 1));
   EXPECT_THAT(error({"--measurements", csv.string(), "--gpu", "h100-sxm"}), HasSubstr("no rows to replay"));
 }
 
@@ -357,7 +361,8 @@ TEST(ValidateServing, FiguresOnNvidiasH100Measurements) {
       EXPECT_EQ(row["policy"], "sglang");
       EXPECT_EQ(row["deployment"], "defaults");
     } else {
-      EXPECT_EQ(row["policy"], backend == "vllm" ? "vllm-v1-2025" : "trtllm");  // vLLM 0.12: before full-prompt admission
+      EXPECT_EQ(row["policy"],
+                backend == "vllm" ? "vllm-v1-2025" : "trtllm");  // vLLM 0.12: before full-prompt admission
       EXPECT_EQ(row["deployment"], "aiconfigurator");
     }
   }
@@ -405,7 +410,8 @@ TEST(ValidateServing, BreakdownPrintsEachBackendsGroups) {
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 16, 2) +
           row("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "agg", 1, 8, 2, "", 2048));
   std::ostringstream plain, plain_err, detailed, detailed_err;
-  ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted"}, plain, plain_err), 0);
+  ASSERT_EQ(
+      cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted"}, plain, plain_err), 0);
   EXPECT_THAT(plain.str(), HasSubstr("TTFT p/m"));
   EXPECT_THAT(plain.str(), Not(HasSubstr("vllm by isl:")));
   ASSERT_EQ(cli_main({"validate-serving", "--measurements", csv.string(), "--gpu", "h100-sxm-fitted", "--breakdown"},
@@ -413,9 +419,9 @@ TEST(ValidateServing, BreakdownPrintsEachBackendsGroups) {
             0);
   // Each group's label and row count, in the table's columns.
   auto group = [](const std::string& value, int rows) { return fmt::format("\n{:<10} {:>6} ", "  " + value, rows); };
-  for (const std::string& text : {"\nvllm by isl:" + group("1024", 2), group("2048", 1),
-                                   "\nvllm by concurrency:" + group("8", 2), group("16", 1),
-                                   "\nvllm by tp:" + group("2", 3)}) {
+  for (const std::string& text :
+       {"\nvllm by isl:" + group("1024", 2), group("2048", 1), "\nvllm by concurrency:" + group("8", 2), group("16", 1),
+        "\nvllm by tp:" + group("2", 3)}) {
     EXPECT_THAT(detailed.str(), HasSubstr(text));
   }
 }

@@ -15,9 +15,9 @@
 namespace batchsim {
 namespace {
 
+using testing::cli_error_of;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::cli_error_of;
 using testing::run_cli;
 
 using Args = std::vector<std::string>;
@@ -29,12 +29,13 @@ TEST(VllmSpellings, EachIsReadAsOursAndSaidSo) {
   EXPECT_EQ(s.args, (Args{"--model", "llama-3-8b", "--num-requests", "200", "--tp", "2", "--policy-opt",
                           "max_num_seqs=128", "--policy-opt", "max_num_batched_tokens=2048", "--trace", "t.csv",
                           "--policy-opt", "prefix_caching=true", "--seed", "3"}));
-  EXPECT_THAT(s.notes, ElementsAre("read vLLM's --num-prompts 200 as --num-requests 200",
-                                   "read vLLM's --tensor-parallel-size 2 as --tp 2",
-                                   "read vLLM's --max-num-seqs 128 as --policy-opt max_num_seqs=128",
-                                   "read vLLM's --max-num-batched-tokens 2048 as --policy-opt max_num_batched_tokens=2048",
-                                   "read vLLM's --dataset-path t.csv as --trace t.csv",
-                                   "read vLLM's --enable-prefix-caching as --policy-opt prefix_caching=true"));
+  EXPECT_THAT(s.notes,
+              ElementsAre("read vLLM's --num-prompts 200 as --num-requests 200",
+                          "read vLLM's --tensor-parallel-size 2 as --tp 2",
+                          "read vLLM's --max-num-seqs 128 as --policy-opt max_num_seqs=128",
+                          "read vLLM's --max-num-batched-tokens 2048 as --policy-opt max_num_batched_tokens=2048",
+                          "read vLLM's --dataset-path t.csv as --trace t.csv",
+                          "read vLLM's --enable-prefix-caching as --policy-opt prefix_caching=true"));
   EXPECT_FALSE(s.chunked_prefill_required);
   // batchsim's own spellings, and the options spelled alike, pass untouched.
   const Args ours = {"--tp", "2", "--gpu-memory-utilization", "0.8", "--max-concurrency", "16"};
@@ -51,7 +52,8 @@ TEST(VllmSpellings, EachIsReadAsOursAndSaidSo) {
 TEST(VllmSpellings, RateAndBurstinessAndLengthsComposeAsVllmsDo) {
   EXPECT_EQ(read_vllm_spellings({"--request-rate", "4"}).args, (Args{"--arrival", "poisson:4"}));
   EXPECT_EQ(read_vllm_spellings({"--request-rate", "4", "--burstiness", "1"}).args, (Args{"--arrival", "poisson:4"}));
-  EXPECT_EQ(read_vllm_spellings({"--burstiness", "0.25", "--request-rate", "8"}).args, (Args{"--arrival", "gamma:8:2"}));
+  EXPECT_EQ(read_vllm_spellings({"--burstiness", "0.25", "--request-rate", "8"}).args,
+            (Args{"--arrival", "gamma:8:2"}));
   EXPECT_EQ(read_vllm_spellings({"--request-rate", "inf"}).args, (Args{"--arrival", "offline"}));
   EXPECT_EQ(read_vllm_spellings({"--random-input-len", "1000", "--random-output-len", "100"}).args,
             (Args{"--prompt-len", "fixed:1000", "--output-len", "fixed:100"}));
@@ -76,9 +78,9 @@ TEST(VllmSpellings, BadValuesAreRefusedByName) {
 // The command line: 200 requests at 4 req/s on TP 1 with vLLM's limits, all served.
 TEST(VllmSpellings, ARunGivenVllmsFlagsServesEveryRequest) {
   const auto dir = testing::scratch_dir("vllm-spellings-run");
-  const testing::CliRun r = testing::cli({"run", "--num-prompts", "200", "--request-rate", "4", "--tensor-parallel-size",
-                                          "1", "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--out",
-                                          (dir / "out").string()});
+  const testing::CliRun r =
+      testing::cli({"run", "--num-prompts", "200", "--request-rate", "4", "--tensor-parallel-size", "1",
+                    "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--out", (dir / "out").string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("batchsim: note: read vLLM's --request-rate 4 as --arrival poisson:4"));
   const auto s = nlohmann::json::parse(testing::read_text_file(dir / "out" / "summary.json"));
@@ -96,8 +98,9 @@ TEST(VllmSpellings, ARunGivenVllmsFlagsServesEveryRequest) {
   EXPECT_EQ(run_cli({"run", "--policy", "vllm", "--enable-chunked-prefill", "--num-prompts", "5"}), 0);
   EXPECT_THAT(cli_error_of({"run", "--policy", "vllm-v0", "--enable-chunked-prefill", "--num-prompts", "5"}),
               HasSubstr("--enable-chunked-prefill: policy 'vllm-v0' does not chunk prefills"));
-  EXPECT_THAT(cli_error_of({"compare", "--policies", "vllm,hf-static", "--enable-chunked-prefill", "--num-prompts", "5"}),
-              HasSubstr("policy 'hf-static' does not chunk prefills"));
+  EXPECT_THAT(
+      cli_error_of({"compare", "--policies", "vllm,hf-static", "--enable-chunked-prefill", "--num-prompts", "5"}),
+      HasSubstr("policy 'hf-static' does not chunk prefills"));
 }
 
 // An unknown option names the command's closest, when it is close.

@@ -9,8 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const batchsim::HardwareProfile p = batchsim::load_hardware_profile(path);
     const std::string text = batchsim::hardware_profile_yaml(p);
-    const auto again = batchsim::fuzz::as_file(reinterpret_cast<const uint8_t*>(text.data()), text.size(),
-                                               "written.yaml");
+    const auto again =
+        batchsim::fuzz::as_file(reinterpret_cast<const uint8_t*>(text.data()), text.size(), "written.yaml");
     batchsim::load_hardware_profile(again);  // a UserError here is a writer bug: it escapes
   } catch (const batchsim::UserError&) {
   }

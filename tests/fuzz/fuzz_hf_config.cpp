@@ -8,8 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = batchsim::fuzz::as_file(data, size, "config.json");
   try {
     const batchsim::ModelSpec m = batchsim::load_hf_config(path);
-    if (m.total_params() <= 0 || m.weight_bytes() <= 0 || m.kv_bytes_per_token() <= 0 ||
-        m.active_params() <= 0 || m.active_params() > m.total_params()) {
+    if (m.total_params() <= 0 || m.weight_bytes() <= 0 || m.kv_bytes_per_token() <= 0 || m.active_params() <= 0 ||
+        m.active_params() > m.total_params()) {
       __builtin_trap();
     }
   } catch (const batchsim::UserError&) {

@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int which = data[0] % 7;
   const std::string request =
       R"({"request_id": "a", "input_toks": 100, "output_toks": 5, "queued_ts": 1.0, "first_token_ts": 1.1, "last_token_ts": 1.3})";
-  const std::string meta = R"({"vllm_version": "0.19.0", "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_num_seqs": 8}})";
+  const std::string meta =
+      R"({"vllm_version": "0.19.0", "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_num_seqs": 8}})";
   // What every run reader promises: requests in queued order, each one's timestamps in order.
   auto check = [](const batchsim::RecordedRun& r) {
     for (size_t i = 0; i < r.requests.size(); ++i) {
@@ -53,14 +54,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // A benchmark file: a vLLM result (.json) or an aiperf export (.jsonl).
       const fs::path file = root / (which == 5 ? "result.json" : "profile_export.jsonl");
       write(file, text);
-      const batchsim::RecordedRun r = batchsim::read_recording(file, batchsim::ReplayOverrides{.model = "llama-3.1-8b"});
+      const batchsim::RecordedRun r =
+          batchsim::read_recording(file, batchsim::ReplayOverrides{.model = "llama-3.1-8b"});
       check(r);
       if (r.requests.empty() || r.requests.front().queued_s != 0) __builtin_trap();  // timed from the first send
     } else {
       const fs::path model = root / "profiler/perf/RTX4090/meta-llama/Llama-3.1-8B/bf16";
       write(model / "meta.yaml", "profiler_version: 1.0.0\nmodel: meta-llama/Llama-3.1-8B\nvllm_version: 0.19.0\n");
       write(model / "tp1/dense.csv", which == 2 ? text : "layer,tokens,time_us\nqkv_proj,1,54.9\n");
-      write(model / "tp1/attention.csv", which == 3 ? text : "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,9.3\n");
+      write(model / "tp1/attention.csv",
+            which == 3 ? text : "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,9.3\n");
       write(model / "tp1/per_sequence.csv", which == 4 ? text : "layer,sequences,time_us\nsampler,1,50\n");
       const batchsim::Measurements m = batchsim::read_llmservingsim_profile(root / "profiler");
       for (const auto& row : m.token_ops) {

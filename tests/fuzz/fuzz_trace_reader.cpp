@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!t.max_tokens.empty() && t.max_tokens.size() != t.requests.size()) __builtin_trap();
     for (size_t i = 0; i < t.requests.size(); ++i) {
       const auto& r = t.requests[i];
-      if (r.prompt_tokens < 1 || r.output_tokens < 1 || (i > 0 && r.arrival < t.requests[i - 1].arrival)) __builtin_trap();
+      if (r.prompt_tokens < 1 || r.output_tokens < 1 || (i > 0 && r.arrival < t.requests[i - 1].arrival))
+        __builtin_trap();
       if (!t.max_tokens.empty() && t.max_tokens[i] < 1) __builtin_trap();
     }
   } catch (const batchsim::UserError&) {

@@ -140,7 +140,8 @@ TEST(AttentionWindow, WindowedFa3TilesMatchTheLoop) {
     const Fa3PrefillTiles got = fa3_prefill_tiles(c, p, g, t, w);
     ASSERT_EQ(got.tiles, want.tiles);
     ASSERT_EQ(got.iterations, want.iterations) << c << " " << p << " " << g << " " << t.m << "x" << t.n << " w " << w;
-    ASSERT_EQ(got.iterations_max, want.iterations_max) << c << " " << p << " " << g << " " << t.m << "x" << t.n << " w " << w;
+    ASSERT_EQ(got.iterations_max, want.iterations_max)
+        << c << " " << p << " " << g << " " << t.m << "x" << t.n << " w " << w;
   }
 }
 
@@ -153,10 +154,10 @@ TEST(AttentionWindow, Fa3TileTableWithWindowsAndFp8) {
     return MN(t.m, t.n);
   };
   EXPECT_EQ(tile(64, 2, false, false), MN(192, 128));
-  EXPECT_EQ(tile(64, 2, false, true), MN(192, 160));   // a window: not causal
+  EXPECT_EQ(tile(64, 2, false, true), MN(192, 160));  // a window: not causal
   EXPECT_EQ(tile(64, 2, false, false, false), MN(192, 160));
-  EXPECT_EQ(tile(64, 2, true, false), MN(64, 192));    // one MMA warp group
-  EXPECT_EQ(tile(64, 2, true, true), MN(192, 160));    // ... not with a window
+  EXPECT_EQ(tile(64, 2, true, false), MN(64, 192));  // one MMA warp group
+  EXPECT_EQ(tile(64, 2, true, true), MN(192, 160));  // ... not with a window
   EXPECT_EQ(tile(256, 2, false, true), MN(128, 64));
   EXPECT_EQ(tile(192, 1, false, true), MN(128, 128));
   EXPECT_EQ(tile(256, 1, false, false), MN(128, 128));
@@ -193,19 +194,21 @@ AttentionKernelFit regime(std::string kernel, bool prefill, int kv_bytes, std::v
 }
 
 TEST(AttentionRegimes, ChosenByPhaseDtypeAndHeadDim) {
-  const std::vector<AttentionKernelFit> ks = {
-      regime("fa3", true, 2, {64, 128, 192, 256}), regime("fa3", true, 1, {64, 128, 192, 256}),
-      regime("fa4", true, 2, {512}), regime("fa3", false, 2, {64, 128, 256}), regime("triton", false, 1, {192}),
-      regime("trtllm", false, 1, {64, 128, 256, 512})};
+  const std::vector<AttentionKernelFit> ks = {regime("fa3", true, 2, {64, 128, 192, 256}),
+                                              regime("fa3", true, 1, {64, 128, 192, 256}),
+                                              regime("fa4", true, 2, {512}),
+                                              regime("fa3", false, 2, {64, 128, 256}),
+                                              regime("triton", false, 1, {192}),
+                                              regime("trtllm", false, 1, {64, 128, 256, 512})};
   auto name = [&](bool prefill, int d, int bytes) {
     const AttentionKernelFit* k = find_attention_kernel(ks, prefill, d, bytes);
     return k == nullptr ? std::string("none") : k->kernel + (k->kv_dtype_bytes == 1 ? "/fp8" : "/bf16");
   };
   EXPECT_EQ(name(true, 128, 2), "fa3/bf16");
-  EXPECT_EQ(name(true, 96, 2), "fa3/bf16");    // inside the measured span
-  EXPECT_EQ(name(true, 512, 2), "fa4/bf16");   // measured there
-  EXPECT_EQ(name(true, 1024, 2), "fa4/bf16");  // nearest span
-  EXPECT_EQ(name(true, 512, 1), "fa3/fp8");    // the cache's dtype first
+  EXPECT_EQ(name(true, 96, 2), "fa3/bf16");      // inside the measured span
+  EXPECT_EQ(name(true, 512, 2), "fa4/bf16");     // measured there
+  EXPECT_EQ(name(true, 1024, 2), "fa4/bf16");    // nearest span
+  EXPECT_EQ(name(true, 512, 1), "fa3/fp8");      // the cache's dtype first
   EXPECT_EQ(name(false, 192, 1), "triton/fp8");  // measured at 192 beats a span holding it
   EXPECT_EQ(name(false, 128, 1), "trtllm/fp8");
   EXPECT_EQ(name(false, 80, 2), "fa3/bf16");
@@ -271,13 +274,15 @@ TEST(AttentionRegimes, ProfileRoundTripAndInheritance) {
   // `base:` a built-in profile carries its regimes and MLA constants; a file's own list replaces them.
   const HardwareProfile shipped = resolve_gpu("h100-sxm-fitted");
   ASSERT_FALSE(shipped.attention_kernels.empty());
-  const HardwareProfile inherit = load_hardware_profile(write_text_file(dir, "inherit.yaml", "base: h100-sxm-fitted\n"));
+  const HardwareProfile inherit =
+      load_hardware_profile(write_text_file(dir, "inherit.yaml", "base: h100-sxm-fitted\n"));
   EXPECT_EQ(inherit.attention_kernels, shipped.attention_kernels);
   EXPECT_EQ(inherit.mla, shipped.mla);
-  const HardwareProfile own = load_hardware_profile(write_text_file(
-      dir, "own.yaml",
-      "base: h100-sxm-fitted\nattention_kernels:\n  - {phase: decode, kernel: mine, kv_cache_dtype: fp8, tiles: generic, "
-      "head_dims: [128], efficiency: [0.7], launch_s: 5.0e-6}\n"));
+  const HardwareProfile own =
+      load_hardware_profile(write_text_file(dir, "own.yaml",
+                                            "base: h100-sxm-fitted\nattention_kernels:\n  - {phase: decode, kernel: "
+                                            "mine, kv_cache_dtype: fp8, tiles: generic, "
+                                            "head_dims: [128], efficiency: [0.7], launch_s: 5.0e-6}\n"));
   ASSERT_EQ(own.attention_kernels.size(), 1u);
   EXPECT_EQ(own.attention_kernels[0].kv_dtype_bytes, 1);
   EXPECT_EQ(own.attention_kernels[0].tiles, AttentionTiles::generic);
@@ -287,7 +292,8 @@ TEST(AttentionRegimes, ProfileRoundTripAndInheritance) {
 
 TEST(AttentionRegimes, BadBlocksAreNamed) {
   const auto dir = testing::scratch_dir("regimes_bad");
-  const std::string fields = "kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, head_dims: [64, 128], efficiency: [0.5, 0.6]";
+  const std::string fields =
+      "kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, head_dims: [64, 128], efficiency: [0.5, 0.6]";
   auto error = [&](const std::string& name, const std::string& text) {
     return user_error_of([&] { load_hardware_profile(write_text_file(dir, name, "base: h100-sxm\n" + text)); });
   };
@@ -298,38 +304,48 @@ TEST(AttentionRegimes, BadBlocksAreNamed) {
               AllOf(HasSubstr("list.yaml"), HasSubstr("'attention_kernels' must be a list")));
   EXPECT_THAT(error("phase.yaml", "attention_kernels: [{phase: both, " + fields + "}]\n"),
               HasSubstr("'attention_kernels.phase' is required: prefill or decode"));
-  EXPECT_THAT(error("key.yaml", "attention_kernels: [{phase: decode, per_tile_s: 1.0e-6, " + fields + "}]\n"),
-              AllOf(HasSubstr("'attention_kernels[0].per_tile_s' is unknown for a decode entry"), HasSubstr("per_unit_s")));
-  EXPECT_THAT(error("eff.yaml", "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
-                                "head_dims: [64], efficiency: [1.5]}]\n"),
+  EXPECT_THAT(
+      error("key.yaml", "attention_kernels: [{phase: decode, per_tile_s: 1.0e-6, " + fields + "}]\n"),
+      AllOf(HasSubstr("'attention_kernels[0].per_tile_s' is unknown for a decode entry"), HasSubstr("per_unit_s")));
+  EXPECT_THAT(error("eff.yaml",
+                    "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
+                    "head_dims: [64], efficiency: [1.5]}]\n"),
               HasSubstr("entries are efficiencies and must be in (0, 1]"));
-  EXPECT_THAT(error("dims.yaml", "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
-                                 "head_dims: [128, 64], efficiency: [0.5, 0.6]}]\n"),
+  EXPECT_THAT(error("dims.yaml",
+                    "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
+                    "head_dims: [128, 64], efficiency: [0.5, 0.6]}]\n"),
               HasSubstr("'attention_kernels[0].head_dims' must be strictly increasing"));
-  EXPECT_THAT(error("count.yaml", "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
-                                  "head_dims: [64, 128], efficiency: [0.5]}]\n"),
+  EXPECT_THAT(error("count.yaml",
+                    "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: bfloat16, tiles: fa3, "
+                    "head_dims: [64, 128], efficiency: [0.5]}]\n"),
               HasSubstr("one efficiency per head dim (2 head dims, 1 efficiencies)"));
-  EXPECT_THAT(error("dtype.yaml", "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: auto, tiles: fa3, "
-                                  "head_dims: [64], efficiency: [0.5]}]\n"),
+  EXPECT_THAT(error("dtype.yaml",
+                    "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: auto, tiles: fa3, "
+                    "head_dims: [64], efficiency: [0.5]}]\n"),
               HasSubstr("must be bfloat16, float16 or fp8"));
-  EXPECT_THAT(error("tiles.yaml", "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: fp8, tiles: fa2, "
-                                  "head_dims: [64], efficiency: [0.5]}]\n"),
+  EXPECT_THAT(error("tiles.yaml",
+                    "attention_kernels: [{phase: decode, kernel: k, kv_cache_dtype: fp8, tiles: fa2, "
+                    "head_dims: [64], efficiency: [0.5]}]\n"),
               HasSubstr("must be fa3 (FlashAttention-3's tile table) or generic"));
-  EXPECT_THAT(error("missing.yaml", "attention_kernels: [{phase: prefill, kernel: k, tiles: fa3, head_dims: [64], "
-                                    "efficiency: [0.5]}]\n"),
+  EXPECT_THAT(error("missing.yaml",
+                    "attention_kernels: [{phase: prefill, kernel: k, tiles: fa3, head_dims: [64], "
+                    "efficiency: [0.5]}]\n"),
               HasSubstr("'attention_kernels[0].kv_cache_dtype' is required"));
   EXPECT_THAT(error("mma.yaml", "attention_kernels: [{phase: decode, mma_efficiency: 2, " + fields + "}]\n"),
               HasSubstr("is an efficiency and must be in [0, 1] (0: off)"));
-  EXPECT_THAT(error("twice.yaml", "attention_kernels: [{phase: decode, " + fields + "}, {phase: decode, " + fields + "}]\n"),
-              HasSubstr("repeats the decode regime of k"));
+  EXPECT_THAT(
+      error("twice.yaml", "attention_kernels: [{phase: decode, " + fields + "}, {phase: decode, " + fields + "}]\n"),
+      HasSubstr("repeats the decode regime of k"));
   EXPECT_THAT(error("sms.yaml", "sm_count: 0\nattention_kernels: [{phase: decode, " + fields + "}]\n"),
               HasSubstr("'attention_kernels' need sm_count"));
   EXPECT_THAT(error("mla.yaml", "mla: {decode_launch_s: 2.0e-5, decode_compute_efficiency: 0.5}\n"),
               HasSubstr("'mla.decode_memory_efficiency' is required"));
-  EXPECT_THAT(error("mla2.yaml", "mla: {decode_launch_s: 2.0e-5, decode_compute_efficiency: 0, decode_memory_efficiency: "
-                                 "0.7, prefill_launch_s: 0, prefill_efficiency: 0.6}\n"),
+  EXPECT_THAT(error("mla2.yaml",
+                    "mla: {decode_launch_s: 2.0e-5, decode_compute_efficiency: 0, decode_memory_efficiency: "
+                    "0.7, prefill_launch_s: 0, prefill_efficiency: 0.6}\n"),
               HasSubstr("'mla.decode_compute_efficiency' is an efficiency and must be in (0, 1]"));
-  EXPECT_THAT(error("mla3.yaml", "mla: {flops: 1}\n"), AllOf(HasSubstr("'mla.flops' is unknown"), HasSubstr("prefill_efficiency")));
+  EXPECT_THAT(error("mla3.yaml", "mla: {flops: 1}\n"),
+              AllOf(HasSubstr("'mla.flops' is unknown"), HasSubstr("prefill_efficiency")));
 }
 
 // ---- the fit on NVIDIA's H100 tables ----
@@ -407,7 +423,8 @@ TEST(AttentionRegimes, ShippedH100RegimesAreAFreshFit) {
     for (size_t j = 0; j < a.efficiency.size(); ++j) EXPECT_TRUE(near(a.efficiency[j], b.efficiency[j])) << j;
     AttentionKernelFit x = a, y = b;
     for (const AttentionKernelKey& key : attention_kernel_keys()) {
-      EXPECT_TRUE(near(x.*(key.member), y.*(key.member))) << key.key << " " << x.*(key.member) << " " << y.*(key.member);
+      EXPECT_TRUE(near(x.*(key.member), y.*(key.member)))
+          << key.key << " " << x.*(key.member) << " " << y.*(key.member);
     }
   }
 }
@@ -432,9 +449,10 @@ TEST(AttentionRegimes, B200KernelsAreFittedNotSkipped) {
     regimes.push_back(fmt::format("{} {} {}", k.prefill ? "prefill" : "decode", k.kernel, k.kv_dtype_bytes));
     EXPECT_EQ(k.tiles, AttentionTiles::generic);
   }
-  EXPECT_THAT(regimes, ::testing::ElementsAre("decode vllm_flashinfer_trtllmdecode 2", "decode vllm_flashinfer_trtllmdecode 1",
-                                              "prefill vllm_flashinfer_trtllmprefill 2", "prefill vllm_flashinfer_trtllmprefill 1",
-                                              "prefill vllm_triton_attn 1", "decode vllm_triton_attn 1"));
+  EXPECT_THAT(regimes, ::testing::ElementsAre(
+                           "decode vllm_flashinfer_trtllmdecode 2", "decode vllm_flashinfer_trtllmdecode 1",
+                           "prefill vllm_flashinfer_trtllmprefill 2", "prefill vllm_flashinfer_trtllmprefill 1",
+                           "prefill vllm_triton_attn 1", "decode vllm_triton_attn 1"));
   const KernelValidationReport r = score_kernel_tables(t, fit.profile, KernelRows::kHeldOut);
   const KernelOperatorScore& prefill = r.operators.at("context_attention");
   const KernelOperatorScore& decode = r.operators.at("generation_attention");
@@ -444,10 +462,11 @@ TEST(AttentionRegimes, B200KernelsAreFittedNotSkipped) {
   EXPECT_EQ(decode.stats.count, 30272);
   EXPECT_LE(prefill.stats.mape_percent, 14.5);  // 13.9
   EXPECT_LE(decode.stats.mape_percent, 9.8);    // 9.3
-  const std::map<std::string, double> prefill_regimes = {{"regime vllm_flashinfer_trtllmprefill kv bf16", 14.0},
-                                                         {"regime vllm_flashinfer_trtllmprefill kv fp8", 15.2},
-                                                         {"regime vllm_flashinfer_trtllmdecode kv bf16 (isl 1: decode)", 6.5},
-                                                         {"regime vllm_triton_attn kv fp8", 31.0}};
+  const std::map<std::string, double> prefill_regimes = {
+      {"regime vllm_flashinfer_trtllmprefill kv bf16", 14.0},
+      {"regime vllm_flashinfer_trtllmprefill kv fp8", 15.2},
+      {"regime vllm_flashinfer_trtllmdecode kv bf16 (isl 1: decode)", 6.5},
+      {"regime vllm_triton_attn kv fp8", 31.0}};
   for (const auto& [part, bound] : prefill_regimes) EXPECT_LE(prefill.parts.at(part).mape_percent, bound) << part;
   const std::map<std::string, double> decode_regimes = {{"regime vllm_flashinfer_trtllmdecode kv bf16", 8.6},
                                                         {"regime vllm_flashinfer_trtllmdecode kv fp8", 9.9},

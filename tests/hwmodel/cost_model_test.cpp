@@ -19,9 +19,7 @@ using ::testing::HasSubstr;
 using testing::round_profile;
 using testing::user_error_of;
 
-GemmShape shape_of(const ModelSpec& m, int tp, LayerGemm g) {
-  return layer_gemm_shapes(m, tp)[static_cast<int>(g)];
-}
+GemmShape shape_of(const ModelSpec& m, int tp, LayerGemm g) { return layer_gemm_shapes(m, tp)[static_cast<int>(g)]; }
 
 TEST(Roofline, Opt13bGemmShapesFlopsAndBytes) {
   const ModelSpec m = resolve_model("opt-13b");
@@ -161,8 +159,7 @@ TEST(Roofline, ElementwiseBytesByHand) {
   EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 2, ElementwiseOp::activation, 10), 20.0 * 3 * 7168);
   EXPECT_DOUBLE_EQ(elementwise_bytes(l3, 1, ElementwiseOp::residual_add, 10), 20.0 * 3 * 4096);
   // OPT's ReLU reads and writes ffn only.
-  EXPECT_DOUBLE_EQ(elementwise_bytes(resolve_model("opt-13b"), 1, ElementwiseOp::activation, 1),
-                   2.0 * 2 * 20480);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(resolve_model("opt-13b"), 1, ElementwiseOp::activation, 1), 2.0 * 2 * 20480);
 }
 
 TEST(Roofline, AllReduceUsesThePerDegreeFitWhenPresent) {
@@ -212,7 +209,7 @@ TEST(Roofline, FlashDecodeSplitsFollowFlashAttentionsHeuristic) {
 TEST(Roofline, DecodeWavesAndTheLongestSequenceByHand) {
   HardwareProfile gpu = round_profile();
   gpu.sm_count = 108;
-  gpu.decode_attention_sm_bytes_per_s = 1e9;  // slow enough to bind over 0.5 TB/s of HBM
+  gpu.decode_attention_sm_bytes_per_s = 1e9;        // slow enough to bind over 0.5 TB/s of HBM
   const ModelSpec m = resolve_model("llama-2-7b");  // 32 KV heads, head_dim 128
   // 192 units: at most 2 per SM; 224 units put a third on some SMs.
   const OperatorWork two = decode_attention_work(m, 1, 6, 6 * 1000);
@@ -235,7 +232,7 @@ TEST(Roofline, DecodeWavesAndTheLongestSequenceByHand) {
 // Prefill query tiles of 64 tokens x query heads; with grouped-query attention the blocks of a
 // KV group share their K/V reads.
 TEST(Roofline, PrefillTilesAndGroupedKvReadsByHand) {
-  const ModelSpec l7 = resolve_model("llama-2-7b");   // 32 query heads, 32 KV heads
+  const ModelSpec l7 = resolve_model("llama-2-7b");    // 32 query heads, 32 KV heads
   const ModelSpec l70 = resolve_model("llama-2-70b");  // at TP 2: 32 query, 4 KV heads per GPU
   const OperatorWork mha = prefill_attention_work(l7, 1, 128, 1024);
   EXPECT_DOUBLE_EQ(mha.ctas, 2 * 32);
@@ -250,8 +247,7 @@ TEST(Roofline, PrefillTilesAndGroupedKvReadsByHand) {
   gpu.prefill_attention_sm_bytes_per_s = 1e9;
   // 64 blocks fit in one wave: the per-SM bound is one mean block's bytes, 557 us, over the
   // FLOP time (97 us at 25 and 12.5 TFLOP/s) and the HBM time.
-  const double compute_s =
-      (mha.flops - mha.causal_flops) / 25e12 + mha.causal_flops / 12.5e12;
+  const double compute_s = (mha.flops - mha.causal_flops) / 25e12 + mha.causal_flops / 12.5e12;
   const double per_sm_s = mha.cta_kv_bytes / 64 / 1e9;
   EXPECT_GT(per_sm_s, std::max(compute_s, mha.bytes / 1e12));
   EXPECT_NEAR(prefill_attention_time_s(gpu, mha), per_sm_s, 1e-12);
@@ -430,9 +426,7 @@ TEST(CostModel, Opt13bDecodeIterationByHand) {
   // 2 * 80 heads * 128 * 2, ReLU 2 * 20480 * 2, residual add 3 * 5120 * 2: 194,560 bytes;
   // 40 layers, plus the embedding row 2 * 5120 * 2; at 1 TB/s.
   EXPECT_NEAR(c.elementwise_s, (40 * 194560.0 + 20480.0) / 1e12, 1e-15);
-  EXPECT_NEAR(c.total_s,
-              c.gemm_s + c.decode_attention_s + c.lm_head_s + c.elementwise_s + c.overhead_s,
-              1e-15);
+  EXPECT_NEAR(c.total_s, c.gemm_s + c.decode_attention_s + c.lm_head_s + c.elementwise_s + c.overhead_s, 1e-15);
   double per_op = 0;
   for (double s : c.layer_gemm_s) per_op += s;
   EXPECT_NEAR(per_op, c.gemm_s, 1e-15);
@@ -449,14 +443,13 @@ TEST(CostModel, PrefillIsComputeBoundAndLmHeadOnlyForSampledRows) {
   // Attention of the chunk: 4 * 5120 * 512 * 1024 FLOPs against the prior context at
   // 25 TFLOP/s, and 4 * 5120 * 512 * 513 / 2 in the chunk's own triangle at 12.5 TFLOP/s
   // (41.9 MB at 1 TB/s is less).
-  EXPECT_NEAR(mid.prefill_attention_s, 40 * (10737418240.0 / 25e12 + 2689597440.0 / 12.5e12),
-              1e-12);
+  EXPECT_NEAR(mid.prefill_attention_s, 40 * (10737418240.0 / 25e12 + 2689597440.0 / 12.5e12), 1e-12);
   // Two chunks in one iteration cost their summed work (one varlen kernel).
   BatchShape two;
   two.add_prefill(512, 1024);
   two.add_prefill(100, 0);
-  EXPECT_NEAR(cm.iteration(two).prefill_attention_s,
-              mid.prefill_attention_s + 40 * (4.0 * 5120 * 5050) / 12.5e12, 1e-12);
+  EXPECT_NEAR(cm.iteration(two).prefill_attention_s, mid.prefill_attention_s + 40 * (4.0 * 5120 * 5050) / 12.5e12,
+              1e-12);
   shape.num_sampled = 1;  // the last chunk samples the first output token
   const IterationCost last = cm.iteration(shape);
   EXPECT_GT(last.lm_head_s, 0);
@@ -479,10 +472,8 @@ TEST(CostModel, TensorParallelAddsTwoAllReducesPerLayer) {
 }
 
 TEST(CostModel, BadTensorParallelIsAUserError) {
-  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }),
-              HasSubstr("--tp 3"));
-  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }),
-              HasSubstr(">= 1"));
+  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }), HasSubstr("--tp 3"));
+  EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }), HasSubstr(">= 1"));
 }
 
 TEST(CostModel, KvCapacityByHand) {
@@ -512,8 +503,10 @@ TEST(CostModel, SlidingWindowLayersInEachEnginesKvPool) {
   const CostModel cm(resolve_model("gpt-oss-120b"), resolve_gpu("h100-sxm"), 2);
   using W = CostModel::WindowKv;
   const int64_t full = cm.kv_capacity_tokens(0.9);
-  const int64_t hybrid = cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::hybrid);
-  const int64_t swa = cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::sglang_swa);
+  const int64_t hybrid =
+      cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::hybrid);
+  const int64_t swa =
+      cm.kv_capacity_tokens(0.9, CostModel::kDefaultActivationTokens, CostModel::kSamplerRows, W::sglang_swa);
   ASSERT_GT(full, 0);
   // 36 x per-layer bytes against 18 and 18 + 0.8 x 18 (floors apart).
   EXPECT_NEAR(static_cast<double>(hybrid) / static_cast<double>(full), 2.0, 1e-4);
@@ -545,9 +538,15 @@ TEST(CostModel, MoreWorkIsNeverFaster) {
       double previous_s = 0;
       for (int step = 0; step < 60; ++step) {
         switch (step % 3) {
-          case 0: shape.add_prefill(len(rng), len(rng)); break;
-          case 1: shape.add_decode(len(rng)); break;
-          default: ++shape.num_sampled; break;
+          case 0:
+            shape.add_prefill(len(rng), len(rng));
+            break;
+          case 1:
+            shape.add_decode(len(rng));
+            break;
+          default:
+            ++shape.num_sampled;
+            break;
         }
         const double t = cm.iteration(shape).total_s;
         EXPECT_GE(t, previous_s) << model << " " << gpu.name << " step " << step;

@@ -59,12 +59,10 @@ Measurements synthetic_measurements(const HardwareProfile& truth) {
   m.root = "synthetic";
   const ModelSpec spec = resolve_model("llama-2-7b");
   for (int tp : {1, 2, 4}) {
-    for (int64_t tokens = 1; tokens <= 8192;
-         tokens = tokens < 8 ? tokens * 2 : tokens + tokens / 4) {
+    for (int64_t tokens = 1; tokens <= 8192; tokens = tokens < 8 ? tokens * 2 : tokens + tokens / 4) {
       TokenOpRow row;
       row.model = "meta-llama/Llama-2-7b-hf";
-      row.shape = {spec.num_heads, spec.num_kv_heads, spec.hidden_size,
-                   spec.ffn_size,  spec.vocab_size,   spec.gated_mlp};
+      row.shape = {spec.num_heads, spec.num_kv_heads, spec.hidden_size, spec.ffn_size, spec.vocab_size, spec.gated_mlp};
       row.num_tokens = tokens;
       row.tp = tp;
       for (int op = 0; op < kNumTokenOps; ++op) {
@@ -149,8 +147,10 @@ TEST(FitProfile, GemmHalfSaturationWithoutMDependenceIsZero) {
     }
     HardwareProfile fitted = resolve_gpu("a100-80gb");
     fit_gemm_roofline(points, fitted);
-    if (m_half == 0) EXPECT_EQ(fitted.gemm_m_half, 0.0);
-    else EXPECT_NEAR(fitted.gemm_m_half, m_half, 1e-3 * m_half);
+    if (m_half == 0)
+      EXPECT_EQ(fitted.gemm_m_half, 0.0);
+    else
+      EXPECT_NEAR(fitted.gemm_m_half, m_half, 1e-3 * m_half);
     EXPECT_NEAR(fitted.gemm_eta_max, truth.gemm_eta_max, 1e-3 * truth.gemm_eta_max) << m_half;
   }
 }
@@ -166,12 +166,10 @@ TEST(FitProfile, FittedParametersArePlausible) {
   const Measurements a40 = read_measurements(vidur_dir(), "a40");
   const HardwareProfile fallback = a100_fit().profile;
   for (const HardwareProfile& p :
-       {a100_fit().profile,
-        fit_profile(a40, "llama-2-7b", resolve_gpu("a40"), &fallback).profile}) {
+       {a100_fit().profile, fit_profile(a40, "llama-2-7b", resolve_gpu("a40"), &fallback).profile}) {
     SCOPED_TRACE(p.name);
-    for (double efficiency :
-         {p.gemm_eta_max, p.hbm_efficiency, p.prefill_attention_efficiency,
-          p.prefill_attention_causal_efficiency, p.decode_attention_efficiency}) {
+    for (double efficiency : {p.gemm_eta_max, p.hbm_efficiency, p.prefill_attention_efficiency,
+                              p.prefill_attention_causal_efficiency, p.decode_attention_efficiency}) {
       EXPECT_GT(efficiency, 0);
       EXPECT_LE(efficiency, 1);
     }
@@ -181,8 +179,8 @@ TEST(FitProfile, FittedParametersArePlausible) {
       EXPECT_GE(k.launch_s, 0);
       EXPECT_LT(k.launch_s, 20e-6);  // a kernel launch, not a stall
     }
-    for (double s : {p.kernel_launch_s, p.attention_launch_s, p.prefill_attention_per_head_token_s, p.decode_attention_per_seq_kv_head_s,
-                     p.interconnect_latency_s}) {
+    for (double s : {p.kernel_launch_s, p.attention_launch_s, p.prefill_attention_per_head_token_s,
+                     p.decode_attention_per_seq_kv_head_s, p.interconnect_latency_s}) {
       EXPECT_GE(s, 0);
     }
     EXPECT_GT(p.gemm_roofline_exponent, 0);
@@ -251,8 +249,7 @@ TEST(FitProfile, HeldOutAttentionByKernelRegime) {
   for (const AttentionRow& row : m.attention) {
     if (row.source != "attention-70b-shape-tp2") continue;
     const double predicted_s = predict_attention(a100_fit().profile, row);
-    const std::string what =
-        std::to_string(row.batch_size) + "/" + std::to_string(row.kv_cache_size);
+    const std::string what = std::to_string(row.batch_size) + "/" + std::to_string(row.kv_cache_size);
     if (row.is_prefill) {
       prefill.add(predicted_s, row.median_s, what);
     } else {
@@ -260,12 +257,12 @@ TEST(FitProfile, HeldOutAttentionByKernelRegime) {
       (blocks >= 88 ? decode_unsplit : decode_split).add(predicted_s, row.median_s, what);
     }
   }
-  std::printf("held-out 70b-shape: decode >= 88 blocks %.1f%% (max %.1f%%, %ld rows), "
-              "< 88 blocks %.1f%% (max %.1f%%, %ld rows), prefill %.1f%% (max %.1f%%)\n",
-              decode_unsplit.mape_percent, decode_unsplit.max_ape_percent,
-              static_cast<long>(decode_unsplit.count), decode_split.mape_percent,
-              decode_split.max_ape_percent, static_cast<long>(decode_split.count),
-              prefill.mape_percent, prefill.max_ape_percent);
+  std::printf(
+      "held-out 70b-shape: decode >= 88 blocks %.1f%% (max %.1f%%, %ld rows), "
+      "< 88 blocks %.1f%% (max %.1f%%, %ld rows), prefill %.1f%% (max %.1f%%)\n",
+      decode_unsplit.mape_percent, decode_unsplit.max_ape_percent, static_cast<long>(decode_unsplit.count),
+      decode_split.mape_percent, decode_split.max_ape_percent, static_cast<long>(decode_split.count),
+      prefill.mape_percent, prefill.max_ape_percent);
   EXPECT_GT(decode_unsplit.count, 8000);
   EXPECT_LT(decode_unsplit.mape_percent, 13.0);
   EXPECT_GT(decode_split.mape_percent, decode_unsplit.mape_percent);
@@ -318,8 +315,8 @@ TEST(FitProfile, ShippedProfilesAreFreshFits) {
     EXPECT_EQ(shipped.validation.operators.at(0).op, "iteration");
   };
   expect_validation(shipped_a100,
-                    profile_validation(validate_cost_model(read_measurements(vidur_dir(), "a100"),
-                                                           "llama-2-7b", a100_fit().profile, *a100_fit().cpu)),
+                    profile_validation(validate_cost_model(read_measurements(vidur_dir(), "a100"), "llama-2-7b",
+                                                           a100_fit().profile, *a100_fit().cpu)),
                     "a100");
   expect_validation(shipped_a40, profile_validation(validate_cost_model(a40_rows, "llama-2-7b", a40.profile, *a40.cpu)),
                     "a40");
@@ -356,9 +353,8 @@ TEST(FitProfile, DeviceFoldersMapToDatasheetGpus) {
 
 TEST(FitProfile, UnknownFitModelListsTheMeasuredModels) {
   const Measurements m = read_measurements(vidur_dir(), "a40");
-  EXPECT_THAT(
-      user_error_of([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
-      ::testing::AllOf(HasSubstr("llama-3-8b"), HasSubstr("llama-2-70b"), HasSubstr("phi-2")));
+  EXPECT_THAT(user_error_of([&] { fit_profile(m, "llama-3-8b", resolve_gpu("a40")); }),
+              ::testing::AllOf(HasSubstr("llama-3-8b"), HasSubstr("llama-2-70b"), HasSubstr("phi-2")));
 }
 
 // CostModel::iteration sums exactly the per-operator predictions that validation checks: for a
@@ -395,12 +391,10 @@ TEST(Validation, JsonHasTheDocumentedKeys) {
   const ValidationReport r = validate_cost_model(m, "llama-2-7b", a100_fit().profile, *a100_fit().cpu);
   const nlohmann::json j = validation_json(r);
   EXPECT_EQ(j["fit_on"], "llama-2-7b");
-  for (const char* op : {"attn_pre_proj", "mlp_down_proj", "attn_prefill", "attn_decode",
-                         "cpu_overhead", "input_layernorm"}) {
-    EXPECT_DOUBLE_EQ(j["operators"][op]["mape"].get<double>(), r.held_out.at(op).mape_percent)
-        << op;
-    EXPECT_DOUBLE_EQ(j["operators"][op]["max_ape"].get<double>(), r.held_out.at(op).max_ape_percent)
-        << op;
+  for (const char* op :
+       {"attn_pre_proj", "mlp_down_proj", "attn_prefill", "attn_decode", "cpu_overhead", "input_layernorm"}) {
+    EXPECT_DOUBLE_EQ(j["operators"][op]["mape"].get<double>(), r.held_out.at(op).mape_percent) << op;
+    EXPECT_DOUBLE_EQ(j["operators"][op]["max_ape"].get<double>(), r.held_out.at(op).max_ape_percent) << op;
   }
   EXPECT_DOUBLE_EQ(j["iteration"]["mape"].get<double>(), r.iteration_held_out.mape_percent);
   EXPECT_TRUE(j["operators_fitted"].contains("all_reduce"));

@@ -20,7 +20,8 @@ using testing::user_error_of;
 // t = c m^a n^b k^g: log-log interpolation reproduces it exactly between grid points.
 double power_law(double m, double n, double k) { return 3e-9 * std::pow(m, 0.7) * std::pow(n, 0.9) * std::pow(k, 1.1); }
 
-GemmTable power_law_table(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns, const std::vector<int64_t>& ks) {
+GemmTable power_law_table(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
+                          const std::vector<int64_t>& ks) {
   std::vector<GemmPoint> points;
   for (int64_t m : ms)
     for (int64_t n : ns)
@@ -59,10 +60,10 @@ TEST(GemmTable, KeepsTileStepsAtGridPointsAndHasNoAnswerOutsideItsSpan) {
   EXPECT_GT(*t.seconds(384, 4096, 4096), 25.8e-6);
   EXPECT_LT(*t.seconds(384, 4096, 4096), 30e-6);
   EXPECT_NEAR(*t.seconds(256, 8192, 8192), 80e-6, 1e-12);
-  EXPECT_FALSE(t.seconds(513, 4096, 4096));   // m above the grid
-  EXPECT_FALSE(t.seconds(0.5, 4096, 4096));   // m below it
-  EXPECT_FALSE(t.seconds(16, 2048, 4096));    // n below the span
-  EXPECT_FALSE(t.seconds(16, 4096, 16384));   // k above the span
+  EXPECT_FALSE(t.seconds(513, 4096, 4096));  // m above the grid
+  EXPECT_FALSE(t.seconds(0.5, 4096, 4096));  // m below it
+  EXPECT_FALSE(t.seconds(16, 2048, 4096));   // n below the span
+  EXPECT_FALSE(t.seconds(16, 4096, 16384));  // k above the span
 }
 
 // A table with holes (a checkerboard of (n, k) held out): a missing column is interpolated from
@@ -100,13 +101,17 @@ TEST(GemmTable, TextRoundTripsAndBadTextIsNamedByLine) {
   EXPECT_THAT(user_error_of([] { GemmTable::parse("dtype int4\n", "x.txt"); }), HasSubstr("x.txt:1: dtype 'int4'"));
   EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1 2\ncolumn 8 8 1.0\n", "x.txt"); }),
               HasSubstr("x.txt:2: a column needs n, k and 2 times"));
-  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 2 1\n", "x.txt"); }), HasSubstr("x.txt:1: the m grid must be ascending"));
-  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\ncolumn 8 8 -3\n", "x.txt"); }), HasSubstr("'-3' is not a positive number"));
+  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 2 1\n", "x.txt"); }),
+              HasSubstr("x.txt:1: the m grid must be ascending"));
+  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\ncolumn 8 8 -3\n", "x.txt"); }),
+              HasSubstr("'-3' is not a positive number"));
   EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\ncolumn 8 8 inf\n", "x.txt"); }), HasSubstr("'inf'"));
   EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\ncolumn 8 8 1\ncolumn 8 8 2\n", "x.txt"); }),
               HasSubstr("column n=8 k=8 appears twice"));
-  EXPECT_THAT(user_error_of([] { GemmTable::parse("# nothing\n", "x.txt"); }), HasSubstr("x.txt: no GEMM table columns"));
-  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\nrow 1\n", "x.txt"); }), HasSubstr("x.txt:2: unknown line 'row'"));
+  EXPECT_THAT(user_error_of([] { GemmTable::parse("# nothing\n", "x.txt"); }),
+              HasSubstr("x.txt: no GEMM table columns"));
+  EXPECT_THAT(user_error_of([] { GemmTable::parse("m 1\nrow 1\n", "x.txt"); }),
+              HasSubstr("x.txt:2: unknown line 'row'"));
 }
 
 }  // namespace

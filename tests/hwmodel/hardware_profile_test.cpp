@@ -44,8 +44,7 @@ TEST(HardwareProfile, BuiltinsCarryTheDatasheetCeilings) {
     EXPECT_EQ(g.source, "datasheet");
   }
   // Only NVLink GPUs have a link faster than PCIe.
-  EXPECT_GT(resolve_gpu("h100-sxm").interconnect_bytes_per_s,
-            resolve_gpu("l40s").interconnect_bytes_per_s);
+  EXPECT_GT(resolve_gpu("h100-sxm").interconnect_bytes_per_s, resolve_gpu("l40s").interconnect_bytes_per_s);
 }
 
 // Dense FP8 tensor-core peaks (datasheets' "with sparsity" figures halved); Ampere has none.
@@ -58,13 +57,10 @@ TEST(HardwareProfile, BuiltinsCarryTheFp8PeakWhereTheGpuHasOne) {
   }
   // A profile file sets it like any ceiling, and inherits it from its base.
   const auto dir = testing::scratch_dir("profile_fp8");
+  EXPECT_DOUBLE_EQ(load_hardware_profile(write_text_file(dir, "h.yaml", "base: h100-sxm\n")).peak_fp8_flops, 1979e12);
   EXPECT_DOUBLE_EQ(
-      load_hardware_profile(write_text_file(dir, "h.yaml", "base: h100-sxm\n")).peak_fp8_flops,
-      1979e12);
-  EXPECT_DOUBLE_EQ(load_hardware_profile(write_text_file(dir, "a.yaml",
-                                                         "base: a100-80gb\npeak_fp8_flops: 1e15\n"))
-                       .peak_fp8_flops,
-                   1e15);
+      load_hardware_profile(write_text_file(dir, "a.yaml", "base: a100-80gb\npeak_fp8_flops: 1e15\n")).peak_fp8_flops,
+      1e15);
 }
 
 HardwareProfile odd_profile() {
@@ -99,16 +95,16 @@ HardwareProfile odd_profile() {
   p.attention_kv_write_per_token_s = 6.1e-10;
   for (int i = 0; i < kNumElementwiseOps; ++i) p.elementwise[i] = {0.5 + 0.01 * i, 1e-6 * (i + 1)};
   p.allreduce = {{2, 9e-6, 1.7e11}, {8, 3.1e-5, 2.2e11}};
-  p.validation = {"tables: of 'somewhere' #1", true, "half: the shapes",
+  p.validation = {"tables: of 'somewhere' #1",
+                  true,
+                  "half: the shapes",
                   {{"gemm", 6.5, 12.9, 35816}, {"op: with a colon", 0.1, 100.3, 1}, {"attn", 0, 1234.5, 7}},
                   {"benchmarks: of #2", {{"vllm", 30.3, 10.5, 0.72, 0.92, 93}, {"z-engine", 0, 1000.1, 0, 0, 1}}}};
   return p;
 }
 
 // Round trips keep every bit: 17 significant digits.
-void expect_same(const HardwareProfile& a, const HardwareProfile& b) {
-  testing::expect_profiles_near(a, b, 0.0);
-}
+void expect_same(const HardwareProfile& a, const HardwareProfile& b) { testing::expect_profiles_near(a, b, 0.0); }
 
 TEST(HardwareProfile, YamlRoundTripKeepsEveryField) {
   const auto dir = testing::scratch_dir("profile_roundtrip");
@@ -157,8 +153,8 @@ TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
   const std::string good_op = "gemm: {mape: 6.5, p90: 12.9, count: 100}";
   // A block with `replace` in place of the operators line, or `extra` added.
   auto block = [&](const std::string& extra, const std::string& operators = "") {
-    return "base: h100-sxm\nvalidation:\n  measured_on: my tables\n  held_out: true\n  scored_on: half\n" +
-           extra + "  operators:\n    " + (operators.empty() ? good_op : operators) + "\n";
+    return "base: h100-sxm\nvalidation:\n  measured_on: my tables\n  held_out: true\n  scored_on: half\n" + extra +
+           "  operators:\n    " + (operators.empty() ? good_op : operators) + "\n";
   };
   auto error_of = [&](const std::string& text) {
     return user_error_of([&] { load_hardware_profile(write_text_file(dir, "v.yaml", text)); });
@@ -181,13 +177,15 @@ TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
   EXPECT_THAT(error_of(block("", "gemm: 6.5")), HasSubstr("'validation.operators.gemm' must be a map"));
   // The serving block: every key required, each backend's three figures.
   const std::string serving = "  serving:\n    measured_on: my benchmarks\n    backends:\n      ";
-  EXPECT_EQ(load_hardware_profile(write_text_file(dir, "s.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5}\n")))
+  EXPECT_EQ(load_hardware_profile(
+                write_text_file(dir, "s.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, count: 5}\n")))
                 .validation.serving.backends.at(0),
             (ServingError{"vllm", 3, 4, 0, 0, 5}));
   // The median ratios are optional (a profile written before them has none).
   EXPECT_EQ(load_hardware_profile(
-                write_text_file(dir, "r.yaml", block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, ttft_median_ratio: 0.74, "
-                                                               "tpot_median_ratio: 1.03, count: 5}\n")))
+                write_text_file(dir, "r.yaml",
+                                block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, ttft_median_ratio: 0.74, "
+                                                "tpot_median_ratio: 1.03, count: 5}\n")))
                 .validation.serving.backends.at(0),
             (ServingError{"vllm", 3, 4, 0.74, 1.03, 5}));
   EXPECT_THAT(error_of(block(serving + "vllm: {ttft_mape: 3, tpot_mape: 4, ttft_median_ratio: 0, count: 5}\n")),
@@ -205,9 +203,9 @@ TEST(HardwareProfile, BadValidationBlocksNameTheKey) {
   EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: \"two\\nlines\"\n"),
               HasSubstr("'validation.measured_on' must be one line of text"));
   // Every key is required: a figure never stands without what it was measured on.
-  EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  held_out: true\n  scored_on: half\n  operators: {" +
-                       good_op + "}\n"),
-              AllOf(HasSubstr("v.yaml:3"), HasSubstr("'validation.measured_on' is required")));
+  EXPECT_THAT(
+      error_of("base: h100-sxm\nvalidation:\n  held_out: true\n  scored_on: half\n  operators: {" + good_op + "}\n"),
+      AllOf(HasSubstr("v.yaml:3"), HasSubstr("'validation.measured_on' is required")));
   EXPECT_THAT(error_of("base: h100-sxm\nvalidation:\n  measured_on: x\n  held_out: true\n  scored_on: half\n"),
               HasSubstr("'validation.operators' is required"));
   EXPECT_THAT(error_of(block("", "{}")), HasSubstr("'validation.operators' must be a map of operator names"));
@@ -226,8 +224,7 @@ TEST(HardwareProfile, ValidationIsNotInheritedFromTheBase) {
 
 TEST(HardwareProfile, BadAllReduceEntriesAreUserErrors) {
   const auto dir = testing::scratch_dir("profile_allreduce");
-  const auto bad_key =
-      write_text_file(dir, "ar.yaml", "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
+  const auto bad_key = write_text_file(dir, "ar.yaml", "base: a100-80gb\nallreduce:\n  - {tp: 2, latency: 1e-5}\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(bad_key); }),
               AllOf(HasSubstr("ar.yaml"), HasSubstr("allreduce.latency")));
   const auto no_bw = write_text_file(dir, "bw.yaml", "base: a100-80gb\nallreduce: [{tp: 4}]\n");
@@ -258,7 +255,7 @@ TEST(HardwareProfile, BuiltinsRoundTrip) {
 TEST(HardwareProfile, ReadsJsonAndInheritsFromBase) {
   const auto dir = testing::scratch_dir("profile_json");
   const auto path = write_text_file(dir, "slow-h100.json",
-                               R"({"base": "h100-sxm", "gemm_eta_max": 0.5,
+                                    R"({"base": "h100-sxm", "gemm_eta_max": 0.5,
                                    "hbm_bytes_per_s": 3.0e12})");
   const HardwareProfile p = load_hardware_profile(path);
   const HardwareProfile h100 = resolve_gpu("h100-sxm");
@@ -306,9 +303,8 @@ TEST(HardwareProfile, BadFilesNameTheFileAndKey) {
 }
 
 TEST(HardwareProfile, UnknownNameListsKnownGpus) {
-  EXPECT_THAT(
-      user_error_of([] { resolve_gpu("tpu-v9"); }),
-      AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"), HasSubstr("l40s")));
+  EXPECT_THAT(user_error_of([] { resolve_gpu("tpu-v9"); }),
+              AllOf(HasSubstr("tpu-v9"), HasSubstr("a100-40gb"), HasSubstr("h200"), HasSubstr("l40s")));
 }
 
 }  // namespace

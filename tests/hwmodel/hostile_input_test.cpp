@@ -23,7 +23,8 @@ using testing::write_text_file;
 std::string llama_config(const std::string& extra) {
   return R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
     "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
-    "max_position_embeddings": 4096)" + (extra.empty() ? "" : ", " + extra) + "}";
+    "max_position_embeddings": 4096)" +
+         (extra.empty() ? "" : ", " + extra) + "}";
 }
 
 std::string config_error(const std::string& name, const std::string& text) {
@@ -60,8 +61,8 @@ TEST(HostileConfig, SizesWhoseProductOverflowsAreRefused) {
                                                "num_attention_heads": 512, "intermediate_size": 262144)"));
   const ModelSpec m = load_hf_config(ok);
   EXPECT_GT(m.weight_bytes(), 0);
-  EXPECT_EQ(m.total_params(), int64_t{1024} * (int64_t{4} * 65536 * 65536 + int64_t{3} * 65536 * 262144) +
-                                  int64_t{2} * 32000 * 65536);
+  EXPECT_EQ(m.total_params(),
+            int64_t{1024} * (int64_t{4} * 65536 * 65536 + int64_t{3} * 65536 * 262144) + int64_t{2} * 32000 * 65536);
   EXPECT_GT(m.kv_bytes_per_token(), 0);
 }
 
@@ -69,9 +70,9 @@ TEST(HostileConfig, NumbersBeyondADoubleAndMissingHeadDimAreNamed) {
   EXPECT_THAT(config_error("e400", llama_config(R"("rope_theta": 1e400)")),
               AllOf(HasSubstr("e400.json: not valid JSON"), HasSubstr("1e400")));
   // hidden_size < num_attention_heads and no head_dim: head_dim would be 0, every size 0.
-  EXPECT_THAT(config_error("headdim", llama_config(R"("hidden_size": 16, "num_attention_heads": 32)")),
-              AllOf(HasSubstr("headdim.json: hidden_size 16 is smaller than num_attention_heads 32"),
-                    HasSubstr("'head_dim'")));
+  EXPECT_THAT(
+      config_error("headdim", llama_config(R"("hidden_size": 16, "num_attention_heads": 32)")),
+      AllOf(HasSubstr("headdim.json: hidden_size 16 is smaller than num_attention_heads 32"), HasSubstr("'head_dim'")));
   const auto with_dim = write_text_file(testing::scratch_dir("hostile_hf_dim"), "dim.json",
                                         llama_config(R"("hidden_size": 16, "num_attention_heads": 32, "head_dim": 8)"));
   EXPECT_EQ(load_hf_config(with_dim).head_dim, 8);
@@ -84,14 +85,15 @@ std::string profile_error(const std::string& name, const std::string& yaml) {
 
 TEST(HostileProfile, OutOfRangeNonFiniteAndZeroValuesAreNamed) {
   // memory_bytes 1e30 is out of range, not "missing" (it was cast to int64 first once).
-  EXPECT_THAT(profile_error("mem", "base: a100-80gb\nmemory_bytes: 1e30\n"),
-              AllOf(HasSubstr("mem.yaml:2: key 'memory_bytes' must be a whole number from 1 to"),
-                    HasSubstr("got 1e30")));
+  EXPECT_THAT(
+      profile_error("mem", "base: a100-80gb\nmemory_bytes: 1e30\n"),
+      AllOf(HasSubstr("mem.yaml:2: key 'memory_bytes' must be a whole number from 1 to"), HasSubstr("got 1e30")));
   EXPECT_THAT(profile_error("frac", "base: a100-80gb\nmemory_bytes: 1.5\n"),
               HasSubstr("'memory_bytes' must be a whole number"));
   EXPECT_THAT(profile_error("nan", "base: a100-80gb\nhbm_bytes_per_s: .nan\n"),
               AllOf(HasSubstr("nan.yaml:2: key 'hbm_bytes_per_s' must be a finite number"), HasSubstr(".nan")));
-  EXPECT_THAT(profile_error("inf", "base: a100-80gb\npeak_flops: .inf\n"), HasSubstr("'peak_flops' must be a finite number"));
+  EXPECT_THAT(profile_error("inf", "base: a100-80gb\npeak_flops: .inf\n"),
+              HasSubstr("'peak_flops' must be a finite number"));
   EXPECT_THAT(profile_error("neg", "base: a100-80gb\nkernel_launch_s: -1e-6\n"),
               HasSubstr("'kernel_launch_s' must be a finite number from 0"));
   // A zero-bandwidth PCIe link made swap preemption free (a shorter makespan than a real link).
@@ -120,14 +122,16 @@ TEST(HostileMeasurements, NumbersOutOfRangeAreNamedByLine) {
   const std::string header =
       "time_stats.attn_pre_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,"
       "num_tokens,num_tensor_parallel_workers\n";
-  write_text_file(dir, "mlp.csv", header + "0.5,32,8,4096,14336,128256,True,64,2\n0.5,32,8,4096,14336,128256,True,1e30,2\n");
+  write_text_file(dir, "mlp.csv",
+                  header + "0.5,32,8,4096,14336,128256,True,64,2\n0.5,32,8,4096,14336,128256,True,1e30,2\n");
   EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }),
               AllOf(HasSubstr("mlp.csv:3: column 'num_tokens': 1e30 is not a whole number from 1 to")));
   write_text_file(dir, "mlp.csv", header + "inf,32,8,4096,14336,128256,True,64,2\n");
   EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }),
               HasSubstr("mlp.csv:2: column 'time_stats.attn_pre_proj.median': 'inf' is not a finite number"));
   write_text_file(dir, "mlp.csv", header + "0.5,0,8,4096,14336,128256,True,64,2\n");
-  EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }), HasSubstr("column 'n_head': 0 is not a whole number"));
+  EXPECT_THAT(user_error_of([&] { read_measurements(dir / "mlp.csv"); }),
+              HasSubstr("column 'n_head': 0 is not a whole number"));
 }
 
 }  // namespace

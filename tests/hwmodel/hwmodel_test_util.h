@@ -76,8 +76,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.gemm_m_half, b.gemm_m_half, "gemm_m_half");
   near(a.gemm_roofline_exponent, b.gemm_roofline_exponent, "gemm_roofline_exponent");
   near(a.hbm_efficiency, b.hbm_efficiency, "hbm_efficiency");
-  near(a.prefill_attention_efficiency, b.prefill_attention_efficiency,
-       "prefill_attention_efficiency");
+  near(a.prefill_attention_efficiency, b.prefill_attention_efficiency, "prefill_attention_efficiency");
   near(a.prefill_attention_causal_efficiency, b.prefill_attention_causal_efficiency,
        "prefill_attention_causal_efficiency");
   near(a.decode_attention_efficiency, b.decode_attention_efficiency, "decode_attention_efficiency");
@@ -91,10 +90,8 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.decode_attention_roofline_exponent, b.decode_attention_roofline_exponent,
        "decode_attention_roofline_exponent");
   near(a.sm_count, b.sm_count, "sm_count");
-  near(a.decode_attention_sm_bytes_per_s, b.decode_attention_sm_bytes_per_s,
-       "decode_attention_sm_bytes_per_s");
-  near(a.prefill_attention_sm_bytes_per_s, b.prefill_attention_sm_bytes_per_s,
-       "prefill_attention_sm_bytes_per_s");
+  near(a.decode_attention_sm_bytes_per_s, b.decode_attention_sm_bytes_per_s, "decode_attention_sm_bytes_per_s");
+  near(a.prefill_attention_sm_bytes_per_s, b.prefill_attention_sm_bytes_per_s, "prefill_attention_sm_bytes_per_s");
   near(a.prefill_attention_roofline_exponent, b.prefill_attention_roofline_exponent,
        "prefill_attention_roofline_exponent");
   near(a.prefill_attention_per_seq_s, b.prefill_attention_per_seq_s, "prefill_attention_per_seq_s");
@@ -103,10 +100,8 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.attention_kv_write_efficiency, b.attention_kv_write_efficiency, "attention_kv_write_efficiency");
   near(a.attention_kv_write_per_token_s, b.attention_kv_write_per_token_s, "attention_kv_write_per_token_s");
   for (int i = 0; i < kNumElementwiseOps; ++i) {
-    near(a.elementwise[i].efficiency, b.elementwise[i].efficiency,
-         elementwise_op_name(static_cast<ElementwiseOp>(i)));
-    near(a.elementwise[i].launch_s, b.elementwise[i].launch_s,
-         elementwise_op_name(static_cast<ElementwiseOp>(i)));
+    near(a.elementwise[i].efficiency, b.elementwise[i].efficiency, elementwise_op_name(static_cast<ElementwiseOp>(i)));
+    near(a.elementwise[i].launch_s, b.elementwise[i].launch_s, elementwise_op_name(static_cast<ElementwiseOp>(i)));
   }
   using Fits = std::vector<AllReduceFit> HardwareProfile::*;
   for (const Fits fits : {Fits{&HardwareProfile::allreduce}, Fits{&HardwareProfile::custom_allreduce}}) {

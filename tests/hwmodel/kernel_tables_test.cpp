@@ -83,7 +83,8 @@ TEST(KernelTables, BadFoldersAndRowsAreNamed) {
   write_text_file(dir / "gemm" / "vllm" / "1.0", "gemm_perf.csv",
                   "framework,version,device,op_name,kernel_source,gemm_dtype,m,n,k,latency\n"
                   "VLLM,1.0,H100,gemm,cublas,bfloat16,1,4096,4096,-1\n");
-  EXPECT_THAT(user_error_of([&] { read_kernel_tables(dir, "vllm"); }), HasSubstr("gemm_perf.csv:2: column 'latency' must be > 0"));
+  EXPECT_THAT(user_error_of([&] { read_kernel_tables(dir, "vllm"); }),
+              HasSubstr("gemm_perf.csv:2: column 'latency' must be > 0"));
 }
 
 // A profile names its GEMM tables; the cost model looks GEMMs up there and falls back to the
@@ -100,18 +101,24 @@ TEST(KernelTables, AProfileCarriesGemmTablesThatTheCostModelUses) {
   ASSERT_NE(p.gemm_table(WeightFormat::bf16), nullptr);
   EXPECT_EQ(p.gemm_table(WeightFormat::fp8), nullptr);  // no FP8 table: FP8 GEMMs use the roofline
   EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::bf16), 1e-5 + 2e-6);
-  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16));
-  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8), gemm_roofline_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8));
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16),
+                   gemm_roofline_time_s(p, GemmShape{4096, 4096}, 8192, WeightFormat::bf16));
+  EXPECT_DOUBLE_EQ(gemm_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8),
+                   gemm_roofline_time_s(p, GemmShape{4096, 4096}, 64, WeightFormat::fp8));
 
   save_hardware_profile(p, dir / "copy.yaml");
   EXPECT_TRUE(std::filesystem::exists(dir / "copy.gemm-bf16.txt"));
   const HardwareProfile back = load_hardware_profile(dir / "copy.yaml");
-  EXPECT_NEAR(gemm_time_s(back, GemmShape{3000, 2000}, 500, WeightFormat::bf16) / gemm_time_s(p, GemmShape{3000, 2000}, 500, WeightFormat::bf16), 1, 1e-4);
+  EXPECT_NEAR(gemm_time_s(back, GemmShape{3000, 2000}, 500, WeightFormat::bf16) /
+                  gemm_time_s(p, GemmShape{3000, 2000}, 500, WeightFormat::bf16),
+              1, 1e-4);
 
   write_text_file(dir, "broken.yaml", "base: h100-sxm\ngemm_tables: {bf16: missing.txt}\n");
-  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "broken.yaml"); }), HasSubstr("missing.txt: no such GEMM table"));
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "broken.yaml"); }),
+              HasSubstr("missing.txt: no such GEMM table"));
   write_text_file(dir, "dtype.yaml", "base: h100-sxm\ngemm_tables: {int4: mine.gemm-bf16.txt}\n");
-  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "dtype.yaml"); }), HasSubstr("'gemm_tables.int4' is unknown"));
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "dtype.yaml"); }),
+              HasSubstr("'gemm_tables.int4' is unknown"));
 }
 
 // Fitted on half of the shapes, scored on the other half (fit_kernel_tables.h). The issue's
@@ -151,8 +158,12 @@ TEST(KernelTables, HeldOutAccuracyOnTheH100Tables) {
   EXPECT_LE(r.operators.at("context_attention").stats.mape_percent, 9.5);
   EXPECT_LE(r.operators.at("context_attention").stats.p90_percent(), 21.0);
   EXPECT_GT(r.operators.at("context_attention").stats.count, 24000);
-  EXPECT_LE(r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").mape_percent, 7.0);
-  EXPECT_LE(r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").p90_percent(), 14.5);
+  EXPECT_LE(
+      r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").mape_percent,
+      7.0);
+  EXPECT_LE(
+      r.operators.at("context_attention").parts.at("vllm_flash_attn_fa3 kv bf16, head_dim 128, full").p90_percent(),
+      14.5);
   EXPECT_EQ(fit.profile.prefill_attention_kernel, PrefillAttentionKernel::flash_attention_3);
   EXPECT_LE(r.operators.at("nccl_all_reduce").stats.mape_percent, 12.0);
   EXPECT_LE(r.operators.at("custom_all_reduce").stats.mape_percent, 12.0);
@@ -204,7 +215,8 @@ TEST(KernelTables, ShippedH100ProfileIsAFreshFit) {
   ProfileValidation kernels = shipped.validation;
   kernels.serving = {};
   EXPECT_EQ(kernels, profile_validation(held_out));
-  EXPECT_EQ(shipped.validation.measured_on, "NVIDIA aiconfigurator kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)");
+  EXPECT_EQ(shipped.validation.measured_on,
+            "NVIDIA aiconfigurator kernel tables of h100_sxm (vllm 0.24.0, nccl 2.27.3)");
   EXPECT_TRUE(shipped.validation.held_out);
   EXPECT_EQ(shipped.validation.scored_on, "fitted on half the shapes, scored on the other half");
   ASSERT_EQ(shipped.validation.operators.size(), held_out.operators.size());
@@ -222,8 +234,10 @@ TEST(KernelTables, ShippedH100ProfileIsAFreshFit) {
     for (size_t c = 0; c < a.columns().size(); c += 37) {
       for (size_t m = 0; m < a.m_grid().size(); ++m) {
         const double x = a.columns()[c].seconds[m], y = b.columns()[c].seconds[m];
-        if (std::isnan(y)) EXPECT_TRUE(std::isnan(x));
-        else EXPECT_NEAR(x / y, 1.0, 1e-4);  // five significant digits in the file
+        if (std::isnan(y))
+          EXPECT_TRUE(std::isnan(x));
+        else
+          EXPECT_NEAR(x / y, 1.0, 1e-4);  // five significant digits in the file
       }
     }
   }
@@ -243,9 +257,8 @@ TEST(KernelTables, ShippedB200ProfileIsAFreshFitWithNvfp4Gemms) {
   }
   // NVFP4 GEMMs run at the B200's FP4 rate where no table answers.
   EXPECT_DOUBLE_EQ(gemm_peak_flops(shipped, WeightFormat::nvfp4), 9000e12);
-  const KernelValidationReport held_out =
-      score_kernel_tables(b200, fit_kernel_tables(b200, resolve_gpu("b200"), KernelRows::kTrain).profile,
-                          KernelRows::kHeldOut);
+  const KernelValidationReport held_out = score_kernel_tables(
+      b200, fit_kernel_tables(b200, resolve_gpu("b200"), KernelRows::kTrain).profile, KernelRows::kHeldOut);
   const auto& gemm = held_out.operators.at("gemm");
   EXPECT_LE(gemm.parts.at("nvfp4 n,k >= 1024").mape_percent, 8.0);
   EXPECT_LE(gemm.parts.at("bf16 n,k >= 1024").mape_percent, 5.0);
@@ -313,15 +326,19 @@ TEST(KernelTables, BlockFp8IsTheFp8GemmScaledUnderACallFloor) {
   EXPECT_LT(r.operators.at("gemm").parts.at("fp8-block n,k >= 1024").mape_percent, 5.0);
   // A profile file carries the fits; a bad entry is named.
   const auto dir = testing::scratch_dir("block-fp8-profile");
-  write_text_file(dir, "ok.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: 0.9, call_floor_s: 8.0e-5, rows: 84}\n");
+  write_text_file(
+      dir, "ok.yaml",
+      "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: 0.9, call_floor_s: 8.0e-5, rows: 84}\n");
   const HardwareProfile loaded = load_hardware_profile(dir / "ok.yaml");
   ASSERT_EQ(loaded.fp8_block_gemms.size(), 1u);
   EXPECT_DOUBLE_EQ(loaded.fp8_block_gemm_scale(), 0.9);
   EXPECT_DOUBLE_EQ(loaded.fp8_block_gemm("DeepGemm")->call_floor_s, 8.0e-5);
-  write_text_file(dir, "bad.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: -1, call_floor_s: 0, rows: 1}\n");
+  write_text_file(dir, "bad.yaml",
+                  "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: -1, call_floor_s: 0, rows: 1}\n");
   EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "bad.yaml"); }), HasSubstr("'fp8_block_gemms.scale'"));
   write_text_file(dir, "short.yaml", "base: h100-sxm\nfp8_block_gemms:\n  - {kernel: DeepGemm, scale: 1}\n");
-  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "short.yaml"); }), HasSubstr("need kernel, scale, call_floor_s and rows"));
+  EXPECT_THAT(user_error_of([&] { load_hardware_profile(dir / "short.yaml"); }),
+              HasSubstr("need kernel, scale, call_floor_s and rows"));
 }
 
 }  // namespace batchsim

@@ -23,7 +23,8 @@ namespace {
 using ::testing::HasSubstr;
 using testing::user_error_of;
 
-std::vector<std::string> all_lines(const std::filesystem::path& path, int64_t max_line = LineReader::kDefaultMaxLineBytes) {
+std::vector<std::string> all_lines(const std::filesystem::path& path,
+                                   int64_t max_line = LineReader::kDefaultMaxLineBytes) {
   LineReader in(path, "file", max_line);
   std::vector<std::string> lines;
   std::string line;
@@ -72,17 +73,16 @@ TEST(LineReader, BadFilesAreNamed) {
   const auto dir = testing::scratch_dir("line_reader_bad");
   EXPECT_EQ(user_error_of([&] { LineReader r(dir / "nope.csv.gz", "trace file"); }),
             (dir / "nope.csv.gz").string() + ": no such trace file");
-  EXPECT_THAT(user_error_of([&] { LineReader r(dir, "trace file"); }),
-              HasSubstr(": is a directory, not a trace file"));
+  EXPECT_THAT(user_error_of([&] { LineReader r(dir, "trace file"); }), HasSubstr(": is a directory, not a trace file"));
 
   // A gzip stream cut short: the lines before the cut are read, then the file is named.
   const auto whole = testing::write_gzip_file(dir, "whole.csv.gz", long_text());
   std::ifstream in(whole, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto cut = testing::write_text_file(dir, "cut.csv.gz", bytes.substr(0, bytes.size() / 2));
-  EXPECT_THAT(user_error_of([&] { all_lines(cut); }),
-              AllOf(HasSubstr("cut.csv.gz: corrupt or truncated gzip data after line"),
-                    HasSubstr("unexpected end of file")));
+  EXPECT_THAT(
+      user_error_of([&] { all_lines(cut); }),
+      AllOf(HasSubstr("cut.csv.gz: corrupt or truncated gzip data after line"), HasSubstr("unexpected end of file")));
   // Corrupt data in the middle of the stream.
   std::string corrupt = bytes;
   for (size_t i = 100; i < 200; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
@@ -132,8 +132,7 @@ TEST(LineReader, RefusesALineLongerThanItsLimit) {
   const auto dir = testing::scratch_dir("line_reader_long");
   const auto path = testing::write_text_file(dir, "long.csv", "short\n" + std::string(5000, 'y') + "\n");
   EXPECT_EQ(all_lines(path, 5000).size(), 2u);
-  EXPECT_THAT(user_error_of([&] { all_lines(path, 4999); }),
-              HasSubstr("long.csv:2: line longer than 4999 bytes"));
+  EXPECT_THAT(user_error_of([&] { all_lines(path, 4999); }), HasSubstr("long.csv:2: line longer than 4999 bytes"));
 }
 
 }  // namespace

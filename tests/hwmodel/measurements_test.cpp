@@ -37,9 +37,8 @@ TEST(Measurements, ReadsTheSharedA100Tree) {
 
   // The first data row of Llama-2-7B's mlp.csv (hwmodel/measured/vidur): 4096 tokens,
   // TP 1, QKV median 1.911 ms; its shape columns 32, 32, 4096, 11008, gated.
-  const auto it = std::find_if(m.token_ops.begin(), m.token_ops.end(), [](const TokenOpRow& r) {
-    return r.model == "meta-llama/Llama-2-7b-hf";
-  });
+  const auto it = std::find_if(m.token_ops.begin(), m.token_ops.end(),
+                               [](const TokenOpRow& r) { return r.model == "meta-llama/Llama-2-7b-hf"; });
   ASSERT_NE(it, m.token_ops.end());
   EXPECT_EQ(it->num_tokens, 4096);
   EXPECT_EQ(it->tp, 1);
@@ -70,18 +69,17 @@ TEST(Measurements, ATreeOfSeveralGpusNeedsADevice) {
 TEST(Measurements, ReadsAFlatCalibrationFolder) {
   const auto dir = testing::scratch_dir("measurements_flat");
   write_text_file(dir / "my-model", "mlp.csv",
-             "time_stats.attn_pre_proj.median,time_stats.add.median,n_head,n_kv_head,n_embd,"
-             "n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers\n"
-             "0.5,,32,8,4096,14336,128256,True,64,2\n");
+                  "time_stats.attn_pre_proj.median,time_stats.add.median,n_head,n_kv_head,n_embd,"
+                  "n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers\n"
+                  "0.5,,32,8,4096,14336,128256,True,64,2\n");
   write_text_file(dir, "attention.csv",
-             "time_stats.attn_decode.median,time_stats.attn_prefill.median,n_embd,n_q_head,"
-             "n_kv_head,num_tensor_parallel_workers,batch_size,prefill_chunk_size,kv_cache_size,"
-             "is_prefill\n"
-             "0.02,,4096,32,8,1,4,0,512,False\n"
-             ",0.3,4096,32,8,1,1,256,0,True\n");
+                  "time_stats.attn_decode.median,time_stats.attn_prefill.median,n_embd,n_q_head,"
+                  "n_kv_head,num_tensor_parallel_workers,batch_size,prefill_chunk_size,kv_cache_size,"
+                  "is_prefill\n"
+                  "0.02,,4096,32,8,1,4,0,512,False\n"
+                  ",0.3,4096,32,8,1,1,256,0,True\n");
   // Compressed tables read as plain ones (the repository ships its tables as .csv.gz).
-  testing::write_gzip_file(dir, "all_reduce.csv.gz",
-                           "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
+  testing::write_gzip_file(dir, "all_reduce.csv.gz", "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n");
   write_text_file(dir, "notes.csv", "something,else\n1,2\n");
   const Measurements m = read_measurements(dir);
   ASSERT_EQ(m.token_ops.size(), 1u);
@@ -103,16 +101,14 @@ TEST(Measurements, ReadsAFlatCalibrationFolder) {
 
 TEST(Measurements, MalformedRowsNameFileAndLine) {
   const auto dir = testing::scratch_dir("measurements_bad");
-  write_text_file(dir, "all_reduce.csv",
-             "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n0.07,two,8192\n");
+  write_text_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2,4096\n0.07,two,8192\n");
   EXPECT_THAT(user_error_of([&] { read_measurements(dir); }),
               AllOf(HasSubstr("all_reduce.csv:3"), HasSubstr("num_workers"), HasSubstr("'two'")));
   write_text_file(dir, "all_reduce.csv", "time_stats.all_reduce.median,num_workers,size\n0.05,2\n");
   EXPECT_THAT(user_error_of([&] { read_measurements(dir); }),
               AllOf(HasSubstr("all_reduce.csv:2"), HasSubstr("2 fields")));
   const auto empty = testing::scratch_dir("measurements_empty");
-  EXPECT_THAT(user_error_of([&] { read_measurements(empty); }),
-              HasSubstr("no measurement CSVs"));
+  EXPECT_THAT(user_error_of([&] { read_measurements(empty); }), HasSubstr("no measurement CSVs"));
 }
 
 TEST(Measurements, CanonicalNamesMatchBuiltins) {

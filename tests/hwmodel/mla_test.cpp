@@ -88,12 +88,15 @@ TEST(Mla, ReadsInferSimsTables) {
   EXPECT_FALSE(is_mla_table_dir(testing::measured_dir() / "aiconfigurator" / "h100_sxm"));
 
   const auto dir = testing::scratch_dir("mla_bad") / "mla";
-  write_text_file(dir / "decode", "128-512-64.csv", "dtype,kv_dtype,batch_size,kv_len,latency_us,mfu\nbf16,int4,1,1024,20.9,0.01\n");
+  write_text_file(dir / "decode", "128-512-64.csv",
+                  "dtype,kv_dtype,batch_size,kv_len,latency_us,mfu\nbf16,int4,1,1024,20.9,0.01\n");
   EXPECT_THAT(user_error_of([&] { read_mla_tables(dir); }),
               HasSubstr("128-512-64.csv:2: column 'kv_dtype': 'int4' is not bf16, fp16 or fp8"));
-  write_text_file(dir / "decode", "128-512-64.csv", "dtype,kv_dtype,batch_size,kv_len,latency_us,mfu\nbf16,bf16,1,1024,-3,0.01\n");
+  write_text_file(dir / "decode", "128-512-64.csv",
+                  "dtype,kv_dtype,batch_size,kv_len,latency_us,mfu\nbf16,bf16,1,1024,-3,0.01\n");
   EXPECT_THAT(user_error_of([&] { read_mla_tables(dir); }), HasSubstr("column 'latency_us' must be > 0"));
-  EXPECT_THAT(user_error_of([&] { read_mla_tables(testing::scratch_dir("mla_none")); }), HasSubstr("no InferSim MLA tables"));
+  EXPECT_THAT(user_error_of([&] { read_mla_tables(testing::scratch_dir("mla_none")); }),
+              HasSubstr("no InferSim MLA tables"));
 }
 
 // Held out as fit_mla.h says: every fifth decode row, one kv_len or one batch size at a time

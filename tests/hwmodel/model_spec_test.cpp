@@ -163,9 +163,9 @@ TEST(HfConfig, ErrorsNameTheFileAndKey) {
   const auto wrong_type = write_text_file(dir, "wrong.json", R"({"model_type": "llama",
     "num_hidden_layers": "32", "hidden_size": 4096, "num_attention_heads": 32,
     "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})");
-  EXPECT_THAT(user_error_of([&] { load_hf_config(wrong_type); }),
-              AllOf(HasSubstr("wrong.json"), HasSubstr("num_hidden_layers"),
-                    HasSubstr("must be an integer from 1 to")));
+  EXPECT_THAT(
+      user_error_of([&] { load_hf_config(wrong_type); }),
+      AllOf(HasSubstr("wrong.json"), HasSubstr("num_hidden_layers"), HasSubstr("must be an integer from 1 to")));
 
   const auto bad_gqa = write_text_file(dir, "gqa.json", R"({"num_hidden_layers": 2,
     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 5,
@@ -183,8 +183,7 @@ TEST(HfConfig, ErrorsNameTheFileAndKey) {
 
 TEST(ModelSpec, UnknownNameListsKnownModels) {
   EXPECT_THAT(user_error_of([] { resolve_model("llama-9-1t"); }),
-              AllOf(HasSubstr("llama-9-1t"), HasSubstr("opt-13b"), HasSubstr("llama-3-70b"),
-                    HasSubstr("mistral-7b")));
+              AllOf(HasSubstr("llama-9-1t"), HasSubstr("opt-13b"), HasSubstr("llama-3-70b"), HasSubstr("mistral-7b")));
 }
 
 }  // namespace

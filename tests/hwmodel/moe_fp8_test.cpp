@@ -70,8 +70,7 @@ TEST(Fp8ModelSpec, Fp8WeightsHalveTheQuantisedWeightsOnly) {
   // Embedding, LM head and the 32 routers (4096 x 8) stay 16-bit, as vLLM leaves them.
   const int64_t unquantised = 262144000 + 32 * 4096 * 8;
   EXPECT_EQ(fp8.weight_bytes(), (bf16.total_params() - unquantised) + 2 * unquantised);
-  EXPECT_NEAR(static_cast<double>(fp8.weight_bytes()) / static_cast<double>(bf16.weight_bytes()),
-              0.5, 0.005);
+  EXPECT_NEAR(static_cast<double>(fp8.weight_bytes()) / static_cast<double>(bf16.weight_bytes()), 0.5, 0.005);
   // FP8 weights do not touch the KV cache, and an FP8 KV cache does not touch the weights.
   EXPECT_EQ(fp8.kv_bytes_per_token(), bf16.kv_bytes_per_token());
   const ModelSpec kv8 = with_dtypes(bf16, std::nullopt, 1);
@@ -113,14 +112,11 @@ constexpr const char* kMixtralConfig = R"({
   "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null,
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000)";
 
-std::string mixtral_config(const std::string& extra = "") {
-  return std::string(kMixtralConfig) + extra + "}";
-}
+std::string mixtral_config(const std::string& extra = "") { return std::string(kMixtralConfig) + extra + "}"; }
 
 TEST(MoeHfConfig, ReadsMixtralExperts) {
   const auto dir = testing::scratch_dir("hf_mixtral");
-  const ModelSpec m = load_hf_config(write_text_file(dir / "mixtral", "config.json",
-                                                     mixtral_config()));
+  const ModelSpec m = load_hf_config(write_text_file(dir / "mixtral", "config.json", mixtral_config()));
   const ModelSpec builtin = resolve_model("mixtral-8x7b");
   EXPECT_EQ(m.num_experts, 8);
   EXPECT_EQ(m.experts_per_token, 2);
@@ -192,9 +188,8 @@ TEST(Fp8HfConfig, Fp8QuantizationConfigMeansOneByteWeights) {
   const auto dir = testing::scratch_dir("hf_fp8");
   // As in FP8 checkpoints made with AutoFP8 / llm-compressor (e.g. neuralmagic's
   // Mixtral-8x7B-Instruct-v0.1-FP8).
-  const ModelSpec m = load_hf_config(write_text_file(
-      dir, "config.json",
-      mixtral_config(R"(, "quantization_config": {"activation_scheme": "static",
+  const ModelSpec m = load_hf_config(
+      write_text_file(dir, "config.json", mixtral_config(R"(, "quantization_config": {"activation_scheme": "static",
                           "ignored_layers": ["lm_head"], "quant_method": "fp8"})")));
   EXPECT_EQ(m.weight_format, WeightFormat::fp8);
   EXPECT_EQ(m.kv_dtype_bytes, 2);  // the checkpoint says nothing about the KV cache
@@ -203,14 +198,13 @@ TEST(Fp8HfConfig, Fp8QuantizationConfigMeansOneByteWeights) {
 
 TEST(MoeHfConfig, UnsupportedLayoutsAndQuantisationsNameTheFileAndKey) {
   const auto dir = testing::scratch_dir("hf_moe_errors");
-  const auto awq = write_text_file(
-      dir, "awq.json", mixtral_config(R"(, "quantization_config": {"quant_method": "awq",
+  const auto awq = write_text_file(dir, "awq.json", mixtral_config(R"(, "quantization_config": {"quant_method": "awq",
                                              "bits": 4})"));
   EXPECT_THAT(user_error_of([&] { load_hf_config(awq); }),
-              AllOf(HasSubstr("awq.json"), HasSubstr("quantization_config.quant_method"),
-                    HasSubstr("'awq'"), HasSubstr("fp8")));
-  const auto no_method = write_text_file(dir, "nomethod.json",
-                                         mixtral_config(R"(, "quantization_config": {"bits": 8})"));
+              AllOf(HasSubstr("awq.json"), HasSubstr("quantization_config.quant_method"), HasSubstr("'awq'"),
+                    HasSubstr("fp8")));
+  const auto no_method =
+      write_text_file(dir, "nomethod.json", mixtral_config(R"(, "quantization_config": {"bits": 8})"));
   EXPECT_THAT(user_error_of([&] { load_hf_config(no_method); }),
               AllOf(HasSubstr("nomethod.json"), HasSubstr("quantization_config.quant_method")));
   // top-k above the expert count.
@@ -226,18 +220,25 @@ TEST(MoeHfConfig, UnsupportedLayoutsAndQuantisationsNameTheFileAndKey) {
   // Dense layers of a mixture of experts are read, not refused: Qwen2-MoE's decoder_sparse_step
   // (layers 1, 3, ... of 32 MoE), mlp_only_layers (listed layers dense), DeepSeek's
   // first_k_dense_replace; a layout with every layer dense is an error naming the file.
-  const ModelSpec stepped = load_hf_config(write_text_file(dir, "step.json", mixtral_config(R"(, "decoder_sparse_step": 2)")));
+  const ModelSpec stepped =
+      load_hf_config(write_text_file(dir, "step.json", mixtral_config(R"(, "decoder_sparse_step": 2)")));
   EXPECT_EQ(stepped.dense_layers, 16);
   EXPECT_EQ(stepped.moe_layers(), 16);
   EXPECT_EQ(stepped.dense_ffn_size, 14336);
-  const ModelSpec listed = load_hf_config(write_text_file(dir, "mlponly.json", mixtral_config(R"(, "mlp_only_layers": [0, 1])")));
+  const ModelSpec listed =
+      load_hf_config(write_text_file(dir, "mlponly.json", mixtral_config(R"(, "mlp_only_layers": [0, 1])")));
   EXPECT_EQ(listed.dense_layers, 2);
-  const ModelSpec first = load_hf_config(write_text_file(
-      dir, "first.json", mixtral_config(R"(, "first_k_dense_replace": 3, "moe_layer_freq": 1)")));
+  const ModelSpec first = load_hf_config(
+      write_text_file(dir, "first.json", mixtral_config(R"(, "first_k_dense_replace": 3, "moe_layer_freq": 1)")));
   EXPECT_EQ(first.dense_layers, 3);
-  EXPECT_THAT(user_error_of([&] { load_hf_config(write_text_file(dir, "alldense.json", mixtral_config(R"(, "first_k_dense_replace": 32)"))); }),
-              AllOf(HasSubstr("alldense.json"), HasSubstr("every layer is dense")));
-  EXPECT_THAT(user_error_of([&] { load_hf_config(write_text_file(dir, "badlist.json", mixtral_config(R"(, "mlp_only_layers": [40])"))); }),
+  EXPECT_THAT(
+      user_error_of([&] {
+        load_hf_config(write_text_file(dir, "alldense.json", mixtral_config(R"(, "first_k_dense_replace": 32)")));
+      }),
+      AllOf(HasSubstr("alldense.json"), HasSubstr("every layer is dense")));
+  EXPECT_THAT(user_error_of([&] {
+                load_hf_config(write_text_file(dir, "badlist.json", mixtral_config(R"(, "mlp_only_layers": [40])")));
+              }),
               AllOf(HasSubstr("badlist.json"), HasSubstr("mlp_only_layers"), HasSubstr("40")));
 }
 
@@ -256,8 +257,7 @@ TEST(MoeRouting, ExpectedDistinctExpertsUnderUniformRouting) {
   EXPECT_NEAR(expected_expert_load(mixtral, 256).experts, 8, 1e-9);
   EXPECT_NEAR(expected_expert_load(mixtral, 256).tokens_per_expert, 64, 1e-9);
   // Qwen's 60 experts, top 4: 16 tokens touch 60 (1 - (56/60)^16) = 39.4 of them.
-  EXPECT_NEAR(expected_expert_load(resolve_model("qwen1.5-moe"), 16).experts,
-              60 * (1 - std::pow(56.0 / 60, 16)), 1e-9);
+  EXPECT_NEAR(expected_expert_load(resolve_model("qwen1.5-moe"), 16).experts, 60 * (1 - std::pow(56.0 / 60, 16)), 1e-9);
   // A Monte Carlo check of the expectation: 8 tokens, top-2 of 8 without replacement.
   std::mt19937_64 rng(3);
   double touched_sum = 0;
@@ -370,14 +370,11 @@ TEST(MoeCostModel, SharedExpertRunsOnEveryToken) {
   const IterationCost without = CostModel(no_shared, gpu).iteration(shape);
   // A dense gated MLP of 5632 on 1000 tokens at 50 TFLOP/s: up 2 * 1000 * 2048 * 11264, down
   // 2 * 1000 * 5632 * 2048, 24 layers.
-  EXPECT_NEAR(with.layer_gemm_s[kUp] - without.layer_gemm_s[kUp],
-              24 * 2.0 * 1000 * 2048 * 11264 / 50e12, 1e-12);
-  EXPECT_NEAR(with.layer_gemm_s[kDown] - without.layer_gemm_s[kDown],
-              24 * 2.0 * 1000 * 5632 * 2048 / 50e12, 1e-12);
+  EXPECT_NEAR(with.layer_gemm_s[kUp] - without.layer_gemm_s[kUp], 24 * 2.0 * 1000 * 2048 * 11264 / 50e12, 1e-12);
+  EXPECT_NEAR(with.layer_gemm_s[kDown] - without.layer_gemm_s[kDown], 24 * 2.0 * 1000 * 5632 * 2048 / 50e12, 1e-12);
   // Its activation runs on every token too; the routed one on tokens x top-4 rows, and the
   // top-k combine reads k outputs and writes one (Mixtral, 10 tokens, 2 bytes):
-  EXPECT_DOUBLE_EQ(elementwise_bytes(resolve_model("mixtral-8x7b"), 1, ElementwiseOp::activation,
-                                     10),
+  EXPECT_DOUBLE_EQ(elementwise_bytes(resolve_model("mixtral-8x7b"), 1, ElementwiseOp::activation, 10),
                    20.0 * (2 * 14336 * 3 + 3 * 4096));
   EXPECT_DOUBLE_EQ(elementwise_bytes(qwen, 2, ElementwiseOp::activation, 10),
                    20.0 * (4 * 704 * 3 + 2816 * 3 + 5 * 2048));
@@ -395,8 +392,7 @@ TEST(MoeCostModel, OneExpertIsADenseModel) {
     shape.add_prefill(300, 200);
     shape.add_decode(1000);
     shape.num_sampled = 2;
-    EXPECT_EQ(CostModel(one, gpu, 2).iteration(shape).total_s,
-              CostModel(dense, gpu, 2).iteration(shape).total_s);
+    EXPECT_EQ(CostModel(one, gpu, 2).iteration(shape).total_s, CostModel(dense, gpu, 2).iteration(shape).total_s);
   }
 }
 
@@ -405,16 +401,14 @@ TEST(MoeCostModel, KvCapacityHoldsEveryExpertsWeights) {
   // Reserve: 1 GiB + 8192 tokens * 2 bytes * per-token elements at TP 2: 4 * 4096 + QKV 3072
   // + two experts' gate/up 14336 and activated 7168 each + their two outputs of 4096 + the 8
   // router logits = 70,664; + 256 * 16000 fp32 logits.
-  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192),
-                   1073741824.0 + 8192.0 * 2 * 70664 + 256.0 * 16000 * 4);
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192), 1073741824.0 + 8192.0 * 2 * 70664 + 256.0 * 16000 * 4);
   // fused_moe holds its experts' intermediates for one chunk of 16,384 tokens at most: beyond
   // it a token adds only its own 4 * 4096 + 3072 + 8 elements, not the experts' 2 * (21504 +
   // 4096).
   const double experts_per_token = 2.0 * (14336 + 7168 + 4096);
   EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(32768) - cm.activation_reserve_bytes(16384),
                    16384.0 * 2 * (70664 - experts_per_token));
-  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(16384) - cm.activation_reserve_bytes(8192),
-                   8192.0 * 2 * 70664);
+  EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(16384) - cm.activation_reserve_bytes(8192), 8192.0 * 2 * 70664);
   // Fewer sampled rows, less reserve: 255 rows of 16,000 fp32 logits.
   EXPECT_DOUBLE_EQ(cm.activation_reserve_bytes(8192) - cm.activation_reserve_bytes(8192, 1), 255.0 * 16000 * 4);
   // 81,559 MiB * 0.9 - all 46.7B parameters' bytes / 2 GPUs - reserve, over 2 * 32 layers *
@@ -499,8 +493,8 @@ TEST(Fp8CostModel, Fp8WeightsHalveWeightBytesAndDoubleFlopsOnlyWithFp8TensorCore
   EXPECT_DOUBLE_EQ(gemm_peak_flops(h100, WeightFormat::bf16), 989e12);
   // Compute-bound (8192 rows): the same time on an A100, about half on an H100.
   EXPECT_DOUBLE_EQ(gemm_time_s(a100, up, 8192, WeightFormat::fp8), gemm_time_s(a100, up, 8192, WeightFormat::bf16));
-  EXPECT_NEAR(gemm_time_s(h100, up, 8192, WeightFormat::fp8) / gemm_time_s(h100, up, 8192, WeightFormat::bf16), 989.0 / 1979,
-              1e-9);
+  EXPECT_NEAR(gemm_time_s(h100, up, 8192, WeightFormat::fp8) / gemm_time_s(h100, up, 8192, WeightFormat::bf16),
+              989.0 / 1979, 1e-9);
   // Memory-bound (one row): about half everywhere, the weight bytes.
   EXPECT_NEAR(gemm_time_s(a100, up, 1, WeightFormat::fp8) / gemm_time_s(a100, up, 1, WeightFormat::bf16), 0.5, 0.005);
 
@@ -517,11 +511,9 @@ TEST(Fp8CostModel, Fp8WeightsHalveWeightBytesAndDoubleFlopsOnlyWithFp8TensorCore
     EXPECT_NEAR(d1.gemm_s / d2.gemm_s, 0.5, 0.01) << gpu.name;
     EXPECT_DOUBLE_EQ(d1.lm_head_s, d2.lm_head_s);
   }
-  EXPECT_NEAR(CostModel(w8, a100).iteration(prefill).gemm_s /
-                  CostModel(bf16, a100).iteration(prefill).gemm_s,
-              1.0, 1e-9);
-  EXPECT_NEAR(CostModel(w8, h100).iteration(prefill).gemm_s /
-                  CostModel(bf16, h100).iteration(prefill).gemm_s,
+  EXPECT_NEAR(CostModel(w8, a100).iteration(prefill).gemm_s / CostModel(bf16, a100).iteration(prefill).gemm_s, 1.0,
+              1e-9);
+  EXPECT_NEAR(CostModel(w8, h100).iteration(prefill).gemm_s / CostModel(bf16, h100).iteration(prefill).gemm_s,
               989.0 / 1979, 0.01);
 }
 

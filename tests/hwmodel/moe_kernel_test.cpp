@@ -124,7 +124,8 @@ struct CollectorLoads {
   double local_rows = 0, touched = 0, padded64 = 0;
 };
 
-CollectorLoads collector_power_law(int64_t tokens, int64_t experts, int64_t top_k, int64_t ep, double alpha, int draws) {
+CollectorLoads collector_power_law(int64_t tokens, int64_t experts, int64_t top_k, int64_t ep, double alpha,
+                                   int draws) {
   Rng rng(12345);
   CollectorLoads out;
   const int64_t rows = tokens * top_k, local = experts / ep;
@@ -194,7 +195,8 @@ TEST(MoeLoad, PowerLawAgreesWithTheCollectorsGenerator) {
   };
   for (const Case& k : {Case{4096, 256, 8, 8, 1.01}, Case{4096, 256, 8, 64, 1.2}, Case{256, 128, 8, 16, 1.01},
                         Case{16, 256, 8, 8, 1.2}, Case{2048, 512, 22, 32, 1.01}, Case{64, 128, 8, 1, 1.2}}) {
-    SCOPED_TRACE(::testing::Message() << k.tokens << " tokens, " << k.experts << " experts top-" << k.top_k << ", ep " << k.ep);
+    SCOPED_TRACE(::testing::Message() << k.tokens << " tokens, " << k.experts << " experts top-" << k.top_k << ", ep "
+                                      << k.ep);
     const MoeRankLoad mine = expected_moe_load(call_of(k.tokens, k.experts, k.top_k, k.ep, power_law(k.alpha)));
     const CollectorLoads theirs = collector_power_law(k.tokens, k.experts, k.top_k, k.ep, k.alpha, 400);
     EXPECT_NEAR(mine.local_rows / theirs.local_rows, 1.0, 0.06);
@@ -223,7 +225,8 @@ TEST(MoeLoad, ExpertParallelismDividesTheExperts) {
     EXPECT_LE(load.local_rows, static_cast<double>(c.tokens));  // an expert takes a token once
   }
   EXPECT_EQ(fused_moe_call_problem(call_of(64, 8, 9, 1)), "top_k must not exceed the experts");
-  EXPECT_EQ(fused_moe_call_problem(call_of(64, 8, 2, 1, power_law(0))), "a power-law routing needs an exponent alpha > 0");
+  EXPECT_EQ(fused_moe_call_problem(call_of(64, 8, 2, 1, power_law(0))),
+            "a power-law routing needs an exponent alpha > 0");
 }
 
 TEST(MoeKernel, KernelsAsVllmPicksThemOnHopper) {
@@ -260,7 +263,16 @@ TEST(MoeKernel, TableRowsAsCalls) {
   EXPECT_EQ(c->routing, power_law(1.2));
   EXPECT_TRUE(c->gated);
   // Nemotron-H's relu^2 experts; gpt-oss's MXFP4 on triton_kernels.
-  r = KernelMoeRow{"w4a16_mxfp4", "balanced", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic", 8, 2880, 2880, 4, 32, 1, 4};
+  r = KernelMoeRow{"w4a16_mxfp4",
+                   "balanced",
+                   "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+                   8,
+                   2880,
+                   2880,
+                   4,
+                   32,
+                   1,
+                   4};
   c = kernel_moe_row_call(r);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->kernel, MoeKernel::mxfp4_oai_triton);
@@ -329,7 +341,8 @@ TEST(MoeKernel, NoFasterWithMoreTokensOrMoreSkewOnTheBusiestRank) {
       double last = 0;
       for (int64_t t : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}) {
         const double time = fused_moe_time_s(gpu, call_of(t, 256, 8, ep, routing));
-        EXPECT_GE(time, last) << t << " tokens, ep " << ep << ", routing " << static_cast<int>(routing.kind) << " " << routing.alpha;
+        EXPECT_GE(time, last) << t << " tokens, ep " << ep << ", routing " << static_cast<int>(routing.kind) << " "
+                              << routing.alpha;
         last = time;
       }
     }
@@ -349,7 +362,8 @@ TEST(MoeKernel, NoFasterWithMoreTokensOrMoreSkewOnTheBusiestRank) {
       EXPECT_LT(mild, steep) << t << " " << ep;
     }
   }
-  EXPECT_LT(fused_moe_time_s(gpu, call_of(128, 256, 8, 8, power_law(1.2))), fused_moe_time_s(gpu, call_of(128, 256, 8, 8)));
+  EXPECT_LT(fused_moe_time_s(gpu, call_of(128, 256, 8, 8, power_law(1.2))),
+            fused_moe_time_s(gpu, call_of(128, 256, 8, 8)));
   EXPECT_LT(expected_moe_load(call_of(64, 256, 8, 1, power_law(1.2))).touched_experts,
             expected_moe_load(call_of(64, 256, 8, 1)).touched_experts);
 }
@@ -367,7 +381,8 @@ TEST(MoeKernel, TheModelTermByTerm) {
   EXPECT_DOUBLE_EQ(t.compute_s, 3.0 * 2 * 16 * 128 * we / 600e12);  // 16 rows padded to CUTLASS's 128
   EXPECT_DOUBLE_EQ(t.gemm_s, roofline_combine(t.weights_s, t.compute_s, 1.8));
   // FlashInfer computes the local rows only: 256 of them, padded to 64 for the output writes.
-  const double rows = 3.0 * (0.4e-12 * 16 * 64 * (2 * 1000 + 4096) + 1.5e-12 * 256 * (3 * 1000 + 4096)) + 5e-12 * 256 * 4096;
+  const double rows =
+      3.0 * (0.4e-12 * 16 * 64 * (2 * 1000 + 4096) + 1.5e-12 * 256 * (3 * 1000 + 4096)) + 5e-12 * 256 * 4096;
   EXPECT_NEAR(t.rows_s, rows, 1e-15);
   EXPECT_DOUBLE_EQ(t.total_s, t.fixed_s + t.gemm_s + t.rows_s);
   EXPECT_TRUE(t.compute_bound() == (t.compute_s > t.weights_s));
@@ -375,7 +390,8 @@ TEST(MoeKernel, TheModelTermByTerm) {
   FusedMoeCall tri = c;
   tri.format = WeightFormat::bf16;
   const FusedMoeTime u = fused_moe_time(made_up_fit(MoeKernel::bf16_triton), tri, load);
-  const double rows_all = 3.0 * (0.4e-12 * 64 * 64 * (2 * 1000 + 4096) + 1.5e-12 * 1024 * (3 * 1000 + 4096)) + 5e-12 * 256 * 4096;
+  const double rows_all =
+      3.0 * (0.4e-12 * 64 * 64 * (2 * 1000 + 4096) + 1.5e-12 * 1024 * (3 * 1000 + 4096)) + 5e-12 * 256 * 4096;
   EXPECT_NEAR(u.rows_s, rows_all, 1e-15);
 }
 
@@ -440,7 +456,8 @@ TEST(MoeFit, StaysUnderTheCeilings) {
   for (const MoeKernelFit& f : h100_moe_training_fit().profile.moe_kernels) {
     EXPECT_LE(f.weight_bytes_per_s, gpu.hbm_bytes_per_s) << moe_kernel_name(f.kernel);
     EXPECT_LE(f.flops_per_s, gpu.peak_fp8_flops) << moe_kernel_name(f.kernel);
-    if (f.kernel == MoeKernel::bf16_triton || f.kernel == MoeKernel::w4a16_marlin || f.kernel == MoeKernel::mxfp4_oai_triton) {
+    if (f.kernel == MoeKernel::bf16_triton || f.kernel == MoeKernel::w4a16_marlin ||
+        f.kernel == MoeKernel::mxfp4_oai_triton) {
       EXPECT_LE(f.flops_per_s, gpu.peak_flops) << moe_kernel_name(f.kernel);
     }
     EXPECT_GE(f.roofline_exponent, 1.0);
@@ -461,10 +478,10 @@ TEST(MoeFit, HeldOutAccuracyOnTheH100Table) {
   EXPECT_GT(moe.stats.count, 20000);
   EXPECT_LE(moe.stats.mape_percent, 9.0);  // 8.5 (hwmodel/README.md)
   EXPECT_LE(moe.stats.p90_percent(), 19.0);
-  for (const char* part : {"kernel bf16_triton", "kernel fp8_flashinfer_cutlass", "kernel fp8_block_triton",
-                           "kernel fp8_block_flashinfer_cutlass", "layout EP", "layout TP", "layout one GPU",
-                           "routing balanced", "routing power_law_1.01", "routing power_law_1.2",
-                           "grouped top-k (DeepSeek-V3)"}) {
+  for (const char* part :
+       {"kernel bf16_triton", "kernel fp8_flashinfer_cutlass", "kernel fp8_block_triton",
+        "kernel fp8_block_flashinfer_cutlass", "layout EP", "layout TP", "layout one GPU", "routing balanced",
+        "routing power_law_1.01", "routing power_law_1.2", "grouped top-k (DeepSeek-V3)"}) {
     EXPECT_LE(moe.parts.at(part).mape_percent, 10.5) << part;
   }
   // The 4-bit libraries have two model shapes each: what is held out of them is extrapolated.
@@ -482,7 +499,8 @@ TEST(MoeFit, ShippedH100ProfileCarriesAFreshFit) {
     const MoeKernelFit &a = shipped.moe_kernels[i], &b = fresh.profile.moe_kernels[i];
     EXPECT_EQ(a.kernel, b.kernel);
     for (const MoeKernelKey& k : moe_kernel_keys()) {
-      EXPECT_NEAR(a.*(k.member), b.*(k.member), 1e-6 * std::abs(b.*(k.member)) + 1e-30) << moe_kernel_name(a.kernel) << " " << k.key;
+      EXPECT_NEAR(a.*(k.member), b.*(k.member), 1e-6 * std::abs(b.*(k.member)) + 1e-30)
+          << moe_kernel_name(a.kernel) << " " << k.key;
     }
   }
 }
@@ -497,10 +515,11 @@ TEST(MoeProfile, BlockRoundTripsAndIsInheritedThroughBase) {
   EXPECT_EQ(back.moe_kernels, p.moe_kernels);
   EXPECT_EQ(hardware_profile_yaml(back), hardware_profile_yaml(p));
   // A file on a fitted base inherits its kernels and replaces the ones it names.
-  write_text_file(dir, "child.yaml",
-                  "base: h100-sxm-fitted\nmoe_kernels:\n  bf16_triton: {launch_s: 1e-5, ep_launch_s: 0, per_expert_s: 0, "
-                  "weight_bytes_per_s: 1e12, flops_per_s: 1e14, out_element_s: 0, row_element_s: 0, token_element_s: 0, "
-                  "roofline_exponent: 0, misaligned_slowdown: 0}\n");
+  write_text_file(
+      dir, "child.yaml",
+      "base: h100-sxm-fitted\nmoe_kernels:\n  bf16_triton: {launch_s: 1e-5, ep_launch_s: 0, per_expert_s: 0, "
+      "weight_bytes_per_s: 1e12, flops_per_s: 1e14, out_element_s: 0, row_element_s: 0, token_element_s: 0, "
+      "roofline_exponent: 0, misaligned_slowdown: 0}\n");
   const HardwareProfile child = load_hardware_profile(dir / "child.yaml");
   const HardwareProfile base = resolve_gpu("h100-sxm-fitted");
   ASSERT_EQ(child.moe_kernels.size(), base.moe_kernels.size());
@@ -523,13 +542,21 @@ TEST(MoeProfile, BadBlocksNameTheFileAndKey) {
               AllOf(HasSubstr("key.yaml"), HasSubstr("'moe_kernels.bf16_triton.speed' is unknown (launch_s,")));
   EXPECT_THAT(error("missing.yaml", "  bf16_triton: {launch_s: 1e-5}\n"),
               HasSubstr("'moe_kernels.bf16_triton.ep_launch_s' is required"));
-  EXPECT_THAT(error("zero.yaml", "  bf16_triton: {" + std::string(all).replace(all.find("flops_per_s: 1e14"), 17, "flops_per_s: 0") + "}\n"),
-              HasSubstr("'moe_kernels.bf16_triton.flops_per_s' must be > 0"));
-  EXPECT_THAT(error("exp.yaml", "  bf16_triton: {" + std::string(all).replace(all.find("roofline_exponent: 2"), 20, "roofline_exponent: 0.5") + "}\n"),
-              HasSubstr("'moe_kernels.bf16_triton.roofline_exponent' must be 0 (the max of the two roofs) or >= 1"));
-  EXPECT_THAT(error("negative.yaml", "  bf16_triton: {" + std::string(all).replace(all.find("launch_s: 1e-5"), 14, "launch_s: -1") + "}\n"),
-              HasSubstr("moe_kernels.bf16_triton.launch_s"));
-  EXPECT_THAT(error("twice.yaml", "  bf16_triton: {" + all + "}\n  bf16_triton: {" + all + "}\n"), HasSubstr("is given twice"));
+  EXPECT_THAT(
+      error("zero.yaml",
+            "  bf16_triton: {" + std::string(all).replace(all.find("flops_per_s: 1e14"), 17, "flops_per_s: 0") + "}\n"),
+      HasSubstr("'moe_kernels.bf16_triton.flops_per_s' must be > 0"));
+  EXPECT_THAT(
+      error("exp.yaml", "  bf16_triton: {" +
+                            std::string(all).replace(all.find("roofline_exponent: 2"), 20, "roofline_exponent: 0.5") +
+                            "}\n"),
+      HasSubstr("'moe_kernels.bf16_triton.roofline_exponent' must be 0 (the max of the two roofs) or >= 1"));
+  EXPECT_THAT(
+      error("negative.yaml",
+            "  bf16_triton: {" + std::string(all).replace(all.find("launch_s: 1e-5"), 14, "launch_s: -1") + "}\n"),
+      HasSubstr("moe_kernels.bf16_triton.launch_s"));
+  EXPECT_THAT(error("twice.yaml", "  bf16_triton: {" + all + "}\n  bf16_triton: {" + all + "}\n"),
+              HasSubstr("is given twice"));
   EXPECT_THAT(error("list.yaml", "  - bf16_triton\n"), HasSubstr("'moe_kernels' must be a map of kernel names"));
 }
 
@@ -554,9 +581,9 @@ TEST(MoeInferSim, GroupedGemmsOfDeepSeekV3OnH800) {
   });
   ASSERT_NE(row, rows.end());
   const double we = 3.0 * 2048 * 7168;
-  const double expected = fi->per_expert_s * 16 +
-                          roofline_combine(16 * we * (1 + 4.0 / 16384) / fi->weight_bytes_per_s,
-                                           2 * 16 * 128 * we / fi->flops_per_s, fi->roofline_exponent);
+  const double expected =
+      fi->per_expert_s * 16 + roofline_combine(16 * we * (1 + 4.0 / 16384) / fi->weight_bytes_per_s,
+                                               2 * 16 * 128 * we / fi->flops_per_s, fi->roofline_exponent);
   EXPECT_DOUBLE_EQ(grouped_gemm_part_s(*fi, *row), expected);
 }
 

@@ -201,10 +201,12 @@ TEST(MoeModels, BadConfigsNameTheFileAndKey) {
                                                oss + R"(, "layer_types": ["sliding_attention", "full_attention"]})"));
               }),
               AllOf(HasSubstr("nowin.json"), HasSubstr("sliding_window")));
-  EXPECT_THAT(user_error_of([&] {
-                load_hf_config(write_text_file(dir, "q.json", oss + R"(, "quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8"}})"));
-              }),
-              AllOf(HasSubstr("q.json"), HasSubstr("quant_algo"), HasSubstr("W4A8")));
+  EXPECT_THAT(
+      user_error_of([&] {
+        load_hf_config(write_text_file(
+            dir, "q.json", oss + R"(, "quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8"}})"));
+      }),
+      AllOf(HasSubstr("q.json"), HasSubstr("quant_algo"), HasSubstr("W4A8")));
 }
 
 }  // namespace

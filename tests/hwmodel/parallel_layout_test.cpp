@@ -62,24 +62,36 @@ TEST(ParallelLayout, BadLayoutsAreRefusedByName) {
   const ModelSpec v3 = resolve_model("deepseek-v3");
   const HardwareProfile h200 = resolve_gpu("h200");
   // EP not dividing the experts (256).
-  EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{1, 6, 6}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(v3, h200, ParallelLayout{1, 6, 6});
+              }),
               AllOf(HasSubstr("--ep 6"), HasSubstr("256 experts")));
   // EP x MoE-TP not covering TP x DP.
-  EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{2, 4, 4, 4}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(v3, h200, ParallelLayout{2, 4, 4, 4});
+              }),
               AllOf(HasSubstr("--ep 4 x --moe-tp 4"), HasSubstr("= 8 GPUs")));
   EXPECT_THAT(user_error_of([&] { CostModel(v3, h200, ParallelLayout{1, 8, 16}); }), HasSubstr("--ep 16"));
   // DP of a dense model: independent replicas, --replicas.
-  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{1, 2}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{1, 2});
+              }),
               AllOf(HasSubstr("--dp 2"), HasSubstr("--replicas 2")));
-  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{2, 1, 2}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(resolve_model("llama-3-8b"), h200, ParallelLayout{2, 1, 2});
+              }),
               HasSubstr("no experts"));
   // An expert FFN that the experts' TP cannot split: gpt-oss's 2880 over MoE-TP 128.
-  EXPECT_THAT(user_error_of([&] { CostModel(resolve_model("gpt-oss-120b"), h200, ParallelLayout{1, 128, 1}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(resolve_model("gpt-oss-120b"), h200, ParallelLayout{1, 128, 1});
+              }),
               AllOf(HasSubstr("--moe-tp 128"), HasSubstr("2880")));
   // Beyond one node without an inter-node link.
   HardwareProfile one_node = h200;
   one_node.internode_bytes_per_s = 0;
-  EXPECT_THAT(user_error_of([&] { CostModel(v3, one_node, ParallelLayout{1, 16, 16}); }),
+  EXPECT_THAT(user_error_of([&] {
+                CostModel(v3, one_node, ParallelLayout{1, 16, 16});
+              }),
               AllOf(HasSubstr("16 GPUs"), HasSubstr("internode_bytes_per_s")));
 }
 

@@ -96,9 +96,9 @@ TEST(TransferProfile, EachAbsoluteFieldMovesByItsCeilingsRatio) {
   const HardwareProfile from = resolve_gpu("a100-80gb-fitted");
   const HardwareProfile a40 = resolve_gpu("a40");
   const HardwareProfile p = transfer_profile(from, a40);
-  const double flops = 312.0 / 149.7;                      // time per unit of SM work
-  const double per_sm = (696.0 / 84) / (2039.0 / 108);     // HBM bytes/s per SM
-  const double link = 112.5 / 300.0;                       // datasheet NVLink, a40 / a100-80gb
+  const double flops = 312.0 / 149.7;                   // time per unit of SM work
+  const double per_sm = (696.0 / 84) / (2039.0 / 108);  // HBM bytes/s per SM
+  const double link = 112.5 / 300.0;                    // datasheet NVLink, a40 / a100-80gb
   EXPECT_NEAR(p.prefill_attention_per_head_token_s, from.prefill_attention_per_head_token_s * flops,
               1e-12 * from.prefill_attention_per_head_token_s);
   EXPECT_NEAR(p.decode_attention_per_seq_kv_head_s, from.decode_attention_per_seq_kv_head_s * flops,
@@ -121,8 +121,8 @@ TEST(TransferProfile, EachAbsoluteFieldMovesByItsCeilingsRatio) {
   // What the simulator sees: an A40 all-reduce of 1 MB at TP 2 costs the A100 latency plus the
   // wire bytes at 0.375 of the fitted A100 bandwidth.
   const double wire = ring_allreduce_wire_bytes(1e6, 2);
-  EXPECT_NEAR(allreduce_time_s(p, 1e6, 2),
-              from.allreduce[0].latency_s + wire / (from.allreduce[0].bytes_per_s * link), 1e-15);
+  EXPECT_NEAR(allreduce_time_s(p, 1e6, 2), from.allreduce[0].latency_s + wire / (from.allreduce[0].bytes_per_s * link),
+              1e-15);
 }
 
 // Through the cost model: on H200 (H100 compute, 4.8 / 3.35 the bandwidth) a compute-bound
@@ -182,8 +182,11 @@ TEST(TransferProfile, ProvenanceKeepsTheFitsAndListsEveryRescaling) {
   const HardwareProfile back = load_hardware_profile(dir / "h200.yaml");
   testing::expect_profiles_near(back, p, 1e-12);
   // (Table files keep 5 significant digits.)
-  EXPECT_NEAR(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096) / *p.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096), 1, 1e-4);
-  EXPECT_NE(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096), *h100_fitted().gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096));
+  EXPECT_NEAR(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096) /
+                  *p.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096),
+              1, 1e-4);
+  EXPECT_NE(*back.gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096),
+            *h100_fitted().gemm_table(WeightFormat::bf16)->seconds(1, 16384, 4096));
 }
 
 // Onto other SMs (H100 -> A100) the GEMM tables time other kernel choices: dropped, and the
@@ -197,7 +200,8 @@ TEST(TransferProfile, WhatCannotBeTransferredIsDroppedAndNamed) {
                                          "TFLOP/s, a100-80gb 108 at 312"));
   EXPECT_THAT(a100.provenance, HasSubstr("not transferred: the fp8 GEMM table"));
   // GEMMs then take the fitted roofline on the A100's ceilings.
-  EXPECT_DOUBLE_EQ(gemm_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16), gemm_roofline_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16));
+  EXPECT_DOUBLE_EQ(gemm_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16),
+                   gemm_roofline_time_s(a100, GemmShape{4096, 4096}, 512, WeightFormat::bf16));
 
   HardwareProfile custom = resolve_gpu("a100-80gb-fitted");
   custom.hbm_bytes_per_s = 1.9e12;  // a user's own measured ceiling
@@ -293,7 +297,8 @@ TEST(TransferProfile, HeldOutA100AndA40) {
   size_t direction = 0;
   for (const Direction& d : {Direction{a100, a40, "a100-80gb", "a40"}, Direction{a40, a100, "a40", "a100-80gb"}}) {
     HardwareProfile fitted = fit_profile(d.from, "llama-2-7b", resolve_gpu(d.from_base)).profile;
-    fitted.gemm_table_source(WeightFormat::bf16) = std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
+    fitted.gemm_table_source(WeightFormat::bf16) =
+        std::make_shared<GemmTableSource>("vidur.txt", vidur_gemm_table(d.from));
     const HardwareProfile target = resolve_gpu(d.to_base);
     const HardwareProfile moved = transfer_profile(fitted, target);
     ASSERT_EQ(moved.gemm_table(WeightFormat::bf16), nullptr);
@@ -304,7 +309,8 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     rescaled.gemm_table_source(WeightFormat::bf16) = std::make_shared<GemmTableSource>(
         "rescaled.txt", rescale_gemm_table(fitted.gemm_table(WeightFormat::bf16)[0], fitted, named_target).table);
     const FitResult own = fit_profile(d.to, "llama-2-7b", target);
-    const ValidationReport own_report = validate_cost_model(d.to, "llama-2-7b", own.profile, own.cpu.value_or(CpuOverhead{}));
+    const ValidationReport own_report =
+        validate_cost_model(d.to, "llama-2-7b", own.profile, own.cpu.value_or(CpuOverhead{}));
     double own_gemm = 0;
     int64_t own_count = 0;
     for (const char* op : {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}) {
@@ -313,10 +319,11 @@ TEST(TransferProfile, HeldOutA100AndA40) {
     }
     own_gemm /= static_cast<double>(own_count);
     const GemmScores transfer = score(d.to, moved), table = score(d.to, rescaled), datasheet = score(d.to, target);
-    std::printf("%s -> %s GEMM MAPE: transferred (roofline) %.1f%%, rescaled table %.1f%%, datasheet %.1f%%, "
-                "own fit (held-out models) %.1f%%; iteration: %.1f%% / %.1f%% / %.1f%% / %.1f%%\n",
-                d.from.device.c_str(), d.to.device.c_str(), transfer.mape, table.mape, datasheet.mape, own_gemm,
-                transfer.iteration, table.iteration, datasheet.iteration, own_report.iteration_held_out.mape_percent);
+    std::printf(
+        "%s -> %s GEMM MAPE: transferred (roofline) %.1f%%, rescaled table %.1f%%, datasheet %.1f%%, "
+        "own fit (held-out models) %.1f%%; iteration: %.1f%% / %.1f%% / %.1f%% / %.1f%%\n",
+        d.from.device.c_str(), d.to.device.c_str(), transfer.mape, table.mape, datasheet.mape, own_gemm,
+        transfer.iteration, table.iteration, datasheet.iteration, own_report.iteration_held_out.mape_percent);
     // Across SMs the transferred roofline beats the rescaled table and the datasheet; a fit on the
     // GPU itself is better still.
     EXPECT_LT(transfer.mape, table.mape - 1.0) << d.from.device;

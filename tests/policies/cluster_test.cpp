@@ -27,9 +27,7 @@ using testing::expect_same_summary;
 using testing::PolicyVariant;
 using testing::spec_workload;
 
-CostModel llama_on_a100() {
-  return CostModel(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
-}
+CostModel llama_on_a100() { return CostModel(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1); }
 
 struct ClusterRun {
   int replicas = 1;
@@ -43,8 +41,7 @@ struct ClusterRun {
 // Runs `variant` on `w` with one policy instance per replica; with check_every_batch, checks
 // that every batch a replica runs holds only requests routed to it, and that its policy is that
 // replica's.
-SimulationResult run_cluster(const PolicyVariant& variant, const BuiltWorkload& w,
-                             const ClusterRun& c) {
+SimulationResult run_cluster(const PolicyVariant& variant, const BuiltWorkload& w, const ClusterRun& c) {
   const CostModel cm = llama_on_a100();
   std::vector<std::unique_ptr<Policy>> owned;
   std::vector<Policy*> policies;
@@ -89,8 +86,7 @@ SimulationResult run_cluster(const PolicyVariant& variant, const BuiltWorkload& 
 // One replica through the cluster path, under every router, fast-forward on and off, gives the
 // plain single-policy run exactly: records, iteration log and summary.
 TEST(Cluster, OneReplicaIsThePlainRunForEveryPolicyAndRouter) {
-  const BuiltWorkload w =
-      spec_workload("gamma:12:3", "uniform:16:700", "capexp:150:600", 160, 3, "groups:400:4");
+  const BuiltWorkload w = spec_workload("gamma:12:3", "uniform:16:700", "capexp:150:600", 160, 3, "groups:400:4");
   const CostModel cm = llama_on_a100();
   for (const PolicyVariant& v : testing::registered_variants()) {
     SCOPED_TRACE(v.policy);
@@ -126,8 +122,8 @@ TEST(Cluster, OneReplicaIsThePlainRunForEveryPolicyAndRouter) {
 TEST(Cluster, RoundRobinIsIndependentRunsOnTheSplitWorkload) {
   constexpr int kReplicas = 3;
   const BuiltWorkload w = spec_workload("poisson:30", "uniform:16:900", "capexp:150:700", 240, 8);
-  std::vector<PolicyVariant> variants = {{"continuous", {}}, {"vllm", {}}, {"hf-static", {}},
-                                         {"vllm-v0", {{"preemption", "swap"}}}, {"tgi", {}}};
+  std::vector<PolicyVariant> variants = {
+      {"continuous", {}}, {"vllm", {}}, {"hf-static", {}}, {"vllm-v0", {{"preemption", "swap"}}}, {"tgi", {}}};
   for (const PolicyVariant& v : variants) {
     SCOPED_TRACE(v.policy);
     for (const bool ff : {false, true}) {
@@ -160,10 +156,8 @@ TEST(Cluster, RoundRobinIsIndependentRunsOnTheSplitWorkload) {
           EXPECT_EQ(in_cluster.preemptions, by_itself.preemptions) << original[j];
           EXPECT_EQ(in_cluster.max_tbt, by_itself.max_tbt) << original[j];
         }
-        EXPECT_EQ(cluster.summary.replicas[static_cast<size_t>(k)].iterations,
-                  single.summary.iterations);
-        EXPECT_EQ(cluster.summary.replicas[static_cast<size_t>(k)].requests,
-                  static_cast<int64_t>(original.size()));
+        EXPECT_EQ(cluster.summary.replicas[static_cast<size_t>(k)].iterations, single.summary.iterations);
+        EXPECT_EQ(cluster.summary.replicas[static_cast<size_t>(k)].requests, static_cast<int64_t>(original.size()));
       }
     }
   }
@@ -172,11 +166,9 @@ TEST(Cluster, RoundRobinIsIndependentRunsOnTheSplitWorkload) {
 // Fast-forward is bounded per replica by the next arrival: on or off, a cluster gives the same
 // records, iteration log (ordered by start, then replica) and summary, under every router.
 TEST(Cluster, FastForwardChangesNothingInACluster) {
-  const BuiltWorkload w =
-      spec_workload("gamma:25:3", "uniform:16:800", "capexp:200:800", 300, 4, "groups:500:6");
+  const BuiltWorkload w = spec_workload("gamma:25:3", "uniform:16:800", "capexp:200:800", 300, 4, "groups:500:6");
   int64_t repeated = 0;
-  for (const PolicyVariant& v : std::vector<PolicyVariant>{{"vllm", {}}, {"continuous", {}},
-                                                           {"ft-static", {}}}) {
+  for (const PolicyVariant& v : std::vector<PolicyVariant>{{"vllm", {}}, {"continuous", {}}, {"ft-static", {}}}) {
     for (const RouterInfo& router : routers()) {
       SCOPED_TRACE(v.policy + " " + std::string(router.name));
       ClusterRun c;
@@ -199,8 +191,7 @@ TEST(Cluster, FastForwardChangesNothingInACluster) {
 
 // Every request settles exactly once on the replica it was routed to; every replica works.
 TEST(Cluster, EveryRequestSettlesOnceOnItsReplica) {
-  const BuiltWorkload w =
-      spec_workload("poisson:40", "uniform:16:900", "capexp:150:700", 300, 2, "groups:300:5");
+  const BuiltWorkload w = spec_workload("poisson:40", "uniform:16:900", "capexp:150:700", 300, 2, "groups:300:5");
   for (const RouterInfo& router : routers()) {
     SCOPED_TRACE(router.name);
     ClusterRun c;
@@ -243,8 +234,7 @@ TEST(Cluster, LeastOutstandingBeatsRoundRobinOnTailTtftWithUnequalOutputs) {
 // Prefix affinity keeps each prefix group on one replica, whose cache then holds its blocks;
 // round-robin spreads every group over all four replicas, each of which must prefill it anew.
 TEST(Cluster, PrefixRoutingRaisesTheHitRateOverRoundRobin) {
-  const BuiltWorkload w =
-      spec_workload("poisson:20", "uniform:16:400", "capexp:100:300", 600, 5, "groups:512:8");
+  const BuiltWorkload w = spec_workload("poisson:20", "uniform:16:400", "capexp:100:300", 600, 5, "groups:512:8");
   ClusterRun c;
   c.replicas = 4;
   c.router = Router::kRoundRobin;

@@ -42,9 +42,7 @@ Pools make_pools(const PolicyVariant& prefill, int p, const PolicyVariant& decod
   return pools;
 }
 
-KvLink link_of(double gbps, double latency_us) {
-  return resolve_kv_link("ib", gbps, latency_us);
-}
+KvLink link_of(double gbps, double latency_us) { return resolve_kv_link("ib", gbps, latency_us); }
 
 // One request, prompt 100, output 4, on the rig (every iteration 10 ms): the prefill iteration
 // ends at 10 ms with the first token; the decode replica allocates the prompt's KV at once and
@@ -78,7 +76,7 @@ TEST(Disaggregation, OneRequestIsPrefillPlusTransferPlusDecodeIterations) {
     EXPECT_EQ(h.prefill_replica, 0);
     EXPECT_EQ(h.decode_replica, 1);
     EXPECT_EQ(h.handoff, SimTime::from_seconds(0.010));
-    EXPECT_EQ(h.kv_allocated, h.handoff);  // room at once: no backpressure
+    EXPECT_EQ(h.kv_allocated, h.handoff);    // room at once: no backpressure
     EXPECT_EQ(h.transfer_start, h.handoff);  // an idle link: no queueing
     EXPECT_EQ(h.transfer_end, SimTime::from_seconds(0.010 + transfer_s));
     EXPECT_EQ(h.transfer_bytes, mode == KvTransferMode::kPull ? 102400 : 25600);
@@ -233,7 +231,8 @@ TEST(Disaggregation, ConservedAndDeterministicForEveryRouterLinkAndMode) {
   const CostModel a100(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   const CostModel h100_tp2(resolve_model("llama-2-7b"), resolve_gpu("h100-sxm"), 2);
   const BuiltWorkload bursty = testing::spec_workload("gamma:25:3", "uniform:16:1500", "capexp:60:400", 90, 11);
-  const BuiltWorkload shared = testing::spec_workload("poisson:20", "uniform:16:600", "uniform:1:200", 90, 4, "groups:400:3");
+  const BuiltWorkload shared =
+      testing::spec_workload("poisson:20", "uniform:16:600", "uniform:1:200", 90, 4, "groups:400:3");
   int64_t waited = 0, queued = 0;
   for (const PolicyVariant& v : pool_variants()) {
     for (const RouterInfo& router : routers()) {
@@ -395,7 +394,8 @@ TEST(Disaggregation, ADecodePoolTooSmallForARequestRejectsItWithAReason) {
   o.disaggregation.decode_num_gpu_blocks = 100;  // 1600 tokens
   const SimulationResult r = Simulation(w, pools.policies, cm, o).run();
   EXPECT_EQ(r.requests[1].state, RequestState::kRejected);
-  EXPECT_NE(r.requests[1].reject_reason.find("needs more KV than the whole cache holds (1600 tokens)"), std::string::npos)
+  EXPECT_NE(r.requests[1].reject_reason.find("needs more KV than the whole cache holds (1600 tokens)"),
+            std::string::npos)
       << r.requests[1].reject_reason;
   EXPECT_TRUE(r.requests[0].completed());
   EXPECT_TRUE(r.requests[2].completed());
@@ -408,13 +408,15 @@ TEST(Disaggregation, PoliciesWithoutTheRolesAreRefusedByName) {
   for (const char* name : {"hf-static", "ft-static", "static", "sglang"}) {
     for (const bool decode_side : {false, true}) {
       SCOPED_TRACE(std::string(name) + (decode_side ? " decode" : " prefill"));
-      Pools pools = decode_side ? make_pools({"vllm", {}}, 1, {name, {}}, 1) : make_pools({name, {}}, 1, {"vllm", {}}, 1);
+      Pools pools =
+          decode_side ? make_pools({"vllm", {}}, 1, {name, {}}, 1) : make_pools({name, {}}, 1, {"vllm", {}}, 1);
       SimulationOptions o = testing::rig_simulation_options();
       o.disaggregation.prefill_replicas = 1;
       const std::string message = testing::user_error_of([&] { Simulation(w, pools.policies, cm, o).run(); });
       EXPECT_NE(message.find(decode_side ? "decode pool" : "prefill pool"), std::string::npos) << message;
       EXPECT_NE(message.find(std::string(name).find("static") != std::string::npos ? "static batching" : "sglang"),
-                std::string::npos) << message;
+                std::string::npos)
+          << message;
     }
   }
 }

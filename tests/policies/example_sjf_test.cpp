@@ -71,9 +71,13 @@ TEST(ExampleSjf, AgreesWithTheContinuousBasesShortestPromptFirst) {
 TEST(ExampleSjf, ItsOptionsGoThroughTheRegistry) {
   const auto p = policy("example-sjf", {{"max_num_seqs", "3"}});
   EXPECT_EQ(dynamic_cast<const ExampleSjfPolicy&>(*p).config().max_num_seqs, 3);
-  EXPECT_NE(user_error_of([] { policy("example-sjf", {{"max_num_seqs", "0"}}); }).find("max_num_seqs=0"),
+  EXPECT_NE(user_error_of([] {
+              policy("example-sjf", {{"max_num_seqs", "0"}});
+            }).find("max_num_seqs=0"),
             std::string::npos);
-  EXPECT_NE(user_error_of([] { policy("example-sjf", {{"block_size", "8"}}); }).find("no option 'block_size'"),
+  EXPECT_NE(user_error_of([] {
+              policy("example-sjf", {{"block_size", "8"}});
+            }).find("no option 'block_size'"),
             std::string::npos);
 }
 
@@ -96,8 +100,8 @@ TEST(PolicyGuide, EveryCodeBlockItQuotesIsInTheFileItNames) {
       continue;
     }
     if (!in_cpp && line.rfind("```cpp", 0) == 0) {
-      ASSERT_FALSE(quoted_path.empty())
-          << guide.string() << ":" << line_no << ": a cpp block that quotes no file (put <!-- quote: PATH --> before it)";
+      ASSERT_FALSE(quoted_path.empty()) << guide.string() << ":" << line_no
+                                        << ": a cpp block that quotes no file (put <!-- quote: PATH --> before it)";
       in_cpp = true;
       block.clear();
       continue;
@@ -108,7 +112,8 @@ TEST(PolicyGuide, EveryCodeBlockItQuotesIsInTheFileItNames) {
       ASSERT_FALSE(source.empty()) << guide.string() << ":" << line_no << ": cannot read " << quoted_path;
       EXPECT_NE(source.find(block), std::string::npos)
           << guide.string() << ":" << line_no << ": the block ending here is no longer in " << quoted_path
-          << " word for word; copy it again from the file:\n" << block;
+          << " word for word; copy it again from the file:\n"
+          << block;
       if (quoted_path.find("example_sjf_policy") != std::string::npos) ++quotes_of_example;
       in_cpp = false;
       quoted_path.clear();

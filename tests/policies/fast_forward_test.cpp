@@ -25,8 +25,8 @@ struct Case {
   const char* arrival;
   const char* prompt;
   const char* output;
-  double memory_utilization;  // low values leave little KV: preemptions
-  const char* prefix = "";     // --prefix: shared prompt prefixes, for prefix caching
+  double memory_utilization;             // low values leave little KV: preemptions
+  const char* prefix = "";               // --prefix: shared prompt prefixes, for prefix caching
   const char* priority = "uniform:0:3";  // --priority: read by the priority variants only
 };
 
@@ -67,8 +67,11 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"ft-static", {{"batch_size", "5"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"vllm-v0", {{"preemption", "swap"}, {"max_num_seqs", "12"}}});
   v.push_back({"continuous", {{"preemption", "swap"}, {"max_num_batched_tokens", "1024"}}});
-  v.push_back({"vllm", {{"max_num_batched_tokens", "256"}, {"max_num_partial_prefills", "3"},
-                        {"long_prefill_token_threshold", "100"}, {"preemption", "swap"}}});
+  v.push_back({"vllm",
+               {{"max_num_batched_tokens", "256"},
+                {"max_num_partial_prefills", "3"},
+                {"long_prefill_token_threshold", "100"},
+                {"preemption", "swap"}}});
   v.push_back({"continuous", {{"kv", "reserve"}, {"prefill", "exclusive"}, {"max_num_seqs", "8"}}});
   // Prefix caching (on in the vllm preset) in the mixed and exclusive schedulers too.
   v.push_back({"continuous", {{"prefix_caching", "true"}, {"max_num_seqs", "12"}}});
@@ -83,15 +86,20 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
   // SGLang's overlap scheduler's step of lag is on in the preset (the variants above); without it:
   v.push_back({"sglang", {{"disable_overlap_schedule", "true"}}});
-  v.push_back({"sglang", {{"disable_overlap_schedule", "true"}, {"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
-  v.push_back({"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"},
-                          {"max_running_requests", "12"}}});
+  v.push_back(
+      {"sglang",
+       {{"disable_overlap_schedule", "true"}, {"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "256"}}});
+  v.push_back(
+      {"sglang", {{"init_new_token_ratio", "0.1"}, {"chunked_prefill_size", "256"}, {"max_running_requests", "12"}}});
   // TensorRT-LLM's other capacity policy and chunked context; TGI's decode after admission on
   // paged KV, where preemption empties the batch it waits on.
   v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}}});
   v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "512"}}});
-  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
-                          {"max_num_batched_tokens", "256"}, {"max_num_seqs", "12"}}});
+  v.push_back({"trtllm",
+               {{"capacity_scheduler", "max_utilization"},
+                {"enable_chunked_context", "true"},
+                {"max_num_batched_tokens", "256"},
+                {"max_num_seqs", "12"}}});
   v.push_back({"tgi", {{"max_num_batched_tokens", "256"}}});
   v.push_back({"vllm-v0", {{"decode_after_admission", "true"}, {"max_waiting_tokens", "5"}}});
   // Priority and shortest-job-first orders: v1's victims by rank (refunded when already in
@@ -112,8 +120,8 @@ std::vector<PolicyVariant> variants() {
 // `items` false: the iterations' requests are not recorded, so that the decode cohort
 // (sim/decode_cohort.h), which fast-forward's runs use where the policy keeps one, advances the
 // leading decodes without listing them.
-SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization,
-                     bool fast_forward, bool items = true) {
+SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization, bool fast_forward,
+                     bool items = true) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;

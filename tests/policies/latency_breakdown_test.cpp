@@ -104,7 +104,9 @@ TEST(LatencyBreakdownScenario, APrefillOnlyIterationLeavesTheDecodesOutForAllOfI
 
 int64_t stall_of_a(const std::string& policy, std::map<std::string, std::string> options = {}) {
   const CostModel cm = real_cost_model();
-  return run_preset(policy, long_prompt_joins(), cm, std::move(options)).result.requests[A].breakdown[LatencyPart::kStall];
+  return run_preset(policy, long_prompt_joins(), cm, std::move(options))
+      .result.requests[A]
+      .breakdown[LatencyPart::kStall];
 }
 
 TEST(LatencyBreakdownScenario, ChunkedPrefillShrinksTheStall) {

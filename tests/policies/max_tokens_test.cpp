@@ -58,13 +58,17 @@ TEST(MaxTokensReservation, AMaxTokensEqualToTheOutputChangesNothing) {
   RigOptions o;
   o.kv_capacity_tokens = 700;
   const CostModel cm = rig_cost_model(o);
-  Workload none = make_workload({{0, 40, 30}, {0.01, 90, 12}, {0.02, 10, 80}, {0.05, 60, 44},
-                                 {0.05, 25, 25}, {0.3, 70, 9}, {0.31, 33, 61}});
+  Workload none = make_workload(
+      {{0, 40, 30}, {0.01, 90, 12}, {0.02, 10, 80}, {0.05, 60, 44}, {0.05, 25, 25}, {0.3, 70, 9}, {0.31, 33, 61}});
   Workload equal = none;
   for (Request& r : equal) r.max_tokens = r.output_tokens;
-  for (const auto& [policy, options] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"tgi-router", {}}, {"continuous", kReserveToOutput}, {"hf-static", {{"batch_size", "4"}}},
-           {"ft-static", {}}, {"vllm", {}}, {"orca", {}}}) {
+  for (const auto& [policy, options] :
+       std::vector<std::pair<std::string, std::map<std::string, std::string>>>{{"tgi-router", {}},
+                                                                               {"continuous", kReserveToOutput},
+                                                                               {"hf-static", {{"batch_size", "4"}}},
+                                                                               {"ft-static", {}},
+                                                                               {"vllm", {}},
+                                                                               {"orca", {}}}) {
     const RecordedRun a = run_preset(policy, none, cm, options);
     const RecordedRun b = run_preset(policy, equal, cm, options);
     expect_same_requests(a.result, b.result);
@@ -141,9 +145,12 @@ TEST(MaxTokensReservation, FastForwardStaysExactWithLimitsOpenAndClosedLoop) {
     spec.seed = 3;
     const Workload w = build_workload(spec).requests;
     for (const int64_t concurrency : {int64_t{0}, int64_t{8}}) {
-      for (const auto& [name, options] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-               {"tgi-router", {}}, {"continuous", kReserveToOutput}, {"hf-static", {{"batch_size", "6"}}},
-               {"orca", {}}, {"vllm", {}}}) {
+      for (const auto& [name, options] :
+           std::vector<std::pair<std::string, std::map<std::string, std::string>>>{{"tgi-router", {}},
+                                                                                   {"continuous", kReserveToOutput},
+                                                                                   {"hf-static", {{"batch_size", "6"}}},
+                                                                                   {"orca", {}},
+                                                                                   {"vllm", {}}}) {
         SimulationResult runs[2];
         for (const bool ff : {false, true}) {
           std::unique_ptr<Policy> p = policy(name, options);
@@ -163,9 +170,9 @@ TEST(MaxTokensReservation, FastForwardStaysExactWithLimitsOpenAndClosedLoop) {
 
 // ---- --num-gpu-blocks ---------------------------------------------------------------------------
 
-SimulationResult run_with_blocks(const std::string& name, std::map<std::string, std::string> options,
-                                 const Workload& w, const CostModel& cm, int64_t blocks,
-                                 int replicas = 1, int64_t* policy_capacity = nullptr) {
+SimulationResult run_with_blocks(const std::string& name, std::map<std::string, std::string> options, const Workload& w,
+                                 const CostModel& cm, int64_t blocks, int replicas = 1,
+                                 int64_t* policy_capacity = nullptr) {
   std::vector<std::unique_ptr<Policy>> owned;
   std::vector<Policy*> policies;
   for (int i = 0; i < replicas; ++i) {
@@ -248,8 +255,7 @@ TEST(NumGpuBlocks, TheCountDecidesWhatFitsAndWhatRunsAtOnce) {
   // 8 blocks = 128 tokens: a request of 100 + 40 - 1 = 139 tokens never fits.
   const SimulationResult one = run_with_blocks("continuous", {}, limited(1, 100, 40, 0), cm, 8);
   ASSERT_EQ(one.summary.requests_rejected, 1);
-  EXPECT_EQ(one.requests[0].reject_reason,
-            "needs more KV than the whole cache holds (128 tokens): 139 tokens");
+  EXPECT_EQ(one.requests[0].reject_reason, "needs more KV than the whole cache holds (128 tokens): 139 tokens");
   // Reserving 30 + 10 - 1 = 39 tokens each, 8 x 16 = 128 tokens hold three at once.
   std::unique_ptr<Policy> p = policy("continuous", kReserveToOutput);
   SimulationOptions so = rig_simulation_options();

@@ -43,10 +43,10 @@ inline ModelSpec tiny_model(int max_context_tokens = 4096) {
 struct RigOptions {
   int64_t kv_capacity_tokens = 100000;
   int max_context_tokens = 4096;
-  double iteration_s = 0.010;           // every iteration costs exactly this
-  double per_sequence_s = 0;            // plus this per sequence in the batch
-  double pcie_bytes_per_s = 256e3;      // 1 ms per swapped token of the tiny model
-  int num_layers = 1;                   // KV bytes per token: 256 per layer
+  double iteration_s = 0.010;       // every iteration costs exactly this
+  double per_sequence_s = 0;        // plus this per sequence in the batch
+  double pcie_bytes_per_s = 256e3;  // 1 ms per swapped token of the tiny model
+  int num_layers = 1;               // KV bytes per token: 256 per layer
 };
 
 // A GPU so fast that FLOPs and bytes cost nothing: an iteration costs its fixed overhead only.
@@ -63,10 +63,9 @@ inline CostModel rig_cost_model(const RigOptions& o = {}) {
   model.num_layers = o.num_layers;
   gpu.memory_bytes = 0;
   CostModel probe(model, gpu);
-  const double fixed = static_cast<double>(model.weight_bytes()) +
-                       probe.activation_reserve_bytes(CostModel::kDefaultActivationTokens);
-  gpu.memory_bytes = static_cast<int64_t>(std::ceil(fixed)) +
-                     o.kv_capacity_tokens * model.kv_bytes_per_token();
+  const double fixed =
+      static_cast<double>(model.weight_bytes()) + probe.activation_reserve_bytes(CostModel::kDefaultActivationTokens);
+  gpu.memory_bytes = static_cast<int64_t>(std::ceil(fixed)) + o.kv_capacity_tokens * model.kv_bytes_per_token();
   // The fixed cost per iteration and per sequence is an engine's CPU time.
   EngineProfile engine;
   engine.cpu.per_iteration_s = o.iteration_s;
@@ -165,8 +164,7 @@ inline RecordedRun run_recorded(Policy& policy, const Workload& workload, const 
   return run;
 }
 
-inline std::unique_ptr<Policy> policy(const std::string& name,
-                                      std::map<std::string, std::string> options = {}) {
+inline std::unique_ptr<Policy> policy(const std::string& name, std::map<std::string, std::string> options = {}) {
   return make_policy(name, PolicyOptions(std::move(options)));
 }
 
@@ -184,8 +182,7 @@ inline std::vector<PolicyVariant> registered_variants() {
   return v;
 }
 
-inline RecordedRun run_preset(const std::string& name, const Workload& workload,
-                              const CostModel& cm,
+inline RecordedRun run_preset(const std::string& name, const Workload& workload, const CostModel& cm,
                               std::map<std::string, std::string> options = {},
                               const PrefixBlockHashes* prefix_blocks = nullptr) {
   auto p = policy(name, std::move(options));
@@ -193,8 +190,7 @@ inline RecordedRun run_preset(const std::string& name, const Workload& workload,
 }
 
 // Prompt-block hashes, one list per request (one hash per `block_tokens` prompt tokens).
-inline PrefixBlockHashes prefix_hashes(int32_t block_tokens,
-                                       const std::vector<std::vector<uint64_t>>& per_request) {
+inline PrefixBlockHashes prefix_hashes(int32_t block_tokens, const std::vector<std::vector<uint64_t>>& per_request) {
   PrefixBlockHashes h;
   h.block_tokens = block_tokens;
   h.offsets.push_back(0);
@@ -231,9 +227,9 @@ inline void expect_states(const RecordedRun& run, const std::vector<ExpectedStat
 }
 
 // A synthetic workload from its spec strings (prefix: "" or a --prefix spec).
-inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt,
-                                   const std::string& output, int64_t num_requests, uint64_t seed,
-                                   const std::string& prefix = "", const std::string& priority = "") {
+inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt, const std::string& output,
+                                   int64_t num_requests, uint64_t seed, const std::string& prefix = "",
+                                   const std::string& priority = "") {
   WorkloadSpec spec;
   spec.priority = priority;
   spec.arrival = arrival;

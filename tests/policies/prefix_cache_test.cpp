@@ -23,11 +23,8 @@ const BatchItem* first_item(const RecordedRun& run, RequestId id, size_t from = 
 
 // Request 1 starts like request 0 for 4 hash blocks (64 tokens) and arrives after request 0
 // has finished, so it finds those blocks cached and evictable.
-Workload two_requests(double second_arrival_s) {
-  return make_workload({{0, 100, 3}, {second_arrival_s, 100, 3}});
-}
-const PrefixBlockHashes kTwoPrefixes =
-    prefix_hashes(16, {{1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 8, 9, 10}});
+Workload two_requests(double second_arrival_s) { return make_workload({{0, 100, 3}, {second_arrival_s, 100, 3}}); }
+const PrefixBlockHashes kTwoPrefixes = prefix_hashes(16, {{1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 8, 9, 10}});
 
 TEST(PrefixCaching, ALaterRequestPrefillsOnlyWhatIsNotCached) {
   const CostModel cm = rig_cost_model();
@@ -48,8 +45,7 @@ TEST(PrefixCaching, ALaterRequestPrefillsOnlyWhatIsNotCached) {
     EXPECT_EQ(run.result.requests[1].state, RequestState::kFinished);
   }
   // The same workload without caching prefills every prompt whole.
-  const RecordedRun off =
-      run_preset("vllm", two_requests(0.05), cm, {{"prefix_caching", "false"}}, &kTwoPrefixes);
+  const RecordedRun off = run_preset("vllm", two_requests(0.05), cm, {{"prefix_caching", "false"}}, &kTwoPrefixes);
   EXPECT_EQ(first_item(off, 1)->context_before, 0);
   EXPECT_EQ(first_item(off, 1)->new_tokens, 100);
   EXPECT_EQ(off.result.summary.prefill_cached_tokens, 0);
@@ -58,8 +54,7 @@ TEST(PrefixCaching, ALaterRequestPrefillsOnlyWhatIsNotCached) {
 
 TEST(PrefixCaching, ARequestAdmittedLaterInTheSameStepHitsBlocksJustAllocated) {
   // vLLM v1 caches full blocks in allocate_slots: the second admission of a step finds them.
-  const RecordedRun run =
-      run_preset("vllm", two_requests(0.0), rig_cost_model(), {}, &kTwoPrefixes);
+  const RecordedRun run = run_preset("vllm", two_requests(0.0), rig_cost_model(), {}, &kTwoPrefixes);
   ASSERT_EQ(run.steps[0].items.size(), 2u);
   EXPECT_EQ(run.steps[0].item(1)->context_before, 64);
   EXPECT_EQ(run.steps[0].shape.total_tokens(), 100 + 36);
@@ -68,8 +63,7 @@ TEST(PrefixCaching, ARequestAdmittedLaterInTheSameStepHitsBlocksJustAllocated) {
 TEST(PrefixCaching, AHitNeverCoversTheWholePrompt) {
   // Identical 64-token prompts: the last block is computed again so the model can sample.
   const PrefixBlockHashes same = prefix_hashes(16, {{1, 2, 3, 4}, {1, 2, 3, 4}});
-  const RecordedRun run =
-      run_preset("vllm", make_workload({{0, 64, 2}, {0.05, 64, 2}}), rig_cost_model(), {}, &same);
+  const RecordedRun run = run_preset("vllm", make_workload({{0, 64, 2}, {0.05, 64, 2}}), rig_cost_model(), {}, &same);
   const BatchItem* second = first_item(run, 1);
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->context_before, 48);
@@ -88,8 +82,7 @@ TEST(PrefixCaching, ARequestReadmittedAfterRecomputeHitsItsOwnPrefix) {
   const PrefixBlockHashes hashes = prefix_hashes(16, {{1, 2}, {3, 4}});
   for (const bool caching : {true, false}) {
     SCOPED_TRACE(caching ? "caching" : "no caching");
-    const RecordedRun run =
-        run_preset("vllm", w, cm, {{"prefix_caching", caching ? "true" : "false"}}, &hashes);
+    const RecordedRun run = run_preset("vllm", w, cm, {{"prefix_caching", caching ? "true" : "false"}}, &hashes);
     ASSERT_EQ(run.result.requests[1].preemptions, 1);
     // The readmission: the first step of request 1 after a step without it.
     size_t gap = 0;
@@ -147,8 +140,7 @@ void expect_same_results(const SimulationResult& a, const SimulationResult& b) {
 }
 
 TEST(PrefixCaching, OffOrWithoutHashesTheResultsAreThoseOfNoCaching) {
-  const BuiltWorkload built =
-      spec_workload("poisson:30", "uniform:50:600", "capexp:100:400", 300, 3, "groups:256:3");
+  const BuiltWorkload built = spec_workload("poisson:30", "uniform:50:600", "capexp:100:400", 300, 3, "groups:256:3");
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto run = [&](const std::string& caching, const PrefixBlockHashes* hashes) {
     auto p = policy("vllm", {{"prefix_caching", caching}});

@@ -87,11 +87,11 @@ TEST(PriorityScheduling, BasicOrderingIsByPriority) {
 // same step.
 TEST(PriorityScheduling, WaitingRequestsAreTakenByPriorityThenArrival) {
   const CostModel cm = rig_cost_model();
-  const Workload w = make_workload({{0, 10, 8, 0},          // R0: busy while the others arrive
-                                    {0.001, 10, 8, 2},      // vLLM's req_0 (priority 2, arrival 1)
-                                    {0.002, 10, 8, 1},      // req_2 (priority 1, arrival 2)
-                                    {0.003, 10, 8, 1},      // req_1 (priority 1, arrival 3)
-                                    {0.004, 10, 8, 0}});    // req_3 (priority 0, arrival 4)
+  const Workload w = make_workload({{0, 10, 8, 0},        // R0: busy while the others arrive
+                                    {0.001, 10, 8, 2},    // vLLM's req_0 (priority 2, arrival 1)
+                                    {0.002, 10, 8, 1},    // req_2 (priority 1, arrival 2)
+                                    {0.003, 10, 8, 1},    // req_1 (priority 1, arrival 3)
+                                    {0.004, 10, 8, 0}});  // req_3 (priority 0, arrival 4)
   const RecordedRun run = run_preset("vllm", w, cm, v1("priority", 16));
   ASSERT_GE(run.steps.size(), 2u);
   EXPECT_EQ(run.steps[0].active(), (std::vector<std::pair<RequestId, int32_t>>{{0, 10}}));
@@ -262,12 +262,14 @@ TEST(SchedulingPolicyOptions, AreParsedAndRefusedWhereTheyMeanNothing) {
   const auto error = [](const std::string& name, std::map<std::string, std::string> options) {
     return user_error_of([&] { policy(name, std::move(options)); });
   };
-  EXPECT_NE(error("vllm", {{"scheduling_policy", "lifo"}}).find("scheduling_policy=lifo: expected one of fcfs, priority, sjf"),
+  EXPECT_NE(error("vllm", {{"scheduling_policy", "lifo"}})
+                .find("scheduling_policy=lifo: expected one of fcfs, priority, sjf"),
             std::string::npos);
   EXPECT_NE(error("vllm", {{"sjf_by", "prompt"}}).find("sjf_by=prompt: only applies with scheduling_policy=sjf"),
             std::string::npos);
-  EXPECT_NE(error("vllm-v0", {{"preempt_for_waiting", "true"}}).find("only applies with scheduling_policy=priority or sjf"),
-            std::string::npos);
+  EXPECT_NE(
+      error("vllm-v0", {{"preempt_for_waiting", "true"}}).find("only applies with scheduling_policy=priority or sjf"),
+      std::string::npos);
   EXPECT_NE(error("continuous", {{"scheduling_policy", "priority"}, {"preempt_for_waiting", "true"}})
                 .find("only applies with prefill=exclusive"),
             std::string::npos);
@@ -279,8 +281,9 @@ TEST(SchedulingPolicyOptions, AreParsedAndRefusedWhereTheyMeanNothing) {
             std::string::npos);
   for (const char* base : {"continuous", "chunked-prefill"}) {
     const auto& docs = policy_option_docs(base);
-    EXPECT_TRUE(std::any_of(docs.begin(), docs.end(), [](const PolicyOptionDoc& d) { return d.key == "scheduling_policy"; }))
-        << base;
+    EXPECT_TRUE(std::any_of(docs.begin(), docs.end(), [](const PolicyOptionDoc& d) {
+      return d.key == "scheduling_policy";
+    })) << base;
   }
 }
 

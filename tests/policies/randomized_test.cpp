@@ -32,40 +32,55 @@ std::vector<PolicyVariant> variants() {
   v.push_back({"vllm-v0", {{"max_num_seqs", "6"}, {"preemption", "swap"}}});
   v.push_back({"vllm-v0", {{"watermark", "0.1"}, {"block_size", "8"}}});
   v.push_back({"continuous", {{"max_num_batched_tokens", "200"}, {"block_size", "4"}}});
-  v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"long_prefill_token_threshold", "24"},
-                        {"max_num_partial_prefills", "2"}}});
+  v.push_back(
+      {"vllm",
+       {{"max_num_batched_tokens", "64"}, {"long_prefill_token_threshold", "24"}, {"max_num_partial_prefills", "2"}}});
   v.push_back({"sarathi", {{"max_num_batched_tokens", "48"}, {"preemption", "swap"}}});
   // Swap with several chunked prefills in flight: a victim may leave mid-prefill.
-  v.push_back({"vllm", {{"max_num_batched_tokens", "40"}, {"max_num_partial_prefills", "3"},
-                        {"preemption", "swap"}, {"block_size", "4"}}});
+  v.push_back({"vllm",
+               {{"max_num_batched_tokens", "40"},
+                {"max_num_partial_prefills", "3"},
+                {"preemption", "swap"},
+                {"block_size", "4"}}});
   v.push_back({"chunked-prefill", {{"kv", "reserve"}, {"max_num_batched_tokens", "96"}}});
   v.push_back({"hf-static", {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}}});
   v.push_back({"ft-static", {{"batch_size", "3"}, {"max_new_tokens", "64"}}});
   // TGI's wait rule on paged KV, where preemption can empty the running set it waits on.
   v.push_back({"vllm-v0", {{"max_waiting_tokens", "4"}, {"block_size", "4"}}});
-  v.push_back({"vllm", {{"max_waiting_tokens", "6"}, {"waiting_served_ratio", "2"},
-                        {"max_num_batched_tokens", "64"}}});
+  v.push_back({"vllm", {{"max_waiting_tokens", "6"}, {"waiting_served_ratio", "2"}, {"max_num_batched_tokens", "64"}}});
   // Prefix caching with whole prefills, exclusive prefills, swap, small blocks and a watermark.
   v.push_back({"continuous", {{"prefix_caching", "true"}, {"block_size", "4"}}});
   v.push_back({"vllm-v0", {{"prefix_caching", "true"}, {"preemption", "swap"}, {"block_size", "8"}}});
-  v.push_back({"vllm", {{"max_num_batched_tokens", "64"}, {"max_num_partial_prefills", "2"},
-                        {"watermark", "0.05"}, {"block_size", "8"}}});
+  v.push_back({"vllm",
+               {{"max_num_batched_tokens", "64"},
+                {"max_num_partial_prefills", "2"},
+                {"watermark", "0.05"},
+                {"block_size", "8"}}});
   // SGLang: lpm order, pages of 8, small chunks, an optimistic ratio (retractions), few slots.
   v.push_back({"sglang", {{"schedule_policy", "lpm"}, {"chunked_prefill_size", "48"}}});
-  v.push_back({"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "40"}, {"max_prefill_tokens", "60"}}});
-  v.push_back({"sglang", {{"page_size", "8"}, {"init_new_token_ratio", "0.05"},
-                          {"chunked_prefill_size", "100"}}});
-  v.push_back({"sglang", {{"max_running_requests", "3"}, {"max_prefill_tokens", "40"},
-                          {"schedule_policy", "lpm"}, {"prefix_caching", "false"}}});
+  v.push_back(
+      {"sglang", {{"enable_mixed_chunk", "true"}, {"chunked_prefill_size", "40"}, {"max_prefill_tokens", "60"}}});
+  v.push_back({"sglang", {{"page_size", "8"}, {"init_new_token_ratio", "0.05"}, {"chunked_prefill_size", "100"}}});
+  v.push_back({"sglang",
+               {{"max_running_requests", "3"},
+                {"max_prefill_tokens", "40"},
+                {"schedule_policy", "lpm"},
+                {"prefix_caching", "false"}}});
   // TensorRT-LLM: both capacity policies, with and without chunked context (decodes first,
   // chunks in whole blocks), small blocks so that chunks are cut and rounded.
   v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"block_size", "8"}}});
-  v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "48"},
-                          {"block_size", "8"}}});
-  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
-                          {"max_num_batched_tokens", "40"}, {"block_size", "4"}}});
-  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
-                          {"max_num_batched_tokens", "64"}, {"block_size", "16"}, {"max_num_seqs", "5"}}});
+  v.push_back({"trtllm", {{"enable_chunked_context", "true"}, {"max_num_batched_tokens", "48"}, {"block_size", "8"}}});
+  v.push_back({"trtllm",
+               {{"capacity_scheduler", "max_utilization"},
+                {"enable_chunked_context", "true"},
+                {"max_num_batched_tokens", "40"},
+                {"block_size", "4"}}});
+  v.push_back({"trtllm",
+               {{"capacity_scheduler", "max_utilization"},
+                {"enable_chunked_context", "true"},
+                {"max_num_batched_tokens", "64"},
+                {"block_size", "16"},
+                {"max_num_seqs", "5"}}});
   // TGI v3 with a small prefill budget (chunks), and its decode-after-admission on paged KV.
   v.push_back({"tgi", {{"max_num_batched_tokens", "48"}}});
   v.push_back({"vllm", {{"decode_after_admission", "true"}, {"max_num_batched_tokens", "64"}}});
@@ -74,16 +89,24 @@ std::vector<PolicyVariant> variants() {
   // may be a request already in the batch (its tokens refunded), also mid-prefill and with
   // swap; v0 preempts for a better-ranked waiting request; TensorRT-LLM's decodes-first order
   // keeps its decodes; TGI's wait rule counts admissions in rank order.
-  v.push_back({"vllm", {{"scheduling_policy", "priority"}, {"max_num_batched_tokens", "64"},
-                        {"max_num_partial_prefills", "2"}}});
-  v.push_back({"vllm", {{"scheduling_policy", "priority"}, {"preemption", "swap"},
-                        {"max_num_batched_tokens", "40"}, {"block_size", "4"}}});
+  v.push_back(
+      {"vllm",
+       {{"scheduling_policy", "priority"}, {"max_num_batched_tokens", "64"}, {"max_num_partial_prefills", "2"}}});
+  v.push_back({"vllm",
+               {{"scheduling_policy", "priority"},
+                {"preemption", "swap"},
+                {"max_num_batched_tokens", "40"},
+                {"block_size", "4"}}});
   v.push_back({"vllm-v0", {{"scheduling_policy", "priority"}}});
   v.push_back({"vllm-v0", {{"scheduling_policy", "priority"}, {"preemption", "swap"}, {"block_size", "8"}}});
   v.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"max_waiting_tokens", "4"}, {"block_size", "4"}}});
   v.push_back({"continuous", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"prefix_caching", "true"}}});
-  v.push_back({"trtllm", {{"capacity_scheduler", "max_utilization"}, {"enable_chunked_context", "true"},
-                          {"scheduling_policy", "priority"}, {"max_num_batched_tokens", "48"}, {"block_size", "8"}}});
+  v.push_back({"trtllm",
+               {{"capacity_scheduler", "max_utilization"},
+                {"enable_chunked_context", "true"},
+                {"scheduling_policy", "priority"},
+                {"max_num_batched_tokens", "48"},
+                {"block_size", "8"}}});
   v.push_back({"tgi", {{"scheduling_policy", "priority"}, {"max_num_batched_tokens", "48"}}});
   return v;
 }
@@ -123,8 +146,7 @@ RandomWorkload random_workload(uint64_t seed) {
   for (const Request& r : w.requests) {
     const uint64_t g = group_rng() % 3;
     for (uint64_t j = 0; j < static_cast<uint64_t>((r.prompt_tokens + 7) / 8); ++j) {
-      w.prefix_blocks.hashes.push_back(j < kShared[g] ? g * 1000 + j
-                                                      : (static_cast<uint64_t>(r.id + 1) << 32) + j);
+      w.prefix_blocks.hashes.push_back(j < kShared[g] ? g * 1000 + j : (static_cast<uint64_t>(r.id + 1) << 32) + j);
     }
     w.prefix_blocks.offsets.push_back(static_cast<int64_t>(w.prefix_blocks.hashes.size()));
   }
@@ -138,7 +160,7 @@ struct Track {
   bool scheduled = false;
   int32_t recomputes = 0;
   int64_t computed_most = 0;  // the most it ever had computed (before any preemption)
-  int64_t cached = 0;  // tokens found cached at admissions this test saw
+  int64_t cached = 0;         // tokens found cached at admissions this test saw
   // Ends of the iterations that sampled the first and the last output token, by this test's
   // own count: the simulation's records must agree.
   SimTime first_token = SimTime::max();

@@ -128,12 +128,8 @@ TEST(Registry, PresetsMirrorTheirEngines) {
   {
     // The base keeps admission by first chunk; the old vllm behaviour is one option away.
     EXPECT_FALSE(as_continuous(*policy("chunked-prefill")).config().admit_full_prompt);
-    EXPECT_FALSE(
-        as_continuous(*policy("vllm", {{"admission", "first_chunk"}})).config().admit_full_prompt);
-    EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_partial_prefills", "1"}}))
-                  .config()
-                  .max_num_partial_prefills,
-              1);
+    EXPECT_FALSE(as_continuous(*policy("vllm", {{"admission", "first_chunk"}})).config().admit_full_prompt);
+    EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_partial_prefills", "1"}})).config().max_num_partial_prefills, 1);
   }
 }
 
@@ -152,10 +148,7 @@ TEST(Registry, TheDefaultBudgetWithoutChunkingIsMaxOfContextAnd2048) {
 TEST(Registry, AUserOptionOverridesThePreset) {
   EXPECT_TRUE(as_continuous(*policy("vllm-v0", {{"prefill", "mixed"}})).config().mixed_prefill);
   EXPECT_DOUBLE_EQ(as_continuous(*policy("vllm-v0", {{"watermark", "0"}})).config().watermark, 0.0);
-  EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_batched_tokens", "8192"}}))
-                .config()
-                .max_num_batched_tokens,
-            8192);
+  EXPECT_EQ(as_continuous(*policy("vllm", {{"max_num_batched_tokens", "8192"}})).config().max_num_batched_tokens, 8192);
   EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
   auto hf = policy("hf-static", {{"pad", "false"}, {"batch_size", "16"}});
   EXPECT_FALSE(dynamic_cast<const StaticPolicy&>(*hf).config().pad);
@@ -190,17 +183,19 @@ TEST(Registry, OptionsOfTheOtherKvManagerAreRefused) {
   EXPECT_NE(msg.find("watermark=0.01"), std::string::npos) << msg;
   // A preset's own value for the other manager is not the user's mistake.
   EXPECT_TRUE(as_continuous(*policy("orca", {{"kv", "paged"}})).config().paged);
-  EXPECT_FALSE(as_continuous(*policy("continuous", {{"kv", "reserve"}, {"reserve_to", "output"}}))
-                   .config()
-                   .paged);
+  EXPECT_FALSE(as_continuous(*policy("continuous", {{"kv", "reserve"}, {"reserve_to", "output"}})).config().paged);
 }
 
 TEST(Registry, ABadValueIsAnErrorNamingTheOption) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"kv", "contiguous"}, {"watermark", "0.9"}, {"max_num_seqs", "0"},
-           {"preemption", "kill"}, {"block_size", "x"},
+           {"kv", "contiguous"},
+           {"watermark", "0.9"},
+           {"max_num_seqs", "0"},
+           {"preemption", "kill"},
+           {"block_size", "x"},
            // from_chars reads "nan" as a number; NaN compares false with both bounds.
-           {"watermark", "nan"}, {"max_num_seqs", "nan"}}) {
+           {"watermark", "nan"},
+           {"max_num_seqs", "nan"}}) {
     // Copies: clang 14 cannot capture structured bindings (P1091, clang 16).
     const std::string msg = user_error_of([&, k = key, v = value] { policy("continuous", {{k, v}}); });
     EXPECT_NE(msg.find(key + "=" + value), std::string::npos) << msg;
@@ -236,12 +231,10 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
     }
     // And every documented option is accepted by the base (options of the other KV manager
     // are refused: see OptionsOfTheOtherKvManagerAreRefused).
-    const bool reserve = std::any_of(info.preset.begin(), info.preset.end(), [](const auto& kv) {
-      return kv.first == "kv" && kv.second == "reserve";
-    });
+    const bool reserve = std::any_of(info.preset.begin(), info.preset.end(),
+                                     [](const auto& kv) { return kv.first == "kv" && kv.second == "reserve"; });
     for (const PolicyOptionDoc& d : docs) {
-      const bool paged_only =
-          d.key == "block_size" || d.key == "watermark" || d.key == "prefix_caching";
+      const bool paged_only = d.key == "block_size" || d.key == "watermark" || d.key == "prefix_caching";
       if (reserve ? paged_only : d.key == "reserve_to") continue;
       // A TensorRT-LLM capacity policy chooses the KV manager: kv and reserve_to are refused
       // beside it, and GUARANTEED_NO_EVICT (the trtllm default) reserves.
@@ -257,7 +250,8 @@ TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
       EXPECT_NO_THROW(policy(info.name, {{d.key, value}})) << info.name << " " << d.key;
     }
   }
-  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "vllm-v1-2025", "sarathi", "trtllm", "sglang"}) {
+  for (const char* name : {"hf-static", "ft-static", "orca", "tgi", "tgi-router", "vllm-v0", "vllm", "vllm-v1-2025",
+                           "sarathi", "trtllm", "sglang"}) {
     EXPECT_TRUE(names.count(name)) << name;
   }
 }

@@ -30,15 +30,15 @@ TEST(WriteUpScenario, StaticHoldsTheBatchUntilItsLongestSequenceEnds) {
   const RecordedRun run = run_preset("hf-static", write_up_workload(), cm, {{"batch_size", "4"}});
   // D's 100 tokens take iterations 0..99 (prefill + 99 decodes); E and F wait for all of them.
   expect_states(run, {
-      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
-      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
-      {5, 9, {{B, 1}, {C, 1}, {D, 1}}},
-      {10, 49, {{B, 1}, {D, 1}}},
-      {50, 99, {{D, 1}}},
-      {100, 100, {{E, 4}, {F, 4}}},
-      {101, 119, {{E, 1}, {F, 1}}},
-      {120, 129, {{F, 1}}},
-  });
+                         {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+                         {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+                         {5, 9, {{B, 1}, {C, 1}, {D, 1}}},
+                         {10, 49, {{B, 1}, {D, 1}}},
+                         {50, 99, {{D, 1}}},
+                         {100, 100, {{E, 4}, {F, 4}}},
+                         {101, 119, {{E, 1}, {F, 1}}},
+                         {120, 129, {{F, 1}}},
+                     });
   EXPECT_EQ(run.steps.size(), 130u);
   // HF pipeline: finished rows keep computing padding tokens; their slots are bubbles.
   EXPECT_EQ(run.steps[5].shape.num_decodes, 4);
@@ -66,16 +66,16 @@ TEST(WriteUpScenario, ContinuousAdmitsEWhenAEndsAndFWhenCEnds) {
   const CostModel cm = rig_cost_model();
   const RecordedRun run = run_preset("continuous", write_up_workload(), cm, {{"max_num_seqs", "4"}});
   expect_states(run, {
-      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
-      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
-      {5, 5, {{B, 1}, {C, 1}, {D, 1}, {E, 4}}},  // A ended in iteration 4: E takes its slot
-      {6, 9, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
-      {10, 10, {{B, 1}, {D, 1}, {E, 1}, {F, 4}}},  // C ended in iteration 9: F takes its slot
-      {11, 24, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
-      {25, 39, {{B, 1}, {D, 1}, {F, 1}}},
-      {40, 49, {{B, 1}, {D, 1}}},
-      {50, 99, {{D, 1}}},
-  });
+                         {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+                         {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+                         {5, 5, {{B, 1}, {C, 1}, {D, 1}, {E, 4}}},  // A ended in iteration 4: E takes its slot
+                         {6, 9, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
+                         {10, 10, {{B, 1}, {D, 1}, {E, 1}, {F, 4}}},  // C ended in iteration 9: F takes its slot
+                         {11, 24, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
+                         {25, 39, {{B, 1}, {D, 1}, {F, 1}}},
+                         {40, 49, {{B, 1}, {D, 1}}},
+                         {50, 99, {{D, 1}}},
+                     });
   EXPECT_EQ(run.steps.size(), 100u);
   EXPECT_EQ(run.result.summary.bubble_fraction, 0.0);
   EXPECT_DOUBLE_EQ(ms(run.result.requests[E].first_token), 60.0);
@@ -86,30 +86,28 @@ TEST(WriteUpScenario, ExclusivePrefillAdmitsInAPrefillOnlyIteration) {
   const CostModel cm = rig_cost_model();
   const RecordedRun run = run_preset("vllm-v0", write_up_workload(), cm, {{"max_num_seqs", "4"}});
   expect_states(run, {
-      {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
-      {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
-      {5, 5, {{E, 4}}},  // the decodes of B, C, D stall for E's prefill
-      {6, 10, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
-      {11, 11, {{F, 4}}},
-      {12, 12, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
-  });
+                         {0, 0, {{A, 4}, {B, 4}, {C, 4}, {D, 4}}},
+                         {1, 4, {{A, 1}, {B, 1}, {C, 1}, {D, 1}}},
+                         {5, 5, {{E, 4}}},  // the decodes of B, C, D stall for E's prefill
+                         {6, 10, {{B, 1}, {C, 1}, {D, 1}, {E, 1}}},
+                         {11, 11, {{F, 4}}},
+                         {12, 12, {{B, 1}, {D, 1}, {E, 1}, {F, 1}}},
+                     });
 }
 
 // A long prompt L arrives (t = 25 ms, during iteration 2) while A and B decode.
-Workload long_prompt_workload() {
-  return make_workload({{0, 8, 20}, {0, 8, 20}, {0.025, 200, 3}});
-}
+Workload long_prompt_workload() { return make_workload({{0, 8, 20}, {0, 8, 20}, {0.025, 200, 3}}); }
 constexpr RequestId L = 2;
 
 TEST(LongPromptScenario, ExclusivePrefillStallsTheDecodesForAnIteration) {
   const CostModel cm = rig_cost_model();
   const RecordedRun run = run_preset("vllm-v0", long_prompt_workload(), cm);
   expect_states(run, {
-      {0, 0, {{A, 8}, {B, 8}}},
-      {1, 2, {{A, 1}, {B, 1}}},
-      {3, 3, {{L, 200}}},
-      {4, 5, {{A, 1}, {B, 1}, {L, 1}}},
-  });
+                         {0, 0, {{A, 8}, {B, 8}}},
+                         {1, 2, {{A, 1}, {B, 1}}},
+                         {3, 3, {{L, 200}}},
+                         {4, 5, {{A, 1}, {B, 1}, {L, 1}}},
+                     });
   // A's gap between tokens spans the stalled iteration.
   EXPECT_DOUBLE_EQ(ms(run.result.requests[A].max_tbt), 20.0);
 }
@@ -123,15 +121,14 @@ TEST(LongPromptScenario, MixedPrefillRunsTheWholePromptWithTheDecodes) {
 
 TEST(LongPromptScenario, ChunkedPrefillNeverStallsTheDecodes) {
   const CostModel cm = rig_cost_model();
-  const RecordedRun run =
-      run_preset("sarathi", long_prompt_workload(), cm, {{"max_num_batched_tokens", "64"}});
+  const RecordedRun run = run_preset("sarathi", long_prompt_workload(), cm, {{"max_num_batched_tokens", "64"}});
   expect_states(run, {
-      {0, 0, {{A, 8}, {B, 8}}},
-      {1, 2, {{A, 1}, {B, 1}}},
-      {3, 5, {{A, 1}, {B, 1}, {L, 62}}},  // decodes first, the chunk gets the rest
-      {6, 6, {{A, 1}, {B, 1}, {L, 14}}},  // 3 * 62 + 14 = 200: L samples its first token
-      {7, 8, {{A, 1}, {B, 1}, {L, 1}}},
-  });
+                         {0, 0, {{A, 8}, {B, 8}}},
+                         {1, 2, {{A, 1}, {B, 1}}},
+                         {3, 5, {{A, 1}, {B, 1}, {L, 62}}},  // decodes first, the chunk gets the rest
+                         {6, 6, {{A, 1}, {B, 1}, {L, 14}}},  // 3 * 62 + 14 = 200: L samples its first token
+                         {7, 8, {{A, 1}, {B, 1}, {L, 1}}},
+                     });
   // Each chunk attends to the KV of the earlier ones: the cost model sees its context offset.
   for (int it = 3; it <= 6; ++it) {
     ASSERT_EQ(run.steps[it].shape.prefills.size(), 1u);
@@ -159,29 +156,26 @@ TEST(ChunkedPrefill, LongPrefillThresholdCapsOneRequestsChunk) {
   const Workload w = make_workload({{0, 100, 2}, {0, 100, 2}});
   // Bounded to one partial prefill at a time (vLLM v0's concurrent partial prefills; not a
   // preset's default): B waits until A's last chunk leaves room to start.
-  const RecordedRun one = run_preset("sarathi", w, cm,
-                                     {{"max_num_batched_tokens", "256"},
-                                      {"long_prefill_token_threshold", "32"},
-                                      {"max_num_partial_prefills", "1"}});
+  const RecordedRun one = run_preset(
+      "sarathi", w, cm,
+      {{"max_num_batched_tokens", "256"}, {"long_prefill_token_threshold", "32"}, {"max_num_partial_prefills", "1"}});
   expect_states(one, {
-      {0, 2, {{A, 32}}},          // B would be cut too, while A's prefill is unfinished
-      {3, 3, {{A, 4}, {B, 32}}},  // A's last chunk completes its prefill: B may start
-      {4, 4, {{A, 1}, {B, 32}}},
-      {5, 5, {{B, 32}}},
-      {6, 6, {{B, 4}}},
-      {7, 7, {{B, 1}}},
-  });
+                         {0, 2, {{A, 32}}},          // B would be cut too, while A's prefill is unfinished
+                         {3, 3, {{A, 4}, {B, 32}}},  // A's last chunk completes its prefill: B may start
+                         {4, 4, {{A, 1}, {B, 32}}},
+                         {5, 5, {{B, 32}}},
+                         {6, 6, {{B, 4}}},
+                         {7, 7, {{B, 1}}},
+                     });
   EXPECT_EQ(one.steps.size(), 8u);
   // Two partial prefills may advance together.
-  const RecordedRun two = run_preset("sarathi", w, cm,
-                                     {{"max_num_batched_tokens", "256"},
-                                      {"long_prefill_token_threshold", "32"},
-                                      {"max_num_partial_prefills", "2"}});
+  const RecordedRun two = run_preset(
+      "sarathi", w, cm,
+      {{"max_num_batched_tokens", "256"}, {"long_prefill_token_threshold", "32"}, {"max_num_partial_prefills", "2"}});
   expect_states(two, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
   // Unbounded, the default: the same here, where two chunks never fill the budget.
-  const RecordedRun any = run_preset("sarathi", w, cm,
-                                     {{"max_num_batched_tokens", "256"},
-                                      {"long_prefill_token_threshold", "32"}});
+  const RecordedRun any =
+      run_preset("sarathi", w, cm, {{"max_num_batched_tokens", "256"}, {"long_prefill_token_threshold", "32"}});
   expect_states(any, {{0, 2, {{A, 32}, {B, 32}}}, {3, 3, {{A, 4}, {B, 4}}}, {4, 4, {{A, 1}, {B, 1}}}});
 }
 
@@ -198,12 +192,12 @@ TEST(ChunkedPrefill, SeveralPartialPrefillsFillTheBudgetWhenEachChunkIsCapped) {
                                                       {"long_prefill_token_threshold", "400"}};
   const RecordedRun run = run_preset("vllm", w, cm, options);
   expect_states(run, {
-      {0, 0, {{A, 400}, {B, 400}, {C, 224}}},  // C gets 1024 - 400 - 400
-      {1, 1, {{A, 400}, {B, 400}, {C, 224}}},  // A and B complete their prompts
-      {2, 2, {{A, 1}, {B, 1}, {C, 352}}},      // 800 - 224 - 224
-      {3, 3, {{A, 1}, {B, 1}, {C, 1}}},
-      {4, 4, {{C, 1}}},
-  });
+                         {0, 0, {{A, 400}, {B, 400}, {C, 224}}},  // C gets 1024 - 400 - 400
+                         {1, 1, {{A, 400}, {B, 400}, {C, 224}}},  // A and B complete their prompts
+                         {2, 2, {{A, 1}, {B, 1}, {C, 352}}},      // 800 - 224 - 224
+                         {3, 3, {{A, 1}, {B, 1}, {C, 1}}},
+                         {4, 4, {{C, 1}}},
+                     });
   EXPECT_EQ(run.steps.size(), 5u);
   // Bounded to one partial prefill (max_num_partial_prefills=1, which v1 refuses), 624 tokens
   // of the first step's budget stay idle and every prompt's first token comes later.
@@ -211,26 +205,25 @@ TEST(ChunkedPrefill, SeveralPartialPrefillsFillTheBudgetWhenEachChunkIsCapped) {
   bounded_options["max_num_partial_prefills"] = "1";
   const RecordedRun bounded = run_preset("vllm", w, cm, bounded_options);
   expect_states(bounded, {
-      {0, 0, {{A, 400}}},
-      {1, 1, {{A, 400}, {B, 400}}},
-      {2, 2, {{A, 1}, {B, 400}, {C, 400}}},
-      {3, 3, {{A, 1}, {B, 1}, {C, 400}}},
-      {4, 4, {{B, 1}, {C, 1}}},
-      {5, 5, {{C, 1}}},
-  });
+                             {0, 0, {{A, 400}}},
+                             {1, 1, {{A, 400}, {B, 400}}},
+                             {2, 2, {{A, 1}, {B, 400}, {C, 400}}},
+                             {3, 3, {{A, 1}, {B, 1}, {C, 400}}},
+                             {4, 4, {{B, 1}, {C, 1}}},
+                             {5, 5, {{C, 1}}},
+                         });
   EXPECT_EQ(bounded.steps.size(), 6u);
 }
 
 // Full-prompt admission (admission=full_prompt, on in the vllm and sarathi presets). 10 blocks
 // of 4 tokens, budget 8. A (prompt 8, output 20) grows from 2 to 7 blocks. B (prompt 32, 8
 // blocks, one output token) arrives in iteration 1; C (prompt 4, output 2) in iteration 2.
-Workload full_prompt_workload() {
-  return make_workload({{0, 8, 20}, {0.015, 32, 1}, {0.025, 4, 2}});
-}
+Workload full_prompt_workload() { return make_workload({{0, 8, 20}, {0.015, 32, 1}, {0.025, 4, 2}}); }
 // (Tables of the synchronous scheduler's steps, as vLLM's Scheduler tests drive it; the step of
 // lag async scheduling adds is AsyncScheduling's.)
 std::map<std::string, std::string> full_prompt_options(const char* admission) {
-  return {{"block_size", "4"}, {"max_num_batched_tokens", "8"}, {"admission", admission}, {"async_scheduling", "false"}};
+  return {
+      {"block_size", "4"}, {"max_num_batched_tokens", "8"}, {"admission", admission}, {"async_scheduling", "false"}};
 }
 RigOptions ten_blocks_of_four() {
   RigOptions o;
@@ -253,15 +246,15 @@ TEST(FullPromptAdmission, APromptWhoseKvIsNotFreeWaitsAndPreemptsNothing) {
     options.erase("admission");
     const RecordedRun run = run_preset(name, full_prompt_workload(), cm, options);
     expect_states(run, {
-        {0, 0, {{A, 8}}},
-        // B's first chunk (2 blocks) would fit in the 7 free blocks, its 8 never do while A
-        // runs: B waits. C (2 blocks) would fit too, but stays behind B: v1 breaks, it does
-        // not skip (FCFS, head-of-line).
-        {1, 19, {{A, 1}}},
-        {20, 23, {{B, 8}}},  // A has ended: B's 32 tokens in chunks of 8
-        {24, 24, {{C, 4}}},
-        {25, 25, {{C, 1}}},
-    });
+                           {0, 0, {{A, 8}}},
+                           // B's first chunk (2 blocks) would fit in the 7 free blocks, its 8 never do while A
+                           // runs: B waits. C (2 blocks) would fit too, but stays behind B: v1 breaks, it does
+                           // not skip (FCFS, head-of-line).
+                           {1, 19, {{A, 1}}},
+                           {20, 23, {{B, 8}}},  // A has ended: B's 32 tokens in chunks of 8
+                           {24, 24, {{C, 4}}},
+                           {25, 25, {{C, 1}}},
+                       });
     EXPECT_EQ(run.steps.size(), 26u);
     EXPECT_EQ(run.result.summary.preemptions, 0);
     EXPECT_EQ(run.steps[19].kv_allocated_tokens, 0);  // A used 7 blocks, then ended
@@ -275,27 +268,26 @@ TEST(FullPromptAdmission, APromptWhoseKvIsNotFreeWaitsAndPreemptsNothing) {
 // behind it either way. The thrashing PR #37307 describes.
 TEST(FullPromptAdmission, AdmittingTheFirstChunkPreemptsAndRecomputes) {
   const CostModel cm = rig_cost_model(ten_blocks_of_four());
-  const RecordedRun run =
-      run_preset("vllm", full_prompt_workload(), cm, full_prompt_options("first_chunk"));
+  const RecordedRun run = run_preset("vllm", full_prompt_workload(), cm, full_prompt_options("first_chunk"));
   expect_states(run, {
-      {0, 0, {{A, 8}}},
-      {1, 1, {{A, 1}}},
-      {2, 4, {{A, 1}, {B, 7}}},  // 21 tokens of B: 6 blocks, A 3: 9 of 10
-      {5, 5, {{A, 1}}},          // A's 4th block leaves B none: B (the newest) is preempted
-      {6, 8, {{A, 1}, {B, 7}}},
-      {9, 9, {{A, 1}}},
-      {10, 11, {{A, 1}, {B, 7}}},
-      {12, 12, {{A, 1}}},
-      {13, 14, {{A, 1}, {B, 7}}},
-      {15, 15, {{A, 1}}},
-      {16, 16, {{A, 1}, {B, 7}}},
-      {17, 17, {{A, 1}}},
-      {18, 18, {{A, 1}, {B, 7}}},
-      {19, 19, {{A, 1}}},
-      {20, 23, {{B, 8}}},
-      {24, 24, {{C, 4}}},
-      {25, 25, {{C, 1}}},
-  });
+                         {0, 0, {{A, 8}}},
+                         {1, 1, {{A, 1}}},
+                         {2, 4, {{A, 1}, {B, 7}}},  // 21 tokens of B: 6 blocks, A 3: 9 of 10
+                         {5, 5, {{A, 1}}},          // A's 4th block leaves B none: B (the newest) is preempted
+                         {6, 8, {{A, 1}, {B, 7}}},
+                         {9, 9, {{A, 1}}},
+                         {10, 11, {{A, 1}, {B, 7}}},
+                         {12, 12, {{A, 1}}},
+                         {13, 14, {{A, 1}, {B, 7}}},
+                         {15, 15, {{A, 1}}},
+                         {16, 16, {{A, 1}, {B, 7}}},
+                         {17, 17, {{A, 1}}},
+                         {18, 18, {{A, 1}, {B, 7}}},
+                         {19, 19, {{A, 1}}},
+                         {20, 23, {{B, 8}}},
+                         {24, 24, {{C, 4}}},
+                         {25, 25, {{C, 1}}},
+                     });
   EXPECT_EQ(run.steps.size(), 26u);
   EXPECT_EQ(run.result.requests[B].preemptions, 6);
   EXPECT_EQ(run.result.summary.preemptions, 6);
@@ -327,8 +319,11 @@ TEST(FullPromptAdmission, APrefixCacheHitCountsAgainstTheWholePrompt) {
   const std::map<std::string, std::string> options = {{"max_num_batched_tokens", "8"}, {"async_scheduling", "false"}};
   // Cached: B needs one new block for its 48 tokens, 2 are free: admitted after its 32.
   const RecordedRun hit = run_preset("vllm", w, cm, options, &hashes);
-  expect_states(hit, {{0, 3, {{A, 8}}}, {4, 4, {{A, 1}}}, {5, 6, {{A, 1}, {B, 7}}},
-                      {7, 7, {{A, 1}, {B, 2}}}, {8, 8, {{A, 1}, {B, 1}}}});
+  expect_states(hit, {{0, 3, {{A, 8}}},
+                      {4, 4, {{A, 1}}},
+                      {5, 6, {{A, 1}, {B, 7}}},
+                      {7, 7, {{A, 1}, {B, 2}}},
+                      {8, 8, {{A, 1}, {B, 1}}}});
   EXPECT_EQ(hit.steps[5].item(B)->context_before, 32);
   // Without caching the whole prompt needs 3 blocks: B waits for A to end, although its first
   // chunk (1 block) would fit.
@@ -343,15 +338,15 @@ TEST(ChunkedPrefill, NewRequestsFillTheBudgetLeftByTheDecodes) {
   // A decodes; B and C arrive later with 40-token prompts; budget 48. (The synchronous
   // scheduler's steps: async scheduling would take B and C a step later, AsyncScheduling.*.)
   const Workload w = make_workload({{0, 4, 10}, {0.015, 40, 3}, {0.015, 40, 3}});
-  const RecordedRun run = run_preset("vllm", w, cm, {{"max_num_batched_tokens", "48"},
-                                                    {"max_num_seqs", "4"}, {"async_scheduling", "false"}});
+  const RecordedRun run = run_preset(
+      "vllm", w, cm, {{"max_num_batched_tokens", "48"}, {"max_num_seqs", "4"}, {"async_scheduling", "false"}});
   expect_states(run, {
-      {0, 0, {{A, 4}}},
-      {1, 1, {{A, 1}}},
-      // t = 20 ms: A's decode, B's whole prompt (40), C cut to the remaining 7.
-      {2, 2, {{A, 1}, {B, 40}, {C, 7}}},
-      {3, 3, {{A, 1}, {B, 1}, {C, 33}}},
-  });
+                         {0, 0, {{A, 4}}},
+                         {1, 1, {{A, 1}}},
+                         // t = 20 ms: A's decode, B's whole prompt (40), C cut to the remaining 7.
+                         {2, 2, {{A, 1}, {B, 40}, {C, 7}}},
+                         {3, 3, {{A, 1}, {B, 1}, {C, 33}}},
+                     });
 }
 
 // KV exhaustion: 10 blocks of 4 tokens; A and B (prompt 8, output 20) each grow to 7 blocks.
@@ -366,12 +361,12 @@ RigOptions kv_pressure_rig() {
 
 void expect_preempted_and_readmitted(const RecordedRun& run, int32_t b_readmit_tokens) {
   expect_states(run, {
-      {0, 0, {{A, 8}, {B, 8}}},
-      {1, 12, {{A, 1}, {B, 1}}},
-      {13, 19, {{A, 1}}},  // B preempted; it does not fit again until A ends
-      {20, 20, {{B, b_readmit_tokens}}},
-      {21, 26, {{B, 1}}},
-  });
+                         {0, 0, {{A, 8}, {B, 8}}},
+                         {1, 12, {{A, 1}, {B, 1}}},
+                         {13, 19, {{A, 1}}},  // B preempted; it does not fit again until A ends
+                         {20, 20, {{B, b_readmit_tokens}}},
+                         {21, 26, {{B, 1}}},
+                     });
   EXPECT_EQ(run.steps.size(), 27u);
   EXPECT_EQ(run.result.requests[A].preemptions, 0);
   EXPECT_EQ(run.result.requests[B].preemptions, 1);
@@ -387,13 +382,15 @@ TEST(TgiWaitRule, ANewRequestWaitsForMaxWaitingTokensUnlessEnoughFitAtOnce) {
   const CostModel cm = rig_cost_model();
   const Workload w = make_workload({{0, 4, 30}, {0, 4, 30}, {0.015, 4, 5}});
   const RecordedRun held = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "5"}});
-  expect_states(held, {{0, 0, {{A, 4}, {B, 4}}}, {1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}},
-                       {6, 9, {{A, 1}, {B, 1}, {C, 1}}}});
+  expect_states(
+      held, {{0, 0, {{A, 4}, {B, 4}}}, {1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}}, {6, 9, {{A, 1}, {B, 1}, {C, 1}}}});
   EXPECT_DOUBLE_EQ(ms(held.result.requests[C].first_scheduled), 50.0);
   // The same on paged KV: the rule is independent of the KV manager.
-  expect_states(run_preset("vllm-v0", w, cm, {{"max_waiting_tokens", "5"}}), {{1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}}});
+  expect_states(run_preset("vllm-v0", w, cm, {{"max_waiting_tokens", "5"}}),
+                {{1, 4, {{A, 1}, {B, 1}}}, {5, 5, {{C, 4}}}});
   // With waiting_served_ratio 0.5, one waiting request is enough: C is prefilled at once.
-  const RecordedRun eager = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "5"}, {"waiting_served_ratio", "0.5"}});
+  const RecordedRun eager =
+      run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "5"}, {"waiting_served_ratio", "0.5"}});
   expect_states(eager, {{1, 1, {{A, 1}, {B, 1}}}, {2, 2, {{C, 4}}}});
   // Off (max_waiting_tokens 0): admitted as soon as it is there, as vLLM does.
   expect_states(run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "0"}}), {{2, 2, {{C, 4}}}});
@@ -410,7 +407,8 @@ TEST(TgiWaitRule, OnlyRequestsThatFitCountAsEnough) {
   const RecordedRun run = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "1"}});
   // floor(1 x 1) = 1 request is enough and one fits: B is admitted at once, C never fits.
   expect_states(run, {{0, 0, {{A, 4}}}, {1, 1, {{B, 4}}}, {2, 29, {{A, 1}, {B, 1}}}});
-  const RecordedRun strict = run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "2"}});
+  const RecordedRun strict =
+      run_preset("tgi-router", w, cm, {{"max_waiting_tokens", "4"}, {"waiting_served_ratio", "2"}});
   // 2 needed, 1 fits: B waits for the 4th step after A's prefill.
   expect_states(strict, {{0, 0, {{A, 4}}}, {1, 3, {{A, 1}}}, {4, 4, {{B, 4}}}});
 }
@@ -430,8 +428,8 @@ TEST(Preemption, RecomputeFreesTheNewestAndReprefillsPromptPlusGenerated) {
 
 TEST(Preemption, SwapMovesTheVictimsKvOverPcieBothWays) {
   const CostModel cm = rig_cost_model(kv_pressure_rig());
-  const RecordedRun run = run_preset("continuous", kv_pressure_workload(), cm,
-                                     {{"block_size", "4"}, {"preemption", "swap"}});
+  const RecordedRun run =
+      run_preset("continuous", kv_pressure_workload(), cm, {{"block_size", "4"}, {"preemption", "swap"}});
   // B keeps its 20 computed tokens on the host and resumes with a decode after them.
   expect_preempted_and_readmitted(run, 1);
   EXPECT_EQ(run.steps[20].item(B)->context_before, 20);
@@ -485,8 +483,7 @@ TEST(ReservedKv, OrcaReservesMaxModelLenSoFewerRequestsRunAtOnce) {
   const Workload w = make_workload({{0, 4, 4}, {0, 4, 4}, {0, 4, 4}, {0, 4, 4}, {0, 4, 4}});
   // 200 / 64 = 3 reservations of max_model_len at a time.
   const RecordedRun orca = run_preset("orca", w, cm);
-  expect_states(orca, {{0, 0, {{0, 4}, {1, 4}, {2, 4}}}, {1, 3, {{0, 1}, {1, 1}, {2, 1}}},
-                       {4, 4, {{3, 4}, {4, 4}}}});
+  expect_states(orca, {{0, 0, {{0, 4}, {1, 4}, {2, 4}}}, {1, 3, {{0, 1}, {1, 1}, {2, 1}}}, {4, 4, {{3, 4}, {4, 4}}}});
   EXPECT_EQ(orca.steps[0].kv_allocated_tokens, 3 * 64);
   // Paged KV holds only what is written: all five run at once.
   const RecordedRun paged = run_preset("continuous", w, cm);
@@ -567,8 +564,7 @@ TEST(Rejection, KvMemorySmallerThanOneBlockIsAUserErrorThatSaysSo) {
   const CostModel cm = rig_cost_model(o);
   const Workload w = make_workload({{0, 2, 2}});
   const std::string msg = user_error_of([&] { run_preset("continuous", w, cm); });
-  EXPECT_NE(msg.find("holds 10 tokens, less than one block of block_size=16"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("holds 10 tokens, less than one block of block_size=16"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(--gpu-memory-utilization"), std::string::npos) << msg;  // the rule that sized it
   // A block that fits is fine.
   EXPECT_EQ(run_preset("continuous", w, cm, {{"block_size", "8"}}).result.summary.requests_completed, 1);
@@ -579,8 +575,7 @@ TEST(Rejection, APromptLongerThanTheBudgetIsRejectedUnlessChunked) {
   const Workload w = make_workload({{0, 20, 2}, {0, 4, 2}});
   const RecordedRun plain = run_preset("continuous", w, cm, {{"max_num_batched_tokens", "16"}});
   EXPECT_EQ(plain.result.requests[A].state, RequestState::kRejected);
-  EXPECT_NE(plain.result.requests[A].reject_reason.find("max_num_batched_tokens"),
-            std::string::npos);
+  EXPECT_NE(plain.result.requests[A].reject_reason.find("max_num_batched_tokens"), std::string::npos);
   EXPECT_EQ(plain.result.requests[B].state, RequestState::kFinished);
   const RecordedRun chunked = run_preset("sarathi", w, cm, {{"max_num_batched_tokens", "16"}});
   expect_states(chunked, {{0, 0, {{A, 16}}}, {1, 1, {{A, 4}, {B, 4}}}, {2, 2, {{A, 1}, {B, 1}}}});
@@ -596,9 +591,12 @@ TEST(Preemption, ARecomputedPrefillLongerThanTheBudgetIsChunkedNotDroppedOrOverB
   const Workload w = make_workload({{0, 8, 30}, {0, 8, 30}});
   const RecordedRun run = run_preset("continuous", w, cm, {{"block_size", "4"}, {"max_num_batched_tokens", "20"}});
   // At iteration 17 A needs a 7th block: B (17 tokens generated) is preempted.
-  expect_states(run, {{0, 0, {{A, 8}, {B, 8}}}, {1, 16, {{A, 1}, {B, 1}}}, {17, 29, {{A, 1}}},
+  expect_states(run, {{0, 0, {{A, 8}, {B, 8}}},
+                      {1, 16, {{A, 1}, {B, 1}}},
+                      {17, 29, {{A, 1}}},
                       {30, 30, {{B, 20}}},  // B's 8 + 17 = 25 tokens, cut at the budget
-                      {31, 31, {{B, 5}}}, {32, 43, {{B, 1}}}});
+                      {31, 31, {{B, 5}}},
+                      {32, 43, {{B, 1}}}});
   EXPECT_EQ(run.steps.size(), 44u);
   for (const Step& s : run.steps) EXPECT_LE(s.shape.total_tokens(), 20);
   EXPECT_EQ(run.result.summary.requests_completed, 2);
@@ -606,10 +604,8 @@ TEST(Preemption, ARecomputedPrefillLongerThanTheBudgetIsChunkedNotDroppedOrOverB
 
 TEST(StaticBatching, TimeoutStartsAPartialBatch) {
   const CostModel cm = rig_cost_model();
-  const Workload w = make_workload(
-      {{0, 4, 3}, {0.010, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}});
-  const RecordedRun timed = run_preset("hf-static", w, cm,
-                                       {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}});
+  const Workload w = make_workload({{0, 4, 3}, {0.010, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}, {1.0, 4, 3}});
+  const RecordedRun timed = run_preset("hf-static", w, cm, {{"batch_size", "4"}, {"batch_timeout_s", "0.05"}});
   expect_states(timed, {{0, 0, {{A, 4}, {B, 4}}}, {3, 3, {{C, 4}, {D, 4}, {E, 4}, {F, 4}}}});
   EXPECT_DOUBLE_EQ(ms(timed.steps[0].start), 50.0);  // A waited batch_timeout_s
   EXPECT_DOUBLE_EQ(ms(timed.steps[3].start), 1000.0);
@@ -626,7 +622,7 @@ TEST(StaticBatching, PaddingAndARectangularReservation) {
   ASSERT_EQ(hf.steps[0].shape.prefills.size(), 2u);
   EXPECT_EQ(hf.steps[0].shape.prefills[0].new_tokens, 10);  // padded to the longest prompt
   EXPECT_EQ(hf.steps[0].shape.prefills[1].new_tokens, 10);
-  EXPECT_EQ(hf.steps[0].items[0].new_tokens, 4);           // but only 4 real tokens
+  EXPECT_EQ(hf.steps[0].items[0].new_tokens, 4);  // but only 4 real tokens
   EXPECT_EQ(hf.steps[0].kv_allocated_tokens, 2 * (10 + 5));
   EXPECT_EQ(hf.steps[0].kv_used_tokens, 14);
   // A (padded to 10) decodes its 2nd token attending over 10 positions, as B does.
@@ -742,10 +738,9 @@ TEST(TrtllmMicroBatchScheduler, DecodesFirstAndChunksInWholeBlocks) {
       {"enable_chunked_context", "true"}, {"block_size", "10"}, {"max_num_batched_tokens", "24"}};
   // Iteration 0: A's 24 tokens are cut to 20 (two blocks), B's whole prompt takes 4 of the 4
   // left. Then B decodes first and A gets 23 -> 20, then its last 20 in full.
-  expect_states(run_preset("trtllm", w, cm, chunked), {{0, 0, {{A, 20}, {B, 4}}},
-                                                      {1, 1, {{A, 20}, {B, 1}}},
-                                                      {2, 2, {{A, 20}, {B, 1}}},
-                                                      {3, 4, {{A, 1}, {B, 1}}}});
+  expect_states(
+      run_preset("trtllm", w, cm, chunked),
+      {{0, 0, {{A, 20}, {B, 4}}}, {1, 1, {{A, 20}, {B, 1}}}, {2, 2, {{A, 20}, {B, 1}}}, {3, 4, {{A, 1}, {B, 1}}}});
   // vLLM v1's order (the chunked-prefill base): running requests in admission order, chunks
   // cut anywhere: A takes the whole budget and B's decode waits behind A's prefill.
   const RecordedRun vllm = run_preset("chunked-prefill", w, cm, {{"max_num_batched_tokens", "24"}});
@@ -772,9 +767,9 @@ TEST(TgiRouterLoop, APrefillIntoTheRunningBatchIsAlwaysFollowedByADecode) {
   const std::map<std::string, std::string> eager = {{"waiting_served_ratio", "0.5"}};
   const Workload w = make_workload({{0, 4, 30}, {0.005, 4, 30}, {0.015, 4, 30}});
   const RecordedRun run = run_preset("tgi-router", w, cm, eager);
-  expect_states(run, {{0, 0, {{A, 4}}},           // outer prefill
-                      {1, 1, {{B, 4}}},           // inner prefill at once
-                      {2, 2, {{A, 1}, {B, 1}}},   // the decode that ends the pass: C waits
+  expect_states(run, {{0, 0, {{A, 4}}},          // outer prefill
+                      {1, 1, {{B, 4}}},          // inner prefill at once
+                      {2, 2, {{A, 1}, {B, 1}}},  // the decode that ends the pass: C waits
                       {3, 3, {{C, 4}}},
                       {4, 4, {{A, 1}, {B, 1}, {C, 1}}}});
   // Before issue 13 batchsim prefilled C right after B, with no decode between.
@@ -792,8 +787,8 @@ TEST(TgiV3, NewRequestsPrefillWithTheRunningDecodesAndADecodeFollows) {
   const Workload w = make_workload({{0, 4, 10}, {0.005, 40, 5}, {0.015, 3, 2}});
   const RecordedRun run = run_preset("tgi", w, cm, {{"max_num_batched_tokens", "24"}});
   expect_states(run, {{0, 0, {{A, 4}}},
-                      {1, 1, {{A, 1}, {B, 23}}},          // B cut to the 24 - 1 left
-                      {2, 2, {{A, 1}, {B, 17}}},          // the decode: B's chunk, C held out
+                      {1, 1, {{A, 1}, {B, 23}}},  // B cut to the 24 - 1 left
+                      {2, 2, {{A, 1}, {B, 17}}},  // the decode: B's chunk, C held out
                       {3, 3, {{A, 1}, {B, 1}, {C, 3}}},
                       {4, 4, {{A, 1}, {B, 1}, {C, 1}}}});
   // Without the decode after admission C would have joined iteration 2.

@@ -57,22 +57,22 @@ TEST(SglangScenario, AdmissionIsLimitedByNewTokenRatio) {
   // the batch shrink: no decode is left, so the scheduler loops at once into a prefill.
   const RatioRun fresh = run_sglang(ratio_workload(), 1000, {{"chunked_prefill_size", "512"}});
   expect_states(fresh.run, {
-      {0, 0, {{A, 100}}},
-      {1, 199, {{A, 1}}},
-      {200, 200, {{B, 400}}},
-      {201, 599, {{B, 1}}},
-  });
+                               {0, 0, {{A, 100}}},
+                               {1, 199, {{A, 1}}},
+                               {200, 200, {{B, 400}}},
+                               {201, 599, {{B, 1}}},
+                           });
   EXPECT_EQ(fresh.run.steps.size(), 600u);
   // 0.3 < 0.4975: B is admitted at iteration 1, in a prefill-only batch (A's decode waits), and
   // the two never need more than 299 + 599 tokens of KV together, so nothing is retracted.
   const RatioRun low =
       run_sglang(ratio_workload(), 1000, {{"chunked_prefill_size", "512"}, {"init_new_token_ratio", "0.3"}});
   expect_states(low.run, {
-      {0, 0, {{A, 100}}},
-      {1, 1, {{B, 400}}},
-      {2, 200, {{A, 1}, {B, 1}}},
-      {201, 400, {{B, 1}}},
-  });
+                             {0, 0, {{A, 100}}},
+                             {1, 1, {{B, 400}}},
+                             {2, 200, {{A, 1}, {B, 1}}},
+                             {201, 400, {{B, 1}}},
+                         });
   EXPECT_EQ(low.run.steps.size(), 401u);
   EXPECT_EQ(low.run.result.summary.preemptions, 0);
 }
@@ -85,17 +85,17 @@ TEST(SglangScenario, NewTokenRatioDecaysPerDecodeStepAndADecayedRatioAdmits) {
   // again with the ratio at its floor: 850 free - (200 - 51) x 0.35 = 797.85 > 751: admitted.
   const Workload w = make_workload({{0, 100, 200}, {0, 10, 50}, {0.005, 300, 450}});
   constexpr RequestId A = 0, C = 1, B = 2;  // in arrival order
-  const RatioRun r = run_sglang(w, 1000, {{"chunked_prefill_size", "512"},
-                                          {"min_new_token_ratio_factor", "0.5"},
-                                          {"new_token_ratio_decay_steps", "35"}});
+  const RatioRun r = run_sglang(
+      w, 1000,
+      {{"chunked_prefill_size", "512"}, {"min_new_token_ratio_factor", "0.5"}, {"new_token_ratio_decay_steps", "35"}});
   expect_states(r.run, {
-      {0, 0, {{A, 100}, {C, 10}}},
-      {1, 49, {{A, 1}, {C, 1}}},
-      {50, 50, {{A, 1}}},
-      {51, 51, {{B, 300}}},
-      {52, 200, {{A, 1}, {B, 1}}},
-      {201, 500, {{B, 1}}},
-  });
+                           {0, 0, {{A, 100}, {C, 10}}},
+                           {1, 49, {{A, 1}, {C, 1}}},
+                           {50, 50, {{A, 1}}},
+                           {51, 51, {{B, 300}}},
+                           {52, 200, {{A, 1}, {B, 1}}},
+                           {201, 500, {{B, 1}}},
+                       });
   ASSERT_EQ(r.ratio.size(), 501u);
   EXPECT_NEAR(r.ratio[0], 0.70, 1e-9);  // a prefill does not decay it
   for (int i = 1; i <= 50; ++i) {
@@ -124,14 +124,14 @@ TEST(SglangScenario, RetractionTakesTheFewestGeneratedAndResetsTheRatio) {
   // At iteration 203 B would need 300 + 100 + 1 tokens, more than 299 free - 98 x 0.7367:
   // it waits for A to finish (iteration 300), then prefills prompt + generated at once.
   expect_states(r.run, {
-      {0, 0, {{A, 100}}},
-      {1, 1, {{A, 1}}},
-      {2, 2, {{B, 100}}},
-      {3, 201, {{A, 1}, {B, 1}}},
-      {202, 300, {{A, 1}}},
-      {301, 301, {{B, 300}}},
-      {302, 400, {{B, 1}}},
-  });
+                           {0, 0, {{A, 100}}},
+                           {1, 1, {{A, 1}}},
+                           {2, 2, {{B, 100}}},
+                           {3, 201, {{A, 1}, {B, 1}}},
+                           {202, 300, {{A, 1}}},
+                           {301, 301, {{B, 300}}},
+                           {302, 400, {{B, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 401u);
   EXPECT_EQ(r.run.result.requests[B].preemptions, 1);
   EXPECT_EQ(r.run.result.requests[A].preemptions, 0);
@@ -151,13 +151,13 @@ TEST(SglangScenario, RetractionTakesTheLongestPromptAmongEqualOutputs) {
   const Workload w = make_workload({{0, 200, 300}, {0.005, 100, 300}});
   const RatioRun r = run_sglang(w, 700, kOptimistic);
   expect_states(r.run, {
-      {0, 0, {{A, 200}}},
-      {1, 1, {{B, 100}}},
-      {2, 201, {{A, 1}, {B, 1}}},
-      {202, 300, {{B, 1}}},
-      {301, 301, {{A, 401}}},
-      {302, 399, {{A, 1}}},
-  });
+                           {0, 0, {{A, 200}}},
+                           {1, 1, {{B, 100}}},
+                           {2, 201, {{A, 1}, {B, 1}}},
+                           {202, 300, {{B, 1}}},
+                           {301, 301, {{A, 401}}},
+                           {302, 399, {{A, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 400u);
   EXPECT_EQ(r.run.result.requests[A].preemptions, 1);
   EXPECT_EQ(r.run.result.requests[B].preemptions, 0);
@@ -174,13 +174,13 @@ TEST(SglangScenario, ChunkedPrefillCutsAtTheChunkSizeAndStallsTheDecodes) {
   constexpr RequestId kC = 0, kA = 1, kB = 2;
   const RatioRun r = run_sglang(w, 100000, {{"chunked_prefill_size", "64"}});
   expect_states(r.run, {
-      {0, 0, {{kC, 10}}},
-      {1, 3, {{kA, 64}}},
-      {4, 4, {{kA, 8}, {kB, 10}}},
-      {5, 6, {{kA, 1}, {kB, 1}, {kC, 1}}},
-      {7, 8, {{kA, 1}, {kC, 1}}},
-      {9, 13, {{kC, 1}}},
-  });
+                           {0, 0, {{kC, 10}}},
+                           {1, 3, {{kA, 64}}},
+                           {4, 4, {{kA, 8}, {kB, 10}}},
+                           {5, 6, {{kA, 1}, {kB, 1}, {kC, 1}}},
+                           {7, 8, {{kA, 1}, {kC, 1}}},
+                           {9, 13, {{kC, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 14u);
   // Each chunk attends to the KV of the chunks before it.
   EXPECT_EQ(r.run.steps[3].items[0].context_before, 128);
@@ -195,13 +195,13 @@ TEST(SglangScenario, MixedChunksCarryTheDecodesAndTakeTheirTokensFromTheChunk) {
   constexpr RequestId kC = 0, kA = 1, kB = 2;
   const RatioRun r = run_sglang(w, 100000, {{"chunked_prefill_size", "64"}, {"enable_mixed_chunk", "true"}});
   expect_states(r.run, {
-      {0, 0, {{kC, 10}}},
-      {1, 3, {{kA, 63}, {kC, 1}}},
-      {4, 4, {{kA, 11}, {kB, 10}, {kC, 1}}},
-      {5, 6, {{kA, 1}, {kB, 1}, {kC, 1}}},
-      {7, 8, {{kA, 1}, {kC, 1}}},
-      {9, 9, {{kC, 1}}},
-  });
+                           {0, 0, {{kC, 10}}},
+                           {1, 3, {{kA, 63}, {kC, 1}}},
+                           {4, 4, {{kA, 11}, {kB, 10}, {kC, 1}}},
+                           {5, 6, {{kA, 1}, {kB, 1}, {kC, 1}}},
+                           {7, 8, {{kA, 1}, {kC, 1}}},
+                           {9, 9, {{kC, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 10u);
   // A mixed step is a prefill batch: it neither decays the ratio nor counts as decode-only.
   EXPECT_EQ(r.ratio[1], r.ratio[0]);
@@ -214,19 +214,22 @@ TEST(SglangScenario, MixedChunksCarryTheDecodesAndTakeTheirTokensFromTheChunk) {
 // the queue's order.
 struct PrefixCase {
   Workload w = make_workload({{0, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}});
-  PrefixBlockHashes hashes =
-      prefix_hashes(16, {{1, 2, 3, 4}, {10, 11, 12, 13}, {1, 2, 30, 31}, {1, 2, 3, 4}});
+  PrefixBlockHashes hashes = prefix_hashes(16, {{1, 2, 3, 4}, {10, 11, 12, 13}, {1, 2, 30, 31}, {1, 2, 3, 4}});
 };
 
 TEST(SglangScenario, FcfsServesTheWaitingQueueInArrivalOrder) {
   const PrefixCase c;
   const RatioRun r = run_sglang(c.w, 100000, {{"max_running_requests", "1"}}, &c.hashes);
   expect_states(r.run, {
-      {0, 0, {{A, 64}}}, {1, 1, {{A, 1}}},
-      {2, 2, {{B, 64}}}, {3, 3, {{B, 1}}},
-      {4, 4, {{C, 32}}}, {5, 5, {{C, 1}}},
-      {6, 6, {{D, 1}}},  {7, 7, {{D, 1}}},
-  });
+                           {0, 0, {{A, 64}}},
+                           {1, 1, {{A, 1}}},
+                           {2, 2, {{B, 64}}},
+                           {3, 3, {{B, 1}}},
+                           {4, 4, {{C, 32}}},
+                           {5, 5, {{C, 1}}},
+                           {6, 6, {{D, 1}}},
+                           {7, 7, {{D, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 8u);
   EXPECT_EQ(r.run.result.requests[D].cached_tokens, 63);
 }
@@ -236,14 +239,17 @@ TEST(SglangScenario, LpmServesTheLongestCachedPrefixFirst) {
   // hits (<= 32) but share no 32 tokens with a request ahead of them, so neither is
   // deprioritized.
   const PrefixCase c;
-  const RatioRun r =
-      run_sglang(c.w, 100000, {{"max_running_requests", "1"}, {"schedule_policy", "lpm"}}, &c.hashes);
+  const RatioRun r = run_sglang(c.w, 100000, {{"max_running_requests", "1"}, {"schedule_policy", "lpm"}}, &c.hashes);
   expect_states(r.run, {
-      {0, 0, {{A, 64}}}, {1, 1, {{A, 1}}},
-      {2, 2, {{D, 1}}},  {3, 3, {{D, 1}}},
-      {4, 4, {{C, 32}}}, {5, 5, {{C, 1}}},
-      {6, 6, {{B, 64}}}, {7, 7, {{B, 1}}},
-  });
+                           {0, 0, {{A, 64}}},
+                           {1, 1, {{A, 1}}},
+                           {2, 2, {{D, 1}}},
+                           {3, 3, {{D, 1}}},
+                           {4, 4, {{C, 32}}},
+                           {5, 5, {{C, 1}}},
+                           {6, 6, {{B, 64}}},
+                           {7, 7, {{B, 1}}},
+                       });
   EXPECT_EQ(r.run.steps.size(), 8u);
 }
 
@@ -252,26 +258,28 @@ TEST(SglangScenario, LpmDeprioritizesARequestThatSharesAnUncachedPrefixWithOneAh
   // nothing. Two may run at once. lpm matches in queue order: B enters the queue's own tree,
   // C and D find 48 >= 32 of B's tokens there and go to the back, so E is admitted beside B;
   // C and D then find B's prefix cached and prefill 16 tokens each.
-  const Workload w = make_workload(
-      {{0, 16, 2}, {0.05, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}});
-  const PrefixBlockHashes hashes = prefix_hashes(
-      16, {{99}, {5, 6, 7, 8}, {5, 6, 7, 20}, {5, 6, 7, 21}, {40, 41, 42, 43}});
+  const Workload w = make_workload({{0, 16, 2}, {0.05, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}, {0.05, 64, 2}});
+  const PrefixBlockHashes hashes =
+      prefix_hashes(16, {{99}, {5, 6, 7, 8}, {5, 6, 7, 20}, {5, 6, 7, 21}, {40, 41, 42, 43}});
   constexpr RequestId kE = 4;
-  const RatioRun lpm =
-      run_sglang(w, 100000, {{"max_running_requests", "2"}, {"schedule_policy", "lpm"}}, &hashes);
+  const RatioRun lpm = run_sglang(w, 100000, {{"max_running_requests", "2"}, {"schedule_policy", "lpm"}}, &hashes);
   expect_states(lpm.run, {
-      {2, 2, {{B, 64}, {kE, 64}}}, {3, 3, {{B, 1}, {kE, 1}}},
-      {4, 4, {{C, 16}, {D, 16}}},  {5, 5, {{C, 1}, {D, 1}}},
-  });
+                             {2, 2, {{B, 64}, {kE, 64}}},
+                             {3, 3, {{B, 1}, {kE, 1}}},
+                             {4, 4, {{C, 16}, {D, 16}}},
+                             {5, 5, {{C, 1}, {D, 1}}},
+                         });
   EXPECT_EQ(lpm.run.steps.size(), 6u);
   // fcfs takes C beside B. Unlike SGLang, whose radix tree holds B's prefix only once B's
   // prefill is done, the block cache shares blocks within the step that computes them (vLLM
   // v1's rule, sim/kv_cache.h), so C already hits 48 tokens of B here.
   const RatioRun fcfs = run_sglang(w, 100000, {{"max_running_requests", "2"}}, &hashes);
   expect_states(fcfs.run, {
-      {2, 2, {{B, 64}, {C, 16}}},  {3, 3, {{B, 1}, {C, 1}}},
-      {4, 4, {{D, 16}, {kE, 64}}}, {5, 5, {{D, 1}, {kE, 1}}},
-  });
+                              {2, 2, {{B, 64}, {C, 16}}},
+                              {3, 3, {{B, 1}, {C, 1}}},
+                              {4, 4, {{D, 16}, {kE, 64}}},
+                              {5, 5, {{D, 1}, {kE, 1}}},
+                          });
 }
 
 TEST(SglangRegistry, DefaultsFollowTheEngine) {
@@ -279,9 +287,9 @@ TEST(SglangRegistry, DefaultsFollowTheEngine) {
   const int64_t gib = int64_t{1} << 30;
   EXPECT_EQ(sglang_chunked_prefill_size(24 * gib), 2048);
   EXPECT_EQ(sglang_chunked_prefill_size(40 * gib), 4096);
-  EXPECT_EQ(sglang_chunked_prefill_size(80 * gib), 8192);   // H100
-  EXPECT_EQ(sglang_chunked_prefill_size(141 * gib), 8192);  // H200
-  EXPECT_EQ(sglang_chunked_prefill_size(180 * gib), 16384); // B200
+  EXPECT_EQ(sglang_chunked_prefill_size(80 * gib), 8192);    // H100
+  EXPECT_EQ(sglang_chunked_prefill_size(141 * gib), 8192);   // H200
+  EXPECT_EQ(sglang_chunked_prefill_size(180 * gib), 16384);  // B200
   // _resolve_max_num_reqs: clamp(tokens / context x 512, 2048, 4096), at most tokens / 2.
   EXPECT_EQ(sglang_max_running_requests(1'000'000, 8192), 4096);
   EXPECT_EQ(sglang_max_running_requests(100'000, 8192), 4096);  // 6250 requests' room, clamped
@@ -310,7 +318,8 @@ TEST(SglangOverlap, ARequestArrivingDuringABatchWaitsOneMoreStep) {
   EXPECT_EQ(sync.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.020));
   EXPECT_EQ(overlap.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.030));
   expect_states(overlap.run, {{0, 0, {{A, 4}}}, {1, 2, {{A, 1}}}, {3, 3, {{B, 4}}}});
-  const RatioRun idle = run_sglang(make_workload({{0, 4, 1}, {0.025, 4, 5}}), 1000, {{"disable_overlap_schedule", "false"}});
+  const RatioRun idle =
+      run_sglang(make_workload({{0, 4, 1}, {0.025, 4, 5}}), 1000, {{"disable_overlap_schedule", "false"}});
   EXPECT_EQ(idle.run.result.requests[B].first_scheduled, SimTime::from_seconds(0.025));
 }
 
@@ -331,10 +340,10 @@ TEST(SglangMemory, MemFractionStaticFollowsSglangsRule) {
   // 512 + 3,072 + 512 + 128 = 4,224 < 10,240; 71,319 / 81,559.
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(h100, 1, 256), 0.874);
   // The rule before v0.5.3 (sglang #7054): (9.5 + TP/2) GiB below 90 GiB, (12 + TP/2) below 160.
-  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 1), 0.874);    // 71,319 / 81,559
-  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 8), 0.831);    // 67,735 / 81,559
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 1), 0.874);            // 71,319 / 81,559
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(h100, 8), 0.831);            // 67,735 / 81,559
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static_2025(143'771 * kMiB, 1), 0.911);  // 131,483 / 143,771
-  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(0, 1, 8192), 0.88);  // no known device
+  EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(0, 1, 8192), 0.88);               // no known device
   // A given cuda_graph_max_bs enters the reserve instead: 512 on the A100 adds 2 x 480 MiB,
   // 7,808 MiB; 33,152 / 40,960.
   EXPECT_DOUBLE_EQ(sglang_mem_fraction_static(40'960 * kMiB, 1, 4096, 512), 0.809);

@@ -32,7 +32,7 @@ struct Case {
   const char* output;
   double memory_utilization;  // low values leave little KV: preemptions
   int replicas;
-  const char* prefix = "";    // a --prefix: prompt-block hashes, which the source hands on per slot
+  const char* prefix = "";                    // a --prefix: prompt-block hashes, which the source hands on per slot
   Router router = Router::kLeastOutstanding;  // reads the replicas' state: routing must agree too
 };
 
@@ -147,7 +147,7 @@ TEST(Streaming, EqualsTheExactRunButForPercentilesWithinTheirError) {
       {"poisson:6", "lognormal:300:0.7", "uniform:1:300", 0.9, 1},
       {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41, 1},  // bursts, little KV room
       {"poisson:15", "uniform:16:600", "capexp:100:400", 0.9, 3},
-      {"offline", "uniform:16:600", "capexp:100:400", 0.9, 1},       // every slot at once
+      {"offline", "uniform:16:600", "capexp:100:400", 0.9, 1},  // every slot at once
       // Shared prefixes under prefix caching (vllm, sglang's radix cache): a recycled slot's
       // next occupant must find the prefix blocks, never its predecessor's own blocks.
       {"poisson:8", "uniform:16:400", "capexp:50:300", 0.5, 1, "groups:256:3"},
@@ -156,7 +156,8 @@ TEST(Streaming, EqualsTheExactRunButForPercentilesWithinTheirError) {
   std::vector<PolicyVariant> variants = testing::registered_variants();
   variants.push_back({"hf-static", {{"batch_size", "16"}, {"batch_timeout_s", "0.2"}}});
   variants.push_back({"vllm", {{"scheduling_policy", "priority"}}});
-  variants.push_back({"vllm", {{"scheduling_policy", "sjf"}, {"max_num_batched_tokens", "256"}, {"preemption", "swap"}}});
+  variants.push_back(
+      {"vllm", {{"scheduling_policy", "sjf"}, {"max_num_batched_tokens", "256"}, {"preemption", "swap"}}});
   variants.push_back({"vllm-v0", {{"scheduling_policy", "sjf"}, {"sjf_by", "prompt"}, {"max_num_seqs", "12"}}});
   int64_t recycled_runs = 0;
   for (const Case& c : cases) {

@@ -30,8 +30,7 @@ std::vector<NamedDistribution> distributions() {
       {"exponential", [](Rng& rng) { return sample_exponential(rng, 0.05); }},
       {"lognormal", [](Rng& rng) { return 0.2 * std::exp(2.0 * sample_standard_normal(rng)); }},
       {"pareto-1.2", [](Rng& rng) { return 1e-3 / std::pow(1.0 - rng.uniform01(), 1.0 / 1.2); }},
-      {"zeros-and-exponential",
-       [](Rng& rng) { return rng.uniform01() < 0.3 ? 0.0 : sample_exponential(rng, 2.0); }},
+      {"zeros-and-exponential", [](Rng& rng) { return rng.uniform01() < 0.3 ? 0.0 : sample_exponential(rng, 2.0); }},
       {"few-values", [](Rng& rng) { return static_cast<double>(1 + sample_below(rng, 4)) * 1e-3; }},
   };
 }

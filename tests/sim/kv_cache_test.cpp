@@ -20,9 +20,9 @@ TEST(PagedKvCache, AllocatesWholeBlocksJustInTime) {
   EXPECT_EQ(kv.allocated_blocks(), 2);
   EXPECT_EQ(kv.used_tokens(), 17);
   EXPECT_EQ(kv.allocated_tokens(), 32);
-  ASSERT_TRUE(kv.try_grow(0, 32));        // still 2 blocks
+  ASSERT_TRUE(kv.try_grow(0, 32));  // still 2 blocks
   EXPECT_EQ(kv.allocated_blocks(), 2);
-  ASSERT_TRUE(kv.try_grow(0, 33));        // a third block
+  ASSERT_TRUE(kv.try_grow(0, 33));  // a third block
   EXPECT_EQ(kv.allocated_blocks(), 3);
   EXPECT_EQ(kv.free_blocks() + kv.allocated_blocks(), kv.num_blocks());
   kv.release(0);
@@ -33,11 +33,11 @@ TEST(PagedKvCache, AllocatesWholeBlocksJustInTime) {
 
 TEST(PagedKvCache, RefusesWhenBlocksRunOutAndChangesNothing) {
   PagedKvCache kv(2, 4, 16);
-  ASSERT_TRUE(kv.try_admit(0, 48, 48));  // 3 blocks
-  EXPECT_FALSE(kv.try_admit(1, 32, 32)); // needs 2, 1 free
+  ASSERT_TRUE(kv.try_admit(0, 48, 48));   // 3 blocks
+  EXPECT_FALSE(kv.try_admit(1, 32, 32));  // needs 2, 1 free
   EXPECT_FALSE(kv.holds(1));
   ASSERT_TRUE(kv.try_admit(1, 16, 16));
-  EXPECT_FALSE(kv.try_grow(1, 17));      // no block left
+  EXPECT_FALSE(kv.try_grow(1, 17));  // no block left
   EXPECT_EQ(kv.tokens_of(1), 16);
   EXPECT_EQ(kv.free_blocks(), 0);
 }
@@ -80,9 +80,9 @@ TEST(PagedKvCache, WatermarkAppliesToAdmissionNotGrowth) {
   // vLLM v0: watermark_blocks = int(0.25 * 8) = 2.
   PagedKvCache kv(2, 8, 1, 0.25);
   EXPECT_EQ(kv.watermark_blocks(), 2);
-  EXPECT_FALSE(kv.try_admit(0, 7, 7));   // 8 - 7 = 1 < 2
-  ASSERT_TRUE(kv.try_admit(0, 6, 6));    // 8 - 6 = 2 >= 2
-  EXPECT_TRUE(kv.try_grow(0, 8));        // growth may use the watermark blocks
+  EXPECT_FALSE(kv.try_admit(0, 7, 7));  // 8 - 7 = 1 < 2
+  ASSERT_TRUE(kv.try_admit(0, 6, 6));   // 8 - 6 = 2 >= 2
+  EXPECT_TRUE(kv.try_grow(0, 8));       // growth may use the watermark blocks
   EXPECT_TRUE(kv.fits_when_empty(6));
   EXPECT_FALSE(kv.fits_when_empty(7));
 }
@@ -215,7 +215,7 @@ TEST(PrefixCache, SideBlocksAreNeverShared) {
   PagedKvCache tight = f.cache(7, 4);
   tight.set_side_blocks(2);
   ASSERT_TRUE(tight.try_admit(0, 16, 16));
-  tight.release(0);  // 4 cached, evictable
+  tight.release(0);                         // 4 cached, evictable
   ASSERT_TRUE(tight.try_admit(1, 20, 20));  // hit 4, 1 new, 2 side: 7 of 7
   EXPECT_EQ(tight.shared_tokens_of(1), 16);
   EXPECT_EQ(tight.free_blocks(), 0);
@@ -304,11 +304,11 @@ TEST(PrefixCache, ChunkedPrefillEntersBlocksAsTheyFill) {
 
 TEST(PrefixCache, OneLruFreeQueueTailFirstCachedOrNot) {
   // vLLM v1 FreeKVCacheBlockQueue: 8 blocks of 4 tokens, one hash per block.
-  const PrefixFixture f(4, {{8, {1, 2}}, {6, {7, 8}}, {20, {20, 21, 22, 23, 24}}, {8, {1, 2}},
-                            {12, {1, 2, 3}}, {8, {7, 9}}});
+  const PrefixFixture f(
+      4, {{8, {1, 2}}, {6, {7, 8}}, {20, {20, 21, 22, 23, 24}}, {8, {1, 2}}, {12, {1, 2, 3}}, {8, {7, 9}}});
   PagedKvCache kv = f.cache(8, 4);
   EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));  // block order
-  ASSERT_TRUE(kv.try_admit(0, 8, 8));  // blocks 0, 1
+  ASSERT_TRUE(kv.try_admit(0, 8, 8));                                          // blocks 0, 1
   kv.release(0);  // appended tail first: its last block is evicted before its first
   EXPECT_EQ(kv.free_queue(), (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 1, 0}));
   EXPECT_EQ(kv.evictable_blocks(), 2);
@@ -322,7 +322,7 @@ TEST(PrefixCache, OneLruFreeQueueTailFirstCachedOrNot) {
   EXPECT_EQ(kv.evictable_blocks(), 2);
   EXPECT_EQ(kv.cached_prefix_tokens(4, 12), 4);  // request 0's prefix lost its second block
   EXPECT_EQ(kv.cached_prefix_tokens(5, 8), 4);   // request 1's, freed later, is intact
-  EXPECT_TRUE(kv.allocation_evicts(1));           // block 0 is next
+  EXPECT_TRUE(kv.allocation_evicts(1));          // block 0 is next
   kv.check_invariants();
   // A hit on a free block takes it out of the queue (BlockPool.touch); the new block comes
   // from the front.
@@ -354,8 +354,8 @@ TEST(PrefixCache, AdmissionCountsHitsAsNeedingNoNewBlocksButEvictableHitsAsTaken
   {
     PagedKvCache kv = f.cache(4, 4);
     ASSERT_TRUE(kv.try_admit(0, 12, 12));
-    kv.release(0);                        // 3 evictable + 1 uncached free
-    ASSERT_TRUE(kv.try_admit(2, 4, 4));   // takes the uncached block
+    kv.release(0);                       // 3 evictable + 1 uncached free
+    ASSERT_TRUE(kv.try_admit(2, 4, 4));  // takes the uncached block
     EXPECT_EQ(kv.free_blocks(), 3);
     // Request 1's 3 hit blocks are free only while nobody holds them: sharing them takes them
     // from the free pool, and it needs a fourth.
@@ -474,7 +474,9 @@ TEST(KvCacheDecodeRun, PagedStepsTakeTheBlocksOfGrowingEachRequestByOneToken) {
         [block_size](std::mt19937_64& rng) {
           return PagedKvCache(24, static_cast<int64_t>(20 + rng() % 150), block_size);
         },
-        [](PagedKvCache& kv, RequestId id, int64_t tokens, int64_t /*room*/) { return kv.try_admit(id, tokens, tokens); },
+        [](PagedKvCache& kv, RequestId id, int64_t tokens, int64_t /*room*/) {
+          return kv.try_admit(id, tokens, tokens);
+        },
         static_cast<uint64_t>(block_size));
   }
 }

@@ -129,7 +129,7 @@ TEST(LatencyAccounting, EveryPartOfTwoRequestsWorkedOutByHand) {
 
   const LatencyBreakdown& r1 = a.of(1);
   EXPECT_EQ(r1[LatencyPart::kQueueing], ms(5));
-  EXPECT_EQ(r1[LatencyPart::kPrefill], ms(9));     // its first prefill only
+  EXPECT_EQ(r1[LatencyPart::kPrefill], ms(9));  // its first prefill only
   EXPECT_EQ(r1[LatencyPart::kDecode], ms(18));
   EXPECT_EQ(r1[LatencyPart::kStall], 0);
   EXPECT_EQ(r1[LatencyPart::kPreemption], ms(19));  // 10 ms waiting + 9 ms recomputing
@@ -145,8 +145,8 @@ TEST(LatencyAccounting, APrefillOnlyStepLeavingMostOutGivesThemAllOfIt) {
   Harness h(4);
   LatencyAccounting& a = h.accounting;
   for (RequestId id = 0; id < 4; ++id) a.arrived(id, at_ms(0));
-  SimTime t = h.iteration(0, at_ms(0), {{0, false, 0, 10}, {1, false, 0, 10}, {2, false, 0, 10}}, cost_of(10, 1),
-                          {0, 1, 2});
+  SimTime t =
+      h.iteration(0, at_ms(0), {{0, false, 0, 10}, {1, false, 0, 10}, {2, false, 0, 10}}, cost_of(10, 1), {0, 1, 2});
   t = h.iteration(0, t, {{3, false, 0, 100}}, cost_of(30, 2), {3});  // [10, 40)
   t = h.iteration(0, t, {{0, true, 10, 1}, {1, true, 10, 1}, {2, true, 10, 1}, {3, true, 100, 1}}, cost_of(10, 1));
   for (RequestId id = 0; id < 4; ++id) a.finished(id, t);
@@ -325,7 +325,7 @@ TEST(LatencyBreakdownSummary, SharesOfAllRequestsAndOfTheSlowestOnePercent) {
   EXPECT_DOUBLE_EQ(s[LatencyPart::kDecode].share_of_p99, 0.2);
   EXPECT_DOUBLE_EQ(s[LatencyPart::kQueueing].share, (197 * 0.1 + 24) / (197 + 30.0));
   EXPECT_DOUBLE_EQ(s[LatencyPart::kQueueing].mean_s, (197 * 0.1 + 24) / 200);
-  EXPECT_DOUBLE_EQ(s[LatencyPart::kQueueing].p99_s, 8);  
+  EXPECT_DOUBLE_EQ(s[LatencyPart::kQueueing].p99_s, 8);
   EXPECT_DOUBLE_EQ(s[LatencyPart::kDecode].p99_s, 2);
   EXPECT_EQ(s[LatencyPart::kStall].share, 0);
 }

@@ -102,17 +102,16 @@ TEST(MaxTokens, AMalformedLimitNamesTheOption) {
   WorkloadSpec spec = synthetic("uniform:9:3");
   spec.trace = write_trace("unused.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,5\n");
   spec.arrival = "";
-  EXPECT_EQ(user_error_of([&] { build_workload(spec); }),
-            "--max-tokens: \"uniform:9:3\": B must be an integer >= A");
+  EXPECT_EQ(user_error_of([&] { build_workload(spec); }), "--max-tokens: \"uniform:9:3\": B must be an integer >= A");
 }
 
 // ---- traces -------------------------------------------------------------------------------
 
 constexpr const char* kTraceWithLimits =
     "arrival_s,prompt_tokens,output_tokens,max_tokens\n"
-    "0.0,10,500,100\n"   // EOS after max_tokens: cut to 100
-    "2.0,20,30,64\n"     // EOS first: 30
-    "1.0,30,7,7\n";      // out of order: sorted before the row above, with its limit
+    "0.0,10,500,100\n"  // EOS after max_tokens: cut to 100
+    "2.0,20,30,64\n"    // EOS first: 30
+    "1.0,30,7,7\n";     // out of order: sorted before the row above, with its limit
 
 TEST(MaxTokensTrace, AGenericCsvColumnIsReadInRequestOrder) {
   const auto path = write_trace("limits.csv", kTraceWithLimits);
@@ -123,8 +122,7 @@ TEST(MaxTokensTrace, AGenericCsvColumnIsReadInRequestOrder) {
   EXPECT_EQ(t.requests[0].output_tokens, 500);
   EXPECT_EQ(t.requests[0].max_tokens, 0);
   // A trace without the column has none.
-  EXPECT_TRUE(read_trace_detailed(write_trace("plain.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,5\n"),
-                                  0, 1.0)
+  EXPECT_TRUE(read_trace_detailed(write_trace("plain.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,5\n"), 0, 1.0)
                   .max_tokens.empty());
 }
 

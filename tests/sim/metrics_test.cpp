@@ -17,7 +17,7 @@ TEST(WeightedSamples, NearestRankPercentiles) {
   WeightedSamples s;
   for (int v = 10; v >= 1; --v) s.add(v);  // unsorted input
   EXPECT_EQ(s.count(), 10);
-  EXPECT_DOUBLE_EQ(s.percentile(0.5), 5);   // ceil(0.5*10) = 5th smallest
+  EXPECT_DOUBLE_EQ(s.percentile(0.5), 5);  // ceil(0.5*10) = 5th smallest
   EXPECT_DOUBLE_EQ(s.percentile(0.9), 9);
   EXPECT_DOUBLE_EQ(s.percentile(0.99), 10);
   EXPECT_DOUBLE_EQ(s.percentile(0.0), 1);
@@ -59,7 +59,8 @@ TEST(WeightedSamples, PercentilesInOneWalkAreTheNearestRanksOfTheExpandedSamples
     std::array<double, 6> got{};
     s.percentiles(qs, got);
     for (size_t i = 0; i < qs.size(); ++i) {
-      const auto rank = std::max<size_t>(1, static_cast<size_t>(std::ceil(qs[i] * static_cast<double>(expanded.size()) - 1e-9)));
+      const auto rank =
+          std::max<size_t>(1, static_cast<size_t>(std::ceil(qs[i] * static_cast<double>(expanded.size()) - 1e-9)));
       EXPECT_EQ(got[i], expanded[rank - 1]) << "trial " << trial << " q " << qs[i];
       EXPECT_EQ(got[i], s.percentile(qs[i]));
     }
@@ -85,12 +86,24 @@ TEST(WeightedSamples, RadixSelectedPercentilesAreTheNearestRanks) {
     for (int i = 0; i < n; ++i) {
       double value = 0;
       switch (trial % 6) {
-        case 0: value = gap(rng); break;                                                // decode gaps
-        case 1: value = static_cast<double>(rng() % 5) * 0.001; break;                 // few values, repeats
-        case 2: value = gap(rng) * (rng() % 2 == 0 ? -1.0 : 1.0); break;               // both signs
-        case 3: value = i % 1000 == 0 ? 1e6 : gap(rng); break;                         // far outliers
-        case 4: value = 0.25; break;                                                   // one value
-        case 5: value = std::ldexp(1.0, static_cast<int>(rng() % 80) - 40) * (rng() % 3 == 0 ? -1 : 1); break;
+        case 0:
+          value = gap(rng);
+          break;  // decode gaps
+        case 1:
+          value = static_cast<double>(rng() % 5) * 0.001;
+          break;  // few values, repeats
+        case 2:
+          value = gap(rng) * (rng() % 2 == 0 ? -1.0 : 1.0);
+          break;  // both signs
+        case 3:
+          value = i % 1000 == 0 ? 1e6 : gap(rng);
+          break;  // far outliers
+        case 4:
+          value = 0.25;
+          break;  // one value
+        case 5:
+          value = std::ldexp(1.0, static_cast<int>(rng() % 80) - 40) * (rng() % 3 == 0 ? -1 : 1);
+          break;
       }
       if (trial % 6 == 1 && i % 7 == 0) value = -0.0;
       const auto weight = static_cast<int64_t>(trial % 3 == 0 ? 1 : 1 + rng() % 1000);
@@ -108,7 +121,8 @@ TEST(WeightedSamples, RadixSelectedPercentilesAreTheNearestRanks) {
     std::array<double, qs.size()> got{};
     s.percentiles(qs, got);
     for (size_t i = 0; i < qs.size(); ++i) {
-      const int64_t rank = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(qs[i] * static_cast<double>(total) - 1e-9)));
+      const int64_t rank =
+          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(qs[i] * static_cast<double>(total) - 1e-9)));
       int64_t cumulative = 0;
       double expected = sorted.back().first;
       for (const auto& p : sorted) {

@@ -23,9 +23,18 @@ using testing::user_error_of;
 
 // Every random quantity a workload has, so that a priority stream that disturbed any would show.
 WorkloadSpec synthetic(const std::string& priority) {
-  return {.arrival = "poisson:5", .prompt_len = "uniform:10:500", .output_len = "capexp:100:400",
-          .trace = {}, .num_requests = 4000, .trace_speedup = 1.0, .seed = 17, .prefix = "groups:64:3",
-          .max_tokens = "uniform:50:250", .ignore_eos = false, .priority = priority, .think_time = "uniform:0:2",
+  return {.arrival = "poisson:5",
+          .prompt_len = "uniform:10:500",
+          .output_len = "capexp:100:400",
+          .trace = {},
+          .num_requests = 4000,
+          .trace_speedup = 1.0,
+          .seed = 17,
+          .prefix = "groups:64:3",
+          .max_tokens = "uniform:50:250",
+          .ignore_eos = false,
+          .priority = priority,
+          .think_time = "uniform:0:2",
           .trace_columns = {}};
 }
 
@@ -98,7 +107,9 @@ TEST(WorkloadPriority, DescribeRoundTrips) {
 
 TEST(WorkloadPriority, MalformedSpecsNameTheOptionTheSpecAndTheProblem) {
   const std::pair<std::string, std::string> cases[] = {
-      {"high", "--priority: \"high\": unknown priority distribution \"high\"; expected fixed:P, uniform:A:B or classes:P=W,P=W,..."},
+      {"high",
+       "--priority: \"high\": unknown priority distribution \"high\"; expected fixed:P, uniform:A:B or "
+       "classes:P=W,P=W,..."},
       {"fixed:x", "--priority: \"fixed:x\": P must be an integer >= -2147483648"},
       {"fixed:2147483648", "--priority: \"fixed:2147483648\": P must be at most 2147483647"},
       {"uniform:3:1", "--priority: \"uniform:3:1\": B must be an integer >= A"},
@@ -118,7 +129,8 @@ TEST(WorkloadPriority, MalformedSpecsNameTheOptionTheSpecAndTheProblem) {
 
 TEST(TracePriority, CsvColumnsInEitherOrderAndTheMooncakeKey) {
   const auto generic = read_trace_detailed(
-      trace_file("generic.csv", "arrival_s,prompt_tokens,output_tokens,priority\n0,5,5,2\n1,5,5,-1\n2,5,5,0\n"), 0, 1.0);
+      trace_file("generic.csv", "arrival_s,prompt_tokens,output_tokens,priority\n0,5,5,2\n1,5,5,-1\n2,5,5,0\n"), 0,
+      1.0);
   EXPECT_TRUE(generic.priority_column);
   EXPECT_TRUE(generic.max_tokens.empty());
   ASSERT_EQ(generic.requests.size(), 3u);
@@ -207,8 +219,8 @@ TEST(TracePriority, BadColumnsAndValuesNameTheFileAndLine) {
   }
 }
 
-RequestRecord record(int32_t priority, double arrival_s, double first_token_s, double finished_s,
-                     int32_t output_tokens, RequestState state = RequestState::kFinished) {
+RequestRecord record(int32_t priority, double arrival_s, double first_token_s, double finished_s, int32_t output_tokens,
+                     RequestState state = RequestState::kFinished) {
   RequestRecord r;
   r.priority = priority;
   r.arrival = SimTime::from_seconds(arrival_s);
@@ -221,9 +233,8 @@ RequestRecord record(int32_t priority, double arrival_s, double first_token_s, d
 }
 
 TEST(PriorityClasses, OneClassPerPriorityMostUrgentFirstNoneForASinglePriority) {
-  std::vector<RequestRecord> records = {
-      record(2, 0, 1, 5, 5), record(0, 0, 0.5, 1, 2), record(2, 1, 4, 9, 3),
-      record(2, 0, 0, 0, 1, RequestState::kRejected), record(-1, 0, 0.1, 0.2, 1)};
+  std::vector<RequestRecord> records = {record(2, 0, 1, 5, 5), record(0, 0, 0.5, 1, 2), record(2, 1, 4, 9, 3),
+                                        record(2, 0, 0, 0, 1, RequestState::kRejected), record(-1, 0, 0.1, 0.2, 1)};
   records[2].preemptions = 2;
   const auto classes = summarize_priority_classes(records);
   ASSERT_EQ(classes.size(), 3u);

@@ -21,7 +21,7 @@ namespace {
 class GreedyPolicy final : public Policy {
  public:
   int32_t reject_above = 1 << 30;
-  bool stall = false;               // simulate a buggy policy that never schedules
+  bool stall = false;                    // simulate a buggy policy that never schedules
   SimTime hold_until = SimTime::zero();  // schedule nothing before this time
 
   std::string_view name() const override { return "greedy-test"; }
@@ -70,9 +70,7 @@ class GreedyPolicy final : public Policy {
   std::vector<RequestId> waiting_, running_;
 };
 
-CostModel test_cost_model() {
-  return CostModel(resolve_model("llama-2-7b"), resolve_gpu("a100-80gb"), 1);
-}
+CostModel test_cost_model() { return CostModel(resolve_model("llama-2-7b"), resolve_gpu("a100-80gb"), 1); }
 
 Workload make(std::initializer_list<std::tuple<double, int, int>> rows) {
   Workload w;
@@ -90,10 +88,23 @@ SimTime duration_of(const CostModel& cm, const BatchShape& shape) {
 // exact halves either side of zero, values just below and above a half, and magnitudes up to
 // and past 2^52 ns, where it hands over to the library.
 TEST(SimTime, FromSecondsRoundsAsLlround) {
-  std::vector<double> seconds = {0.0, -0.0, 0.5e-9, -0.5e-9, 1.5e-9, -1.5e-9, 2.5e-9, -2.5e-9,
-                                 0.49999999999999994e-9, std::nextafter(0.5e-9, 1.0),
-                                 std::nextafter(0.5e-9, 0.0), 1e-3, 0.0123456789, 3600.0,
-                                 std::ldexp(1.0, 52) * 1e-9, std::ldexp(1.0, 52) * 1e-9 * 1.5, 1e7};
+  std::vector<double> seconds = {0.0,
+                                 -0.0,
+                                 0.5e-9,
+                                 -0.5e-9,
+                                 1.5e-9,
+                                 -1.5e-9,
+                                 2.5e-9,
+                                 -2.5e-9,
+                                 0.49999999999999994e-9,
+                                 std::nextafter(0.5e-9, 1.0),
+                                 std::nextafter(0.5e-9, 0.0),
+                                 1e-3,
+                                 0.0123456789,
+                                 3600.0,
+                                 std::ldexp(1.0, 52) * 1e-9,
+                                 std::ldexp(1.0, 52) * 1e-9 * 1.5,
+                                 1e7};
   std::mt19937_64 gen(7);
   for (int i = 0; i < 200000; ++i) {
     // Magnitudes from 1e-12 s to 1e8 s, both signs, and exact half-nanoseconds.

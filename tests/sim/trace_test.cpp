@@ -95,8 +95,7 @@ TEST(RealTraces, AzureConversation) {
 }
 
 TEST(RealTraces, MooncakeConversationWithPrefixHashes) {
-  const TraceReadResult t =
-      read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 0, 1.0);
+  const TraceReadResult t = read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 0, 1.0);
   EXPECT_EQ(t.format, TraceFormat::kMooncakeJsonl);
   ASSERT_EQ(t.requests.size(), 12'031u);
   expect_well_formed(t.requests);
@@ -147,8 +146,7 @@ TEST(RealTraces, MaxRequestsTakesTheFirstRows) {
   // More than the trace holds: all of it.
   EXPECT_EQ(read_trace(trace_path("azure-llm-2023/conv.csv"), 50'000, 1.0).size(), all.size());
   // JSONL's first line is data, not a header: max 1 is that line.
-  const TraceReadResult one =
-      read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 1, 1.0);
+  const TraceReadResult one = read_trace_detailed(trace_path("mooncake-fast25/conversation.jsonl"), 1, 1.0);
   ASSERT_EQ(one.requests.size(), 1u);
   EXPECT_EQ(one.requests[0].prompt_tokens, 6758);
   EXPECT_EQ(one.prefix_blocks.offsets.size(), 2u);
@@ -193,8 +191,7 @@ TEST(RealTraces, TraceLengthsWithPoissonArrivals) {
                                    spec.trace.filename().string() + " (azure-csv)");
 
   spec.trace_speedup = 2.0;  // meaningless with generated arrivals: refused, not ignored
-  EXPECT_NE(user_error_of([&] { make_workload(spec); }).find("--trace-speedup: 2 scales"),
-            std::string::npos);
+  EXPECT_NE(user_error_of([&] { make_workload(spec); }).find("--trace-speedup: 2 scales"), std::string::npos);
 }
 
 TEST(RealTraces, MakeWorkloadReplaysTraceTimestampsByDefault) {
@@ -207,8 +204,8 @@ TEST(RealTraces, MakeWorkloadReplaysTraceTimestampsByDefault) {
   ASSERT_EQ(built.requests.size(), 500u);
   for (size_t i = 0; i < direct.size(); ++i) ASSERT_EQ(built.requests[i].arrival, direct[i].arrival);
   EXPECT_EQ(built.prefix_blocks.offsets.size(), 501u);
-  EXPECT_EQ(built.description, "500 requests: arrivals / 2 and lengths from " +
-                                   spec.trace.filename().string() + " (mooncake-jsonl)");
+  EXPECT_EQ(built.description,
+            "500 requests: arrivals / 2 and lengths from " + spec.trace.filename().string() + " (mooncake-jsonl)");
   spec.arrival = "trace";
   EXPECT_EQ(make_workload(spec).back().arrival, direct.back().arrival);
 }
@@ -235,7 +232,8 @@ TEST(TraceFormats, AzureDatesRollOverDaysMonthsYearsAndLeapDays) {
 
 TEST(TraceFormats, GenericCsvWithBomBlankLinesAndSpaces) {
   const auto path = write_file("generic.csv",
-                               "\xEF\xBB\xBF" "arrival_s,prompt_tokens,output_tokens\n"
+                               "\xEF\xBB\xBF"
+                               "arrival_s,prompt_tokens,output_tokens\n"
                                "\n"
                                "100.5, 20, 3\n"
                                "101.0,30,4\n"
@@ -253,15 +251,14 @@ TEST(TraceFormats, UnsortedRowsAreSortedStablyCountedAndReported) {
   const auto path = write_file("unsorted.csv",
                                "arrival_s,prompt_tokens,output_tokens\n"
                                "5,1,1\n"
-                               "3,2,1\n"   // out of order
+                               "3,2,1\n"  // out of order
                                "5,3,1\n"
-                               "3,4,1\n"   // out of order; ties with the row of 2 tokens
+                               "3,4,1\n"  // out of order; ties with the row of 2 tokens
                                "9,5,1\n");
   const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
   EXPECT_EQ(t.rows_out_of_order, 2);
   ASSERT_EQ(t.warnings.size(), 1u);
-  EXPECT_NE(t.warnings[0].find("2 rows have a timestamp earlier than the row above"),
-            std::string::npos);
+  EXPECT_NE(t.warnings[0].find("2 rows have a timestamp earlier than the row above"), std::string::npos);
   expect_well_formed(t.requests);
   std::vector<int32_t> prompts;
   for (const Request& r : t.requests) prompts.push_back(r.prompt_tokens);
@@ -270,11 +267,11 @@ TEST(TraceFormats, UnsortedRowsAreSortedStablyCountedAndReported) {
 }
 
 TEST(TraceFormats, UnsortedMooncakeRowsCarryTheirHashes) {
-  const auto path = write_file("unsorted.jsonl",
-                               R"({"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]})"
-                               "\n"
-                               R"({"timestamp": 10, "input_length": 100, "output_length": 6, "hash_ids": [9]})"
-                               "\n");
+  const auto path =
+      write_file("unsorted.jsonl", R"({"timestamp": 20, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]})"
+                                   "\n"
+                                   R"({"timestamp": 10, "input_length": 100, "output_length": 6, "hash_ids": [9]})"
+                                   "\n");
   const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
   ASSERT_EQ(t.requests.size(), 2u);
   EXPECT_EQ(t.requests[0].prompt_tokens, 100);
@@ -291,17 +288,16 @@ TEST(TraceFormats, MooncakeLinesOutsideTheFastSubsetReadTheSame) {
   // float length) and fall back to nlohmann::json; the result must be as if they were flat,
   // with hash ids neither lost nor doubled.
   const auto path = write_file(
-      "mixed.jsonl",
-      R"({"timestamp": 1.5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], "turn": 3})"
-      "\n"
-      R"({"timestamp": 2, "input_length": 700, "output_length": 6, "hash_ids": [1, 3], "note": "x"})"
-      "\n"
-      R"({"timestamp": 3, "input_l\u0065ngth": 800, "output_length": 7, "hash_ids": [4]})"
-      "\n"
-      R"({ "timestamp" : 4 , "meta": {"a": [1]}, "input_length": 900, "output_length": 8 })"
-      "\n"
-      R"({"timestamp": 5e0, "input_length": 1000, "output_length": 9.0, "hash_ids": []})"
-      "\n");
+      "mixed.jsonl", R"({"timestamp": 1.5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], "turn": 3})"
+                     "\n"
+                     R"({"timestamp": 2, "input_length": 700, "output_length": 6, "hash_ids": [1, 3], "note": "x"})"
+                     "\n"
+                     R"({"timestamp": 3, "input_l\u0065ngth": 800, "output_length": 7, "hash_ids": [4]})"
+                     "\n"
+                     R"({ "timestamp" : 4 , "meta": {"a": [1]}, "input_length": 900, "output_length": 8 })"
+                     "\n"
+                     R"({"timestamp": 5e0, "input_length": 1000, "output_length": 9.0, "hash_ids": []})"
+                     "\n");
   const TraceReadResult t = read_trace_detailed(path, 0, 1.0);
   ASSERT_EQ(t.requests.size(), 5u);
   const int64_t expected_ns[] = {0, 500'000, 1'500'000, 2'500'000, 3'500'000};  // from 1.5 ms
@@ -350,15 +346,11 @@ struct BadFile {
 
 TEST(TraceErrors, MalformedLinesNameFileAndLine) {
   const BadFile cases[] = {
-      {"fields.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n4,5\n",
-       ":4: expected 3 fields, got 2"},
+      {"fields.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n\n4,5\n", ":4: expected 3 fields, got 2"},
       {"many.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3,4\n", ":2: expected 3 fields, got 4"},
-      {"arrival.csv", "arrival_s,prompt_tokens,output_tokens\nsoon,2,3\n",
-       ":2: arrival_s \"soon\" is not a number"},
-      {"tokens.csv", "arrival_s,prompt_tokens,output_tokens\n1,12a,3\n",
-       ":2: prompt_tokens \"12a\" is not an integer"},
-      {"negative.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,-3\n",
-       ":2: output_tokens must be >= 0, got -3"},
+      {"arrival.csv", "arrival_s,prompt_tokens,output_tokens\nsoon,2,3\n", ":2: arrival_s \"soon\" is not a number"},
+      {"tokens.csv", "arrival_s,prompt_tokens,output_tokens\n1,12a,3\n", ":2: prompt_tokens \"12a\" is not an integer"},
+      {"negative.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,-3\n", ":2: output_tokens must be >= 0, got -3"},
       {"huge.csv", "arrival_s,prompt_tokens,output_tokens\n1,3000000000,3\n",
        ":2: prompt_tokens = 3000000000 is more than 2147483647 tokens"},
       {"date.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-29 10:00:00.0,1,1\n",
@@ -373,8 +365,7 @@ TEST(TraceErrors, MalformedLinesNameFileAndLine) {
       {"second_date.csv",
        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,1,1\n2023-11-16X10:00:01.0,1,1\n",
        ":3: TIMESTAMP \"2023-11-16X10:00:01.0\" is not a date"},
-      {"digits.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.1234567891,1,1\n",
-       ":2: TIMESTAMP"},
+      {"digits.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.1234567891,1,1\n", ":2: TIMESTAMP"},
       {"context.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 10:00:00.0,x,1\n",
        ":2: ContextTokens \"x\" is not an integer"},
       {"json.jsonl", "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,\n",
@@ -407,8 +398,7 @@ TEST(TraceErrors, MalformedLinesNameFileAndLine) {
   for (const BadFile& c : cases) {
     const std::filesystem::path path = write_file(c.name, c.contents);
     const std::string message = user_error_of([&] { read_trace(path, 0, 1.0); });
-    EXPECT_EQ(message.rfind(path.string() + c.error, 0), 0u)
-        << c.name << ": " << message;
+    EXPECT_EQ(message.rfind(path.string() + c.error, 0), 0u) << c.name << ": " << message;
   }
 }
 
@@ -417,11 +407,13 @@ TEST(TraceErrors, MalformedLinesNameFileAndLine) {
 TEST(TraceFormats, GzipCompressedTracesReadAsThePlainFile) {
   const std::filesystem::path dir = scratch_dir("trace_test_gzip");
   const std::vector<std::pair<std::string, std::string>> traces = {
-      {"azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,7\n"
-                    "2023-11-16 18:17:04.5000000,200,9\n"},
+      {"azure.csv",
+       "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,7\n"
+       "2023-11-16 18:17:04.5000000,200,9\n"},
       {"generic.csv", "arrival_s,prompt_tokens,output_tokens\n0.5,10,3\n1.25,20,4\n2,30,5\n"},
-      {"mooncake.jsonl", "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [1, 2]}\n"
-                         "{\"timestamp\": 30, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 3]}\n"}};
+      {"mooncake.jsonl",
+       "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [1, 2]}\n"
+       "{\"timestamp\": 30, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 3]}\n"}};
   for (const auto& [name, text] : traces) {
     const TraceReadResult plain = read_trace_detailed(write_text_file(dir, name, text), 0, 1.0);
     const TraceReadResult gz = read_trace_detailed(testing::write_gzip_file(dir, name + ".gz", text), 0, 1.0);
@@ -436,42 +428,33 @@ TEST(TraceFormats, GzipCompressedTracesReadAsThePlainFile) {
   }
   // Errors in a compressed trace name the file and the line, as in a plain one.
   const auto bad = testing::write_gzip_file(dir, "bad.csv.gz", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n4,5\n");
-  EXPECT_EQ(user_error_of([&] { read_trace(bad, 0, 1.0); }),
-            bad.string() + ":3: expected 3 fields, got 2");
+  EXPECT_EQ(user_error_of([&] { read_trace(bad, 0, 1.0); }), bad.string() + ":3: expected 3 fields, got 2");
   // A file that is not gzip at all but named .gz is read as text (zlib looks at the bytes).
   const auto plain_named_gz = write_text_file(dir, "plain.csv.gz", traces[1].second);
   EXPECT_EQ(read_trace(plain_named_gz, 0, 1.0).size(), 3u);
 }
 
 TEST(TraceErrors, MaxRequestsStopsBeforeALaterBadLine) {
-  const auto path = write_file("late_bad.csv",
-                               "arrival_s,prompt_tokens,output_tokens\n1,2,3\n2,3,4\ngarbage\n");
+  const auto path = write_file("late_bad.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n2,3,4\ngarbage\n");
   EXPECT_EQ(read_trace(path, 2, 1.0).size(), 2u);
-  EXPECT_NE(user_error_of([&] { read_trace(path, 3, 1.0); }).find(":4: expected 3 fields, got 1"),
-            std::string::npos);
+  EXPECT_NE(user_error_of([&] { read_trace(path, 3, 1.0); }).find(":4: expected 3 fields, got 1"), std::string::npos);
 }
 
 TEST(TraceErrors, UnreadableFilesAndBadArguments) {
   const std::filesystem::path dir = scratch_dir("trace_test_unreadable");
   EXPECT_EQ(user_error_of([&] { read_trace(dir / "nope.csv", 0, 1.0); }),
             (dir / "nope.csv").string() + ": no such trace file");
-  EXPECT_EQ(user_error_of([&] { read_trace(dir, 0, 1.0); }),
-            dir.string() + ": is a directory, not a trace file");
+  EXPECT_EQ(user_error_of([&] { read_trace(dir, 0, 1.0); }), dir.string() + ": is a directory, not a trace file");
   // An endless device is refused before reading: /dev/zero holds no newline, so reading it
   // line by line would only end when memory does.
   if (std::filesystem::is_character_file("/dev/zero")) {
-    EXPECT_EQ(user_error_of([&] { read_trace("/dev/zero", 0, 1.0); }),
-              "/dev/zero: is a device, not a trace file");
+    EXPECT_EQ(user_error_of([&] { read_trace("/dev/zero", 0, 1.0); }), "/dev/zero: is a device, not a trace file");
   }
   const auto ok = write_file("ok.csv", "arrival_s,prompt_tokens,output_tokens\n1,2,3\n");
-  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, 0.0); }),
-            "--trace-speedup: must be a number > 0, got 0");
-  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, -2.0); }),
-            "--trace-speedup: must be a number > 0, got -2");
-  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, std::nan("")); }),
-            "--trace-speedup: must be a number > 0, got nan");
-  EXPECT_EQ(user_error_of([&] { read_trace(ok, -1, 1.0); }),
-            "--num-requests: must be >= 0 (0 = all), got -1");
+  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, 0.0); }), "--trace-speedup: must be a number > 0, got 0");
+  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, -2.0); }), "--trace-speedup: must be a number > 0, got -2");
+  EXPECT_EQ(user_error_of([&] { read_trace(ok, 0, std::nan("")); }), "--trace-speedup: must be a number > 0, got nan");
+  EXPECT_EQ(user_error_of([&] { read_trace(ok, -1, 1.0); }), "--num-requests: must be >= 0 (0 = all), got -1");
 }
 
 // ---- columns in memory (the Python module's DataFrame workloads) -----------------------------
@@ -569,26 +552,31 @@ TEST(TraceStreams, ReadTheRequestsOfTheWholeFileReaderRowByRow) {
   // both optional columns, zero lengths, a BOM, CRLF and blank lines, gzip, and each with a
   // row limit and a speedup.
   const auto generic = write_file("stream_generic.csv",
-                                  "\xEF\xBB\xBF" "arrival_s,prompt_tokens,output_tokens,priority,max_tokens\r\n"
+                                  "\xEF\xBB\xBF"
+                                  "arrival_s,prompt_tokens,output_tokens,priority,max_tokens\r\n"
                                   "10.5,100,0,2,7\r\n"
                                   "\r\n"
                                   "10.5,0,20,-1,30\r\n"
                                   " 12.25 , 64 , 8 , 0 , 8 \r\n"
                                   "40,1,1,5,1\r\n");
   // JSONL without hash_ids, a priority on one line only, and a line outside the fast subset.
-  const auto jsonl = write_file("stream.jsonl",
-                                "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}\n"
-                                "{\"timestamp\": 1000, \"input_length\": 0, \"output_length\": 3, \"priority\": 2}\n"
-                                "{\"timestamp\": 1500.5, \"input_length\": 7, \"output_length\": 2, \"note\": \"x\"}\n");
+  const auto jsonl =
+      write_file("stream.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}\n"
+                 "{\"timestamp\": 1000, \"input_length\": 0, \"output_length\": 3, \"priority\": 2}\n"
+                 "{\"timestamp\": 1500.5, \"input_length\": 7, \"output_length\": 2, \"note\": \"x\"}\n");
   struct Case {
     std::filesystem::path path;
     int64_t max_requests;
     double speedup;
   };
-  const std::vector<Case> cases = {
-      {trace_path("azure-llm-2023/code.csv"), 0, 1.0},  {trace_path("azure-llm-2023/conv.csv"), 500, 3.0},
-      {jsonl, 0, 0.5}, {jsonl, 1, 1.0}, {generic, 0, 1.0}, {generic, 3, 2.0},
-      {trace_path("azure-llm-2023/code.csv.gz"), 0, 1.0}};
+  const std::vector<Case> cases = {{trace_path("azure-llm-2023/code.csv"), 0, 1.0},
+                                   {trace_path("azure-llm-2023/conv.csv"), 500, 3.0},
+                                   {jsonl, 0, 0.5},
+                                   {jsonl, 1, 1.0},
+                                   {generic, 0, 1.0},
+                                   {generic, 3, 2.0},
+                                   {trace_path("azure-llm-2023/code.csv.gz"), 0, 1.0}};
   for (const Case& c : cases) {
     const std::string what = c.path.filename().string() + " max " + std::to_string(c.max_requests);
     const TraceReadResult whole = read_trace_detailed(c.path, c.max_requests, c.speedup);
@@ -618,23 +606,26 @@ TEST(TraceStreams, RefuseWhatNeedsTheWholeFileNamingTheLine) {
               while (stream.next()) {
               }
             }),
-            unsorted.string() + ":5: timestamp earlier than the row above: --streaming reads a trace in file order "
-                                "and cannot sort it; sort the file by time, or run without --streaming");
+            unsorted.string() +
+                ":5: timestamp earlier than the row above: --streaming reads a trace in file order "
+                "and cannot sort it; sort the file by time, or run without --streaming");
   // Only the rows taken count: the first two of the same file stream.
   TraceStream first_two(unsorted, 2, 1.0);
   std::vector<int32_t> unused;
   EXPECT_EQ(streamed::drain(first_two, unused).size(), 2u);
 
   // Whether rows carry hash_ids is decided by the first row.
-  const auto late = write_file("stream_late_hashes.jsonl",
-                               "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n"
-                               "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [7, 8]}\n");
+  const auto late =
+      write_file("stream_late_hashes.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n"
+                 "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [7, 8]}\n");
   TraceStream late_stream(late, 0, 1.0);
   EXPECT_EQ(late_stream.prefix_block_tokens(), 0);
   EXPECT_EQ(user_error_of([&] { late_stream.next(); }),
-            late.string() + ":2: hash_ids here but not on the first row: --streaming decides from the first row "
-                            "whether requests carry prompt-block hashes; give the first row hash_ids, or run "
-                            "without --streaming");
+            late.string() +
+                ":2: hash_ids here but not on the first row: --streaming decides from the first row "
+                "whether requests carry prompt-block hashes; give the first row hash_ids, or run "
+                "without --streaming");
   const auto empty = write_file("stream_empty.csv", "arrival_s,prompt_tokens,output_tokens\n\n");
   EXPECT_EQ(user_error_of([&] { TraceStream s(empty, 0, 1.0); }), empty.string() + ": no requests in trace");
   const auto bad_later = write_file("stream_bad.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,1\n1,1,1\n2,x,1\n");
@@ -642,17 +633,20 @@ TEST(TraceStreams, RefuseWhatNeedsTheWholeFileNamingTheLine) {
   EXPECT_TRUE(bad.next().has_value());
   EXPECT_EQ(user_error_of([&] { bad.next(); }), bad_later.string() + ":4: prompt_tokens \"x\" is not an integer");
   EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, 0, 0.0); }), "--trace-speedup: must be a number > 0, got 0");
-  EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, -1, 1.0); }), "--num-requests: must be >= 0 (0 = all), got -1");
+  EXPECT_EQ(user_error_of([&] { TraceStream s(bad_later, -1, 1.0); }),
+            "--num-requests: must be >= 0 (0 = all), got -1");
 }
 
 TEST(TraceStreams, HashIdsComeWithTheirRows) {
   // The real Mooncake traces, and rows without hash_ids after the first (empty lists, as the
   // whole-file reader gives them).
-  const auto mixed = write_file("stream_mixed_hashes.jsonl",
-                                "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 2, \"hash_ids\": [1, 2, 3]}\n"
-                                "{\"timestamp\": 5, \"input_length\": 40, \"output_length\": 2}\n"
-                                "{\"timestamp\": 9, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 9]}\n");
-  for (const auto& path : {trace_path("mooncake-fast25/conversation.jsonl"), trace_path("mooncake-fast25/synthetic.jsonl"), mixed}) {
+  const auto mixed =
+      write_file("stream_mixed_hashes.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 2, \"hash_ids\": [1, 2, 3]}\n"
+                 "{\"timestamp\": 5, \"input_length\": 40, \"output_length\": 2}\n"
+                 "{\"timestamp\": 9, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 9]}\n");
+  for (const auto& path :
+       {trace_path("mooncake-fast25/conversation.jsonl"), trace_path("mooncake-fast25/synthetic.jsonl"), mixed}) {
     const TraceReadResult whole = read_trace_detailed(path, 0, 1.0);
     ASSERT_FALSE(whole.prefix_blocks.empty()) << path;
     TraceStream stream(path, 0, 1.0);
@@ -695,7 +689,7 @@ TEST(TraceStreams, AStreamedWorkloadIsTheBuiltOneWithEveryOverride) {
   specs[7].trace = generic;                                           // --prefix on a trace
   specs[7].prefix = "groups:64:3";
   specs[7].seed = 5;
-  specs[8].num_requests = 300;                                        // --prefix, synthetic
+  specs[8].num_requests = 300;  // --prefix, synthetic
   specs[8].arrival = "poisson:4";
   specs[8].prefix = "shared:128";
   for (const WorkloadSpec& spec : specs) {

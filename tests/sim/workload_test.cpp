@@ -86,7 +86,7 @@ TEST(Rng, Uniform01IsTop53BitsAndInUnitInterval) {
   }
   Rng c(8);
   const Moments m = moments(draw([&] { return c.uniform01(); }));
-  EXPECT_NEAR(m.mean, 0.5, 0.003);              // se 0.0009
+  EXPECT_NEAR(m.mean, 0.5, 0.003);  // se 0.0009
   EXPECT_NEAR(m.sd, std::sqrt(1.0 / 12), 0.002);
 }
 
@@ -250,8 +250,7 @@ TEST(ArrivalProcess, GammaRateAndCv) {
     double rate;
     double cv;
     double cv_tolerance;
-  } cases[] = {{"gamma:5:0.5", 5, 0.5, 0.01}, {"gamma:5:1", 5, 1.0, 0.02},
-               {"gamma:5:3", 5, 3.0, 0.08}};
+  } cases[] = {{"gamma:5:0.5", 5, 0.5, 0.01}, {"gamma:5:1", 5, 1.0, 0.02}, {"gamma:5:3", 5, 3.0, 0.08}};
   for (const auto& c : cases) {
     const Moments m = moments(sample_gaps_s(c.spec));
     EXPECT_NEAR(m.mean * c.rate, 1.0, 4 * c.cv / std::sqrt(kSamples)) << c.spec;
@@ -288,8 +287,9 @@ TEST(SpecParsing, EveryMalformedLengthSpecNamesOptionSpecAndProblem) {
     const char* problem;
   } cases[] = {
       {"", "unknown length distribution \"\""},
-      {"poisson:5", "unknown length distribution \"poisson\"; expected fixed:N, uniform:A:B, "
-                    "capexp:MEAN:CAP or lognormal:MEDIAN:SIGMA"},
+      {"poisson:5",
+       "unknown length distribution \"poisson\"; expected fixed:N, uniform:A:B, "
+       "capexp:MEAN:CAP or lognormal:MEDIAN:SIGMA"},
       {"fixed", "expected fixed:N (1 parameter after \"fixed:\")"},
       {"fixed:1:2", "expected fixed:N"},
       {"fixed:", "N must be an integer >= 1"},
@@ -315,10 +315,8 @@ TEST(SpecParsing, EveryMalformedLengthSpecNamesOptionSpecAndProblem) {
       {"lognormal:1000:inf", "SIGMA must be a number >= 0"},
   };
   for (const auto& c : cases) {
-    const std::string message =
-        user_error_of([&] { parse_length_distribution(c.spec, "--prompt-len"); });
-    EXPECT_EQ(message.rfind(std::string("--prompt-len: \"") + c.spec + "\": ", 0), 0u)
-        << message;
+    const std::string message = user_error_of([&] { parse_length_distribution(c.spec, "--prompt-len"); });
+    EXPECT_EQ(message.rfind(std::string("--prompt-len: \"") + c.spec + "\": ", 0), 0u) << message;
     EXPECT_NE(message.find(c.problem), std::string::npos) << c.spec << " -> " << message;
   }
 }
@@ -338,8 +336,9 @@ TEST(SpecParsing, EveryMalformedArrivalSpecNamesOptionSpecAndProblem) {
       {"gamma:5:0", "CV must be a positive number"},
       {"gamma:x:1", "RATE must be a positive number"},
       {"offline:3", "expected offline (0 parameters after \"offline:\")"},
-      {"Poisson:5", "unknown arrival process \"Poisson\"; expected offline, poisson:RATE, "
-                    "gamma:RATE:CV or trace"},
+      {"Poisson:5",
+       "unknown arrival process \"Poisson\"; expected offline, poisson:RATE, "
+       "gamma:RATE:CV or trace"},
       {"trace", "\"trace\" replays a trace's own timestamps; give a trace file (--trace FILE)"},
   };
   for (const auto& c : cases) {
@@ -356,15 +355,14 @@ TEST(SpecParsing, SyntaxListsCoverEveryKind) {
   for (const SpecSyntax& s : arrival_process_syntaxes()) arrivals.emplace_back(s.syntax);
   for (const SpecSyntax& s : length_distribution_syntaxes()) lengths.emplace_back(s.syntax);
   EXPECT_EQ(arrivals, (std::vector<std::string>{"offline", "poisson:RATE", "gamma:RATE:CV", "trace"}));
-  EXPECT_EQ(lengths, (std::vector<std::string>{"fixed:N", "uniform:A:B", "capexp:MEAN:CAP",
-                                               "lognormal:MEDIAN:SIGMA"}));
+  EXPECT_EQ(lengths, (std::vector<std::string>{"fixed:N", "uniform:A:B", "capexp:MEAN:CAP", "lognormal:MEDIAN:SIGMA"}));
   std::vector<std::string> prefixes;
   for (const SpecSyntax& s : prefix_syntaxes()) prefixes.emplace_back(s.syntax);
   EXPECT_EQ(prefixes, (std::vector<std::string>{"shared:TOKENS", "groups:TOKENS:N"}));
   // The unknown-kind message lists them.
-  EXPECT_NE(user_error_of([] { parse_prefix_spec("sys:1", "--prefix"); })
-                .find("expected shared:TOKENS or groups:TOKENS:N"),
-            std::string::npos);
+  EXPECT_NE(
+      user_error_of([] { parse_prefix_spec("sys:1", "--prefix"); }).find("expected shared:TOKENS or groups:TOKENS:N"),
+      std::string::npos);
 }
 
 // ---- synthetic workloads ---------------------------------------------------------------------
@@ -382,8 +380,8 @@ WorkloadSpec poisson_spec(uint64_t seed) {
 bool same_requests(const Workload& a, const Workload& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].id != b[i].id || a[i].arrival != b[i].arrival ||
-        a[i].prompt_tokens != b[i].prompt_tokens || a[i].output_tokens != b[i].output_tokens) {
+    if (a[i].id != b[i].id || a[i].arrival != b[i].arrival || a[i].prompt_tokens != b[i].prompt_tokens ||
+        a[i].output_tokens != b[i].output_tokens) {
       return false;
     }
   }
@@ -453,8 +451,7 @@ TEST(MakeWorkload, OfflineIsTheDefaultAndPutsEveryoneAtZero) {
   }
   EXPECT_TRUE(built.warnings.empty());
   EXPECT_TRUE(built.prefix_blocks.empty());
-  EXPECT_EQ(built.description,
-            "10 requests: offline arrivals, prompt fixed:512, output fixed:128, seed 0");
+  EXPECT_EQ(built.description, "10 requests: offline arrivals, prompt fixed:512, output fixed:128, seed 0");
 }
 
 TEST(MakeWorkload, SpecErrorsNameTheOption) {
@@ -466,13 +463,11 @@ TEST(MakeWorkload, SpecErrorsNameTheOption) {
   };
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = 0; }),
             "--num-requests: a synthetic workload needs --num-requests > 0 (or --trace FILE)");
-  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = -1; }),
-            "--num-requests: must be >= 0, got -1");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.num_requests = -1; }), "--num-requests: must be >= 0, got -1");
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.arrival = "trace"; }),
             "--arrival: \"trace\": \"trace\" replays a trace's own timestamps; give a trace file "
             "(--trace FILE)");
-  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.trace_speedup = 0; }),
-            "--trace-speedup: must be a number > 0, got 0");
+  EXPECT_EQ(error_for([](WorkloadSpec& s) { s.trace_speedup = 0; }), "--trace-speedup: must be a number > 0, got 0");
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.trace_speedup = 2; }),
             "--trace-speedup: 2 scales trace timestamps, but arrivals come from --arrival offline");
   EXPECT_EQ(error_for([](WorkloadSpec& s) { s.output_len = "fixed:0"; }),
@@ -524,8 +519,7 @@ TEST(WorkloadPrefix, GroupsDrawEachRequestsPrefixFromItsOwnStream) {
   EXPECT_EQ(seen.size(), 5u);  // 200 uniform draws among 5 reach all 5
   EXPECT_LT(*seen.rbegin(), 5u);
   // Same spec and seed, same draws.
-  EXPECT_EQ(build_workload(prefix_spec("groups:64:5")).prefix_blocks.hashes,
-            groups.prefix_blocks.hashes);
+  EXPECT_EQ(build_workload(prefix_spec("groups:64:5")).prefix_blocks.hashes, groups.prefix_blocks.hashes);
 }
 
 TEST(WorkloadPrefix, MalformedSpecsNameTheOption) {
@@ -538,8 +532,7 @@ TEST(WorkloadPrefix, MalformedSpecsNameTheOption) {
             "--prefix: \"groups:100\": expected groups:TOKENS:N (2 parameters after \"groups:\")");
   EXPECT_EQ(error_for("groups:100:0"), "--prefix: \"groups:100:0\": N must be an integer >= 1");
   EXPECT_NE(error_for("system:100").find("--prefix: \"system:100\": unknown prefix"), std::string::npos);
-  EXPECT_NE(error_for("shared:2147483647").find("--prefix: request 0 would have a prompt of"),
-            std::string::npos);
+  EXPECT_NE(error_for("shared:2147483647").find("--prefix: request 0 would have a prompt of"), std::string::npos);
 }
 
 WorkloadSpec think_spec(const std::string& think_time) {
@@ -582,8 +575,9 @@ TEST(WorkloadThinkTime, MalformedSpecsNameTheOptionAndStreamingRefusesIt) {
   EXPECT_EQ(error_for("uniform:2:1"), "--think-time: \"uniform:2:1\": B must be a number >= A");
   EXPECT_EQ(error_for("exponential:0"), "--think-time: \"exponential:0\": MEAN must be a positive number");
   EXPECT_EQ(error_for("fixed:2e9"), "--think-time: \"fixed:2e9\": S must be at most 1e+09 s");
-  EXPECT_EQ(error_for("poisson:1"), "--think-time: \"poisson:1\": unknown think time \"poisson\"; expected "
-                                    "fixed:S, uniform:A:B or exponential:MEAN");
+  EXPECT_EQ(error_for("poisson:1"),
+            "--think-time: \"poisson:1\": unknown think time \"poisson\"; expected "
+            "fixed:S, uniform:A:B or exponential:MEAN");
   EXPECT_NE(user_error_of([] { stream_workload(think_spec("fixed:1")); }).find("--streaming with --think-time"),
             std::string::npos);
   std::vector<std::string> syntaxes;
@@ -596,8 +590,7 @@ TEST(WorkloadPrefix, ATraceWithItsOwnHashesRefusesAPrefixAndOneWithoutTakesIt) {
   WorkloadSpec spec;
   spec.prefix = "shared:32";
   spec.trace = testing::write_text_file(
-      dir, "hashed.jsonl",
-      "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n");
+      dir, "hashed.jsonl", "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n");
   const std::string msg = user_error_of([&] { build_workload(spec); });
   EXPECT_NE(msg.find("--prefix shared:32"), std::string::npos) << msg;
   EXPECT_NE(msg.find("hash_ids"), std::string::npos) << msg;
@@ -651,7 +644,8 @@ TEST(WorkloadResample, BlockBootstrapReplicatesAreRunsOfTheTraceWithTheirGaps) {
     spec.seed = seed;
     const Workload again = build_workload(spec).requests;
     EXPECT_EQ(again.size(), w.size());
-    for (size_t k = 0; k < w.size(); ++k) EXPECT_EQ(again[k].arrival, w[k].arrival) << "the same seed, the same replicate";
+    for (size_t k = 0; k < w.size(); ++k)
+      EXPECT_EQ(again[k].arrival, w[k].arrival) << "the same seed, the same replicate";
   }
   EXPECT_EQ(replicates.size(), 6u) << "each seed draws its own replicate";
   // One block as long as the trace is the trace itself.
@@ -684,7 +678,8 @@ TEST(WorkloadResample, DefaultBlockIsSqrtNAndHashesTravelWithTheirRequests) {
     EXPECT_EQ(h[0], static_cast<uint64_t>(i));
     EXPECT_EQ(h[1], static_cast<uint64_t>(1000 + i));
   }
-  EXPECT_EQ(seed_variation(spec), "a block-bootstrap replicate of m.jsonl (blocks of ceil(sqrt(n)) requests; Kuensch 1989)");
+  EXPECT_EQ(seed_variation(spec),
+            "a block-bootstrap replicate of m.jsonl (blocks of ceil(sqrt(n)) requests; Kuensch 1989)");
 }
 
 TEST(WorkloadResample, WhatSeedsVaryIsNamedAndBadSpecsAreRefused) {
@@ -698,7 +693,9 @@ TEST(WorkloadResample, WhatSeedsVaryIsNamedAndBadSpecsAreRefused) {
   synthetic.prompt_len = "uniform:1:9";
   EXPECT_EQ(seed_variation(synthetic), "arrival times, prompt lengths");
   synthetic.resample = "block-bootstrap";
-  EXPECT_NE(user_error_of([&] { build_workload(synthetic); }).find("--resample block-bootstrap: resamples a trace's requests"),
+  EXPECT_NE(user_error_of([&] {
+              build_workload(synthetic);
+            }).find("--resample block-bootstrap: resamples a trace's requests"),
             std::string::npos);
   EXPECT_NE(user_error_of([] { parse_resample_block("bootstrap", "--resample"); }).find("expected block-bootstrap"),
             std::string::npos);
