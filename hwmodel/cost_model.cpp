@@ -87,7 +87,6 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   cost.tokens = tokens;
   const double layers = model_.num_layers;
   const WeightFormat w_format = model_.weight_format;
-  const WeightFormat expert_format = model_.is_moe() ? model_.expert_weight_format : model_.weight_format;
   constexpr int kQkv = static_cast<int>(LayerGemm::qkv);
   constexpr int kO = static_cast<int>(LayerGemm::o);
   constexpr int kUp = static_cast<int>(LayerGemm::mlp_up);

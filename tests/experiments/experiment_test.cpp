@@ -490,8 +490,9 @@ TEST(Compare, TerminalTableShowsIntervalsOverSeedsAndThePairedDifferences) {
   // Table rows fit a wide terminal (the paired-difference lines wrap as prose does).
   std::istringstream lines(text.str());
   for (std::string line; std::getline(lines, line);) {
-    if (line.find(" ± ") != std::string::npos && line.find('%') == std::string::npos)
+    if (line.find(" ± ") != std::string::npos && line.find('%') == std::string::npos) {
       EXPECT_LE(line.size(), 170u) << line;
+    }
   }
 }
 

@@ -206,7 +206,9 @@ TEST(Plan, ARequestNoReplicaCanServeIsWarnedOfAndDoesNotFailEveryCount) {
     EXPECT_EQ(s["requests"]["rejected"], 1);
     EXPECT_EQ(s["requests"]["beyond_context"], 1);
     EXPECT_EQ(s["slo"]["met"].get<bool>(), n == answer) << n << ": " << run_text;
-    if (n == answer) EXPECT_THAT(run_text, HasSubstr("slo: met"));
+    if (n == answer) {
+      EXPECT_THAT(run_text, HasSubstr("slo: met"));
+    }
   }
 }
 

@@ -382,6 +382,14 @@ TEST(BenchmarkReaders, AClosedLoopWithoutSendTimesReplaysAsAClosedLoop) {
   EXPECT_EQ(report["requests_completed"], 40);
 }
 
+// --model (and --policy-opt) as the command line would set them.
+ReplayOverrides model_override(const std::string& model, std::map<std::string, std::string> policy_opts = {}) {
+  ReplayOverrides o;
+  o.model = model;
+  o.policy_opts = std::move(policy_opts);
+  return o;
+}
+
 TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
   const fs::path dir = testing::scratch_dir("bench-readers-bad");
   auto write = [&](const std::string& name, const std::string& text) {
@@ -427,7 +435,7 @@ TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
             write(
                 "b.jsonl",
                 R"({"metadata": {"request_start_ns": 1}, "metrics": {"input_sequence_length": {"value": 5}, "output_sequence_length": {"value": 3}, "time_to_first_token": {"value": 20, "unit": "fortnights"}, "request_latency": {"value": 40}}, "error": null})"),
-            ReplayOverrides{.model = "llama-3.1-8b"});
+            model_override("llama-3.1-8b"));
       }),
       HasSubstr("b.jsonl:1: metric 'time_to_first_token' in unit 'fortnights'"));
   EXPECT_THAT(user_error_of([&] {
@@ -440,8 +448,7 @@ TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
   EXPECT_THAT(user_error_of([&] { read_recording(dir, none); }),
               HasSubstr("neither requests.jsonl (LLMServingSim's bench layout) nor profile_export.jsonl (aiperf)"));
   EXPECT_THAT(user_error_of([&] {
-                read_recording(write("d.jsonl", good_record),
-                               ReplayOverrides{.model = "x", .policy_opts = {{"max_num_seqs", "lots"}}});
+                read_recording(write("d.jsonl", good_record), model_override("x", {{"max_num_seqs", "lots"}}));
               }),
               HasSubstr("--policy-opt max_num_seqs=lots: must be a whole number from 1 to 2^31"));
   // The command line's own checks.

@@ -44,7 +44,8 @@ std::string silicon_row(std::map<std::string, std::string> fields) {
   std::string column;
   bool first = true;
   while (std::getline(header, column, ',')) {
-    line += (first ? "" : ",") + (fields.count(column) ? fields.at(column) : "");
+    if (!first) line += ',';
+    if (fields.count(column)) line += fields.at(column);
     first = false;
   }
   return line + "\n";

@@ -35,6 +35,7 @@ WorkloadSpec synthetic(const std::string& priority) {
           .ignore_eos = false,
           .priority = priority,
           .think_time = "uniform:0:2",
+          .resample = {},
           .trace_columns = {}};
 }
 
