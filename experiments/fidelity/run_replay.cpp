@@ -218,7 +218,10 @@ void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& o
   if (overrides.tp > 0) run.tp = overrides.tp;
   if (overrides.num_gpu_blocks > 0) run.num_gpu_blocks = overrides.num_gpu_blocks;
   if (overrides.max_model_len > 0) run.max_model_len = overrides.max_model_len;
-  for (const auto& [key, value] : overrides.policy_opts) {
+  for (const auto& option : overrides.policy_opts) {
+    // Named, not bound: clang before 16 cannot capture a structured binding in a lambda.
+    const std::string& key = option.first;
+    const std::string& value = option.second;
     auto whole = [&](int64_t min) {
       int64_t v = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
