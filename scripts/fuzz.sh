@@ -33,9 +33,11 @@ seed fuzz_hf_config tests/fuzz/seeds/hf_config/*
 seed fuzz_hardware_profile hwmodel/profiles/*.yaml
 seed fuzz_experiment experiments/data/*.yaml tests/fuzz/seeds/run_config/*
 seed fuzz_llmservingsim tests/fuzz/seeds/llmservingsim/*
+seed fuzz_measurements tests/fuzz/seeds/measurements/*
 
 status=0
-for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment fuzz_llmservingsim; do
+for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment fuzz_llmservingsim \
+    fuzz_measurements; do
   mkdir -p "$build/findings/$harness"
   echo "fuzz: $harness for ${seconds} s"
   if ! "$build/tests/fuzz/$harness" "$build/corpus/$harness" -max_total_time="$seconds" \
