@@ -131,16 +131,19 @@ int calibrate_shapes_command(const std::vector<std::string>& args, std::ostream&
   std::string model_name, weight_dtype = "auto", file;
   ParallelLayout layout;
   po::options_description d("batchsim calibrate shapes options");
-  d.add_options()("model", po::value(&model_name),
-                  "the model: built-in name, Hugging Face id or config.json (as run --model)")(
-      "tp", po::value(&layout.tp), "tensor-parallel degree of attention (default 1)")(
-      "dp", po::value(&layout.dp), "attention data-parallel ranks of an MoE model (default 1)")(
-      "ep", po::value(&layout.ep), "expert parallelism: experts sharded whole over EP GPUs (default 1)")(
-      "moe-tp", po::value(&layout.moe_tp), "the experts' tensor parallelism (default TP x DP / EP)")(
-      "weight-dtype", po::value(&weight_dtype),
-      "auto | bf16 | fp8 | fp8-block | mxfp4 | nvfp4: recorded per GEMM "
-      "(batchsim-calibrate times 16-bit GEMMs)")(
-      "out", po::value(&file), "the shape file to write (default: print it)")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("model", po::value(&model_name), "the model: built-in name, Hugging Face id or config.json (as run --model)")
+      ("tp", po::value(&layout.tp), "tensor-parallel degree of attention (default 1)")
+      ("dp", po::value(&layout.dp), "attention data-parallel ranks of an MoE model (default 1)")
+      ("ep", po::value(&layout.ep), "expert parallelism: experts sharded whole over EP GPUs (default 1)")
+      ("moe-tp", po::value(&layout.moe_tp), "the experts' tensor parallelism (default TP x DP / EP)")
+      ("weight-dtype", po::value(&weight_dtype), "auto | bf16 | fp8 | fp8-block | mxfp4 | nvfp4: recorded per GEMM "
+       "(batchsim-calibrate times 16-bit GEMMs)")
+      ("out", po::value(&file), "the shape file to write (default: print it)")
+      ("help,h", "show this help");
+  // clang-format on
   const po::variables_map vm = parse_command_line(args, d, nullptr, "calibrate shapes");
   if (vm.count("help")) {
     out << "usage: batchsim calibrate shapes --model MODEL [--tp N] [--dp N] [--ep N] [--moe-tp N] --out SHAPES.csv\n\n"

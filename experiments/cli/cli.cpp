@@ -67,167 +67,135 @@ commands:
 // Options that describe one run; shared by `run`, `compare` and `bench`.
 po::options_description run_options() {
   po::options_description d("run options (also accepted as keys of a --config YAML file)");
-  d.add_options()("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")(
-      "model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")(
-      "gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")(
-      "engine", po::value<std::string>(),
-      "engine profile: built-in name or file (default: the policy's "
-      "engine; batchsim list engines)")(
-      "tp", po::value<int>(), "tensor-parallel degree of attention (default 1; vLLM's --tensor-parallel-size)")(
-      "dp", po::value<int>(),
-      "attention data-parallel ranks of a mixture of experts, each with its own scheduler and "
-      "KV cache, stepping together (default 1; vLLM --data-parallel-size, SGLang --dp with "
-      "--enable-dp-attention, TensorRT-LLM enable_attention_dp)")(
-      "ep", po::value<int>(),
-      "expert parallelism: the experts sharded over EP GPUs (default 1; vLLM "
-      "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")(
-      "moe-tp", po::value<int>(),
-      "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
-      "moe_tensor_parallel_size)")(
-      "moe-routing", po::value<std::string>(),
-      "balanced (default) | power:ALPHA: how tokens choose their experts; "
-      "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")(
-      "eplb", po::bool_switch(),
-      "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
-      "--enable-eplb): balanced routing")("policy", po::value<std::string>(),
-                                          "policy or preset name (default continuous)")(
-      "policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")(
-      "replicas", po::value<int>(),
-      "identical replicas (each --tp GPUs, its own policy and KV "
-      "cache) behind a router (default 1)")(
-      "router", po::value<std::string>(),
-      "round-robin | random | least-outstanding | least-kv | "
-      "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")(
-      "prefill-replicas", po::value<int>(),
-      "disaggregated serving: P prefill replicas (with --decode-replicas; "
-      "instead of --replicas). Arrivals go to them by --router; each request's first token is "
-      "computed there and its KV moved to a decode replica")(
-      "decode-replicas", po::value<int>(), "disaggregated serving: D decode replicas, picked by --decode-router")(
-      "prefill-gpu", po::value<std::string>(), "the prefill pool's GPU (default --gpu)")(
-      "decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")(
-      "prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")(
-      "decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")(
-      "prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")(
-      "decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")(
-      "prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")(
-      "decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")(
-      "prefill-policy", po::value<std::string>(),
-      "the prefill pool's policy (default --policy; its "
-      "--policy-opt apply only to --policy)")("decode-policy", po::value<std::string>(),
-                                              "the decode pool's policy (default --policy)")(
-      "prefill-policy-opt", po::value<std::vector<std::string>>()->composing(),
-      "KEY=VALUE for the prefill pool's policy (repeatable)")("decode-policy-opt",
-                                                              po::value<std::vector<std::string>>()->composing(),
-                                                              "KEY=VALUE for the decode pool's policy (repeatable)")(
-      "prefill-engine", po::value<std::string>(),
-      "the prefill pool's engine profile: built-in name or file "
-      "(default --engine, else the prefill policy's engine; batchsim list engines)")(
-      "decode-engine", po::value<std::string>(),
-      "the decode pool's engine profile (default --engine, else "
-      "the decode policy's engine)")("prefill-num-gpu-blocks", po::value<int64_t>(),
-                                     "the prefill pool's --num-gpu-blocks")(
-      "decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")(
-      "decode-router", po::value<std::string>(),
-      "how a prefilled request picks its decode replica: "
-      "round-robin | random | least-outstanding | least-kv | prefix (default --router)")(
-      "kv-link", po::value<std::string>(),
-      "the link KV moves over: nvlink | ib | roce | pcie "
-      "(default ib, 400 Gb/s per GPU; batchsim list links)")(
-      "kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")(
-      "kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")(
-      "kv-transfer", po::value<std::string>(),
-      "pull: the whole KV after the prefill, once the decode "
-      "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
-      "layer's share exposed (Splitwise) (default pull)")(
-      "weight-dtype", po::value<std::string>(),
-      "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
-      "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")(
-      "kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")(
-      "arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")(
-      "trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")(
-      "num-requests", po::value<int64_t>(),
-      "number of requests (default 1000; with --trace, every "
-      "request of the trace unless N is given: then its first N)")(
-      "prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")(
-      "output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")(
-      "trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")(
-      "prefix", po::value<std::string>(),
-      "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
-      "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")(
-      "max-tokens", po::value<std::string>(),
-      "the client's limit on output tokens, as --prompt-len: the "
-      "output ends at EOS (--output-len or the trace's) or at max_tokens, whichever comes first; "
-      "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")(
-      "ignore-eos", po::bool_switch(),
-      "every request runs to its max_tokens, as benchmarks send them "
-      "(vllm bench serve --ignore-eos)")(
-      "priority", po::value<std::string>(),
-      "fixed:P | uniform:A:B | classes:P=W,P=W,...: each request's "
-      "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
-      "its own; replaces a trace's priority column (default: the trace's, else 0)")(
-      "seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")(
-      "seeds", po::value<int64_t>(),
-      "N runs, seeds --seed .. --seed + N - 1, each figure reported as its "
-      "95% confidence interval over them (default 1); a trace replayed as recorded is then resampled "
-      "(--resample block-bootstrap)")(
-      "resample", po::value<std::string>(),
-      "block-bootstrap | block-bootstrap:B: replay a replicate of the "
-      "trace drawn from the seed, runs of B consecutive requests (default sqrt(n)) from random places "
-      "of it (Kuensch's moving-block bootstrap; default: the trace as recorded)")(
-      "gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")(
-      "max-concurrency", po::value<int64_t>(),
-      "closed-loop clients: at most C requests in flight, the next "
-      "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
-      "closed loop; default 0: open loop)")(
-      "think-time", po::value<std::string>(),
-      "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
-      "--max-concurrency, how long a client waits before sending each request, after the response that "
-      "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
-      "stream of its own")(
-      "client-connections", po::value<int64_t>(),
-      "with --max-concurrency, the client's HTTP connection pool: "
-      "at most N requests at the server, the others waiting at the client with their clock running "
-      "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")(
-      "max-model-len", po::value<int64_t>(),
-      "the longest context a request may fill, prompt + output (vLLM "
-      "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")(
-      "num-gpu-blocks", po::value<int64_t>(),
-      "KV cache of N blocks instead of sizing it from GPU memory "
-      "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
-      "reserving ones (default 0: from memory)")(
-      "slo", po::value<std::string>(),
-      "KEY=BOUND,...: upper bounds on summary.json figures, by path "
-      "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
-      "slo says whether the run met them (a rejected request is a violation)")(
-      "goodput", po::value<std::vector<std::string>>()->multitoken(),
-      "KEY:MS ... (ttft, tpot, e2el; "
-      "vllm bench serve --goodput): a request is good when it completed within every threshold; "
-      "summary.json's goodput and bench.json's request_goodput")(
-      "percentile-metrics", po::value<std::string>(),
-      "bench.json: metrics given mean/median/std/"
-      "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")(
-      "metric-percentiles", po::value<std::string>(),
-      "bench.json: percentiles of those metrics, "
-      "e.g. 50,90,99 (vllm bench serve; default 99)")(
-      "out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")(
-      "iteration-log", po::value<std::string>()->implicit_value("true")->value_name("ids"),
-      "also write iterations.csv; --iteration-log=ids adds each iteration's requests (columns "
-      "prefill_chunks, decode_ids)")(
-      "chrome-trace", po::value<std::string>()->value_name("FILE"),
-      "write the run as a Chrome / "
-      "Perfetto trace (open it in ui.perfetto.dev): iterations per replica, request phases, KV and "
-      "queue counters")("chrome-trace-requests", po::value<int64_t>()->value_name("N"),
-                        "the trace draws the phases of "
-                        "the first N requests (default 2000; 0: none); iterations and counters are always whole")(
-      "streaming", po::bool_switch(),
-      "bounded memory for long runs (run only): arrivals generated or a time-ordered "
-      "--trace read lazily, "
-      "state kept for requests in flight, requests.csv written as requests settle (in that order), "
-      "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")(
-      "no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")(
-      "streaming-slots", po::value<int64_t>()->value_name("N"),
-      "streaming: requests in flight at most "
-      "(default 262144; a run that has more stops with an error)")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("config", po::value<std::string>(), "YAML file with any of these keys; flags override it")
+      ("model", po::value<std::string>(), "built-in model name or HF config.json (default llama-2-7b)")
+      ("gpu", po::value<std::string>(), "built-in GPU name or profile file (default a100-80gb)")
+      ("engine", po::value<std::string>(), "engine profile: built-in name or file (default: the policy's "
+       "engine; batchsim list engines)")
+      ("tp", po::value<int>(), "tensor-parallel degree of attention (default 1; vLLM's --tensor-parallel-size)")
+      ("dp", po::value<int>(), "attention data-parallel ranks of a mixture of experts, each with its own scheduler and "
+       "KV cache, stepping together (default 1; vLLM --data-parallel-size, SGLang --dp with "
+       "--enable-dp-attention, TensorRT-LLM enable_attention_dp)")
+      ("ep", po::value<int>(), "expert parallelism: the experts sharded over EP GPUs (default 1; vLLM "
+       "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")
+      ("moe-tp", po::value<int>(), "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
+       "moe_tensor_parallel_size)")
+      ("moe-routing", po::value<std::string>(), "balanced (default) | power:ALPHA: how tokens choose their experts; "
+       "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")
+      ("eplb", po::bool_switch(), "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
+       "--enable-eplb): balanced routing")
+      ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
+      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
+      ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
+       "cache) behind a router (default 1)")
+      ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
+       "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")
+      ("prefill-replicas", po::value<int>(), "disaggregated serving: P prefill replicas (with --decode-replicas; "
+       "instead of --replicas). Arrivals go to them by --router; each request's first token is "
+       "computed there and its KV moved to a decode replica")
+      ("decode-replicas", po::value<int>(), "disaggregated serving: D decode replicas, picked by --decode-router")
+      ("prefill-gpu", po::value<std::string>(), "the prefill pool's GPU (default --gpu)")
+      ("decode-gpu", po::value<std::string>(), "the decode pool's GPU (default --gpu)")
+      ("prefill-tp", po::value<int>(), "the prefill pool's tensor-parallel degree (default --tp)")
+      ("decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")
+      ("prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")
+      ("decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")
+      ("prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")
+      ("decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")
+      ("prefill-policy", po::value<std::string>(), "the prefill pool's policy (default --policy; its "
+       "--policy-opt apply only to --policy)")
+      ("decode-policy", po::value<std::string>(), "the decode pool's policy (default --policy)")
+      ("prefill-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the prefill pool's policy (repeatable)")
+      ("decode-policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE for the decode pool's policy (repeatable)")
+      ("prefill-engine", po::value<std::string>(), "the prefill pool's engine profile: built-in name or file "
+       "(default --engine, else the prefill policy's engine; batchsim list engines)")
+      ("decode-engine", po::value<std::string>(), "the decode pool's engine profile (default --engine, else "
+       "the decode policy's engine)")
+      ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
+      ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
+      ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
+       "round-robin | random | least-outstanding | least-kv | prefix (default --router)")
+      ("kv-link", po::value<std::string>(), "the link KV moves over: nvlink | ib | roce | pcie "
+       "(default ib, 400 Gb/s per GPU; batchsim list links)")
+      ("kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")
+      ("kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")
+      ("kv-transfer", po::value<std::string>(), "pull: the whole KV after the prefill, once the decode "
+       "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
+       "layer's share exposed (Splitwise) (default pull)")
+      ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
+       "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")
+      ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
+      ("arrival", po::value<std::string>(), "offline | poisson:RATE | gamma:RATE:CV | trace")
+      ("trace", po::value<std::string>(), "trace file (Azure CSV, generic CSV, Mooncake JSONL)")
+      ("num-requests", po::value<int64_t>(), "number of requests (default 1000; with --trace, every "
+       "request of the trace unless N is given: then its first N)")
+      ("prompt-len", po::value<std::string>(), "fixed:N | uniform:A:B | capexp:MEAN:CAP | lognormal:MEDIAN:SIGMA")
+      ("output-len", po::value<std::string>(), "as --prompt-len (default capexp:128:512)")
+      ("trace-speedup", po::value<double>(), "divide trace arrival offsets by this factor")
+      ("prefix", po::value<std::string>(), "shared:TOKENS | groups:TOKENS:N: every prompt starts with a shared "
+       "prefix of TOKENS tokens (one of N), added to its sampled or trace length; for prefix caching")
+      ("max-tokens", po::value<std::string>(), "the client's limit on output tokens, as --prompt-len: the "
+       "output ends at EOS (--output-len or the trace's) or at max_tokens, whichever comes first; "
+       "reserving policies reserve for it (default: the output length, or a trace's max_tokens column)")
+      ("ignore-eos", po::bool_switch(), "every request runs to its max_tokens, as benchmarks send them "
+       "(vllm bench serve --ignore-eos)")
+      ("priority", po::value<std::string>(), "fixed:P | uniform:A:B | classes:P=W,P=W,...: each request's "
+       "priority (smaller first under --policy-opt scheduling_policy=priority), from a random stream of "
+       "its own; replaces a trace's priority column (default: the trace's, else 0)")
+      ("seed", po::value<std::string>(), "random seed, 0 to 2^64-1 (default 0)")
+      ("seeds", po::value<int64_t>(), "N runs, seeds --seed .. --seed + N - 1, each figure reported as its "
+       "95% confidence interval over them (default 1); a trace replayed as recorded is then resampled "
+       "(--resample block-bootstrap)")
+      ("resample", po::value<std::string>(), "block-bootstrap | block-bootstrap:B: replay a replicate of the "
+       "trace drawn from the seed, runs of B consecutive requests (default sqrt(n)) from random places "
+       "of it (Kuensch's moving-block bootstrap; default: the trace as recorded)")
+      ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
+      ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
+       "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
+       "closed loop; default 0: open loop)")
+      ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
+       "--max-concurrency, how long a client waits before sending each request, after the response that "
+       "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
+       "stream of its own")
+      ("client-connections", po::value<int64_t>(), "with --max-concurrency, the client's HTTP connection pool: "
+       "at most N requests at the server, the others waiting at the client with their clock running "
+       "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")
+      ("max-model-len", po::value<int64_t>(), "the longest context a request may fill, prompt + output (vLLM "
+       "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")
+      ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
+       "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
+       "reserving ones (default 0: from memory)")
+      ("slo", po::value<std::string>(), "KEY=BOUND,...: upper bounds on summary.json figures, by path "
+       "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
+       "slo says whether the run met them (a rejected request is a violation)")
+      ("goodput", po::value<std::vector<std::string>>()->multitoken(), "KEY:MS ... (ttft, tpot, e2el; "
+       "vllm bench serve --goodput): a request is good when it completed within every threshold; "
+       "summary.json's goodput and bench.json's request_goodput")
+      ("percentile-metrics", po::value<std::string>(), "bench.json: metrics given mean/median/std/"
+       "percentiles, of ttft,tpot,itl,e2el (vllm bench serve; default ttft,tpot,itl)")
+      ("metric-percentiles", po::value<std::string>(), "bench.json: percentiles of those metrics, "
+       "e.g. 50,90,99 (vllm bench serve; default 99)")
+      ("out", po::value<std::string>(), "write summary.json, bench.json, requests.csv[, iterations.csv] here")
+      ("iteration-log", po::value<std::string>()->implicit_value("true")->value_name("ids"),
+       "also write iterations.csv; --iteration-log=ids adds each iteration's requests (columns "
+       "prefill_chunks, decode_ids)")
+      ("chrome-trace", po::value<std::string>()->value_name("FILE"), "write the run as a Chrome / "
+       "Perfetto trace (open it in ui.perfetto.dev): iterations per replica, request phases, KV and "
+       "queue counters")
+      ("chrome-trace-requests", po::value<int64_t>()->value_name("N"), "the trace draws the phases of "
+       "the first N requests (default 2000; 0: none); iterations and counters are always whole")
+      ("streaming", po::bool_switch(), "bounded memory for long runs (run only): arrivals generated or a time-ordered "
+       "--trace read lazily, "
+       "state kept for requests in flight, requests.csv written as requests settle (in that order), "
+       "percentiles from a DDSketch within 1% (default: on above 2000000 synthetic requests)")
+      ("no-streaming", po::bool_switch(), "exact mode whatever the request count (every record kept)")
+      ("streaming-slots", po::value<int64_t>()->value_name("N"), "streaming: requests in flight at most "
+       "(default 262144; a run that has more stops with an error)")
+      ("help,h", "show this help");
+  // clang-format on
   return d;
 }
 
@@ -586,15 +554,18 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
   const VllmSpellings spelled = respelled(given, err);
   const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
-  desc.add_options()("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")(
-      "policies", po::value<std::string>(), "quick mode: comma-separated policies or presets")(
-      "jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")(
-      "shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")(
-      "no-plots", po::bool_switch(), "do not run plots/make_figures.py")(
-      "max-runs", po::value<int64_t>(),
-      "refuse an experiment that expands to more runs than "
-      "this (default: the file's max-runs, else 100000)")("dry-run", po::bool_switch(),
-                                                          "list the runs the experiment expands to, run nothing");
+  // One option a line, as --help lists them.
+  // clang-format off
+  desc.add_options()
+      ("experiment", po::value<std::string>(), "experiment file (also the first positional argument)")
+      ("policies", po::value<std::string>(), "quick mode: comma-separated policies or presets")
+      ("jobs,j", po::value<int>(), "simulations run in parallel (default: the machine's cores)")
+      ("shard", po::value<std::string>(), "K/N: run only combinations i with i % N == K (K from 0)")
+      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
+      ("max-runs", po::value<int64_t>(), "refuse an experiment that expands to more runs than "
+       "this (default: the file's max-runs, else 100000)")
+      ("dry-run", po::bool_switch(), "list the runs the experiment expands to, run nothing");
+  // clang-format on
   po::positional_options_description positional;
   positional.add("experiment", 1);
   const auto vm = parse(args, desc, &positional);
@@ -745,40 +716,37 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
                                            "decode-replicas"};
   auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
   po::options_description own("plan options");
-  own.add_options()("gpu", po::value<std::string>(),
-                    "candidate GPUs: built-in names or profile files, comma-separated")(
-      "tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")(
-      "dp", po::value<std::string>(),
-      "a mixture of experts' candidate attention data-parallel ranks, comma-separated "
-      "(default 1; every --tp x --dp x --ep the model can run is planned)")(
-      "ep", po::value<std::string>(),
-      "a mixture of experts' candidate expert-parallel degrees, comma-separated "
-      "(default 1)")("slo", po::value<std::vector<std::string>>()->composing(),
-                     "KEY=BOUND[,...]: upper bounds every "
-                     "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")(
-      "max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")(
-      "price", po::value<std::vector<std::string>>()->composing(),
-      "GPU=USD per GPU-hour, over the profile's "
-      "price_per_hour (repeatable)")("window", po::value<double>()->default_value(60), "busy-window width in seconds")(
-      "recommend", po::value<std::string>()->default_value("busiest-window"),
-      "what the recommendation asks: "
-      "busiest-window (every SLO over the whole workload and in its busiest --window) | whole-workload")(
-      "disaggregated", po::bool_switch(),
-      "also search prefill/decode deployments: for each GPU (pair) and TP "
-      "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
-      "other settings are run's --prefill-*/--decode-* options")(
-      "prefill-gpu", po::value<std::string>(),
-      "with --disaggregated: the prefill pool's candidate GPUs, "
-      "comma-separated (default: each --gpu paired with itself)")(
-      "decode-gpu", po::value<std::string>(), "with --disaggregated: the decode pool's candidate GPUs (default --gpu)")(
-      "prefill-tp", po::value<std::string>(), "with --disaggregated: the prefill pool's TP degrees (default --tp)")(
-      "decode-tp", po::value<std::string>(), "with --disaggregated: the decode pool's TP degrees (default --tp)")(
-      "attainment", po::value<double>()->default_value(90),
-      "with --goodput: the percentage of requests that "
-      "must meet the thresholds, at the replayed rate and for per-GPU goodput (DistServe's SLO attainment)")(
-      "jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")(
-      "out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")(
-      "no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
+  // One option a line, as --help lists them.
+  // clang-format off
+  own.add_options()
+      ("gpu", po::value<std::string>(), "candidate GPUs: built-in names or profile files, comma-separated")
+      ("tp", po::value<std::string>(), "candidate tensor-parallel degrees, comma-separated (default 1)")
+      ("dp", po::value<std::string>(), "a mixture of experts' candidate attention data-parallel ranks, comma-separated "
+       "(default 1; every --tp x --dp x --ep the model can run is planned)")
+      ("ep", po::value<std::string>(), "a mixture of experts' candidate expert-parallel degrees, comma-separated "
+       "(default 1)")
+      ("slo", po::value<std::vector<std::string>>()->composing(), "KEY=BOUND[,...]: upper bounds every "
+       "answer must meet, e.g. ttft_p99=2s,tbt_p99=100ms or ttft_p99_s=2 (repeatable; run's --slo keys)")
+      ("max-replicas", po::value<int>()->default_value(32), "the most replicas tried per GPU and TP")
+      ("price", po::value<std::vector<std::string>>()->composing(), "GPU=USD per GPU-hour, over the profile's "
+       "price_per_hour (repeatable)")
+      ("window", po::value<double>()->default_value(60), "busy-window width in seconds")
+      ("recommend", po::value<std::string>()->default_value("busiest-window"), "what the recommendation asks: "
+       "busiest-window (every SLO over the whole workload and in its busiest --window) | whole-workload")
+      ("disaggregated", po::bool_switch(), "also search prefill/decode deployments: for each GPU (pair) and TP "
+       "(pair), the P:D split with the fewest GPUs (lowest cost when priced) that meets the SLOs; the pools' "
+       "other settings are run's --prefill-*/--decode-* options")
+      ("prefill-gpu", po::value<std::string>(), "with --disaggregated: the prefill pool's candidate GPUs, "
+       "comma-separated (default: each --gpu paired with itself)")
+      ("decode-gpu", po::value<std::string>(), "with --disaggregated: the decode pool's candidate GPUs (default --gpu)")
+      ("prefill-tp", po::value<std::string>(), "with --disaggregated: the prefill pool's TP degrees (default --tp)")
+      ("decode-tp", po::value<std::string>(), "with --disaggregated: the decode pool's TP degrees (default --tp)")
+      ("attainment", po::value<double>()->default_value(90), "with --goodput: the percentage of requests that "
+       "must meet the thresholds, at the replayed rate and for per-GPU goodput (DistServe's SLO attainment)")
+      ("jobs,j", po::value<int>(), "candidates planned in parallel (default: the machine's cores)")
+      ("out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")
+      ("no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
+  // clang-format on
   desc.add(own);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
@@ -844,9 +812,14 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   po::options_description desc("merge options");
-  desc.add_options()("dirs", po::value<std::vector<std::string>>()->multitoken(), "results folders of the shards")(
-      "out", po::value<std::string>(), "folder for the merged results (required)")(
-      "no-plots", po::bool_switch(), "do not run plots/make_figures.py")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  desc.add_options()
+      ("dirs", po::value<std::vector<std::string>>()->multitoken(), "results folders of the shards")
+      ("out", po::value<std::string>(), "folder for the merged results (required)")
+      ("no-plots", po::bool_switch(), "do not run plots/make_figures.py")
+      ("help,h", "show this help");
+  // clang-format on
   po::positional_options_description positional;
   positional.add("dirs", -1);
   const auto vm = parse(args, desc, &positional);
@@ -1007,10 +980,12 @@ int cmd_bench(const std::vector<std::string>& given, std::ostream& out, std::ost
   const VllmSpellings spelled = respelled(given, err);
   const std::vector<std::string>& args = spelled.args;
   auto desc = run_options();
-  desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")(
-      "no-fast-forward", po::bool_switch(),
-      "step every decode iteration one by one (to measure "
-      "what fast-forward saves; results are identical)");
+  // One option a line, as --help lists them.
+  // clang-format off
+  desc.add_options()("repeat", po::value<int>()->default_value(5), "runs to time (the best is reported)")
+      ("no-fast-forward", po::bool_switch(), "step every decode iteration one by one (to measure "
+       "what fast-forward saves; results are identical)");
+  // clang-format on
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     fmt::print(out, "usage: batchsim bench [options]\n\n{}\n", fmt::streamed(desc));

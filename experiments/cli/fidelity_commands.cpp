@@ -26,25 +26,28 @@ namespace {
 int calibrate_engine_command(const std::vector<std::string>& args, std::ostream& out) {
   EngineFitOptions o;
   po::options_description d("batchsim calibrate engine options");
-  d.add_options()("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")(
-      "gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")(
-      "backend", po::value(&o.backend), "the rows of this backend: vllm, sglang, trtllm (required)")(
-      "engine", po::value(&o.base_engine),
-      "the engine to fit the residual of (default: the backend's: vllm, "
-      "sglang or trtllm); its own residual is replaced")(
-      "holdout", po::value(&o.holdout),
-      "osl (default): fit on every other distinct output length, score "
-      "on the rest | isl: the same by prompt length | none: fit on every row")(
-      "name", po::value(&o.name), "name of the fitted engine (default: BASE-fitted)")(
-      "system", po::value(&o.system), "rows of this system only (default h100_sxm)")(
-      "policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the backend's)")(
-      "models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")(
-      "deployment", po::value(&o.deployment), "as for validate-serving (default by-backend)")(
-      "requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20)")(
-      "think-time", po::value(&o.think_time),
-      "each replayed client's turnaround, as for validate-serving "
-      "(default: none)")("out", po::value(&o.out), "write the fitted engine profile (YAML)")(
-      "report", po::value(&o.report), "write the fit's figures as JSON")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
+      ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
+      ("backend", po::value(&o.backend), "the rows of this backend: vllm, sglang, trtllm (required)")
+      ("engine", po::value(&o.base_engine), "the engine to fit the residual of (default: the backend's: vllm, "
+       "sglang or trtllm); its own residual is replaced")
+      ("holdout", po::value(&o.holdout), "osl (default): fit on every other distinct output length, score "
+       "on the rest | isl: the same by prompt length | none: fit on every row")
+      ("name", po::value(&o.name), "name of the fitted engine (default: BASE-fitted)")
+      ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
+      ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the backend's)")
+      ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
+      ("deployment", po::value(&o.deployment), "as for validate-serving (default by-backend)")
+      ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20)")
+      ("think-time", po::value(&o.think_time), "each replayed client's turnaround, as for validate-serving "
+       "(default: none)")
+      ("out", po::value(&o.out), "write the fitted engine profile (YAML)")
+      ("report", po::value(&o.report), "write the fit's figures as JSON")
+      ("help,h", "show this help");
+  // clang-format on
   const po::variables_map vm = parse_command_line(args, d, nullptr, "calibrate engine");
   if (vm.count("help")) {
     out << "usage: batchsim calibrate engine --measurements FILE.csv --gpu PROFILE --backend B --out ENGINE.yaml "
@@ -61,22 +64,23 @@ int calibrate_fit_command(const std::vector<std::string>& args, std::ostream& ou
   ValidateOptions o;
   std::string dir, profile_out, report_out;
   po::options_description d("batchsim calibrate fit options");
-  d.add_options()("measurements", po::value(&dir),
-                  "measurement directory written by batchsim-calibrate, or one of its CSVs")(
-      "out", po::value(&profile_out), "the hardware profile to write (YAML)")(
-      "device", po::value(&o.device),
-      "the GPU folder to read when the tree holds several "
-      "(compute/<device>/..., e.g. a100)")("fit-on", po::value(&o.fit_on),
-                                           "model whose rows to fit on (default: the first measured)")(
-      "base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from the device)")(
-      "kernels", po::value(&o.kernels),
-      "whose kernels the measurements timed, recorded in the fitted profile "
-      "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
-      "version, an LLMServingSim profile's vllm_version)")("report", po::value(&report_out),
-                                                           "also write the full error report as JSON")(
-      "framework", po::value(&o.framework),
-      "kernel tables (aiconfigurator layout): whose kernels, vllm | "
-      "sglang | trtllm (default vllm)")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("measurements", po::value(&dir), "measurement directory written by batchsim-calibrate, or one of its CSVs")
+      ("out", po::value(&profile_out), "the hardware profile to write (YAML)")
+      ("device", po::value(&o.device), "the GPU folder to read when the tree holds several "
+       "(compute/<device>/..., e.g. a100)")
+      ("fit-on", po::value(&o.fit_on), "model whose rows to fit on (default: the first measured)")
+      ("base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from the device)")
+      ("kernels", po::value(&o.kernels), "whose kernels the measurements timed, recorded in the fitted profile "
+       "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
+       "version, an LLMServingSim profile's vllm_version)")
+      ("report", po::value(&report_out), "also write the full error report as JSON")
+      ("framework", po::value(&o.framework), "kernel tables (aiconfigurator layout): whose kernels, vllm | "
+       "sglang | trtllm (default vllm)")
+      ("help,h", "show this help");
+  // clang-format on
   po::positional_options_description pos;
   pos.add("measurements", 1);
   const po::variables_map vm = parse_command_line(args, d, &pos, "calibrate fit");
@@ -90,11 +94,15 @@ int calibrate_fit_command(const std::vector<std::string>& args, std::ostream& ou
 int calibrate_transfer_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string from, to, profile_out, name;
   po::options_description d("batchsim calibrate transfer options");
-  d.add_options()("profile", po::value(&from), "the fitted profile to transfer (a built-in name or a profile file)")(
-      "to", po::value(&to), "the datasheet GPU whose ceilings it moves onto (batchsim list gpus, or a file)")(
-      "out", po::value(&profile_out), "the profile to write (YAML; its GEMM tables beside it)")(
-      "name", po::value(&name), "the written profile's name (default: the --out file name without extension)")(
-      "help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("profile", po::value(&from), "the fitted profile to transfer (a built-in name or a profile file)")
+      ("to", po::value(&to), "the datasheet GPU whose ceilings it moves onto (batchsim list gpus, or a file)")
+      ("out", po::value(&profile_out), "the profile to write (YAML; its GEMM tables beside it)")
+      ("name", po::value(&name), "the written profile's name (default: the --out file name without extension)")
+      ("help,h", "show this help");
+  // clang-format on
   po::positional_options_description pos;
   pos.add("profile", 1);
   const po::variables_map vm = parse_command_line(args, d, &pos, "calibrate transfer");
@@ -111,28 +119,31 @@ int validate_command(const std::vector<std::string>& args, std::ostream& out) {
   ValidateOptions o;
   std::string measurements, out_json, profile_out;
   po::options_description d("batchsim validate options");
-  d.add_options()("measurements", po::value(&measurements), "measurement directory (Vidur CSV schema)")(
-      "fit-on", po::value(&o.fit_on), "model whose rows the profile is fitted on, e.g. llama-2-7b")(
-      "out", po::value(&out_json), "write the report as JSON here")("device", po::value(&o.device),
-                                                                    "GPU folder of a Vidur tree, e.g. a100 or a40")(
-      "base-gpu", po::value(&o.base_gpu), "datasheet GPU for the ceilings (default: from --device)")(
-      "profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")(
-      "fallback-gpu", po::value(&o.fallback_gpu),
-      "profile whose attention parameters are used when the measurements have no attention")(
-      "kernels", po::value(&o.kernels),
-      "whose kernels the measurements timed, recorded in the fitted profile "
-      "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
-      "version, an LLMServingSim profile's vllm_version)")("gpu", po::value(&o.gpu),
-                                                           "check this profile (name or file) instead of fitting one")(
-      "engine", po::value(&o.engine),
-      "with --gpu: score Vidur's CPU-overhead rows on this engine's CPU cost (default vllm)")(
-      "framework", po::value(&o.framework),
-      "kernel tables: whose kernels, vllm | sglang | trtllm "
-      "(default vllm)")("profile-name", po::value(&o.profile_name),
-                        "kernel tables: the name of the --profile-out profile")(
-      "rows-out", po::value<std::string>(),
-      "kernel tables: write every scored row (operator, shape, "
-      "measured and predicted ms) as CSV")("help,h", "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("measurements", po::value(&measurements), "measurement directory (Vidur CSV schema)")
+      ("fit-on", po::value(&o.fit_on), "model whose rows the profile is fitted on, e.g. llama-2-7b")
+      ("out", po::value(&out_json), "write the report as JSON here")
+      ("device", po::value(&o.device), "GPU folder of a Vidur tree, e.g. a100 or a40")
+      ("base-gpu", po::value(&o.base_gpu),
+       "datasheet GPU for the ceilings (default: from --device)")
+      ("profile-out", po::value(&profile_out), "write the fitted profile (YAML) here")
+      ("fallback-gpu", po::value(&o.fallback_gpu),
+       "profile whose attention parameters are used when the measurements have no attention")
+      ("kernels", po::value(&o.kernels), "whose kernels the measurements timed, recorded in the fitted profile "
+       "(e.g. \"sarathi-serve (Vidur's profiling, 2024)\"; default: what the layout says: kernel tables' framework and "
+       "version, an LLMServingSim profile's vllm_version)")
+      ("gpu", po::value(&o.gpu), "check this profile (name or file) instead of fitting one")
+      ("engine", po::value(&o.engine),
+       "with --gpu: score Vidur's CPU-overhead rows on this engine's CPU cost (default vllm)")
+      ("framework", po::value(&o.framework), "kernel tables: whose kernels, vllm | sglang | trtllm "
+       "(default vllm)")
+      ("profile-name", po::value(&o.profile_name), "kernel tables: the name of the --profile-out profile")
+      ("rows-out", po::value<std::string>(), "kernel tables: write every scored row (operator, shape, "
+       "measured and predicted ms) as CSV")
+      ("help,h", "show this help");
+  // clang-format on
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate");
   if (vm.count("help")) {
     out << "usage: batchsim validate --measurements DIR --fit-on MODEL [--out FILE.json]\n" << d << '\n';
@@ -149,60 +160,52 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
   ServingOptions o;
   RunReplayOptions replay;
   po::options_description d("batchsim validate-serving options");
-  d.add_options()("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")(
-      "run", po::value(&replay.run_dir),
-      "instead: one recorded run to replay request by request: a folder in "
-      "LLMServingSim's bench layout (requests.jsonl, meta.json, the model's config.json beside it; "
-      "experiments/fidelity/run_replay.h), a vLLM `bench serve --save-result --save-detailed` result (.json) or an "
-      "aiperf profile_export.jsonl (or its artifact folder; experiments/fidelity/benchmark_readers.h)")(
-      "gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")(
-      "model", po::value(&replay.overrides.model),
-      "with --run: the model, where the run or benchmark file does not "
-      "name it (a built-in name, a Hugging Face id or config.json), or instead of the one it names")(
-      "tp", po::value(&replay.overrides.tp),
-      "with --run: the tensor parallelism the benchmarked server ran "
-      "(default: the run's, 1 for a benchmark file, which does not record it)")(
-      "num-gpu-blocks", po::value(&replay.overrides.num_gpu_blocks),
-      "with --run: the KV blocks the server sized "
-      "(its log's 'GPU KV cache size' over the block size; default: the run's, else from GPU memory)")(
-      "max-model-len", po::value(&replay.overrides.max_model_len),
-      "with --run: the server's --max-model-len "
-      "(default: the run's, else the model's)")(
-      "policy-opt", po::value<std::vector<std::string>>()->composing(),
-      "with --run: KEY=VALUE, an engine argument "
-      "the run did not record or ran otherwise (max_num_seqs, max_num_batched_tokens, ...; repeatable)")(
-      "policy", po::value(&o.policy),
-      "policy or engine preset of every replayed run (default: the row's backend's: "
-      "vllm (vllm-v1-2025 before vLLM 0.19; async_scheduling=true from 0.14), sglang or trtllm)")(
-      "engine", po::value(&o.engine_args)->composing(),
-      "engine profile of every replayed run, or "
-      "BACKEND=ENGINE for one backend's rows (repeatable; default: the row's backend's: vllm (vllm-async from "
-      "vLLM 0.14), sglang or trtllm)")("system", po::value(&o.system), "rows of this system only (default h100_sxm)")(
-      "backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")(
-      "models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")(
-      "deployment", po::value(&o.deployment),
-      "aiconfigurator: the engine limits aiconfigurator's generator "
-      "sets for the benchmarked deployment (token budget concurrency + isl + 1500, sequence cap concurrency, "
-      "fp8 KV with fp8 weights) | defaults: the presets' own defaults | by-backend (default): the one each "
-      "backend's rows show, aiconfigurator's for vLLM and TensorRT-LLM, the defaults for SGLang")(
-      "requests-per-client", po::value(&o.requests_per_client),
-      "requests per closed-loop client (default 20, as aiperf's "
-      "--num-requests in aiconfigurator's benchmark script)")(
-      "think-time", po::value(&o.think_time),
-      "fixed:S | uniform:A:B | exponential:MEAN (seconds): each "
-      "replayed client's wait before it sends a request, the benchmark client's turnaround, which the rows do "
-      "not record (default: none)")(
-      "moe-routing", po::value(&o.moe_routing),
-      "balanced | power:ALPHA: how a mixture of experts' tokens "
-      "choose their experts in every replayed run, which the rows do not record (default: a run's, balanced)")(
-      "breakdown", po::bool_switch(&o.breakdown),
-      "also print each backend's errors by prompt length, "
-      "clients and TP (--out writes them in any case; for a mixture-of-experts or disaggregated file also each "
-      "model's by prompt length, clients and layout)")("out", po::value(&o.out), "write the per-row report as JSON")(
-      "profile-out", po::value(&o.profile_out),
-      "write the --gpu profile here with these figures as its "
-      "validation.serving block (every backend replayed; the profile must carry a validation block)")("help,h",
-                                                                                                      "show this help");
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
+      ("measurements", po::value(&o.measurements), "measured serving results (aiconfigurator silicon CSV)")
+      ("run", po::value(&replay.run_dir), "instead: one recorded run to replay request by request: a folder in "
+       "LLMServingSim's bench layout (requests.jsonl, meta.json, the model's config.json beside it; "
+       "experiments/fidelity/run_replay.h), a vLLM `bench serve --save-result --save-detailed` result (.json) or an "
+       "aiperf profile_export.jsonl (or its artifact folder; experiments/fidelity/benchmark_readers.h)")
+      ("gpu", po::value(&o.gpu), "hardware profile to predict with (built-in name or file)")
+      ("model", po::value(&replay.overrides.model), "with --run: the model, where the run or benchmark file does not "
+       "name it (a built-in name, a Hugging Face id or config.json), or instead of the one it names")
+      ("tp", po::value(&replay.overrides.tp), "with --run: the tensor parallelism the benchmarked server ran "
+       "(default: the run's, 1 for a benchmark file, which does not record it)")
+      ("num-gpu-blocks", po::value(&replay.overrides.num_gpu_blocks), "with --run: the KV blocks the server sized "
+       "(its log's 'GPU KV cache size' over the block size; default: the run's, else from GPU memory)")
+      ("max-model-len", po::value(&replay.overrides.max_model_len), "with --run: the server's --max-model-len "
+       "(default: the run's, else the model's)")
+      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "with --run: KEY=VALUE, an engine argument "
+       "the run did not record or ran otherwise (max_num_seqs, max_num_batched_tokens, ...; repeatable)")
+      ("policy", po::value(&o.policy), "policy or engine preset of every replayed run (default: the row's backend's: "
+       "vllm (vllm-v1-2025 before vLLM 0.19; async_scheduling=true from 0.14), sglang or trtllm)")
+      ("engine", po::value(&o.engine_args)->composing(), "engine profile of every replayed run, or "
+       "BACKEND=ENGINE for one backend's rows (repeatable; default: the row's backend's: vllm (vllm-async from "
+       "vLLM 0.14), sglang or trtllm)")
+      ("system", po::value(&o.system), "rows of this system only (default h100_sxm)")
+      ("backend", po::value(&o.backend), "rows of this backend only: vllm, sglang, trtllm (default all)")
+      ("models-dir", po::value(&o.models_dir), "DIR/<model_path>/config.json for models that are not built in")
+      ("deployment", po::value(&o.deployment), "aiconfigurator: the engine limits aiconfigurator's generator "
+       "sets for the benchmarked deployment (token budget concurrency + isl + 1500, sequence cap concurrency, "
+       "fp8 KV with fp8 weights) | defaults: the presets' own defaults | by-backend (default): the one each "
+       "backend's rows show, aiconfigurator's for vLLM and TensorRT-LLM, the defaults for SGLang")
+      ("requests-per-client", po::value(&o.requests_per_client), "requests per closed-loop client (default 20, as aiperf's "
+       "--num-requests in aiconfigurator's benchmark script)")
+      ("think-time", po::value(&o.think_time), "fixed:S | uniform:A:B | exponential:MEAN (seconds): each "
+       "replayed client's wait before it sends a request, the benchmark client's turnaround, which the rows do "
+       "not record (default: none)")
+      ("moe-routing", po::value(&o.moe_routing), "balanced | power:ALPHA: how a mixture of experts' tokens "
+       "choose their experts in every replayed run, which the rows do not record (default: a run's, balanced)")
+      ("breakdown", po::bool_switch(&o.breakdown), "also print each backend's errors by prompt length, "
+       "clients and TP (--out writes them in any case; for a mixture-of-experts or disaggregated file also each "
+       "model's by prompt length, clients and layout)")
+      ("out", po::value(&o.out), "write the per-row report as JSON")
+      ("profile-out", po::value(&o.profile_out), "write the --gpu profile here with these figures as its "
+       "validation.serving block (every backend replayed; the profile must carry a validation block)")
+      ("help,h", "show this help");
+  // clang-format on
   const po::variables_map vm = parse_command_line(args, d, nullptr, "validate-serving");
   if (vm.count("help")) {
     out << "usage: batchsim validate-serving --measurements FILE.csv --gpu PROFILE [options]\n"
