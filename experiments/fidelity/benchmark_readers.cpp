@@ -17,12 +17,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Token counts are whole numbers in [1, 2^31 - 1]; bounded before the cast, since a double
-// beyond int64's range would not convert.
+// A token count (is_token_count) of a JSON value.
 int64_t token_count(const nlohmann::json& v, const std::string& where) {
-  constexpr double kMaxTokens = 2147483647.0;
-  if (!v.is_number() || !(v.get<double>() >= 1 && v.get<double>() <= kMaxTokens) ||
-      v.get<double>() != std::floor(v.get<double>())) {
+  if (!v.is_number() || !is_token_count(v.get<double>())) {
     throw UserError(fmt::format("{}: must be a whole number of tokens from 1 to 2^31-1, got {}", where, v.dump()));
   }
   return static_cast<int64_t>(v.get<double>());

@@ -1,7 +1,6 @@
 #include "experiments/fidelity/run_replay.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/base/json_file.h"
 #include "hwmodel/base/line_reader.h"
+#include "hwmodel/base/parse.h"
 #include "sim/workload/trace_reader.h"
 
 namespace batchsim {
@@ -60,10 +60,7 @@ std::vector<RecordedRequest> read_requests(const fs::path& file) {
                ? (j["request_id"].is_string() ? j["request_id"].get<std::string>() : j["request_id"].dump())
                : fmt::format("line-{}", n);
     const double input = number_field(j, "input_toks", file, n), output = number_field(j, "output_toks", file, n);
-    // Bounded before the cast: a double beyond int64's range would not convert.
-    constexpr double kMaxTokens = 2147483647.0;
-    if (!(input >= 1 && output >= 1 && input <= kMaxTokens && output <= kMaxTokens) || input != std::floor(input) ||
-        output != std::floor(output)) {
+    if (!is_token_count(input) || !is_token_count(output)) {
       throw UserError(
           fmt::format("{}:{}: input_toks and output_toks must be whole numbers from 1 to 2^31-1", file.string(), n));
     }
@@ -210,6 +207,12 @@ RecordedRun read_recorded_run(const fs::path& dir, const ReplayOverrides& overri
   return run;
 }
 
+bool is_token_count(double v) {
+  // Bounded before any cast: a double beyond int64's range would not convert.
+  constexpr double kMaxTokens = 2147483647.0;
+  return v >= 1 && v <= kMaxTokens && v == std::floor(v);
+}
+
 void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& overrides) {
   if (!overrides.model.empty()) {
     run.model_id = overrides.model;
@@ -218,24 +221,15 @@ void apply_overrides_and_note_derived(RecordedRun& run, const ReplayOverrides& o
   if (overrides.tp > 0) run.tp = overrides.tp;
   if (overrides.num_gpu_blocks > 0) run.num_gpu_blocks = overrides.num_gpu_blocks;
   if (overrides.max_model_len > 0) run.max_model_len = overrides.max_model_len;
-  for (const auto& option : overrides.policy_opts) {
-    // Named, not bound: clang before 16 cannot capture a structured binding in a lambda.
-    const std::string& key = option.first;
-    const std::string& value = option.second;
-    auto whole = [&](int64_t min) {
-      int64_t v = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-      if (ec != std::errc() || end != value.data() + value.size() || v < min || v > (int64_t{1} << 31)) {
-        throw UserError(fmt::format("--policy-opt {}={}: must be a whole number from {} to 2^31", key, value, min));
-      }
-      return v;
-    };
+  constexpr int64_t kMaxArgument = int64_t{1} << 31;
+  for (const auto& [key, value] : overrides.policy_opts) {
+    const std::string what = "--policy-opt " + key;
     if (key == "max_num_seqs")
-      run.max_num_seqs = whole(1);
+      run.max_num_seqs = parse_int(value, what, 1, kMaxArgument);
     else if (key == "max_num_batched_tokens")
-      run.max_num_batched_tokens = whole(1);
+      run.max_num_batched_tokens = parse_int(value, what, 1, kMaxArgument);
     else if (key == "block_size")
-      run.block_size = whole(1);
+      run.block_size = parse_int(value, what, 1, kMaxArgument);
     else if (key == "prefix_caching") {
       if (value != "true" && value != "false") {
         throw UserError(fmt::format("--policy-opt prefix_caching={}: must be true or false", value));

@@ -52,6 +52,10 @@ struct RecordedRequest {
   double tpot_s() const { return output_tokens > 1 ? (last_token_s - first_token_s) / double(output_tokens - 1) : 0; }
 };
 
+// A token count a run may record: a whole number from 1 to 2^31 - 1 (read as a double, so checked
+// before any conversion).
+bool is_token_count(double v);
+
 struct RecordedSample {  // one line of timeseries.csv
   double t = 0, running = 0, waiting = 0, kv_percent = 0;
 };

@@ -450,7 +450,7 @@ TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
   EXPECT_THAT(user_error_of([&] {
                 read_recording(write("d.jsonl", good_record), model_override("x", {{"max_num_seqs", "lots"}}));
               }),
-              HasSubstr("--policy-opt max_num_seqs=lots: must be a whole number from 1 to 2^31"));
+              HasSubstr("--policy-opt max_num_seqs: 'lots' is not an integer"));
   // The command line's own checks.
   EXPECT_THAT(testing::cli_error_of({"validate-serving", "--measurements", "x.csv", "--gpu", "h100-sxm", "--tp", "2"}),
               HasSubstr("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt: apply to --run only"));
