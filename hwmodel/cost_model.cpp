@@ -99,11 +99,12 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
     // their expert rank (moe_kernel.h), with the step's tokens when this rank is the step.
     cost.layer_gemm_s[kQkv] = layers * gemm_time_s(gpu_, layer_gemms_[kQkv], tokens, w_format);
     cost.layer_gemm_s[kO] = layers * gemm_time_s(gpu_, layer_gemms_[kO], tokens, w_format);
-    if (routed_here) {
-      const auto [up_s, down_s] = routed_experts_s(tokens);
+    if (routed_here && tokens > 0) {
+      const FusedMoeTime t = fused_moe_time(gpu_, fused_moe_call(tokens));  // the expected loads once
+      const auto [up_s, down_s] = routed_experts_split(t);
       cost.layer_gemm_s[kUp] = model_.moe_layers() * up_s;
       cost.layer_gemm_s[kDown] = model_.moe_layers() * down_s;
-      cost.gemm_compute_bound = routed_experts_compute_bound(tokens);
+      cost.gemm_compute_bound = t.compute_bound();
     }
   } else {
     // A dense MLP on all the tokens: one "expert" of all of them (expected_expert_load).
@@ -200,13 +201,12 @@ std::pair<double, double> CostModel::routed_experts_s(int64_t tokens) const {
   // split their weights (w13 holds gate and up: 2 of 3 parts when gated), the fixed part with
   // the up projection and the per-row work with the down one.
   if (tokens <= 0) return {0, 0};
-  const FusedMoeTime t = fused_moe_time(gpu_, fused_moe_call(tokens));
-  const double up_share = model_.gated_mlp ? 2.0 / 3 : 0.5;
-  return {t.fixed_s + t.gemm_s * up_share, t.gemm_s * (1 - up_share) + t.rows_s};
+  return routed_experts_split(fused_moe_time(gpu_, fused_moe_call(tokens)));
 }
 
-bool CostModel::routed_experts_compute_bound(int64_t tokens) const {
-  return tokens > 0 && fused_moe_time(gpu_, fused_moe_call(tokens)).compute_bound();
+std::pair<double, double> CostModel::routed_experts_split(const FusedMoeTime& t) const {
+  const double up_share = model_.gated_mlp ? 2.0 / 3 : 0.5;
+  return {t.fixed_s + t.gemm_s * up_share, t.gemm_s * (1 - up_share) + t.rows_s};
 }
 
 double CostModel::exchange_s(double bytes_per_gpu, int gpus) const {
@@ -300,7 +300,17 @@ IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCac
   if (engine_.moe_pad_dp_to_max && engine_.cuda_graph_max_tokens > 0 && most_tokens <= engine_.cuda_graph_max_tokens) {
     tokens = most_tokens * layout_.dp;
   }
-  const MoeStepCost moe = moe_step(tokens);
+  MoeStepCost moe;
+  if (memo != nullptr) {
+    auto& [key, cached] = memo->moe_step_slot(tokens);
+    if (key != tokens) {
+      key = tokens;
+      cached = moe_step(tokens);
+    }
+    moe = cached;
+  } else {
+    moe = moe_step(tokens);
+  }
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] += moe.experts_up_s;
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] += moe.experts_down_s;
   slowest.gemm_s += moe.experts_up_s + moe.experts_down_s;
@@ -425,7 +435,12 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
 
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
                            cost.elementwise_s + cost.communication_s;
-  const double device_s = std::max(kernels_s, t.launch_s);
+  // Engines that graph decode-only iterations (EngineProfile::cuda_graph_decode_only) launch a
+  // prefill's kernels one by one.
+  const double launch_s = engine_.cuda_graph_decode_only && !shape.prefills.empty()
+                              ? engine_.launch_s(model_.num_layers, t.tokens, true)
+                              : t.launch_s;
+  const double device_s = std::max(kernels_s, launch_s);
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   const double cpu_s = engine_.cpu.seconds(sequences, tp_);
   cost.overhead_s = (device_s - kernels_s) + (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +

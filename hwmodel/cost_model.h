@@ -119,6 +119,12 @@ struct TokenCosts {
 // but 1,951 distinct token counts, computed 2,081 times). Direct-mapped by the key's low bits, so that a lookup
 // is a mask and a compare and consecutive counts never share a slot; the figures are the ones
 // computed without it, to the bit.
+// A step's MoE layers (CostModel::moe_step): the routed experts on the busiest expert rank and,
+// with DP attention, the exchanges that bring every token to its experts and back.
+struct MoeStepCost {
+  double experts_up_s = 0, experts_down_s = 0, exchange_s = 0;
+};
+
 class NonAttentionCache {
  public:
   static constexpr size_t kTokenSlots = 4096;  // powers of two; ~330 KB in all
@@ -135,12 +141,20 @@ class NonAttentionCache {
   std::pair<int64_t, double>& mla_absorb_slot(int64_t decodes) {
     return mla_absorb_[static_cast<uint64_t>(decodes) & (kSampledSlots - 1)];
   }
+  // The slot of a DP step's `tokens` (all ranks together): (tokens, its MoE layers' cost), or
+  // another count's. A power-law routing's expected loads cost O(experts x splits) per count
+  // (moe_kernel.h), too much to redo every lockstep step.
+  std::pair<int64_t, MoeStepCost>& moe_step_slot(int64_t tokens) {
+    return moe_steps_[static_cast<uint64_t>(tokens) & (kTokenSlots - 1)];
+  }
 
  private:
   std::vector<TokenCosts> tokens_;
   std::vector<std::pair<int64_t, double>> lm_head_;
   std::vector<std::pair<int64_t, double>> mla_absorb_ =
       std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
+  std::vector<std::pair<int64_t, MoeStepCost>> moe_steps_ =
+      std::vector<std::pair<int64_t, MoeStepCost>>(kTokenSlots, {-1, MoeStepCost{}});
 };
 
 class CostModel {
@@ -246,9 +260,7 @@ class CostModel {
   // The MoE layers of one step whose tokens, over all ranks, number `tokens`: the routed experts
   // on the busiest expert rank, and with dp > 1 the exchanges that bring every token to its
   // experts and back (all-gather and reduce-scatter, or all-to-all dispatch and combine).
-  struct MoeStepCost {
-    double experts_up_s = 0, experts_down_s = 0, exchange_s = 0;
-  };
+  using MoeStepCost = batchsim::MoeStepCost;
   MoeStepCost moe_step(int64_t tokens) const;
 
  private:
@@ -269,7 +281,7 @@ class CostModel {
   // fused-MoE call, moe_kernel.h), split into the up and down projections' shares.
   FusedMoeCall fused_moe_call(int64_t tokens) const;
   std::pair<double, double> routed_experts_s(int64_t tokens) const;
-  bool routed_experts_compute_bound(int64_t tokens) const;
+  std::pair<double, double> routed_experts_split(const FusedMoeTime& t) const;
   // How tokens choose their experts (uniform: balanced; or a power law): set_moe_routing.
   MoeRouting moe_routing_;
   // Seconds to exchange `bytes_per_gpu` (what each GPU sends) among `gpus` GPUs: over NVLink

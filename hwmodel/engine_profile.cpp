@@ -27,8 +27,9 @@ double CpuOverhead::seconds(int64_t sequences, int tp) const {
   return per_iteration_s + per_sequence_s * static_cast<double>(sequences) + per_extra_worker_s * std::max(0, tp - 1);
 }
 
-double EngineProfile::launch_s(int64_t num_layers, int64_t tokens) const {
-  if (cuda_graph_max_tokens > 0 && tokens <= cuda_graph_max_tokens) return cuda_graph_launch_s;
+double EngineProfile::launch_s(int64_t num_layers, int64_t tokens, bool prefill) const {
+  const bool graphed = cuda_graph_max_tokens > 0 && tokens <= cuda_graph_max_tokens;
+  if (graphed && !(prefill && cuda_graph_decode_only)) return cuda_graph_launch_s;
   return launch_per_kernel_s * static_cast<double>(num_layers * kernels_per_layer + kernels_per_iteration);
 }
 
@@ -110,7 +111,8 @@ const std::vector<Group>& groups() {
         count_field("kernels_per_iteration", [](EngineProfile& e) -> int64_t& { return e.kernels_per_iteration; })}},
       {"cuda_graphs",
        {count_field("max_tokens", [](EngineProfile& e) -> int64_t& { return e.cuda_graph_max_tokens; }),
-        seconds_field("launch_s", [](EngineProfile& e) -> double& { return e.cuda_graph_launch_s; })}},
+        seconds_field("launch_s", [](EngineProfile& e) -> double& { return e.cuda_graph_launch_s; }),
+        bool_field("decode_only", [](EngineProfile& e) -> bool& { return e.cuda_graph_decode_only; })}},
       {"allreduce",
        {choice_field<AllReduceImpl>("impl", [](EngineProfile& e) -> AllReduceImpl& { return e.allreduce; },
                                     {{"nccl", AllReduceImpl::nccl}, {"custom", AllReduceImpl::custom}}),

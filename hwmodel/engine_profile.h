@@ -55,6 +55,13 @@ struct EngineProfile {
   // cuda_graph_launch_s instead of one per kernel. 0: no CUDA graphs.
   int64_t cuda_graph_max_tokens = 0;
   double cuda_graph_launch_s = 0;
+  // Whether only decode-only iterations replay a graph, a prefill or mixed one running eager
+  // whatever its size: TensorRT-LLM's PyTorch backend captures generation-only batches
+  // (cuda_graph_config), and its piecewise graphs for context and mixed iterations are off unless
+  // torch_compile_config asks (docs: features/torch_compile_and_piecewise_cuda_graph.md, "Piecewise
+  // CUDA Graph only handles context-only and mixed context+generation iterations, while the
+  // generation-only CUDA graph handles generation-only"). vLLM v1 and SGLang graph any small step.
+  bool cuda_graph_decode_only = false;
 
   AllReduceImpl allreduce = AllReduceImpl::nccl;
   // Messages up to this size use the custom all-reduce (where the GPU profile has its fit);
@@ -78,8 +85,9 @@ struct EngineProfile {
   // 0 in the engines whose numbers all cite a source.
   CpuOverhead residual;
 
-  // Host seconds the iteration's kernel launches take (graph or eager).
-  double launch_s(int64_t num_layers, int64_t tokens) const;
+  // Host seconds the iteration's kernel launches take (graph or eager); `prefill`: the iteration
+  // computes a prompt chunk (cuda_graph_decode_only).
+  double launch_s(int64_t num_layers, int64_t tokens, bool prefill = false) const;
 };
 
 const char* allreduce_impl_name(AllReduceImpl impl);  // "nccl", "custom"

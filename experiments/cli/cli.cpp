@@ -83,8 +83,9 @@ po::options_description run_options() {
        "--enable-expert-parallel is --ep TP x DP; SGLang --ep-size; TensorRT-LLM moe_expert_parallel_size)")
       ("moe-tp", po::value<int>(), "the experts' tensor parallelism (default: TP x DP / EP; TensorRT-LLM "
        "moe_tensor_parallel_size)")
-      ("moe-routing", po::value<std::string>(), "balanced (default) | power:ALPHA: how tokens choose their experts; "
-       "a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2)")
+      ("moe-routing", po::value<std::string>(), "auto (default) | balanced | power:ALPHA: how tokens choose their "
+       "experts; a power law makes the busiest expert rank set the step (NVIDIA's MoE tables use 1.01 and 1.2); "
+       "auto: the power law aiconfigurator's estimator assumes, 1.01 for DeepSeek-style MLA models, else 1.2")
       ("eplb", po::bool_switch(), "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
        "--enable-eplb): balanced routing")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
@@ -103,6 +104,9 @@ po::options_description run_options() {
       ("decode-tp", po::value<int>(), "the decode pool's tensor-parallel degree (default --tp)")
       ("prefill-ep", po::value<int>(), "the prefill pool's expert parallelism (a mixture of experts; default --ep)")
       ("decode-ep", po::value<int>(), "the decode pool's expert parallelism (default --ep)")
+      ("prefill-dp", po::value<int>(), "the prefill pool's attention data-parallel ranks per replica (a mixture "
+       "of experts; default --dp)")
+      ("decode-dp", po::value<int>(), "the decode pool's attention data-parallel ranks per replica (default --dp)")
       ("prefill-moe-tp", po::value<int>(), "the prefill pool's experts' tensor parallelism (default --moe-tp)")
       ("decode-moe-tp", po::value<int>(), "the decode pool's experts' tensor parallelism (default --moe-tp)")
       ("prefill-policy", po::value<std::string>(), "the prefill pool's policy (default --policy; its "
@@ -251,6 +255,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
     if (vm.count(name + "-gpu")) pool->gpu = vm[name + "-gpu"].as<std::string>();
     if (vm.count(name + "-tp")) pool->tp = vm[name + "-tp"].as<int>();
     if (vm.count(name + "-ep")) pool->ep = vm[name + "-ep"].as<int>();
+    if (vm.count(name + "-dp")) pool->dp = vm[name + "-dp"].as<int>();
     if (vm.count(name + "-moe-tp")) pool->moe_tp = vm[name + "-moe-tp"].as<int>();
     if (vm.count(name + "-policy")) pool->policy = vm[name + "-policy"].as<std::string>();
     if (vm.count(name + "-engine")) pool->engine = vm[name + "-engine"].as<std::string>();

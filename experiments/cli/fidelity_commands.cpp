@@ -196,8 +196,8 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
       ("think-time", po::value(&o.think_time), "fixed:S | uniform:A:B | exponential:MEAN (seconds): each "
        "replayed client's wait before it sends a request, the benchmark client's turnaround, which the rows do "
        "not record (default: none)")
-      ("moe-routing", po::value(&o.moe_routing), "balanced | power:ALPHA: how a mixture of experts' tokens "
-       "choose their experts in every replayed run, which the rows do not record (default: a run's, balanced)")
+      ("moe-routing", po::value(&o.moe_routing), "auto | balanced | power:ALPHA: how a mixture of experts' tokens "
+       "choose their experts in every replayed run, which the rows do not record (default: a run's, auto)")
       ("breakdown", po::bool_switch(&o.breakdown), "also print each backend's errors by prompt length, "
        "clients and TP (--out writes them in any case; for a mixture-of-experts or disaggregated file also each "
        "model's by prompt length, clients and layout)")

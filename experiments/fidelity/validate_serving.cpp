@@ -298,11 +298,7 @@ void check_replay_options(const ServingReplayOptions& o) {
     throw UserError(fmt::format("--deployment: '{}' is not by-backend, aiconfigurator or defaults", o.deployment));
   }
   if (!o.think_time.empty()) parse_think_time(o.think_time, "--think-time");
-  if (!o.moe_routing.empty()) {
-    RunConfig routed;
-    routed.moe_routing = o.moe_routing;
-    (void)run_moe_routing(routed);
-  }
+  if (!o.moe_routing.empty()) check_moe_routing(o.moe_routing);
 }
 
 namespace {
@@ -344,6 +340,34 @@ const ServingNormalisation kClientConnectionPool{
     "max_connections; the campaign's client is not recorded. Replayed with a 100-connection client pool "
     "(--client-connections 100): the other requests wait at the client, their clock running"};
 
+const ServingNormalisation kVllmExpertsTp{
+    "vllm-experts-tp",
+    "vLLM rows that record neither moe_tp_size nor moe_ep_size ran vLLM's default: the experts tensor-parallel "
+    "over the worker's tp x attention_dp GPUs (without --enable-expert-parallel the MoE group is TP, "
+    "vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make); both such rows of NVIDIA's "
+    "Qwen3-235B P/D campaign say epnone in their ids. aiconfigurator's resolve_moe_parallelism refuses the blank "
+    "pair; read as MoE TP over the worker, EP 1"};
+const ServingNormalisation kRecordedTwin{
+    "recorded-twin",
+    "disaggregated rows without worker counts whose TTFT and TPOT equal, to 1e-9, those of a row with the same "
+    "backend, lengths and concurrency that records them are that row's measurement dumped twice and replay its "
+    "pools: workers, batch sizes and layouts. NVIDIA's DeepSeek-R1 dumps of 2026-03-25 and 2026-04-06 repeat "
+    "thirteen rows of the DeepSeek-V3 configs 494 and 503 (db-dump of 2026-04-27, ids dsr1_...), which record "
+    "1 prefill worker of TP 1 x attention DP 16, EP 16 and 2-3 decode workers of TP 16, EP 16; the repeats write "
+    "the prefill as TP 16 with EP 16 and no DP, the DP flag lost as in rule trtllm-attention-dp. Their other rows "
+    "keep no trace of their workers and stay skipped"};
+
+const ServingNormalisation kSglangOnePair{
+    "sglang-one-pair",
+    "SGLang disaggregated rows without worker counts (NVIDIA's DeepSeek-R1 dumps of 2026-03-25 and 2026-04-06, "
+    "prefill and decode TP 16, SGLang 0.5.8) are ASSUMED to have run one prefill and one decode worker, the "
+    "smallest P/D deployment. For: their TPOT at 1,024/1,024 tokens follows one decode worker's batch from 1 to 128 "
+    "clients (128: 31.9 ms replayed with one decode worker, 25.8 with two, 31.7 measured), and at 1,024/8,192 the "
+    "TTFT jumps from 0.6 to 11 s between 32 and 64 clients, where 64 requests' KV outgrows one TP 16 decode "
+    "worker (SGLang preallocates the decode KV before it prefills, which the replay does not). Against: the two "
+    "dumps disagree at 1,024/8,192 (TPOT 7.7-13.8 ms against 17-30 ms at equal clients), so one of them ran a "
+    "setting the columns do not show. The report's DeepSeek-R1 sglang line keeps these rows apart"};
+
 // A field of silicon_data_source ("key=value; ..."), empty when the row does not have it.
 std::string source_field(const CsvTable& csv, std::string_view key) {
   const std::string& source = csv.text("silicon_data_source");
@@ -356,13 +380,11 @@ std::string source_field(const CsvTable& csv, std::string_view key) {
 }
 
 // Skip reasons of disaggregated rows. Rows without worker counts (NVIDIA's DeepSeek-R1 dumps of
-// 2026-03-25 and 2026-04-06) are not given a guessed count: one prefill and one decode worker fits
-// SGLang's rows (their TTFT jumps where 64 requests' KV outgrows one TP 16 decode worker) but not
-// TensorRT-LLM's (4,916 clients; TTFT of 4-13 s at 6-9 clients).
+// 2026-03-25 and 2026-04-06) are not given a guessed count, unless they repeat a row that records
+// it (kRecordedTwin).
 constexpr const char* kNoWorkers =
     "no worker counts in the row (aiconfigurator's own estimator refuses them: "
     "tools/accuracy_regression_testing/predict_silicon_sample.py)";
-constexpr const char* kPoolAttentionDp = "attention DP inside a P/D pool: not simulated yet";
 
 // A whole number of `column` in [min, max], `blank` when the field is empty.
 int64_t integer_or(const CsvTable& csv, std::string_view column, int64_t blank, int64_t min, int64_t max) {
@@ -433,6 +455,62 @@ std::string resolve_layout(const ColumnLayout& c, const ModelSpec& model, Parall
   return "";
 }
 
+// Rule kVllmExpertsTp: a vLLM row of a mixture of experts with neither expert size recorded runs
+// vLLM's default, the experts TP over the worker. True when it changed `c`.
+bool apply_vllm_experts_tp(const ServingRow& r, const ModelSpec& model, ColumnLayout& c) {
+  if (r.backend != "vllm" || !model.is_moe() || c.moe_tp != 0 || c.moe_ep != 0) return false;
+  c.moe_ep = 1;  // resolve_layout infers moe_tp = tp x attention_dp
+  return true;
+}
+
+// Rule kRecordedTwin: the disaggregated rows of a file that record their pools' workers, by
+// measurement, for the rows that repeat one of them without.
+struct RecordedPools {
+  std::string backend;
+  ColumnLayout columns[2];  // prefill, decode
+  int64_t isl = 0, osl = 0, concurrency = 0;
+  double ttft_ms = 0, tpot_ms = 0;
+  ServingPool prefill, decode;  // workers and batch only
+};
+class RecordedWorkers {
+ public:
+  RecordedWorkers(const std::string& measurements, const std::string& system) {
+    CsvTable csv(measurements);
+    while (csv.next()) {
+      if (csv.text("system") != system || csv.text("mode") != "disagg") continue;
+      RecordedPools p;
+      p.prefill.workers = static_cast<int>(integer_or(csv, "prefill_num_workers", 0, 0, 4096));
+      p.decode.workers = static_cast<int>(integer_or(csv, "decode_num_workers", 0, 0, 4096));
+      if (p.prefill.workers == 0 || p.decode.workers == 0) continue;
+      p.prefill.batch = integer_or(csv, "prefill_batch_size", 0, 0, 1 << 20);
+      p.decode.batch = integer_or(csv, "decode_batch_size", 0, 0, 1 << 20);
+      p.backend = csv.text("backend");
+      p.columns[0] = read_column_layout(csv, "prefill_");
+      p.columns[1] = read_column_layout(csv, "decode_");
+      p.isl = csv.integer("isl", 1, 1 << 24);
+      p.osl = csv.integer("osl", 1, 1 << 24);
+      p.concurrency = silicon_concurrency(csv);
+      p.ttft_ms = csv.number("silicon_ttft_ms");
+      p.tpot_ms = csv.number("silicon_tpot_ms");
+      rows_.push_back(std::move(p));
+    }
+  }
+  // The recorded row `r` repeats, or nullptr.
+  const RecordedPools* find(const ServingRow& r) const {
+    constexpr double kTolerance = 1e-9;
+    for (const RecordedPools& p : rows_) {
+      if (p.backend == r.backend && p.isl == r.isl && p.osl == r.osl && p.concurrency == r.concurrency &&
+          std::abs(p.ttft_ms / r.ttft_ms - 1) <= kTolerance && std::abs(p.tpot_ms / r.tpot_ms - 1) <= kTolerance) {
+        return &p;
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  std::vector<RecordedPools> rows_;
+};
+
 // The weight format a quant-mode label names (aiconfigurator's gemm_quant_mode, moe_quant_mode
 // and precision spellings), or nullopt for one the cost model has not.
 std::optional<WeightFormat> label_format(const std::string& label) {
@@ -479,12 +557,14 @@ std::string resolve_weight_dtype(const CsvTable& csv, const ModelSpec& model, st
 }  // namespace
 
 const std::vector<ServingNormalisation>& serving_normalisations() {
-  static const std::vector<ServingNormalisation> rules = {kVllmDep, kTrtllmAttentionDp, kCheckpointFormat,
-                                                          kClientConnectionPool};
+  static const std::vector<ServingNormalisation> rules = {
+      kVllmDep,       kTrtllmAttentionDp, kVllmExpertsTp,       kRecordedTwin,
+      kSglangOnePair, kCheckpointFormat,  kClientConnectionPool};
   return rules;
 }
 
 ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o) {
+  const RecordedWorkers recorded(measurements, o.system);
   CsvTable csv(measurements);
   ServingRows out;
   std::vector<ServingRow>& rows = out.rows;
@@ -537,6 +617,7 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
 
     if (!disaggregated) {
       ColumnLayout c = read_column_layout(csv, "");
+      if (apply_vllm_experts_tp(r, model, c)) r.normalisations.push_back(kVllmExpertsTp.name);
       if (c.pp != 1) {
         ++skipped["pipeline parallelism: not simulated"];
         continue;
@@ -572,26 +653,46 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
       // pool's batches where the client's is not recorded (the generator's estimated_concurrency,
       // generator/rule_plugin/benchmark/*.rule l.1).
       ServingPool* pools[] = {&r.prefill, &r.decode};
-      std::string why;
-      for (const char* role : {"prefill", "decode"}) {
-        const std::string prefix = std::string(role) + "_";
-        ServingPool& pool = *pools[prefix == "prefill_" ? 0 : 1];
-        pool.workers = static_cast<int>(integer_or(csv, prefix + "num_workers", 0, 0, 4096));
-        pool.batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
+      ColumnLayout columns[2];
+      for (int i = 0; i < 2; ++i) {
+        const std::string prefix = i == 0 ? "prefill_" : "decode_";
+        pools[i]->workers = static_cast<int>(integer_or(csv, prefix + "num_workers", 0, 0, 4096));
+        pools[i]->batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
       }
-      if (r.prefill.workers == 0 || r.decode.workers == 0) why = kNoWorkers;
-      for (const char* role : {"prefill", "decode"}) {
-        if (!why.empty()) break;
-        const std::string prefix = std::string(role) + "_";
-        ServingPool& pool = *pools[prefix == "prefill_" ? 0 : 1];
-        const ColumnLayout c = read_column_layout(csv, prefix);
-        if (c.pp != 1)
+      std::string why;
+      if (r.prefill.workers == 0 || r.decode.workers == 0) {
+        if (const RecordedPools* twin = recorded.find(r)) {
+          // The same measurement: its recorded pools, layouts included (the twin's columns
+          // are the ones its workers were recorded with).
+          for (int i = 0; i < 2; ++i) {
+            const ServingPool& from = i == 0 ? twin->prefill : twin->decode;
+            pools[i]->workers = from.workers;
+            pools[i]->batch = from.batch;
+            columns[i] = twin->columns[i];
+          }
+          r.normalisations.push_back(kRecordedTwin.name);
+        } else if (r.backend == "sglang") {
+          r.prefill.workers = 1;
+          r.decode.workers = 1;
+          columns[0] = read_column_layout(csv, "prefill_");
+          columns[1] = read_column_layout(csv, "decode_");
+          r.normalisations.push_back(kSglangOnePair.name);
+        } else {
+          why = kNoWorkers;
+        }
+      } else {
+        columns[0] = read_column_layout(csv, "prefill_");
+        columns[1] = read_column_layout(csv, "decode_");
+      }
+      bool experts_tp = false;
+      for (int i = 0; i < 2 && why.empty(); ++i) {
+        experts_tp = apply_vllm_experts_tp(r, model, columns[i]) || experts_tp;
+        if (columns[i].pp != 1)
           why = "pipeline parallelism: not simulated";
-        else if (c.adp > 1)
-          why = kPoolAttentionDp;
-        else if (const std::string bad = resolve_layout(c, model, pool.layout); !bad.empty())
+        else if (const std::string bad = resolve_layout(columns[i], model, pools[i]->layout); !bad.empty())
           why = bad;
       }
+      if (experts_tp) r.normalisations.push_back(kVllmExpertsTp.name);
       if (why.empty()) {
         // The pools run the row's policy, which must have the prefill and decode roles.
         const std::string policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
@@ -602,7 +703,8 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
         ++skipped[why];
         continue;
       }
-      if (r.concurrency == 0) r.concurrency = r.decode.batch * r.decode.workers;
+      // decode_batch_size is per attention-DP rank, as batch_size is (above).
+      if (r.concurrency == 0) r.concurrency = r.decode.batch * r.decode.layout.dp * r.decode.workers;
       if (r.concurrency == 0) {
         ++skipped["no concurrency recorded (silicon_concurrency, decode_batch_size)"];
         continue;
@@ -651,6 +753,7 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
     c.decode_replicas = r.decode.workers;
     for (auto [pool, row] : {std::pair{&c.prefill, &r.prefill}, std::pair{&c.decode, &r.decode}}) {
       pool->tp = row->layout.tp;
+      if (row->layout.dp != 1) pool->dp = row->layout.dp;
       if (row->layout.ep != 1) pool->ep = row->layout.ep;
       if (row->layout.moe_tp != 0) pool->moe_tp = row->layout.moe_tp;
     }
@@ -813,7 +916,10 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
                  g.count(), ErrorGroup::mape(g.ttft), ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot),
                  ErrorGroup::median(g.tpot));
     };
-    for (const auto& [key, e] : by_model) print_model(std::get<0>(key), std::get<1>(key), std::get<2>(key), e.distinct);
+    for (const auto& [key, e] : by_model) {
+      // A group all of whose rows repeat another group's measurements adds none of its own.
+      if (e.distinct.count() > 0) print_model(std::get<0>(key), std::get<1>(key), std::get<2>(key), e.distinct);
+    }
     print_model("all", "", "", every_distinct);
     if (o.breakdown) {
       for (const auto& [key, e] : by_model) {

@@ -120,7 +120,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   if (c.dp != 1) j["dp"] = c.dp;
   if (c.ep != 1) j["ep"] = c.ep;
   if (c.moe_tp != 0) j["moe_tp"] = c.moe_tp;
-  if (c.moe_routing != "balanced") j["moe_routing"] = c.moe_routing;
+  if (c.moe_routing != "auto") j["moe_routing"] = c.moe_routing;
   if (c.eplb) j["eplb"] = true;
   j["replicas"] = c.replicas;
   j["router"] = c.router;
@@ -161,6 +161,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
       nlohmann::ordered_json pj;
       pj["gpu"] = pool.gpu;
       pj["tp"] = pool.tp;
+      if (pool.dp != 1) pj["dp"] = pool.dp;
       if (pool.ep != 1) pj["ep"] = pool.ep;
       if (pool.moe_tp != 0) pj["moe_tp"] = pool.moe_tp;
       pj["policy"] = pool.policy;

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "experiments/run/bench_result.h"
 #include "hwmodel/parallel_layout.h"
@@ -133,6 +134,8 @@ void apply_pool_key(PoolConfig& pool, const std::string& sub, const YAML::Node& 
     pool.gpu = scalar<std::string>(v, file, shown);
   else if (sub == "tp")
     pool.tp = scalar<int>(v, file, shown);
+  else if (sub == "dp")
+    pool.dp = scalar<int>(v, file, shown);
   else if (sub == "ep")
     pool.ep = scalar<int>(v, file, shown);
   else if (sub == "moe-tp")
@@ -338,18 +341,31 @@ int64_t chrome_trace_requests(const RunConfig& c) {
   return c.chrome_trace_requests.value_or(kDefaultChromeTraceRequests);
 }
 
-MoeRouting run_moe_routing(const RunConfig& c) {
-  if (c.eplb) return MoeRouting{};
-  const std::string& s = c.moe_routing;
+namespace {
+
+// A spec's routing; nullopt for "auto", which needs the model.
+std::optional<MoeRouting> parse_moe_routing(const std::string& s, const char* option) {
+  if (s == "auto") return std::nullopt;
   if (s == "balanced" || s == "uniform") return MoeRouting{};
   if (s.rfind("power:", 0) == 0) {
-    const double alpha = parse_double(std::string_view(s).substr(6), "--moe-routing power:", 0, 100);
+    const double alpha = parse_double(std::string_view(s).substr(6), fmt::format("{} power:", option), 0, 100);
     if (alpha > 0) return MoeRouting{MoeRoutingKind::power_law, alpha};
   }
   throw UserError(
-      fmt::format("--moe-routing \"{}\": expected balanced or power:ALPHA with ALPHA > 0 (e.g. power:1.2, "
-                  "the skew of NVIDIA's MoE tables)",
-                  s));
+      fmt::format("{} \"{}\": expected auto, balanced or power:ALPHA with ALPHA > 0 (e.g. power:1.2, the skew "
+                  "of NVIDIA's MoE tables)",
+                  option, s));
+}
+
+}  // namespace
+
+void check_moe_routing(const std::string& spec, const char* option) { (void)parse_moe_routing(spec, option); }
+
+MoeRouting run_moe_routing(const RunConfig& c, const ModelSpec& model) {
+  if (c.eplb) return MoeRouting{};
+  if (const std::optional<MoeRouting> given = parse_moe_routing(c.moe_routing, "--moe-routing")) return *given;
+  // aiconfigurator's estimator: power_law_1.01 for DeepSeek-style models, 1.2 for the rest.
+  return MoeRouting{MoeRoutingKind::power_law, model.is_mla() ? 1.01 : 1.2};
 }
 
 ModelSpec resolve_run_model(const RunConfig& c) {
@@ -387,7 +403,7 @@ void validate(const RunConfig& c) {
   if (c.dp < 1 || c.dp > 1024) throw UserError(fmt::format("--dp {}: must be in [1, 1024]", c.dp));
   if (c.ep < 1 || c.ep > 1024) throw UserError(fmt::format("--ep {}: must be in [1, 1024]", c.ep));
   if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
-  run_moe_routing(c);
+  check_moe_routing(c.moe_routing);
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.
@@ -418,21 +434,25 @@ void validate(const RunConfig& c) {
       if (pool->tp && (*pool->tp < 1 || *pool->tp > 64)) {
         throw UserError(fmt::format("--{}-tp {}: must be in [1, 64]", name, *pool->tp));
       }
+      if (pool->dp && (*pool->dp < 1 || *pool->dp > 1024)) {
+        throw UserError(fmt::format("--{}-dp {}: must be in [1, 1024]", name, *pool->dp));
+      }
       if (pool->ep && (*pool->ep < 1 || *pool->ep > 1024)) {
         throw UserError(fmt::format("--{}-ep {}: must be in [1, 1024]", name, *pool->ep));
       }
       if (pool->moe_tp && (*pool->moe_tp < 1 || *pool->moe_tp > 1024)) {
         throw UserError(fmt::format("--{}-moe-tp {}: must be in [1, 1024]", name, *pool->moe_tp));
       }
-      if (pool->ep || pool->moe_tp) {
+      if (pool->dp || pool->ep || pool->moe_tp) {
         // The pool's own layout, checked here so that the message names the pool's options
         // (the cost model's check names the run's).
         const RunConfig own = pool_run_config(c, name);
         try {
           check_layout(resolve_run_model(own), own.layout());
         } catch (const UserError& e) {
-          throw UserError(
-              fmt::format("the {} pool (--{}-tp {}, --{}-ep {}): {}", name, name, own.tp, name, own.ep, e.what()));
+          const std::string dp = own.dp != 1 ? fmt::format(", --{}-dp {}", name, own.dp) : "";
+          throw UserError(fmt::format("the {} pool (--{}-tp {}{}, --{}-ep {}): {}", name, name, own.tp, dp, name,
+                                      own.ep, e.what()));
         }
       }
       if (pool->num_gpu_blocks && (*pool->num_gpu_blocks < 0 || *pool->num_gpu_blocks > kMaxGpuBlocks)) {
@@ -529,7 +549,7 @@ void validate(const RunConfig& c) {
 
 bool has_pool_settings(const RunConfig& c) {
   for (const PoolConfig* pool : {&c.prefill, &c.decode}) {
-    if (!pool->gpu.empty() || pool->tp || pool->ep || pool->moe_tp || !pool->policy.empty() ||
+    if (!pool->gpu.empty() || pool->tp || pool->dp || pool->ep || pool->moe_tp || !pool->policy.empty() ||
         !pool->policy_opts.empty() || pool->num_gpu_blocks || !pool->engine.empty()) {
       return true;
     }
@@ -546,6 +566,7 @@ RunConfig pool_run_config(const RunConfig& config, const std::string& role) {
   RunConfig c = config;
   if (!pool.gpu.empty()) c.gpu = pool.gpu;
   if (pool.tp) c.tp = *pool.tp;
+  if (pool.dp) c.dp = *pool.dp;
   if (pool.ep) c.ep = *pool.ep;
   if (pool.moe_tp) c.moe_tp = *pool.moe_tp;
   if (!pool.policy.empty() && pool.policy != config.policy) {

@@ -30,8 +30,9 @@ namespace batchsim {
 struct PoolConfig {
   std::string gpu;
   std::optional<int> tp;
-  // The pool's expert parallelism and experts' TP (a mixture of experts; default the run's).
-  // Attention DP inside a pool is not simulated (DpAttentionPolicy::unsupported_role_reason).
+  // The pool's attention DP ranks, expert parallelism and experts' TP (a mixture of experts;
+  // default the run's). A pool's DP ranks take its role (DpAttentionPolicy).
+  std::optional<int> dp;
   std::optional<int> ep;
   std::optional<int> moe_tp;
   std::string policy;
@@ -53,11 +54,18 @@ struct RunConfig {
   int ep = 1;
   int moe_tp = 0;
   ParallelLayout layout() const { return ParallelLayout{tp, dp, ep, moe_tp}; }
-  // How tokens choose their experts: "balanced" (every expert alike) or "power:ALPHA" (per-expert
-  // loads from a power law of exponent ALPHA, as NVIDIA's MoE tables measure them; the busiest
-  // expert rank sets the step); `eplb` spreads hot experts over the ranks as an expert-load
-  // balancer does (vLLM/SGLang --enable-eplb), modelled as balanced routing.
-  std::string moe_routing = "balanced";
+  // How tokens choose their experts: "balanced" (every expert alike: T k / E rows each, the
+  // collector's synthetic best case), "power:ALPHA" (per-expert loads from a power law of
+  // exponent ALPHA, as NVIDIA's MoE tables measure them; the busiest expert rank sets the step),
+  // or "auto": the power law NVIDIA's aiconfigurator estimator assumes for the architecture when
+  // it predicts serving (sdk/config.py workload_distribution "power_law"; alpha 1.01 for
+  // DeepSeek-style MLA models, sdk/models/deepseek.py l.170, and 1.2 for the other MoE models,
+  // sdk/models/moe.py l.128). A router's tokens pile on popular experts; balanced routing reads
+  // every expert from T k >= E tokens, so it steps the decode time at 16 sequences of a
+  // 128-expert top-8 model where measured TPOT grows smoothly (docs/validation.md, "Routing").
+  // `eplb` spreads hot experts over the ranks as an expert-load balancer does (vLLM/SGLang
+  // --enable-eplb), modelled as balanced routing.
+  std::string moe_routing = "auto";
   bool eplb = false;
   // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
   // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
@@ -169,9 +177,11 @@ int64_t chrome_trace_requests(const RunConfig& config);
 void validate(const RunConfig& config);
 // The model the run simulates: `model` (built-in or config.json) with the run's dtypes.
 ModelSpec resolve_run_model(const RunConfig& config);
-// The routing a run's cost model uses (--moe-routing, --eplb). Throws UserError naming the
-// option for a malformed spec.
-MoeRouting run_moe_routing(const RunConfig& config);
+// The routing a run's cost model of `model` uses (--moe-routing, --eplb; "auto" by the model's
+// architecture). Throws UserError naming the option for a malformed spec.
+MoeRouting run_moe_routing(const RunConfig& config, const ModelSpec& model);
+// Checks a --moe-routing spec without a model; throws UserError naming `option`.
+void check_moe_routing(const std::string& spec, const char* option = "--moe-routing");
 // The engine the run simulates: `engine`, or the policy's default.
 std::string run_engine_name(const RunConfig& config);
 

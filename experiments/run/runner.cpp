@@ -118,7 +118,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     decode_cost_model.emplace(
         resolve_run_model(decode), decode_gpu, decode.layout(),
         engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu, decode.tp));
-    decode_cost_model->set_moe_routing(run_moe_routing(decode));
+    decode_cost_model->set_moe_routing(run_moe_routing(decode, decode_cost_model->model()));
     DisaggregationOptions& d = options.disaggregation;
     d.prefill_replicas = config.prefill_replicas;
     d.decode_cost_model = &*decode_cost_model;
@@ -133,7 +133,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   // The first replica is the first pool's (the prefill pool comes first).
   CostModel routed_cost_model(model, gpu, first_pool.layout(),
                               engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
-  routed_cost_model.set_moe_routing(run_moe_routing(first_pool));
+  routed_cost_model.set_moe_routing(run_moe_routing(first_pool, model));
   const CostModel& cost_model = routed_cost_model;
 
   BuiltWorkload generated;

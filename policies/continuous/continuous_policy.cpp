@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "hwmodel/base/error.h"
+#include "policies/common/host_copy.h"
 #include "sim/decode_cohort.h"
 
 namespace batchsim {
@@ -192,15 +193,7 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   waiting_.add(id);
 }
 
-SimTime ContinuousPolicy::transfer_time(int64_t tokens) const {
-  const CostModel& cm = *env_->cost_model;
-  const double pcie = cm.gpu().pcie_bytes_per_s;
-  if (pcie <= 0) return SimTime::zero();
-  // Each GPU of the tensor-parallel group moves its share of the heads over its own link.
-  const double bytes =
-      static_cast<double>(tokens) * static_cast<double>(cm.model().kv_bytes_per_token()) / cm.tensor_parallel();
-  return SimTime::from_seconds(bytes / pcie);
-}
+SimTime ContinuousPolicy::transfer_time(int64_t tokens) const { return host_kv_copy_time(*env_->cost_model, tokens); }
 
 int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
   if (config_.chunked) {

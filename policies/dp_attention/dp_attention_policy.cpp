@@ -153,8 +153,17 @@ std::optional<int64_t> DpAttentionPolicy::cuda_graph_max_batch(const HardwarePro
 }
 
 std::string DpAttentionPolicy::unsupported_role_reason(PoolRole role) const {
-  if (role == PoolRole::kColocated) return "";
-  return fmt::format("data-parallel attention ranks in a {} pool are not supported yet", pool_role_name(role));
+  return ranks_.front()->unsupported_role_reason(role);
+}
+
+void DpAttentionPolicy::release_held_kv(RequestId id) { owning_rank(id).release_held_kv(id); }
+
+void DpAttentionPolicy::on_kv_received(RequestId id, SimTime now) { owning_rank(id).on_kv_received(id, now); }
+
+Policy& DpAttentionPolicy::owning_rank(RequestId id) const {
+  const int r = rank_of(id);
+  if (r < 0) throw std::logic_error(fmt::format("DpAttentionPolicy: request {} is on no rank", id));
+  return *ranks_[static_cast<size_t>(r)];
 }
 
 bool DpAttentionPolicy::SummedKv::bug() {

@@ -30,6 +30,13 @@
 // step longer than the replica's, so the next on_iteration_end and schedule() pass them by
 // and keep their batches (no request of theirs finishes at that boundary: the simulation asks
 // only when none does). Decode cohorts stay off: each rank lists every request of its batch.
+//
+// In a disaggregated pool (policy.h, "Disaggregated pools") the ranks take the pool's role:
+// TensorRT-LLM's wide-EP prefill workers run attention DP (aiconfigurator's silicon rows of
+// DeepSeek-V3 on Dynamo: prefill TP 1 x attention DP 16 x EP 16), and SGLang's P/D guide names
+// DP attention's prefill/decode imbalance as a reason to split the pools at all
+// (docs/advanced_features/pd_disaggregation.md, "DP Attention Imbalance").
+// A hand-off is routed to a rank like any arrival; its transfer lands on that rank.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +71,11 @@ class DpAttentionPolicy final : public Policy {
   std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
   int attention_ranks() const override { return ranks(); }
   std::optional<int64_t> cuda_graph_max_batch(const HardwareProfile& gpu, int tp) const override;
+  // A pool of DP ranks serves what its ranks serve: each rank holds the KV of the requests
+  // routed to it, so a landed transfer frees (prefill) or unblocks (decode) on that rank.
   std::string unsupported_role_reason(PoolRole role) const override;
+  void release_held_kv(RequestId id) override;
+  void on_kv_received(RequestId id, SimTime now) override;
 
   int ranks() const { return static_cast<int>(ranks_.size()); }
   // The rank request `id` was routed to (-1 before it arrived).
@@ -101,6 +112,9 @@ class DpAttentionPolicy final : public Policy {
     [[noreturn]] static bool bug();
     const DpAttentionPolicy& owner_;
   };
+
+  // The rank request `id` was routed to; a request on no rank is a bug.
+  Policy& owning_rank(RequestId id) const;
 
   std::vector<std::unique_ptr<Policy>> ranks_;
   std::string name_;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "hwmodel/base/error.h"
+#include "policies/common/host_copy.h"
 
 namespace batchsim {
 
@@ -113,11 +114,27 @@ void SglangPolicy::attach(PolicyEnv& env) {
   if (config_.max_running_requests == 0) {
     config_.max_running_requests = sglang_max_running_requests(blocks * page, env.max_model_len);
   }
+  role_ = env.role;
   PrefixCacheSource prefix;
-  if (config_.radix_cache) prefix = {env.requests, env.prefix_blocks};
+  // A decode server shares no prefix: its radix cache is off unless
+  // --disaggregation-decode-enable-radix-cache (off by default) turns it on.
+  if (config_.radix_cache && role_ != PoolRole::kDecode) prefix = {env.requests, env.prefix_blocks};
   const auto n = static_cast<int64_t>(env.requests->size());
   kv_ = std::make_unique<PagedKvCache>(n, blocks, static_cast<int32_t>(page), 0.0, prefix);
   finished_flag_.assign(n, 0);
+  bootstrap_.clear();
+  metadata_buffers_in_use_ = 0;
+  held_.assign(role_ == PoolRole::kPrefill ? n : 0, 0);
+  prealloc_.clear();
+  transfer_queue_.clear();
+  retracted_.clear();
+  remote_stage_.assign(role_ == PoolRole::kDecode ? n : 0, RemoteStage::kNone);
+  landed_ = 0;
+  // DecodeReqToTokenPool holds max_running_requests + pre_alloc_size requests, pre_alloc_size
+  // being 2 x max_running_requests when that is at most 32, else
+  // SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS (0 by default) (model_runner_kv_cache_mixin.py).
+  const int64_t max_running = config_.max_running_requests;
+  request_slots_ = max_running + (max_running <= 32 ? 2 * max_running : 0);
   // NewTokenRatioTracker.from_server_args (scheduler_components/new_token_ratio_tracker.py):
   // init = min(SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, 1), min = min(init x
   // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), decay = (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
@@ -156,6 +173,10 @@ void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // A streaming run hands a settled request's id (its slot) to a later arrival.
   finished_flag_[id] = 0;
   if (reject_over_context(*env_, id)) return;
+  if (role_ == PoolRole::kDecode) {
+    arrive_for_decode(id);
+    return;
+  }
   // SGLang refuses a prompt of max_req_input_len = min(context_len, max_total_num_tokens) - 1
   // tokens or more and lowers max_new_tokens to what the KV pool leaves after it (scheduler.py
   // validate_input_length and handle_generate_request), so that admission's prompt +
@@ -171,7 +192,48 @@ void SglangPolicy::on_arrival(RequestId id, SimTime /*now*/) {
     intake_.on_arrival(id);
     return;
   }
-  waiting_.push_back(id);
+  receive(id);
+}
+
+void SglangPolicy::receive(RequestId id) {
+  switch (role_) {
+    case PoolRole::kColocated:
+      waiting_.push_back(id);
+      return;
+    case PoolRole::kPrefill:
+      // PrefillBootstrapQueue.add: the request waits for its bootstrap (a metadata buffer).
+      bootstrap_.push_back(id);
+      return;
+    case PoolRole::kDecode:
+      // A landed transfer, now seen by the scheduler (DecodeTransferQueue.pop_transferred polls
+      // it at its next step).
+      remote_stage_[id] = RemoteStage::kLanded;
+      ++landed_;
+      return;
+  }
+}
+
+void SglangPolicy::arrive_for_decode(RequestId id) {
+  const Request& r = env_->request(id);
+  if (env_->progress_of(id).computed_tokens != r.prompt_tokens) {
+    throw std::logic_error(
+        fmt::format("{}: request {} reached the decode role with {} of its {} prompt tokens "
+                    "computed; a decode server never prefills",
+                    name_, id, env_->progress_of(id).computed_tokens, r.prompt_tokens));
+  }
+  // What an empty decode pool must hold for this request to be preallocated at all (its prompt
+  // + R, and its prompt + min(max_new_tokens, 4096) with nothing running to retract) and to
+  // decode to its end alone. SGLang aborts only a prompt beyond the pool
+  // (DecodePreallocQueue._check_if_req_exceed_kv_capacity) and would keep the others waiting
+  // forever.
+  const int64_t prompt = r.prompt_tokens;
+  const int64_t footprint = std::max({prompt + config_.num_reserved_decode_tokens,
+                                      prompt + std::min(max_new_tokens(id), config_.clip_max_new_tokens),
+                                      prompt + static_cast<int64_t>(r.output_tokens)});
+  if (reject_over_cache(*env_, *kv_, id, footprint)) return;
+  if (idle()) new_token_ratio_ = init_ratio_;
+  // DecodePreallocQueue.add. (No step of lag: see the header comment, "Overlap scheduling".)
+  prealloc_.push_back(id);
 }
 
 int64_t SglangPolicy::max_new_tokens(RequestId id) const {
@@ -381,7 +443,18 @@ int64_t SglangPolicy::pages_for_next_decode(std::span<const RequestId> requests)
   return pages;
 }
 
-void SglangPolicy::retract(RequestId id) {
+void SglangPolicy::retract(RequestId id, Batch& batch) {
+  if (role_ == PoolRole::kDecode) {
+    // release_req in decode mode: Req.offload_kv_cache copies the KV to the host before it is
+    // freed, and _extend_requests_to_queue(is_retracted=True) puts the request in the prealloc
+    // queue's retracted queue; resume_retracted_reqs copies it back, nothing is recomputed.
+    const int64_t tokens = kv_->tokens_of(id);
+    kv_->release(id);
+    env_->preempt(id, /*keeps_kv=*/true);
+    batch.extra_time += host_copy_time(tokens);
+    retracted_.push_back(id);
+    return;
+  }
   // ScheduleBatch.release_req + Req.reset_for_retract: the KV is freed (what is cached, its
   // own generated blocks too, stays in the cache, evictable) and the request is prefilled
   // again with its prompt and the tokens it generated; Scheduler._extend_requests_to_queue
@@ -417,7 +490,7 @@ void SglangPolicy::schedule_decode(Batch& batch) {
       first = false;
       const RequestId victim = sorted.back();
       sorted.pop_back();
-      retract(victim);
+      retract(victim, batch);
     }
     running_ = sorted;
     // new_estimate_ratio = (Σ len(output_ids) + retract_decode_steps x len(reqs)) /
@@ -437,7 +510,7 @@ void SglangPolicy::schedule_decode(Batch& batch) {
     // SGLang asserts there is room for the one request left; here a chunked prefill may hold
     // the rest of the KV, and it is retracted too rather than stall both.
     if (pages_for_next_decode(running_) > kv_->free_blocks() && chunked_ >= 0) {
-      retract(chunked_);
+      retract(chunked_, batch);
       chunked_ = -1;
     }
     if (pages_for_next_decode(running_) > kv_->free_blocks()) {
@@ -457,14 +530,22 @@ void SglangPolicy::schedule(SimTime now, Batch& batch) {
   }
   // event_loop_overlap: the batch launched now was chosen while the previous one ran.
   const bool held = intake_.schedule(
-      now, batch, [this](RequestId id) { waiting_.push_back(id); }, [&] { build_batch(batch); }, [] {});
+      now, batch, [this](RequestId id) { receive(id); }, [&] { build_batch(batch); }, [] {});
   if (held) repeatable_ = false;  // a held request joins the next batch
 }
 
 void SglangPolicy::build_batch(Batch& batch) {
-  // Scheduler.get_next_batch_to_run: a prefill batch if one can be formed, else decode.
   repeatable_ = false;
   mixed_decodes_ = 0;
+  if (role_ == PoolRole::kPrefill) {
+    build_prefill_role_batch(batch);
+    return;
+  }
+  if (role_ == PoolRole::kDecode) {
+    build_decode_role_batch(batch);
+    return;
+  }
+  // Scheduler.get_next_batch_to_run: a prefill batch if one can be formed, else decode.
   last_was_prefill_ = schedule_prefill(batch);
   if (last_was_prefill_) return;
   schedule_decode(batch);
@@ -476,9 +557,15 @@ void SglangPolicy::build_batch(Batch& batch) {
 bool SglangPolicy::repeat_decode_step(const Batch& /*batch*/) {
   // The next schedule() decodes the same requests again when no prefill can start (the batch
   // is marked full, or nothing waits, and no chunked prefill is in progress: all lasting until
-  // a request arrives or finishes) and their next tokens' pages are free (no retraction).
+  // a request arrives or finishes) and their next tokens' pages are free (no retraction). In
+  // the decode role nothing prefills; what may change the batch is a request moving between
+  // its queues (decode_queues_settled).
   if (!repeatable_ || chunked_ >= 0 || decode_shrank_) return false;
-  if (!waiting_.empty() && !batch_is_full_) return false;
+  if (role_ == PoolRole::kDecode) {
+    if (!decode_queues_settled()) return false;
+  } else if (!waiting_.empty() && !batch_is_full_) {
+    return false;
+  }
   if (pages_for_next_decode(running_) > kv_->free_blocks()) return false;
   new_token_ratio_ = std::max(new_token_ratio_ - decay_, min_ratio_);
   for (const RequestId id : running_) {
@@ -492,6 +579,13 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
   if (config_.overlap_schedule) intake_.on_iteration_end(now);
   for (const RequestId id : finished) {
     finished_flag_[id] = 1;
+    if (!held_.empty()) {
+      // Prefill role: process_batch_result_disagg_prefill caches the prompt in the radix tree,
+      // locked, and the request waits in the inflight queue until its transfer lands
+      // (release_held_kv).
+      held_[id] = 1;
+      continue;
+    }
     // Scheduler cache_finished_req: the request's KV stays in the radix cache, evictable (it
     // inserts origin_input_ids + output_ids, mem_cache/radix_cache.py).
     kv_->release(id);
@@ -520,6 +614,195 @@ void SglangPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const Requ
     std::erase_if(running_, [&](RequestId id) { return finished_flag_[id] != 0; });
     decode_shrank_ = true;  // seen by the next update_running_batch
   }
+}
+
+// ---- Disaggregated roles (the header comment, "Disaggregated pools") ----
+
+void SglangPolicy::build_prefill_role_batch(Batch& batch) {
+  // event_loop_normal_disagg_prefill: PrefillBootstrapQueue.pop_bootstrapped moves requests to
+  // the waiting queue while a metadata buffer is free (2 x max_running_requests,
+  // Scheduler.init_disaggregation); each keeps its buffer until its transfer has landed.
+  const int64_t buffers = 2 * config_.max_running_requests;
+  while (!bootstrap_.empty() && metadata_buffers_in_use_ < buffers) {
+    waiting_.push_back(bootstrap_.front());
+    bootstrap_.pop_front();
+    ++metadata_buffers_in_use_;
+  }
+  // get_next_disagg_prefill_batch_to_run clears batch_is_full before every prefill batch (no
+  // update_running_batch runs here to clear it), and runs no decode: a prefill server's requests
+  // never join its running batch, so none of PrefillAdder's budget goes to running requests.
+  batch_is_full_ = false;
+  last_was_prefill_ = schedule_prefill(batch);
+}
+
+void SglangPolicy::release_held_kv(RequestId id) {
+  if (held_.empty() || held_[id] == 0) {
+    throw std::logic_error(fmt::format("{}: release of request {}'s KV, which is not held", name_, id));
+  }
+  // process_disagg_prefill_inflight_queue on KVPoll.Success: release_kv_cache unlocks the radix
+  // tree (the prompt stays cached, evictable) and the metadata buffer is freed.
+  held_[id] = 0;
+  kv_->release(id);
+  --metadata_buffers_in_use_;
+}
+
+void SglangPolicy::on_kv_received(RequestId id, SimTime /*now*/) {
+  if (remote_stage_.empty() || remote_stage_[id] != RemoteStage::kTransferring || !kv_->holds(id)) {
+    throw std::logic_error(fmt::format("{}: KV of request {} arrived, but none was awaited", name_, id));
+  }
+  // KVPoll.Success: the scheduler sees it at its next poll of the transfer queue, one step later
+  // with the overlap scheduler (the header comment, "Overlap scheduling").
+  if (config_.overlap_schedule) {
+    intake_.on_arrival(id);
+    return;
+  }
+  receive(id);
+}
+
+SimTime SglangPolicy::host_copy_time(int64_t tokens) const { return host_kv_copy_time(*env_->cost_model, tokens); }
+
+SglangPolicy::RunningFootprint SglangPolicy::running_footprint() const {
+  // pop_preallocated's retractable_tokens, Σ len(origin_input_ids) + len(output_ids) over the
+  // running batch, and _need_space_for_single_req: max of min(max_new_tokens, 4096) +
+  // len(origin_input_ids) over it, less that. A running request's KV holds all it knows but its
+  // last token (exact also while a decode run repeats, when its progress lags).
+  RunningFootprint f;
+  if (running_.empty()) return f;
+  int64_t largest = std::numeric_limits<int64_t>::min();
+  for (const RequestId id : running_) {
+    f.retractable += kv_->tokens_of(id) + 1;
+    largest = std::max(largest, std::min(max_new_tokens(id), config_.clip_max_new_tokens) +
+                                    static_cast<int64_t>(env_->request(id).prompt_tokens));
+  }
+  f.single_request_need = largest - f.retractable;
+  return f;
+}
+
+bool SglangPolicy::preallocation_fits(RequestId id, const RunningFootprint& footprint) const {
+  // pop_preallocated: a request slot (DecodeReqToTokenPool.available_size) and a metadata buffer
+  // (2 x max_running_requests) must be free; the transfer queue holds a buffer per request.
+  if (decoding_requests() >= request_slots_) return false;
+  if (static_cast<int64_t>(transfer_queue_.size()) >= 2 * config_.max_running_requests) return false;
+  // _allocatable_token_budgets: the free KV less max(R per request that will decode here, the
+  // largest running request's need), the requests taken earlier in this pass counted among them
+  // (they are in the transfer queue already). No decode radix cache: no evictable KV, no prefix.
+  const int64_t reserved = config_.num_reserved_decode_tokens;
+  const int64_t allocatable =
+      free_kv_tokens() - std::max(reserved * decoding_requests(), footprint.single_request_need);
+  // The request's prompt (_pre_alloc_fill_len: nothing generated yet here) plus R, and its
+  // prompt + min(max_new_tokens, 4096) less what retracting the running requests would free.
+  const int64_t prompt = env_->request(id).prompt_tokens;
+  const int64_t required = std::max(
+      prompt + reserved, prompt + std::min(max_new_tokens(id), config_.clip_max_new_tokens) - footprint.retractable);
+  return required <= allocatable;
+}
+
+bool SglangPolicy::resumption_fits(RequestId id, int64_t allocatable) const {
+  // resume_retracted_reqs: a request slot, and its KV (_pre_alloc_fill_len: all it knows but its
+  // last token, what was copied out) + R within the budget.
+  if (decoding_requests() >= request_slots_) return false;
+  return env_->progress_of(id).computed_tokens + config_.num_reserved_decode_tokens <= allocatable;
+}
+
+bool SglangPolicy::resume_retracted(Batch& batch) {
+  if (retracted_.empty()) return false;
+  // The budget is worked out once and lowered by what each resumed request takes (fill + R).
+  int64_t allocatable = resumption_allocatable();
+  size_t resumed = 0;
+  for (const RequestId id : retracted_) {
+    if (!resumption_fits(id, allocatable)) break;
+    const int64_t tokens = env_->progress_of(id).computed_tokens;
+    // (resumption_fits leaves R per request free, so the pages are there.)
+    if (!kv_->try_admit(id, tokens, tokens)) break;
+    allocatable -= tokens + config_.num_reserved_decode_tokens;
+    batch.extra_time += host_copy_time(tokens);  // Req.load_kv_cache: host -> device
+    // process_decode_queue: self.waiting_queue.extend(resumed_reqs).
+    waiting_.push_back(id);
+    ++resumed;
+  }
+  retracted_.erase(retracted_.begin(), retracted_.begin() + static_cast<std::ptrdiff_t>(resumed));
+  return resumed > 0;
+}
+
+bool SglangPolicy::preallocate() {
+  // DecodePreallocQueue.pop_preallocated, first come first served: the first request that does
+  // not fit stops it. Its bootstrap handshake is done by the time it arrives here.
+  if (prealloc_.empty()) return false;
+  const RunningFootprint footprint = running_footprint();  // the running batch does not change in a pass
+  bool moved = false;
+  while (!prealloc_.empty()) {
+    const RequestId id = prealloc_.front();
+    if (!preallocation_fits(id, footprint)) break;
+    const int64_t prompt = env_->request(id).prompt_tokens;
+    // _pre_alloc: KV for the prompt, in whole pages (the budget leaves R per request free; with R
+    // below a page the last page may be missing, and the request waits).
+    if (!kv_->try_admit(id, prompt, prompt)) break;
+    prealloc_.pop_front();
+    transfer_queue_.push_back(id);
+    remote_stage_[id] = RemoteStage::kTransferring;
+    moved = true;
+    // send_metadata: the prefill side sends the whole prompt (no decode radix cache).
+    env_->start_kv_transfer(id, prompt);
+  }
+  return moved;
+}
+
+bool SglangPolicy::take_landed() {
+  // DecodeTransferQueue.pop_transferred: the landed requests, in the transfer queue's order, to
+  // the waiting queue (their first token committed); the rest keep waiting for their KV.
+  if (landed_ == 0) return false;
+  size_t kept = 0;
+  for (const RequestId id : transfer_queue_) {
+    if (remote_stage_[id] == RemoteStage::kLanded) {
+      remote_stage_[id] = RemoteStage::kNone;
+      waiting_.push_back(id);
+    } else {
+      transfer_queue_[kept++] = id;
+    }
+  }
+  transfer_queue_.resize(kept);
+  landed_ = 0;
+  return true;
+}
+
+bool SglangPolicy::join_running() {
+  // get_new_prebuilt_batch: min(req_to_token_pool.size, max_running_requests) less the running
+  // batch's size join it from the front of the waiting queue; the PrebuiltExtendBatch computes
+  // nothing (prepare_for_prebuilt) and is merged at the running batch's end, whose decode step
+  // follows at once.
+  const auto room = config_.max_running_requests - static_cast<int64_t>(running_.size());
+  const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(room, static_cast<int64_t>(waiting_.size())));
+  if (n <= 0) return false;
+  running_.insert(running_.end(), waiting_.begin(), waiting_.begin() + n);
+  waiting_.erase(waiting_.begin(), waiting_.begin() + n);
+  return true;
+}
+
+void SglangPolicy::build_decode_role_batch(Batch& batch) {
+  // event_loop_normal_disagg_decode. process_decode_queue: retracted requests are resumed first;
+  // while any is left, no request is preallocated and no landed one taken.
+  last_was_prefill_ = false;
+  bool moved = resume_retracted(batch);
+  if (retracted_.empty()) {
+    moved |= preallocate();
+    moved |= take_landed();
+  }
+  // get_next_disagg_decode_batch_to_run: the waiting requests join the running batch, which
+  // then decodes (update_running_batch, retraction included).
+  moved |= join_running();
+  schedule_decode(batch);
+  // A step that moved a request between the queues is no repeat of the last.
+  if (moved) repeatable_ = false;
+}
+
+bool SglangPolicy::decode_queues_settled() const {
+  // What build_decode_role_batch would move, with no arrival, landing or finish in between (a
+  // decode run never passes one) and only the running requests' KV growing since: every test
+  // reads the KV and the queues as they are now, as the next schedule() would.
+  if (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_running_requests) return false;
+  if (!retracted_.empty()) return !resumption_fits(retracted_.front(), resumption_allocatable());
+  // (Nothing retracted: the last schedule() took every landed request.)
+  return prealloc_.empty() || !preallocation_fits(prealloc_.front(), running_footprint());
 }
 
 }  // namespace batchsim

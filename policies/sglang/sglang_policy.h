@@ -58,12 +58,73 @@
 // where SGLang's RadixCache.evict takes the least recently accessed leaves.
 // Where SGLang would assert (no KV left for the one request left after retraction, which a
 // chunked prefill can hold), the chunked request is retracted too.
+// Disaggregated pools (sim/policy.h, "Disaggregated pools"): both roles, as SGLang serves them
+// with --disaggregation-mode prefill|decode. Sources, python/sglang/srt/ on main (2026):
+// disaggregation/prefill.py @ 000c2b9 (PrefillBootstrapQueue, event_loop_normal_disagg_prefill,
+// get_next_disagg_prefill_batch_to_run, process_disagg_prefill_inflight_queue);
+// disaggregation/decode.py @ 0035ca4 (DecodePreallocQueue: pop_preallocated,
+// _allocatable_token_budgets, resume_retracted_reqs; DecodeTransferQueue.pop_transferred;
+// get_new_prebuilt_batch, process_decode_queue, event_loop_normal/overlap_disagg_decode);
+// managers/scheduler.py (init_disaggregation: 2 x max_running_requests metadata buffers on either
+// side; update_running_batch); managers/schedule_batch.py (release_req: in decode mode a
+// retracted request's KV is copied to the host first, offload_kv_cache);
+// model_executor/model_runner_kv_cache_mixin.py (DecodeReqToTokenPool's pre_alloc_size);
+// server_args.py (num_reserved_decode_tokens 512, before it SGLANG_NUM_RESERVED_DECODE_TOKENS;
+// disaggregation_decode_enable_radix_cache off).
+//  Prefill. Requests arrive with max_new_tokens 1 (the role's view; PrefillBootstrapQueue.
+//  _process_req sets it so that PrefillAdder's estimate is exact). An arrival waits in the
+//  bootstrap queue until one of the 2 x max_running_requests metadata buffers is free
+//  (pop_bootstrapped), then in the waiting queue. Batches are the colocated prefill batches
+//  (PrefillAdder, chunked_prefill_size, max_prefill_tokens), with batch_is_full cleared before each
+//  (get_next_disagg_prefill_batch_to_run) and no running batch: a request whose prefill is done
+//  goes to the inflight queue with its KV held (locked in the radix cache) until its transfer has
+//  landed; then its KV stays cached, evictable, and its metadata buffer is free. No decode step
+//  runs there.
+//  Decode. An arrival (its prompt computed elsewhere, its first token sampled) waits in the
+//  prealloc queue. Every step, before its batch is built (process_decode_queue), requests leave it
+//  first come first served while a request slot (max_running_requests, plus pre_alloc_size = 2 x
+//  that when it is at most 32) and a metadata buffer (2 x max_running_requests) are free and
+//  max(prompt + R, prompt + min(max_new_tokens, 4096) - retractable) <= allocatable, where R is
+//  num_reserved_decode_tokens, retractable the running requests' prompt + output tokens, and
+//  allocatable the free KV less max(R x the requests that will decode here — running, in
+//  transfer, waiting, those taken before in this pass —, the largest running request's prompt +
+//  min(max_new_tokens, 4096) - retractable). Each gets KV for its prompt and its transfer starts
+//  (the transfer queue): the decode radix cache is off, so nothing is shared and the whole prompt
+//  moves. A landed request joins the waiting queue, and the running batch while it holds fewer
+//  than max_running_requests (get_new_prebuilt_batch: a PrebuiltExtendBatch, no compute), decoding
+//  in that very step. Decoding is update_running_batch's, new_token_ratio and retract_decode
+//  included, except that a retracted request's KV is copied to the host (its PCIe time added to
+//  the step, as swap preemption's) and freed; it waits in the retracted queue and is resumed, its
+//  KV copied back (PCIe time again), first come first served while a slot is free and its tokens +
+//  R fit the free KV less R per request that will decode here (resume_retracted_reqs). While a
+//  request is retracted nothing is preallocated and no landed transfer is taken
+//  (process_decode_queue returns early). A decode server never prefills.
+//  Overlap scheduling (overlap_schedule): the prefill side lags arrivals by one step as the
+//  colocated loop does (event_loop_overlap_disagg_prefill); the decode side lags landed transfers
+//  (event_loop_overlap_disagg_decode polls the transfer queue while building the step after the
+//  running one), not hand-offs: SGLang's router sends each request to the decode server when it
+//  sends it to the prefill server, so it is preallocated while its prefill runs.
+//  Differences: the simulation prefills first and hands off afterwards (sim/simulation.h), while
+//  SGLang's prefill server starts a request only once the decode server has preallocated its KV
+//  (the bootstrap handshake waits for it): decode memory pressure holds requests in SGLang's
+//  bootstrap queue with no KV, here as prefilled KV awaiting its transfer; the handshake takes no
+//  time. A decode server rejects on arrival a request for which an empty pool is too small
+//  (prompt + R, prompt + min(max_new_tokens, 4096) or prompt + output tokens), where SGLang aborts
+//  only a prompt beyond the pool and would wait forever for the others. Where SGLang would assert
+//  (no KV left for the last running request's next token: a pool filled by requests in transfer or
+//  waiting), the simulation stops with std::logic_error, and where it would hang (a retracted
+//  request that never fits while the landed requests it keeps waiting hold the KV), it reports a
+//  stall. Not modelled: requests that finished in the last step still count in SGLang's running
+//  batch at the next preallocation pass (it is filtered afterwards, in update_running_batch); the
+//  decode radix cache (--disaggregation-decode-enable-radix-cache), HiCache, a polling interval
+//  above 1, the staging buffer, failed or aborted transfers.
 // Invariants (asserted by tests/policies): an iteration is prefill-only or decode-only; its
 // prefill tokens <= chunked_prefill_size (and <= max_prefill_tokens unless one request alone
 // exceeds it); running + chunked <= max_running_requests; each request's KV covers exactly its
 // computed tokens.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -102,6 +163,10 @@ struct SglangPolicyConfig {
   // for the GPU and TP (sglang_cuda_graph_max_bs). It replaces the engine profile's
   // cuda_graphs.max_tokens and enters the auto mem_fraction_static's reserve.
   int64_t cuda_graph_max_bs = 0;
+  // Decode role: KV tokens kept free per request that will decode here when preallocating
+  // (--num-reserved-decode-tokens, 512; SGLANG_NUM_RESERVED_DECODE_TOKENS before it). Not a
+  // --policy-opt yet (policies/registry.cpp's sglang options do not list it).
+  int64_t num_reserved_decode_tokens = 512;
 };
 
 // chunked_prefill_size by total GPU memory (server_args.py _handle_gpu_memory_settings):
@@ -139,15 +204,17 @@ class SglangPolicy final : public Policy {
   void on_arrival(RequestId id, SimTime now) override;
   void schedule(SimTime now, Batch& batch) override;
   void on_iteration_end(const Batch& batch, std::span<const RequestId> finished, SimTime now) override;
-  bool idle() const override { return waiting_.empty() && running_.empty() && chunked_ < 0 && intake_.empty(); }
-  bool repeat_decode_step(const Batch& batch) override;
-  // SGLang's own disaggregation (--disaggregation-mode prefill|decode: a bootstrap server,
-  // the decode side's prealloc and transfer queues) is not modelled.
-  std::string unsupported_role_reason(PoolRole role) const override {
-    if (role == PoolRole::kColocated) return "";
-    return "the sglang policy does not model SGLang's disaggregation mode (--disaggregation-mode "
-           "prefill|decode); use a continuous or chunked-prefill policy in the pools";
+  // KV held for transfers (prefill role) is no work: nothing is left to schedule for it.
+  bool idle() const override {
+    return waiting_.empty() && running_.empty() && chunked_ < 0 && intake_.empty() && bootstrap_.empty() &&
+           prealloc_.empty() && transfer_queue_.empty() && retracted_.empty();
   }
+  bool repeat_decode_step(const Batch& batch) override;
+  // Both disaggregated roles, as SGLang's --disaggregation-mode prefill|decode serves them (the
+  // header comment, "Disaggregated pools").
+  std::string unsupported_role_reason(PoolRole /*role*/) const override { return ""; }
+  void release_held_kv(RequestId id) override;
+  void on_kv_received(RequestId id, SimTime now) override;
   const KvCacheManager& kv_cache() const override { return *kv_; }
   // SGLang sizes its KV pool by mem_fraction_static (SglangPolicyConfig::mem_fraction_static).
   std::optional<KvSizing> kv_sizing(const CostModel& cost_model, double gpu_memory_utilization) const override;
@@ -164,6 +231,18 @@ class SglangPolicy final : public Policy {
   bool last_was_prefill() const { return last_was_prefill_; }
   // Decode items the last prefill batch carried after its prefill items (enable_mixed_chunk).
   size_t last_mixed_decodes() const { return mixed_decodes_; }
+  // Disaggregated roles. Prefill: requests waiting for a metadata buffer (the bootstrap queue),
+  // and the buffers taken (by waiting, prefilling and inflight requests). Decode: requests
+  // waiting for their KV to be preallocated, in transfer (landed ones not yet taken included),
+  // landed and waiting for a place in the running batch, and retracted to the host; the request
+  // slots (max_running_requests plus pre_alloc_size).
+  size_t num_bootstrapping() const { return bootstrap_.size(); }
+  int64_t metadata_buffers_in_use() const { return metadata_buffers_in_use_; }
+  size_t num_preallocating() const { return prealloc_.size(); }
+  size_t num_transferring() const { return transfer_queue_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_retracted() const { return retracted_.size(); }
+  int64_t decode_request_slots() const { return request_slots_; }
 
  private:
   // The configured chunked_prefill_size, or SGLang's default for a device of this memory.
@@ -184,8 +263,54 @@ class SglangPolicy final : public Policy {
   int64_t pages_for_next_decode(std::span<const RequestId> requests) const;
   // One decode step for each of `requests`, whose next tokens' pages were counted free.
   void grow_and_decode(std::span<const RequestId> requests, Batch& batch);
-  void retract(RequestId id);
+  // retract_decode's victim: back to the waiting queue to be prefilled again (colocated), or,
+  // in the decode role, its KV copied to the host and the request to the retracted queue.
+  void retract(RequestId id, Batch& batch);
   void add_step(RequestId id, int64_t new_tokens, Batch& batch);
+  // Where a request the scheduler receives goes: the waiting queue (colocated), the bootstrap
+  // queue (prefill role); in the decode role what it receives through the overlap intake is a
+  // landed transfer.
+  void receive(RequestId id);
+
+  // Prefill role: get_next_disagg_prefill_batch_to_run, after pop_bootstrapped.
+  void build_prefill_role_batch(Batch& batch);
+  // Decode role: process_decode_queue, then get_next_disagg_decode_batch_to_run.
+  void build_decode_role_batch(Batch& batch);
+  // A hand-off reaching the decode role: checked, then queued for preallocation.
+  void arrive_for_decode(RequestId id);
+  // The running requests' figures that DecodePreallocQueue's budget reads: their prompt +
+  // output tokens (what retracting them all would free) and the room the largest of them may
+  // still need beyond that (_need_space_for_single_req; 0 with nothing running).
+  struct RunningFootprint {
+    int64_t retractable = 0;
+    int64_t single_request_need = 0;
+  };
+  RunningFootprint running_footprint() const;
+  // Requests that will decode here and hold a request slot: running, in transfer, waiting.
+  int64_t decoding_requests() const {
+    return static_cast<int64_t>(running_.size() + transfer_queue_.size() + waiting_.size());
+  }
+  int64_t free_kv_tokens() const { return kv_->free_blocks() * config_.page_size; }
+  // pop_preallocated's test of request `id` (changes nothing).
+  bool preallocation_fits(RequestId id, const RunningFootprint& footprint) const;
+  // resume_retracted_reqs's test of request `id` with `allocatable` tokens left in this pass.
+  bool resumption_fits(RequestId id, int64_t allocatable) const;
+  // resume_retracted_reqs' budget at the start of a pass: the free KV less R per request that
+  // will decode here.
+  int64_t resumption_allocatable() const {
+    return free_kv_tokens() - config_.num_reserved_decode_tokens * decoding_requests();
+  }
+  // process_decode_queue's parts; each returns whether it moved a request.
+  bool resume_retracted(Batch& batch);
+  bool preallocate();
+  bool take_landed();
+  // get_new_prebuilt_batch: waiting requests join the running batch while it has room.
+  bool join_running();
+  // Whether the decode role's next schedule() would move no request between its queues (the
+  // rest of the repeat test is the colocated one).
+  bool decode_queues_settled() const;
+  // A copy of `tokens` tokens of KV between the GPU and the host, over each GPU's PCIe link.
+  SimTime host_copy_time(int64_t tokens) const;
 
   SglangPolicyConfig config_;
   std::string name_;
@@ -204,6 +329,22 @@ class SglangPolicy final : public Policy {
   bool last_was_prefill_ = false;  // the last schedule() returned a prefill batch
   double new_token_ratio_ = 0;
   double init_ratio_ = 0, min_ratio_ = 0, decay_ = 0;
+  // Disaggregated roles (sim/policy.h). Prefill: the bootstrap queue, the metadata buffers
+  // taken, and which finished requests' KV is held for its transfer.
+  PoolRole role_ = PoolRole::kColocated;
+  std::deque<RequestId> bootstrap_;
+  int64_t metadata_buffers_in_use_ = 0;
+  std::vector<uint8_t> held_;
+  // Decode: the prealloc queue, the transfer queue (in preallocation order), the retracted
+  // queue, each request's stage, how many landed requests the transfer queue holds, and the
+  // request slots. (waiting_ is SGLang's waiting queue of landed and resumed requests.)
+  enum class RemoteStage : uint8_t { kNone, kTransferring, kLanded };
+  std::deque<RequestId> prealloc_;
+  std::vector<RequestId> transfer_queue_;
+  std::deque<RequestId> retracted_;
+  std::vector<RemoteStage> remote_stage_;
+  int64_t landed_ = 0;
+  int64_t request_slots_ = 0;
 };
 
 }  // namespace batchsim

@@ -76,8 +76,12 @@ TEST(DisaggregationCli, BadInputIsRefusedByName) {
       cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy", "hf-static"}));
   EXPECT_THAT(static_decode, HasSubstr("--decode-policy hf-static"));
   EXPECT_THAT(static_decode, HasSubstr("static batching"));
-  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--prefill-policy", "sglang"})),
-              HasSubstr("--prefill-policy sglang"));
+  EXPECT_THAT(
+      cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--prefill-policy", "ft-static"})),
+      HasSubstr("--prefill-policy ft-static"));
+  // A pool's DP ranks are range-checked by their own option.
+  EXPECT_THAT(cli_error_of(pooled({"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-dp", "0"})),
+              HasSubstr("--decode-dp 0: must be in [1, 1024]"));
   // A pool policy's options are checked as --policy-opt's are.
   EXPECT_THAT(cli_error_of(pooled(
                   {"--prefill-replicas", "1", "--decode-replicas", "1", "--decode-policy-opt", "max_num_seqz=4"})),

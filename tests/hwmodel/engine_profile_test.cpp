@@ -119,8 +119,10 @@ TEST(EngineProfiles, FittedEnginesAreTheirBaseWithAResidual) {
     EXPECT_EQ(expected.residual.per_iteration_s + expected.residual.per_sequence_s, 0) << base;
     expected.residual = fitted.residual;
     expect_same(fitted, expected, /*compare_text=*/false);
+    // The fit is non-negative; a term the rows do not need may come out 0 (TensorRT-LLM's per
+    // sequence, once its eager prefills are costed), the time per iteration never does.
     EXPECT_GT(fitted.residual.per_iteration_s, 0) << base;
-    EXPECT_GT(fitted.residual.per_sequence_s, 0) << base;
+    EXPECT_GE(fitted.residual.per_sequence_s, 0) << base;
     EXPECT_THAT(fitted.sources, HasSubstr("fitted by batchsim calibrate engine")) << base;
   }
 }

@@ -1,8 +1,10 @@
 // Attention data parallelism (policies/dp_attention/): requests routed to ranks by vLLM's rule,
-// each rank scheduling its own batch, and a step lasting as long as its slowest rank.
+// each rank scheduling its own batch, and a step lasting as long as its slowest rank, in a
+// colocated replica and in the pools of a disaggregated run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -124,6 +126,77 @@ TEST(DpAttention, EachRankHasItsOwnKvCache) {
   EXPECT_GE(result.kv_capacity_tokens, both);
   EXPECT_LT(result.kv_capacity_tokens, both + 2 * 16);
   EXPECT_THAT(result.kv_capacity_rule, ::testing::HasSubstr("2 DP ranks of"));
+}
+
+// DP ranks in both pools of a disaggregated run (TensorRT-LLM's wide-EP prefill workers run
+// attention DP; SGLang's DeepSeek P/D runs it in both): every request is prefilled on one rank
+// of the prefill replica up to its first token, handed off, routed to one rank of the decode
+// replica, decoded there to its last token after its KV landed; each pool's steps last as long
+// as its slowest rank, and no rank keeps KV afterwards.
+TEST(DpAttention, RanksServeThePrefillAndDecodePools) {
+  const CostModel cm = dp_cost_model();
+  std::vector<std::unique_ptr<DpAttentionPolicy>> pools;
+  pools.push_back(two_ranks());
+  pools.push_back(two_ranks());
+  ASSERT_EQ(pools[0]->unsupported_role_reason(PoolRole::kPrefill), "");
+  ASSERT_EQ(pools[1]->unsupported_role_reason(PoolRole::kDecode), "");
+  std::vector<Policy*> replicas = {pools[0].get(), pools[1].get()};
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 8; ++i) specs.push_back({0.004 * i, 20 + 3 * i, 4 + i % 3});
+  const Workload w = make_workload(specs);
+  SimulationOptions options = testing::rig_simulation_options();
+  options.disaggregation.prefill_replicas = 1;
+  std::vector<std::vector<int32_t>> ranks_seen(w.size());  // per request: (pool, rank) as 2 x pool + rank
+  int64_t steps = 0;
+  options.on_iteration = [&](const Batch& b, const IterationRecord& rec, const Policy& policy) {
+    ++steps;
+    ASSERT_EQ(b.rank_shapes.size(), 2u);
+    int64_t most = 0;
+    for (const BatchShape& r : b.rank_shapes) {
+      most = std::max(most, static_cast<int64_t>(r.prefills.size()) + r.num_decodes);
+    }
+    EXPECT_EQ(rec.duration, SimTime::from_seconds(0.010 + 0.001 * static_cast<double>(most)));
+    const auto& dp = static_cast<const DpAttentionPolicy&>(policy);
+    for (const BatchItem& item : b.items) {
+      const int32_t where = 2 * rec.replica + dp.rank_of(item.id);
+      auto& seen = ranks_seen[static_cast<size_t>(item.id)];
+      if (seen.empty() || seen.back() != where) seen.push_back(where);
+      if (rec.replica == 0) {
+        EXPECT_LE(item.context_before + item.new_tokens, w[static_cast<size_t>(item.id)].prompt_tokens);
+      } else {
+        EXPECT_EQ(item.new_tokens, 1) << "the decode pool computed a prompt";
+      }
+    }
+  };
+  const SimulationResult r = Simulation(w, replicas, cm, options).run();
+  EXPECT_GT(steps, 0);
+  std::vector<int64_t> decoded_on_rank(2, 0);
+  for (const RequestRecord& rec : r.requests) {
+    SCOPED_TRACE(rec.id);
+    ASSERT_EQ(rec.state, RequestState::kFinished);
+    EXPECT_EQ(rec.generated_tokens, rec.output_tokens);
+    const HandoffRecord& h = r.handoffs[static_cast<size_t>(rec.id)];
+    ASSERT_TRUE(h.transferred());
+    EXPECT_EQ(h.prefill_replica, 0);
+    EXPECT_EQ(h.decode_replica, 1);
+    EXPECT_GT(h.decode_first_token, h.transfer_end);
+    // One rank of each pool, the prefill's first.
+    const auto& seen = ranks_seen[static_cast<size_t>(rec.id)];
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_LT(seen[0], 2);
+    EXPECT_GE(seen[1], 2);
+    EXPECT_EQ(seen[1] - 2, pools[1]->rank_of(rec.id));
+    ++decoded_on_rank[static_cast<size_t>(seen[1] - 2)];
+  }
+  // The decode pool's router spread the hand-offs over both ranks.
+  EXPECT_GT(decoded_on_rank[0], 0);
+  EXPECT_GT(decoded_on_rank[1], 0);
+  for (const auto& pool : pools) {
+    EXPECT_TRUE(pool->idle());
+    for (int rank = 0; rank < pool->ranks(); ++rank) {
+      EXPECT_EQ(pool->rank_policy(rank).kv_cache().allocated_tokens(), 0) << "KV left behind on a rank";
+    }
+  }
 }
 
 }  // namespace
