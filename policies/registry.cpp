@@ -288,6 +288,9 @@ const std::vector<PolicyOptionDoc>& policy_option_docs(std::string_view base) {
       {"disable_overlap_schedule", "false",
        "false: the overlap scheduler chooses each batch while the one before runs, so a request arriving during an "
        "iteration waits one more (SGLang's default since 0.4) | true: --disable-overlap-schedule"},
+      {"num_reserved_decode_tokens", "512",
+       "a decode pool's KV kept free per request it holds before it preallocates another hand-off "
+       "(--num-reserved-decode-tokens; only in a P/D decode pool)"},
       {"cuda_graph_max_bs", "auto",
        "largest decode batch run as a CUDA graph (--cuda-graph-max-bs), in place of the engine profile's; auto: "
        "SGLang's rule by GPU memory and TP < 4 / >= 4, 8 below 20 GiB, 24 / 80 below 35, 32 / 160 below 60, 256 / 512 "
@@ -432,6 +435,7 @@ SglangPolicyConfig sglang_config(const PolicyOptions& o) {
   c.overlap_schedule = !o.get_bool("disable_overlap_schedule", false);
   c.mem_fraction_static = is_auto("mem_fraction_static") ? 0.0 : o.get_double("mem_fraction_static", 0.0, 0.01, 0.99);
   c.cuda_graph_max_bs = int_or_auto("cuda_graph_max_bs", 1 << 20);
+  c.num_reserved_decode_tokens = o.get_int("num_reserved_decode_tokens", 512, 0, 1 << 24);
   return c;
 }
 

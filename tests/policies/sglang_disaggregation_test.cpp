@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "policies/registry.h"
 #include "policies/sglang/sglang_policy.h"
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
@@ -435,6 +436,20 @@ TEST(SglangDisaggregation, FastForwardChangesNothing) {
   }
   EXPECT_GT(forwarded, 0);
   EXPECT_GT(retracted, 0);
+}
+
+// The reservation is SGLang's --num-reserved-decode-tokens, a policy option of the preset,
+// range-checked by name.
+TEST(SglangDisaggregation, TheReservationIsAPolicyOption) {
+  auto reserved = [](std::map<std::string, std::string> options) {
+    const auto policy = make_policy("sglang", PolicyOptions(std::move(options)));
+    return static_cast<const SglangPolicy&>(*policy).config().num_reserved_decode_tokens;
+  };
+  EXPECT_EQ(reserved({}), 512);
+  EXPECT_EQ(reserved({{"num_reserved_decode_tokens", "64"}}), 64);
+  EXPECT_EQ(reserved({{"num_reserved_decode_tokens", "0"}}), 0);
+  const std::string why = user_error_of([&] { reserved({{"num_reserved_decode_tokens", "-1"}}); });
+  EXPECT_NE(why.find("num_reserved_decode_tokens"), std::string::npos) << why;
 }
 
 }  // namespace
