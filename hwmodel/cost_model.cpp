@@ -174,9 +174,6 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
   // (moe_step): here only the attention's and the dense layers' all-reduces, on the rank's tp.
   const double message_s = allreduce_s(allreduce_message_bytes(model_, tokens));
   cost.communication_s = routed_here ? 2 * layers * message_s : (layers + model_.dense_layers) * message_s;
-
-  // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
-  cost.launch_s = engine_.launch_s(model_.num_layers, tokens);
   return cost;
 }
 
@@ -435,11 +432,10 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
 
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
                            cost.elementwise_s + cost.communication_s;
-  // Engines that graph decode-only iterations (EngineProfile::cuda_graph_decode_only) launch a
-  // prefill's kernels one by one.
-  const double launch_s = engine_.cuda_graph_decode_only && !shape.prefills.empty()
-                              ? engine_.launch_s(model_.num_layers, t.tokens, true)
-                              : t.launch_s;
+  // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
+  // Whether they replay a graph depends on the tokens and, for some engines, on whether the
+  // iteration computes a prompt (EngineProfile::launch_s).
+  const double launch_s = engine_.launch_s(model_.num_layers, t.tokens, !shape.prefills.empty());
   const double device_s = std::max(kernels_s, launch_s);
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   const double cpu_s = engine_.cpu.seconds(sequences, tp_);

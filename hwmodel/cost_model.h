@@ -107,7 +107,7 @@ struct IterationCost {
 struct TokenCosts {
   int64_t tokens = -1;  // the key; -1: none yet
   std::array<double, kNumLayerGemms> layer_gemm_s{};
-  double gemm_s = 0, elementwise_s = 0, communication_s = 0, launch_s = 0;
+  double gemm_s = 0, elementwise_s = 0, communication_s = 0;
   bool gemm_compute_bound = false;
 };
 

@@ -87,7 +87,7 @@ struct EngineProfile {
 
   // Host seconds the iteration's kernel launches take (graph or eager); `prefill`: the iteration
   // computes a prompt chunk (cuda_graph_decode_only).
-  double launch_s(int64_t num_layers, int64_t tokens, bool prefill = false) const;
+  double launch_s(int64_t num_layers, int64_t tokens, bool prefill) const;
 };
 
 const char* allreduce_impl_name(AllReduceImpl impl);  // "nccl", "custom"

@@ -80,18 +80,21 @@ struct BackendErrors {
   }
 };
 
-// Measurements seen so far, to find a row that repeats an earlier one: the same TTFT and TPOT to
-// within 1e-9 of each (the dumps a silicon file merges re-print a measurement, sometimes a digit
-// apart in the 17th place).
+// Two rows are one measurement dumped twice when their TTFT and TPOT agree to this relative
+// tolerance (the dumps a silicon file merges re-print a measurement, sometimes a digit apart in
+// the 17th place). MeasurementIndex and the recorded-twin rule both judge by it.
+constexpr double kSameMeasurementTolerance = 1e-9;
+
+// Measurements seen so far, to find a row that repeats an earlier one (kSameMeasurementTolerance).
 class MeasurementIndex {
  public:
   // The id of an earlier measurement equal to (ttft_ms, tpot_ms), or nullptr after recording
   // this one under `id`.
   const std::string* find_or_add(double ttft_ms, double tpot_ms, const std::string& id) {
-    constexpr double kTolerance = 1e-9;
-    const double last = ttft_ms * (1 + kTolerance);
-    for (auto it = seen_.lower_bound(ttft_ms * (1 - kTolerance)); it != seen_.end() && it->first <= last; ++it) {
-      if (std::abs(it->second.first / tpot_ms - 1) <= kTolerance) return &it->second.second;
+    const double last = ttft_ms * (1 + kSameMeasurementTolerance);
+    for (auto it = seen_.lower_bound(ttft_ms * (1 - kSameMeasurementTolerance)); it != seen_.end() && it->first <= last;
+         ++it) {
+      if (std::abs(it->second.first / tpot_ms - 1) <= kSameMeasurementTolerance) return &it->second.second;
     }
     seen_.emplace(ttft_ms, std::pair{tpot_ms, id});
     return nullptr;
@@ -497,10 +500,10 @@ class RecordedWorkers {
   }
   // The recorded row `r` repeats, or nullptr.
   const RecordedPools* find(const ServingRow& r) const {
-    constexpr double kTolerance = 1e-9;
     for (const RecordedPools& p : rows_) {
       if (p.backend == r.backend && p.isl == r.isl && p.osl == r.osl && p.concurrency == r.concurrency &&
-          std::abs(p.ttft_ms / r.ttft_ms - 1) <= kTolerance && std::abs(p.tpot_ms / r.tpot_ms - 1) <= kTolerance) {
+          std::abs(p.ttft_ms / r.ttft_ms - 1) <= kSameMeasurementTolerance &&
+          std::abs(p.tpot_ms / r.tpot_ms - 1) <= kSameMeasurementTolerance) {
         return &p;
       }
     }
@@ -660,8 +663,9 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
         pools[i]->batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
       }
       std::string why;
+      const RecordedPools* twin = nullptr;
       if (r.prefill.workers == 0 || r.decode.workers == 0) {
-        if (const RecordedPools* twin = recorded.find(r)) {
+        if ((twin = recorded.find(r)) != nullptr) {
           // The same measurement: its recorded pools, layouts included (the twin's columns
           // are the ones its workers were recorded with).
           for (int i = 0; i < 2; ++i) {
@@ -674,13 +678,13 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
         } else if (r.backend == "sglang") {
           r.prefill.workers = 1;
           r.decode.workers = 1;
-          columns[0] = read_column_layout(csv, "prefill_");
-          columns[1] = read_column_layout(csv, "decode_");
           r.normalisations.push_back(kSglangOnePair.name);
         } else {
           why = kNoWorkers;
         }
-      } else {
+      }
+      // The row's own layout columns, unless a twin's replaced them (a skipped row's may be blank).
+      if (why.empty() && twin == nullptr) {
         columns[0] = read_column_layout(csv, "prefill_");
         columns[1] = read_column_layout(csv, "decode_");
       }
