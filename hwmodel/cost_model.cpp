@@ -55,6 +55,7 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
   layer_gemms_ = layer_gemm_shapes(model_, tp_);
   moe_gemms_ = moe_gemm_shapes(model_, tp_);
   mla_gemms_ = mla_gemm_shapes(model_, tp_);
+  if (model_.is_mla()) mla_decode_work_ = mla_decode_work_coefficients(model_, tp_);
   lm_head_ = lm_head_shape(model_, tp_);
   if (model_.is_moe() && model_.dense_layers > 0) {
     dense_layer_model_ = model_;
@@ -297,17 +298,8 @@ IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCac
   if (engine_.moe_pad_dp_to_max && engine_.cuda_graph_max_tokens > 0 && most_tokens <= engine_.cuda_graph_max_tokens) {
     tokens = most_tokens * layout_.dp;
   }
-  MoeStepCost moe;
-  if (memo != nullptr) {
-    auto& [key, cached] = memo->moe_step_slot(tokens);
-    if (key != tokens) {
-      key = tokens;
-      cached = moe_step(tokens);
-    }
-    moe = cached;
-  } else {
-    moe = moe_step(tokens);
-  }
+  const MoeStepCost moe =
+      memo != nullptr ? memo->moe_step(tokens, [this](int64_t n) { return moe_step(n); }) : moe_step(tokens);
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] += moe.experts_up_s;
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] += moe.experts_down_s;
   slowest.gemm_s += moe.experts_up_s + moe.experts_down_s;
@@ -345,7 +337,7 @@ void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost, NonA
                                          gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
   }
   if (shape.num_decodes > 0) {
-    const OperatorWork decode = mla_decode_attention_work(model_, tp_, shape.num_decodes, shape.decode_context_sum);
+    const OperatorWork decode = mla_decode_work_(shape.num_decodes, shape.decode_context_sum);
     double absorb_s = 0;
     if (memo == nullptr) {
       absorb_s = mla_absorb_s(shape.num_decodes);

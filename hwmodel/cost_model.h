@@ -29,10 +29,12 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
+#include "hwmodel/mla.h"
 #include "hwmodel/model_spec.h"
 #include "hwmodel/moe_kernel.h"
 #include "hwmodel/parallel_layout.h"
@@ -141,11 +143,17 @@ class NonAttentionCache {
   std::pair<int64_t, double>& mla_absorb_slot(int64_t decodes) {
     return mla_absorb_[static_cast<uint64_t>(decodes) & (kSampledSlots - 1)];
   }
-  // The slot of a DP step's `tokens` (all ranks together): (tokens, its MoE layers' cost), or
-  // another count's. A power-law routing's expected loads cost O(experts x splits) per count
-  // (moe_kernel.h), too much to redo every lockstep step.
-  std::pair<int64_t, MoeStepCost>& moe_step_slot(int64_t tokens) {
-    return moe_steps_[static_cast<uint64_t>(tokens) & (kTokenSlots - 1)];
+  // A DP step's MoE layers over `tokens` (all ranks together), computed by `cost` once per
+  // count. Kept by exact count, not by slot: a power-law routing's expected loads cost
+  // O(experts x splits) per count (moe_kernel.h, ~130k instructions for DeepSeek's 256 experts),
+  // and the DP totals of a run (a few thousand distinct ones, up to DP x the token budget) would
+  // evict each other from a slot table (DP 16 on the Azure conversation trace: 4,211 evaluations
+  // of 3,264 counts with 4,096 slots).
+  template <class Cost>
+  const MoeStepCost& moe_step(int64_t tokens, Cost&& cost) {
+    auto it = moe_steps_.find(tokens);
+    if (it == moe_steps_.end()) it = moe_steps_.emplace(tokens, cost(tokens)).first;
+    return it->second;
   }
 
  private:
@@ -153,8 +161,7 @@ class NonAttentionCache {
   std::vector<std::pair<int64_t, double>> lm_head_;
   std::vector<std::pair<int64_t, double>> mla_absorb_ =
       std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
-  std::vector<std::pair<int64_t, MoeStepCost>> moe_steps_ =
-      std::vector<std::pair<int64_t, MoeStepCost>>(kTokenSlots, {-1, MoeStepCost{}});
+  std::unordered_map<int64_t, MoeStepCost> moe_steps_;
 };
 
 class CostModel {
@@ -299,6 +306,7 @@ class CostModel {
   GemmShape dense_up_, dense_down_;
   // MLA's projections (mla_gemm_shapes): the query and latent down-projection, the query's up.
   MlaGemmShapes mla_gemms_;
+  MlaDecodeWork mla_decode_work_;  // MLA decode attention's work per key and per decode
   // MLA's prefill and decode attention of `shape`, into cost.prefill/decode_attention_s.
   void mla_attention(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const;
   // MLA decode's absorbed per-head GEMMs (uk, uv) for `decodes` rows, per layer.

@@ -12,23 +12,23 @@ void require_mla(const ModelSpec& model, const char* what) {
 }
 }  // namespace
 
-OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum) {
+MlaDecodeWork mla_decode_work_coefficients(const ModelSpec& model, int tp) {
   require_mla(model, "mla_decode_attention_work");
-  const double n = static_cast<double>(num_decodes);
-  const double keys = static_cast<double>(context_sum);
   const int64_t heads = q_heads_per_gpu(model, tp);
   const double padded = static_cast<double>((heads + kMlaDecodeHeadTile - 1) / kMlaDecodeHeadTile * kMlaDecodeHeadTile);
   // Absorbed: QK^T over the latent and its RoPE key (576 in DeepSeek-V3), PV over the latent (512).
   const double qk = static_cast<double>(model.kv_lora_rank) + model.qk_rope_head_dim;
   const double v = model.kv_lora_rank;
-  OperatorWork w;
-  w.flops = 2 * padded * (qk + v) * keys;
-  w.bytes = keys * model.kv_bytes_per_token_layer() + n * static_cast<double>(heads) * (qk + v) * kActivationBytes;
-  w.units = n;
-  w.sequences = n;
-  w.key_sum = keys;
-  w.context_sum = keys;
-  return w;
+  MlaDecodeWork c;
+  c.flops_per_key = 2 * padded * (qk + v);
+  c.bytes_per_key = model.kv_bytes_per_token_layer();
+  // Whole numbers far below 2^53: the products are exact in any order.
+  c.bytes_per_decode = static_cast<double>(heads) * (qk + v) * kActivationBytes;
+  return c;
+}
+
+OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum) {
+  return mla_decode_work_coefficients(model, tp)(num_decodes, context_sum);
 }
 
 double mla_decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {

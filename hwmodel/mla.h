@@ -45,6 +45,24 @@ inline constexpr int64_t kMlaDecodeHeadTile = 64;
 // `units` is the sequences, `context_sum` and `key_sum` the keys. Throws std::logic_error for a
 // model that is not MLA.
 OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum);
+// The same work as coefficients of its two counts, so that a caller that costs many steps of one
+// model (CostModel) computes them once: flops and bytes are linear in (num_decodes, context_sum).
+struct MlaDecodeWork {
+  double flops_per_key = 0, bytes_per_key = 0, bytes_per_decode = 0;
+  OperatorWork operator()(int64_t num_decodes, int64_t context_sum) const {
+    const double n = static_cast<double>(num_decodes);
+    const double keys = static_cast<double>(context_sum);
+    OperatorWork w;
+    w.flops = flops_per_key * keys;
+    w.bytes = keys * bytes_per_key + n * bytes_per_decode;
+    w.units = n;
+    w.sequences = n;
+    w.key_sum = keys;
+    w.context_sum = keys;
+    return w;
+  }
+};
+MlaDecodeWork mla_decode_work_coefficients(const ModelSpec& model, int tp);
 // launch + max(flops / (peak_flops x compute), bytes / (hbm x memory)): the hard roofline
 // (fitted on InferSim's H800 decode table, a soft corner fits its exponent to infinity).
 // Compute at the 16-bit rate, FP8 caches too (the kernels dequantise the latent).

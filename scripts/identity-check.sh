@@ -6,7 +6,8 @@
 #
 # The runs cover every preset on the Azure conversation trace, the code trace, prefix caching on
 # the Mooncake replay, priorities and sjf, replicas and routers, closed-loop clients, streaming,
-# tensor parallelism, disaggregation (pull and layer-wise), the iteration log, a small KV cache
+# tensor parallelism, disaggregation (pull and layer-wise), mixtures of experts (TP, DP attention
+# with EP, P/D pools of DP ranks, MLA, sliding windows), the iteration log, a small KV cache
 # that forces preemption, and the H100-fitted profile; then every other command once (compare,
 # plan, merge is covered by the Slurm test, list, bench's figures excepted, validate on both
 # table layouts, validate-serving, calibrate fit / transfer / engine) and every command's
@@ -55,6 +56,12 @@ runs=(
   "--trace $conv --gpu h100-sxm-fitted --policy vllm --model Qwen/Qwen3-32B --tp 2 --trace-speedup 2"
   "--model Qwen/Qwen3-32B --gpu h100-sxm-fitted --tp 2 --policy vllm-v1-2025 --engine vllm-h100-fitted --arrival offline --max-concurrency 8 --num-requests 160 --prompt-len fixed:4096 --output-len fixed:512"
   "--policy hf-static --model opt-13b --gpu a100-40gb --arrival offline --num-requests 400 --prompt-len fixed:512 --output-len capexp:128:512"
+  "--trace $conv --gpu h200 --model deepseek-r1 --tp 8 --policy vllm --num-requests 4000"
+  "--trace $conv --gpu h200 --model deepseek-r1 --tp 1 --dp 8 --ep 8 --policy vllm --num-requests 4000"
+  "--trace $conv --gpu h200 --model deepseek-r1 --tp 1 --dp 8 --ep 8 --policy sglang --num-requests 4000"
+  "--trace $conv --gpu h100-sxm-fitted --model qwen3-235b-a22b --tp 8 --ep 8 --policy trtllm --num-requests 3000"
+  "--trace $conv --gpu h100-sxm-fitted --model gpt-oss-120b --policy vllm --num-requests 3000"
+  "--trace $conv --gpu h200 --model deepseek-r1 --tp 1 --prefill-replicas 1 --decode-replicas 1 --prefill-dp 8 --decode-dp 8 --ep 8 --policy vllm --num-requests 3000"
 )
 fail=0
 for i in "${!runs[@]}"; do
@@ -118,6 +125,7 @@ commands=(
   "validate --measurements hwmodel/measured/vidur --device a100 --fit-on llama-2-7b --out WORK/out/v.json --profile-out WORK/out/p.yaml"
   "validate --measurements hwmodel/measured/aiconfigurator/h100_sxm --out WORK/out/v.json --rows-out WORK/out/rows.csv"
   "validate-serving --measurements $silicon --gpu h100-sxm-fitted --backend sglang --out WORK/out/s.json"
+  "validate-serving --measurements hwmodel/measured/aiconfigurator/silicon/h100_sxm_moe.csv.gz --gpu h100-sxm-fitted --backend trtllm --out WORK/out/m.json"
   "calibrate fit hwmodel/measured/vidur/compute/a40/meta-llama/Llama-2-7b-hf/mlp.csv.gz --out WORK/out/a40.yaml"
   "calibrate transfer h100-sxm-fitted --to h200 --out WORK/out/h200.yaml"
   "calibrate engine --backend sglang --gpu h100-sxm-fitted --measurements $silicon --out WORK/out/e.yaml --report WORK/out/e.json"
