@@ -337,7 +337,9 @@ void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost, NonA
                                          gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
   }
   if (shape.num_decodes > 0) {
-    const OperatorWork decode = mla_decode_work_(shape.num_decodes, shape.decode_context_sum);
+    // A speculative step's decodes verify 1 + k query tokens each (the most of any sets the tiles).
+    const int64_t queries = 1 + (shape.decode_draft_tokens + shape.num_decodes - 1) / shape.num_decodes;
+    const OperatorWork decode = mla_decode_work_(shape.num_decodes, shape.decode_context_sum, queries);
     double absorb_s = 0;
     if (memo == nullptr) {
       absorb_s = mla_absorb_s(shape.num_decodes);
@@ -389,8 +391,12 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
         context_sum = std::min(context_sum, shape.num_decodes * span);
         context_max = std::min(context_max, span);
       }
-      const OperatorWork decode =
-          decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max, window);
+      OperatorWork decode = decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max, window);
+      if (shape.decode_draft_tokens > 0) {
+        // Speculative verification: each sequence's 1 + k queries read its KV once.
+        decode.flops *=
+            static_cast<double>(shape.num_decodes + shape.decode_draft_tokens) / static_cast<double>(shape.num_decodes);
+      }
       return std::pair<double, double>{count * prefill_attention_time_s(gpu_, prefill),
                                        count * decode_attention_time_s(gpu_, decode, shape.num_decodes)};
     };
@@ -422,12 +428,14 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
       cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
   }
 
-  const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
-                           cost.elementwise_s + cost.communication_s;
   // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
   // Whether they replay a graph depends on the tokens and, for some engines, on whether the
-  // iteration computes a prompt (EngineProfile::launch_s).
+  // iteration computes a prompt (EngineProfile::launch_s). (Read before the drafter's passes,
+  // which may reuse the memo slot that `t` is.)
   const double launch_s = engine_.launch_s(model_.num_layers, t.tokens, !shape.prefills.empty());
+  if (speculative_.drafts_on_gpu()) cost.draft_s = draft_s(shape, cost, memo);
+  const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
+                           cost.elementwise_s + cost.communication_s + cost.draft_s;
   const double device_s = std::max(kernels_s, launch_s);
   const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
   const double cpu_s = engine_.cpu.seconds(sequences, tp_);
@@ -435,6 +443,64 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
                     engine_.residual.seconds(sequences, tp_);
   cost.total_s = kernels_s + cost.overhead_s;
   return cost;
+}
+
+void CostModel::set_speculative(SpeculativeDecoding spec, std::shared_ptr<const CostModel> draft_model) {
+  if (spec.method == DraftMethod::draft_model && spec.enabled() && draft_model == nullptr) {
+    throw std::logic_error("CostModel::set_speculative: a draft model's drafts need its cost model");
+  }
+  speculative_ = std::move(spec);
+  draft_model_ = std::move(draft_model);
+}
+
+const TokenCosts& CostModel::memo_token_costs(int64_t tokens, NonAttentionCache* memo, TokenCosts& scratch) const {
+  if (memo == nullptr) return scratch = token_costs(tokens);
+  TokenCosts& slot = memo->token_slot(tokens);
+  if (slot.tokens != tokens) slot = token_costs(tokens);
+  return slot;
+}
+
+double CostModel::draft_s(const BatchShape& shape, const IterationCost& cost, NonAttentionCache* memo) const {
+  // The sequences that sample this step draft the next one's tokens.
+  const int64_t sequences = shape.num_sampled - shape.decode_draft_tokens;
+  const int64_t k = speculative_.k;
+  if (sequences <= 0 || k <= 0) return 0;
+  if (speculative_.method == DraftMethod::draft_model) {
+    BatchShape first = shape;
+    first.num_sampled = sequences;
+    first.decode_draft_tokens = 0;
+    const IterationCost f = draft_model_->iteration(first);
+    double s = f.total_s - f.overhead_s;
+    if (k > 1) {
+      BatchShape next;
+      next.num_decodes = sequences;
+      next.num_sampled = sequences;
+      next.decode_context_sum = shape.decode_context_sum + shape.num_decodes;
+      next.decode_context_max = shape.decode_context_max + 1;
+      for (const PrefillChunk& c : shape.prefills) {
+        next.decode_context_sum += c.context_before + c.new_tokens + 1;
+        next.decode_context_max = std::max(next.decode_context_max, c.context_before + c.new_tokens + 1);
+      }
+      const IterationCost n = draft_model_->iteration(next);
+      s += static_cast<double>(k - 1) * (n.total_s - n.overhead_s);
+    }
+    return s;
+  }
+  // EAGLE, EAGLE-3, MTP: one layer of the target per pass.
+  const double layers = model_.num_layers;
+  TokenCosts scratch;
+  auto layer_s = [&](int64_t tokens) {
+    const TokenCosts& t = memo_token_costs(tokens, memo, scratch);
+    return (t.gemm_s + t.elementwise_s + t.communication_s) / layers;
+  };
+  const double head_s = lm_head_s(sequences);
+  double s = layer_s(shape.total_tokens()) + (cost.prefill_attention_s + cost.decode_attention_s) / layers + head_s;
+  if (k > 1) {
+    // One token per sequence, attending to what the decodes read.
+    const double attention_s = cost.decode_attention_s / layers;
+    s += static_cast<double>(k - 1) * (layer_s(sequences) + attention_s + head_s);
+  }
+  return s;
 }
 
 double CostModel::allreduce_s(double message_bytes) const {

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "hwmodel/moe_kernel.h"
 #include "hwmodel/parallel_layout.h"
 #include "hwmodel/roofline.h"
+#include "hwmodel/speculative.h"
 
 namespace batchsim {
 
@@ -51,14 +53,17 @@ struct PrefillChunk {
 // costing a shape is O(number of prefill chunks), not O(batch size).
 struct BatchShape {
   std::vector<PrefillChunk> prefills;
-  int64_t num_decodes = 0;         // sequences computing exactly one token
+  int64_t num_decodes = 0;         // sequences computing one token after their context
   int64_t decode_context_sum = 0;  // sum over decodes of context_before + 1
   int64_t decode_context_max = 0;
-  int64_t num_sampled = 0;  // sequences that produce a token (run the LM head)
+  // Speculative decoding: draft tokens the decodes verify beyond their one token each (a decode
+  // with k drafts computes 1 + k query tokens over its context).
+  int64_t decode_draft_tokens = 0;
+  int64_t num_sampled = 0;  // rows that run the LM head: sampling sequences, and verified drafts
 
   void clear() {
     prefills.clear();
-    num_decodes = decode_context_sum = decode_context_max = num_sampled = 0;
+    num_decodes = decode_context_sum = decode_context_max = decode_draft_tokens = num_sampled = 0;
   }
   void add_prefill(int64_t new_tokens, int64_t context_before) { prefills.push_back({new_tokens, context_before}); }
   void add_decode(int64_t context_before) {
@@ -71,7 +76,7 @@ struct BatchShape {
     for (const auto& p : prefills) n += p.new_tokens;
     return n;
   }
-  int64_t total_tokens() const { return prefill_tokens() + num_decodes; }
+  int64_t total_tokens() const { return prefill_tokens() + num_decodes + decode_draft_tokens; }
   bool empty() const { return prefills.empty() && num_decodes == 0; }
   // The same decodes `steps` iterations later (decode fast-forward): every row attends to
   // `steps` more tokens. Shapes without decodes (an idle DP rank's) stay as they are.
@@ -90,6 +95,8 @@ struct IterationCost {
   double prefill_attention_s = 0;
   double decode_attention_s = 0;
   double lm_head_s = 0;
+  // Speculative decoding: the drafter's forward passes (CostModel, "Speculative decoding").
+  double draft_s = 0;
   double elementwise_s = 0;  // norms, rotary embedding, MLP activation, residual add, embedding
   double communication_s = 0;
   // What the engine adds beyond the kernels: its CPU work that the GPU waits for (all of it, or
@@ -261,6 +268,26 @@ class CostModel {
   // modelled as balanced routing.
   void set_moe_routing(MoeRouting routing) { moe_routing_ = routing; }
   const MoeRouting& moe_routing() const { return moe_routing_; }
+  // Speculative decoding (speculative.h): the policies draft by it, the simulation accepts by its
+  // rates, and every step pays the drafter's passes (draft_s). After the target has verified a
+  // step, the drafter proposes the next one's drafts (vLLM v1 SpecDecodeBaseProposer.propose;
+  // docs/REFERENCE-moe-spec-offload.md 5.1):
+  //   eagle, eagle3, mtp  a first pass of one decoder layer of the target (its GEMMs, elementwise
+  //            kernels and all-reduces, and a layer's share of the step's attention) over every
+  //            token of the step, EAGLE's head reading the target's hidden states, then k - 1
+  //            passes of one token per sampling sequence (its share of decode attention); each
+  //            pass runs the LM head over the sampling sequences. The head is costed as an
+  //            average layer of the target (DeepSeek-V3's MTP module is one MoE decoder layer);
+  //            EAGLE-3's smaller draft vocabulary is not modelled (the full LM head is counted).
+  //   draft    the draft model's own cost model: the step's shape without its drafts (the
+  //            draft model prefills the prompts too), then k - 1 one-token passes of the
+  //            sampling sequences; its kernels, not its CPU overhead (one engine runs both).
+  //   ngram    nothing on the GPU (vLLM's NgramProposer runs on the CPU, between steps).
+  // The verification itself is the target's step with the drafts as query tokens: the GEMMs and
+  // the LM head on 1 + k rows per decode, decode attention's FLOPs (not its KV bytes) times the
+  // queries per sequence.
+  void set_speculative(SpeculativeDecoding spec, std::shared_ptr<const CostModel> draft_model = nullptr);
+  const SpeculativeDecoding& speculative() const { return speculative_; }
   // Weight bytes one GPU holds: everything but the routed experts split over an attention
   // rank's tp GPUs (replicated over the dp ranks), the routed experts over all tp x dp.
   double weight_bytes_per_gpu() const;
@@ -291,6 +318,11 @@ class CostModel {
   std::pair<double, double> routed_experts_split(const FusedMoeTime& t) const;
   // How tokens choose their experts (uniform: balanced; or a power law): set_moe_routing.
   MoeRouting moe_routing_;
+  SpeculativeDecoding speculative_;               // off unless set_speculative
+  std::shared_ptr<const CostModel> draft_model_;  // method draft: the draft model's
+  // The drafter's passes for a step of `shape` whose target cost so far is `cost`.
+  double draft_s(const BatchShape& shape, const IterationCost& cost, NonAttentionCache* memo) const;
+  const TokenCosts& memo_token_costs(int64_t tokens, NonAttentionCache* memo, TokenCosts& scratch) const;
   // Seconds to exchange `bytes_per_gpu` (what each GPU sends) among `gpus` GPUs: over NVLink
   // within a node, and for the share bound to other nodes over the inter-node NICs.
   double exchange_s(double bytes_per_gpu, int gpus) const;

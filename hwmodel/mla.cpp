@@ -14,16 +14,14 @@ void require_mla(const ModelSpec& model, const char* what) {
 
 MlaDecodeWork mla_decode_work_coefficients(const ModelSpec& model, int tp) {
   require_mla(model, "mla_decode_attention_work");
-  const int64_t heads = q_heads_per_gpu(model, tp);
-  const double padded = static_cast<double>((heads + kMlaDecodeHeadTile - 1) / kMlaDecodeHeadTile * kMlaDecodeHeadTile);
   // Absorbed: QK^T over the latent and its RoPE key (576 in DeepSeek-V3), PV over the latent (512).
   const double qk = static_cast<double>(model.kv_lora_rank) + model.qk_rope_head_dim;
   const double v = model.kv_lora_rank;
   MlaDecodeWork c;
-  c.flops_per_key = 2 * padded * (qk + v);
+  c.heads = q_heads_per_gpu(model, tp);
+  c.flops_per_row_key = 2 * (qk + v);
   c.bytes_per_key = model.kv_bytes_per_token_layer();
-  // Whole numbers far below 2^53: the products are exact in any order.
-  c.bytes_per_decode = static_cast<double>(heads) * (qk + v) * kActivationBytes;
+  c.bytes_per_query = static_cast<double>(c.heads) * (qk + v) * kActivationBytes;
   return c;
 }
 

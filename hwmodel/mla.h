@@ -45,16 +45,25 @@ inline constexpr int64_t kMlaDecodeHeadTile = 64;
 // `units` is the sequences, `context_sum` and `key_sum` the keys. Throws std::logic_error for a
 // model that is not MLA.
 OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t num_decodes, int64_t context_sum);
-// The same work as coefficients of its two counts, so that a caller that costs many steps of one
-// model (CostModel) computes them once: flops and bytes are linear in (num_decodes, context_sum).
+// The same work as coefficients of its counts, so that a caller that costs many steps of one
+// model (CostModel) computes them once. With `queries` tokens per sequence (a speculative
+// step verifies 1 + k), the kernel packs queries x heads rows into its 64-row tiles (FlashMLA's
+// num_q_tokens_per_head_k = s_q x heads / kv heads), so the padded rows grow only past a tile:
+// DeepSeek-V3's 16 heads per GPU at TP 8 verify 4 tokens for the FLOPs of one; the absorbed Q
+// in and O out grow with the queries.
 struct MlaDecodeWork {
-  double flops_per_key = 0, bytes_per_key = 0, bytes_per_decode = 0;
-  OperatorWork operator()(int64_t num_decodes, int64_t context_sum) const {
+  int64_t heads = 0;  // query heads per GPU
+  double flops_per_row_key = 0, bytes_per_key = 0, bytes_per_query = 0;
+  OperatorWork operator()(int64_t num_decodes, int64_t context_sum, int64_t queries = 1) const {
     const double n = static_cast<double>(num_decodes);
     const double keys = static_cast<double>(context_sum);
+    const int64_t rows = heads * queries;
+    const double padded =
+        static_cast<double>((rows + kMlaDecodeHeadTile - 1) / kMlaDecodeHeadTile * kMlaDecodeHeadTile);
     OperatorWork w;
-    w.flops = flops_per_key * keys;
-    w.bytes = keys * bytes_per_key + n * bytes_per_decode;
+    // Whole numbers far below 2^53: the products are exact in any order.
+    w.flops = flops_per_row_key * padded * keys;
+    w.bytes = keys * bytes_per_key + n * static_cast<double>(queries) * bytes_per_query;
     w.units = n;
     w.sequences = n;
     w.key_sum = keys;

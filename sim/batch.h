@@ -23,6 +23,9 @@ struct BatchItem {
   RequestId id = 0;
   int32_t new_tokens = 0;      // >= 1
   int64_t context_before = 0;  // tokens already computed (in the KV cache) before this step
+  // Speculative decoding: draft tokens a decode verifies beyond its one known token (the GPU
+  // computes new_tokens + drafts; the simulation keeps the accepted ones).
+  int32_t drafts = 0;
 };
 
 struct Batch {
@@ -65,6 +68,13 @@ struct Batch {
       shape.add_prefill(new_tokens, context_before);
     }
     if (samples) ++shape.num_sampled;
+  }
+  // A decode that verifies `drafts` draft tokens too: 1 + drafts query rows, each sampled.
+  void add_speculative_decode(RequestId id, int64_t context_before, int32_t drafts) {
+    items.push_back({id, 1, context_before, drafts});
+    shape.add_decode(context_before);
+    shape.decode_draft_tokens += drafts;
+    shape.num_sampled += 1 + drafts;
   }
 };
 

@@ -353,6 +353,12 @@ struct SimulationResult {
   // Iterations (fast-forwarded ones included) whose leading decodes were a decode cohort
   // (sim/decode_cohort.h), advanced without visiting them: a speed figure too.
   int64_t cohort_iterations = 0;
+  // Speculative decoding (hwmodel/speculative.h), over every replica: the decode steps that
+  // verified drafts, the drafts verified and accepted (uncapped, as vLLM counts
+  // num_accepted_tokens), and the tokens those steps emitted (capped at each request's output).
+  struct SpeculativeCounts {
+    int64_t steps = 0, draft_tokens = 0, accepted_tokens = 0, emitted_tokens = 0;
+  } speculative;
 };
 
 }  // namespace batchsim

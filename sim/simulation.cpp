@@ -50,6 +50,8 @@ inline void check_item(const BatchItem& item, const RequestProgress& p, int64_t 
 // The random router's stream of the run's seed (Rng::for_stream): well clear of the workload's
 // streams (0-3 in sim/workload/workload.cpp), so routing draws never shift a workload sample.
 constexpr uint32_t kRouterStream = 16;
+// Speculative decoding's acceptance draws: a stream of their own (17 is the decode router's).
+constexpr uint32_t kSpeculativeStream = 18;
 
 const std::vector<RouterInfo> kRouters = {
     {Router::kRoundRobin, "round-robin", "i-th arrival to replica i mod N (Vidur's round_robin)"},
@@ -116,6 +118,13 @@ Simulation::Simulation(const Workload& workload, std::span<Policy* const> polici
       cost_model_(cost_model),
       options_(std::move(options)) {
   if (policies_.empty()) throw std::logic_error("a simulation needs at least one replica");
+  // A speculative step emits a varying number of tokens per sequence: no step repeats another,
+  // so neither fast-forward nor a decode cohort applies.
+  const CostModel* decode_cost_model = options_.disaggregation.decode_cost_model;
+  if (cost_model_.speculative().enabled() ||
+      (decode_cost_model != nullptr && decode_cost_model->speculative().enabled())) {
+    options_.fast_forward = false;
+  }
   for (const Policy* p : policies_) {
     if (p == nullptr) throw std::logic_error("null policy");
     if (std::count(policies_.begin(), policies_.end(), p) > 1) {
@@ -187,6 +196,7 @@ SimulationResult Simulation::run() {
   arrived_ = 0;
   next_round_robin_ = 0;
   router_rng_ = Rng::for_stream(options_.router_seed, kRouterStream);
+  speculative_rng_ = Rng::for_stream(options_.router_seed, kSpeculativeStream);
   result_ = SimulationResult{};
   result_.requests.resize(n);
   // Replicas are copies of one policy (pools size theirs in set_up_pools).
@@ -909,6 +919,31 @@ void Simulation::leave(Replica& r, RequestId id, RequestProgress& p) {
   record_phase(id, RequestPhase::kFinished);
 }
 
+void Simulation::accept_drafts(Replica& r, const BatchItem& item, RequestProgress& p, int32_t output_tokens) {
+  // Position i is accepted with rate[i] / rate[i - 1] once i - 1 was (unconditional rates,
+  // speculative.h); the first rejection ends the step. The accepted drafts are kept (their KV
+  // was computed in this step) and the token after them was sampled (record_token counted it):
+  // 1 + accepted tokens, one inter-token gap (vLLM counts ITL per step; TPOT divides by tokens).
+  const std::vector<double>& rates = r.cost_model->speculative().accept;
+  int32_t accepted = 0;
+  double before = 1;
+  for (int32_t i = 0; i < item.drafts && i < static_cast<int32_t>(rates.size()); ++i) {
+    const double rate = rates[static_cast<size_t>(i)];
+    if (rate <= 0 || speculative_rng_.uniform01() * before >= rate) break;
+    before = rate;
+    ++accepted;
+  }
+  // Tokens past the request's output are dropped (it stops at max_tokens).
+  const int32_t kept = std::min(accepted, output_tokens - p.generated_tokens);
+  p.computed_tokens += kept;
+  p.generated_tokens += kept;
+  SimulationResult::SpeculativeCounts& c = result_.speculative;
+  ++c.steps;
+  c.draft_tokens += item.drafts;
+  c.accepted_tokens += accepted;
+  c.emitted_tokens += 1 + kept;
+}
+
 void Simulation::finish_cohort_steps(Replica& r, GapRun& gaps) {
   DecodeCohort& cohort = r.cohort;
   if (cohort.steps_in_flight() != 1 + r.repeats) {
@@ -988,6 +1023,7 @@ void Simulation::finish_iteration(Replica& r) {
       if (p.computed_tokens < known) continue;  // a prefill chunk that does not sample yet
       // All known tokens are in the KV cache: the model samples the next token.
       record_token(r, decode_pool, item.id, p, now, gaps);
+      if (item.drafts > 0) accept_drafts(r, item, p, view[item.id].output_tokens);
       const bool left = finish_if_done(r, view, item.id, p);
       // A prefill that sampled: the request decodes from here (in a prefill pool, elsewhere).
       if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);

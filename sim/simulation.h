@@ -363,6 +363,9 @@ class Simulation {
   // the first step's into `gaps` (ahead of the items', as the cohort is in batch order), and
   // the members that finished, which leave the replica.
   void finish_cohort_steps(Replica& r, GapRun& gaps);
+  // A speculative decode `item` has sampled its token: its drafts are accepted or rejected by
+  // the cost model's rates, and the accepted ones (up to its output) join its tokens.
+  void accept_drafts(Replica& r, const BatchItem& item, RequestProgress& p, int32_t output_tokens);
   // At its last output token (as replica `r` sees it: a prefill replica's is the first, and
   // `view` is r.env.requests' data, read once by the caller's loop).
   // Whether the request left the replica: finished, or handed to the decode pool.
@@ -441,6 +444,7 @@ class Simulation {
   int64_t arrived_ = 0;  // arrivals processed (they come in workload order)
   int64_t next_round_robin_ = 0;
   Rng router_rng_{0};
+  Rng speculative_rng_{0};  // acceptance of drafts (accept_drafts)
   std::vector<RequestId> finished_;
   std::vector<RequestProgress> progress_;
   std::vector<int64_t> scheduled_in_batch_;  // catches a request listed twice in a batch

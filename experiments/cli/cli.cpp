@@ -28,6 +28,7 @@
 #include "experiments/study/experiment.h"
 #include "experiments/study/plan.h"
 #include "experiments/study/report.h"
+#include "hwmodel/speculative.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/hardware_profile.h"
@@ -88,6 +89,10 @@ po::options_description run_options() {
        "auto: the power law aiconfigurator's estimator assumes, 1.01 for DeepSeek-style MLA models, else 1.2")
       ("eplb", po::bool_switch(), "spread hot experts over the ranks as an expert-load balancer does (vLLM and SGLang "
        "--enable-eplb): balanced routing")
+      ("spec-decode", po::value<std::string>(), "speculative decoding METHOD:k=K:accept=RATES: METHOD ngram | "
+       "eagle | eagle3 | mtp | draft:MODEL; k drafts per step; RATES the acceptance rate of each draft "
+       "position (A1,A2,...; unconditional, as vLLM's synthetic sampler), one per-token rate for all, or a "
+       "measured preset (batchsim list spec-presets)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
@@ -243,6 +248,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("moe-tp")) c.moe_tp = vm["moe-tp"].as<int>();
   if (vm.count("moe-routing")) c.moe_routing = vm["moe-routing"].as<std::string>();
   if (vm.count("eplb") && vm["eplb"].as<bool>()) c.eplb = true;
+  if (vm.count("spec-decode")) c.spec_decode = vm["spec-decode"].as<std::string>();
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
@@ -857,6 +863,7 @@ constexpr const char* kListUsage =
   policies  policies and engine presets, and every policy option with its default
   routers   request routers for --replicas N
   links     KV links between prefill and decode pools (--kv-link)
+  spec-presets  measured acceptance rates for --spec-decode METHOD:k=K:accept=PRESET
 )";
 
 int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
@@ -866,8 +873,9 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   if (args.size() > 1 && what != "gpus") {
-    throw UserError(fmt::format("list: takes one of models, gpus, engines, policies, routers, links; got '{}'",
-                                fmt::join(args, " ")));
+    throw UserError(
+        fmt::format("list: takes one of models, gpus, engines, policies, routers, links, spec-presets; got '{}'",
+                    fmt::join(args, " ")));
   }
   if (what == "models") {
     // One row per built-in: its shapes, its attention (kind, and the layers that see a window or
@@ -978,7 +986,20 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
     fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
     return 0;
   }
-  throw UserError(fmt::format("list: expected models, gpus, engines, policies, routers or links, got '{}'", what));
+  if (what == "spec-presets") {
+    for (const SpeculativePreset& p : speculative_presets()) {
+      const std::vector<double> rates = p.rates(p.measured_k);
+      fmt::print(out, "{:<30} {:<7} tau {:.2f} at k={} (rates {:.3f})\n  {}\n", p.name, draft_method_name(p.method),
+                 p.mean_accepted_length, p.measured_k, fmt::join(rates, ", "), p.source);
+    }
+    fmt::print(out,
+               "\n--spec-decode METHOD:k=K:accept=PRESET takes a preset of its METHOD; a preset's rates are the "
+               "geometric ones (position i accepted with alpha^i) whose mean acceptance length at its k is the "
+               "measured tau, and a smaller k takes the first of them.\n");
+    return 0;
+  }
+  throw UserError(
+      fmt::format("list: expected models, gpus, engines, policies, routers, links or spec-presets, got '{}'", what));
 }
 
 int cmd_bench(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {

@@ -16,6 +16,7 @@
 #include "experiments/run/csv_buffer.h"
 #include "experiments/run/latency_diagnosis.h"
 #include "experiments/run/slo.h"
+#include "hwmodel/speculative.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/engine_profile.h"
 #include "sim/kv_transfer.h"
@@ -122,6 +123,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   if (c.moe_tp != 0) j["moe_tp"] = c.moe_tp;
   if (c.moe_routing != "auto") j["moe_routing"] = c.moe_routing;
   if (c.eplb) j["eplb"] = true;
+  if (!c.spec_decode.empty()) j["spec_decode"] = c.spec_decode;
   j["replicas"] = c.replicas;
   j["router"] = c.router;
   j["weight_dtype"] = c.weight_dtype;
@@ -335,6 +337,28 @@ nlohmann::ordered_json pools_json(const RunOutcome& outcome) {
   return j;
 }
 
+// What --spec-decode ran with and what it bought: the method, k and rates, and over the
+// decode steps that verified drafts the mean acceptance length (1 + accepted / steps, as vLLM's
+// spec_decode metrics report it) and the tokens each such step emitted.
+nlohmann::ordered_json speculative_json(const RunOutcome& outcome) {
+  const SpeculativeDecoding spec = parse_speculative_decoding(outcome.config.spec_decode, "--spec-decode");
+  const SimulationResult::SpeculativeCounts& c = outcome.result.speculative;
+  const double steps = static_cast<double>(std::max<int64_t>(c.steps, 1));
+  nlohmann::ordered_json j;
+  j["method"] = std::string(draft_method_name(spec.method));
+  if (!spec.draft_model.empty()) j["draft_model"] = spec.draft_model;
+  j["k"] = spec.k;
+  j["acceptance_rates"] = spec.accept;
+  j["acceptance_source"] = spec.accept_source;
+  j["verification_steps"] = c.steps;
+  j["draft_tokens"] = c.draft_tokens;
+  j["accepted_tokens"] = c.accepted_tokens;
+  j["acceptance_rate"] = c.draft_tokens > 0 ? static_cast<double>(c.accepted_tokens) / c.draft_tokens : 0.0;
+  j["mean_acceptance_length"] = 1 + static_cast<double>(c.accepted_tokens) / steps;
+  j["tokens_per_step"] = static_cast<double>(c.emitted_tokens) / steps;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
@@ -384,6 +408,8 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate},
                        {"cached_tokens", s.prefill_cached_tokens},
                        {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
+  // Speculative decoding, when the run speculates: the rates it ran with, and what they bought.
+  if (!outcome.config.spec_decode.empty()) j["speculative_decoding"] = speculative_json(outcome);
   // A cluster's replicas one by one (the figures above are cluster-wide); a single replica's
   // would repeat them.
   if (s.replicas.size() > 1) {

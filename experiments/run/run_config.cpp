@@ -15,6 +15,7 @@
 #include "hwmodel/base/error.h"
 #include "hwmodel/base/parse.h"
 #include "hwmodel/engine_profile.h"
+#include "hwmodel/speculative.h"
 #include "sim/kv_transfer.h"
 #include "sim/simulation.h"
 
@@ -209,6 +210,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
       c.moe_routing = scalar<std::string>(v, file, shown);
     else if (key == "eplb")
       c.eplb = scalar<bool>(v, file, shown);
+    else if (key == "spec-decode")
+      c.spec_decode = scalar<std::string>(v, file, shown);
     else if (key == "weight-dtype")
       c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype")
@@ -404,6 +407,18 @@ void validate(const RunConfig& c) {
   if (c.ep < 1 || c.ep > 1024) throw UserError(fmt::format("--ep {}: must be in [1, 1024]", c.ep));
   if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
   check_moe_routing(c.moe_routing);
+  if (!c.spec_decode.empty()) {
+    (void)parse_speculative_decoding(c.spec_decode, "--spec-decode");
+    if (is_disaggregated(c))
+      throw UserError("--spec-decode with --prefill-replicas/--decode-replicas: not supported yet");
+    if (const std::string base = policy_base(c.policy); base != "continuous" && base != "chunked-prefill") {
+      throw UserError(
+          fmt::format("--spec-decode with --policy {} (of {}): not supported yet; the continuous and "
+                      "chunked-prefill schedulers (vllm, sarathi, trtllm, tgi, ...) speculate as vLLM "
+                      "v1 does",
+                      c.policy, base));
+    }
+  }
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.

@@ -67,6 +67,8 @@ struct RunConfig {
   // --enable-eplb), modelled as balanced routing.
   std::string moe_routing = "auto";
   bool eplb = false;
+  // Speculative decoding (--spec-decode METHOD:k=K:accept=RATES, hwmodel/speculative.h); empty: off.
+  std::string spec_decode;
   // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
   // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
   std::string weight_dtype = "auto";

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "hwmodel/speculative.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/cost_model.h"
 #include "policies/dp_attention/dp_attention_policy.h"
@@ -134,6 +135,16 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   CostModel routed_cost_model(model, gpu, first_pool.layout(),
                               engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
   routed_cost_model.set_moe_routing(run_moe_routing(first_pool, model));
+  if (!config.spec_decode.empty()) {
+    SpeculativeDecoding spec = parse_speculative_decoding(config.spec_decode, "--spec-decode");
+    std::shared_ptr<const CostModel> draft;
+    if (spec.method == DraftMethod::draft_model) {
+      // The draft model runs on the target's GPUs with the target's tensor parallelism (vLLM's
+      // draft_tensor_parallel_size defaults to it).
+      draft = std::make_shared<const CostModel>(resolve_model(spec.draft_model), gpu, first_pool.tp, engine);
+    }
+    routed_cost_model.set_speculative(std::move(spec), std::move(draft));
+  }
   const CostModel& cost_model = routed_cost_model;
 
   BuiltWorkload generated;

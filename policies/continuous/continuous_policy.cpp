@@ -106,6 +106,23 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
   }
   budget_ = budget_for(config_, env.max_model_len);
+  const SpeculativeDecoding& spec = env.cost_model->speculative();
+  draft_k_ = spec.k;
+  draft_lookahead_ = spec.lookahead_slots();
+  if (spec.budget_slots_per_sequence() > 0) {
+    // vLLM VllmConfig._set_max_num_scheduled_tokens: a draft model's slots come off the budget,
+    // max_num_seqs of them.
+    const int64_t seqs = config_.max_num_seqs > 0 ? config_.max_num_seqs : 256;
+    const int64_t left = budget_ - spec.budget_slots_per_sequence() * seqs;
+    if (left < 2) {
+      throw UserError(
+          fmt::format("--spec-decode draft: the token budget {} less {} drafting slots (one per "
+                      "sequence, max_num_seqs={}) leaves no room for a step: raise "
+                      "max_num_batched_tokens or lower max_num_seqs",
+                      budget_, spec.budget_slots_per_sequence() * seqs, seqs));
+    }
+    budget_ = left;
+  }
   swapped_tokens_.assign(n, 0);
   finished_flag_.assign(n, 0);
   ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
@@ -273,7 +290,7 @@ int64_t ContinuousPolicy::remove_from_batch(RequestId victim, Batch& batch) {
   const auto it = std::find_if(batch.items.begin(), batch.items.end(),
                                [victim](const BatchItem& item) { return item.id == victim; });
   if (it == batch.items.end()) return 0;
-  const int64_t tokens = it->new_tokens;
+  const int64_t tokens = it->new_tokens + it->drafts;
   batch.items.erase(it);
   // The shape is rebuilt from the items left: their progress is what it was when they were
   // added (the replica advances it only after the iteration), so each is added as before.
@@ -281,7 +298,13 @@ int64_t ContinuousPolicy::remove_from_batch(RequestId victim, Batch& batch) {
   kept.swap(batch.items);
   batch.shape.clear();
   partial_prefills_ = 0;
-  for (const BatchItem& item : kept) add_step(item.id, item.new_tokens, batch);
+  for (const BatchItem& item : kept) {
+    if (item.drafts > 0) {
+      batch.add_speculative_decode(item.id, item.context_before, item.drafts);
+    } else {
+      add_step(item.id, item.new_tokens, batch);
+    }
+  }
   return tokens;
 }
 
@@ -344,9 +367,22 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     // of step_tokens; running requests are mostly decodes, so they skip its rules.
     const int64_t n = need == 1 ? 1 : step_tokens(need, budget);
     if (n == 0) break;
+    // Speculative decoding (vLLM v1 schedule(): num_new_tokens counts the request's drafts,
+    // clipped by the budget, whose cut truncates the drafts): a decode verifies up to k drafts,
+    // and its KV takes slots for them and for the drafter's lookahead (allocate_slots
+    // num_lookahead_tokens). A request still in its prefill drafts nothing
+    // (update_draft_token_ids drops a prefill chunk's drafts).
+    // Neither drafts nor slots go past the most the request can hold (its reservation, or prompt
+    // + max_tokens): tokens beyond it would never be kept.
+    int64_t drafts = 0, slots = 0;
+    if (draft_k_ > 0 && need == 1 && p.generated_tokens > 0) {
+      const int64_t room = std::max<int64_t>(0, speculative_cap(id) - known);
+      drafts = std::min({draft_k_, budget - 1, room});
+      slots = drafts > 0 ? std::min(drafts + draft_lookahead_, room) : 0;
+    }
     bool scheduled = true;
     bool preempted_here = false;
-    while (!grow(id, p.computed_tokens + n)) {
+    while (!grow(id, p.computed_tokens + n + slots)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), or the
       // lowest-ranked (priority, sjf), possibly this one. A ranked victim scheduled earlier in
       // this step leaves the batch and its tokens go back to the budget (vLLM v1 refunds
@@ -370,8 +406,12 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     if (preempted_here && (i >= running_.size() || running_[i] != id)) {
       i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     }
-    add_step(id, n, p, known, batch);
-    budget -= n;
+    if (drafts > 0) {
+      batch.add_speculative_decode(id, p.computed_tokens, static_cast<int32_t>(drafts));
+    } else {
+      add_step(id, n, p, known, batch);
+    }
+    budget -= n + drafts;
     ++i;
   }
   budget_left = budget;
@@ -473,7 +513,8 @@ void ContinuousPolicy::dissolve_cohort() {
 }
 
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
-  if (paged_kv_ == nullptr || budget <= 0) return 0;
+  // (One token per decode: a speculating replica's decodes take the general pass.)
+  if (paged_kv_ == nullptr || budget <= 0 || draft_k_ > 0) return 0;
   // Written in place (the items sized for the most there can be, then cut) and the shape's
   // decode aggregates (BatchShape::add_decode's) summed in locals: Batch::add per request would
   // store and reload them all, as the compiler cannot tell the batch from the KV cache's members.

@@ -365,6 +365,17 @@ class ContinuousPolicy final : public Policy {
   // matters there), fcfs (a ranked victim may be any member), no generation_first, colocated.
   DecodeCohort* cohort_ = nullptr;
   int64_t budget_ = 0;
+  // Speculative decoding (CostModel::speculative): drafts per decode and the lookahead slots
+  // each drafting request holds; 0 when off.
+  int64_t draft_k_ = 0;
+  int64_t draft_lookahead_ = 0;
+  // The most KV tokens a speculating request may take: its reservation, or with paged KV
+  // prompt + max_tokens.
+  int64_t speculative_cap(RequestId id) const {
+    if (!config_.paged) return reserve_tokens(id);
+    const Request& r = env_->request(id);
+    return r.prompt_tokens + r.output_limit();
+  }
   RequestRanking ranking_;          // empty under fcfs
   WaitingQueue waiting_;            // in the order admission takes requests
   std::vector<RequestId> running_;  // admission order: the newest is at the back
