@@ -77,10 +77,30 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
 
 double CostModel::weight_bytes_per_gpu() const {
   const double all = static_cast<double>(model_.weight_bytes());
-  if (layout_.dp == 1) return all / tp_;
-  // The routed experts split over every GPU of the replica, the rest over an attention rank.
-  const double routed = model_.routed_expert_weight_bytes();
-  return (all - routed) / tp_ + routed / layout_.gpus();
+  double target = all / tp_;
+  if (layout_.dp > 1) {
+    // The routed experts split over every GPU of the replica, the rest over an attention rank.
+    const double routed = model_.routed_expert_weight_bytes();
+    target = (all - routed) / tp_ + routed / layout_.gpus();
+  }
+  // A drafter's weights sit beside the target's (vLLM loads them in the same worker): a draft
+  // model's own, or EAGLE's and MTP's one decoder layer, an average layer of the target's.
+  if (speculative_.method == DraftMethod::draft_model && draft_model_ != nullptr) {
+    return target + draft_model_->weight_bytes_per_gpu();
+  }
+  if (speculative_.drafts_on_gpu() && speculative_.enabled()) return target + target / model_.num_layers;
+  return target;
+}
+
+double CostModel::kv_bytes_per_token_per_gpu_with_drafter() const {
+  const double target = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_));
+  // The drafter's KV shares the pool (vLLM's KV cache spec holds the draft layers too): a draft
+  // model's every layer, EAGLE's and MTP's one.
+  if (speculative_.method == DraftMethod::draft_model && draft_model_ != nullptr) {
+    return target + static_cast<double>(kv_bytes_per_token_per_gpu(draft_model_->model(), draft_model_->tp_));
+  }
+  if (speculative_.drafts_on_gpu() && speculative_.enabled()) return target + target / model_.num_layers;
+  return target;
 }
 
 TokenCosts CostModel::token_costs(int64_t tokens) const {
@@ -570,7 +590,7 @@ int64_t CostModel::kv_tokens_in(double kv_bytes_per_gpu, WindowKv window) const 
   // Every GPU holds its share of the heads of every token, so the replica's capacity in tokens
   // is one GPU's free memory over one GPU's bytes per token (of the layers the pool's token
   // holds: WindowKv).
-  double per_token = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_));
+  double per_token = kv_bytes_per_token_per_gpu_with_drafter();
   const int window_layers = model_.sliding_window_layers;
   if (window != WindowKv::as_full && window_layers > 0 && window_layers < model_.num_layers) {
     const double per_layer = per_token / model_.num_layers;

@@ -289,8 +289,11 @@ class CostModel {
   void set_speculative(SpeculativeDecoding spec, std::shared_ptr<const CostModel> draft_model = nullptr);
   const SpeculativeDecoding& speculative() const { return speculative_; }
   // Weight bytes one GPU holds: everything but the routed experts split over an attention
-  // rank's tp GPUs (replicated over the dp ranks), the routed experts over all tp x dp.
+  // rank's tp GPUs (replicated over the dp ranks), the routed experts over all tp x dp; and a
+  // speculative drafter's (set_speculative).
   double weight_bytes_per_gpu() const;
+  // KV bytes one token takes on one GPU, the drafter's layers included (set_speculative).
+  double kv_bytes_per_token_per_gpu_with_drafter() const;
   // The MoE layers of one step whose tokens, over all ranks, number `tokens`: the routed experts
   // on the busiest expert rank, and with dp > 1 the exchanges that bring every token to its
   // experts and back (all-gather and reduce-scatter, or all-to-all dispatch and combine).

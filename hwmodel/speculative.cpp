@@ -99,10 +99,11 @@ const std::vector<SpeculativePreset>& speculative_presets() {
 
 SpeculativeDecoding parse_speculative_decoding(std::string_view spec, std::string_view option) {
   const auto fail = [&](const std::string& why) -> UserError {
-    return UserError(fmt::format("{} '{}': {} (expected METHOD:k=K:accept=RATES, METHOD one of ngram, eagle, "
-                                 "eagle3, mtp, draft:MODEL; RATES A1,A2,... per draft position, one rate for "
-                                 "all, or a preset: {})",
-                                 option, spec, why, preset_names()));
+    return UserError(
+        fmt::format("{} '{}': {} (expected METHOD:k=K:accept=RATES, METHOD one of ngram, eagle, "
+                    "eagle3, mtp, draft:MODEL; RATES A1,A2,... per draft position, one rate for "
+                    "all, or a preset: {})",
+                    option, spec, why, preset_names()));
   };
   const std::vector<std::string_view> parts = split(spec, ':');
   SpeculativeDecoding s;
@@ -161,14 +162,15 @@ SpeculativeDecoding parse_speculative_decoding(std::string_view spec, std::strin
     for (int i = 1; i < s.k; ++i) rates.push_back(rates.back() * rates.front());
   }
   if (static_cast<int>(rates.size()) != s.k) {
-    throw fail(fmt::format("{} acceptance rates for k={} (give one per draft position, or one for all)",
-                           rates.size(), s.k));
+    throw fail(
+        fmt::format("{} acceptance rates for k={} (give one per draft position, or one for all)", rates.size(), s.k));
   }
   for (size_t i = 1; i < rates.size(); ++i) {
     if (rates[i] > rates[i - 1]) {
-      throw fail(fmt::format("the rates must not increase (position {}: {} after {}): each is the share of "
-                             "steps that accept that position at all",
-                             i + 1, rates[i], rates[i - 1]));
+      throw fail(
+          fmt::format("the rates must not increase (position {}: {} after {}): each is the share of "
+                      "steps that accept that position at all",
+                      i + 1, rates[i], rates[i - 1]));
     }
   }
   s.accept = std::move(rates);

@@ -39,7 +39,7 @@ struct SpeculativeDecoding {
   int k = 0;  // draft tokens per step; 0: off
   // Unconditional acceptance rate of each draft position (size k, non-increasing, in [0, 1]).
   std::vector<double> accept;
-  std::string draft_model;  // method draft_model: the draft model's name or config
+  std::string draft_model;    // method draft_model: the draft model's name or config
   std::string accept_source;  // where the rates come from (a preset's citation, or "given")
 
   bool enabled() const { return k > 0; }

@@ -14,8 +14,8 @@
 namespace batchsim {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cli_error_of;
+using ::testing::HasSubstr;
 using testing::run_cli;
 
 nlohmann::json run_summary(const std::string& name, std::vector<std::string> args) {
@@ -30,9 +30,8 @@ nlohmann::json run_summary(const std::string& name, std::vector<std::string> arg
 
 // The setting: Llama-3.1-8B on an H100, 1,024-token prompts, 256-token answers.
 std::vector<std::string> llama_8b(std::vector<std::string> load, const std::string& spec) {
-  std::vector<std::string> a = {"--model",      "llama-3.1-8b", "--gpu",        "h100-sxm",
-                                "--policy",     "vllm",         "--prompt-len", "fixed:1024",
-                                "--output-len", "fixed:256"};
+  std::vector<std::string> a = {"--model", "llama-3.1-8b", "--gpu",      "h100-sxm",     "--policy",
+                                "vllm",    "--prompt-len", "fixed:1024", "--output-len", "fixed:256"};
   a.insert(a.end(), load.begin(), load.end());
   if (!spec.empty()) a.insert(a.end(), {"--spec-decode", spec});
   return a;
@@ -48,8 +47,8 @@ TEST(SpeculativeCli, EagleGainsAtLowLoadAndLessWhenTheGpuIsBusy) {
   const std::vector<std::string> busy = {"--arrival", "offline", "--max-concurrency", "256", "--num-requests", "1500"};
   const double light_gain = tpot_p50(run_summary("light", llama_8b(light, ""))) /
                             tpot_p50(run_summary("light-eagle", llama_8b(light, eagle)));
-  const double busy_gain = tpot_p50(run_summary("busy", llama_8b(busy, ""))) /
-                           tpot_p50(run_summary("busy-eagle", llama_8b(busy, eagle)));
+  const double busy_gain =
+      tpot_p50(run_summary("busy", llama_8b(busy, ""))) / tpot_p50(run_summary("busy-eagle", llama_8b(busy, eagle)));
   EXPECT_GE(light_gain, 1.3);
   EXPECT_LT(busy_gain, light_gain - 0.3);
 }
@@ -103,9 +102,9 @@ TEST(SpeculativeCli, RunsAreDeterministic) {
 TEST(SpeculativeCli, MtpDraftModelsAndPreemption) {
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{"--tp", "8"}, std::vector<std::string>{"--tp", "1", "--dp", "8", "--ep", "8"}}) {
-    std::vector<std::string> a = {"--model",  "deepseek-v3", "--gpu",         "h200",    "--policy",
-                                  "vllm",     "--arrival",   "poisson:4",     "--num-requests", "200",
-                                  "--spec-decode", "mtp:k=1:accept=deepseek-v3-mtp"};
+    std::vector<std::string> a = {"--model",        "deepseek-v3", "--gpu",         "h200",
+                                  "--policy",       "vllm",        "--arrival",     "poisson:4",
+                                  "--num-requests", "200",         "--spec-decode", "mtp:k=1:accept=deepseek-v3-mtp"};
     a.insert(a.end(), layout.begin(), layout.end());
     const nlohmann::json s = run_summary("mtp", a);
     EXPECT_EQ(s["requests"]["completed"].get<int64_t>(), 200) << layout.size();
@@ -115,9 +114,9 @@ TEST(SpeculativeCli, MtpDraftModelsAndPreemption) {
       "draft", {"--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-sxm", "--policy", "vllm", "--arrival",
                 "poisson:1", "--num-requests", "100", "--spec-decode", "draft:llama-3.1-8b:k=4:accept=0.7"});
   EXPECT_EQ(draft["speculative_decoding"]["draft_model"], "llama-3.1-8b");
-  const nlohmann::json small = run_summary(
-      "small-kv", {"--policy", "vllm", "--num-gpu-blocks", "300", "--arrival", "poisson:20", "--num-requests", "400",
-                   "--spec-decode", "eagle:k=3:accept=0.7"});
+  const nlohmann::json small =
+      run_summary("small-kv", {"--policy", "vllm", "--num-gpu-blocks", "300", "--arrival", "poisson:20",
+                               "--num-requests", "400", "--spec-decode", "eagle:k=3:accept=0.7"});
   EXPECT_GT(small["preemptions"].get<int64_t>(), 0);
   EXPECT_EQ(small["requests"]["completed"].get<int64_t>(), 400);
 }
@@ -125,11 +124,13 @@ TEST(SpeculativeCli, MtpDraftModelsAndPreemption) {
 // Every scheduler that speculates serves every request its whole output, with paged and
 // reserved KV (a draft never reaches past a reservation), under preemption too.
 TEST(SpeculativeCli, EveryContinuousPolicyFinishesEveryToken) {
-  for (const std::string policy : {"vllm", "vllm-v1-2025", "sarathi", "vllm-v0", "orca", "tgi", "tgi-router", "trtllm"}) {
-    const std::vector<std::string> args = {"--policy",       policy, "--trace",
-                                           (testing::traces_dir() / "azure-llm-2023" / "conv.csv.gz").string(),
-                                           "--num-requests", "600",  "--num-gpu-blocks",
-                                           "600"};
+  for (const std::string policy :
+       {"vllm", "vllm-v1-2025", "sarathi", "vllm-v0", "orca", "tgi", "tgi-router", "trtllm"}) {
+    const std::vector<std::string> args = {
+        "--policy",         policy,
+        "--trace",          (testing::traces_dir() / "azure-llm-2023" / "conv.csv.gz").string(),
+        "--num-requests",   "600",
+        "--num-gpu-blocks", "600"};
     const nlohmann::json plain = run_summary("plain-" + policy, args);
     std::vector<std::string> spec = args;
     spec.insert(spec.end(), {"--spec-decode", "eagle3:k=4:accept=eagle3-llama3.1-8b-humaneval"});
@@ -141,10 +142,12 @@ TEST(SpeculativeCli, EveryContinuousPolicyFinishesEveryToken) {
 }
 
 TEST(SpeculativeCli, UnsupportedRunsAreRefusedByName) {
-  EXPECT_THAT(cli_error_of({"run", "--policy", "sglang", "--num-requests", "5", "--spec-decode", "eagle:k=2:accept=0.5"}),
-              HasSubstr("--spec-decode with --policy sglang"));
-  EXPECT_THAT(cli_error_of({"run", "--policy", "static", "--num-requests", "5", "--spec-decode", "eagle:k=2:accept=0.5"}),
-              HasSubstr("not supported yet"));
+  EXPECT_THAT(
+      cli_error_of({"run", "--policy", "sglang", "--num-requests", "5", "--spec-decode", "eagle:k=2:accept=0.5"}),
+      HasSubstr("--spec-decode with --policy sglang"));
+  EXPECT_THAT(
+      cli_error_of({"run", "--policy", "static", "--num-requests", "5", "--spec-decode", "eagle:k=2:accept=0.5"}),
+      HasSubstr("not supported yet"));
   EXPECT_THAT(cli_error_of({"run", "--prefill-replicas", "1", "--decode-replicas", "1", "--num-requests", "5",
                             "--spec-decode", "eagle:k=2:accept=0.5"}),
               HasSubstr("--prefill-replicas/--decode-replicas"));

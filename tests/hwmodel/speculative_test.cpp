@@ -130,5 +130,30 @@ TEST(SpeculativeCost, DraftersCostTheirPasses) {
   EXPECT_THROW(with("draft:llama-3.1-8b:k=3:accept=0.5"), std::logic_error);  // no draft cost model
 }
 
+// The drafter's weights and KV share the GPU with the target's: EAGLE's one layer takes about
+// 1/L of both, a draft model its whole weights and KV per token.
+TEST(SpeculativeCost, DraftersTakeKvMemory) {
+  const ModelSpec target = resolve_model("llama-3.1-70b");
+  const HardwareProfile gpu = resolve_gpu("h100-sxm");
+  const CostModel plain(target, gpu, 4);
+  CostModel eagle(target, gpu, 4);
+  eagle.set_speculative(parse_speculative_decoding("eagle:k=3:accept=0.5", "--spec-decode"));
+  EXPECT_DOUBLE_EQ(eagle.weight_bytes_per_gpu(), plain.weight_bytes_per_gpu() * (1 + 1.0 / target.num_layers));
+  EXPECT_DOUBLE_EQ(eagle.kv_bytes_per_token_per_gpu_with_drafter(),
+                   plain.kv_bytes_per_token_per_gpu_with_drafter() * (1 + 1.0 / target.num_layers));
+  const int64_t base = plain.kv_capacity_tokens(0.9), with_eagle = eagle.kv_capacity_tokens(0.9);
+  EXPECT_LT(with_eagle, base);
+  EXPECT_GT(with_eagle, base * 0.97);
+  CostModel draft(target, gpu, 4);
+  auto small = std::make_shared<const CostModel>(resolve_model("llama-3.1-8b"), gpu, 4);
+  draft.set_speculative(parse_speculative_decoding("draft:llama-3.1-8b:k=3:accept=0.5", "--spec-decode"), small);
+  EXPECT_DOUBLE_EQ(draft.weight_bytes_per_gpu(), plain.weight_bytes_per_gpu() + small->weight_bytes_per_gpu());
+  EXPECT_LT(draft.kv_capacity_tokens(0.9), with_eagle);
+  // n-gram lookup holds nothing on the GPU.
+  CostModel ngram(target, gpu, 4);
+  ngram.set_speculative(parse_speculative_decoding("ngram:k=3:accept=0.5", "--spec-decode"));
+  EXPECT_EQ(ngram.kv_capacity_tokens(0.9), base);
+}
+
 }  // namespace
 }  // namespace batchsim
