@@ -145,8 +145,10 @@ void PagedKvCache::scan(RequestId id) const {
   const RequestId request = (*prefix_.requests)[id].id;
   if (run_id_ == request && run_generation_ == generation_) return;
   run_.clear();
+  host_run_ = 0;
   const int64_t n = max_full_blocks(id);
-  for (int64_t k = 0; k < n; ++k) {
+  int64_t k = 0;
+  for (; k < n; ++k) {
     const uint64_t key = block_key(id, k);
     const int32_t b = table_.find(key);
     if (b == BlockKeyTable::kAbsent) {
@@ -154,6 +156,21 @@ void PagedKvCache::scan(RequestId id) const {
       break;
     }
     run_.push_back(b);
+  }
+  // The host tier continues the run where the GPU's ends; its slots are stamped, so that a
+  // store that drops one of them, or that adds the key ending it, renews the run.
+  if (host_) {
+    host_stamp_ = ++host_scans_;
+    host_end_ = false;
+    for (; k < n; ++k) {
+      const uint64_t key = block_key(id, k);
+      if (!host_->contains_stamping(key, host_stamp_)) {
+        host_end_key_ = key;
+        host_end_ = true;
+        break;
+      }
+      ++host_run_;
+    }
   }
   run_id_ = request;
   run_generation_ = generation_;
@@ -164,13 +181,100 @@ PagedKvCache::Hit PagedKvCache::look_up(RequestId id, int64_t max_blocks) const 
   Hit hit;
   hit.blocks = std::min(static_cast<int64_t>(run_.size()), max_blocks);
   for (int64_t k = 0; k < hit.blocks; ++k) hit.evictable += ref_[run_[k]] == 0;
+  if (hit.blocks == static_cast<int64_t>(run_.size())) hit.host = std::min(host_run_, max_blocks - hit.blocks);
   return hit;
 }
 
 int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) const {
   if (!caching_ || known_tokens < 1) return 0;
   scan(id);
-  return std::min(static_cast<int64_t>(run_.size()), (known_tokens - 1) / block_size_) * block_size_;
+  return std::min(static_cast<int64_t>(run_.size()) + host_run_, (known_tokens - 1) / block_size_) * block_size_;
+}
+
+HostKvTier::HostKvTier(int64_t capacity_blocks, int64_t max_distinct)
+    : capacity_(capacity_blocks), table_(std::max<int64_t>(1, std::min(capacity_blocks, max_distinct))) {
+  if (capacity_blocks < 1) throw std::logic_error("HostKvTier: no capacity");
+  if (capacity_blocks > std::numeric_limits<int32_t>::max()) {
+    throw UserError("--kv-offload: more host blocks than 2^31; use a larger block_size or a smaller tier");
+  }
+}
+
+bool HostKvTier::contains_stamping(uint64_t key, uint64_t stamp) {
+  const int32_t slot = table_.find(key);
+  if (slot == BlockKeyTable::kAbsent) return false;
+  stamps_[static_cast<size_t>(slot)] = stamp;
+  return true;
+}
+
+void HostKvTier::unlink(int32_t slot) {
+  const int32_t p = prev_[static_cast<size_t>(slot)], n = next_[static_cast<size_t>(slot)];
+  (p < 0 ? head_ : next_[static_cast<size_t>(p)]) = n;
+  (n < 0 ? tail_ : prev_[static_cast<size_t>(n)]) = p;
+}
+
+void HostKvTier::push_back(int32_t slot) {
+  prev_[static_cast<size_t>(slot)] = tail_;
+  next_[static_cast<size_t>(slot)] = -1;
+  (tail_ < 0 ? head_ : next_[static_cast<size_t>(tail_)]) = slot;
+  tail_ = slot;
+}
+
+HostKvTier::Stored HostKvTier::store(uint64_t key) {
+  Stored result;
+  if (const int32_t slot = table_.find(key); slot != BlockKeyTable::kAbsent) {
+    unlink(slot);
+    push_back(slot);
+    return result;
+  }
+  int32_t slot;
+  if (static_cast<int64_t>(keys_.size()) < capacity_) {
+    slot = static_cast<int32_t>(keys_.size());
+    keys_.push_back(key);
+    stamps_.push_back(0);
+    prev_.push_back(-1);
+    next_.push_back(-1);
+  } else {
+    // Full: the least recent key leaves and its slot takes the new one.
+    slot = head_;
+    unlink(slot);
+    table_.erase(keys_[static_cast<size_t>(slot)]);
+    result.dropped = true;
+    result.dropped_stamp = stamps_[static_cast<size_t>(slot)];
+    ++evicted_;
+    keys_[static_cast<size_t>(slot)] = key;
+  }
+  stamps_[static_cast<size_t>(slot)] = 0;
+  table_.insert(key, slot);
+  push_back(slot);
+  ++stored_;
+  result.added = true;
+  return result;
+}
+
+void HostKvTier::touch(uint64_t key) {
+  if (const int32_t slot = table_.find(key); slot != BlockKeyTable::kAbsent) {
+    unlink(slot);
+    push_back(slot);
+  }
+}
+
+void PagedKvCache::sync_host_stats() {
+  if (!host_) return;
+  host_stats_.stored_tokens = host_->stored_blocks() * block_size_;
+  host_stats_.evicted_tokens = host_->evicted_blocks() * block_size_;
+}
+
+void PagedKvCache::set_host_tier(int64_t blocks) {
+  if (!caching_) throw std::logic_error("PagedKvCache: a host tier needs prefix caching");
+  if (holders_ > 0) throw std::logic_error("PagedKvCache: host tier set after an admission");
+  // At most every block of every request's prompt and output, the distinct keys a run can store.
+  int64_t distinct = 0;
+  for (const Request& r : *prefix_.requests)
+    distinct += blocks_for(static_cast<int64_t>(r.prompt_tokens) + r.output_tokens);
+  host_.emplace(blocks, distinct);
+  host_stats_ = KvOffloadStats{};
+  host_stats_.capacity_tokens = blocks * block_size_;
+  loaded_tokens_.assign(blocks_.size(), 0);
 }
 
 // The queue's own links only; free_blocks_ and evictable_ are counted by the callers.
@@ -246,6 +350,15 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
       index_[b] = static_cast<int32_t>(k);
       if (key == run_end_key_) ++generation_;  // the run scan() keeps may go on further
     }
+    // Stored to the host tier as it is computed; the run scan() keeps changes if the key is the
+    // one that ended its host part, or if the key dropped for it was in that part.
+    if (host_) {
+      const HostKvTier::Stored stored = host_->store(key);
+      if ((stored.added && host_end_ && key == host_end_key_) ||
+          (stored.dropped && stored.dropped_stamp == host_stamp_)) {
+        ++generation_;
+      }
+    }
   }
 }
 
@@ -271,7 +384,8 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
   if (!can_admit(id, tokens, reserve_tokens)) return false;
   if (caching_) {
     // The hit can_admit counted (scan() kept the run: nothing changed since).
-    const int64_t hits = look_up(id, (tokens - 1) / block_size_).blocks;
+    const Hit hit = look_up(id, (tokens - 1) / block_size_);
+    const int64_t hits = hit.blocks;
     std::vector<int32_t>& blocks = blocks_[id];
     blocks.clear();
     blocks.reserve(static_cast<size_t>(blocks_for(std::max(tokens, reserve_tokens))));
@@ -289,10 +403,17 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     }
     const int64_t hit_tokens = static_cast<int64_t>(blocks.size()) * block_size_;
     hit_tokens_[id] = hit_tokens;
+    if (host_) {
+      // The host tier's blocks after the GPU's: new GPU blocks, loaded (entered below).
+      loaded_tokens_[id] = hit.host * block_size_;
+      host_stats_.hit_tokens += hit.host * block_size_;
+      for (int64_t k = hits; k < hits + hit.host; ++k) host_->touch(block_key(id, k));
+    }
     for (int64_t k = static_cast<int64_t>(blocks.size()); k < blocks_for(tokens); ++k) {
       blocks.push_back(take_free_block());
     }
     enter_full_blocks(id, hit_tokens, tokens);
+    sync_host_stats();
     // The side blocks last: taking them may evict a cached block, never one of the hit.
     for (int64_t k = 0; k < side_blocks_; ++k) side_[id].push_back(take_free_block());
   } else {
@@ -310,7 +431,10 @@ void PagedKvCache::throw_growing_unheld() {
 
 void PagedKvCache::take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed) {
   for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
-  if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);
+  if (tokens / block_size_ > have / block_size_) {
+    enter_full_blocks(id, have, tokens);
+    sync_host_stats();
+  }
 }
 
 void KvCacheManager::begin_decode_run(std::span<const BatchItem> items) {
@@ -388,6 +512,7 @@ void PagedKvCache::release(RequestId id) {
     }
     blocks.clear();
     hit_tokens_[id] = 0;
+    if (host_) loaded_tokens_[id] = 0;
     if (side_blocks_ > 0) {
       for (const int32_t b : side_[id]) {
         ref_[b] = 0;

@@ -28,12 +28,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
 #include "sim/batch.h"
+#include "sim/kv_offload.h"
 #include "sim/workload/request.h"
 #include "sim/workload/trace_reader.h"
 
@@ -47,6 +49,8 @@ class KvCacheManager {
  public:
   virtual ~KvCacheManager() = default;
   virtual std::string_view kind() const = 0;
+  // The offload tier's figures, when the manager has one (PagedKvCache::set_host_tier).
+  virtual const KvOffloadStats* offload_stats() const { return nullptr; }
 
   // Admits `id` with `tokens` tokens to be written now; `reserve_tokens` (>= tokens) is its
   // whole future footprint, used by the reserving manager. Returns false, changing nothing,
@@ -161,6 +165,42 @@ class BlockKeyTable {
   int64_t size_ = 0;
 };
 
+// The host tier of a paged prefix cache: an LRU set of block keys (the prefix cache's keys, so
+// a block computed once is found again by any request whose prompt holds it). Flat: slots in
+// arrays linked least recent first, found through an open-addressing table, so that storing
+// every block a run computes costs O(1) without an allocation. A scan may stamp the slots it
+// walks, so that the cache learns whether a dropped key was in the run it keeps.
+class HostKvTier {
+ public:
+  // `max_distinct`: at most this many distinct keys will ever be stored (sizes the table).
+  HostKvTier(int64_t capacity_blocks, int64_t max_distinct);
+  int64_t capacity_blocks() const { return capacity_; }
+  bool contains(uint64_t key) const { return table_.find(key) != BlockKeyTable::kAbsent; }
+  // Whether `key` is here; if so its slot is stamped with `stamp`.
+  bool contains_stamping(uint64_t key, uint64_t stamp);
+  struct Stored {
+    bool added = false;          // a key new to the tier
+    uint64_t dropped_stamp = 0;  // the stamp of the key it dropped (0: none dropped)
+    bool dropped = false;
+  };
+  // Stores `key` (or refreshes it) as the most recent; drops the least recent beyond capacity.
+  Stored store(uint64_t key);
+  // A block served from here: the most recent again.
+  void touch(uint64_t key);
+  int64_t stored_blocks() const { return stored_; }
+  int64_t evicted_blocks() const { return evicted_; }
+
+ private:
+  void unlink(int32_t slot);
+  void push_back(int32_t slot);
+  int64_t capacity_;
+  BlockKeyTable table_;  // key -> slot
+  std::vector<uint64_t> keys_, stamps_;
+  std::vector<int32_t> prev_, next_;
+  int32_t head_ = -1, tail_ = -1;  // least and most recent
+  int64_t stored_ = 0, evicted_ = 0;
+};
+
 // What prefix caching needs to know of each request: its prompt length and the hashes of its
 // prompt blocks (sim/workload/trace_reader.h). Caching is off unless both are given and hashes exist.
 struct PrefixCacheSource {
@@ -219,6 +259,22 @@ class PagedKvCache final : public KvCacheManager {
   // admission.
   void set_side_blocks(int64_t blocks);
   int64_t side_blocks() const { return side_blocks_; }
+  // A host (CPU) tier of `blocks` blocks under the prefix cache (prefix caching only; set before
+  // any admission). Every block that becomes full is stored there too, as vLLM's
+  // OffloadingConnector stores completed blocks after they are computed
+  // (vllm/v1/kv_offload/cpu/gpu_worker.py), by LRU. Admission finds the longest run of cached
+  // blocks on the GPU and continues it with the blocks the host holds: those are allocated on
+  // the GPU like new ones and loaded instead of computed (loaded_tokens_of; the policy times
+  // the copy), and they enter the GPU's prefix cache.
+  void set_host_tier(int64_t blocks);
+  const KvOffloadStats* offload_stats() const override { return host_ ? &host_stats_ : nullptr; }
+  // The policy's part of the figures: a load of `bytes` that took `seconds`.
+  void note_host_load(double bytes, double seconds) {
+    host_stats_.load_bytes += bytes;
+    host_stats_.load_s += seconds;
+  }
+  // Tokens `id` took from the host tier at its admission (part of cached_prefix_tokens).
+  int64_t loaded_tokens_of(RequestId id) const { return holds(id) && host_ ? loaded_tokens_[id] : 0; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   // Inline: policies grow every running request at every step they schedule (a caller that
   // holds a PagedKvCache, which is final, gets it without a virtual call).
@@ -362,10 +418,12 @@ class PagedKvCache final : public KvCacheManager {
   struct Hit {
     int64_t blocks = 0;     // the first `blocks` of run_
     int64_t evictable = 0;  // of them at ref 0
+    int64_t host = 0;       // blocks after them that the host tier holds (host_run_)
   };
   Hit look_up(RequestId id, int64_t max_blocks) const;
   int32_t take_free_block();
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
+  void sync_host_stats();  // host_stats_'s stored and evicted tokens from the tier's counts
   void queue_unlink(int32_t b);
   void queue_push_back(int32_t b);
 
@@ -396,6 +454,16 @@ class PagedKvCache final : public KvCacheManager {
   int64_t shared_refs_ = 0;           // sum over blocks of max(ref - 1, 0)
   uint64_t generation_ = 0;           // see scan()
   mutable std::vector<int32_t> run_;  // cached blocks found by the last scan()
+  // (The host tier, stamped by scan(): mutable as the run is.)
+  mutable int64_t host_run_ = 0;       // blocks after run_ that the host tier holds
+  mutable uint64_t host_end_key_ = 0;  // the key that ended the host's part of the run
+  mutable bool host_end_ = false;      // whether one did
+  mutable uint64_t host_stamp_ = 0;    // the stamp of the last scan's host slots (0: none)
+  mutable uint64_t host_scans_ = 0;    // scans that stamped, for a fresh stamp each
+  // The host tier (set_host_tier), its figures, and per request the tokens it loaded.
+  mutable std::optional<HostKvTier> host_;
+  KvOffloadStats host_stats_;
+  std::vector<int64_t> loaded_tokens_;
   mutable uint64_t run_end_key_ = 0;  // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;
   mutable uint64_t run_generation_ = 0;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hwmodel/base/time.h"
+#include "sim/kv_offload.h"
 #include "sim/ddsketch.h"
 #include "sim/latency_breakdown.h"
 #include "sim/policy.h"
@@ -356,6 +357,8 @@ struct SimulationResult {
   // Speculative decoding (hwmodel/speculative.h), over every replica: the decode steps that
   // verified drafts, the drafts verified and accepted (uncapped, as vLLM counts
   // num_accepted_tokens), and the tokens those steps emitted (capped at each request's output).
+  // KV offload's host tier over every replica (SimulationOptions::kv_offload_cpu_tokens), when set.
+  std::optional<KvOffloadStats> kv_offload;
   struct SpeculativeCounts {
     int64_t steps = 0, draft_tokens = 0, accepted_tokens = 0, emitted_tokens = 0;
   } speculative;

@@ -244,6 +244,7 @@ SimulationResult Simulation::run() {
     }
     env.kv_sizing_rule = r.kv_sizing_rule;
     env.num_gpu_blocks = r.num_gpu_blocks;
+    env.kv_offload_cpu_tokens = options_.kv_offload_cpu_tokens;
     env.max_model_len = r.cost_model->model().max_context_tokens;
     env.role = r.role;
     if (r.role == PoolRole::kDecode) {
@@ -356,6 +357,12 @@ SimulationResult Simulation::run() {
 }
 
 void Simulation::summarize_replicas() {
+  for (const Replica& r : replicas_) {
+    if (const KvOffloadStats* o = r.policy->kv_cache().offload_stats()) {
+      if (!result_.kv_offload) result_.kv_offload.emplace();
+      *result_.kv_offload += *o;
+    }
+  }
   // Cluster-wide sums, in replica order (so they are the same whatever order the replicas'
   // events interleaved in); with one replica these are that replica's figures, to the bit.
   double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;

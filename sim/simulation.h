@@ -188,6 +188,10 @@ struct SimulationOptions {
   // GPU's memory: it replaces the memory estimate. kv.capacity_tokens reports what the policy
   // got. 0: from memory (gpu_memory_utilization).
   int64_t num_gpu_blocks = 0;
+  // KV offload to host memory (--kv-offload cpu=SIZE): a tier of this many tokens under every
+  // replica's paged prefix cache (PagedKvCache::set_host_tier); 0: none. Summed figures in
+  // SimulationResult::kv_offload.
+  int64_t kv_offload_cpu_tokens = 0;
   // Called after every iteration with the applied batch (IterationRecord::replica says whose):
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;

@@ -93,6 +93,9 @@ po::options_description run_options() {
        "eagle | eagle3 | mtp | draft:MODEL; k drafts per step; RATES the acceptance rate of each draft "
        "position (A1,A2,...; unconditional, as vLLM's synthetic sampler), one per-token rate for all, or a "
        "measured preset (batchsim list spec-presets)")
+      ("kv-offload", po::value<std::string>(), "KV offload tier cpu=GIB: GiB of host memory (over the replica's "
+       "GPUs) that keep the prefix cache's blocks by LRU and load them back over PCIe instead of recomputing "
+       "them (vLLM --kv-offloading-size; needs prefix caching)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
@@ -249,6 +252,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("moe-routing")) c.moe_routing = vm["moe-routing"].as<std::string>();
   if (vm.count("eplb") && vm["eplb"].as<bool>()) c.eplb = true;
   if (vm.count("spec-decode")) c.spec_decode = vm["spec-decode"].as<std::string>();
+  if (vm.count("kv-offload")) c.kv_offload = vm["kv-offload"].as<std::string>();
   if (vm.count("weight-dtype")) c.weight_dtype = vm["weight-dtype"].as<std::string>();
   if (vm.count("kv-cache-dtype")) c.kv_cache_dtype = vm["kv-cache-dtype"].as<std::string>();
   if (vm.count("policy")) c.policy = vm["policy"].as<std::string>();
@@ -512,6 +516,16 @@ int cmd_run(const std::vector<std::string>& given, std::ostream& out, std::ostre
   }
   fmt::print(out, "{}\n", trust_line(trust_json(run.gpu, run_engine_name(config))));
   ordered_json summary = summary_to_json(run);
+  if (summary.contains("speculative_decoding")) {
+    const ordered_json& d = summary["speculative_decoding"];
+    fmt::print(out,
+               "speculative decoding: {} k={}, mean acceptance length {:.2f} (rates {:.3g}: {}), {:.2f} tokens per "
+               "verification step over {} steps\n",
+               d["method"].get<std::string>(), d["k"].get<int>(), d["mean_acceptance_length"].get<double>(),
+               fmt::join(d["acceptance_rates"].get<std::vector<double>>(), ", "),
+               d["acceptance_source"].get<std::string>().substr(0, d["acceptance_source"].get<std::string>().find(':')),
+               d["tokens_per_step"].get<double>(), d["verification_steps"].get<int64_t>());
+  }
   if (summary.contains("slo")) fmt::print(out, "{}\n", slo_line(summary["slo"]));
   if (summary.contains("goodput")) fmt::print(out, "{}\n", goodput_line(summary["goodput"]));
   print_warnings(run, err);

@@ -124,6 +124,7 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   if (c.moe_routing != "auto") j["moe_routing"] = c.moe_routing;
   if (c.eplb) j["eplb"] = true;
   if (!c.spec_decode.empty()) j["spec_decode"] = c.spec_decode;
+  if (!c.kv_offload.empty()) j["kv_offload"] = c.kv_offload;
   j["replicas"] = c.replicas;
   j["router"] = c.router;
   j["weight_dtype"] = c.weight_dtype;
@@ -408,6 +409,12 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
   j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate},
                        {"cached_tokens", s.prefill_cached_tokens},
                        {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
+  // KV offload, when the run has a host tier: what it held and served (docs/kv-offload.md).
+  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload) {
+    j["kv_offload"]["cpu"] = {{"capacity_tokens", o->capacity_tokens}, {"stored_tokens", o->stored_tokens},
+                              {"hit_tokens", o->hit_tokens},           {"evicted_tokens", o->evicted_tokens},
+                              {"load_bytes", o->load_bytes},           {"load_s", o->load_s}};
+  }
   // Speculative decoding, when the run speculates: the rates it ran with, and what they bought.
   if (!outcome.config.spec_decode.empty()) j["speculative_decoding"] = speculative_json(outcome);
   // A cluster's replicas one by one (the figures above are cluster-wide); a single replica's

@@ -212,6 +212,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
       c.eplb = scalar<bool>(v, file, shown);
     else if (key == "spec-decode")
       c.spec_decode = scalar<std::string>(v, file, shown);
+    else if (key == "kv-offload")
+      c.kv_offload = scalar<std::string>(v, file, shown);
     else if (key == "weight-dtype")
       c.weight_dtype = scalar<std::string>(v, file, shown);
     else if (key == "kv-cache-dtype")
@@ -364,6 +366,32 @@ std::optional<MoeRouting> parse_moe_routing(const std::string& s, const char* op
 
 void check_moe_routing(const std::string& spec, const char* option) { (void)parse_moe_routing(spec, option); }
 
+double parse_kv_offload_cpu_bytes(const std::string& spec) {
+  if (spec.empty()) return 0;
+  double cpu = 0;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string part = spec.substr(start, end - start);
+    const size_t eq = part.find('=');
+    const std::string tier = part.substr(0, eq);
+    if (eq == std::string::npos || (tier != "cpu" && tier != "disk")) {
+      throw UserError(
+          fmt::format("--kv-offload '{}': expected cpu=GIB[,disk=GIB] (GiB of host memory for the "
+                      "tier), got '{}'",
+                      spec, part));
+    }
+    const double gib = parse_double(part.substr(eq + 1), fmt::format("--kv-offload {}", tier), 0, 1 << 20);
+    if (tier == "disk") {
+      throw UserError(fmt::format("--kv-offload '{}': a disk tier is not supported yet (only cpu=GIB)", spec));
+    }
+    cpu = gib * 1024.0 * 1024.0 * 1024.0;
+    start = end + 1;
+  }
+  if (cpu <= 0) throw UserError(fmt::format("--kv-offload '{}': the cpu tier needs a size above 0 GiB", spec));
+  return cpu;
+}
+
 MoeRouting run_moe_routing(const RunConfig& c, const ModelSpec& model) {
   if (c.eplb) return MoeRouting{};
   if (const std::optional<MoeRouting> given = parse_moe_routing(c.moe_routing, "--moe-routing")) return *given;
@@ -407,6 +435,18 @@ void validate(const RunConfig& c) {
   if (c.ep < 1 || c.ep > 1024) throw UserError(fmt::format("--ep {}: must be in [1, 1024]", c.ep));
   if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
   check_moe_routing(c.moe_routing);
+  if (!c.kv_offload.empty()) {
+    (void)parse_kv_offload_cpu_bytes(c.kv_offload);
+    if (is_disaggregated(c))
+      throw UserError("--kv-offload with --prefill-replicas/--decode-replicas: not supported yet");
+    if (c.dp > 1) throw UserError("--kv-offload with --dp: not supported yet");
+    if (const std::string base = policy_base(c.policy); base != "continuous" && base != "chunked-prefill") {
+      throw UserError(
+          fmt::format("--kv-offload with --policy {} (of {}): not supported yet; the continuous and "
+                      "chunked-prefill schedulers with prefix caching (vllm, ...) offload",
+                      c.policy, base));
+    }
+  }
   if (!c.spec_decode.empty()) {
     (void)parse_speculative_decoding(c.spec_decode, "--spec-decode");
     if (is_disaggregated(c))

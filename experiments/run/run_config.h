@@ -69,6 +69,8 @@ struct RunConfig {
   bool eplb = false;
   // Speculative decoding (--spec-decode METHOD:k=K:accept=RATES, hwmodel/speculative.h); empty: off.
   std::string spec_decode;
+  // KV offload tiers (--kv-offload cpu=GIB[,disk=GIB]); empty: none.
+  std::string kv_offload;
   // Element types as vLLM spells them (--quantization fp8 / --kv-cache-dtype fp8): "auto" keeps
   // the model's (16-bit unless its config.json says fp8), else bf16 | fp16 | fp8.
   std::string weight_dtype = "auto";
@@ -182,6 +184,9 @@ ModelSpec resolve_run_model(const RunConfig& config);
 // The routing a run's cost model of `model` uses (--moe-routing, --eplb; "auto" by the model's
 // architecture). Throws UserError naming the option for a malformed spec.
 MoeRouting run_moe_routing(const RunConfig& config, const ModelSpec& model);
+// --kv-offload cpu=GIB[,disk=GIB]: the host tier's bytes (0 when none). Throws UserError naming
+// the option on anything else (a disk tier is not supported yet).
+double parse_kv_offload_cpu_bytes(const std::string& spec);
 // Checks a --moe-routing spec without a model; throws UserError naming `option`.
 void check_moe_routing(const std::string& spec, const char* option = "--moe-routing");
 // The engine the run simulates: `engine`, or the policy's default.

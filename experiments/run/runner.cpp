@@ -146,6 +146,11 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     routed_cost_model.set_speculative(std::move(spec), std::move(draft));
   }
   const CostModel& cost_model = routed_cost_model;
+  if (const double bytes = parse_kv_offload_cpu_bytes(config.kv_offload); bytes > 0) {
+    // The tier's GiB are over the replica's GPUs (vLLM --kv-offloading-size is the total over TP).
+    const double per_token = cost_model.kv_bytes_per_token_per_gpu_with_drafter() * cost_model.tensor_parallel();
+    options.kv_offload_cpu_tokens = static_cast<int64_t>(bytes / per_token);
+  }
 
   BuiltWorkload generated;
   if (hooks.source != nullptr) {

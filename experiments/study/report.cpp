@@ -183,6 +183,18 @@ bool any_prefix_hits(const std::vector<ordered_json>& runs) {
                      [](const ordered_json& r) { return number_at(r, "prefix_cache.cached_tokens").value_or(0) > 0; });
 }
 
+// Speculative decoding's figures are columns only when some run of the result set speculates
+// (docs/speculative.md): the mean acceptance length and the tokens each verification step
+// emitted; a run that does not speculate shows "–".
+constexpr Column kAcceptLengthColumn = {"speculative_decoding.mean_acceptance_length", "accept len", 1, 2};
+constexpr Column kTokensPerStepColumn = {"speculative_decoding.tokens_per_step", "tok/step", 1, 2};
+
+bool any_speculation(const std::vector<ordered_json>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const ordered_json& r) {
+    return number_at(r, "speculative_decoding.verification_steps").value_or(0) > 0;
+  });
+}
+
 // The replica count is a column only when some run of the result set is a cluster (more than one
 // replica), so single-replica experiments keep their tables; and not when an axis named
 // `replicas` already puts the count in every run's group label ("replicas=4 router=..."): the
@@ -307,6 +319,10 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   std::vector<Column> columns = throughput_columns();
   if (replicas_column(results.runs)) columns.insert(columns.begin(), kReplicasColumn);
   if (any_prefix_hits(results.runs)) columns.push_back(kPrefixHitColumn);
+  if (any_speculation(results.runs)) {
+    columns.push_back(kAcceptLengthColumn);
+    columns.push_back(kTokensPerStepColumn);
+  }
   if (any_goodput(results.runs)) {
     columns.push_back(kGoodputColumn);
     columns.push_back(kGoodFractionColumn);
@@ -1220,7 +1236,9 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
                                            kGoodputColumn.header,
                                            "preempt",
                                            "bubble %",
-                                           kPrefixHitColumn.header};
+                                           kPrefixHitColumn.header,
+                                           kAcceptLengthColumn.header,
+                                           kTokensPerStepColumn.header};
   auto pick = [](const Table& src, const std::vector<std::string>& names, Table& dst) {
     for (const auto& name : names) {
       const auto it = std::find(src.headers.begin(), src.headers.end(), name);

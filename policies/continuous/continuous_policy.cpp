@@ -94,6 +94,20 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
     const int64_t blocks = env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
     auto paged = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
     paged->set_side_blocks(env.cost_model->sliding_window_side_blocks(config_.block_size));
+    if (env.kv_offload_cpu_tokens > 0) {
+      if (config_.prefix_caching && !prefix.usable()) {
+        throw UserError(
+            "--kv-offload: the workload has no prompt-block hashes (a trace's hash_ids, or --prefix), so "
+            "no block would ever be found again");
+      }
+      if (!config_.prefix_caching) {
+        throw UserError(
+            fmt::format("--kv-offload: policy '{}' has no prefix caching, whose evicted blocks the "
+                        "host tier would keep: add --policy-opt prefix_caching=true",
+                        name_));
+      }
+      paged->set_host_tier(std::max<int64_t>(1, env.kv_offload_cpu_tokens / config_.block_size));
+    }
     paged_kv_ = paged.get();
     kv_ = std::move(paged);
   } else {
@@ -662,8 +676,21 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
     // vLLM v0 can_allocate (watermark) / v1 allocate_slots returning None: wait.
     if (!kv_->try_admit(id, cached + n, reserve_tokens(id))) break;
     if (cached > 0) {
-      if (static_cast<const PagedKvCache&>(*kv_).shared_tokens_of(id) != cached) {
+      PagedKvCache& paged = static_cast<PagedKvCache&>(*kv_);
+      const int64_t loaded = paged.loaded_tokens_of(id);
+      if (paged.shared_tokens_of(id) + loaded != cached) {
         throw std::logic_error("prefix cache shared another prefix than it found");
+      }
+      if (loaded > 0) {
+        // Blocks from the host tier are copied to the GPU before the step's forward pass, as
+        // LMCache does by default (use_layerwise=False: the retrieve completes before the
+        // forward); vLLM's native OffloadingConnector instead lets the request wait while
+        // others step (WAITING_FOR_REMOTE_KVS), which this charges to every request of the step.
+        const SimTime load = transfer_time(loaded);
+        batch.extra_time += load;
+        paged.note_host_load(
+            static_cast<double>(loaded) * static_cast<double>(env_->cost_model->model().kv_bytes_per_token()),
+            load.seconds());
       }
       env_->use_cached_prefix(id, cached);
     }

@@ -1,6 +1,5 @@
 // --spec-decode end to end (issue 46 item 1): what a verification step gains, where it stops
 // paying, its figures in summary.json, and the runs it is refused for.
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,16 +15,9 @@ namespace {
 
 using testing::cli_error_of;
 using ::testing::HasSubstr;
-using testing::run_cli;
 
 nlohmann::json run_summary(const std::string& name, std::vector<std::string> args) {
-  const auto dir = testing::scratch_dir("speculative-" + name);
-  args.insert(args.begin(), "run");
-  args.insert(args.end(), {"--out", dir.string()});
-  std::string text;
-  EXPECT_EQ(run_cli(args, &text), 0) << text;
-  std::ifstream in(dir / "summary.json");
-  return nlohmann::json::parse(in);
+  return testing::run_summary("speculative-" + name, std::move(args));
 }
 
 // The issue's setting: Llama-3.1-8B on an H100, 1,024-token prompts, 256-token answers.

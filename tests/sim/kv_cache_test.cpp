@@ -195,6 +195,64 @@ TEST(PagedKvCache, SideBlocksAreHeldPerRequestAndFreedWithIt) {
       std::logic_error);
 }
 
+// KV offload's host tier (PagedKvCache::set_host_tier): least recently stored or served first out.
+TEST(HostKvTier, KeepsTheMostRecentKeys) {
+  HostKvTier t(3, 100);
+  EXPECT_TRUE(t.store(1).added);
+  EXPECT_TRUE(t.store(2).added);
+  EXPECT_TRUE(t.contains_stamping(3, 0) == false);
+  EXPECT_TRUE(t.store(3).added);
+  EXPECT_TRUE(t.contains_stamping(3, 7));   // a scan stamps it
+  EXPECT_FALSE(t.store(1).added);           // refreshed, nothing new
+  t.touch(2);                               // order now 3, 1, 2
+  const HostKvTier::Stored s = t.store(4);  // drops 3, and says it was stamped
+  EXPECT_TRUE(s.added && s.dropped);
+  EXPECT_EQ(s.dropped_stamp, 7u);
+  EXPECT_FALSE(t.contains(3));
+  EXPECT_TRUE(t.contains(1) && t.contains(2) && t.contains(4));
+  EXPECT_EQ(t.stored_blocks(), 4);
+  EXPECT_EQ(t.evicted_blocks(), 1);
+}
+
+// A prefix evicted from the GPU is found in the host tier: it counts as cached, its blocks are
+// allocated on the GPU and marked loaded, and they enter the GPU's prefix cache again.
+TEST(PrefixCache, TheHostTierServesBlocksTheGpuEvicted) {
+  // Block size 4, one hash per 8 tokens; requests 0 and 2 share 16 tokens, request 1 is another.
+  const PrefixFixture f(8, {{16, {1, 2}}, {16, {7, 8}}, {20, {1, 2, 3}}});
+  PagedKvCache kv = f.cache(5, 4);
+  kv.set_host_tier(100);
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  kv.release(0);
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));  // takes 4 of the 5 blocks: request 0's prefix is evicted
+  EXPECT_LT(kv.cached_blocks(), 8);
+  kv.release(1);
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));  // its own blocks again (a GPU hit), request 0's still gone
+  kv.release(1);
+  const int64_t cached = kv.cached_prefix_tokens(2, 20);
+  EXPECT_EQ(cached, 16);  // all four of request 0's blocks: the GPU's and the host's
+  ASSERT_TRUE(kv.try_admit(2, 20, 20));
+  EXPECT_EQ(kv.shared_tokens_of(2) + kv.loaded_tokens_of(2), 16);
+  EXPECT_GT(kv.loaded_tokens_of(2), 0);
+  const KvOffloadStats* stats = kv.offload_stats();
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->capacity_tokens, 400);
+  EXPECT_EQ(stats->hit_tokens, kv.loaded_tokens_of(2));
+  EXPECT_EQ(stats->stored_tokens, 8 * 4 + 4);  // requests 0's and 1's four blocks, then 2's fifth
+  kv.check_invariants();
+  kv.release(2);
+  kv.check_invariants();
+  // Without a host tier the same sequence finds only what the GPU kept.
+  PagedKvCache gpu_only = f.cache(5, 4);
+  ASSERT_TRUE(gpu_only.try_admit(0, 16, 16));
+  gpu_only.release(0);
+  ASSERT_TRUE(gpu_only.try_admit(1, 16, 16));
+  gpu_only.release(1);
+  EXPECT_LT(gpu_only.cached_prefix_tokens(2, 20), 16);
+  EXPECT_EQ(gpu_only.offload_stats(), nullptr);
+  PagedKvCache plain(3, 5, 4);
+  EXPECT_THROW(plain.set_host_tier(10), std::logic_error);  // nothing to offload without caching
+}
+
 TEST(PrefixCache, SideBlocksAreNeverShared) {
   const PrefixFixture f(8, {{16, {1, 2}}, {20, {1, 2, 3}}});
   PagedKvCache kv = f.cache(12, 4);
