@@ -13,8 +13,8 @@
 namespace batchsim {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::cli_error_of;
+using ::testing::HasSubstr;
 
 nlohmann::json run_summary(const std::string& name, std::vector<std::string> args) {
   return testing::run_summary("kv-offload-" + name, std::move(args));
@@ -24,14 +24,20 @@ nlohmann::json run_summary(const std::string& name, std::vector<std::string> arg
 // at a quarter of their rate (the full rate queues for an hour whatever the cache holds), the
 // first 4,000 requests.
 std::vector<std::string> mooncake(const std::string& offload) {
-  std::vector<std::string> a = {
-      "--trace",          (testing::traces_dir() / "mooncake-fast25" / "conversation.jsonl.gz").string(),
-      "--trace-speedup",  "0.25",
-      "--num-requests",   "4000",
-      "--model",          "llama-3.1-8b",
-      "--gpu",            "h100-sxm",
-      "--policy",         "vllm",
-      "--num-gpu-blocks", "3000"};
+  std::vector<std::string> a = {"--trace",
+                                (testing::traces_dir() / "mooncake-fast25" / "conversation.jsonl.gz").string(),
+                                "--trace-speedup",
+                                "0.25",
+                                "--num-requests",
+                                "4000",
+                                "--model",
+                                "llama-3.1-8b",
+                                "--gpu",
+                                "h100-sxm",
+                                "--policy",
+                                "vllm",
+                                "--num-gpu-blocks",
+                                "3000"};
   if (!offload.empty()) a.insert(a.end(), {"--kv-offload", offload});
   return a;
 }

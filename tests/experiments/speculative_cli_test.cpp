@@ -1,5 +1,7 @@
 // --spec-decode end to end (issue 46 item 1): what a verification step gains, where it stops
 // paying, its figures in summary.json, and the runs it is refused for.
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -131,6 +133,29 @@ TEST(SpeculativeCli, EveryContinuousPolicyFinishesEveryToken) {
     EXPECT_EQ(s["tokens"], plain["tokens"]) << policy;
     EXPECT_GT(s["speculative_decoding"]["verification_steps"].get<int64_t>(), 0) << policy;
   }
+}
+
+// The terminal says what a speculative run's drafts bought, and compare's tables show it.
+TEST(SpeculativeCli, TheTerminalAndTheReportShowTheAcceptance) {
+  std::string text;
+  ASSERT_EQ(testing::run_cli({"run", "--num-requests", "100", "--spec-decode", "eagle:k=3:accept=0.8,0.6,0.4"}, &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("speculative decoding: eagle k=3, mean acceptance length 2.8"));
+  const auto dir = testing::scratch_dir("speculative-compare");
+  ASSERT_EQ(testing::run_cli({"compare", "--policies", "vllm,sarathi", "--num-requests", "200", "--spec-decode",
+                              "ngram:k=2:accept=0.5", "--jobs", "1", "--out", dir.string()},
+                             &text),
+            0);
+  EXPECT_THAT(text, HasSubstr("accept len"));
+  std::ifstream in(dir / "report.md");
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(report, HasSubstr("| accept len | tok/step |"));
+  // Without speculation the columns stay away.
+  ASSERT_EQ(testing::run_cli({"compare", "--policies", "vllm", "--num-requests", "50", "--jobs", "1", "--out",
+                              (dir / "plain").string()},
+                             &text),
+            0);
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("accept len")));
 }
 
 TEST(SpeculativeCli, UnsupportedRunsAreRefusedByName) {
