@@ -83,24 +83,23 @@ double CostModel::weight_bytes_per_gpu() const {
     const double routed = model_.routed_expert_weight_bytes();
     target = (all - routed) / tp_ + routed / layout_.gpus();
   }
-  // A drafter's weights sit beside the target's (vLLM loads them in the same worker): a draft
-  // model's own, or EAGLE's and MTP's one decoder layer, an average layer of the target's.
-  if (speculative_.method == DraftMethod::draft_model && draft_model_ != nullptr) {
-    return target + draft_model_->weight_bytes_per_gpu();
-  }
-  if (speculative_.drafts_on_gpu() && speculative_.enabled()) return target + target / model_.num_layers;
-  return target;
+  // A drafter's weights sit beside the target's (vLLM loads them in the same worker).
+  return with_drafter(target, [](const CostModel& draft) { return draft.weight_bytes_per_gpu(); });
 }
 
 double CostModel::kv_bytes_per_token_per_gpu_with_drafter() const {
-  const double target = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_));
-  // The drafter's KV shares the pool (vLLM's KV cache spec holds the draft layers too): a draft
-  // model's every layer, EAGLE's and MTP's one.
-  if (speculative_.method == DraftMethod::draft_model && draft_model_ != nullptr) {
-    return target + static_cast<double>(kv_bytes_per_token_per_gpu(draft_model_->model(), draft_model_->tp_));
-  }
-  if (speculative_.drafts_on_gpu() && speculative_.enabled()) return target + target / model_.num_layers;
-  return target;
+  // The drafter's KV shares the pool (vLLM's KV cache spec holds the draft layers too).
+  return with_drafter(static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)), [](const CostModel& draft) {
+    return static_cast<double>(kv_bytes_per_token_per_gpu(draft.model_, draft.tp_));
+  });
+}
+
+template <class DraftPart>
+double CostModel::with_drafter(double target, DraftPart&& draft_part) const {
+  if (!speculative_.enabled() || !speculative_.drafts_on_gpu()) return target;
+  // A draft model's own; EAGLE's and MTP's one decoder layer, an average layer of the target's.
+  if (speculative_.method == DraftMethod::draft_model) return target + draft_part(*draft_model_);
+  return target + target / model_.num_layers;
 }
 
 TokenCosts CostModel::token_costs(int64_t tokens) const {
@@ -281,14 +280,8 @@ IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* m
   if (shape.empty()) return IterationCost{};
   const int64_t tokens = shape.total_tokens();
   if (memo == nullptr) return iteration_from(shape, token_costs(tokens), lm_head_s(shape.num_sampled), nullptr);
-  TokenCosts& slot = memo->token_slot(tokens);
-  if (slot.tokens != tokens) slot = token_costs(tokens);
-  auto& [sampled, head_s] = memo->lm_head_slot(shape.num_sampled);
-  if (sampled != shape.num_sampled) {
-    sampled = shape.num_sampled;
-    head_s = lm_head_s(sampled);
-  }
-  return iteration_from(shape, slot, head_s, memo);
+  const TokenCosts& t = memo_token_costs(tokens, *memo);
+  return iteration_from(shape, t, memo_lm_head_s(shape.num_sampled, *memo), memo);
 }
 
 IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo) const {
@@ -473,11 +466,19 @@ void CostModel::set_speculative(SpeculativeDecoding spec, std::shared_ptr<const 
   draft_model_ = std::move(draft_model);
 }
 
-const TokenCosts& CostModel::memo_token_costs(int64_t tokens, NonAttentionCache* memo, TokenCosts& scratch) const {
-  if (memo == nullptr) return scratch = token_costs(tokens);
-  TokenCosts& slot = memo->token_slot(tokens);
+const TokenCosts& CostModel::memo_token_costs(int64_t tokens, NonAttentionCache& memo) const {
+  TokenCosts& slot = memo.token_slot(tokens);
   if (slot.tokens != tokens) slot = token_costs(tokens);
   return slot;
+}
+
+double CostModel::memo_lm_head_s(int64_t sampled, NonAttentionCache& memo) const {
+  auto& [rows, seconds] = memo.lm_head_slot(sampled);
+  if (rows != sampled) {
+    rows = sampled;
+    seconds = lm_head_s(sampled);
+  }
+  return seconds;
 }
 
 double CostModel::draft_s(const BatchShape& shape, const IterationCost& cost, NonAttentionCache* memo) const {
@@ -508,12 +509,11 @@ double CostModel::draft_s(const BatchShape& shape, const IterationCost& cost, No
   }
   // EAGLE, EAGLE-3, MTP: one layer of the target per pass.
   const double layers = model_.num_layers;
-  TokenCosts scratch;
   auto layer_s = [&](int64_t tokens) {
-    const TokenCosts& t = memo_token_costs(tokens, memo, scratch);
+    const TokenCosts& t = memo != nullptr ? memo_token_costs(tokens, *memo) : token_costs(tokens);
     return (t.gemm_s + t.elementwise_s + t.communication_s) / layers;
   };
-  const double head_s = lm_head_s(sequences);
+  const double head_s = memo != nullptr ? memo_lm_head_s(sequences, *memo) : lm_head_s(sequences);
   double s = layer_s(shape.total_tokens()) + (cost.prefill_attention_s + cost.decode_attention_s) / layers + head_s;
   if (k > 1) {
     // One token per sequence, attending to what the decodes read.

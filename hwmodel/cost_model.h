@@ -323,9 +323,16 @@ class CostModel {
   MoeRouting moe_routing_;
   SpeculativeDecoding speculative_;               // off unless set_speculative
   std::shared_ptr<const CostModel> draft_model_;  // method draft: the draft model's
+  // `target` (the target's weights or KV bytes per GPU) plus the speculative drafter's share:
+  // `draft_part` of a draft model's cost model, or one average layer of the target's.
+  template <class DraftPart>
+  double with_drafter(double target, DraftPart&& draft_part) const;
   // The drafter's passes for a step of `shape` whose target cost so far is `cost`.
   double draft_s(const BatchShape& shape, const IterationCost& cost, NonAttentionCache* memo) const;
-  const TokenCosts& memo_token_costs(int64_t tokens, NonAttentionCache* memo, TokenCosts& scratch) const;
+  // The memo's costs of `tokens` tokens and LM-head seconds of `sampled` rows, computed into
+  // their slots when another count holds them.
+  const TokenCosts& memo_token_costs(int64_t tokens, NonAttentionCache& memo) const;
+  double memo_lm_head_s(int64_t sampled, NonAttentionCache& memo) const;
   // Seconds to exchange `bytes_per_gpu` (what each GPU sends) among `gpus` GPUs: over NVLink
   // within a node, and for the share bound to other nodes over the inter-node NICs.
   double exchange_s(double bytes_per_gpu, int gpus) const;

@@ -26,17 +26,6 @@ constexpr MethodName kMethods[] = {{DraftMethod::ngram, "ngram"},
                                    {DraftMethod::mtp, "mtp"},
                                    {DraftMethod::draft_model, "draft"}};
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t end = s.find(sep, start);
-    parts.push_back(s.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-    if (end == std::string_view::npos) return parts;
-    start = end + 1;
-  }
-}
-
 std::string preset_names() {
   std::string names;
   for (const SpeculativePreset& p : speculative_presets()) names += (names.empty() ? "" : ", ") + p.name;
@@ -105,7 +94,7 @@ SpeculativeDecoding parse_speculative_decoding(std::string_view spec, std::strin
                     "all, or a preset: {})",
                     option, spec, why, preset_names()));
   };
-  const std::vector<std::string_view> parts = split(spec, ':');
+  const std::vector<std::string_view> parts = split_fields(spec, ':');
   SpeculativeDecoding s;
   size_t next = 1;
   bool method_found = false;
@@ -154,7 +143,7 @@ SpeculativeDecoding parse_speculative_decoding(std::string_view spec, std::strin
     return s;
   }
   std::vector<double> rates;
-  for (const std::string_view r : split(accept_text, ',')) {
+  for (const std::string_view r : split_fields(accept_text, ',')) {
     rates.push_back(parse_double(r, fmt::format("{} accept", option), 0, 1));
   }
   if (rates.size() == 1 && s.k > 1) {

@@ -258,10 +258,16 @@ void HostKvTier::touch(uint64_t key) {
   }
 }
 
-void PagedKvCache::sync_host_stats() {
-  if (!host_) return;
-  host_stats_.stored_tokens = host_->stored_blocks() * block_size_;
-  host_stats_.evicted_tokens = host_->evicted_blocks() * block_size_;
+std::optional<KvOffloadStats> PagedKvCache::offload_stats() const {
+  if (!host_) return std::nullopt;
+  KvOffloadStats s;
+  s.capacity_tokens = host_->capacity_blocks() * block_size_;
+  s.stored_tokens = host_->stored_blocks() * block_size_;
+  s.evicted_tokens = host_->evicted_blocks() * block_size_;
+  s.hit_tokens = host_hit_tokens_;
+  s.load_bytes = host_load_bytes_;
+  s.load_s = host_load_s_;
+  return s;
 }
 
 void PagedKvCache::set_host_tier(int64_t blocks) {
@@ -272,8 +278,8 @@ void PagedKvCache::set_host_tier(int64_t blocks) {
   for (const Request& r : *prefix_.requests)
     distinct += blocks_for(static_cast<int64_t>(r.prompt_tokens) + r.output_tokens);
   host_.emplace(blocks, distinct);
-  host_stats_ = KvOffloadStats{};
-  host_stats_.capacity_tokens = blocks * block_size_;
+  host_hit_tokens_ = 0;
+  host_load_bytes_ = host_load_s_ = 0;
   loaded_tokens_.assign(blocks_.size(), 0);
 }
 
@@ -406,14 +412,13 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     if (host_) {
       // The host tier's blocks after the GPU's: new GPU blocks, loaded (entered below).
       loaded_tokens_[id] = hit.host * block_size_;
-      host_stats_.hit_tokens += hit.host * block_size_;
+      host_hit_tokens_ += hit.host * block_size_;
       for (int64_t k = hits; k < hits + hit.host; ++k) host_->touch(block_key(id, k));
     }
     for (int64_t k = static_cast<int64_t>(blocks.size()); k < blocks_for(tokens); ++k) {
       blocks.push_back(take_free_block());
     }
     enter_full_blocks(id, hit_tokens, tokens);
-    sync_host_stats();
     // The side blocks last: taking them may evict a cached block, never one of the hit.
     for (int64_t k = 0; k < side_blocks_; ++k) side_[id].push_back(take_free_block());
   } else {
@@ -431,10 +436,7 @@ void PagedKvCache::throw_growing_unheld() {
 
 void PagedKvCache::take_blocks_for_growth(RequestId id, int64_t have, int64_t tokens, int64_t needed) {
   for (int64_t i = 0; i < needed; ++i) blocks_[id].push_back(take_free_block());
-  if (tokens / block_size_ > have / block_size_) {
-    enter_full_blocks(id, have, tokens);
-    sync_host_stats();
-  }
+  if (tokens / block_size_ > have / block_size_) enter_full_blocks(id, have, tokens);
 }
 
 void KvCacheManager::begin_decode_run(std::span<const BatchItem> items) {

@@ -50,7 +50,7 @@ class KvCacheManager {
   virtual ~KvCacheManager() = default;
   virtual std::string_view kind() const = 0;
   // The offload tier's figures, when the manager has one (PagedKvCache::set_host_tier).
-  virtual const KvOffloadStats* offload_stats() const { return nullptr; }
+  virtual std::optional<KvOffloadStats> offload_stats() const { return std::nullopt; }
 
   // Admits `id` with `tokens` tokens to be written now; `reserve_tokens` (>= tokens) is its
   // whole future footprint, used by the reserving manager. Returns false, changing nothing,
@@ -267,11 +267,11 @@ class PagedKvCache final : public KvCacheManager {
   // the GPU like new ones and loaded instead of computed (loaded_tokens_of; the policy times
   // the copy), and they enter the GPU's prefix cache.
   void set_host_tier(int64_t blocks);
-  const KvOffloadStats* offload_stats() const override { return host_ ? &host_stats_ : nullptr; }
+  std::optional<KvOffloadStats> offload_stats() const override;
   // The policy's part of the figures: a load of `bytes` that took `seconds`.
   void note_host_load(double bytes, double seconds) {
-    host_stats_.load_bytes += bytes;
-    host_stats_.load_s += seconds;
+    host_load_bytes_ += bytes;
+    host_load_s_ += seconds;
   }
   // Tokens `id` took from the host tier at its admission (part of cached_prefix_tokens).
   int64_t loaded_tokens_of(RequestId id) const { return holds(id) && host_ ? loaded_tokens_[id] : 0; }
@@ -423,7 +423,6 @@ class PagedKvCache final : public KvCacheManager {
   Hit look_up(RequestId id, int64_t max_blocks) const;
   int32_t take_free_block();
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
-  void sync_host_stats();  // host_stats_'s stored and evicted tokens from the tier's counts
   void queue_unlink(int32_t b);
   void queue_push_back(int32_t b);
 
@@ -460,9 +459,11 @@ class PagedKvCache final : public KvCacheManager {
   mutable bool host_end_ = false;      // whether one did
   mutable uint64_t host_stamp_ = 0;    // the stamp of the last scan's host slots (0: none)
   mutable uint64_t host_scans_ = 0;    // scans that stamped, for a fresh stamp each
-  // The host tier (set_host_tier), its figures, and per request the tokens it loaded.
+  // The host tier (set_host_tier), what it served and how long the loads took (the tier counts
+  // what it stored and dropped), and per request the tokens it loaded.
   mutable std::optional<HostKvTier> host_;
-  KvOffloadStats host_stats_;
+  int64_t host_hit_tokens_ = 0;
+  double host_load_bytes_ = 0, host_load_s_ = 0;
   std::vector<int64_t> loaded_tokens_;
   mutable uint64_t run_end_key_ = 0;  // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;

@@ -358,7 +358,7 @@ SimulationResult Simulation::run() {
 
 void Simulation::summarize_replicas() {
   for (const Replica& r : replicas_) {
-    if (const KvOffloadStats* o = r.policy->kv_cache().offload_stats()) {
+    if (const std::optional<KvOffloadStats> o = r.policy->kv_cache().offload_stats()) {
       if (!result_.kv_offload) result_.kv_offload.emplace();
       *result_.kv_offload += *o;
     }

@@ -369,13 +369,10 @@ void check_moe_routing(const std::string& spec, const char* option) { (void)pars
 double parse_kv_offload_cpu_bytes(const std::string& spec) {
   if (spec.empty()) return 0;
   double cpu = 0;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    const size_t end = std::min(spec.find(',', start), spec.size());
-    const std::string part = spec.substr(start, end - start);
+  for (const std::string_view part : split_fields(spec, ',')) {
     const size_t eq = part.find('=');
-    const std::string tier = part.substr(0, eq);
-    if (eq == std::string::npos || (tier != "cpu" && tier != "disk")) {
+    const std::string_view tier = part.substr(0, eq);
+    if (eq == std::string_view::npos || (tier != "cpu" && tier != "disk")) {
       throw UserError(
           fmt::format("--kv-offload '{}': expected cpu=GIB[,disk=GIB] (GiB of host memory for the "
                       "tier), got '{}'",
@@ -386,7 +383,6 @@ double parse_kv_offload_cpu_bytes(const std::string& spec) {
       throw UserError(fmt::format("--kv-offload '{}': a disk tier is not supported yet (only cpu=GIB)", spec));
     }
     cpu = gib * 1024.0 * 1024.0 * 1024.0;
-    start = end + 1;
   }
   if (cpu <= 0) throw UserError(fmt::format("--kv-offload '{}': the cpu tier needs a size above 0 GiB", spec));
   return cpu;

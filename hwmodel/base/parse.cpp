@@ -33,4 +33,15 @@ int64_t parse_int(std::string_view text, std::string_view what, int64_t min, int
   return v;
 }
 
+std::vector<std::string_view> split_fields(std::string_view text, char sep) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(sep, start);
+    fields.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return fields;
+    start = end + 1;
+  }
+}
+
 }  // namespace batchsim

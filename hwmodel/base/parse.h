@@ -1,4 +1,4 @@
-// batchsim — one way to read a number out of user text.
+// batchsim — one way to read a number (and a spec's fields) out of user text.
 //
 // Every spec string, option value and table cell that holds a number goes through these, so
 // that "1e3", " 5", "5x", "nan" and "1e400" mean the same (or are refused the same way)
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 namespace batchsim {
 
@@ -19,5 +20,9 @@ double parse_double(std::string_view text, std::string_view what, double min = -
 // The whole of `text` as an integer in [min, max] (decimal digits with an optional sign).
 int64_t parse_int(std::string_view text, std::string_view what, int64_t min = std::numeric_limits<int64_t>::min(),
                   int64_t max = std::numeric_limits<int64_t>::max());
+
+// `text` split at every `sep`, empty fields kept ("a,,b" -> a, "", b; "" -> one empty field),
+// so that a spec's parser can refuse an empty part rather than skip it.
+std::vector<std::string_view> split_fields(std::string_view text, char sep);
 
 }  // namespace batchsim

@@ -312,13 +312,7 @@ int64_t ContinuousPolicy::remove_from_batch(RequestId victim, Batch& batch) {
   kept.swap(batch.items);
   batch.shape.clear();
   partial_prefills_ = 0;
-  for (const BatchItem& item : kept) {
-    if (item.drafts > 0) {
-      batch.add_speculative_decode(item.id, item.context_before, item.drafts);
-    } else {
-      add_step(item.id, item.new_tokens, batch);
-    }
-  }
+  for (const BatchItem& item : kept) add_step(item.id, item.new_tokens, batch, item.drafts);
   return tokens;
 }
 
@@ -420,11 +414,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     if (preempted_here && (i >= running_.size() || running_[i] != id)) {
       i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     }
-    if (drafts > 0) {
-      batch.add_speculative_decode(id, p.computed_tokens, static_cast<int32_t>(drafts));
-    } else {
-      add_step(id, n, p, known, batch);
-    }
+    add_step(id, n, p, known, batch, static_cast<int32_t>(drafts));
     budget -= n + drafts;
     ++i;
   }

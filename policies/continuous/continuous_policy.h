@@ -334,13 +334,19 @@ class ContinuousPolicy final : public Policy {
   // left; 0 when it must wait.
   int64_t step_tokens(int64_t need, int64_t budget) const;
   int64_t need_of(RequestId id) const { return env_->known_tokens(id) - env_->progress_of(id).computed_tokens; }
-  // Adds the step to the batch (add_batch_step) and counts a prefill it leaves unfinished; the
-  // second form takes the progress and known tokens the caller already read.
-  void add_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch) {
-    if (!add_batch_step(id, new_tokens, p, known, batch)) ++partial_prefills_;
+  // Adds the step to the batch (add_batch_step) and counts a prefill it leaves unfinished; a
+  // decode with `drafts` verifies them too (Batch::add_speculative_decode). The first form takes
+  // the progress and known tokens the caller already read.
+  void add_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch,
+                int32_t drafts = 0) {
+    if (drafts > 0) {
+      batch.add_speculative_decode(id, p.computed_tokens, drafts);
+    } else if (!add_batch_step(id, new_tokens, p, known, batch)) {
+      ++partial_prefills_;
+    }
   }
-  void add_step(RequestId id, int64_t new_tokens, Batch& batch) {
-    add_step(id, new_tokens, env_->progress_of(id), env_->known_tokens(id), batch);
+  void add_step(RequestId id, int64_t new_tokens, Batch& batch, int32_t drafts = 0) {
+    add_step(id, new_tokens, env_->progress_of(id), env_->known_tokens(id), batch, drafts);
   }
   // kv_->try_grow, without a virtual call for the paged cache (final), whose growth then
   // inlines: schedule() grows every running request at every step.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "hwmodel/base/error.h"
+#include "hwmodel/base/parse.h"
 #include "hwmodel/cost_model.h"
 #include "hwmodel/hardware_profile.h"
 #include "hwmodel/mla.h"
@@ -44,6 +45,14 @@ TEST(SpeculativeSpec, ParsesRatesOneRateAndPresets) {
   const SpeculativeDecoding m = parse_speculative_decoding("mtp:k=1:accept=deepseek-v3-mtp", "--spec-decode");
   EXPECT_THAT(m.accept, ElementsAre(::testing::DoubleNear(0.875, 1e-9)));
   EXPECT_THAT(m.accept_source, HasSubstr("arXiv 2412.19437"));
+}
+
+// The spec parsers' fields (hwmodel/base/parse.h): empty ones are kept, so a parser refuses them.
+TEST(SpecFields, SplitKeepsEveryField) {
+  EXPECT_THAT(split_fields("a,,b", ','), ElementsAre("a", "", "b"));
+  EXPECT_THAT(split_fields("cpu=10,", ','), ElementsAre("cpu=10", ""));
+  EXPECT_THAT(split_fields("", ':'), ElementsAre(""));
+  EXPECT_THAT(split_fields("eagle:k=3", ':'), ElementsAre("eagle", "k=3"));
 }
 
 TEST(SpeculativeSpec, BadSpecsAreNamed) {

@@ -233,8 +233,8 @@ TEST(PrefixCache, TheHostTierServesBlocksTheGpuEvicted) {
   ASSERT_TRUE(kv.try_admit(2, 20, 20));
   EXPECT_EQ(kv.shared_tokens_of(2) + kv.loaded_tokens_of(2), 16);
   EXPECT_GT(kv.loaded_tokens_of(2), 0);
-  const KvOffloadStats* stats = kv.offload_stats();
-  ASSERT_NE(stats, nullptr);
+  const std::optional<KvOffloadStats> stats = kv.offload_stats();
+  ASSERT_TRUE(stats.has_value());
   EXPECT_EQ(stats->capacity_tokens, 400);
   EXPECT_EQ(stats->hit_tokens, kv.loaded_tokens_of(2));
   EXPECT_EQ(stats->stored_tokens, 8 * 4 + 4);  // requests 0's and 1's four blocks, then 2's fifth
@@ -248,7 +248,7 @@ TEST(PrefixCache, TheHostTierServesBlocksTheGpuEvicted) {
   ASSERT_TRUE(gpu_only.try_admit(1, 16, 16));
   gpu_only.release(1);
   EXPECT_LT(gpu_only.cached_prefix_tokens(2, 20), 16);
-  EXPECT_EQ(gpu_only.offload_stats(), nullptr);
+  EXPECT_FALSE(gpu_only.offload_stats().has_value());
   PagedKvCache plain(3, 5, 4);
   EXPECT_THROW(plain.set_host_tier(10), std::logic_error);  // nothing to offload without caching
 }
