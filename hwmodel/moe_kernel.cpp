@@ -2,11 +2,13 @@
 #include "hwmodel/moe_kernel.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "hwmodel/base/random.h"
 #include "hwmodel/hardware_profile.h"
@@ -168,14 +170,26 @@ void round_robin(const std::vector<int64_t>& room, int64_t total, std::vector<in
   }
 }
 
+// Adds weight x sum of ceil(n / B) B over the entries n >= 0, for each tile B of kMoeTileRows.
+// The sums are taken in integers and scaled once: the weights are 1 and 1 / kPowerLawSplits,
+// powers of two, so every term and partial sum is exact either way and the result is the same
+// to the bit as adding the entries' scaled values one by one; but a call of a 256-expert layer
+// no longer spends a third of its time in per-entry divisions by a tile not known at compile time.
+template <size_t... I>
+void add_padded_tiles(const std::vector<int64_t>::const_iterator first, const std::vector<int64_t>::const_iterator last,
+                      std::array<double, 4>& padded, double weight, std::index_sequence<I...>) {
+  static_assert(((std::has_single_bit(static_cast<unsigned>(kMoeTileRows[I]))) && ...), "tiles must be powers of two");
+  std::array<int64_t, sizeof...(I)> sums{};
+  for (auto it = first; it != last; ++it) {
+    const int64_t n = *it;
+    ((sums[I] += (n + kMoeTileRows[I] - 1) & ~int64_t{kMoeTileRows[I] - 1}), ...);
+  }
+  ((padded[I] += weight * static_cast<double>(sums[I])), ...);
+}
+
 void add_padded(const std::vector<int64_t>::const_iterator first, const std::vector<int64_t>::const_iterator last,
                 std::array<double, 4>& padded, double weight) {
-  for (auto it = first; it != last; ++it) {
-    for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
-      const int64_t b = kMoeTileRows[i];
-      padded[i] += weight * static_cast<double>((*it + b - 1) / b * b);
-    }
-  }
+  add_padded_tiles(first, last, padded, weight, std::make_index_sequence<kMoeTileRows.size()>{});
 }
 
 struct PowerLawScratch {
