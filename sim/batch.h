@@ -35,6 +35,15 @@ struct Batch {
   // progress the replica advances without visiting them. In `shape` like any decode. Empty
   // unless the policy keeps a cohort; valid until the iteration has ended.
   std::span<const RequestId> cohort;
+  // With attention data parallelism (policies/dp_attention/), the ranks' cohorts instead: rank
+  // `rank`'s members come in batch order right before items[items_begin] (its own items, the
+  // ranks in rank order). Added through add_rank_cohort.
+  struct RankCohort {
+    int32_t rank = 0;
+    size_t items_begin = 0;
+    std::span<const RequestId> members;
+  };
+  std::vector<RankCohort> rank_cohorts;
   BatchShape shape;  // what the cost model times
   // With attention data parallelism (policies/dp_attention/): each rank's shape, which the cost
   // model times as one lockstep step (CostModel::step); `shape` is then their sum. Empty
@@ -49,15 +58,31 @@ struct Batch {
   void clear() {
     items.clear();
     cohort = {};
+    rank_cohorts.clear();
+    rank_cohort_members_ = 0;
     shape.clear();
     rank_shapes.clear();
     extra_time = SimTime::zero();
     bubble_slots = 0;
     wake_at.reset();
   }
-  bool empty() const { return items.empty() && cohort.empty(); }
-  // Requests in the batch: its items and its cohort.
-  size_t size() const { return items.size() + cohort.size(); }
+  bool empty() const { return items.empty() && cohort.empty() && rank_cohort_members_ == 0; }
+  // Requests in the batch: its items and its cohorts' members.
+  size_t size() const { return items.size() + cohort.size() + rank_cohort_members_; }
+  bool has_cohort() const { return !cohort.empty() || rank_cohort_members_ > 0; }
+  // Rank `rank`'s cohort, ahead of the items added after it; an empty one is not kept.
+  void add_rank_cohort(int32_t rank, std::span<const RequestId> members) {
+    if (members.empty()) return;
+    rank_cohorts.push_back({rank, items.size(), members});
+    rank_cohort_members_ += members.size();
+  }
+  // Every non-empty cohort of the batch in batch order, as f(rank, items_begin, members): the
+  // scheduler's own (rank 0, ahead of every item), then the ranks'.
+  template <typename F>
+  void for_each_cohort(F&& f) const {
+    if (!cohort.empty()) f(int32_t{0}, size_t{0}, cohort);
+    for (const RankCohort& c : rank_cohorts) f(c.rank, c.items_begin, c.members);
+  }
   // Adds an item and its shape: a decode when it computes the last known token, else a
   // prefill chunk. Policies that pad or compute extra rows add to `shape` themselves.
   void add(RequestId id, int32_t new_tokens, int64_t context_before, bool is_decode, bool samples) {
@@ -76,6 +101,9 @@ struct Batch {
     shape.decode_draft_tokens += drafts;
     shape.num_sampled += 1 + drafts;
   }
+
+ private:
+  size_t rank_cohort_members_ = 0;
 };
 
 }  // namespace batchsim

@@ -136,7 +136,7 @@ void LatencyAccounting::kv_transfer_started(RequestId id, SimTime at) {
 void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const Batch& batch, const IterationCost& cost,
                                           SimTime duration, const CostModel& cost_model,
                                           std::span<const int64_t> batch_stamp, int64_t stamp,
-                                          const DecodeCohort* cohort) {
+                                          std::span<const DecodeCohort* const> cohorts) {
   ReplicaAccount& r = replicas_[static_cast<size_t>(replica)];
   advance(r, start);
   if (!r.landed.empty()) {
@@ -168,11 +168,14 @@ void LatencyAccounting::iteration_started(int32_t replica, SimTime start, const 
   const size_t items = batch.size(), left_out = r.running.size() - std::min(items, r.running.size());
   r.left_out_by_default = left_out > items;
   if (r.left_out_by_default) {
-    r.exceptions.insert(r.exceptions.end(), batch.cohort.begin(), batch.cohort.end());
+    batch.for_each_cohort([&](int32_t, size_t, std::span<const RequestId> members) {
+      r.exceptions.insert(r.exceptions.end(), members.begin(), members.end());
+    });
     for (const BatchItem& item : batch.items) r.exceptions.push_back(item.id);
   } else if (left_out > 0) {
     for (const RequestId id : r.running) {
-      if (batch_stamp[static_cast<size_t>(id)] != stamp && (cohort == nullptr || !cohort->member(id))) {
+      if (batch_stamp[static_cast<size_t>(id)] != stamp &&
+          std::none_of(cohorts.begin(), cohorts.end(), [id](const DecodeCohort* c) { return c->member(id); })) {
         r.exceptions.push_back(id);
       }
     }

@@ -142,10 +142,10 @@ class LatencyAccounting {
   // replica ran it; every item's request has joined); builds the counterfactual of a mixed
   // iteration with `cost_model`, and finds the running requests the batch leaves out: those whose
   // `batch_stamp[id]` is not `stamp` (the simulation's mark of the batch's items) and that are
-  // not members of `cohort` (the replica's, when the batch holds it; null otherwise).
+  // not members of any of `cohorts` (the replica's cohorts that the batch lists).
   void iteration_started(int32_t replica, SimTime start, const Batch& batch, const IterationCost& cost,
                          SimTime duration, const CostModel& cost_model, std::span<const int64_t> batch_stamp,
-                         int64_t stamp, const DecodeCohort* cohort = nullptr);
+                         int64_t stamp, std::span<const DecodeCohort* const> cohorts = {});
   // A fast-forward repeat of the replica's decode iteration, of `cost` and `duration`.
   void iteration_repeated(int32_t replica, const IterationCost& cost, SimTime duration) {
     replicas_[static_cast<size_t>(replica)].split += split_iteration(duration, cost, SimTime::zero(), nullptr);

@@ -136,6 +136,10 @@ struct PolicyEnv {
   // simulation wants every request of every batch listed (fast-forward off, an on_iteration
   // hook, recorded iteration items, disaggregated pools).
   DecodeCohort* cohort = nullptr;
+  // Where `cohort` is offered and the policy has several attention ranks (attention_ranks()),
+  // one cohort per rank, `cohort` the first: each rank's scheduler may keep its own, and the
+  // merged batch lists them with Batch::add_rank_cohort.
+  std::span<DecodeCohort> rank_cohorts;
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }

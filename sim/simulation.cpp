@@ -256,7 +256,7 @@ SimulationResult Simulation::run() {
       if (p.state != RequestState::kRunning) {
         throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
       }
-      if (r.cohort.enabled() && r.cohort.member(id)) {
+      if (in_cohort(r, id)) {
         throw std::logic_error(fmt::format("policy preempted request {} while it is in the decode cohort", id));
       }
       latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
@@ -290,8 +290,10 @@ SimulationResult Simulation::run() {
     // it), a hook or a log that wants every item, or pools (a hand-off reads the items).
     if (options_.fast_forward && !options_.on_iteration &&
         !(options_.record_iterations && options_.record_iteration_items) && !pooled()) {
-      r.cohort.attach(&progress_);
-      env.cohort = &r.cohort;
+      r.cohorts.resize(static_cast<size_t>(std::max(1, r.policy->attention_ranks())));
+      for (DecodeCohort& cohort : r.cohorts) cohort.attach(&progress_);
+      env.cohort = &r.cohorts.front();
+      if (r.cohorts.size() > 1) env.rank_cohorts = r.cohorts;
     }
     r.policy->attach(env);
     // Blocks given by count: the capacity is what the policy built from them (N x its block
@@ -762,16 +764,22 @@ void Simulation::try_start_iteration(Replica& r) {
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
 
-  if (!batch.cohort.empty() && (!r.cohort.enabled() || static_cast<int64_t>(batch.cohort.size()) != r.cohort.size() ||
-                                r.cohort.steps_in_flight() != 1)) {
-    throw std::logic_error(fmt::format(
-        "policy '{}' listed a decode cohort that is not its replica's whole cohort, stepped once", policy.name()));
-  }
+  listed_cohorts_.clear();  // (a rank's cohort whose members sit this step out is not listed)
+  batch.for_each_cohort([&](int32_t rank, size_t, std::span<const RequestId> members) {
+    const DecodeCohort* cohort =
+        static_cast<size_t>(rank) < r.cohorts.size() ? &r.cohorts[static_cast<size_t>(rank)] : nullptr;
+    if (cohort == nullptr || !cohort->enabled() || static_cast<int64_t>(members.size()) != cohort->size() ||
+        cohort->steps_in_flight() != 1) {
+      throw std::logic_error(fmt::format(
+          "policy '{}' listed a decode cohort that is not its rank's whole cohort, stepped once", policy.name()));
+    }
+    listed_cohorts_.push_back(cohort);
+  });
   const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
                                                        : r.cost_model->step(batch.rank_shapes, &r.cost_memo);
   const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
-                             batch.cohort.empty() ? nullptr : &r.cohort);
+                             listed_cohorts_);
   r.first_end = now_ + duration;
   r.repeats = 0;
   r.busy = true;
@@ -779,7 +787,10 @@ void Simulation::try_start_iteration(Replica& r) {
   if (options_.fast_forward && !options_.on_iteration && batch.shape.prefills.empty() &&
       batch.extra_time == SimTime::zero()) {
     // Output tokens still to come.
-    int64_t min_remaining = batch.cohort.empty() ? std::numeric_limits<int64_t>::max() : r.cohort.min_remaining();
+    int64_t min_remaining = std::numeric_limits<int64_t>::max();
+    batch.for_each_cohort([&](int32_t rank, size_t, std::span<const RequestId>) {
+      min_remaining = std::min(min_remaining, r.cohorts[static_cast<size_t>(rank)].min_remaining());
+    });
     for (const BatchItem& item : batch.items) {
       min_remaining =
           std::min<int64_t>(min_remaining, (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
@@ -951,9 +962,17 @@ void Simulation::accept_drafts(Replica& r, const BatchItem& item, RequestProgres
   c.emitted_tokens += 1 + kept;
 }
 
-void Simulation::finish_cohort_steps(Replica& r, GapRun& gaps) {
-  DecodeCohort& cohort = r.cohort;
-  if (cohort.steps_in_flight() != 1 + r.repeats) {
+bool Simulation::in_cohort(const Replica& r, RequestId id) {
+  return std::any_of(r.cohorts.begin(), r.cohorts.end(),
+                     [id](const DecodeCohort& c) { return c.enabled() && c.member(id); });
+}
+
+void Simulation::finish_cohort_steps(Replica& r, DecodeCohort& cohort, GapRun& gaps) {
+  // A DP attention rank whose fast-forward run went one step past the replica's (its repeat
+  // was vouched for before a later rank refused: dp_attention_policy.h) has that step in flight
+  // still; it ends with the next iteration, which keeps the rank's batch.
+  const int64_t in_flight = cohort.steps_in_flight();
+  if (in_flight != 1 + r.repeats && !(r.cohorts.size() > 1 && in_flight == 2 + r.repeats)) {
     throw std::logic_error("the decode cohort's steps do not match the iteration's");
   }
   // The first step: members that stepped before close the common gap, then each joiner its
@@ -968,7 +987,6 @@ void Simulation::finish_cohort_steps(Replica& r, GapRun& gaps) {
     cohort.step_ended(end);
   }
   if (r.repeats > 0 && end != now_) throw std::logic_error("the decode cohort's steps end elsewhere than the run");
-  result_.cohort_iterations += 1 + r.repeats;
   RequestProgress* const progress = progress_.data();
   const Request* const view = r.env.requests->data();
   cohort.pop_finished([&](RequestId id) {
@@ -997,25 +1015,27 @@ void Simulation::finish_iteration(Replica& r) {
   const bool decode_pool = r.role == PoolRole::kDecode;
   const SimTime now = now_;  // (as the pointers above)
   GapRun gaps;
-  if (!batch.cohort.empty()) finish_cohort_steps(r, gaps);
-  if (r.repeats > 0) {
-    // 1 + repeats identical decode iterations: the first token of each request closes a gap
-    // of its own; every later one closes the common gap of its iteration.
-    const auto rows = static_cast<int64_t>(batch.size());
-    for (const BatchItem& item : batch.items) {
-      RequestProgress& p = progress[item.id];
-      check_item(item, p, requests[item.id].prompt_tokens + p.generated_tokens);
-      p.computed_tokens += 1 + r.repeats;
-      record_token(r, decode_pool, item.id, p, r.first_end, gaps);
-      p.generated_tokens += static_cast<int32_t>(r.repeats);
-      p.last_token = now;
-      if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
-      finish_if_done(r, view, item.id, p);
+  // The items [first, last), in batch order.
+  const auto finish_items = [&](size_t first, size_t last) {
+    const BatchItem* const items = batch.items.data();
+    if (r.repeats > 0) {
+      // 1 + repeats identical decode iterations: the first token of each request closes a gap
+      // of its own; every later one closes the common gap of its iteration.
+      for (size_t i = first; i < last; ++i) {
+        const BatchItem& item = items[i];
+        RequestProgress& p = progress[item.id];
+        check_item(item, p, requests[item.id].prompt_tokens + p.generated_tokens);
+        p.computed_tokens += 1 + r.repeats;
+        record_token(r, decode_pool, item.id, p, r.first_end, gaps);
+        p.generated_tokens += static_cast<int32_t>(r.repeats);
+        p.last_token = now;
+        if (r.max_repeat_gap > p.max_tbt) p.max_tbt = r.max_repeat_gap;
+        finish_if_done(r, view, item.id, p);
+      }
+      return;
     }
-    gaps.flush(r.tbt_s);
-    for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
-  } else {
-    for (const BatchItem& item : batch.items) {
+    for (size_t i = first; i < last; ++i) {
+      const BatchItem& item = items[i];
       RequestProgress& p = progress[item.id];
       const Request& req = requests[item.id];
       const int64_t known = req.prompt_tokens + p.generated_tokens;
@@ -1035,7 +1055,20 @@ void Simulation::finish_iteration(Replica& r) {
       // A prefill that sampled: the request decodes from here (in a prefill pool, elsewhere).
       if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);
     }
-    gaps.flush(r.tbt_s);
+  };
+  // Each cohort's members come right before the items from its items_begin on.
+  size_t next_item = 0;
+  batch.for_each_cohort([&](int32_t rank, size_t items_begin, std::span<const RequestId>) {
+    finish_items(next_item, items_begin);
+    finish_cohort_steps(r, r.cohorts[static_cast<size_t>(rank)], gaps);
+    next_item = items_begin;
+  });
+  finish_items(next_item, batch.items.size());
+  gaps.flush(r.tbt_s);
+  if (batch.has_cohort()) result_.cohort_iterations += 1 + r.repeats;
+  if (r.repeats > 0) {
+    const auto rows = static_cast<int64_t>(batch.size());
+    for (const SimTime gap : r.repeat_gaps) r.tbt_s.add(gap.seconds(), rows);
   }
   r.policy->on_iteration_end(batch, finished_, now_);
   // Requests handed to the decode pool leave this replica but are not settled.

@@ -257,8 +257,9 @@ class Simulation {
     SimTime max_repeat_gap;
     std::vector<BatchShape> repeat_rank_shapes;  // a DP attention step's ranks, as the run goes
     NonAttentionCache cost_memo;                 // its cost model's non-attention costs by key
-    // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there.
-    DecodeCohort cohort;
+    // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there:
+    // one set per attention rank (DP attention's ranks each keep their own), sized at attach.
+    std::vector<DecodeCohort> cohorts;
     // Running sums for the summary, so iteration records need not be kept.
     double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
     int64_t bubble_slots = 0, useful_slots = 0;
@@ -363,10 +364,12 @@ class Simulation {
     p.last_token = at;
   }
   void note_decode_first_token(RequestId id, SimTime at);
-  // The cohort's steps of the iteration that ended (its first and its repeats): their gaps,
-  // the first step's into `gaps` (ahead of the items', as the cohort is in batch order), and
-  // the members that finished, which leave the replica.
-  void finish_cohort_steps(Replica& r, GapRun& gaps);
+  // A cohort's steps of the iteration that ended (its first and its repeats): their gaps, the
+  // first step's into `gaps` (in batch order: after the items ahead of it, before those after),
+  // and the members that finished, which leave the replica.
+  void finish_cohort_steps(Replica& r, DecodeCohort& cohort, GapRun& gaps);
+  // Any of the replica's cohorts holds request `id`.
+  static bool in_cohort(const Replica& r, RequestId id);
   // A speculative decode `item` has sampled its token: its drafts are accepted or rejected by
   // the cost model's rates, and the accepted ones (up to its output) join its tokens.
   void accept_drafts(Replica& r, const BatchItem& item, RequestProgress& p, int32_t output_tokens);
@@ -451,8 +454,9 @@ class Simulation {
   Rng speculative_rng_{0};  // acceptance of drafts (accept_drafts)
   std::vector<RequestId> finished_;
   std::vector<RequestProgress> progress_;
-  std::vector<int64_t> scheduled_in_batch_;  // catches a request listed twice in a batch
-  int64_t batches_ = 0;                      // batches started, over all replicas
+  std::vector<int64_t> scheduled_in_batch_;          // catches a request listed twice in a batch
+  std::vector<const DecodeCohort*> listed_cohorts_;  // the cohorts the batch being started lists
+  int64_t batches_ = 0;                              // batches started, over all replicas
   SimulationResult result_;
   int64_t settled_ = 0;  // finished + rejected
   // Prefix caching: tokens found cached at each request's admission in progress (reset when it

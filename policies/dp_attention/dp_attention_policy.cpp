@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sim/decode_cohort.h"
+
 namespace batchsim {
 
 DpAttentionPolicy::DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks) : ranks_(std::move(ranks)) {
@@ -24,7 +26,9 @@ void DpAttentionPolicy::attach(PolicyEnv& env) {
   rank_of_.assign(env.requests != nullptr ? env.requests->size() : 0, -1);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     PolicyEnv& e = envs_[r];
-    e.cohort = nullptr;  // each rank lists every request of its batch
+    // Each rank keeps its own decode cohort where the simulation offers one per rank.
+    e.cohort = env.rank_cohorts.size() == ranks_.size() ? &env.rank_cohorts[r] : nullptr;
+    e.rank_cohorts = {};
     // A rejected request leaves its rank as a finished one does.
     e.reject = [this, r, reject = env.reject](RequestId id, std::string reason) {
       --outstanding_[r];
@@ -72,8 +76,7 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
       b.clear();
       ranks_[r]->schedule(now, b);
     }
-    if (!b.cohort.empty()) throw std::logic_error("DpAttentionPolicy: a rank scheduled a decode cohort");
-    running_[r] = static_cast<int64_t>(b.items.size());
+    running_[r] = static_cast<int64_t>(b.size());
     any = any || !b.empty();
     if (b.wake_at && (!batch.wake_at || *b.wake_at < *batch.wake_at)) batch.wake_at = b.wake_at;
   }
@@ -84,6 +87,7 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
   batch.rank_shapes.resize(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const Batch& b = batches_[r];
+    batch.add_rank_cohort(static_cast<int32_t>(r), b.cohort);  // ahead of the rank's items, as in its batch
     batch.items.insert(batch.items.end(), b.items.begin(), b.items.end());
     batch.shape.prefills.insert(batch.shape.prefills.end(), b.shape.prefills.begin(), b.shape.prefills.end());
     batch.shape.num_decodes += b.shape.num_decodes;

@@ -29,7 +29,10 @@
 // already taken their state through the next schedule(): their fast-forward run goes on one
 // step longer than the replica's, so the next on_iteration_end and schedule() pass them by
 // and keep their batches (no request of theirs finishes at that boundary: the simulation asks
-// only when none does). Decode cohorts stay off: each rank lists every request of its batch.
+// only when none does). Each rank keeps its own decode cohort (sim/decode_cohort.h) where the
+// simulation offers one per rank (PolicyEnv::rank_cohorts): the merged batch lists them with
+// Batch::add_rank_cohort, each ahead of its rank's items; a rank that vouched past the
+// replica's run has that step of its cohort in flight until the next iteration ends.
 //
 // In a disaggregated pool (policy.h, "Disaggregated pools") the ranks take the pool's role:
 // TensorRT-LLM's wide-EP prefill workers run attention DP (aiconfigurator's silicon rows of

@@ -189,8 +189,9 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
 
 // DP attention (policies/dp_attention/): the ranks' lockstep step repeats only when every rank
 // vouches for its part, and a rank that vouched before a later one refused carries its run one
-// step past the replica's. The same results with fast-forward on and off, for each kind of rank
-// scheduler, on two and three ranks of an MoE model with KV tight enough to preempt.
+// step past the replica's. The same results with fast-forward on and off, and with each rank's
+// decode cohort (the iterations' requests not recorded), for each kind of rank scheduler, on two
+// and three ranks of an MoE model with KV tight enough to preempt.
 TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
   const Case cases[] = {
       {"offline", "uniform:16:600", "capexp:100:400", 0.9},
@@ -207,7 +208,7 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
       {"trtllm", {}},
       {"tgi", {}},
   };
-  int64_t repeated = 0, preempted = 0;
+  int64_t repeated = 0, preempted = 0, cohort_iterations = 0;
   for (const int dp : {2, 3}) {
     // qwen3-30b-a3b's 128 experts over EP 2 (or, with DP 3, MoE-TP 3 with EP 1); KV per rank.
     const ParallelLayout layout{1, dp, dp == 2 ? 2 : 1};
@@ -217,7 +218,7 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
       for (const PolicyVariant& v : kinds) {
         SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options), DP " + std::to_string(dp) +
                      " on " + c.arrival);
-        const auto run_dp = [&](bool fast_forward) {
+        const auto run_dp = [&](bool fast_forward, bool items = true) {
           std::vector<std::unique_ptr<Policy>> ranks;
           for (int r = 0; r < dp; ++r) ranks.push_back(make_policy(v.policy, PolicyOptions(v.options)));
           DpAttentionPolicy policy(std::move(ranks));
@@ -225,7 +226,7 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
           options.gpu_memory_utilization = c.memory_utilization;
           options.engine_kv_rules = false;
           options.record_iterations = true;
-          options.record_iteration_items = true;
+          options.record_iteration_items = items;
           options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
           options.fast_forward = fast_forward;
           options.prefix_blocks = &w.prefix_blocks;
@@ -238,13 +239,21 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
         expect_same_timeline(slow, fast);
         expect_same_summary(slow.summary, fast.summary);
         EXPECT_EQ(slow.fast_forwarded_iterations, 0);
+        EXPECT_EQ(fast.cohort_iterations, 0);
         repeated += fast.fast_forwarded_iterations;
         preempted += slow.summary.preemptions;
+        const SimulationResult cohorts = run_dp(true, /*items=*/false);
+        expect_same_requests(slow, cohorts);
+        expect_same_iterations(slow, cohorts);
+        expect_same_timeline(slow, cohorts);
+        expect_same_summary(slow.summary, cohorts.summary);
+        cohort_iterations += cohorts.cohort_iterations;
       }
     }
   }
-  EXPECT_GT(repeated, 1000);  // the lockstep step really repeated
-  EXPECT_GT(preempted, 0);    // also where KV ran out
+  EXPECT_GT(repeated, 1000);           // the lockstep step really repeated
+  EXPECT_GT(preempted, 0);             // also where KV ran out
+  EXPECT_GT(cohort_iterations, 1000);  // the ranks' cohorts ran
 }
 
 }  // namespace
