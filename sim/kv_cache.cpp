@@ -120,7 +120,9 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
 
 int64_t PagedKvCache::content_blocks(RequestId id) const {
   const int64_t hashed = static_cast<int64_t>(prefix_.hashes->of(id).size()) * prefix_.hashes->block_tokens;
-  return std::min<int64_t>((*prefix_.requests)[id].prompt_tokens, hashed) / block_size_;
+  const Request& r = (*prefix_.requests)[id];
+  const int64_t described = r.prompt_tokens + (prefix_.hashes->covers_outputs ? int64_t{r.output_tokens} : 0);
+  return std::min<int64_t>(described, hashed) / block_size_;
 }
 
 int64_t PagedKvCache::max_full_blocks(RequestId id) const {

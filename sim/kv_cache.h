@@ -217,8 +217,9 @@ struct PrefixCacheSource {
 //    hashes each full block of all_token_ids as tokens are appended (get_request_block_hasher)
 //    and caches it. A block's key names its whole prefix, as hash_block_tokens chains a
 //    block's hash from its parent's and its own tokens. The simulator has no token ids, so:
-//     - the first `content_blocks` blocks, those inside both the prompt and the tokens the
-//       workload's prompt-block hashes cover (G = hashes.block_tokens), are keyed
+//     - the first `content_blocks` blocks, those inside both the prompt (with the output where
+//       the hashes cover outputs: a session's conversation) and the tokens the workload's
+//       prompt-block hashes cover (G = hashes.block_tokens), are keyed
 //       mix(hashes[((k+1)B - 1) / G], k): the hash covering the block's last token names the
 //       prefix up to there (the workload's hashes are chained), k its place in it;
 //     - every later block (the output, and prompt tokens the hashes do not describe, which

@@ -122,6 +122,10 @@ struct PolicyEnv {
   const int64_t* clients_in_flight = nullptr;
   const int64_t* clients_thinking = nullptr;
   int64_t max_concurrency = 0;
+  // With multi-turn sessions (SimulationOptions::sessions): the turns at the client waiting for
+  // their predecessor's answer; once every request not arrived is one of them, none can arrive
+  // before one settles.
+  const int64_t* turns_waiting = nullptr;
   // With a client connection pool (SimulationOptions::client_connections > 0): how many of its
   // connections are taken; while all are, no request can reach the server before one settles.
   const int64_t* client_connections_taken = nullptr;
@@ -143,11 +147,12 @@ struct PolicyEnv {
 
   const Request& request(RequestId id) const { return (*requests)[id]; }
   const RequestProgress& progress_of(RequestId id) const { return (*progress)[id]; }
-  // No request can arrive before one settles: all have, the closed-loop clients are all
-  // waiting on theirs, or every connection of their pool is taken (a batcher waiting for more
-  // would wait forever).
+  // No request can arrive before one settles: all have (but turns waiting on an answer), the
+  // closed-loop clients are all waiting on theirs, or every connection of their pool is taken (a
+  // batcher waiting for more would wait forever).
   bool all_arrived() const {
-    return *arrived == (total_requests != nullptr ? *total_requests : static_cast<int64_t>(requests->size())) ||
+    const int64_t total = total_requests != nullptr ? *total_requests : static_cast<int64_t>(requests->size());
+    return *arrived + (turns_waiting != nullptr ? *turns_waiting : 0) == total ||
            (max_concurrency > 0 &&
             *clients_in_flight - (clients_thinking != nullptr ? *clients_thinking : 0) >= max_concurrency) ||
            (client_connections > 0 && *client_connections_taken >= client_connections);

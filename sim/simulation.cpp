@@ -102,6 +102,23 @@ void check_request(const Request& r, int64_t expected_id, SimTime previous_arriv
     throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", expected_id));
   }
 }
+
+// Session links fit a workload of `n` requests: one predecessor and one delay each, a
+// predecessor earlier than its turn and followed by no other turn (a session is a chain).
+void check_sessions(const SessionLinks& links, int64_t n, bool unsupported) {
+  if (unsupported) throw std::logic_error("sessions need an open-loop simulation that holds the workload");
+  if (static_cast<int64_t>(links.predecessor.size()) != n || static_cast<int64_t>(links.delay.size()) != n) {
+    throw std::logic_error("session links do not match the workload");
+  }
+  std::vector<uint8_t> followed(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const RequestId before = links.predecessor[static_cast<size_t>(i)];
+    if (before < -1 || before >= i || (before >= 0 && followed[static_cast<size_t>(before)]++ != 0) ||
+        links.delay[static_cast<size_t>(i)] < SimTime::zero()) {
+      throw std::logic_error(fmt::format("session link of request {} is not a chain's next turn", i));
+    }
+  }
+}
 }  // namespace
 
 Simulation::Simulation(RequestSource& source, std::span<Policy* const> policies, const CostModel& cost_model,
@@ -163,8 +180,11 @@ SimulationResult Simulation::run() {
   }
   if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
   const bool closed_loop = options_.max_concurrency > 0;
-  if (closed_loop) sent_ = workload_;
-  requests_ = streaming() ? &slots_ : closed_loop ? &sent_ : &workload_;
+  sessions_ = options_.sessions != nullptr && !options_.sessions->empty() ? options_.sessions : nullptr;
+  if (sessions_ != nullptr) check_sessions(*sessions_, n, closed_loop || streaming());
+  // The requests as sent: their arrivals move to their sends.
+  if (closed_loop || sessions_ != nullptr) sent_ = workload_;
+  requests_ = streaming() ? &slots_ : closed_loop || sessions_ != nullptr ? &sent_ : &workload_;
   total_requests_ = streaming() ? std::numeric_limits<int64_t>::max() : n;
   if (streaming()) {
     slots_.assign(table, Request{});
@@ -187,7 +207,9 @@ SimulationResult Simulation::run() {
   pending_send_times_ = {};
   held_.clear();
   awaiting_connection_.clear();
-  released_.assign(closed_loop ? n : 0, 0);
+  released_.assign(closed_loop || sessions_ != nullptr ? n : 0, 0);
+  waiting_turn_.assign(sessions_ != nullptr ? n : 0, -1);
+  turns_waiting_ = 0;
   progress_.assign(table, RequestProgress{});
   admission_hit_.assign(table, 0);
   latency_.reset(table, policies_.size());
@@ -272,6 +294,7 @@ SimulationResult Simulation::run() {
     env.total_requests = &total_requests_;
     env.clients_in_flight = &in_flight_;
     env.clients_thinking = &thinking_;
+    env.turns_waiting = sessions_ != nullptr ? &turns_waiting_ : nullptr;
     env.max_concurrency = options_.max_concurrency;
     env.client_connections_taken = &connections_;
     env.client_connections = options_.client_connections;
@@ -475,6 +498,27 @@ int32_t Simulation::route(RequestId id, size_t first, size_t count, Router route
 }
 
 void Simulation::client_arrival(RequestId id) {
+  if (sessions_ != nullptr) {
+    if (released_[static_cast<size_t>(id)] == kTurnSend) {  // its predecessor settled and its delay passed
+      released_[static_cast<size_t>(id)] = 0;
+      --pending_sends_;
+      pending_send_times_.pop();  // the earliest queued send: this one (sends are due in time order)
+      arrive(id);
+      return;
+    }
+    if (const RequestId before = sessions_->predecessor[static_cast<size_t>(id)]; before >= 0) {
+      ++scheduled_;
+      const RequestState state = progress_[before].state;
+      if (state == RequestState::kFinished || state == RequestState::kRejected) {
+        send_turn(id);
+      } else {
+        waiting_turn_[static_cast<size_t>(before)] = id;
+        ++turns_waiting_;
+        wake_if_none_can_arrive();
+      }
+      return;
+    }
+  }
   if (options_.max_concurrency <= 0) {
     ++scheduled_;
     arrive(id);
@@ -537,6 +581,27 @@ void Simulation::queue_send(RequestId id) {
   events_.push(send, EventKind::kArrival, id);
 }
 
+void Simulation::send_turn(RequestId id) {
+  const SimTime delay = sessions_->delay[static_cast<size_t>(id)];
+  if (delay.ns() > SimTime::max().ns() - now_.ns()) {
+    throw UserError(fmt::format("--think-time: session turn {} would be sent beyond the simulated time range", id));
+  }
+  const SimTime send = now_ + delay;
+  sent_[static_cast<size_t>(id)].arrival = send;
+  if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
+  released_[static_cast<size_t>(id)] = kTurnSend;
+  ++pending_sends_;
+  pending_send_times_.push(send);
+  events_.push(send, EventKind::kArrival, id);
+}
+
+void Simulation::turn_settled(RequestId id) {
+  RequestId& next = waiting_turn_[static_cast<size_t>(id)];
+  if (next < 0) return;
+  --turns_waiting_;
+  send_turn(std::exchange(next, -1));
+}
+
 void Simulation::release_clients(int64_t count) {
   if (options_.max_concurrency <= 0) return;
   in_flight_ -= count;
@@ -578,12 +643,17 @@ void Simulation::arrive(RequestId id) {
   r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
   wake_now(r);
-  // The last arrival also changes what the other replicas may do (a static batcher that waits
-  // to fill a batch runs a short one once no request is left to come: PolicyEnv::all_arrived),
-  // so every idle replica that holds work gets to schedule again. With one replica there is no
-  // other.
+  wake_if_none_can_arrive();
+}
+
+void Simulation::wake_if_none_can_arrive() {
+  // The last arrival changes what the replicas may do (a static batcher that waits to fill a
+  // batch runs a short one once no request is left to come: PolicyEnv::all_arrived), so every
+  // idle replica that holds work gets to schedule again. So does a session's turn that starts
+  // waiting on an answer when every other request not arrived does too.
   if (arrived_ == total_requests_ || clients_saturated() ||
-      (options_.client_connections > 0 && connections_ >= options_.client_connections)) {
+      (options_.client_connections > 0 && connections_ >= options_.client_connections) ||
+      (sessions_ != nullptr && arrived_ + turns_waiting_ == total_requests_)) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) wake_now(other);
     }
@@ -685,6 +755,7 @@ void Simulation::reject(RequestId id, std::string reason) {
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
   release_clients(1);
+  if (sessions_ != nullptr) turn_settled(id);
   // The policy drops it from its queues before the next arrival, the first that may take the slot.
   if (streaming()) settle_slot(id);
 }
@@ -837,7 +908,8 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   SimTime next_arrival = clients_saturated() && pending_sends_ == 0 ? SimTime::max() : next_arrival_time();
   if (pending_sends_ > 0) next_arrival = std::min(next_arrival, pending_send_times_.top());
   if (pending_connections_ > 0) next_arrival = now_;  // a request given a connection at this instant
-  if (clients_saturated() || !held_.empty() || !awaiting_connection_.empty()) {
+  // Likewise a settle elsewhere that sends a session's next turn.
+  if (clients_saturated() || !held_.empty() || !awaiting_connection_.empty() || turns_waiting_ > 0) {
     for (const Replica& other : replicas_) {
       if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
     }
@@ -1084,6 +1156,11 @@ void Simulation::finish_iteration(Replica& r) {
     for (const RequestId id : handing_off_) hand_off(r, id);
   }
   release_clients(settled_now);
+  if (sessions_ != nullptr) {
+    for (const RequestId id : finished_) {
+      if (progress_[id].state == RequestState::kFinished) turn_settled(id);
+    }
+  }
   if (streaming()) {
     for (const RequestId id : finished_) settle_slot(id);  // no hand-offs: no pools while streaming
   }

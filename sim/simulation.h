@@ -173,6 +173,12 @@ struct SimulationOptions {
   // burst, and each later one a think time after a settle. Null or empty: none. Must outlive
   // the run.
   const std::vector<SimTime>* think_times = nullptr;
+  // Multi-turn sessions (SessionLinks, sim/workload/request.h; BuiltWorkload::sessions): a turn
+  // with a predecessor arrives at the client at its Workload arrival (its session's start) and
+  // is sent its delay after the predecessor settles (its last token; or its rejection, as an
+  // agent goes on after an error), and its TTFT and e2e run from that send. Open loop only, not
+  // streaming. Null or empty: none. Must outlive the run.
+  const SessionLinks* sessions = nullptr;
   // Closed loop only: the client's HTTP connection pool, as aiohttp's TCPConnector(limit=N)
   // (default 100) and httpx's max_connections (default 100) hold one: at most N requests at the
   // server at once. A request sent while N are there waits at the client for a connection, in
@@ -291,6 +297,13 @@ class Simulation {
   // when that is 0).
   void queue_send(RequestId id);
   SimTime think_time(RequestId id) const;  // 0 without think times
+  // Sessions: turn `id` is sent its delay from now (an event even when that is 0).
+  void send_turn(RequestId id);
+  // Sessions: request `id` settled; the turn waiting on it, if any, is sent.
+  void turn_settled(RequestId id);
+  // Every replica that holds work schedules again once no request can arrive before one
+  // settles (PolicyEnv::all_arrived).
+  void wake_if_none_can_arrive();
   // `count` requests settled: the client sends as many of the requests it holds.
   void release_clients(int64_t count);
   // Closed loop: request `id`, sent, takes a connection and reaches the server, or waits for
@@ -431,8 +444,12 @@ class Simulation {
   std::deque<RequestId> held_;  // closed loop: arrived at the client, not yet sent
   // Closed loop: the pending arrival event is a send (kQueuedSend), after a think time
   // (kThinkingSend), or a sent request given a connection (kConnected); 0 otherwise.
+  // Sessions: a turn's send after its predecessor settled and its delay passed (kTurnSend).
   std::vector<uint8_t> released_;
-  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3;
+  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3, kTurnSend = 4;
+  const SessionLinks* sessions_ = nullptr;             // options_.sessions, null when empty
+  std::vector<RequestId> waiting_turn_;                // sessions: per request, the turn waiting on its end (-1: none)
+  int64_t turns_waiting_ = 0;                          // sessions: turns at the client waiting on their predecessor
   int64_t connections_ = 0;                            // closed loop: requests at the server, not settled
   std::deque<RequestId> awaiting_connection_;          // closed loop: sent, waiting for a connection
   int64_t pending_connections_ = 0;                    // closed loop: kConnected events queued (all at `now_`)

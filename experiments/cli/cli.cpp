@@ -171,7 +171,12 @@ po::options_description run_options() {
       ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
        "--max-concurrency, how long a client waits before sending each request, after the response that "
        "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
-       "stream of its own")
+       "stream of its own; with --session-turns, the time between an answer and the session's next turn")
+      ("session-turns", po::value<std::string>(), "a length distribution (fixed:N, uniform:A:B, ...): the "
+       "workload is --num-requests multi-turn sessions, starting at --arrival, each of this many turns; a "
+       "turn's prompt is the conversation so far (earlier inputs and answers) plus --prompt-len new "
+       "tokens, its answer --output-len, and it is sent --think-time after the previous answer ends "
+       "(open loop; default: independent requests)")
       ("client-connections", po::value<int64_t>(), "with --max-concurrency, the client's HTTP connection pool: "
        "at most N requests at the server, the others waiting at the client with their clock running "
        "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")
@@ -306,6 +311,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("gpu-memory-utilization")) c.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("think-time")) c.workload.think_time = vm["think-time"].as<std::string>();
+  if (vm.count("session-turns")) c.workload.session_turns = vm["session-turns"].as<std::string>();
   if (vm.count("client-connections")) c.client_connections = vm["client-connections"].as<int64_t>();
   if (vm.count("resample")) c.workload.resample = vm["resample"].as<std::string>();
   if (vm.count("seeds")) c.seeds = vm["seeds"].as<int64_t>();
@@ -398,8 +404,12 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
                         c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
   }
   // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
+  // Or sessions: ", sessions of uniform:2:8 turns (think time exponential:5 s)".
   const std::string clients =
-      c.max_concurrency == 0
+      !c.workload.session_turns.empty()
+          ? fmt::format(", sessions of {} turns{}", c.workload.session_turns,
+                        c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time))
+      : c.max_concurrency == 0
           ? ""
           : fmt::format(", {} clients{}{}", c.max_concurrency,
                         c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time),

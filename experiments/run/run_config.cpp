@@ -289,6 +289,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
       c.max_concurrency = scalar<int64_t>(v, file, shown);
     else if (key == "think-time")
       c.workload.think_time = scalar<std::string>(v, file, shown);
+    else if (key == "session-turns")
+      c.workload.session_turns = scalar<std::string>(v, file, shown);
     else if (key == "client-connections")
       c.client_connections = scalar<int64_t>(v, file, shown);
     else if (key == "resample")
@@ -567,10 +569,17 @@ void validate(const RunConfig& c) {
                       c.workload.resample));
     }
   }
-  if (!c.workload.think_time.empty() && c.max_concurrency == 0) {
+  if (!c.workload.session_turns.empty() && c.max_concurrency > 0) {
+    throw UserError(
+        fmt::format("--session-turns {} with --max-concurrency: not supported (sessions are sent open "
+                    "loop: each turn after its predecessor's answer)",
+                    c.workload.session_turns));
+  }
+  if (!c.workload.think_time.empty() && c.max_concurrency == 0 && c.workload.session_turns.empty()) {
     throw UserError(
         fmt::format("--think-time {}: is how long a closed-loop client waits between a response "
-                    "and its next request; give --max-concurrency C (the number of clients)",
+                    "and its next request; give --max-concurrency C (the number of clients), or "
+                    "--session-turns for the time between a session's turns",
                     c.workload.think_time));
   }
   if (c.num_gpu_blocks < 0 || c.num_gpu_blocks > kMaxGpuBlocks) {

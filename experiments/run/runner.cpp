@@ -175,6 +175,7 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   options.max_concurrency = config.max_concurrency;
   options.client_connections = config.client_connections;
   options.think_times = &workload->think_times;
+  options.sessions = &workload->sessions;
   options.num_gpu_blocks = config.num_gpu_blocks;
   // A Chrome trace draws every iteration, the prefills in each, and the first requests' phases.
   const bool chrome_trace = !config.chrome_trace.empty();

@@ -56,6 +56,11 @@ struct PrefixBlockHashes {
   // A streaming run's instead (offsets empty): one list per slot, rewritten when a request
   // takes the slot (sim/simulation.h), so `of(slot)` is its current occupant's.
   std::vector<std::vector<uint64_t>> per_slot;
+  // The hashes describe each request's output too, not only its prompt: a session's turns
+  // (SessionLinks) are one conversation, whose next turn's prompt holds this turn's answer, so
+  // the answer's full KV blocks are shared content like the prompt's (vLLM v1 caches every full
+  // block of a request, output included). Off: tokens past the prompt are the request's own.
+  bool covers_outputs = false;
 
   bool empty() const { return offsets.empty() && per_slot.empty(); }
   // How many requests (or slots) it describes.
@@ -67,6 +72,17 @@ struct PrefixBlockHashes {
     if (!per_slot.empty()) return per_slot[static_cast<size_t>(id)];
     return {hashes.data() + offsets[id], hashes.data() + offsets[id + 1]};
   }
+};
+
+// Multi-turn sessions (an agent or a chat user): each turn after the first is sent `delay` (the
+// user's think time, or the tool's run) after the answer to its predecessor has ended, and its
+// prompt holds the whole conversation so far (sim/workload/workload.h builds them). A session's
+// turns have consecutive ids; the later ones carry the session's start as their arrival in the
+// Workload (so that it stays sorted) and are sent only when their predecessor settles.
+struct SessionLinks {
+  std::vector<RequestId> predecessor;  // per request: the turn before it, -1 for a first turn
+  std::vector<SimTime> delay;          // per request: from its predecessor's end to its send
+  bool empty() const { return predecessor.empty(); }
 };
 
 // A workload read one request at a time, for runs too long to hold it (streaming mode,

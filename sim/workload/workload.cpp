@@ -28,6 +28,12 @@ constexpr uint32_t kMaxTokensStream = 4;
 constexpr uint32_t kPriorityStream = 5;
 constexpr uint32_t kThinkTimeStream = 6;
 constexpr uint32_t kResampleStream = 7;
+constexpr uint32_t kSessionTurnsStream = 8;
+constexpr uint32_t kSessionHashStream = 9;
+// A session's conversation is one stream of tokens; one hash per this many of them (any size
+// serves: a hash names the conversation up to the end of its span, which every turn of the
+// session that reaches there shares).
+constexpr int32_t kSessionHashTokens = 64;
 // The longest think time: beyond it a closed loop's sends would run out of simulated time.
 constexpr double kMaxThinkTimeS = 1e9;
 
@@ -888,6 +894,95 @@ class PrefixedSource final : public RequestSource {
   uint64_t hash_ = 0;
 };
 
+// Invariants of request.h, relied on by the simulation.
+void check_workload_invariants(const Workload& requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    if (r.id != static_cast<RequestId>(i) || r.prompt_tokens < 1 || r.output_tokens < 1 ||
+        (r.max_tokens != 0 && r.max_tokens < r.output_tokens) || (i > 0 && r.arrival < requests[i - 1].arrival)) {
+      throw std::logic_error(
+          fmt::format("build_workload: request {} breaks the Workload "
+                      "invariants (dense ids, sorted arrivals, lengths >= 1, "
+                      "output <= max_tokens)",
+                      i));
+    }
+  }
+}
+
+// Synthetic multi-turn sessions (workload.h, "session_turns"): spec.num_requests sessions, each
+// starting at an arrival of the arrival process, with a number of turns from spec.session_turns
+// (stream 8). Turn k brings new input (prompt_len) and gets an answer (output_len, then the
+// client's max_tokens); its prompt is every earlier turn's input and answer plus its own input.
+// Turns after the first are sent a think time (stream 6; 0 without --think-time) after the
+// previous answer ends. The conversation's hashes cover prompt and answer (covers_outputs),
+// unique to the session, so a later turn finds the earlier turns' KV where it is still cached.
+void build_sessions(const WorkloadSpec& spec, const ParsedWorkloadSpec& parsed, BuiltWorkload& built) {
+  const auto refuse = [&](std::string_view what, std::string_view why) {
+    throw UserError(fmt::format("--session-turns {} with {}: not supported ({})", spec.session_turns, what, why));
+  };
+  if (!spec.trace.empty()) refuse("--trace", "synthetic sessions draw their turns; a trace's rows are its own");
+  if (!spec.prefix.empty()) refuse("--prefix", "each session's conversation is its own prefix");
+  if (!spec.resample.empty()) refuse("--resample", "it resamples a trace's requests");
+  if (spec.num_requests <= 0) {
+    throw UserError("--num-requests: sessions (--session-turns) need --num-requests N > 0: the number of sessions");
+  }
+  const std::unique_ptr<LengthDistribution> turns = parse_length_distribution(spec.session_turns, "--session-turns");
+  std::unique_ptr<ArrivalProcess> arrival = parse_spec_arrival(spec);
+  Rng arrival_rng = Rng::for_stream(spec.seed, kArrivalStream);
+  Rng prompt_rng = Rng::for_stream(spec.seed, kPromptStream);
+  Rng output_rng = Rng::for_stream(spec.seed, kOutputStream);
+  Rng turns_rng = Rng::for_stream(spec.seed, kSessionTurnsStream);
+  Rng think_rng = Rng::for_stream(spec.seed, kThinkTimeStream);
+  Rng hash_rng = Rng::for_stream(spec.seed, kSessionHashStream);
+  ClientSettings client(spec, parsed);
+  PrefixBlockHashes& blocks = built.prefix_blocks;
+  blocks.block_tokens = kSessionHashTokens;
+  blocks.covers_outputs = true;
+  blocks.offsets.push_back(0);
+  SessionLinks& links = built.sessions;
+  SimTime start = SimTime::zero();
+  for (int64_t session = 0; session < spec.num_requests; ++session) {
+    if (session > 0) start = next_arrival(start, *arrival, arrival_rng, "--arrival");
+    const int32_t count = turns->sample(turns_rng);
+    uint64_t hash_state = hash_rng.next_u64();  // the session's conversation
+    std::vector<uint64_t> conversation;         // its hashes so far
+    int64_t history = 0;                        // tokens of the earlier turns, inputs and answers
+    for (int32_t turn = 0; turn < count; ++turn) {
+      if (built.requests.size() >= static_cast<size_t>(std::numeric_limits<RequestId>::max())) {
+        throw UserError(fmt::format("--session-turns {}: more than {} turns in all", spec.session_turns,
+                                    std::numeric_limits<RequestId>::max()));
+      }
+      Request r;
+      r.id = static_cast<RequestId>(built.requests.size());
+      r.arrival = start;
+      const int32_t input = parsed.prompt_len->sample(prompt_rng);
+      r.output_tokens = parsed.output_len->sample(output_rng);
+      const int64_t prompt = history + input;
+      if (prompt + r.output_tokens > std::numeric_limits<int32_t>::max()) {
+        throw UserError(fmt::format("--session-turns {}: session {} grows beyond {} tokens by turn {}",
+                                    spec.session_turns, session, std::numeric_limits<int32_t>::max(), turn + 1));
+      }
+      r.prompt_tokens = static_cast<int32_t>(prompt);
+      client.apply(r, 0);
+      history = prompt + r.output_tokens;
+      const auto spans = static_cast<size_t>((history + kSessionHashTokens - 1) / kSessionHashTokens);
+      while (conversation.size() < spans) conversation.push_back(splitmix64(hash_state));
+      blocks.hashes.insert(blocks.hashes.end(), conversation.begin(), conversation.end());
+      blocks.offsets.push_back(static_cast<int64_t>(blocks.hashes.size()));
+      links.predecessor.push_back(turn == 0 ? -1 : r.id - 1);
+      links.delay.push_back(turn > 0 && parsed.think_time ? parsed.think_time->sample(think_rng) : SimTime::zero());
+      built.requests.push_back(r);
+    }
+  }
+  built.description = fmt::format(
+      "{} sessions ({} turns): {} session arrivals, {} turns each, new input {}, answers {}{}, seed {}",
+      spec.num_requests, built.requests.size(), arrival->describe(), turns->describe(), parsed.prompt_len->describe(),
+      parsed.output_len->describe(),
+      parsed.think_time ? fmt::format(", think time {} between turns", parsed.think_time->describe()) : std::string(),
+      spec.seed);
+  built.description += client.describe(false, false);
+}
+
 }  // namespace
 
 std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
@@ -902,6 +997,9 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
   }
   if (parsed.think_time) {
     throw UserError("--streaming with --think-time: not supported (closed-loop clients need the workload in memory)");
+  }
+  if (!spec.session_turns.empty()) {
+    throw UserError("--streaming with --session-turns: not supported (a turn waits on its predecessor's answer)");
   }
   const PrefixSpec prefix = parsed.prefix;
   std::unique_ptr<RequestSource> source;
@@ -921,6 +1019,11 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   const std::optional<ThinkTime> think_time = parsed.think_time;
 
   BuiltWorkload built;
+  if (!spec.session_turns.empty()) {
+    build_sessions(spec, parsed, built);
+    check_workload_invariants(built.requests);
+    return built;
+  }
   bool synthetic = false;         // no trace: the requests came whole from a SyntheticRequestSource
   std::vector<int32_t> limits;    // each request's max_tokens; empty: none given
   bool trace_priorities = false;  // a trace's priority column set them
@@ -997,18 +1100,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     built.description += fmt::format(", think time {}", think_time->describe());
   }
 
-  // Invariants of request.h, relied on by the simulation.
-  for (size_t i = 0; i < built.requests.size(); ++i) {
-    const Request& r = built.requests[i];
-    if (r.id != static_cast<RequestId>(i) || r.prompt_tokens < 1 || r.output_tokens < 1 ||
-        (r.max_tokens != 0 && r.max_tokens < r.output_tokens) || (i > 0 && r.arrival < built.requests[i - 1].arrival)) {
-      throw std::logic_error(
-          fmt::format("build_workload: request {} breaks the Workload "
-                      "invariants (dense ids, sorted arrivals, lengths >= 1, "
-                      "output <= max_tokens)",
-                      i));
-    }
-  }
+  check_workload_invariants(built.requests);
   return built;
 }
 

@@ -142,6 +142,9 @@ struct WorkloadSpec {
   std::string priority;     // empty: a trace's priority column, else 0 for all
   std::string think_time;   // empty: none (a closed-loop client sends at once)
   std::string resample;     // empty: the trace as recorded; else a --resample spec
+  // Empty: independent requests. Else a length distribution of turns per session: the
+  // workload is num_requests multi-turn sessions (see "session_turns" below).
+  std::string session_turns;
   // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
@@ -161,6 +164,9 @@ struct BuiltWorkload {
   // --think-time: the client that takes request i waits think_times[i] before sending it
   // (SimulationOptions::think_times). Empty: none.
   std::vector<SimTime> think_times;
+  // Multi-turn sessions (--session-turns): which turn follows which, and after what delay
+  // (SimulationOptions::sessions). Empty: none.
+  SessionLinks sessions;
 };
 
 // Semantics:
@@ -186,6 +192,15 @@ struct BuiltWorkload {
 //   * think_time (optional): one sample per request, in id order, from stream 6 of `seed`, so
 //     every other sample is the same with and without it. A streaming source cannot carry
 //     them: stream_workload refuses a think_time.
+//   * session_turns (optional, synthetic only): num_requests sessions instead of requests, each
+//     starting at an arrival of the process, with turns drawn from session_turns (stream 8).
+//     Each turn draws its new input from prompt_len and its answer from output_len (then the
+//     client's max_tokens and priority); its prompt is every earlier turn's input and answer plus
+//     its own input. A turn after the first is sent its think time (stream 6, one per such turn;
+//     0 without think_time) after the previous answer ended (BuiltWorkload::sessions), open loop.
+//     The conversation's hashes (kSessionHashTokens tokens each, unique to the session, from
+//     stream 9) cover each turn's prompt and answer. Not with a trace, a prefix, a resample or
+//     streaming.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the

@@ -226,8 +226,8 @@ inline void expect_states(const RecordedRun& run, const std::vector<ExpectedStat
   }
 }
 
-// A synthetic workload from its spec strings (prefix: "" or a --prefix spec).
-inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt, const std::string& output,
+// A synthetic workload's spec from its spec strings (prefix: "" or a --prefix spec).
+inline WorkloadSpec synthetic_spec(const std::string& arrival, const std::string& prompt, const std::string& output,
                                    int64_t num_requests, uint64_t seed, const std::string& prefix = "",
                                    const std::string& priority = "") {
   WorkloadSpec spec;
@@ -238,7 +238,14 @@ inline BuiltWorkload spec_workload(const std::string& arrival, const std::string
   spec.num_requests = num_requests;
   spec.seed = seed;
   spec.prefix = prefix;
-  return build_workload(spec);
+  return spec;
+}
+
+// The workload synthetic_spec describes.
+inline BuiltWorkload spec_workload(const std::string& arrival, const std::string& prompt, const std::string& output,
+                                   int64_t num_requests, uint64_t seed, const std::string& prefix = "",
+                                   const std::string& priority = "") {
+  return build_workload(synthetic_spec(arrival, prompt, output, num_requests, seed, prefix, priority));
 }
 
 // Two runs that must agree request by request (fast-forward on/off, one replica vs the plain

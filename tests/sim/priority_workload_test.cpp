@@ -36,6 +36,7 @@ WorkloadSpec synthetic(const std::string& priority) {
           .priority = priority,
           .think_time = "uniform:0:2",
           .resample = {},
+          .session_turns = {},
           .trace_columns = {}};
 }
 

@@ -1,0 +1,164 @@
+// Multi-turn sessions in the simulation (SimulationOptions::sessions): a turn is sent its think
+// time after its predecessor settles, finds the earlier turns' KV (prompts and answers) in the
+// prefix cache, goes on after a rejected turn, and fast-forward and decode cohorts stay exact.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "hwmodel/hardware_profile.h"
+#include "hwmodel/model_spec.h"
+#include "policies/registry.h"
+#include "policy_test_rig.h"
+#include "sim/simulation.h"
+#include "sim/workload/workload.h"
+
+namespace batchsim {
+namespace {
+
+using testing::expect_same_iterations;
+using testing::expect_same_requests;
+using testing::expect_same_summary;
+using testing::expect_same_timeline;
+
+BuiltWorkload sessions(const std::string& turns, const std::string& think, int64_t count, uint64_t seed,
+                       const std::string& arrival = "poisson:2", const std::string& prompt = "uniform:20:400",
+                       const std::string& output = "uniform:5:300") {
+  WorkloadSpec spec = testing::synthetic_spec(arrival, prompt, output, count, seed);
+  spec.session_turns = turns;
+  spec.think_time = think;
+  return build_workload(spec);
+}
+
+SimulationResult run_sessions(const BuiltWorkload& w, std::span<Policy* const> policies, const CostModel& cm,
+                              bool fast_forward = true, bool items = false, Router router = Router::kRoundRobin,
+                              SimulationOptions options = {}) {
+  options.prefix_blocks = &w.prefix_blocks;
+  options.sessions = &w.sessions;
+  options.fast_forward = fast_forward;
+  options.record_iterations = true;
+  options.record_iteration_items = items;
+  options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
+  options.router = router;
+  return Simulation(w.requests, policies, cm, options).run();
+}
+
+SimulationResult run_sessions(const BuiltWorkload& w, Policy& policy, const CostModel& cm,
+                              SimulationOptions options = {}) {
+  Policy* const one[] = {&policy};
+  return run_sessions(w, one, cm, true, false, Router::kRoundRobin, std::move(options));
+}
+
+TEST(Sessions, EachTurnIsSentItsThinkTimeAfterTheAnswerAndFindsTheConversationCached) {
+  const BuiltWorkload w = sessions("fixed:3", "fixed:2", 1, 0, "offline", "fixed:100", "fixed:100");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});  // prefix caching on, blocks of 16
+  const SimulationResult result = run_sessions(w, *policy, cm);
+  ASSERT_EQ(result.requests.size(), 3u);
+  for (const RequestRecord& r : result.requests) ASSERT_TRUE(r.completed());
+  const auto& turns = result.requests;
+  EXPECT_EQ(turns[0].arrival, SimTime::zero());
+  EXPECT_EQ(turns[1].arrival, turns[0].finished + SimTime::from_seconds(2));
+  EXPECT_EQ(turns[2].arrival, turns[1].finished + SimTime::from_seconds(2));
+  EXPECT_EQ(turns[1].prompt_tokens, 300);
+  EXPECT_EQ(turns[2].prompt_tokens, 500);
+  // The first turn held 100 + 99 tokens of KV (its last token is sampled, never computed): 12
+  // full blocks of 16, its answer's among them; the second 300 + 99: 24 blocks.
+  EXPECT_EQ(turns[0].cached_tokens, 0);
+  EXPECT_EQ(turns[1].cached_tokens, 192);
+  EXPECT_EQ(turns[2].cached_tokens, 384);
+  // TTFT is the client's: from the send, not from the session's start.
+  EXPECT_LT(turns[2].ttft(), SimTime::from_seconds(0.1));
+}
+
+TEST(Sessions, WithoutOutputHashesOnlyThePromptsAreShared) {
+  BuiltWorkload w = sessions("fixed:2", "fixed:1", 1, 0, "offline", "fixed:100", "fixed:100");
+  w.prefix_blocks.covers_outputs = false;  // as a workload whose hashes describe prompts only
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  const SimulationResult result = run_sessions(w, *policy, cm);
+  EXPECT_EQ(result.requests[1].cached_tokens, 96);  // the first prompt's 6 full blocks
+}
+
+TEST(Sessions, ARejectedTurnStillSendsTheNextOne) {
+  // Turns grow by 300 tokens: the third (prompt 700 + 100) passes a 600-token context.
+  const BuiltWorkload w = sessions("fixed:4", "fixed:0.5", 1, 0, "offline", "fixed:200", "fixed:100");
+  testing::RigOptions rig;
+  rig.max_context_tokens = 600;
+  const CostModel cm = testing::rig_cost_model(rig);
+  auto policy = make_policy("vllm", {});
+  const SimulationResult result = run_sessions(w, *policy, cm, testing::rig_simulation_options());
+  const auto& turns = result.requests;
+  ASSERT_EQ(turns.size(), 4u);
+  EXPECT_TRUE(turns[0].completed());
+  EXPECT_TRUE(turns[1].completed());
+  EXPECT_EQ(turns[2].state, RequestState::kRejected);
+  EXPECT_EQ(turns[3].state, RequestState::kRejected);
+  EXPECT_EQ(turns[2].arrival, turns[1].finished + SimTime::from_seconds(0.5));
+  // A rejected turn settles at its send: the next one is sent half a second later.
+  EXPECT_EQ(turns[3].arrival, turns[2].arrival + SimTime::from_seconds(0.5));
+}
+
+TEST(Sessions, AStaticBatcherWaitingForAFullBatchDoesNotWaitForTurnsThatWaitOnIt) {
+  // Batches of 8 without a timeout: once every session's first turn has arrived, the rest wait
+  // on answers, so the batcher must run what it holds.
+  const BuiltWorkload w = sessions("fixed:3", "fixed:1", 5, 2, "offline");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("static", {});  // batches of 8, no timeout
+  const SimulationResult result = run_sessions(w, *policy, cm);
+  ASSERT_EQ(result.requests.size(), 15u);
+  for (const RequestRecord& r : result.requests) EXPECT_TRUE(r.completed()) << r.id;
+}
+
+// The same results with fast-forward on and off, and with decode cohorts (items not recorded),
+// for each kind of scheduler, one replica and two behind the prefix router.
+TEST(Sessions, FastForwardAndCohortsStayExact) {
+  const BuiltWorkload w = sessions("uniform:1:6", "exponential:1", 40, 7);
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("a100-40gb"), 1);
+  int64_t repeated = 0, cohort_iterations = 0, cached = 0;
+  for (const std::string name : {"vllm", "vllm-v0", "sglang", "trtllm", "tgi", "static"}) {
+    for (const int replicas : {1, 2}) {
+      SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas");
+      const auto run = [&](bool fast_forward, bool items) {
+        std::vector<std::unique_ptr<Policy>> owned;
+        std::vector<Policy*> policies;
+        for (int i = 0; i < replicas; ++i) {
+          owned.push_back(make_policy(name, {}));
+          policies.push_back(owned.back().get());
+        }
+        return run_sessions(w, policies, cm, fast_forward, items, Router::kPrefix);
+      };
+      const SimulationResult slow = run(false, true);
+      const SimulationResult fast = run(true, true);
+      const SimulationResult cohorts = run(true, false);
+      for (const SimulationResult* other : {&fast, &cohorts}) {
+        expect_same_requests(slow, *other);
+        expect_same_iterations(slow, *other);
+        expect_same_timeline(slow, *other);
+        expect_same_summary(slow.summary, other->summary);
+      }
+      for (const RequestRecord& r : slow.requests) EXPECT_TRUE(r.completed()) << r.id;
+      repeated += fast.fast_forwarded_iterations;
+      cohort_iterations += cohorts.cohort_iterations;
+      cached += slow.summary.prefill_cached_tokens;
+    }
+  }
+  EXPECT_GT(repeated, 1000);
+  EXPECT_GT(cohort_iterations, 1000);
+  EXPECT_GT(cached, 0);
+}
+
+TEST(Sessions, TheLinksMustBeChains) {
+  BuiltWorkload w = sessions("fixed:2", "", 2, 0, "offline");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  w.sessions.predecessor[3] = 0;  // request 0 followed twice
+  EXPECT_THROW(run_sessions(w, *policy, cm), std::logic_error);
+  w.sessions.predecessor[3] = 3;  // itself
+  EXPECT_THROW(run_sessions(w, *policy, cm), std::logic_error);
+}
+
+}  // namespace
+}  // namespace batchsim
