@@ -193,6 +193,16 @@ int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) c
   return std::min(static_cast<int64_t>(run_.size()) + host_run_, (known_tokens - 1) / block_size_) * block_size_;
 }
 
+KvCacheManager::PrefixHeld PagedKvCache::prefix_held(RequestId id) const {
+  if (!caching_) return {};
+  scan(id);
+  PrefixHeld held;
+  held.prompt_blocks = (*prefix_.requests)[id].prompt_tokens / block_size_;
+  held.gpu_blocks = std::min(static_cast<int64_t>(run_.size()), held.prompt_blocks);
+  held.host_blocks = std::min(host_run_, held.prompt_blocks - held.gpu_blocks);
+  return held;
+}
+
 HostKvTier::HostKvTier(int64_t capacity_blocks, int64_t max_distinct)
     : capacity_(capacity_blocks), table_(std::max<int64_t>(1, std::min(capacity_blocks, max_distinct))) {
   if (capacity_blocks < 1) throw std::logic_error("HostKvTier: no capacity");

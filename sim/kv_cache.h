@@ -71,6 +71,13 @@ class KvCacheManager {
   // (result, known_tokens]. Never all of `known_tokens` (at least the last token is computed
   // so that the model can sample). 0 for managers without prefix caching.
   virtual int64_t cached_prefix_tokens(RequestId /*id*/, int64_t /*known_tokens*/) const { return 0; }
+  // For a cache-aware router (Router::kPrecisePrefix): the longest run of `id`'s leading full
+  // prompt blocks this cache holds, as blocks in GPU memory and, continuing them, in a host
+  // tier, and the prompt's full blocks that the run is scored against. Zeros without caching.
+  struct PrefixHeld {
+    int64_t gpu_blocks = 0, host_blocks = 0, prompt_blocks = 0;
+  };
+  virtual PrefixHeld prefix_held(RequestId /*id*/) const { return {}; }
   // For a dry run of admission that changes nothing (TGI's "would enough requests fit?"):
   // the room left for new requests and what admitting one takes from it, in the manager's own
   // unit (paged: free blocks above the watermark; reserving: unreserved tokens). Prefix-cache
@@ -347,6 +354,7 @@ class PagedKvCache final : public KvCacheManager {
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
   int64_t cached_prefix_tokens(RequestId id, int64_t known_tokens) const override;
+  PrefixHeld prefix_held(RequestId id) const override;
   int64_t admission_room() const override { return free_blocks_ - watermark_blocks_; }
   int64_t admission_cost(int64_t tokens, int64_t /*reserve_tokens*/) const override {
     return blocks_for(tokens) + side_blocks_;

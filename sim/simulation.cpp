@@ -62,6 +62,9 @@ const std::vector<RouterInfo> kRouters = {
     {Router::kPrefix, "prefix",
      "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
      "production-stack prefixaware); round-robin without hashes"},
+    {Router::kPrecisePrefix, "precise-prefix",
+     "llm-d's precise prefix-cache scorer: the longest run of the prompt's blocks a replica holds "
+     "(GPU 1.0, host tier 0.8) x 2 + (1 - KV usage) + queue score; the best, ties at random"},
 };
 
 }  // namespace
@@ -493,8 +496,59 @@ int32_t Simulation::route(RequestId id, size_t first, size_t count, Router route
         if (!hashes.empty()) return base + static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
       }
       break;
+    case Router::kPrecisePrefix:
+      return base + precise_prefix_pick(id, first, count, rng);
   }
   return base + static_cast<int32_t>(round_robin++ % n);
+}
+
+int32_t Simulation::precise_prefix_pick(RequestId id, size_t first, size_t count, Rng& rng) {
+  // llm-d's sample profile (deploy/config/epp-precise-prefix-cache-config.yaml, llm-d-inference-
+  // scheduler@520af47; ../shared/REFERENCE-moe-spec-offload.md section 7): precise-prefix-cache-
+  // scorer x 2 + kv-cache-utilization-scorer + queue-scorer, then max-score-picker.
+  //  - prefix: the longest consecutive run of the prompt's blocks the replica holds, a GPU
+  //    block 1.0 and a host-tier one 0.8, over the prompt's blocks, capped at 1
+  //    (scorer/preciseprefixcache/utils.go). Read from the caches themselves: llm-d's index
+  //    follows them through vLLM's KV events a few ms late, here it is exact.
+  //  - KV: 1 - KV usage (gateway-api-inference-extension scorer/kvcache_utilization.go).
+  //  - queue: (most waiting - its waiting) / (most - fewest) over the replicas, 1 when all are
+  //    equal (scorer/queue.go); waiting = routed, unsettled and not in its running batch.
+  //  - ties: max-score-picker shuffles before a stable sort by score (picker/max_score_picker.go),
+  //    so the best-scored replicas are equally likely.
+  int64_t fewest = std::numeric_limits<int64_t>::max(), most = std::numeric_limits<int64_t>::min();
+  const auto waiting = [](const Replica& r) {
+    return r.outstanding - (r.busy ? static_cast<int64_t>(r.batch.size()) : 0);
+  };
+  for (size_t i = first; i < first + count; ++i) {
+    fewest = std::min(fewest, waiting(replicas_[i]));
+    most = std::max(most, waiting(replicas_[i]));
+  }
+  double best = -1;
+  int32_t ties = 0, pick = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    const Replica& r = replicas_[i];
+    const KvCacheManager& kv = r.policy->kv_cache();
+    const KvCacheManager::PrefixHeld held = kv.prefix_held(id);
+    const double prefix =
+        held.prompt_blocks > 0
+            ? std::min(1.0, (static_cast<double>(held.gpu_blocks) + 0.8 * static_cast<double>(held.host_blocks)) /
+                                static_cast<double>(held.prompt_blocks))
+            : 0.0;
+    const double usage =
+        static_cast<double>(kv.allocated_tokens()) / static_cast<double>(std::max<int64_t>(1, kv.capacity_tokens()));
+    const double queue =
+        most == fewest ? 1.0 : static_cast<double>(most - waiting(r)) / static_cast<double>(most - fewest);
+    const double score = 2 * prefix + (1 - usage) + queue;
+    const auto index = static_cast<int32_t>(i - first);
+    if (score > best) {
+      best = score;
+      pick = index;
+      ties = 1;
+    } else if (score == best && sample_below(rng, static_cast<uint64_t>(++ties)) == 0) {
+      pick = index;  // each of the tied replicas is kept with probability 1 / ties
+    }
+  }
+  return pick;
 }
 
 void Simulation::client_arrival(RequestId id) {

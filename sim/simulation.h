@@ -107,6 +107,7 @@ enum class Router : uint8_t {
   kLeastOutstanding,  // fewest routed-but-unsettled requests; ties: lowest index
   kLeastKv,           // least KV allocated; ties: fewest outstanding, then lowest index
   kPrefix,            // first prefix-block hash mod N; requests without hashes round-robin
+  kPrecisePrefix,     // llm-d's precise prefix-cache scorer with load scorers (Simulation::route)
 };
 
 struct RouterInfo {
@@ -318,6 +319,8 @@ class Simulation {
   // Picks a replica among replicas_[first, first + count) by `router` (its random stream and
   // round-robin counter passed in, so that each pool keeps its own).
   int32_t route(RequestId id, size_t first, size_t count, Router router, Rng& rng, int64_t& round_robin);
+  // Router::kPrecisePrefix's pick among replicas [first, first + count), as an offset.
+  int32_t precise_prefix_pick(RequestId id, size_t first, size_t count, Rng& rng);
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);

@@ -112,15 +112,49 @@ TEST(Sessions, AStaticBatcherWaitingForAFullBatchDoesNotWaitForTurnsThatWaitOnIt
   for (const RequestRecord& r : result.requests) EXPECT_TRUE(r.completed()) << r.id;
 }
 
+TEST(Sessions, ThePrecisePrefixRouterSendsEachTurnWhereItsConversationIsCached) {
+  // 12 sessions of 3 turns on 4 replicas: each later turn finds 2/3 of its prompt on the replica
+  // of the turn before (score >= 2 x 0.64 + load), where load alone is worth at most 2.
+  const BuiltWorkload w = sessions("fixed:3", "fixed:1", 12, 3, "poisson:4", "fixed:100", "fixed:100");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  const auto run = [&](Router router) {
+    std::vector<std::unique_ptr<Policy>> owned;
+    std::vector<Policy*> policies;
+    for (int i = 0; i < 4; ++i) {
+      owned.push_back(make_policy("vllm", {}));
+      policies.push_back(owned.back().get());
+    }
+    return run_sessions(w, policies, cm, true, false, router);
+  };
+  const SimulationResult precise = run(Router::kPrecisePrefix);
+  const SimulationResult spread = run(Router::kRoundRobin);
+  int64_t moved = 0;
+  std::vector<int> used(4, 0);
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const RequestRecord& r = precise.requests[i];
+    ASSERT_TRUE(r.completed());
+    ++used[static_cast<size_t>(r.replica)];
+    const RequestId before = w.sessions.predecessor[i];
+    if (before < 0) continue;
+    EXPECT_EQ(r.replica, precise.requests[static_cast<size_t>(before)].replica) << "turn " << i;
+    EXPECT_EQ(r.cached_tokens, w.requests[i].prompt_tokens == 300 ? 192 : 384) << "turn " << i;
+    moved += spread.requests[i].replica != spread.requests[static_cast<size_t>(before)].replica;
+  }
+  EXPECT_GT(moved, 0) << "round-robin scatters the turns";
+  for (const int n : used) EXPECT_GT(n, 0) << "the first turns spread by load";
+  EXPECT_GT(precise.summary.prefill_cached_tokens, spread.summary.prefill_cached_tokens);
+}
+
 // The same results with fast-forward on and off, and with decode cohorts (items not recorded),
-// for each kind of scheduler, one replica and two behind the prefix router.
+// for each kind of scheduler, one replica and two behind the prefix routers.
 TEST(Sessions, FastForwardAndCohortsStayExact) {
   const BuiltWorkload w = sessions("uniform:1:6", "exponential:1", 40, 7);
   const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("a100-40gb"), 1);
   int64_t repeated = 0, cohort_iterations = 0, cached = 0;
   for (const std::string name : {"vllm", "vllm-v0", "sglang", "trtllm", "tgi", "static"}) {
-    for (const int replicas : {1, 2}) {
-      SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas");
+    for (const auto& [replicas, router] :
+         {std::pair{1, Router::kPrefix}, std::pair{2, Router::kPrefix}, std::pair{3, Router::kPrecisePrefix}}) {
+      SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas behind " + std::string(router_name(router)));
       const auto run = [&](bool fast_forward, bool items) {
         std::vector<std::unique_ptr<Policy>> owned;
         std::vector<Policy*> policies;
@@ -128,7 +162,7 @@ TEST(Sessions, FastForwardAndCohortsStayExact) {
           owned.push_back(make_policy(name, {}));
           policies.push_back(owned.back().get());
         }
-        return run_sessions(w, policies, cm, fast_forward, items, Router::kPrefix);
+        return run_sessions(w, policies, cm, fast_forward, items, router);
       };
       const SimulationResult slow = run(false, true);
       const SimulationResult fast = run(true, true);

@@ -90,8 +90,7 @@ TEST(SessionWorkload, FixedTurnsWithoutThinkTimeSendEachTurnAtTheAnswer) {
 
 TEST(SessionWorkload, WhatSessionsCannotBeBuiltWithIsRefusedByName) {
   const auto error_for = [](WorkloadSpec spec) { return testing::user_error_of([&] { build_workload(spec); }); };
-  EXPECT_EQ(error_for(session_spec("uniform:0:3")),
-            "--session-turns: \"uniform:0:3\": A must be an integer >= 1");
+  EXPECT_EQ(error_for(session_spec("uniform:0:3")), "--session-turns: \"uniform:0:3\": A must be an integer >= 1");
   WorkloadSpec with_prefix = session_spec("fixed:2");
   with_prefix.prefix = "shared:32";
   EXPECT_NE(error_for(with_prefix).find("--session-turns fixed:2 with --prefix: not supported"), std::string::npos);
@@ -102,8 +101,9 @@ TEST(SessionWorkload, WhatSessionsCannotBeBuiltWithIsRefusedByName) {
   WorkloadSpec none = session_spec("fixed:2");
   none.num_requests = 0;
   EXPECT_NE(error_for(none).find("--num-requests"), std::string::npos);
-  EXPECT_NE(testing::user_error_of([] { stream_workload(session_spec("fixed:2", "")); })
-                .find("--streaming with --session-turns: not supported"),
+  EXPECT_NE(testing::user_error_of([] {
+              stream_workload(session_spec("fixed:2", ""));
+            }).find("--streaming with --session-turns: not supported"),
             std::string::npos);
 }
 
