@@ -20,7 +20,8 @@
 // So an iteration costs O(1) plus its joins, leaves and KV block boundaries: per event, not per
 // sequence-step.
 //
-// Who does what. The policy (ContinuousPolicy, the only one that uses it so far) decides
+// Who does what. The policy (ContinuousPolicy, the only one that uses it so far; under DP
+// attention each rank's scheduler has a cohort of its own, PolicyEnv::rank_cohorts) decides
 // membership: its running requests' leading plain decodes (one token after all they know but
 // the last is in the KV cache), joined while it schedules, and lists the members in
 // Batch::cohort instead of as items; it takes the KV growth of a step through grow() and its

@@ -65,6 +65,7 @@ bool is_axis_run_key(const std::string& key) {
                                              "num-gpu-blocks",
                                              "priority",
                                              "think-time",
+                                             "session-turns",
                                              "client-connections",
                                              "resample",
                                              "prefill-replicas",
@@ -405,6 +406,7 @@ void check_workload_spec(const WorkloadSpec& w) {
   if (!w.max_tokens.empty()) parse_length_distribution(w.max_tokens, "--max-tokens");
   if (!w.priority.empty()) parse_priority_distribution(w.priority, "--priority");
   if (!w.think_time.empty()) parse_think_time(w.think_time, "--think-time");
+  if (!w.session_turns.empty()) parse_length_distribution(w.session_turns, "--session-turns");
   if (w.arrival == "trace" && w.trace.empty()) {
     throw UserError("--arrival trace replays a trace's own timestamps: set a trace");
   }

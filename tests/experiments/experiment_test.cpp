@@ -228,6 +228,23 @@ axes:
   EXPECT_THAT(parse_error("axes:\n  router: [nearest]\n"), HasSubstr("nearest"));
 }
 
+TEST(ExperimentExpand, SessionTurnsAreAnAxisCheckedBeforeAnythingRuns) {
+  const Experiment e = parse_experiment_text(R"(
+base: {num-requests: 20, arrival: "poisson:1", think-time: "fixed:2"}
+policies: [vllm]
+axes:
+  session-turns: ["fixed:1", "uniform:2:6"]
+)",
+                                             "sessions.yaml");
+  const std::vector<PlannedRun> runs = expand_runs(e);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].config.workload.session_turns, "fixed:1");
+  EXPECT_EQ(runs[1].config.workload.session_turns, "uniform:2:6");
+  EXPECT_THAT(parse_error("base: {think-time: \"fixed:1\"}\naxes:\n  session-turns: [\"uniform:0:2\"]\n"),
+              AllOf(HasSubstr("bad.yaml: run 0000_continuous_session-turns-uniform-0-2_s0"),
+                    HasSubstr("--session-turns: \"uniform:0:2\": A must be an integer >= 1")));
+}
+
 TEST(ExperimentExpand, RateKeepsGammaBurstinessAndRejectsOfflineOnlyArrivals) {
   RunConfig c = default_run_config();
   c.workload.arrival = "gamma:1:4";
