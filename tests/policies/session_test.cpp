@@ -152,8 +152,10 @@ TEST(Sessions, FastForwardAndCohortsStayExact) {
   const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("a100-40gb"), 1);
   int64_t repeated = 0, cohort_iterations = 0, cached = 0;
   for (const std::string name : {"vllm", "vllm-v0", "sglang", "trtllm", "tgi", "static"}) {
-    for (const auto& [replicas, router] :
+    for (const auto& layout :
          {std::pair{1, Router::kPrefix}, std::pair{2, Router::kPrefix}, std::pair{3, Router::kPrecisePrefix}}) {
+      const int replicas = layout.first;  // (clang 14 cannot capture structured bindings)
+      const Router router = layout.second;
       SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas behind " + std::string(router_name(router)));
       const auto run = [&](bool fast_forward, bool items) {
         std::vector<std::unique_ptr<Policy>> owned;
