@@ -504,7 +504,7 @@ int32_t Simulation::route(RequestId id, size_t first, size_t count, Router route
 
 int32_t Simulation::precise_prefix_pick(RequestId id, size_t first, size_t count, Rng& rng) {
   // llm-d's sample profile (deploy/config/epp-precise-prefix-cache-config.yaml, llm-d-inference-
-  // scheduler@520af47; ../shared/REFERENCE-moe-spec-offload.md section 7): precise-prefix-cache-
+  // scheduler@520af47, and llm-d-kv-cache's pkg/kvcache): precise-prefix-cache-
   // scorer x 2 + kv-cache-utilization-scorer + queue-scorer, then max-score-picker.
   //  - prefix: the longest consecutive run of the prompt's blocks the replica holds, a GPU
   //    block 1.0 and a host-tier one 0.8, over the prompt's blocks, capped at 1
