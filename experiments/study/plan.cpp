@@ -22,6 +22,7 @@
 #include "experiments/run/runner.h"
 #include "experiments/study/compare.h"
 #include "experiments/study/report.h"
+#include "experiments/study/text_table.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/engine_profile.h"
 #include "hwmodel/hardware_profile.h"
@@ -277,48 +278,102 @@ SplitSearch find_cheapest_split(int max_n, double prefill_cost, double decode_co
   return r;
 }
 
-PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
-  check_spec(spec);
-  PlanResult plan;
-  plan.spec = spec;
-  RunConfig base = spec.base;
-  base.out.clear();
-  base.iteration_log = false;
-  // Colocated candidates run without the pools' settings, which are the disaggregated ones'.
-  RunConfig colocated_base = base;
-  colocated_base.prefill = {};
-  colocated_base.decode = {};
-  colocated_base.decode_router.clear();
-  validate(colocated_base);
-  const bool with_goodput = !base.goodput.empty();
-  const BuiltWorkload built = build_workload(base.workload);
-  plan.warnings = built.warnings;
-  plan.workload = built.description;
-  plan.requests = static_cast<int64_t>(built.requests.size());
-  plan.mean_rate_rps = mean_arrival_rate(built.requests);
-  plan.busiest = busiest_window(built.requests, spec.window_s);
+namespace {
+
+// One replay's verdict: the SLO figures, the attainment, whether both hold and by how much.
+struct Judged {
+  bool meets = false;
+  std::vector<double> values;
+  double attainment = 0;
+  double headroom = 0;
+  double output_tokens_per_s = 0;
+};
+
+// run_plan's search: the candidates (GPU x TP x DP x EP, and prefill/decode pools), each one's
+// fewest replicas or cheapest split, its busiest window and its goodput, then the warnings and
+// the engine sensitivity of the recommended answer. plan_one runs on several threads at once,
+// one row each: it reads the planner and writes only its row.
+class Planner {
+ public:
+  Planner(const PlanSpec& spec, PlanResult& plan) : spec_(spec), plan_(plan) {}
+
+  void prepare_workloads();
+  void add_candidates();
+  void plan_rows(std::ostream& progress);
+  void sort_rows();
+  void warn_rows();
+  void engine_sensitivity();
+  void add_trust();
+
+ private:
+  double price_of(const std::string& gpu) const;
+  void add_colocated_candidates();
+  void add_disaggregated_candidates();
+  // The run of one candidate at P replicas (colocated) or a P:D split.
+  RunConfig config_for(const PlanRow& row, int p, int d) const;
+  Judged judge(PlanRow& row, std::string& rejection, const BuiltWorkload& workload, int p, int d) const;
+  void plan_one(PlanRow& row, std::string& rejection) const;
+  void search_busy_window(PlanRow& row, double cost_p, double cost_d, std::string& rejection) const;
+  void search_goodput(PlanRow& row, std::string& rejection) const;
+  std::string busy_window_warning(const PlanRow& r) const;
+
+  const PlanSpec& spec_;
+  PlanResult& plan_;
+  RunConfig base_;
+  RunConfig colocated_base_;  // without the pools' settings, which are the disaggregated ones'
+  bool with_goodput_ = false;
+  BuiltWorkload built_;
+  double busy_factor_ = 1;
+  std::optional<BuiltWorkload> busy_;  // the whole workload at the busiest window's rate
+  std::vector<std::string> rejections_;
+};
+
+void Planner::prepare_workloads() {
+  base_ = spec_.base;
+  base_.out.clear();
+  base_.iteration_log = false;
+  colocated_base_ = base_;
+  colocated_base_.prefill = {};
+  colocated_base_.decode = {};
+  colocated_base_.decode_router.clear();
+  validate(colocated_base_);
+  with_goodput_ = !base_.goodput.empty();
+  built_ = build_workload(base_.workload);
+  plan_.warnings = built_.warnings;
+  plan_.workload = built_.description;
+  plan_.requests = static_cast<int64_t>(built_.requests.size());
+  plan_.mean_rate_rps = mean_arrival_rate(built_.requests);
+  plan_.busiest = busiest_window(built_.requests, spec_.window_s);
   const double span_s =
-      built.requests.empty() ? 0 : (built.requests.back().arrival - built.requests.front().arrival).seconds();
+      built_.requests.empty() ? 0 : (built_.requests.back().arrival - built_.requests.front().arrival).seconds();
   // The whole workload at the busiest window's rate, when that window is notably busier than
   // the mean and shorter than the workload.
-  const double busy_factor = plan.mean_rate_rps > 0 ? plan.busiest.rate_rps / plan.mean_rate_rps : 1;
-  std::optional<BuiltWorkload> busy;
-  plan.closed_loop = base.max_concurrency > 0;
-  if (!plan.closed_loop && span_s > spec.window_s && busy_factor > kBusyFactorThreshold) {
-    busy = compressed(built, busy_factor);
+  busy_factor_ = plan_.mean_rate_rps > 0 ? plan_.busiest.rate_rps / plan_.mean_rate_rps : 1;
+  plan_.closed_loop = base_.max_concurrency > 0;
+  if (!plan_.closed_loop && span_s > spec_.window_s && busy_factor_ > kBusyFactorThreshold) {
+    busy_ = compressed(built_, busy_factor_);
   }
+}
 
-  const auto price_of = [&](const std::string& gpu) {
-    const auto price = spec.price_per_hour.find(gpu);
-    return price != spec.price_per_hour.end() ? price->second : resolve_gpu(gpu).price_per_hour;
-  };
+double Planner::price_of(const std::string& gpu) const {
+  const auto price = spec_.price_per_hour.find(gpu);
+  return price != spec_.price_per_hour.end() ? price->second : resolve_gpu(gpu).price_per_hour;
+}
+
+void Planner::add_candidates() {
+  add_colocated_candidates();
+  if (spec_.disaggregated) add_disaggregated_candidates();
+  rejections_.assign(plan_.rows.size(), std::string());
+}
+
+void Planner::add_colocated_candidates() {
   // Every tp x dp x ep the model can run (check_layout); the others are named once.
-  const ModelSpec planned_model = resolve_run_model(base);
+  const ModelSpec planned_model = resolve_run_model(base_);
   std::map<std::string, int> layouts_skipped;
-  for (const std::string& gpu : spec.gpus) {
-    for (int tp : spec.tps) {
-      for (int dp : spec.dps) {
-        for (int ep : spec.eps) {
+  for (const std::string& gpu : spec_.gpus) {
+    for (int tp : spec_.tps) {
+      for (int dp : spec_.dps) {
+        for (int ep : spec_.eps) {
           try {
             check_layout(planned_model, ParallelLayout{tp, dp, ep});
           } catch (const UserError& e) {
@@ -331,180 +386,181 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
           row.dp = dp;
           row.ep = ep;
           row.price_per_hour = price_of(gpu);
-          plan.rows.push_back(std::move(row));
+          plan_.rows.push_back(std::move(row));
         }
       }
     }
   }
   for (const auto& [why, n] : layouts_skipped) {
-    plan.warnings.push_back(fmt::format("{} layout(s) not planned: {}", n, why));
+    plan_.warnings.push_back(fmt::format("{} layout(s) not planned: {}", n, why));
   }
-  if (plan.rows.empty() && !spec.disaggregated) {
+  if (plan_.rows.empty() && !spec_.disaggregated) {
     throw UserError(fmt::format("plan: no --tp x --dp x --ep layout can run model '{}'", planned_model.name));
   }
-  if (spec.disaggregated) {
-    // Pool settings that no candidate could run (a policy that cannot serve its role, an unknown
-    // engine) are refused once, before any candidate runs.
-    RunConfig one_each = base;
-    one_each.prefill_replicas = one_each.decode_replicas = 1;
-    validate(one_each);
-    check_run_pools(one_each);
-    const auto& tps_p = spec.prefill_tps.empty() ? spec.tps : spec.prefill_tps;
-    const auto& tps_d = spec.decode_tps.empty() ? spec.tps : spec.decode_tps;
-    for (const auto& [pg, dg] : pool_gpu_pairs(spec)) {
-      for (int tp_p : tps_p) {
-        for (int tp_d : tps_d) {
-          PlanRow row;
-          row.disaggregated = true;
-          row.gpu = pg;
-          row.tp = tp_p;
-          row.price_per_hour = price_of(pg);
-          row.decode_gpu = dg;
-          row.decode_tp = tp_d;
-          row.decode_price_per_hour = price_of(dg);
-          plan.rows.push_back(std::move(row));
-        }
+}
+
+void Planner::add_disaggregated_candidates() {
+  // Pool settings that no candidate could run (a policy that cannot serve its role, an unknown
+  // engine) are refused once, before any candidate runs.
+  RunConfig one_each = base_;
+  one_each.prefill_replicas = one_each.decode_replicas = 1;
+  validate(one_each);
+  check_run_pools(one_each);
+  const auto& tps_p = spec_.prefill_tps.empty() ? spec_.tps : spec_.prefill_tps;
+  const auto& tps_d = spec_.decode_tps.empty() ? spec_.tps : spec_.decode_tps;
+  for (const auto& [pg, dg] : pool_gpu_pairs(spec_)) {
+    for (int tp_p : tps_p) {
+      for (int tp_d : tps_d) {
+        PlanRow row;
+        row.disaggregated = true;
+        row.gpu = pg;
+        row.tp = tp_p;
+        row.price_per_hour = price_of(pg);
+        row.decode_gpu = dg;
+        row.decode_tp = tp_d;
+        row.decode_price_per_hour = price_of(dg);
+        plan_.rows.push_back(std::move(row));
       }
     }
   }
+}
 
-  // The run of one candidate at P replicas (colocated) or a P:D split.
-  const auto config_for = [&](const PlanRow& row, int p, int d) {
-    RunConfig c = row.disaggregated ? base : colocated_base;
-    if (!row.engine.empty()) c.engine = row.engine;
-    c.gpu = row.gpu;
-    c.tp = row.tp;
-    c.dp = row.dp;
-    c.ep = row.ep;
-    if (row.disaggregated) {
-      c.prefill_replicas = p;
-      c.decode_replicas = d;
-      c.prefill.gpu = row.gpu;
-      c.prefill.tp = row.tp;
-      c.decode.gpu = row.decode_gpu;
-      c.decode.tp = row.decode_tp;
-    } else {
-      c.replicas = p;
-    }
-    return c;
+RunConfig Planner::config_for(const PlanRow& row, int p, int d) const {
+  RunConfig c = row.disaggregated ? base_ : colocated_base_;
+  if (!row.engine.empty()) c.engine = row.engine;
+  c.gpu = row.gpu;
+  c.tp = row.tp;
+  c.dp = row.dp;
+  c.ep = row.ep;
+  if (row.disaggregated) {
+    c.prefill_replicas = p;
+    c.decode_replicas = d;
+    c.prefill.gpu = row.gpu;
+    c.prefill.tp = row.tp;
+    c.decode.gpu = row.decode_gpu;
+    c.decode.tp = row.decode_tp;
+  } else {
+    c.replicas = p;
+  }
+  return c;
+}
+
+Judged Planner::judge(PlanRow& row, std::string& rejection, const BuiltWorkload& workload, int p, int d) const {
+  const RunOutcome outcome = run_simulation(config_for(row, p, d), &workload);
+  ++row.runs;
+  if (rejection.empty()) rejection = rejection_warning(outcome.result);
+  const ordered_json summary = summary_to_json(outcome);
+  Judged j;
+  j.output_tokens_per_s = summary.at("throughput").at("output_tokens_per_s").get<double>();
+  j.values = slo_values(summary, spec_.slo);
+  j.meets = evaluate_slo(summary, spec_.slo).met;  // run --slo's verdict
+  j.headroom = INFINITY;
+  for (size_t i = 0; i < spec_.slo.size(); ++i)
+    j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec_.slo[i].second));
+  if (with_goodput_) {
+    j.attainment = summary.at("goodput").at("fraction").get<double>();
+    j.meets = j.meets && j.attainment >= spec_.attainment;
+    j.headroom = std::min(j.headroom, 100 * (j.attainment - spec_.attainment) / spec_.attainment);
+  }
+  return j;
+}
+
+void Planner::plan_one(PlanRow& row, std::string& rejection) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::map<std::pair<int, int>, PlanProbe> probes;
+  auto probe = [&](int p, int d) {
+    PlanProbe pr;
+    pr.replicas = p;
+    pr.decode_replicas = d;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Judged j = judge(row, rejection, built_, p, d);
+    pr.meets = j.meets;
+    pr.values = j.values;
+    pr.attainment = j.attainment;
+    pr.output_tokens_per_s = j.output_tokens_per_s;
+    pr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    probes[{p, d}] = pr;
+    return SplitProbe{j.meets, j.headroom};
   };
+  // A split's cost is its GPUs, or its dollars when both pools are priced.
+  const double cost_p = row.replica_gpus() * (row.priced() ? row.price_per_hour : 1);
+  const double cost_d = row.decode_tp * (row.priced() ? row.decode_price_per_hour : 1);
+  if (row.disaggregated) {
+    const SplitSearch found = find_cheapest_split(spec_.max_replicas, cost_p, cost_d, probe);
+    row.replicas = found.prefill;
+    row.decode_replicas = found.decode;
+  } else {
+    row.replicas = find_fewest(spec_.max_replicas, [&](int n) { return probe(n, 0).meets; }).count;
+  }
+  row.status = row.replicas > 0 ? "ok" : "none";
+  const auto& answer = row.replicas > 0 ? probes.at({row.replicas, row.decode_replicas})
+                                        : probes.at({spec_.max_replicas, row.disaggregated ? spec_.max_replicas : 0});
+  row.values = answer.values;
+  row.attainment = answer.attainment;
+  row.output_tokens_per_s = answer.output_tokens_per_s;
+  for (auto& [n, p] : probes) row.probes.push_back(std::move(p));
+  if (row.meets_slo() && busy_) search_busy_window(row, cost_p, cost_d, rejection);
+  if (row.meets_slo() && with_goodput_) search_goodput(row, rejection);
+  row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Planner::search_busy_window(PlanRow& row, double cost_p, double cost_d, std::string& rejection) const {
+  row.busy_window_checked = true;
+  const Judged at_busy = judge(row, rejection, *busy_, row.replicas, row.decode_replicas);
+  row.busy_window_values = at_busy.values;
+  row.busy_window_ok = at_busy.meets;
+  if (row.busy_window_ok) {
+    row.busy_window_replicas = row.replicas;
+    row.busy_window_decode_replicas = row.decode_replicas;
+  } else if (row.disaggregated) {
+    const SplitSearch sustained = find_cheapest_split(spec_.max_replicas, cost_p, cost_d, [&](int p, int d) {
+      const Judged j = judge(row, rejection, *busy_, p, d);
+      return SplitProbe{j.meets, j.headroom};
+    });
+    row.busy_window_replicas = sustained.prefill;
+    row.busy_window_decode_replicas = sustained.decode;
+  } else if (row.replicas < spec_.max_replicas) {
+    row.busy_window_replicas =
+        find_fewest(
+            spec_.max_replicas, [&](int n) { return judge(row, rejection, *busy_, n, 0).meets; }, row.replicas + 1)
+            .count;
+  }
+}
+
+void Planner::search_goodput(PlanRow& row, std::string& rejection) const {
+  // DistServe's per-GPU goodput (OSDI'24 section 2.2): the highest rate at which the answer
+  // still serves `attainment` of the requests within the TTFT and TPOT thresholds, found by
+  // the capacity search over the trace's speedup: the same requests, arrivals compressed.
+  CapacitySpec search;
+  search.rate_low = spec_.goodput_speedup_low;
+  search.rate_high = spec_.goodput_speedup_high;
+  PlanGoodput g;
+  const CapacityResult cap = find_capacity(search, [&](double factor) {
+    const double attained =
+        judge(row, rejection, compressed(built_, factor), row.replicas, row.decode_replicas).attainment;
+    g.probes.emplace_back(factor, attained);
+    return attained >= spec_.attainment;
+  });
+  g.status = cap.status;
+  g.speedup = cap.capacity_rps;
+  g.bracket_low = cap.bracket_low;
+  g.bracket_high = cap.bracket_high;
+  g.rate_rps = g.speedup > 0 ? mean_arrival_rate(compressed(built_, g.speedup).requests) : 0;
+  g.per_gpu_rps = g.rate_rps / row.total_gpus();
+  row.goodput = std::move(g);
+}
+
+void Planner::plan_rows(std::ostream& progress) {
   std::mutex mutex;
   size_t finished = 0;
-  std::vector<std::string> rejections(plan.rows.size());
-  auto plan_one = [&](PlanRow& row, std::string& rejection) {
-    const auto start = std::chrono::steady_clock::now();
-    // One replay: the SLO figures, the attainment, whether both hold and by how much.
-    struct Judged {
-      bool meets = false;
-      std::vector<double> values;
-      double attainment = 0;
-      double headroom = 0;
-      double output_tokens_per_s = 0;
-    };
-    auto judge = [&](const BuiltWorkload& workload, int p, int d) {
-      const RunOutcome outcome = run_simulation(config_for(row, p, d), &workload);
-      ++row.runs;
-      if (rejection.empty()) rejection = rejection_warning(outcome.result);
-      const ordered_json summary = summary_to_json(outcome);
-      Judged j;
-      j.output_tokens_per_s = summary.at("throughput").at("output_tokens_per_s").get<double>();
-      j.values = slo_values(summary, spec.slo);
-      j.meets = evaluate_slo(summary, spec.slo).met;  // run --slo's verdict
-      j.headroom = INFINITY;
-      for (size_t i = 0; i < spec.slo.size(); ++i)
-        j.headroom = std::min(j.headroom, margin_percent(j.values[i], spec.slo[i].second));
-      if (with_goodput) {
-        j.attainment = summary.at("goodput").at("fraction").get<double>();
-        j.meets = j.meets && j.attainment >= spec.attainment;
-        j.headroom = std::min(j.headroom, 100 * (j.attainment - spec.attainment) / spec.attainment);
-      }
-      return j;
-    };
-    std::map<std::pair<int, int>, PlanProbe> probes;
-    auto probe = [&](int p, int d) {
-      PlanProbe pr;
-      pr.replicas = p;
-      pr.decode_replicas = d;
-      const auto t0 = std::chrono::steady_clock::now();
-      const Judged j = judge(built, p, d);
-      pr.meets = j.meets;
-      pr.values = j.values;
-      pr.attainment = j.attainment;
-      pr.output_tokens_per_s = j.output_tokens_per_s;
-      pr.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      probes[{p, d}] = pr;
-      return SplitProbe{j.meets, j.headroom};
-    };
-    // A split's cost is its GPUs, or its dollars when both pools are priced.
-    const double cost_p = row.replica_gpus() * (row.priced() ? row.price_per_hour : 1);
-    const double cost_d = row.decode_tp * (row.priced() ? row.decode_price_per_hour : 1);
-    if (row.disaggregated) {
-      const SplitSearch found = find_cheapest_split(spec.max_replicas, cost_p, cost_d, probe);
-      row.replicas = found.prefill;
-      row.decode_replicas = found.decode;
-    } else {
-      row.replicas = find_fewest(spec.max_replicas, [&](int n) { return probe(n, 0).meets; }).count;
-    }
-    row.status = row.replicas > 0 ? "ok" : "none";
-    const auto& answer = row.replicas > 0 ? probes.at({row.replicas, row.decode_replicas})
-                                          : probes.at({spec.max_replicas, row.disaggregated ? spec.max_replicas : 0});
-    row.values = answer.values;
-    row.attainment = answer.attainment;
-    row.output_tokens_per_s = answer.output_tokens_per_s;
-    for (auto& [n, p] : probes) row.probes.push_back(std::move(p));
-    if (row.meets_slo() && busy) {
-      row.busy_window_checked = true;
-      const Judged at_busy = judge(*busy, row.replicas, row.decode_replicas);
-      row.busy_window_values = at_busy.values;
-      row.busy_window_ok = at_busy.meets;
-      if (row.busy_window_ok) {
-        row.busy_window_replicas = row.replicas;
-        row.busy_window_decode_replicas = row.decode_replicas;
-      } else if (row.disaggregated) {
-        const SplitSearch sustained = find_cheapest_split(spec.max_replicas, cost_p, cost_d, [&](int p, int d) {
-          const Judged j = judge(*busy, p, d);
-          return SplitProbe{j.meets, j.headroom};
-        });
-        row.busy_window_replicas = sustained.prefill;
-        row.busy_window_decode_replicas = sustained.decode;
-      } else if (row.replicas < spec.max_replicas) {
-        row.busy_window_replicas =
-            find_fewest(
-                spec.max_replicas, [&](int n) { return judge(*busy, n, 0).meets; }, row.replicas + 1)
-                .count;
-      }
-    }
-    if (row.meets_slo() && with_goodput) {
-      // DistServe's per-GPU goodput (OSDI'24 section 2.2): the highest rate at which the answer
-      // still serves `attainment` of the requests within the TTFT and TPOT thresholds, found by
-      // the capacity search over the trace's speedup: the same requests, arrivals compressed.
-      CapacitySpec search;
-      search.rate_low = spec.goodput_speedup_low;
-      search.rate_high = spec.goodput_speedup_high;
-      PlanGoodput g;
-      const CapacityResult cap = find_capacity(search, [&](double factor) {
-        const double attained = judge(compressed(built, factor), row.replicas, row.decode_replicas).attainment;
-        g.probes.emplace_back(factor, attained);
-        return attained >= spec.attainment;
-      });
-      g.status = cap.status;
-      g.speedup = cap.capacity_rps;
-      g.bracket_low = cap.bracket_low;
-      g.bracket_high = cap.bracket_high;
-      g.rate_rps = g.speedup > 0 ? mean_arrival_rate(compressed(built, g.speedup).requests) : 0;
-      g.per_gpu_rps = g.rate_rps / row.total_gpus();
-      row.goodput = std::move(g);
-    }
-    row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const int threads = threads_for(spec.jobs, plan.rows.size());
-  fmt::print(progress, "batchsim plan: {} candidates ({}), {} requests ({}), on {} thread(s)\n", plan.rows.size(),
-             spec.disaggregated ? "GPU x TP, colocated and prefill/decode" : "GPU x TP", plan.requests, plan.workload,
-             threads);
-  for_each_index(plan.rows.size(), threads, [&](size_t i) {
-    PlanRow& row = plan.rows[i];
+  const int threads = threads_for(spec_.jobs, plan_.rows.size());
+  fmt::print(progress, "batchsim plan: {} candidates ({}), {} requests ({}), on {} thread(s)\n", plan_.rows.size(),
+             spec_.disaggregated ? "GPU x TP, colocated and prefill/decode" : "GPU x TP", plan_.requests,
+             plan_.workload, threads);
+  for_each_index(plan_.rows.size(), threads, [&](size_t i) {
+    PlanRow& row = plan_.rows[i];
     try {
-      plan_one(row, rejections[i]);
+      plan_one(row, rejections_[i]);
     } catch (const UserError& why) {  // this candidate cannot run; the others go on
       row.status = "error";
       row.error = why.what();
@@ -514,107 +570,140 @@ PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
     const std::string what =
         row.status == "ok"     ? fmt::format("{} replicas ({} GPUs)", replicas_text(row), row.total_gpus())
         : row.status == "none" ? fmt::format("no {} up to {} meets the SLOs",
-                                             row.disaggregated ? "split" : "replica count", spec.max_replicas)
+                                             row.disaggregated ? "split" : "replica count", spec_.max_replicas)
                                : "FAILED: " + row.error;
-    fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan.rows.size(), row.name(), what,
+    fmt::print(progress, "[{}/{}] {}: {} ({} runs, {:.2f} s wall)\n", ++finished, plan_.rows.size(), row.name(), what,
                row.runs, row.wall_s);
   });
-
-  for (size_t i = 0; i < plan.rows.size(); ++i) {
-    if (!rejections[i].empty()) plan.warnings.push_back(fmt::format("{}: {}", plan.rows[i].name(), rejections[i]));
+  for (size_t i = 0; i < plan_.rows.size(); ++i) {
+    if (!rejections_[i].empty()) {
+      plan_.warnings.push_back(fmt::format("{}: {}", plan_.rows[i].name(), rejections_[i]));
+    }
   }
+}
+
+void Planner::sort_rows() {
   // Meeting rows first; among them by total GPUs, or by cost when every one has a price.
   const bool all_priced =
-      std::all_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return !r.meets_slo() || r.priced(); });
-  std::stable_sort(plan.rows.begin(), plan.rows.end(), [&](const PlanRow& a, const PlanRow& b) {
+      std::all_of(plan_.rows.begin(), plan_.rows.end(), [](const PlanRow& r) { return !r.meets_slo() || r.priced(); });
+  std::stable_sort(plan_.rows.begin(), plan_.rows.end(), [&](const PlanRow& a, const PlanRow& b) {
     if (a.meets_slo() != b.meets_slo()) return a.meets_slo();
     if (!a.meets_slo()) return false;
     if (all_priced && a.cost_per_hour() != b.cost_per_hour()) return a.cost_per_hour() < b.cost_per_hour();
     if (a.total_gpus() != b.total_gpus()) return a.total_gpus() < b.total_gpus();
     return a.busy_window_ok && !b.busy_window_ok;  // at a tie, the one that sustains the busiest window
   });
-  for (const PlanRow& r : plan.rows) {
+}
+
+std::string Planner::busy_window_warning(const PlanRow& r) const {
+  const int gpus = r.gpus_at(r.busy_window_replicas, r.busy_window_decode_replicas);
+  const std::string needs =
+      r.busy_window_replicas > 0
+          ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
+                        replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas), gpus)
+          : fmt::format("no {} up to {} sustains it", r.disaggregated ? "split" : "replica count", spec_.max_replicas);
+  return fmt::format(
+      "{}: the busiest {:g} s window ({:.0f}-{:.0f} s after the first arrival: {} requests, {:.1f} req/s, "
+      "{:.1f}x the mean {:.2f} req/s) is busier than the {} replica(s) found sustain: with the whole workload "
+      "at its rate, {}; {}",
+      r.name(), spec_.window_s, plan_.busiest.start_s, plan_.busiest.end_s, plan_.busiest.arrivals,
+      plan_.busiest.rate_rps, busy_factor_, plan_.mean_rate_rps, replicas_text(r),
+      misses_text(spec_.slo, r.busy_window_values), needs);
+}
+
+void Planner::warn_rows() {
+  for (const PlanRow& r : plan_.rows) {
     const std::string who = r.name();
     const std::string most =
-        r.disaggregated ? fmt::format("{0}P+{0}D", spec.max_replicas) : std::to_string(spec.max_replicas);
+        r.disaggregated ? fmt::format("{0}P+{0}D", spec_.max_replicas) : std::to_string(spec_.max_replicas);
     if (r.status == "none") {
-      std::string misses = misses_text(spec.slo, r.values);
-      if (with_goodput && r.attainment < spec.attainment) {
+      std::string misses = misses_text(spec_.slo, r.values);
+      if (with_goodput_ && r.attainment < spec_.attainment) {
         misses += fmt::format("{}attainment {:.1f}% < {:g}%", misses.empty() ? "" : ", ", 100 * r.attainment,
-                              100 * spec.attainment);
+                              100 * spec_.attainment);
       }
-      plan.warnings.push_back(fmt::format("{}: no {} up to {} meets the SLOs; at {}: {}", who,
-                                          r.disaggregated ? "split" : "replica count", spec.max_replicas, most,
-                                          misses));
+      plan_.warnings.push_back(fmt::format("{}: no {} up to {} meets the SLOs; at {}: {}", who,
+                                           r.disaggregated ? "split" : "replica count", spec_.max_replicas, most,
+                                           misses));
     } else if (r.status == "error") {
-      plan.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
+      plan_.warnings.push_back(fmt::format("{}: cannot run: {}", who, r.error));
     } else if (!r.busy_window_ok) {
-      const int gpus = r.gpus_at(r.busy_window_replicas, r.busy_window_decode_replicas);
-      const std::string needs =
-          r.busy_window_replicas > 0
-              ? fmt::format("sustaining it takes {} replicas ({} GPUs)",
-                            replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas), gpus)
-              : fmt::format("no {} up to {} sustains it", r.disaggregated ? "split" : "replica count",
-                            spec.max_replicas);
-      plan.warnings.push_back(fmt::format(
-          "{}: the busiest {:g} s window ({:.0f}-{:.0f} s after the first arrival: {} requests, {:.1f} req/s, "
-          "{:.1f}x the mean {:.2f} req/s) is busier than the {} replica(s) found sustain: with the whole workload "
-          "at its rate, {}; {}",
-          who, spec.window_s, plan.busiest.start_s, plan.busiest.end_s, plan.busiest.arrivals, plan.busiest.rate_rps,
-          busy_factor, plan.mean_rate_rps, replicas_text(r), misses_text(spec.slo, r.busy_window_values), needs));
+      plan_.warnings.push_back(busy_window_warning(r));
     }
   }
+}
+
+void Planner::engine_sensitivity() {
   // How the recommended answer moves with the engine's costs: its candidate planned again on each
   // built-in profile of the same engine family.
-  if (const PlanRecommendation rec = recommend(plan); rec.row != nullptr) {
-    const std::string plan_engine = run_engine_name(config_for(*rec.row, 1, 1));
-    const std::string family = resolve_engine(plan_engine).family;
-    std::vector<std::string> engines = {plan_engine};
-    for (const EngineProfile& e : builtin_engines()) {
-      if (e.family == family && e.name != plan_engine) engines.push_back(e.name);
-    }
-    for (const std::string& engine : engines) {
-      EngineSensitivity s;
-      s.engine = engine;
-      s.plan_engine = engine == plan_engine;
-      PlanRow alt;
-      if (s.plan_engine) {
-        alt = *rec.row;
-      } else {
-        alt.disaggregated = rec.row->disaggregated;
-        alt.gpu = rec.row->gpu;
-        alt.tp = rec.row->tp;
-        alt.dp = rec.row->dp;
-        alt.ep = rec.row->ep;
-        alt.price_per_hour = rec.row->price_per_hour;
-        alt.decode_gpu = rec.row->decode_gpu;
-        alt.decode_tp = rec.row->decode_tp;
-        alt.decode_price_per_hour = rec.row->decode_price_per_hour;
-        alt.engine = engine;
-        std::string ignored;
-        try {
-          plan_one(alt, ignored);
-        } catch (const UserError& why) {
-          alt.status = "error";
-        }
-      }
-      s.status = alt.status;
-      if (const auto count = criterion_count(alt, spec.recommend == "busiest-window")) {
-        std::tie(s.replicas, s.decode_replicas) = *count;
-        s.gpus = alt.gpus_at(s.replicas, s.decode_replicas);
-        s.cost_per_hour = alt.priced() ? alt.cost_at(s.replicas, s.decode_replicas) : 0;
-      } else if (s.status == "ok") {
-        s.status = "none";  // meets the whole workload, but nothing up to --max-replicas sustains its busiest window
-      }
-      plan.engines.push_back(s);
-    }
+  const PlanRecommendation rec = recommend(plan_);
+  if (rec.row == nullptr) return;
+  const std::string plan_engine = run_engine_name(config_for(*rec.row, 1, 1));
+  const std::string family = resolve_engine(plan_engine).family;
+  std::vector<std::string> engines = {plan_engine};
+  for (const EngineProfile& e : builtin_engines()) {
+    if (e.family == family && e.name != plan_engine) engines.push_back(e.name);
   }
+  for (const std::string& engine : engines) {
+    EngineSensitivity s;
+    s.engine = engine;
+    s.plan_engine = engine == plan_engine;
+    PlanRow alt;
+    if (s.plan_engine) {
+      alt = *rec.row;
+    } else {
+      alt.disaggregated = rec.row->disaggregated;
+      alt.gpu = rec.row->gpu;
+      alt.tp = rec.row->tp;
+      alt.dp = rec.row->dp;
+      alt.ep = rec.row->ep;
+      alt.price_per_hour = rec.row->price_per_hour;
+      alt.decode_gpu = rec.row->decode_gpu;
+      alt.decode_tp = rec.row->decode_tp;
+      alt.decode_price_per_hour = rec.row->decode_price_per_hour;
+      alt.engine = engine;
+      std::string ignored;
+      try {
+        plan_one(alt, ignored);
+      } catch (const UserError& why) {
+        alt.status = "error";
+      }
+    }
+    s.status = alt.status;
+    if (const auto count = criterion_count(alt, spec_.recommend == "busiest-window")) {
+      std::tie(s.replicas, s.decode_replicas) = *count;
+      s.gpus = alt.gpus_at(s.replicas, s.decode_replicas);
+      s.cost_per_hour = alt.priced() ? alt.cost_at(s.replicas, s.decode_replicas) : 0;
+    } else if (s.status == "ok") {
+      s.status = "none";  // meets the whole workload, but nothing up to --max-replicas sustains its busiest window
+    }
+    plan_.engines.push_back(s);
+  }
+}
+
+void Planner::add_trust() {
   // A datasheet or transferred profile says it was never measured.
-  for (const auto* list : {&spec.gpus, &spec.prefill_gpus, &spec.decode_gpus}) {
+  for (const auto* list : {&spec_.gpus, &spec_.prefill_gpus, &spec_.decode_gpus}) {
     for (const std::string& gpu : *list) {
-      if (!plan.trust.contains(gpu)) plan.trust[gpu] = trust_json(resolve_gpu(gpu));
+      if (!plan_.trust.contains(gpu)) plan_.trust[gpu] = trust_json(resolve_gpu(gpu));
     }
   }
+}
+
+}  // namespace
+
+PlanResult run_plan(const PlanSpec& spec, std::ostream& progress) {
+  check_spec(spec);
+  PlanResult plan;
+  plan.spec = spec;
+  Planner planner(spec, plan);
+  planner.prepare_workloads();
+  planner.add_candidates();
+  planner.plan_rows(progress);
+  planner.sort_rows();
+  planner.warn_rows();
+  planner.engine_sensitivity();
+  planner.add_trust();
   return plan;
 }
 
@@ -708,119 +797,134 @@ std::string recommendation_text(const PlanRecommendation& rec) {
 
 }  // namespace
 
-void print_plan(std::ostream& out, const PlanResult& plan) {
+namespace {
+
+// Which of print_plan's optional columns a plan shows.
+struct PlanColumns {
+  bool priced = false;        // some candidate has a price: $/hour and $/M output tokens
+  bool with_goodput = false;  // --goodput: attainment and goodput per GPU
+  bool layouts = false;       // a mixture of experts' layouts: DP and EP
+  size_t left_aligned = 2;    // the text columns (deployment, gpu)
+
+  explicit PlanColumns(const PlanResult& plan)
+      : priced(std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; })),
+        with_goodput(!plan.spec.base.goodput.empty()),
+        layouts(std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.dp > 1 || r.ep > 1; })),
+        left_aligned(plan.spec.disaggregated ? 3 : 2) {}
+};
+
+std::vector<std::string> plan_headers(const PlanResult& plan, const PlanColumns& columns) {
   const PlanSpec& spec = plan.spec;
-  const bool priced =
-      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.price_per_hour > 0; });
-  const bool with_goodput = !spec.base.goodput.empty();
   // A disaggregated row reads "h100-sxm / a100-80gb", "1 / 2", "3P+1D": prefill / decode.
   std::vector<std::string> headers;
   if (spec.disaggregated) headers.push_back("deployment");
-  // A mixture of experts' layouts add their DP and EP columns.
-  const bool layouts =
-      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.dp > 1 || r.ep > 1; });
   headers.insert(headers.end(), {"gpu", "tp"});
-  if (layouts) headers.insert(headers.end(), {"dp", "ep"});
+  if (columns.layouts) headers.insert(headers.end(), {"dp", "ep"});
   headers.insert(headers.end(), {"replicas", "GPUs"});
-  const size_t left_aligned = spec.disaggregated ? 3 : 2;
-  if (priced) headers.insert(headers.end(), {"$/hour", "$/M out tok"});
+  if (columns.priced) headers.insert(headers.end(), {"$/hour", "$/M out tok"});
   headers.push_back("out tok/s/GPU");
   for (const auto& [path, bound] : spec.slo)
     headers.push_back(fmt::format("{} (<= {})", slo_label(path), seconds_text(bound)));
-  if (with_goodput) {
+  if (columns.with_goodput) {
     headers.push_back(fmt::format("attainment (>= {:g}%)", 100 * spec.attainment));
     headers.push_back(fmt::format("goodput/GPU ({:g}%)", 100 * spec.attainment));
   }
   if (!plan.closed_loop) headers.push_back("busiest window");  // (closed-loop clients set their own load)
   headers.push_back("runs");
   headers.push_back("wall");
+  return headers;
+}
+
+// The cells after the layout's of a candidate that ran: replicas, GPUs, prices, throughput, the
+// SLO figures, goodput and the busiest window.
+void add_outcome_cells(std::vector<std::string>& cells, const PlanResult& plan, const PlanRow& r,
+                       const PlanColumns& columns, const std::string& most) {
+  const PlanSpec& spec = plan.spec;
+  cells.push_back(r.meets_slo() ? replicas_text(r) : most);
+  cells.push_back(r.meets_slo() ? std::to_string(r.total_gpus()) : "-");
+  if (columns.priced) {
+    const bool shown = r.priced() && r.meets_slo();
+    cells.push_back(shown ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
+    cells.push_back(shown && r.output_tokens_per_s > 0 ? fmt::format("{:.3f}", r.usd_per_million_output_tokens())
+                                                       : "-");
+  }
+  cells.push_back(r.meets_slo() ? fmt::format("{:.0f}", r.tokens_per_s_per_gpu()) : "-");
+  for (size_t i = 0; i < spec.slo.size(); ++i) {
+    cells.push_back(fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
+  }
+  if (columns.with_goodput) {
+    cells.push_back(fmt::format("{:.1f}%", 100 * r.attainment));
+    cells.push_back(r.goodput ? goodput_text(*r.goodput) : "-");
+  }
+  if (!plan.closed_loop) {
+    cells.push_back(!r.busy_window_checked       ? (r.meets_slo() ? "not a burst" : "-")
+                    : r.busy_window_ok           ? "sustained"
+                    : r.busy_window_replicas > 0 ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas,
+                                                                                         r.busy_window_decode_replicas))
+                                                 : "needs " + most);
+  }
+}
+
+std::vector<std::string> plan_cells(const PlanResult& plan, const PlanRow& r, const PlanColumns& columns) {
+  const PlanSpec& spec = plan.spec;
+  std::vector<std::string> cells;
+  if (spec.disaggregated) cells.push_back(r.disaggregated ? "prefill/decode" : "colocated");
+  if (!r.disaggregated) {
+    cells.insert(cells.end(), {r.gpu, std::to_string(r.tp)});
+  } else {
+    cells.push_back(r.gpu == r.decode_gpu ? r.gpu : fmt::format("{} / {}", r.gpu, r.decode_gpu));
+    cells.push_back(fmt::format("{} / {}", r.tp, r.decode_tp));
+  }
+  if (columns.layouts) {
+    cells.push_back(r.disaggregated ? "-" : std::to_string(r.dp));
+    cells.push_back(r.disaggregated ? "-" : std::to_string(r.ep));
+  }
+  const std::string most =
+      r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
+  if (r.status == "error") {
+    // "cannot run" in the busiest-window column, or in the replicas' where it has none.
+    cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
+    if (columns.priced) cells.insert(cells.end(), {"-", "-"});
+    cells.push_back("-");
+    for (size_t i = 0; i < spec.slo.size() + (columns.with_goodput ? 2 : 0); ++i) cells.push_back("-");
+    if (!plan.closed_loop) cells.push_back("cannot run");
+  } else {
+    add_outcome_cells(cells, plan, r, columns, most);
+  }
+  cells.push_back(std::to_string(r.runs));
+  cells.push_back(fmt::format("{:.1f} s", r.wall_s));
+  return cells;
+}
+
+void print_recommendation(std::ostream& out, const PlanResult& plan) {
+  const PlanRecommendation rec = recommend(plan);
+  if (rec.row == nullptr) {
+    fmt::print(out, "recommendation: none: no deployment up to --max-replicas meets {}\n", rec.condition);
+    return;
+  }
+  fmt::print(out, "recommendation: {}: {}\n", recommendation_text(rec), rec.criterion);
+  if (plan.engines.size() > 1) {
+    std::vector<std::string> parts;
+    for (const EngineSensitivity& s : plan.engines) {
+      parts.push_back(fmt::format("{}{} {}", s.engine, s.plan_engine ? " (planned)" : "",
+                                  s.status == "ok"      ? fmt::format("{} GPUs", s.gpus)
+                                  : s.status == "error" ? std::string("cannot run")
+                                                        : fmt::format("> {} replicas", plan.spec.max_replicas)));
+    }
+    fmt::print(out, "on the engine's other profiles the same deployment needs: {}\n", fmt::join(parts, ", "));
+  }
+}
+
+}  // namespace
+
+void print_plan(std::ostream& out, const PlanResult& plan) {
+  const PlanColumns columns(plan);
   std::vector<std::vector<std::string>> rows;
-  for (const PlanRow& r : plan.rows) {
-    std::vector<std::string> cells;
-    if (spec.disaggregated) cells.push_back(r.disaggregated ? "prefill/decode" : "colocated");
-    if (!r.disaggregated) {
-      cells.insert(cells.end(), {r.gpu, std::to_string(r.tp)});
-    } else {
-      cells.push_back(r.gpu == r.decode_gpu ? r.gpu : fmt::format("{} / {}", r.gpu, r.decode_gpu));
-      cells.push_back(fmt::format("{} / {}", r.tp, r.decode_tp));
-    }
-    if (layouts) {
-      cells.push_back(r.disaggregated ? "-" : std::to_string(r.dp));
-      cells.push_back(r.disaggregated ? "-" : std::to_string(r.ep));
-    }
-    const std::string most =
-        r.disaggregated ? fmt::format("> {0}P+{0}D", spec.max_replicas) : fmt::format("> {}", spec.max_replicas);
-    if (r.status == "error") {
-      // "cannot run" in the busiest-window column, or in the replicas' where it has none.
-      cells.insert(cells.end(), {plan.closed_loop ? "cannot run" : "-", "-"});
-      if (priced) cells.insert(cells.end(), {"-", "-"});
-      cells.push_back("-");
-      for (size_t i = 0; i < spec.slo.size() + (with_goodput ? 2 : 0); ++i) cells.push_back("-");
-      if (!plan.closed_loop) cells.push_back("cannot run");
-    } else {
-      cells.push_back(r.meets_slo() ? replicas_text(r) : most);
-      cells.push_back(r.meets_slo() ? std::to_string(r.total_gpus()) : "-");
-      if (priced) {
-        const bool shown = r.priced() && r.meets_slo();
-        cells.push_back(shown ? fmt::format("{:.2f}", r.cost_per_hour()) : "-");
-        cells.push_back(shown && r.output_tokens_per_s > 0 ? fmt::format("{:.3f}", r.usd_per_million_output_tokens())
-                                                           : "-");
-      }
-      cells.push_back(r.meets_slo() ? fmt::format("{:.0f}", r.tokens_per_s_per_gpu()) : "-");
-      for (size_t i = 0; i < spec.slo.size(); ++i) {
-        cells.push_back(
-            fmt::format("{} ({})", seconds_text(r.values[i]), margin_text(r.values[i], spec.slo[i].second)));
-      }
-      if (with_goodput) {
-        cells.push_back(fmt::format("{:.1f}%", 100 * r.attainment));
-        cells.push_back(r.goodput ? goodput_text(*r.goodput) : "-");
-      }
-      if (!plan.closed_loop) {
-        cells.push_back(
-            !r.busy_window_checked ? (r.meets_slo() ? "not a burst" : "-")
-            : r.busy_window_ok     ? "sustained"
-            : r.busy_window_replicas > 0
-                ? fmt::format("needs {}", replicas_text(r, r.busy_window_replicas, r.busy_window_decode_replicas))
-                : "needs " + most);
-      }
-    }
-    cells.push_back(std::to_string(r.runs));
-    cells.push_back(fmt::format("{:.1f} s", r.wall_s));
-    rows.push_back(std::move(cells));
-  }
-  std::vector<size_t> width(headers.size());
-  for (size_t i = 0; i < headers.size(); ++i) {
-    width[i] = headers[i].size();
-    for (const auto& r : rows) width[i] = std::max(width[i], r[i].size());
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      s += i < left_aligned ? fmt::format("{:<{}}  ", cells[i], width[i]) : fmt::format("{:>{}}  ", cells[i], width[i]);
-    }
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    fmt::print(out, "{}\n", s);
-  };
+  for (const PlanRow& r : plan.rows) rows.push_back(plan_cells(plan, r, columns));
   fmt::print(out, "plan: {} on {} requests ({}), {}\n", plan.spec.base.model, plan.requests, plan.workload,
              offered_load_text(plan));
-  line(headers);
-  for (const auto& r : rows) line(r);
-  const PlanRecommendation rec = recommend(plan);
-  if (rec.row != nullptr) {
-    fmt::print(out, "recommendation: {}: {}\n", recommendation_text(rec), rec.criterion);
-    if (plan.engines.size() > 1) {
-      std::vector<std::string> parts;
-      for (const EngineSensitivity& s : plan.engines) {
-        parts.push_back(fmt::format("{}{} {}", s.engine, s.plan_engine ? " (planned)" : "",
-                                    s.status == "ok"      ? fmt::format("{} GPUs", s.gpus)
-                                    : s.status == "error" ? std::string("cannot run")
-                                                          : fmt::format("> {} replicas", spec.max_replicas)));
-      }
-      fmt::print(out, "on the engine's other profiles the same deployment needs: {}\n", fmt::join(parts, ", "));
-    }
-  } else {
-    fmt::print(out, "recommendation: none: no deployment up to --max-replicas meets {}\n", rec.condition);
-  }
+  render_text_table(out, plan_headers(plan, columns), rows, columns.left_aligned);
+  print_recommendation(out, plan);
   for (const auto& [gpu, trust] : plan.trust.items()) fmt::print(out, "{}\n", trust_line(trust));
   for (const std::string& w : plan.warnings) fmt::print(out, "warning: {}\n", w);
 }
@@ -907,94 +1011,93 @@ void write_trust_section(std::ostream& out, const PlanResult& plan) {
 
 }  // namespace
 
-void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::ostream& progress) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
-  fs::remove_all(dir / "figures");
-  const PlanSpec& spec = plan.spec;
-  const bool with_goodput = !spec.base.goodput.empty();
-  std::vector<ordered_json> csv_rows;
-  ordered_json rows = ordered_json::array();
-  for (const PlanRow& r : plan.rows) {
-    ordered_json row;
-    // With --disaggregated every row says what it is; a disaggregated one's gpu and tp are its
-    // prefill pool's, replicas the split's P + D.
-    if (spec.disaggregated) row["deployment"] = r.disaggregated ? "disaggregated" : "colocated";
-    row["gpu"] = r.gpu;
-    row["tp"] = r.tp;
-    if (spec.dps != std::vector<int>{1} || spec.eps != std::vector<int>{1}) {
-      row["dp"] = r.dp;
-      row["ep"] = r.ep;
-    }
-    row["replicas"] = r.replicas + r.decode_replicas;
-    if (spec.disaggregated) {
-      row["prefill_replicas"] = r.disaggregated ? r.replicas : 0;
-      row["decode_replicas"] = r.decode_replicas;
-      row["decode_gpu"] = r.decode_gpu;
-      row["decode_tp"] = r.decode_tp;
-      row["decode_price_per_hour"] =
-          r.decode_price_per_hour > 0 ? ordered_json(r.decode_price_per_hour) : ordered_json();
-    }
-    row["total_gpus"] = r.total_gpus();
-    row["meets_slo"] = r.meets_slo();
-    row["status"] = r.status;
-    // Unknown prices are empty (null), not $0: a free GPU is not what the plan knows.
-    row["price_per_hour"] = r.price_per_hour > 0 ? ordered_json(r.price_per_hour) : ordered_json();
-    row["cost_per_hour"] = r.priced() ? ordered_json(r.cost_per_hour()) : ordered_json();
-    row["output_tokens_per_s"] = r.output_tokens_per_s;
-    row["output_tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu();
-    row["usd_per_million_output_tokens"] =
-        r.priced() && r.output_tokens_per_s > 0 ? ordered_json(r.usd_per_million_output_tokens()) : ordered_json();
-    ordered_json slo = ordered_json::object();
-    for (size_t i = 0; i < spec.slo.size() && i < r.values.size(); ++i) {
-      slo[spec.slo[i].first] = {{"value", r.values[i]},
-                                {"margin_percent", margin_percent(r.values[i], spec.slo[i].second)}};
-    }
-    row["slo"] = slo;
-    if (with_goodput) {
-      row["attainment"] = r.attainment;
-      // DistServe's per-GPU goodput (OSDI'24 section 2.2) of the answer; null when there is none.
-      ordered_json g = nullptr;
-      if (r.goodput) {
-        g = {{"status", r.goodput->status},
-             {"speedup", r.goodput->speedup},
-             {"rate_rps", r.goodput->rate_rps},
-             {"per_gpu_rps", r.goodput->per_gpu_rps},
-             {"bracket_low_speedup", r.goodput->bracket_low},
-             {"bracket_high_speedup", r.goodput->bracket_high}};
-      }
-      row["goodput"] = g;
-    }
-    row["busy_window_checked"] = r.busy_window_checked;
-    row["busy_window_sustained"] = r.busy_window_ok;
-    row["busy_window_replicas"] = r.busy_window_replicas;
-    if (spec.disaggregated) row["busy_window_decode_replicas"] = r.busy_window_decode_replicas;
-    row["runs"] = r.runs;
-    row["wall_s"] = r.wall_s;
-    row["error"] = r.error;
-    csv_rows.push_back(row);
-    ordered_json probes = ordered_json::array();
-    for (const PlanProbe& p : r.probes) {
-      ordered_json probe = {{"replicas", p.replicas}};
-      if (r.disaggregated) probe["decode_replicas"] = p.decode_replicas;
-      probe["gpus"] = r.gpus_at(p.replicas, p.decode_replicas);
-      probe["output_tokens_per_s"] = p.output_tokens_per_s;
-      probe["meets"] = p.meets;
-      probe["values"] = p.values;
-      if (with_goodput) probe["attainment"] = p.attainment;
-      probes.push_back(std::move(probe));
-    }
-    row["probes"] = probes;
-    if (r.goodput) {
-      ordered_json gp = ordered_json::array();
-      for (const auto& [speedup, attained] : r.goodput->probes)
-        gp.push_back({{"speedup", speedup}, {"attainment", attained}});
-      row["goodput"]["probes"] = gp;
-    }
-    rows.push_back(std::move(row));
+namespace {
+
+// plan.csv's row of a candidate (plan.json's before its probes).
+ordered_json plan_row_json(const PlanSpec& spec, const PlanRow& r, bool with_goodput) {
+  ordered_json row;
+  // With --disaggregated every row says what it is; a disaggregated one's gpu and tp are its
+  // prefill pool's, replicas the split's P + D.
+  if (spec.disaggregated) row["deployment"] = r.disaggregated ? "disaggregated" : "colocated";
+  row["gpu"] = r.gpu;
+  row["tp"] = r.tp;
+  if (spec.dps != std::vector<int>{1} || spec.eps != std::vector<int>{1}) {
+    row["dp"] = r.dp;
+    row["ep"] = r.ep;
   }
-  write_flat_csv(dir / "plan.csv", csv_rows);
+  row["replicas"] = r.replicas + r.decode_replicas;
+  if (spec.disaggregated) {
+    row["prefill_replicas"] = r.disaggregated ? r.replicas : 0;
+    row["decode_replicas"] = r.decode_replicas;
+    row["decode_gpu"] = r.decode_gpu;
+    row["decode_tp"] = r.decode_tp;
+    row["decode_price_per_hour"] = r.decode_price_per_hour > 0 ? ordered_json(r.decode_price_per_hour) : ordered_json();
+  }
+  row["total_gpus"] = r.total_gpus();
+  row["meets_slo"] = r.meets_slo();
+  row["status"] = r.status;
+  // Unknown prices are empty (null), not $0: a free GPU is not what the plan knows.
+  row["price_per_hour"] = r.price_per_hour > 0 ? ordered_json(r.price_per_hour) : ordered_json();
+  row["cost_per_hour"] = r.priced() ? ordered_json(r.cost_per_hour()) : ordered_json();
+  row["output_tokens_per_s"] = r.output_tokens_per_s;
+  row["output_tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu();
+  row["usd_per_million_output_tokens"] =
+      r.priced() && r.output_tokens_per_s > 0 ? ordered_json(r.usd_per_million_output_tokens()) : ordered_json();
+  ordered_json slo = ordered_json::object();
+  for (size_t i = 0; i < spec.slo.size() && i < r.values.size(); ++i) {
+    slo[spec.slo[i].first] = {{"value", r.values[i]},
+                              {"margin_percent", margin_percent(r.values[i], spec.slo[i].second)}};
+  }
+  row["slo"] = slo;
+  if (with_goodput) {
+    row["attainment"] = r.attainment;
+    // DistServe's per-GPU goodput (OSDI'24 section 2.2) of the answer; null when there is none.
+    ordered_json g = nullptr;
+    if (r.goodput) {
+      g = {{"status", r.goodput->status},
+           {"speedup", r.goodput->speedup},
+           {"rate_rps", r.goodput->rate_rps},
+           {"per_gpu_rps", r.goodput->per_gpu_rps},
+           {"bracket_low_speedup", r.goodput->bracket_low},
+           {"bracket_high_speedup", r.goodput->bracket_high}};
+    }
+    row["goodput"] = g;
+  }
+  row["busy_window_checked"] = r.busy_window_checked;
+  row["busy_window_sustained"] = r.busy_window_ok;
+  row["busy_window_replicas"] = r.busy_window_replicas;
+  if (spec.disaggregated) row["busy_window_decode_replicas"] = r.busy_window_decode_replicas;
+  row["runs"] = r.runs;
+  row["wall_s"] = r.wall_s;
+  row["error"] = r.error;
+  return row;
+}
+
+// plan.json's additions to a candidate's row: every probe, and the goodput search's.
+void add_probes_json(ordered_json& row, const PlanRow& r, bool with_goodput) {
+  ordered_json probes = ordered_json::array();
+  for (const PlanProbe& p : r.probes) {
+    ordered_json probe = {{"replicas", p.replicas}};
+    if (r.disaggregated) probe["decode_replicas"] = p.decode_replicas;
+    probe["gpus"] = r.gpus_at(p.replicas, p.decode_replicas);
+    probe["output_tokens_per_s"] = p.output_tokens_per_s;
+    probe["meets"] = p.meets;
+    probe["values"] = p.values;
+    if (with_goodput) probe["attainment"] = p.attainment;
+    probes.push_back(std::move(probe));
+  }
+  row["probes"] = probes;
+  if (r.goodput) {
+    ordered_json gp = ordered_json::array();
+    for (const auto& [speedup, attained] : r.goodput->probes)
+      gp.push_back({{"speedup", speedup}, {"attainment", attained}});
+    row["goodput"]["probes"] = gp;
+  }
+}
+
+// plan.json's account of what was planned: SLOs, base run, candidates, workload, window.
+ordered_json plan_spec_json(const PlanResult& plan, bool with_goodput) {
+  const PlanSpec& spec = plan.spec;
   ordered_json j;
   ordered_json slo = ordered_json::object();
   for (const auto& [path, bound] : spec.slo) slo[path] = bound;
@@ -1031,8 +1134,11 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                          {"end_s", plan.busiest.end_s},
                          {"arrivals", plan.busiest.arrivals},
                          {"rate_rps", plan.busiest.rate_rps}};
-  j["rows"] = rows;
-  j["trust"] = plan.trust;
+  return j;
+}
+
+ordered_json recommendation_json(const PlanResult& plan) {
+  const PlanSpec& spec = plan.spec;
   const PlanRecommendation rec = recommend(plan);
   ordered_json recommendation = {{"criterion", rec.criterion}, {"mode", spec.recommend}};
   if (rec.row != nullptr) {
@@ -1062,7 +1168,10 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   } else {
     recommendation["text"] = nullptr;
   }
-  j["recommendation"] = recommendation;
+  return recommendation;
+}
+
+ordered_json engine_sensitivity_json(const PlanResult& plan) {
   ordered_json engines = ordered_json::array();
   for (const EngineSensitivity& s : plan.engines) {
     engines.push_back({{"engine", s.engine},
@@ -1073,15 +1182,11 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
                        {"gpus", s.gpus},
                        {"cost_per_hour", s.cost_per_hour > 0 ? ordered_json(s.cost_per_hour) : ordered_json()}});
   }
-  j["engine_sensitivity"] = engines;
-  write_pareto(plan, dir / "pareto.csv");
-  j["warnings"] = plan.warnings;
-  {
-    auto out = open_for_write(dir / "plan.json");
-    out << j.dump(2) << "\n";
-  }
-  const std::string note =
-      draw_figures(dir, plots, fmt::format("python3 plots/make_figures.py {}", dir.string()), progress);
+  return engines;
+}
+
+void write_plan_report(const PlanResult& plan, const fs::path& dir, bool with_goodput, const std::string& note) {
+  const PlanSpec& spec = plan.spec;
   auto out = open_for_write(dir / "report.md");
   std::vector<std::string> bounds;
   for (const auto& [path, bound] : spec.slo) bounds.push_back(fmt::format("`{}` <= {}", path, seconds_text(bound)));
@@ -1137,6 +1242,40 @@ void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::os
   write_trust_section(out, plan);
   out << "Files: `plan.csv` (one row per GPU and TP), `plan.json` (the same with every probe), `pareto.csv` "
          "(every probe's GPUs, cost and SLO figures; `pareto` marks those no other probe beats on all of them).\n";
+}
+
+}  // namespace
+
+void write_plan(const PlanResult& plan, const fs::path& dir, bool plots, std::ostream& progress) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", dir.string(), ec.message()));
+  fs::remove_all(dir / "figures");
+  const PlanSpec& spec = plan.spec;
+  const bool with_goodput = !spec.base.goodput.empty();
+  std::vector<ordered_json> csv_rows;
+  ordered_json rows = ordered_json::array();
+  for (const PlanRow& r : plan.rows) {
+    ordered_json row = plan_row_json(spec, r, with_goodput);
+    csv_rows.push_back(row);
+    add_probes_json(row, r, with_goodput);
+    rows.push_back(std::move(row));
+  }
+  write_flat_csv(dir / "plan.csv", csv_rows);
+  ordered_json j = plan_spec_json(plan, with_goodput);
+  j["rows"] = rows;
+  j["trust"] = plan.trust;
+  j["recommendation"] = recommendation_json(plan);
+  j["engine_sensitivity"] = engine_sensitivity_json(plan);
+  write_pareto(plan, dir / "pareto.csv");
+  j["warnings"] = plan.warnings;
+  {
+    auto out = open_for_write(dir / "plan.json");
+    out << j.dump(2) << "\n";
+  }
+  const std::string note =
+      draw_figures(dir, plots, fmt::format("python3 plots/make_figures.py {}", dir.string()), progress);
+  write_plan_report(plan, dir, with_goodput, note);
 }
 
 }  // namespace batchsim

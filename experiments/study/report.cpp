@@ -1,4 +1,5 @@
 #include "experiments/study/report.h"
+#include "experiments/study/text_table.h"
 
 #include <algorithm>
 #include <cmath>
@@ -138,31 +139,7 @@ void render_markdown(std::ostream& out, const Table& t) {
   out << '\n';
 }
 
-size_t display_width(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;  // count UTF-8 code points (the en dash)
-  return n;
-}
-
-void render_text(std::ostream& out, const Table& t) {
-  std::vector<size_t> width(t.headers.size(), 0);
-  auto measure = [&](const std::vector<std::string>& r) {
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], display_width(r[i]));
-  };
-  measure(t.headers);
-  for (const auto& r : t.rows) measure(r);
-  auto line = [&](const std::vector<std::string>& r) {
-    std::string s;
-    for (size_t i = 0; i < r.size(); ++i) {
-      const std::string pad(width[i] - display_width(r[i]), ' ');
-      s += i < 2 ? r[i] + pad : pad + r[i];
-      s += i + 1 < r.size() ? "  " : "";
-    }
-    out << s << '\n';
-  };
-  line(t.headers);
-  for (const auto& r : t.rows) line(r);
-}
+void render_text(std::ostream& out, const Table& t) { render_text_table(out, t.headers, t.rows, 2); }
 
 bool is_capacity(const ResultSet& results) {
   return results.experiment.contains("capacity") && !results.experiment["capacity"].is_null();
