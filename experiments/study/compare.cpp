@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -428,217 +429,294 @@ std::string find_plot_python() {
   return found;
 }
 
-ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std::ostream& progress) {
-  if (const fs::path& trace = e.base.chrome_trace; !trace.empty()) {
-    if (trace != trace.filename()) {
-      throw UserError(
-          fmt::format("chrome-trace {}: in an experiment give a file name: each run writes "
-                      "its trace as runs/<run>/{}",
-                      trace.string(), trace.filename().string()));
-    }
-    if (options.out.empty()) {
-      throw UserError("chrome-trace: each run's trace goes into its folder under --out; give --out DIR");
-    }
+namespace {
+
+void check_chrome_trace(const Experiment& e, const CompareOptions& options) {
+  const fs::path& trace = e.base.chrome_trace;
+  if (trace.empty()) return;
+  if (trace != trace.filename()) {
+    throw UserError(
+        fmt::format("chrome-trace {}: in an experiment give a file name: each run writes "
+                    "its trace as runs/<run>/{}",
+                    trace.string(), trace.filename().string()));
   }
-  const std::vector<PlannedRun> planned = expand_runs(e);
-  std::vector<const PlannedRun*> mine;
-  for (const PlannedRun& run : planned) {
-    if (run.index % options.shard_count == options.shard_index) mine.push_back(&run);
+  if (options.out.empty()) {
+    throw UserError("chrome-trace: each run's trace goes into its folder under --out; give --out DIR");
   }
-  const bool write = !options.out.empty();
-  const fs::path runs_dir = write ? options.out / "runs" : fs::path();
-  const fs::path capacity_dir = write ? options.out / "capacity" : fs::path();
-  if (write) {
-    prepare_out_dir(options.out);
-    fs::create_directories(runs_dir);
-    if (e.capacity) fs::create_directories(capacity_dir);
+}
+
+// One probe of a capacity search: the combination's run with the searched quantity set by the
+// callback; whether it met the SLOs.
+using ProbeWith = std::function<bool(const std::function<void(PlannedRun&)>&)>;
+
+// What a capacity search found, for its capacity/<run>.json and its progress line.
+struct CapacityFound {
+  ordered_json capacity;
+  std::string line;
+};
+
+// run_experiment's sweep over this shard's combinations: each one a run, or a capacity search
+// over runs, on several threads at once. A combination writes only its own slots of
+// run_summaries_ and capacities_; progress lines are serialised.
+class Sweep {
+ public:
+  Sweep(const Experiment& e, const CompareOptions& options, std::ostream& progress,
+        const std::vector<PlannedRun>& planned)
+      : e_(e), options_(options), progress_(progress) {
+    for (const PlannedRun& run : planned) {
+      if (run.index % options.shard_count == options.shard_index) mine_.push_back(&run);
+    }
+    if (!options.out.empty()) {
+      runs_dir_ = options.out / "runs";
+      if (e.capacity) capacity_dir_ = options.out / "capacity";
+    }
+    run_summaries_.resize(mine_.size());
+    capacities_.resize(mine_.size());
   }
 
+  size_t size() const { return mine_.size(); }
+  void share_workloads();
+  void run_all(size_t planned);
+  void collect(ResultSet& results);
+
+ private:
+  void report(const std::string& line, const std::vector<std::string>& warnings);
+  void run_one(size_t i);
+  void search_capacity(size_t i);
+  CapacityFound search_replicas(const PlannedRun& run, const ProbeWith& probe_with, double& wall_s) const;
+  CapacityFound search_rate(const PlannedRun& run, const ProbeWith& probe_with, double& wall_s) const;
+  void record_failure(size_t i, const std::string& why);
+
+  const Experiment& e_;
+  const CompareOptions& options_;
+  std::ostream& progress_;
+  std::vector<const PlannedRun*> mine_;
+  fs::path runs_dir_, capacity_dir_;
+  std::vector<SharedWorkload> workloads_;
+  std::vector<std::vector<ordered_json>> run_summaries_;
+  std::vector<ordered_json> capacities_;
+  std::mutex progress_mutex_;
+  size_t finished_ = 0;
+};
+
+void Sweep::share_workloads() {
   // Every combination with the same workload spec (seed included) gets the very same request
   // sequence: built once here, shared read-only by the threads.
   // A workload that cannot be built fails the combinations that use it, not the sweep.
-  std::vector<SharedWorkload> workloads;
-  if (!e.capacity) {
-    for (const PlannedRun* run : mine) {
-      if (find_workload(workloads, run->config.workload) != nullptr) continue;
-      SharedWorkload& w = workloads.emplace_back();
-      w.spec = run->config.workload;
-      try {
-        BuiltWorkload built = build_workload(w.spec);
-        for (const auto& warning : built.warnings) fmt::print(progress, "batchsim: warning: {}\n", warning);
-        w.built = std::make_shared<const BuiltWorkload>(std::move(built));
-      } catch (const UserError& why) {
-        w.error = why.what();
-      }
+  if (e_.capacity) return;
+  for (const PlannedRun* run : mine_) {
+    if (find_workload(workloads_, run->config.workload) != nullptr) continue;
+    SharedWorkload& w = workloads_.emplace_back();
+    w.spec = run->config.workload;
+    try {
+      BuiltWorkload built = build_workload(w.spec);
+      for (const auto& warning : built.warnings) fmt::print(progress_, "batchsim: warning: {}\n", warning);
+      w.built = std::make_shared<const BuiltWorkload>(std::move(built));
+    } catch (const UserError& why) {
+      w.error = why.what();
     }
   }
+}
 
-  ResultSet results;
-  results.experiment = experiment_json(e, static_cast<int64_t>(planned.size()));
-  results.experiment_yaml = e.source_text;
-  std::vector<std::vector<ordered_json>> run_summaries(mine.size());
-  std::vector<ordered_json> capacities(mine.size());
+void Sweep::report(const std::string& line, const std::vector<std::string>& warnings) {
+  std::lock_guard<std::mutex> lock(progress_mutex_);
+  const size_t n = ++finished_;
+  fmt::print(progress_, "[{:>{}}/{}] {}\n", n, std::to_string(mine_.size()).size(), mine_.size(), line);
+  for (size_t i = 0; i < std::min<size_t>(warnings.size(), 3); ++i) {
+    fmt::print(progress_, "    warning: {}\n", warnings[i]);
+  }
+}
 
-  std::mutex progress_mutex;
-  std::atomic<size_t> finished{0};
-  auto report = [&](const std::string& line, const std::vector<std::string>& warnings) {
-    std::lock_guard<std::mutex> lock(progress_mutex);
-    const size_t n = ++finished;
-    fmt::print(progress, "[{:>{}}/{}] {}\n", n, std::to_string(mine.size()).size(), mine.size(), line);
-    for (size_t i = 0; i < std::min<size_t>(warnings.size(), 3); ++i) {
-      fmt::print(progress, "    warning: {}\n", warnings[i]);
+// One combination: a run, or a capacity search over runs.
+void Sweep::run_one(size_t i) {
+  if (e_.capacity) {
+    search_capacity(i);
+    return;
+  }
+  const PlannedRun& run = *mine_[i];
+  const SharedWorkload& shared = *find_workload(workloads_, run.config.workload);
+  if (!shared.error.empty()) throw UserError(shared.error);
+  const BuiltWorkload& workload = *shared.built;
+  RunDone done = execute(e_, run, workload, runs_dir_);
+  const auto& s = done.summary;
+  report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,
+                     s["throughput"]["output_tokens_per_s"].get<double>(), s["latency"]["e2e_s"]["p50"].get<double>(),
+                     done.wall_s),
+         done.warnings);
+  run_summaries_[i].push_back(std::move(done.summary));
+}
+
+void Sweep::search_capacity(size_t i) {
+  const PlannedRun& run = *mine_[i];
+  double wall_s = 0;
+  int probe_index = 0;
+  std::vector<std::string> warnings;
+  const CapacitySpec& spec = *e_.capacity;
+  // The base workload of a replicas search is the same for every probe: built once.
+  std::optional<BuiltWorkload> fixed;
+  if (spec.search == "replicas") fixed = build_workload(run.config.workload);
+  // One probe: the combination's run with the searched quantity set.
+  auto probe_with = [&](const std::function<void(PlannedRun&)>& set) {
+    PlannedRun probe = run;
+    set(probe);
+    probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
+    BuiltWorkload built = fixed ? BuiltWorkload{} : build_workload(probe.config.workload);
+    const BuiltWorkload& workload = fixed ? *fixed : built;
+    // A sped-up trace's rate is its mean arrival rate: what the figures plot it against.
+    if (spec.search == "trace-speedup") probe.rate = mean_arrival_rate(workload.requests);
+    RunDone done = execute(e_, probe, workload, runs_dir_, probe_index);
+    if (probe_index == 0) {
+      // Every probe reads the same trace rows; say what was adjusted in them once.
+      warnings = workload.warnings;
+      warnings.insert(warnings.end(), done.warnings.begin(), done.warnings.end());
     }
+    ++probe_index;
+    wall_s += done.wall_s;
+    const bool ok = evaluate_slo(done.summary, spec.slo).met;  // run --slo's verdict
+    run_summaries_[i].push_back(std::move(done.summary));
+    return ok;
   };
-  // One combination: a run, or a capacity search over runs.
-  auto run_one = [&](size_t i) {
-    const PlannedRun& run = *mine[i];
-    if (!e.capacity) {
-      const SharedWorkload& shared = *find_workload(workloads, run.config.workload);
-      if (!shared.error.empty()) throw UserError(shared.error);
-      const BuiltWorkload& workload = *shared.built;
-      RunDone done = execute(e, run, workload, runs_dir);
-      const auto& s = done.summary;
-      report(fmt::format("{}: {:.1f} output tok/s, e2e p50 {:.2f} s ({:.2f} s wall)", run.name,
-                         s["throughput"]["output_tokens_per_s"].get<double>(),
-                         s["latency"]["e2e_s"]["p50"].get<double>(), done.wall_s),
-             done.warnings);
-      run_summaries[i].push_back(std::move(done.summary));
-    } else {
-      double wall_s = 0;
-      int probe_index = 0;
-      std::vector<std::string> warnings;
-      const CapacitySpec& spec = *e.capacity;
-      // The base workload of a replicas search is the same for every probe: built once.
-      std::optional<BuiltWorkload> fixed;
-      if (spec.search == "replicas") fixed = build_workload(run.config.workload);
-      // One probe: the combination's run with the searched quantity set.
-      auto probe_with = [&](const std::function<void(PlannedRun&)>& set) {
-        PlannedRun probe = run;
-        set(probe);
-        probe.name = fmt::format("{}_q{:02d}", run.name, probe_index);
-        BuiltWorkload built = fixed ? BuiltWorkload{} : build_workload(probe.config.workload);
-        const BuiltWorkload& workload = fixed ? *fixed : built;
-        // A sped-up trace's rate is its mean arrival rate: what the figures plot it against.
-        if (spec.search == "trace-speedup") probe.rate = mean_arrival_rate(workload.requests);
-        RunDone done = execute(e, probe, workload, runs_dir, probe_index);
-        if (probe_index == 0) {
-          // Every probe reads the same trace rows; say what was adjusted in them once.
-          warnings = workload.warnings;
-          warnings.insert(warnings.end(), done.warnings.begin(), done.warnings.end());
-        }
-        ++probe_index;
-        wall_s += done.wall_s;
-        const bool ok = evaluate_slo(done.summary, spec.slo).met;  // run --slo's verdict
-        run_summaries[i].push_back(std::move(done.summary));
-        return ok;
-      };
-      ordered_json c;
-      c["experiment"] = experiment_block(e, run);
-      std::string line;
-      if (spec.search == "replicas") {
-        const CountSearch found = find_fewest(
-            spec.max_replicas, [&](int n) { return probe_with([&](PlannedRun& p) { p.config.replicas = n; }); });
-        ordered_json counts = ordered_json::array(), met = ordered_json::array();
-        for (const auto& p : found.probes) {
-          counts.push_back(p.count);
-          met.push_back(p.meets);
-        }
-        c["capacity"] = {{"searched", "replicas"},
-                         {"replicas", found.count},
-                         {"status", found.count > 0 ? "ok" : "above-range"},
-                         {"max_replicas", spec.max_replicas},
-                         {"probes", found.probes.size()},
-                         {"probe_replicas", counts},
-                         {"probe_met", met}};
-        line = found.count > 0
-                   ? fmt::format("{}: fewest replicas {}", run.name, found.count)
-                   : fmt::format("{}: no replica count up to {} meets the SLO", run.name, spec.max_replicas);
-        line += fmt::format(" ({} probes, {:.2f} s wall)", found.probes.size(), wall_s);
+  CapacityFound found =
+      spec.search == "replicas" ? search_replicas(run, probe_with, wall_s) : search_rate(run, probe_with, wall_s);
+  ordered_json c;
+  c["experiment"] = experiment_block(e_, run);
+  c["capacity"] = std::move(found.capacity);
+  if (!capacity_dir_.empty()) write_text(capacity_dir_ / (run.name + ".json"), c.dump(2) + "\n");
+  capacities_[i] = std::move(c);
+  report(found.line, warnings);
+}
+
+CapacityFound Sweep::search_replicas(const PlannedRun& run, const ProbeWith& probe_with, double& wall_s) const {
+  const CapacitySpec& spec = *e_.capacity;
+  const CountSearch found =
+      find_fewest(spec.max_replicas, [&](int n) { return probe_with([&](PlannedRun& p) { p.config.replicas = n; }); });
+  ordered_json counts = ordered_json::array(), met = ordered_json::array();
+  for (const auto& p : found.probes) {
+    counts.push_back(p.count);
+    met.push_back(p.meets);
+  }
+  CapacityFound r;
+  r.capacity = {{"searched", "replicas"},
+                {"replicas", found.count},
+                {"status", found.count > 0 ? "ok" : "above-range"},
+                {"max_replicas", spec.max_replicas},
+                {"probes", found.probes.size()},
+                {"probe_replicas", counts},
+                {"probe_met", met}};
+  r.line = found.count > 0 ? fmt::format("{}: fewest replicas {}", run.name, found.count)
+                           : fmt::format("{}: no replica count up to {} meets the SLO", run.name, spec.max_replicas);
+  r.line += fmt::format(" ({} probes, {:.2f} s wall)", found.probes.size(), wall_s);
+  return r;
+}
+
+CapacityFound Sweep::search_rate(const PlannedRun& run, const ProbeWith& probe_with, double& wall_s) const {
+  const CapacitySpec& spec = *e_.capacity;
+  const bool speedup = spec.search == "trace-speedup";
+  const CapacityResult cap = find_capacity(spec, [&](double x) {
+    return probe_with([&](PlannedRun& p) {
+      if (speedup) {
+        p.config.workload.trace_speedup = x;
+        p.trace_speedup = x;
       } else {
-        const bool speedup = spec.search == "trace-speedup";
-        std::map<double, double> rate_at;  // speedup -> the replay's mean arrival rate
-        const CapacityResult cap = find_capacity(spec, [&](double x) {
-          return probe_with([&](PlannedRun& p) {
-            if (speedup) {
-              p.config.workload.trace_speedup = x;
-              p.trace_speedup = x;
-            } else {
-              p.config = config_at_rate(run.config, x);
-              p.rate = x;
-            }
-          });
-        });
-        ordered_json probes_x = ordered_json::array(), probes_met = ordered_json::array();
-        for (const auto& p : cap.probes) {
-          probes_x.push_back(p.rate);
-          probes_met.push_back(p.meets);
-        }
-        c["capacity"] = {{"searched", spec.search}};
-        if (speedup) {
-          // In requests/s too, so that a trace's capacity reads like a rate search's: the mean
-          // arrival rate of the trace replayed at the capacity's speedup.
-          double rate = 0;
-          if (cap.capacity_rps > 0) {
-            WorkloadSpec w = run.config.workload;
-            w.trace_speedup = cap.capacity_rps;
-            rate = mean_arrival_rate(make_workload(w));
-          }
-          c["capacity"]["trace_speedup"] = cap.capacity_rps;
-          c["capacity"]["rate_rps"] = rate;
-        } else {
-          c["capacity"]["rate_rps"] = cap.capacity_rps;
-        }
-        c["capacity"]["status"] = cap.status;
-        c["capacity"][speedup ? "bracket_low_speedup" : "bracket_low_rps"] = cap.bracket_low;
-        c["capacity"][speedup ? "bracket_high_speedup" : "bracket_high_rps"] = cap.bracket_high;
-        c["capacity"]["probes"] = cap.probes.size();
-        c["capacity"][speedup ? "probe_speedups" : "probe_rates_rps"] = probes_x;
-        c["capacity"]["probe_met"] = probes_met;
-        line = speedup ? fmt::format("{}: capacity trace-speedup {:.3f} = {:.3f} req/s", run.name, cap.capacity_rps,
-                                     c["capacity"]["rate_rps"].get<double>())
-                       : fmt::format("{}: capacity {:.3f} req/s", run.name, cap.capacity_rps);
-        line += fmt::format(" ({}, {} probes, {:.2f} s wall)", cap.status, cap.probes.size(), wall_s);
+        p.config = config_at_rate(run.config, x);
+        p.rate = x;
       }
-      if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
-      capacities[i] = std::move(c);
-      report(line, warnings);
+    });
+  });
+  ordered_json probes_x = ordered_json::array(), probes_met = ordered_json::array();
+  for (const auto& p : cap.probes) {
+    probes_x.push_back(p.rate);
+    probes_met.push_back(p.meets);
+  }
+  CapacityFound r;
+  ordered_json& c = r.capacity;
+  c = {{"searched", spec.search}};
+  if (speedup) {
+    // In requests/s too, so that a trace's capacity reads like a rate search's: the mean
+    // arrival rate of the trace replayed at the capacity's speedup.
+    double rate = 0;
+    if (cap.capacity_rps > 0) {
+      WorkloadSpec w = run.config.workload;
+      w.trace_speedup = cap.capacity_rps;
+      rate = mean_arrival_rate(make_workload(w));
     }
-  };
-  // A combination that cannot run is reported in its row and the others go on.
-  auto record_failure = [&](size_t i, const std::string& why) {
-    const PlannedRun& run = *mine[i];
-    report(fmt::format("{}: FAILED: {}", run.name, why), {});
-    if (!e.capacity) {
-      run_summaries[i] = {failed_run(e, run, why, runs_dir)};
-      return;
-    }
-    ordered_json c;
-    c["experiment"] = experiment_block(e, run);
-    c["capacity"] = {{"status", "error"}};
-    c["error"] = why;
-    if (!capacity_dir.empty()) write_text(capacity_dir / (run.name + ".json"), c.dump(2) + "\n");
-    run_summaries[i].clear();
-    capacities[i] = std::move(c);
-  };
-  const int threads = threads_for(options.jobs, mine.size());
-  fmt::print(progress, "batchsim: {}: {} {} of {}{} on {} thread(s)\n", e.name, mine.size(),
-             e.capacity ? "capacity searches" : "runs", planned.size(),
-             options.shard_count > 1 ? fmt::format(" (shard {}/{})", options.shard_index, options.shard_count) : "",
+    c["trace_speedup"] = cap.capacity_rps;
+    c["rate_rps"] = rate;
+  } else {
+    c["rate_rps"] = cap.capacity_rps;
+  }
+  c["status"] = cap.status;
+  c[speedup ? "bracket_low_speedup" : "bracket_low_rps"] = cap.bracket_low;
+  c[speedup ? "bracket_high_speedup" : "bracket_high_rps"] = cap.bracket_high;
+  c["probes"] = cap.probes.size();
+  c[speedup ? "probe_speedups" : "probe_rates_rps"] = probes_x;
+  c["probe_met"] = probes_met;
+  r.line = speedup ? fmt::format("{}: capacity trace-speedup {:.3f} = {:.3f} req/s", run.name, cap.capacity_rps,
+                                 c["rate_rps"].get<double>())
+                   : fmt::format("{}: capacity {:.3f} req/s", run.name, cap.capacity_rps);
+  r.line += fmt::format(" ({}, {} probes, {:.2f} s wall)", cap.status, cap.probes.size(), wall_s);
+  return r;
+}
+
+// A combination that cannot run is reported in its row and the others go on.
+void Sweep::record_failure(size_t i, const std::string& why) {
+  const PlannedRun& run = *mine_[i];
+  report(fmt::format("{}: FAILED: {}", run.name, why), {});
+  if (!e_.capacity) {
+    run_summaries_[i] = {failed_run(e_, run, why, runs_dir_)};
+    return;
+  }
+  ordered_json c;
+  c["experiment"] = experiment_block(e_, run);
+  c["capacity"] = {{"status", "error"}};
+  c["error"] = why;
+  if (!capacity_dir_.empty()) write_text(capacity_dir_ / (run.name + ".json"), c.dump(2) + "\n");
+  run_summaries_[i].clear();
+  capacities_[i] = std::move(c);
+}
+
+void Sweep::run_all(size_t planned) {
+  const int threads = threads_for(options_.jobs, mine_.size());
+  fmt::print(progress_, "batchsim: {}: {} {} of {}{} on {} thread(s)\n", e_.name, mine_.size(),
+             e_.capacity ? "capacity searches" : "runs", planned,
+             options_.shard_count > 1 ? fmt::format(" (shard {}/{})", options_.shard_index, options_.shard_count) : "",
              threads);
   // A combination that cannot run is reported in its row and the others go on; anything else
   // is a bug, which stops the sweep (for_each_index rethrows it).
-  for_each_index(mine.size(), threads, [&](size_t i) {
+  for_each_index(mine_.size(), threads, [&](size_t i) {
     try {
       run_one(i);
     } catch (const UserError& why) {
       record_failure(i, why.what());
     }
   });
+}
 
-  for (auto& v : run_summaries) {
+void Sweep::collect(ResultSet& results) {
+  for (auto& v : run_summaries_) {
     for (auto& s : v) results.runs.push_back(std::move(s));
   }
-  if (e.capacity) results.capacities = std::move(capacities);
+  if (e_.capacity) results.capacities = std::move(capacities_);
+}
+
+}  // namespace
+
+ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std::ostream& progress) {
+  check_chrome_trace(e, options);
+  const std::vector<PlannedRun> planned = expand_runs(e);
+  Sweep sweep(e, options, progress, planned);
+  const bool write = !options.out.empty();
+  if (write) {
+    prepare_out_dir(options.out);
+    fs::create_directories(options.out / "runs");
+    if (e.capacity) fs::create_directories(options.out / "capacity");
+  }
+  sweep.share_workloads();
+  ResultSet results;
+  results.experiment = experiment_json(e, static_cast<int64_t>(planned.size()));
+  results.experiment_yaml = e.source_text;
+  sweep.run_all(planned.size());
+  sweep.collect(results);
   sort_results(results);
   if (write) {
     if (e.slot_timeline && options.shard_index == 0) write_slot_timeline(e, options.out / "slot_timeline", progress);
