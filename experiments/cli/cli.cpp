@@ -666,9 +666,12 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
     return 0;
   }
   const ResultSet results = run_experiment(experiment, options, err);
-  if (!vm.count("experiment") && !results.runs.empty()) {
+  // A run that could not run has no figures (failed_run): the setup is read from one that ran.
+  const auto ran = std::find_if(results.runs.begin(), results.runs.end(),
+                                [](const nlohmann::ordered_json& r) { return !r.contains("error"); });
+  if (!vm.count("experiment") && ran != results.runs.end()) {
     // Quick mode has one workload: say what it was, as `run` does.
-    const auto& first = results.runs.front();
+    const auto& first = *ran;
     // Each policy's own engine (the base's would name one that most did not run on).
     const auto engines = policy_engines(results);
     std::vector<std::string> each;

@@ -166,5 +166,16 @@ axes:
   EXPECT_THAT(out.str(), HasSubstr("FAILED 0002_vllm_model-llama-2-70b_s0"));
 }
 
+// Quick mode (--policies) whose every run fails reports each failure and exits 1; the setup line,
+// which it reads from a run's figures, is left out rather than read from a failed run.
+TEST(NewUser, QuickCompareWhoseRunsAllFailSaysWhy) {
+  const CliRun r = cli({"compare", "--policies", "vllm,sarathi", "--model", "llama-3.1-70b", "--gpu", "a40",
+                        "--num-requests", "20", "--no-plots"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("batchsim: error: 2 of 2 runs failed"));
+  EXPECT_THAT(r.err, Not(HasSubstr("internal error")));
+  EXPECT_THAT(r.out, HasSubstr("FAILED 0001_sarathi_s0: model 'llama-3.1-70b'"));
+}
+
 }  // namespace
 }  // namespace batchsim
