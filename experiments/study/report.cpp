@@ -877,34 +877,38 @@ void print_differences(std::ostream& out, const ResultSet& results, const std::v
 
 }  // namespace
 
-void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
-  auto out = open_for_write(dir / "report.md");
-  const ordered_json& e = results.experiment;
-  fmt::print(out, "# {}\n\n", e["name"].get<std::string>());
-  if (!e["description"].get<std::string>().empty()) fmt::print(out, "{}\n\n", e["description"].get<std::string>());
+namespace {
 
-  out << "## Setup\n\n";
-  const ordered_json& base = e["base"];
-  // Which axis sets a run key ("output-len" -> "cap"): such parts differ between runs, so the
-  // setup names the axis instead of the base value.
-  std::map<std::string, std::string> axis_setting;
-  for (const auto& axis : e["axes"]) {
-    if (!axis.contains("sets")) continue;
-    for (const auto& key : axis["sets"]) axis_setting.emplace(key.get<std::string>(), axis["name"].get<std::string>());
+// Which axis sets a run key ("output-len" -> "cap"): such parts differ between runs, so the
+// setup names the axis instead of the base value.
+class AxisSettings {
+ public:
+  explicit AxisSettings(const ordered_json& e) : base_(e["base"]) {
+    for (const auto& axis : e["axes"]) {
+      if (!axis.contains("sets")) continue;
+      for (const auto& key : axis["sets"]) setting_.emplace(key.get<std::string>(), axis["name"].get<std::string>());
+    }
   }
-  auto by_axis = [&](const char* key) -> std::optional<std::string> {
-    const auto it = axis_setting.find(key);
-    if (it == axis_setting.end()) return std::nullopt;
+  std::optional<std::string> by_axis(const char* key) const {
+    const auto it = setting_.find(key);
+    if (it == setting_.end()) return std::nullopt;
     return fmt::format("axis `{}`", it->second);
-  };
-  auto code_or_axis = [&](const char* key, const char* base_key) {
+  }
+  std::string code_or_axis(const char* key, const char* base_key) const {
     const auto axis = by_axis(key);
-    return axis ? fmt::format("per {}", *axis) : fmt::format("`{}`", base[base_key].get<std::string>());
-  };
-  fmt::print(out, "- model {} on {} (TP {}), GPU memory utilisation {}\n", code_or_axis("model", "model"),
-             code_or_axis("gpu", "gpu"), by_axis("tp") ? "per " + *by_axis("tp") : base["tp"].dump(),
-             by_axis("gpu-memory-utilization") ? "per " + *by_axis("gpu-memory-utilization")
-                                               : base["gpu_memory_utilization"].dump());
+    return axis ? fmt::format("per {}", *axis) : fmt::format("`{}`", base_[base_key].get<std::string>());
+  }
+
+ private:
+  const ordered_json& base_;
+  std::map<std::string, std::string> setting_;
+};
+
+// The setup's workload line and, where the base sets them, its client and KV limits.
+void write_workload_lines(std::ostream& out, const ResultSet& results, const AxisSettings& axes) {
+  const ordered_json& base = results.experiment["base"];
+  auto by_axis = [&](const char* key) { return axes.by_axis(key); };
+  auto code_or_axis = [&](const char* key, const char* base_key) { return axes.code_or_axis(key, base_key); };
   const std::string trace = base["trace"].get<std::string>();
   const std::string arrival = base["arrival"].get<std::string>();
   const auto trace_axis = by_axis("trace");
@@ -959,6 +963,10 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     limits.push_back(fmt::format("KV cache of {} blocks (`num-gpu-blocks`)", n));
   }
   if (!limits.empty()) fmt::print(out, "- {}\n", fmt::join(limits, "; "));
+}
+
+void write_axes_and_seeds(std::ostream& out, const ResultSet& results) {
+  const ordered_json& e = results.experiment;
   for (const auto& axis : e["axes"]) {
     std::vector<std::string> values;
     for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());
@@ -992,6 +1000,10 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     fmt::print(out, "- seeds: {} (one seed: no interval; `seeds: [0, 1, 2, ...]` or `--seeds N` gives one)\n",
                fmt::join(seeds, ", "));
   }
+}
+
+void write_policies_and_runs(std::ostream& out, const ResultSet& results) {
+  const ordered_json& e = results.experiment;
   out << "- policies, each on its engine (`batchsim list engines`):\n";
   std::map<std::string, std::string> engine_of;
   for (const auto& [label, engine] : policy_engines(results)) engine_of[label] = engine;
@@ -1016,69 +1028,89 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     for (const auto& [name, why] : failed) fmt::print(out, "- `{}`: {}\n", name, why);
     out << "\n";
   }
-  write_trust_section(out, results);
+}
 
-  if (is_capacity(results)) {
-    out << "## Capacity\n\n";
-    const std::string search = capacity_search(results);
-    if (search == "replicas") {
-      fmt::print(out,
-                 "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
-                 "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
-                 "no count up to it meets the SLO).\n\n",
-                 slo_text(results), e["capacity"]["max_replicas"].dump());
-    } else {
-      fmt::print(out,
-                 "Searched: {}. The largest {} meeting {}, found by geometric bisection "
-                 "between {} and {}{} to a relative tolerance of {} (status `above-range`: "
-                 "the capacity is at least the upper end; `below-range`: not even the lower end "
-                 "meets the SLO).{}\n\n",
-                 search, search == "rate" ? "Poisson request rate" : "speedup of the trace's own timestamps",
-                 slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
-                 search == "rate" ? " req/s" : "x", e["capacity"]["tolerance"].dump(),
-                 search == "rate" ? "" : " Capacity in req/s: the sped-up trace's mean arrival rate.");
-    }
-    render_markdown(out, capacity_table(results));
+void write_setup(std::ostream& out, const ResultSet& results) {
+  const ordered_json& e = results.experiment;
+  out << "## Setup\n\n";
+  const ordered_json& base = e["base"];
+  const AxisSettings axes(e);
+  fmt::print(out, "- model {} on {} (TP {}), GPU memory utilisation {}\n", axes.code_or_axis("model", "model"),
+             axes.code_or_axis("gpu", "gpu"), axes.by_axis("tp") ? "per " + *axes.by_axis("tp") : base["tp"].dump(),
+             axes.by_axis("gpu-memory-utilization") ? "per " + *axes.by_axis("gpu-memory-utilization")
+                                                    : base["gpu_memory_utilization"].dump());
+  write_workload_lines(out, results, axes);
+  write_axes_and_seeds(out, results);
+  write_policies_and_runs(out, results);
+}
+
+void write_capacity_sections(std::ostream& out, const ResultSet& results) {
+  const ordered_json& e = results.experiment;
+  out << "## Capacity\n\n";
+  const std::string search = capacity_search(results);
+  if (search == "replicas") {
+    fmt::print(out,
+               "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
+               "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
+               "no count up to it meets the SLO).\n\n",
+               slo_text(results), e["capacity"]["max_replicas"].dump());
   } else {
-    const std::vector<Row> rows = group_rows(results.runs);
-    out << "## Throughput\n\n";
-    out << "Throughput counts completed requests over the makespan (first arrival to last "
-           "completion); total tokens/s counts prompt + output tokens, as the Anyscale benchmark "
-           "does. Speedup is output tokens/s relative to the first policy of the same group.";
-    if (replicas_column(results.runs)) {
-      out << " Replicas: identical engines behind the router (`config.replicas`); throughput and "
-             "latencies are the cluster's, over all its requests.";
-    }
-    if (any_prefix_hits(results.runs)) {
-      out << " Prefix hit %: of the tokens admissions had to prefill, those found in the prefix "
-             "cache and not computed (`prefix_cache.hit_rate`; readmissions after a preemption "
-             "count too, so compare TTFT rather than hit rates across loads).";
-    }
-    out << "\n\n";
-    render_markdown(out, throughput_table(results, rows));
-    write_slo_section(out, results.runs);
-    out << "## Latency\n\n";
-    out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
-           "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
-    render_markdown(out, latency_table(rows));
-    if (results.experiment.contains("seeds") && results.experiment["seeds"].size() > 1) {
-      write_differences_section(out, results, rows);
-    }
-    if (any_breakdown(results.runs)) write_breakdown_section(out, rows);
-    if (any_pools(results.runs)) {
-      out << "## Prefill/decode disaggregation\n\n"
-             "Deployment: colocated replicas, or P prefill and D decode replicas (`pools`). TTFT is "
-             "the prefill side's first token (as Splitwise and DistServe report it); TBT counts every "
-             "gap, the hand-off gap (first token to the decode side's first token, which holds the "
-             "transfer) included. Goodput per GPU: requests meeting every goodput threshold per "
-             "second, over the GPUs provisioned (DistServe's figure of merit). Transfer: time on the "
-             "link; link queue: waiting for the NICs; KV wait: waiting for decode memory "
-             "(backpressure). Busy: a pool's replicas' mean computing time over the makespan.\n\n";
-      render_markdown(out, disaggregation_table(rows));
-    }
-    if (e.contains("published")) write_published_section(out, e["published"], rows);
+    fmt::print(out,
+               "Searched: {}. The largest {} meeting {}, found by geometric bisection "
+               "between {} and {}{} to a relative tolerance of {} (status `above-range`: "
+               "the capacity is at least the upper end; `below-range`: not even the lower end "
+               "meets the SLO).{}\n\n",
+               search, search == "rate" ? "Poisson request rate" : "speedup of the trace's own timestamps",
+               slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
+               search == "rate" ? " req/s" : "x", e["capacity"]["tolerance"].dump(),
+               search == "rate" ? "" : " Capacity in req/s: the sped-up trace's mean arrival rate.");
   }
+  render_markdown(out, capacity_table(results));
+}
 
+void write_run_sections(std::ostream& out, const ResultSet& results) {
+  const ordered_json& e = results.experiment;
+  const std::vector<Row> rows = group_rows(results.runs);
+  out << "## Throughput\n\n";
+  out << "Throughput counts completed requests over the makespan (first arrival to last "
+         "completion); total tokens/s counts prompt + output tokens, as the Anyscale benchmark "
+         "does. Speedup is output tokens/s relative to the first policy of the same group.";
+  if (replicas_column(results.runs)) {
+    out << " Replicas: identical engines behind the router (`config.replicas`); throughput and "
+           "latencies are the cluster's, over all its requests.";
+  }
+  if (any_prefix_hits(results.runs)) {
+    out << " Prefix hit %: of the tokens admissions had to prefill, those found in the prefix "
+           "cache and not computed (`prefix_cache.hit_rate`; readmissions after a preemption "
+           "count too, so compare TTFT rather than hit rates across loads).";
+  }
+  out << "\n\n";
+  render_markdown(out, throughput_table(results, rows));
+  write_slo_section(out, results.runs);
+  out << "## Latency\n\n";
+  out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
+         "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
+  render_markdown(out, latency_table(rows));
+  if (results.experiment.contains("seeds") && results.experiment["seeds"].size() > 1) {
+    write_differences_section(out, results, rows);
+  }
+  if (any_breakdown(results.runs)) write_breakdown_section(out, rows);
+  if (any_pools(results.runs)) {
+    out << "## Prefill/decode disaggregation\n\n"
+           "Deployment: colocated replicas, or P prefill and D decode replicas (`pools`). TTFT is "
+           "the prefill side's first token (as Splitwise and DistServe report it); TBT counts every "
+           "gap, the hand-off gap (first token to the decode side's first token, which holds the "
+           "transfer) included. Goodput per GPU: requests meeting every goodput threshold per "
+           "second, over the GPUs provisioned (DistServe's figure of merit). Transfer: time on the "
+           "link; link queue: waiting for the NICs; KV wait: waiting for decode memory "
+           "(backpressure). Busy: a pool's replicas' mean computing time over the makespan.\n\n";
+    render_markdown(out, disaggregation_table(rows));
+  }
+  if (e.contains("published")) write_published_section(out, e["published"], rows);
+}
+
+void write_figures_and_files(std::ostream& out, const fs::path& dir, const ResultSet& results,
+                             const std::string& figures_note) {
   out << "## Figures\n\n";
   const fs::path index = dir / "figures" / "figures.json";
   if (fs::exists(index)) {
@@ -1100,6 +1132,23 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
     fmt::print(out, "## Experiment file\n\n```yaml\n{}{}```\n", results.experiment_yaml,
                results.experiment_yaml.back() == '\n' ? "" : "\n");
   }
+}
+
+}  // namespace
+
+void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
+  auto out = open_for_write(dir / "report.md");
+  const ordered_json& e = results.experiment;
+  fmt::print(out, "# {}\n\n", e["name"].get<std::string>());
+  if (!e["description"].get<std::string>().empty()) fmt::print(out, "{}\n\n", e["description"].get<std::string>());
+  write_setup(out, results);
+  write_trust_section(out, results);
+  if (is_capacity(results)) {
+    write_capacity_sections(out, results);
+  } else {
+    write_run_sections(out, results);
+  }
+  write_figures_and_files(out, dir, results, figures_note);
 }
 
 namespace {
