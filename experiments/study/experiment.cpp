@@ -496,19 +496,24 @@ Experiment parse_experiment_text(const std::string& text, const std::filesystem:
 
 namespace {
 
-Experiment parse_experiment_node(const YAML::Node& root, const std::string& text, const std::filesystem::path& file,
-                                 const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
-  const Where where{file};
-  if (!root.IsMap())
-    throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
+// The top-level keys of an experiment file that parse_experiment_node reads after the others
+// (they depend on the base, the policies or each other). Default-constructed YAML nodes count as
+// defined: presence is tracked separately.
+struct LaterKeys {
+  std::optional<YAML::Node> policies, axes, capacity, slot_timeline, published, slo;
+};
 
-  Experiment e;
-  e.file = file;
-  e.source_text = text;
-  e.name = file.stem().string();
-  e.base = default_run_config();
-  // Default-constructed YAML nodes count as defined: track presence separately.
-  std::optional<YAML::Node> policies_node, axes_node, capacity_node, slot_node, published_node, slo_node;
+// Reads the keys that stand alone (name, description, base, seeds, budgets) into `e` and keeps
+// the others for later; an unknown key is an error naming its line.
+LaterKeys read_top_level_keys(const YAML::Node& root, const Where& where, const std::filesystem::path& file,
+                              Experiment& e) {
+  LaterKeys later;
+  auto& policies_node = later.policies;
+  auto& axes_node = later.axes;
+  auto& capacity_node = later.capacity;
+  auto& slot_node = later.slot_timeline;
+  auto& published_node = later.published;
+  auto& slo_node = later.slo;
   for (const auto& kv : root) {
     const std::string raw = kv.first.as<std::string>();
     const std::string k = normalize_key(raw);
@@ -558,107 +563,107 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
                  "seeds, slo, capacity, slot-timeline, iteration-budget, max-runs, published)");
     }
   }
-  if (slo_node) {
-    // Every run is judged: the bounds become the base's `slo` run key, a `goodput` entry its
-    // `goodput` (experiments/run/slo.h); they win over the same keys in `base`.
-    if (!slo_node->IsMap())
-      where.fail(*slo_node, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
-    YAML::Node bounds(YAML::NodeType::Map), keys(YAML::NodeType::Map);
-    for (const auto& kv : *slo_node) {
-      if (normalize_key(kv.first.as<std::string>()) == "goodput")
-        keys.force_insert(kv.first, kv.second);
-      else
-        bounds.force_insert(kv.first, kv.second);
-    }
-    if (bounds.size() > 0) keys.force_insert("slo", bounds);
-    apply_yaml_mapping(keys, file, e.base);
-  }
-  if (max_runs > 0) e.max_runs = max_runs;
-  // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
-  if (adjust_base) adjust_base(e.base);
-  if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
-  if (policies_node)
-    e.policies = parse_policies(*policies_node, where, "policies");
-  else
-    e.policies.push_back({e.base.policy, e.base.policy, {}});
+  return later;
+}
 
+// `slo:` judges every run: the bounds become the base's `slo` run key, a `goodput` entry its
+// `goodput` (experiments/run/slo.h); they win over the same keys in `base`.
+void apply_slo_node(const YAML::Node& slo, const Where& where, const std::filesystem::path& file, Experiment& e) {
+  if (!slo.IsMap()) where.fail(slo, "slo", "expected a mapping of SLO key: upper bound (and goodput: {ttft: MS, ...})");
+  YAML::Node bounds(YAML::NodeType::Map), keys(YAML::NodeType::Map);
+  for (const auto& kv : slo) {
+    if (normalize_key(kv.first.as<std::string>()) == "goodput")
+      keys.force_insert(kv.first, kv.second);
+    else
+      bounds.force_insert(kv.first, kv.second);
+  }
+  if (bounds.size() > 0) keys.force_insert("slo", bounds);
+  apply_yaml_mapping(keys, file, e.base);
+}
+
+void read_axes(const YAML::Node& axes, const Where& where, Experiment& e) {
   std::set<std::string> labels;
   for (const auto& p : e.policies) labels.insert(p.label);
-  if (axes_node) {
-    if (!axes_node->IsMap()) where.fail(*axes_node, "axes", "expected a mapping of axis name: [values]");
-    for (const auto& kv : *axes_node) {
-      Axis axis;
-      axis.name = normalize_key(kv.first.as<std::string>());
-      const std::string key = "axes." + kv.first.as<std::string>();
-      if (axis.name == "policy" || axis.name == "policies")
-        where.fail(kv.first, key, "list policies under the top-level 'policies' key");
-      if (axis.name == "seed" || axis.name == "seeds")
-        where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
-      if (!kv.second.IsSequence() || kv.second.size() == 0)
-        where.fail(kv.second, key, "expected a non-empty list of values");
-      std::set<std::string> value_labels;
-      for (size_t i = 0; i < kv.second.size(); ++i) {
-        const std::string vkey = fmt::format("{}[{}]", key, i);
-        AxisValue v = parse_axis_value(axis.name, kv.second[i], where, vkey, labels);
-        if (!value_labels.insert(v.label).second)
-          where.fail(kv.second[i], vkey, fmt::format("label '{}' is used twice", v.label));
-        axis.values.push_back(std::move(v));
+  if (!axes.IsMap()) where.fail(axes, "axes", "expected a mapping of axis name: [values]");
+  for (const auto& kv : axes) {
+    Axis axis;
+    axis.name = normalize_key(kv.first.as<std::string>());
+    const std::string key = "axes." + kv.first.as<std::string>();
+    if (axis.name == "policy" || axis.name == "policies")
+      where.fail(kv.first, key, "list policies under the top-level 'policies' key");
+    if (axis.name == "seed" || axis.name == "seeds")
+      where.fail(kv.first, key, "list seeds under the top-level 'seeds' key");
+    if (!kv.second.IsSequence() || kv.second.size() == 0)
+      where.fail(kv.second, key, "expected a non-empty list of values");
+    std::set<std::string> value_labels;
+    for (size_t i = 0; i < kv.second.size(); ++i) {
+      const std::string vkey = fmt::format("{}[{}]", key, i);
+      AxisValue v = parse_axis_value(axis.name, kv.second[i], where, vkey, labels);
+      if (!value_labels.insert(v.label).second)
+        where.fail(kv.second[i], vkey, fmt::format("label '{}' is used twice", v.label));
+      axis.values.push_back(std::move(v));
+    }
+    e.axes.push_back(std::move(axis));
+  }
+}
+
+// A capacity search chooses its own rate (or trace speedup, or replicas): no axis may set it.
+void read_capacity(const YAML::Node& capacity, const Where& where, Experiment& e) {
+  e.capacity = parse_capacity(capacity, where, e.base.slo);
+  for (const Axis& a : e.axes) {
+    for (const AxisValue& v : a.values) {
+      if (v.rate)
+        where.fail(capacity, "capacity",
+                   fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
+      if (e.capacity->search != "rate" && (a.name == e.capacity->search || v.settings[e.capacity->search])) {
+        where.fail(capacity, "capacity",
+                   fmt::format("axis '{}' sets {}, but this capacity search chooses it", a.name, e.capacity->search));
       }
-      e.axes.push_back(std::move(axis));
     }
   }
-  if (capacity_node) {
-    e.capacity = parse_capacity(*capacity_node, where, e.base.slo);
-    for (const Axis& a : e.axes) {
-      for (const AxisValue& v : a.values) {
-        if (v.rate)
-          where.fail(*capacity_node, "capacity",
-                     fmt::format("axis '{}' sets a rate, but a capacity search chooses the rate itself", a.name));
-        if (e.capacity->search != "rate" && (a.name == e.capacity->search || v.settings[e.capacity->search])) {
-          where.fail(*capacity_node, "capacity",
-                     fmt::format("axis '{}' sets {}, but this capacity search chooses it", a.name, e.capacity->search));
-        }
-      }
+}
+
+SlotTimelineSpec read_slot_timeline(const YAML::Node& slot, const Where& where, const std::filesystem::path& file,
+                                    const Experiment& e) {
+  if (!slot.IsMap()) where.fail(slot, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
+  SlotTimelineSpec s;
+  s.base = e.base;
+  for (const auto& kv : slot) {
+    const std::string raw = kv.first.as<std::string>();
+    const std::string k = normalize_key(raw);
+    const std::string key = "slot-timeline." + raw;
+    if (k == "policies")
+      s.policies = parse_policies(kv.second, where, key);
+    else if (k == "base") {
+      if (!kv.second.IsMap()) where.fail(kv.second, key, "expected a mapping of run keys");
+      reject_reserved_keys(kv.second, where, key + ".");
+      apply_yaml_mapping(kv.second, file, s.base, key + ".");
+    } else if (k == "max-iterations") {
+      s.max_iterations = as<int64_t>(kv.second, where, key, "an iteration count");
+      if (s.max_iterations < 1) where.fail(kv.second, key, "must be >= 1");
+    } else {
+      where.fail(kv.first, key, "unknown key (expected policies, base, max-iterations)");
     }
   }
-  if (slot_node) {
-    if (!slot_node->IsMap())
-      where.fail(*slot_node, "slot-timeline", "expected a mapping {policies, base, max-iterations}");
-    SlotTimelineSpec s;
-    s.base = e.base;
-    for (const auto& kv : *slot_node) {
-      const std::string raw = kv.first.as<std::string>();
-      const std::string k = normalize_key(raw);
-      const std::string key = "slot-timeline." + raw;
-      if (k == "policies")
-        s.policies = parse_policies(kv.second, where, key);
-      else if (k == "base") {
-        if (!kv.second.IsMap()) where.fail(kv.second, key, "expected a mapping of run keys");
-        reject_reserved_keys(kv.second, where, key + ".");
-        apply_yaml_mapping(kv.second, file, s.base, key + ".");
-      } else if (k == "max-iterations") {
-        s.max_iterations = as<int64_t>(kv.second, where, key, "an iteration count");
-        if (s.max_iterations < 1) where.fail(kv.second, key, "must be >= 1");
-      } else {
-        where.fail(kv.first, key, "unknown key (expected policies, base, max-iterations)");
-      }
-    }
-    if (s.policies.empty()) s.policies = e.policies;
-    resolve_relative_trace(s.base, file);
-    for (const PolicyVariant& p : s.policies) {
-      try {
-        make_policy(p.policy, PolicyOptions(p.options));
-      } catch (const UserError& err) {
-        throw UserError(fmt::format("{}: slot-timeline policy {}: {}", file.string(), p.label, err.what()));
-      }
-    }
+  if (s.policies.empty()) s.policies = e.policies;
+  resolve_relative_trace(s.base, file);
+  for (const PolicyVariant& p : s.policies) {
     try {
-      check_workload_spec(s.base.workload);
+      make_policy(p.policy, PolicyOptions(p.options));
     } catch (const UserError& err) {
-      throw UserError(fmt::format("{}: slot-timeline: {}", file.string(), err.what()));
+      throw UserError(fmt::format("{}: slot-timeline policy {}: {}", file.string(), p.label, err.what()));
     }
-    e.slot_timeline = std::move(s);
   }
+  try {
+    check_workload_spec(s.base.workload);
+  } catch (const UserError& err) {
+    throw UserError(fmt::format("{}: slot-timeline: {}", file.string(), err.what()));
+  }
+  return s;
+}
+
+// Every run the file plans must be one that can run: checked before any does.
+std::vector<PlannedRun> check_runs(const Experiment& e, const std::filesystem::path& file) {
   std::vector<PlannedRun> runs;
   try {
     runs = expand_runs(e);  // a rate axis rewrites the arrival, which can fail (config_at_rate)
@@ -677,7 +682,35 @@ Experiment parse_experiment_node(const YAML::Node& root, const std::string& text
                       file.string(), run.name, w.arrival, w.trace.empty() ? ", no trace" : ""));
     }
   }
-  if (published_node) e.published = parse_published(*published_node, where, e, runs);
+  return runs;
+}
+
+Experiment parse_experiment_node(const YAML::Node& root, const std::string& text, const std::filesystem::path& file,
+                                 const std::function<void(RunConfig&)>& adjust_base, int64_t max_runs) {
+  const Where where{file};
+  if (!root.IsMap())
+    throw UserError(fmt::format("{}: expected a mapping with base, policies, axes, ...", file.string()));
+
+  Experiment e;
+  e.file = file;
+  e.source_text = text;
+  e.name = file.stem().string();
+  e.base = default_run_config();
+  const LaterKeys later = read_top_level_keys(root, where, file, e);
+  if (later.slo) apply_slo_node(*later.slo, where, file, e);
+  if (max_runs > 0) e.max_runs = max_runs;
+  // e.base keeps its trace as written: expand_runs resolves it (once) with the axes' values.
+  if (adjust_base) adjust_base(e.base);
+  if (e.seeds.empty()) e.seeds.push_back(e.base.workload.seed);
+  if (later.policies)
+    e.policies = parse_policies(*later.policies, where, "policies");
+  else
+    e.policies.push_back({e.base.policy, e.base.policy, {}});
+  if (later.axes) read_axes(*later.axes, where, e);
+  if (later.capacity) read_capacity(*later.capacity, where, e);
+  if (later.slot_timeline) e.slot_timeline = read_slot_timeline(*later.slot_timeline, where, file, e);
+  const std::vector<PlannedRun> runs = check_runs(e, file);
+  if (later.published) e.published = parse_published(*later.published, where, e, runs);
   return e;
 }
 
