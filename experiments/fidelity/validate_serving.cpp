@@ -802,12 +802,25 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
   return p;
 }
 
-int run_validate_serving(const ServingOptions& options, std::ostream& out) {
-  ServingOptions o = options;
-  if (o.measurements.empty()) throw UserError("validate-serving: --measurements is required");
-  if (o.gpu.empty()) throw UserError("validate-serving: --gpu is required");
-  check_replay_options(o);
-  const HardwareProfile gpu = resolve_gpu(o.gpu);  // a bad name fails here, before any row
+namespace {
+
+// The errors of a file's replayed rows, grouped as the report shows them.
+struct ServingReplay {
+  ServingRows selected;
+  ErrorGroup every_row, every_distinct;
+  std::map<std::string, BackendErrors> by_backend;
+  // (model, backend, mode) -> its rows.
+  std::map<std::tuple<std::string, std::string, std::string>, ModelErrors> by_model;
+  nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
+  int64_t rows_read = 0;
+  int64_t repeats_replayed = 0;
+  // A file of mixture-of-experts or disaggregated serving gets the report's further parts; a
+  // dense aggregated file's report keeps its form.
+  bool moe_report() const { return selected.moe_or_disaggregated; }
+};
+
+// Options that cannot go together, and names that do not resolve, fail before any row runs.
+void check_serving_options(const ServingOptions& o, const HardwareProfile& gpu) {
   if (!o.profile_out.empty() && gpu.validation.empty()) {
     throw UserError(
         fmt::format("--profile-out: profile '{}' has no validation block to add the serving figures "
@@ -818,71 +831,72 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     throw UserError("--profile-out: records every backend's figures; drop --backend");
   }
   if (!o.policy.empty()) (void)policy_base(o.policy);  // and so does an unknown policy
-  o.engines = parse_engine_args(o.engine_args);
+}
 
-  const ServingRows selected = read_serving_rows(o.measurements, o);
-  const std::map<std::string, int64_t>& skipped = selected.skipped;
-
-  // A file of mixture-of-experts or disaggregated serving gets the report's further parts; a
-  // dense aggregated file's report keeps its form.
-  const bool moe_report = selected.moe_or_disaggregated;
-  ErrorGroup every_row, every_distinct;
-  std::map<std::string, BackendErrors> by_backend;
-  // (model, backend, mode) -> its rows.
-  std::map<std::tuple<std::string, std::string, std::string>, ModelErrors> by_model;
-  MeasurementIndex measurements_seen;  // of the replayed rows
-  nlohmann::ordered_json report_rows = nlohmann::ordered_json::array();
-  for (const ServingRow& r : selected.rows) {
-    const ServingPrediction p = replay_serving_row(r, o);
-    every_row.add(r, p);
-    by_backend[r.backend].add(r, p);
-    const bool first = measurements_seen.find_or_add(r.ttft_ms, r.tpot_ms, r.id) == nullptr;
-    if (first) every_distinct.add(r, p);
-    by_model[{r.model_path, r.backend, r.mode}].add(r, p, first);
-    nlohmann::ordered_json row = {{"backend", r.backend},
-                                  {"backend_version", r.version},
-                                  {"policy", p.config.policy},
-                                  {"engine", p.engine},
-                                  {"model", r.model_path},
-                                  {"precision", r.precision.empty() ? "bf16" : r.precision},
-                                  {"isl", r.isl},
-                                  {"osl", r.osl},
-                                  {"concurrency", r.concurrency},
-                                  {"tp", r.tp}};
-    if (moe_report) {
-      row["id"] = r.id;
-      row["mode"] = r.mode;
-      row["dp"] = r.dp;
-      row["ep"] = r.ep;
-      row["moe_tp"] = r.layout().expert_tp();
-      row["layout"] = layout_text(r);
-      if (r.mode == "disagg") {
-        for (const auto& [name, pool] : {std::pair{"prefill", &r.prefill}, std::pair{"decode", &r.decode}}) {
-          row[name] = {{"workers", pool->workers}, {"tp", pool->layout.tp}, {"batch_size", pool->batch}};
-        }
+// The --out row of one replayed measurement.
+nlohmann::ordered_json serving_row_json(const ServingRow& r, const ServingPrediction& p, bool moe_report, bool first) {
+  nlohmann::ordered_json row = {{"backend", r.backend},
+                                {"backend_version", r.version},
+                                {"policy", p.config.policy},
+                                {"engine", p.engine},
+                                {"model", r.model_path},
+                                {"precision", r.precision.empty() ? "bf16" : r.precision},
+                                {"isl", r.isl},
+                                {"osl", r.osl},
+                                {"concurrency", r.concurrency},
+                                {"tp", r.tp}};
+  if (moe_report) {
+    row["id"] = r.id;
+    row["mode"] = r.mode;
+    row["dp"] = r.dp;
+    row["ep"] = r.ep;
+    row["moe_tp"] = r.layout().expert_tp();
+    row["layout"] = layout_text(r);
+    if (r.mode == "disagg") {
+      for (const auto& [name, pool] : {std::pair{"prefill", &r.prefill}, std::pair{"decode", &r.decode}}) {
+        row[name] = {{"workers", pool->workers}, {"tp", pool->layout.tp}, {"batch_size", pool->batch}};
       }
-      row["weight_dtype"] = r.weight_dtype;
-      row["normalisations"] = r.normalisations;
-      row["repeats"] = r.repeats;
-      row["distinct"] = first;
     }
-    row.update(nlohmann::ordered_json{{"kv_cache_dtype", p.config.kv_cache_dtype},
-                                      {"deployment", p.deployment},
-                                      {"policy_opts", p.config.policy_opts},
-                                      {"measured_ttft_ms", r.ttft_ms},
-                                      {"predicted_ttft_ms", p.ttft_ms},
-                                      {"measured_tpot_ms", r.tpot_ms},
-                                      {"predicted_tpot_ms", p.tpot_ms},
-                                      {"rejected", p.rejected},
-                                      {"config", config_to_json(p.config)}});
-    report_rows.push_back(std::move(row));
+    row["weight_dtype"] = r.weight_dtype;
+    row["normalisations"] = r.normalisations;
+    row["repeats"] = r.repeats;
+    row["distinct"] = first;
   }
-  const std::vector<ServingRow>& rows = selected.rows;
-  int64_t rows_skipped = 0;
-  for (const auto& [why, n] : skipped) rows_skipped += n;
-  const auto rows_read = static_cast<int64_t>(rows.size()) + rows_skipped;
-  const int64_t repeats_replayed = every_row.count() - every_distinct.count();
+  row.update(nlohmann::ordered_json{{"kv_cache_dtype", p.config.kv_cache_dtype},
+                                    {"deployment", p.deployment},
+                                    {"policy_opts", p.config.policy_opts},
+                                    {"measured_ttft_ms", r.ttft_ms},
+                                    {"predicted_ttft_ms", p.ttft_ms},
+                                    {"measured_tpot_ms", r.tpot_ms},
+                                    {"predicted_tpot_ms", p.tpot_ms},
+                                    {"rejected", p.rejected},
+                                    {"config", config_to_json(p.config)}});
+  return row;
+}
 
+ServingReplay replay_serving_rows(ServingRows selected, const ServingOptions& o) {
+  ServingReplay replay;
+  replay.selected = std::move(selected);
+  MeasurementIndex measurements_seen;  // of the replayed rows
+  for (const ServingRow& r : replay.selected.rows) {
+    const ServingPrediction p = replay_serving_row(r, o);
+    replay.every_row.add(r, p);
+    replay.by_backend[r.backend].add(r, p);
+    const bool first = measurements_seen.find_or_add(r.ttft_ms, r.tpot_ms, r.id) == nullptr;
+    if (first) replay.every_distinct.add(r, p);
+    replay.by_model[{r.model_path, r.backend, r.mode}].add(r, p, first);
+    replay.report_rows.push_back(serving_row_json(r, p, replay.moe_report(), first));
+  }
+  int64_t rows_skipped = 0;
+  for (const auto& [why, n] : replay.selected.skipped) rows_skipped += n;
+  replay.rows_read = static_cast<int64_t>(replay.selected.rows.size()) + rows_skipped;
+  replay.repeats_replayed = replay.every_row.count() - replay.every_distinct.count();
+  return replay;
+}
+
+void print_backend_table(std::ostream& out, const ServingReplay& replay, const ServingOptions& o) {
+  const std::vector<ServingRow>& rows = replay.selected.rows;
+  const auto& by_backend = replay.by_backend;
   fmt::print(out, "{} rows of {} replayed on {} with policy {}, engine {}, {} deployment ({} requests per client{}):\n",
              rows.size(), o.measurements, o.gpu, o.policy.empty() ? "of each backend" : o.policy,
              engines_text(o.engines, "of each backend"), o.deployment, o.requests_per_client, think_time_text(o));
@@ -894,7 +908,7 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
                ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot), ErrorGroup::median(g.tpot));
   };
   for (const auto& [backend, e] : by_backend) print_group(backend, e.all);
-  print_group("all", every_row);
+  print_group("all", replay.every_row);
   if (o.breakdown) {
     for (const auto& [backend, e] : by_backend) {
       for (const auto& [key, groups] : e.by) {
@@ -907,44 +921,56 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
                "(p/m: the median of predicted / measured; --breakdown shows each backend by prompt length, "
                "clients and TP)\n");
   }
-  if (moe_report) {
-    fmt::print(out,
-               "each measurement once ({} replayed rows repeat an earlier one's TTFT and TPOT), by model, "
-               "backend and mode:\n",
-               repeats_replayed);
-    fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "model", "backend", "mode", "rows",
-               "TTFT MAPE %", "TTFT p/m", "TPOT MAPE %", "TPOT p/m");
-    auto print_model = [&](const std::string& model, const std::string& backend, const std::string& mode,
-                           const ErrorGroup& g) {
-      fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", model, backend, mode,
-                 g.count(), ErrorGroup::mape(g.ttft), ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot),
-                 ErrorGroup::median(g.tpot));
-    };
-    for (const auto& [key, e] : by_model) {
-      // A group all of whose rows repeat another group's measurements adds none of its own.
-      if (e.distinct.count() > 0) print_model(std::get<0>(key), std::get<1>(key), std::get<2>(key), e.distinct);
-    }
-    print_model("all", "", "", every_distinct);
-    if (o.breakdown) {
-      for (const auto& [key, e] : by_model) {
-        // Named references, not a structured binding: clang before 16 cannot capture those.
-        const auto& model = std::get<0>(key);
-        const auto& backend = std::get<1>(key);
-        const auto& mode = std::get<2>(key);
-        auto groups = [&](const char* by, const auto& map) {
-          fmt::print(out, "{} {} {} by {}:\n", model, backend, mode, by);
-          for (const auto& [value, g] : map) print_model(fmt::format("  {}", value), "", "", g);
-        };
-        groups("isl", e.by_isl);
-        groups("concurrency", e.by_concurrency);
-        groups("layout", e.by_layout);
-      }
-    }
-    fmt::print(out, "replayed {} of {} rows ({:.1f}%)\n", rows.size(), rows_read,
-               rows_read > 0 ? 100.0 * static_cast<double>(rows.size()) / static_cast<double>(rows_read) : 0.0);
+}
+
+void print_model_table(std::ostream& out, const ServingReplay& replay, const ServingOptions& o) {
+  const std::vector<ServingRow>& rows = replay.selected.rows;
+  const auto& by_model = replay.by_model;
+  const int64_t repeats_replayed = replay.repeats_replayed;
+  const int64_t rows_read = replay.rows_read;
+  fmt::print(out,
+             "each measurement once ({} replayed rows repeat an earlier one's TTFT and TPOT), by model, "
+             "backend and mode:\n",
+             repeats_replayed);
+  fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12} {:>9} {:>12} {:>9}\n", "model", "backend", "mode", "rows",
+             "TTFT MAPE %", "TTFT p/m", "TPOT MAPE %", "TPOT p/m");
+  auto print_model = [&](const std::string& model, const std::string& backend, const std::string& mode,
+                         const ErrorGroup& g) {
+    fmt::print(out, "{:<30} {:<8} {:<7} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.2f}\n", model, backend, mode, g.count(),
+               ErrorGroup::mape(g.ttft), ErrorGroup::median(g.ttft), ErrorGroup::mape(g.tpot),
+               ErrorGroup::median(g.tpot));
+  };
+  for (const auto& [key, e] : by_model) {
+    // A group all of whose rows repeat another group's measurements adds none of its own.
+    if (e.distinct.count() > 0) print_model(std::get<0>(key), std::get<1>(key), std::get<2>(key), e.distinct);
   }
-  for (const auto& [why, n] : skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
-  if (moe_report) {
+  print_model("all", "", "", replay.every_distinct);
+  if (o.breakdown) {
+    for (const auto& [key, e] : by_model) {
+      // Named references, not a structured binding: clang before 16 cannot capture those.
+      const auto& model = std::get<0>(key);
+      const auto& backend = std::get<1>(key);
+      const auto& mode = std::get<2>(key);
+      auto groups = [&](const char* by, const auto& map) {
+        fmt::print(out, "{} {} {} by {}:\n", model, backend, mode, by);
+        for (const auto& [value, g] : map) print_model(fmt::format("  {}", value), "", "", g);
+      };
+      groups("isl", e.by_isl);
+      groups("concurrency", e.by_concurrency);
+      groups("layout", e.by_layout);
+    }
+  }
+  fmt::print(out, "replayed {} of {} rows ({:.1f}%)\n", rows.size(), rows_read,
+             rows_read > 0 ? 100.0 * static_cast<double>(rows.size()) / static_cast<double>(rows_read) : 0.0);
+}
+
+void print_serving_report(std::ostream& out, const ServingReplay& replay, const ServingOptions& o) {
+  print_backend_table(out, replay, o);
+  if (replay.moe_report()) print_model_table(out, replay, o);
+  for (const auto& [why, n] : replay.selected.skipped) fmt::print(out, "skipped {} rows: {}\n", n, why);
+  if (replay.moe_report()) {
+    const ServingRows& selected = replay.selected;
+    const int64_t repeats_replayed = replay.repeats_replayed;
     for (const ServingNormalisation& rule : serving_normalisations()) {
       const auto it = selected.normalised.find(rule.name);
       if (it == selected.normalised.end()) continue;
@@ -953,83 +979,116 @@ int run_validate_serving(const ServingOptions& options, std::ostream& out) {
     fmt::print(out, "{} rows repeat an earlier row's TTFT and TPOT exactly, {} of them replayed\n", selected.repeated,
                repeats_replayed);
   }
+}
 
-  if (!o.profile_out.empty()) {
-    HardwareProfile p = gpu;
-    p.validation.serving = {};
-    p.validation.serving.measured_on = fmt::format(
-        "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client{}",
-        every_row.count(), std::filesystem::path(o.measurements).filename().string(), o.system,
-        o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
-        o.requests_per_client, think_time_text(o));
-    // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
-    auto tenth = [](double x) { return std::round(x * 10) / 10; };
-    auto hundredth = [](double x) { return std::round(x * 100) / 100; };
-    for (const auto& [backend, e] : by_backend) {
-      p.validation.serving.backends.push_back(
-          {backend, tenth(ErrorGroup::mape(e.all.ttft)), tenth(ErrorGroup::mape(e.all.tpot)),
-           hundredth(ErrorGroup::median(e.all.ttft)), hundredth(ErrorGroup::median(e.all.tpot)), e.all.count()});
-    }
-    save_hardware_profile(p, o.profile_out);
-    fmt::print(out, "wrote {}\n", o.profile_out);
+// --profile-out: the profile with each backend's serving figures in its validation block.
+void write_serving_figures(const HardwareProfile& gpu, const ServingReplay& replay, const ServingOptions& o,
+                           std::ostream& out) {
+  const ErrorGroup& every_row = replay.every_row;
+  const auto& by_backend = replay.by_backend;
+  HardwareProfile p = gpu;
+  p.validation.serving = {};
+  p.validation.serving.measured_on = fmt::format(
+      "{} rows of {} ({}), closed-loop replay, policy {}, engine {}, {} deployment, {} requests per client{}",
+      every_row.count(), std::filesystem::path(o.measurements).filename().string(), o.system,
+      o.policy.empty() ? "by backend" : o.policy, engines_text(o.engines, "by backend"), o.deployment,
+      o.requests_per_client, think_time_text(o));
+  // Rounded to 0.1 as the operators' figures are, so that the file reads back the same.
+  auto tenth = [](double x) { return std::round(x * 10) / 10; };
+  auto hundredth = [](double x) { return std::round(x * 100) / 100; };
+  for (const auto& [backend, e] : by_backend) {
+    p.validation.serving.backends.push_back(
+        {backend, tenth(ErrorGroup::mape(e.all.ttft)), tenth(ErrorGroup::mape(e.all.tpot)),
+         hundredth(ErrorGroup::median(e.all.ttft)), hundredth(ErrorGroup::median(e.all.tpot)), e.all.count()});
   }
+  save_hardware_profile(p, o.profile_out);
+  fmt::print(out, "wrote {}\n", o.profile_out);
+}
+
+nlohmann::ordered_json serving_report_json(const ServingReplay& replay, const ServingOptions& o) {
+  const ErrorGroup& every_row = replay.every_row;
+  const auto& by_backend = replay.by_backend;
+  const auto& by_model = replay.by_model;
+  const ServingRows& selected = replay.selected;
+  const std::vector<ServingRow>& rows = selected.rows;
+  const auto& skipped = selected.skipped;
+  const bool moe_report = replay.moe_report();
+  const int64_t rows_read = replay.rows_read;
+  const int64_t repeats_replayed = replay.repeats_replayed;
+  const ErrorGroup& every_distinct = replay.every_distinct;
+  nlohmann::ordered_json j;
+  j["measurements"] = o.measurements;
+  j["gpu"] = o.gpu;
+  j["policy"] = o.policy.empty() ? "by backend" : o.policy;
+  j["engine"] = engines_text(o.engines, "by backend");
+  j["deployment"] = o.deployment;
+  j["requests_per_client"] = o.requests_per_client;
+  j["think_time"] = o.think_time;
+  if (!o.moe_routing.empty()) j["moe_routing"] = o.moe_routing;
+  j["units"] =
+      "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
+      "predicted / measured (below 1: predicted short); times in ms (means over requests)";
+  j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)},
+               {"median_ratio", ErrorGroup::median(every_row.ttft)},
+               {"count", every_row.count()}};
+  j["tpot"] = {{"mape", ErrorGroup::mape(every_row.tpot)},
+               {"median_ratio", ErrorGroup::median(every_row.tpot)},
+               {"count", every_row.count()}};
+  for (const auto& [backend, e] : by_backend) {
+    nlohmann::ordered_json b = e.all.to_json();
+    for (const auto& [key, groups] : e.by) {
+      for (const auto& [value, g] : groups) b["by_" + key][std::to_string(value)] = g.to_json();
+    }
+    j["by_backend"][backend] = b;
+  }
+  j["skipped"] = nlohmann::ordered_json::object();
+  for (const auto& [why, n] : skipped) j["skipped"][why] = n;
+  if (moe_report) {
+    j["rows_read"] = rows_read;
+    j["rows_replayed"] = rows.size();
+    j["repeated_rows"] = selected.repeated;
+    j["repeated_rows_replayed"] = repeats_replayed;
+    j["distinct"] = every_distinct.to_json();
+    j["by_model"] = nlohmann::ordered_json::array();
+    for (const auto& [key, e] : by_model) {
+      nlohmann::ordered_json m = {{"model", std::get<0>(key)},
+                                  {"backend", std::get<1>(key)},
+                                  {"mode", std::get<2>(key)},
+                                  {"rows", e.all.count()}};
+      m["distinct"] = e.distinct.to_json();
+      m["every_row"] = e.all.to_json();
+      for (const auto& [value, g] : e.by_isl) m["by_isl"][std::to_string(value)] = g.to_json();
+      for (const auto& [value, g] : e.by_concurrency) m["by_concurrency"][std::to_string(value)] = g.to_json();
+      for (const auto& [value, g] : e.by_layout) m["by_layout"][value] = g.to_json();
+      j["by_model"].push_back(m);
+    }
+    j["normalisations"] = nlohmann::ordered_json::object();
+    for (const ServingNormalisation& rule : serving_normalisations()) {
+      const auto it = selected.normalised.find(rule.name);
+      j["normalisations"][rule.name] = {{"rows", it == selected.normalised.end() ? 0 : it->second},
+                                        {"rule", rule.rule}};
+    }
+  }
+  j["rows"] = replay.report_rows;
+  return j;
+}
+
+}  // namespace
+
+int run_validate_serving(const ServingOptions& options, std::ostream& out) {
+  ServingOptions o = options;
+  if (o.measurements.empty()) throw UserError("validate-serving: --measurements is required");
+  if (o.gpu.empty()) throw UserError("validate-serving: --gpu is required");
+  check_replay_options(o);
+  const HardwareProfile gpu = resolve_gpu(o.gpu);  // a bad name fails here, before any row
+  check_serving_options(o, gpu);
+  o.engines = parse_engine_args(o.engine_args);
+  const ServingReplay replay = replay_serving_rows(read_serving_rows(o.measurements, o), o);
+  print_serving_report(out, replay, o);
+  if (!o.profile_out.empty()) write_serving_figures(gpu, replay, o, out);
   if (!o.out.empty()) {
-    nlohmann::ordered_json j;
-    j["measurements"] = o.measurements;
-    j["gpu"] = o.gpu;
-    j["policy"] = o.policy.empty() ? "by backend" : o.policy;
-    j["engine"] = engines_text(o.engines, "by backend");
-    j["deployment"] = o.deployment;
-    j["requests_per_client"] = o.requests_per_client;
-    j["think_time"] = o.think_time;
-    if (!o.moe_routing.empty()) j["moe_routing"] = o.moe_routing;
-    j["units"] =
-        "mape in percent: mean of |predicted / measured - 1| * 100; median_ratio: the median of "
-        "predicted / measured (below 1: predicted short); times in ms (means over requests)";
-    j["ttft"] = {{"mape", ErrorGroup::mape(every_row.ttft)},
-                 {"median_ratio", ErrorGroup::median(every_row.ttft)},
-                 {"count", every_row.count()}};
-    j["tpot"] = {{"mape", ErrorGroup::mape(every_row.tpot)},
-                 {"median_ratio", ErrorGroup::median(every_row.tpot)},
-                 {"count", every_row.count()}};
-    for (const auto& [backend, e] : by_backend) {
-      nlohmann::ordered_json b = e.all.to_json();
-      for (const auto& [key, groups] : e.by) {
-        for (const auto& [value, g] : groups) b["by_" + key][std::to_string(value)] = g.to_json();
-      }
-      j["by_backend"][backend] = b;
-    }
-    j["skipped"] = nlohmann::ordered_json::object();
-    for (const auto& [why, n] : skipped) j["skipped"][why] = n;
-    if (moe_report) {
-      j["rows_read"] = rows_read;
-      j["rows_replayed"] = rows.size();
-      j["repeated_rows"] = selected.repeated;
-      j["repeated_rows_replayed"] = repeats_replayed;
-      j["distinct"] = every_distinct.to_json();
-      j["by_model"] = nlohmann::ordered_json::array();
-      for (const auto& [key, e] : by_model) {
-        nlohmann::ordered_json m = {{"model", std::get<0>(key)},
-                                    {"backend", std::get<1>(key)},
-                                    {"mode", std::get<2>(key)},
-                                    {"rows", e.all.count()}};
-        m["distinct"] = e.distinct.to_json();
-        m["every_row"] = e.all.to_json();
-        for (const auto& [value, g] : e.by_isl) m["by_isl"][std::to_string(value)] = g.to_json();
-        for (const auto& [value, g] : e.by_concurrency) m["by_concurrency"][std::to_string(value)] = g.to_json();
-        for (const auto& [value, g] : e.by_layout) m["by_layout"][value] = g.to_json();
-        j["by_model"].push_back(m);
-      }
-      j["normalisations"] = nlohmann::ordered_json::object();
-      for (const ServingNormalisation& rule : serving_normalisations()) {
-        const auto it = selected.normalised.find(rule.name);
-        j["normalisations"][rule.name] = {{"rows", it == selected.normalised.end() ? 0 : it->second},
-                                          {"rule", rule.rule}};
-      }
-    }
-    j["rows"] = report_rows;
     auto file = open_for_write(o.out);
-    file << j.dump(2) << '\n';
+    file << serving_report_json(replay, o).dump(2) << '\n';
     fmt::print(out, "wrote {}\n", o.out);
   }
   return 0;
