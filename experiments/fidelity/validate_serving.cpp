@@ -566,6 +566,107 @@ const std::vector<ServingNormalisation>& serving_normalisations() {
   return rules;
 }
 
+namespace {
+
+// An aggregated row's layout (TP, attention DP, the experts' EP or TP) and concurrency into `r`,
+// with the rules that correct its columns; the reason to skip it, or "" (csv.fail where a row
+// cannot be read at all).
+std::string read_aggregated_layout(CsvTable& csv, const ModelSpec& model, ServingRow& r) {
+  ColumnLayout c = read_column_layout(csv, "");
+  if (apply_vllm_experts_tp(r, model, c)) r.normalisations.push_back(kVllmExpertsTp.name);
+  if (c.pp != 1) return "pipeline parallelism: not simulated";
+  // Concurrency: the client's where recorded, else batch_size per attention-DP rank x the
+  // ranks (aiconfigurator sdk/backends/base_backend.py l.711-713 and l.1361-1363).
+  const int64_t batch = integer_or(csv, "batch_size", 0, 1, 1 << 20);
+  if (r.concurrency == 0) r.concurrency = batch * c.adp;
+  if (r.concurrency == 0) csv.fail("no concurrency: neither silicon_concurrency nor batch_size");
+  if (model.is_moe() && r.backend == "vllm" && c.adp > 1 && c.tp == c.adp) {
+    c.tp = 1;
+    c.moe_tp = c.moe_ep > 1 ? 1 : c.adp;
+    c.moe_ep = c.adp / c.moe_tp;
+    r.normalisations.push_back(kVllmDep.name);
+  }
+  if (model.is_moe() && r.backend == "trtllm" && c.adp == 1 && c.tp > 1 && csv.text("attention_dp_size").empty() &&
+      batch > 0 && r.concurrency == batch * c.tp) {
+    c.adp = c.tp;
+    c.tp = 1;
+    r.normalisations.push_back(kTrtllmAttentionDp.name);
+  }
+  ParallelLayout layout;
+  if (const std::string why = resolve_layout(c, model, layout); !why.empty()) return why;
+  r.tp = layout.tp;
+  r.dp = layout.dp;
+  r.ep = layout.ep;
+  r.moe_tp = layout.moe_tp;
+  return "";
+}
+
+// A disaggregated row's prefill and decode pools (workers, batch, layout) and concurrency into
+// `r`: its own columns, or its recorded twin's, or SGLang's assumed pair; the reason to skip it,
+// or "".
+std::string read_disaggregated_pools(CsvTable& csv, const ModelSpec& model, const RecordedWorkers& recorded,
+                                     const ServingReplayOptions& o, ServingRow& r) {
+  // Prefill and decode pools: each pool's workers and layout, the concurrency of the decode
+  // pool's batches where the client's is not recorded (the generator's estimated_concurrency,
+  // generator/rule_plugin/benchmark/*.rule l.1).
+  ServingPool* pools[] = {&r.prefill, &r.decode};
+  ColumnLayout columns[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string prefix = i == 0 ? "prefill_" : "decode_";
+    pools[i]->workers = static_cast<int>(integer_or(csv, prefix + "num_workers", 0, 0, 4096));
+    pools[i]->batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
+  }
+  std::string why;
+  const RecordedPools* twin = nullptr;
+  if (r.prefill.workers == 0 || r.decode.workers == 0) {
+    if ((twin = recorded.find(r)) != nullptr) {
+      // The same measurement: its recorded pools, layouts included (the twin's columns
+      // are the ones its workers were recorded with).
+      for (int i = 0; i < 2; ++i) {
+        const ServingPool& from = i == 0 ? twin->prefill : twin->decode;
+        pools[i]->workers = from.workers;
+        pools[i]->batch = from.batch;
+        columns[i] = twin->columns[i];
+      }
+      r.normalisations.push_back(kRecordedTwin.name);
+    } else if (r.backend == "sglang") {
+      r.prefill.workers = 1;
+      r.decode.workers = 1;
+      r.normalisations.push_back(kSglangOnePair.name);
+    } else {
+      why = kNoWorkers;
+    }
+  }
+  // The row's own layout columns, unless a twin's replaced them (a skipped row's may be blank).
+  if (why.empty() && twin == nullptr) {
+    columns[0] = read_column_layout(csv, "prefill_");
+    columns[1] = read_column_layout(csv, "decode_");
+  }
+  bool experts_tp = false;
+  for (int i = 0; i < 2 && why.empty(); ++i) {
+    experts_tp = apply_vllm_experts_tp(r, model, columns[i]) || experts_tp;
+    if (columns[i].pp != 1)
+      why = "pipeline parallelism: not simulated";
+    else if (const std::string bad = resolve_layout(columns[i], model, pools[i]->layout); !bad.empty())
+      why = bad;
+  }
+  if (experts_tp) r.normalisations.push_back(kVllmExpertsTp.name);
+  if (why.empty()) {
+    // The pools run the row's policy, which must have the prefill and decode roles.
+    const std::string policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
+    const std::string refused = make_policy(policy, PolicyOptions())->unsupported_role_reason(PoolRole::kPrefill);
+    if (!refused.empty()) why = fmt::format("P/D pools on the {} policy: {}", policy, refused);
+  }
+  if (!why.empty()) return why;
+  // decode_batch_size is per attention-DP rank, as batch_size is (above).
+  if (r.concurrency == 0) r.concurrency = r.decode.batch * r.decode.layout.dp * r.decode.workers;
+  if (r.concurrency == 0) return "no concurrency recorded (silicon_concurrency, decode_batch_size)";
+  r.tp = r.prefill.layout.tp;
+  return "";
+}
+
+}  // namespace
+
 ServingRows read_serving_rows(const std::string& measurements, const ServingReplayOptions& o) {
   const RecordedWorkers recorded(measurements, o.system);
   CsvTable csv(measurements);
@@ -618,102 +719,11 @@ ServingRows read_serving_rows(const std::string& measurements, const ServingRepl
     }
     if (model.is_moe()) out.moe_or_disaggregated = true;
 
-    if (!disaggregated) {
-      ColumnLayout c = read_column_layout(csv, "");
-      if (apply_vllm_experts_tp(r, model, c)) r.normalisations.push_back(kVllmExpertsTp.name);
-      if (c.pp != 1) {
-        ++skipped["pipeline parallelism: not simulated"];
-        continue;
-      }
-      // Concurrency: the client's where recorded, else batch_size per attention-DP rank x the
-      // ranks (aiconfigurator sdk/backends/base_backend.py l.711-713 and l.1361-1363).
-      const int64_t batch = integer_or(csv, "batch_size", 0, 1, 1 << 20);
-      if (r.concurrency == 0) r.concurrency = batch * c.adp;
-      if (r.concurrency == 0) csv.fail("no concurrency: neither silicon_concurrency nor batch_size");
-      if (model.is_moe() && r.backend == "vllm" && c.adp > 1 && c.tp == c.adp) {
-        c.tp = 1;
-        c.moe_tp = c.moe_ep > 1 ? 1 : c.adp;
-        c.moe_ep = c.adp / c.moe_tp;
-        r.normalisations.push_back(kVllmDep.name);
-      }
-      if (model.is_moe() && r.backend == "trtllm" && c.adp == 1 && c.tp > 1 && csv.text("attention_dp_size").empty() &&
-          batch > 0 && r.concurrency == batch * c.tp) {
-        c.adp = c.tp;
-        c.tp = 1;
-        r.normalisations.push_back(kTrtllmAttentionDp.name);
-      }
-      ParallelLayout layout;
-      if (const std::string why = resolve_layout(c, model, layout); !why.empty()) {
-        ++skipped[why];
-        continue;
-      }
-      r.tp = layout.tp;
-      r.dp = layout.dp;
-      r.ep = layout.ep;
-      r.moe_tp = layout.moe_tp;
-    } else {
-      // Prefill and decode pools: each pool's workers and layout, the concurrency of the decode
-      // pool's batches where the client's is not recorded (the generator's estimated_concurrency,
-      // generator/rule_plugin/benchmark/*.rule l.1).
-      ServingPool* pools[] = {&r.prefill, &r.decode};
-      ColumnLayout columns[2];
-      for (int i = 0; i < 2; ++i) {
-        const std::string prefix = i == 0 ? "prefill_" : "decode_";
-        pools[i]->workers = static_cast<int>(integer_or(csv, prefix + "num_workers", 0, 0, 4096));
-        pools[i]->batch = integer_or(csv, prefix + "batch_size", 0, 0, 1 << 20);
-      }
-      std::string why;
-      const RecordedPools* twin = nullptr;
-      if (r.prefill.workers == 0 || r.decode.workers == 0) {
-        if ((twin = recorded.find(r)) != nullptr) {
-          // The same measurement: its recorded pools, layouts included (the twin's columns
-          // are the ones its workers were recorded with).
-          for (int i = 0; i < 2; ++i) {
-            const ServingPool& from = i == 0 ? twin->prefill : twin->decode;
-            pools[i]->workers = from.workers;
-            pools[i]->batch = from.batch;
-            columns[i] = twin->columns[i];
-          }
-          r.normalisations.push_back(kRecordedTwin.name);
-        } else if (r.backend == "sglang") {
-          r.prefill.workers = 1;
-          r.decode.workers = 1;
-          r.normalisations.push_back(kSglangOnePair.name);
-        } else {
-          why = kNoWorkers;
-        }
-      }
-      // The row's own layout columns, unless a twin's replaced them (a skipped row's may be blank).
-      if (why.empty() && twin == nullptr) {
-        columns[0] = read_column_layout(csv, "prefill_");
-        columns[1] = read_column_layout(csv, "decode_");
-      }
-      bool experts_tp = false;
-      for (int i = 0; i < 2 && why.empty(); ++i) {
-        experts_tp = apply_vllm_experts_tp(r, model, columns[i]) || experts_tp;
-        if (columns[i].pp != 1)
-          why = "pipeline parallelism: not simulated";
-        else if (const std::string bad = resolve_layout(columns[i], model, pools[i]->layout); !bad.empty())
-          why = bad;
-      }
-      if (experts_tp) r.normalisations.push_back(kVllmExpertsTp.name);
-      if (why.empty()) {
-        // The pools run the row's policy, which must have the prefill and decode roles.
-        const std::string policy = o.policy.empty() ? policy_for_backend(r) : o.policy;
-        const std::string refused = make_policy(policy, PolicyOptions())->unsupported_role_reason(PoolRole::kPrefill);
-        if (!refused.empty()) why = fmt::format("P/D pools on the {} policy: {}", policy, refused);
-      }
-      if (!why.empty()) {
-        ++skipped[why];
-        continue;
-      }
-      // decode_batch_size is per attention-DP rank, as batch_size is (above).
-      if (r.concurrency == 0) r.concurrency = r.decode.batch * r.decode.layout.dp * r.decode.workers;
-      if (r.concurrency == 0) {
-        ++skipped["no concurrency recorded (silicon_concurrency, decode_batch_size)"];
-        continue;
-      }
-      r.tp = r.prefill.layout.tp;
+    if (const std::string why = disaggregated ? read_disaggregated_pools(csv, model, recorded, o, r)
+                                              : read_aggregated_layout(csv, model, r);
+        !why.empty()) {
+      ++skipped[why];
+      continue;
     }
 
     bool relabelled = false;
