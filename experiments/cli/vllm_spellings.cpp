@@ -44,29 +44,82 @@ std::string random_length(const std::string& len, const std::optional<std::strin
 
 }  // namespace
 
+namespace {
+
+// One command-line word as a vLLM option: its long name ("" if it is none), how the user spelled
+// it, and a value given with "=". "-tp N" is vLLM's short form of --tensor-parallel-size.
+struct SpelledOption {
+  std::string name, spelled;
+  std::optional<std::string> inline_value;
+};
+
+SpelledOption spelled_option(const std::string& arg) {
+  SpelledOption o;
+  if (arg == "-tp" || arg.starts_with("-tp=")) {
+    o.name = "tensor-parallel-size";
+    o.spelled = "-tp";
+    if (arg.size() > 3) o.inline_value = arg.substr(4);
+  } else if (arg.starts_with("--")) {
+    const size_t eq = arg.find('=');
+    o.name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    o.spelled = "--" + o.name;
+    if (eq != std::string::npos) o.inline_value = arg.substr(eq + 1);
+  }
+  return o;
+}
+
+// vLLM's workload options, which become batchsim's only together (a rate with its burstiness, a
+// length with the range ratio).
+struct VllmWorkload {
+  std::optional<std::string> rate, burstiness, input_len, output_len, range_ratio;
+  std::string rate_text;  // vLLM's text of the arrival options, for the note ("--request-rate 4 --burstiness 0.5")
+};
+
+void add_workload_args(const VllmWorkload& w, VllmSpellings& out) {
+  const auto note = [&](const std::string& theirs, const std::string& ours) {
+    out.notes.push_back(fmt::format("read vLLM's {} as {}", theirs, ours));
+  };
+  if (w.burstiness && !w.rate)
+    throw UserError("--burstiness: give --request-rate too (vLLM's burstiness shapes its arrivals)");
+  if (w.rate) {
+    // vLLM's arrivals (vllm/benchmarks/serve.py get_request): inf sends every request at once;
+    // else gaps from a gamma distribution of shape `burstiness` (default 1: Poisson) and mean
+    // 1 / rate, whose coefficient of variation is 1 / sqrt(burstiness).
+    std::string arrival;
+    if (*w.rate == "inf") {
+      arrival = "offline";
+    } else {
+      const double r = parse_double(*w.rate, "--request-rate", 1e-9);
+      const double b = w.burstiness ? parse_double(*w.burstiness, "--burstiness", 1e-6) : 1.0;
+      arrival = b == 1.0 ? fmt::format("poisson:{:g}", r) : fmt::format("gamma:{:g}:{:g}", r, 1 / std::sqrt(b));
+    }
+    out.args.insert(out.args.end(), {"--arrival", arrival});
+    note(w.rate_text, "--arrival " + arrival);
+  }
+  if (w.range_ratio && !w.input_len && !w.output_len) {
+    throw UserError("--random-range-ratio: give --random-input-len or --random-output-len too");
+  }
+  for (auto [len, theirs, ours] : {std::tuple{&w.input_len, "--random-input-len", "--prompt-len"},
+                                   std::tuple{&w.output_len, "--random-output-len", "--output-len"}}) {
+    if (!*len) continue;
+    const std::string spec = random_length(**len, w.range_ratio, theirs);
+    out.args.insert(out.args.end(), {ours, spec});
+    note(fmt::format("{} {}{}", theirs, **len, w.range_ratio ? " --random-range-ratio " + *w.range_ratio : ""),
+         fmt::format("{} {}", ours, spec));
+  }
+}
+
+}  // namespace
+
 VllmSpellings read_vllm_spellings(const std::vector<std::string>& args) {
   VllmSpellings out;
-  std::optional<std::string> rate, burstiness, input_len, output_len, range_ratio;
-  // vLLM's text of the arrival options, for the note ("--request-rate 4 --burstiness 0.5").
-  std::string rate_text;
+  VllmWorkload workload;
   const auto note = [&](const std::string& theirs, const std::string& ours) {
     out.notes.push_back(fmt::format("read vLLM's {} as {}", theirs, ours));
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    // "-tp N" is vLLM's short form of --tensor-parallel-size.
-    std::string name, spelled;  // vLLM's long name; how the user spelled it
-    std::optional<std::string> inline_value;
-    if (arg == "-tp" || arg.starts_with("-tp=")) {
-      name = "tensor-parallel-size";
-      spelled = "-tp";
-      if (arg.size() > 3) inline_value = arg.substr(4);
-    } else if (arg.starts_with("--")) {
-      const size_t eq = arg.find('=');
-      name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      spelled = "--" + name;
-      if (eq != std::string::npos) inline_value = arg.substr(eq + 1);
-    }
+    const auto [name, spelled, inline_value] = spelled_option(arg);
     if (one_of(name, kFlags)) {
       if (inline_value) throw UserError(fmt::format("--{}: takes no value (it is vLLM's flag)", name));
       if (name == "enable-chunked-prefill") {
@@ -109,44 +162,17 @@ VllmSpellings read_vllm_spellings(const std::vector<std::string>& args) {
     else if (name == "dataset-path")
       plain("--trace", value);
     else if (name == "random-range-ratio")
-      range_ratio = value;
+      workload.range_ratio = value;
     else if (name == "random-input-len")
-      input_len = value;
+      workload.input_len = value;
     else if (name == "random-output-len")
-      output_len = value;
+      workload.output_len = value;
     else {
-      (name == "request-rate" ? rate : burstiness) = value;  // composed below, in the order given
-      rate_text += (rate_text.empty() ? "" : " ") + theirs;
+      (name == "request-rate" ? workload.rate : workload.burstiness) = value;  // composed below, in the order given
+      workload.rate_text += (workload.rate_text.empty() ? "" : " ") + theirs;
     }
   }
-  if (burstiness && !rate)
-    throw UserError("--burstiness: give --request-rate too (vLLM's burstiness shapes its arrivals)");
-  if (rate) {
-    // vLLM's arrivals (vllm/benchmarks/serve.py get_request): inf sends every request at once;
-    // else gaps from a gamma distribution of shape `burstiness` (default 1: Poisson) and mean
-    // 1 / rate, whose coefficient of variation is 1 / sqrt(burstiness).
-    std::string arrival;
-    if (*rate == "inf") {
-      arrival = "offline";
-    } else {
-      const double r = parse_double(*rate, "--request-rate", 1e-9);
-      const double b = burstiness ? parse_double(*burstiness, "--burstiness", 1e-6) : 1.0;
-      arrival = b == 1.0 ? fmt::format("poisson:{:g}", r) : fmt::format("gamma:{:g}:{:g}", r, 1 / std::sqrt(b));
-    }
-    out.args.insert(out.args.end(), {"--arrival", arrival});
-    note(rate_text, "--arrival " + arrival);
-  }
-  if (range_ratio && !input_len && !output_len) {
-    throw UserError("--random-range-ratio: give --random-input-len or --random-output-len too");
-  }
-  for (auto [len, theirs, ours] : {std::tuple{&input_len, "--random-input-len", "--prompt-len"},
-                                   std::tuple{&output_len, "--random-output-len", "--output-len"}}) {
-    if (!*len) continue;
-    const std::string spec = random_length(**len, range_ratio, theirs);
-    out.args.insert(out.args.end(), {ours, spec});
-    note(fmt::format("{} {}{}", theirs, **len, range_ratio ? " --random-range-ratio " + *range_ratio : ""),
-         fmt::format("{} {}", ours, spec));
-  }
+  add_workload_args(workload, out);
   return out;
 }
 
