@@ -192,6 +192,28 @@ void add_padded(const std::vector<int64_t>::const_iterator first, const std::vec
   add_padded_tiles(first, last, padded, weight, std::make_index_sequence<kMoeTileRows.size()>{});
 }
 
+// A rank's rows, experts touched and rows padded to each tile, in one pass over its experts'
+// loads (integers: the same sums in any order).
+struct LocalSums {
+  int64_t rows = 0, touched = 0;
+  std::array<int64_t, kMoeTileRows.size()> padded{};
+};
+
+template <size_t... I>
+LocalSums local_sums_tiles(const std::vector<int64_t>& loads, std::index_sequence<I...>) {
+  LocalSums sums;
+  for (const int64_t n : loads) {
+    sums.rows += n;
+    sums.touched += n > 0;
+    ((sums.padded[I] += (n + kMoeTileRows[I] - 1) & ~int64_t{kMoeTileRows[I] - 1}), ...);
+  }
+  return sums;
+}
+
+LocalSums local_sums(const std::vector<int64_t>& loads) {
+  return local_sums_tiles(loads, std::make_index_sequence<kMoeTileRows.size()>{});
+}
+
 struct PowerLawScratch {
   std::vector<double> weights;
   std::vector<int64_t> counts, global, local, rank_rows, room, first_alloc, second_alloc;
@@ -276,9 +298,16 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
   const double weight = 1.0 / kPowerLawSplits;
   for (int split = 0; split < kPowerLawSplits; ++split) {
     const uint32_t* order = splits.data() + static_cast<size_t>(split * experts);
+    // Every rank's rows but the last's gathered; the last holds what the others do not (the
+    // sums are integers, so exactly).
+    int64_t others = 0;
     for (int64_t r = 0; r < ep; ++r) {
-      int64_t sum_r = 0;
-      for (int64_t j = 0; j < local_experts; ++j) sum_r += s.counts[order[r * local_experts + j]];
+      int64_t sum_r = total - others;
+      if (r + 1 < ep) {
+        sum_r = 0;
+        for (int64_t j = 0; j < local_experts; ++j) sum_r += s.counts[order[r * local_experts + j]];
+        others += sum_r;
+      }
       s.rank_rows[static_cast<size_t>(r)] = sum_r;
       s.room[static_cast<size_t>(r)] = local_experts * tokens - sum_r;
     }
@@ -311,14 +340,12 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
     fill_up(s.local.begin(), s.local.end(), s.first_alloc[b], tokens);
     if (s.second_alloc[b] > 0) fill_up(s.local.begin(), s.local.end(), s.second_alloc[b], tokens);
     if (s.second_alloc[b] < 0) fill_down(s.local.begin(), s.local.end(), -s.second_alloc[b]);
-    int64_t local_rows = 0, touched = 0;
-    for (int64_t n : s.local) {
-      local_rows += n;
-      touched += n > 0;
+    const LocalSums sums = local_sums(s.local);
+    load.local_rows += weight * static_cast<double>(sums.rows);
+    load.touched_experts += weight * static_cast<double>(sums.touched);
+    for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
+      load.local_padded_rows[i] += weight * static_cast<double>(sums.padded[i]);
     }
-    load.local_rows += weight * static_cast<double>(local_rows);
-    load.touched_experts += weight * static_cast<double>(touched);
-    add_padded(s.local.begin(), s.local.end(), load.local_padded_rows, weight);
   }
   return load;
 }
