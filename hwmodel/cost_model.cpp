@@ -102,7 +102,7 @@ double CostModel::with_drafter(double target, DraftPart&& draft_part) const {
   return target + target / model_.num_layers;
 }
 
-TokenCosts CostModel::token_costs(int64_t tokens) const {
+TokenCosts CostModel::token_costs(int64_t tokens, NonAttentionCache* memo) const {
   TokenCosts cost;
   cost.tokens = tokens;
   const double layers = model_.num_layers;
@@ -120,7 +120,7 @@ TokenCosts CostModel::token_costs(int64_t tokens) const {
     cost.layer_gemm_s[kQkv] = layers * gemm_time_s(gpu_, layer_gemms_[kQkv], tokens, w_format);
     cost.layer_gemm_s[kO] = layers * gemm_time_s(gpu_, layer_gemms_[kO], tokens, w_format);
     if (routed_here && tokens > 0) {
-      const FusedMoeTime t = fused_moe_time(gpu_, fused_moe_call(tokens));  // the expected loads once
+      const FusedMoeTime t = routed_experts_time(tokens, memo);  // the expected loads once
       const auto [up_s, down_s] = routed_experts_split(t);
       cost.layer_gemm_s[kUp] = model_.moe_layers() * up_s;
       cost.layer_gemm_s[kDown] = model_.moe_layers() * down_s;
@@ -211,14 +211,28 @@ FusedMoeCall CostModel::fused_moe_call(int64_t tokens) const {
   return call;
 }
 
-std::pair<double, double> CostModel::routed_experts_s(int64_t tokens) const {
+MoeRankLoad CostModel::routed_load(int64_t tokens, NonAttentionCache* memo) const {
+  const FusedMoeCall call = fused_moe_call(tokens);
+  if (moe_routing_.kind != MoeRoutingKind::power_law || tokens <= kExactLoadTokens) return expected_moe_load(call);
+  const auto exact = [this](int64_t n) { return expected_moe_load(fused_moe_call(n)); };
+  const auto [lo, hi] = moe_load_grid_bracket(tokens);
+  if (memo == nullptr) return interpolate_moe_load(exact(lo), lo, exact(hi), hi, tokens, call.top_k);
+  const MoeRankLoad& lo_load = memo->moe_load(lo, exact);
+  return interpolate_moe_load(lo_load, lo, memo->moe_load(hi, exact), hi, tokens, call.top_k);
+}
+
+FusedMoeTime CostModel::routed_experts_time(int64_t tokens, NonAttentionCache* memo) const {
+  return fused_moe_time(gpu_, fused_moe_call(tokens), routed_load(tokens, memo));
+}
+
+std::pair<double, double> CostModel::routed_experts_s(int64_t tokens, NonAttentionCache* memo) const {
   // One MoE layer's routed experts on the busiest expert rank: vLLM's fused-MoE call (routing,
   // the w13 and w2 grouped GEMMs, the activation and the top-k combine), fitted on NVIDIA's H100
   // tables where the profile has the kernel's fit (moe_kernel.h). Reported split as the GEMMs
   // split their weights (w13 holds gate and up: 2 of 3 parts when gated), the fixed part with
   // the up projection and the per-row work with the down one.
   if (tokens <= 0) return {0, 0};
-  return routed_experts_split(fused_moe_time(gpu_, fused_moe_call(tokens)));
+  return routed_experts_split(routed_experts_time(tokens, memo));
 }
 
 std::pair<double, double> CostModel::routed_experts_split(const FusedMoeTime& t) const {
@@ -238,11 +252,11 @@ double CostModel::exchange_s(double bytes_per_gpu, int gpus) const {
                                              bytes_per_gpu * (1 - inside) / gpu_.internode_bytes_per_s);
 }
 
-CostModel::MoeStepCost CostModel::moe_step(int64_t tokens) const {
+CostModel::MoeStepCost CostModel::moe_step(int64_t tokens, NonAttentionCache* memo) const {
   MoeStepCost c;
   if (!model_.is_moe() || tokens <= 0) return c;
   const double moe_layers = model_.moe_layers();
-  const auto [up_s, down_s] = routed_experts_s(tokens);
+  const auto [up_s, down_s] = routed_experts_s(tokens, memo);
   c.experts_up_s = moe_layers * up_s;
   c.experts_down_s = moe_layers * down_s;
   if (layout_.dp == 1) return c;  // the experts' outputs are summed by the layer's all-reduce
@@ -279,7 +293,9 @@ double CostModel::lm_head_s(int64_t sampled) const {
 IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* memo) const {
   if (shape.empty()) return IterationCost{};
   const int64_t tokens = shape.total_tokens();
-  if (memo == nullptr) return iteration_from(shape, token_costs(tokens), lm_head_s(shape.num_sampled), nullptr);
+  if (memo == nullptr) {
+    return iteration_from(shape, token_costs(tokens, nullptr), lm_head_s(shape.num_sampled), nullptr);
+  }
   const TokenCosts& t = memo_token_costs(tokens, *memo);
   return iteration_from(shape, t, memo_lm_head_s(shape.num_sampled, *memo), memo);
 }
@@ -311,8 +327,9 @@ IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCac
   if (engine_.moe_pad_dp_to_max && engine_.cuda_graph_max_tokens > 0 && most_tokens <= engine_.cuda_graph_max_tokens) {
     tokens = most_tokens * layout_.dp;
   }
-  const MoeStepCost moe =
-      memo != nullptr ? memo->moe_step(tokens, [this](int64_t n) { return moe_step(n); }) : moe_step(tokens);
+  const MoeStepCost moe = memo != nullptr
+                              ? memo->moe_step(tokens, [this, memo](int64_t n) { return moe_step(n, memo); })
+                              : moe_step(tokens);
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_up)] += moe.experts_up_s;
   slowest.layer_gemm_s[static_cast<int>(LayerGemm::mlp_down)] += moe.experts_down_s;
   slowest.gemm_s += moe.experts_up_s + moe.experts_down_s;
@@ -468,7 +485,7 @@ void CostModel::set_speculative(SpeculativeDecoding spec, std::shared_ptr<const 
 
 const TokenCosts& CostModel::memo_token_costs(int64_t tokens, NonAttentionCache& memo) const {
   TokenCosts& slot = memo.token_slot(tokens);
-  if (slot.tokens != tokens) slot = token_costs(tokens);
+  if (slot.tokens != tokens) slot = token_costs(tokens, &memo);
   return slot;
 }
 
@@ -510,7 +527,7 @@ double CostModel::draft_s(const BatchShape& shape, const IterationCost& cost, No
   // EAGLE, EAGLE-3, MTP: one layer of the target per pass.
   const double layers = model_.num_layers;
   auto layer_s = [&](int64_t tokens) {
-    const TokenCosts& t = memo != nullptr ? memo_token_costs(tokens, *memo) : token_costs(tokens);
+    const TokenCosts& t = memo != nullptr ? memo_token_costs(tokens, *memo) : token_costs(tokens, nullptr);
     return (t.gemm_s + t.elementwise_s + t.communication_s) / layers;
   };
   const double head_s = memo != nullptr ? memo_lm_head_s(sequences, *memo) : lm_head_s(sequences);

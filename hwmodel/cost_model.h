@@ -162,6 +162,14 @@ class NonAttentionCache {
     if (it == moe_steps_.end()) it = moe_steps_.emplace(tokens, cost(tokens)).first;
     return it->second;
   }
+  // The exact expected loads of a power-law routing at `tokens` (a grid point of
+  // moe_load_grid_bracket), computed by `exact` once per count.
+  template <class Exact>
+  const MoeRankLoad& moe_load(int64_t tokens, Exact&& exact) {
+    auto it = moe_loads_.find(tokens);
+    if (it == moe_loads_.end()) it = moe_loads_.emplace(tokens, exact(tokens)).first;
+    return it->second;
+  }
 
  private:
   std::vector<TokenCosts> tokens_;
@@ -169,6 +177,7 @@ class NonAttentionCache {
   std::vector<std::pair<int64_t, double>> mla_absorb_ =
       std::vector<std::pair<int64_t, double>>(kSampledSlots, {-1, 0.0});
   std::unordered_map<int64_t, MoeStepCost> moe_steps_;
+  std::unordered_map<int64_t, MoeRankLoad> moe_loads_;
 };
 
 class CostModel {
@@ -298,10 +307,10 @@ class CostModel {
   // on the busiest expert rank, and with dp > 1 the exchanges that bring every token to its
   // experts and back (all-gather and reduce-scatter, or all-to-all dispatch and combine).
   using MoeStepCost = batchsim::MoeStepCost;
-  MoeStepCost moe_step(int64_t tokens) const;
+  MoeStepCost moe_step(int64_t tokens, NonAttentionCache* memo = nullptr) const;
 
  private:
-  TokenCosts token_costs(int64_t tokens) const;
+  TokenCosts token_costs(int64_t tokens, NonAttentionCache* memo) const;
   double lm_head_s(int64_t sampled) const;
   // The replica's KV tokens in `kv_bytes_per_gpu` of one GPU's memory (each GPU holds its share
   // of the heads of every token).
@@ -317,7 +326,12 @@ class CostModel {
   // The routed experts of one MoE layer on the busiest expert rank over `tokens` tokens (the
   // fused-MoE call, moe_kernel.h), split into the up and down projections' shares.
   FusedMoeCall fused_moe_call(int64_t tokens) const;
-  std::pair<double, double> routed_experts_s(int64_t tokens) const;
+  // The busiest expert rank's expected loads over `tokens` tokens: exact, or for a power-law
+  // routing above kExactLoadTokens interpolated on the grid of moe_kernel.h (its points kept in
+  // `memo` when there is one; without, computed: the same numbers).
+  MoeRankLoad routed_load(int64_t tokens, NonAttentionCache* memo) const;
+  FusedMoeTime routed_experts_time(int64_t tokens, NonAttentionCache* memo) const;
+  std::pair<double, double> routed_experts_s(int64_t tokens, NonAttentionCache* memo) const;
   std::pair<double, double> routed_experts_split(const FusedMoeTime& t) const;
   // How tokens choose their experts (uniform: balanced; or a power law): set_moe_routing.
   MoeRouting moe_routing_;

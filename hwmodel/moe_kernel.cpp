@@ -421,6 +421,42 @@ MoeRankLoad expected_moe_load(const FusedMoeCall& call) {
   return call.routing.kind == MoeRoutingKind::power_law ? power_law_load(call) : balanced_load(call);
 }
 
+namespace {
+int64_t grid_point(int k) {
+  return static_cast<int64_t>(
+      std::ceil(static_cast<double>(kExactLoadTokens) * std::exp2(static_cast<double>(k) / kLoadGridPerOctave)));
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> moe_load_grid_bracket(int64_t tokens) {
+  if (tokens <= kExactLoadTokens) {
+    throw std::invalid_argument("moe_load_grid_bracket: " + std::to_string(tokens) + " tokens are on no grid");
+  }
+  // The point index from the logarithm, then corrected by whole steps against its rounding.
+  int k = static_cast<int>(
+      std::floor(kLoadGridPerOctave * std::log2(static_cast<double>(tokens) / static_cast<double>(kExactLoadTokens))));
+  k = std::max(k, 0);
+  while (k > 0 && grid_point(k) > tokens) --k;
+  while (grid_point(k + 1) <= tokens) ++k;
+  return {grid_point(k), grid_point(k + 1)};
+}
+
+MoeRankLoad interpolate_moe_load(const MoeRankLoad& lo_load, int64_t lo, const MoeRankLoad& hi_load, int64_t hi,
+                                 int64_t tokens, int64_t top_k) {
+  if (tokens == lo) return lo_load;
+  const double w = static_cast<double>(tokens - lo) / static_cast<double>(hi - lo);
+  const auto mix = [w](double a, double b) { return a + (b - a) * w; };
+  MoeRankLoad load;
+  load.routed_rows = static_cast<double>(tokens) * static_cast<double>(top_k);
+  load.local_rows = mix(lo_load.local_rows, hi_load.local_rows);
+  load.touched_experts = mix(lo_load.touched_experts, hi_load.touched_experts);
+  for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
+    load.local_padded_rows[i] = mix(lo_load.local_padded_rows[i], hi_load.local_padded_rows[i]);
+    load.all_padded_rows[i] = mix(lo_load.all_padded_rows[i], hi_load.all_padded_rows[i]);
+  }
+  return load;
+}
+
 const std::array<MoeKernelKey, 10>& moe_kernel_keys() {
   static const std::array<MoeKernelKey, 10> keys = {{
       {"launch_s", &MoeKernelFit::launch_s},
