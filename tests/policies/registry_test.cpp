@@ -215,6 +215,54 @@ TEST(Registry, AnUnknownPolicyListsTheKnownOnes) {
   }
 }
 
+// Each base registers itself from its own folder (policies/common/policy_base.h): the registry
+// lists the bases in the order of policies/CMakeLists.txt and the policies by their rank, the
+// order `batchsim list policies` has always printed.
+TEST(Registry, BasesRegisterThemselvesAndListInOrder) {
+  EXPECT_EQ(policy_bases(),
+            (std::vector<std::string>{"static", "continuous", "chunked-prefill", "sglang", "example-sjf"}));
+  std::vector<std::string> names;
+  for (const PolicyInfo& p : registered_policies()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"static", "continuous", "chunked-prefill", "hf-static", "ft-static",
+                                             "orca", "tgi", "tgi-router", "trtllm", "vllm-v0", "vllm", "vllm-v1-2025",
+                                             "sarathi", "sglang", "example-sjf"}));
+  for (const std::string& base : policy_bases()) EXPECT_FALSE(policy_option_docs(base).empty()) << base;
+  EXPECT_THROW((void)policy_option_docs("no-such-base"), UserError);
+  EXPECT_TRUE(policy_chunks_prefills("vllm", {}));
+  EXPECT_TRUE(policy_chunks_prefills("sglang", {}));
+  EXPECT_FALSE(policy_chunks_prefills("trtllm", {}));
+  EXPECT_TRUE(policy_chunks_prefills("trtllm", {{"enable_chunked_context", "true"}}));
+  EXPECT_FALSE(policy_chunks_prefills("static", {}));
+}
+
+// The option schema is the parser: the getters apply its default and range, and name the
+// option in their errors; a key the schema lacks is a programming error.
+TEST(Registry, TheOptionSchemaParsesWithItsDefaultAndRange) {
+  const PolicyOptionSchema s({int_option("n", "16", 1, 1024, "a count"), real_option("r", "0.5", 0.0, 1.0, "a ratio"),
+                              bool_option("b", "true", "a switch"), choice_option("c", "x", {"x", "y"}, "a choice"),
+                              int_option("a", "auto", 1, 8, "a count or auto")});
+  const PolicyOptions none;
+  EXPECT_EQ(s.get_int(none, "n"), 16);
+  EXPECT_EQ(s.get_double(none, "r"), 0.5);
+  EXPECT_TRUE(s.get_bool(none, "b"));
+  EXPECT_EQ(s.get_choice(none, "c"), "x");
+  EXPECT_EQ(s.get_int(none, "a", 0), 0);
+  const PolicyOptions given(std::map<std::string, std::string>{{"n", "1024"}, {"c", "y"}, {"a", "auto"}});
+  EXPECT_EQ(s.get_int(given, "n"), 1024);
+  EXPECT_EQ(s.get_choice(given, "c"), "y");
+  EXPECT_TRUE(s.is_word(given, "a", "auto"));
+  EXPECT_NO_THROW(given.check_all_used("test"));
+  std::string msg = user_error_of([&s] {
+    (void)s.get_int(PolicyOptions(std::map<std::string, std::string>{{"n", "1025"}}), "n");
+  });
+  EXPECT_NE(msg.find("n=1025"), std::string::npos) << msg;
+  msg = user_error_of([&s] { (void)s.get_choice(PolicyOptions(std::map<std::string, std::string>{{"c", "z"}}), "c"); });
+  EXPECT_NE(msg.find("expected one of x, y"), std::string::npos) << msg;
+  EXPECT_THROW((void)s.get_int(none, "missing"), std::logic_error);
+  EXPECT_THROW((void)s.get_int(none, "a"), std::logic_error);  // a prose default needs a fallback
+  EXPECT_THROW((void)s.get_double(none, "n"), std::logic_error);
+}
+
 TEST(Registry, EveryPresetOptionIsDocumentedForItsBase) {
   // `batchsim list policies` prints each preset's options and its base's option table: every
   // option a preset sets must appear there, with a description.
