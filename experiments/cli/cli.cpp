@@ -232,11 +232,7 @@ VllmSpellings respelled(const std::vector<std::string>& args, std::ostream& err)
 // vLLM's --enable-chunked-prefill: in batchsim the policy chunks prefills or does not, so the flag
 // checks that `policy` does (the chunked-prefill presets, SGLang's, TensorRT-LLM's chunked context).
 void check_chunks_prefills(const std::string& policy, const std::map<std::string, std::string>& opts) {
-  const std::string& base = policy_base(policy);
-  const auto context = opts.find("enable_chunked_context");
-  const bool chunks =
-      base == "chunked-prefill" || base == "sglang" || (context != opts.end() && context->second == "true");
-  if (!chunks) {
+  if (!policy_chunks_prefills(policy, opts)) {
     throw UserError(
         fmt::format("--enable-chunked-prefill: policy '{}' does not chunk prefills; choose one that does "
                     "(vllm, sarathi, sglang: batchsim list policies)",
