@@ -21,8 +21,6 @@ constexpr size_t kLpmMaxWaiting = 128;
 // IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and ..._DEPRIORITIZE_THRESHOLD (schedule_policy.py).
 constexpr int64_t kInBatchPrefixThreshold = 32;
 
-enum class AddResult { kContinue, kNoToken, kOther };
-
 }  // namespace
 
 namespace {
@@ -292,6 +290,36 @@ void SglangPolicy::sort_waiting_by_prefix() {
   for (size_t i = 0; i < order.size(); ++i) waiting_[i] = order[i].second;
 }
 
+// PrefillAdder's budgets (schedule_policy.py), for one prefill batch. rem_total_tokens =
+// available + evictable KV - rem_total_token_offset; the offset starts at what the running
+// requests are expected to write, min(max_new_tokens left, clip) x new_token_ratio each, and
+// grows by every admitted request's extend tokens + max_new_tokens + one page
+// (_update_prefill_budget). The KV this batch allocates is added back to the live free count, so
+// that the budget sees what SGLang sees before prepare_for_extend allocates (while prefixes the
+// batch locks leave it, as in SGLang).
+struct SglangPolicy::PrefillBudget {
+  const SglangPolicy& policy;
+  double offset = 0;
+  int64_t allocated = 0;  // tokens of new pages this batch took
+  int64_t rem_input = 0;
+  int64_t rem_chunk = 0;
+  int64_t can_run = 0;  // requests this batch prefills
+
+  int64_t free_tokens() const { return policy.kv_->free_blocks() * policy.config_.page_size; }
+  double rem_total() const { return static_cast<double>(free_tokens() + allocated) - offset; }
+  void charge(int64_t extend, int64_t max_new, int64_t page_term) {
+    offset += static_cast<double>(policy.ceil_page(extend) + max_new + page_term);
+    rem_input -= policy.ceil_page(extend);
+    rem_chunk -= policy.ceil_page(extend);
+  }
+  // PrefillAdder.budget_state.
+  AddResult state() const {
+    if (rem_total() <= 0 || free_tokens() <= 0) return AddResult::kNoToken;
+    if (rem_input <= 0 || rem_chunk <= 0) return AddResult::kOther;
+    return AddResult::kContinue;
+  }
+};
+
 bool SglangPolicy::schedule_prefill(Batch& batch) {
   // Scheduler.get_new_batch_prefill (scheduler.py).
   if ((batch_is_full_ || waiting_.empty()) && chunked_ < 0) return false;
@@ -302,113 +330,28 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
   }
   if (config_.lpm && config_.radix_cache && waiting_.size() <= kLpmMaxWaiting) sort_waiting_by_prefix();
 
-  // PrefillAdder (schedule_policy.py). rem_total_tokens = available + evictable KV -
-  // rem_total_token_offset; the offset starts at what the running requests are expected to
-  // write, min(max_new_tokens left, clip) x new_token_ratio each, and grows by every admitted
-  // request's extend tokens + max_new_tokens + one page (_update_prefill_budget). The KV this
-  // batch allocates is added back to the live free count, so that the budget sees what SGLang
-  // sees before prepare_for_extend allocates (while prefixes the batch locks leave it, as in
-  // SGLang).
-  double offset = 0;
+  PrefillBudget budget{*this};
   for (const RequestId id : running_) {
-    offset += static_cast<double>(expected_new_tokens(id)) * new_token_ratio_;
+    budget.offset += static_cast<double>(expected_new_tokens(id)) * new_token_ratio_;
   }
   // Mixed chunks: the running requests' decode tokens come out of every budget first
   // (PrefillAdder's mixed_with_decode_tokens).
   const int64_t mixed_decodes = config_.mixed_chunk ? running_bs : 0;
-  offset += static_cast<double>(mixed_decodes);
-  const int64_t page = config_.page_size;
-  int64_t allocated = 0;  // tokens of new pages this batch took
-  int64_t rem_input = config_.max_prefill_tokens - mixed_decodes;
-  int64_t rem_chunk = config_.chunked_prefill_size - mixed_decodes;
-  auto free_tokens = [&] { return kv_->free_blocks() * page; };
-  auto rem_total = [&] { return static_cast<double>(free_tokens() + allocated) - offset; };
-  auto charge = [&](int64_t extend, int64_t max_new, int64_t page_term) {
-    offset += static_cast<double>(ceil_page(extend) + max_new + page_term);
-    rem_input -= ceil_page(extend);
-    rem_chunk -= ceil_page(extend);
-  };
-  // PrefillAdder.budget_state.
-  auto budget_state = [&] {
-    if (rem_total() <= 0 || free_tokens() <= 0) return AddResult::kNoToken;
-    if (rem_input <= 0 || rem_chunk <= 0) return AddResult::kOther;
-    return AddResult::kContinue;
-  };
-  int64_t can_run = 0;
-
-  if (chunked_ >= 0) {
-    // PrefillAdder.add_chunked_req: the next chunk, at most the chunk budget; its output is
-    // charged with its last chunk. Its KV was never checked against the ratio again; here a
-    // chunk also waits for free KV (the newest adder's available_chunk_tokens), rather than
-    // fail to allocate.
-    const RequestId id = chunked_;
-    const int64_t computed = env_->progress_of(id).computed_tokens;
-    const int64_t need = env_->known_tokens(id) - computed;
-    const int64_t room = (kv_->free_blocks() + kv_->blocks_of(id)) * page - computed;
-    const int64_t n = std::min({need, rem_chunk, room});
-    if (n > 0) {
-      const int64_t before = kv_->blocks_of(id);
-      if (!kv_->try_grow(id, computed + n)) throw std::logic_error("chunk growth failed after its room was counted");
-      allocated += (kv_->blocks_of(id) - before) * page;
-      const bool truncated = n < need;
-      charge(n, truncated ? 0 : expected_new_tokens(id), 0);
-      add_step(id, n, batch);
-      ++can_run;
-      if (!truncated) {
-        prefilled_.push_back(id);
-        chunked_ = -1;
-      }
-    }
-  }
+  budget.offset += static_cast<double>(mixed_decodes);
+  budget.rem_input = config_.max_prefill_tokens - mixed_decodes;
+  budget.rem_chunk = config_.chunked_prefill_size - mixed_decodes;
+  if (chunked_ >= 0) add_chunked_request(budget, batch);
 
   // The waiting queue, in order, while PrefillAdder.add_one_req says CONTINUE.
   std::vector<RequestId> admitted;
   for (const RequestId id : waiting_) {
-    if (can_run >= config_.max_running_requests - running_bs) {  // get_num_allocatable_reqs
+    if (budget.can_run >= config_.max_running_requests - running_bs) {  // get_num_allocatable_reqs
       batch_is_full_ = true;
       break;
     }
-    const int64_t known = env_->known_tokens(id);
-    const int64_t cached = config_.radix_cache ? kv_->cached_prefix_tokens(id, known) : 0;
-    const int64_t extend = known - cached;
-    const int64_t max_new = expected_new_tokens(id);
-    AddResult result = AddResult::kContinue;
-    // add_one_req: total_tokens = extend + max_new + page (per_req_token_overhead) must stay
-    // below rem_total_tokens.
-    if (static_cast<double>(extend + max_new + page) >= rem_total()) {
-      result = AddResult::kNoToken;
-    } else {
-      int64_t n = extend;
-      bool truncated = false;
-      if (ceil_page(extend) > rem_chunk) {
-        // _select_prefill_admission: cut at the chunk budget, page-aligned from the prefix
-        // on; a chunk charges no output.
-        n = (cached + rem_chunk / page * page) / page * page - cached;
-        truncated = true;
-        if (n <= 0 || chunked_ >= 0) result = AddResult::kOther;
-      }
-      if (result == AddResult::kContinue) {
-        // The ratio check guarantees the extend tokens are free, but not an evictable prefix
-        // hit this admission pins: the cache may still refuse, which ends admission as
-        // NO_TOKEN.
-        if (!kv_->try_admit(id, cached + n, cached + n)) {
-          result = AddResult::kNoToken;
-        } else {
-          allocated += (kv_->blocks_for(cached + n) - kv_->blocks_for(cached)) * page;
-          if (cached > 0) env_->use_cached_prefix(id, cached);
-          charge(n, truncated ? 0 : max_new, page);
-          add_step(id, n, batch);
-          admitted.push_back(id);
-          ++can_run;
-          if (truncated) {
-            chunked_ = id;
-          } else {
-            prefilled_.push_back(id);
-          }
-          result = budget_state();
-        }
-      }
-    }
+    bool added = false;
+    const AddResult result = add_waiting_request(budget, id, batch, added);
+    if (added) admitted.push_back(id);
     if (result != AddResult::kContinue) {
       if (result == AddResult::kNoToken) batch_is_full_ = true;
       break;
@@ -423,6 +366,68 @@ bool SglangPolicy::schedule_prefill(Batch& batch) {
     mixed_decodes_ = running_.size();
   }
   return true;
+}
+
+void SglangPolicy::add_chunked_request(PrefillBudget& budget, Batch& batch) {
+  // PrefillAdder.add_chunked_req: the next chunk, at most the chunk budget; its output is
+  // charged with its last chunk. Its KV was never checked against the ratio again; here a
+  // chunk also waits for free KV (the newest adder's available_chunk_tokens), rather than
+  // fail to allocate.
+  const int64_t page = config_.page_size;
+  const RequestId id = chunked_;
+  const int64_t computed = env_->progress_of(id).computed_tokens;
+  const int64_t need = env_->known_tokens(id) - computed;
+  const int64_t room = (kv_->free_blocks() + kv_->blocks_of(id)) * page - computed;
+  const int64_t n = std::min({need, budget.rem_chunk, room});
+  if (n <= 0) return;
+  const int64_t before = kv_->blocks_of(id);
+  if (!kv_->try_grow(id, computed + n)) throw std::logic_error("chunk growth failed after its room was counted");
+  budget.allocated += (kv_->blocks_of(id) - before) * page;
+  const bool truncated = n < need;
+  budget.charge(n, truncated ? 0 : expected_new_tokens(id), 0);
+  add_step(id, n, batch);
+  ++budget.can_run;
+  if (!truncated) {
+    prefilled_.push_back(id);
+    chunked_ = -1;
+  }
+}
+
+SglangPolicy::AddResult SglangPolicy::add_waiting_request(PrefillBudget& budget, RequestId id, Batch& batch,
+                                                          bool& added) {
+  const int64_t page = config_.page_size;
+  const int64_t known = env_->known_tokens(id);
+  const int64_t cached = config_.radix_cache ? kv_->cached_prefix_tokens(id, known) : 0;
+  const int64_t extend = known - cached;
+  const int64_t max_new = expected_new_tokens(id);
+  // add_one_req: total_tokens = extend + max_new + page (per_req_token_overhead) must stay
+  // below rem_total_tokens.
+  if (static_cast<double>(extend + max_new + page) >= budget.rem_total()) return AddResult::kNoToken;
+  int64_t n = extend;
+  bool truncated = false;
+  if (ceil_page(extend) > budget.rem_chunk) {
+    // _select_prefill_admission: cut at the chunk budget, page-aligned from the prefix
+    // on; a chunk charges no output.
+    n = (cached + budget.rem_chunk / page * page) / page * page - cached;
+    truncated = true;
+    if (n <= 0 || chunked_ >= 0) return AddResult::kOther;
+  }
+  // The ratio check guarantees the extend tokens are free, but not an evictable prefix
+  // hit this admission pins: the cache may still refuse, which ends admission as
+  // NO_TOKEN.
+  if (!kv_->try_admit(id, cached + n, cached + n)) return AddResult::kNoToken;
+  budget.allocated += (kv_->blocks_for(cached + n) - kv_->blocks_for(cached)) * page;
+  if (cached > 0) env_->use_cached_prefix(id, cached);
+  budget.charge(n, truncated ? 0 : max_new, page);
+  add_step(id, n, batch);
+  added = true;
+  ++budget.can_run;
+  if (truncated) {
+    chunked_ = id;
+  } else {
+    prefilled_.push_back(id);
+  }
+  return budget.state();
 }
 
 void SglangPolicy::grow_and_decode(std::span<const RequestId> requests, Batch& batch) {

@@ -258,6 +258,15 @@ class SglangPolicy final : public Policy {
   void sort_waiting_by_prefix();
   // get_new_batch_prefill; false when no prefill batch was formed.
   bool schedule_prefill(Batch& batch);
+  // PrefillAdder's answer after a request (schedule_policy.py AddReqResult): go on, stop for
+  // want of KV tokens (the batch is full), or stop for another budget.
+  enum class AddResult { kContinue, kNoToken, kOther };
+  struct PrefillBudget;
+  // PrefillAdder.add_chunked_req: the next chunk of the request being chunked.
+  void add_chunked_request(PrefillBudget& budget, Batch& batch);
+  // PrefillAdder.add_one_req for waiting request `id`; `added` when it joined the batch (which
+  // may still end admission).
+  AddResult add_waiting_request(PrefillBudget& budget, RequestId id, Batch& batch, bool& added);
   // update_running_batch: retraction if needed, then one decode step for every running request.
   void schedule_decode(Batch& batch);
   int64_t pages_for_next_decode(std::span<const RequestId> requests) const;
