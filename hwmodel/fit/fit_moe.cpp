@@ -184,6 +184,238 @@ std::optional<GroupedTopK> kernel_moe_row_grouping(const KernelMoeRow& r) {
   return std::nullopt;
 }
 
+namespace {
+
+// x rounded to bfloat16 (to nearest, ties to even), as torch rounds a float32 into the
+// collector's default dtype: its balanced routing computes expert indices in bfloat16.
+float round_to_bf16(double x) {
+  float f = static_cast<float>(x);
+  uint32_t b = 0;
+  std::memcpy(&b, &f, sizeof b);
+  b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// One collector routing of a grouped-top-k model (collector_grouped_load, fit_moe.h) as a
+// pipeline over the per-expert row counts: a generator fills `picked` with each token's experts
+// as the collector's logits mark them, route() re-selects them through vLLM's grouped top-k into
+// `counts_`, and add_features() adds one routing's counts to the measured rank's loads. The
+// scratch vectors live here so that each token reuses them.
+class CollectorRouting {
+ public:
+  CollectorRouting(const FusedMoeCall& c, GroupedTopK grouping)
+      : c_(c),
+        grouping_(grouping),
+        tokens_(c.tokens),
+        experts_(c.experts),
+        k_(c.top_k),
+        ep_(c.ep),
+        local_(experts_ / ep_),
+        group_size_(experts_ / grouping.groups),
+        rows_(tokens_ * k_),
+        counts_(static_cast<size_t>(experts_)),
+        picked_(static_cast<size_t>(k_)),
+        group_score_(static_cast<size_t>(grouping.groups)),
+        group_order_(static_cast<size_t>(grouping.groups)),
+        chosen_(static_cast<size_t>(experts_), 0),
+        kept_(static_cast<size_t>(grouping.groups), 0) {
+    load_.routed_rows = static_cast<double>(rows_);
+  }
+
+  MoeRankLoad load() && {
+    if (c_.routing.kind == MoeRoutingKind::balanced) {
+      route_balanced();
+    } else {
+      route_power_law();
+    }
+    return load_;
+  }
+
+ private:
+  // One routing's loads of the measured rank (experts 0 .. local - 1) and of every expert,
+  // `weight` being that routing's share of the mean.
+  void add_features(double weight) {
+    for (int64_t e = 0; e < experts_; ++e) {
+      const int64_t n = counts_[static_cast<size_t>(e)];
+      for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
+        const int64_t b = kMoeTileRows[i];
+        const double padded = weight * static_cast<double>((n + b - 1) / b * b);
+        load_.all_padded_rows[i] += padded;
+        if (e < local_) load_.local_padded_rows[i] += padded;
+      }
+      if (e < local_) {
+        load_.local_rows += weight * static_cast<double>(n);
+        load_.touched_experts += n > 0 ? weight : 0;
+      }
+    }
+  }
+
+  // vLLM's grouped top-k of one token whose one-hot logits mark `picked_` (k distinct experts):
+  // adds the experts it routes to into `counts_`.
+  void route() {
+    std::fill(group_score_.begin(), group_score_.end(), 0);
+    for (int64_t e : picked_) {
+      chosen_[static_cast<size_t>(e)] = 1;
+      int64_t& g = group_score_[static_cast<size_t>(e / group_size_)];
+      g = std::min<int64_t>(g + 1, 2);  // the sum of the group's top-2 scores
+    }
+    std::iota(group_order_.begin(), group_order_.end(), 0);
+    std::stable_sort(group_order_.begin(), group_order_.end(), [&](int64_t a, int64_t b) {
+      return group_score_[static_cast<size_t>(a)] > group_score_[static_cast<size_t>(b)];
+    });
+    std::fill(kept_.begin(), kept_.end(), 0);
+    for (int64_t i = 0; i < grouping_.top_groups; ++i)
+      kept_[static_cast<size_t>(group_order_[static_cast<size_t>(i)])] = 1;
+    int64_t routed = 0;
+    for (int64_t e : picked_) {
+      if (kept_[static_cast<size_t>(e / group_size_)]) {
+        ++counts_[static_cast<size_t>(e)];
+        ++routed;
+      }
+    }
+    // The rest: the lowest-index unchosen experts of the kept groups (score 0, ties to the lowest).
+    for (int64_t e = 0; e < experts_ && routed < k_; ++e) {
+      if (kept_[static_cast<size_t>(e / group_size_)] && !chosen_[static_cast<size_t>(e)]) {
+        ++counts_[static_cast<size_t>(e)];
+        ++routed;
+      }
+    }
+    for (int64_t e : picked_) chosen_[static_cast<size_t>(e)] = 0;
+  }
+
+  // balanced_logits (collector/helper.py l.1051): token t's j-th expert is (t + j stride) mod E,
+  // stride = ceil(E / k); for T < stride the index t stride / T + j stride is computed in the
+  // collector's default dtype, bfloat16 (collect_moe.py l.359), and truncated. One routing.
+  void route_balanced() {
+    const int64_t stride = (experts_ + k_ - 1) / k_;
+    std::fill(counts_.begin(), counts_.end(), 0);
+    for (int64_t t = 0; t < tokens_; ++t) {
+      int64_t n = 0;
+      for (int64_t j = 0; j < k_; ++j) {
+        int64_t e = 0;
+        if (tokens_ >= stride) {
+          e = (t + j * stride) % experts_;
+        } else {
+          const float a = round_to_bf16(static_cast<double>(t * stride) / static_cast<double>(tokens_));
+          const float b = round_to_bf16(static_cast<double>(a) +
+                                        static_cast<double>(round_to_bf16(static_cast<double>(j * stride))));
+          e = static_cast<int64_t>(
+              std::floor(round_to_bf16(std::fmod(static_cast<double>(b), static_cast<double>(experts_)))));
+        }
+        // one_hot(...).sum: a repeated expert is one logit; top-k fills the slot with the
+        // lowest-index zero-logit expert.
+        if (std::find(picked_.begin(), picked_.begin() + n, e) == picked_.begin() + n)
+          picked_[static_cast<size_t>(n++)] = e;
+      }
+      for (int64_t e = 0; n < k_; ++e) {
+        if (std::find(picked_.begin(), picked_.begin() + n, e) == picked_.begin() + n)
+          picked_[static_cast<size_t>(n++)] = e;
+      }
+      route();
+    }
+    add_features(1.0);
+  }
+
+  // _generate_power_law_distribution (helper.py l.1343), literally, then
+  // _assign_experts_from_counts (l.1288), once per draw; the loads are the mean of the draws.
+  void route_power_law() {
+    constexpr int kDraws = 16;
+    Rng rng(0x67726f75706564);  // "grouped"
+    std::vector<double> x(static_cast<size_t>(experts_));
+    std::vector<int64_t> n(static_cast<size_t>(experts_)), order(static_cast<size_t>(experts_)), flat;
+    for (int draw = 0; draw < kDraws; ++draw) {
+      draw_power_law_counts(rng, x, n);
+      route_counts(n, order, flat);
+      add_features(1.0 / kDraws);
+    }
+  }
+
+  // One draw's per-expert row counts `n`: weights from x^-alpha by inverse CDF into `x`, scaled
+  // to T k rows and rounded, capped at T per expert, the overflow and the rounding residue placed
+  // round robin over the ranks, and the busiest rank swapped into rank 0 (l.1424).
+  void draw_power_law_counts(Rng& rng, std::vector<double>& x, std::vector<int64_t>& n) const {
+    const bool many = rows_ > experts_;
+    const double x_min = many ? 1.0 : 0.01, x_max = many ? 0.8 * static_cast<double>(tokens_) : 2.0;
+    const double a = 1 - c_.routing.alpha;
+    double total_x = 0;
+    for (double& v : x) {
+      const double u = rng.uniform01();
+      v = std::abs(a) < 1e-9 ? x_min * std::pow(x_max / x_min, u)
+                             : std::pow((std::pow(x_max, a) - std::pow(x_min, a)) * u + std::pow(x_min, a), 1 / a);
+      total_x += v;
+    }
+    int64_t overflow = 0;
+    for (size_t e = 0; e < x.size(); ++e) {
+      n[e] = static_cast<int64_t>(std::nearbyint(x[e] / total_x * static_cast<double>(rows_)));
+      if (n[e] > tokens_) {
+        overflow += n[e] - tokens_;
+        n[e] = tokens_;
+      }
+    }
+    round_robin_adjust(n, overflow, 1);
+    const int64_t delta = rows_ - std::accumulate(n.begin(), n.end(), int64_t{0});
+    if (delta > 0) round_robin_adjust(n, delta, 1);
+    if (delta < 0) round_robin_adjust(n, -delta, -1);
+    int64_t busiest = 0, most = -1;
+    for (int64_t r = 0; r < ep_; ++r) {
+      const int64_t s = std::accumulate(n.begin() + r * local_, n.begin() + (r + 1) * local_, int64_t{0});
+      if (s > most) {
+        most = s;
+        busiest = r;
+      }
+    }
+    std::swap_ranges(n.begin(), n.begin() + local_, n.begin() + busiest * local_);
+  }
+
+  // _round_robin_adjust_per_rank (l.1314): `remaining` rows added (step 1) or taken (step -1),
+  // one per rank in turn, on the rank's least (most) loaded expert that can take it.
+  void round_robin_adjust(std::vector<int64_t>& n, int64_t remaining, int step) const {
+    while (remaining > 0) {
+      bool progressed = false;
+      for (int64_t r = 0; r < ep_ && remaining > 0; ++r) {
+        int64_t pick = -1;
+        for (int64_t j = r * local_; j < (r + 1) * local_; ++j) {
+          const int64_t v = n[static_cast<size_t>(j)];
+          if (step > 0 ? v >= tokens_ : v <= 0) continue;
+          if (pick < 0 || (step > 0 ? v < n[static_cast<size_t>(pick)] : v > n[static_cast<size_t>(pick)])) pick = j;
+        }
+        if (pick < 0) continue;
+        n[static_cast<size_t>(pick)] += step;
+        --remaining;
+        progressed = true;
+      }
+      if (!progressed) return;
+    }
+  }
+
+  // _assign_experts_from_counts (l.1288): experts by count, descending, each repeated by its
+  // count, laid out as [k, T] and transposed; each token's k experts then routed.
+  void route_counts(const std::vector<int64_t>& n, std::vector<int64_t>& order, std::vector<int64_t>& flat) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t p, int64_t q) { return n[static_cast<size_t>(p)] > n[static_cast<size_t>(q)]; });
+    flat.clear();
+    for (int64_t e : order) flat.insert(flat.end(), static_cast<size_t>(n[static_cast<size_t>(e)]), e);
+    std::fill(counts_.begin(), counts_.end(), 0);
+    for (int64_t t = 0; t < tokens_; ++t) {
+      for (int64_t j = 0; j < k_; ++j) picked_[static_cast<size_t>(j)] = flat[static_cast<size_t>(j * tokens_ + t)];
+      route();
+    }
+  }
+
+  const FusedMoeCall& c_;
+  const GroupedTopK grouping_;
+  const int64_t tokens_, experts_, k_, ep_, local_, group_size_, rows_;
+  std::vector<int64_t> counts_;  // rows per expert of the routing in progress
+  std::vector<int64_t> picked_;  // one token's experts as the collector's logits mark them
+  std::vector<int64_t> group_score_, group_order_;
+  std::vector<char> chosen_, kept_;
+  MoeRankLoad load_;
+};
+
+}  // namespace
+
 MoeRankLoad collector_grouped_load(const FusedMoeCall& c, GroupedTopK grouping) {
   if (const std::string_view why = fused_moe_call_problem(c); !why.empty()) {
     throw std::invalid_argument("collector_grouped_load: " + std::string(why));
@@ -193,171 +425,7 @@ MoeRankLoad collector_grouped_load(const FusedMoeCall& c, GroupedTopK grouping) 
     throw std::invalid_argument(
         "collector_grouped_load: groups must divide the experts and the kept groups hold top_k");
   }
-  const int64_t tokens = c.tokens, experts = c.experts, k = c.top_k, ep = c.ep, local = experts / ep;
-  const int64_t group_size = experts / grouping.groups, rows = tokens * k;
-  std::vector<int64_t> counts(static_cast<size_t>(experts));
-  MoeRankLoad load;
-  load.routed_rows = static_cast<double>(rows);
-  // One routing's loads of the measured rank (experts 0 .. local - 1) and of every expert.
-  auto add_features = [&](double weight) {
-    for (int64_t e = 0; e < experts; ++e) {
-      const int64_t n = counts[static_cast<size_t>(e)];
-      for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
-        const int64_t b = kMoeTileRows[i];
-        const double padded = weight * static_cast<double>((n + b - 1) / b * b);
-        load.all_padded_rows[i] += padded;
-        if (e < local) load.local_padded_rows[i] += padded;
-      }
-      if (e < local) {
-        load.local_rows += weight * static_cast<double>(n);
-        load.touched_experts += n > 0 ? weight : 0;
-      }
-    }
-  };
-  std::vector<int64_t> picked(static_cast<size_t>(k)), group_score(static_cast<size_t>(grouping.groups));
-  std::vector<int64_t> group_order(static_cast<size_t>(grouping.groups));
-  std::vector<char> chosen(static_cast<size_t>(experts), 0), kept(static_cast<size_t>(grouping.groups), 0);
-  // vLLM's grouped top-k of one token whose one-hot logits mark `picked` (k distinct experts):
-  // adds the experts it routes to into `counts`.
-  auto route = [&]() {
-    std::fill(group_score.begin(), group_score.end(), 0);
-    for (int64_t e : picked) {
-      chosen[static_cast<size_t>(e)] = 1;
-      int64_t& g = group_score[static_cast<size_t>(e / group_size)];
-      g = std::min<int64_t>(g + 1, 2);  // the sum of the group's top-2 scores
-    }
-    std::iota(group_order.begin(), group_order.end(), 0);
-    std::stable_sort(group_order.begin(), group_order.end(), [&](int64_t a, int64_t b) {
-      return group_score[static_cast<size_t>(a)] > group_score[static_cast<size_t>(b)];
-    });
-    std::fill(kept.begin(), kept.end(), 0);
-    for (int64_t i = 0; i < grouping.top_groups; ++i)
-      kept[static_cast<size_t>(group_order[static_cast<size_t>(i)])] = 1;
-    int64_t routed = 0;
-    for (int64_t e : picked) {
-      if (kept[static_cast<size_t>(e / group_size)]) {
-        ++counts[static_cast<size_t>(e)];
-        ++routed;
-      }
-    }
-    // The rest: the lowest-index unchosen experts of the kept groups (score 0, ties to the lowest).
-    for (int64_t e = 0; e < experts && routed < k; ++e) {
-      if (kept[static_cast<size_t>(e / group_size)] && !chosen[static_cast<size_t>(e)]) {
-        ++counts[static_cast<size_t>(e)];
-        ++routed;
-      }
-    }
-    for (int64_t e : picked) chosen[static_cast<size_t>(e)] = 0;
-  };
-  if (c.routing.kind == MoeRoutingKind::balanced) {
-    // balanced_logits (collector/helper.py l.1051): token t's j-th expert is (t + j stride) mod E,
-    // stride = ceil(E / k); for T < stride the index t stride / T + j stride is computed in the
-    // collector's default dtype, bfloat16 (collect_moe.py l.359), and truncated.
-    const int64_t stride = (experts + k - 1) / k;
-    auto bf16 = [](double x) {
-      float f = static_cast<float>(x);
-      uint32_t b = 0;
-      std::memcpy(&b, &f, sizeof b);
-      b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
-      std::memcpy(&f, &b, sizeof f);
-      return f;
-    };
-    std::fill(counts.begin(), counts.end(), 0);
-    for (int64_t t = 0; t < tokens; ++t) {
-      int64_t n = 0;
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t e = 0;
-        if (tokens >= stride) {
-          e = (t + j * stride) % experts;
-        } else {
-          const float a = bf16(static_cast<double>(t * stride) / static_cast<double>(tokens));
-          const float b = bf16(static_cast<double>(a) + static_cast<double>(bf16(static_cast<double>(j * stride))));
-          e = static_cast<int64_t>(std::floor(bf16(std::fmod(static_cast<double>(b), static_cast<double>(experts)))));
-        }
-        // one_hot(...).sum: a repeated expert is one logit; top-k fills the slot with the
-        // lowest-index zero-logit expert.
-        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n)
-          picked[static_cast<size_t>(n++)] = e;
-      }
-      for (int64_t e = 0; n < k; ++e) {
-        if (std::find(picked.begin(), picked.begin() + n, e) == picked.begin() + n)
-          picked[static_cast<size_t>(n++)] = e;
-      }
-      route();
-    }
-    add_features(1.0);
-  } else {
-    // _generate_power_law_distribution (helper.py l.1343), literally, then
-    // _assign_experts_from_counts (l.1288): experts by count, descending, each repeated by its
-    // count, laid out as [k, T] and transposed.
-    constexpr int kDraws = 16;
-    Rng rng(0x67726f75706564);  // "grouped"
-    const bool many = rows > experts;
-    const double x_min = many ? 1.0 : 0.01, x_max = many ? 0.8 * static_cast<double>(tokens) : 2.0;
-    const double a = 1 - c.routing.alpha;
-    std::vector<double> x(static_cast<size_t>(experts));
-    std::vector<int64_t> n(static_cast<size_t>(experts)), order(static_cast<size_t>(experts)), flat;
-    auto adjust = [&](int64_t remaining, int step) {  // _round_robin_adjust_per_rank (l.1314)
-      while (remaining > 0) {
-        bool progressed = false;
-        for (int64_t r = 0; r < ep && remaining > 0; ++r) {
-          int64_t pick = -1;
-          for (int64_t j = r * local; j < (r + 1) * local; ++j) {
-            const int64_t v = n[static_cast<size_t>(j)];
-            if (step > 0 ? v >= tokens : v <= 0) continue;
-            if (pick < 0 || (step > 0 ? v < n[static_cast<size_t>(pick)] : v > n[static_cast<size_t>(pick)])) pick = j;
-          }
-          if (pick < 0) continue;
-          n[static_cast<size_t>(pick)] += step;
-          --remaining;
-          progressed = true;
-        }
-        if (!progressed) return;
-      }
-    };
-    for (int draw = 0; draw < kDraws; ++draw) {
-      double total_x = 0;
-      for (double& v : x) {
-        const double u = rng.uniform01();
-        v = std::abs(a) < 1e-9 ? x_min * std::pow(x_max / x_min, u)
-                               : std::pow((std::pow(x_max, a) - std::pow(x_min, a)) * u + std::pow(x_min, a), 1 / a);
-        total_x += v;
-      }
-      int64_t overflow = 0;
-      for (size_t e = 0; e < x.size(); ++e) {
-        n[e] = static_cast<int64_t>(std::nearbyint(x[e] / total_x * static_cast<double>(rows)));
-        if (n[e] > tokens) {
-          overflow += n[e] - tokens;
-          n[e] = tokens;
-        }
-      }
-      adjust(overflow, 1);
-      const int64_t delta = rows - std::accumulate(n.begin(), n.end(), int64_t{0});
-      if (delta > 0) adjust(delta, 1);
-      if (delta < 0) adjust(-delta, -1);
-      int64_t busiest = 0, most = -1;  // swapped into rank 0 (l.1424)
-      for (int64_t r = 0; r < ep; ++r) {
-        const int64_t s = std::accumulate(n.begin() + r * local, n.begin() + (r + 1) * local, int64_t{0});
-        if (s > most) {
-          most = s;
-          busiest = r;
-        }
-      }
-      std::swap_ranges(n.begin(), n.begin() + local, n.begin() + busiest * local);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t p, int64_t q) { return n[static_cast<size_t>(p)] > n[static_cast<size_t>(q)]; });
-      flat.clear();
-      for (int64_t e : order) flat.insert(flat.end(), static_cast<size_t>(n[static_cast<size_t>(e)]), e);
-      std::fill(counts.begin(), counts.end(), 0);
-      for (int64_t t = 0; t < tokens; ++t) {
-        for (int64_t j = 0; j < k; ++j) picked[static_cast<size_t>(j)] = flat[static_cast<size_t>(j * tokens + t)];
-        route();
-      }
-      add_features(1.0 / kDraws);
-    }
-  }
-  return load;
+  return CollectorRouting(c, grouping).load();
 }
 
 const MoeRankLoad& MoeLoadCache::load(const FusedMoeCall& c, std::optional<GroupedTopK> grouping) {
