@@ -194,18 +194,12 @@ std::vector<HardwareProfile::BlockFp8GemmFit> fit_fp8_block_gemms(const std::vec
   return fits;
 }
 
-}  // namespace
-
-KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProfile& base, KernelRows rows) {
-  const KernelSplit split(tables);
-  KernelFitResult result;
+// GEMM: the measured tables per dtype (what the roofline cannot know: cuBLAS's kernel choices
+// per shape), the roofline outside them fitted on the 16-bit rows, and block-scaled FP8 per
+// kernel library against the FP8 table.
+void fit_gemm_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows, KernelFitResult& result) {
   HardwareProfile& p = result.profile;
-  p = base;
-  p.name = base.name + "-fitted";
-  p.gemm_tables = {};
   const std::string where = fmt::format("{} ({})", tables.system, tables.framework);
-
-  // GEMM: the tables per dtype, and the roofline outside them fitted on the 16-bit rows.
   std::map<std::string, std::vector<GemmPoint>> by_dtype;
   std::map<std::string, std::string> kernels;
   std::vector<GemmFitPoint> roofline_points;
@@ -233,12 +227,17 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     result.notes.push_back("no 16-bit GEMM rows: the GEMM roofline is the base profile's");
   }
   p.fp8_block_gemms = fit_fp8_block_gemms(block_fp8, p, result.notes);
+}
 
-  // The flat attention parameters (what a call no regime covers falls back to), on Llama-like
-  // heads as before the regimes: FlashAttention-3, head_dim 128, full attention, 16-bit KV
-  // (one parameter set cannot follow both KV dtypes: FA3's FP8-KV path dequantises K and V, so
-  // it is nowhere near twice as fast as the byte count says), prefill and decode together (one
-  // launch floor). The regimes below cost every row.
+// The flat attention parameters (what a call no regime covers falls back to), on Llama-like
+// heads as before the regimes: FlashAttention-3, head_dim 128, full attention, 16-bit KV
+// (one parameter set cannot follow both KV dtypes: FA3's FP8-KV path dequantises K and V, so
+// it is nowhere near twice as fast as the byte count says), prefill and decode together (one
+// launch floor). The regimes (fit_attention_kernels) cost every row; they are cleared here so
+// that these rows are predicted by the flat parameters alone.
+void fit_flat_attention(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                        KernelFitResult& result) {
+  HardwareProfile& p = result.profile;
   p.attention_kernels.clear();
   std::vector<const KernelAttentionRow*> attention;
   bool any_prefill = false, any_decode = false;
@@ -250,28 +249,30 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     attention.push_back(&r);
     (r.prefill ? any_prefill : any_decode) = true;
   }
-  if (!attention.empty()) {
-    // The rows are FlashAttention-3's (attention_row_skip_reason): prefill is costed by its
-    // tiles, which need the GPU's SM count.
-    if (p.sm_count > 0) {
-      p.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
-    } else {
-      result.notes.push_back(
-          "base without sm_count: prefill attention costed as FlashAttention-2, not by "
-          "FlashAttention-3's tiles");
-    }
-    fit_attention_parameters(
-        attention.size(), any_prefill, any_decode,
-        [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
-        [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true, /*kv_write=*/true);
-  } else {
+  if (attention.empty()) {
     result.notes.push_back("no Llama-like attention rows: the flat attention parameters are the base profile's");
+    return;
   }
-  // Every attention row: one regime per (phase, kernel, KV dtype) (fit_attention_kernels.h).
-  p.attention_kernels = fit_attention_kernels(tables, split, rows, p, result.notes);
+  // The rows are FlashAttention-3's (attention_row_skip_reason): prefill is costed by its
+  // tiles, which need the GPU's SM count.
+  if (p.sm_count > 0) {
+    p.prefill_attention_kernel = PrefillAttentionKernel::flash_attention_3;
+  } else {
+    result.notes.push_back(
+        "base without sm_count: prefill attention costed as FlashAttention-2, not by "
+        "FlashAttention-3's tiles");
+  }
+  fit_attention_parameters(
+      attention.size(), any_prefill, any_decode,
+      [&](const HardwareProfile& q, size_t i) { return predict_kernel_attention(q, *attention[i]); },
+      [&](size_t i) { return attention[i]->seconds; }, p, /*per_sequence=*/true, /*kv_write=*/true);
+}
 
-  // All-reduce: one latency + bandwidth per (implementation, GPU count). NCCL's is on a ring's
-  // wire bytes (allreduce_time_s), the custom kernel's on the message bytes.
+// All-reduce: one latency + bandwidth per (implementation, GPU count). NCCL's is on a ring's
+// wire bytes (allreduce_time_s), the custom kernel's on the message bytes.
+void fit_allreduce_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                        KernelFitResult& result) {
+  HardwareProfile& p = result.profile;
   std::map<std::pair<bool, int>, std::vector<std::pair<double, double>>> comm;
   for (const KernelCollectiveRow& r : tables.collectives) {
     if (!collective_row_skip_reason(r).empty() || !split.collective(r, rows)) continue;
@@ -279,20 +280,24 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     const double x = nccl ? ring_allreduce_wire_bytes(r.bytes, r.num_gpus) : r.bytes;
     comm[{nccl, r.num_gpus}].emplace_back(x, r.seconds);
   }
-  if (!comm.empty()) {
-    p.allreduce.clear();
-    p.custom_allreduce.clear();
+  if (comm.empty()) {
+    result.notes.push_back("no all-reduce rows: interconnect values are the base profile's");
+    return;
   }
+  p.allreduce.clear();
+  p.custom_allreduce.clear();
   for (const auto& [key, points] : comm) {
     const LinearFit f = fit_intercept_slope(points);
     if (f.slope > 0) (key.first ? p.allreduce : p.custom_allreduce).push_back({key.second, f.intercept, 1 / f.slope});
   }
-  if (comm.empty()) result.notes.push_back("no all-reduce rows: interconnect values are the base profile's");
+}
 
-  // Fused MoE: each kernel library's constants on the rows it ran (fit_moe.h), at the expected
-  // loads of each row's routing (DeepSeek-V3's rows: at the loads the collector's routing gave
-  // its grouped top-k, collector_grouped_load); rows the model cannot express are left out
-  // (kernel_validation counts them).
+// Fused MoE: each kernel library's constants on the rows it ran (fit_moe.h), at the expected
+// loads of each row's routing (DeepSeek-V3's rows: at the loads the collector's routing gave
+// its grouped top-k, collector_grouped_load); rows the model cannot express are left out
+// (kernel_validation counts them). The roofline ceilings are the base's.
+void fit_moe_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows, const HardwareProfile& base,
+                  KernelFitResult& result) {
   std::vector<MoeSample> moe;
   MoeLoadCache loads;
   for (const KernelMoeRow& r : tables.moe) {
@@ -300,26 +305,43 @@ KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProf
     const std::optional<FusedMoeCall> call = kernel_moe_row_call(r);
     if (call) moe.push_back({*call, loads.load(*call, kernel_moe_row_grouping(r)), r.seconds});
   }
-  if (!moe.empty()) {
-    MoeFitResult fits = fit_moe_kernels(moe, base);
-    p.moe_kernels = std::move(fits.fits);
-    for (std::string& note : fits.notes) result.notes.push_back(std::move(note));
+  if (moe.empty()) return;
+  MoeFitResult fits = fit_moe_kernels(moe, base);
+  result.profile.moe_kernels = std::move(fits.fits);
+  for (std::string& note : fits.notes) result.notes.push_back(std::move(note));
+}
+
+// The kernels timed: the framework and the version folder its GEMM tables came from
+// (<family>/<framework>/<version>/<table>), or the framework alone.
+std::string kernels_timed(const KernelTables& tables) {
+  for (const std::string& f : tables.files_read) {
+    const std::filesystem::path path(f);
+    std::vector<std::string> parts(path.begin(), path.end());
+    if (parts.size() >= 4 && parts[1] == tables.framework) return tables.framework + " " + parts[2];
   }
+  return tables.framework;
+}
+
+}  // namespace
+
+KernelFitResult fit_kernel_tables(const KernelTables& tables, const HardwareProfile& base, KernelRows rows) {
+  const KernelSplit split(tables);
+  KernelFitResult result;
+  HardwareProfile& p = result.profile;
+  p = base;
+  p.name = base.name + "-fitted";
+  p.gemm_tables = {};
+  fit_gemm_rows(tables, split, rows, result);
+  fit_flat_attention(tables, split, rows, result);
+  // Every attention row: one regime per (phase, kernel, KV dtype) (fit_attention_kernels.h).
+  p.attention_kernels = fit_attention_kernels(tables, split, rows, p, result.notes);
+  fit_allreduce_rows(tables, split, rows, result);
+  fit_moe_rows(tables, split, rows, base, result);
 
   p.source = fmt::format("fitted on {} kernel tables of {}{}, ceilings of {}", tables.framework, tables.system,
                          rows == KernelRows::kTrain ? " (training half)" : "", base.name);
   p.provenance = fit_provenance("hwmodel/fit/fit_kernel_tables.cpp", tables.files_read, "", result.notes);
-  // The kernels timed: the framework and the version folder its GEMM tables came from
-  // (<family>/<framework>/<version>/<table>).
-  p.kernels = tables.framework;
-  for (const std::string& f : tables.files_read) {
-    const std::filesystem::path path(f);
-    std::vector<std::string> parts(path.begin(), path.end());
-    if (parts.size() >= 4 && parts[1] == tables.framework) {
-      p.kernels = tables.framework + " " + parts[2];
-      break;
-    }
-  }
+  p.kernels = kernels_timed(tables);
   return result;
 }
 
