@@ -36,24 +36,12 @@ std::string tables_measured_on(const KernelTables& tables) {
   return fmt::format("NVIDIA aiconfigurator kernel tables of {} ({})", tables.system, fmt::join(versions, ", "));
 }
 
-}  // namespace
-
-KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
-                                           KernelRows rows) {
-  const KernelSplit split(tables);
-  KernelValidationReport report;
-  report.tables = fmt::format("{} ({})", tables.system, tables.framework);
-  report.measured_on = tables_measured_on(tables);
-  report.profile = profile.name;
-  report.profile_source = profile.source;
-  report.side = rows;
-  report.rows = rows == KernelRows::kHeldOut ? "held-out half"
-                : rows == KernelRows::kTrain ? "training half"
-                                             : "all rows";
-  auto& ops = report.operators;
-
+// GEMM rows: per dtype and size class, outside the measured table, and the roofline alone on
+// the same rows (what the table adds).
+void score_gemm_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                     const HardwareProfile& profile, KernelValidationReport& report) {
   for (const KernelGemmRow& r : tables.gemm) {
-    KernelOperatorScore& op = ops["gemm"];
+    KernelOperatorScore& op = report.operators["gemm"];
     if (const std::string why = gemm_row_skip_reason(r); !why.empty()) {
       ++op.skipped[why];
       continue;
@@ -76,8 +64,15 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
           roofline, r.seconds, what);
     }
   }
+}
+
+// Attention rows: context (prefill) and generation (decode) apart, then per regime (kernel
+// and KV dtype, fit_attention_kernels.h), and per head_dim and window within it; one-token
+// prompts are their kernel's decodes.
+void score_attention_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                          const HardwareProfile& profile, KernelValidationReport& report) {
   for (const KernelAttentionRow& r : tables.attention) {
-    KernelOperatorScore& op = ops[r.prefill ? "context_attention" : "generation_attention"];
+    KernelOperatorScore& op = report.operators[r.prefill ? "context_attention" : "generation_attention"];
     if (const std::string why = attention_row_skip_reason(r); !why.empty()) {
       ++op.skipped[why];
       continue;
@@ -91,8 +86,6 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
                                 r.num_kv_heads, r.head_dim, window, r.kv_cache_dtype, r.kernel);
     const double predicted = predict_kernel_attention(profile, r);
     add(report, r.prefill ? "context_attention" : "generation_attention", predicted, r.seconds, what);
-    // Per regime (kernel and KV dtype, fit_attention_kernels.h), and per head_dim and window
-    // within it; one-token prompts are their kernel's decodes.
     const std::string regime = fmt::format("{} kv {}{}", r.kernel.empty() ? "unnamed kernel" : r.kernel,
                                            r.kv_cache_dtype == "fp8" ? "fp8" : "bf16",
                                            r.prefill && kernel_row_is_decode(r) ? " (isl 1: decode)" : "");
@@ -100,8 +93,14 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     op.parts[fmt::format("{}, head_dim {}, {}", regime, r.head_dim, r.window > 0 ? "window" : "full")].add(
         predicted, r.seconds, what);
   }
+}
+
+// All-reduce rows, NCCL's and the custom kernel's apart, per GPU count; a GPU count the
+// profile has no fit for is skipped, not scored.
+void score_collective_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                           const HardwareProfile& profile, KernelValidationReport& report) {
   for (const KernelCollectiveRow& r : tables.collectives) {
-    KernelOperatorScore& op = ops[r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce"];
+    KernelOperatorScore& op = report.operators[r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce"];
     if (const std::string why = collective_row_skip_reason(r); !why.empty()) {
       ++op.skipped[why];
       continue;
@@ -116,11 +115,15 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     add(report, r.implementation == "nccl" ? "nccl_all_reduce" : "custom_all_reduce", predicted, r.seconds, what);
     op.parts[fmt::format("{} GPUs", r.num_gpus)].add(predicted, r.seconds, what);
   }
-  // Fused MoE: each row as the call it timed (fit_moe.h), at the expected loads of its routing
-  // (moe_kernel.h), by the profile's fit for the kernel that ran (or that kernel's roofline).
+}
+
+// Fused MoE: each row as the call it timed (fit_moe.h), at the expected loads of its routing
+// (moe_kernel.h), by the profile's fit for the kernel that ran (or that kernel's roofline).
+void score_moe_rows(const KernelTables& tables, const KernelSplit& split, KernelRows rows,
+                    const HardwareProfile& profile, KernelValidationReport& report) {
   MoeLoadCache moe_loads;
   for (const KernelMoeRow& r : tables.moe) {
-    KernelOperatorScore& op = ops["moe"];
+    KernelOperatorScore& op = report.operators["moe"];
     std::string why;
     const std::optional<FusedMoeCall> call = kernel_moe_row_call(r, &why);
     if (!call) {
@@ -140,6 +143,26 @@ KernelValidationReport score_kernel_tables(const KernelTables& tables, const Har
     op.parts[r.ep > 1 ? "layout EP" : r.tp > 1 ? "layout TP" : "layout one GPU"].add(t.total_s, r.seconds, what);
     if (grouping) op.parts["grouped top-k (DeepSeek-V3)"].add(t.total_s, r.seconds, what);  // collector_grouped_load
   }
+}
+
+}  // namespace
+
+KernelValidationReport score_kernel_tables(const KernelTables& tables, const HardwareProfile& profile,
+                                           KernelRows rows) {
+  const KernelSplit split(tables);
+  KernelValidationReport report;
+  report.tables = fmt::format("{} ({})", tables.system, tables.framework);
+  report.measured_on = tables_measured_on(tables);
+  report.profile = profile.name;
+  report.profile_source = profile.source;
+  report.side = rows;
+  report.rows = rows == KernelRows::kHeldOut ? "held-out half"
+                : rows == KernelRows::kTrain ? "training half"
+                                             : "all rows";
+  score_gemm_rows(tables, split, rows, profile, report);
+  score_attention_rows(tables, split, rows, profile, report);
+  score_collective_rows(tables, split, rows, profile, report);
+  score_moe_rows(tables, split, rows, profile, report);
   return report;
 }
 
