@@ -44,17 +44,10 @@ int layers_of(const std::string& measured_model) {
   return 1;
 }
 
-}  // namespace
-
-ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
-                                     const HardwareProfile& profile, const CpuOverhead& cpu) {
-  const FitModelRows rows(measurements, fit_on_model);
-  ValidationReport report;
-  report.fit_on = rows.name();
-  report.measured_on = fmt::format("operator timings (Vidur schema) of {} in {}",
-                                   measurements.device.empty() ? "one GPU" : measurements.device, measurements.root);
-  report.profile = profile;
-
+// Token-level operators, each row per operator and as one iteration: the operators the model
+// runs, summed over its layers.
+void score_token_ops(const Measurements& measurements, const FitModelRows& rows, const HardwareProfile& profile,
+                     ValidationReport& report) {
   std::map<std::string, int> unknown_layers;
   for (const TokenOpRow& row : measurements.token_ops) {
     const bool fitted = rows.token_row(row);
@@ -93,7 +86,11 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
     report.notes.push_back(
         fmt::format("{} is not a built-in model: its iteration counts one layer ({} rows)", model, count));
   }
+}
 
+// Attention rows, prefill and decode apart.
+void score_attention(const Measurements& measurements, const FitModelRows& rows, const HardwareProfile& profile,
+                     ValidationReport& report) {
   for (const AttentionRow& row : measurements.attention) {
     if (!usable(row.median_s)) continue;
     const std::string name = row.is_prefill ? "attn_prefill" : "attn_decode";
@@ -105,19 +102,28 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
     (rows.attention_row(row) ? report.fitted : report.held_out)[name].add(predicted_s, row.median_s, what);
     report.by_model[fmt::format("{} tp={}", row.source, row.tp)][name].add(predicted_s, row.median_s, what);
   }
+}
 
-  // Leave-one-degree-out fits of the pooled all-reduce model, for the held-out figures below.
+// Leave-one-degree-out fits of the pooled all-reduce model, by the degree left out; none when
+// no fit was made (a given profile is checked as it is).
+std::map<int, AllReduceFit> all_reduce_fits_without_degree(const Measurements& measurements, const FitModelRows& rows) {
   std::map<int, AllReduceFit> without_degree;
-  if (!rows.name().empty()) {
-    for (const AllReduceRow& row : measurements.all_reduce) {
-      if (without_degree.count(row.num_workers) || row.num_workers < 2) continue;
-      std::vector<AllReduceRow> others;
-      for (const AllReduceRow& r : measurements.all_reduce) {
-        if (r.num_workers != row.num_workers) others.push_back(r);
-      }
-      without_degree[row.num_workers] = fit_pooled_all_reduce(others);
+  if (rows.name().empty()) return without_degree;
+  for (const AllReduceRow& row : measurements.all_reduce) {
+    if (without_degree.count(row.num_workers) || row.num_workers < 2) continue;
+    std::vector<AllReduceRow> others;
+    for (const AllReduceRow& r : measurements.all_reduce) {
+      if (r.num_workers != row.num_workers) others.push_back(r);
     }
+    without_degree[row.num_workers] = fit_pooled_all_reduce(others);
   }
+  return without_degree;
+}
+
+// All-reduce rows: in-sample by the profile, and held out by a fit on the other degrees.
+void score_all_reduce(const Measurements& measurements, const FitModelRows& rows, const HardwareProfile& profile,
+                      ValidationReport& report) {
+  const std::map<int, AllReduceFit> without_degree = all_reduce_fits_without_degree(measurements, rows);
   for (const AllReduceRow& row : measurements.all_reduce) {
     if (!usable(row.median_s) || row.num_workers < 2) continue;
     const std::string what = fmt::format("{} GPUs, {} bytes", row.num_workers, row.size_bytes);
@@ -137,7 +143,11 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
       report.held_out["all_reduce"].add(predict_all_reduce(other, row), row.median_s, what);
     }
   }
+}
 
+// CPU-overhead rows, scored on the engine's CPU cost `cpu`, not on the GPU profile.
+void score_cpu_overheads(const Measurements& measurements, const FitModelRows& rows, const CpuOverhead& cpu,
+                         ValidationReport& report) {
   for (const CpuOverheadRow& row : measurements.cpu_overheads) {
     if (!usable(row.total_s())) continue;
     const std::string what = fmt::format("{} tp={} batch={}", row.model, row.tp, row.batch_size);
@@ -147,6 +157,22 @@ ValidationReport validate_cost_model(const Measurements& measurements, std::stri
     (fitted ? report.fitted : report.held_out)["cpu_overhead"].add(predicted_s, row.total_s(), what);
     report.by_model[fmt::format("{} tp={}", row.model, row.tp)]["cpu_overhead"].add(predicted_s, row.total_s(), what);
   }
+}
+
+}  // namespace
+
+ValidationReport validate_cost_model(const Measurements& measurements, std::string_view fit_on_model,
+                                     const HardwareProfile& profile, const CpuOverhead& cpu) {
+  const FitModelRows rows(measurements, fit_on_model);
+  ValidationReport report;
+  report.fit_on = rows.name();
+  report.measured_on = fmt::format("operator timings (Vidur schema) of {} in {}",
+                                   measurements.device.empty() ? "one GPU" : measurements.device, measurements.root);
+  report.profile = profile;
+  score_token_ops(measurements, rows, profile, report);
+  score_attention(measurements, rows, profile, report);
+  score_all_reduce(measurements, rows, profile, report);
+  score_cpu_overheads(measurements, rows, cpu, report);
   return report;
 }
 
