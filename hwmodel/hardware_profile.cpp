@@ -117,14 +117,16 @@ std::vector<HardwareProfile> make_builtin_gpus() {
 struct NumberKey {
   std::string key;
   std::function<double&(HardwareProfile&)> get;
-  bool is_efficiency = false;  // must lie in (0, 1]
+  bool is_efficiency = false;                           // must lie in (0, 1]
+  std::function<double(const HardwareProfile&)> value;  // what `get` refers to, of a const profile
 };
 
 const std::vector<NumberKey>& number_keys() {
   static const std::vector<NumberKey> keys = [] {
     std::vector<NumberKey> k;
     auto add = [&k](std::string key, double HardwareProfile::*member, bool efficiency = false) {
-      k.push_back({std::move(key), [member](HardwareProfile& p) -> double& { return p.*member; }, efficiency});
+      k.push_back({std::move(key), [member](HardwareProfile& p) -> double& { return p.*member; }, efficiency,
+                   [member](const HardwareProfile& p) { return p.*member; }});
     };
     add("peak_flops", &HardwareProfile::peak_flops);
     add("peak_fp8_flops", &HardwareProfile::peak_fp8_flops);
@@ -159,9 +161,10 @@ const std::vector<NumberKey>& number_keys() {
     add("attention_kv_write_per_token_s", &HardwareProfile::attention_kv_write_per_token_s);
     for (int i = 0; i < kNumElementwiseOps; ++i) {
       const std::string op = elementwise_op_name(static_cast<ElementwiseOp>(i));
-      k.push_back(
-          {op + "_efficiency", [i](HardwareProfile& p) -> double& { return p.elementwise[i].efficiency; }, true});
-      k.push_back({op + "_launch_s", [i](HardwareProfile& p) -> double& { return p.elementwise[i].launch_s; }});
+      k.push_back({op + "_efficiency", [i](HardwareProfile& p) -> double& { return p.elementwise[i].efficiency; }, true,
+                   [i](const HardwareProfile& p) { return p.elementwise[i].efficiency; }});
+      k.push_back({op + "_launch_s", [i](HardwareProfile& p) -> double& { return p.elementwise[i].launch_s; }, false,
+                   [i](const HardwareProfile& p) { return p.elementwise[i].launch_s; }});
     }
     return k;
   }();
@@ -585,117 +588,313 @@ void read_gemm_tables(const YAML::Node& node, const std::string& where, const Ta
   }
 }
 
-// A profile from a parsed YAML map; `where` names the file in errors, `default_name` is used
-// when the map has no `name`.
-HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where, const std::string& default_name,
-                                  const std::vector<HardwareProfile>& bases, const TableReader& read_table) {
-  if (!root.IsMap()) {
-    throw UserError(fmt::format("{}: a hardware profile is a map of keys to values", where));
+// What a key's reader needs beside its value: the file's name for errors, and how to read the
+// GEMM table files it names.
+struct ProfileFile {
+  const std::string& where;
+  const TableReader& read_table;
+};
+
+// One key of a profile file: how to read its value into a profile, and how to write it from
+// one (nothing when the profile leaves it at its default, for the keys that are optional).
+struct ProfileKey {
+  std::string key;
+  std::function<void(const YAML::Node& value, const ProfileFile& file, HardwareProfile& p)> read;
+  std::function<void(YAML::Emitter& out, const HardwareProfile& p)> write;
+};
+
+// A one-line string key (name, source, ...).
+std::string read_string(const YAML::Node& value, const std::string& where, const std::string& key) {
+  if (!value.IsScalar()) bad_value(where, key, "must be a string");
+  return value.Scalar();
+}
+
+// A text that may span lines (source, provenance). A literal block reads back with one trailing
+// newline (YAML "clip" chomping), so only texts that end in one are written as a block; other
+// multi-line texts are quoted.
+void write_text(YAML::Emitter& out, const char* key, const std::string& text) {
+  out << YAML::Key << key << YAML::Value;
+  if (text.find('\n') != std::string::npos) {
+    out << (text.back() == '\n' ? YAML::Literal : YAML::DoubleQuoted);
   }
-  HardwareProfile p;
-  // `base` names a built-in GPU whose values are the defaults for keys the file leaves out.
-  if (const YAML::Node base = root["base"]) {
-    if (!base.IsScalar()) bad_value(where, "base", "must be a built-in GPU name");
-    bool found = false;
-    std::string names;
-    for (const auto& g : bases) {
-      names += (names.empty() ? "" : ", ") + g.name;
-      if (g.name == base.Scalar()) {
-        p = g;
-        p.validation = {};  // the base's figures are not this profile's (hardware_profile.h)
-        p.transferred_from.clear();
-        found = true;
-      }
-    }
-    if (!found) {
-      bad_value(where, "base", fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
-    }
+  out << text;
+}
+
+// The validation block (read_validation). Percentages as their shortest exact text ("6.5", not
+// 17 digits of 6.5000000000000000): they are rounded to 0.1 and read back the same.
+void write_validation(YAML::Emitter& out, const ProfileValidation& v) {
+  out << YAML::Key << "validation" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "measured_on" << YAML::Value << v.measured_on;
+  out << YAML::Key << "held_out" << YAML::Value << v.held_out;
+  out << YAML::Key << "scored_on" << YAML::Value << v.scored_on;
+  out << YAML::Key << "operators" << YAML::Value << YAML::BeginMap;
+  for (const OperatorError& e : v.operators) {
+    out << YAML::Key << e.op << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mape" << YAML::Value
+        << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value << fmt::format("{}", e.p90_percent)
+        << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
   }
-  p.name = default_name;
-  for (const auto& kv : root) {
-    const std::string key = key_text(kv.first, where);
-    const YAML::Node& value = kv.second;
-    if (key == "base") continue;
-    if (key == "name" || key == "source" || key == "provenance" || key == "transferred_from" || key == "kernels") {
-      if (!value.IsScalar()) bad_value(where, key, "must be a string");
-      (key == "name"         ? p.name
-       : key == "source"     ? p.source
-       : key == "provenance" ? p.provenance
-       : key == "kernels"    ? p.kernels
-                             : p.transferred_from) = value.Scalar();
-      continue;
-    }
-    if (key == "prefill_attention_kernel") {
-      if (!value.IsScalar() || (value.Scalar() != "fa2" && value.Scalar() != "fa3")) {
-        bad_value(where, key, "must be fa2 (FlashAttention-2) or fa3 (FlashAttention-3, Hopper)");
+  out << YAML::EndMap;
+  if (!v.serving.empty()) {
+    out << YAML::Key << "serving" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "measured_on" << YAML::Value << v.serving.measured_on;
+    out << YAML::Key << "backends" << YAML::Value << YAML::BeginMap;
+    for (const ServingError& e : v.serving.backends) {
+      out << YAML::Key << e.backend << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "ttft_mape"
+          << YAML::Value << fmt::format("{}", e.ttft_mape_percent) << YAML::Key << "tpot_mape" << YAML::Value
+          << fmt::format("{}", e.tpot_mape_percent);
+      if (e.ttft_median_ratio > 0) {
+        out << YAML::Key << "ttft_median_ratio" << YAML::Value << fmt::format("{}", e.ttft_median_ratio);
       }
-      p.prefill_attention_kernel = value.Scalar() == "fa3" ? PrefillAttentionKernel::flash_attention_3
-                                                           : PrefillAttentionKernel::flash_attention_2;
-      continue;
-    }
-    if (key == "price_per_hour") {
-      // Optional: what one GPU costs per hour (USD), for `batchsim plan` to rank by cost.
-      p.price_per_hour = read_double(value, where, key);
-      if (!(p.price_per_hour >= 0 && std::isfinite(p.price_per_hour))) {
-        bad_value(where, key, "must be a finite number >= 0 (USD per GPU-hour; 0: unknown)");
+      if (e.tpot_median_ratio > 0) {
+        out << YAML::Key << "tpot_median_ratio" << YAML::Value << fmt::format("{}", e.tpot_median_ratio);
       }
-      continue;
+      out << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
     }
-    if (key == "memory_bytes") {
-      // A petabyte is far beyond any GPU; checked before the conversion to an integer.
-      p.memory_bytes = read_integer(value, where, key, 1, 1e15);
-      continue;
-    }
-    if (key == "allreduce" || key == "custom_allreduce") {
-      (key == "allreduce" ? p.allreduce : p.custom_allreduce) = read_allreduce(value, where, key);
-      continue;
-    }
-    if (key == "gemm_tables") {
-      read_gemm_tables(value, where, read_table, p);
-      continue;
-    }
-    if (key == "validation") {
-      p.validation = read_validation(value, where);
-      continue;
-    }
-    if (key == "moe_kernels") {
-      read_moe_kernels(value, where, p.moe_kernels);
-      continue;
-    }
-    if (key == "fp8_block_gemms") {
-      p.fp8_block_gemms = read_fp8_block_gemms(value, where);
-      continue;
-    }
-    if (key == "attention_kernels") {
-      p.attention_kernels = read_attention_kernels(value, where);
-      continue;
-    }
-    if (key == "mla") {
-      p.mla = read_mla(value, where);
-      continue;
-    }
-    if (key.starts_with("iteration_overhead")) {
-      // Profiles written before engine profiles existed carry the engine's CPU cost.
-      throw UserError(
-          fmt::format("{}: key '{}' is an engine's CPU cost, no longer a GPU's: remove it here and put it in an "
-                      "engine profile (cpu.per_iteration_s, cpu.per_sequence_s, cpu.per_extra_worker_s; "
-                      "--engine FILE, see hwmodel/README.md \"Engine profiles\")",
-                      at_line(where, kv.first), key));
-    }
-    bool known = false;
-    for (const auto& k : number_keys()) {
-      if (key == k.key) {
-        k.get(p) = read_double(value, where, key);
-        known = true;
-      }
-    }
-    if (!known) {
-      throw UserError(
-          fmt::format("{}: unknown key '{}' in hardware profile (see "
-                      "hwmodel/README.md for the keys)",
-                      where, key));
+    out << YAML::EndMap << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+// `gemm_tables: {dtype: FILE}` (read_gemm_tables).
+void write_gemm_tables(YAML::Emitter& out, const HardwareProfile& p) {
+  if (!p.has_gemm_tables()) return;
+  out << YAML::Key << "gemm_tables" << YAML::Value << YAML::BeginMap;
+  for (int f = 0; f < kNumWeightFormats; ++f) {
+    if (const auto& t = p.gemm_tables[static_cast<size_t>(f)]) {
+      out << YAML::Key << std::string(weight_format_name(static_cast<WeightFormat>(f))) << YAML::Value << t->file();
     }
   }
+  out << YAML::EndMap;
+}
+
+// `allreduce` or `custom_allreduce: [{tp, latency_s, bytes_per_s}, ...]` (read_allreduce).
+void write_allreduce(YAML::Emitter& out, const char* key, const std::vector<AllReduceFit>& fits) {
+  if (fits.empty()) return;
+  out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+  for (const AllReduceFit& f : fits) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key << "latency_s"
+        << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value << f.bytes_per_s << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+// `fp8_block_gemms: [{kernel, scale, call_floor_s, rows}, ...]` (read_fp8_block_gemms).
+void write_fp8_block_gemms(YAML::Emitter& out, const HardwareProfile& p) {
+  if (p.fp8_block_gemms.empty()) return;
+  out << YAML::Key << "fp8_block_gemms" << YAML::Value << YAML::BeginSeq;
+  for (const HardwareProfile::BlockFp8GemmFit& f : p.fp8_block_gemms) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "kernel" << YAML::Value << f.kernel << YAML::Key << "scale"
+        << YAML::Value << f.scale << YAML::Key << "call_floor_s" << YAML::Value << f.call_floor_s << YAML::Key << "rows"
+        << YAML::Value << f.rows << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+// `moe_kernels: {KERNEL: {...}}`, the keys of moe_kernel_keys (read_moe_kernels).
+void write_moe_kernels(YAML::Emitter& out, const HardwareProfile& p) {
+  if (p.moe_kernels.empty()) return;
+  out << YAML::Key << "moe_kernels" << YAML::Value << YAML::BeginMap;
+  for (const MoeKernelFit& f : p.moe_kernels) {
+    out << YAML::Key << std::string(moe_kernel_name(f.kernel)) << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const MoeKernelKey& k : moe_kernel_keys()) out << YAML::Key << k.key << YAML::Value << f.*(k.member);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+// `attention_kernels: [{phase, kernel, ...}, ...]`, each with its phase's keys of
+// attention_kernel_keys (read_attention_kernels).
+void write_attention_kernels(YAML::Emitter& out, const HardwareProfile& p) {
+  if (p.attention_kernels.empty()) return;
+  out << YAML::Key << "attention_kernels" << YAML::Value << YAML::BeginSeq;
+  for (const AttentionKernelFit& k : p.attention_kernels) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "phase" << YAML::Value << (k.prefill ? "prefill" : "decode");
+    out << YAML::Key << "kernel" << YAML::Value << k.kernel;
+    out << YAML::Key << "kv_cache_dtype" << YAML::Value << (k.kv_dtype_bytes == 1 ? "fp8" : "bfloat16");
+    out << YAML::Key << "tiles" << YAML::Value << attention_tiles_name(k.tiles);
+    out << YAML::Key << "head_dims" << YAML::Value << YAML::Flow << k.head_dims;
+    out << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << k.efficiency;
+    AttentionKernelFit copy = k;
+    for (const AttentionKernelKey& a : attention_kernel_keys()) {
+      if (a.prefill == k.prefill) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+// `mla: {...}`, the keys of mla_attention_keys (read_mla).
+void write_mla(YAML::Emitter& out, const HardwareProfile& p) {
+  if (p.mla.empty()) return;
+  out << YAML::Key << "mla" << YAML::Value << YAML::BeginMap;
+  MlaAttentionFit copy = p.mla;
+  for (const MlaAttentionKey& a : mla_attention_keys()) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
+  out << YAML::EndMap;
+}
+
+// A string key (name, source, ...): read as it is; written always or only when set, as
+// plain text or as text that may span lines (write_text).
+enum class Written { always, when_set };
+ProfileKey string_key(const char* key, std::string HardwareProfile::*member, Written when, bool multiline) {
+  return {key,
+          [key, member](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+            p.*member = read_string(v, f.where, key);
+          },
+          [key, member, when, multiline](YAML::Emitter& out, const HardwareProfile& p) {
+            const std::string& text = p.*member;
+            if (when == Written::when_set && text.empty()) return;
+            if (multiline) {
+              write_text(out, key, text);
+            } else {
+              out << YAML::Key << key << YAML::Value << text;
+            }
+          }};
+}
+
+// What the profile is and where it came from: its name, source, provenance, the profile it was
+// transferred from, the kernels timed, and its figures against measurements.
+void add_identity_keys(std::vector<ProfileKey>& k) {
+  k.push_back(string_key("name", &HardwareProfile::name, Written::always, false));
+  k.push_back(string_key("source", &HardwareProfile::source, Written::always, true));
+  k.push_back(string_key("provenance", &HardwareProfile::provenance, Written::when_set, true));
+  k.push_back(string_key("transferred_from", &HardwareProfile::transferred_from, Written::when_set, false));
+  k.push_back(string_key("kernels", &HardwareProfile::kernels, Written::when_set, false));
+  k.push_back({"validation",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.validation = read_validation(v, f.where);
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 if (!p.validation.empty()) write_validation(out, p.validation);
+               }});
+}
+
+// The GPU's figures: memory, price, every number of number_keys, the prefill attention kernel.
+void add_figure_keys(std::vector<ProfileKey>& k) {
+  k.push_back({"memory_bytes",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 // A petabyte is far beyond any GPU; checked before the conversion to an integer.
+                 p.memory_bytes = read_integer(v, f.where, "memory_bytes", 1, 1e15);
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 out << YAML::Key << "memory_bytes" << YAML::Value << p.memory_bytes;
+               }});
+  k.push_back({"price_per_hour",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 // Optional: what one GPU costs per hour (USD), for `batchsim plan` to rank by cost.
+                 p.price_per_hour = read_double(v, f.where, "price_per_hour");
+                 if (!(p.price_per_hour >= 0 && std::isfinite(p.price_per_hour))) {
+                   bad_value(f.where, "price_per_hour", "must be a finite number >= 0 (USD per GPU-hour; 0: unknown)");
+                 }
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 if (p.price_per_hour > 0) out << YAML::Key << "price_per_hour" << YAML::Value << p.price_per_hour;
+               }});
+  for (const NumberKey& number : number_keys()) {
+    const NumberKey* n = &number;  // number_keys() is a static table
+    k.push_back({n->key,
+                 [n](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                   n->get(p) = read_double(v, f.where, n->key);
+                 },
+                 [n](YAML::Emitter& out, const HardwareProfile& p) {
+                   out << YAML::Key << n->key << YAML::Value << n->value(p);
+                 }});
+  }
+  k.push_back({"prefill_attention_kernel",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 if (!v.IsScalar() || (v.Scalar() != "fa2" && v.Scalar() != "fa3")) {
+                   bad_value(f.where, "prefill_attention_kernel",
+                             "must be fa2 (FlashAttention-2) or fa3 (FlashAttention-3, Hopper)");
+                 }
+                 p.prefill_attention_kernel = v.Scalar() == "fa3" ? PrefillAttentionKernel::flash_attention_3
+                                                                  : PrefillAttentionKernel::flash_attention_2;
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 out << YAML::Key << "prefill_attention_kernel" << YAML::Value
+                     << prefill_attention_kernel_name(p.prefill_attention_kernel);
+               }});
+}
+
+// The fitted blocks, each written only when the profile has it: measured GEMM tables,
+// all-reduce fits, block-FP8 GEMMs, fused-MoE kernels, attention-kernel regimes, MLA.
+void add_fit_keys(std::vector<ProfileKey>& k) {
+  k.push_back({"gemm_tables",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 read_gemm_tables(v, f.where, f.read_table, p);
+               },
+               write_gemm_tables});
+  k.push_back({"allreduce",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.allreduce = read_allreduce(v, f.where, "allreduce");
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) { write_allreduce(out, "allreduce", p.allreduce); }});
+  k.push_back({"custom_allreduce",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.custom_allreduce = read_allreduce(v, f.where, "custom_allreduce");
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 write_allreduce(out, "custom_allreduce", p.custom_allreduce);
+               }});
+  k.push_back({"fp8_block_gemms",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.fp8_block_gemms = read_fp8_block_gemms(v, f.where);
+               },
+               write_fp8_block_gemms});
+  k.push_back({"moe_kernels",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 read_moe_kernels(v, f.where, p.moe_kernels);
+               },
+               write_moe_kernels});
+  k.push_back({"attention_kernels",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.attention_kernels = read_attention_kernels(v, f.where);
+               },
+               write_attention_kernels});
+  k.push_back({"mla",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) { p.mla = read_mla(v, f.where); },
+               write_mla});
+}
+
+// The keys of a profile file in the order hardware_profile_yaml writes them; the reader looks
+// each key of a file up here, so that a key written is a key read, and the same way. `base`
+// and the retired iteration_overhead* keys are the reader's alone (profile_from_yaml).
+const std::vector<ProfileKey>& profile_keys() {
+  static const std::vector<ProfileKey> keys = [] {
+    std::vector<ProfileKey> k;
+    add_identity_keys(k);
+    add_figure_keys(k);
+    add_fit_keys(k);
+    return k;
+  }();
+  return keys;
+}
+
+// `base` names a built-in GPU whose values are the defaults for keys the file leaves out; its
+// validation figures and transfer are not this profile's (hardware_profile.h).
+void apply_base(const YAML::Node& root, const std::string& where, const std::vector<HardwareProfile>& bases,
+                HardwareProfile& p) {
+  const YAML::Node base = root["base"];
+  if (!base) return;
+  if (!base.IsScalar()) bad_value(where, "base", "must be a built-in GPU name");
+  bool found = false;
+  std::string names;
+  for (const auto& g : bases) {
+    names += (names.empty() ? "" : ", ") + g.name;
+    if (g.name == base.Scalar()) {
+      p = g;
+      p.validation = {};  // the base's figures are not this profile's (hardware_profile.h)
+      p.transferred_from.clear();
+      found = true;
+    }
+  }
+  if (!found) {
+    bad_value(where, "base", fmt::format("names unknown GPU '{}' (known: {})", base.Scalar(), names));
+  }
+}
+
+// What no single key can check: the required ceilings, positive links, and the keys that need
+// others (sm_count for FlashAttention-3's tiles and the attention regimes).
+void check_profile(const HardwareProfile& p, const std::string& where) {
   if (p.peak_flops <= 0) bad_value(where, "peak_flops", "is required and must be > 0");
   if (p.hbm_bytes_per_s <= 0) bad_value(where, "hbm_bytes_per_s", "is required and must be > 0");
   if (p.memory_bytes <= 0) bad_value(where, "memory_bytes", "is required and must be > 0");
@@ -718,11 +917,47 @@ HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& whe
     bad_value(where, "attention_kernels", "need sm_count: their tiles and blocks are spread over the SMs");
   }
   for (const auto& k : number_keys()) {
-    const double v = k.get(p);
+    const double v = k.value(p);
     if (k.is_efficiency && !(v > 0 && v <= 1)) {
       bad_value(where, k.key, "is an efficiency and must be in (0, 1]");
     }
   }
+}
+
+// A profile from a parsed YAML map; `where` names the file in errors, `default_name` is used
+// when the map has no `name`.
+HardwareProfile profile_from_yaml(const YAML::Node& root, const std::string& where, const std::string& default_name,
+                                  const std::vector<HardwareProfile>& bases, const TableReader& read_table) {
+  if (!root.IsMap()) {
+    throw UserError(fmt::format("{}: a hardware profile is a map of keys to values", where));
+  }
+  HardwareProfile p;
+  apply_base(root, where, bases, p);
+  p.name = default_name;
+  const ProfileFile file{where, read_table};
+  for (const auto& kv : root) {
+    const std::string key = key_text(kv.first, where);
+    if (key == "base") continue;
+    const auto& keys = profile_keys();
+    const auto known = std::find_if(keys.begin(), keys.end(), [&key](const ProfileKey& k) { return k.key == key; });
+    if (known != keys.end()) {
+      known->read(kv.second, file, p);
+      continue;
+    }
+    if (key.starts_with("iteration_overhead")) {
+      // Profiles written before engine profiles existed carry the engine's CPU cost.
+      throw UserError(
+          fmt::format("{}: key '{}' is an engine's CPU cost, no longer a GPU's: remove it here and put it in an "
+                      "engine profile (cpu.per_iteration_s, cpu.per_sequence_s, cpu.per_extra_worker_s; "
+                      "--engine FILE, see hwmodel/README.md \"Engine profiles\")",
+                      at_line(where, kv.first), key));
+    }
+    throw UserError(
+        fmt::format("{}: unknown key '{}' in hardware profile (see "
+                    "hwmodel/README.md for the keys)",
+                    where, key));
+  }
+  check_profile(p, where);
   return p;
 }
 
@@ -861,124 +1096,7 @@ std::string hardware_profile_yaml(const HardwareProfile& profile) {
   out.SetDoublePrecision(17);
   out << YAML::Comment("batchsim hardware profile (format: hwmodel/README.md)");
   out << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << profile.name;
-  for (const auto& [key, text] :
-       {std::pair<const char*, const std::string&>{"source", profile.source}, {"provenance", profile.provenance}}) {
-    if (key == std::string_view("provenance") && text.empty()) continue;
-    out << YAML::Key << key << YAML::Value;
-    // A literal block reads back with one trailing newline (YAML "clip" chomping), so only
-    // texts that end in one are written as a block; other multi-line texts are quoted.
-    if (text.find('\n') != std::string::npos) {
-      out << (text.back() == '\n' ? YAML::Literal : YAML::DoubleQuoted);
-    }
-    out << text;
-  }
-  if (!profile.transferred_from.empty()) {
-    out << YAML::Key << "transferred_from" << YAML::Value << profile.transferred_from;
-  }
-  if (!profile.kernels.empty()) out << YAML::Key << "kernels" << YAML::Value << profile.kernels;
-  if (const ProfileValidation& v = profile.validation; !v.empty()) {
-    out << YAML::Key << "validation" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "measured_on" << YAML::Value << v.measured_on;
-    out << YAML::Key << "held_out" << YAML::Value << v.held_out;
-    out << YAML::Key << "scored_on" << YAML::Value << v.scored_on;
-    out << YAML::Key << "operators" << YAML::Value << YAML::BeginMap;
-    // Percentages as their shortest exact text ("6.5", not 17 digits of 6.5000000000000000):
-    // they are rounded to 0.1 and read back the same.
-    for (const OperatorError& e : v.operators) {
-      out << YAML::Key << e.op << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mape" << YAML::Value
-          << fmt::format("{}", e.mape_percent) << YAML::Key << "p90" << YAML::Value << fmt::format("{}", e.p90_percent)
-          << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-    if (!v.serving.empty()) {
-      out << YAML::Key << "serving" << YAML::Value << YAML::BeginMap;
-      out << YAML::Key << "measured_on" << YAML::Value << v.serving.measured_on;
-      out << YAML::Key << "backends" << YAML::Value << YAML::BeginMap;
-      for (const ServingError& e : v.serving.backends) {
-        out << YAML::Key << e.backend << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "ttft_mape"
-            << YAML::Value << fmt::format("{}", e.ttft_mape_percent) << YAML::Key << "tpot_mape" << YAML::Value
-            << fmt::format("{}", e.tpot_mape_percent);
-        if (e.ttft_median_ratio > 0) {
-          out << YAML::Key << "ttft_median_ratio" << YAML::Value << fmt::format("{}", e.ttft_median_ratio);
-        }
-        if (e.tpot_median_ratio > 0) {
-          out << YAML::Key << "tpot_median_ratio" << YAML::Value << fmt::format("{}", e.tpot_median_ratio);
-        }
-        out << YAML::Key << "count" << YAML::Value << e.count << YAML::EndMap;
-      }
-      out << YAML::EndMap << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-  }
-  out << YAML::Key << "memory_bytes" << YAML::Value << profile.memory_bytes;
-  if (profile.price_per_hour > 0) out << YAML::Key << "price_per_hour" << YAML::Value << profile.price_per_hour;
-  HardwareProfile copy = profile;  // number_keys() hands out mutable references
-  for (const auto& k : number_keys()) out << YAML::Key << k.key << YAML::Value << k.get(copy);
-  out << YAML::Key << "prefill_attention_kernel" << YAML::Value
-      << prefill_attention_kernel_name(profile.prefill_attention_kernel);
-  if (profile.has_gemm_tables()) {
-    out << YAML::Key << "gemm_tables" << YAML::Value << YAML::BeginMap;
-    for (int f = 0; f < kNumWeightFormats; ++f) {
-      if (const auto& t = profile.gemm_tables[static_cast<size_t>(f)]) {
-        out << YAML::Key << std::string(weight_format_name(static_cast<WeightFormat>(f))) << YAML::Value << t->file();
-      }
-    }
-    out << YAML::EndMap;
-  }
-  for (const auto& [key, fits] :
-       {std::pair<const char*, const std::vector<AllReduceFit>&>{"allreduce", profile.allreduce},
-        {"custom_allreduce", profile.custom_allreduce}}) {
-    if (fits.empty()) continue;
-    out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
-    for (const AllReduceFit& f : fits) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "tp" << YAML::Value << f.tp << YAML::Key << "latency_s"
-          << YAML::Value << f.latency_s << YAML::Key << "bytes_per_s" << YAML::Value << f.bytes_per_s << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
-  if (!profile.fp8_block_gemms.empty()) {
-    out << YAML::Key << "fp8_block_gemms" << YAML::Value << YAML::BeginSeq;
-    for (const HardwareProfile::BlockFp8GemmFit& f : profile.fp8_block_gemms) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "kernel" << YAML::Value << f.kernel << YAML::Key << "scale"
-          << YAML::Value << f.scale << YAML::Key << "call_floor_s" << YAML::Value << f.call_floor_s << YAML::Key
-          << "rows" << YAML::Value << f.rows << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
-  if (!profile.moe_kernels.empty()) {
-    out << YAML::Key << "moe_kernels" << YAML::Value << YAML::BeginMap;
-    for (const MoeKernelFit& f : profile.moe_kernels) {
-      out << YAML::Key << std::string(moe_kernel_name(f.kernel)) << YAML::Value << YAML::Flow << YAML::BeginMap;
-      for (const MoeKernelKey& k : moe_kernel_keys()) out << YAML::Key << k.key << YAML::Value << f.*(k.member);
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-  }
-  if (!profile.attention_kernels.empty()) {
-    out << YAML::Key << "attention_kernels" << YAML::Value << YAML::BeginSeq;
-    for (const AttentionKernelFit& k : profile.attention_kernels) {
-      out << YAML::BeginMap;
-      out << YAML::Key << "phase" << YAML::Value << (k.prefill ? "prefill" : "decode");
-      out << YAML::Key << "kernel" << YAML::Value << k.kernel;
-      out << YAML::Key << "kv_cache_dtype" << YAML::Value << (k.kv_dtype_bytes == 1 ? "fp8" : "bfloat16");
-      out << YAML::Key << "tiles" << YAML::Value << attention_tiles_name(k.tiles);
-      out << YAML::Key << "head_dims" << YAML::Value << YAML::Flow << k.head_dims;
-      out << YAML::Key << "efficiency" << YAML::Value << YAML::Flow << k.efficiency;
-      AttentionKernelFit copy = k;
-      for (const AttentionKernelKey& a : attention_kernel_keys()) {
-        if (a.prefill == k.prefill) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
-      }
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
-  if (!profile.mla.empty()) {
-    out << YAML::Key << "mla" << YAML::Value << YAML::BeginMap;
-    MlaAttentionFit copy = profile.mla;
-    for (const MlaAttentionKey& a : mla_attention_keys()) out << YAML::Key << a.key << YAML::Value << copy.*(a.member);
-    out << YAML::EndMap;
-  }
+  for (const ProfileKey& k : profile_keys()) k.write(out, profile);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
