@@ -177,54 +177,65 @@ void print_shapes(const MeasureOptions& options, const std::vector<ShapeFileGemm
   }
 }
 
-int run(int argc, char** argv) {
-  if (argc < 2) throw UsageError("missing command");
-  const std::string command = argv[1];
-  Args args(argc, argv);
-  if (command == "--help" || command == "-h" || command == "help") {
-    std::cout << kUsage << "\n" << kMeasureHelp << "\nmodels:";
-    for (const CalibrationModel& m : calibration_models()) std::cout << " " << m.name;
-    std::cout << "\n";
-    return 0;
-  }
-  if ((command == "measure" || command == "check" || command == "info" || command == "shapes") && args.wants_help()) {
-    std::cout << "usage: batchsim-calibrate " << command
-              << (command == "measure"  ? " --out DIR [options]\n"
-                  : command == "check"  ? " [--seed N]\n"
-                  : command == "shapes" ? " [--model NAME ...] [--shapes FILE] [--tp N ...]\n"
-                                        : "\n");
-    if (command == "info")
-      std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
-    else if (command == "shapes")
-      std::cout << "  lists the GEMMs `measure` would time with the same options; needs no GPU\n";
-    else
-      std::cout << kMeasureHelp;
-    return 0;
-  }
-  if (command == "info") {
-    if (!args.done()) throw UsageError("info takes no options");
-    if (int rc = require_device(false)) return rc;
-    DeviceInfo info = query_device_info(0);
-    info.cupti_api_version = cupti_api_version();
-    const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "batchsim-calibrate-info.json";
-    write_device_info_json(info, tmp);
-    std::cout << std::ifstream(tmp).rdbuf();
-    std::filesystem::remove(tmp);
-    return 0;
-  }
-  if (command == "check") {
-    uint64_t seed = 1;
-    while (!args.done()) {
-      const std::string option = args.next_option();
-      if (option != "--seed") throw UsageError("check: unknown option " + option);
-      seed = parse_number<uint64_t>(option, args.value(option));
-    }
-    return run_check(seed);
-  }
-  if (command != "measure" && command != "shapes") throw UsageError("unknown command '" + command + "'");
+// `--help`: the commands, the options of measure and check, and the built-in models.
+int print_usage() {
+  std::cout << kUsage << "\n" << kMeasureHelp << "\nmodels:";
+  for (const CalibrationModel& m : calibration_models()) std::cout << " " << m.name;
+  std::cout << "\n";
+  return 0;
+}
 
+// `COMMAND --help`: that command's usage line and options.
+int print_command_help(const std::string& command) {
+  std::cout << "usage: batchsim-calibrate " << command
+            << (command == "measure"  ? " --out DIR [options]\n"
+                : command == "check"  ? " [--seed N]\n"
+                : command == "shapes" ? " [--model NAME ...] [--shapes FILE] [--tp N ...]\n"
+                                      : "\n");
+  if (command == "info")
+    std::cout << "  prints the CUDA device record (name, SMs, clocks, memory, versions) as JSON\n";
+  else if (command == "shapes")
+    std::cout << "  lists the GEMMs `measure` would time with the same options; needs no GPU\n";
+  else
+    std::cout << kMeasureHelp;
+  return 0;
+}
+
+// `info`: the device record as JSON on stdout. write_device_info_json writes a file (what
+// `measure` keeps beside its CSVs), so the record goes through a temporary one.
+int run_info(const Args& args) {
+  if (!args.done()) throw UsageError("info takes no options");
+  if (int rc = require_device(false)) return rc;
+  DeviceInfo info = query_device_info(0);
+  info.cupti_api_version = cupti_api_version();
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path() / "batchsim-calibrate-info.json";
+  write_device_info_json(info, tmp);
+  std::cout << std::ifstream(tmp).rdbuf();
+  std::filesystem::remove(tmp);
+  return 0;
+}
+
+// `check [--seed N]`.
+int run_check_command(Args& args) {
+  uint64_t seed = 1;
+  while (!args.done()) {
+    const std::string option = args.next_option();
+    if (option != "--seed") throw UsageError("check: unknown option " + option);
+    seed = parse_number<uint64_t>(option, args.value(option));
+  }
+  return run_check(seed);
+}
+
+// The options `measure` and `shapes` share, as given (resolve_defaults fills the rest), and
+// whether `measure --check` asked for the kernel checks first.
+struct MeasureCommand {
   MeasureOptions options;
   bool check = false;
+};
+
+MeasureCommand parse_measure_options(Args& args) {
+  MeasureCommand c;
+  MeasureOptions& options = c.options;
   while (!args.done()) {
     const std::string option = args.next_option();
     if (option == "--out") {
@@ -250,29 +261,29 @@ int run(int argc, char** argv) {
     } else if (option == "--time-budget-s") {
       options.time_budget_s = parse_number<double>(option, args.value(option));
     } else if (option == "--check") {
-      check = true;
+      c.check = true;
     } else if (option == "--seed") {
       options.seed = parse_number<uint64_t>(option, args.value(option));
     } else {
       throw UsageError("measure: unknown option " + option);
     }
   }
-  if (options.out_dir.empty() && command == "measure") throw UsageError("measure needs --out DIR");
+  return c;
+}
+
+// The GEMMs of the shape file `--shapes` names, if any; its errors are the user's.
+std::vector<ShapeFileGemm> read_shapes_option(const MeasureOptions& options) {
   try {
-    options = resolve_defaults(options);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--model: ") + e.what());
-  }
-  std::vector<ShapeFileGemm> shape_file;
-  try {
-    if (!options.shapes_file.empty()) shape_file = read_shape_file(options.shapes_file);
+    if (!options.shapes_file.empty()) return read_shape_file(options.shapes_file);
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--shapes: ") + e.what());
   }
-  if (command == "shapes") {
-    print_shapes(options, shape_file);
-    return 0;
-  }
+  return {};
+}
+
+// `measure`: the kernel checks when asked, then the measurements. Points that did not fit in
+// the GPU's memory are listed, and the exit status says so (the rows that fit are written).
+int run_measure(const MeasureOptions& options, bool check) {
   if (int rc = require_device(true)) return rc;
   if (check) {
     if (int rc = run_check(options.seed)) return rc;
@@ -287,6 +298,34 @@ int run(int argc, char** argv) {
     return kExitDidNotFit;
   }
   return 0;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) throw UsageError("missing command");
+  const std::string command = argv[1];
+  Args args(argc, argv);
+  if (command == "--help" || command == "-h" || command == "help") return print_usage();
+  if ((command == "measure" || command == "check" || command == "info" || command == "shapes") && args.wants_help()) {
+    return print_command_help(command);
+  }
+  if (command == "info") return run_info(args);
+  if (command == "check") return run_check_command(args);
+  if (command != "measure" && command != "shapes") throw UsageError("unknown command '" + command + "'");
+
+  MeasureCommand measure = parse_measure_options(args);
+  MeasureOptions& options = measure.options;
+  if (options.out_dir.empty() && command == "measure") throw UsageError("measure needs --out DIR");
+  try {
+    options = resolve_defaults(options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  const std::vector<ShapeFileGemm> shape_file = read_shapes_option(options);
+  if (command == "shapes") {
+    print_shapes(options, shape_file);
+    return 0;
+  }
+  return run_measure(options, measure.check);
 }
 
 }  // namespace
