@@ -177,6 +177,9 @@ po::options_description run_options() {
        "turn's prompt is the conversation so far (earlier inputs and answers) plus --prompt-len new "
        "tokens, its answer --output-len, and it is sent --think-time after the previous answer ends "
        "(open loop; default: independent requests)")
+      ("trace-sessions", po::bool_switch(), "with a --trace whose rows carry hash_ids (Mooncake JSONL): link each "
+       "row to the earlier row it continues (the one whose full prompt blocks begin its hash_ids) and send it "
+       "at its recorded time, or when that row's answer ends if later (default: every row at its time)")
       ("client-connections", po::value<int64_t>(), "with --max-concurrency, the client's HTTP connection pool: "
        "at most N requests at the server, the others waiting at the client with their clock running "
        "(aiohttp's default pool holds 100, httpx's 100; default 0: no limit)")
@@ -308,6 +311,7 @@ void apply_run_flags(const po::variables_map& vm, RunConfig& c) {
   if (vm.count("max-concurrency")) c.max_concurrency = vm["max-concurrency"].as<int64_t>();
   if (vm.count("think-time")) c.workload.think_time = vm["think-time"].as<std::string>();
   if (vm.count("session-turns")) c.workload.session_turns = vm["session-turns"].as<std::string>();
+  if (vm["trace-sessions"].as<bool>()) c.workload.trace_sessions = true;
   if (vm.count("client-connections")) c.client_connections = vm["client-connections"].as<int64_t>();
   if (vm.count("resample")) c.workload.resample = vm["resample"].as<std::string>();
   if (vm.count("seeds")) c.seeds = vm["seeds"].as<int64_t>();
@@ -400,9 +404,11 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
                         c.decode_router.empty() ? c.router : c.decode_router, c.kv_link, c.kv_transfer);
   }
   // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
-  // Or sessions: ", sessions of uniform:2:8 turns (think time exponential:5 s)".
+  // Or sessions: ", sessions of uniform:2:8 turns (think time exponential:5 s)", ", sessions
+  // from the trace's hash_ids".
   const std::string clients =
-      !c.workload.session_turns.empty()
+      c.workload.trace_sessions ? std::string(", sessions from the trace's hash_ids")
+      : !c.workload.session_turns.empty()
           ? fmt::format(", sessions of {} turns{}", c.workload.session_turns,
                         c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time))
       : c.max_concurrency == 0

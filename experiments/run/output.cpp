@@ -149,7 +149,8 @@ nlohmann::ordered_json config_to_json(const RunConfig& c) {
   j["max_concurrency"] = c.max_concurrency;
   j["think_time"] = c.workload.think_time;
   if (!c.workload.session_turns.empty())
-    j["session_turns"] = c.workload.session_turns;  // only when set: older files stay as they were
+    j["session_turns"] = c.workload.session_turns;            // only when set: older files stay as they were
+  if (c.workload.trace_sessions) j["trace_sessions"] = true;  // likewise
   if (c.client_connections > 0)
     j["client_connections"] = c.client_connections;  // only when set: older files stay as they were
   if (!c.workload.resample.empty())

@@ -291,6 +291,8 @@ void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YA
       c.workload.think_time = scalar<std::string>(v, file, shown);
     else if (key == "session-turns")
       c.workload.session_turns = scalar<std::string>(v, file, shown);
+    else if (key == "trace-sessions")
+      c.workload.trace_sessions = scalar<bool>(v, file, shown);
     else if (key == "client-connections")
       c.client_connections = scalar<int64_t>(v, file, shown);
     else if (key == "resample")
@@ -574,6 +576,17 @@ void validate(const RunConfig& c) {
         fmt::format("--session-turns {} with --max-concurrency: not supported (sessions are sent open "
                     "loop: each turn after its predecessor's answer)",
                     c.workload.session_turns));
+  }
+  if (c.workload.trace_sessions && c.max_concurrency > 0) {
+    throw UserError(
+        "--trace-sessions with --max-concurrency: not supported (sessions are sent open loop: each turn at "
+        "its recorded time, or after its predecessor's answer)");
+  }
+  if (c.workload.trace_sessions && c.seeds > 1) {
+    throw UserError(fmt::format(
+        "--trace-sessions with --seeds {}: not supported (each seed would replay a block-bootstrap replicate "
+        "of the trace, whose blocks cut the conversations)",
+        c.seeds));
   }
   if (!c.workload.think_time.empty() && c.max_concurrency == 0 && c.workload.session_turns.empty()) {
     throw UserError(

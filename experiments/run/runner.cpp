@@ -220,6 +220,7 @@ std::string streaming_unsupported_reason(const RunConfig& config) {
   const WorkloadSpec& w = config.workload;
   if (w.trace_columns != nullptr) return fmt::format("the in-memory workload {}", w.trace.string());
   if (config.max_concurrency > 0) return "--max-concurrency";
+  if (w.trace_sessions) return "--trace-sessions";
   if (!w.resample.empty()) return "--resample";
   if (is_disaggregated(config)) return "--prefill-replicas/--decode-replicas";
   if (config.iteration_log) return "--iteration-log";

@@ -66,6 +66,7 @@ bool is_axis_run_key(const std::string& key) {
                                              "priority",
                                              "think-time",
                                              "session-turns",
+                                             "trace-sessions",
                                              "client-connections",
                                              "resample",
                                              "prefill-replicas",

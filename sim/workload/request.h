@@ -76,9 +76,10 @@ struct PrefixBlockHashes {
 
 // Multi-turn sessions (an agent or a chat user): each turn after the first is sent `delay` (the
 // user's think time, or the tool's run) after the answer to its predecessor has ended, and its
-// prompt holds the whole conversation so far (sim/workload/workload.h builds them). A session's
-// turns have consecutive ids; the later ones carry the session's start as their arrival in the
-// Workload (so that it stays sorted) and are sent only when their predecessor settles.
+// prompt holds the whole conversation so far (sim/workload/workload.h builds them). A later turn
+// is sent only when its predecessor settles, and not before its arrival in the Workload: a
+// synthetic session's start (its turns have consecutive ids), or a trace row's recorded time
+// (sim/workload/trace_sessions.h).
 struct SessionLinks {
   std::vector<RequestId> predecessor;  // per request: the turn before it, -1 for a first turn
   std::vector<SimTime> delay;          // per request: from its predecessor's end to its send

@@ -260,6 +260,7 @@ class TraceParser {
   enum class HashMode { kUndecided, kKeep, kNone } hash_mode_ = HashMode::kUndecided;  // take_row's
   std::vector<int64_t> hash_offsets_{0};
   std::vector<uint64_t> hashes_;
+  std::vector<int64_t> row_lines_;  // a JSONL row's line in the file (read(), not take_row)
   bool any_hash_ids_ = false;
   int64_t prompt_clamped_ = 0;
   int64_t output_clamped_ = 0;
@@ -570,6 +571,7 @@ void TraceParser::read_mooncake_row(std::string_view line) {
     has_priority_ |= fields.priority.has_value();
     const int32_t priority = fields.priority ? priority_value(*fields.priority) : 0;
     hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
+    row_lines_.push_back(line_no_);
     rows_.push_back({time_ns, prompt, output, 0, priority});
     return;
   }
@@ -648,6 +650,7 @@ void TraceParser::read_mooncake_row_with_nlohmann(std::string_view line) {
     has_priority_ = true;
   }
   hash_offsets_.push_back(static_cast<int64_t>(hashes_.size()));
+  row_lines_.push_back(line_no_);
   rows_.push_back({time_ns, prompt, output, 0, priority});
 }
 
@@ -721,6 +724,7 @@ std::optional<RawRow> TraceParser::take_row(std::vector<uint64_t>& hashes) {
   hashes.assign(hashes_.begin(), hashes_.end());  // this row's only: they are cleared per row
   hashes_.clear();
   hash_offsets_.resize(1);
+  row_lines_.clear();
   if (taken_ > 1 && row.time_ns < last_taken_ns_) {
     fail_line(
         "timestamp earlier than the row above: --streaming reads a trace in file order and cannot "
@@ -847,6 +851,8 @@ TraceReadResult TraceParser::finish(double speedup) {
                            hashes_.begin() + hash_offsets_[row + 1]);
       blocks.offsets.push_back(static_cast<int64_t>(blocks.hashes.size()));
     }
+    result.lines.reserve(rows_.size());
+    for (int32_t row : order) result.lines.push_back(row_lines_[static_cast<size_t>(row)]);
   }
 
   result.warnings = adjustment_warnings(result.rows_read, result.rows_out_of_order);

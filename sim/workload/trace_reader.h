@@ -71,6 +71,9 @@ struct TraceReadResult {
   int64_t rows_output_clamped = 0;  // output 0 raised to 1
   int64_t rows_out_of_order = 0;    // rows earlier than the row above them; sorted stably
   PrefixBlockHashes prefix_blocks;  // Mooncake hash_ids, permuted along with the sort
+  // With prefix_blocks: each request's line in the file, in `requests` order (for messages about
+  // rows linked by their hashes, sim/workload/trace_sessions.h). Empty without hash_ids.
+  std::vector<int64_t> lines;
   // A generic CSV's max_tokens column, one per request in `requests` order; empty without the
   // column. Kept apart from the requests, whose output_tokens stay the trace's EOS lengths, so
   // that a --max-tokens that overrides the column still ends outputs at EOS (build_workload).

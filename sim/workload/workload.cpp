@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "hwmodel/base/error.h"
+#include "sim/workload/trace_sessions.h"
 
 namespace batchsim {
 
@@ -983,6 +984,50 @@ void build_sessions(const WorkloadSpec& spec, const ParsedWorkloadSpec& parsed, 
   built.description += client.describe(false, false);
 }
 
+// --trace-sessions: what cannot go with it, refused by name before the trace is read.
+void refuse_beside_trace_sessions(const WorkloadSpec& spec) {
+  const auto refuse = [](std::string_view what, std::string_view why) {
+    throw UserError(fmt::format("--trace-sessions with {}: not supported ({})", what, why));
+  };
+  if (spec.trace.empty()) {
+    throw UserError(
+        "--trace-sessions: needs --trace FILE, a trace whose rows carry hash_ids (Mooncake JSONL): it links "
+        "each row to the earlier row it continues");
+  }
+  if (!spec.session_turns.empty()) {
+    refuse(fmt::format("--session-turns {}", spec.session_turns), "the trace's rows are the turns");
+  }
+  if (!replays_trace_timestamps(spec)) {
+    refuse(fmt::format("--arrival {}", spec.arrival), "a conversation's turns keep the trace's own times");
+  }
+  if (!spec.resample.empty()) refuse("--resample", "a replicate's blocks would cut the conversations");
+  if (!spec.think_time.empty()) {
+    refuse("--think-time",
+           "the trace's times pace the turns: each is sent at its recorded time, or when its predecessor's "
+           "answer ends if that is later");
+  }
+}
+
+// --trace-sessions: links the trace's rows into sessions by their hash_ids (trace_sessions.h).
+void link_sessions(const WorkloadSpec& spec, const std::vector<int64_t>& lines, BuiltWorkload& built) {
+  if (built.prefix_blocks.empty()) {
+    throw UserError(
+        fmt::format("--trace-sessions: {} has no hash_ids: its rows cannot be linked into conversations (a Mooncake "
+                    "JSONL trace's hash_ids say which rows continue which)",
+                    spec.trace.string()));
+  }
+  const TraceSessionStats stats =
+      link_trace_sessions(built.requests, built.prefix_blocks, lines, spec.trace.string(), built.sessions);
+  built.description += fmt::format(
+      "; sessions from hash_ids: {} rows continue an earlier row: {} sessions, {} of 2 turns or more "
+      "(at most {})",
+      stats.linked, stats.sessions, stats.multi_turn, stats.longest);
+  if (stats.branches > 0) {
+    built.description += fmt::format(
+        ", {} branches made first turns (rows continuing a row that an earlier one continues)", stats.branches);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
@@ -1000,6 +1045,9 @@ std::unique_ptr<RequestSource> stream_workload(const WorkloadSpec& spec) {
   }
   if (!spec.session_turns.empty()) {
     throw UserError("--streaming with --session-turns: not supported (a turn waits on its predecessor's answer)");
+  }
+  if (spec.trace_sessions) {
+    throw UserError("--streaming with --trace-sessions: not supported (a turn waits on its predecessor's answer)");
   }
   const PrefixSpec prefix = parsed.prefix;
   std::unique_ptr<RequestSource> source;
@@ -1019,6 +1067,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
   const std::optional<ThinkTime> think_time = parsed.think_time;
 
   BuiltWorkload built;
+  if (spec.trace_sessions) refuse_beside_trace_sessions(spec);
   if (!spec.session_turns.empty()) {
     build_sessions(spec, parsed, built);
     check_workload_invariants(built.requests);
@@ -1039,6 +1088,7 @@ BuiltWorkload build_workload(const WorkloadSpec& spec) {
     built.prefix_blocks = std::move(trace.prefix_blocks);
     limits = std::move(trace.max_tokens);
     trace_priorities = trace.priority_column;
+    if (spec.trace_sessions) link_sessions(spec, trace.lines, built);
   } else {
     std::unique_ptr<ArrivalProcess> arrival = parse_spec_arrival(spec);
     Rng arrival_rng = Rng::for_stream(spec.seed, kArrivalStream);

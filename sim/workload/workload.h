@@ -145,6 +145,8 @@ struct WorkloadSpec {
   // Empty: independent requests. Else a length distribution of turns per session: the
   // workload is num_requests multi-turn sessions (see "session_turns" below).
   std::string session_turns;
+  // A trace's rows linked into multi-turn sessions by their hash_ids (see "trace_sessions" below).
+  bool trace_sessions = false;
   // A trace in memory (the Python module's DataFrame or arrays) read instead of the file;
   // `trace` then only names it in descriptions and messages. Shared, not copied, by the runs
   // of an experiment.
@@ -164,8 +166,8 @@ struct BuiltWorkload {
   // --think-time: the client that takes request i waits think_times[i] before sending it
   // (SimulationOptions::think_times). Empty: none.
   std::vector<SimTime> think_times;
-  // Multi-turn sessions (--session-turns): which turn follows which, and after what delay
-  // (SimulationOptions::sessions). Empty: none.
+  // Multi-turn sessions (--session-turns, --trace-sessions): which turn follows which, and after
+  // what delay (SimulationOptions::sessions). Empty: none.
   SessionLinks sessions;
 };
 
@@ -201,6 +203,12 @@ struct BuiltWorkload {
 //     The conversation's hashes (kSessionHashTokens tokens each, unique to the session, from
 //     stream 9) cover each turn's prompt and answer. Not with a trace, a prefix, a resample or
 //     streaming.
+//   * trace_sessions (optional, a trace with hash_ids replayed at its own times): each row is
+//     linked to the earlier row it continues (sim/workload/trace_sessions.h: the one whose full
+//     prompt blocks begin its hash_ids), delay 0: a turn is sent at its recorded time, or when its
+//     predecessor's answer ends if that is later. The prompts and their hashes stay the trace's.
+//     Not with another arrival process, a resample, a think time, session_turns or streaming; a
+//     trace without hash_ids is refused, naming the file.
 //   * prefix (optional): TOKENS is added to every prompt, synthetic or from a trace; the
 //     group of each request comes from stream 3 of `seed`, so arrivals and lengths are the
 //     same with and without it. One hash covers the whole prefix (block_tokens = TOKENS; the

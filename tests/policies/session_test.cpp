@@ -1,6 +1,7 @@
 // Multi-turn sessions in the simulation (SimulationOptions::sessions): a turn is sent its think
 // time after its predecessor settles, finds the earlier turns' KV (prompts and answers) in the
 // prefix cache, goes on after a rejected turn, and fast-forward and decode cohorts stay exact.
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +15,7 @@
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
 #include "sim/workload/workload.h"
+#include "test_support.h"
 
 namespace batchsim {
 namespace {
@@ -184,6 +186,71 @@ TEST(Sessions, FastForwardAndCohortsStayExact) {
   EXPECT_GT(repeated, 1000);
   EXPECT_GT(cohort_iterations, 1000);
   EXPECT_GT(cached, 0);
+}
+
+// Sessions read from a trace (--trace-sessions): a turn is sent at its recorded time, or when its
+// predecessor's answer ends if that is later, and finds the predecessor's prompt blocks (the
+// trace's hash_ids) cached.
+BuiltWorkload trace_sessions(const std::string& name, const std::string& rows) {
+  WorkloadSpec spec;
+  spec.trace = testing::write_text_file(testing::scratch_dir("traces"), name, rows);
+  spec.trace_sessions = true;
+  return build_workload(spec);
+}
+
+std::string trace_row(int64_t ms, int64_t input, int64_t output, const std::string& hashes) {
+  return "{\"timestamp\": " + std::to_string(ms) + ", \"input_length\": " + std::to_string(input) +
+         ", \"output_length\": " + std::to_string(output) + ", \"hash_ids\": [" + hashes + "]}\n";
+}
+
+TEST(Sessions, ATraceTurnIsSentAtTheLaterOfItsTimeAndItsPredecessorsAnswerAndFindsItsBlocksCached) {
+  // Row 1: 1,100 tokens, 2 full blocks of 512 and a partial one. Row 2: another conversation
+  // (only the system block in common). Row 3: row 1's conversation grown to 1,600 tokens,
+  // recorded 1 ms after it (`soon`) or a minute after it (`late`).
+  for (const int64_t row3_ms : {int64_t{1}, int64_t{60'000}}) {
+    SCOPED_TRACE("row 3 at " + std::to_string(row3_ms) + " ms");
+    const BuiltWorkload w =
+        trace_sessions("three.jsonl", trace_row(0, 1100, 50, "0, 1, 2") + trace_row(0, 600, 10, "0, 3") +
+                                          trace_row(row3_ms, 1600, 20, "0, 1, 4, 5"));
+    ASSERT_EQ(w.sessions.predecessor, (std::vector<RequestId>{-1, -1, 0}));
+    const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+    auto policy = make_policy("vllm", {});  // prefix caching on, blocks of 16
+    const SimulationResult result = run_sessions(w, *policy, cm);
+    const auto& r = result.requests;
+    for (const RequestRecord& record : r) ASSERT_TRUE(record.completed());
+    const SimTime recorded = SimTime::from_ns(row3_ms * 1'000'000);
+    EXPECT_EQ(r[2].arrival, std::max(recorded, r[0].finished));
+    if (row3_ms == 1) {
+      EXPECT_EQ(r[2].arrival, r[0].finished) << "50 output tokens take longer than 1 ms";
+    } else {
+      EXPECT_EQ(r[2].arrival, recorded);
+    }
+    // Row 1's two full 512-token blocks (64 of vLLM's 16-token blocks); not its partial third,
+    // whose id the grown conversation does not share.
+    EXPECT_EQ(r[2].cached_tokens, 1024);
+    // Without the link, the same rows replay at their recorded times.
+    BuiltWorkload unlinked = w;
+    unlinked.sessions = {};
+    auto plain_policy = make_policy("vllm", {});
+    EXPECT_EQ(run_sessions(unlinked, *plain_policy, cm).requests[2].arrival, recorded);
+  }
+}
+
+TEST(Sessions, ATraceTurnWhosePredecessorWasRejectedStillGoes) {
+  // Row 1 (5,000 tokens) passes a 4,096-token context and is rejected at once; row 3 continues
+  // it with 5,200 tokens and is rejected too; row 2 (another conversation) runs.
+  const BuiltWorkload w = trace_sessions(
+      "rejected.jsonl", trace_row(0, 5000, 10, "0, 1, 2, 3, 4, 5, 6, 7, 8, 9") + trace_row(0, 600, 10, "0, 20") +
+                            trace_row(5, 5200, 10, "0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11"));
+  ASSERT_EQ(w.sessions.predecessor, (std::vector<RequestId>{-1, -1, 0}));
+  const CostModel cm = testing::rig_cost_model();
+  auto policy = make_policy("vllm", {});
+  const SimulationResult result = run_sessions(w, *policy, cm, testing::rig_simulation_options());
+  const auto& r = result.requests;
+  EXPECT_EQ(r[0].state, RequestState::kRejected);
+  EXPECT_TRUE(r[1].completed());
+  EXPECT_EQ(r[2].state, RequestState::kRejected);
+  EXPECT_EQ(r[2].arrival, SimTime::from_ns(5'000'000));  // its own time: the rejection came at 0
 }
 
 TEST(Sessions, TheLinksMustBeChains) {
