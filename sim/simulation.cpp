@@ -109,7 +109,9 @@ void check_request(const Request& r, int64_t expected_id, SimTime previous_arriv
 // Session links fit a workload of `n` requests: one predecessor and one delay each, a
 // predecessor earlier than its turn and followed by no other turn (a session is a chain).
 void check_sessions(const SessionLinks& links, int64_t n, bool unsupported) {
-  if (unsupported) throw std::logic_error("sessions need an open-loop simulation that holds the workload");
+  if (unsupported) {
+    throw std::logic_error("sessions need a simulation that holds the workload, without a client connection pool");
+  }
   if (static_cast<int64_t>(links.predecessor.size()) != n || static_cast<int64_t>(links.delay.size()) != n) {
     throw std::logic_error("session links do not match the workload");
   }
@@ -184,7 +186,7 @@ SimulationResult Simulation::run() {
   if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
   const bool closed_loop = options_.max_concurrency > 0;
   sessions_ = options_.sessions != nullptr && !options_.sessions->empty() ? options_.sessions : nullptr;
-  if (sessions_ != nullptr) check_sessions(*sessions_, n, closed_loop || streaming());
+  if (sessions_ != nullptr) check_sessions(*sessions_, n, streaming() || options_.client_connections > 0);
   // The requests as sent: their arrivals move to their sends.
   if (closed_loop || sessions_ != nullptr) sent_ = workload_;
   requests_ = streaming() ? &slots_ : closed_loop || sessions_ != nullptr ? &sent_ : &workload_;
@@ -212,6 +214,14 @@ SimulationResult Simulation::run() {
   awaiting_connection_.clear();
   released_.assign(closed_loop || sessions_ != nullptr ? n : 0, 0);
   waiting_turn_.assign(sessions_ != nullptr ? n : 0, -1);
+  // Closed-loop sessions: each turn's session (its first turn), and whether a turn ends one.
+  session_first_.assign(sessions_ != nullptr && closed_loop ? n : 0, -1);
+  ends_session_.assign(session_first_.size(), 1);
+  for (size_t i = 0; i < session_first_.size(); ++i) {
+    const RequestId before = sessions_->predecessor[i];
+    session_first_[i] = before < 0 ? static_cast<RequestId>(i) : session_first_[static_cast<size_t>(before)];
+    if (before >= 0) ends_session_[static_cast<size_t>(before)] = 0;
+  }
   turns_waiting_ = 0;
   progress_.assign(table, RequestProgress{});
   admission_hit_.assign(table, 0);
@@ -298,7 +308,9 @@ SimulationResult Simulation::run() {
     env.clients_in_flight = &in_flight_;
     env.clients_thinking = &thinking_;
     env.turns_waiting = sessions_ != nullptr ? &turns_waiting_ : nullptr;
-    env.max_concurrency = options_.max_concurrency;
+    // Closed-loop sessions bound sessions, not requests: a session's next turn may come while N
+    // are open (turns_waiting counts what cannot).
+    env.max_concurrency = sessions_ != nullptr ? 0 : options_.max_concurrency;
     env.client_connections_taken = &connections_;
     env.client_connections = options_.client_connections;
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
@@ -594,6 +606,10 @@ void Simulation::client_arrival(RequestId id) {
   ++scheduled_;
   if (in_flight_ >= options_.max_concurrency) {
     held_.push_back(id);
+    if (sessions_ != nullptr) {  // a session's first turn, waiting for one to end
+      ++turns_waiting_;
+      wake_if_none_can_arrive();
+    }
     return;
   }
   // A free client takes it, and sends it at once, or once it has thought.
@@ -640,13 +656,28 @@ void Simulation::send_turn(RequestId id) {
   if (delay.ns() > SimTime::max().ns() - now_.ns()) {
     throw UserError(fmt::format("--think-time: session turn {} would be sent beyond the simulated time range", id));
   }
-  const SimTime send = now_ + delay;
+  SimTime send = now_ + delay;
+  if (!session_first_.empty()) {
+    // Closed loop: not before its offset in the workload from its session's first turn, counted
+    // from that turn's send (open loop, the workload's arrival, which has passed).
+    const auto first = static_cast<size_t>(session_first_[static_cast<size_t>(id)]);
+    send =
+        std::max(send, sent_[first].arrival + (workload_[static_cast<size_t>(id)].arrival - workload_[first].arrival));
+  }
   sent_[static_cast<size_t>(id)].arrival = send;
   if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
   released_[static_cast<size_t>(id)] = kTurnSend;
   ++pending_sends_;
   pending_send_times_.push(send);
   events_.push(send, EventKind::kArrival, id);
+}
+
+int64_t Simulation::sessions_ended(std::span<const RequestId> settled) const {
+  int64_t ended = 0;
+  for (const RequestId id : settled) {
+    ended += progress_[id].state == RequestState::kFinished && ends_session_[static_cast<size_t>(id)] != 0;
+  }
+  return ended;
 }
 
 void Simulation::turn_settled(RequestId id) {
@@ -676,6 +707,7 @@ void Simulation::release_clients(int64_t count) {
   while (in_flight_ < options_.max_concurrency && !held_.empty()) {
     const RequestId id = held_.front();
     held_.pop_front();
+    if (sessions_ != nullptr) --turns_waiting_;
     queue_send(id);
   }
 }
@@ -808,7 +840,8 @@ void Simulation::reject(RequestId id, std::string reason) {
   }
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
-  release_clients(1);
+  // Closed-loop sessions: a client is freed when its session's last turn settles.
+  release_clients(session_first_.empty() ? 1 : ends_session_[static_cast<size_t>(id)]);
   if (sessions_ != nullptr) turn_settled(id);
   // The policy drops it from its queues before the next arrival, the first that may take the slot.
   if (streaming()) settle_slot(id);
@@ -1209,7 +1242,7 @@ void Simulation::finish_iteration(Replica& r) {
     }
     for (const RequestId id : handing_off_) hand_off(r, id);
   }
-  release_clients(settled_now);
+  release_clients(session_first_.empty() ? settled_now : sessions_ended(finished_));
   if (sessions_ != nullptr) {
     for (const RequestId id : finished_) {
       if (progress_[id].state == RequestState::kFinished) turn_settled(id);

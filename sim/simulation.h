@@ -175,10 +175,14 @@ struct SimulationOptions {
   // the run.
   const std::vector<SimTime>* think_times = nullptr;
   // Multi-turn sessions (SessionLinks, sim/workload/request.h; BuiltWorkload::sessions): a turn
-  // with a predecessor arrives at the client at its Workload arrival (its session's start) and
-  // is sent its delay after the predecessor settles (its last token; or its rejection, as an
-  // agent goes on after an error), and its TTFT and e2e run from that send. Open loop only, not
-  // streaming. Null or empty: none. Must outlive the run.
+  // with a predecessor arrives at the client at its Workload arrival (a synthetic session's
+  // start, a trace row's recorded time) and is sent its delay after the predecessor settles (its
+  // last token; or its rejection, as an agent goes on after an error), or at that arrival if it
+  // is later; its TTFT and e2e run from that send. With max_concurrency, N *sessions* at a time:
+  // a session's first turn is held at the client while N are open and sent when one's last turn
+  // settles, and each later turn is sent no earlier than its Workload offset from its first turn,
+  // counted from that turn's send. Not streaming, not with client_connections. Null or empty:
+  // none. Must outlive the run.
   const SessionLinks* sessions = nullptr;
   // Closed loop only: the client's HTTP connection pool, as aiohttp's TCPConnector(limit=N)
   // (default 100) and httpx's max_connections (default 100) hold one: at most N requests at the
@@ -302,6 +306,9 @@ class Simulation {
   void send_turn(RequestId id);
   // Sessions: request `id` settled; the turn waiting on it, if any, is sent.
   void turn_settled(RequestId id);
+  // Closed-loop sessions: how many of the requests `settled` (finished, not handed off) end
+  // their session.
+  int64_t sessions_ended(std::span<const RequestId> settled) const;
   // Every replica that holds work schedules again once no request can arrive before one
   // settles (PolicyEnv::all_arrived).
   void wake_if_none_can_arrive();
@@ -311,8 +318,9 @@ class Simulation {
   // one while SimulationOptions::client_connections are taken.
   void connect(RequestId id);
   // Closed loop: every client has a request at the server (none is thinking).
+  // (Closed-loop sessions never: an open session's next turn needs no settle elsewhere.)
   bool clients_saturated() const {
-    return options_.max_concurrency > 0 && in_flight_ - thinking_ >= options_.max_concurrency;
+    return options_.max_concurrency > 0 && sessions_ == nullptr && in_flight_ - thinking_ >= options_.max_concurrency;
   }
   void wake_now(Replica& r);             // a wake-up at `now_` unless busy or one is already due then
   void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
@@ -450,14 +458,18 @@ class Simulation {
   // Sessions: a turn's send after its predecessor settled and its delay passed (kTurnSend).
   std::vector<uint8_t> released_;
   static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3, kTurnSend = 4;
-  const SessionLinks* sessions_ = nullptr;             // options_.sessions, null when empty
-  std::vector<RequestId> waiting_turn_;                // sessions: per request, the turn waiting on its end (-1: none)
-  int64_t turns_waiting_ = 0;                          // sessions: turns at the client waiting on their predecessor
-  int64_t connections_ = 0;                            // closed loop: requests at the server, not settled
-  std::deque<RequestId> awaiting_connection_;          // closed loop: sent, waiting for a connection
-  int64_t pending_connections_ = 0;                    // closed loop: kConnected events queued (all at `now_`)
-  int64_t pending_sends_ = 0;                          // closed loop: send events queued
-  int64_t thinking_ = 0;                               // closed loop: of those, the ones after a think time > 0
+  const SessionLinks* sessions_ = nullptr;  // options_.sessions, null when empty
+  std::vector<RequestId> waiting_turn_;     // sessions: per request, the turn waiting on its end (-1: none)
+  // Sessions: turns at the client waiting on their predecessor, and closed loop, first turns
+  // held while N sessions are open: none of them arrives before a settle.
+  int64_t turns_waiting_ = 0;
+  std::vector<RequestId> session_first_;       // closed-loop sessions: each turn's first turn (empty: open loop)
+  std::vector<uint8_t> ends_session_;          // closed-loop sessions: 1 where no turn follows
+  int64_t connections_ = 0;                    // closed loop: requests at the server, not settled
+  std::deque<RequestId> awaiting_connection_;  // closed loop: sent, waiting for a connection
+  int64_t pending_connections_ = 0;            // closed loop: kConnected events queued (all at `now_`)
+  int64_t pending_sends_ = 0;                  // closed loop: send events queued
+  int64_t thinking_ = 0;                       // closed loop: of those, the ones after a think time > 0
   const std::vector<SimTime>* think_times_ = nullptr;  // options_.think_times, null when empty
   // The times of the queued sends, earliest on top: fast-forward stops at the next one.
   std::priority_queue<SimTime, std::vector<SimTime>, std::greater<>> pending_send_times_;

@@ -167,7 +167,8 @@ po::options_description run_options() {
       ("gpu-memory-utilization", po::value<double>(), "fraction of GPU memory for weights + KV (default 0.9)")
       ("max-concurrency", po::value<int64_t>(), "closed-loop clients: at most C requests in flight, the next "
        "sent when one finishes (vllm bench serve --max-concurrency; with --arrival offline a pure "
-       "closed loop; default 0: open loop)")
+       "closed loop; with --session-turns or --trace-sessions, C sessions at a time, the next started "
+       "when one's last turn ends; default 0: open loop)")
       ("think-time", po::value<std::string>(), "fixed:S | uniform:A:B | exponential:MEAN (seconds): with "
        "--max-concurrency, how long a client waits before sending each request, after the response that "
        "freed it (a user reading the answer; the first ones from t = 0; default: none), from a random "
@@ -176,7 +177,7 @@ po::options_description run_options() {
        "workload is --num-requests multi-turn sessions, starting at --arrival, each of this many turns; a "
        "turn's prompt is the conversation so far (earlier inputs and answers) plus --prompt-len new "
        "tokens, its answer --output-len, and it is sent --think-time after the previous answer ends "
-       "(open loop; default: independent requests)")
+       "(with --max-concurrency C, C sessions at a time; default: independent requests)")
       ("trace-sessions", po::bool_switch(), "with a --trace whose rows carry hash_ids (Mooncake JSONL): link each "
        "row to the earlier row it continues (the one whose full prompt blocks begin its hash_ids) and send it "
        "at its recorded time, or when that row's answer ends if later (default: every row at its time)")
@@ -406,11 +407,13 @@ void print_setup(std::ostream& out, const RunConfig& c, size_t num_requests, int
   // Closed-loop clients set the pace: ", 100 clients (think time exponential:10 s)".
   // Or sessions: ", sessions of uniform:2:8 turns (think time exponential:5 s)", ", sessions
   // from the trace's hash_ids".
+  const std::string at_a_time = c.max_concurrency > 0 ? fmt::format(", {} at a time", c.max_concurrency) : "";
   const std::string clients =
-      c.workload.trace_sessions ? std::string(", sessions from the trace's hash_ids")
+      c.workload.trace_sessions ? ", sessions from the trace's hash_ids" + at_a_time
       : !c.workload.session_turns.empty()
-          ? fmt::format(", sessions of {} turns{}", c.workload.session_turns,
-                        c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time))
+          ? fmt::format(", sessions of {} turns{}{}", c.workload.session_turns,
+                        c.workload.think_time.empty() ? "" : fmt::format(" (think time {} s)", c.workload.think_time),
+                        at_a_time)
       : c.max_concurrency == 0
           ? ""
           : fmt::format(", {} clients{}{}", c.max_concurrency,

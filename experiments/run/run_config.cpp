@@ -571,16 +571,12 @@ void validate(const RunConfig& c) {
                       c.workload.resample));
     }
   }
-  if (!c.workload.session_turns.empty() && c.max_concurrency > 0) {
+  const bool sessions = !c.workload.session_turns.empty() || c.workload.trace_sessions;
+  if (sessions && c.client_connections > 0) {
     throw UserError(
-        fmt::format("--session-turns {} with --max-concurrency: not supported (sessions are sent open "
-                    "loop: each turn after its predecessor's answer)",
-                    c.workload.session_turns));
-  }
-  if (c.workload.trace_sessions && c.max_concurrency > 0) {
-    throw UserError(
-        "--trace-sessions with --max-concurrency: not supported (sessions are sent open loop: each turn at "
-        "its recorded time, or after its predecessor's answer)");
+        fmt::format("--client-connections {} with {}: not supported (with sessions, --max-concurrency counts "
+                    "sessions, not requests)",
+                    c.client_connections, c.workload.trace_sessions ? "--trace-sessions" : "--session-turns"));
   }
   if (c.workload.trace_sessions && c.seeds > 1) {
     throw UserError(fmt::format(

@@ -70,12 +70,12 @@ TraceSessionStats link_trace_sessions(const Workload& requests, const PrefixBloc
       const Request& earlier = requests[static_cast<size_t>(before)];
       const Request& later = requests[static_cast<size_t>(id)];
       if (later.arrival < earlier.arrival) {
-        throw UserError(fmt::format(
-            "{}:{}: --trace-sessions: this row continues the conversation of line {} (its hash_ids begin "
-            "with that row's {} full blocks) but is stamped {:.3f} s earlier: a session's turns go "
-            "forward in time",
-            file, lines[static_cast<size_t>(id)], lines[static_cast<size_t>(before)], full_blocks(before),
-            (earlier.arrival - later.arrival).seconds()));
+        throw UserError(
+            fmt::format("{}:{}: --trace-sessions: this row continues the conversation of line {} (its hash_ids begin "
+                        "with that row's {} full blocks) but is stamped {:.3f} s earlier: a session's turns go "
+                        "forward in time",
+                        file, lines[static_cast<size_t>(id)], lines[static_cast<size_t>(before)], full_blocks(before),
+                        (earlier.arrival - later.arrival).seconds()));
       }
       if (continued[static_cast<size_t>(before)] != 0) {
         ++stats.branches;

@@ -56,5 +56,19 @@ TEST(SessionsCli, TraceSessionsRefuseWhatTheyCannotGoWith) {
               HasSubstr("--trace-sessions: needs --trace FILE"));
 }
 
+TEST(SessionsCli, MaxConcurrencyCountsSessions) {
+  const auto dir = testing::scratch_dir("closed");
+  std::string text;
+  ASSERT_EQ(testing::run_cli({"run", "--num-requests", "12", "--session-turns", "uniform:1:4", "--think-time",
+                              "fixed:1", "--max-concurrency", "3", "--model", "llama-3.1-8b", "--out", dir.string()},
+                             &text),
+            0)
+      << text;
+  EXPECT_THAT(text, HasSubstr("sessions of uniform:1:4 turns (think time fixed:1 s), 3 at a time"));
+  EXPECT_THAT(testing::cli_error_of({"run", "--num-requests", "12", "--session-turns", "fixed:2", "--max-concurrency",
+                                     "3", "--client-connections", "2"}),
+              HasSubstr("--client-connections 2 with --session-turns: not supported"));
+}
+
 }  // namespace
 }  // namespace batchsim

@@ -5,6 +5,7 @@
 // breakdown and its summary included — and the same timeline (which requests each iteration
 // ran, every request's phase changes, the idle samples). The decode cohort (sim/decode_cohort.h)
 // is held to the same: where a policy keeps one, a third run with it gives the same again.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "policy_test_rig.h"
 #include "sim/simulation.h"
 #include "sim/workload/workload.h"
+#include "test_support.h"
 
 namespace batchsim {
 namespace {
@@ -120,8 +122,9 @@ std::vector<PolicyVariant> variants() {
 // `items` false: the iterations' requests are not recorded, so that the decode cohort
 // (sim/decode_cohort.h), which fast-forward's runs use where the policy keeps one, advances the
 // leading decodes without listing them.
+// `max_concurrency` > 0: closed loop, of sessions where the workload has them.
 SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization, bool fast_forward,
-                     bool items = true) {
+                     bool items = true, int64_t max_concurrency = 0) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;
@@ -133,6 +136,8 @@ SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, doubl
   options.record_phases_of_first_requests = static_cast<int64_t>(w.requests.size());
   options.fast_forward = fast_forward;
   options.prefix_blocks = &w.prefix_blocks;
+  options.sessions = &w.sessions;
+  options.max_concurrency = max_concurrency;
   return Simulation(w.requests, *policy, cm, options).run();
 }
 
@@ -185,6 +190,83 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   EXPECT_GT(cached_somewhere, 0);       // and prefix caching with it
   EXPECT_GT(cohort_somewhere, 1000);    // the decode cohort ran
   EXPECT_GT(cohort_preempting, 0);      // also where KV ran out
+}
+
+// A trace of `conversations` conversations of 1-4 turns in Mooncake's JSONL: each turn's prompt is
+// the conversation so far (its hash_ids begin with every full block of the turn before), recorded
+// 0.2-2 s after that turn; the conversations start 0-0.5 s apart.
+std::string conversation_trace(int conversations, uint64_t seed) {
+  Rng rng = Rng::for_stream(seed, 0);
+  struct Row {
+    int64_t ms, input, output;
+    std::vector<uint64_t> hashes;
+  };
+  std::vector<Row> rows;
+  uint64_t next_hash = 1;  // 0: the system prompt's block
+  int64_t start_ms = 0;
+  for (int c = 0; c < conversations; ++c) {
+    start_ms += static_cast<int64_t>(sample_below(rng, 500));
+    int64_t ms = start_ms, input = 600 + static_cast<int64_t>(sample_below(rng, 600));
+    std::vector<uint64_t> hashes = {0};
+    const auto turns = 1 + static_cast<int>(sample_below(rng, 4));
+    for (int t = 0; t < turns; ++t) {
+      if (t > 0) {
+        ms += 200 + static_cast<int64_t>(sample_below(rng, 1800));
+        hashes.resize(static_cast<size_t>(rows.back().input / 512));  // the full blocks
+        input += 300 + static_cast<int64_t>(sample_below(rng, 400));
+      }
+      while (static_cast<int64_t>(hashes.size()) * 512 < input) hashes.push_back(next_hash++);
+      rows.push_back({ms, input, 1 + static_cast<int64_t>(sample_below(rng, 300)), hashes});
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms < b.ms; });
+  std::string text;
+  for (const Row& r : rows) {
+    text += "{\"timestamp\": " + std::to_string(r.ms) + ", \"input_length\": " + std::to_string(r.input) +
+            ", \"output_length\": " + std::to_string(r.output) + ", \"hash_ids\": [";
+    for (size_t k = 0; k < r.hashes.size(); ++k) text += (k > 0 ? ", " : "") + std::to_string(r.hashes[k]);
+    text += "]}\n";
+  }
+  return text;
+}
+
+// Closed-loop sessions (SimulationOptions::max_concurrency with sessions): a held session is sent
+// by another's end, a later turn by its predecessor's settle or at its recorded offset from its
+// session's start. Every policy gives the same results with fast-forward on and off and with its
+// decode cohort, on synthetic sessions and on sessions read from a trace.
+TEST(FastForward, ClosedLoopSessionsGiveIdenticalResults) {
+  WorkloadSpec synthetic = testing::synthetic_spec("poisson:8", "uniform:20:400", "capexp:100:400", 40, 9);
+  synthetic.session_turns = "uniform:1:5";
+  synthetic.think_time = "exponential:0.5";
+  WorkloadSpec traced;
+  traced.trace =
+      testing::write_text_file(testing::scratch_dir("trace"), "conversations.jsonl", conversation_trace(60, 3));
+  traced.trace_sessions = true;
+  const BuiltWorkload workloads[] = {build_workload(synthetic), build_workload(traced)};
+  int64_t repeated = 0, cohort_iterations = 0, linked = 0;
+  for (const BuiltWorkload& w : workloads) {
+    for (const RequestId before : w.sessions.predecessor) linked += before >= 0;
+    for (const double utilization : {0.9, 0.41}) {
+      for (const PolicyVariant& v : variants()) {
+        SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options), " +
+                     std::to_string(w.requests.size()) + " turns at utilization " + std::to_string(utilization));
+        const SimulationResult slow = run(v, w, utilization, false, true, 5);
+        const SimulationResult fast = run(v, w, utilization, true, true, 5);
+        const SimulationResult cohort = run(v, w, utilization, true, false, 5);
+        for (const SimulationResult* other : {&fast, &cohort}) {
+          expect_same_requests(slow, *other);
+          expect_same_iterations(slow, *other);
+          expect_same_timeline(slow, *other);
+          expect_same_summary(slow.summary, other->summary);
+        }
+        repeated += fast.fast_forwarded_iterations;
+        cohort_iterations += cohort.cohort_iterations;
+      }
+    }
+  }
+  EXPECT_GT(linked, 80);  // the trace's conversations were linked
+  EXPECT_GT(repeated, 1000);
+  EXPECT_GT(cohort_iterations, 1000);
 }
 
 // DP attention (policies/dp_attention/): the ranks' lockstep step repeats only when every rank

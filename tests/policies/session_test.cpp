@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -148,17 +149,22 @@ TEST(Sessions, ThePrecisePrefixRouterSendsEachTurnWhereItsConversationIsCached) 
 }
 
 // The same results with fast-forward on and off, and with decode cohorts (items not recorded),
-// for each kind of scheduler, one replica and two behind the prefix routers.
+// for each kind of scheduler, one replica and two behind the prefix routers, open loop and 6
+// sessions at a time.
 TEST(Sessions, FastForwardAndCohortsStayExact) {
   const BuiltWorkload w = sessions("uniform:1:6", "exponential:1", 40, 7);
   const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("a100-40gb"), 1);
   int64_t repeated = 0, cohort_iterations = 0, cached = 0;
   for (const std::string name : {"vllm", "vllm-v0", "sglang", "trtllm", "tgi", "static"}) {
-    for (const auto& layout :
-         {std::pair{1, Router::kPrefix}, std::pair{2, Router::kPrefix}, std::pair{3, Router::kPrecisePrefix}}) {
-      const int replicas = layout.first;  // (clang 14 cannot capture structured bindings)
-      const Router router = layout.second;
-      SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas behind " + std::string(router_name(router)));
+    for (const auto& layout : {std::tuple{1, Router::kPrefix, 0}, std::tuple{2, Router::kPrefix, 0},
+                               std::tuple{3, Router::kPrecisePrefix, 0}, std::tuple{1, Router::kPrefix, 6},
+                               std::tuple{3, Router::kPrecisePrefix, 6}}) {
+      const int replicas = std::get<0>(layout);  // (clang 14 cannot capture structured bindings)
+      const Router router = std::get<1>(layout);
+      SimulationOptions options;
+      options.max_concurrency = std::get<2>(layout);
+      SCOPED_TRACE(name + " on " + std::to_string(replicas) + " replicas behind " + std::string(router_name(router)) +
+                   ", " + std::to_string(options.max_concurrency) + " sessions at a time");
       const auto run = [&](bool fast_forward, bool items) {
         std::vector<std::unique_ptr<Policy>> owned;
         std::vector<Policy*> policies;
@@ -166,7 +172,7 @@ TEST(Sessions, FastForwardAndCohortsStayExact) {
           owned.push_back(make_policy(name, {}));
           policies.push_back(owned.back().get());
         }
-        return run_sessions(w, policies, cm, fast_forward, items, router);
+        return run_sessions(w, policies, cm, fast_forward, items, router, options);
       };
       const SimulationResult slow = run(false, true);
       const SimulationResult fast = run(true, true);
@@ -253,6 +259,99 @@ TEST(Sessions, ATraceTurnWhosePredecessorWasRejectedStillGoes) {
   EXPECT_EQ(r[2].arrival, SimTime::from_ns(5'000'000));  // its own time: the rejection came at 0
 }
 
+// Closed-loop sessions (SimulationOptions::max_concurrency with sessions): at most N sessions at
+// a time, a new one starting when one's last turn settles.
+struct SessionSpan {
+  SimTime start, end;  // its first turn's send, its last turn's end
+};
+
+std::vector<SessionSpan> session_spans(const BuiltWorkload& w, const SimulationResult& result) {
+  std::vector<SessionSpan> spans;
+  std::vector<size_t> span_of(w.requests.size(), 0);
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const RequestId before = w.sessions.predecessor[i];
+    const RequestRecord& r = result.requests[i];
+    const SimTime end = r.completed() ? r.finished : r.arrival;  // a rejected turn settles at its send
+    if (before < 0) {
+      span_of[i] = spans.size();
+      spans.push_back({r.arrival, end});
+    } else {
+      span_of[i] = span_of[static_cast<size_t>(before)];
+      spans[span_of[i]].end = end;
+    }
+  }
+  return spans;
+}
+
+// The most sessions open at once: a session ending at t is gone before one starting at t.
+int64_t most_at_once(const std::vector<SessionSpan>& spans) {
+  std::vector<std::pair<SimTime, int>> edges;
+  for (const SessionSpan& s : spans) {
+    edges.emplace_back(s.start, +1);
+    edges.emplace_back(s.end, -1);
+  }
+  std::sort(edges.begin(), edges.end());  // at equal times -1 first
+  int64_t open = 0, most = 0;
+  for (const auto& edge : edges) most = std::max(most, open += edge.second);
+  return most;
+}
+
+TEST(Sessions, ClosedLoopSessionsRunNAtATimeEachStartingWhenOneEnds) {
+  const BuiltWorkload w = sessions("uniform:1:5", "fixed:0.5", 14, 5, "offline", "fixed:100", "uniform:20:80");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  SimulationOptions options;
+  options.max_concurrency = 3;
+  const SimulationResult result = run_sessions(w, *policy, cm, options);
+  for (const RequestRecord& r : result.requests) ASSERT_TRUE(r.completed()) << r.id;
+  const std::vector<SessionSpan> spans = session_spans(w, result);
+  ASSERT_EQ(spans.size(), 14u);
+  EXPECT_EQ(most_at_once(spans), 3);
+  // The first three start at once; each later one when an earlier one ends, at that instant.
+  std::vector<SimTime> ends;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    if (s < 3) {
+      EXPECT_EQ(spans[s].start, SimTime::zero()) << "session " << s;
+    } else {
+      EXPECT_NE(std::find(ends.begin(), ends.end(), spans[s].start), ends.end()) << "session " << s;
+    }
+    ends.push_back(spans[s].end);
+  }
+  // Within a session the think time still paces the turns.
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const RequestId before = w.sessions.predecessor[i];
+    if (before >= 0) {
+      EXPECT_EQ(result.requests[i].arrival,
+                result.requests[static_cast<size_t>(before)].finished + SimTime::from_seconds(0.5));
+    }
+  }
+  // Open loop, the same sessions all start at 0.
+  auto open_policy = make_policy("vllm", {});
+  EXPECT_EQ(most_at_once(session_spans(w, run_sessions(w, *open_policy, cm))), 14);
+}
+
+TEST(Sessions, ClosedLoopTraceSessionsKeepEachTurnsRecordedOffsetFromItsSessionsStart) {
+  // Two conversations of two turns, the second turns recorded 30 s after their first; one session
+  // at a time: the second conversation starts when the first one's second turn ends, and its own
+  // second turn 30 s (its recorded offset) after that, its first answer being shorter.
+  const BuiltWorkload w = trace_sessions(
+      "two.jsonl", trace_row(0, 1100, 20, "0, 1, 2") + trace_row(10, 1100, 20, "0, 5, 6") +
+                       trace_row(30'000, 1600, 20, "0, 1, 3, 4") + trace_row(30'010, 1600, 20, "0, 5, 7, 8"));
+  ASSERT_EQ(w.sessions.predecessor, (std::vector<RequestId>{-1, -1, 0, 1}));
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  SimulationOptions options;
+  options.max_concurrency = 1;
+  const SimulationResult result = run_sessions(w, *policy, cm, options);
+  const auto& r = result.requests;
+  for (const RequestRecord& record : r) ASSERT_TRUE(record.completed());
+  EXPECT_EQ(r[0].arrival, SimTime::zero());
+  EXPECT_EQ(r[2].arrival, SimTime::from_seconds(30));
+  EXPECT_EQ(r[1].arrival, r[2].finished);  // held until the first session ended
+  EXPECT_EQ(r[3].arrival, r[1].arrival + SimTime::from_seconds(30));
+  EXPECT_EQ(r[3].cached_tokens, 1024);
+}
+
 TEST(Sessions, TheLinksMustBeChains) {
   BuiltWorkload w = sessions("fixed:2", "", 2, 0, "offline");
   const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
@@ -261,6 +360,16 @@ TEST(Sessions, TheLinksMustBeChains) {
   EXPECT_THROW(run_sessions(w, *policy, cm), std::logic_error);
   w.sessions.predecessor[3] = 3;  // itself
   EXPECT_THROW(run_sessions(w, *policy, cm), std::logic_error);
+}
+
+TEST(Sessions, AClientConnectionPoolIsRefused) {
+  const BuiltWorkload w = sessions("fixed:2", "", 2, 0, "offline");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  SimulationOptions options;
+  options.max_concurrency = 2;
+  options.client_connections = 1;
+  EXPECT_THROW(run_sessions(w, *policy, cm, options), std::logic_error);
 }
 
 }  // namespace

@@ -37,12 +37,10 @@ TEST(TraceSessions, ARowContinuesTheRowWhoseFullBlocksBeginItsHashes) {
   //         continues already: a branch, made a first turn.
   // Line 6: only the system block in common with anything: a first turn.
   // Line 7: a second question on line 3's answer: a branch too.
-  const WorkloadSpec spec = trace_spec("conversation.jsonl", row(0, 1100, 50, "0, 1, 2") + row(0, 600, 10, "0, 3") +
-                                                                 row(1, 1600, 20, "0, 1, 4, 5") +
-                                                                 row(900, 2100, 20, "0, 1, 4, 6, 7") +
-                                                                 row(950, 2100, 20, "0, 1, 4, 6, 7") +
-                                                                 row(991, 3000, 20, "0, 9, 10, 11, 12, 13") +
-                                                                 row(995, 1700, 20, "0, 1, 4, 8"));
+  const WorkloadSpec spec = trace_spec(
+      "conversation.jsonl", row(0, 1100, 50, "0, 1, 2") + row(0, 600, 10, "0, 3") + row(1, 1600, 20, "0, 1, 4, 5") +
+                                row(900, 2100, 20, "0, 1, 4, 6, 7") + row(950, 2100, 20, "0, 1, 4, 6, 7") +
+                                row(991, 3000, 20, "0, 9, 10, 11, 12, 13") + row(995, 1700, 20, "0, 1, 4, 8"));
   const BuiltWorkload w = build_workload(spec);
   ASSERT_EQ(w.requests.size(), 7u);
   const std::vector<RequestId> expected = {-1, -1, 0, 2, -1, -1, -1};
@@ -61,8 +59,8 @@ TEST(TraceSessions, ARowContinuesTheRowWhoseFullBlocksBeginItsHashes) {
 
 TEST(TraceSessions, RowsOutOfFileOrderAreLinkedInFileOrderAndATurnBeforeItsPredecessorIsRefused) {
   // Line 2 continues line 1 and comes later: linked, whatever other rows the sort puts between.
-  const BuiltWorkload w = build_workload(trace_spec(
-      "sorted.jsonl", row(5, 1100, 5, "0, 1, 2") + row(9, 1600, 5, "0, 1, 3, 4") + row(0, 700, 5, "0, 5")));
+  const BuiltWorkload w = build_workload(
+      trace_spec("sorted.jsonl", row(5, 1100, 5, "0, 1, 2") + row(9, 1600, 5, "0, 1, 3, 4") + row(0, 700, 5, "0, 5")));
   EXPECT_EQ(w.sessions.predecessor, (std::vector<RequestId>{-1, -1, 1}));
   // Line 2 continues line 1 but is stamped 4 ms before it.
   const WorkloadSpec back = trace_spec("back.jsonl", row(5, 1100, 5, "0, 1, 2") + row(1, 1600, 5, "0, 1, 3, 4"));
