@@ -719,9 +719,18 @@ std::string thresholds_text(const GoodputSpec& thresholds) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// What set the load: the arrivals' mean and busiest window, or the closed-loop clients.
+// What set the load: the arrivals' mean and busiest window, or the closed-loop clients (or
+// sessions).
 std::string offered_load_text(const PlanResult& plan) {
   const RunConfig& base = plan.spec.base;
+  const WorkloadSpec& w = base.workload;
+  if (plan.closed_loop && (!w.session_turns.empty() || w.trace_sessions)) {
+    return fmt::format(
+        "closed loop: {} sessions at a time, each started when one's last turn ends, each turn sent {} the "
+        "answer before it{}",
+        base.max_concurrency, w.think_time.empty() ? "when" : fmt::format("a think time ({} s) after", w.think_time),
+        w.trace_sessions ? " (or at its recorded offset from its session's start, if later)" : "");
+  }
   if (plan.closed_loop) {
     return fmt::format(
         "closed loop: {} clients, each sending its next request {} its last one ends", base.max_concurrency,
@@ -1129,6 +1138,10 @@ ordered_json plan_spec_json(const PlanResult& plan, bool with_goodput) {
   j["closed_loop"] = plan.closed_loop ? ordered_json{{"clients", spec.base.max_concurrency},
                                                      {"think_time", spec.base.workload.think_time}}
                                       : ordered_json(nullptr);
+  // With sessions, the clients are sessions at a time (a key only then: older files stay as they were).
+  if (plan.closed_loop && (!spec.base.workload.session_turns.empty() || spec.base.workload.trace_sessions)) {
+    j["closed_loop"]["sessions"] = true;
+  }
   j["busiest_window"] = {{"window_s", spec.window_s},
                          {"start_s", plan.busiest.start_s},
                          {"end_s", plan.busiest.end_s},

@@ -265,6 +265,55 @@ TEST(Plan, ClosedLoopClientsSetTheLoadAndNoBusyWindowIsJudged) {
   EXPECT_LT(thinking_plan["rows"][0]["replicas"].get<int>(), eager_plan["rows"][0]["replicas"].get<int>());
 }
 
+// With sessions, --max-concurrency N is N conversations at a time (docs/sessions.md): the plan
+// says so, and four times the sessions need more than one replica where 50 fit on one.
+TEST(Plan, ClosedLoopSessionsAreSizedForNAtATime) {
+  const fs::path dir = testing::scratch_dir("plan_sessions");
+  const auto plan_for = [&](const std::string& sessions, std::string& text) {
+    const std::vector<std::string> args = {"plan",
+                                           "--model",
+                                           "llama-3.1-8b",
+                                           "--gpu",
+                                           "h100-sxm",
+                                           "--tp",
+                                           "1",
+                                           "--policy",
+                                           "vllm",
+                                           "--num-requests",
+                                           "300",
+                                           "--arrival",
+                                           "offline",
+                                           "--session-turns",
+                                           "uniform:2:10",
+                                           "--prompt-len",
+                                           "lognormal:300:1",
+                                           "--output-len",
+                                           "lognormal:250:0.8",
+                                           "--think-time",
+                                           "exponential:8",
+                                           "--max-concurrency",
+                                           sessions,
+                                           "--slo",
+                                           "ttft_p99=0.5s",
+                                           "--jobs",
+                                           "1",
+                                           "--no-plots",
+                                           "--out",
+                                           (dir / sessions).string()};
+    EXPECT_EQ(run_cli(args, &text), 0) << text;
+    std::ifstream in(dir / sessions / "plan.json");
+    return nlohmann::json::parse(in);
+  };
+  std::string few_text, many_text;
+  const auto few = plan_for("50", few_text), many = plan_for("200", many_text);
+  EXPECT_THAT(many_text, HasSubstr("closed loop: 200 sessions at a time, each started when one's last turn ends, "
+                                   "each turn sent a think time (exponential:8 s) after the answer before it"));
+  EXPECT_EQ(many["closed_loop"]["clients"], 200);
+  EXPECT_EQ(many["closed_loop"]["sessions"], true);
+  EXPECT_EQ(few["rows"][0]["replicas"].get<int>(), 1);
+  EXPECT_GT(many["rows"][0]["replicas"].get<int>(), 4);
+}
+
 TEST(Plan, BusiestWindowCountsArrivals) {
   Workload w;
   for (int i = 0; i < 10; ++i) w.push_back({i, SimTime::from_seconds(i), 1, 1});
