@@ -108,8 +108,7 @@ TEST(MoeLoadGrid, CostModelTheSameWithAndWithoutItsMemo) {
   call.format = resolve_model("deepseek-r1").expert_weight_format;
   const FusedMoeTime exact = fused_moe_time(resolve_gpu("h200"), call);
   const double layers = resolve_model("deepseek-r1").moe_layers();
-  EXPECT_NEAR(at_1024.experts_up_s + at_1024.experts_down_s, layers * exact.total_s,
-              1e-12 * layers * exact.total_s);
+  EXPECT_NEAR(at_1024.experts_up_s + at_1024.experts_down_s, layers * exact.total_s, 1e-12 * layers * exact.total_s);
 }
 
 }  // namespace
