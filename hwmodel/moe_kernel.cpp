@@ -241,6 +241,55 @@ const std::vector<uint32_t>& power_law_splits(int64_t experts, int64_t ep) {
   return splits;
 }
 
+// One random split of the experts (`order`: rank r's experts at [r E / ep, (r + 1) E / ep)):
+// each rank's rows, the overflow and the rounding residue placed one row per rank in turn
+// (l.1380-1415), and the busiest rank's expert loads, the ones measured (l.1424), into s.local.
+void busiest_rank_of_split(PowerLawScratch& s, const uint32_t* order, int64_t ep, int64_t local_experts, int64_t tokens,
+                           int64_t total, int64_t overflow, int64_t residue) {
+  // Every rank's rows but the last's gathered; the last holds what the others do not (the
+  // sums are integers, so exactly).
+  int64_t others = 0;
+  for (int64_t r = 0; r < ep; ++r) {
+    int64_t sum_r = total - others;
+    if (r + 1 < ep) {
+      sum_r = 0;
+      for (int64_t j = 0; j < local_experts; ++j) sum_r += s.counts[order[r * local_experts + j]];
+      others += sum_r;
+    }
+    s.rank_rows[static_cast<size_t>(r)] = sum_r;
+    s.room[static_cast<size_t>(r)] = local_experts * tokens - sum_r;
+  }
+  // The overflow, then the residue, one row per rank in turn (l.1380-1415).
+  round_robin(s.room, overflow, s.first_alloc);
+  if (residue >= 0) {
+    for (int64_t r = 0; r < ep; ++r) s.room[static_cast<size_t>(r)] -= s.first_alloc[static_cast<size_t>(r)];
+    round_robin(s.room, residue, s.second_alloc);
+  } else {
+    for (int64_t r = 0; r < ep; ++r) {
+      s.room[static_cast<size_t>(r)] = s.rank_rows[static_cast<size_t>(r)] + s.first_alloc[static_cast<size_t>(r)];
+    }
+    round_robin(s.room, -residue, s.second_alloc);
+    for (int64_t& a : s.second_alloc) a = -a;
+  }
+  // The busiest rank.
+  int64_t busiest = 0, most = -1;
+  for (int64_t r = 0; r < ep; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    const int64_t n = s.rank_rows[i] + s.first_alloc[i] + s.second_alloc[i];
+    if (n > most) {
+      most = n;
+      busiest = r;
+    }
+  }
+  for (int64_t j = 0; j < local_experts; ++j) {
+    s.local[static_cast<size_t>(j)] = s.counts[order[busiest * local_experts + j]];  // ascending
+  }
+  const size_t b = static_cast<size_t>(busiest);
+  fill_up(s.local.begin(), s.local.end(), s.first_alloc[b], tokens);
+  if (s.second_alloc[b] > 0) fill_up(s.local.begin(), s.local.end(), s.second_alloc[b], tokens);
+  if (s.second_alloc[b] < 0) fill_down(s.local.begin(), s.local.end(), -s.second_alloc[b]);
+}
+
 MoeRankLoad power_law_load(const FusedMoeCall& c) {
   thread_local PowerLawScratch s;
   const int64_t experts = c.experts, ep = c.ep, local_experts = experts / ep;
@@ -298,48 +347,7 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
   const double weight = 1.0 / kPowerLawSplits;
   for (int split = 0; split < kPowerLawSplits; ++split) {
     const uint32_t* order = splits.data() + static_cast<size_t>(split * experts);
-    // Every rank's rows but the last's gathered; the last holds what the others do not (the
-    // sums are integers, so exactly).
-    int64_t others = 0;
-    for (int64_t r = 0; r < ep; ++r) {
-      int64_t sum_r = total - others;
-      if (r + 1 < ep) {
-        sum_r = 0;
-        for (int64_t j = 0; j < local_experts; ++j) sum_r += s.counts[order[r * local_experts + j]];
-        others += sum_r;
-      }
-      s.rank_rows[static_cast<size_t>(r)] = sum_r;
-      s.room[static_cast<size_t>(r)] = local_experts * tokens - sum_r;
-    }
-    // The overflow, then the residue, one row per rank in turn (l.1380-1415).
-    round_robin(s.room, overflow, s.first_alloc);
-    if (residue >= 0) {
-      for (int64_t r = 0; r < ep; ++r) s.room[static_cast<size_t>(r)] -= s.first_alloc[static_cast<size_t>(r)];
-      round_robin(s.room, residue, s.second_alloc);
-    } else {
-      for (int64_t r = 0; r < ep; ++r) {
-        s.room[static_cast<size_t>(r)] = s.rank_rows[static_cast<size_t>(r)] + s.first_alloc[static_cast<size_t>(r)];
-      }
-      round_robin(s.room, -residue, s.second_alloc);
-      for (int64_t& a : s.second_alloc) a = -a;
-    }
-    // The busiest rank, the one measured (l.1424).
-    int64_t busiest = 0, most = -1;
-    for (int64_t r = 0; r < ep; ++r) {
-      const size_t i = static_cast<size_t>(r);
-      const int64_t n = s.rank_rows[i] + s.first_alloc[i] + s.second_alloc[i];
-      if (n > most) {
-        most = n;
-        busiest = r;
-      }
-    }
-    for (int64_t j = 0; j < local_experts; ++j) {
-      s.local[static_cast<size_t>(j)] = s.counts[order[busiest * local_experts + j]];  // ascending
-    }
-    const size_t b = static_cast<size_t>(busiest);
-    fill_up(s.local.begin(), s.local.end(), s.first_alloc[b], tokens);
-    if (s.second_alloc[b] > 0) fill_up(s.local.begin(), s.local.end(), s.second_alloc[b], tokens);
-    if (s.second_alloc[b] < 0) fill_down(s.local.begin(), s.local.end(), -s.second_alloc[b]);
+    busiest_rank_of_split(s, order, ep, local_experts, tokens, total, overflow, residue);
     const LocalSums sums = local_sums(s.local);
     load.local_rows += weight * static_cast<double>(sums.rows);
     load.touched_experts += weight * static_cast<double>(sums.touched);
