@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -590,6 +591,26 @@ int exit_status_of(const ResultSet& results, bool wrote_report, std::ostream& er
   return 1;
 }
 
+// Quick mode (--policies) has one workload: the setup line says what it was, as `run` does.
+void print_quick_setup(std::ostream& out, const Experiment& experiment, const ResultSet& results) {
+  // A run that could not run has no figures (failed_run): the setup is read from one that ran.
+  const auto ran = std::find_if(results.runs.begin(), results.runs.end(),
+                                [](const nlohmann::ordered_json& r) { return !r.contains("error"); });
+  if (ran != results.runs.end()) {
+    // Quick mode has one workload: say what it was, as `run` does.
+    const auto& first = *ran;
+    // Each policy's own engine (the base's would name one that most did not run on).
+    const auto engines = policy_engines(results);
+    std::vector<std::string> each;
+    for (const auto& [label, engine] : engines) each.push_back(label + " " + engine);
+    const std::string engine_text = engines_warning(results).empty() && !engines.empty()
+                                        ? "engine " + engines.front().second
+                                        : fmt::format("engines {}", fmt::join(each, ", "));
+    print_setup(out, experiment.base, first["requests"]["total"].get<size_t>(),
+                first["kv"]["capacity_tokens"].get<int64_t>(), engine_text);
+  }
+}
+
 int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::ostream& err) {
   const VllmSpellings spelled = respelled(given, err);
   const std::vector<std::string>& args = spelled.args;
@@ -671,22 +692,7 @@ int cmd_compare(const std::vector<std::string>& given, std::ostream& out, std::o
     return 0;
   }
   const ResultSet results = run_experiment(experiment, options, err);
-  // A run that could not run has no figures (failed_run): the setup is read from one that ran.
-  const auto ran = std::find_if(results.runs.begin(), results.runs.end(),
-                                [](const nlohmann::ordered_json& r) { return !r.contains("error"); });
-  if (!vm.count("experiment") && ran != results.runs.end()) {
-    // Quick mode has one workload: say what it was, as `run` does.
-    const auto& first = *ran;
-    // Each policy's own engine (the base's would name one that most did not run on).
-    const auto engines = policy_engines(results);
-    std::vector<std::string> each;
-    for (const auto& [label, engine] : engines) each.push_back(label + " " + engine);
-    const std::string engine_text = engines_warning(results).empty() && !engines.empty()
-                                        ? "engine " + engines.front().second
-                                        : fmt::format("engines {}", fmt::join(each, ", "));
-    print_setup(out, experiment.base, first["requests"]["total"].get<size_t>(),
-                first["kv"]["capacity_tokens"].get<int64_t>(), engine_text);
-  }
+  if (!vm.count("experiment")) print_quick_setup(out, experiment, results);
   print_result_table(out, results);
   if (!options.out.empty()) fmt::print(out, "wrote {}\n", (options.out / "report.md").string());
   return exit_status_of(results, !options.out.empty(), err);
@@ -742,22 +748,26 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
   return values;
 }
 
-int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  // Plan searches the replicas and takes lists of GPUs and TP degrees; the rest is `run`'s.
-  const std::set<std::string> plan_owns = {"gpu",
-                                           "tp",
-                                           "dp",
-                                           "ep",
-                                           "replicas",
-                                           "out",
-                                           "slo",
-                                           "prefill-gpu",
-                                           "decode-gpu",
-                                           "prefill-tp",
-                                           "decode-tp",
-                                           "prefill-replicas",
-                                           "decode-replicas"};
-  auto desc = options_without(run_options(), plan_owns, "workload, model and engine options (as for run)");
+// The options plan reads itself: it searches the replicas and takes lists of GPUs and TP
+// degrees; the rest are `run`'s.
+const std::set<std::string>& plan_owned_options() {
+  static const std::set<std::string> owns = {"gpu",
+                                             "tp",
+                                             "dp",
+                                             "ep",
+                                             "replicas",
+                                             "out",
+                                             "slo",
+                                             "prefill-gpu",
+                                             "decode-gpu",
+                                             "prefill-tp",
+                                             "decode-tp",
+                                             "prefill-replicas",
+                                             "decode-replicas"};
+  return owns;
+}
+
+po::options_description plan_own_options() {
   po::options_description own("plan options");
   // One option a line, as --help lists them.
   // clang-format off
@@ -790,16 +800,14 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ("out", po::value<std::string>(), "write plan.csv, plan.json, report.md and figures/ here")
       ("no-plots", po::bool_switch(), "do not draw figures/plan_slo.png");
   // clang-format on
-  desc.add(own);
-  const auto vm = parse(args, desc);
-  if (vm.count("help")) {
-    fmt::print(out, "{}\n{}\n", kPlanUsage, fmt::streamed(desc));
-    return 0;
-  }
+  return own;
+}
+
+PlanSpec plan_spec_of(const po::variables_map& vm) {
   PlanSpec spec;
   // The run options other than those plan owns apply as they do for `run`.
   po::variables_map run_vm = vm;
-  for (const std::string& k : plan_owns) run_vm.erase(k);
+  for (const std::string& k : plan_owned_options()) run_vm.erase(k);
   spec.base = default_run_config();
   if (vm.count("config")) apply_yaml_config(vm["config"].as<std::string>(), spec.base);
   refuse_streaming(run_vm, "plan");
@@ -843,6 +851,18 @@ int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   spec.jobs =
       vm.count("jobs") ? vm["jobs"].as<int>() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return spec;
+}
+
+int cmd_plan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto desc = options_without(run_options(), plan_owned_options(), "workload, model and engine options (as for run)");
+  desc.add(plan_own_options());
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    fmt::print(out, "{}\n{}\n", kPlanUsage, fmt::streamed(desc));
+    return 0;
+  }
+  const PlanSpec spec = plan_spec_of(vm);
   const PlanResult plan = run_plan(spec, err);
   print_plan(out, plan);
   if (vm.count("out")) {
@@ -898,6 +918,126 @@ constexpr const char* kListUsage =
   spec-presets  measured acceptance rates for --spec-decode METHOD:k=K:accept=PRESET
 )";
 
+void list_models(std::ostream& out) {
+  // One row per built-in: its shapes, its attention (kind, and the layers that see a window or
+  // a chunk of the context), its experts (routed, top-k, the shared experts' FFN, the dense
+  // layers), the weight format, the KV one token caches over all layers, and the parameters.
+  std::size_t width = 4;
+  for (const ModelSpec& m : builtin_models()) width = std::max(width, m.name.size());
+  const std::string row_format =
+      "{:<{}} {:>6} {:>6} {:>5} {:>4} {:>19} {:>6} {:>7} {:>5} {:>6} {:>5} {:>15} {:>10} {:>9} {:>8} {:>7}\n";
+  fmt::print(out, fmt::runtime(row_format), "name", width, "layers", "hidden", "heads", "kv", "attention", "ffn",
+             "experts", "top-k", "shared", "dense", "weights", "KV/token", "context", "params", "active");
+  for (const ModelSpec& m : builtin_models()) {
+    std::string attention(attention_kind_name(m.attention));
+    if (m.sliding_window_layers > 0) {
+      attention += fmt::format(" sw{} {}/{}", m.sliding_window, m.sliding_window_layers, m.num_layers);
+    } else if (m.chunked_attention_layers > 0) {
+      attention += fmt::format(" chunk{} {}/{}", m.attention_chunk_size, m.chunked_attention_layers, m.num_layers);
+    }
+    auto or_dash = [&](int v) { return m.is_moe() && v > 0 ? std::to_string(v) : std::string("-"); };
+    fmt::print(out, fmt::runtime(row_format), m.name, width, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads,
+               attention, m.ffn_size, or_dash(m.num_experts), or_dash(m.experts_per_token),
+               or_dash(m.shared_expert_ffn_size), or_dash(m.dense_layers), m.weight_format_text(),
+               fmt::format("{:.1f} KiB", static_cast<double>(m.kv_bytes_per_token()) / 1024), m.max_context_tokens,
+               fmt::format("{:.1f}B", static_cast<double>(m.total_params()) / 1e9),
+               fmt::format("{:.1f}B", static_cast<double>(m.active_params()) / 1e9));
+  }
+  fmt::print(out,
+             "\nattention: gqa (grouped-query; MHA and MQA too) or mla (latent KV: kv_lora_rank + rope per token, "
+             "whatever the heads), with swW N/L: N of L layers see a sliding window of W tokens, chunkC N/L: N "
+             "layers attend within chunks of C.\nMoE rows: ffn is one routed expert's; experts routed per layer, "
+             "top-k per token, shared the shared experts' FFN, dense the layers that keep a dense MLP;\nweights "
+             "the quantisable layers' format (ATTN+EXPERTS where they differ); KV/token at the model's KV dtype; "
+             "params every expert (what must fit), active what one token runs through.\n");
+  fmt::print(out,
+             "\nA Hugging Face id (--model deepseek-ai/DeepSeek-R1) or a config.json (or its folder) also works "
+             "as --model.\n");
+}
+
+void list_gpus(const std::vector<std::string>& args, std::ostream& out) {
+  // The built-ins, then the files named after `gpus` (a profile written by `calibrate fit` or
+  // `calibrate transfer`), so that where a profile's numbers came from is one command away.
+  std::vector<HardwareProfile> gpus = builtin_gpus();
+  for (size_t i = 1; i < args.size(); ++i) gpus.push_back(load_hardware_profile(args[i]));
+  size_t width = 16;
+  for (const HardwareProfile& g : gpus) width = std::max(width, g.name.size());
+  fmt::print(out, "{:<{}} {:>10} {:>10} {:>8}  {}\n", "name", width, "TFLOP/s", "HBM GB/s", "mem GB", "source");
+  for (const HardwareProfile& g : gpus) {
+    fmt::print(out, "{:<{}} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, width, g.peak_flops / 1e12,
+               g.hbm_bytes_per_s / 1e9, static_cast<double>(g.memory_bytes) / 1e9, g.source);
+  }
+  fmt::print(out,
+             "\nA hardware profile file (YAML/JSON) also works as --gpu; `batchsim list gpus FILE` "
+             "lists it here.\n");
+}
+
+void list_engines(std::ostream& out) {
+  fmt::print(out, "{:<18} {:>9} {:>8} {:>7} {:>9} {:>7} {:>7} {:>9} {:>14}  {}\n", "name", "cpu/iter", "cpu/seq",
+             "overlap", "launch", "graphs", "allred", "kv write", "residual", "description");
+  for (const EngineProfile& e : builtin_engines()) {
+    const CpuOverhead& r = e.residual;
+    const bool has_residual = r.per_iteration_s > 0 || r.per_sequence_s > 0 || r.per_extra_worker_s > 0;
+    fmt::print(out, "{:<18} {:>7.2f}ms {:>6.1f}us {:>7} {:>7.0f}us {:>7} {:>7} {:>9} {:>14}  {}\n", e.name,
+               e.cpu.per_iteration_s * 1e3, e.cpu.per_sequence_s * 1e6, e.cpu_overlaps_gpu ? "yes" : "no",
+               e.launch_per_kernel_s * 1e6,
+               e.cuda_graph_max_tokens > 0 ? fmt::format("<={}", e.cuda_graph_max_tokens) : "-",
+               allreduce_impl_name(e.allreduce), kv_cache_write_name(e.kv_cache_write),
+               has_residual ? fmt::format("{:.2f}ms+{:.0f}us", r.per_iteration_s * 1e3, r.per_sequence_s * 1e6) : "-",
+               e.description);
+  }
+  fmt::print(out,
+             "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
+             "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
+             "allred: all-reduce; kv write: in place or by concatenation;\nresidual: time per iteration + per sequence "
+             "fitted to serving benchmarks (batchsim calibrate engine).\nEach number's source is "
+             "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
+}
+
+void list_policies(std::ostream& out) {
+  for (const PolicyInfo& p : registered_policies()) {
+    fmt::print(out, "{:<16} {} (engine {})\n", p.name, p.description, p.engine);
+    if (!p.preset.empty()) {
+      std::vector<std::string> kv;
+      for (const auto& [k, v] : p.preset) kv.push_back(k + "=" + v);
+      fmt::print(out, "{:<16}   preset of {}: {}\n", "", p.base, fmt::join(kv, " "));
+    }
+  }
+  for (const std::string& base : policy_bases()) {
+    fmt::print(out, "\noptions of {} (--policy-opt KEY=VALUE):\n", base);
+    for (const PolicyOptionDoc& d : policy_option_docs(base)) {
+      fmt::print(out, "  {:<30} default {:<26} {}\n", d.key, d.default_value, d.description);
+    }
+  }
+}
+
+void list_links(std::ostream& out) {
+  for (const KvLink& l : kv_links()) {
+    fmt::print(out, "{:<8} {:>6.0f} Gb/s {:>5.0f} us  {}\n", l.name, l.gbps, l.latency_us, l.description);
+  }
+  fmt::print(out,
+             "\n--kv-link NAME for disaggregated runs (--prefill-replicas P --decode-replicas D); "
+             "--kv-link-gbps and --kv-link-latency-us replace its figures. Bandwidth per GPU and "
+             "direction: a tensor-parallel replica sends its shards in parallel.\n");
+}
+
+void list_routers(std::ostream& out) {
+  for (const RouterInfo& r : routers()) fmt::print(out, "{:<18} {}\n", r.name, r.description);
+  fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
+}
+
+void list_spec_presets(std::ostream& out) {
+  for (const SpeculativePreset& p : speculative_presets()) {
+    const std::vector<double> rates = p.rates(p.measured_k);
+    fmt::print(out, "{:<30} {:<7} tau {:.2f} at k={} (rates {:.3f})\n  {}\n", p.name, draft_method_name(p.method),
+               p.mean_accepted_length, p.measured_k, fmt::join(rates, ", "), p.source);
+  }
+  fmt::print(out,
+             "\n--spec-decode METHOD:k=K:accept=PRESET takes a preset of its METHOD; a preset's rates are the "
+             "geometric ones (position i accepted with alpha^i) whose mean acceptance length at its k is the "
+             "measured tau, and a smaller k takes the first of them.\n");
+}
+
 int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
   const std::string what = args.empty() ? "" : args[0];
   if (what == "--help" || what == "-h") {
@@ -909,125 +1049,18 @@ int cmd_list(const std::vector<std::string>& args, std::ostream& out) {
         fmt::format("list: takes one of models, gpus, engines, policies, routers, links, spec-presets; got '{}'",
                     fmt::join(args, " ")));
   }
-  if (what == "models") {
-    // One row per built-in: its shapes, its attention (kind, and the layers that see a window or
-    // a chunk of the context), its experts (routed, top-k, the shared experts' FFN, the dense
-    // layers), the weight format, the KV one token caches over all layers, and the parameters.
-    std::size_t width = 4;
-    for (const ModelSpec& m : builtin_models()) width = std::max(width, m.name.size());
-    const std::string row_format =
-        "{:<{}} {:>6} {:>6} {:>5} {:>4} {:>19} {:>6} {:>7} {:>5} {:>6} {:>5} {:>15} {:>10} {:>9} {:>8} {:>7}\n";
-    fmt::print(out, fmt::runtime(row_format), "name", width, "layers", "hidden", "heads", "kv", "attention", "ffn",
-               "experts", "top-k", "shared", "dense", "weights", "KV/token", "context", "params", "active");
-    for (const ModelSpec& m : builtin_models()) {
-      std::string attention(attention_kind_name(m.attention));
-      if (m.sliding_window_layers > 0) {
-        attention += fmt::format(" sw{} {}/{}", m.sliding_window, m.sliding_window_layers, m.num_layers);
-      } else if (m.chunked_attention_layers > 0) {
-        attention += fmt::format(" chunk{} {}/{}", m.attention_chunk_size, m.chunked_attention_layers, m.num_layers);
-      }
-      auto or_dash = [&](int v) { return m.is_moe() && v > 0 ? std::to_string(v) : std::string("-"); };
-      fmt::print(out, fmt::runtime(row_format), m.name, width, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads,
-                 attention, m.ffn_size, or_dash(m.num_experts), or_dash(m.experts_per_token),
-                 or_dash(m.shared_expert_ffn_size), or_dash(m.dense_layers), m.weight_format_text(),
-                 fmt::format("{:.1f} KiB", static_cast<double>(m.kv_bytes_per_token()) / 1024), m.max_context_tokens,
-                 fmt::format("{:.1f}B", static_cast<double>(m.total_params()) / 1e9),
-                 fmt::format("{:.1f}B", static_cast<double>(m.active_params()) / 1e9));
-    }
-    fmt::print(out,
-               "\nattention: gqa (grouped-query; MHA and MQA too) or mla (latent KV: kv_lora_rank + rope per token, "
-               "whatever the heads), with swW N/L: N of L layers see a sliding window of W tokens, chunkC N/L: N "
-               "layers attend within chunks of C.\nMoE rows: ffn is one routed expert's; experts routed per layer, "
-               "top-k per token, shared the shared experts' FFN, dense the layers that keep a dense MLP;\nweights "
-               "the quantisable layers' format (ATTN+EXPERTS where they differ); KV/token at the model's KV dtype; "
-               "params every expert (what must fit), active what one token runs through.\n");
-    fmt::print(out,
-               "\nA Hugging Face id (--model deepseek-ai/DeepSeek-R1) or a config.json (or its folder) also works "
-               "as --model.\n");
-    return 0;
-  }
-  if (what == "gpus") {
-    // The built-ins, then the files named after `gpus` (a profile written by `calibrate fit` or
-    // `calibrate transfer`), so that where a profile's numbers came from is one command away.
-    std::vector<HardwareProfile> gpus = builtin_gpus();
-    for (size_t i = 1; i < args.size(); ++i) gpus.push_back(load_hardware_profile(args[i]));
-    size_t width = 16;
-    for (const HardwareProfile& g : gpus) width = std::max(width, g.name.size());
-    fmt::print(out, "{:<{}} {:>10} {:>10} {:>8}  {}\n", "name", width, "TFLOP/s", "HBM GB/s", "mem GB", "source");
-    for (const HardwareProfile& g : gpus) {
-      fmt::print(out, "{:<{}} {:>10.0f} {:>10.0f} {:>8.0f}  {}\n", g.name, width, g.peak_flops / 1e12,
-                 g.hbm_bytes_per_s / 1e9, static_cast<double>(g.memory_bytes) / 1e9, g.source);
-    }
-    fmt::print(out,
-               "\nA hardware profile file (YAML/JSON) also works as --gpu; `batchsim list gpus FILE` "
-               "lists it here.\n");
-    return 0;
-  }
-  if (what == "engines") {
-    fmt::print(out, "{:<18} {:>9} {:>8} {:>7} {:>9} {:>7} {:>7} {:>9} {:>14}  {}\n", "name", "cpu/iter", "cpu/seq",
-               "overlap", "launch", "graphs", "allred", "kv write", "residual", "description");
-    for (const EngineProfile& e : builtin_engines()) {
-      const CpuOverhead& r = e.residual;
-      const bool has_residual = r.per_iteration_s > 0 || r.per_sequence_s > 0 || r.per_extra_worker_s > 0;
-      fmt::print(out, "{:<18} {:>7.2f}ms {:>6.1f}us {:>7} {:>7.0f}us {:>7} {:>7} {:>9} {:>14}  {}\n", e.name,
-                 e.cpu.per_iteration_s * 1e3, e.cpu.per_sequence_s * 1e6, e.cpu_overlaps_gpu ? "yes" : "no",
-                 e.launch_per_kernel_s * 1e6,
-                 e.cuda_graph_max_tokens > 0 ? fmt::format("<={}", e.cuda_graph_max_tokens) : "-",
-                 allreduce_impl_name(e.allreduce), kv_cache_write_name(e.kv_cache_write),
-                 has_residual ? fmt::format("{:.2f}ms+{:.0f}us", r.per_iteration_s * 1e3, r.per_sequence_s * 1e6) : "-",
-                 e.description);
-    }
-    fmt::print(
-        out,
-        "\ncpu/iter, cpu/seq: CPU per iteration and per sequence; overlap: run beside the GPU; launch: "
-        "host time per kernel\noutside CUDA graphs; graphs: iterations of up to N tokens replay one; "
-        "allred: all-reduce; kv write: in place or by concatenation;\nresidual: time per iteration + per sequence "
-        "fitted to serving benchmarks (batchsim calibrate engine).\nEach number's source is "
-        "in hwmodel/engines/NAME.yaml. An engine profile file also works as --engine.\n");
-    return 0;
-  }
-  if (what == "policies") {
-    for (const PolicyInfo& p : registered_policies()) {
-      fmt::print(out, "{:<16} {} (engine {})\n", p.name, p.description, p.engine);
-      if (!p.preset.empty()) {
-        std::vector<std::string> kv;
-        for (const auto& [k, v] : p.preset) kv.push_back(k + "=" + v);
-        fmt::print(out, "{:<16}   preset of {}: {}\n", "", p.base, fmt::join(kv, " "));
-      }
-    }
-    for (const std::string& base : policy_bases()) {
-      fmt::print(out, "\noptions of {} (--policy-opt KEY=VALUE):\n", base);
-      for (const PolicyOptionDoc& d : policy_option_docs(base)) {
-        fmt::print(out, "  {:<30} default {:<26} {}\n", d.key, d.default_value, d.description);
-      }
-    }
-    return 0;
-  }
-  if (what == "links") {
-    for (const KvLink& l : kv_links()) {
-      fmt::print(out, "{:<8} {:>6.0f} Gb/s {:>5.0f} us  {}\n", l.name, l.gbps, l.latency_us, l.description);
-    }
-    fmt::print(out,
-               "\n--kv-link NAME for disaggregated runs (--prefill-replicas P --decode-replicas D); "
-               "--kv-link-gbps and --kv-link-latency-us replace its figures. Bandwidth per GPU and "
-               "direction: a tensor-parallel replica sends its shards in parallel.\n");
-    return 0;
-  }
-  if (what == "routers") {
-    for (const RouterInfo& r : routers()) fmt::print(out, "{:<18} {}\n", r.name, r.description);
-    fmt::print(out, "\n--replicas N --router NAME: N identical replicas, each with its own policy and KV cache.\n");
-    return 0;
-  }
-  if (what == "spec-presets") {
-    for (const SpeculativePreset& p : speculative_presets()) {
-      const std::vector<double> rates = p.rates(p.measured_k);
-      fmt::print(out, "{:<30} {:<7} tau {:.2f} at k={} (rates {:.3f})\n  {}\n", p.name, draft_method_name(p.method),
-                 p.mean_accepted_length, p.measured_k, fmt::join(rates, ", "), p.source);
-    }
-    fmt::print(out,
-               "\n--spec-decode METHOD:k=K:accept=PRESET takes a preset of its METHOD; a preset's rates are the "
-               "geometric ones (position i accepted with alpha^i) whose mean acceptance length at its k is the "
-               "measured tau, and a smaller k takes the first of them.\n");
+  using Lister = std::function<void()>;
+  const std::map<std::string, Lister> listers = {
+      {"models", [&] { list_models(out); }},
+      {"gpus", [&] { list_gpus(args, out); }},
+      {"engines", [&] { list_engines(out); }},
+      {"policies", [&] { list_policies(out); }},
+      {"links", [&] { list_links(out); }},
+      {"routers", [&] { list_routers(out); }},
+      {"spec-presets", [&] { list_spec_presets(out); }},
+  };
+  if (const auto it = listers.find(what); it != listers.end()) {
+    it->second();
     return 0;
   }
   throw UserError(
