@@ -7,6 +7,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <limits>
 #include <optional>
 
@@ -189,149 +191,142 @@ void apply_yaml_mapping(const YAML::Node& mapping, const std::filesystem::path& 
   for (const auto& kv : mapping) apply_yaml_key(kv.first.as<std::string>(), kv.first, kv.second, file, c, key_prefix);
 }
 
+namespace {
+
+// Sets one scalar key of a run YAML: its value read as V (naming the file, line and key when it
+// is not one) into the config.
+using ScalarKeySetter =
+    std::function<void(RunConfig&, const YAML::Node&, const std::filesystem::path&, const std::string&)>;
+
+template <class V, class Field>
+ScalarKeySetter run_key(Field RunConfig::*field) {
+  return [field](RunConfig& c, const YAML::Node& v, const std::filesystem::path& file, const std::string& shown) {
+    c.*field = scalar<V>(v, file, shown);
+  };
+}
+
+template <class V, class Field>
+ScalarKeySetter workload_key(Field WorkloadSpec::*field) {
+  return [field](RunConfig& c, const YAML::Node& v, const std::filesystem::path& file, const std::string& shown) {
+    c.workload.*field = scalar<V>(v, file, shown);
+  };
+}
+
+// The run keys that are one scalar each, by their normalised name (the CLI option's).
+const std::map<std::string, ScalarKeySetter>& scalar_run_keys() {
+  static const std::map<std::string, ScalarKeySetter> keys = {
+      {"model", run_key<std::string>(&RunConfig::model)},
+      {"gpu", run_key<std::string>(&RunConfig::gpu)},
+      {"tp", run_key<int>(&RunConfig::tp)},
+      {"dp", run_key<int>(&RunConfig::dp)},
+      {"ep", run_key<int>(&RunConfig::ep)},
+      {"moe-tp", run_key<int>(&RunConfig::moe_tp)},
+      {"moe-routing", run_key<std::string>(&RunConfig::moe_routing)},
+      {"eplb", run_key<bool>(&RunConfig::eplb)},
+      {"spec-decode", run_key<std::string>(&RunConfig::spec_decode)},
+      {"kv-offload", run_key<std::string>(&RunConfig::kv_offload)},
+      {"weight-dtype", run_key<std::string>(&RunConfig::weight_dtype)},
+      {"kv-cache-dtype", run_key<std::string>(&RunConfig::kv_cache_dtype)},
+      {"policy", run_key<std::string>(&RunConfig::policy)},
+      {"engine", run_key<std::string>(&RunConfig::engine)},
+      {"replicas", run_key<int>(&RunConfig::replicas)},
+      {"router", run_key<std::string>(&RunConfig::router)},
+      {"prefill-replicas", run_key<int>(&RunConfig::prefill_replicas)},
+      {"decode-replicas", run_key<int>(&RunConfig::decode_replicas)},
+      {"decode-router", run_key<std::string>(&RunConfig::decode_router)},
+      {"kv-link", run_key<std::string>(&RunConfig::kv_link)},
+      {"kv-link-gbps", run_key<double>(&RunConfig::kv_link_gbps)},
+      {"kv-link-latency-us", run_key<double>(&RunConfig::kv_link_latency_us)},
+      {"kv-transfer", run_key<std::string>(&RunConfig::kv_transfer)},
+      {"arrival", workload_key<std::string>(&WorkloadSpec::arrival)},
+      {"trace", workload_key<std::string>(&WorkloadSpec::trace)},
+      {"num-requests", workload_key<int64_t>(&WorkloadSpec::num_requests)},
+      {"prompt-len", workload_key<std::string>(&WorkloadSpec::prompt_len)},
+      {"output-len", workload_key<std::string>(&WorkloadSpec::output_len)},
+      {"trace-speedup", workload_key<double>(&WorkloadSpec::trace_speedup)},
+      {"prefix", workload_key<std::string>(&WorkloadSpec::prefix)},
+      {"max-tokens", workload_key<std::string>(&WorkloadSpec::max_tokens)},
+      {"ignore-eos", workload_key<bool>(&WorkloadSpec::ignore_eos)},
+      {"priority", workload_key<std::string>(&WorkloadSpec::priority)},
+      {"gpu-memory-utilization", run_key<double>(&RunConfig::gpu_memory_utilization)},
+      {"max-concurrency", run_key<int64_t>(&RunConfig::max_concurrency)},
+      {"think-time", workload_key<std::string>(&WorkloadSpec::think_time)},
+      {"session-turns", workload_key<std::string>(&WorkloadSpec::session_turns)},
+      {"trace-sessions", workload_key<bool>(&WorkloadSpec::trace_sessions)},
+      {"client-connections", run_key<int64_t>(&RunConfig::client_connections)},
+      {"resample", workload_key<std::string>(&WorkloadSpec::resample)},
+      {"seeds", run_key<int64_t>(&RunConfig::seeds)},
+      {"num-gpu-blocks", run_key<int64_t>(&RunConfig::num_gpu_blocks)},
+      {"max-model-len", run_key<int64_t>(&RunConfig::max_model_len)},
+      {"out", run_key<std::string>(&RunConfig::out)},
+      {"chrome-trace", run_key<std::string>(&RunConfig::chrome_trace)},
+      {"chrome-trace-requests", run_key<int64_t>(&RunConfig::chrome_trace_requests)},
+  };
+  return keys;
+}
+
+// The keys that are more than a scalar: pools, mappings, and values checked as they are read.
+void apply_structured_key(const std::string& key, const std::string& shown, const YAML::Node& key_node,
+                          const YAML::Node& v, const std::filesystem::path& file, RunConfig& c) {
+  if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
+    const bool prefill = key[0] == 'p';
+    apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, key_node, file, shown);
+  } else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
+    if (!v.IsMap())
+      throw UserError(
+          fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
+    for (const auto& o : v) {
+      const std::string sub = o.first.as<std::string>();
+      apply_pool_key(key == "prefill" ? c.prefill : c.decode, normalize_key(sub), o.second, o.first, file,
+                     shown + "." + sub);
+    }
+  } else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
+    if (!v.IsMap())
+      throw UserError(
+          fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
+    for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
+  } else if (key == "seed") {
+    try {
+      c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+    }
+  } else if (key == "iteration-log") {
+    // A YAML boolean (true, yes, on, ...) or `ids`.
+    const std::string text = scalar<std::string>(v, file, shown);
+    bool on = false;
+    const std::string value = text != "ids" && YAML::convert<bool>::decode(v, on) ? (on ? "true" : "false") : text;
+    try {
+      set_iteration_log(c, value, shown);
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
+    }
+  } else if (key == "slo") {
+    c.slo = yaml_slo(v, file, shown);
+  } else if (key == "goodput") {
+    c.goodput = yaml_goodput(v, file, shown);
+  } else if (key == "percentile-metrics") {
+    c.percentile_metrics = option_text(
+        v, file, shown, [](const std::string& t, const std::string& k) { return parse_percentile_metrics(t, k); });
+  } else if (key == "metric-percentiles") {
+    c.metric_percentiles = option_text(
+        v, file, shown, [](const std::string& t, const std::string& k) { return parse_metric_percentiles(t, k); });
+  } else {
+    throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), key_node.Mark().line + 1, shown));
+  }
+}
+
+}  // namespace
+
 void apply_yaml_key(const std::string& raw, const YAML::Node& key_node, const YAML::Node& v,
                     const std::filesystem::path& file, RunConfig& c, const std::string& key_prefix) {
-  {
-    const std::string key = normalize_key(raw);
-    const std::string shown = key_prefix + raw;
-    if (key == "model")
-      c.model = scalar<std::string>(v, file, shown);
-    else if (key == "gpu")
-      c.gpu = scalar<std::string>(v, file, shown);
-    else if (key == "tp")
-      c.tp = scalar<int>(v, file, shown);
-    else if (key == "dp")
-      c.dp = scalar<int>(v, file, shown);
-    else if (key == "ep")
-      c.ep = scalar<int>(v, file, shown);
-    else if (key == "moe-tp")
-      c.moe_tp = scalar<int>(v, file, shown);
-    else if (key == "moe-routing")
-      c.moe_routing = scalar<std::string>(v, file, shown);
-    else if (key == "eplb")
-      c.eplb = scalar<bool>(v, file, shown);
-    else if (key == "spec-decode")
-      c.spec_decode = scalar<std::string>(v, file, shown);
-    else if (key == "kv-offload")
-      c.kv_offload = scalar<std::string>(v, file, shown);
-    else if (key == "weight-dtype")
-      c.weight_dtype = scalar<std::string>(v, file, shown);
-    else if (key == "kv-cache-dtype")
-      c.kv_cache_dtype = scalar<std::string>(v, file, shown);
-    else if (key == "policy")
-      c.policy = scalar<std::string>(v, file, shown);
-    else if (key == "engine")
-      c.engine = scalar<std::string>(v, file, shown);
-    else if (key == "replicas")
-      c.replicas = scalar<int>(v, file, shown);
-    else if (key == "router")
-      c.router = scalar<std::string>(v, file, shown);
-    else if (key == "prefill-replicas")
-      c.prefill_replicas = scalar<int>(v, file, shown);
-    else if (key == "decode-replicas")
-      c.decode_replicas = scalar<int>(v, file, shown);
-    else if (key == "decode-router")
-      c.decode_router = scalar<std::string>(v, file, shown);
-    else if (key == "kv-link")
-      c.kv_link = scalar<std::string>(v, file, shown);
-    else if (key == "kv-link-gbps")
-      c.kv_link_gbps = scalar<double>(v, file, shown);
-    else if (key == "kv-link-latency-us")
-      c.kv_link_latency_us = scalar<double>(v, file, shown);
-    else if (key == "kv-transfer")
-      c.kv_transfer = scalar<std::string>(v, file, shown);
-    else if (key.rfind("prefill-", 0) == 0 || key.rfind("decode-", 0) == 0) {
-      const bool prefill = key[0] == 'p';
-      apply_pool_key(prefill ? c.prefill : c.decode, key.substr(prefill ? 8 : 7), v, key_node, file, shown);
-    } else if (key == "prefill" || key == "decode") {  // summary.json's config.prefill / config.decode
-      if (!v.IsMap())
-        throw UserError(
-            fmt::format("{}:{}: '{}' must be a mapping of pool keys", file.string(), v.Mark().line + 1, shown));
-      for (const auto& o : v) {
-        const std::string sub = o.first.as<std::string>();
-        apply_pool_key(key == "prefill" ? c.prefill : c.decode, normalize_key(sub), o.second, o.first, file,
-                       shown + "." + sub);
-      }
-    } else if (key == "policy-opt" || key == "policy-opts") {  // summary.json says policy_opts
-      if (!v.IsMap())
-        throw UserError(
-            fmt::format("{}:{}: '{}' must be a mapping of KEY: VALUE", file.string(), v.Mark().line + 1, shown));
-      for (const auto& o : v) c.policy_opts[o.first.as<std::string>()] = scalar<std::string>(o.second, file, shown);
-    } else if (key == "arrival")
-      c.workload.arrival = scalar<std::string>(v, file, shown);
-    else if (key == "trace")
-      c.workload.trace = scalar<std::string>(v, file, shown);
-    else if (key == "num-requests")
-      c.workload.num_requests = scalar<int64_t>(v, file, shown);
-    else if (key == "prompt-len")
-      c.workload.prompt_len = scalar<std::string>(v, file, shown);
-    else if (key == "output-len")
-      c.workload.output_len = scalar<std::string>(v, file, shown);
-    else if (key == "trace-speedup")
-      c.workload.trace_speedup = scalar<double>(v, file, shown);
-    else if (key == "prefix")
-      c.workload.prefix = scalar<std::string>(v, file, shown);
-    else if (key == "max-tokens")
-      c.workload.max_tokens = scalar<std::string>(v, file, shown);
-    else if (key == "ignore-eos")
-      c.workload.ignore_eos = scalar<bool>(v, file, shown);
-    else if (key == "priority")
-      c.workload.priority = scalar<std::string>(v, file, shown);
-    else if (key == "seed") {
-      try {
-        c.workload.seed = parse_seed(scalar<std::string>(v, file, shown), shown);
-      } catch (const UserError& e) {
-        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
-      }
-    } else if (key == "gpu-memory-utilization")
-      c.gpu_memory_utilization = scalar<double>(v, file, shown);
-    else if (key == "max-concurrency")
-      c.max_concurrency = scalar<int64_t>(v, file, shown);
-    else if (key == "think-time")
-      c.workload.think_time = scalar<std::string>(v, file, shown);
-    else if (key == "session-turns")
-      c.workload.session_turns = scalar<std::string>(v, file, shown);
-    else if (key == "trace-sessions")
-      c.workload.trace_sessions = scalar<bool>(v, file, shown);
-    else if (key == "client-connections")
-      c.client_connections = scalar<int64_t>(v, file, shown);
-    else if (key == "resample")
-      c.workload.resample = scalar<std::string>(v, file, shown);
-    else if (key == "seeds")
-      c.seeds = scalar<int64_t>(v, file, shown);
-    else if (key == "num-gpu-blocks")
-      c.num_gpu_blocks = scalar<int64_t>(v, file, shown);
-    else if (key == "max-model-len")
-      c.max_model_len = scalar<int64_t>(v, file, shown);
-    else if (key == "out")
-      c.out = scalar<std::string>(v, file, shown);
-    else if (key == "iteration-log") {
-      // A YAML boolean (true, yes, on, ...) or `ids`.
-      const std::string text = scalar<std::string>(v, file, shown);
-      bool on = false;
-      const std::string value = text != "ids" && YAML::convert<bool>::decode(v, on) ? (on ? "true" : "false") : text;
-      try {
-        set_iteration_log(c, value, shown);
-      } catch (const UserError& e) {
-        throw UserError(fmt::format("{}:{}: {}", file.string(), v.Mark().line + 1, e.what()));
-      }
-    } else if (key == "chrome-trace")
-      c.chrome_trace = scalar<std::string>(v, file, shown);
-    else if (key == "chrome-trace-requests")
-      c.chrome_trace_requests = scalar<int64_t>(v, file, shown);
-    else if (key == "slo")
-      c.slo = yaml_slo(v, file, shown);
-    else if (key == "goodput")
-      c.goodput = yaml_goodput(v, file, shown);
-    else if (key == "percentile-metrics") {
-      c.percentile_metrics = option_text(
-          v, file, shown, [](const std::string& t, const std::string& k) { return parse_percentile_metrics(t, k); });
-    } else if (key == "metric-percentiles") {
-      c.metric_percentiles = option_text(
-          v, file, shown, [](const std::string& t, const std::string& k) { return parse_metric_percentiles(t, k); });
-    } else {
-      throw UserError(fmt::format("{}:{}: unknown key '{}'", file.string(), key_node.Mark().line + 1, shown));
-    }
+  const std::string key = normalize_key(raw);
+  const std::string shown = key_prefix + raw;
+  const auto& scalars = scalar_run_keys();
+  if (const auto it = scalars.find(key); it != scalars.end()) {
+    it->second(c, v, file, shown);
+  } else {
+    apply_structured_key(key, shown, key_node, v, file, c);
   }
 }
 
@@ -428,7 +423,11 @@ std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count) {
   return seeds;
 }
 
-void validate(const RunConfig& c) {
+namespace {
+
+// The parallel layout, the weight and KV formats, and the features that need a given scheduler (KV offload, speculative
+// decoding).
+void check_layout_and_features(const RunConfig& c) {
   if (c.tp < 1 || c.tp > 64) throw UserError(fmt::format("--tp {}: must be in [1, 64]", c.tp));
   // Wide expert parallelism reaches hundreds of GPUs (DeepSeek-V3's decode unit: EP 320, DP 80).
   if (c.dp < 1 || c.dp > 1024) throw UserError(fmt::format("--dp {}: must be in [1, 1024]", c.dp));
@@ -461,6 +460,10 @@ void validate(const RunConfig& c) {
   }
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");
   parse_dtype_bytes(c.kv_cache_dtype, "--kv-cache-dtype");
+}
+
+// The replicas behind the router, or the prefill and decode pools with their own settings.
+void check_replicas_and_pools(const RunConfig& c) {
   // Each replica holds a policy and its KV bookkeeping: thousands is far past any real cluster.
   constexpr int kMaxReplicas = 4096;
   if (c.replicas < 1 || c.replicas > kMaxReplicas) {
@@ -535,6 +538,10 @@ void validate(const RunConfig& c) {
           "for a disaggregated run");
     }
   }
+}
+
+// GPU memory, closed-loop clients and their connections, the context limit.
+void check_clients(const RunConfig& c) {
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)) {
     throw UserError(fmt::format("--gpu-memory-utilization {}: must be in (0, 1]", c.gpu_memory_utilization));
   }
@@ -557,6 +564,10 @@ void validate(const RunConfig& c) {
     throw UserError(fmt::format("--max-model-len {}: must be in [0, 2^30] (0: the model's max_position_embeddings)",
                                 c.max_model_len));
   }
+}
+
+// Seeds, resampling, sessions, think times, the KV size, request counts, the trace and its speed.
+void check_workload_limits(const RunConfig& c) {
   constexpr int64_t kMaxSeeds = 10'000;
   if (c.seeds < 1 || c.seeds > kMaxSeeds) {
     throw UserError(fmt::format("--seeds {}: must be in [1, {}] (runs, one per seed)", c.seeds, kMaxSeeds));
@@ -614,6 +625,15 @@ void validate(const RunConfig& c) {
   if (!(std::isfinite(c.workload.trace_speedup) && c.workload.trace_speedup > 0)) {
     throw UserError(fmt::format("--trace-speedup {}: must be > 0", c.workload.trace_speedup));
   }
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  check_layout_and_features(c);
+  check_replicas_and_pools(c);
+  check_clients(c);
+  check_workload_limits(c);
 }
 
 bool has_pool_settings(const RunConfig& c) {
