@@ -67,8 +67,8 @@ commands:
 )";
 
 // Options that describe one run; shared by `run`, `compare` and `bench`.
-po::options_description run_options() {
-  po::options_description d("run options (also accepted as keys of a --config YAML file)");
+// The model, GPU, engine, parallel layout, features and policy.
+void add_model_options(po::options_description& d) {
   // One option a line, as --help lists them.
   // clang-format off
   d.add_options()
@@ -98,7 +98,15 @@ po::options_description run_options() {
        "GPUs) that keep the prefix cache's blocks by LRU and load them back over PCIe instead of recomputing "
        "them (vLLM --kv-offloading-size; needs prefix caching)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
-      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)")
+      ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)");
+  // clang-format on
+}
+
+// Replicas and their router, or prefill and decode pools and the link between them.
+void add_deployment_options(po::options_description& d) {
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
        "cache) behind a router (default 1)")
       ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
@@ -137,7 +145,15 @@ po::options_description run_options() {
       ("kv-link-latency-us", po::value<double>(), "the link's fixed cost per transfer in us (replaces --kv-link's)")
       ("kv-transfer", po::value<std::string>(), "pull: the whole KV after the prefill, once the decode "
        "side has room (DistServe, vLLM NIXL) | layerwise: streamed during the prefill, the last "
-       "layer's share exposed (Splitwise) (default pull)")
+       "layer's share exposed (Splitwise) (default pull)");
+  // clang-format on
+}
+
+// Formats, the workload (arrivals, lengths, sessions, clients) and the KV size.
+void add_workload_options(po::options_description& d) {
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
       ("weight-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8 | fp8-block | mxfp4 | nvfp4: the "
        "format of every quantisable layer's weights (vLLM --quantization fp8; auto: the checkpoint's)")
       ("kv-cache-dtype", po::value<std::string>(), "auto | bf16 | fp16 | fp8: KV cache element type (as vLLM's)")
@@ -189,7 +205,15 @@ po::options_description run_options() {
        "--max-model-len; default: the model's max_position_embeddings); longer requests are rejected")
       ("num-gpu-blocks", po::value<int64_t>(), "KV cache of N blocks instead of sizing it from GPU memory "
        "(vLLM --num-gpu-blocks-override): N x block_size tokens for paged policies, N x 16 for "
-       "reserving ones (default 0: from memory)")
+       "reserving ones (default 0: from memory)");
+  // clang-format on
+}
+
+// SLOs and goodput, what is written, streaming, and help.
+void add_output_options(po::options_description& d) {
+  // One option a line, as --help lists them.
+  // clang-format off
+  d.add_options()
       ("slo", po::value<std::string>(), "KEY=BOUND,...: upper bounds on summary.json figures, by path "
        "(latency.ttft_s.p99) or as METRIC_STAT_s / _ms (ttft_p99_s=2,tbt_p99_s=0.1); summary.json's "
        "slo says whether the run met them (a rejected request is a violation)")
@@ -218,6 +242,14 @@ po::options_description run_options() {
        "(default 262144; a run that has more stops with an error)")
       ("help,h", "show this help");
   // clang-format on
+}
+
+po::options_description run_options() {
+  po::options_description d("run options (also accepted as keys of a --config YAML file)");
+  add_model_options(d);
+  add_deployment_options(d);
+  add_workload_options(d);
+  add_output_options(d);
   return d;
 }
 
