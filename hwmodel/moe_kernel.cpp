@@ -170,38 +170,21 @@ void round_robin(const std::vector<int64_t>& room, int64_t total, std::vector<in
   }
 }
 
-// Adds weight x sum of ceil(n / B) B over the entries n >= 0, for each tile B of kMoeTileRows.
-// The sums are taken in integers and scaled once: the weights are 1 and 1 / kPowerLawSplits,
-// powers of two, so every term and partial sum is exact either way and the result is the same
-// to the bit as adding the entries' scaled values one by one; but a call of a 256-expert layer
-// no longer spends a third of its time in per-entry divisions by a tile not known at compile time.
-template <size_t... I>
-void add_padded_tiles(const std::vector<int64_t>::const_iterator first, const std::vector<int64_t>::const_iterator last,
-                      std::array<double, 4>& padded, double weight, std::index_sequence<I...>) {
-  static_assert(((std::has_single_bit(static_cast<unsigned>(kMoeTileRows[I]))) && ...), "tiles must be powers of two");
-  std::array<int64_t, sizeof...(I)> sums{};
-  for (auto it = first; it != last; ++it) {
-    const int64_t n = *it;
-    ((sums[I] += (n + kMoeTileRows[I] - 1) & ~int64_t{kMoeTileRows[I] - 1}), ...);
-  }
-  ((padded[I] += weight * static_cast<double>(sums[I])), ...);
-}
-
-void add_padded(const std::vector<int64_t>::const_iterator first, const std::vector<int64_t>::const_iterator last,
-                std::array<double, 4>& padded, double weight) {
-  add_padded_tiles(first, last, padded, weight, std::make_index_sequence<kMoeTileRows.size()>{});
-}
-
-// A rank's rows, experts touched and rows padded to each tile, in one pass over its experts'
-// loads (integers: the same sums in any order).
-struct LocalSums {
+// A set of experts' rows, experts touched, and rows padded to each tile B of kMoeTileRows
+// (sum of ceil(n / B) B), in one pass over their loads n >= 0. The sums are integers, so they
+// are the same in any order, and a caller scales them once: the weights are 1 and
+// 1 / kPowerLawSplits, powers of two, so the result is the same to the bit as adding each
+// entry's scaled value; but a 256-expert layer no longer spends a third of its time in
+// per-entry divisions by a tile not known at compile time.
+struct LoadSums {
   int64_t rows = 0, touched = 0;
   std::array<int64_t, kMoeTileRows.size()> padded{};
 };
 
 template <size_t... I>
-LocalSums local_sums_tiles(const std::vector<int64_t>& loads, std::index_sequence<I...>) {
-  LocalSums sums;
+LoadSums load_sums_tiles(const std::vector<int64_t>& loads, std::index_sequence<I...>) {
+  static_assert(((std::has_single_bit(static_cast<unsigned>(kMoeTileRows[I]))) && ...), "tiles must be powers of two");
+  LoadSums sums;
   for (const int64_t n : loads) {
     sums.rows += n;
     sums.touched += n > 0;
@@ -210,8 +193,13 @@ LocalSums local_sums_tiles(const std::vector<int64_t>& loads, std::index_sequenc
   return sums;
 }
 
-LocalSums local_sums(const std::vector<int64_t>& loads) {
-  return local_sums_tiles(loads, std::make_index_sequence<kMoeTileRows.size()>{});
+LoadSums load_sums(const std::vector<int64_t>& loads) {
+  return load_sums_tiles(loads, std::make_index_sequence<kMoeTileRows.size()>{});
+}
+
+// padded += weight x the sums' padded rows, tile by tile.
+void add_padded(const LoadSums& sums, double weight, std::array<double, 4>& padded) {
+  for (size_t i = 0; i < kMoeTileRows.size(); ++i) padded[i] += weight * static_cast<double>(sums.padded[i]);
 }
 
 struct PowerLawScratch {
@@ -327,12 +315,12 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
   fill_up(s.global.begin(), s.global.end(), overflow, tokens);
   if (residue > 0) fill_up(s.global.begin(), s.global.end(), residue, tokens);
   if (residue < 0) fill_down(s.global.begin(), s.global.end(), -residue);
-  add_padded(s.global.begin(), s.global.end(), load.all_padded_rows, 1.0);
+  const LoadSums all = load_sums(s.global);
+  add_padded(all, 1.0, load.all_padded_rows);
 
   if (ep == 1) {
     load.local_rows = static_cast<double>(rows);
-    load.touched_experts =
-        static_cast<double>(std::count_if(s.global.begin(), s.global.end(), [](int64_t n) { return n > 0; }));
+    load.touched_experts = static_cast<double>(all.touched);
     load.local_padded_rows = load.all_padded_rows;
     return load;
   }
@@ -348,12 +336,10 @@ MoeRankLoad power_law_load(const FusedMoeCall& c) {
   for (int split = 0; split < kPowerLawSplits; ++split) {
     const uint32_t* order = splits.data() + static_cast<size_t>(split * experts);
     busiest_rank_of_split(s, order, ep, local_experts, tokens, total, overflow, residue);
-    const LocalSums sums = local_sums(s.local);
+    const LoadSums sums = load_sums(s.local);
     load.local_rows += weight * static_cast<double>(sums.rows);
     load.touched_experts += weight * static_cast<double>(sums.touched);
-    for (size_t i = 0; i < kMoeTileRows.size(); ++i) {
-      load.local_padded_rows[i] += weight * static_cast<double>(sums.padded[i]);
-    }
+    add_padded(sums, weight, load.local_padded_rows);
   }
   return load;
 }
