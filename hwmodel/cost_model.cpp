@@ -211,10 +211,14 @@ FusedMoeCall CostModel::fused_moe_call(int64_t tokens) const {
   return call;
 }
 
-MoeRankLoad CostModel::routed_load(int64_t tokens, NonAttentionCache* memo) const {
-  const FusedMoeCall call = fused_moe_call(tokens);
-  if (moe_routing_.kind != MoeRoutingKind::power_law || tokens <= kExactLoadTokens) return expected_moe_load(call);
-  const auto exact = [this](int64_t n) { return expected_moe_load(fused_moe_call(n)); };
+MoeRankLoad CostModel::routed_load(const FusedMoeCall& call, NonAttentionCache* memo) const {
+  const int64_t tokens = call.tokens;
+  if (call.routing.kind != MoeRoutingKind::power_law || tokens <= kExactLoadTokens) return expected_moe_load(call);
+  const auto exact = [&call](int64_t n) {
+    FusedMoeCall at = call;
+    at.tokens = n;
+    return expected_moe_load(at);
+  };
   const auto [lo, hi] = moe_load_grid_bracket(tokens);
   if (memo == nullptr) return interpolate_moe_load(exact(lo), lo, exact(hi), hi, tokens, call.top_k);
   const MoeRankLoad& lo_load = memo->moe_load(lo, exact);
@@ -222,7 +226,8 @@ MoeRankLoad CostModel::routed_load(int64_t tokens, NonAttentionCache* memo) cons
 }
 
 FusedMoeTime CostModel::routed_experts_time(int64_t tokens, NonAttentionCache* memo) const {
-  return fused_moe_time(gpu_, fused_moe_call(tokens), routed_load(tokens, memo));
+  const FusedMoeCall call = fused_moe_call(tokens);
+  return fused_moe_time(gpu_, call, routed_load(call, memo));
 }
 
 std::pair<double, double> CostModel::routed_experts_s(int64_t tokens, NonAttentionCache* memo) const {

@@ -158,20 +158,23 @@ class NonAttentionCache {
   // of 3,264 counts with 4,096 slots).
   template <class Cost>
   const MoeStepCost& moe_step(int64_t tokens, Cost&& cost) {
-    auto it = moe_steps_.find(tokens);
-    if (it == moe_steps_.end()) it = moe_steps_.emplace(tokens, cost(tokens)).first;
-    return it->second;
+    return find_or_compute(moe_steps_, tokens, cost);
   }
   // The exact expected loads of a power-law routing at `tokens` (a grid point of
   // moe_load_grid_bracket), computed by `exact` once per count.
   template <class Exact>
   const MoeRankLoad& moe_load(int64_t tokens, Exact&& exact) {
-    auto it = moe_loads_.find(tokens);
-    if (it == moe_loads_.end()) it = moe_loads_.emplace(tokens, exact(tokens)).first;
-    return it->second;
+    return find_or_compute(moe_loads_, tokens, exact);
   }
 
  private:
+  template <class Value, class Compute>
+  static const Value& find_or_compute(std::unordered_map<int64_t, Value>& map, int64_t key, Compute& compute) {
+    auto it = map.find(key);
+    if (it == map.end()) it = map.emplace(key, compute(key)).first;
+    return it->second;
+  }
+
   std::vector<TokenCosts> tokens_;
   std::vector<std::pair<int64_t, double>> lm_head_;
   std::vector<std::pair<int64_t, double>> mla_absorb_ =
@@ -326,10 +329,10 @@ class CostModel {
   // The routed experts of one MoE layer on the busiest expert rank over `tokens` tokens (the
   // fused-MoE call, moe_kernel.h), split into the up and down projections' shares.
   FusedMoeCall fused_moe_call(int64_t tokens) const;
-  // The busiest expert rank's expected loads over `tokens` tokens: exact, or for a power-law
+  // The busiest expert rank's expected loads in `call`: exact, or for a power-law
   // routing above kExactLoadTokens interpolated on the grid of moe_kernel.h (its points kept in
   // `memo` when there is one; without, computed: the same numbers).
-  MoeRankLoad routed_load(int64_t tokens, NonAttentionCache* memo) const;
+  MoeRankLoad routed_load(const FusedMoeCall& call, NonAttentionCache* memo) const;
   FusedMoeTime routed_experts_time(int64_t tokens, NonAttentionCache* memo) const;
   std::pair<double, double> routed_experts_s(int64_t tokens, NonAttentionCache* memo) const;
   std::pair<double, double> routed_experts_split(const FusedMoeTime& t) const;
