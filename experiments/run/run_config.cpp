@@ -11,6 +11,7 @@
 #include <map>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "experiments/run/bench_result.h"
 #include "hwmodel/parallel_layout.h"
@@ -198,69 +199,69 @@ namespace {
 using ScalarKeySetter =
     std::function<void(RunConfig&, const YAML::Node&, const std::filesystem::path&, const std::string&)>;
 
-template <class V, class Field>
-ScalarKeySetter run_key(Field RunConfig::*field) {
+// Field is a member of the run config or of its workload; either is set the same way.
+template <class V, class Owner, class Field>
+ScalarKeySetter scalar_key(Field Owner::*field) {
   return [field](RunConfig& c, const YAML::Node& v, const std::filesystem::path& file, const std::string& shown) {
-    c.*field = scalar<V>(v, file, shown);
-  };
-}
-
-template <class V, class Field>
-ScalarKeySetter workload_key(Field WorkloadSpec::*field) {
-  return [field](RunConfig& c, const YAML::Node& v, const std::filesystem::path& file, const std::string& shown) {
-    c.workload.*field = scalar<V>(v, file, shown);
+    Owner* owner = nullptr;
+    if constexpr (std::is_same_v<Owner, WorkloadSpec>) {
+      owner = &c.workload;
+    } else {
+      owner = &c;
+    }
+    owner->*field = scalar<V>(v, file, shown);
   };
 }
 
 // The run keys that are one scalar each, by their normalised name (the CLI option's).
 const std::map<std::string, ScalarKeySetter>& scalar_run_keys() {
   static const std::map<std::string, ScalarKeySetter> keys = {
-      {"model", run_key<std::string>(&RunConfig::model)},
-      {"gpu", run_key<std::string>(&RunConfig::gpu)},
-      {"tp", run_key<int>(&RunConfig::tp)},
-      {"dp", run_key<int>(&RunConfig::dp)},
-      {"ep", run_key<int>(&RunConfig::ep)},
-      {"moe-tp", run_key<int>(&RunConfig::moe_tp)},
-      {"moe-routing", run_key<std::string>(&RunConfig::moe_routing)},
-      {"eplb", run_key<bool>(&RunConfig::eplb)},
-      {"spec-decode", run_key<std::string>(&RunConfig::spec_decode)},
-      {"kv-offload", run_key<std::string>(&RunConfig::kv_offload)},
-      {"weight-dtype", run_key<std::string>(&RunConfig::weight_dtype)},
-      {"kv-cache-dtype", run_key<std::string>(&RunConfig::kv_cache_dtype)},
-      {"policy", run_key<std::string>(&RunConfig::policy)},
-      {"engine", run_key<std::string>(&RunConfig::engine)},
-      {"replicas", run_key<int>(&RunConfig::replicas)},
-      {"router", run_key<std::string>(&RunConfig::router)},
-      {"prefill-replicas", run_key<int>(&RunConfig::prefill_replicas)},
-      {"decode-replicas", run_key<int>(&RunConfig::decode_replicas)},
-      {"decode-router", run_key<std::string>(&RunConfig::decode_router)},
-      {"kv-link", run_key<std::string>(&RunConfig::kv_link)},
-      {"kv-link-gbps", run_key<double>(&RunConfig::kv_link_gbps)},
-      {"kv-link-latency-us", run_key<double>(&RunConfig::kv_link_latency_us)},
-      {"kv-transfer", run_key<std::string>(&RunConfig::kv_transfer)},
-      {"arrival", workload_key<std::string>(&WorkloadSpec::arrival)},
-      {"trace", workload_key<std::string>(&WorkloadSpec::trace)},
-      {"num-requests", workload_key<int64_t>(&WorkloadSpec::num_requests)},
-      {"prompt-len", workload_key<std::string>(&WorkloadSpec::prompt_len)},
-      {"output-len", workload_key<std::string>(&WorkloadSpec::output_len)},
-      {"trace-speedup", workload_key<double>(&WorkloadSpec::trace_speedup)},
-      {"prefix", workload_key<std::string>(&WorkloadSpec::prefix)},
-      {"max-tokens", workload_key<std::string>(&WorkloadSpec::max_tokens)},
-      {"ignore-eos", workload_key<bool>(&WorkloadSpec::ignore_eos)},
-      {"priority", workload_key<std::string>(&WorkloadSpec::priority)},
-      {"gpu-memory-utilization", run_key<double>(&RunConfig::gpu_memory_utilization)},
-      {"max-concurrency", run_key<int64_t>(&RunConfig::max_concurrency)},
-      {"think-time", workload_key<std::string>(&WorkloadSpec::think_time)},
-      {"session-turns", workload_key<std::string>(&WorkloadSpec::session_turns)},
-      {"trace-sessions", workload_key<bool>(&WorkloadSpec::trace_sessions)},
-      {"client-connections", run_key<int64_t>(&RunConfig::client_connections)},
-      {"resample", workload_key<std::string>(&WorkloadSpec::resample)},
-      {"seeds", run_key<int64_t>(&RunConfig::seeds)},
-      {"num-gpu-blocks", run_key<int64_t>(&RunConfig::num_gpu_blocks)},
-      {"max-model-len", run_key<int64_t>(&RunConfig::max_model_len)},
-      {"out", run_key<std::string>(&RunConfig::out)},
-      {"chrome-trace", run_key<std::string>(&RunConfig::chrome_trace)},
-      {"chrome-trace-requests", run_key<int64_t>(&RunConfig::chrome_trace_requests)},
+      {"model", scalar_key<std::string>(&RunConfig::model)},
+      {"gpu", scalar_key<std::string>(&RunConfig::gpu)},
+      {"tp", scalar_key<int>(&RunConfig::tp)},
+      {"dp", scalar_key<int>(&RunConfig::dp)},
+      {"ep", scalar_key<int>(&RunConfig::ep)},
+      {"moe-tp", scalar_key<int>(&RunConfig::moe_tp)},
+      {"moe-routing", scalar_key<std::string>(&RunConfig::moe_routing)},
+      {"eplb", scalar_key<bool>(&RunConfig::eplb)},
+      {"spec-decode", scalar_key<std::string>(&RunConfig::spec_decode)},
+      {"kv-offload", scalar_key<std::string>(&RunConfig::kv_offload)},
+      {"weight-dtype", scalar_key<std::string>(&RunConfig::weight_dtype)},
+      {"kv-cache-dtype", scalar_key<std::string>(&RunConfig::kv_cache_dtype)},
+      {"policy", scalar_key<std::string>(&RunConfig::policy)},
+      {"engine", scalar_key<std::string>(&RunConfig::engine)},
+      {"replicas", scalar_key<int>(&RunConfig::replicas)},
+      {"router", scalar_key<std::string>(&RunConfig::router)},
+      {"prefill-replicas", scalar_key<int>(&RunConfig::prefill_replicas)},
+      {"decode-replicas", scalar_key<int>(&RunConfig::decode_replicas)},
+      {"decode-router", scalar_key<std::string>(&RunConfig::decode_router)},
+      {"kv-link", scalar_key<std::string>(&RunConfig::kv_link)},
+      {"kv-link-gbps", scalar_key<double>(&RunConfig::kv_link_gbps)},
+      {"kv-link-latency-us", scalar_key<double>(&RunConfig::kv_link_latency_us)},
+      {"kv-transfer", scalar_key<std::string>(&RunConfig::kv_transfer)},
+      {"arrival", scalar_key<std::string>(&WorkloadSpec::arrival)},
+      {"trace", scalar_key<std::string>(&WorkloadSpec::trace)},
+      {"num-requests", scalar_key<int64_t>(&WorkloadSpec::num_requests)},
+      {"prompt-len", scalar_key<std::string>(&WorkloadSpec::prompt_len)},
+      {"output-len", scalar_key<std::string>(&WorkloadSpec::output_len)},
+      {"trace-speedup", scalar_key<double>(&WorkloadSpec::trace_speedup)},
+      {"prefix", scalar_key<std::string>(&WorkloadSpec::prefix)},
+      {"max-tokens", scalar_key<std::string>(&WorkloadSpec::max_tokens)},
+      {"ignore-eos", scalar_key<bool>(&WorkloadSpec::ignore_eos)},
+      {"priority", scalar_key<std::string>(&WorkloadSpec::priority)},
+      {"gpu-memory-utilization", scalar_key<double>(&RunConfig::gpu_memory_utilization)},
+      {"max-concurrency", scalar_key<int64_t>(&RunConfig::max_concurrency)},
+      {"think-time", scalar_key<std::string>(&WorkloadSpec::think_time)},
+      {"session-turns", scalar_key<std::string>(&WorkloadSpec::session_turns)},
+      {"trace-sessions", scalar_key<bool>(&WorkloadSpec::trace_sessions)},
+      {"client-connections", scalar_key<int64_t>(&RunConfig::client_connections)},
+      {"resample", scalar_key<std::string>(&WorkloadSpec::resample)},
+      {"seeds", scalar_key<int64_t>(&RunConfig::seeds)},
+      {"num-gpu-blocks", scalar_key<int64_t>(&RunConfig::num_gpu_blocks)},
+      {"max-model-len", scalar_key<int64_t>(&RunConfig::max_model_len)},
+      {"out", scalar_key<std::string>(&RunConfig::out)},
+      {"chrome-trace", scalar_key<std::string>(&RunConfig::chrome_trace)},
+      {"chrome-trace-requests", scalar_key<int64_t>(&RunConfig::chrome_trace_requests)},
   };
   return keys;
 }
