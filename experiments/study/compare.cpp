@@ -2,7 +2,6 @@
 #include "experiments/study/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <fstream>

@@ -2,7 +2,6 @@
 #include "experiments/study/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
