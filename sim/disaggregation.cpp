@@ -84,15 +84,14 @@ void Simulation::set_up_pools() {
   links_ = KvLinkSchedule(replicas_.size());
   transfers_in_flight_.clear();
   handing_off_.clear();
-  decode_router_rng_ = Rng::for_stream(options_.router_seed, kDecodeRouterStream);
-  next_decode_round_robin_ = 0;
+  decode_router_ = RequestRouter(d.decode_router, Rng::for_stream(options_.router_seed, kDecodeRouterStream));
 }
 
 void Simulation::hand_off(Replica& from, RequestId id) {
   const DisaggregationOptions& d = options_.disaggregation;
   const auto first = static_cast<size_t>(d.prefill_replicas);
-  Replica& to = replicas_[static_cast<size_t>(
-      route(id, first, replicas_.size() - first, d.decode_router, decode_router_rng_, next_decode_round_robin_))];
+  Replica& to = replicas_[first + static_cast<size_t>(decode_router_.pick(
+                                      id, std::span<const Replica>(replicas_).subspan(first), prefix_blocks_))];
   HandoffRecord& h = result_.handoffs[id];
   h.prefill_replica = from.index;
   h.decode_replica = to.index;
@@ -104,7 +103,7 @@ void Simulation::hand_off(Replica& from, RequestId id) {
   ++to.outstanding;
   schedules_at_handoff_[id] = to.schedules;
   to.policy->on_arrival(id, now_);  // may reject it (reject() then frees the prefill KV)
-  wake_now(to);
+  to.wake_now(events_, now_);
 }
 
 void Simulation::start_kv_transfer(Replica& to, RequestId id, int64_t tokens) {
@@ -149,14 +148,14 @@ void Simulation::finish_kv_transfer(RequestId id) {
   // admit again; the decode replica may schedule the request.
   Replica& from = replicas_[static_cast<size_t>(h.prefill_replica)];
   from.policy->release_held_kv(id);
-  wake_now(from);
+  from.wake_now(events_, now_);
   Replica& to = replicas_[static_cast<size_t>(h.decode_replica)];
   // Its KV is in the decode replica's cache: it runs there from now on, and may be preempted
   // before its first decode step as any running request.
   progress_[id].state = RequestState::kRunning;
   latency_.kv_landed(id, h.decode_replica);
   to.policy->on_kv_received(id, now_);
-  wake_now(to);
+  to.wake_now(events_, now_);
 }
 
 SimTime Simulation::next_pool_event(const Replica& r) const {

@@ -12,20 +12,8 @@
 namespace batchsim {
 
 namespace {
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-}  // namespace
-
-void EventQueue::push(SimTime time, EventKind kind, int64_t payload) {
-  heap_.push(Event{time, next_seq_++, kind, payload});
-}
-
-Event EventQueue::pop() {
-  Event e = heap_.top();
-  heap_.pop();
-  return e;
-}
-
-namespace {
 
 // Whether `item` is request `p`'s next decode step (one token after all `known` tokens but the
 // last are in the KV cache), not a prefill chunk: how the replica counts prefills.
@@ -53,39 +41,7 @@ constexpr uint32_t kRouterStream = 16;
 // Speculative decoding's acceptance draws: a stream of their own (17 is the decode router's).
 constexpr uint32_t kSpeculativeStream = 18;
 
-const std::vector<RouterInfo> kRouters = {
-    {Router::kRoundRobin, "round-robin", "i-th arrival to replica i mod N (Vidur's round_robin)"},
-    {Router::kRandom, "random", "uniform over replicas, from the run's seed (Vidur's random)"},
-    {Router::kLeastOutstanding, "least-outstanding",
-     "fewest routed, unfinished requests; ties to the lowest index (Vidur's lor)"},
-    {Router::kLeastKv, "least-kv", "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
-    {Router::kPrefix, "prefix",
-     "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
-     "production-stack prefixaware); round-robin without hashes"},
-    {Router::kPrecisePrefix, "precise-prefix",
-     "llm-d's precise prefix-cache scorer: the longest run of the prompt's blocks a replica holds "
-     "(GPU 1.0, host tier 0.8) x 2 + (1 - KV usage) + queue score; the best, ties at random"},
-};
-
 }  // namespace
-
-const std::vector<RouterInfo>& routers() { return kRouters; }
-
-std::string_view router_name(Router router) {
-  for (const RouterInfo& info : kRouters) {
-    if (info.router == router) return info.name;
-  }
-  return "?";
-}
-
-Router parse_router(std::string_view name, std::string_view option) {
-  std::string known;
-  for (const RouterInfo& info : kRouters) {
-    if (info.name == name) return info.router;
-    known += (known.empty() ? "" : ", ") + std::string(info.name);
-  }
-  throw UserError(fmt::format("{} '{}': unknown router (expected one of {})", option, name, known));
-}
 
 Simulation::Simulation(const Workload& workload, Policy& policy, const CostModel& cost_model, SimulationOptions options)
     : Simulation(workload, std::span<Policy* const>(std::array<Policy*, 1>{&policy}), cost_model, std::move(options)) {}
@@ -229,8 +185,7 @@ SimulationResult Simulation::run() {
   scheduled_in_batch_.assign(table, -1);
   batches_ = 0;
   arrived_ = 0;
-  next_round_robin_ = 0;
-  router_rng_ = Rng::for_stream(options_.router_seed, kRouterStream);
+  router_ = RequestRouter(options_.router, Rng::for_stream(options_.router_seed, kRouterStream));
   speculative_rng_ = Rng::for_stream(options_.router_seed, kSpeculativeStream);
   result_ = SimulationResult{};
   result_.requests.resize(n);
@@ -291,7 +246,7 @@ SimulationResult Simulation::run() {
       if (p.state != RequestState::kRunning) {
         throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
       }
-      if (in_cohort(r, id)) {
+      if (r.in_cohort(id)) {
         throw std::logic_error(fmt::format("policy preempted request {} while it is in the decode cohort", id));
       }
       latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
@@ -477,92 +432,6 @@ void Simulation::summarize_replicas() {
   }
 }
 
-int32_t Simulation::route(RequestId id, size_t first, size_t count, Router router, Rng& rng, int64_t& round_robin) {
-  const auto n = static_cast<int64_t>(count);
-  const auto base = static_cast<int32_t>(first);
-  if (n == 1) return base;
-  // Fewest by `key`, ties to the lowest index.
-  const auto least = [this, first, count](auto key) {
-    size_t best = first;
-    for (size_t i = first + 1; i < first + count; ++i) {
-      if (key(replicas_[i]) < key(replicas_[best])) best = i;
-    }
-    return static_cast<int32_t>(best);
-  };
-  switch (router) {
-    case Router::kRoundRobin:
-      break;
-    case Router::kRandom:
-      return base + static_cast<int32_t>(sample_below(rng, static_cast<uint64_t>(n)));
-    case Router::kLeastOutstanding:
-      return least([](const Replica& r) { return r.outstanding; });
-    case Router::kLeastKv:
-      // Allocated KV (all replicas have the same capacity), then outstanding requests: a
-      // burst arrives before any replica allocates, and must still spread.
-      return least([](const Replica& r) { return std::pair(r.policy->kv_cache().allocated_tokens(), r.outstanding); });
-    case Router::kPrefix:
-      // Requests that share their first prompt block share a replica, whose prefix cache then
-      // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
-      if (prefix_blocks_ != nullptr && !prefix_blocks_->empty()) {
-        const auto hashes = prefix_blocks_->of(id);
-        if (!hashes.empty()) return base + static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
-      }
-      break;
-    case Router::kPrecisePrefix:
-      return base + precise_prefix_pick(id, first, count, rng);
-  }
-  return base + static_cast<int32_t>(round_robin++ % n);
-}
-
-int32_t Simulation::precise_prefix_pick(RequestId id, size_t first, size_t count, Rng& rng) {
-  // llm-d's sample profile (deploy/config/epp-precise-prefix-cache-config.yaml, llm-d-inference-
-  // scheduler@520af47, and llm-d-kv-cache's pkg/kvcache): precise-prefix-cache-
-  // scorer x 2 + kv-cache-utilization-scorer + queue-scorer, then max-score-picker.
-  //  - prefix: the longest consecutive run of the prompt's blocks the replica holds, a GPU
-  //    block 1.0 and a host-tier one 0.8, over the prompt's blocks, capped at 1
-  //    (scorer/preciseprefixcache/utils.go). Read from the caches themselves: llm-d's index
-  //    follows them through vLLM's KV events a few ms late, here it is exact.
-  //  - KV: 1 - KV usage (gateway-api-inference-extension scorer/kvcache_utilization.go).
-  //  - queue: (most waiting - its waiting) / (most - fewest) over the replicas, 1 when all are
-  //    equal (scorer/queue.go); waiting = routed, unsettled and not in its running batch.
-  //  - ties: max-score-picker shuffles before a stable sort by score (picker/max_score_picker.go),
-  //    so the best-scored replicas are equally likely.
-  int64_t fewest = std::numeric_limits<int64_t>::max(), most = std::numeric_limits<int64_t>::min();
-  const auto waiting = [](const Replica& r) {
-    return r.outstanding - (r.busy ? static_cast<int64_t>(r.batch.size()) : 0);
-  };
-  for (size_t i = first; i < first + count; ++i) {
-    fewest = std::min(fewest, waiting(replicas_[i]));
-    most = std::max(most, waiting(replicas_[i]));
-  }
-  double best = -1;
-  int32_t ties = 0, pick = 0;
-  for (size_t i = first; i < first + count; ++i) {
-    const Replica& r = replicas_[i];
-    const KvCacheManager& kv = r.policy->kv_cache();
-    const KvCacheManager::PrefixHeld held = kv.prefix_held(id);
-    const double prefix =
-        held.prompt_blocks > 0
-            ? std::min(1.0, (static_cast<double>(held.gpu_blocks) + 0.8 * static_cast<double>(held.host_blocks)) /
-                                static_cast<double>(held.prompt_blocks))
-            : 0.0;
-    const double usage =
-        static_cast<double>(kv.allocated_tokens()) / static_cast<double>(std::max<int64_t>(1, kv.capacity_tokens()));
-    const double queue =
-        most == fewest ? 1.0 : static_cast<double>(most - waiting(r)) / static_cast<double>(most - fewest);
-    const double score = 2 * prefix + (1 - usage) + queue;
-    const auto index = static_cast<int32_t>(i - first);
-    if (score > best) {
-      best = score;
-      pick = index;
-      ties = 1;
-    } else if (score == best && sample_below(rng, static_cast<uint64_t>(++ties)) == 0) {
-      pick = index;  // each of the tied replicas is kept with probability 1 / ties
-    }
-  }
-  return pick;
-}
-
 void Simulation::client_arrival(RequestId id) {
   if (sessions_ != nullptr) {
     if (released_[static_cast<size_t>(id)] == kTurnSend) {  // its predecessor settled and its delay passed
@@ -716,7 +585,8 @@ void Simulation::arrive(RequestId id) {
   ++arrived_;
   // With pools, arrivals go to the prefill pool (the first replicas).
   const size_t count = pooled() ? static_cast<size_t>(options_.disaggregation.prefill_replicas) : replicas_.size();
-  Replica& r = replicas_[static_cast<size_t>(route(id, 0, count, options_.router, router_rng_, next_round_robin_))];
+  Replica& r = replicas_[static_cast<size_t>(
+      router_.pick(id, std::span<const Replica>(replicas_).first(count), prefix_blocks_))];
   ++r.routed;
   ++r.outstanding;
   RequestProgress& p = progress_[id];
@@ -728,7 +598,7 @@ void Simulation::arrive(RequestId id) {
   latency_.arrived(id, (*requests_)[id].arrival);
   r.policy->on_arrival(id, now_);
   // Defer scheduling to a wake-up at this instant: it runs after every arrival at `now_`.
-  wake_now(r);
+  r.wake_now(events_, now_);
   wake_if_none_can_arrive();
 }
 
@@ -741,7 +611,7 @@ void Simulation::wake_if_none_can_arrive() {
       (options_.client_connections > 0 && connections_ >= options_.client_connections) ||
       (sessions_ != nullptr && arrived_ + turns_waiting_ == total_requests_)) {
     for (Replica& other : replicas_) {
-      if (!other.policy->idle()) wake_now(other);
+      if (!other.policy->idle()) other.wake_now(events_, now_);
     }
   }
 }
@@ -808,19 +678,6 @@ void Simulation::settle_slot(RequestId id) {
   (held ? kv_held_slots_ : free_slots_).push_back(id);
 }
 
-void Simulation::wake_now(Replica& r) {
-  if (!r.busy) wake_at(r, now_);
-}
-
-void Simulation::wake_at(Replica& r, SimTime at) {
-  // One pending wake-up per replica, the earliest: a later event it replaces still pops and
-  // lets the replica schedule, but no longer clears the pending flag (see run()).
-  if (r.wake_pending && r.wake_time <= at) return;
-  r.wake_pending = true;
-  r.wake_time = at;
-  events_.push(at, EventKind::kWakeUp, r.index);
-}
-
 void Simulation::reject(RequestId id, std::string reason) {
   RequestProgress& p = progress_[id];
   if (p.state == RequestState::kFinished || p.state == RequestState::kRejected) {
@@ -855,12 +712,12 @@ void Simulation::try_start_iteration(Replica& r) {
   ++r.schedules;
   policy.schedule(now_, batch);
   if (batch.empty()) {
-    if (options_.record_iterations) record_idle(r);
+    if (options_.record_iterations) r.record_idle(now_, result_.idle_samples);
     if (batch.wake_at) {
       if (*batch.wake_at <= now_) {
         throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future", policy.name()));
       }
-      wake_at(r, *batch.wake_at);
+      r.wake_at(events_, *batch.wake_at);
     } else if (!policy.idle() && events_.empty() &&
                next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
       throw std::logic_error(
@@ -935,7 +792,7 @@ void Simulation::try_start_iteration(Replica& r) {
   });
   const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
                                                        : r.cost_model->step(batch.rank_shapes, &r.cost_memo);
-  const SimTime duration = open_iteration(r, now_, cost, batch.extra_time);
+  const SimTime duration = r.open_iteration(now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
                              listed_cohorts_);
   r.first_end = now_ + duration;
@@ -957,21 +814,6 @@ void Simulation::try_start_iteration(Replica& r) {
   }
   r.done_at = end;
   events_.push(end, EventKind::kIterationDone, r.index);
-}
-
-SimTime Simulation::open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time) {
-  // At least 1 ns, so that simulated time moves on with every iteration.
-  const SimTime duration = std::max(SimTime::from_ns(1), SimTime::from_seconds(cost.total_s) + extra_time);
-  r.current = IterationRecord{};
-  r.current.index = r.iterations;
-  r.current.replica = r.index;
-  r.current.start = start;
-  r.current.duration = duration;
-  r.current.cost = cost;
-  r.current.waiting = static_cast<int32_t>(r.outstanding - static_cast<int64_t>(r.batch.size()));
-  r.current.first_item = r.batch_first_item;
-  sample_kv(r);
-  return duration;
 }
 
 SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining) {
@@ -1011,15 +853,15 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   r.max_repeat_gap = SimTime::zero();
   while (r.repeats + 1 < min_remaining && end < next_arrival) {
     if (!r.policy->repeat_decode_step(batch)) break;
-    set_counts(r, /*num_prefills=*/0, /*prefill_tokens=*/0);
-    close_iteration(r);
+    r.set_counts(/*num_prefills=*/0, /*prefill_tokens=*/0);
+    r.close_iteration(iteration_log());
 
     shape.advance_decodes(1);  // every row attends to one more token
     for (BatchShape& rank : r.repeat_rank_shapes) rank.advance_decodes(1);
     const IterationCost cost = r.repeat_rank_shapes.empty() ? r.cost_model->iteration(shape, &r.cost_memo)
                                                             : r.cost_model->step(r.repeat_rank_shapes, &r.cost_memo);
     // KV is sampled as the repeated schedule() left it.
-    const SimTime duration = open_iteration(r, end, cost, SimTime::zero());
+    const SimTime duration = r.open_iteration(end, cost, SimTime::zero());
     latency_.iteration_repeated(r.index, r.current.cost, duration);
     r.repeat_gaps.push_back(duration);
     r.max_repeat_gap = std::max(r.max_repeat_gap, duration);
@@ -1028,54 +870,6 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   }
   result_.fast_forwarded_iterations += r.repeats;
   return end;
-}
-
-void Simulation::set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens) {
-  IterationRecord& record = r.current;
-  record.num_requests = static_cast<int32_t>(r.batch.size());
-  record.num_prefills = num_prefills;
-  record.num_decodes = record.num_requests - num_prefills;
-  record.prefill_tokens = prefill_tokens;
-  record.bubble_slots = r.batch.bubble_slots;
-}
-
-void Simulation::sample_kv(Replica& r) {
-  const KvCacheManager& kv = r.policy->kv_cache();
-  r.current.kv_used_tokens = kv.used_tokens();
-  r.current.kv_allocated_tokens = kv.allocated_tokens();
-}
-
-void Simulation::close_iteration(Replica& r) {
-  ++r.iterations;
-  const IterationRecord& current = r.current;
-  const double dur_s = current.duration.seconds();
-  // Over the KV memory (summary.json's kv.capacity_tokens, which the KV plot divides by too),
-  // not over the manager's own capacity: a paged cache carves whole blocks from that memory,
-  // and the tokens left over hold no block — they are memory that is never allocated.
-  const double capacity = static_cast<double>(std::max<int64_t>(1, r.kv_capacity_tokens));
-  const double used = static_cast<double>(current.kv_used_tokens) / capacity;
-  const double alloc = static_cast<double>(current.kv_allocated_tokens) / capacity;
-  r.busy_s += dur_s;
-  r.kv_used_area += used * dur_s;
-  r.kv_alloc_area += alloc * dur_s;
-  r.kv_used_peak = std::max(r.kv_used_peak, used);
-  r.kv_alloc_peak = std::max(r.kv_alloc_peak, alloc);
-  r.bubble_slots += current.bubble_slots;
-  r.useful_slots += current.num_requests;
-  if (options_.record_iterations) result_.iterations.push_back(current);
-}
-
-void Simulation::record_idle(Replica& r) {
-  const KvCacheManager& kv = r.policy->kv_cache();
-  const IdleSample sample{r.index, now_, kv.used_tokens(), kv.allocated_tokens(), static_cast<int32_t>(r.outstanding)};
-  const IdleSample& last = r.last_idle;
-  if (r.iterations == r.last_idle_iterations && sample.kv_used_tokens == last.kv_used_tokens &&
-      sample.kv_allocated_tokens == last.kv_allocated_tokens && sample.waiting == last.waiting) {
-    return;
-  }
-  r.last_idle = sample;
-  r.last_idle_iterations = r.iterations;
-  result_.idle_samples.push_back(sample);
 }
 
 void Simulation::note_decode_first_token(RequestId id, SimTime at) {
@@ -1119,11 +913,6 @@ void Simulation::accept_drafts(Replica& r, const BatchItem& item, RequestProgres
   c.draft_tokens += item.drafts;
   c.accepted_tokens += accepted;
   c.emitted_tokens += 1 + kept;
-}
-
-bool Simulation::in_cohort(const Replica& r, RequestId id) {
-  return std::any_of(r.cohorts.begin(), r.cohorts.end(),
-                     [id](const DecodeCohort& c) { return c.enabled() && c.member(id); });
 }
 
 void Simulation::finish_cohort_steps(Replica& r, DecodeCohort& cohort, GapRun& gaps) {
@@ -1252,8 +1041,8 @@ void Simulation::finish_iteration(Replica& r) {
     for (const RequestId id : finished_) settle_slot(id);  // no hand-offs: no pools while streaming
   }
 
-  set_counts(r, num_prefills, prefill_tokens);
-  close_iteration(r);
+  r.set_counts(num_prefills, prefill_tokens);
+  r.close_iteration(iteration_log());
   if (options_.on_iteration) options_.on_iteration(batch, r.current, *r.policy);
   try_start_iteration(r);
 }

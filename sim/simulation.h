@@ -62,63 +62,15 @@
 #include "hwmodel/base/random.h"
 #include "hwmodel/cost_model.h"
 #include "sim/decode_cohort.h"
+#include "sim/event_queue.h"
 #include "sim/kv_transfer.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
+#include "sim/replica.h"
+#include "sim/router.h"
 #include "sim/workload/request.h"
 
 namespace batchsim {
-
-enum class EventKind : uint8_t { kArrival, kIterationDone, kWakeUp, kTransferDone };
-
-struct Event {
-  SimTime time;
-  uint64_t seq = 0;
-  EventKind kind = EventKind::kArrival;
-  int64_t payload = 0;  // request id for arrivals and transfers, replica index otherwise
-};
-
-// A binary heap keyed by (time, seq): O(log n) push and pop; equal times pop in push order.
-class EventQueue {
- public:
-  void push(SimTime time, EventKind kind, int64_t payload = 0);
-  Event pop();
-  SimTime next_time() const { return heap_.top().time; }
-  bool empty() const { return heap_.empty(); }
-  size_t size() const { return heap_.size(); }
-
- private:
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
-  };
-  std::priority_queue<Event, std::vector<Event>, Later> heap_;
-  uint64_t next_seq_ = 0;
-};
-
-// How a cluster's router picks the replica of an arriving request. Vidur's global schedulers
-// (round robin, random, least outstanding requests: Agrawal et al., MLSys 2024, and its
-// vidur/scheduler/global_scheduler/), a KV-load variant, and prefix affinity as SGLang's
-// cache-aware router (sgl-router, "cache_aware" policy) and the vLLM production-stack router
-// ("prefixaware" routing logic) do it, so that requests that share a prompt prefix meet the
-// KV blocks they could reuse.
-enum class Router : uint8_t {
-  kRoundRobin,        // i-th arrival to replica i mod N
-  kRandom,            // uniform, from SimulationOptions::router_seed (a stream of its own)
-  kLeastOutstanding,  // fewest routed-but-unsettled requests; ties: lowest index
-  kLeastKv,           // least KV allocated; ties: fewest outstanding, then lowest index
-  kPrefix,            // first prefix-block hash mod N; requests without hashes round-robin
-  kPrecisePrefix,     // llm-d's precise prefix-cache scorer with load scorers (Simulation::route)
-};
-
-struct RouterInfo {
-  Router router;
-  std::string_view name;
-  std::string_view description;
-};
-const std::vector<RouterInfo>& routers();
-std::string_view router_name(Router router);
-// Throws UserError naming `option` (e.g. "--router") and the known routers.
-Router parse_router(std::string_view name, std::string_view option = "--router");
 
 // Prefill/decode disaggregation (see the header comment); off while prefill_replicas is 0.
 struct DisaggregationOptions {
@@ -217,14 +169,6 @@ struct SimulationOptions {
   } streaming;
 };
 
-// Inter-token gaps: every one (exact percentiles), or sketched in a streaming run.
-struct GapSamples {
-  WeightedSamples exact;
-  SketchedSamples sketched;
-  bool sketch = false;
-  void add(double gap_s, int64_t count = 1) { sketch ? sketched.add(gap_s, count) : exact.add(gap_s, count); }
-};
-
 class Simulation {
  public:
   // One replica.
@@ -239,53 +183,6 @@ class Simulation {
   SimulationResult run();
 
  private:
-  // Everything one GPU group holds: its policy (queues, KV cache), the iteration in flight and
-  // its fast-forward state, and its running sums. Replicas never read each other's state.
-  struct Replica {
-    Policy* policy = nullptr;
-    PolicyEnv env;
-    const CostModel* cost_model = nullptr;  // its pool's
-    PoolRole role = PoolRole::kColocated;
-    int64_t kv_capacity_tokens = 0;  // its KV memory, over which its KV fractions are taken
-    std::string kv_sizing_rule;      // how that was sized (PolicyEnv::kv_sizing_rule)
-    int64_t num_gpu_blocks = 0;      // its pool's SimulationOptions::num_gpu_blocks
-    int64_t preemptions = 0;         // made by its policy
-    int64_t schedules = 0;           // schedule() calls so far
-    int32_t index = 0;
-    bool busy = false;
-    bool wake_pending = false;
-    SimTime wake_time = SimTime::max();
-    SimTime done_at = SimTime::max();  // when the iteration (or fast-forwarded run) in flight ends
-    Batch batch;
-    int64_t batch_first_item = 0;  // the batch's items in result_.iteration_items, when recorded
-    int64_t iterations = 0;
-    IterationRecord current;
-    // Fast-forward state of the iteration in flight: its first iteration's end, how many
-    // identical decode iterations follow it, and their durations.
-    SimTime first_end;
-    int64_t repeats = 0;
-    std::vector<SimTime> repeat_gaps;
-    SimTime max_repeat_gap;
-    std::vector<BatchShape> repeat_rank_shapes;  // a DP attention step's ranks, as the run goes
-    NonAttentionCache cost_memo;                 // its cost model's non-attention costs by key
-    // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there:
-    // one set per attention rank (DP attention's ranks each keep their own), sized at attach.
-    std::vector<DecodeCohort> cohorts;
-    // Running sums for the summary, so iteration records need not be kept.
-    double busy_s = 0, kv_used_area = 0, kv_alloc_area = 0, kv_used_peak = 0, kv_alloc_peak = 0;
-    int64_t bubble_slots = 0, useful_slots = 0;
-    int64_t prefill_admitted_tokens = 0, prefill_cached_tokens = 0;
-    // Every inter-token gap of this replica's requests, kept per replica so that the order in
-    // which replicas' iterations interleave (which fast-forward changes) cannot change a sum.
-    GapSamples tbt_s;
-    int64_t routed = 0, outstanding = 0;  // requests routed here; of them, not yet settled
-    int64_t completed = 0;                // streaming: of them, finished (an exact run counts records)
-    // The last idle sample, and `iterations` when it was taken: a wake-up that finds the
-    // replica as it was adds none.
-    IdleSample last_idle;
-    int64_t last_idle_iterations = -1;
-  };
-
   bool streaming() const { return source_ != nullptr; }
   // The next arrival from the workload, SimTime::max() when none is left.
   SimTime next_arrival_time() const;
@@ -322,13 +219,6 @@ class Simulation {
   bool clients_saturated() const {
     return options_.max_concurrency > 0 && sessions_ == nullptr && in_flight_ - thinking_ >= options_.max_concurrency;
   }
-  void wake_now(Replica& r);             // a wake-up at `now_` unless busy or one is already due then
-  void wake_at(Replica& r, SimTime at);  // a wake-up at `at` unless one is due by then
-  // Picks a replica among replicas_[first, first + count) by `router` (its random stream and
-  // round-robin counter passed in, so that each pool keeps its own).
-  int32_t route(RequestId id, size_t first, size_t count, Router router, Rng& rng, int64_t& round_robin);
-  // Router::kPrecisePrefix's pick among replicas [first, first + count), as an offset.
-  int32_t precise_prefix_pick(RequestId id, size_t first, size_t count, Rng& rng);
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
@@ -336,18 +226,9 @@ class Simulation {
   void record_phase(RequestId id, RequestPhase phase) {
     if (id < options_.record_phases_of_first_requests) result_.request_phases.push_back({id, now_, phase});
   }
-  // The replica's state while it waits with nothing to run, when iterations are recorded.
-  void record_idle(Replica& r);
   SimTime fast_forward(Replica& r, SimTime end, int64_t min_remaining);
-  static void set_counts(Replica& r, int32_t num_prefills, int64_t prefill_tokens);
-  // KV memory while the iteration runs: as the policy's schedule() left it, before the
-  // iteration's finished requests free theirs.
-  static void sample_kv(Replica& r);
-  // Starts the replica's `current` iteration record at `start` (KV sampled now) and returns its
-  // duration: the cost model's time plus `extra_time` (swap transfers), at least 1 ns.
-  SimTime open_iteration(Replica& r, SimTime start, const IterationCost& cost, SimTime extra_time);
-  // Adds the replica's finished `current` iteration to its sums (and to the log when recording).
-  void close_iteration(Replica& r);
+  // Where replicas log their iterations: the result's, when they are recorded.
+  std::vector<IterationRecord>* iteration_log() { return options_.record_iterations ? &result_.iterations : nullptr; }
   // The inter-token gaps of one iteration's tokens, in order, as runs of equal consecutive
   // gaps, each added to the replica's samples as one (gap, count): what adding the gaps one by
   // one stores (GapSamples merges such runs), at one add per run instead of one per token.
@@ -392,8 +273,6 @@ class Simulation {
   // first step's into `gaps` (in batch order: after the items ahead of it, before those after),
   // and the members that finished, which leave the replica.
   void finish_cohort_steps(Replica& r, DecodeCohort& cohort, GapRun& gaps);
-  // Any of the replica's cohorts holds request `id`.
-  static bool in_cohort(const Replica& r, RequestId id);
   // A speculative decode `item` has sampled its token: its drafts are accepted or rejected by
   // the cost model's rates, and the accepted ones (up to its output) join its tokens.
   void accept_drafts(Replica& r, const BatchItem& item, RequestProgress& p, int32_t output_tokens);
@@ -480,9 +359,8 @@ class Simulation {
   std::vector<Replica> replicas_;  // sized once: policies keep pointers to their env
   EventQueue events_;
   SimTime now_;
-  int64_t arrived_ = 0;  // arrivals processed (they come in workload order)
-  int64_t next_round_robin_ = 0;
-  Rng router_rng_{0};
+  int64_t arrived_ = 0;     // arrivals processed (they come in workload order)
+  RequestRouter router_;    // arrivals (with pools: to the prefill pool)
   Rng speculative_rng_{0};  // acceptance of drafts (accept_drafts)
   std::vector<RequestId> finished_;
   std::vector<RequestProgress> progress_;
@@ -502,8 +380,7 @@ class Simulation {
   std::vector<int64_t> schedules_at_handoff_;  // per request: its decode replica's schedules then
   KvLinkSchedule links_;
   std::multiset<SimTime> transfers_in_flight_;
-  Rng decode_router_rng_{0};
-  int64_t next_decode_round_robin_ = 0;
+  RequestRouter decode_router_;
   // Every request's latency breakdown, attributed as the run goes (sim/latency_breakdown.h).
   LatencyAccounting latency_;
 };

@@ -1,0 +1,130 @@
+#include "sim/router.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "hwmodel/base/error.h"
+
+namespace batchsim {
+
+namespace {
+const std::vector<RouterInfo> kRouters = {
+    {Router::kRoundRobin, "round-robin", "i-th arrival to replica i mod N (Vidur's round_robin)"},
+    {Router::kRandom, "random", "uniform over replicas, from the run's seed (Vidur's random)"},
+    {Router::kLeastOutstanding, "least-outstanding",
+     "fewest routed, unfinished requests; ties to the lowest index (Vidur's lor)"},
+    {Router::kLeastKv, "least-kv", "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
+    {Router::kPrefix, "prefix",
+     "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
+     "production-stack prefixaware); round-robin without hashes"},
+    {Router::kPrecisePrefix, "precise-prefix",
+     "llm-d's precise prefix-cache scorer: the longest run of the prompt's blocks a replica holds "
+     "(GPU 1.0, host tier 0.8) x 2 + (1 - KV usage) + queue score; the best, ties at random"},
+};
+}  // namespace
+
+const std::vector<RouterInfo>& routers() { return kRouters; }
+
+std::string_view router_name(Router router) {
+  for (const RouterInfo& info : kRouters) {
+    if (info.router == router) return info.name;
+  }
+  return "?";
+}
+
+Router parse_router(std::string_view name, std::string_view option) {
+  std::string known;
+  for (const RouterInfo& info : kRouters) {
+    if (info.name == name) return info.router;
+    known += (known.empty() ? "" : ", ") + std::string(info.name);
+  }
+  throw UserError(fmt::format("{} '{}': unknown router (expected one of {})", option, name, known));
+}
+
+int32_t RequestRouter::pick(RequestId id, std::span<const Replica> pool, const PrefixBlockHashes* prefix_blocks) {
+  const auto n = static_cast<int64_t>(pool.size());
+  if (n == 1) return 0;
+  // Fewest by `key`, ties to the lowest index.
+  const auto least = [pool](auto key) {
+    size_t best = 0;
+    for (size_t i = 1; i < pool.size(); ++i) {
+      if (key(pool[i]) < key(pool[best])) best = i;
+    }
+    return static_cast<int32_t>(best);
+  };
+  switch (kind_) {
+    case Router::kRoundRobin:
+      break;
+    case Router::kRandom:
+      return static_cast<int32_t>(sample_below(rng_, static_cast<uint64_t>(n)));
+    case Router::kLeastOutstanding:
+      return least([](const Replica& r) { return r.outstanding; });
+    case Router::kLeastKv:
+      // Allocated KV (all replicas have the same capacity), then outstanding requests: a
+      // burst arrives before any replica allocates, and must still spread.
+      return least([](const Replica& r) { return std::pair(r.policy->kv_cache().allocated_tokens(), r.outstanding); });
+    case Router::kPrefix:
+      // Requests that share their first prompt block share a replica, whose prefix cache then
+      // holds that block for all of them (a stateless stand-in for SGLang's radix-tree match).
+      if (prefix_blocks != nullptr && !prefix_blocks->empty()) {
+        const auto hashes = prefix_blocks->of(id);
+        if (!hashes.empty()) return static_cast<int32_t>(hashes.front() % static_cast<uint64_t>(n));
+      }
+      break;
+    case Router::kPrecisePrefix:
+      return precise_prefix_pick(id, pool);
+  }
+  return static_cast<int32_t>(round_robin_++ % n);
+}
+
+int32_t RequestRouter::precise_prefix_pick(RequestId id, std::span<const Replica> pool) {
+  // llm-d's sample profile (deploy/config/epp-precise-prefix-cache-config.yaml, llm-d-inference-
+  // scheduler@520af47, and llm-d-kv-cache's pkg/kvcache): precise-prefix-cache-
+  // scorer x 2 + kv-cache-utilization-scorer + queue-scorer, then max-score-picker.
+  //  - prefix: the longest consecutive run of the prompt's blocks the replica holds, a GPU
+  //    block 1.0 and a host-tier one 0.8, over the prompt's blocks, capped at 1
+  //    (scorer/preciseprefixcache/utils.go). Read from the caches themselves: llm-d's index
+  //    follows them through vLLM's KV events a few ms late, here it is exact.
+  //  - KV: 1 - KV usage (gateway-api-inference-extension scorer/kvcache_utilization.go).
+  //  - queue: (most waiting - its waiting) / (most - fewest) over the replicas, 1 when all are
+  //    equal (scorer/queue.go); waiting = routed, unsettled and not in its running batch.
+  //  - ties: max-score-picker shuffles before a stable sort by score (picker/max_score_picker.go),
+  //    so the best-scored replicas are equally likely.
+  int64_t fewest = std::numeric_limits<int64_t>::max(), most = std::numeric_limits<int64_t>::min();
+  for (const Replica& r : pool) {
+    fewest = std::min(fewest, r.waiting());
+    most = std::max(most, r.waiting());
+  }
+  double best = -1;
+  int32_t ties = 0, pick = 0;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const Replica& r = pool[i];
+    const KvCacheManager& kv = r.policy->kv_cache();
+    const KvCacheManager::PrefixHeld held = kv.prefix_held(id);
+    const double prefix =
+        held.prompt_blocks > 0
+            ? std::min(1.0, (static_cast<double>(held.gpu_blocks) + 0.8 * static_cast<double>(held.host_blocks)) /
+                                static_cast<double>(held.prompt_blocks))
+            : 0.0;
+    const double usage =
+        static_cast<double>(kv.allocated_tokens()) / static_cast<double>(std::max<int64_t>(1, kv.capacity_tokens()));
+    const double queue =
+        most == fewest ? 1.0 : static_cast<double>(most - r.waiting()) / static_cast<double>(most - fewest);
+    const double score = 2 * prefix + (1 - usage) + queue;
+    const auto index = static_cast<int32_t>(i);
+    if (score > best) {
+      best = score;
+      pick = index;
+      ties = 1;
+    } else if (score == best && sample_below(rng_, static_cast<uint64_t>(++ties)) == 0) {
+      pick = index;  // each of the tied replicas is kept with probability 1 / ties
+    }
+  }
+  return pick;
+}
+
+}  // namespace batchsim
