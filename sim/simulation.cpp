@@ -61,25 +61,6 @@ void check_request(const Request& r, int64_t expected_id, SimTime previous_arriv
     throw std::logic_error(fmt::format("request {} has more output tokens than its max_tokens", expected_id));
   }
 }
-
-// Session links fit a workload of `n` requests: one predecessor and one delay each, a
-// predecessor earlier than its turn and followed by no other turn (a session is a chain).
-void check_sessions(const SessionLinks& links, int64_t n, bool unsupported) {
-  if (unsupported) {
-    throw std::logic_error("sessions need a simulation that holds the workload, without a client connection pool");
-  }
-  if (static_cast<int64_t>(links.predecessor.size()) != n || static_cast<int64_t>(links.delay.size()) != n) {
-    throw std::logic_error("session links do not match the workload");
-  }
-  std::vector<uint8_t> followed(static_cast<size_t>(n), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const RequestId before = links.predecessor[static_cast<size_t>(i)];
-    if (before < -1 || before >= i || (before >= 0 && followed[static_cast<size_t>(before)]++ != 0) ||
-        links.delay[static_cast<size_t>(i)] < SimTime::zero()) {
-      throw std::logic_error(fmt::format("session link of request {} is not a chain's next turn", i));
-    }
-  }
-}
 }  // namespace
 
 Simulation::Simulation(RequestSource& source, std::span<Policy* const> policies, const CostModel& cost_model,
@@ -131,21 +112,10 @@ SimulationResult Simulation::run() {
   if (options_.prefix_blocks != nullptr && !options_.prefix_blocks->empty() && options_.prefix_blocks->size() != n) {
     throw std::logic_error("prefix block hashes do not match the workload");
   }
-  if (options_.max_concurrency < 0) throw std::logic_error("max_concurrency must be >= 0");
-  if (options_.client_connections < 0 || (options_.client_connections > 0 && options_.max_concurrency == 0)) {
-    throw std::logic_error("client_connections must be >= 0, and needs closed-loop clients");
-  }
-  think_times_ = options_.think_times != nullptr && !options_.think_times->empty() ? options_.think_times : nullptr;
-  if (think_times_ != nullptr && (options_.max_concurrency == 0 || static_cast<int64_t>(think_times_->size()) != n)) {
-    throw std::logic_error("think times need closed-loop clients and one time per request");
-  }
   if (options_.num_gpu_blocks < 0) throw std::logic_error("num_gpu_blocks must be >= 0");
-  const bool closed_loop = options_.max_concurrency > 0;
-  sessions_ = options_.sessions != nullptr && !options_.sessions->empty() ? options_.sessions : nullptr;
-  if (sessions_ != nullptr) check_sessions(*sessions_, n, streaming() || options_.client_connections > 0);
-  // The requests as sent: their arrivals move to their sends.
-  if (closed_loop || sessions_ != nullptr) sent_ = workload_;
-  requests_ = streaming() ? &slots_ : closed_loop || sessions_ != nullptr ? &sent_ : &workload_;
+  clients_.reset({options_.max_concurrency, options_.think_times, options_.sessions, options_.client_connections},
+                 workload_, streaming(), &progress_, &events_);
+  requests_ = streaming() ? &slots_ : clients_.moves_sends() ? &clients_.sent() : &workload_;
   total_requests_ = streaming() ? std::numeric_limits<int64_t>::max() : n;
   if (streaming()) {
     slots_.assign(table, Request{});
@@ -164,21 +134,7 @@ SimulationResult Simulation::run() {
     next_request_ = source_->next();
   }
   prefix_blocks_ = streaming() ? &slot_prefix_blocks_ : options_.prefix_blocks;
-  in_flight_ = pending_sends_ = thinking_ = scheduled_ = connections_ = pending_connections_ = 0;
-  pending_send_times_ = {};
-  held_.clear();
-  awaiting_connection_.clear();
-  released_.assign(closed_loop || sessions_ != nullptr ? n : 0, 0);
-  waiting_turn_.assign(sessions_ != nullptr ? n : 0, -1);
-  // Closed-loop sessions: each turn's session (its first turn), and whether a turn ends one.
-  session_first_.assign(sessions_ != nullptr && closed_loop ? n : 0, -1);
-  ends_session_.assign(session_first_.size(), 1);
-  for (size_t i = 0; i < session_first_.size(); ++i) {
-    const RequestId before = sessions_->predecessor[i];
-    session_first_[i] = before < 0 ? static_cast<RequestId>(i) : session_first_[static_cast<size_t>(before)];
-    if (before >= 0) ends_session_[static_cast<size_t>(before)] = 0;
-  }
-  turns_waiting_ = 0;
+  scheduled_ = 0;
   progress_.assign(table, RequestProgress{});
   admission_hit_.assign(table, 0);
   latency_.reset(table, policies_.size());
@@ -215,11 +171,19 @@ SimulationResult Simulation::run() {
     r.num_gpu_blocks = options_.num_gpu_blocks;
     r.tbt_s.sketch = streaming();
   }
-  if (pooled()) set_up_pools();
+  if (pooled()) {
+    pools_.set_up(
+        options_.disaggregation,
+        {&replicas_, &progress_, &result_.handoffs, &latency_, &events_, requests_, prefix_blocks_}, cost_model_,
+        options_.num_gpu_blocks, [this](const Policy& policy, const CostModel& cm) { return size_kv(policy, cm); },
+        options_.router_seed);
+    handing_off_.clear();
+    clients_.mirror_sends_into(&pools_.prefill_view());
+  }
   for (size_t i = 0; i < replicas_.size(); ++i) {
     Replica& r = replicas_[i];
     PolicyEnv& env = r.env;
-    env.requests = r.role == PoolRole::kPrefill ? &prefill_view_ : requests_;
+    env.requests = r.role == PoolRole::kPrefill ? &pools_.prefill_view() : requests_;
     env.progress = &progress_;
     env.cost_model = r.cost_model;
     // The sizing is one attention rank's (each DP rank sizes its own cache, as each of vLLM's
@@ -238,7 +202,9 @@ SimulationResult Simulation::run() {
     env.max_model_len = r.cost_model->model().max_context_tokens;
     env.role = r.role;
     if (r.role == PoolRole::kDecode) {
-      env.start_kv_transfer = [this, &r](RequestId id, int64_t tokens) { start_kv_transfer(r, id, tokens); };
+      env.start_kv_transfer = [this, &r](RequestId id, int64_t tokens) {
+        pools_.start_kv_transfer(r, id, tokens, now_);
+      };
     }
     env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
     env.preempt = [this, &r](RequestId id, bool keeps_kv) {
@@ -260,14 +226,7 @@ SimulationResult Simulation::run() {
     env.prefix_blocks = prefix_blocks_;
     env.arrived = &arrived_;
     env.total_requests = &total_requests_;
-    env.clients_in_flight = &in_flight_;
-    env.clients_thinking = &thinking_;
-    env.turns_waiting = sessions_ != nullptr ? &turns_waiting_ : nullptr;
-    // Closed-loop sessions bound sessions, not requests: a session's next turn may come while N
-    // are open (turns_waiting counts what cannot).
-    env.max_concurrency = sessions_ != nullptr ? 0 : options_.max_concurrency;
-    env.client_connections_taken = &connections_;
-    env.client_connections = options_.client_connections;
+    clients_.expose(env);
     env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
       RequestProgress& p = progress_[id];
       if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
@@ -311,7 +270,8 @@ SimulationResult Simulation::run() {
       const Request& next = workload_[static_cast<size_t>(scheduled_)];
       if (next.arrival < now_) throw std::logic_error("time went backwards");
       now_ = next.arrival;
-      client_arrival(next.id);  // (counts it in scheduled_)
+      ++scheduled_;
+      client_arrival(next.id);
       continue;
     }
     if (events_.empty()) break;
@@ -332,7 +292,7 @@ SimulationResult Simulation::run() {
         finish_iteration(replicas_[static_cast<size_t>(e.payload)]);
         break;
       case EventKind::kTransferDone:
-        finish_kv_transfer(static_cast<RequestId>(e.payload));
+        pools_.finish_kv_transfer(static_cast<RequestId>(e.payload), now_);
         break;
     }
   }
@@ -347,8 +307,16 @@ SimulationResult Simulation::run() {
   for (RequestId id = 0; id < n; ++id) fill_record(result_.requests[id], id);
   latency_.check_sums(*requests_, progress_);
   summarize_replicas();
-  if (pooled()) summarize_pools();
+  if (pooled()) pools_.summarize(result_.summary, result_.requests);
   return std::move(result_);
+}
+
+Policy::KvSizing Simulation::size_kv(const Policy& policy, const CostModel& cm) const {
+  if (options_.engine_kv_rules) {
+    if (std::optional<Policy::KvSizing> own = policy.kv_sizing(cm, options_.gpu_memory_utilization)) return *own;
+  }
+  return Policy::after_profile_run(cm, options_.gpu_memory_utilization, CostModel::kDefaultActivationTokens,
+                                   CostModel::kSamplerRows);
 }
 
 void Simulation::summarize_replicas() {
@@ -433,151 +401,15 @@ void Simulation::summarize_replicas() {
 }
 
 void Simulation::client_arrival(RequestId id) {
-  if (sessions_ != nullptr) {
-    if (released_[static_cast<size_t>(id)] == kTurnSend) {  // its predecessor settled and its delay passed
-      released_[static_cast<size_t>(id)] = 0;
-      --pending_sends_;
-      pending_send_times_.pop();  // the earliest queued send: this one (sends are due in time order)
+  switch (clients_.arrive(id, now_)) {
+    case ClientPool::Delivery::kToServer:
       arrive(id);
-      return;
-    }
-    if (const RequestId before = sessions_->predecessor[static_cast<size_t>(id)]; before >= 0) {
-      ++scheduled_;
-      const RequestState state = progress_[before].state;
-      if (state == RequestState::kFinished || state == RequestState::kRejected) {
-        send_turn(id);
-      } else {
-        waiting_turn_[static_cast<size_t>(before)] = id;
-        ++turns_waiting_;
-        wake_if_none_can_arrive();
-      }
-      return;
-    }
-  }
-  if (options_.max_concurrency <= 0) {
-    ++scheduled_;
-    arrive(id);
-    return;
-  }
-  if (const uint8_t send = released_[static_cast<size_t>(id)]; send != 0) {  // a send queued by queue_send
-    released_[static_cast<size_t>(id)] = 0;
-    if (send == kConnected) {  // a connection came free for it (release_clients)
-      --pending_connections_;
-      arrive(id);
-      return;
-    }
-    --pending_sends_;
-    if (send == kThinkingSend) --thinking_;
-    pending_send_times_.pop();  // the earliest queued send: this one (sends are due in time order)
-    connect(id);
-    return;
-  }
-  ++scheduled_;
-  if (in_flight_ >= options_.max_concurrency) {
-    held_.push_back(id);
-    if (sessions_ != nullptr) {  // a session's first turn, waiting for one to end
-      ++turns_waiting_;
+      break;
+    case ClientPool::Delivery::kHeld:  // it waits for a settle: so may every request not arrived
       wake_if_none_can_arrive();
-    }
-    return;
-  }
-  // A free client takes it, and sends it at once, or once it has thought.
-  if (think_time(id) > SimTime::zero()) {
-    queue_send(id);
-    return;
-  }
-  ++in_flight_;
-  connect(id);
-}
-
-void Simulation::connect(RequestId id) {
-  if (options_.client_connections > 0 && connections_ >= options_.client_connections) {
-    awaiting_connection_.push_back(id);
-    return;
-  }
-  ++connections_;
-  arrive(id);
-}
-
-SimTime Simulation::think_time(RequestId id) const {
-  return think_times_ != nullptr ? (*think_times_)[static_cast<size_t>(id)] : SimTime::zero();
-}
-
-void Simulation::queue_send(RequestId id) {
-  // The client sends it once it has thought, and measures its TTFT and e2e from then.
-  const SimTime think = think_time(id);
-  if (think.ns() > SimTime::max().ns() - now_.ns()) {
-    throw UserError(fmt::format("--think-time: request {} would be sent beyond the simulated time range", id));
-  }
-  const SimTime send = now_ + think;
-  sent_[static_cast<size_t>(id)].arrival = send;
-  if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
-  released_[static_cast<size_t>(id)] = send > now_ ? kThinkingSend : kQueuedSend;
-  if (send > now_) ++thinking_;
-  ++pending_sends_;
-  pending_send_times_.push(send);
-  ++in_flight_;
-  events_.push(send, EventKind::kArrival, id);
-}
-
-void Simulation::send_turn(RequestId id) {
-  const SimTime delay = sessions_->delay[static_cast<size_t>(id)];
-  if (delay.ns() > SimTime::max().ns() - now_.ns()) {
-    throw UserError(fmt::format("--think-time: session turn {} would be sent beyond the simulated time range", id));
-  }
-  SimTime send = now_ + delay;
-  if (!session_first_.empty()) {
-    // Closed loop: not before its offset in the workload from its session's first turn, counted
-    // from that turn's send (open loop, the workload's arrival, which has passed).
-    const auto first = static_cast<size_t>(session_first_[static_cast<size_t>(id)]);
-    send =
-        std::max(send, sent_[first].arrival + (workload_[static_cast<size_t>(id)].arrival - workload_[first].arrival));
-  }
-  sent_[static_cast<size_t>(id)].arrival = send;
-  if (pooled()) prefill_view_[static_cast<size_t>(id)].arrival = send;
-  released_[static_cast<size_t>(id)] = kTurnSend;
-  ++pending_sends_;
-  pending_send_times_.push(send);
-  events_.push(send, EventKind::kArrival, id);
-}
-
-int64_t Simulation::sessions_ended(std::span<const RequestId> settled) const {
-  int64_t ended = 0;
-  for (const RequestId id : settled) {
-    ended += progress_[id].state == RequestState::kFinished && ends_session_[static_cast<size_t>(id)] != 0;
-  }
-  return ended;
-}
-
-void Simulation::turn_settled(RequestId id) {
-  RequestId& next = waiting_turn_[static_cast<size_t>(id)];
-  if (next < 0) return;
-  --turns_waiting_;
-  send_turn(std::exchange(next, -1));
-}
-
-void Simulation::release_clients(int64_t count) {
-  if (options_.max_concurrency <= 0) return;
-  in_flight_ -= count;
-  connections_ -= count;
-  // A freed connection goes to the request that has waited for one longest, as an event at
-  // `now_` like the sends below (its clock has run since its send).
-  while (!awaiting_connection_.empty() && connections_ < options_.client_connections) {
-    const RequestId id = awaiting_connection_.front();
-    awaiting_connection_.pop_front();
-    ++connections_;
-    released_[static_cast<size_t>(id)] = kConnected;
-    ++pending_connections_;
-    events_.push(now_, EventKind::kArrival, id);
-  }
-  // Sends are events at `now_` (or later, after a think time), after what is being handled: a
-  // policy that rejects on arrival settles inside arrive(), and a send from there must not
-  // recurse into it.
-  while (in_flight_ < options_.max_concurrency && !held_.empty()) {
-    const RequestId id = held_.front();
-    held_.pop_front();
-    if (sessions_ != nullptr) --turns_waiting_;
-    queue_send(id);
+      break;
+    case ClientPool::Delivery::kLater:
+      break;
   }
 }
 
@@ -607,9 +439,7 @@ void Simulation::wake_if_none_can_arrive() {
   // batch runs a short one once no request is left to come: PolicyEnv::all_arrived), so every
   // idle replica that holds work gets to schedule again. So does a session's turn that starts
   // waiting on an answer when every other request not arrived does too.
-  if (arrived_ == total_requests_ || clients_saturated() ||
-      (options_.client_connections > 0 && connections_ >= options_.client_connections) ||
-      (sessions_ != nullptr && arrived_ + turns_waiting_ == total_requests_)) {
+  if (arrived_ == total_requests_ || clients_.blocked(arrived_, total_requests_)) {
     for (Replica& other : replicas_) {
       if (!other.policy->idle()) other.wake_now(events_, now_);
     }
@@ -697,9 +527,7 @@ void Simulation::reject(RequestId id, std::string reason) {
   }
   --replicas_[static_cast<size_t>(p.replica)].outstanding;
   ++settled_;
-  // Closed-loop sessions: a client is freed when its session's last turn settles.
-  release_clients(session_first_.empty() ? 1 : ends_session_[static_cast<size_t>(id)]);
-  if (sessions_ != nullptr) turn_settled(id);
+  clients_.rejected(id, now_);
   // The policy drops it from its queues before the next arrival, the first that may take the slot.
   if (streaming()) settle_slot(id);
 }
@@ -834,17 +662,16 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
   // given a connection at this instant, and a settle on another replica, at its iteration's
   // end, while the clients hold requests to send or to connect then (a settle here ends the
   // run).
-  SimTime next_arrival = clients_saturated() && pending_sends_ == 0 ? SimTime::max() : next_arrival_time();
-  if (pending_sends_ > 0) next_arrival = std::min(next_arrival, pending_send_times_.top());
-  if (pending_connections_ > 0) next_arrival = now_;  // a request given a connection at this instant
+  SimTime next_arrival = clients_.saturated() && !clients_.sends_pending() ? SimTime::max() : next_arrival_time();
+  next_arrival = std::min(next_arrival, clients_.next_send(now_));
   // Likewise a settle elsewhere that sends a session's next turn.
-  if (clients_saturated() || !held_.empty() || !awaiting_connection_.empty() || turns_waiting_ > 0) {
+  if (clients_.waits_for_settles()) {
     for (const Replica& other : replicas_) {
       if (&other != &r) next_arrival = std::min(next_arrival, other.done_at);
     }
   }
   // With pools, work also reaches a replica from the others: hand-offs and landed transfers.
-  if (pooled()) next_arrival = std::min(next_arrival, next_pool_event(r));
+  if (pooled()) next_arrival = std::min(next_arrival, pools_.next_event(r));
   Batch& batch = r.batch;
   BatchShape shape = batch.shape;  // decodes only: copying allocates nothing
   // DP attention's lockstep step, by its ranks' shapes (an idle rank's stays empty).
@@ -1029,14 +856,9 @@ void Simulation::finish_iteration(Replica& r) {
     for (const RequestId id : finished_) {
       if (progress_[id].state == RequestState::kFinished) r.policy->release_held_kv(id);
     }
-    for (const RequestId id : handing_off_) hand_off(r, id);
+    for (const RequestId id : handing_off_) pools_.hand_off(r, id, now_);
   }
-  release_clients(session_first_.empty() ? settled_now : sessions_ended(finished_));
-  if (sessions_ != nullptr) {
-    for (const RequestId id : finished_) {
-      if (progress_[id].state == RequestState::kFinished) turn_settled(id);
-    }
-  }
+  clients_.finished(finished_, settled_now, now_);
   if (streaming()) {
     for (const RequestId id : finished_) settle_slot(id);  // no hand-offs: no pools while streaming
   }

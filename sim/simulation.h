@@ -50,18 +50,16 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <optional>
-#include <queue>
-#include <set>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "hwmodel/base/random.h"
 #include "hwmodel/cost_model.h"
+#include "sim/clients.h"
 #include "sim/decode_cohort.h"
+#include "sim/disaggregation.h"
 #include "sim/event_queue.h"
 #include "sim/kv_transfer.h"
 #include "sim/metrics.h"
@@ -71,20 +69,6 @@
 #include "sim/workload/request.h"
 
 namespace batchsim {
-
-// Prefill/decode disaggregation (see the header comment); off while prefill_replicas is 0.
-struct DisaggregationOptions {
-  int32_t prefill_replicas = 0;  // the first this many policies; the rest form the decode pool
-  // The decode pool's GPU, TP degree and engine; null: the run's cost model (as the prefill
-  // pool). Must outlive the run.
-  const CostModel* decode_cost_model = nullptr;
-  // The decode pool's KV blocks (SimulationOptions::num_gpu_blocks); -1: the run's.
-  int64_t decode_num_gpu_blocks = -1;
-  Router decode_router = Router::kRoundRobin;
-  KvLink link = resolve_kv_link("ib");
-  KvTransferMode mode = KvTransferMode::kPull;
-  bool enabled() const { return prefill_replicas > 0; }
-};
 
 struct SimulationOptions {
   double gpu_memory_utilization = 0.9;
@@ -193,32 +177,11 @@ class Simulation {
   // A request's record from its request, progress and latency breakdown (not its reject reason).
   void fill_record(RequestRecord& rec, RequestId id) const;
   void arrive(RequestId id);
-  // An arrival event: sent now, or held at the client while max_concurrency are in flight.
+  // An arrival at the clients (ClientPool::arrive): to the server now, or later.
   void client_arrival(RequestId id);
-  // Closed loop: a client takes request `id` and sends it after its think time (an event even
-  // when that is 0).
-  void queue_send(RequestId id);
-  SimTime think_time(RequestId id) const;  // 0 without think times
-  // Sessions: turn `id` is sent its delay from now (an event even when that is 0).
-  void send_turn(RequestId id);
-  // Sessions: request `id` settled; the turn waiting on it, if any, is sent.
-  void turn_settled(RequestId id);
-  // Closed-loop sessions: how many of the requests `settled` (finished, not handed off) end
-  // their session.
-  int64_t sessions_ended(std::span<const RequestId> settled) const;
   // Every replica that holds work schedules again once no request can arrive before one
   // settles (PolicyEnv::all_arrived).
   void wake_if_none_can_arrive();
-  // `count` requests settled: the client sends as many of the requests it holds.
-  void release_clients(int64_t count);
-  // Closed loop: request `id`, sent, takes a connection and reaches the server, or waits for
-  // one while SimulationOptions::client_connections are taken.
-  void connect(RequestId id);
-  // Closed loop: every client has a request at the server (none is thinking).
-  // (Closed-loop sessions never: an open session's next turn needs no settle elsewhere.)
-  bool clients_saturated() const {
-    return options_.max_concurrency > 0 && sessions_ == nullptr && in_flight_ - thinking_ >= options_.max_concurrency;
-  }
   void try_start_iteration(Replica& r);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
@@ -288,24 +251,11 @@ class Simulation {
   void leave(Replica& r, RequestId id, RequestProgress& p);
   void summarize_replicas();
 
-  // Disaggregated pools (sim/disaggregation.cpp).
+  // Disaggregated pools (sim/disaggregation.h).
   bool pooled() const { return options_.disaggregation.enabled(); }
-  // Roles, cost models and KV memory of the replicas; the prefill pool's view of the requests.
-  void set_up_pools();
-  // The decode replicas' own KV memory: their pool's, from memory or num_gpu_blocks.
-  Policy::KvSizing pool_kv_sizing(const Policy& policy, const CostModel& cost_model, int64_t num_gpu_blocks) const;
   // A replica's KV tokens on `cost_model`: by its policy's engine's rule (Policy::kv_sizing), or
   // by --gpu-memory-utilization; with the rule in words.
   Policy::KvSizing size_kv(const Policy& policy, const CostModel& cost_model) const;
-  // After prefill replica `from` listed `id` finished at its first token: to a decode replica.
-  void hand_off(Replica& from, RequestId id);
-  // Decode replica `to` allocated KV for `tokens` of remote request `id`: reserve the link.
-  void start_kv_transfer(Replica& to, RequestId id, int64_t tokens);
-  void finish_kv_transfer(RequestId id);  // its kTransferDone event
-  // The earliest time at which another replica may hand replica `r` work or wake it: a prefill
-  // replica's iteration end or due wake-up, a transfer's landing. Fast-forward stops there.
-  SimTime next_pool_event(const Replica& r) const;
-  void summarize_pools();
 
   const Workload& workload_;  // exact mode's; empty while streaming
   // Streaming: the source, the request read ahead (the next to arrive), the requests in their
@@ -326,32 +276,10 @@ class Simulation {
   // All requests of the run: the workload's size, or while streaming INT64_MAX until the source
   // runs dry (PolicyEnv::total_requests).
   int64_t total_requests_ = 0;
-  // The requests as sent: the workload itself, or with closed-loop clients a copy whose arrivals
-  // are the send times (PolicyEnv::requests and the records read this).
+  // The requests as sent: the workload itself, or with closed-loop clients or sessions the
+  // clients' copy whose arrivals are the send times (PolicyEnv::requests and the records read this).
   const Workload* requests_ = nullptr;
-  Workload sent_;
-  int64_t in_flight_ = 0;       // closed loop: clients taken (sent or thinking), not settled
-  std::deque<RequestId> held_;  // closed loop: arrived at the client, not yet sent
-  // Closed loop: the pending arrival event is a send (kQueuedSend), after a think time
-  // (kThinkingSend), or a sent request given a connection (kConnected); 0 otherwise.
-  // Sessions: a turn's send after its predecessor settled and its delay passed (kTurnSend).
-  std::vector<uint8_t> released_;
-  static constexpr uint8_t kQueuedSend = 1, kThinkingSend = 2, kConnected = 3, kTurnSend = 4;
-  const SessionLinks* sessions_ = nullptr;  // options_.sessions, null when empty
-  std::vector<RequestId> waiting_turn_;     // sessions: per request, the turn waiting on its end (-1: none)
-  // Sessions: turns at the client waiting on their predecessor, and closed loop, first turns
-  // held while N sessions are open: none of them arrives before a settle.
-  int64_t turns_waiting_ = 0;
-  std::vector<RequestId> session_first_;       // closed-loop sessions: each turn's first turn (empty: open loop)
-  std::vector<uint8_t> ends_session_;          // closed-loop sessions: 1 where no turn follows
-  int64_t connections_ = 0;                    // closed loop: requests at the server, not settled
-  std::deque<RequestId> awaiting_connection_;  // closed loop: sent, waiting for a connection
-  int64_t pending_connections_ = 0;            // closed loop: kConnected events queued (all at `now_`)
-  int64_t pending_sends_ = 0;                  // closed loop: send events queued
-  int64_t thinking_ = 0;                       // closed loop: of those, the ones after a think time > 0
-  const std::vector<SimTime>* think_times_ = nullptr;  // options_.think_times, null when empty
-  // The times of the queued sends, earliest on top: fast-forward stops at the next one.
-  std::priority_queue<SimTime, std::vector<SimTime>, std::greater<>> pending_send_times_;
+  ClientPool clients_;
   int64_t scheduled_ = 0;  // workload arrivals processed: the next is workload_[scheduled_]
   std::vector<Policy*> policies_;
   const CostModel& cost_model_;
@@ -372,15 +300,9 @@ class Simulation {
   // Prefix caching: tokens found cached at each request's admission in progress (reset when it
   // is first scheduled); the sums over all admissions of prefills are per replica.
   std::vector<int64_t> admission_hit_;
-  // Disaggregated pools: the requests as the prefill pool sees them (one output token), the
-  // hand-offs of the iteration being finished, the NICs' reservations, the landing times of
-  // transfers in flight, and the decode router's state.
-  Workload prefill_view_;
+  // Disaggregated pools, and the requests the iteration being finished hands to their decode pool.
+  DisaggregatedPools pools_;
   std::vector<RequestId> handing_off_;
-  std::vector<int64_t> schedules_at_handoff_;  // per request: its decode replica's schedules then
-  KvLinkSchedule links_;
-  std::multiset<SimTime> transfers_in_flight_;
-  RequestRouter decode_router_;
   // Every request's latency breakdown, attributed as the run goes (sim/latency_breakdown.h).
   LatencyAccounting latency_;
 };
