@@ -36,17 +36,13 @@ ContinuousPolicyConfig ContinuousPolicy::resolved_limits(const CostModel* cost_m
   return c;
 }
 
-int64_t ContinuousPolicy::budget_for(const ContinuousPolicyConfig& c, int64_t max_model_len) {
-  return c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : std::max<int64_t>(max_model_len, 2048);
-}
-
 std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cost_model,
                                                             double gpu_memory_utilization) const {
   // Both engines measure their peak with one step of the budget this policy runs with before
   // they size the KV cache; what differs is how many rows of logits that step computes.
   const ContinuousPolicyConfig limits = resolved_limits(&cost_model);
   const int64_t max_len = std::max<int64_t>(1, cost_model.model().max_context_tokens);
-  const int64_t profile_tokens = budget_for(limits, max_len);
+  const int64_t profile_tokens = ContinuousPacking::budget_for(limits, max_len);
   // A paged pool keeps a sliding-window layer's blocks for its window only (vLLM v1's hybrid
   // KV cache manager; vLLM v0 never served a model mixing window and full layers: gpt-oss came
   // with 0.10.1, V1 only): capacity in tokens of the full layers, and each request holds
@@ -119,24 +115,7 @@ void ContinuousPolicy::attach(PolicyEnv& env) {
                                                                                             : env.kv_capacity_tokens;
     kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
   }
-  budget_ = budget_for(config_, env.max_model_len);
-  const SpeculativeDecoding& spec = env.cost_model->speculative();
-  draft_k_ = spec.k;
-  draft_lookahead_ = spec.lookahead_slots();
-  if (spec.budget_slots_per_sequence() > 0) {
-    // vLLM VllmConfig._set_max_num_scheduled_tokens: a draft model's slots come off the budget,
-    // max_num_seqs of them.
-    const int64_t seqs = config_.max_num_seqs > 0 ? config_.max_num_seqs : 256;
-    const int64_t left = budget_ - spec.budget_slots_per_sequence() * seqs;
-    if (left < 2) {
-      throw UserError(
-          fmt::format("--spec-decode draft: the token budget {} less {} drafting slots (one per "
-                      "sequence, max_num_seqs={}) leaves no room for a step: raise "
-                      "max_num_batched_tokens or lower max_num_seqs",
-                      budget_, spec.budget_slots_per_sequence() * seqs, seqs));
-    }
-    budget_ = left;
-  }
+  packing_.attach(config_, env);
   swapped_tokens_.assign(n, 0);
   finished_flag_.assign(n, 0);
   ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
@@ -197,7 +176,7 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   if (reject_over_context(*env_, id)) return;
   if (env_->role == PoolRole::kDecode && env_->progress_of(id).computed_tokens > 0) {
     // Prefilled elsewhere: no prompt limit applies here (a re-prefill after a recompute
-    // preemption is cut into budget-sized chunks, see step_tokens), only whether its KV can
+    // preemption is cut into budget-sized chunks, see ContinuousPacking::step_tokens), only whether its KV can
     // ever fit.
     if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
     remote_pending_[id] = 1;
@@ -205,10 +184,10 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
     return;
   }
   // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
-  if (!config_.chunked && r.prompt_tokens > budget_) {
+  if (!config_.chunked && r.prompt_tokens > packing_.token_budget()) {
     env_->reject(id, fmt::format("prompt exceeds max_num_batched_tokens {} (chunked prefill "
                                  "is off): {} tokens",
-                                 budget_, r.prompt_tokens));
+                                 packing_.token_budget(), r.prompt_tokens));
     return;
   }
   // vLLM v0 can_allocate says NEVER from the prompt's blocks alone; we test the whole footprint
@@ -225,29 +204,6 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
 }
 
 SimTime ContinuousPolicy::transfer_time(int64_t tokens) const { return host_kv_copy_time(*env_->cost_model, tokens); }
-
-int64_t ContinuousPolicy::step_tokens(int64_t need, int64_t budget) const {
-  if (config_.chunked) {
-    // vLLM v1 schedule(): num_new_tokens = num_tokens - num_computed_tokens, clamped by
-    // long_prefill_token_threshold (when > 0) and by the token budget left.
-    int64_t n = need;
-    if (config_.long_prefill_token_threshold > 0) {
-      n = std::min(n, config_.long_prefill_token_threshold);
-    }
-    n = std::min(n, budget);
-    // TensorRT-LLM setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED>: a chunk that is not the
-    // rest of the prompt is rounded down to a multiple of chunkUnitSize.
-    if (config_.chunk_unit > 1 && n < need) n -= n % config_.chunk_unit;
-    return n;
-  }
-  if (need <= budget) return need;
-  // Without chunking a request runs its whole prefill in one iteration or waits (vLLM v0
-  // budget.can_schedule). Prompts longer than the whole budget were rejected on arrival, but
-  // the re-prefill of a recomputed request (prompt + generated tokens) can outgrow it: vLLM v0
-  // would drop it as FINISHED_IGNORED (prompt_limit); we neither drop it nor exceed the budget,
-  // but split that one re-prefill into budget-sized chunks.
-  return need > budget_ ? budget : 0;
-}
 
 void ContinuousPolicy::preempt(RequestId victim, Batch& batch, bool allow_swap) {
   running_.erase(std::find(running_.begin(), running_.end(), victim));
@@ -300,22 +256,6 @@ RequestId ContinuousPolicy::preemption_victim(const Batch& batch) const {
   throw std::logic_error("no running request left to preempt");
 }
 
-int64_t ContinuousPolicy::remove_from_batch(RequestId victim, Batch& batch) {
-  const auto it = std::find_if(batch.items.begin(), batch.items.end(),
-                               [victim](const BatchItem& item) { return item.id == victim; });
-  if (it == batch.items.end()) return 0;
-  const int64_t tokens = it->new_tokens + it->drafts;
-  batch.items.erase(it);
-  // The shape is rebuilt from the items left: their progress is what it was when they were
-  // added (the replica advances it only after the iteration), so each is added as before.
-  std::vector<BatchItem> kept;
-  kept.swap(batch.items);
-  batch.shape.clear();
-  partial_prefills_ = 0;
-  for (const BatchItem& item : kept) add_step(item.id, item.new_tokens, batch, item.drafts);
-  return tokens;
-}
-
 bool ContinuousPolicy::preempt_for_best_waiting(Batch& batch) {
   // vLLM v0 _schedule_priority_preemption: `while running_queue and _get_priority(
   // running_queue[-1]) > _get_priority(seq_group)`: preempt the lowest-ranked running request
@@ -328,7 +268,7 @@ bool ContinuousPolicy::preempt_for_best_waiting(Batch& batch) {
     const RequestId victim = preemption_victim(batch);
     if (!ranking_.before(head, victim)) break;
     if (static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-      const AdmissionStep step = admission_step(head, budget_, 0);
+      const AdmissionStep step = admission_step(head, packing_.token_budget(), 0);
       if (step.tokens > 0 && kv_->can_admit(head, step.fit, reserve_tokens(head))) break;
     }
     // v0 appends the victim to `waiting` whatever its preemption mode: recompute.
@@ -373,7 +313,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     }
     // A step of one token (a decode, mostly) takes it whenever budget is left, under every rule
     // of step_tokens; running requests are mostly decodes, so they skip its rules.
-    const int64_t n = need == 1 ? 1 : step_tokens(need, budget);
+    const int64_t n = need == 1 ? 1 : packing_.step_tokens(need, budget);
     if (n == 0) break;
     // Speculative decoding (vLLM v1 schedule(): num_new_tokens counts the request's drafts,
     // clipped by the budget, whose cut truncates the drafts): a decode verifies up to k drafts,
@@ -382,12 +322,11 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     // (update_draft_token_ids drops a prefill chunk's drafts).
     // Neither drafts nor slots go past the most the request can hold (its reservation, or prompt
     // + max_tokens): tokens beyond it would never be kept.
-    int64_t drafts = 0, slots = 0;
-    if (draft_k_ > 0 && need == 1 && p.generated_tokens > 0) {
-      const int64_t room = std::max<int64_t>(0, speculative_cap(id) - known);
-      drafts = std::min({draft_k_, budget - 1, room});
-      slots = drafts > 0 ? std::min(drafts + draft_lookahead_, room) : 0;
+    ContinuousPacking::Drafts d;
+    if (packing_.speculates() && need == 1 && p.generated_tokens > 0) {
+      d = packing_.drafts_within(std::max<int64_t>(0, speculative_cap(id) - known), budget);
     }
+    const int64_t drafts = d.drafts, slots = d.slots;
     bool scheduled = true;
     bool preempted_here = false;
     while (!grow(id, p.computed_tokens + n + slots)) {
@@ -396,7 +335,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
       // this step leaves the batch and its tokens go back to the budget (vLLM v1 refunds
       // num_scheduled_tokens).
       const RequestId victim = preemption_victim(batch);
-      budget += remove_from_batch(victim, batch);
+      budget += packing_.remove_from_batch(victim, batch);
       preempt(victim, batch);
       preempted = true;
       preempted_here = true;
@@ -414,7 +353,7 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     if (preempted_here && (i >= running_.size() || running_[i] != id)) {
       i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
     }
-    add_step(id, n, p, known, batch, static_cast<int32_t>(drafts));
+    packing_.add_step(id, n, p, known, batch, static_cast<int32_t>(drafts));
     budget -= n + drafts;
     ++i;
   }
@@ -518,7 +457,7 @@ void ContinuousPolicy::dissolve_cohort() {
 
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
   // (One token per decode: a speculating replica's decodes take the general pass.)
-  if (paged_kv_ == nullptr || budget <= 0 || draft_k_ > 0) return 0;
+  if (paged_kv_ == nullptr || budget <= 0 || packing_.speculates()) return 0;
   // Written in place (the items sized for the most there can be, then cut) and the shape's
   // decode aggregates (BatchShape::add_decode's) summed in locals: Batch::add per request would
   // store and reload them all, as the compiler cannot tell the batch from the KV cache's members.
@@ -561,14 +500,14 @@ void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
     const int64_t tokens = swapped_tokens_[id];
     // The victim may have been swapped out in the middle of a chunked prefill: it resumes
     // with its next chunk, else with a decode.
-    const int64_t n = step_tokens(need_of(id), budget);
+    const int64_t n = packing_.step_tokens(need_of(id), budget);
     if (n == 0) break;
     // Blocks for the swapped-in KV plus the tokens this step writes.
     if (!kv_->try_admit(id, tokens + n, reserve_tokens(id))) break;
     swapped_.pop_front();
     running_.push_back(id);
     batch.extra_time += transfer_time(tokens);  // host -> device
-    add_step(id, n, batch);
+    packing_.add_step(id, n, batch);
     budget -= n;
   }
 }
@@ -580,14 +519,8 @@ ContinuousPolicy::AdmissionStep ContinuousPolicy::admission_step(RequestId id, i
   // (0 without prefix caching). A waiting request has computed nothing (new, or recomputed).
   step.cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
   step.need = need_of(id) - step.cached;
-  step.tokens = step_tokens(step.need, budget);
-  // max_num_partial_prefills (vLLM v0's concurrent partial prefills; v1 has no such bound): at
-  // most that many requests may end the step with their prefill unfinished; a new request
-  // that would be cut waits.
-  if (config_.max_num_partial_prefills > 0 && step.tokens < step.need &&
-      partial_prefills >= config_.max_num_partial_prefills) {
-    step.tokens = 0;
-  }
+  // Its step's tokens, 0 when it must wait (max_num_partial_prefills among the rules).
+  step.tokens = packing_.admission_tokens(step.need, budget, partial_prefills);
   // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
   // every block of the prompt), also when an over-long re-prefill is cut at the budget: else
   // it would be admitted for one chunk and preempted again at the next. With chunking the
@@ -605,7 +538,7 @@ int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const
   int64_t count = 0;
   int64_t room = kv_->admission_room();
   int64_t seqs = static_cast<int64_t>(running_.size());
-  int64_t partial = partial_prefills_;
+  int64_t partial = packing_.partial_prefills();
   waiting_.visit_in_order([&](RequestId id) {
     if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) return false;
     const AdmissionStep step = admission_step(id, budget, partial);
@@ -659,7 +592,7 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
       if (!admit_remote(id)) break;
       continue;
     }
-    const auto [cached, need, n, fit] = admission_step(id, budget, partial_prefills_);
+    const auto [cached, need, n, fit] = admission_step(id, budget, packing_.partial_prefills());
     if (n == 0) break;
     // Room for more than this step writes (admission_step): checked, not allocated.
     if (fit > cached + n && !kv_->can_admit(id, fit, reserve_tokens(id))) break;
@@ -687,7 +620,7 @@ void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
     waiting_.pop_front();
     running_.push_back(id);
     admitted_ = true;
-    add_step(id, n, batch);
+    packing_.add_step(id, n, batch);
     budget -= n;
   }
 }
@@ -771,8 +704,8 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
   promote_received();
   bool preempted = false;
   for (;;) {
-    int64_t budget = budget_;
-    partial_prefills_ = 0;
+    int64_t budget = packing_.token_budget();
+    packing_.begin_batch();
     admitted_ = false;
     held_back_ = false;
     forced_decode_ = false;

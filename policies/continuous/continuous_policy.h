@@ -4,6 +4,8 @@
 // isolate each (the presets in registry.cpp combine them as real engines do). Two levels, as
 // in TensorRT-LLM (capacityScheduler.cpp / microBatchScheduler.cpp): *capacity* (who holds KV:
 // admission, preemption) and *packing* (token budget, chunks).
+//   (chunked=true, max_num_partial_prefills and enable_chunked_context: the packing part,
+//   ContinuousPacking in continuous_packing.h, says what they do.)
 //   kv=paged|reserve       PagedAttention blocks allocated just in time as tokens are written
 //                          (vLLM block_manager / v1 kv_cache_manager.allocate_slots), or a
 //                          contiguous reservation at admission of prompt + max_tokens
@@ -17,14 +19,6 @@
 //                          arriving while others decode stalls them for an iteration; Orca
 //                          (OSDI'22) selective batching: decodes and whole new prefills share an
 //                          iteration.
-//   chunked=true           Sarathi-Serve (OSDI'24) stall-free batching / vLLM v1 `schedule()`
-//                          (vllm/v1/core/sched/scheduler.py): per-iteration token budget; running
-//                          requests first in admission order (the decodes and the partial
-//                          prefill in progress, which is the newest), then new requests, the last
-//                          one cut to the remaining budget; a chunk attends to the KV of earlier
-//                          chunks (BatchShape carries each chunk's context_before).
-//                          long_prefill_token_threshold caps one request's chunk (v1), so
-//                          that several partial prefills share the budget.
 //   admission=full_prompt|first_chunk  (chunked only) whether a waiting request is admitted
 //                          only when KV for all the tokens it knows (its prompt, plus what it
 //                          generated before a recompute preemption) is free, counting its
@@ -43,15 +37,6 @@
 //                          later chunks, recomputing what it had prefilled.
 //                          Without chunking admission always needs room for the whole prefill
 //                          (v0 can_allocate).
-//   max_num_partial_prefills  (chunked only; 0: no bound) at most this many requests may end a
-//                          step with their prefill unfinished: a new request that would be cut
-//                          waits. vLLM v1 never reads the option (vllm/v1/core/sched/scheduler.py;
-//                          EngineArgs._check_feature_supported refuses any value but 1 as
-//                          "Concurrent Partial Prefill"), nor does Sarathi-Serve bound them; the
-//                          bound is the gist of vLLM v0's concurrent partial prefills
-//                          (vllm/core/scheduler.py PartialPrefillMetadata, PR #10235, until V0's
-//                          removal in v0.11), which also splits the budget into equal slots and
-//                          caps the long prompts (max_long_partial_prefills) — not modelled.
 //   preemption=recompute|swap  when a running request cannot grow, the newest running request
 //                          is preempted (vLLM `running.pop()`; TRT-LLM MAX_UTILIZATION pauses the
 //                          last started), possibly the one being grown; no new request is
@@ -100,13 +85,6 @@
 //                          the whole prompt's blocks at the first chunk (allocateKvCache.cpp
 //                          addSequence); here later chunks grow just in time, so with chunking
 //                          a later chunk may preempt where TensorRT-LLM would not.
-//   enable_chunked_context TensorRT-LLM's micro-batch scheduler (microBatchScheduler.cpp) with
-//                          context chunking: generation requests first (one token each), then
-//                          context chunks in order, each the rest of its prompt or, when cut
-//                          by max_num_tokens, rounded down to a multiple of the chunk unit,
-//                          which is tokens_per_block (block_size). A chunk rounded down to 0
-//                          stops the step (TensorRT-LLM would still give a later, shorter
-//                          prompt the leftover; not modelled).
 //   watermark              fraction of blocks kept free when admitting (v0 can_allocate /
 //                          can_swap_in: NEVER if total - required < watermark_blocks, OK if
 //                          free - required >= watermark_blocks); growth ignores it.
@@ -152,58 +130,11 @@
 
 #include "policies/common/schedule_ahead.h"
 #include "policies/common/scheduling_order.h"
+#include "policies/continuous/continuous_config.h"
+#include "policies/continuous/continuous_packing.h"
 #include "sim/policy.h"
 
 namespace batchsim {
-
-struct ContinuousPolicyConfig {
-  bool paged = true;
-  int32_t block_size = kDefaultBlockSize;  // vLLM CacheConfig's default
-  double watermark = 0.0;                  // fraction of blocks kept free at admission (v0: 0.01)
-  bool reserve_max_model_len = false;      // kv=reserve: reserve max_model_len, not prompt+output
-  bool mixed_prefill = true;               // false: vLLM v0 exclusive prefill iterations
-  bool chunked = false;
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 0;        // 0: max(max_model_len, 2048) (vLLM v0 default)
-  int64_t long_prefill_token_threshold = 0;  // 0: off; caps one request's chunk
-  int64_t max_num_partial_prefills = 0;      // requests whose prefill may be unfinished; 0: any
-  bool admit_full_prompt = false;            // admission=full_prompt (chunked only)
-  bool swap = false;                         // preemption=swap (else recompute)
-  bool prefix_caching = false;               // share cached prompt prefixes (kv=paged only)
-  int64_t max_waiting_tokens = 0;            // TGI --max-waiting-tokens (20); 0: off
-  double waiting_served_ratio = 1.2;         // TGI --waiting-served-ratio
-  bool decode_after_admission = false;       // TGI: an admission into a running batch, then a decode
-  // TensorRT-LLM GUARANTEED_NO_EVICT (kv=reserve): reserve ceil((prompt + max_tokens) /
-  // block_size) blocks, the last output token included, instead of prompt + max_tokens - 1
-  // tokens.
-  bool reserve_blocks_to_completion = false;
-  // TensorRT-LLM's micro-batch order with chunked context: decodes before any prefill chunk,
-  // and a chunk cut by the budget rounded down to a multiple of chunk_unit (0: no rounding).
-  bool generation_first = false;
-  int32_t chunk_unit = 0;
-  // vLLM's defaults by GPU and usage context, for the limits the user did not set
-  // (vllm_batch_defaults): none keeps max_num_seqs and max_num_batched_tokens as they are.
-  enum class UsageContext { none, api_server, llm_class };
-  UsageContext usage_context = UsageContext::none;
-  bool max_num_seqs_set = true;            // false: from usage_context at attach
-  bool max_num_batched_tokens_set = true;  // false: from usage_context at attach
-  // The waiting queue's order and the preemption victim (policies/common/scheduling_order.h).
-  SchedulingPolicy scheduling_policy = SchedulingPolicy::fcfs;
-  JobLength sjf_by = JobLength::output;
-  // vLLM v0 _schedule_priority_preemption (exclusive prefill, ranked policies only).
-  bool preempt_for_waiting = false;
-  // vLLM's async scheduling (--async-scheduling; on by default since vLLM 0.14, vllm #27614):
-  // the engine core schedules step N+1 while step N runs (vllm/v1/engine/core.py
-  // step_with_batch_queue, a queue of two batches), so a request that reaches the engine while
-  // an iteration runs is first scheduled in the iteration after the next one. Its CPU overlap
-  // is the engine profile's (hwmodel/engines/vllm-async.yaml).
-  bool async_scheduling = false;
-  // TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction (0.9 by default in its LLM API,
-  // tensorrt_llm/llmapi/llm_args.py): the KV pool takes this share of the memory left after the
-  // weights and a profile run of max_num_tokens (CostModel::kv_capacity_tokens_of_free), instead
-  // of --gpu-memory-utilization's share of the whole GPU. 0: --gpu-memory-utilization's.
-  double free_gpu_memory_fraction = 0;
-};
 
 // vLLM's max_num_batched_tokens and max_num_seqs defaults (vllm/engine/arg_utils.py,
 // EngineArgs.get_batch_defaults, v0.10-0.12): on GPUs of at least 70 GiB that are not A100s
@@ -223,19 +154,6 @@ BatchDefaults vllm_batch_defaults(ContinuousPolicyConfig::UsageContext context, 
 // of `footprint_tokens` that even an empty cache cannot hold (vLLM v0 AllocStatus.NEVER).
 bool reject_over_context(PolicyEnv& env, RequestId id);
 bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, int64_t footprint_tokens);
-// Adds `new_tokens` of request `id` to `batch` at its computed tokens, sampling when they
-// complete what it knows (a decode when that is one generated token's successor). Returns
-// whether the step samples. The second form takes the request's progress and known tokens the
-// caller already read (inline: schedulers add every running request at every step).
-inline bool add_batch_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch) {
-  const bool samples = p.computed_tokens + new_tokens == known;
-  const bool is_decode = new_tokens == 1 && p.generated_tokens > 0 && p.computed_tokens == known - 1;
-  batch.add(id, static_cast<int32_t>(new_tokens), p.computed_tokens, is_decode, samples);
-  return samples;
-}
-inline bool add_batch_step(const PolicyEnv& env, RequestId id, int64_t new_tokens, Batch& batch) {
-  return add_batch_step(id, new_tokens, env.progress_of(id), env.known_tokens(id), batch);
-}
 
 class ContinuousPolicy final : public Policy {
  public:
@@ -261,15 +179,13 @@ class ContinuousPolicy final : public Policy {
   void on_kv_received(RequestId id, SimTime now) override;
 
   const ContinuousPolicyConfig& config() const { return config_; }
-  int64_t token_budget() const { return budget_; }
+  int64_t token_budget() const { return packing_.token_budget(); }
   size_t num_running() const { return running_.size(); }
 
  private:
   // The configuration with the limits the user left to vLLM's defaults for the GPU
   // (usage_context) filled in; `cost_model` null: as given.
   ContinuousPolicyConfig resolved_limits(const CostModel* cost_model) const;
-  // Tokens per iteration: max_num_batched_tokens, or max(max_model_len, 2048) (vLLM v0's default).
-  static int64_t budget_for(const ContinuousPolicyConfig& c, int64_t max_model_len);
   int64_t reserve_tokens(RequestId id) const;
   // Schedules running requests in admission order, preempting the newest when KV runs out.
   // Returns false when a preemption happened.
@@ -297,9 +213,6 @@ class ContinuousPolicy final : public Policy {
   // (priority, sjf), or with generation_first the newest / lowest-ranked not already in the
   // batch (a decode scheduled before the prefill chunks).
   RequestId preemption_victim(const Batch& batch) const;
-  // Takes `victim`'s item (scheduled earlier in this step) out of the batch and returns its
-  // tokens, which go back to the budget; 0 when it has none.
-  int64_t remove_from_batch(RequestId victim, Batch& batch);
   // vLLM v0 _schedule_priority_preemption; true when it preempted.
   bool preempt_for_best_waiting(Batch& batch);
   void schedule_swapped(Batch& batch, int64_t& budget);
@@ -330,24 +243,7 @@ class ContinuousPolicy final : public Policy {
   int64_t count_admissible(int64_t budget, int64_t enough) const;
   // Swap or recompute as configured; `allow_swap` false forces recompute.
   void preempt(RequestId victim, Batch& batch, bool allow_swap = true);
-  // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
-  // left; 0 when it must wait.
-  int64_t step_tokens(int64_t need, int64_t budget) const;
   int64_t need_of(RequestId id) const { return env_->known_tokens(id) - env_->progress_of(id).computed_tokens; }
-  // Adds the step to the batch (add_batch_step) and counts a prefill it leaves unfinished; a
-  // decode with `drafts` verifies them too (Batch::add_speculative_decode). The first form takes
-  // the progress and known tokens the caller already read.
-  void add_step(RequestId id, int64_t new_tokens, const RequestProgress& p, int64_t known, Batch& batch,
-                int32_t drafts = 0) {
-    if (drafts > 0) {
-      batch.add_speculative_decode(id, p.computed_tokens, drafts);
-    } else if (!add_batch_step(id, new_tokens, p, known, batch)) {
-      ++partial_prefills_;
-    }
-  }
-  void add_step(RequestId id, int64_t new_tokens, Batch& batch, int32_t drafts = 0) {
-    add_step(id, new_tokens, env_->progress_of(id), env_->known_tokens(id), batch, drafts);
-  }
   // kv_->try_grow, without a virtual call for the paged cache (final), whose growth then
   // inlines: schedule() grows every running request at every step.
   bool grow(RequestId id, int64_t tokens) {
@@ -370,11 +266,7 @@ class ContinuousPolicy final : public Policy {
   // its decodes in lockstep: reserved KV, or paged KV without prefix caching (block order
   // matters there), fcfs (a ranked victim may be any member), no generation_first, colocated.
   DecodeCohort* cohort_ = nullptr;
-  int64_t budget_ = 0;
-  // Speculative decoding (CostModel::speculative): drafts per decode and the lookahead slots
-  // each drafting request holds; 0 when off.
-  int64_t draft_k_ = 0;
-  int64_t draft_lookahead_ = 0;
+  ContinuousPacking packing_;  // the token budget and each step's tokens
   // The most KV tokens a speculating request may take: its reservation, or with paged KV
   // prompt + max_tokens.
   int64_t speculative_cap(RequestId id) const {
@@ -392,7 +284,6 @@ class ContinuousPolicy final : public Policy {
   // swapped out: then every reason that kept new requests out persists until a request
   // finishes or arrives (see repeat_decode_step).
   bool repeatable_ = false;
-  int64_t partial_prefills_ = 0;        // items of the batch being built that do not finish a prefill
   bool admitted_ = false;               // the batch being built admitted a waiting request
   bool held_back_ = false;              // ... or TGI's wait rule kept the waiting requests out
   bool forced_decode_ = false;          // ... or decode_after_admission did
