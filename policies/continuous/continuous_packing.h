@@ -84,6 +84,8 @@ class ContinuousPacking {
   // Tokens a request that still needs `need` tokens computes this step with `budget` tokens
   // left; 0 when it must wait.
   int64_t step_tokens(int64_t need, int64_t budget) const;
+  // The tokens request `id` knows (prompt and output so far) but has not computed.
+  int64_t need_of(RequestId id) const { return env_->known_tokens(id) - env_->progress_of(id).computed_tokens; }
   // step_tokens for a waiting request while `partial_prefills` items of the batch leave their
   // prefill unfinished: 0 when it would be cut beyond max_num_partial_prefills.
   int64_t admission_tokens(int64_t need, int64_t budget, int64_t partial_prefills) const {

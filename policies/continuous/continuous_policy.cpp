@@ -74,81 +74,15 @@ std::optional<Policy::KvSizing> ContinuousPolicy::kv_sizing(const CostModel& cos
 void ContinuousPolicy::attach(PolicyEnv& env) {
   env_ = &env;
   config_ = resolved_limits(env.cost_model);
-  const auto n = static_cast<int64_t>(env.requests->size());
-  if (config_.paged) {
-    // Weights that leave no KV memory at all are reported by the simulation; here the memory
-    // exists but is smaller than one block, which the user fixes differently.
-    if (env.num_gpu_blocks == 0 && env.kv_capacity_tokens < config_.block_size) {
-      throw UserError(
-          fmt::format("the KV memory left after the weights ({}) holds {} tokens, less than one block of "
-                      "block_size={}: use a smaller block_size, or more memory (a larger share, --tp, a "
-                      "larger GPU)",
-                      env.kv_sizing_rule, env.kv_capacity_tokens, config_.block_size));
-    }
-    PrefixCacheSource prefix;  // unusable (no caching) unless switched on and hashes exist
-    if (config_.prefix_caching) prefix = {env.requests, env.prefix_blocks};
-    const int64_t blocks = env.num_gpu_blocks > 0 ? env.num_gpu_blocks : env.kv_capacity_tokens / config_.block_size;
-    auto paged = std::make_unique<PagedKvCache>(n, blocks, config_.block_size, config_.watermark, prefix);
-    paged->set_side_blocks(env.cost_model->sliding_window_side_blocks(config_.block_size));
-    if (env.kv_offload_cpu_tokens > 0) {
-      if (config_.prefix_caching && !prefix.usable()) {
-        throw UserError(
-            "--kv-offload: the workload has no prompt-block hashes (a trace's hash_ids, or --prefix), so "
-            "no block would ever be found again");
-      }
-      if (!config_.prefix_caching) {
-        throw UserError(
-            fmt::format("--kv-offload: policy '{}' has no prefix caching, whose evicted blocks the "
-                        "host tier would keep: add --policy-opt prefix_caching=true",
-                        name_));
-      }
-      paged->set_host_tier(std::max<int64_t>(1, env.kv_offload_cpu_tokens / config_.block_size));
-    }
-    paged_kv_ = paged.get();
-    kv_ = std::move(paged);
-  } else {
-    paged_kv_ = nullptr;
-    // Counted in blocks only for TensorRT-LLM's no-evict reservation; --num-gpu-blocks then
-    // sets the block count as it does for a paged cache.
-    const int32_t unit = config_.reserve_blocks_to_completion ? config_.block_size : 1;
-    const int64_t capacity = env.num_gpu_blocks > 0 && config_.reserve_blocks_to_completion ? env.num_gpu_blocks * unit
-                                                                                            : env.kv_capacity_tokens;
-    kv_ = std::make_unique<ReservedKvCache>(n, capacity, unit);
-  }
+  capacity_.attach(config_, env, name_);
   packing_.attach(config_, env);
-  swapped_tokens_.assign(n, 0);
-  finished_flag_.assign(n, 0);
-  ranking_ = RequestRanking(config_.scheduling_policy, config_.sjf_by, *env.requests);
-  waiting_ = WaitingQueue(&ranking_);
-  held_.assign(env.role == PoolRole::kPrefill ? n : 0, 0);
-  remote_pending_.assign(env.role == PoolRole::kDecode ? n : 0, 0);
   cohort_ = nullptr;
-  if (env.cohort != nullptr && kv_->cohort_grows_by_count() && !ranking_.ranked() && !config_.generation_first &&
-      env.role == PoolRole::kColocated) {
+  if (env.cohort != nullptr && capacity_.kv().cohort_grows_by_count() && !capacity_.ranking().ranked() &&
+      !config_.generation_first && env.role == PoolRole::kColocated) {
     cohort_ = env.cohort;
     // (A reservation takes no blocks as it grows: its cohort counts none.)
-    cohort_->enable(paged_kv_ != nullptr ? paged_kv_->block_size() : 1);
+    cohort_->enable(capacity_.paged_kv() != nullptr ? capacity_.paged_kv()->block_size() : 1);
   }
-}
-
-int64_t ContinuousPolicy::reserve_tokens(RequestId id) const {
-  const Request& r = env_->request(id);
-  if (!config_.paged && config_.reserve_max_model_len && env_->max_model_len > 0) {
-    return env_->max_model_len;
-  }
-  // The last output token is sampled but never fed back, so it needs no KV.
-  // A reservation is made before the output's length is known, so for the longest output the
-  // client allows: TGI 1.x's router counts input + max_new_tokens (router/src/queue.rs
-  // next_batch), TensorRT-LLM 1.x GUARANTEED_NO_EVICT reserves prompt + mMaxNewTokens
-  // (capacityScheduler.cpp through kvCacheManager.cpp getRemainingBlocksToCompletion). Paged
-  // KV is allocated as tokens are written, so what the request really holds, prompt + output,
-  // decides whether it can ever fit (vLLM's can_allocate / allocate_slots never read
-  // max_tokens).
-  const int64_t output = config_.paged ? r.output_tokens : env_->output_limit(id);
-  // TensorRT-LLM counts mPromptLen + mMaxNewTokens (getRemainingBlocksToCompletion), the
-  // sampled-only last token included.
-  if (!config_.paged && config_.reserve_blocks_to_completion) return r.prompt_tokens + output;
-  return static_cast<int64_t>(r.prompt_tokens) + output - 1;
 }
 
 bool reject_over_context(PolicyEnv& env, RequestId id) {
@@ -171,16 +105,15 @@ bool reject_over_cache(PolicyEnv& env, const KvCacheManager& kv, RequestId id, i
 
 void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // A streaming run hands a settled request's id (its slot) to a later arrival.
-  finished_flag_[id] = 0;
+  capacity_.on_arrival(id);
   const Request& r = env_->request(id);
   if (reject_over_context(*env_, id)) return;
   if (env_->role == PoolRole::kDecode && env_->progress_of(id).computed_tokens > 0) {
     // Prefilled elsewhere: no prompt limit applies here (a re-prefill after a recompute
-    // preemption is cut into budget-sized chunks, see ContinuousPacking::step_tokens), only whether its KV can
-    // ever fit.
-    if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
-    remote_pending_[id] = 1;
-    waiting_.add(id);
+    // preemption is cut into budget-sized chunks, see ContinuousPacking::step_tokens), only
+    // whether its KV can ever fit.
+    if (reject_over_cache(*env_, capacity_.kv(), id, capacity_.reserve_tokens(id))) return;
+    capacity_.add_remote(id);
     return;
   }
   // vLLM v0: without chunking, prompt_limit = min(max_model_len, max_num_batched_tokens).
@@ -195,87 +128,12 @@ void ContinuousPolicy::on_arrival(RequestId id, SimTime /*now*/) {
   // generated tokens, through the same watermark check: one whose footprint leaves less than
   // the watermark in an empty cache could be admitted, grow, be preempted and then never be
   // readmitted (v0 drops it then as FINISHED_IGNORED). Rejecting it on arrival says why.
-  if (reject_over_cache(*env_, *kv_, id, reserve_tokens(id))) return;
+  if (reject_over_cache(*env_, capacity_.kv(), id, capacity_.reserve_tokens(id))) return;
   if (config_.async_scheduling) {
     intake_.on_arrival(id);
     return;
   }
-  waiting_.add(id);
-}
-
-SimTime ContinuousPolicy::transfer_time(int64_t tokens) const { return host_kv_copy_time(*env_->cost_model, tokens); }
-
-void ContinuousPolicy::preempt(RequestId victim, Batch& batch, bool allow_swap) {
-  running_.erase(std::find(running_.begin(), running_.end(), victim));
-  if (config_.swap && allow_swap) {
-    // vLLM v0 _preempt_by_swap: the victim's blocks go to host memory (swap_out) and it joins
-    // `swapped`; its computed tokens are kept. Under fcfs the victim is the newest running
-    // request, which has not been grown in this step yet, so it holds exactly its computed
-    // tokens; a ranked victim may have been grown for an item of this step that was just taken
-    // out of the batch, and that KV is dropped, not moved.
-    const int64_t tokens = env_->progress_of(victim).computed_tokens;
-    const int64_t held = kv_->tokens_of(victim);
-    if (ranking_.ranked() ? held < tokens : held != tokens) {
-      throw std::logic_error("swap victim holds KV for tokens it has not computed");
-    }
-    swapped_tokens_[victim] = tokens;
-    kv_->release(victim);
-    batch.extra_time += transfer_time(tokens);  // device -> host
-    swapped_.push_back(victim);
-    env_->preempt(victim, /*keeps_kv=*/true);
-  } else {
-    kv_->release(victim);
-    // Back to the head of the waiting queue (vLLM v0 appendleft, v1 prepend_request), or to
-    // its rank under a ranked policy (PriorityRequestQueue.prepend_request adds by rank).
-    waiting_.add_preempted(victim);
-    env_->preempt(victim, /*keeps_kv=*/false);
-  }
-}
-
-RequestId ContinuousPolicy::preemption_victim(const Batch& batch) const {
-  const auto in_batch = [&batch](RequestId id) {
-    return std::any_of(batch.items.begin(), batch.items.end(), [id](const BatchItem& item) { return item.id == id; });
-  };
-  if (ranking_.ranked()) {
-    // vLLM v1 under --scheduling-policy priority: max(running, key=(priority, arrival_time)),
-    // scheduled in this step or not; with generation_first the decodes already in the batch
-    // stay, as below.
-    const RequestId* victim = nullptr;
-    for (const RequestId& id : running_) {
-      if (config_.generation_first && in_batch(id)) continue;
-      if (victim == nullptr || ranking_.before(*victim, id)) victim = &id;
-    }
-    if (victim == nullptr) throw std::logic_error("no running request left to preempt");
-    return *victim;
-  }
-  if (!config_.generation_first) return running_.back();
-  // The decodes of this step are in the batch already; a victim must not be one of them.
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (!in_batch(*it)) return *it;
-  }
-  throw std::logic_error("no running request left to preempt");
-}
-
-bool ContinuousPolicy::preempt_for_best_waiting(Batch& batch) {
-  // vLLM v0 _schedule_priority_preemption: `while running_queue and _get_priority(
-  // running_queue[-1]) > _get_priority(seq_group)`: preempt the lowest-ranked running request
-  // unless the waiting head can be allocated (can_allocate OK) and scheduled (budget and
-  // max_num_seqs, counting the running ones), in which case the next step admits it.
-  if (waiting_.empty()) return false;
-  const RequestId head = waiting_.front();
-  bool preempted = false;
-  while (!running_.empty()) {
-    const RequestId victim = preemption_victim(batch);
-    if (!ranking_.before(head, victim)) break;
-    if (static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-      const AdmissionStep step = admission_step(head, packing_.token_budget(), 0);
-      if (step.tokens > 0 && kv_->can_admit(head, step.fit, reserve_tokens(head))) break;
-    }
-    // v0 appends the victim to `waiting` whatever its preemption mode: recompute.
-    preempt(victim, batch, /*allow_swap=*/false);
-    preempted = true;
-  }
-  return preempted;
+  capacity_.waiting().add(id);
 }
 
 bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
@@ -288,6 +146,7 @@ bool ContinuousPolicy::schedule_running(Batch& batch, int64_t& budget) {
 }
 
 bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left, RunningPass pass) {
+  std::vector<RequestId>& running = capacity_.running();
   bool preempted = false;
   // A local copy, written back at the end: through the reference every batch append would
   // make the compiler store and reload it, once per running request.
@@ -297,8 +156,8 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
   const size_t first = pass != RunningPass::all ? 0
                        : cohort_ != nullptr     ? schedule_cohort(batch, budget, preempted)
                                                 : schedule_leading_decodes(batch, budget);
-  for (size_t i = first; i < running_.size() && budget > 0;) {
-    const RequestId id = running_[i];
+  for (size_t i = first; i < running.size() && budget > 0;) {
+    const RequestId id = running[i];
     const RequestProgress& p = env_->progress_of(id);
     // (Read once: nothing below changes this request's progress but its own preemption, which
     // ends the pass.)
@@ -324,19 +183,19 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     // + max_tokens): tokens beyond it would never be kept.
     ContinuousPacking::Drafts d;
     if (packing_.speculates() && need == 1 && p.generated_tokens > 0) {
-      d = packing_.drafts_within(std::max<int64_t>(0, speculative_cap(id) - known), budget);
+      d = packing_.drafts_within(std::max<int64_t>(0, capacity_.speculative_cap(id) - known), budget);
     }
     const int64_t drafts = d.drafts, slots = d.slots;
     bool scheduled = true;
     bool preempted_here = false;
-    while (!grow(id, p.computed_tokens + n + slots)) {
+    while (!capacity_.grow(id, p.computed_tokens + n + slots)) {
       // Out of blocks: preempt the newest running request (vLLM `running.pop()`), or the
       // lowest-ranked (priority, sjf), possibly this one. A ranked victim scheduled earlier in
       // this step leaves the batch and its tokens go back to the budget (vLLM v1 refunds
       // num_scheduled_tokens).
-      const RequestId victim = preemption_victim(batch);
+      const RequestId victim = capacity_.preemption_victim(batch);
       budget += packing_.remove_from_batch(victim, batch);
-      preempt(victim, batch);
+      capacity_.preempt(victim, batch);
       preempted = true;
       preempted_here = true;
       if (victim == id) {
@@ -350,8 +209,8 @@ bool ContinuousPolicy::schedule_running_pass(Batch& batch, int64_t& budget_left,
     if (!scheduled) break;
     // A victim may have been ahead of this request (a prefill in the decode pass, or a
     // lower-ranked request scheduled earlier).
-    if (preempted_here && (i >= running_.size() || running_[i] != id)) {
-      i = static_cast<size_t>(std::find(running_.begin(), running_.end(), id) - running_.begin());
+    if (preempted_here && (i >= running.size() || running[i] != id)) {
+      i = static_cast<size_t>(std::find(running.begin(), running.end(), id) - running.begin());
     }
     packing_.add_step(id, n, p, known, batch, static_cast<int32_t>(drafts));
     budget -= n + drafts;
@@ -373,9 +232,12 @@ inline bool plain_decode(const RequestProgress& p, const Request& r) {
 
 size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& preempted) {
   if (budget <= 0) return 0;  // (nobody steps, members included, as schedule_leading_decodes)
+  std::vector<RequestId>& running = capacity_.running();
+  KvCacheManager& kv = capacity_.kv();
+  PagedKvCache* const paged_kv = capacity_.paged_kv();
   DecodeCohort& cohort = *cohort_;
   auto members = static_cast<size_t>(cohort.size());
-  const size_t limit = std::min(running_.size(), static_cast<size_t>(budget));
+  const size_t limit = std::min(running.size(), static_cast<size_t>(budget));
   if (members > limit) {
     // The budget ends among the members: the per-request loop stops where it does.
     dissolve_cohort();
@@ -387,20 +249,20 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
   // members whose tokens are.
   const Request* requests = env_->requests->data();
   const RequestProgress* progress = env_->progress->data();
-  const bool paged = paged_kv_ != nullptr;
-  const int64_t block_size = paged ? paged_kv_->block_size() : 1;
+  const bool paged = paged_kv != nullptr;
+  const int64_t block_size = paged ? paged_kv->block_size() : 1;
   size_t end = members;
   int64_t blocks = paged ? cohort.blocks_next_step() : 0;
   for (; end < limit; ++end) {
-    const RequestId id = running_[end];
+    const RequestId id = running[end];
     const RequestProgress& p = progress[id];
     const Request& r = requests[id];
     const int64_t computed = p.computed_tokens;
     if (!plain_decode(p, r)) break;
-    if (kv_->tokens_of(id) != computed || !kv_->grows_within(id, int64_t{r.prompt_tokens} + r.output_tokens - 1)) break;
+    if (kv.tokens_of(id) != computed || !kv.grows_within(id, int64_t{r.prompt_tokens} + r.output_tokens - 1)) break;
     if (paged && computed % block_size == 0) ++blocks;
   }
-  if (paged && blocks > paged_kv_->free_blocks()) {
+  if (paged && blocks > paged_kv->free_blocks()) {
     // Out of blocks: what schedule_leading_decodes and the pass after it do, growing in order
     // and preempting the newest running request (vLLM `running.pop()`) whenever one does not
     // fit, until it fits or the one being grown is the newest and preempts itself, which ends
@@ -408,19 +270,19 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
     // being grown: members and joiners at the back leave first.
     blocks = 0;
     for (size_t c = 0; c < end; ++c) {
-      const RequestId id = running_[c];
+      const RequestId id = running[c];
       const bool needs =
           c < members ? cohort.needs_block_next_step(id) : progress[id].computed_tokens % block_size == 0;
       if (!needs) continue;
-      while (paged_kv_->free_blocks() - blocks < 1) {
-        const RequestId victim = running_.back();
-        const size_t at = running_.size() - 1;
+      while (paged_kv->free_blocks() - blocks < 1) {
+        const RequestId victim = running.back();
+        const size_t at = running.size() - 1;
         if (at < members) {
           leave_cohort(victim);
           --members;
         }
         if (at < end) --end;
-        preempt(victim, batch);
+        capacity_.preempt(victim, batch);
         preempted = true;
         if (victim == id) break;
       }
@@ -428,10 +290,10 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
       ++blocks;
     }
   }
-  for (size_t i = members; i < end; ++i) cohort.join(running_[i], requests[running_[i]].output_tokens);
+  for (size_t i = members; i < end; ++i) cohort.join(running[i], requests[running[i]].output_tokens);
   const int64_t size = cohort.size();
   if (size == 0) return 0;
-  if (!kv_->grow_cohort(size, blocks))
+  if (!kv.grow_cohort(size, blocks))
     throw std::logic_error("decode cohort growth failed after its blocks were counted");
   BatchShape& shape = batch.shape;
   shape.num_decodes += size;
@@ -440,36 +302,38 @@ size_t ContinuousPolicy::schedule_cohort(Batch& batch, int64_t& budget, bool& pr
   shape.num_sampled += size;  // each decode samples
   cohort.grow();
   budget -= size;
-  batch.cohort = std::span<const RequestId>(running_.data(), static_cast<size_t>(size));
+  batch.cohort = std::span<const RequestId>(running.data(), static_cast<size_t>(size));
   return static_cast<size_t>(size);
 }
 
 void ContinuousPolicy::leave_cohort(RequestId id) {
   cohort_->leave(id);
   // Its KV tokens, which lagged, are its computed ones (a running request's are, between steps).
-  kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
+  capacity_.kv().settle_cohort_member(id, env_->progress_of(id).computed_tokens);
 }
 
 void ContinuousPolicy::dissolve_cohort() {
-  const auto members = static_cast<size_t>(cohort_->size());  // running_'s prefix
-  for (size_t i = 0; i < members; ++i) leave_cohort(running_[i]);
+  const auto members = static_cast<size_t>(cohort_->size());  // `running`'s prefix
+  for (size_t i = 0; i < members; ++i) leave_cohort(capacity_.running()[i]);
 }
 
 size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget) {
+  PagedKvCache* const paged_kv = capacity_.paged_kv();
   // (One token per decode: a speculating replica's decodes take the general pass.)
-  if (paged_kv_ == nullptr || budget <= 0 || packing_.speculates()) return 0;
+  if (paged_kv == nullptr || budget <= 0 || packing_.speculates()) return 0;
   // Written in place (the items sized for the most there can be, then cut) and the shape's
   // decode aggregates (BatchShape::add_decode's) summed in locals: Batch::add per request would
   // store and reload them all, as the compiler cannot tell the batch from the KV cache's members.
-  const size_t limit = std::min(running_.size(), static_cast<size_t>(budget));
+  const std::vector<RequestId>& running = capacity_.running();
+  const size_t limit = std::min(running.size(), static_cast<size_t>(budget));
   const size_t base = batch.items.size();
   batch.items.resize(base + limit);
   BatchItem* out = batch.items.data() + base;
-  const RequestId* ids = running_.data();
+  const RequestId* ids = running.data();
   const Request* requests = env_->requests->data();
   const RequestProgress* progress = env_->progress->data();
   int64_t context_sum = 0, context_max = 0;
-  PagedKvCache::DecodeGrowth growth(*paged_kv_);
+  PagedKvCache::DecodeGrowth growth(*paged_kv);
   size_t i = 0;
   for (; i < limit; ++i) {
     const RequestId id = ids[i];
@@ -493,135 +357,52 @@ size_t ContinuousPolicy::schedule_leading_decodes(Batch& batch, int64_t& budget)
 }
 
 void ContinuousPolicy::schedule_swapped(Batch& batch, int64_t& budget) {
-  while (!swapped_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  const std::vector<RequestId>& running = capacity_.running();
+  while (capacity_.has_swapped() && budget > 0 && static_cast<int64_t>(running.size()) < config_.max_num_seqs) {
     // vLLM v0 _schedule_swapped: FCFS from `swapped` while can_swap_in (which, like
     // admission, keeps the watermark free) and the budget allow.
-    const RequestId id = swapped_.front();
-    const int64_t tokens = swapped_tokens_[id];
+    const RequestId id = capacity_.swapped_front();
     // The victim may have been swapped out in the middle of a chunked prefill: it resumes
     // with its next chunk, else with a decode.
-    const int64_t n = packing_.step_tokens(need_of(id), budget);
+    const int64_t n = packing_.step_tokens(packing_.need_of(id), budget);
     if (n == 0) break;
-    // Blocks for the swapped-in KV plus the tokens this step writes.
-    if (!kv_->try_admit(id, tokens + n, reserve_tokens(id))) break;
-    swapped_.pop_front();
-    running_.push_back(id);
-    batch.extra_time += transfer_time(tokens);  // host -> device
+    if (!capacity_.swap_in(id, n, batch)) break;
     packing_.add_step(id, n, batch);
     budget -= n;
   }
 }
 
-ContinuousPolicy::AdmissionStep ContinuousPolicy::admission_step(RequestId id, int64_t budget,
-                                                                 int64_t partial_prefills) const {
-  AdmissionStep step;
-  // vLLM v1 get_computed_blocks: a prefix whose KV the cache holds is not computed again
-  // (0 without prefix caching). A waiting request has computed nothing (new, or recomputed).
-  step.cached = kv_->cached_prefix_tokens(id, env_->known_tokens(id));
-  step.need = need_of(id) - step.cached;
-  // Its step's tokens, 0 when it must wait (max_num_partial_prefills among the rules).
-  step.tokens = packing_.admission_tokens(step.need, budget, partial_prefills);
-  // Without chunking, admission needs room for the whole prefill (v0 can_allocate counts
-  // every block of the prompt), also when an over-long re-prefill is cut at the budget: else
-  // it would be admitted for one chunk and preempted again at the next. With chunking the
-  // same holds under admission=full_prompt: vLLM v1 allocate_slots(full_sequence_must_fit=
-  // scheduler_reserve_full_isl) refuses a request unless blocks for all its num_tokens
-  // (prompt + output so far), less its prefix-cache hit, are free, and allocates only this
-  // step's chunk (vllm/v1/core/kv_cache_manager.py, main 2026-05; v0.19.0 and later).
-  const bool whole = !config_.chunked || config_.admit_full_prompt;
-  step.fit = step.cached + (whole ? step.need : step.tokens);
-  return step;
-}
-
-int64_t ContinuousPolicy::count_admissible(int64_t budget, int64_t enough) const {
-  // schedule_waiting's admissions, on copies of its budgets and with the KV room as a count.
-  int64_t count = 0;
-  int64_t room = kv_->admission_room();
-  int64_t seqs = static_cast<int64_t>(running_.size());
-  int64_t partial = packing_.partial_prefills();
-  waiting_.visit_in_order([&](RequestId id) {
-    if (count >= enough || budget <= 0 || seqs >= config_.max_num_seqs) return false;
-    const AdmissionStep step = admission_step(id, budget, partial);
-    const int64_t n = step.tokens;
-    if (n == 0) return false;
-    if (n < step.need) ++partial;
-    // Room for what admission checks, less what it allocates (the first chunk only, under
-    // admission=full_prompt).
-    if (kv_->admission_cost(step.fit, reserve_tokens(id)) > room) return false;
-    room -= kv_->admission_cost(step.cached + n, reserve_tokens(id));
-    budget -= n;
-    ++seqs;
-    ++count;
-    return true;
-  });
-  return count;
-}
-
-bool ContinuousPolicy::admission_allowed(int64_t budget) const {
-  if (config_.max_waiting_tokens == 0 || running_.empty() || waiting_.empty()) return true;
-  // TGI's rule keeps prefills from interrupting the decodes; a remote request's admission
-  // prefills nothing.
-  if (!remote_pending_.empty() && remote_pending_[waiting_.front()] != 0) return true;
-  // TGI: `if waiting_tokens >= max_waiting_tokens` take any new requests; else only a batch of
-  // at least floor(batch_size * waiting_served_ratio) (queue.next_batch's min_size).
-  if (steps_since_admission_ + 1 >= config_.max_waiting_tokens) return true;
-  const auto min_size =
-      static_cast<int64_t>(std::floor(static_cast<double>(running_.size()) * config_.waiting_served_ratio));
-  return count_admissible(budget, min_size) >= min_size;
-}
-
 void ContinuousPolicy::schedule_waiting(Batch& batch, int64_t& budget) {
+  WaitingQueue& waiting = capacity_.waiting();
+  const std::vector<RequestId>& running = capacity_.running();
   // TGI batching_task: the inner loop's prefill is always followed by a decode.
   if (config_.decode_after_admission && admitted_into_running_) {
-    forced_decode_ = !waiting_.empty();
+    forced_decode_ = !waiting.empty();
     return;
   }
-  if (!admission_allowed(budget)) {
+  if (!capacity_.admission_allowed(budget, steps_since_admission_, packing_)) {
     held_back_ = true;
     return;
   }
   // Whether this admission joins a running batch (TGI's inner loop) or starts one.
-  into_running_ = !running_.empty();
+  into_running_ = !running.empty();
   // vLLM v1 schedule() step 2 / v0 _schedule_prefills: in the waiting queue's order (FCFS, or
   // by rank) while a sequence slot (max_num_seqs), budget and KV are left; the first request
   // that does not fit stops admission (head-of-line), so a later, smaller (or, under a ranked
   // policy, lower-ranked) request never overtakes it.
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    const RequestId id = waiting_.front();
-    if (!remote_pending_.empty() && remote_pending_[id] != 0) {
-      if (!admit_remote(id)) break;
+  while (!waiting.empty() && budget > 0 && static_cast<int64_t>(running.size()) < config_.max_num_seqs) {
+    const RequestId id = waiting.front();
+    if (capacity_.is_remote_pending(id)) {
+      if (!capacity_.admit_remote(id)) break;
       continue;
     }
-    const auto [cached, need, n, fit] = admission_step(id, budget, packing_.partial_prefills());
-    if (n == 0) break;
-    // Room for more than this step writes (admission_step): checked, not allocated.
-    if (fit > cached + n && !kv_->can_admit(id, fit, reserve_tokens(id))) break;
-    // vLLM v0 can_allocate (watermark) / v1 allocate_slots returning None: wait.
-    if (!kv_->try_admit(id, cached + n, reserve_tokens(id))) break;
-    if (cached > 0) {
-      PagedKvCache& paged = static_cast<PagedKvCache&>(*kv_);
-      const int64_t loaded = paged.loaded_tokens_of(id);
-      if (paged.shared_tokens_of(id) + loaded != cached) {
-        throw std::logic_error("prefix cache shared another prefix than it found");
-      }
-      if (loaded > 0) {
-        // Blocks from the host tier are copied to the GPU before the step's forward pass, as
-        // LMCache does by default (use_layerwise=False: the retrieve completes before the
-        // forward); vLLM's native OffloadingConnector instead lets the request wait while
-        // others step (WAITING_FOR_REMOTE_KVS), which this charges to every request of the step.
-        const SimTime load = transfer_time(loaded);
-        batch.extra_time += load;
-        paged.note_host_load(
-            static_cast<double>(loaded) * static_cast<double>(env_->cost_model->model().kv_bytes_per_token()),
-            load.seconds());
-      }
-      env_->use_cached_prefix(id, cached);
-    }
-    waiting_.pop_front();
-    running_.push_back(id);
+    const ContinuousCapacity::AdmissionStep step =
+        capacity_.admission_step(id, budget, packing_.partial_prefills(), packing_);
+    if (step.tokens == 0) break;
+    if (!capacity_.admit(id, step, batch)) break;
     admitted_ = true;
-    packing_.add_step(id, n, batch);
-    budget -= n;
+    packing_.add_step(id, step.tokens, batch);
+    budget -= step.tokens;
   }
 }
 
@@ -629,79 +410,33 @@ bool ContinuousPolicy::fill_batch(Batch& batch, int64_t& budget) {
   if (!config_.mixed_prefill && !config_.chunked) {
     // vLLM v0 `_schedule_default`: admit prefills if nothing is swapped out; only when no
     // prefill was admitted, run the decodes; only when nothing was preempted, swap in.
-    if (swapped_.empty()) schedule_waiting(batch, budget);
+    if (!capacity_.has_swapped()) schedule_waiting(batch, budget);
     if (!batch.empty()) return true;
     // v0 under policy "priority": `if len(prefills.seq_groups) == 0`, first
     // _schedule_priority_preemption, then the decodes of those left; its preemptions do not
     // hold back the swap-in (only _schedule_running's do).
-    const bool forced = config_.preempt_for_waiting && ranking_.ranked() && preempt_for_best_waiting(batch);
+    const bool forced = config_.preempt_for_waiting && capacity_.ranking().ranked() &&
+                        capacity_.preempt_for_best_waiting(batch, packing_);
     if (!schedule_running(batch, budget)) return false;
     schedule_swapped(batch, budget);
     // v0 ends a step that preempted every running request with nothing scheduled; its next
     // step, at once since nothing computes, admits the waiting requests: here the same step.
-    if (forced && batch.empty() && swapped_.empty()) schedule_waiting(batch, budget);
+    if (forced && batch.empty() && !capacity_.has_swapped()) schedule_waiting(batch, budget);
     return !forced;
   } else {
     // Mixed (Orca) and chunked (Sarathi-Serve, vLLM v1): running first, then swapped and new
     // requests, the latter only in a step without preemption (vLLM v1 scheduler step 2).
     if (!schedule_running(batch, budget)) return false;
     schedule_swapped(batch, budget);
-    if (swapped_.empty()) schedule_waiting(batch, budget);
+    if (!capacity_.has_swapped()) schedule_waiting(batch, budget);
   }
   return true;
-}
-
-bool ContinuousPolicy::admit_remote(RequestId id) {
-  // vLLM v1 with a KV connector (scheduler.py schedule(), WAITING loop): the connector reports
-  // the prompt's tokens as external (NixlConnector get_num_new_matched_tokens: all prompt
-  // tokens not computed locally, load_kv_async=True); allocate_slots takes blocks for them,
-  // with the watermark and the prefix cache as any admission, and schedules no tokens; the
-  // request waits in WAITING_FOR_REMOTE_KVS. Blocks for the first decode step are taken when it
-  // runs, as for any running request.
-  const int64_t prompt = env_->request(id).prompt_tokens;
-  if (!kv_->try_admit(id, prompt, reserve_tokens(id))) return false;
-  const int64_t shared = config_.paged ? static_cast<const PagedKvCache&>(*kv_).shared_tokens_of(id) : 0;
-  remote_pending_[id] = 0;
-  waiting_.pop_front();
-  ++receiving_;
-  remote_admitted_ = true;
-  // Tokens this cache already held (a shared prefix) are not pulled (the connector counts only
-  // tokens beyond num_computed_tokens).
-  env_->start_kv_transfer(id, prompt - shared);
-  return true;
-}
-
-void ContinuousPolicy::on_kv_received(RequestId id, SimTime /*now*/) {
-  if (receiving_ < 1 || !kv_->holds(id)) {
-    throw std::logic_error(fmt::format("{}: KV of request {} arrived, but none was awaited", name_, id));
-  }
-  --receiving_;
-  received_.push_back(id);
-}
-
-void ContinuousPolicy::promote_received() {
-  // Landed requests re-enter the WAITING loop (v1 moves them from WAITING_FOR_REMOTE_KVS back to
-  // WAITING at the queue's front) and join `running` while sequence slots are left; with their
-  // prompt computed, their next step is a decode.
-  while (!received_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    running_.push_back(received_.front());
-    received_.pop_front();
-  }
-}
-
-void ContinuousPolicy::release_held_kv(RequestId id) {
-  if (held_.empty() || held_[id] == 0) {
-    throw std::logic_error(fmt::format("{}: release of request {}'s KV, which is not held", name_, id));
-  }
-  held_[id] = 0;
-  kv_->release(id);
 }
 
 // Inlined into schedule(), whose synchronous path is then the body it had before async
 // scheduling existed.
 [[gnu::always_inline]] inline void ContinuousPolicy::build_batch(Batch& batch) {
-  remote_admitted_ = false;  // promote_received() sets it
-  promote_received();
+  capacity_.promote_received();
   bool preempted = false;
   for (;;) {
     int64_t budget = packing_.token_budget();
@@ -718,17 +453,19 @@ void ContinuousPolicy::release_held_kv(RequestId id) {
     // engine schedules again at once; the simulation runs no empty iteration, so that next
     // step is taken here. Each such pass moves a request out of the running set, so it ends.
     // (A swap-out's transfer time stays in batch.extra_time.)
-    if (!(cut_short && batch.empty() && ranking_.ranked())) break;
+    if (!(cut_short && batch.empty() && capacity_.ranking().ranked())) break;
   }
   // A step that admitted is no decode step even when its shape is all decodes: a request
   // readmitted after recompute whose cache hit leaves one token to compute (its own output
   // blocks are cached) runs alone in an exclusive prefill step, and the next step differs.
   // A remote request whose KV was allocated now is no decode of this batch, but it will join
   // a later one: the next step differs.
-  // Admissions may have moved running_ since the cohort's span was taken.
-  if (!batch.cohort.empty()) batch.cohort = std::span<const RequestId>(running_.data(), batch.cohort.size());
-  repeatable_ = !preempted && !admitted_ && !remote_admitted_ && !batch.empty() && batch.shape.prefills.empty() &&
-                swapped_.empty();
+  // Admissions may have moved `running` since the cohort's span was taken.
+  if (!batch.cohort.empty()) {
+    batch.cohort = std::span<const RequestId>(capacity_.running().data(), batch.cohort.size());
+  }
+  repeatable_ = !preempted && !admitted_ && !capacity_.remote_admitted() && !batch.empty() &&
+                batch.shape.prefills.empty() && !capacity_.has_swapped();
   steps_since_admission_ = admitted_ ? 0 : steps_since_admission_ + 1;
   admitted_into_running_ = admitted_ && into_running_;
 }
@@ -745,7 +482,7 @@ void ContinuousPolicy::schedule_ahead(SimTime now, Batch& batch) {
   // vLLM's async scheduling: this step was chosen while the previous one ran.
   const int64_t steps_since_admission = steps_since_admission_;
   const bool held = intake_.schedule(
-      now, batch, [this](RequestId id) { waiting_.add(id); }, [&] { build_batch(batch); },
+      now, batch, [this](RequestId id) { capacity_.waiting().add(id); }, [&] { build_batch(batch); },
       [&] { steps_since_admission_ = steps_since_admission; });
   if (held) repeatable_ = false;  // a held request joins the next step
 }
@@ -768,17 +505,18 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     // The cohort's step (its members are all the batch: a decode-only step's plain decodes),
     // in O(1); without prefix caching, nothing cached can be evicted.
     if (!batch.items.empty()) return false;
-    const int64_t blocks = paged_kv_ != nullptr ? cohort_->blocks_next_step() : 0;
-    if (!kv_->grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
+    const int64_t blocks = capacity_.paged_kv() != nullptr ? cohort_->blocks_next_step() : 0;
+    if (!capacity_.kv().grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
     cohort_->grow();
     ++steps_since_admission_;
     return true;
   }
   // The KV cache takes the run's steps in O(1) each (KvCacheManager::begin_decode_run); the
   // requests' own counts catch up when the run ends (on_iteration_end).
-  if (!kv_->in_decode_run()) kv_->begin_decode_run(batch.items);
+  KvCacheManager& kv = capacity_.kv();
+  if (!kv.in_decode_run()) kv.begin_decode_run(batch.items);
   if (config_.paged) {
-    const auto& paged = static_cast<const PagedKvCache&>(*kv_);
+    const auto& paged = static_cast<const PagedKvCache&>(kv);
     const int64_t new_blocks = paged.decode_run_blocks();
     if (new_blocks > paged.free_blocks()) return false;  // schedule() would preempt
     // With prefix caching and a request waiting, growth must not evict a block of its cached
@@ -787,45 +525,23 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     // counts, unless TGI's wait rule counts what the others would find; any other eviction
     // only shrinks the free room, as growth does. With nobody waiting, what is cached
     // changes no decision of schedule().
-    if (!waiting_.empty() &&
+    const WaitingQueue& waiting = capacity_.waiting();
+    if (!waiting.empty() &&
         (config_.max_waiting_tokens > 0 ? paged.allocation_evicts(new_blocks)
-                                        : paged.allocation_evicts_run_of(waiting_.front(), new_blocks))) {
+                                        : paged.allocation_evicts_run_of(waiting.front(), new_blocks))) {
       return false;
     }
   }
-  if (!kv_->decode_run_step()) throw std::logic_error("decode growth failed after its blocks were counted");
+  if (!kv.decode_run_step()) throw std::logic_error("decode growth failed after its blocks were counted");
   ++steps_since_admission_;  // as schedule() would count this decode-only step
   return true;
 }
 
 void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime now) {
-  kv_->end_decode_run();  // the iteration (run) that grew the requests has ended
+  capacity_.kv().end_decode_run();  // the iteration (run) that grew the requests has ended
   if (config_.async_scheduling) intake_.on_iteration_end(now);
   if (finished.empty()) return;
-  for (RequestId id : finished) {
-    finished_flag_[id] = 1;
-    // A member left the cohort as it finished (its progress is exact now): its KV tokens, which
-    // lagged, are its computed ones (every running request's are, between steps).
-    if (cohort_ != nullptr) kv_->settle_cohort_member(id, env_->progress_of(id).computed_tokens);
-    // Prefill role: the KV stays until its transfer lands (release_held_kv).
-    if (held_.empty()) {
-      kv_->release(id);
-    } else {
-      held_[id] = 1;
-    }
-  }
-  // Out of running_, in order. The finished are few: once all are passed, the rest moves down in
-  // one block instead of being tested one by one.
-  size_t unseen = finished.size();
-  auto kept = running_.begin(), it = running_.begin();
-  for (; it != running_.end() && unseen > 0; ++it) {
-    if (finished_flag_[*it] != 0) {
-      --unseen;
-    } else {
-      *kept++ = *it;
-    }
-  }
-  running_.erase(std::move(it, running_.end(), kept), running_.end());
+  capacity_.release_finished(finished, cohort_ != nullptr);
 }
 
 }  // namespace batchsim
