@@ -92,8 +92,7 @@ Simulation::Simulation(const Workload& workload, std::span<Policy* const> polici
   }
 }
 
-SimulationResult Simulation::run() {
-  const auto n = static_cast<int64_t>(workload_.size());
+void Simulation::reset(int64_t n) {
   for (int64_t i = 0; i < n; ++i) check_request(workload_[i], i, i > 0 ? workload_[i - 1].arrival : SimTime::zero());
   if (streaming()) {
     const char* unsupported = options_.max_concurrency > 0 ? "closed-loop clients"
@@ -117,22 +116,7 @@ SimulationResult Simulation::run() {
                  workload_, streaming(), &progress_, &events_);
   requests_ = streaming() ? &slots_ : clients_.moves_sends() ? &clients_.sent() : &workload_;
   total_requests_ = streaming() ? std::numeric_limits<int64_t>::max() : n;
-  if (streaming()) {
-    slots_.assign(table, Request{});
-    slot_reject_reason_.assign(table, std::string());
-    // Popped from the back: slot 0 first, so that a run with few in flight stays in few slots.
-    kv_held_slots_.clear();
-    free_slots_.resize(table);
-    for (size_t k = 0; k < table; ++k) free_slots_[k] = static_cast<RequestId>(table - 1 - k);
-    figures_ = RequestFigures<SketchedSamples>{};
-    read_ = 0;
-    slot_prefix_blocks_ = PrefixBlockHashes{};
-    if (const int32_t block_tokens = source_->prefix_block_tokens(); block_tokens > 0) {
-      slot_prefix_blocks_.block_tokens = block_tokens;
-      slot_prefix_blocks_.per_slot.assign(table, {});
-    }
-    next_request_ = source_->next();
-  }
+  if (streaming()) reset_slots(table);
   prefix_blocks_ = streaming() ? &slot_prefix_blocks_ : options_.prefix_blocks;
   scheduled_ = 0;
   progress_.assign(table, RequestProgress{});
@@ -145,6 +129,26 @@ SimulationResult Simulation::run() {
   speculative_rng_ = Rng::for_stream(options_.router_seed, kSpeculativeStream);
   result_ = SimulationResult{};
   result_.requests.resize(n);
+}
+
+void Simulation::reset_slots(size_t table) {
+  slots_.assign(table, Request{});
+  slot_reject_reason_.assign(table, std::string());
+  // Popped from the back: slot 0 first, so that a run with few in flight stays in few slots.
+  kv_held_slots_.clear();
+  free_slots_.resize(table);
+  for (size_t k = 0; k < table; ++k) free_slots_[k] = static_cast<RequestId>(table - 1 - k);
+  figures_ = RequestFigures<SketchedSamples>{};
+  read_ = 0;
+  slot_prefix_blocks_ = PrefixBlockHashes{};
+  if (const int32_t block_tokens = source_->prefix_block_tokens(); block_tokens > 0) {
+    slot_prefix_blocks_.block_tokens = block_tokens;
+    slot_prefix_blocks_.per_slot.assign(table, {});
+  }
+  next_request_ = source_->next();
+}
+
+void Simulation::set_up_replicas() {
   // Replicas are copies of one policy (pools size theirs in set_up_pools).
   const Policy::KvSizing kv = size_kv(*policies_.front(), cost_model_);
   result_.kv_capacity_tokens = kv.tokens;
@@ -180,80 +184,85 @@ SimulationResult Simulation::run() {
     handing_off_.clear();
     clients_.mirror_sends_into(&pools_.prefill_view());
   }
-  for (size_t i = 0; i < replicas_.size(); ++i) {
-    Replica& r = replicas_[i];
-    PolicyEnv& env = r.env;
-    env.requests = r.role == PoolRole::kPrefill ? &pools_.prefill_view() : requests_;
-    env.progress = &progress_;
-    env.cost_model = r.cost_model;
-    // The sizing is one attention rank's (each DP rank sizes its own cache, as each of vLLM's
-    // DP engines does); the replica's memory is its ranks' together.
-    const int ranks = r.policy->attention_ranks();
-    env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
-    if (r.num_gpu_blocks > 0) r.kv_sizing_rule = fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks);
-    if (ranks > 1) {
-      r.kv_capacity_tokens *= ranks;
-      r.kv_sizing_rule =
-          fmt::format("{} DP ranks of {} tokens, each by {}", ranks, env.kv_capacity_tokens, r.kv_sizing_rule);
-    }
-    env.kv_sizing_rule = r.kv_sizing_rule;
-    env.num_gpu_blocks = r.num_gpu_blocks;
-    env.kv_offload_cpu_tokens = options_.kv_offload_cpu_tokens;
-    env.max_model_len = r.cost_model->model().max_context_tokens;
-    env.role = r.role;
-    if (r.role == PoolRole::kDecode) {
-      env.start_kv_transfer = [this, &r](RequestId id, int64_t tokens) {
-        pools_.start_kv_transfer(r, id, tokens, now_);
-      };
-    }
-    env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
-    env.preempt = [this, &r](RequestId id, bool keeps_kv) {
-      RequestProgress& p = progress_[id];
-      if (p.state != RequestState::kRunning) {
-        throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
-      }
-      if (r.in_cohort(id)) {
-        throw std::logic_error(fmt::format("policy preempted request {} while it is in the decode cohort", id));
-      }
-      latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
-                         p.generated_tokens, keeps_kv);
-      ++p.preemptions;
-      ++r.preemptions;
-      p.state = RequestState::kWaiting;
-      if (!keeps_kv) p.computed_tokens = 0;
-      record_phase(id, RequestPhase::kPreempted);
-    };
-    env.prefix_blocks = prefix_blocks_;
-    env.arrived = &arrived_;
-    env.total_requests = &total_requests_;
-    clients_.expose(env);
-    env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
-      RequestProgress& p = progress_[id];
-      if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
-        throw std::logic_error(fmt::format("policy claimed {} cached tokens for request {} (computed {}, known {})",
-                                           tokens, id, p.computed_tokens, env.known_tokens(id)));
-      }
-      p.computed_tokens = tokens;
-      p.cached_tokens += tokens;
-      admission_hit_[id] = tokens;
-    };
-    // The cohort needs every batch's requests to be the replica's business alone, and its
-    // members listed by nobody: not with fast-forward off (whose runs the tests compare with
-    // it), a hook or a log that wants every item, or pools (a hand-off reads the items).
-    if (options_.fast_forward && !options_.on_iteration &&
-        !(options_.record_iterations && options_.record_iteration_items) && !pooled()) {
-      r.cohorts.resize(static_cast<size_t>(std::max(1, r.policy->attention_ranks())));
-      for (DecodeCohort& cohort : r.cohorts) cohort.attach(&progress_);
-      env.cohort = &r.cohorts.front();
-      if (r.cohorts.size() > 1) env.rank_cohorts = r.cohorts;
-    }
-    r.policy->attach(env);
-    // Blocks given by count: the capacity is what the policy built from them (N x its block
-    // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
-    if (r.num_gpu_blocks > 0) r.kv_capacity_tokens = r.policy->kv_cache().capacity_tokens();
-  }
+  for (Replica& r : replicas_) attach(r);
   result_.kv_capacity_tokens = replicas_.front().kv_capacity_tokens;
   result_.kv_capacity_rule = replicas_.front().kv_sizing_rule;
+}
+
+void Simulation::attach(Replica& r) {
+  PolicyEnv& env = r.env;
+  env.requests = r.role == PoolRole::kPrefill ? &pools_.prefill_view() : requests_;
+  env.progress = &progress_;
+  env.cost_model = r.cost_model;
+  // The sizing is one attention rank's (each DP rank sizes its own cache, as each of vLLM's
+  // DP engines does); the replica's memory is its ranks' together.
+  const int ranks = r.policy->attention_ranks();
+  env.kv_capacity_tokens = r.num_gpu_blocks > 0 ? r.num_gpu_blocks * kDefaultBlockSize : r.kv_capacity_tokens;
+  if (r.num_gpu_blocks > 0) r.kv_sizing_rule = fmt::format("--num-gpu-blocks {}", r.num_gpu_blocks);
+  if (ranks > 1) {
+    r.kv_capacity_tokens *= ranks;
+    r.kv_sizing_rule =
+        fmt::format("{} DP ranks of {} tokens, each by {}", ranks, env.kv_capacity_tokens, r.kv_sizing_rule);
+  }
+  env.kv_sizing_rule = r.kv_sizing_rule;
+  env.num_gpu_blocks = r.num_gpu_blocks;
+  env.kv_offload_cpu_tokens = options_.kv_offload_cpu_tokens;
+  env.max_model_len = r.cost_model->model().max_context_tokens;
+  env.role = r.role;
+  if (r.role == PoolRole::kDecode) {
+    env.start_kv_transfer = [this, &r](RequestId id, int64_t tokens) { pools_.start_kv_transfer(r, id, tokens, now_); };
+  }
+  env.reject = [this](RequestId id, std::string reason) { reject(id, std::move(reason)); };
+  env.preempt = [this, &r](RequestId id, bool keeps_kv) {
+    RequestProgress& p = progress_[id];
+    if (p.state != RequestState::kRunning) {
+      throw std::logic_error(fmt::format("policy preempted request {} that is not running", id));
+    }
+    if (r.in_cohort(id)) {
+      throw std::logic_error(fmt::format("policy preempted request {} while it is in the decode cohort", id));
+    }
+    latency_.preempted(id, now_, p.computed_tokens, (*requests_)[id].prompt_tokens + int64_t{p.generated_tokens},
+                       p.generated_tokens, keeps_kv);
+    ++p.preemptions;
+    ++r.preemptions;
+    p.state = RequestState::kWaiting;
+    if (!keeps_kv) p.computed_tokens = 0;
+    record_phase(id, RequestPhase::kPreempted);
+  };
+  env.prefix_blocks = prefix_blocks_;
+  env.arrived = &arrived_;
+  env.total_requests = &total_requests_;
+  clients_.expose(env);
+  env.use_cached_prefix = [this, &env](RequestId id, int64_t tokens) {
+    RequestProgress& p = progress_[id];
+    if (p.state != RequestState::kWaiting || p.computed_tokens != 0 || tokens < 1 || tokens >= env.known_tokens(id)) {
+      throw std::logic_error(fmt::format("policy claimed {} cached tokens for request {} (computed {}, known {})",
+                                         tokens, id, p.computed_tokens, env.known_tokens(id)));
+    }
+    p.computed_tokens = tokens;
+    p.cached_tokens += tokens;
+    admission_hit_[id] = tokens;
+  };
+  // The cohort needs every batch's requests to be the replica's business alone, and its
+  // members listed by nobody: not with fast-forward off (whose runs the tests compare with
+  // it), a hook or a log that wants every item, or pools (a hand-off reads the items).
+  if (options_.fast_forward && !options_.on_iteration &&
+      !(options_.record_iterations && options_.record_iteration_items) && !pooled()) {
+    r.cohorts.resize(static_cast<size_t>(std::max(1, r.policy->attention_ranks())));
+    for (DecodeCohort& cohort : r.cohorts) cohort.attach(&progress_);
+    env.cohort = &r.cohorts.front();
+    if (r.cohorts.size() > 1) env.rank_cohorts = r.cohorts;
+  }
+  r.policy->attach(env);
+  // Blocks given by count: the capacity is what the policy built from them (N x its block
+  // size), and the KV fractions are over that. From memory it stays the memory's, as ever.
+  if (r.num_gpu_blocks > 0) r.kv_capacity_tokens = r.policy->kv_cache().capacity_tokens();
+}
+
+SimulationResult Simulation::run() {
+  const auto n = static_cast<int64_t>(workload_.size());
+  reset(n);
+  set_up_replicas();
 
   // The workload's arrivals are taken in order, each before any event at its time, as if all
   // had been queued up front (ahead of every later event: arrivals at one instant are all seen
@@ -532,44 +541,20 @@ void Simulation::reject(RequestId id, std::string reason) {
   if (streaming()) settle_slot(id);
 }
 
-void Simulation::try_start_iteration(Replica& r) {
-  if (r.busy) return;
-  Batch& batch = r.batch;
-  Policy& policy = *r.policy;
-  batch.clear();
-  ++r.schedules;
-  policy.schedule(now_, batch);
-  if (batch.empty()) {
-    if (options_.record_iterations) r.record_idle(now_, result_.idle_samples);
-    if (batch.wake_at) {
-      if (*batch.wake_at <= now_) {
-        throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future", policy.name()));
-      }
-      r.wake_at(events_, *batch.wake_at);
-    } else if (!policy.idle() && events_.empty() &&
-               next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
-      throw std::logic_error(
-          fmt::format("policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
-                      "left to wait for",
-                      policy.name(), now_.seconds()));
-    }
-    return;
-  }
-
+void Simulation::start_items(Replica& r, int64_t stamp) {
   // Check the batch the policy built: each request live and at most once here; each item's
   // tokens follow its computed ones, never past its known tokens, which finish_iteration checks
   // as it reads them (check_item), before it applies any. (That a replica lists only requests
   // routed to it is checked by the cluster tests through on_iteration, not here: a policy only
   // ever hears of its own arrivals, and the check per item cost a single-replica run 2% of its
   // time.)
-  const int64_t stamp = batches_++;
   const bool record_items = options_.record_iterations && options_.record_iteration_items;
   const bool plain_running = !record_items && r.role != PoolRole::kDecode;
   r.batch_first_item = static_cast<int64_t>(result_.iteration_items.size());
   // (Local: through the members every stamp stored would reload them.)
   RequestProgress* const progress = progress_.data();
   int64_t* const stamps = scheduled_in_batch_.data();
-  for (const BatchItem& item : batch.items) {
+  for (const BatchItem& item : r.batch.items) {
     RequestProgress& p = progress[item.id];
     if (stamps[item.id] == stamp) {
       throw std::logic_error(fmt::format("policy scheduled request {} twice in one batch", item.id));
@@ -606,6 +591,34 @@ void Simulation::try_start_iteration(Replica& r) {
     p.state = RequestState::kRunning;
     if (p.first_scheduled == SimTime::max()) p.first_scheduled = now_;
   }
+}
+
+void Simulation::try_start_iteration(Replica& r) {
+  if (r.busy) return;
+  Batch& batch = r.batch;
+  Policy& policy = *r.policy;
+  batch.clear();
+  ++r.schedules;
+  policy.schedule(now_, batch);
+  if (batch.empty()) {
+    if (options_.record_iterations) r.record_idle(now_, result_.idle_samples);
+    if (batch.wake_at) {
+      if (*batch.wake_at <= now_) {
+        throw std::logic_error(fmt::format("policy '{}' asked to wake at a time not in the future", policy.name()));
+      }
+      r.wake_at(events_, *batch.wake_at);
+    } else if (!policy.idle() && events_.empty() &&
+               next_arrival_time() == SimTime::max()) {  // (arrivals are not events)
+      throw std::logic_error(
+          fmt::format("policy '{}' stalled at t={}s: it holds work but scheduled nothing and nothing is "
+                      "left to wait for",
+                      policy.name(), now_.seconds()));
+    }
+    return;
+  }
+
+  const int64_t stamp = batches_++;
+  start_items(r, stamp);
 
   listed_cohorts_.clear();  // (a rank's cohort whose members sit this step out is not listed)
   batch.for_each_cohort([&](int32_t rank, size_t, std::span<const RequestId> members) {

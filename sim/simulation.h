@@ -14,6 +14,13 @@
 // Every request either finishes exactly once or is rejected with a reason; the loop ends when
 // every request has done one or the other.
 //
+// The parts, each in a file of its own: Simulation keeps the event loop and what an iteration
+// does to the requests (start, tokens, finish, fast-forward); Replica (sim/replica.h) one GPU
+// group's state and running sums; EventQueue (sim/event_queue.h) the ordered events;
+// RequestRouter (sim/router.h) a pool's routing; ClientPool (sim/clients.h) the clients in front
+// of the server (closed loop, think times, connections, sessions); DisaggregatedPools
+// (sim/disaggregation.h) the prefill and decode pools and the KV hand-off between them.
+//
 // Disaggregated pools (SimulationOptions::disaggregation; sim/disaggregation.cpp): the first P
 // replicas form a prefill pool and the rest a decode pool, each with its own cost model (GPU,
 // TP, engine) and KV memory, as Splitwise (Patel et al., ISCA'24), DistServe (Zhong et al.,
@@ -168,6 +175,15 @@ class Simulation {
 
  private:
   bool streaming() const { return source_ != nullptr; }
+  // Checks the options against the workload's `n` requests and starts the run's state afresh.
+  void reset(int64_t n);
+  // Streaming: `table` free slots, and the source's first request read ahead.
+  void reset_slots(size_t table);
+  // Sizes the replicas' KV memory, sets up the pools, and attaches each replica's policy.
+  void set_up_replicas();
+  // Replica `r`'s policy gets its environment: the requests, their progress, its KV memory, and
+  // the hooks through which it rejects, preempts and shares cached prefixes.
+  void attach(Replica& r);
   // The next arrival from the workload, SimTime::max() when none is left.
   SimTime next_arrival_time() const;
   // Streaming: the read-ahead request arrives now, in a free slot; the next one is read.
@@ -183,6 +199,9 @@ class Simulation {
   // settles (PolicyEnv::all_arrived).
   void wake_if_none_can_arrive();
   void try_start_iteration(Replica& r);
+  // Checks the batch replica `r`'s policy built (batch stamp `stamp`) and starts its items: the
+  // requests admitted or readmitted join, and phases and items are recorded.
+  void start_items(Replica& r, int64_t stamp);
   void finish_iteration(Replica& r);
   void reject(RequestId id, std::string reason);
   // Appends to the phase log when request `id` is one whose phases are recorded.
