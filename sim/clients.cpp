@@ -30,6 +30,15 @@ void check_sessions(const SessionLinks& links, int64_t n, bool unsupported) {
   }
 }
 
+// `wait` after `now`, or a UserError naming the think time that would carry `what` `id` past
+// the end of simulated time.
+SimTime send_time(SimTime now, SimTime wait, const char* what, RequestId id) {
+  if (wait.ns() > SimTime::max().ns() - now.ns()) {
+    throw UserError(fmt::format("--think-time: {} {} would be sent beyond the simulated time range", what, id));
+  }
+  return now + wait;
+}
+
 }  // namespace
 
 void ClientPool::reset(const Options& options, const Workload& workload, bool streaming,
@@ -151,11 +160,7 @@ void ClientPool::sent_at(RequestId id, SimTime send) {
 
 void ClientPool::queue_send(RequestId id, SimTime now) {
   // The client sends it once it has thought, and measures its TTFT and e2e from then.
-  const SimTime think = think_time(id);
-  if (think.ns() > SimTime::max().ns() - now.ns()) {
-    throw UserError(fmt::format("--think-time: request {} would be sent beyond the simulated time range", id));
-  }
-  const SimTime send = now + think;
+  const SimTime send = send_time(now, think_time(id), "request", id);
   released_[static_cast<size_t>(id)] = send > now ? kThinkingSend : kQueuedSend;
   if (send > now) ++thinking_;
   ++in_flight_;
@@ -163,11 +168,7 @@ void ClientPool::queue_send(RequestId id, SimTime now) {
 }
 
 void ClientPool::send_turn(RequestId id, SimTime now) {
-  const SimTime delay = sessions_->delay[static_cast<size_t>(id)];
-  if (delay.ns() > SimTime::max().ns() - now.ns()) {
-    throw UserError(fmt::format("--think-time: session turn {} would be sent beyond the simulated time range", id));
-  }
-  SimTime send = now + delay;
+  SimTime send = send_time(now, sessions_->delay[static_cast<size_t>(id)], "session turn", id);
   if (!session_first_.empty()) {
     // Closed loop: not before its offset in the workload from its session's first turn, counted
     // from that turn's send (open loop, the workload's arrival, which has passed).

@@ -362,6 +362,24 @@ TEST(Sessions, TheLinksMustBeChains) {
   EXPECT_THROW(run_sessions(w, *policy, cm), std::logic_error);
 }
 
+TEST(Sessions, AThinkTimePastTheEndOfSimulatedTimeIsRefusedNamingTheOption) {
+  BuiltWorkload w = sessions("fixed:2", "fixed:1", 1, 0, "offline", "fixed:50", "fixed:5");
+  w.sessions.delay[1] = SimTime::max();
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto policy = make_policy("vllm", {});
+  EXPECT_EQ(testing::user_error_of([&] { run_sessions(w, *policy, cm); }),
+            "--think-time: session turn 1 would be sent beyond the simulated time range");
+  // A closed-loop client's think time, likewise.
+  const BuiltWorkload plain = build_workload(testing::synthetic_spec("offline", "fixed:50", "fixed:5", 2, 0));
+  const std::vector<SimTime> think = {SimTime::zero(), SimTime::max()};
+  SimulationOptions options;
+  options.max_concurrency = 1;
+  options.think_times = &think;
+  auto other = make_policy("vllm", {});
+  EXPECT_EQ(testing::user_error_of([&] { Simulation(plain.requests, *other, cm, options).run(); }),
+            "--think-time: request 1 would be sent beyond the simulated time range");
+}
+
 TEST(Sessions, AClientConnectionPoolIsRefused) {
   const BuiltWorkload w = sessions("fixed:2", "", 2, 0, "offline");
   const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
