@@ -76,6 +76,35 @@ TEST(Sessions, EachTurnIsSentItsThinkTimeAfterTheAnswerAndFindsTheConversationCa
   EXPECT_LT(turns[2].ttft(), SimTime::from_seconds(0.1));
 }
 
+TEST(Sessions, OnPrefillAndDecodePoolsTheNextTurnFindsThePrefillReplicasBlocks) {
+  // One prefill and one decode replica. Each turn is sent its think time after its answer ends
+  // on the decode replica; the prefill replica computed only the prompts (and sampled the first
+  // token), so its prefix cache holds the earlier prompts' full blocks and not the answers'.
+  const BuiltWorkload w = sessions("fixed:3", "fixed:2", 1, 0, "offline", "fixed:100", "fixed:100");
+  const CostModel cm(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), 1);
+  auto prefill = make_policy("vllm", {});
+  auto decode = make_policy("vllm", {});
+  Policy* const pools[] = {prefill.get(), decode.get()};
+  SimulationOptions options;
+  options.disaggregation.prefill_replicas = 1;
+  const SimulationResult result = run_sessions(w, pools, cm, true, false, Router::kRoundRobin, options);
+  ASSERT_EQ(result.requests.size(), 3u);
+  const auto& turns = result.requests;
+  for (const RequestRecord& r : turns) {
+    ASSERT_TRUE(r.completed());
+    EXPECT_EQ(r.replica, 1);  // each finished on the decode replica
+  }
+  EXPECT_EQ(turns[1].arrival, turns[0].finished + SimTime::from_seconds(2));
+  EXPECT_EQ(turns[2].arrival, turns[1].finished + SimTime::from_seconds(2));
+  // Turn 0's prompt: 6 full blocks of 16. Turn 1's prompt (300 tokens: turn 0's prompt and
+  // answer, then its own input) shares those 6, and the prefill replica then holds its 18.
+  EXPECT_EQ(turns[0].cached_tokens, 0);
+  EXPECT_EQ(turns[1].cached_tokens, 96);
+  EXPECT_EQ(turns[2].cached_tokens, 288);
+  ASSERT_EQ(result.handoffs.size(), 3u);
+  for (const HandoffRecord& h : result.handoffs) EXPECT_TRUE(h.transferred());
+}
+
 TEST(Sessions, WithoutOutputHashesOnlyThePromptsAreShared) {
   BuiltWorkload w = sessions("fixed:2", "fixed:1", 1, 0, "offline", "fixed:100", "fixed:100");
   w.prefix_blocks.covers_outputs = false;  // as a workload whose hashes describe prompts only
