@@ -270,32 +270,33 @@ std::string trust_line(const nlohmann::ordered_json& trust) {
     return fmt::format("trust: {} not validated: {}", profile, trust.value("reason", ""));
   }
   std::vector<std::string> ops;
-  for (const auto& [name, e] : trust["operators"].items()) {
-    ops.push_back(fmt::format("{} {:.1f}%", name, e["mape"].get<double>()));
+  for (const auto& [name, e] : trust.at("operators").items()) {
+    ops.push_back(fmt::format("{} {:.1f}%", name, e.at("mape").get<double>()));
   }
   std::string line = fmt::format(
       "trust: {}{}, {} MAPE on {}: {}", profile,
-      trust.contains("kernels") ? fmt::format(" ({} kernels)", trust["kernels"].get<std::string>()) : "",
+      trust.contains("kernels") ? fmt::format(" ({} kernels)", trust.at("kernels").get<std::string>()) : "",
       trust.value("held_out", false) ? "held-out" : "in-sample", trust.value("measured_on", ""), fmt::join(ops, ", "));
   if (trust.contains("serving")) {
     std::vector<std::string> engines;
     // "TTFT 30.3% (0.72x)": the MAPE, and the median predicted / measured where the profile
     // records it (the error's sign). `key` is the figures' prefix, "ttft" or "tpot".
     auto figure = [](const nlohmann::ordered_json& e, const std::string& label, const std::string& key) {
-      std::string text = fmt::format("{} {:.1f}%", label, e[key + "_mape"].get<double>());
-      if (e.contains(key + "_median_ratio")) text += fmt::format(" ({:.2f}x)", e[key + "_median_ratio"].get<double>());
+      std::string text = fmt::format("{} {:.1f}%", label, e.at(key + "_mape").get<double>());
+      if (e.contains(key + "_median_ratio"))
+        text += fmt::format(" ({:.2f}x)", e.at(key + "_median_ratio").get<double>());
       return text;
     };
-    for (const auto& [name, e] : trust["serving"]["backends"].items()) {
+    for (const auto& [name, e] : trust.at("serving").at("backends").items()) {
       engines.push_back(fmt::format("{} {} {}", name, figure(e, "TTFT", "ttft"), figure(e, "TPOT", "tpot")));
     }
     // What the end-to-end figures were measured on (the file, its rows, how they were replayed):
     // figures from closed-loop benchmarks of a few models are not those of any run.
     line += fmt::format("; end to end on {} (MAPE, median predicted/measured): {}",
-                        trust["serving"].value("measured_on", std::string("measured serving benchmarks")),
+                        trust.at("serving").value("measured_on", std::string("measured serving benchmarks")),
                         fmt::join(engines, ", "));
   }
-  if (trust.contains("kernels_note")) line += "; note: " + trust["kernels_note"].get<std::string>();
+  if (trust.contains("kernels_note")) line += "; note: " + trust.at("kernels_note").get<std::string>();
   return line;
 }
 

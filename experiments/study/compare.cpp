@@ -12,6 +12,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -724,6 +725,59 @@ ResultSet run_experiment(const Experiment& e, const CompareOptions& options, std
   return results;
 }
 
+namespace {
+
+// Everything `batchsim merge` makes of `results` (report.md's text, the terminal table, the rows
+// of results.csv and capacity.csv), made in memory and thrown away. Throws nlohmann's exceptions
+// where a document lacks a figure these read or holds one of another type.
+void render_everything(const ResultSet& results) {
+  std::ostringstream sink;
+  render_report(sink, results, "", {});
+  print_result_table(sink, results);
+  flat_table(results_table_rows(results));
+  flat_table(results.capacities);
+}
+
+// Throws UserError naming the file of `dirs` that no report can be made of (each file alone, with
+// its folder's experiment.json), or the folders when the files fail only together; nothing when
+// `merged` renders.
+void check_renders(const std::vector<fs::path>& dirs, const ResultSet& merged) {
+  try {
+    render_everything(merged);
+    return;
+  } catch (const nlohmann::json::exception& together) {
+    auto alone = [](const fs::path& file, const ResultSet& set) {
+      try {
+        render_everything(set);
+      } catch (const nlohmann::json::exception& e) {
+        throw UserError(fmt::format("merge: {}: not as batchsim writes it: {}", file.string(), e.what()));
+      }
+    };
+    for (const fs::path& dir : dirs) {
+      const ResultFiles files = result_files(dir);
+      ResultSet base;
+      base.experiment = read_result_file(files.experiment, ResultFileKind::kExperiment);
+      alone(files.experiment, base);
+      for (const fs::path& f : files.runs) {
+        ResultSet one = base;
+        one.runs.push_back(read_result_file(f, ResultFileKind::kRun));
+        alone(f, one);
+      }
+      for (const fs::path& f : files.capacities) {
+        ResultSet one = base;
+        one.capacities.push_back(read_result_file(f, ResultFileKind::kCapacity));
+        alone(f, one);
+      }
+    }
+    std::vector<std::string> names;
+    for (const fs::path& dir : dirs) names.push_back(dir.string());
+    throw UserError(
+        fmt::format("merge: the results of {} do not read together: {}", fmt::join(names, ", "), together.what()));
+  }
+}
+
+}  // namespace
+
 ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, bool plots, std::ostream& progress) {
   if (dirs.empty()) throw UserError("merge: give the results folders of the shards");
   ResultSet merged;
@@ -732,36 +786,40 @@ ResultSet merge_results(const std::vector<fs::path>& dirs, const fs::path& out, 
   for (const fs::path& dir : dirs) parts.emplace_back(dir, load_result_set(dir));
   merged.experiment = parts.front().second.experiment;
   merged.experiment_yaml = parts.front().second.experiment_yaml;
-
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", out.string(), ec.message()));
   for (auto& [dir, part] : parts) {
     if (part.experiment != merged.experiment) {
       throw UserError(fmt::format("merge: {} holds a different experiment than {} (experiment.json differs)",
                                   dir.string(), dirs.front().string()));
     }
     for (auto& run : part.runs) {
-      const std::string name = run["experiment"]["run_name"].get<std::string>();
+      const std::string name = run.at("experiment").at("run_name").get<std::string>();
       if (!seen_runs.insert(name).second) {
         throw UserError(fmt::format("merge: run {} appears in more than one folder ({} is one)", name, dir.string()));
       }
       merged.runs.push_back(std::move(run));
     }
     for (auto& c : part.capacities) merged.capacities.push_back(std::move(c));
-    // Bring run folders and the slot timeline over, unless merging into a source folder.
-    if (fs::weakly_canonical(dir) != fs::weakly_canonical(out)) {
-      for (const char* sub : {"runs", "capacity", "slot_timeline"}) {
-        if (!fs::is_directory(dir / sub)) continue;
-        fs::create_directories(out / sub);
-        fs::copy(dir / sub, out / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
-        if (ec)
-          throw UserError(
-              fmt::format("merge: cannot copy {} into {}: {}", (dir / sub).string(), out.string(), ec.message()));
-      }
-    }
   }
   sort_results(merged);
+  // Nothing is written before every file is known to make a report.
+  check_renders(dirs, merged);
+
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw UserError(fmt::format("--out {}: cannot create the directory: {}", out.string(), ec.message()));
+  for (const auto& part : parts) {
+    const fs::path& dir = part.first;
+    // Bring run folders and the slot timeline over, unless merging into a source folder.
+    if (fs::weakly_canonical(dir) == fs::weakly_canonical(out)) continue;
+    for (const char* sub : {"runs", "capacity", "slot_timeline"}) {
+      if (!fs::is_directory(dir / sub)) continue;
+      fs::create_directories(out / sub);
+      fs::copy(dir / sub, out / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+      if (ec)
+        throw UserError(
+            fmt::format("merge: cannot copy {} into {}: {}", (dir / sub).string(), out.string(), ec.message()));
+    }
+  }
   fs::remove_all(out / "figures");
   write_summaries(out, merged, plots, progress);
   return merged;

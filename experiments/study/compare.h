@@ -45,7 +45,9 @@ std::vector<nlohmann::ordered_json> results_table_rows(const ResultSet& results)
 
 // Joins the results folders of shards into `out` (copying their run folders) and writes
 // results.csv, report.md and figures there. Throws UserError when the folders hold different
-// experiments or the same run twice.
+// experiments or the same run twice, and, naming the file, when a file is not as batchsim writes
+// it (read_result_file, experiments/study/report.h; or a figure the report reads is missing or
+// of another type), before anything is written.
 ResultSet merge_results(const std::vector<std::filesystem::path>& dirs, const std::filesystem::path& out, bool plots,
                         std::ostream& progress);
 

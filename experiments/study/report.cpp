@@ -8,6 +8,7 @@
 #include <set>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -142,12 +143,12 @@ void render_markdown(std::ostream& out, const Table& t) {
 void render_text(std::ostream& out, const Table& t) { render_text_table(out, t.headers, t.rows, 2); }
 
 bool is_capacity(const ResultSet& results) {
-  return results.experiment.contains("capacity") && !results.experiment["capacity"].is_null();
+  return results.experiment.contains("capacity") && !results.experiment.at("capacity").is_null();
 }
 
 std::string first_policy(const ResultSet& results) {
-  const auto& p = results.experiment["policies"];
-  return p.is_array() && !p.empty() ? p[0]["label"].get<std::string>() : "";
+  const auto& p = results.experiment.at("policies");
+  return p.is_array() && !p.empty() ? p[0].at("label").get<std::string>() : "";
 }
 
 // The prefix-cache hit rate is a column only when some run of the result set found anything
@@ -211,7 +212,7 @@ std::string slo_cell(const std::vector<const ordered_json*>& runs) {
   for (const ordered_json* r : runs) {
     if (!r->contains("slo")) continue;
     ++judged;
-    met += (*r)["slo"].value("met", false);
+    met += (*r).at("slo").value("met", false);
   }
   if (judged == 0) return "–";
   if (met == judged) return "pass";
@@ -225,7 +226,7 @@ std::vector<const ordered_json*> distinct_trust(const ResultSet& results) {
   std::vector<const ordered_json*> blocks;
   for (const ordered_json& r : results.runs) {
     if (!r.contains("trust")) continue;
-    const ordered_json& t = r["trust"];
+    const ordered_json& t = r.at("trust");
     if (std::none_of(blocks.begin(), blocks.end(), [&](const ordered_json* b) { return *b == t; })) {
       blocks.push_back(&t);
     }
@@ -255,9 +256,9 @@ void write_trust_section(std::ostream& out, const ResultSet& results) {
     }
     fmt::print(out, "- {}: {} ({}) on {}\n", name, b->value("held_out", false) ? "held out" : "in-sample",
                b->value("scored_on", ""), b->value("measured_on", ""));
-    for (const auto& [op, e] : (*b)["operators"].items()) {
-      t.rows.push_back({profile, op, fmt::format("{:.1f}", e["mape"].get<double>()),
-                        fmt::format("{:.1f}", e["p90"].get<double>()), e["count"].dump()});
+    for (const auto& [op, e] : (*b).at("operators").items()) {
+      t.rows.push_back({profile, op, fmt::format("{:.1f}", e.at("mape").get<double>()),
+                        fmt::format("{:.1f}", e.at("p90").get<double>()), e.at("count").dump()});
     }
   }
   out << "\n";
@@ -270,17 +271,17 @@ void write_trust_section(std::ostream& out, const ResultSet& results) {
                  "benchmark runs"};
   // The median ratio where the profile records it ("-" for a profile written before).
   auto ratio = [](const ordered_json& e, const char* key) {
-    return e.contains(key) ? fmt::format("{:.2f}", e[key].get<double>()) : std::string("-");
+    return e.contains(key) ? fmt::format("{:.2f}", e.at(key).get<double>()) : std::string("-");
   };
   std::vector<std::string> sources;
   for (const ordered_json* b : blocks) {
     if (!b->contains("serving")) continue;
     const std::string profile = b->value("profile", "");
-    sources.push_back(fmt::format("`{}`: {}", profile, (*b)["serving"].value("measured_on", "")));
-    for (const auto& [engine, e] : (*b)["serving"]["backends"].items()) {
-      e2e.rows.push_back({profile, engine, fmt::format("{:.1f}", e["ttft_mape"].get<double>()),
-                          ratio(e, "ttft_median_ratio"), fmt::format("{:.1f}", e["tpot_mape"].get<double>()),
-                          ratio(e, "tpot_median_ratio"), e["count"].dump()});
+    sources.push_back(fmt::format("`{}`: {}", profile, (*b).at("serving").value("measured_on", "")));
+    for (const auto& [engine, e] : (*b).at("serving").at("backends").items()) {
+      e2e.rows.push_back({profile, engine, fmt::format("{:.1f}", e.at("ttft_mape").get<double>()),
+                          ratio(e, "ttft_median_ratio"), fmt::format("{:.1f}", e.at("tpot_mape").get<double>()),
+                          ratio(e, "tpot_median_ratio"), e.at("count").dump()});
     }
   }
   if (e2e.rows.empty()) return;
@@ -311,12 +312,12 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
   for (const Column& c : columns) t.headers.push_back(c.header);
   const bool budget = results.experiment.value("iteration_budget", 0) > 0;
   if (budget) {
-    t.headers.push_back(fmt::format("done in {} it", results.experiment["iteration_budget"].get<int64_t>()));
+    t.headers.push_back(fmt::format("done in {} it", results.experiment.at("iteration_budget").get<int64_t>()));
   }
   // A speedup needs a second policy to compare with: with one policy it would read 1.00x
   // everywhere (an experiment that sweeps models or dtypes under one policy).
   const std::string baseline = first_policy(results);
-  const bool speedup = results.experiment["policies"].size() > 1;
+  const bool speedup = results.experiment.at("policies").size() > 1;
   if (speedup) t.headers.push_back(fmt::format("speedup (out tok/s / {}'s)", baseline));
   std::map<std::string, double> baseline_tps;  // group -> mean output tokens/s of the baseline
   for (const Row& r : rows) {
@@ -328,11 +329,11 @@ Table throughput_table(const ResultSet& results, const std::vector<Row>& rows) {
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy};
     if (slo) cells.push_back(slo_cell(r.runs));
     for (const Column& c : columns) {
-      const ordered_json& config = (*r.runs.front())["config"];
+      const ordered_json& config = (*r.runs.front()).at("config");
       if (std::string(c.path) == kReplicasColumn.path && config.contains("prefill_replicas")) {
         // A disaggregated run's replicas are its two pools'.
-        cells.push_back(fmt::format("{}P+{}D", config["prefill_replicas"].get<int64_t>(),
-                                    config["decode_replicas"].get<int64_t>()));
+        cells.push_back(fmt::format("{}P+{}D", config.at("prefill_replicas").get<int64_t>(),
+                                    config.at("decode_replicas").get<int64_t>()));
         continue;
       }
       cells.push_back(format_spread(spread_of(r.runs, c.path, c.scale), c.precision));
@@ -409,10 +410,10 @@ std::string row_diagnosis(const Row& r) {
   }
   in.completed = static_cast<int64_t>(std::llround(spread_of(r.runs, "requests.completed", 1).mean));
   in.kv_allocated_fraction_peak = spread_of(r.runs, "kv.allocated_fraction_peak", 1).mean;
-  const ordered_json& config = (*r.runs.front())["config"];
+  const ordered_json& config = (*r.runs.front()).at("config");
   std::map<std::string, std::string> options;
   if (config.contains("policy_opts")) {
-    for (const auto& [key, value] : config["policy_opts"].items()) options[key] = value.get<std::string>();
+    for (const auto& [key, value] : config.at("policy_opts").items()) options[key] = value.get<std::string>();
   }
   in.policy = policy_traits(config.value("policy", std::string()), options);
   in.sent_at_once =
@@ -472,10 +473,10 @@ Table disaggregation_table(const std::vector<Row>& rows) {
   t.headers = {"group", "policy", "deployment"};
   for (const Column& c : disaggregation_columns()) t.headers.push_back(c.header);
   for (const Row& r : rows) {
-    const ordered_json& config = (*r.runs.front())["config"];
+    const ordered_json& config = (*r.runs.front()).at("config");
     const std::string deployment = config.contains("prefill_replicas")
-                                       ? fmt::format("{}P:{}D", config["prefill_replicas"].get<int64_t>(),
-                                                     config["decode_replicas"].get<int64_t>())
+                                       ? fmt::format("{}P:{}D", config.at("prefill_replicas").get<int64_t>(),
+                                                     config.at("decode_replicas").get<int64_t>())
                                        : fmt::format("colocated x{}", config.value("replicas", 1));
     std::vector<std::string> cells = {r.group.empty() ? "all" : r.group, r.policy, deployment};
     for (const Column& c : disaggregation_columns()) {
@@ -489,7 +490,7 @@ Table disaggregation_table(const std::vector<Row>& rows) {
 // What a capacity search varied (CapacitySpec::search): "rate", "trace-speedup" or "replicas";
 // folders written before searches had kinds searched the rate.
 std::string capacity_search(const ResultSet& results) {
-  return results.experiment["capacity"].value("search", std::string("rate"));
+  return results.experiment.at("capacity").value("search", std::string("rate"));
 }
 
 Table capacity_table(const ResultSet& results) {
@@ -513,7 +514,7 @@ Table capacity_table(const ResultSet& results) {
   for (const Row& r : rows) {
     std::vector<std::string> statuses;
     for (const ordered_json* c : r.runs) {
-      const std::string s = (*c)["capacity"]["status"].get<std::string>();
+      const std::string s = (*c).at("capacity").at("status").get<std::string>();
       if (std::find(statuses.begin(), statuses.end(), s) == statuses.end()) statuses.push_back(s);
     }
     const double rate = spread_of(r.runs, figure, 1).mean;
@@ -535,7 +536,7 @@ Table capacity_table(const ResultSet& results) {
 
 std::string slo_text(const ResultSet& results) {
   std::vector<std::string> parts;
-  for (const auto& [path, bound] : results.experiment["capacity"]["slo"].items()) {
+  for (const auto& [path, bound] : results.experiment.at("capacity").at("slo").items()) {
     parts.push_back(fmt::format("`{}` ≤ {}", path, bound.dump()));
   }
   return fmt::format("{}", fmt::join(parts, " and "));
@@ -549,7 +550,7 @@ std::string read_text(const fs::path& file) {
 }
 
 int64_t int_at(const ordered_json& j, const char* key) {
-  return j.contains("experiment") && j["experiment"].contains(key) ? j["experiment"][key].get<int64_t>() : -1;
+  return j.contains("experiment") && j.at("experiment").contains(key) ? j.at("experiment").at(key).get<int64_t>() : -1;
 }
 
 }  // namespace
@@ -637,8 +638,8 @@ void write_flat_csv(const fs::path& file, const std::vector<ordered_json>& rows)
 // "Against the published figures": each published ratio beside the simulated one (the mean of
 // the metric over seeds, policy over baseline in the same group).
 void write_published_section(std::ostream& out, const ordered_json& published, const std::vector<Row>& rows) {
-  const std::string metric = published["metric"].get<std::string>();
-  const std::string baseline = published["baseline"].get<std::string>();
+  const std::string metric = published.at("metric").get<std::string>();
+  const std::string baseline = published.at("baseline").get<std::string>();
   auto mean_of = [&](const std::string& policy, const std::string& group) -> std::optional<double> {
     for (const Row& r : rows) {
       if (r.policy == policy && r.group == group) {
@@ -652,12 +653,12 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
              "## Against the published figures\n\n{} over `{}` in the same group, as published ({}) and as "
              "simulated here (mean over seeds). The engines' numbers are cited in their profiles "
              "(`batchsim list engines`); none is fitted to these ratios.\n\n",
-             metric, baseline, published["source"].get<std::string>());
+             metric, baseline, published.at("source").get<std::string>());
   Table t;
   t.headers = {"policy", "group", "published", "simulated", "simulated / published"};
-  for (const auto& r : published["ratios"]) {
-    const std::string policy = r["policy"].get<std::string>(), group = r["group"].get<std::string>();
-    const double ratio = r["ratio"].get<double>();
+  for (const auto& r : published.at("ratios")) {
+    const std::string policy = r.at("policy").get<std::string>(), group = r.at("group").get<std::string>();
+    const double ratio = r.at("ratio").get<double>();
     const auto num = mean_of(policy, group), den = mean_of(baseline, group);
     const bool ok = num && den && *den > 0;
     t.rows.push_back({policy, group, fmt::format("{:.1f}x", ratio), ok ? fmt::format("{:.2f}x", *num / *den) : "–",
@@ -668,7 +669,7 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
   // moves every ratio by the same factor), then the experiment's own account.
   if (published.contains("baseline_values")) {
     out << "\n";
-    for (const auto& [group, value] : published["baseline_values"].items()) {
+    for (const auto& [group, value] : published.at("baseline_values").items()) {
       const auto simulated = mean_of(baseline, group);
       if (!simulated) continue;
       fmt::print(out,
@@ -677,7 +678,7 @@ void write_published_section(std::ostream& out, const ordered_json& published, c
                  baseline, group, *simulated, value.get<double>(), *simulated / value.get<double>());
     }
   }
-  if (published.contains("why")) fmt::print(out, "\n**Why they differ.** {}\n", published["why"].get<std::string>());
+  if (published.contains("why")) fmt::print(out, "\n**Why they differ.** {}\n", published.at("why").get<std::string>());
 }
 
 namespace {
@@ -688,16 +689,16 @@ void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs)
   const ordered_json* slo = nullptr;
   const ordered_json* goodput = nullptr;
   for (const ordered_json& r : runs) {
-    if (!slo && r.contains("slo")) slo = &r["slo"];
-    if (!goodput && r.contains("goodput")) goodput = &r["goodput"];
+    if (!slo && r.contains("slo")) slo = &r.at("slo");
+    if (!goodput && r.contains("goodput")) goodput = &r.at("goodput");
   }
   // An axis may set `slo` too: then the bounds differ from run to run.
   const bool one_slo = std::all_of(runs.begin(), runs.end(), [&](const ordered_json& r) {
-    return !r.contains("slo") || r["slo"]["bounds"] == (*slo)["bounds"];
+    return !r.contains("slo") || r.at("slo").at("bounds") == (*slo).at("bounds");
   });
   if (slo) {
     std::vector<std::string> bounds;
-    for (const auto& [path, bound] : (*slo)["bounds"].items())
+    for (const auto& [path, bound] : (*slo).at("bounds").items())
       bounds.push_back(fmt::format("`{}` ≤ {}", path, bound.get<double>()));
     if (!one_slo) bounds = {"the bounds of each run (`slo.bounds` in its summary.json; they differ between runs)"};
     fmt::print(out,
@@ -708,7 +709,7 @@ void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs)
   }
   if (goodput) {
     std::vector<std::string> t;
-    for (const auto& [key, ms] : (*goodput)["thresholds_ms"].items())
+    for (const auto& [key, ms] : (*goodput).at("thresholds_ms").items())
       t.push_back(fmt::format("{} ≤ {} ms", key, ms.get<double>()));
     fmt::print(out,
                "{}Goodput (`vllm bench serve --goodput`): requests that completed with {}, per second of the "
@@ -720,11 +721,11 @@ void write_slo_section(std::ostream& out, const std::vector<ordered_json>& runs)
   out << "\n\n";
   std::vector<std::string> missed;
   for (const ordered_json& r : runs) {
-    if (!r.contains("slo") || r["slo"].value("met", true)) continue;
+    if (!r.contains("slo") || r.at("slo").value("met", true)) continue;
     std::vector<std::string> why;
-    for (const auto& v : r["slo"]["violations"]) {
-      why.push_back(fmt::format("`{}` {:.4g} > {}", v["metric"].get<std::string>(), v["value"].get<double>(),
-                                v["bound"].get<double>()));
+    for (const auto& v : r.at("slo").at("violations")) {
+      why.push_back(fmt::format("`{}` {:.4g} > {}", v.at("metric").get<std::string>(), v.at("value").get<double>(),
+                                v.at("bound").get<double>()));
     }
     missed.push_back(fmt::format("- {}: {}", string_at(r, "experiment", "run_name"), fmt::join(why, ", ")));
   }
@@ -757,8 +758,8 @@ std::map<uint64_t, double> values_by_seed(const Row& row, const std::string& pat
   std::map<uint64_t, double> v;
   for (const ordered_json* r : row.runs) {
     const auto x = number_at(*r, path);
-    if (x && r->contains("experiment") && (*r)["experiment"].contains("seed")) {
-      v[(*r)["experiment"]["seed"].get<uint64_t>()] = *x;
+    if (x && r->contains("experiment") && (*r).at("experiment").contains("seed")) {
+      v[(*r).at("experiment").at("seed").get<uint64_t>()] = *x;
     }
   }
   return v;
@@ -883,10 +884,11 @@ namespace {
 // setup names the axis instead of the base value.
 class AxisSettings {
  public:
-  explicit AxisSettings(const ordered_json& e) : base_(e["base"]) {
-    for (const auto& axis : e["axes"]) {
+  explicit AxisSettings(const ordered_json& e) : base_(e.at("base")) {
+    for (const auto& axis : e.at("axes")) {
       if (!axis.contains("sets")) continue;
-      for (const auto& key : axis["sets"]) setting_.emplace(key.get<std::string>(), axis["name"].get<std::string>());
+      for (const auto& key : axis.at("sets"))
+        setting_.emplace(key.get<std::string>(), axis.at("name").get<std::string>());
     }
   }
   std::optional<std::string> by_axis(const char* key) const {
@@ -896,7 +898,7 @@ class AxisSettings {
   }
   std::string code_or_axis(const char* key, const char* base_key) const {
     const auto axis = by_axis(key);
-    return axis ? fmt::format("per {}", *axis) : fmt::format("`{}`", base_[base_key].get<std::string>());
+    return axis ? fmt::format("per {}", *axis) : fmt::format("`{}`", base_.at(base_key).get<std::string>());
   }
 
  private:
@@ -906,11 +908,11 @@ class AxisSettings {
 
 // The setup's workload line and, where the base sets them, its client and KV limits.
 void write_workload_lines(std::ostream& out, const ResultSet& results, const AxisSettings& axes) {
-  const ordered_json& base = results.experiment["base"];
+  const ordered_json& base = results.experiment.at("base");
   auto by_axis = [&](const char* key) { return axes.by_axis(key); };
   auto code_or_axis = [&](const char* key, const char* base_key) { return axes.code_or_axis(key, base_key); };
-  const std::string trace = base["trace"].get<std::string>();
-  const std::string arrival = base["arrival"].get<std::string>();
+  const std::string trace = base.at("trace").get<std::string>();
+  const std::string arrival = base.at("arrival").get<std::string>();
   const auto trace_axis = by_axis("trace");
   const bool has_trace = trace_axis || !trace.empty();
   const auto arrival_axis = by_axis("arrival");
@@ -942,9 +944,9 @@ void write_workload_lines(std::ostream& out, const ResultSet& results, const Axi
   else
     arrivals = fmt::format(", arrival `{}`", arrival);
   const std::string count = by_axis("num-requests") ? "requests per " + *by_axis("num-requests")
-                            : base["num_requests"].get<int64_t>() == 0
+                            : base.at("num_requests").get<int64_t>() == 0
                                 ? std::string("all requests")
-                                : fmt::format("{} requests", base["num_requests"].dump());
+                                : fmt::format("{} requests", base.at("num_requests").dump());
   fmt::print(out, "- workload: {}, {}{}\n", count, lengths, arrivals);
   // Client limits and a KV cache sized by block count change what the figures mean; a file
   // without them reads as before. (value(): experiment.json of older results lacks the keys.)
@@ -967,28 +969,28 @@ void write_workload_lines(std::ostream& out, const ResultSet& results, const Axi
 
 void write_axes_and_seeds(std::ostream& out, const ResultSet& results) {
   const ordered_json& e = results.experiment;
-  for (const auto& axis : e["axes"]) {
+  for (const auto& axis : e.at("axes")) {
     std::vector<std::string> values;
-    for (const auto& v : axis["values"]) values.push_back(v.get<std::string>());
+    for (const auto& v : axis.at("values")) values.push_back(v.get<std::string>());
     // An axis not named after the one key it sets says what it sets ("cap" sets output-len).
     std::vector<std::string> sets;
     if (axis.contains("sets")) {
-      for (const auto& k : axis["sets"])
+      for (const auto& k : axis.at("sets"))
         sets.push_back(k.get<std::string>() == "rate" ? "the Poisson rate in req/s" : "`" + k.get<std::string>() + "`");
     }
-    const bool named_after = sets.size() == 1 && sets[0] == "`" + axis["name"].get<std::string>() + "`";
-    fmt::print(out, "- axis `{}`{}: {}\n", axis["name"].get<std::string>(),
+    const bool named_after = sets.size() == 1 && sets[0] == "`" + axis.at("name").get<std::string>() + "`";
+    fmt::print(out, "- axis `{}`{}: {}\n", axis.at("name").get<std::string>(),
                sets.empty() || named_after ? "" : fmt::format(" (sets {})", fmt::join(sets, ", ")),
                fmt::join(values, ", "));
   }
   std::vector<std::string> seeds;
-  for (const auto& s : e["seeds"]) seeds.push_back(s.dump());
+  for (const auto& s : e.at("seeds")) seeds.push_back(s.dump());
   if (seeds.size() > 1) {
     // What the seeds varied, from the runs' own record of it.
     std::set<std::string> varies;
     for (const ordered_json& r : results.runs) {
-      if (r.contains("experiment") && r["experiment"].contains("seed_varies"))
-        varies.insert(r["experiment"]["seed_varies"].get<std::string>());
+      if (r.contains("experiment") && r.at("experiment").contains("seed_varies"))
+        varies.insert(r.at("experiment").at("seed_varies").get<std::string>());
     }
     std::vector<std::string> v(varies.begin(), varies.end());
     for (auto& text : v) text = text.empty() ? "nothing (every seed gives the same workload)" : text;
@@ -1007,18 +1009,18 @@ void write_policies_and_runs(std::ostream& out, const ResultSet& results) {
   out << "- policies, each on its engine (`batchsim list engines`):\n";
   std::map<std::string, std::string> engine_of;
   for (const auto& [label, engine] : policy_engines(results)) engine_of[label] = engine;
-  for (const auto& p : e["policies"]) {
+  for (const auto& p : e.at("policies")) {
     std::vector<std::string> opts;
-    for (const auto& [k, v] : p["options"].items()) opts.push_back(k + "=" + v.get<std::string>());
-    const std::string label = p["label"].get<std::string>();
-    fmt::print(out, "  - `{}`: `{}`{}{}\n", label, p["policy"].get<std::string>(),
+    for (const auto& [k, v] : p.at("options").items()) opts.push_back(k + "=" + v.get<std::string>());
+    const std::string label = p.at("label").get<std::string>();
+    fmt::print(out, "  - `{}`: `{}`{}{}\n", label, p.at("policy").get<std::string>(),
                opts.empty() ? "" : fmt::format(" with {}", fmt::join(opts, " ")),
                engine_of.count(label) ? fmt::format(" on engine `{}`", engine_of[label]) : "");
   }
   if (const std::string warning = engines_warning(results); !warning.empty()) {
     fmt::print(out, "- **Engines differ**: {}.\n", warning);
   }
-  const int64_t expected = e["units"].get<int64_t>();
+  const int64_t expected = e.at("units").get<int64_t>();
   const int64_t present = is_capacity(results) ? static_cast<int64_t>(results.capacities.size())
                                                : static_cast<int64_t>(results.runs.size());
   fmt::print(out, "- {} {} of {}{}\n\n", present, is_capacity(results) ? "capacity searches" : "runs", expected,
@@ -1033,12 +1035,12 @@ void write_policies_and_runs(std::ostream& out, const ResultSet& results) {
 void write_setup(std::ostream& out, const ResultSet& results) {
   const ordered_json& e = results.experiment;
   out << "## Setup\n\n";
-  const ordered_json& base = e["base"];
+  const ordered_json& base = e.at("base");
   const AxisSettings axes(e);
   fmt::print(out, "- model {} on {} (TP {}), GPU memory utilisation {}\n", axes.code_or_axis("model", "model"),
-             axes.code_or_axis("gpu", "gpu"), axes.by_axis("tp") ? "per " + *axes.by_axis("tp") : base["tp"].dump(),
+             axes.code_or_axis("gpu", "gpu"), axes.by_axis("tp") ? "per " + *axes.by_axis("tp") : base.at("tp").dump(),
              axes.by_axis("gpu-memory-utilization") ? "per " + *axes.by_axis("gpu-memory-utilization")
-                                                    : base["gpu_memory_utilization"].dump());
+                                                    : base.at("gpu_memory_utilization").dump());
   write_workload_lines(out, results, axes);
   write_axes_and_seeds(out, results);
   write_policies_and_runs(out, results);
@@ -1053,7 +1055,7 @@ void write_capacity_sections(std::ostream& out, const ResultSet& results) {
                "Searched: replicas. The fewest replicas meeting {}, replaying the workload "
                "itself: doubling from 1, then bisecting, up to {} (status `above-range`: "
                "no count up to it meets the SLO).\n\n",
-               slo_text(results), e["capacity"]["max_replicas"].dump());
+               slo_text(results), e.at("capacity").at("max_replicas").dump());
   } else {
     fmt::print(out,
                "Searched: {}. The largest {} meeting {}, found by geometric bisection "
@@ -1061,8 +1063,8 @@ void write_capacity_sections(std::ostream& out, const ResultSet& results) {
                "the capacity is at least the upper end; `below-range`: not even the lower end "
                "meets the SLO).{}\n\n",
                search, search == "rate" ? "Poisson request rate" : "speedup of the trace's own timestamps",
-               slo_text(results), e["capacity"]["rate_low"].dump(), e["capacity"]["rate_high"].dump(),
-               search == "rate" ? " req/s" : "x", e["capacity"]["tolerance"].dump(),
+               slo_text(results), e.at("capacity").at("rate_low").dump(), e.at("capacity").at("rate_high").dump(),
+               search == "rate" ? " req/s" : "x", e.at("capacity").at("tolerance").dump(),
                search == "rate" ? "" : " Capacity in req/s: the sped-up trace's mean arrival rate.");
   }
   render_markdown(out, capacity_table(results));
@@ -1091,7 +1093,7 @@ void write_run_sections(std::ostream& out, const ResultSet& results) {
   out << "e2e: arrival to last token. TTFT: arrival to first token. TPOT: (e2e − TTFT) / "
          "(output − 1) per request. TBT: every gap between consecutive tokens.\n\n";
   render_markdown(out, latency_table(rows));
-  if (results.experiment.contains("seeds") && results.experiment["seeds"].size() > 1) {
+  if (results.experiment.contains("seeds") && results.experiment.at("seeds").size() > 1) {
     write_differences_section(out, results, rows);
   }
   if (any_breakdown(results.runs)) write_breakdown_section(out, rows);
@@ -1106,18 +1108,17 @@ void write_run_sections(std::ostream& out, const ResultSet& results) {
            "(backpressure). Busy: a pool's replicas' mean computing time over the makespan.\n\n";
     render_markdown(out, disaggregation_table(rows));
   }
-  if (e.contains("published")) write_published_section(out, e["published"], rows);
+  if (e.contains("published")) write_published_section(out, e.at("published"), rows);
 }
 
-void write_figures_and_files(std::ostream& out, const fs::path& dir, const ResultSet& results,
+void write_figures_and_files(std::ostream& out, const fs::path& index, const ResultSet& results,
                              const std::string& figures_note) {
   out << "## Figures\n\n";
-  const fs::path index = dir / "figures" / "figures.json";
-  if (fs::exists(index)) {
+  if (!index.empty() && fs::exists(index)) {
     for (const auto& f : read_json_file<ordered_json>(index)) {
-      fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f["title"].get<std::string>(), f["title"].get<std::string>(),
-                 f["file"].get<std::string>());
-      if (f.contains("caption")) fmt::print(out, "{}\n\n", f["caption"].get<std::string>());
+      fmt::print(out, "### {}\n\n![{}](figures/{})\n\n", f.at("title").get<std::string>(),
+                 f.at("title").get<std::string>(), f.at("file").get<std::string>());
+      if (f.contains("caption")) fmt::print(out, "{}\n\n", f.at("caption").get<std::string>());
     }
   }
   if (!figures_note.empty()) fmt::print(out, "{}\n\n", figures_note);
@@ -1138,9 +1139,15 @@ void write_figures_and_files(std::ostream& out, const fs::path& dir, const Resul
 
 void write_report(const fs::path& dir, const ResultSet& results, const std::string& figures_note) {
   auto out = open_for_write(dir / "report.md");
+  render_report(out, results, figures_note, dir / "figures" / "figures.json");
+}
+
+void render_report(std::ostream& out, const ResultSet& results, const std::string& figures_note,
+                   const fs::path& figures_index) {
   const ordered_json& e = results.experiment;
-  fmt::print(out, "# {}\n\n", e["name"].get<std::string>());
-  if (!e["description"].get<std::string>().empty()) fmt::print(out, "{}\n\n", e["description"].get<std::string>());
+  fmt::print(out, "# {}\n\n", e.at("name").get<std::string>());
+  if (!e.at("description").get<std::string>().empty())
+    fmt::print(out, "{}\n\n", e.at("description").get<std::string>());
   write_setup(out, results);
   write_trust_section(out, results);
   if (is_capacity(results)) {
@@ -1148,7 +1155,7 @@ void write_report(const fs::path& dir, const ResultSet& results, const std::stri
   } else {
     write_run_sections(out, results);
   }
-  write_figures_and_files(out, dir, results, figures_note);
+  write_figures_and_files(out, figures_index, results, figures_note);
 }
 
 namespace {
@@ -1189,7 +1196,7 @@ void insert_beside(ordered_json& row, const std::string& path,
 }  // namespace
 
 void add_interval_columns(std::vector<ordered_json>& rows, const ResultSet& results) {
-  if (!results.experiment.contains("seeds") || results.experiment["seeds"].size() < 2) return;
+  if (!results.experiment.contains("seeds") || results.experiment.at("seeds").size() < 2) return;
   // Rows are copies of results.runs in the same order: group those, write into the copies.
   const std::vector<Row> groups = group_rows(results.runs);
   std::map<const ordered_json*, size_t> index;
@@ -1219,7 +1226,7 @@ std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& re
   for (const auto* list : {&results.runs, &results.capacities}) {
     for (const ordered_json& r : *list) {
       if (r.contains("error"))
-        failed.emplace_back(string_at(r, "experiment", "run_name"), r["error"].get<std::string>());
+        failed.emplace_back(string_at(r, "experiment", "run_name"), r.at("error").get<std::string>());
     }
   }
   return failed;
@@ -1245,7 +1252,7 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   const Table lat = latency_table(rows);
   // The terminal gets the headline columns only; report.md has them all. With several seeds
   // each cell holds an interval too, so fewer columns fit.
-  const size_t seeds = results.experiment.contains("seeds") ? results.experiment["seeds"].size() : 1;
+  const size_t seeds = results.experiment.contains("seeds") ? results.experiment.at("seeds").size() : 1;
   Table t;
   const std::vector<std::string> keep =
       seeds > 1 ? std::vector<std::string>{"group", "policy",    kSloHeader, kReplicasColumn.header, "done",
@@ -1295,24 +1302,79 @@ void print_result_table(std::ostream& out, const ResultSet& results) {
   print_failures(out, results);
 }
 
-ResultSet load_result_set(const fs::path& dir) {
+namespace {
+
+// The figures of a results folder's files that the report reads as integers (counts, ids, seeds):
+// batchsim writes each as a JSON integer, and reading a fraction or a number beyond the range of
+// the integer as one is undefined behaviour. A double holds integers to 2^53 exactly (the
+// replica count makes that round trip).
+constexpr const char* kExperimentIntegers[] = {"iteration_budget", "units", "base.num_requests", "base.num_gpu_blocks"};
+constexpr const char* kRunIntegers[] = {"experiment.run",         "experiment.capacity_probe", "experiment.seed",
+                                        "config.replicas",        "config.prefill_replicas",   "config.decode_replicas",
+                                        "config.max_concurrency", "config.client_connections"};
+
+void check_integers(const ordered_json& j, std::span<const char* const> paths, const fs::path& file) {
+  constexpr int64_t kMost = int64_t{1} << 53;
+  for (const char* path : paths) {
+    const auto ptr = json_path_pointer(path);
+    if (!j.contains(ptr)) continue;
+    const ordered_json& v = j.at(ptr);
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(kMost)
+                          : v.is_number_integer() ? v.get<int64_t>() >= -kMost && v.get<int64_t>() <= kMost
+                                                  : false;
+    if (!in_range) {
+      throw UserError(
+          fmt::format("{}: {} must be an integer of at most 2^53 in size, got {}", file.string(), path, v.dump()));
+    }
+  }
+}
+
+}  // namespace
+
+ResultFiles result_files(const fs::path& dir) {
   if (!fs::exists(dir / "experiment.json")) {
     throw UserError(fmt::format("{}: not a batchsim compare results folder (no experiment.json)", dir.string()));
   }
-  ResultSet r;
-  r.experiment = read_json_file<ordered_json>(dir / "experiment.json");
-  if (fs::exists(dir / "experiment.yaml")) r.experiment_yaml = read_text(dir / "experiment.yaml");
+  ResultFiles files;
+  files.experiment = dir / "experiment.json";
   if (fs::is_directory(dir / "runs")) {
     for (const auto& entry : fs::directory_iterator(dir / "runs")) {
-      if (fs::exists(entry.path() / "summary.json"))
-        r.runs.push_back(read_json_file<ordered_json>(entry.path() / "summary.json"));
+      if (fs::exists(entry.path() / "summary.json")) files.runs.push_back(entry.path() / "summary.json");
     }
   }
   if (fs::is_directory(dir / "capacity")) {
     for (const auto& entry : fs::directory_iterator(dir / "capacity")) {
-      if (entry.path().extension() == ".json") r.capacities.push_back(read_json_file<ordered_json>(entry.path()));
+      if (entry.path().extension() == ".json") files.capacities.push_back(entry.path());
     }
   }
+  return files;
+}
+
+ordered_json read_result_file(const fs::path& file, ResultFileKind kind) {
+  ordered_json j = read_json_file<ordered_json>(file);
+  if (!j.is_object()) throw UserError(fmt::format("{}: expected a JSON object, got {}", file.string(), j.type_name()));
+  if (kind == ResultFileKind::kExperiment) {
+    check_integers(j, kExperimentIntegers, file);
+    return j;
+  }
+  check_integers(j, kRunIntegers, file);
+  if (kind == ResultFileKind::kRun) {
+    // `merge` tells the runs of its folders apart by their names.
+    const auto name = json_path_pointer("experiment.run_name");
+    if (!j.contains(name) || !j.at(name).is_string()) {
+      throw UserError(fmt::format("{}: experiment.run_name must be a string (the run's name)", file.string()));
+    }
+  }
+  return j;
+}
+
+ResultSet load_result_set(const fs::path& dir) {
+  const ResultFiles files = result_files(dir);
+  ResultSet r;
+  r.experiment = read_result_file(files.experiment, ResultFileKind::kExperiment);
+  if (fs::exists(dir / "experiment.yaml")) r.experiment_yaml = read_text(dir / "experiment.yaml");
+  for (const fs::path& f : files.runs) r.runs.push_back(read_result_file(f, ResultFileKind::kRun));
+  for (const fs::path& f : files.capacities) r.capacities.push_back(read_result_file(f, ResultFileKind::kCapacity));
   sort_results(r);
   return r;
 }
@@ -1323,12 +1385,12 @@ std::vector<std::pair<std::string, std::string>> policy_engines(const ResultSet&
   std::map<std::string, std::set<std::string>> by_label;
   for (const ordered_json& r : results.runs) {
     if (!r.contains("experiment") || !r.contains("config")) continue;
-    by_label[r["experiment"].value("policy", std::string())].insert(r["config"].value("engine", std::string()));
+    by_label[r.at("experiment").value("policy", std::string())].insert(r.at("config").value("engine", std::string()));
   }
   std::vector<std::pair<std::string, std::string>> out;
   if (!results.experiment.contains("policies")) return out;
-  for (const auto& p : results.experiment["policies"]) {
-    const std::string label = p["label"].get<std::string>();
+  for (const auto& p : results.experiment.at("policies")) {
+    const std::string label = p.at("label").get<std::string>();
     const auto it = by_label.find(label);
     if (it != by_label.end()) out.emplace_back(label, fmt::format("{}", fmt::join(it->second, " / ")));
   }

@@ -49,6 +49,9 @@ void write_flat_csv(const std::filesystem::path& file, const std::vector<nlohman
 // first policy), capacity table, figures listed in figures/figures.json, the experiment file.
 // `figures_note` explains missing figures (e.g. no matplotlib) and is printed when not empty.
 void write_report(const std::filesystem::path& dir, const ResultSet& results, const std::string& figures_note);
+// report.md's text, to `out`; `figures_index` is the figures.json it lists (empty: none).
+void render_report(std::ostream& out, const ResultSet& results, const std::string& figures_note,
+                   const std::filesystem::path& figures_index);
 
 // (policy label, its engine) of every policy that ran, in the experiment's order; a policy that
 // ran on several (an engine axis) has them joined by " / ".
@@ -73,8 +76,26 @@ void print_result_table(std::ostream& out, const ResultSet& results);
 // "error"), in run order.
 std::vector<std::pair<std::string, std::string>> failed_runs(const ResultSet& results);
 
+// The files of a results folder that load_result_set reads: experiment.json, then every
+// runs/*/summary.json and capacity/*.json in directory order. Throws UserError naming the folder
+// when it is not one.
+struct ResultFiles {
+  std::filesystem::path experiment;
+  std::vector<std::filesystem::path> runs, capacities;
+};
+ResultFiles result_files(const std::filesystem::path& dir);
+
+// One of those files, read as the report reads it. Throws UserError naming the file, and the
+// field where one is at fault, for what batchsim never writes: invalid JSON, a document that is
+// not an object, a count, id or seed that is not an integer (of at most 2^53), a run without its
+// name (experiment.run_name, a string). The report reads more figures than these; what it finds
+// missing or of another type throws nlohmann's exceptions, which merge_results turns into
+// UserError naming the file (experiments/study/compare.h).
+enum class ResultFileKind { kExperiment, kRun, kCapacity };
+nlohmann::ordered_json read_result_file(const std::filesystem::path& file, ResultFileKind kind);
+
 // Reads experiment.json, experiment.yaml, runs/*/summary.json and capacity/*.json of a results
-// folder. Throws UserError naming the folder when it is not one.
+// folder, each by read_result_file. Throws UserError naming the folder when it is not one.
 ResultSet load_result_set(const std::filesystem::path& dir);
 
 }  // namespace batchsim

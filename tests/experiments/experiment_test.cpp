@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -388,6 +389,55 @@ TEST(Compare, ShardsMergedEqualTheUnshardedRunWhateverTheJobs) {
   // A shard alone is reported as incomplete; merging a shard twice is refused.
   EXPECT_THAT(testing::read_text_file(root / "s0" / "report.md"), HasSubstr("incomplete"));
   EXPECT_THROW(merge_results({root / "s0", root / "s0"}, root / "twice", false, std::cerr), UserError);
+}
+
+// `merge` reads folders a user hands it: a file that is not as batchsim writes it is a UserError
+// naming the file and, where one is at fault, the field, and nothing is written. Before, such
+// files let nlohmann's type_error and out_of_range escape as internal errors, read a missing
+// key past the end of its object, and cast a fractional seed to an integer out of range (seen
+// while writing the fuzz harness of `merge`, tests/fuzz/fuzz_results.cpp).
+TEST(Compare, MergeNamesTheFileAndFieldOfAMalformedResult) {
+  const fs::path root = testing::scratch_dir("merge_malformed");
+  const Experiment e = parse_experiment_text(kSmall, "small.yaml");
+  run_experiment(e, options_for(root / "good", 1), std::cerr);
+  const fs::path run = fs::directory_iterator(root / "good" / "runs")->path().filename();
+  // A copy of the good folder with `file` rewritten by `edit`; the message of merging it.
+  int copies = 0;
+  auto merge_with = [&](const fs::path& file, const std::function<void(ordered_json&)>& edit) {
+    const fs::path dir = root / fmt::format("bad{}", copies++);
+    fs::copy(root / "good", dir, fs::copy_options::recursive);
+    ordered_json j = ordered_json::parse(testing::read_text_file(dir / file));
+    edit(j);
+    testing::write_text_file(dir / file.parent_path(), file.filename().string(), j.dump());
+    const std::string message = testing::user_error_of([&] { merge_results({dir}, dir / "merged", false, std::cerr); });
+    EXPECT_FALSE(fs::exists(dir / "merged")) << message;
+    return std::make_pair((dir / file).string(), message);
+  };
+  const fs::path summary = fs::path("runs") / run / "summary.json";
+  {
+    const auto [file, message] = merge_with(summary, [](ordered_json& j) { j = ordered_json::array({1, 2}); });
+    EXPECT_THAT(message, HasSubstr(file + ": expected a JSON object, got array"));
+  }
+  {
+    // Read as a uint64_t seed, -1.5 was undefined behaviour.
+    const auto [file, message] = merge_with(summary, [](ordered_json& j) { j["experiment"]["seed"] = -1.5; });
+    EXPECT_THAT(message, HasSubstr(file + ": experiment.seed must be an integer"));
+  }
+  {
+    const auto [file, message] = merge_with(summary, [](ordered_json& j) { j["experiment"].erase("run_name"); });
+    EXPECT_THAT(message, HasSubstr(file + ": experiment.run_name must be a string"));
+  }
+  {
+    // A missing object the report reads: a read past the end of the summary's keys before.
+    const auto [file, message] = merge_with(summary, [](ordered_json& j) { j.erase("config"); });
+    EXPECT_THAT(message, HasSubstr("merge: " + file + ": not as batchsim writes it:"));
+    EXPECT_THAT(message, HasSubstr("key 'config' not found"));
+  }
+  {
+    const auto [file, message] = merge_with("experiment.json", [](ordered_json& j) { j["policies"][0]["label"] = 7; });
+    EXPECT_THAT(message, HasSubstr("merge: " + file + ": not as batchsim writes it:"));
+    EXPECT_THAT(message, HasSubstr("type must be string, but is number"));
+  }
 }
 
 // A `published:` block names policies and groups the experiment runs; the report puts each
