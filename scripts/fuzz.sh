@@ -34,10 +34,13 @@ seed fuzz_hardware_profile hwmodel/profiles/*.yaml
 seed fuzz_experiment experiments/data/*.yaml tests/fuzz/seeds/run_config/*
 seed fuzz_llmservingsim tests/fuzz/seeds/llmservingsim/*
 seed fuzz_measurements tests/fuzz/seeds/measurements/*
+seed fuzz_results tests/fuzz/seeds/results/*
+seed fuzz_calibration_tables tests/fuzz/seeds/calibration_tables/*
+seed fuzz_spec_strings tests/fuzz/seeds/spec_strings/*
 
 status=0
 for harness in fuzz_trace_reader fuzz_hf_config fuzz_hardware_profile fuzz_experiment fuzz_llmservingsim \
-    fuzz_measurements; do
+    fuzz_measurements fuzz_results fuzz_calibration_tables fuzz_spec_strings; do
   mkdir -p "$build/findings/$harness"
   echo "fuzz: $harness for ${seconds} s"
   if ! "$build/tests/fuzz/$harness" "$build/corpus/$harness" -max_total_time="$seconds" \

@@ -29,4 +29,10 @@ inline std::filesystem::path as_file(const uint8_t* data, size_t size, const std
   return path;
 }
 
+// Writes `text` to `file`, creating its folder: for harnesses whose reader takes a folder of files.
+inline void write_file(const std::filesystem::path& file, const std::string& text) {
+  std::filesystem::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+}
+
 }  // namespace batchsim::fuzz

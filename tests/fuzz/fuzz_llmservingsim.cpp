@@ -6,7 +6,6 @@
 // The first byte picks the file the rest becomes; the other files are the shipped ones' first
 // lines. Seeds: tests/fuzz/seeds/llmservingsim (scripts/fuzz.sh).
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "experiments/fidelity/benchmark_readers.h"
@@ -16,15 +15,6 @@
 #include "hwmodel/fit/llmservingsim_profile.h"
 
 namespace fs = std::filesystem;
-
-namespace {
-
-void write(const fs::path& file, const std::string& text) {
-  fs::create_directories(file.parent_path());
-  std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -47,24 +37,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     if (which <= 1) {
       const fs::path run = root / "run";
-      write(run / "requests.jsonl", which == 0 ? text : request + "\n");
-      write(run / "meta.json", which == 1 ? text : meta);
+      batchsim::fuzz::write_file(run / "requests.jsonl", which == 0 ? text : request + "\n");
+      batchsim::fuzz::write_file(run / "meta.json", which == 1 ? text : meta);
       check(batchsim::read_recorded_run(run));
     } else if (which >= 5) {
       // A benchmark file: a vLLM result (.json) or an aiperf export (.jsonl).
       const fs::path file = root / (which == 5 ? "result.json" : "profile_export.jsonl");
-      write(file, text);
+      batchsim::fuzz::write_file(file, text);
       const batchsim::RecordedRun r =
           batchsim::read_recording(file, batchsim::ReplayOverrides{.model = "llama-3.1-8b"});
       check(r);
       if (r.requests.empty() || r.requests.front().queued_s != 0) __builtin_trap();  // timed from the first send
     } else {
       const fs::path model = root / "profiler/perf/RTX4090/meta-llama/Llama-3.1-8B/bf16";
-      write(model / "meta.yaml", "profiler_version: 1.0.0\nmodel: meta-llama/Llama-3.1-8B\nvllm_version: 0.19.0\n");
-      write(model / "tp1/dense.csv", which == 2 ? text : "layer,tokens,time_us\nqkv_proj,1,54.9\n");
-      write(model / "tp1/attention.csv",
-            which == 3 ? text : "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,9.3\n");
-      write(model / "tp1/per_sequence.csv", which == 4 ? text : "layer,sequences,time_us\nsampler,1,50\n");
+      batchsim::fuzz::write_file(model / "meta.yaml",
+                                 "profiler_version: 1.0.0\nmodel: meta-llama/Llama-3.1-8B\nvllm_version: 0.19.0\n");
+      batchsim::fuzz::write_file(model / "tp1/dense.csv",
+                                 which == 2 ? text : "layer,tokens,time_us\nqkv_proj,1,54.9\n");
+      batchsim::fuzz::write_file(
+          model / "tp1/attention.csv",
+          which == 3 ? text : "prefill_chunk,kv_prefill,n_decode,kv_decode,time_us\n0,0,1,16,9.3\n");
+      batchsim::fuzz::write_file(model / "tp1/per_sequence.csv",
+                                 which == 4 ? text : "layer,sequences,time_us\nsampler,1,50\n");
       const batchsim::Measurements m = batchsim::read_llmservingsim_profile(root / "profiler");
       for (const auto& row : m.token_ops) {
         if (row.num_tokens < 1) __builtin_trap();
