@@ -31,6 +31,8 @@ const std::vector<std::string>& policy_bases();
 const std::string& policy_base(std::string_view name);
 // The engine a policy or preset runs as by default; UserError if the policy is unknown.
 const std::string& policy_engine(std::string_view name);
+// What a base (one of policy_bases()) declares of itself; UserError if unknown.
+const PolicyBaseTraits& policy_base_traits(std::string_view base);
 // Whether policy `name` with the user's `options` chunks prefills; UserError if unknown.
 bool policy_chunks_prefills(std::string_view name, const std::map<std::string, std::string>& options);
 // Throws UserError for an unknown name (listing the known ones) or a bad option.

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <ostream>
 #include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -130,9 +132,15 @@ struct ModelErrors {
   }
 };
 
-// Whether a policy base is vLLM's scheduler family (the continuous and chunked-prefill policies),
-// which takes vLLM's option names.
-bool vllm_family(const std::string& base) { return base == "continuous" || base == "chunked-prefill"; }
+// Whether base `base` reads option `key` (its option schema declares it). The limits below are
+// given under the option names of the policy's scheduler, so each goes only to a base that reads
+// it: SGLang's names to the sglang base, vLLM's to the continuous and chunked-prefill bases.
+bool reads_option(const std::string& base, std::string_view key) {
+  const std::vector<PolicyOptionDoc>& docs = policy_option_docs(base);
+  return std::any_of(docs.begin(), docs.end(), [&](const PolicyOptionDoc& d) { return d.key == key; });
+}
+
+std::string policy_for_backend(const ServingRow& r);
 
 // The engine limits of a measured row's deployment. The silicon rows do not record their launch
 // flags; they come from NVIDIA's aiconfigurator gap analysis (silicon_data_source names its
@@ -158,27 +166,28 @@ bool vllm_family(const std::string& base) { return base == "continuous" || base 
 // token budget of isl + 1500 (TensorRT-LLM: rounded up to 32), the decode pool decode_batch_size
 // (blank: the rule's 128) and a budget of B tokens (TensorRT-LLM: rounded up to 32); SGLang's
 // --max-prefill-tokens isl + 1500 in both, mixed chunks in neither. The limits are given under
-// the option names of the policy's scheduler (`base`: sglang, or the continuous schedulers); a
-// static policy gets none.
+// the option names of the policy's scheduler (`base`: SGLang's where it reads
+// max_running_requests, vLLM's where it reads max_num_seqs and max_num_batched_tokens); a base
+// that reads neither (static batching) gets none.
 std::map<std::string, std::string> deployment_limits(const ServingRow& r, const std::string& base, PoolRole role) {
   int64_t batch = (r.concurrency + r.dp - 1) / r.dp;
   if (role == PoolRole::kPrefill) batch = r.prefill.batch > 0 ? r.prefill.batch : 1;
   if (role == PoolRole::kDecode) batch = r.decode.batch > 0 ? r.decode.batch : 128;
   const auto b = std::to_string(batch);
-  if (base == "sglang") {
+  if (reads_option(base, "max_running_requests")) {
     std::map<std::string, std::string> limits = {{"max_running_requests", b},
                                                  {"max_prefill_tokens", std::to_string(r.isl + 1500)}};
     if (role == PoolRole::kColocated) limits["enable_mixed_chunk"] = "true";
     return limits;
   }
-  if (!vllm_family(base)) return {};
+  if (!reads_option(base, "max_num_seqs") || !reads_option(base, "max_num_batched_tokens")) return {};
   int64_t tokens = role == PoolRole::kColocated ? batch + r.isl + 1500
                    : role == PoolRole::kPrefill ? r.isl + 1500
                                                 : batch;
   if (r.backend == "trtllm") tokens = (tokens + 31) / 32 * 32;
   std::map<std::string, std::string> limits = {{"max_num_seqs", b}, {"max_num_batched_tokens", std::to_string(tokens)}};
-  // TensorRT-LLM's KV rule is an option of the continuous base, where the trtllm preset lives.
-  if (r.backend == "trtllm" && base == "continuous") limits["free_gpu_memory_fraction"] = "0.8";
+  // TensorRT-LLM's KV rule is an option of the base its preset (policy_for_backend) lives on.
+  if (r.backend == "trtllm" && base == policy_base(policy_for_backend(r))) limits["free_gpu_memory_fraction"] = "0.8";
   return limits;
 }
 
@@ -780,12 +789,12 @@ ServingPrediction replay_serving_row(const ServingRow& r, const ServingReplayOpt
       c.policy_opts = deployment_limits(r, base, PoolRole::kColocated);
     }
   }
-  if (vllm_schedules_async(r) && vllm_family(base)) c.policy_opts["async_scheduling"] = "true";
+  if (vllm_schedules_async(r) && reads_option(base, "async_scheduling")) c.policy_opts["async_scheduling"] = "true";
   // SGLang sizes its KV pool by mem_fraction_static; the rule the sglang policy applies came with
   // v0.5.3 (sglang #10975), and the versions before it (from v0.4.7, sglang #7054) had their own.
   // The same change gave cuda_graph_max_bs its rule by device; before it, 160 on any GPU of 25 GB
   // or more.
-  if (r.backend == "sglang" && base == "sglang" && version_before(r, 5, 3)) {
+  if (r.backend == "sglang" && reads_option(base, "mem_fraction_static") && version_before(r, 5, 3)) {
     c.policy_opts["mem_fraction_static"] =
         fmt::format("{:g}", sglang_mem_fraction_static_2025(resolve_gpu(o.gpu).memory_bytes, r.tp));
     c.policy_opts["cuda_graph_max_bs"] = "160";

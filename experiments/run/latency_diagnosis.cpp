@@ -95,14 +95,14 @@ PolicyTraits policy_traits(const std::string& policy, const std::map<std::string
     std::map<std::string, std::string> set(info.preset.begin(), info.preset.end());
     for (const auto& [key, value] : options) set[key] = value;
     const PolicyOptions merged(set);
-    traits.static_batching = info.base == "static";
-    // TensorRT-LLM's chunked context chunks prompts on the continuous base.
-    traits.chunked_prefill =
-        info.base == "chunked-prefill" || info.base == "sglang" || merged.get_bool("enable_chunked_context", false);
-    if (info.base == "sglang") {
-      traits.prefill_batches_pause_decodes = !merged.get_bool("enable_mixed_chunk", false);
-      traits.chunk_budget_option = "chunked_prefill_size";
-    }
+    const PolicyBaseTraits& base = policy_base_traits(info.base);
+    traits.static_batching = base.static_batching;
+    // TensorRT-LLM's chunked context chunks prompts on the continuous base; get_bool reads it as
+    // the policy does, in each spelling it accepts ("1", "yes").
+    traits.chunked_prefill = policy_chunks_prefills(info.name, set) || merged.get_bool("enable_chunked_context", false);
+    if (base.prefill_batches_pause_decodes)
+      traits.prefill_batches_pause_decodes = base.prefill_batches_pause_decodes(merged);
+    traits.chunk_budget_option = base.chunk_budget_option;
   }
   return traits;
 }

@@ -3,6 +3,7 @@
 #include "policies/registry.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -11,7 +12,9 @@
 #include <map>
 #include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "experiments/run/bench_result.h"
 #include "hwmodel/parallel_layout.h"
@@ -426,6 +429,17 @@ std::vector<uint64_t> consecutive_seeds(uint64_t first, int64_t count) {
 
 namespace {
 
+// The bases that declare `trait`, in registration order, as prose: "continuous and
+// chunked-prefill", "a, b and c".
+std::string bases_that(bool PolicyBaseTraits::*trait) {
+  std::vector<std::string> names;
+  for (const std::string& base : policy_bases()) {
+    if (policy_base_traits(base).*trait) names.push_back(base);
+  }
+  if (names.size() < 2) return fmt::format("{}", fmt::join(names, ""));
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
+}
+
 // The parallel layout, the weight and KV formats, and the features that need a given scheduler (KV offload, speculative
 // decoding).
 void check_layout_and_features(const RunConfig& c) {
@@ -440,23 +454,22 @@ void check_layout_and_features(const RunConfig& c) {
     if (is_disaggregated(c))
       throw UserError("--kv-offload with --prefill-replicas/--decode-replicas: not supported yet");
     if (c.dp > 1) throw UserError("--kv-offload with --dp: not supported yet");
-    if (const std::string base = policy_base(c.policy); base != "continuous" && base != "chunked-prefill") {
-      throw UserError(
-          fmt::format("--kv-offload with --policy {} (of {}): not supported yet; the continuous and "
-                      "chunked-prefill schedulers with prefix caching (vllm, ...) offload",
-                      c.policy, base));
+    if (const std::string base = policy_base(c.policy); !policy_base_traits(base).kv_offload) {
+      throw UserError(fmt::format(
+          "--kv-offload with --policy {} (of {}): not supported yet; the {} schedulers with prefix caching (vllm, "
+          "...) offload",
+          c.policy, base, bases_that(&PolicyBaseTraits::kv_offload)));
     }
   }
   if (!c.spec_decode.empty()) {
     (void)parse_speculative_decoding(c.spec_decode, "--spec-decode");
     if (is_disaggregated(c))
       throw UserError("--spec-decode with --prefill-replicas/--decode-replicas: not supported yet");
-    if (const std::string base = policy_base(c.policy); base != "continuous" && base != "chunked-prefill") {
-      throw UserError(
-          fmt::format("--spec-decode with --policy {} (of {}): not supported yet; the continuous and "
-                      "chunked-prefill schedulers (vllm, sarathi, trtllm, tgi, ...) speculate as vLLM "
-                      "v1 does",
-                      c.policy, base));
+    if (const std::string base = policy_base(c.policy); !policy_base_traits(base).speculative_decoding) {
+      throw UserError(fmt::format(
+          "--spec-decode with --policy {} (of {}): not supported yet; the {} schedulers (vllm, sarathi, trtllm, tgi, "
+          "...) speculate as vLLM v1 does",
+          c.policy, base, bases_that(&PolicyBaseTraits::speculative_decoding)));
     }
   }
   parse_weight_dtype(c.weight_dtype, "--weight-dtype");

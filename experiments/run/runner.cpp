@@ -17,12 +17,8 @@
 
 namespace batchsim {
 
-int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests) {
-  // Measured: `run --num-requests N --arrival poisson:50 --no-streaming` at N = 200k and 1M,
-  // peak RSS difference over the request difference (README, "Robustness"), after requests
-  // carried their latency breakdown (RequestRecord::breakdown and its accounting).
-  const double per_request = policy_base == "static" ? 1650 : 734;
-  return static_cast<int64_t>(1.1 * per_request * static_cast<double>(requests)) + (int64_t{64} << 20);
+int64_t memory_needed_bytes(double bytes_per_request, int64_t requests) {
+  return static_cast<int64_t>(1.1 * bytes_per_request * static_cast<double>(requests)) + (int64_t{64} << 20);
 }
 
 void check_memory(int64_t needed, int64_t available, int64_t requests, const std::string& policy) {
@@ -165,10 +161,13 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
     workload = &generated;
   }
   if (hooks.source == nullptr) {
-    // A policy from outside the registry is sized as the continuous base, the smaller estimate.
-    const std::string base = hooks.make_policy ? "continuous" : policy_base(config.policy);
+    // A policy from outside the registry is sized as a base that declares nothing: the
+    // continuous policies' figure, the smaller estimate.
+    const double per_request = hooks.make_policy
+                                   ? PolicyBaseTraits{}.host_bytes_per_request
+                                   : policy_base_traits(policy_base(config.policy)).host_bytes_per_request;
     const auto requests = static_cast<int64_t>(workload->requests.size());
-    check_memory(memory_needed_bytes(base, requests), available_memory_bytes(), requests, config.policy);
+    check_memory(memory_needed_bytes(per_request, requests), available_memory_bytes(), requests, config.policy);
   }
 
   options.gpu_memory_utilization = config.gpu_memory_utilization;

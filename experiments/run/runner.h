@@ -78,11 +78,10 @@ constexpr int64_t kStreamingAutoRequests = 2'000'000;
 // stops it), or "" when it can.
 std::string streaming_unsupported_reason(const RunConfig& config);
 
-// Memory a run of `requests` requests under a policy of `policy_base` ("static", "continuous",
-// "chunked-prefill") needs, from the per-request cost measured on the whole process (README,
-// "Robustness": about 400 B a request for the continuous policies, 1.5 kB for static batching,
-// whose batches keep per-slot records) with a 10% margin, plus 64 MiB for the program itself.
-int64_t memory_needed_bytes(const std::string& policy_base, int64_t requests);
+// Memory a run of `requests` requests needs under a policy whose base costs `bytes_per_request`
+// (PolicyBaseTraits::host_bytes_per_request, measured on the whole process: policies/common/policy_base.h),
+// with a 10% margin, plus 64 MiB for the program itself.
+int64_t memory_needed_bytes(double bytes_per_request, int64_t requests);
 // Throws UserError when `needed` exceeds `available` bytes (both named in GiB), so that a run
 // too large for the machine stops with a message instead of being killed by the kernel's OOM
 // killer halfway; `available` <= 0 means unknown and passes.

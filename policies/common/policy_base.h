@@ -89,6 +89,29 @@ struct PolicyInfo {
   int list_rank = 1000;
 };
 
+// What code outside policies/ may ask of a base instead of testing its name (issue 47): each base
+// declares its own in its registration. The defaults are those of a base that claims nothing.
+struct PolicyBaseTraits {
+  // Batches start and end together: no request joins a running batch (the static base).
+  bool static_batching = false;
+  // Models a host KV tier under its prefix cache (--kv-offload; PolicyEnv::kv_offload_cpu_tokens).
+  bool kv_offload = false;
+  // Verifies draft tokens as vLLM v1 does (--spec-decode; Batch::add_speculative_decode).
+  bool speculative_decoding = false;
+  // Host memory one simulated request costs the whole process, which `run` checks against the
+  // machine's before it starts. Measured: `run --num-requests N --arrival poisson:50
+  // --no-streaming` at N = 200k and 1M, peak RSS difference over the request difference (README,
+  // "Robustness"), after requests carried their latency breakdown (RequestRecord::breakdown and
+  // its accounting): 734 B on the continuous policies. A base that keeps more per request
+  // measures and declares its own.
+  double host_bytes_per_request = 734;
+  // For the latency diagnosis (experiments/run/latency_diagnosis.h): the option that sets the
+  // chunk budget of a base that chunks prompts, and, where a base may run prefill batches without
+  // the running decodes, whether it does under `options` (its preset's and the user's).
+  std::string chunk_budget_option = "max_num_batched_tokens";
+  std::function<bool(const PolicyOptions& options)> prefill_batches_pause_decodes;
+};
+
 struct PolicyBase {
   std::string name;
   PolicyOptionSchema options;
@@ -100,6 +123,7 @@ struct PolicyBase {
   // Whether a policy of this base with these options chunks prefills (vLLM's
   // --enable-chunked-prefill asks); none: it never does.
   std::function<bool(const std::map<std::string, std::string>& options)> chunks_prefills;
+  PolicyBaseTraits traits;
 };
 
 // What the registration functions fill: the bases in registration order, and every policy.

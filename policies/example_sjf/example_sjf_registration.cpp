@@ -12,7 +12,8 @@ void register_example_sjf_policies(PolicyCatalog& catalog) {
     c.max_num_seqs = self.options.get_int(merged, "max_num_seqs");
     return std::make_unique<ExampleSjfPolicy>(c, info.name);
   };
-  catalog.bases.push_back({"example-sjf", std::move(options), make, {}});
+  // No traits: the example claims no feature (policies/common/policy_base.h, PolicyBaseTraits).
+  catalog.bases.push_back({"example-sjf", std::move(options), make, {}, {}});
   catalog.policies.push_back({"example-sjf",
                               "example-sjf",
                               "the worked example of policies/README.md: mixed iterations, paged KV, shortest prompt "

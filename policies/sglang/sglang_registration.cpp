@@ -90,7 +90,14 @@ void register_sglang_policies(PolicyCatalog& catalog) {
   };
   // SGLang chunks every prompt longer than chunked_prefill_size.
   auto chunks = [](const std::map<std::string, std::string>& /*options*/) { return true; };
-  catalog.bases.push_back({"sglang", sglang_options(), make, chunks});
+  PolicyBase base{"sglang", sglang_options(), make, chunks, {}};
+  // SGLang's chunk is chunked_prefill_size, and without enable_mixed_chunk a prefill batch runs
+  // without the decodes (scheduler.py get_next_batch_to_run).
+  base.traits.chunk_budget_option = "chunked_prefill_size";
+  base.traits.prefill_batches_pause_decodes = [](const PolicyOptions& options) {
+    return !options.get_bool("enable_mixed_chunk", false);
+  };
+  catalog.bases.push_back(std::move(base));
   // SGLang's scheduler (policies/sglang/sglang_policy.h): its own loop, with SGLang's defaults
   // (server_args.py, environ.py); schedule_policy=lpm is the cache-aware order.
   // The overlap scheduler (SGLang's default since 0.4) is on: its step of lag is the policy's

@@ -11,6 +11,7 @@
 
 #include "experiments/cli/cli.h"
 #include "experiments/run/runner.h"
+#include "policies/registry.h"
 #include "hwmodel/base/error.h"
 #include "test_support.h"
 
@@ -120,8 +121,9 @@ namespace {
 // A run too large for the machine's memory stops before it starts, with the figures, instead of
 // being killed by the kernel halfway.
 TEST(HostileInput, ARunThatCannotFitInMemoryIsRefusedUpFront) {
-  EXPECT_EQ(memory_needed_bytes("continuous", 1'000'000), int64_t(1.1 * 734 * 1e6) + (int64_t{64} << 20));
-  EXPECT_GT(memory_needed_bytes("static", 1000), memory_needed_bytes("chunked-prefill", 1000));
+  const auto bytes_of = [](const char* base) { return policy_base_traits(base).host_bytes_per_request; };
+  EXPECT_EQ(memory_needed_bytes(bytes_of("continuous"), 1'000'000), int64_t(1.1 * 734 * 1e6) + (int64_t{64} << 20));
+  EXPECT_GT(memory_needed_bytes(bytes_of("static"), 1000), memory_needed_bytes(bytes_of("chunked-prefill"), 1000));
   const int64_t gib = int64_t{1} << 30;
   EXPECT_NO_THROW(check_memory(2 * gib, 3 * gib, 100, "vllm"));
   EXPECT_NO_THROW(check_memory(2 * gib, 0, 100, "vllm"));  // unknown: no check

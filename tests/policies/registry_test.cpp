@@ -1,6 +1,8 @@
 // The policy registry: presets mirror the engines of issue 3 item 5, user options override a
 // preset, and an unknown option or a bad value is a UserError naming it.
+#include <map>
 #include <set>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -233,6 +235,32 @@ TEST(Registry, BasesRegisterThemselvesAndListInOrder) {
   EXPECT_FALSE(policy_chunks_prefills("trtllm", {}));
   EXPECT_TRUE(policy_chunks_prefills("trtllm", {{"enable_chunked_context", "true"}}));
   EXPECT_FALSE(policy_chunks_prefills("static", {}));
+}
+
+// What the rest of batchsim asks of a base instead of its name (issue 47): each declares it, and
+// a base that declares nothing (example-sjf) claims no feature.
+TEST(Registry, BasesDeclareTheirTraits) {
+  for (const char* base : {"continuous", "chunked-prefill"}) {
+    EXPECT_TRUE(policy_base_traits(base).kv_offload) << base;
+    EXPECT_TRUE(policy_base_traits(base).speculative_decoding) << base;
+    EXPECT_FALSE(policy_base_traits(base).static_batching) << base;
+    EXPECT_EQ(policy_base_traits(base).host_bytes_per_request, 734) << base;
+  }
+  for (const char* base : {"static", "sglang", "example-sjf"}) {
+    EXPECT_FALSE(policy_base_traits(base).kv_offload) << base;
+    EXPECT_FALSE(policy_base_traits(base).speculative_decoding) << base;
+  }
+  EXPECT_TRUE(policy_base_traits("static").static_batching);
+  EXPECT_EQ(policy_base_traits("static").host_bytes_per_request, 1650);
+  EXPECT_EQ(policy_base_traits("sglang").chunk_budget_option, "chunked_prefill_size");
+  EXPECT_EQ(policy_base_traits("chunked-prefill").chunk_budget_option, "max_num_batched_tokens");
+  const PolicyBaseTraits& sglang = policy_base_traits("sglang");
+  ASSERT_TRUE(sglang.prefill_batches_pause_decodes);
+  EXPECT_TRUE(sglang.prefill_batches_pause_decodes(PolicyOptions(std::map<std::string, std::string>{})));
+  EXPECT_FALSE(sglang.prefill_batches_pause_decodes(
+      PolicyOptions(std::map<std::string, std::string>{{"enable_mixed_chunk", "true"}})));
+  EXPECT_FALSE(policy_base_traits("continuous").prefill_batches_pause_decodes);
+  EXPECT_THROW((void)policy_base_traits("no-such-base"), UserError);
 }
 
 // The option schema is the parser: the getters apply its default and range, and name the
