@@ -15,18 +15,6 @@ void register_policy_bases(PolicyCatalog& catalog);
 
 namespace {
 
-// The traits of the continuous and chunked-prefill bases. They belong in those bases'
-// registration (policies/continuous/continuous_registration.cpp), as every other base declares
-// its own; they are set here, by name, only until that folder, which is being split into its
-// capacity and packing parts, can take them: move these lines there then.
-void declare_continuous_traits(PolicyCatalog& catalog) {
-  for (PolicyBase& base : catalog.bases) {
-    if (base.name != "continuous" && base.name != "chunked-prefill") continue;
-    base.traits.kv_offload = true;
-    base.traits.speculative_decoding = true;
-  }
-}
-
 struct Registry {
   PolicyCatalog catalog;
   std::vector<std::string> base_names;
@@ -36,7 +24,6 @@ const Registry& registry() {
   static const Registry r = [] {
     Registry built;
     register_policy_bases(built.catalog);
-    declare_continuous_traits(built.catalog);
     std::stable_sort(built.catalog.policies.begin(), built.catalog.policies.end(),
                      [](const PolicyInfo& a, const PolicyInfo& b) { return a.list_rank < b.list_rank; });
     for (const PolicyBase& base : built.catalog.bases) built.base_names.push_back(base.name);

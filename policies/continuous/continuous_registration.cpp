@@ -235,6 +235,10 @@ PolicyBase continuous_base(bool chunked) {
   PolicyBase base;
   base.name = chunked ? "chunked-prefill" : "continuous";
   base.options = chunked ? chunked_prefill_options() : continuous_options();
+  // The paged prefix cache's host tier (docs/kv-offload.md) and speculative steps (docs/speculative.md)
+  // are modelled on this scheduler alone.
+  base.traits.kv_offload = true;
+  base.traits.speculative_decoding = true;
   base.make = [chunked](const PolicyBase& self, const PolicyInfo& info, const PolicyOptions& merged,
                         const PolicyOptions& user) -> std::unique_ptr<Policy> {
     check_kv_options(info, merged, user);
