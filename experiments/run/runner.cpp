@@ -61,6 +61,117 @@ EngineProfile engine_for_pool(EngineProfile engine, const Policy& policy, const 
   return engine;
 }
 
+// One policy instance per replica: each has its own queues and KV cache. A disaggregated
+// run's prefill pool comes first, then its decode pool, each with its pool's policy.
+struct ReplicaPolicies {
+  std::vector<std::unique_ptr<Policy>> owned;
+  std::vector<Policy*> replicas;
+
+  void add(const RunConfig& c, int count, PoolRole role, const RunHooks& hooks) {
+    const auto one_policy = [&]() -> std::unique_ptr<Policy> {
+      return hooks.make_policy              ? hooks.make_policy()
+             : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
+                                            : make_pool_policy(c, role);
+    };
+    for (int i = 0; i < count; ++i) {
+      if (c.dp > 1) {
+        // Attention data parallelism: dp schedulers of the policy's kind stepping together.
+        std::vector<std::unique_ptr<Policy>> ranks;
+        for (int r = 0; r < c.dp; ++r) ranks.push_back(one_policy());
+        owned.push_back(std::make_unique<DpAttentionPolicy>(std::move(ranks)));
+      } else {
+        owned.push_back(one_policy());
+      }
+      replicas.push_back(owned.back().get());
+    }
+  }
+};
+
+// A disaggregated run's two pools: their policies, the decode pool's cost model (which must
+// outlive the run), and the options of the hand-off between them.
+void set_up_pools(const RunConfig& config, const RunHooks& hooks, ReplicaPolicies& policies, SimulationOptions& options,
+                  std::optional<CostModel>& decode_cost_model) {
+  const RunConfig prefill = pool_run_config(config, "prefill");
+  const RunConfig decode = pool_run_config(config, "decode");
+  policies.add(prefill, config.prefill_replicas, PoolRole::kPrefill, hooks);
+  policies.add(decode, config.decode_replicas, PoolRole::kDecode, hooks);
+  // The last replica is a decode one: its policy may set the decode engine's CUDA graphs.
+  const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
+  // The decode pool's own layout (its experts' parallelism included) and the run's routing.
+  decode_cost_model.emplace(
+      resolve_run_model(decode), decode_gpu, decode.layout(),
+      engine_for_pool(resolve_engine(run_engine_name(decode)), *policies.replicas.back(), decode_gpu, decode.tp));
+  decode_cost_model->set_moe_routing(run_moe_routing(decode, decode_cost_model->model()));
+  DisaggregationOptions& d = options.disaggregation;
+  d.prefill_replicas = config.prefill_replicas;
+  d.decode_cost_model = &*decode_cost_model;
+  d.decode_num_gpu_blocks = decode.num_gpu_blocks;
+  d.decode_router =
+      parse_router(config.decode_router.empty() ? config.router : config.decode_router, "--decode-router");
+  d.link = resolve_kv_link(config.kv_link, config.kv_link_gbps, config.kv_link_latency_us);
+  d.mode = parse_kv_transfer_mode(config.kv_transfer);
+}
+
+// --spec-decode on the run's cost model (its first pool's: `gpu`, `tp`, `engine`).
+void set_up_speculation(const std::string& spec_decode, const HardwareProfile& gpu, int tp, const EngineProfile& engine,
+                        CostModel& cost_model) {
+  SpeculativeDecoding spec = parse_speculative_decoding(spec_decode, "--spec-decode");
+  std::shared_ptr<const CostModel> draft;
+  if (spec.method == DraftMethod::draft_model) {
+    // The draft model runs on the target's GPUs with the target's tensor parallelism (vLLM's
+    // draft_tensor_parallel_size defaults to it).
+    draft = std::make_shared<const CostModel>(resolve_model(spec.draft_model), gpu, tp, engine);
+  }
+  cost_model.set_speculative(std::move(spec), std::move(draft));
+}
+
+// The run's requests: `given`, or built into `generated` from the config; while streaming
+// (hooks.source) none are held, and `generated` stays empty. Checks that they fit in memory.
+const BuiltWorkload* run_workload(const RunConfig& config, const BuiltWorkload* given, const RunHooks& hooks,
+                                  BuiltWorkload& generated) {
+  if (hooks.source != nullptr) {
+    // Streaming: no workload in memory, and memory bounded by the slots, not the requests.
+    if (const std::string why = streaming_unsupported_reason(config); !why.empty()) {
+      throw UserError(fmt::format("--streaming with {}: not supported yet", why));
+    }
+    if (hooks.make_policy) throw UserError("--streaming with a policy written in Python: not supported yet");
+    return &generated;
+  }
+  const BuiltWorkload* workload = given;
+  if (workload == nullptr) {
+    generated = build_workload(config.workload);
+    workload = &generated;
+  }
+  // A policy from outside the registry is sized as a base that declares nothing: the
+  // continuous policies' figure, the smaller estimate.
+  const double per_request = hooks.make_policy ? PolicyBaseTraits{}.host_bytes_per_request
+                                               : policy_base_traits(policy_base(config.policy)).host_bytes_per_request;
+  const auto requests = static_cast<int64_t>(workload->requests.size());
+  check_memory(memory_needed_bytes(per_request, requests), available_memory_bytes(), requests, config.policy);
+  return workload;
+}
+
+// The simulation's options from the run's config, its workload and the caller's hooks.
+void set_run_options(const RunConfig& config, const BuiltWorkload& workload, const RunHooks& hooks,
+                     SimulationOptions& options) {
+  options.gpu_memory_utilization = config.gpu_memory_utilization;
+  options.max_concurrency = config.max_concurrency;
+  options.client_connections = config.client_connections;
+  options.think_times = &workload.think_times;
+  options.sessions = &workload.sessions;
+  options.num_gpu_blocks = config.num_gpu_blocks;
+  // A Chrome trace draws every iteration, the prefills in each, and the first requests' phases.
+  const bool chrome_trace = !config.chrome_trace.empty();
+  options.record_iterations = config.iteration_log || chrome_trace || hooks.record_iterations;
+  options.record_iteration_items = config.iteration_log_ids || chrome_trace;
+  options.record_phases_of_first_requests = chrome_trace ? chrome_trace_requests(config) : 0;
+  options.on_iteration = hooks.on_iteration;
+  options.fast_forward = hooks.fast_forward;
+  options.prefix_blocks = &workload.prefix_blocks;
+  options.router = parse_router(config.router, "--router");
+  options.router_seed = config.workload.seed;
+}
+
 }  // namespace
 
 void check_run_pools(const RunConfig& config) {
@@ -80,67 +191,21 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   const HardwareProfile gpu = resolve_gpu(first_pool.gpu);
   const EngineProfile engine = hooks.engine != nullptr ? *hooks.engine : resolve_engine(run_engine_name(first_pool));
 
-  // One policy instance per replica: each has its own queues and KV cache. A disaggregated
-  // run's prefill pool comes first, then its decode pool, each with its pool's policy.
-  std::vector<std::unique_ptr<Policy>> policies;
-  std::vector<Policy*> replicas;
-  const auto add_replicas = [&](const RunConfig& c, int count, PoolRole role) {
-    const auto one_policy = [&]() -> std::unique_ptr<Policy> {
-      return hooks.make_policy              ? hooks.make_policy()
-             : role == PoolRole::kColocated ? make_policy(c.policy, PolicyOptions(c.policy_opts))
-                                            : make_pool_policy(c, role);
-    };
-    for (int i = 0; i < count; ++i) {
-      if (c.dp > 1) {
-        // Attention data parallelism: dp schedulers of the policy's kind stepping together.
-        std::vector<std::unique_ptr<Policy>> ranks;
-        for (int r = 0; r < c.dp; ++r) ranks.push_back(one_policy());
-        policies.push_back(std::make_unique<DpAttentionPolicy>(std::move(ranks)));
-      } else {
-        policies.push_back(one_policy());
-      }
-      replicas.push_back(policies.back().get());
-    }
-  };
+  ReplicaPolicies policies;
   SimulationOptions options;
   std::optional<CostModel> decode_cost_model;
   if (is_disaggregated(config)) {
-    const RunConfig prefill = pool_run_config(config, "prefill");
-    const RunConfig decode = pool_run_config(config, "decode");
-    add_replicas(prefill, config.prefill_replicas, PoolRole::kPrefill);
-    add_replicas(decode, config.decode_replicas, PoolRole::kDecode);
-    // The last replica is a decode one: its policy may set the decode engine's CUDA graphs.
-    const HardwareProfile decode_gpu = resolve_gpu(decode.gpu);
-    // The decode pool's own layout (its experts' parallelism included) and the run's routing.
-    decode_cost_model.emplace(
-        resolve_run_model(decode), decode_gpu, decode.layout(),
-        engine_for_pool(resolve_engine(run_engine_name(decode)), *replicas.back(), decode_gpu, decode.tp));
-    decode_cost_model->set_moe_routing(run_moe_routing(decode, decode_cost_model->model()));
-    DisaggregationOptions& d = options.disaggregation;
-    d.prefill_replicas = config.prefill_replicas;
-    d.decode_cost_model = &*decode_cost_model;
-    d.decode_num_gpu_blocks = decode.num_gpu_blocks;
-    d.decode_router =
-        parse_router(config.decode_router.empty() ? config.router : config.decode_router, "--decode-router");
-    d.link = resolve_kv_link(config.kv_link, config.kv_link_gbps, config.kv_link_latency_us);
-    d.mode = parse_kv_transfer_mode(config.kv_transfer);
+    set_up_pools(config, hooks, policies, options, decode_cost_model);
   } else {
-    add_replicas(config, config.replicas, PoolRole::kColocated);
+    policies.add(config, config.replicas, PoolRole::kColocated, hooks);
   }
+  const std::vector<Policy*>& replicas = policies.replicas;
   // The first replica is the first pool's (the prefill pool comes first).
   CostModel routed_cost_model(model, gpu, first_pool.layout(),
                               engine_for_pool(engine, *replicas.front(), gpu, first_pool.tp));
   routed_cost_model.set_moe_routing(run_moe_routing(first_pool, model));
-  if (!config.spec_decode.empty()) {
-    SpeculativeDecoding spec = parse_speculative_decoding(config.spec_decode, "--spec-decode");
-    std::shared_ptr<const CostModel> draft;
-    if (spec.method == DraftMethod::draft_model) {
-      // The draft model runs on the target's GPUs with the target's tensor parallelism (vLLM's
-      // draft_tensor_parallel_size defaults to it).
-      draft = std::make_shared<const CostModel>(resolve_model(spec.draft_model), gpu, first_pool.tp, engine);
-    }
-    routed_cost_model.set_speculative(std::move(spec), std::move(draft));
-  }
+  if (!config.spec_decode.empty())
+    set_up_speculation(config.spec_decode, gpu, first_pool.tp, engine, routed_cost_model);
   const CostModel& cost_model = routed_cost_model;
   if (const double bytes = parse_kv_offload_cpu_bytes(config.kv_offload); bytes > 0) {
     // The tier's GiB are over the replica's GPUs (vLLM --kv-offloading-size is the total over TP).
@@ -149,43 +214,8 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   }
 
   BuiltWorkload generated;
-  if (hooks.source != nullptr) {
-    // Streaming: no workload in memory, and memory bounded by the slots, not the requests.
-    if (const std::string why = streaming_unsupported_reason(config); !why.empty()) {
-      throw UserError(fmt::format("--streaming with {}: not supported yet", why));
-    }
-    if (hooks.make_policy) throw UserError("--streaming with a policy written in Python: not supported yet");
-    workload = &generated;
-  } else if (workload == nullptr) {
-    generated = build_workload(config.workload);
-    workload = &generated;
-  }
-  if (hooks.source == nullptr) {
-    // A policy from outside the registry is sized as a base that declares nothing: the
-    // continuous policies' figure, the smaller estimate.
-    const double per_request = hooks.make_policy
-                                   ? PolicyBaseTraits{}.host_bytes_per_request
-                                   : policy_base_traits(policy_base(config.policy)).host_bytes_per_request;
-    const auto requests = static_cast<int64_t>(workload->requests.size());
-    check_memory(memory_needed_bytes(per_request, requests), available_memory_bytes(), requests, config.policy);
-  }
-
-  options.gpu_memory_utilization = config.gpu_memory_utilization;
-  options.max_concurrency = config.max_concurrency;
-  options.client_connections = config.client_connections;
-  options.think_times = &workload->think_times;
-  options.sessions = &workload->sessions;
-  options.num_gpu_blocks = config.num_gpu_blocks;
-  // A Chrome trace draws every iteration, the prefills in each, and the first requests' phases.
-  const bool chrome_trace = !config.chrome_trace.empty();
-  options.record_iterations = config.iteration_log || chrome_trace || hooks.record_iterations;
-  options.record_iteration_items = config.iteration_log_ids || chrome_trace;
-  options.record_phases_of_first_requests = chrome_trace ? chrome_trace_requests(config) : 0;
-  options.on_iteration = hooks.on_iteration;
-  options.fast_forward = hooks.fast_forward;
-  options.prefix_blocks = &workload->prefix_blocks;
-  options.router = parse_router(config.router, "--router");
-  options.router_seed = config.workload.seed;
+  workload = run_workload(config, workload, hooks, generated);
+  set_run_options(config, *workload, hooks, options);
   RunOutcome outcome;
   outcome.config = config;
   outcome.gpu = gpu;
