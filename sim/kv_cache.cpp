@@ -34,6 +34,8 @@ uint64_t own_block_key(uint64_t chain, RequestId id, int64_t k) {
 
 }  // namespace
 
+uint64_t prefix_block_key(uint64_t hash, int64_t k) { return mix_key(hash, k); }
+
 BlockKeyTable::BlockKeyTable(int64_t max_entries) {
   size_t slots = 16;
   while (slots < 2 * static_cast<size_t>(std::max<int64_t>(max_entries, 1))) slots *= 2;
@@ -133,7 +135,7 @@ int64_t PagedKvCache::max_full_blocks(RequestId id) const {
 uint64_t PagedKvCache::block_key(RequestId id, int64_t k) const {
   auto content_key = [&](int64_t j) {
     const int64_t last_token = (j + 1) * block_size_ - 1;
-    return mix_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], j);
+    return prefix_block_key(prefix_.hashes->of(id)[static_cast<size_t>(last_token / prefix_.hashes->block_tokens)], j);
   };
   const int64_t content = content_blocks(id);
   if (k < content) return content_key(k);

@@ -145,6 +145,11 @@ class KvCacheManager {
   bool in_run_ = false;
 };
 
+// The key of block `k` of a prompt whose content hash there is `hash` (a trace's hash_id, or a
+// synthetic prefix's): the prefix cache keys its blocks so, and a run of keys from block 0 is a
+// shared prefix. Distinct (hash, k) collide only as often as random 64-bit keys do.
+uint64_t prefix_block_key(uint64_t hash, int64_t k);
+
 // key -> block of the prefix cache: open addressing with linear probing and backward-shift
 // deletion, sized to at most half full. A std::unordered_map allocated a node per insert and
 // spent most of a cached Mooncake replay in malloc and cache misses (Abseil's flat_hash_map

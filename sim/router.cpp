@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "hwmodel/base/error.h"
+#include "sim/kv_cache.h"
 
 namespace batchsim {
 
@@ -19,11 +20,15 @@ const std::vector<RouterInfo> kRouters = {
      "fewest routed, unfinished requests; ties to the lowest index (Vidur's lor)"},
     {Router::kLeastKv, "least-kv", "least KV memory allocated; ties to fewest outstanding, then the lowest index"},
     {Router::kPrefix, "prefix",
-     "prefix affinity: first prompt-block hash mod N (SGLang cache-aware router, vLLM "
-     "production-stack prefixaware); round-robin without hashes"},
+     "prefix affinity: first prompt-block hash mod N (a stateless stand-in for cache-aware routing, as "
+     "vLLM production-stack prefixaware); round-robin without hashes"},
     {Router::kPrecisePrefix, "precise-prefix",
      "llm-d's precise prefix-cache scorer: the longest run of the prompt's blocks a replica holds "
      "(GPU 1.0, host tier 0.8) x 2 + (1 - KV usage) + queue score; the best, ties at random"},
+    {Router::kCacheAware, "cache-aware",
+     "SGLang's router (sgl-router cache_aware, its defaults): the replica whose routed prompts share the "
+     "longest prefix when that is over 30% of the prompt, else the least loaded; the least loaded while "
+     "loads differ by over 64 and 1.5x"},
 };
 }  // namespace
 
@@ -77,6 +82,8 @@ int32_t RequestRouter::pick(RequestId id, std::span<const Replica> pool, const P
       break;
     case Router::kPrecisePrefix:
       return precise_prefix_pick(id, pool);
+    case Router::kCacheAware:
+      return cache_aware_pick(id, pool, prefix_blocks);
   }
   return static_cast<int32_t>(round_robin_++ % n);
 }
@@ -124,6 +131,58 @@ int32_t RequestRouter::precise_prefix_pick(RequestId id, std::span<const Replica
       pick = index;  // each of the tied replicas is kept with probability 1 / ties
     }
   }
+  return pick;
+}
+
+int32_t RequestRouter::cache_aware_pick(RequestId id, std::span<const Replica> pool,
+                                        const PrefixBlockHashes* prefix_blocks) {
+  // SGLang's router, policy cache_aware (sgl-router src/policies/cache_aware.rs, and its defaults
+  // in the router's CLI: cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold
+  // 1.5; the log line of sglang-router 0.5.8 prints the same). Its load is a worker's requests
+  // routed and not yet done (here Replica::outstanding). Its tree is an approximate radix tree
+  // per worker of the text it routed there, matched by characters; here it is each replica's set
+  // of the prompt blocks routed to it, matched block by block from the first (the blocks are
+  // keyed by their position, as the prefix cache keys them, so a run from block 0 is a prefix).
+  //  - imbalanced (max - min load > 64 and max > 1.5 x min): the least loaded;
+  //  - else the replica that holds the longest run of the prompt's blocks, when that run is over
+  //    30% of them (ties: the lowest index; the tree takes a matched node's first tenant), else
+  //    the least loaded (ties: the lowest index, as Rust's min_by_key);
+  //  - either way the prompt joins the chosen replica's tree.
+  // Not modelled: the tree's eviction (every 120 s, beyond 64 M characters a worker, about 16 M
+  // tokens), and matching inside a block. Without prompt hashes nothing matches: least loaded.
+  constexpr double kCacheThreshold = 0.3, kBalanceRelThreshold = 1.5;
+  constexpr int64_t kBalanceAbsThreshold = 64;
+  if (routed_blocks_.size() != pool.size()) routed_blocks_.assign(pool.size(), {});
+  int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0;
+  int32_t least_loaded = 0;
+  for (size_t i = 0; i < pool.size(); ++i) {
+    if (pool[i].outstanding < fewest) {
+      fewest = pool[i].outstanding;
+      least_loaded = static_cast<int32_t>(i);
+    }
+    most = std::max(most, pool[i].outstanding);
+  }
+  const std::span<const uint64_t> hashes =
+      prefix_blocks != nullptr && !prefix_blocks->empty() ? prefix_blocks->of(id) : std::span<const uint64_t>{};
+  int32_t pick = least_loaded;
+  const bool imbalanced = most - fewest > kBalanceAbsThreshold &&
+                          static_cast<double>(most) > kBalanceRelThreshold * static_cast<double>(fewest);
+  if (!imbalanced && !hashes.empty()) {
+    size_t longest = 0;
+    int32_t holder = 0;
+    for (size_t i = 0; i < pool.size(); ++i) {
+      const std::unordered_set<uint64_t>& held = routed_blocks_[i];
+      size_t run = 0;
+      while (run < hashes.size() && held.contains(prefix_block_key(hashes[run], static_cast<int64_t>(run)))) ++run;
+      if (run > longest) {
+        longest = run;
+        holder = static_cast<int32_t>(i);
+      }
+    }
+    if (static_cast<double>(longest) > kCacheThreshold * static_cast<double>(hashes.size())) pick = holder;
+  }
+  std::unordered_set<uint64_t>& tree = routed_blocks_[static_cast<size_t>(pick)];
+  for (size_t k = 0; k < hashes.size(); ++k) tree.insert(prefix_block_key(hashes[k], static_cast<int64_t>(k)));
   return pick;
 }
 

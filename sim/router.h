@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "hwmodel/base/random.h"
@@ -26,6 +27,7 @@ enum class Router : uint8_t {
   kLeastKv,           // least KV allocated; ties: fewest outstanding, then lowest index
   kPrefix,            // first prefix-block hash mod N; requests without hashes round-robin
   kPrecisePrefix,     // llm-d's precise prefix-cache scorer with load scorers (RequestRouter)
+  kCacheAware,        // SGLang's router (sgl-router cache_aware): what it routed where, and load balance
 };
 
 struct RouterInfo {
@@ -51,10 +53,15 @@ class RequestRouter {
  private:
   // Router::kPrecisePrefix's pick.
   int32_t precise_prefix_pick(RequestId id, std::span<const Replica> pool);
+  // Router::kCacheAware's pick.
+  int32_t cache_aware_pick(RequestId id, std::span<const Replica> pool, const PrefixBlockHashes* prefix_blocks);
 
   Router kind_ = Router::kRoundRobin;
   Rng rng_{0};
   int64_t round_robin_ = 0;
+  // Router::kCacheAware: per replica of the pool, the prompt blocks (block keys) of the requests
+  // routed to it, its approximate tree of what that replica has seen.
+  std::vector<std::unordered_set<uint64_t>> routed_blocks_;
 };
 
 }  // namespace batchsim

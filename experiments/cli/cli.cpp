@@ -102,15 +102,25 @@ void add_model_options(po::options_description& d) {
   // clang-format on
 }
 
+// The routers' names, "a | b | ...", as `batchsim list routers` lists them.
+std::string router_names() {
+  std::string names;
+  for (const RouterInfo& r : routers()) names += (names.empty() ? "" : " | ") + std::string(r.name);
+  return names;
+}
+
 // Replicas and their router, or prefill and decode pools and the link between them.
 void add_deployment_options(po::options_description& d) {
+  const std::string arrival_routers =
+      router_names() + ": how arrivals pick a replica (default round-robin; batchsim list routers)";
+  const std::string decode_routers =
+      "how a prefilled request picks its decode replica: " + router_names() + " (default --router)";
   // One option a line, as --help lists them.
   // clang-format off
   d.add_options()
       ("replicas", po::value<int>(), "identical replicas (each --tp GPUs, its own policy and KV "
        "cache) behind a router (default 1)")
-      ("router", po::value<std::string>(), "round-robin | random | least-outstanding | least-kv | "
-       "prefix: how arrivals pick a replica (default round-robin; batchsim list routers)")
+      ("router", po::value<std::string>(), arrival_routers.c_str())
       ("prefill-replicas", po::value<int>(), "disaggregated serving: P prefill replicas (with --decode-replicas; "
        "instead of --replicas). Arrivals go to them by --router; each request's first token is "
        "computed there and its KV moved to a decode replica")
@@ -137,8 +147,7 @@ void add_deployment_options(po::options_description& d) {
        "the decode policy's engine)")
       ("prefill-num-gpu-blocks", po::value<int64_t>(), "the prefill pool's --num-gpu-blocks")
       ("decode-num-gpu-blocks", po::value<int64_t>(), "the decode pool's --num-gpu-blocks")
-      ("decode-router", po::value<std::string>(), "how a prefilled request picks its decode replica: "
-       "round-robin | random | least-outstanding | least-kv | prefix (default --router)")
+      ("decode-router", po::value<std::string>(), decode_routers.c_str())
       ("kv-link", po::value<std::string>(), "the link KV moves over: nvlink | ib | roce | pcie "
        "(default ib, 400 Gb/s per GPU; batchsim list links)")
       ("kv-link-gbps", po::value<double>(), "the link's bandwidth, Gb/s per GPU and direction (replaces --kv-link's)")
