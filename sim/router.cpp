@@ -30,6 +30,18 @@ const std::vector<RouterInfo> kRouters = {
      "longest prefix when that is over 30% of the prompt, else the least loaded; the least loaded while "
      "loads differ by over 64 and 1.5x"},
 };
+// The replica of `pool` with the fewest by `key`, ties to the lowest index.
+template <typename Key>
+int32_t least_by(std::span<const Replica> pool, Key key) {
+  size_t best = 0;
+  for (size_t i = 1; i < pool.size(); ++i) {
+    if (key(pool[i]) < key(pool[best])) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+int64_t outstanding(const Replica& r) { return r.outstanding; }
+
 }  // namespace
 
 const std::vector<RouterInfo>& routers() { return kRouters; }
@@ -53,21 +65,14 @@ Router parse_router(std::string_view name, std::string_view option) {
 int32_t RequestRouter::pick(RequestId id, std::span<const Replica> pool, const PrefixBlockHashes* prefix_blocks) {
   const auto n = static_cast<int64_t>(pool.size());
   if (n == 1) return 0;
-  // Fewest by `key`, ties to the lowest index.
-  const auto least = [pool](auto key) {
-    size_t best = 0;
-    for (size_t i = 1; i < pool.size(); ++i) {
-      if (key(pool[i]) < key(pool[best])) best = i;
-    }
-    return static_cast<int32_t>(best);
-  };
+  const auto least = [pool](auto key) { return least_by(pool, key); };
   switch (kind_) {
     case Router::kRoundRobin:
       break;
     case Router::kRandom:
       return static_cast<int32_t>(sample_below(rng_, static_cast<uint64_t>(n)));
     case Router::kLeastOutstanding:
-      return least([](const Replica& r) { return r.outstanding; });
+      return least(outstanding);
     case Router::kLeastKv:
       // Allocated KV (all replicas have the same capacity), then outstanding requests: a
       // burst arrives before any replica allocates, and must still spread.
@@ -153,36 +158,34 @@ int32_t RequestRouter::cache_aware_pick(RequestId id, std::span<const Replica> p
   constexpr double kCacheThreshold = 0.3, kBalanceRelThreshold = 1.5;
   constexpr int64_t kBalanceAbsThreshold = 64;
   if (routed_blocks_.size() != pool.size()) routed_blocks_.assign(pool.size(), {});
-  int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0;
-  int32_t least_loaded = 0;
-  for (size_t i = 0; i < pool.size(); ++i) {
-    if (pool[i].outstanding < fewest) {
-      fewest = pool[i].outstanding;
-      least_loaded = static_cast<int32_t>(i);
-    }
-    most = std::max(most, pool[i].outstanding);
-  }
+  const int32_t least_loaded = least_by(pool, outstanding);
+  const int64_t fewest = pool[static_cast<size_t>(least_loaded)].outstanding;
+  int64_t most = 0;
+  for (const Replica& r : pool) most = std::max(most, r.outstanding);
+  // The prompt's block keys, once: every replica's tree is matched against them, and the chosen
+  // one takes them.
   const std::span<const uint64_t> hashes =
       prefix_blocks != nullptr && !prefix_blocks->empty() ? prefix_blocks->of(id) : std::span<const uint64_t>{};
+  prompt_keys_.resize(hashes.size());
+  for (size_t k = 0; k < hashes.size(); ++k) prompt_keys_[k] = prefix_block_key(hashes[k], static_cast<int64_t>(k));
   int32_t pick = least_loaded;
   const bool imbalanced = most - fewest > kBalanceAbsThreshold &&
                           static_cast<double>(most) > kBalanceRelThreshold * static_cast<double>(fewest);
-  if (!imbalanced && !hashes.empty()) {
+  if (!imbalanced && !prompt_keys_.empty()) {
     size_t longest = 0;
     int32_t holder = 0;
     for (size_t i = 0; i < pool.size(); ++i) {
       const std::unordered_set<uint64_t>& held = routed_blocks_[i];
       size_t run = 0;
-      while (run < hashes.size() && held.contains(prefix_block_key(hashes[run], static_cast<int64_t>(run)))) ++run;
+      while (run < prompt_keys_.size() && held.contains(prompt_keys_[run])) ++run;
       if (run > longest) {
         longest = run;
         holder = static_cast<int32_t>(i);
       }
     }
-    if (static_cast<double>(longest) > kCacheThreshold * static_cast<double>(hashes.size())) pick = holder;
+    if (static_cast<double>(longest) > kCacheThreshold * static_cast<double>(prompt_keys_.size())) pick = holder;
   }
-  std::unordered_set<uint64_t>& tree = routed_blocks_[static_cast<size_t>(pick)];
-  for (size_t k = 0; k < hashes.size(); ++k) tree.insert(prefix_block_key(hashes[k], static_cast<int64_t>(k)));
+  routed_blocks_[static_cast<size_t>(pick)].insert(prompt_keys_.begin(), prompt_keys_.end());
   return pick;
 }
 

@@ -62,6 +62,7 @@ class RequestRouter {
   // Router::kCacheAware: per replica of the pool, the prompt blocks (block keys) of the requests
   // routed to it, its approximate tree of what that replica has seen.
   std::vector<std::unordered_set<uint64_t>> routed_blocks_;
+  std::vector<uint64_t> prompt_keys_;  // the request being routed's block keys (kept: no allocation per arrival)
 };
 
 }  // namespace batchsim
