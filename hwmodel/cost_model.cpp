@@ -305,29 +305,73 @@ IterationCost CostModel::iteration(const BatchShape& shape, NonAttentionCache* m
   return iteration_from(shape, t, memo_lm_head_s(shape.num_sampled, *memo), memo);
 }
 
-IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo) const {
-  if (ranks.size() == 1) return iteration(ranks.front(), memo);
+IterationCost CostModel::advance_decodes(const IterationCost& previous, const BatchShape& shape,
+                                         NonAttentionCache* memo) const {
+  IterationCost cost = previous;
+  advance_decodes_in_place(cost, shape, memo);
+  return cost;
+}
+
+void CostModel::advance_decodes_in_place(IterationCost& cost, const BatchShape& shape, NonAttentionCache* memo) const {
+  if (!shape.prefills.empty()) {
+    throw std::logic_error("CostModel::advance_decodes: a batch with prefills is not a repeated decode step");
+  }
+  if (shape.empty()) {
+    cost = IterationCost{};
+    return;
+  }
+  // Tokens, rows sampled and sequences are the previous step's, so are all but the decodes'
+  // attention and what is summed from it.
+  cost.decode_attention_s = decode_attention_s(shape, memo);
+  close_iteration(shape, shape.total_tokens(), cost, memo);
+}
+
+IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo,
+                              std::vector<IterationCost>* rank_costs) const {
+  if (ranks.size() == 1 && rank_costs == nullptr) return iteration(ranks.front(), memo);
+  std::vector<IterationCost> own;
+  std::vector<IterationCost>& costs = rank_costs != nullptr ? *rank_costs : own;
+  costs.assign(ranks.size(), IterationCost{});
+  return lockstep(ranks, memo, [&](size_t r, const BatchShape& batch) -> const IterationCost& {
+    return costs[r] = iteration(batch, memo);
+  });
+}
+
+IterationCost CostModel::advance_step(std::span<const BatchShape> ranks, std::span<IterationCost> rank_costs,
+                                      NonAttentionCache* memo) const {
+  if (rank_costs.size() != ranks.size()) {
+    throw std::logic_error(
+        fmt::format("CostModel::advance_step: {} rank costs for {} rank batches", rank_costs.size(), ranks.size()));
+  }
+  return lockstep(ranks, memo, [&](size_t r, const BatchShape& batch) -> const IterationCost& {
+    advance_decodes_in_place(rank_costs[r], batch, memo);
+    return rank_costs[r];
+  });
+}
+
+template <class RankCost>
+IterationCost CostModel::lockstep(std::span<const BatchShape> ranks, NonAttentionCache* memo,
+                                  RankCost&& rank_cost) const {
+  if (ranks.size() == 1) return rank_cost(0, ranks.front());
   if (static_cast<int>(ranks.size()) != layout_.dp) {
     throw std::logic_error(fmt::format("CostModel::step: {} rank batches for {} DP ranks", ranks.size(), layout_.dp));
   }
   // An idle rank runs the engine's dummy batch of one token while another rank has work
   // (vLLM's execute_dummy_batch, v1/engine/core.py DPEngineCoreProc; SGLang's IDLE forward).
-  BatchShape dummy;
-  dummy.add_decode(0);
-  IterationCost slowest;
+  constexpr int64_t kDummyTokens = 1;
+  const IterationCost* slowest_rank = nullptr;  // the first of the slowest
   int64_t tokens = 0, most_tokens = 0;
-  bool any = false;
-  for (const BatchShape& rank : ranks) {
-    const BatchShape& batch = rank.empty() ? dummy : rank;
-    const int64_t n = batch.total_tokens();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const BatchShape& rank = ranks[r];
+    const int64_t n = rank.empty() ? kDummyTokens : rank.total_tokens();
     tokens += n;
     most_tokens = std::max(most_tokens, n);
     if (rank.empty()) continue;
-    IterationCost c = iteration(batch, memo);
-    if (!any || c.total_s > slowest.total_s) slowest = c;
-    any = true;
+    const IterationCost& c = rank_cost(r, rank);
+    if (slowest_rank == nullptr || c.total_s > slowest_rank->total_s) slowest_rank = &c;
   }
-  if (!any) return IterationCost{};
+  if (slowest_rank == nullptr) return IterationCost{};
+  IterationCost slowest = *slowest_rank;
   // Under CUDA graphs every rank brings the largest rank's token count to the MoE layers.
   if (engine_.moe_pad_dp_to_max && engine_.cuda_graph_max_tokens > 0 && most_tokens <= engine_.cuda_graph_max_tokens) {
     tokens = most_tokens * layout_.dp;
@@ -352,122 +396,145 @@ double CostModel::mla_absorb_s(int64_t decodes) const {
          grouped_gemm_time_s(gpu_, mla_gemms_.uv, rows, heads, WeightFormat::bf16);
 }
 
-void CostModel::mla_attention(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const {
-  // Multi-head latent attention as vLLM runs it (MLACommonImpl, layers/attention/mla_attention.py
-  // at local-inference-lab/vllm@28be48f). Prefill decompresses: the latent of every token a chunk
-  // attends to (its cached context and itself) goes through kv_b to each head's K and V, then
-  // FlashAttention runs as MHA with head_dim nope + rope. Decode absorbs kv_b's halves into the
-  // query and the output (uk, uv: a batched GEMM per head) and reads the latent once for all of
-  // the GPU's heads, as one KV head of kv_lora_rank + rope (FlashMLA). The latent is whole on
-  // every GPU of the rank, so tp divides the heads' work but not the bytes read.
-  const double layers = model_.num_layers;
+// Multi-head latent attention as vLLM runs it (MLACommonImpl, layers/attention/mla_attention.py
+// at local-inference-lab/vllm@28be48f). Prefill decompresses: the latent of every token a chunk
+// attends to (its cached context and itself) goes through kv_b to each head's K and V, then
+// FlashAttention runs as MHA with head_dim nope + rope. Decode absorbs kv_b's halves into the
+// query and the output (uk, uv: a batched GEMM per head) and reads the latent once for all of
+// the GPU's heads, as one KV head of kv_lora_rank + rope (FlashMLA). The latent is whole on
+// every GPU of the rank, so tp divides the heads' work but not the bytes read.
+double CostModel::mla_prefill_attention_s(const BatchShape& shape) const {
+  if (shape.prefills.empty()) return 0;
   OperatorWork prefill;
   int64_t decompressed = 0;
   for (const PrefillChunk& chunk : shape.prefills) {
     prefill += mla_prefill_attention_work(model_, tp_, chunk.new_tokens, chunk.context_before);
     decompressed += chunk.context_before + chunk.new_tokens;
   }
-  if (!shape.prefills.empty()) {
-    cost.prefill_attention_s = layers * (mla_prefill_attention_time_s(gpu_, prefill) +
-                                         gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
-  }
-  if (shape.num_decodes > 0) {
-    // A speculative step's decodes verify 1 + k query tokens each (the most of any sets the tiles).
-    const int64_t queries = 1 + (shape.decode_draft_tokens + shape.num_decodes - 1) / shape.num_decodes;
-    const OperatorWork decode = mla_decode_work_(shape.num_decodes, shape.decode_context_sum, queries);
-    double absorb_s = 0;
-    if (memo == nullptr) {
-      absorb_s = mla_absorb_s(shape.num_decodes);
-    } else {
-      auto& [rows, seconds] = memo->mla_absorb_slot(shape.num_decodes);
-      if (rows != shape.num_decodes) {
-        rows = shape.num_decodes;
-        seconds = mla_absorb_s(rows);
-      }
-      absorb_s = seconds;
+  const double layers = model_.num_layers;
+  return layers * (mla_prefill_attention_time_s(gpu_, prefill) +
+                   gemm_time_s(gpu_, mla_gemms_.kv_b, decompressed, model_.weight_format));
+}
+
+double CostModel::mla_decode_attention_s(const BatchShape& shape, NonAttentionCache* memo) const {
+  if (shape.num_decodes <= 0) return 0;
+  // A speculative step's decodes verify 1 + k query tokens each (the most of any sets the tiles).
+  const int64_t queries = 1 + (shape.decode_draft_tokens + shape.num_decodes - 1) / shape.num_decodes;
+  const MlaDecodeWork::FlopsBytes decode =
+      mla_decode_work_.flops_bytes(shape.num_decodes, shape.decode_context_sum, queries);
+  double absorb_s = 0;
+  if (memo == nullptr) {
+    absorb_s = mla_absorb_s(shape.num_decodes);
+  } else {
+    auto& [rows, seconds] = memo->mla_absorb_slot(shape.num_decodes);
+    if (rows != shape.num_decodes) {
+      rows = shape.num_decodes;
+      seconds = mla_absorb_s(rows);
     }
-    cost.decode_attention_s = layers * (mla_decode_attention_time_s(gpu_, decode) + absorb_s);
+    absorb_s = seconds;
   }
+  const double layers = model_.num_layers;
+  return layers * (mla_decode_attention_time_s(gpu_, decode) + absorb_s);
+}
+
+// All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
+// varlen API, as vLLM calls it), so their work is summed under one roofline. Layers that see
+// only a window of the last W keys (gpt-oss) or their chunk of C (Llama 4) cost the same kernel
+// over that span: a chunk's prior context is cut to the window, or to its place in the current
+// chunk; a decode reads at most W (or C) keys, summed as min(context sum, decodes x span),
+// which is exact when every context is beyond the span or every one within it. A sliding window
+// is the kernel's own (window_tokens); a chunk of Llama 4's chunked attention is full attention
+// from the chunk's start. The layer kinds are summed in one order: full, window, chunked.
+template <class LayerKindSeconds>
+double CostModel::over_layer_kinds(LayerKindSeconds&& seconds) const {
+  double s = seconds(0, false, model_.full_attention_layers());
+  if (model_.sliding_window_layers > 0) s += seconds(model_.sliding_window, false, model_.sliding_window_layers);
+  if (model_.chunked_attention_layers > 0) {
+    s += seconds(model_.attention_chunk_size, true, model_.chunked_attention_layers);
+  }
+  return s;
+}
+
+double CostModel::kv_concat_s(double context_tokens) const {
+  // Concatenating a token onto a layer's cache reads the old cache and writes the new one:
+  // twice the context's K/V bytes per layer, streamed (HF DynamicCache / past_key_values).
+  const double per_token_layer = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)) / model_.num_layers;
+  return model_.num_layers * (2 * context_tokens * per_token_layer / (gpu_.hbm_bytes_per_s * gpu_.hbm_efficiency));
+}
+
+double CostModel::prefill_attention_s(const BatchShape& shape) const {
+  double s = 0;
+  if (model_.is_mla()) {
+    s = mla_prefill_attention_s(shape);
+  } else {
+    s = over_layer_kinds([&](int64_t span, bool chunked, double count) {
+      if (count <= 0) return 0.0;
+      OperatorWork prefill;
+      for (const PrefillChunk& chunk : shape.prefills) {
+        const int64_t before = chunked && span > 0 ? chunk.context_before % span : chunk.context_before;
+        prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, before, tiles_, chunked ? 0 : span);
+      }
+      return count * prefill_attention_time_s(gpu_, prefill);
+    });
+  }
+  if (engine_.kv_cache_write == KvCacheWrite::concat && !shape.prefills.empty()) {
+    double prefill_context = 0;
+    for (const PrefillChunk& chunk : shape.prefills) prefill_context += chunk.context_before + chunk.new_tokens;
+    s += kv_concat_s(prefill_context);
+  }
+  return s;
+}
+
+double CostModel::decode_attention_s(const BatchShape& shape, NonAttentionCache* memo) const {
+  double s = 0;
+  if (model_.is_mla()) {
+    s = mla_decode_attention_s(shape, memo);
+  } else {
+    s = over_layer_kinds([&](int64_t span, bool chunked, double count) {
+      if (count <= 0) return 0.0;
+      int64_t context_sum = shape.decode_context_sum, context_max = shape.decode_context_max;
+      if (chunked && span > 0) {
+        context_sum = std::min(context_sum, shape.num_decodes * span);
+        context_max = std::min(context_max, span);
+      }
+      OperatorWork decode =
+          decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max, chunked ? 0 : span);
+      if (shape.decode_draft_tokens > 0) {
+        // Speculative verification: each sequence's 1 + k queries read its KV once.
+        decode.flops *=
+            static_cast<double>(shape.num_decodes + shape.decode_draft_tokens) / static_cast<double>(shape.num_decodes);
+      }
+      return count * decode_attention_time_s(gpu_, decode, shape.num_decodes);
+    });
+  }
+  if (engine_.kv_cache_write == KvCacheWrite::concat && shape.num_decodes > 0) {
+    s += kv_concat_s(static_cast<double>(shape.decode_context_sum));
+  }
+  return s;
 }
 
 IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds,
                                         NonAttentionCache* memo) const {
   IterationCost cost;
-  const double layers = model_.num_layers;
   cost.layer_gemm_s = t.layer_gemm_s;
   cost.gemm_s = t.gemm_s;
   cost.gemm_compute_bound = t.gemm_compute_bound;
   cost.lm_head_s = lm_head_seconds;
   cost.elementwise_s = t.elementwise_s;
   cost.communication_s = t.communication_s;
+  cost.prefill_attention_s = prefill_attention_s(shape);
+  cost.decode_attention_s = decode_attention_s(shape, memo);
+  // (t.tokens is read before the drafter's passes, which may reuse the memo slot that `t` is.)
+  close_iteration(shape, t.tokens, cost, memo);
+  return cost;
+}
 
-  // All prefill chunks run in one variable-length attention kernel per layer (FlashAttention's
-  // varlen API, as vLLM calls it), so their work is summed under one roofline. Layers that see
-  // only a window of the last W keys (gpt-oss) or their chunk of C (Llama 4) cost the same kernel
-  // over that span: a chunk's prior context is cut to the window, or to its place in the current
-  // chunk; a decode reads at most W (or C) keys, summed as min(context sum, decodes x span),
-  // which is exact when every context is beyond the span or every one within it.
-  if (model_.is_mla()) {
-    mla_attention(shape, cost, memo);
-  } else {
-    const double full_layers = model_.full_attention_layers();
-    auto attention_s = [&](int64_t span, bool chunked, double count) {
-      if (count <= 0) return std::pair<double, double>{0, 0};
-      // A sliding window is the kernel's own (window_tokens); a chunk of Llama 4's chunked
-      // attention is full attention from the chunk's start.
-      const int64_t window = chunked ? 0 : span;
-      OperatorWork prefill;
-      for (const PrefillChunk& chunk : shape.prefills) {
-        const int64_t before = chunked && span > 0 ? chunk.context_before % span : chunk.context_before;
-        prefill += prefill_attention_work(model_, tp_, chunk.new_tokens, before, tiles_, window);
-      }
-      int64_t context_sum = shape.decode_context_sum, context_max = shape.decode_context_max;
-      if (chunked && span > 0) {
-        context_sum = std::min(context_sum, shape.num_decodes * span);
-        context_max = std::min(context_max, span);
-      }
-      OperatorWork decode = decode_attention_work(model_, tp_, shape.num_decodes, context_sum, context_max, window);
-      if (shape.decode_draft_tokens > 0) {
-        // Speculative verification: each sequence's 1 + k queries read its KV once.
-        decode.flops *=
-            static_cast<double>(shape.num_decodes + shape.decode_draft_tokens) / static_cast<double>(shape.num_decodes);
-      }
-      return std::pair<double, double>{count * prefill_attention_time_s(gpu_, prefill),
-                                       count * decode_attention_time_s(gpu_, decode, shape.num_decodes)};
-    };
-    const auto [full_prefill, full_decode] = attention_s(0, false, full_layers);
-    cost.prefill_attention_s = full_prefill;
-    cost.decode_attention_s = full_decode;
-    if (model_.sliding_window_layers > 0) {
-      const auto [p, d] = attention_s(model_.sliding_window, false, model_.sliding_window_layers);
-      cost.prefill_attention_s += p;
-      cost.decode_attention_s += d;
-    }
-    if (model_.chunked_attention_layers > 0) {
-      const auto [p, d] = attention_s(model_.attention_chunk_size, true, model_.chunked_attention_layers);
-      cost.prefill_attention_s += p;
-      cost.decode_attention_s += d;
-    }
-  }
-  if (engine_.kv_cache_write == KvCacheWrite::concat) {
-    // Concatenating a token onto a layer's cache reads the old cache and writes the new one:
-    // twice the context's K/V bytes per layer, streamed (HF DynamicCache / past_key_values).
-    const double per_token_layer = static_cast<double>(kv_bytes_per_token_per_gpu(model_, tp_)) / model_.num_layers;
-    auto copy_s = [&](double context_tokens) {
-      return 2 * context_tokens * per_token_layer / (gpu_.hbm_bytes_per_s * gpu_.hbm_efficiency);
-    };
-    double prefill_context = 0;
-    for (const PrefillChunk& chunk : shape.prefills) prefill_context += chunk.context_before + chunk.new_tokens;
-    if (!shape.prefills.empty()) cost.prefill_attention_s += layers * copy_s(prefill_context);
-    if (shape.num_decodes > 0)
-      cost.decode_attention_s += layers * copy_s(static_cast<double>(shape.decode_context_sum));
-  }
-
+void CostModel::close_iteration(const BatchShape& shape, int64_t tokens, IterationCost& cost,
+                                NonAttentionCache* memo) const {
   // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
   // Whether they replay a graph depends on the tokens and, for some engines, on whether the
-  // iteration computes a prompt (EngineProfile::launch_s). (Read before the drafter's passes,
-  // which may reuse the memo slot that `t` is.)
-  const double launch_s = engine_.launch_s(model_.num_layers, t.tokens, !shape.prefills.empty());
+  // iteration computes a prompt (EngineProfile::launch_s).
+  const double launch_s = engine_.launch_s(model_.num_layers, tokens, !shape.prefills.empty());
   if (speculative_.drafts_on_gpu()) cost.draft_s = draft_s(shape, cost, memo);
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
                            cost.elementwise_s + cost.communication_s + cost.draft_s;
@@ -477,7 +544,6 @@ IterationCost CostModel::iteration_from(const BatchShape& shape, const TokenCost
   cost.overhead_s = (device_s - kernels_s) + (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
                     engine_.residual.seconds(sequences, tp_);
   cost.total_s = kernels_s + cost.overhead_s;
-  return cost;
 }
 
 void CostModel::set_speculative(SpeculativeDecoding spec, std::shared_ptr<const CostModel> draft_model) {

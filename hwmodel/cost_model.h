@@ -196,8 +196,21 @@ class CostModel {
   // One lockstep step of the layout's dp attention ranks, `ranks[r]` the batch of rank r (an
   // empty one runs the engine's dummy batch while another rank has work). The result is the
   // slowest rank's attention and dense part, plus the MoE layers over every rank's tokens and
-  // their exchanges. With one rank, iteration(ranks[0]).
-  IterationCost step(std::span<const BatchShape> ranks, NonAttentionCache* memo = nullptr) const;
+  // their exchanges. With one rank, iteration(ranks[0]). `rank_costs`, when given, receives
+  // each rank's own cost (an idle rank's empty), for advance_step.
+  IterationCost step(std::span<const BatchShape> ranks, NonAttentionCache* memo = nullptr,
+                     std::vector<IterationCost>* rank_costs = nullptr) const;
+
+  // Repeated decode steps (the simulator's fast-forward): `shape` is a decode-only batch whose
+  // cost one step earlier, every context one token shorter, was `previous`. Tokens, rows
+  // sampled and sequences are unchanged, so only the decodes' attention is computed again: the
+  // same figures as iteration(shape), to the bit, for a fraction of the work.
+  IterationCost advance_decodes(const IterationCost& previous, const BatchShape& shape,
+                                NonAttentionCache* memo = nullptr) const;
+  // The same for a lockstep step: `ranks` one token further than the step that filled
+  // `rank_costs` (step's, or this function's last call), which it advances in place.
+  IterationCost advance_step(std::span<const BatchShape> ranks, std::span<IterationCost> rank_costs,
+                             NonAttentionCache* memo = nullptr) const;
 
   // How a KV pool holds the layers that attend to a sliding window (gpt-oss: every other layer,
   // 128 tokens), which keep only the window's KV:
@@ -321,6 +334,26 @@ class CostModel {
   // A non-empty shape's cost from its token costs `t` (its token count's) and LM-head time.
   IterationCost iteration_from(const BatchShape& shape, const TokenCosts& t, double lm_head_seconds,
                                NonAttentionCache* memo) const;
+  // The attention of a shape's prefill chunks and of its decodes, every layer (with an engine
+  // that concatenates its KV cache, the copies).
+  double prefill_attention_s(const BatchShape& shape) const;
+  double decode_attention_s(const BatchShape& shape, NonAttentionCache* memo) const;
+  // seconds(span, chunked, layers) summed over the model's attention layer kinds: full (span
+  // 0), sliding window, chunked.
+  template <class LayerKindSeconds>
+  double over_layer_kinds(LayerKindSeconds&& seconds) const;
+  // advance_decodes into `cost` itself.
+  void advance_decodes_in_place(IterationCost& cost, const BatchShape& shape, NonAttentionCache* memo) const;
+  // Every layer's KV-cache concatenation over `context_tokens` (KvCacheWrite::concat).
+  double kv_concat_s(double context_tokens) const;
+  // What an iteration adds to its kernels' parts in `cost`: the drafter's passes, the launches
+  // the GPU waits for, the engine's CPU and residual time, the total.
+  void close_iteration(const BatchShape& shape, int64_t tokens, IterationCost& cost, NonAttentionCache* memo) const;
+  // step's and advance_step's common part: rank_cost(r, batch) (a reference that stays valid
+  // through the call) of every busy rank, the slowest kept, the MoE layers over every rank's
+  // tokens added.
+  template <class RankCost>
+  IterationCost lockstep(std::span<const BatchShape> ranks, NonAttentionCache* memo, RankCost&& rank_cost) const;
   ModelSpec model_;
   HardwareProfile gpu_;
   int tp_;
@@ -366,8 +399,9 @@ class CostModel {
   // MLA's projections (mla_gemm_shapes): the query and latent down-projection, the query's up.
   MlaGemmShapes mla_gemms_;
   MlaDecodeWork mla_decode_work_;  // MLA decode attention's work per key and per decode
-  // MLA's prefill and decode attention of `shape`, into cost.prefill/decode_attention_s.
-  void mla_attention(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const;
+  // MLA's prefill and decode attention of `shape`, every layer.
+  double mla_prefill_attention_s(const BatchShape& shape) const;
+  double mla_decode_attention_s(const BatchShape& shape, NonAttentionCache* memo) const;
   // MLA decode's absorbed per-head GEMMs (uk, uv) for `decodes` rows, per layer.
   double mla_absorb_s(int64_t decodes) const;
   GemmShape lm_head_;

@@ -30,6 +30,10 @@ OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t n
 }
 
 double mla_decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work) {
+  return mla_decode_attention_time_s(gpu, MlaDecodeWork::FlopsBytes{work.flops, work.bytes});
+}
+
+double mla_decode_attention_time_s(const HardwareProfile& gpu, MlaDecodeWork::FlopsBytes work) {
   if (work.flops <= 0) return 0;
   const MlaAttentionFit& m = gpu.mla;
   const bool fitted = !m.empty();

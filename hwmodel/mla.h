@@ -54,16 +54,27 @@ OperatorWork mla_decode_attention_work(const ModelSpec& model, int tp, int64_t n
 struct MlaDecodeWork {
   int64_t heads = 0;  // query heads per GPU
   double flops_per_row_key = 0, bytes_per_key = 0, bytes_per_query = 0;
-  OperatorWork operator()(int64_t num_decodes, int64_t context_sum, int64_t queries = 1) const {
+  // The FLOPs and bytes alone (what the decode kernel's time reads), for the simulator's hot path.
+  struct FlopsBytes {
+    double flops = 0, bytes = 0;
+  };
+  FlopsBytes flops_bytes(int64_t num_decodes, int64_t context_sum, int64_t queries = 1) const {
     const double n = static_cast<double>(num_decodes);
     const double keys = static_cast<double>(context_sum);
     const int64_t rows = heads * queries;
     const double padded =
         static_cast<double>((rows + kMlaDecodeHeadTile - 1) / kMlaDecodeHeadTile * kMlaDecodeHeadTile);
-    OperatorWork w;
     // Whole numbers far below 2^53: the products are exact in any order.
-    w.flops = flops_per_row_key * padded * keys;
-    w.bytes = keys * bytes_per_key + n * static_cast<double>(queries) * bytes_per_query;
+    return {flops_per_row_key * padded * keys,
+            keys * bytes_per_key + n * static_cast<double>(queries) * bytes_per_query};
+  }
+  OperatorWork operator()(int64_t num_decodes, int64_t context_sum, int64_t queries = 1) const {
+    const FlopsBytes fb = flops_bytes(num_decodes, context_sum, queries);
+    const double n = static_cast<double>(num_decodes);
+    const double keys = static_cast<double>(context_sum);
+    OperatorWork w;
+    w.flops = fb.flops;
+    w.bytes = fb.bytes;
     w.units = n;
     w.sequences = n;
     w.key_sum = keys;
@@ -76,6 +87,7 @@ MlaDecodeWork mla_decode_work_coefficients(const ModelSpec& model, int tp);
 // (fitted on InferSim's H800 decode table, a soft corner fits its exponent to infinity).
 // Compute at the 16-bit rate, FP8 caches too (the kernels dequantise the latent).
 double mla_decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& work);
+double mla_decode_attention_time_s(const HardwareProfile& gpu, MlaDecodeWork::FlopsBytes work);
 
 // Prefill of `new_tokens` queries after `context_before` cached tokens, un-absorbed, causal:
 //   pairs = new_tokens x context_before + new_tokens (new_tokens + 1) / 2,

@@ -50,8 +50,9 @@ struct Replica {
   int64_t repeats = 0;
   std::vector<SimTime> repeat_gaps;
   SimTime max_repeat_gap;
-  std::vector<BatchShape> repeat_rank_shapes;  // a DP attention step's ranks, as the run goes
-  NonAttentionCache cost_memo;                 // its cost model's non-attention costs by key
+  std::vector<BatchShape> repeat_rank_shapes;    // a DP attention step's ranks, as the run goes
+  std::vector<IterationCost> repeat_rank_costs;  // and their costs (CostModel::advance_step)
+  NonAttentionCache cost_memo;                   // its cost model's non-attention costs by key
   // Its policy's lockstep decodes (sim/decode_cohort.h), when the policy keeps them there:
   // one set per attention rank (DP attention's ranks each keep their own), sized at attach.
   std::vector<DecodeCohort> cohorts;

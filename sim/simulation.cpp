@@ -631,8 +631,10 @@ void Simulation::try_start_iteration(Replica& r) {
     }
     listed_cohorts_.push_back(cohort);
   });
-  const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
-                                                       : r.cost_model->step(batch.rank_shapes, &r.cost_memo);
+  // (A DP step keeps each rank's cost, from which a fast-forward advances them.)
+  const IterationCost cost = batch.rank_shapes.empty()
+                                 ? r.cost_model->iteration(batch.shape, &r.cost_memo)
+                                 : r.cost_model->step(batch.rank_shapes, &r.cost_memo, &r.repeat_rank_costs);
   const SimTime duration = r.open_iteration(now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
                              listed_cohorts_);
@@ -651,13 +653,13 @@ void Simulation::try_start_iteration(Replica& r) {
       min_remaining =
           std::min<int64_t>(min_remaining, (*requests_)[item.id].output_tokens - progress_[item.id].generated_tokens);
     }
-    end = fast_forward(r, r.first_end, min_remaining);
+    end = fast_forward(r, r.first_end, min_remaining, cost);
   }
   r.done_at = end;
   events_.push(end, EventKind::kIterationDone, r.index);
 }
 
-SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining) {
+SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining, IterationCost cost) {
   // Repeat the decode batch while (a) no request finishes before the last repeat — a request
   // with r tokens to go finishes in the r-th iteration —, (b) no arrival falls due at or
   // before an intermediate iteration boundary (an arrival there may be routed here and would be
@@ -698,8 +700,10 @@ SimTime Simulation::fast_forward(Replica& r, SimTime end, int64_t min_remaining)
 
     shape.advance_decodes(1);  // every row attends to one more token
     for (BatchShape& rank : r.repeat_rank_shapes) rank.advance_decodes(1);
-    const IterationCost cost = r.repeat_rank_shapes.empty() ? r.cost_model->iteration(shape, &r.cost_memo)
-                                                            : r.cost_model->step(r.repeat_rank_shapes, &r.cost_memo);
+    // Only the decodes' attention changes from the step before (CostModel::advance_decodes).
+    cost = r.repeat_rank_shapes.empty()
+               ? r.cost_model->advance_decodes(cost, shape, &r.cost_memo)
+               : r.cost_model->advance_step(r.repeat_rank_shapes, r.repeat_rank_costs, &r.cost_memo);
     // KV is sampled as the repeated schedule() left it.
     const SimTime duration = r.open_iteration(end, cost, SimTime::zero());
     latency_.iteration_repeated(r.index, r.current.cost, duration);

@@ -208,7 +208,8 @@ class Simulation {
   void record_phase(RequestId id, RequestPhase phase) {
     if (id < options_.record_phases_of_first_requests) result_.request_phases.push_back({id, now_, phase});
   }
-  SimTime fast_forward(Replica& r, SimTime end, int64_t min_remaining);
+  // Repeats the decode step just started, whose cost was `cost`, while it stays the same batch.
+  SimTime fast_forward(Replica& r, SimTime end, int64_t min_remaining, IterationCost cost);
   // Where replicas log their iterations: the result's, when they are recorded.
   std::vector<IterationRecord>* iteration_log() { return options_.record_iterations ? &result_.iterations : nullptr; }
   // The inter-token gaps of one iteration's tokens, in order, as runs of equal consecutive

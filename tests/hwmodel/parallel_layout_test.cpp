@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "hwmodel/base/error.h"
@@ -14,6 +17,8 @@
 #include "hwmodel/moe_kernel.h"
 #include "hwmodel/parallel_layout.h"
 #include "hwmodel/roofline.h"
+#include "hwmodel/speculative.h"
+#include "hwmodel/engine_profile.h"
 #include "test_support.h"
 
 namespace batchsim {
@@ -108,6 +113,80 @@ TEST(ParallelLayout, PlainLayoutIsTheTensorParallelCostModel) {
     const std::vector<BatchShape> one{s};
     EXPECT_EQ(by_tp.step(one).total_s, by_tp.iteration(s).total_s);
   }
+}
+
+// Fast-forward's repeated decode steps recompute only the decodes' attention (advance_decodes,
+// advance_step): every figure must be what a fresh iteration() or step() gives, to the bit, for
+// each attention kind (MLA, sliding window, chunked, GQA), an engine that concatenates its KV
+// cache, and speculative verification with a drafter on the GPU.
+void expect_same_cost(const IterationCost& a, const IterationCost& b, const std::string& what) {
+  EXPECT_EQ(a.gemm_s, b.gemm_s) << what;
+  EXPECT_EQ(a.prefill_attention_s, b.prefill_attention_s) << what;
+  EXPECT_EQ(a.decode_attention_s, b.decode_attention_s) << what;
+  EXPECT_EQ(a.lm_head_s, b.lm_head_s) << what;
+  EXPECT_EQ(a.draft_s, b.draft_s) << what;
+  EXPECT_EQ(a.elementwise_s, b.elementwise_s) << what;
+  EXPECT_EQ(a.communication_s, b.communication_s) << what;
+  EXPECT_EQ(a.overhead_s, b.overhead_s) << what;
+  EXPECT_EQ(a.total_s, b.total_s) << what;
+  EXPECT_EQ(a.gemm_compute_bound, b.gemm_compute_bound) << what;
+  EXPECT_EQ(a.layer_gemm_s, b.layer_gemm_s) << what;
+}
+
+BatchShape decodes_from(const std::vector<int64_t>& contexts, int64_t drafts_each = 0) {
+  BatchShape s;
+  for (int64_t c : contexts) s.add_decode(c);
+  s.num_sampled = static_cast<int64_t>(contexts.size());
+  s.decode_draft_tokens = drafts_each * static_cast<int64_t>(contexts.size());
+  return s;
+}
+
+TEST(ParallelLayout, AdvancedDecodeStepsCostWhatFreshOnesCost) {
+  struct Case {
+    std::string model, gpu, engine, spec;
+    int tp;
+    int64_t drafts_each;
+  };
+  const std::vector<Case> cases{
+      {"deepseek-r1", "h200", "vllm", "", 8, 0},
+      {"gpt-oss-120b", "h100-sxm-fitted", "vllm", "", 2, 0},
+      {"llama-4-scout", "h100-sxm-fitted", "vllm", "", 4, 0},
+      {"llama-3.1-8b", "a100-80gb", "hf-transformers", "", 1, 0},
+      {"llama-3.1-8b", "h100-sxm-fitted", "vllm", "eagle:k=3:accept=0.8,0.6,0.4", 1, 3},
+  };
+  for (const Case& c : cases) {
+    CostModel cm(resolve_model(c.model), resolve_gpu(c.gpu), c.tp, resolve_engine(c.engine));
+    if (!c.spec.empty()) cm.set_speculative(parse_speculative_decoding(c.spec, "--spec-decode"));
+    // Contexts on both sides of gpt-oss's 128-token window and Llama 4's 8,192-token chunk.
+    BatchShape shape = decodes_from({5, 120, 700, 8190, 9000}, c.drafts_each);
+    NonAttentionCache memo;
+    IterationCost advanced = cm.iteration(shape, &memo);
+    for (int step = 1; step <= 12; ++step) {
+      shape.advance_decodes(1);
+      advanced = cm.advance_decodes(advanced, shape, step % 2 == 0 ? &memo : nullptr);
+      expect_same_cost(advanced, cm.iteration(shape), c.model + " step " + std::to_string(step));
+    }
+    // A prefill is no repeated decode step.
+    BatchShape mixed = shape;
+    mixed.add_prefill(64, 0);
+    EXPECT_THROW(cm.advance_decodes(advanced, mixed), std::logic_error);
+  }
+
+  // DP attention: each rank advanced in place, an idle rank staying idle.
+  const CostModel dp(resolve_model("deepseek-v3"), resolve_gpu("h200"), ParallelLayout{1, 4, 4});
+  std::vector<BatchShape> ranks{decodes_from({100, 4000}), BatchShape{}, decodes_from({3000, 3000, 3000}),
+                                decodes_from({9000})};
+  std::vector<IterationCost> rank_costs;
+  IterationCost step = dp.step(ranks, nullptr, &rank_costs);
+  ASSERT_EQ(rank_costs.size(), ranks.size());
+  expect_same_cost(rank_costs[2], dp.iteration(ranks[2]), "rank 2 as stepped");
+  for (int k = 1; k <= 8; ++k) {
+    for (BatchShape& rank : ranks) rank.advance_decodes(1);
+    step = dp.advance_step(ranks, rank_costs);
+    expect_same_cost(step, dp.step(ranks), "DP step " + std::to_string(k));
+  }
+  EXPECT_EQ(rank_costs[1].total_s, 0);
+  EXPECT_THROW(dp.advance_step(ranks, std::span<IterationCost>(rank_costs).first(3)), std::logic_error);
 }
 
 // A DP step lasts as long as its slowest rank, plus the MoE layers over every rank's tokens.
