@@ -68,7 +68,7 @@ HardwareProfile datasheet(std::string name, double tflops, double fp8_tflops, do
 // whitepapers and datasheets); they set the waves of decode attention (roofline.h).
 // FP8 (the third argument): dense FP8 tensor-core TFLOP/s, the datasheets' figure "with
 // sparsity" halved; 0 for Ampere GPUs, which have no FP8 tensor cores.
-std::vector<HardwareProfile> make_builtin_gpus() {
+std::vector<HardwareProfile> make_gpu_datasheets() {
   return {
       // NVIDIA A100 datasheet: 312 TFLOP/s dense BF16; NVLink 3 600 GB/s bidirectional;
       // PCIe Gen4 x16 64 GB/s bidirectional. 40 GB: 1,555 GB/s; 80 GB SXM: 2,039 GB/s.
@@ -110,6 +110,21 @@ std::vector<HardwareProfile> make_builtin_gpus() {
       // SMs. No NVLink: PCIe Gen5 x16, 64 GB/s per direction.
       datasheet("rtx-pro-6000", 503.8, 1007.6, 1792, 98304, 64, 25, 64, 188, 2015.2),
   };
+}
+
+// Local NVMe per GPU, which KV offload's disk tier reads (--kv-offload ...,disk=GIB): DGX A100
+// carries 4 x 3.84 TB U.2 NVMe drives for its 8 GPUs, DGX H100/H200 and DGX B200 8 x 3.84 TB
+// (NVIDIA's DGX user guides, "internal storage"), and a datacenter PCIe Gen4 U.2 drive reads
+// about 7 GB/s sequentially (Samsung PM1733: 7,000 MB/s; KIOXIA CM6: 6,900 MB/s, their
+// datasheets): 3.5 GB/s per GPU on A100 systems, 7 on the others. A datasheet ceiling for whole
+// blocks, not a measurement. Workstation GPUs (L40S, A40, RTX) have no standard system: unknown.
+std::vector<HardwareProfile> make_builtin_gpus() {
+  std::vector<HardwareProfile> gpus = make_gpu_datasheets();
+  for (HardwareProfile& p : gpus) {
+    if (p.name == "a100-40gb" || p.name == "a100-80gb") p.disk_bytes_per_s = 3.5 * kGB;
+    if (p.name == "h100-sxm" || p.name == "h200" || p.name == "b200") p.disk_bytes_per_s = 7 * kGB;
+  }
+  return gpus;
 }
 
 // One table of the numeric keys of a profile file, so that reading, writing and the list of
@@ -789,6 +804,20 @@ void add_figure_keys(std::vector<ProfileKey>& k) {
                },
                [](YAML::Emitter& out, const HardwareProfile& p) {
                  if (p.price_per_hour > 0) out << YAML::Key << "price_per_hour" << YAML::Value << p.price_per_hour;
+               }});
+  // Optional like the price: written only when known, so profiles without a disk keep their text.
+  k.push_back({"disk_bytes_per_s",
+               [](const YAML::Node& v, const ProfileFile& f, HardwareProfile& p) {
+                 p.disk_bytes_per_s = read_double(v, f.where, "disk_bytes_per_s");
+                 if (!(p.disk_bytes_per_s >= 0 && std::isfinite(p.disk_bytes_per_s))) {
+                   bad_value(
+                       f.where, "disk_bytes_per_s",
+                       "must be a finite number >= 0 (bytes per second one GPU reads from local NVMe; 0: unknown)");
+                 }
+               },
+               [](YAML::Emitter& out, const HardwareProfile& p) {
+                 if (p.disk_bytes_per_s > 0)
+                   out << YAML::Key << "disk_bytes_per_s" << YAML::Value << p.disk_bytes_per_s;
                }});
   for (const NumberKey& number : number_keys()) {
     const NumberKey* n = &number;  // number_keys() is a static table

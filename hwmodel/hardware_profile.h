@@ -118,6 +118,9 @@ struct HardwareProfile {
   double interconnect_bytes_per_s = 0;  // per-GPU NVLink (or PCIe) bandwidth for collectives
   double interconnect_latency_s = 0;    // fixed cost of one collective
   double pcie_bytes_per_s = 0;          // host<->device, used by swap preemption
+  // What one GPU's share of the node's local NVMe reads per second (KV offload's disk tier,
+  // --kv-offload ...,disk=GIB); 0: unknown, and a disk tier is refused.
+  double disk_bytes_per_s = 0;
   // GPUs that share one NVLink domain (a node: 8 on HGX H100/H200/B200), and what each GPU sends
   // to GPUs of other nodes per direction (its RDMA NIC: 400 Gb/s InfiniBand per H100, 800 Gb/s
   // per B200) with the latency of one such exchange. A collective or all-to-all over more GPUs

@@ -166,13 +166,18 @@ void PagedKvCache::scan(RequestId id) const {
   if (host_) {
     host_stamp_ = ++host_scans_;
     host_end_ = false;
+    host_run_on_disk_.clear();
     for (; k < n; ++k) {
       const uint64_t key = block_key(id, k);
-      if (!host_->contains_stamping(key, host_stamp_)) {
+      const bool on_host = host_->contains_stamping(key, host_stamp_);
+      // (Both tiers stamp: a drop from either may change the run or where its blocks load from.)
+      const bool on_disk = disk_ && disk_->contains_stamping(key, host_stamp_);
+      if (!on_host && !on_disk) {
         host_end_key_ = key;
         host_end_ = true;
         break;
       }
+      if (disk_) host_run_on_disk_.push_back(on_host ? 0 : 1);
       ++host_run_;
     }
   }
@@ -211,6 +216,11 @@ HostKvTier::HostKvTier(int64_t capacity_blocks, int64_t max_distinct)
   if (capacity_blocks > std::numeric_limits<int32_t>::max()) {
     throw UserError("--kv-offload: more host blocks than 2^31; use a larger block_size or a smaller tier");
   }
+}
+
+uint64_t HostKvTier::stamp_of(uint64_t key) const {
+  const int32_t slot = table_.find(key);
+  return slot == BlockKeyTable::kAbsent ? 0 : stamps_[static_cast<size_t>(slot)];
 }
 
 bool HostKvTier::contains_stamping(uint64_t key, uint64_t stamp) {
@@ -272,26 +282,53 @@ void HostKvTier::touch(uint64_t key) {
   }
 }
 
+namespace {
+// An offload tier's figures: what its LRU kept and dropped, in tokens, and what it served.
+KvOffloadStats tier_stats(const HostKvTier& tier, int64_t block_size, int64_t hit_tokens, double load_bytes,
+                          double load_s) {
+  KvOffloadStats s;
+  s.capacity_tokens = tier.capacity_blocks() * block_size;
+  s.stored_tokens = tier.stored_blocks() * block_size;
+  s.evicted_tokens = tier.evicted_blocks() * block_size;
+  s.hit_tokens = hit_tokens;
+  s.load_bytes = load_bytes;
+  s.load_s = load_s;
+  return s;
+}
+}  // namespace
+
 std::optional<KvOffloadStats> PagedKvCache::offload_stats() const {
   if (!host_) return std::nullopt;
-  KvOffloadStats s;
-  s.capacity_tokens = host_->capacity_blocks() * block_size_;
-  s.stored_tokens = host_->stored_blocks() * block_size_;
-  s.evicted_tokens = host_->evicted_blocks() * block_size_;
-  s.hit_tokens = host_hit_tokens_;
-  s.load_bytes = host_load_bytes_;
-  s.load_s = host_load_s_;
-  return s;
+  return tier_stats(*host_, block_size_, host_hit_tokens_, host_load_bytes_, host_load_s_);
+}
+
+int64_t PagedKvCache::max_distinct_blocks() const {
+  // At most every block of every request's prompt and output, the distinct keys a run can store.
+  int64_t distinct = 0;
+  for (const Request& r : *prefix_.requests)
+    distinct += blocks_for(static_cast<int64_t>(r.prompt_tokens) + r.output_tokens);
+  return distinct;
+}
+
+std::optional<KvOffloadStats> PagedKvCache::disk_offload_stats() const {
+  if (!disk_) return std::nullopt;
+  return tier_stats(*disk_, block_size_, disk_hit_tokens_, disk_load_bytes_, disk_load_s_);
+}
+
+void PagedKvCache::set_disk_tier(int64_t blocks) {
+  if (!host_) throw std::logic_error("PagedKvCache: a disk tier needs the host tier");
+  if (holders_ > 0) throw std::logic_error("PagedKvCache: disk tier set after an admission");
+  disk_.emplace(blocks, max_distinct_blocks());
+  disk_hit_tokens_ = 0;
+  disk_load_bytes_ = disk_load_s_ = 0;
+  disk_loaded_tokens_.assign(blocks_.size(), 0);
+  ++generation_;  // a kept run was scanned without it
 }
 
 void PagedKvCache::set_host_tier(int64_t blocks) {
   if (!caching_) throw std::logic_error("PagedKvCache: a host tier needs prefix caching");
   if (holders_ > 0) throw std::logic_error("PagedKvCache: host tier set after an admission");
-  // At most every block of every request's prompt and output, the distinct keys a run can store.
-  int64_t distinct = 0;
-  for (const Request& r : *prefix_.requests)
-    distinct += blocks_for(static_cast<int64_t>(r.prompt_tokens) + r.output_tokens);
-  host_.emplace(blocks, distinct);
+  host_.emplace(blocks, max_distinct_blocks());
   host_hit_tokens_ = 0;
   host_load_bytes_ = host_load_s_ = 0;
   loaded_tokens_.assign(blocks_.size(), 0);
@@ -373,11 +410,18 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
     // Stored to the host tier as it is computed; the run scan() keeps changes if the key is the
     // one that ended its host part, or if the key dropped for it was in that part.
     if (host_) {
+      auto renews = [&](const HostKvTier::Stored& stored) {
+        return (stored.added && host_end_ && key == host_end_key_) ||
+               (stored.dropped && stored.dropped_stamp == host_stamp_);
+      };
       const HostKvTier::Stored stored = host_->store(key);
-      if ((stored.added && host_end_ && key == host_end_key_) ||
-          (stored.dropped && stored.dropped_stamp == host_stamp_)) {
-        ++generation_;
+      bool renew = renews(stored);
+      if (disk_) {
+        // A block of the run that only the disk held is now on the host too: it loads faster.
+        renew = renew || (stored.added && host_stamp_ != 0 && disk_->stamp_of(key) == host_stamp_);
+        renew = renews(disk_->store(key)) || renew;
       }
+      if (renew) ++generation_;
     }
   }
 }
@@ -424,10 +468,22 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     const int64_t hit_tokens = static_cast<int64_t>(blocks.size()) * block_size_;
     hit_tokens_[id] = hit_tokens;
     if (host_) {
-      // The host tier's blocks after the GPU's: new GPU blocks, loaded (entered below).
+      // The offload tiers' blocks after the GPU's: new GPU blocks, loaded (entered below).
+      int64_t from_disk = 0;
+      for (int64_t k = hits; k < hits + hit.host; ++k) {
+        if (disk_ && host_run_on_disk_[static_cast<size_t>(k - hits)] != 0) {
+          ++from_disk;
+          disk_->touch(block_key(id, k));
+        } else {
+          host_->touch(block_key(id, k));
+        }
+      }
       loaded_tokens_[id] = hit.host * block_size_;
-      host_hit_tokens_ += hit.host * block_size_;
-      for (int64_t k = hits; k < hits + hit.host; ++k) host_->touch(block_key(id, k));
+      host_hit_tokens_ += (hit.host - from_disk) * block_size_;
+      if (disk_) {
+        disk_loaded_tokens_[id] = from_disk * block_size_;
+        disk_hit_tokens_ += from_disk * block_size_;
+      }
     }
     for (int64_t k = static_cast<int64_t>(blocks.size()); k < blocks_for(tokens); ++k) {
       blocks.push_back(take_free_block());
@@ -529,6 +585,7 @@ void PagedKvCache::release(RequestId id) {
     blocks.clear();
     hit_tokens_[id] = 0;
     if (host_) loaded_tokens_[id] = 0;
+    if (disk_) disk_loaded_tokens_[id] = 0;
     if (side_blocks_ > 0) {
       for (const int32_t b : side_[id]) {
         ref_[b] = 0;

@@ -51,6 +51,7 @@ class KvCacheManager {
   virtual std::string_view kind() const = 0;
   // The offload tier's figures, when the manager has one (PagedKvCache::set_host_tier).
   virtual std::optional<KvOffloadStats> offload_stats() const { return std::nullopt; }
+  virtual std::optional<KvOffloadStats> disk_offload_stats() const { return std::nullopt; }
 
   // Admits `id` with `tokens` tokens to be written now; `reserve_tokens` (>= tokens) is its
   // whole future footprint, used by the reserving manager. Returns false, changing nothing,
@@ -190,6 +191,8 @@ class HostKvTier {
   bool contains(uint64_t key) const { return table_.find(key) != BlockKeyTable::kAbsent; }
   // Whether `key` is here; if so its slot is stamped with `stamp`.
   bool contains_stamping(uint64_t key, uint64_t stamp);
+  // The stamp of `key`'s slot (0: absent, or never stamped since it was stored).
+  uint64_t stamp_of(uint64_t key) const;
   struct Stored {
     bool added = false;          // a key new to the tier
     uint64_t dropped_stamp = 0;  // the stamp of the key it dropped (0: none dropped)
@@ -280,14 +283,31 @@ class PagedKvCache final : public KvCacheManager {
   // the GPU like new ones and loaded instead of computed (loaded_tokens_of; the policy times
   // the copy), and they enter the GPU's prefix cache.
   void set_host_tier(int64_t blocks);
+  // A disk tier of `blocks` blocks beside the host tier (set after it, before any admission), as
+  // LMCache keeps one below its CPU cache: every block stored in the host tier is written to
+  // disk too, with its own LRU, so the disk keeps what the host dropped for longer; a block
+  // found only on disk is read from it and stored in the host again (LMCache's hybrid backend
+  // puts a chunk to its local and its lower store, and a get that misses locally fetches from
+  // below and puts it locally: lmcache/storage_backend/hybrid_backend.py, LMCHybridBackend.put
+  // and get, LMCache@54641ca). Admission continues the GPU's run with blocks either tier holds;
+  // the policy times a disk block's read at the GPU profile's disk_bytes_per_s
+  // (disk_loaded_tokens_of).
+  void set_disk_tier(int64_t blocks);
   std::optional<KvOffloadStats> offload_stats() const override;
+  std::optional<KvOffloadStats> disk_offload_stats() const override;
   // The policy's part of the figures: a load of `bytes` that took `seconds`.
   void note_host_load(double bytes, double seconds) {
     host_load_bytes_ += bytes;
     host_load_s_ += seconds;
   }
-  // Tokens `id` took from the host tier at its admission (part of cached_prefix_tokens).
+  void note_disk_load(double bytes, double seconds) {
+    disk_load_bytes_ += bytes;
+    disk_load_s_ += seconds;
+  }
+  // Tokens `id` took from the offload tiers at its admission (part of cached_prefix_tokens),
+  // and of them those read from disk.
   int64_t loaded_tokens_of(RequestId id) const { return holds(id) && host_ ? loaded_tokens_[id] : 0; }
+  int64_t disk_loaded_tokens_of(RequestId id) const { return holds(id) && disk_ ? disk_loaded_tokens_[id] : 0; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   // Inline: policies grow every running request at every step they schedule (a caller that
   // holds a PagedKvCache, which is final, gets it without a virtual call).
@@ -432,9 +452,10 @@ class PagedKvCache final : public KvCacheManager {
   struct Hit {
     int64_t blocks = 0;     // the first `blocks` of run_
     int64_t evictable = 0;  // of them at ref 0
-    int64_t host = 0;       // blocks after them that the host tier holds (host_run_)
+    int64_t host = 0;       // blocks after them that the offload tiers hold (host_run_)
   };
   Hit look_up(RequestId id, int64_t max_blocks) const;
+  int64_t max_distinct_blocks() const;  // sizes an offload tier's key table
   int32_t take_free_block();
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
   void queue_unlink(int32_t b);
@@ -468,17 +489,23 @@ class PagedKvCache final : public KvCacheManager {
   uint64_t generation_ = 0;           // see scan()
   mutable std::vector<int32_t> run_;  // cached blocks found by the last scan()
   // (The host tier, stamped by scan(): mutable as the run is.)
-  mutable int64_t host_run_ = 0;       // blocks after run_ that the host tier holds
-  mutable uint64_t host_end_key_ = 0;  // the key that ended the host's part of the run
-  mutable bool host_end_ = false;      // whether one did
-  mutable uint64_t host_stamp_ = 0;    // the stamp of the last scan's host slots (0: none)
-  mutable uint64_t host_scans_ = 0;    // scans that stamped, for a fresh stamp each
+  mutable int64_t host_run_ = 0;                   // blocks after run_ that the offload tiers hold
+  mutable std::vector<uint8_t> host_run_on_disk_;  // with a disk tier: whether each is on disk only
+  mutable uint64_t host_end_key_ = 0;              // the key that ended the host's part of the run
+  mutable bool host_end_ = false;                  // whether one did
+  mutable uint64_t host_stamp_ = 0;                // the stamp of the last scan's host slots (0: none)
+  mutable uint64_t host_scans_ = 0;                // scans that stamped, for a fresh stamp each
   // The host tier (set_host_tier), what it served and how long the loads took (the tier counts
   // what it stored and dropped), and per request the tokens it loaded.
   mutable std::optional<HostKvTier> host_;
   int64_t host_hit_tokens_ = 0;
   double host_load_bytes_ = 0, host_load_s_ = 0;
   std::vector<int64_t> loaded_tokens_;
+  // The disk tier (set_disk_tier), its own figures and per request the tokens read from it.
+  mutable std::optional<HostKvTier> disk_;
+  int64_t disk_hit_tokens_ = 0;
+  double disk_load_bytes_ = 0, disk_load_s_ = 0;
+  std::vector<int64_t> disk_loaded_tokens_;
   mutable uint64_t run_end_key_ = 0;  // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;
   mutable uint64_t run_generation_ = 0;

@@ -359,6 +359,7 @@ struct SimulationResult {
   // num_accepted_tokens), and the tokens those steps emitted (capped at each request's output).
   // KV offload's host tier over every replica (SimulationOptions::kv_offload_cpu_tokens), when set.
   std::optional<KvOffloadStats> kv_offload;
+  std::optional<KvOffloadStats> kv_offload_disk;  // and its disk tier (kv_offload_disk_tokens)
   struct SpeculativeCounts {
     int64_t steps = 0, draft_tokens = 0, accepted_tokens = 0, emitted_tokens = 0;
   } speculative;

@@ -91,8 +91,10 @@ struct PolicyEnv {
   // SimulationOptions::num_gpu_blocks: a paged manager has exactly this many blocks (0: as
   // many as kv_capacity_tokens holds).
   int64_t num_gpu_blocks = 0;
-  // SimulationOptions::kv_offload_cpu_tokens: a host tier under a paged prefix cache (0: none).
+  // SimulationOptions::kv_offload_cpu_tokens: a host tier under a paged prefix cache (0: none),
+  // and kv_offload_disk_tokens: a disk tier beside it (0: none).
   int64_t kv_offload_cpu_tokens = 0;
+  int64_t kv_offload_disk_tokens = 0;
   int32_t max_model_len = 0;  // the model's context limit
   std::function<void(RequestId, std::string)> reject;
   // Preempts running request `id`: it goes back to waiting and its preemption count grows.

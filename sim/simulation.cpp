@@ -207,6 +207,7 @@ void Simulation::attach(Replica& r) {
   env.kv_sizing_rule = r.kv_sizing_rule;
   env.num_gpu_blocks = r.num_gpu_blocks;
   env.kv_offload_cpu_tokens = options_.kv_offload_cpu_tokens;
+  env.kv_offload_disk_tokens = options_.kv_offload_disk_tokens;
   env.max_model_len = r.cost_model->model().max_context_tokens;
   env.role = r.role;
   if (r.role == PoolRole::kDecode) {
@@ -333,6 +334,10 @@ void Simulation::summarize_replicas() {
     if (const std::optional<KvOffloadStats> o = r.policy->kv_cache().offload_stats()) {
       if (!result_.kv_offload) result_.kv_offload.emplace();
       *result_.kv_offload += *o;
+    }
+    if (const std::optional<KvOffloadStats> o = r.policy->kv_cache().disk_offload_stats()) {
+      if (!result_.kv_offload_disk) result_.kv_offload_disk.emplace();
+      *result_.kv_offload_disk += *o;
     }
   }
   // Cluster-wide sums, in replica order (so they are the same whatever order the replicas'

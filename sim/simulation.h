@@ -146,6 +146,9 @@ struct SimulationOptions {
   // replica's paged prefix cache (PagedKvCache::set_host_tier); 0: none. Summed figures in
   // SimulationResult::kv_offload.
   int64_t kv_offload_cpu_tokens = 0;
+  // --kv-offload ...,disk=SIZE: a disk tier of this many tokens beside the host tier
+  // (PagedKvCache::set_disk_tier); 0: none. Figures in SimulationResult::kv_offload_disk.
+  int64_t kv_offload_disk_tokens = 0;
   // Called after every iteration with the applied batch (IterationRecord::replica says whose):
   // tests hang invariant checks here.
   std::function<void(const Batch&, const IterationRecord&, const Policy&)> on_iteration;

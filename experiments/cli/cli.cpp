@@ -94,9 +94,10 @@ void add_model_options(po::options_description& d) {
        "eagle | eagle3 | mtp | draft:MODEL; k drafts per step; RATES the acceptance rate of each draft "
        "position (A1,A2,...; unconditional, as vLLM's synthetic sampler), one per-token rate for all, or a "
        "measured preset (batchsim list spec-presets)")
-      ("kv-offload", po::value<std::string>(), "KV offload tier cpu=GIB: GiB of host memory (over the replica's "
-       "GPUs) that keep the prefix cache's blocks by LRU and load them back over PCIe instead of recomputing "
-       "them (vLLM --kv-offloading-size; needs prefix caching)")
+      ("kv-offload", po::value<std::string>(), "KV offload tiers cpu=GIB[,disk=GIB]: GiB of host memory (over the "
+       "replica's GPUs) that keep the prefix cache's blocks by LRU and load them back over PCIe instead of "
+       "recomputing them (vLLM --kv-offloading-size; needs prefix caching), and GiB of local disk written "
+       "through beside it, read at the GPU profile's disk_bytes_per_s (LMCache's local disk)")
       ("policy", po::value<std::string>(), "policy or preset name (default continuous)")
       ("policy-opt", po::value<std::vector<std::string>>()->composing(), "KEY=VALUE policy option (repeatable)");
   // clang-format on

@@ -414,11 +414,13 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
                        {"cached_tokens", s.prefill_cached_tokens},
                        {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
   // KV offload, when the run has a host tier: what it held and served (docs/kv-offload.md).
-  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload) {
-    j["kv_offload"]["cpu"] = {{"capacity_tokens", o->capacity_tokens}, {"stored_tokens", o->stored_tokens},
-                              {"hit_tokens", o->hit_tokens},           {"evicted_tokens", o->evicted_tokens},
-                              {"load_bytes", o->load_bytes},           {"load_s", o->load_s}};
-  }
+  auto tier_json = [](const KvOffloadStats& o) {
+    return nlohmann::ordered_json{{"capacity_tokens", o.capacity_tokens}, {"stored_tokens", o.stored_tokens},
+                                  {"hit_tokens", o.hit_tokens},           {"evicted_tokens", o.evicted_tokens},
+                                  {"load_bytes", o.load_bytes},           {"load_s", o.load_s}};
+  };
+  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload) j["kv_offload"]["cpu"] = tier_json(*o);
+  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload_disk) j["kv_offload"]["disk"] = tier_json(*o);
   // Speculative decoding, when the run speculates: the rates it ran with, and what they bought.
   if (!outcome.config.spec_decode.empty()) j["speculative_decoding"] = speculative_json(outcome);
   // A cluster's replicas one by one (the figures above are cluster-wide); a single replica's

@@ -369,26 +369,33 @@ std::optional<MoeRouting> parse_moe_routing(const std::string& s, const char* op
 
 void check_moe_routing(const std::string& spec, const char* option) { (void)parse_moe_routing(spec, option); }
 
-double parse_kv_offload_cpu_bytes(const std::string& spec) {
-  if (spec.empty()) return 0;
-  double cpu = 0;
+KvOffloadBytes parse_kv_offload(const std::string& spec) {
+  KvOffloadBytes bytes;
+  if (spec.empty()) return bytes;
+  bool cpu_given = false, disk_given = false;
   for (const std::string_view part : split_fields(spec, ',')) {
     const size_t eq = part.find('=');
     const std::string_view tier = part.substr(0, eq);
     if (eq == std::string_view::npos || (tier != "cpu" && tier != "disk")) {
       throw UserError(
-          fmt::format("--kv-offload '{}': expected cpu=GIB[,disk=GIB] (GiB of host memory for the "
-                      "tier), got '{}'",
+          fmt::format("--kv-offload '{}': expected cpu=GIB[,disk=GIB] (GiB of host memory, and of local "
+                      "disk, for the tiers), got '{}'",
                       spec, part));
     }
+    bool& given = tier == "cpu" ? cpu_given : disk_given;
+    if (given) throw UserError(fmt::format("--kv-offload '{}': the {} tier is given twice", spec, tier));
+    given = true;
     const double gib = parse_double(part.substr(eq + 1), fmt::format("--kv-offload {}", tier), 0, 1 << 20);
-    if (tier == "disk") {
-      throw UserError(fmt::format("--kv-offload '{}': a disk tier is not supported yet (only cpu=GIB)", spec));
-    }
-    cpu = gib * 1024.0 * 1024.0 * 1024.0;
+    (tier == "cpu" ? bytes.cpu : bytes.disk) = gib * 1024.0 * 1024.0 * 1024.0;
   }
-  if (cpu <= 0) throw UserError(fmt::format("--kv-offload '{}': the cpu tier needs a size above 0 GiB", spec));
-  return cpu;
+  if (bytes.cpu <= 0) {
+    throw UserError(fmt::format("--kv-offload '{}': the cpu tier needs a size above 0 GiB{}", spec,
+                                disk_given ? " (a disk tier is written through host memory)" : ""));
+  }
+  if (disk_given && bytes.disk <= 0) {
+    throw UserError(fmt::format("--kv-offload '{}': the disk tier needs a size above 0 GiB", spec));
+  }
+  return bytes;
 }
 
 MoeRouting run_moe_routing(const RunConfig& c, const ModelSpec& model) {
@@ -450,7 +457,7 @@ void check_layout_and_features(const RunConfig& c) {
   if (c.moe_tp < 0 || c.moe_tp > 1024) throw UserError(fmt::format("--moe-tp {}: must be in [1, 1024]", c.moe_tp));
   check_moe_routing(c.moe_routing);
   if (!c.kv_offload.empty()) {
-    (void)parse_kv_offload_cpu_bytes(c.kv_offload);
+    (void)parse_kv_offload(c.kv_offload);
     if (is_disaggregated(c))
       throw UserError("--kv-offload with --prefill-replicas/--decode-replicas: not supported yet");
     if (c.dp > 1) throw UserError("--kv-offload with --dp: not supported yet");

@@ -184,9 +184,12 @@ ModelSpec resolve_run_model(const RunConfig& config);
 // The routing a run's cost model of `model` uses (--moe-routing, --eplb; "auto" by the model's
 // architecture). Throws UserError naming the option for a malformed spec.
 MoeRouting run_moe_routing(const RunConfig& config, const ModelSpec& model);
-// --kv-offload cpu=GIB[,disk=GIB]: the host tier's bytes (0 when none). Throws UserError naming
-// the option on anything else (a disk tier is not supported yet).
-double parse_kv_offload_cpu_bytes(const std::string& spec);
+// --kv-offload cpu=GIB[,disk=GIB]: the host and disk tiers' bytes (0 when none; a disk tier
+// needs the host tier). Throws UserError naming the option on anything else.
+struct KvOffloadBytes {
+  double cpu = 0, disk = 0;
+};
+KvOffloadBytes parse_kv_offload(const std::string& spec);
 // Checks a --moe-routing spec without a model; throws UserError naming `option`.
 void check_moe_routing(const std::string& spec, const char* option = "--moe-routing");
 // The engine the run simulates: `engine`, or the policy's default.

@@ -207,10 +207,20 @@ RunOutcome run_simulation(const RunConfig& config, const BuiltWorkload* workload
   if (!config.spec_decode.empty())
     set_up_speculation(config.spec_decode, gpu, first_pool.tp, engine, routed_cost_model);
   const CostModel& cost_model = routed_cost_model;
-  if (const double bytes = parse_kv_offload_cpu_bytes(config.kv_offload); bytes > 0) {
-    // The tier's GiB are over the replica's GPUs (vLLM --kv-offloading-size is the total over TP).
+  if (const KvOffloadBytes bytes = parse_kv_offload(config.kv_offload); bytes.cpu > 0) {
+    // The tiers' GiB are over the replica's GPUs (vLLM --kv-offloading-size is the total over TP).
     const double per_token = cost_model.kv_bytes_per_token_per_gpu_with_drafter() * cost_model.tensor_parallel();
-    options.kv_offload_cpu_tokens = static_cast<int64_t>(bytes / per_token);
+    options.kv_offload_cpu_tokens = static_cast<int64_t>(bytes.cpu / per_token);
+    if (bytes.disk > 0) {
+      if (!(gpu.disk_bytes_per_s > 0)) {
+        throw UserError(fmt::format(
+            "--kv-offload '{}': GPU profile '{}' does not say how fast its node's local disk reads "
+            "(disk_bytes_per_s); use a datasheet profile that does (a100-80gb, h100-sxm, h200, b200) or add "
+            "disk_bytes_per_s to the profile's YAML",
+            config.kv_offload, gpu.name));
+      }
+      options.kv_offload_disk_tokens = static_cast<int64_t>(bytes.disk / per_token);
+    }
   }
 
   BuiltWorkload generated;

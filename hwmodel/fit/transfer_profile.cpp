@@ -146,6 +146,7 @@ class ProfileTransfer {
     p_.gpus_per_node = target_.gpus_per_node;
     p_.internode_bytes_per_s = target_.internode_bytes_per_s;
     p_.internode_latency_s = target_.internode_latency_s;
+    p_.disk_bytes_per_s = target_.disk_bytes_per_s;
     lines_.push_back(
         fmt::format("ceilings of {}: peak_flops {:g}, peak_fp8_flops {:g}, peak_fp4_flops {:g}, "
                     "hbm_bytes_per_s {:g}, memory_bytes {}, pcie_bytes_per_s {:g}, sm_count {:g}, "

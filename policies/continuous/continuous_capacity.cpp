@@ -44,6 +44,9 @@ void ContinuousCapacity::attach(const ContinuousPolicyConfig& config, PolicyEnv&
                         name_));
       }
       paged->set_host_tier(std::max<int64_t>(1, env.kv_offload_cpu_tokens / config_.block_size));
+      if (env.kv_offload_disk_tokens > 0) {
+        paged->set_disk_tier(std::max<int64_t>(1, env.kv_offload_disk_tokens / config_.block_size));
+      }
     }
     paged_kv_ = paged.get();
     kv_ = std::move(paged);
@@ -284,11 +287,17 @@ bool ContinuousCapacity::admit(RequestId id, const AdmissionStep& step, Batch& b
       // LMCache does by default (use_layerwise=False: the retrieve completes before the
       // forward); vLLM's native OffloadingConnector instead lets the request wait while
       // others step (WAITING_FOR_REMOTE_KVS), which this charges to every request of the step.
-      const SimTime load = transfer_time(loaded);
+      // Blocks only the disk tier holds are read from it first (host_copy.h).
+      const int64_t from_disk = paged.disk_loaded_tokens_of(id);
+      const SimTime load = transfer_time(loaded - from_disk);
+      const double bytes_per_token = static_cast<double>(env_->cost_model->model().kv_bytes_per_token());
       batch.extra_time += load;
-      paged.note_host_load(
-          static_cast<double>(loaded) * static_cast<double>(env_->cost_model->model().kv_bytes_per_token()),
-          load.seconds());
+      paged.note_host_load(static_cast<double>(loaded - from_disk) * bytes_per_token, load.seconds());
+      if (from_disk > 0) {
+        const SimTime read = disk_kv_read_time(*env_->cost_model, from_disk);
+        batch.extra_time += read;
+        paged.note_disk_load(static_cast<double>(from_disk) * bytes_per_token, read.seconds());
+      }
     }
     env_->use_cached_prefix(id, cached);
   }

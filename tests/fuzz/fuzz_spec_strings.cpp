@@ -68,8 +68,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 7: {
-        const double bytes = batchsim::parse_kv_offload_cpu_bytes(spec);
-        if (!(std::isfinite(bytes) && bytes >= 0)) __builtin_trap();
+        // "a host tier above 0 (none for an empty spec), a disk tier at 0 (none) or above, both finite"
+        const batchsim::KvOffloadBytes bytes = batchsim::parse_kv_offload(spec);
+        if (!(std::isfinite(bytes.cpu) && (bytes.cpu > 0 || spec.empty()) && std::isfinite(bytes.disk) &&
+              bytes.disk >= 0)) {
+          __builtin_trap();
+        }
         break;
       }
       default:

@@ -72,6 +72,7 @@ inline void expect_profiles_near(const HardwareProfile& a, const HardwareProfile
   near(a.interconnect_latency_s, b.interconnect_latency_s, "interconnect_latency_s");
   near(a.pcie_bytes_per_s, b.pcie_bytes_per_s, "pcie_bytes_per_s");
   near(a.price_per_hour, b.price_per_hour, "price_per_hour");
+  near(a.disk_bytes_per_s, b.disk_bytes_per_s, "disk_bytes_per_s");
   near(a.gemm_eta_max, b.gemm_eta_max, "gemm_eta_max");
   near(a.gemm_m_half, b.gemm_m_half, "gemm_m_half");
   near(a.gemm_roofline_exponent, b.gemm_roofline_exponent, "gemm_roofline_exponent");

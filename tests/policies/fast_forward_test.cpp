@@ -123,8 +123,9 @@ std::vector<PolicyVariant> variants() {
 // (sim/decode_cohort.h), which fast-forward's runs use where the policy keeps one, advances the
 // leading decodes without listing them.
 // `max_concurrency` > 0: closed loop, of sessions where the workload has them.
+// `offload`: KV offload tiers' tokens (host, disk; 0: none).
 SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, double utilization, bool fast_forward,
-                     bool items = true, int64_t max_concurrency = 0) {
+                     bool items = true, int64_t max_concurrency = 0, std::pair<int64_t, int64_t> offload = {}) {
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
   auto policy = make_policy(variant.policy, PolicyOptions(variant.options));
   SimulationOptions options;
@@ -138,6 +139,8 @@ SimulationResult run(const PolicyVariant& variant, const BuiltWorkload& w, doubl
   options.prefix_blocks = &w.prefix_blocks;
   options.sessions = &w.sessions;
   options.max_concurrency = max_concurrency;
+  options.kv_offload_cpu_tokens = offload.first;
+  options.kv_offload_disk_tokens = offload.second;
   return Simulation(w.requests, *policy, cm, options).run();
 }
 
@@ -190,6 +193,46 @@ TEST(FastForward, ResultsAreIdenticalWithAndWithoutIt) {
   EXPECT_GT(cached_somewhere, 0);       // and prefix caching with it
   EXPECT_GT(cohort_somewhere, 1000);    // the decode cohort ran
   EXPECT_GT(cohort_preempting, 0);      // also where KV ran out
+}
+
+// KV offload's tiers (issue 46): loads from the host and the disk tier stretch the step that
+// admits, and fast-forward and the decode cohort must give the same results with them on.
+TEST(FastForward, OffloadTiersGiveIdenticalResults) {
+  const Case cases[] = {
+      {"poisson:10", "uniform:16:600", "capexp:100:400", 0.9, "groups:500:3"},
+      {"gamma:20:3", "uniform:100:900", "capexp:200:800", 0.41, "groups:700:6"},
+  };
+  const std::pair<int64_t, int64_t> tiers[] = {{3000, 0}, {1500, 40000}};
+  int64_t host_hits = 0, disk_hits = 0;
+  for (const Case& c : cases) {
+    const BuiltWorkload w = testing::spec_workload(c.arrival, c.prompt, c.output, 150, 5, c.prefix, c.priority);
+    for (const auto& offload : tiers) {
+      for (const PolicyVariant& v :
+           {PolicyVariant{"vllm", {}}, PolicyVariant{"vllm", {{"max_num_batched_tokens", "256"}}},
+            PolicyVariant{"vllm-v1-2025", {}}}) {
+        SCOPED_TRACE(v.policy + " on " + c.arrival + " with tiers " + std::to_string(offload.first) + "/" +
+                     std::to_string(offload.second));
+        const SimulationResult slow = run(v, w, c.memory_utilization, false, true, 0, offload);
+        const SimulationResult fast = run(v, w, c.memory_utilization, true, true, 0, offload);
+        const SimulationResult cohort = run(v, w, c.memory_utilization, true, false, 0, offload);
+        for (const SimulationResult* other : {&fast, &cohort}) {
+          expect_same_requests(slow, *other);
+          expect_same_iterations(slow, *other);
+          expect_same_summary(slow.summary, other->summary);
+          ASSERT_TRUE(other->kv_offload.has_value());
+          EXPECT_EQ(other->kv_offload->hit_tokens, slow.kv_offload->hit_tokens);
+          EXPECT_EQ(other->kv_offload_disk.has_value(), offload.second > 0);
+          if (offload.second > 0) {
+            EXPECT_EQ(other->kv_offload_disk->hit_tokens, slow.kv_offload_disk->hit_tokens);
+          }
+        }
+        host_hits += slow.kv_offload->hit_tokens;
+        if (slow.kv_offload_disk) disk_hits += slow.kv_offload_disk->hit_tokens;
+      }
+    }
+  }
+  EXPECT_GT(host_hits, 0);  // the tiers served blocks
+  EXPECT_GT(disk_hits, 0);
 }
 
 // A trace of `conversations` conversations of 1-4 turns in Mooncake's JSONL: each turn's prompt is

@@ -253,6 +253,85 @@ TEST(PrefixCache, TheHostTierServesBlocksTheGpuEvicted) {
   EXPECT_THROW(plain.set_host_tier(10), std::logic_error);  // nothing to offload without caching
 }
 
+// A disk tier beside the host tier (PagedKvCache::set_disk_tier) is written through with every
+// block the host stores and keeps its own LRU: what the host dropped is read from disk, and the
+// cache says which tier served each block.
+TEST(PrefixCache, TheDiskTierServesBlocksTheHostDropped) {
+  // Block size 4, one hash per 8 tokens; requests 0 and 3 share 16 tokens, 1 and 2 are others.
+  const PrefixFixture f(8, {{16, {1, 2}}, {16, {7, 8}}, {16, {5, 6}}, {20, {1, 2, 3}}});
+  PagedKvCache kv = f.cache(5, 4);
+  kv.set_host_tier(4);                                                            // one request's blocks
+  EXPECT_THROW(PagedKvCache(f.cache(5, 4)).set_disk_tier(10), std::logic_error);  // no host tier
+  kv.set_disk_tier(100);
+  for (RequestId id : {0, 1, 2}) {  // each evicts the one before from the GPU and the host
+    ASSERT_TRUE(kv.try_admit(id, 16, 16));
+    kv.release(id);
+  }
+  EXPECT_EQ(kv.cached_prefix_tokens(3, 20), 16);  // request 0's four blocks, the GPU's and the disk's
+  ASSERT_TRUE(kv.try_admit(3, 20, 20));
+  EXPECT_EQ(kv.shared_tokens_of(3) + kv.loaded_tokens_of(3), 16);
+  EXPECT_GT(kv.loaded_tokens_of(3), 0);
+  EXPECT_EQ(kv.disk_loaded_tokens_of(3), kv.loaded_tokens_of(3));  // the host dropped them all
+  const std::optional<KvOffloadStats> host = kv.offload_stats();
+  const std::optional<KvOffloadStats> disk = kv.disk_offload_stats();
+  ASSERT_TRUE(host.has_value() && disk.has_value());
+  EXPECT_EQ(host->hit_tokens, 0);
+  EXPECT_EQ(disk->hit_tokens, kv.disk_loaded_tokens_of(3));
+  EXPECT_EQ(disk->capacity_tokens, 400);
+  EXPECT_EQ(disk->stored_tokens, 3 * 16 + 4);  // three requests' blocks, then request 3's fifth
+  EXPECT_EQ(host->stored_tokens, 3 * 16 + kv.loaded_tokens_of(3) + 4);  // the loaded ones stored again
+  EXPECT_EQ(disk->evicted_tokens, 0);
+  kv.check_invariants();
+  kv.release(3);
+  // Request 1 again: the host holds request 3's blocks now, so its own come from disk, and
+  // they enter the host in turn (dropping request 3's): request 0's prefix is on disk again.
+  const int64_t disk_hits_before = disk->hit_tokens;
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));
+  EXPECT_GT(kv.disk_loaded_tokens_of(1), 0);
+  EXPECT_EQ(kv.disk_loaded_tokens_of(1), kv.loaded_tokens_of(1));
+  const int64_t loaded_1 = kv.disk_loaded_tokens_of(1);
+  kv.release(1);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 17), 16);
+  ASSERT_TRUE(kv.try_admit(0, 17, 17));
+  EXPECT_EQ(kv.loaded_tokens_of(0) + kv.shared_tokens_of(0), 16);
+  EXPECT_EQ(kv.disk_loaded_tokens_of(0), kv.loaded_tokens_of(0));
+  EXPECT_EQ(kv.disk_offload_stats()->hit_tokens, disk_hits_before + loaded_1 + kv.disk_loaded_tokens_of(0));
+  EXPECT_EQ(kv.offload_stats()->hit_tokens, 0);
+  kv.check_invariants();
+  // Without a disk tier the host alone has forgotten request 0's prefix.
+  PagedKvCache host_only = f.cache(5, 4);
+  host_only.set_host_tier(4);
+  for (RequestId id : {0, 1, 2}) {
+    ASSERT_TRUE(host_only.try_admit(id, 16, 16));
+    host_only.release(id);
+  }
+  EXPECT_EQ(host_only.cached_prefix_tokens(3, 20), 0);
+  EXPECT_FALSE(host_only.disk_offload_stats().has_value());
+}
+
+// Preemption by recompute with a host tier: the request's blocks, its output's included, were
+// stored as they filled, so its re-admission finds them there after the GPU evicted them and
+// loads them instead of computing them again (vLLM v1 preempts by recompute only; with the
+// OffloadingConnector the re-admission's lookup finds the stored blocks like any prefix).
+TEST(PrefixCache, APreemptedRequestReloadsItsBlocksFromTheHostTier) {
+  const PrefixFixture f(8, {{16, {1, 2}}, {16, {7, 8}}});
+  PagedKvCache kv = f.cache(7, 4);
+  kv.set_host_tier(100);
+  ASSERT_TRUE(kv.try_admit(0, 16, 16));
+  ASSERT_TRUE(kv.try_grow(0, 24));  // 8 output tokens: two more full blocks
+  kv.release(0);                    // preempted
+  ASSERT_TRUE(kv.try_admit(1, 16, 16));
+  ASSERT_TRUE(kv.try_grow(1, 28));   // takes all 7 blocks: request 0's are gone from the GPU
+  EXPECT_EQ(kv.cached_blocks(), 7);  // request 1's only
+  kv.release(1);
+  // Re-admitted with its prompt and output known: all six blocks from the host, none recomputed.
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 25), 24);
+  ASSERT_TRUE(kv.try_admit(0, 25, 25));
+  EXPECT_EQ(kv.shared_tokens_of(0), 0);
+  EXPECT_EQ(kv.loaded_tokens_of(0), 24);
+  kv.check_invariants();
+}
+
 TEST(PrefixCache, SideBlocksAreNeverShared) {
   const PrefixFixture f(8, {{16, {1, 2}}, {20, {1, 2, 3}}});
   PagedKvCache kv = f.cache(12, 4);
