@@ -342,6 +342,20 @@ nlohmann::ordered_json pools_json(const RunOutcome& outcome) {
   return j;
 }
 
+// KV offload's tiers (docs/kv-offload.md): what each held and served, the host's as `cpu`, the
+// disk's (when the run has one) as `disk`.
+nlohmann::ordered_json kv_offload_json(const SimulationResult& result) {
+  auto tier_json = [](const KvOffloadStats& o) {
+    return nlohmann::ordered_json{{"capacity_tokens", o.capacity_tokens}, {"stored_tokens", o.stored_tokens},
+                                  {"hit_tokens", o.hit_tokens},           {"evicted_tokens", o.evicted_tokens},
+                                  {"load_bytes", o.load_bytes},           {"load_s", o.load_s}};
+  };
+  nlohmann::ordered_json j;
+  if (result.kv_offload) j["cpu"] = tier_json(*result.kv_offload);
+  if (result.kv_offload_disk) j["disk"] = tier_json(*result.kv_offload_disk);
+  return j;
+}
+
 // What --spec-decode ran with and what it bought: the method, k and rates, and over the
 // decode steps that verified drafts the mean acceptance length (1 + accepted / steps, as vLLM's
 // spec_decode metrics report it) and the tokens each such step emitted.
@@ -414,13 +428,7 @@ nlohmann::ordered_json summary_to_json(const RunOutcome& outcome) {
                        {"cached_tokens", s.prefill_cached_tokens},
                        {"prefill_tokens_admitted", s.prefill_admitted_tokens}};
   // KV offload, when the run has a host tier: what it held and served (docs/kv-offload.md).
-  auto tier_json = [](const KvOffloadStats& o) {
-    return nlohmann::ordered_json{{"capacity_tokens", o.capacity_tokens}, {"stored_tokens", o.stored_tokens},
-                                  {"hit_tokens", o.hit_tokens},           {"evicted_tokens", o.evicted_tokens},
-                                  {"load_bytes", o.load_bytes},           {"load_s", o.load_s}};
-  };
-  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload) j["kv_offload"]["cpu"] = tier_json(*o);
-  if (const std::optional<KvOffloadStats>& o = outcome.result.kv_offload_disk) j["kv_offload"]["disk"] = tier_json(*o);
+  if (outcome.result.kv_offload) j["kv_offload"] = kv_offload_json(outcome.result);
   // Speculative decoding, when the run speculates: the rates it ran with, and what they bought.
   if (!outcome.config.spec_decode.empty()) j["speculative_decoding"] = speculative_json(outcome);
   // A cluster's replicas one by one (the figures above are cluster-wide); a single replica's
