@@ -469,6 +469,10 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     hit_tokens_[id] = hit_tokens;
     if (host_) {
       // The offload tiers' blocks after the GPU's: new GPU blocks, loaded (entered below).
+      // Each is touched before enter_full_blocks stores it again: those stores also promote the
+      // disk-only blocks to the host, and without the touch one of them could drop a host block
+      // of this very run, which would then be stored anew (measured: the host's stored and
+      // evicted counts change on Mooncake with a disk tier; without one the touch is redundant).
       int64_t from_disk = 0;
       for (int64_t k = hits; k < hits + hit.host; ++k) {
         if (disk_ && host_run_on_disk_[static_cast<size_t>(k - hits)] != 0) {
