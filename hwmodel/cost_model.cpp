@@ -327,12 +327,25 @@ void CostModel::advance_decodes_in_place(IterationCost& cost, const BatchShape& 
 }
 
 IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo,
-                              std::vector<IterationCost>* rank_costs) const {
+                              std::vector<IterationCost>* rank_costs, std::span<const uint8_t> repeated) const {
   if (ranks.size() == 1 && rank_costs == nullptr) return iteration(ranks.front(), memo);
+  const bool any_repeated = std::any_of(repeated.begin(), repeated.end(), [](uint8_t f) { return f != 0; });
+  if (!repeated.empty() && (repeated.size() != ranks.size() ||
+                            (any_repeated && (rank_costs == nullptr || rank_costs->size() != ranks.size())))) {
+    throw std::logic_error(fmt::format("CostModel::step: {} repeated-rank flags for {} rank batches and {} rank costs",
+                                       repeated.size(), ranks.size(), rank_costs != nullptr ? rank_costs->size() : 0));
+  }
   std::vector<IterationCost> own;
   std::vector<IterationCost>& costs = rank_costs != nullptr ? *rank_costs : own;
-  costs.assign(ranks.size(), IterationCost{});
+  costs.resize(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (repeated.empty() || repeated[r] == 0) costs[r] = IterationCost{};
+  }
   return lockstep(ranks, memo, [&](size_t r, const BatchShape& batch) -> const IterationCost& {
+    if (!repeated.empty() && repeated[r] != 0) {
+      advance_decodes_in_place(costs[r], batch, memo);
+      return costs[r];
+    }
     return costs[r] = iteration(batch, memo);
   });
 }

@@ -197,9 +197,12 @@ class CostModel {
   // empty one runs the engine's dummy batch while another rank has work). The result is the
   // slowest rank's attention and dense part, plus the MoE layers over every rank's tokens and
   // their exchanges. With one rank, iteration(ranks[0]). `rank_costs`, when given, receives
-  // each rank's own cost (an idle rank's empty), for advance_step.
+  // each rank's own cost (an idle rank's empty), for advance_step. A rank flagged in
+  // `repeated` (one flag per rank, or none) repeats its decodes of the step that filled
+  // `rank_costs`, one token further on: its cost is advanced from that step's
+  // (advance_decodes), the others' computed afresh.
   IterationCost step(std::span<const BatchShape> ranks, NonAttentionCache* memo = nullptr,
-                     std::vector<IterationCost>* rank_costs = nullptr) const;
+                     std::vector<IterationCost>* rank_costs = nullptr, std::span<const uint8_t> repeated = {}) const;
 
   // Repeated decode steps (the simulator's fast-forward): `shape` is a decode-only batch whose
   // cost one step earlier, every context one token shorter, was `previous`. Tokens, rows

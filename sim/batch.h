@@ -49,6 +49,10 @@ struct Batch {
   // model times as one lockstep step (CostModel::step); `shape` is then their sum. Empty
   // otherwise.
   std::vector<BatchShape> rank_shapes;
+  // With rank_shapes, one flag per rank (or none): the rank repeats its decodes of the step
+  // before, one token further on, so the cost model advances that step's cost
+  // (CostModel::step's `repeated`).
+  std::vector<uint8_t> rank_repeats;
   SimTime extra_time;        // added to the cost model's time (e.g. swap transfers)
   int64_t bubble_slots = 0;  // batch slots that compute nothing useful (static batching)
   // When the policy schedules nothing now but wants to be asked again at a later time
@@ -62,6 +66,7 @@ struct Batch {
     rank_cohort_members_ = 0;
     shape.clear();
     rank_shapes.clear();
+    rank_repeats.clear();
     extra_time = SimTime::zero();
     bubble_slots = 0;
     wake_at.reset();

@@ -637,9 +637,9 @@ void Simulation::try_start_iteration(Replica& r) {
     listed_cohorts_.push_back(cohort);
   });
   // (A DP step keeps each rank's cost, from which a fast-forward advances them.)
-  const IterationCost cost = batch.rank_shapes.empty()
-                                 ? r.cost_model->iteration(batch.shape, &r.cost_memo)
-                                 : r.cost_model->step(batch.rank_shapes, &r.cost_memo, &r.repeat_rank_costs);
+  const IterationCost cost = batch.rank_shapes.empty() ? r.cost_model->iteration(batch.shape, &r.cost_memo)
+                                                       : r.cost_model->step(batch.rank_shapes, &r.cost_memo,
+                                                                            &r.repeat_rank_costs, batch.rank_repeats);
   const SimTime duration = r.open_iteration(now_, cost, batch.extra_time);
   latency_.iteration_started(r.index, now_, batch, cost, duration, *r.cost_model, scheduled_in_batch_, stamp,
                              listed_cohorts_);

@@ -18,11 +18,13 @@ DpAttentionPolicy::DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks)
   running_.assign(n, 0);
   batches_.resize(n);
   vouched_.assign(n, 0);
+  changed_.assign(n, 0);
   finished_.resize(n);
 }
 
 void DpAttentionPolicy::attach(PolicyEnv& env) {
   envs_.assign(ranks_.size(), env);
+  vouch_at_boundaries_ = env.rank_cohorts.size() == ranks_.size();
   rank_of_.assign(env.requests != nullptr ? env.requests->size() : 0, -1);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     PolicyEnv& e = envs_[r];
@@ -57,14 +59,17 @@ void DpAttentionPolicy::on_arrival(RequestId id, SimTime now) {
   if (static_cast<size_t>(id) >= rank_of_.size()) rank_of_.resize(static_cast<size_t>(id) + 1, -1);
   rank_of_[static_cast<size_t>(id)] = static_cast<int32_t>(best);
   ++outstanding_[best];
+  changed_[best] = 1;
   ranks_[best]->on_arrival(id, now);
 }
 
 void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
   bool any = false;
+  batch.rank_repeats.assign(ranks_.size(), 0);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Batch& b = batches_[r];
     if (vouched_[r] != 0) {
+      batch.rank_repeats[r] = 1;  // the cost model advances the rank's cost of the step before
       // Its schedule() already ran, in repeat_decode_step: the same decodes again, as many
       // tokens further on as the replica's run had steps (as the simulation advances a
       // repeated step's shape).
@@ -76,12 +81,16 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
       b.clear();
       ranks_[r]->schedule(now, b);
     }
+    changed_[r] = 0;
     running_[r] = static_cast<int64_t>(b.size());
     any = any || !b.empty();
     if (b.wake_at && (!batch.wake_at || *b.wake_at < *batch.wake_at)) batch.wake_at = b.wake_at;
   }
   repeats_ = 0;
-  if (!any) return;
+  if (!any) {
+    batch.rank_repeats.clear();
+    return;
+  }
   // The replica's batch: every rank's items in rank order, the shapes summed, and each rank's
   // shape for the lockstep step (an idle rank's empty shape runs the dummy batch).
   batch.rank_shapes.resize(ranks_.size());
@@ -110,8 +119,22 @@ void DpAttentionPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     // A rank that vouched for the next step is still in its run (none of its requests finished).
-    if (vouched_[r] == 0) ranks_[r]->on_iteration_end(batches_[r], finished_[r], now);
+    if (vouched_[r] != 0) continue;
+    if (vouch_at_boundaries_ && finished_[r].empty() && changed_[r] == 0 && vouches_for_next_step(r)) {
+      vouched_[r] = 1;  // schedule() keeps its batch
+      ++boundary_repeats_;
+      continue;
+    }
+    ranks_[r]->on_iteration_end(batches_[r], finished_[r], now);
   }
+}
+
+bool DpAttentionPolicy::vouches_for_next_step(size_t r) {
+  const Batch& b = batches_[r];
+  // An idle rank schedules nothing again while nothing reaches it (as in repeat_decode_step);
+  // a rank's repeat is asked only after a decode-only step, as the simulation asks it.
+  if (b.empty()) return ranks_[r]->idle();
+  return b.shape.prefills.empty() && b.extra_time == SimTime::zero() && ranks_[r]->repeat_decode_step(b);
 }
 
 bool DpAttentionPolicy::repeat_decode_step(const Batch& /*batch*/) {
@@ -160,9 +183,17 @@ std::string DpAttentionPolicy::unsupported_role_reason(PoolRole role) const {
   return ranks_.front()->unsupported_role_reason(role);
 }
 
-void DpAttentionPolicy::release_held_kv(RequestId id) { owning_rank(id).release_held_kv(id); }
+void DpAttentionPolicy::release_held_kv(RequestId id) {
+  Policy& rank = owning_rank(id);
+  changed_[static_cast<size_t>(rank_of(id))] = 1;
+  rank.release_held_kv(id);
+}
 
-void DpAttentionPolicy::on_kv_received(RequestId id, SimTime now) { owning_rank(id).on_kv_received(id, now); }
+void DpAttentionPolicy::on_kv_received(RequestId id, SimTime now) {
+  Policy& rank = owning_rank(id);
+  changed_[static_cast<size_t>(rank_of(id))] = 1;
+  rank.on_kv_received(id, now);
+}
 
 Policy& DpAttentionPolicy::owning_rank(RequestId id) const {
   const int r = rank_of(id);

@@ -34,6 +34,15 @@
 // Batch::add_rank_cohort, each ahead of its rank's items; a rank that vouched past the
 // replica's run has that step of its cohort in flight until the next iteration ends.
 //
+// The same vouch also serves a full step's boundary (one that ends a fast-forward run, or a
+// step that was not repeated because some rank changed): in a wide layout most ranks have
+// nothing new when one rank admits or finishes a request. A rank none of whose requests
+// finished at the boundary and to which nothing arrived since its last schedule() asks its
+// own repeat_decode_step instead of on_iteration_end + schedule(): the rank's contract makes
+// the two the same (Policy::repeat_decode_step), and it costs O(1) where a schedule() walks
+// the rank's running set. Only where the simulation fast-forwards and keeps decode cohorts
+// (PolicyEnv::rank_cohorts offered: no hook or log that reads the policy per iteration).
+//
 // In a disaggregated pool (policy.h, "Disaggregated pools") the ranks take the pool's role:
 // TensorRT-LLM's wide-EP prefill workers run attention DP (aiconfigurator's silicon rows of
 // DeepSeek-V3 on Dynamo: prefill TP 1 x attention DP 16 x EP 16), and SGLang's P/D guide names
@@ -84,6 +93,8 @@ class DpAttentionPolicy final : public Policy {
   // The rank request `id` was routed to (-1 before it arrived).
   int rank_of(RequestId id) const;
   const Policy& rank_policy(int rank) const { return *ranks_[static_cast<size_t>(rank)]; }
+  // Ranks that repeated their batch at a full step's boundary so far (see the header comment).
+  int64_t boundary_repeats() const { return boundary_repeats_; }
 
  private:
   // The ranks' caches as one, for the replica's totals; admitting through it is a bug.
@@ -116,6 +127,9 @@ class DpAttentionPolicy final : public Policy {
     const DpAttentionPolicy& owner_;
   };
 
+  // Whether rank `r`, unchanged since its last schedule(), takes its next step as a repeat of
+  // its batch (its state then through that schedule()).
+  bool vouches_for_next_step(size_t r);
   // The rank request `id` was routed to; a request on no rank is a bug.
   Policy& owning_rank(RequestId id) const;
 
@@ -129,6 +143,11 @@ class DpAttentionPolicy final : public Policy {
   // Per rank: vouched for the next step while the replica's repeat was refused by a later rank
   // (see the header comment); cleared as the next schedule() keeps its batch.
   std::vector<uint8_t> vouched_;
+  // Per rank: a request arrived, landed (on_kv_received) or gave back its KV since the rank's
+  // last schedule(), so its next one may differ from a repeat.
+  std::vector<uint8_t> changed_;
+  bool vouch_at_boundaries_ = false;  // see the header comment
+  int64_t boundary_repeats_ = 0;
   int64_t repeats_ = 0;                           // the replica's repeats of the step the last schedule() built
   std::vector<std::vector<RequestId>> finished_;  // per rank, scratch for on_iteration_end
   SummedKv summed_kv_{*this};

@@ -187,6 +187,21 @@ TEST(ParallelLayout, AdvancedDecodeStepsCostWhatFreshOnesCost) {
   }
   EXPECT_EQ(rank_costs[1].total_s, 0);
   EXPECT_THROW(dp.advance_step(ranks, std::span<IterationCost>(rank_costs).first(3)), std::logic_error);
+
+  // A step in which some ranks repeat their decodes (flagged) and others change: the flagged
+  // ones advance their costs, the rest are computed afresh; the same step as all afresh.
+  ranks[0].add_prefill(512, 0);  // rank 0 admits a prompt; ranks 1-3 repeat
+  for (size_t r = 1; r < ranks.size(); ++r) ranks[r].advance_decodes(1);
+  const std::vector<uint8_t> repeated{0, 1, 1, 1};
+  step = dp.step(ranks, nullptr, &rank_costs, repeated);
+  expect_same_cost(step, dp.step(ranks), "DP step with repeated ranks");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    expect_same_cost(rank_costs[r], dp.iteration(ranks[r]), "rank " + std::to_string(r) + " with repeated ranks");
+  }
+  // Flags need the step before's costs, one per rank.
+  std::vector<IterationCost> none;
+  EXPECT_THROW(dp.step(ranks, nullptr, &none, repeated), std::logic_error);
+  EXPECT_THROW(dp.step(ranks, nullptr, &rank_costs, std::vector<uint8_t>{1, 1}), std::logic_error);
 }
 
 // A DP step lasts as long as its slowest rank, plus the MoE layers over every rank's tokens.

@@ -314,7 +314,8 @@ TEST(FastForward, ClosedLoopSessionsGiveIdenticalResults) {
 
 // DP attention (policies/dp_attention/): the ranks' lockstep step repeats only when every rank
 // vouches for its part, and a rank that vouched before a later one refused carries its run one
-// step past the replica's. The same results with fast-forward on and off, and with each rank's
+// step past the replica's; at a full step's boundary a rank that nothing reached or left
+// repeats its own batch. The same results with fast-forward on and off, and with each rank's
 // decode cohort (the iterations' requests not recorded), for each kind of rank scheduler, on two
 // and three ranks of an MoE model with KV tight enough to preempt.
 TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
@@ -333,7 +334,7 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
       {"trtllm", {}},
       {"tgi", {}},
   };
-  int64_t repeated = 0, preempted = 0, cohort_iterations = 0;
+  int64_t repeated = 0, preempted = 0, cohort_iterations = 0, boundary_repeats = 0;
   for (const int dp : {2, 3}) {
     // qwen3-30b-a3b's 128 experts over EP 2 (or, with DP 3, MoE-TP 3 with EP 1); KV per rank.
     const ParallelLayout layout{1, dp, dp == 2 ? 2 : 1};
@@ -343,10 +344,18 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
       for (const PolicyVariant& v : kinds) {
         SCOPED_TRACE(v.policy + " (" + std::to_string(v.options.size()) + " options), DP " + std::to_string(dp) +
                      " on " + c.arrival);
-        const auto run_dp = [&](bool fast_forward, bool items = true) {
+        const auto run_dp = [&](bool fast_forward, bool items = true, int64_t* boundary_repeats = nullptr) {
           std::vector<std::unique_ptr<Policy>> ranks;
           for (int r = 0; r < dp; ++r) ranks.push_back(make_policy(v.policy, PolicyOptions(v.options)));
           DpAttentionPolicy policy(std::move(ranks));
+          // (The policy lives in this call: its count is read before it ends.)
+          struct Count {
+            const DpAttentionPolicy& policy;
+            int64_t* out;
+            ~Count() {
+              if (out != nullptr) *out += policy.boundary_repeats();
+            }
+          } count{policy, boundary_repeats};
           SimulationOptions options;
           options.gpu_memory_utilization = c.memory_utilization;
           options.engine_kv_rules = false;
@@ -367,7 +376,7 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
         EXPECT_EQ(fast.cohort_iterations, 0);
         repeated += fast.fast_forwarded_iterations;
         preempted += slow.summary.preemptions;
-        const SimulationResult cohorts = run_dp(true, /*items=*/false);
+        const SimulationResult cohorts = run_dp(true, /*items=*/false, &boundary_repeats);
         expect_same_requests(slow, cohorts);
         expect_same_iterations(slow, cohorts);
         expect_same_timeline(slow, cohorts);
@@ -379,6 +388,8 @@ TEST(FastForward, DpAttentionRanksGiveIdenticalResults) {
   EXPECT_GT(repeated, 1000);           // the lockstep step really repeated
   EXPECT_GT(preempted, 0);             // also where KV ran out
   EXPECT_GT(cohort_iterations, 1000);  // the ranks' cohorts ran
+  // Unchanged ranks took their own repeat at full steps' boundaries (with cohorts only).
+  EXPECT_GT(boundary_repeats, 1000);
 }
 
 }  // namespace
