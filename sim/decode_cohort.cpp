@@ -91,6 +91,31 @@ SimTime DecodeCohort::step_ended(SimTime end) {
   return gap;
 }
 
+void repeat_gap_maxima(std::span<const SimTime> gaps, std::vector<std::pair<int64_t, SimTime>>& out) {
+  out.clear();
+  for (size_t i = gaps.size(); i-- > 0;) {
+    if (out.empty() || gaps[i] > out.back().second) out.emplace_back(static_cast<int64_t>(i), gaps[i]);
+  }
+  std::reverse(out.begin(), out.end());
+}
+
+void DecodeCohort::steps_ended(SimTime end, int64_t count,
+                               std::span<const std::pair<int64_t, SimTime>> run_maxima) {
+  if (count <= 0) return;
+  if (ended_ + count > steps_) throw std::logic_error("decode cohort: a step ended that was not taken");
+  if (run_maxima.empty() || run_maxima.back().first != count - 1) {
+    throw std::logic_error("decode cohort: a run's gap maxima do not end with its last step");
+  }
+  // What step_ended would leave after each step in turn: the entries before the run that are
+  // larger than all of its gaps, then the run's own suffix maxima.
+  const SimTime run_max = run_maxima.front().second;
+  while (!gap_maxima_.empty() && gap_maxima_.back().second <= run_max) gap_maxima_.pop_back();
+  for (const auto& [index, gap] : run_maxima) gap_maxima_.emplace_back(ended_ + 1 + index, gap);
+  ended_ += count;
+  last_end_ = end;
+  if (gap_maxima_.size() > 2 * gap_maxima_pruned_ + 64) prune_gaps();
+}
+
 void DecodeCohort::prune_gaps() {
   while (joins_head_ < joins_.size() && !live(joins_[joins_head_])) ++joins_head_;
   if (joins_head_ > joins_.size() / 2) {

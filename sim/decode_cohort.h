@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "hwmodel/base/time.h"
@@ -46,6 +47,11 @@
 #include "sim/workload/request.h"
 
 namespace batchsim {
+
+// The suffix maxima of a run of gaps, for DecodeCohort::steps_ended: (index in the run, gap),
+// indices rising and gaps strictly falling, each entry's gap larger than every later one's (so
+// the first is the run's largest gap, at its last occurrence).
+void repeat_gap_maxima(std::span<const SimTime> gaps, std::vector<std::pair<int64_t, SimTime>>& out);
 
 class DecodeCohort {
  public:
@@ -89,6 +95,11 @@ class DecodeCohort {
   // The step in flight ended at `end`. Call joiners_ended first for the first step of an
   // iteration. Returns the step's common gap (to every member that stepped before).
   SimTime step_ended(SimTime end);
+  // A fast-forwarded run's `count` further steps ended back to back, the last at `end`:
+  // `run_maxima` are their gaps' suffix maxima, as repeat_gap_maxima() gives them. The same
+  // as step_ended for each, in O(run_maxima) instead of O(count): a DP replica's ranks share
+  // one run, whose maxima the simulation finds once.
+  void steps_ended(SimTime end, int64_t count, std::span<const std::pair<int64_t, SimTime>> run_maxima);
   // For each joiner: its first gap (end - its last token) goes to its largest gap and is
   // returned through `gap(id, g)`; the joiners list is cleared.
   template <typename F>

@@ -50,6 +50,8 @@ struct Replica {
   int64_t repeats = 0;
   std::vector<SimTime> repeat_gaps;
   SimTime max_repeat_gap;
+  // repeat_gaps' suffix maxima (repeat_gap_maxima), found at the run's end for its cohorts.
+  std::vector<std::pair<int64_t, SimTime>> repeat_gap_maxima;
   std::vector<BatchShape> repeat_rank_shapes;    // a DP attention step's ranks, as the run goes
   std::vector<IterationCost> repeat_rank_costs;  // and their costs (CostModel::advance_step)
   NonAttentionCache cost_memo;                   // its cost model's non-attention costs by key

@@ -778,12 +778,8 @@ void Simulation::finish_cohort_steps(Replica& r, DecodeCohort& cohort, GapRun& g
   const SimTime common = cohort.step_ended(r.first_end);
   if (continuing > 0) gaps.add(r.tbt_s, common, continuing);
   cohort.joiners_ended(r.first_end, [&](RequestId, SimTime gap) { gaps.add(r.tbt_s, gap); });
-  SimTime end = r.first_end;
-  for (int64_t k = 0; k < r.repeats; ++k) {  // (repeat_gaps holds an older run's after a prefill step)
-    end += r.repeat_gaps[static_cast<size_t>(k)];
-    cohort.step_ended(end);
-  }
-  if (r.repeats > 0 && end != now_) throw std::logic_error("the decode cohort's steps end elsewhere than the run");
+  // The run's repeats, whose gaps' maxima finish_iteration found (the run ends now).
+  cohort.steps_ended(now_, r.repeats, r.repeat_gap_maxima);
   RequestProgress* const progress = progress_.data();
   const Request* const view = r.env.requests->data();
   cohort.pop_finished([&](RequestId id) {
@@ -853,6 +849,15 @@ void Simulation::finish_iteration(Replica& r) {
       if (!was_decode && !left) record_phase(item.id, RequestPhase::kDecoding);
     }
   };
+  if (r.repeats > 0 && batch.has_cohort()) {
+    // The run's gaps, once for every cohort of the batch (DecodeCohort::steps_ended).
+    SimTime end = r.first_end;
+    for (const SimTime gap : r.repeat_gaps) end += gap;
+    if (r.repeat_gaps.size() != static_cast<size_t>(r.repeats) || end != now_) {
+      throw std::logic_error("the decode cohort's steps end elsewhere than the run");
+    }
+    repeat_gap_maxima(r.repeat_gaps, r.repeat_gap_maxima);
+  }
   // Each cohort's members come right before the items from its items_begin on.
   size_t next_item = 0;
   batch.for_each_cohort([&](int32_t rank, size_t items_begin, std::span<const RequestId>) {

@@ -90,10 +90,14 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
       ++repeats;
     }
     ASSERT_EQ(cohort.steps_in_flight(), 1 + repeats);
+    // Every other run's repeats end in one call, as a DP replica's ranks end theirs.
+    const bool in_bulk = iteration % 2 == 1;
+    std::vector<SimTime> run_gaps;
     std::vector<int64_t> joiner_gaps;
     for (int64_t k = 0; k <= repeats; ++k) {
       // Gaps repeat often (runs of equal iterations) and shrink or grow.
-      now += SimTime::from_ns(uniform(1, 4) * 100);
+      const SimTime gap_k = SimTime::from_ns(uniform(1, 4) * 100);
+      now += gap_k;
       int64_t common_count = 0;
       SimTime common_want = SimTime::max();
       for (RequestId id = 0; id < kIds; ++id) {
@@ -117,6 +121,10 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
       if (k == 0) {
         EXPECT_EQ(cohort.continuing(), common_count);
       }
+      if (in_bulk && k > 0) {
+        run_gaps.push_back(gap_k);
+        continue;
+      }
       const SimTime common = cohort.step_ended(now);
       if (common_count > 0) {
         EXPECT_EQ(common, common_want);
@@ -128,6 +136,12 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
         EXPECT_TRUE(cohort.joiners().empty());
       }
     }
+    if (in_bulk && repeats > 0) {
+      std::vector<std::pair<int64_t, SimTime>> maxima;
+      repeat_gap_maxima(run_gaps, maxima);
+      cohort.steps_ended(now, repeats, maxima);
+    }
+    ASSERT_EQ(cohort.steps_in_flight(), 0);
     // The finishers, in join order, with their exact progress.
     std::vector<std::pair<int64_t, RequestId>> want;
     for (RequestId id = 0; id < kIds; ++id) {
@@ -160,6 +174,24 @@ void run_random_cohort(int32_t block_size, uint32_t seed) {
 TEST(DecodeCohort, EqualsSteppingEachMemberWithPowerOfTwoBlocks) { run_random_cohort(16, 1); }
 TEST(DecodeCohort, EqualsSteppingEachMemberWithOtherBlocks) { run_random_cohort(5, 2); }
 
+// The suffix maxima of a run's gaps: each entry larger than every later gap, by hand.
+TEST(DecodeCohort, RepeatGapMaximaKeepEachGapLargerThanAllLaterOnes) {
+  const auto ns = [](std::initializer_list<int64_t> v) {
+    std::vector<SimTime> out;
+    for (const int64_t x : v) out.push_back(SimTime::from_ns(x));
+    return out;
+  };
+  std::vector<std::pair<int64_t, SimTime>> m;
+  repeat_gap_maxima(ns({3, 5, 5, 2, 4, 1}), m);
+  const std::vector<std::pair<int64_t, SimTime>> want{
+      {2, SimTime::from_ns(5)}, {4, SimTime::from_ns(4)}, {5, SimTime::from_ns(1)}};
+  EXPECT_EQ(m, want);
+  repeat_gap_maxima(ns({1, 2, 3}), m);  // growing gaps (a run whose contexts grow): the last alone
+  EXPECT_EQ(m, (std::vector<std::pair<int64_t, SimTime>>{{2, SimTime::from_ns(3)}}));
+  repeat_gap_maxima({}, m);
+  EXPECT_TRUE(m.empty());
+}
+
 TEST(DecodeCohort, RefusesWhatWouldLoseTrack) {
   std::vector<RequestProgress> progress(4);
   DecodeCohort cohort;
@@ -175,6 +207,15 @@ TEST(DecodeCohort, RefusesWhatWouldLoseTrack) {
   EXPECT_THROW(cohort.leave(1), std::logic_error);  // a step in flight
   cohort.step_ended(SimTime::from_ns(10));
   EXPECT_THROW(cohort.step_ended(SimTime::from_ns(20)), std::logic_error);  // not taken
+  // A run's steps: no more than were taken, and maxima that end with the run's last step.
+  cohort.grow();
+  cohort.grow();
+  const std::vector<std::pair<int64_t, SimTime>> two{{1, SimTime::from_ns(5)}};
+  EXPECT_THROW(cohort.steps_ended(SimTime::from_ns(30), 3, two), std::logic_error);
+  EXPECT_THROW(cohort.steps_ended(SimTime::from_ns(30), 2, {}), std::logic_error);
+  EXPECT_THROW(cohort.steps_ended(SimTime::from_ns(30), 1, two), std::logic_error);
+  cohort.steps_ended(SimTime::from_ns(30), 2, two);
+  EXPECT_EQ(cohort.steps_in_flight(), 0);
 }
 
 }  // namespace
