@@ -321,9 +321,9 @@ void CostModel::advance_decodes_in_place(IterationCost& cost, const BatchShape& 
     return;
   }
   // Tokens, rows sampled and sequences are the previous step's, so are all but the decodes'
-  // attention and what is summed from it.
+  // attention and what is summed from it (the engine's times among them).
   cost.decode_attention_s = decode_attention_s(shape, memo);
-  close_iteration(shape, shape.total_tokens(), cost, memo);
+  settle_iteration(shape, cost, memo);
 }
 
 IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCache* memo,
@@ -338,8 +338,9 @@ IterationCost CostModel::step(std::span<const BatchShape> ranks, NonAttentionCac
   std::vector<IterationCost> own;
   std::vector<IterationCost>& costs = rank_costs != nullptr ? *rank_costs : own;
   costs.resize(ranks.size());
+  // (lockstep passes an idle rank by; every other rank's cost is written below.)
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (repeated.empty() || repeated[r] == 0) costs[r] = IterationCost{};
+    if (ranks[r].empty()) costs[r] = IterationCost{};
   }
   return lockstep(ranks, memo, [&](size_t r, const BatchShape& batch) -> const IterationCost& {
     if (!repeated.empty() && repeated[r] != 0) {
@@ -547,15 +548,20 @@ void CostModel::close_iteration(const BatchShape& shape, int64_t tokens, Iterati
   // Launches run ahead of the GPU asynchronously; the GPU waits only for what they lag behind.
   // Whether they replay a graph depends on the tokens and, for some engines, on whether the
   // iteration computes a prompt (EngineProfile::launch_s).
-  const double launch_s = engine_.launch_s(model_.num_layers, tokens, !shape.prefills.empty());
+  cost.launch_s = engine_.launch_s(model_.num_layers, tokens, !shape.prefills.empty());
+  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
+  cost.cpu_s = engine_.cpu.seconds(sequences, tp_);
+  cost.residual_s = engine_.residual.seconds(sequences, tp_);
+  settle_iteration(shape, cost, memo);
+}
+
+void CostModel::settle_iteration(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const {
   if (speculative_.drafts_on_gpu()) cost.draft_s = draft_s(shape, cost, memo);
   const double kernels_s = cost.gemm_s + cost.prefill_attention_s + cost.decode_attention_s + cost.lm_head_s +
                            cost.elementwise_s + cost.communication_s + cost.draft_s;
-  const double device_s = std::max(kernels_s, launch_s);
-  const int64_t sequences = static_cast<int64_t>(shape.prefills.size()) + shape.num_decodes;
-  const double cpu_s = engine_.cpu.seconds(sequences, tp_);
-  cost.overhead_s = (device_s - kernels_s) + (engine_.cpu_overlaps_gpu ? std::max(0.0, cpu_s - device_s) : cpu_s) +
-                    engine_.residual.seconds(sequences, tp_);
+  const double device_s = std::max(kernels_s, cost.launch_s);
+  cost.overhead_s = (device_s - kernels_s) +
+                    (engine_.cpu_overlaps_gpu ? std::max(0.0, cost.cpu_s - device_s) : cost.cpu_s) + cost.residual_s;
   cost.total_s = kernels_s + cost.overhead_s;
 }
 

@@ -103,6 +103,10 @@ struct IterationCost {
   // with an overlapping engine the part beyond the GPU time) plus the time the GPU waits for
   // kernel launches that fall behind it.
   double overhead_s = 0;
+  // What overhead_s is made of (CostModel::close_iteration), by the iteration's tokens and
+  // sequences alone, which a repeated decode step keeps: the launches' time (the GPU waits for
+  // what they lag behind its kernels), the engine's CPU time, and its residual time.
+  double launch_s = 0, cpu_s = 0, residual_s = 0;
   double total_s = 0;
   bool gemm_compute_bound = false;  // whether the layer GEMMs hit the FLOP roof
   // gemm_s split by operator (indexed by LayerGemm), summed over layers.
@@ -350,8 +354,11 @@ class CostModel {
   // Every layer's KV-cache concatenation over `context_tokens` (KvCacheWrite::concat).
   double kv_concat_s(double context_tokens) const;
   // What an iteration adds to its kernels' parts in `cost`: the drafter's passes, the launches
-  // the GPU waits for, the engine's CPU and residual time, the total.
+  // the GPU waits for, the engine's CPU and residual time, the total. `tokens` and the shape's
+  // sequences set the engine's times (launch_s, cpu_s, residual_s); settle_iteration sums the
+  // rest, which is all a repeated decode step changes.
   void close_iteration(const BatchShape& shape, int64_t tokens, IterationCost& cost, NonAttentionCache* memo) const;
+  void settle_iteration(const BatchShape& shape, IterationCost& cost, NonAttentionCache* memo) const;
   // step's and advance_step's common part: rank_cost(r, batch) (a reference that stays valid
   // through the call) of every busy rank, the slowest kept, the MoE layers over every rank's
   // tokens added.

@@ -128,6 +128,9 @@ void expect_same_cost(const IterationCost& a, const IterationCost& b, const std:
   EXPECT_EQ(a.elementwise_s, b.elementwise_s) << what;
   EXPECT_EQ(a.communication_s, b.communication_s) << what;
   EXPECT_EQ(a.overhead_s, b.overhead_s) << what;
+  EXPECT_EQ(a.launch_s, b.launch_s) << what;
+  EXPECT_EQ(a.cpu_s, b.cpu_s) << what;
+  EXPECT_EQ(a.residual_s, b.residual_s) << what;
   EXPECT_EQ(a.total_s, b.total_s) << what;
   EXPECT_EQ(a.gemm_compute_bound, b.gemm_compute_bound) << what;
   EXPECT_EQ(a.layer_gemm_s, b.layer_gemm_s) << what;
