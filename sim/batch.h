@@ -47,12 +47,12 @@ struct Batch {
   BatchShape shape;  // what the cost model times
   // With attention data parallelism (policies/dp_attention/): each rank's shape, which the cost
   // model times as one lockstep step (CostModel::step); `shape` is then their sum. Empty
-  // otherwise.
-  std::vector<BatchShape> rank_shapes;
+  // otherwise. Held by the policy, valid until the iteration has ended (as `cohort`).
+  std::span<const BatchShape> rank_shapes;
   // With rank_shapes, one flag per rank (or none): the rank repeats its decodes of the step
   // before, one token further on, so the cost model advances that step's cost
-  // (CostModel::step's `repeated`).
-  std::vector<uint8_t> rank_repeats;
+  // (CostModel::step's `repeated`). Held by the policy, as rank_shapes.
+  std::span<const uint8_t> rank_repeats;
   SimTime extra_time;        // added to the cost model's time (e.g. swap transfers)
   int64_t bubble_slots = 0;  // batch slots that compute nothing useful (static batching)
   // When the policy schedules nothing now but wants to be asked again at a later time
@@ -65,8 +65,8 @@ struct Batch {
     rank_cohorts.clear();
     rank_cohort_members_ = 0;
     shape.clear();
-    rank_shapes.clear();
-    rank_repeats.clear();
+    rank_shapes = {};
+    rank_repeats = {};
     extra_time = SimTime::zero();
     bubble_slots = 0;
     wake_at.reset();

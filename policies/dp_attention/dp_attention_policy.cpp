@@ -17,6 +17,8 @@ DpAttentionPolicy::DpAttentionPolicy(std::vector<std::unique_ptr<Policy>> ranks)
   outstanding_.assign(n, 0);
   running_.assign(n, 0);
   batches_.resize(n);
+  rank_shapes_.resize(n);
+  rank_repeats_.assign(n, 0);
   vouched_.assign(n, 0);
   changed_.assign(n, 0);
   finished_.resize(n);
@@ -38,6 +40,9 @@ void DpAttentionPolicy::attach(PolicyEnv& env) {
     };
     ranks_[r]->attach(e);
   }
+  std::vector<const KvCacheManager*> caches;
+  for (const auto& rank : ranks_) caches.push_back(&rank->kv_cache());
+  summed_kv_.set_ranks(std::move(caches));
 }
 
 int DpAttentionPolicy::rank_of(RequestId id) const {
@@ -65,11 +70,10 @@ void DpAttentionPolicy::on_arrival(RequestId id, SimTime now) {
 
 void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
   bool any = false;
-  batch.rank_repeats.assign(ranks_.size(), 0);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Batch& b = batches_[r];
+    rank_repeats_[r] = vouched_[r];  // the cost model advances a repeating rank's cost of the step before
     if (vouched_[r] != 0) {
-      batch.rank_repeats[r] = 1;  // the cost model advances the rank's cost of the step before
       // Its schedule() already ran, in repeat_decode_step: the same decodes again, as many
       // tokens further on as the replica's run had steps (as the simulation advances a
       // repeated step's shape).
@@ -77,9 +81,11 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
       const int64_t steps = 1 + repeats_;
       for (BatchItem& item : b.items) item.context_before += steps;
       b.shape.advance_decodes(steps);
+      rank_shapes_[r].advance_decodes(steps);
     } else {
       b.clear();
       ranks_[r]->schedule(now, b);
+      rank_shapes_[r] = b.shape;
     }
     changed_[r] = 0;
     running_[r] = static_cast<int64_t>(b.size());
@@ -87,25 +93,25 @@ void DpAttentionPolicy::schedule(SimTime now, Batch& batch) {
     if (b.wake_at && (!batch.wake_at || *b.wake_at < *batch.wake_at)) batch.wake_at = b.wake_at;
   }
   repeats_ = 0;
-  if (!any) {
-    batch.rank_repeats.clear();
-    return;
-  }
+  if (!any) return;
   // The replica's batch: every rank's items in rank order, the shapes summed, and each rank's
   // shape for the lockstep step (an idle rank's empty shape runs the dummy batch).
-  batch.rank_shapes.resize(ranks_.size());
+  batch.rank_shapes = rank_shapes_;
+  batch.rank_repeats = rank_repeats_;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     const Batch& b = batches_[r];
     batch.add_rank_cohort(static_cast<int32_t>(r), b.cohort);  // ahead of the rank's items, as in its batch
-    batch.items.insert(batch.items.end(), b.items.begin(), b.items.end());
-    batch.shape.prefills.insert(batch.shape.prefills.end(), b.shape.prefills.begin(), b.shape.prefills.end());
+    // (A rank's cohort is most of it: most ranks add no item.)
+    if (!b.items.empty()) batch.items.insert(batch.items.end(), b.items.begin(), b.items.end());
+    if (!b.shape.prefills.empty()) {
+      batch.shape.prefills.insert(batch.shape.prefills.end(), b.shape.prefills.begin(), b.shape.prefills.end());
+    }
     batch.shape.num_decodes += b.shape.num_decodes;
     batch.shape.decode_context_sum += b.shape.decode_context_sum;
     batch.shape.decode_context_max = std::max(batch.shape.decode_context_max, b.shape.decode_context_max);
     batch.shape.num_sampled += b.shape.num_sampled;
     batch.extra_time = std::max(batch.extra_time, b.extra_time);
     batch.bubble_slots += b.bubble_slots;
-    batch.rank_shapes[r] = b.shape;
   }
 }
 
@@ -211,19 +217,19 @@ bool DpAttentionPolicy::SummedKv::fits_when_empty(int64_t reserve_tokens) const 
 
 int64_t DpAttentionPolicy::SummedKv::capacity_tokens() const {
   int64_t n = 0;
-  for (const auto& p : owner_.ranks_) n += p->kv_cache().capacity_tokens();
+  for (const KvCacheManager* kv : caches_) n += kv->capacity_tokens();
   return n;
 }
 
 int64_t DpAttentionPolicy::SummedKv::allocated_tokens() const {
   int64_t n = 0;
-  for (const auto& p : owner_.ranks_) n += p->kv_cache().allocated_tokens();
+  for (const KvCacheManager* kv : caches_) n += kv->allocated_tokens();
   return n;
 }
 
 int64_t DpAttentionPolicy::SummedKv::used_tokens() const {
   int64_t n = 0;
-  for (const auto& p : owner_.ranks_) n += p->kv_cache().used_tokens();
+  for (const KvCacheManager* kv : caches_) n += kv->used_tokens();
   return n;
 }
 

@@ -97,10 +97,13 @@ class DpAttentionPolicy final : public Policy {
   int64_t boundary_repeats() const { return boundary_repeats_; }
 
  private:
-  // The ranks' caches as one, for the replica's totals; admitting through it is a bug.
+  // The ranks' caches as one, for the replica's totals; admitting through it is a bug. It
+  // holds each rank's cache as the rank's attach made it (every policy makes its cache there,
+  // once): the replica reads the totals at every iteration.
   class SummedKv final : public KvCacheManager {
    public:
     explicit SummedKv(const DpAttentionPolicy& owner) : KvCacheManager(0), owner_(owner) {}
+    void set_ranks(std::vector<const KvCacheManager*> caches) { caches_ = std::move(caches); }
     std::string_view kind() const override { return "dp-ranks"; }
     bool try_admit(RequestId, int64_t, int64_t) override { return bug(); }
     bool try_grow(RequestId, int64_t) override { return bug(); }
@@ -125,6 +128,7 @@ class DpAttentionPolicy final : public Policy {
    private:
     [[noreturn]] static bool bug();
     const DpAttentionPolicy& owner_;
+    std::vector<const KvCacheManager*> caches_;  // per rank
   };
 
   // Whether rank `r`, unchanged since its last schedule(), takes its next step as a repeat of
@@ -140,6 +144,10 @@ class DpAttentionPolicy final : public Policy {
   std::vector<int64_t> outstanding_;  // per rank: given and not finished
   std::vector<int64_t> running_;      // per rank: requests of its last batch
   std::vector<Batch> batches_;        // per rank: its part of the current step
+  // Per rank, for the replica's batch (Batch::rank_shapes, rank_repeats): its part's shape
+  // (batches_[r].shape, kept here side by side), and whether it repeats its step before.
+  std::vector<BatchShape> rank_shapes_;
+  std::vector<uint8_t> rank_repeats_;
   // Per rank: vouched for the next step while the replica's repeat was refused by a later rank
   // (see the header comment); cleared as the next schedule() keeps its batch.
   std::vector<uint8_t> vouched_;
