@@ -20,7 +20,7 @@ void DecodeCohort::enable(int32_t block_size) {
   const size_t num_ids = progress_->size();
   enabled_ = true;
   block_size_ = block_size;
-  size_ = steps_ = ended_ = next_seq_ = key_sum_ = 0;
+  size_ = steps_ = ended_ = next_seq_ = key_sum_ = next_block_key_ = 0;
   last_end_ = SimTime::zero();
   joiners_.clear();
   finish_heap_.clear();
@@ -99,8 +99,7 @@ void repeat_gap_maxima(std::span<const SimTime> gaps, std::vector<std::pair<int6
   std::reverse(out.begin(), out.end());
 }
 
-void DecodeCohort::steps_ended(SimTime end, int64_t count,
-                               std::span<const std::pair<int64_t, SimTime>> run_maxima) {
+void DecodeCohort::steps_ended(SimTime end, int64_t count, std::span<const std::pair<int64_t, SimTime>> run_maxima) {
   if (count <= 0) return;
   if (ended_ + count > steps_) throw std::logic_error("decode cohort: a step ended that was not taken");
   if (run_maxima.empty() || run_maxima.back().first != count - 1) {

@@ -72,7 +72,7 @@ class DecodeCohort {
   // tokens, joins; it finishes after output_tokens - generated more steps.
   void join(RequestId id, int32_t output_tokens);
   // KV blocks the next step takes: members whose tokens are a multiple of the block size.
-  int64_t blocks_next_step() const { return histogram_[static_cast<size_t>(mod_block(-steps_))]; }
+  int64_t blocks_next_step() const { return histogram_[static_cast<size_t>(next_block_key_)]; }
   // Whether member `id` is one of them.
   bool needs_block_next_step(RequestId id) const { return mod_block(key_[static_cast<size_t>(id)] + steps_) == 0; }
   // The next step's decode contexts (each member attends to its computed tokens + 1): their
@@ -80,7 +80,10 @@ class DecodeCohort {
   int64_t next_context_sum() const { return key_sum_ + size_ * (steps_ + 1); }
   int64_t next_context_max();
   // The next step is taken (its KV grown); its end comes through step_ended.
-  void grow() { ++steps_; }
+  void grow() {
+    ++steps_;
+    next_block_key_ = next_block_key_ == 0 ? block_size_ - 1 : next_block_key_ - 1;
+  }
   // Member `id` leaves: its progress is made exact (every step taken must have ended).
   void leave(RequestId id);
 
@@ -156,6 +159,9 @@ class DecodeCohort {
   int32_t block_size_ = 1;
   int64_t size_ = 0;
   int64_t steps_ = 0;  // steps grown
+  // mod_block(-steps_): the histogram's entry of the members that take a block at the next
+  // step, kept as steps_ grows (a division per step was a DP replica's hottest instruction).
+  int64_t next_block_key_ = 0;
   int64_t ended_ = 0;  // steps ended
   int64_t next_seq_ = 0;
   SimTime last_end_;  // the end of step ended_
