@@ -368,7 +368,9 @@ IterationCost CostModel::lockstep(std::span<const BatchShape> ranks, NonAttentio
                                   RankCost&& rank_cost) const {
   if (ranks.size() == 1) return rank_cost(0, ranks.front());
   if (static_cast<int>(ranks.size()) != layout_.dp) {
-    throw std::logic_error(fmt::format("CostModel::step: {} rank batches for {} DP ranks", ranks.size(), layout_.dp));
+    throw std::logic_error(
+        fmt::format("CostModel: a lockstep step of {} rank batches for {} DP ranks (step, advance_step)", ranks.size(),
+                    layout_.dp));
   }
   // An idle rank runs the engine's dummy batch of one token while another rank has work
   // (vLLM's execute_dummy_batch, v1/engine/core.py DPEngineCoreProc; SGLang's IDLE forward).
