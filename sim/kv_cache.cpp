@@ -169,9 +169,9 @@ void PagedKvCache::scan(RequestId id) const {
     host_run_on_disk_.clear();
     for (; k < n; ++k) {
       const uint64_t key = block_key(id, k);
-      const bool on_host = host_->contains_stamping(key, host_stamp_);
+      const bool on_host = host_->lru.contains_stamping(key, host_stamp_);
       // (Both tiers stamp: a drop from either may change the run or where its blocks load from.)
-      const bool on_disk = disk_ && disk_->contains_stamping(key, host_stamp_);
+      const bool on_disk = disk_ && disk_->lru.contains_stamping(key, host_stamp_);
       if (!on_host && !on_disk) {
         host_end_key_ = key;
         host_end_ = true;
@@ -282,24 +282,26 @@ void HostKvTier::touch(uint64_t key) {
   }
 }
 
-namespace {
 // An offload tier's figures: what its LRU kept and dropped, in tokens, and what it served.
-KvOffloadStats tier_stats(const HostKvTier& tier, int64_t block_size, int64_t hit_tokens, double load_bytes,
-                          double load_s) {
+KvOffloadStats PagedKvCache::OffloadTier::stats(int64_t block_size) const {
   KvOffloadStats s;
-  s.capacity_tokens = tier.capacity_blocks() * block_size;
-  s.stored_tokens = tier.stored_blocks() * block_size;
-  s.evicted_tokens = tier.evicted_blocks() * block_size;
+  s.capacity_tokens = lru.capacity_blocks() * block_size;
+  s.stored_tokens = lru.stored_blocks() * block_size;
+  s.evicted_tokens = lru.evicted_blocks() * block_size;
   s.hit_tokens = hit_tokens;
   s.load_bytes = load_bytes;
   s.load_s = load_s;
   return s;
 }
-}  // namespace
+
+PagedKvCache::OffloadTier& PagedKvCache::tier(std::optional<OffloadTier>& t, const char* which) {
+  if (!t) throw std::logic_error(fmt::format("PagedKvCache: a load noted for a {} tier it does not have", which));
+  return *t;
+}
 
 std::optional<KvOffloadStats> PagedKvCache::offload_stats() const {
   if (!host_) return std::nullopt;
-  return tier_stats(*host_, block_size_, host_hit_tokens_, host_load_bytes_, host_load_s_);
+  return host_->stats(block_size_);
 }
 
 int64_t PagedKvCache::max_distinct_blocks() const {
@@ -312,26 +314,20 @@ int64_t PagedKvCache::max_distinct_blocks() const {
 
 std::optional<KvOffloadStats> PagedKvCache::disk_offload_stats() const {
   if (!disk_) return std::nullopt;
-  return tier_stats(*disk_, block_size_, disk_hit_tokens_, disk_load_bytes_, disk_load_s_);
+  return disk_->stats(block_size_);
 }
 
 void PagedKvCache::set_disk_tier(int64_t blocks) {
   if (!host_) throw std::logic_error("PagedKvCache: a disk tier needs the host tier");
   if (holders_ > 0) throw std::logic_error("PagedKvCache: disk tier set after an admission");
-  disk_.emplace(blocks, max_distinct_blocks());
-  disk_hit_tokens_ = 0;
-  disk_load_bytes_ = disk_load_s_ = 0;
-  disk_loaded_tokens_.assign(blocks_.size(), 0);
+  disk_.emplace(blocks, max_distinct_blocks(), blocks_.size());
   ++generation_;  // a kept run was scanned without it
 }
 
 void PagedKvCache::set_host_tier(int64_t blocks) {
   if (!caching_) throw std::logic_error("PagedKvCache: a host tier needs prefix caching");
   if (holders_ > 0) throw std::logic_error("PagedKvCache: host tier set after an admission");
-  host_.emplace(blocks, max_distinct_blocks());
-  host_hit_tokens_ = 0;
-  host_load_bytes_ = host_load_s_ = 0;
-  loaded_tokens_.assign(blocks_.size(), 0);
+  host_.emplace(blocks, max_distinct_blocks(), blocks_.size());
 }
 
 // The queue's own links only; free_blocks_ and evictable_ are counted by the callers.
@@ -414,12 +410,12 @@ void PagedKvCache::enter_full_blocks(RequestId id, int64_t from_tokens, int64_t 
         return (stored.added && host_end_ && key == host_end_key_) ||
                (stored.dropped && stored.dropped_stamp == host_stamp_);
       };
-      const HostKvTier::Stored stored = host_->store(key);
+      const HostKvTier::Stored stored = host_->lru.store(key);
       bool renew = renews(stored);
       if (disk_) {
         // A block of the run that only the disk held is now on the host too: it loads faster.
-        renew = renew || (stored.added && host_stamp_ != 0 && disk_->stamp_of(key) == host_stamp_);
-        renew = renews(disk_->store(key)) || renew;
+        renew = renew || (stored.added && host_stamp_ != 0 && disk_->lru.stamp_of(key) == host_stamp_);
+        renew = renews(disk_->lru.store(key)) || renew;
       }
       if (renew) ++generation_;
     }
@@ -477,16 +473,16 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
       for (int64_t k = hits; k < hits + hit.host; ++k) {
         if (disk_ && host_run_on_disk_[static_cast<size_t>(k - hits)] != 0) {
           ++from_disk;
-          disk_->touch(block_key(id, k));
+          disk_->lru.touch(block_key(id, k));
         } else {
-          host_->touch(block_key(id, k));
+          host_->lru.touch(block_key(id, k));
         }
       }
-      loaded_tokens_[id] = hit.host * block_size_;
-      host_hit_tokens_ += (hit.host - from_disk) * block_size_;
+      host_->loaded_tokens[id] = hit.host * block_size_;
+      host_->hit_tokens += (hit.host - from_disk) * block_size_;
       if (disk_) {
-        disk_loaded_tokens_[id] = from_disk * block_size_;
-        disk_hit_tokens_ += from_disk * block_size_;
+        disk_->loaded_tokens[id] = from_disk * block_size_;
+        disk_->hit_tokens += from_disk * block_size_;
       }
     }
     for (int64_t k = static_cast<int64_t>(blocks.size()); k < blocks_for(tokens); ++k) {
@@ -588,8 +584,8 @@ void PagedKvCache::release(RequestId id) {
     }
     blocks.clear();
     hit_tokens_[id] = 0;
-    if (host_) loaded_tokens_[id] = 0;
-    if (disk_) disk_loaded_tokens_[id] = 0;
+    if (host_) host_->loaded_tokens[id] = 0;
+    if (disk_) disk_->loaded_tokens[id] = 0;
     if (side_blocks_ > 0) {
       for (const int32_t b : side_[id]) {
         ref_[b] = 0;

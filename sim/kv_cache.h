@@ -295,19 +295,14 @@ class PagedKvCache final : public KvCacheManager {
   void set_disk_tier(int64_t blocks);
   std::optional<KvOffloadStats> offload_stats() const override;
   std::optional<KvOffloadStats> disk_offload_stats() const override;
-  // The policy's part of the figures: a load of `bytes` that took `seconds`.
-  void note_host_load(double bytes, double seconds) {
-    host_load_bytes_ += bytes;
-    host_load_s_ += seconds;
-  }
-  void note_disk_load(double bytes, double seconds) {
-    disk_load_bytes_ += bytes;
-    disk_load_s_ += seconds;
-  }
+  // The policy's part of the figures: a load of `bytes` that took `seconds` (from the host
+  // tier, or read from the disk tier).
+  void note_host_load(double bytes, double seconds) { tier(host_, "host").note_load(bytes, seconds); }
+  void note_disk_load(double bytes, double seconds) { tier(disk_, "disk").note_load(bytes, seconds); }
   // Tokens `id` took from the offload tiers at its admission (part of cached_prefix_tokens),
   // and of them those read from disk.
-  int64_t loaded_tokens_of(RequestId id) const { return holds(id) && host_ ? loaded_tokens_[id] : 0; }
-  int64_t disk_loaded_tokens_of(RequestId id) const { return holds(id) && disk_ ? disk_loaded_tokens_[id] : 0; }
+  int64_t loaded_tokens_of(RequestId id) const { return holds(id) && host_ ? host_->loaded_tokens[id] : 0; }
+  int64_t disk_loaded_tokens_of(RequestId id) const { return holds(id) && disk_ ? disk_->loaded_tokens[id] : 0; }
   bool try_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) override;
   // Inline: policies grow every running request at every step they schedule (a caller that
   // holds a PagedKvCache, which is final, gets it without a virtual call).
@@ -495,17 +490,25 @@ class PagedKvCache final : public KvCacheManager {
   mutable bool host_end_ = false;                  // whether one did
   mutable uint64_t host_stamp_ = 0;                // the stamp of the last scan's host slots (0: none)
   mutable uint64_t host_scans_ = 0;                // scans that stamped, for a fresh stamp each
-  // The host tier (set_host_tier), what it served and how long the loads took (the tier counts
-  // what it stored and dropped), and per request the tokens it loaded.
-  mutable std::optional<HostKvTier> host_;
-  int64_t host_hit_tokens_ = 0;
-  double host_load_bytes_ = 0, host_load_s_ = 0;
-  std::vector<int64_t> loaded_tokens_;
-  // The disk tier (set_disk_tier), its own figures and per request the tokens read from it.
-  mutable std::optional<HostKvTier> disk_;
-  int64_t disk_hit_tokens_ = 0;
-  double disk_load_bytes_ = 0, disk_load_s_ = 0;
-  std::vector<int64_t> disk_loaded_tokens_;
+  // An offload tier: its blocks by LRU (which count what it stored and dropped), the tokens it
+  // served and what their loads moved and took, and per request the tokens loaded at its
+  // admission (the host tier's: all the tiers served; the disk tier's: those read from disk).
+  struct OffloadTier {
+    OffloadTier(int64_t blocks, int64_t max_distinct, size_t requests)
+        : lru(blocks, max_distinct), loaded_tokens(requests, 0) {}
+    void note_load(double bytes, double seconds) {
+      load_bytes += bytes;
+      load_s += seconds;
+    }
+    KvOffloadStats stats(int64_t block_size) const;
+    HostKvTier lru;
+    int64_t hit_tokens = 0;
+    double load_bytes = 0, load_s = 0;
+    std::vector<int64_t> loaded_tokens;
+  };
+  static OffloadTier& tier(std::optional<OffloadTier>& t, const char* which);
+  // The host tier (set_host_tier) and the disk tier beside it (set_disk_tier).
+  mutable std::optional<OffloadTier> host_, disk_;
   mutable uint64_t run_end_key_ = 0;  // the key that ended the run (if one did)
   mutable RequestId run_id_ = -1;
   mutable uint64_t run_generation_ = 0;

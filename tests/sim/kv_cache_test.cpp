@@ -249,6 +249,8 @@ TEST(PrefixCache, TheHostTierServesBlocksTheGpuEvicted) {
   gpu_only.release(1);
   EXPECT_LT(gpu_only.cached_prefix_tokens(2, 20), 16);
   EXPECT_FALSE(gpu_only.offload_stats().has_value());
+  EXPECT_THROW(gpu_only.note_host_load(1, 1), std::logic_error);  // a load from a tier it lacks
+  EXPECT_THROW(gpu_only.note_disk_load(1, 1), std::logic_error);
   PagedKvCache plain(3, 5, 4);
   EXPECT_THROW(plain.set_host_tier(10), std::logic_error);  // nothing to offload without caching
 }
@@ -297,6 +299,14 @@ TEST(PrefixCache, TheDiskTierServesBlocksTheHostDropped) {
   EXPECT_EQ(kv.disk_loaded_tokens_of(0), kv.loaded_tokens_of(0));
   EXPECT_EQ(kv.disk_offload_stats()->hit_tokens, disk_hits_before + loaded_1 + kv.disk_loaded_tokens_of(0));
   EXPECT_EQ(kv.offload_stats()->hit_tokens, 0);
+  // The policy's timings land in the tier they name.
+  kv.note_disk_load(300, 0.25);
+  kv.note_host_load(40, 0.5);
+  kv.note_disk_load(100, 0.5);
+  EXPECT_EQ(kv.disk_offload_stats()->load_bytes, 400);
+  EXPECT_EQ(kv.disk_offload_stats()->load_s, 0.75);
+  EXPECT_EQ(kv.offload_stats()->load_bytes, 40);
+  EXPECT_EQ(kv.offload_stats()->load_s, 0.5);
   kv.check_invariants();
   // Without a disk tier the host alone has forgotten request 0's prefix.
   PagedKvCache host_only = f.cache(5, 4);
