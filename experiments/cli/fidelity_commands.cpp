@@ -202,6 +202,9 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
        "clients and TP (--out writes them in any case; for a mixture-of-experts or disaggregated file also each "
        "model's by prompt length, clients and layout)")
       ("out", po::value(&o.out), "write the per-row report as JSON")
+      ("run-out", po::value(&replay.run_out), "with --run: also write the replay into this folder as `batchsim run "
+       "--out` writes a run (summary.json, bench.json, requests.csv in the run's request order, iterations.csv with "
+       "each iteration's requests) with its Perfetto trace, trace.json: why a request came out as it did")
       ("profile-out", po::value(&o.profile_out), "write the --gpu profile here with these figures as its "
        "validation.serving block (every backend replayed; the profile must carry a validation block)")
       ("help,h", "show this help");
@@ -218,9 +221,9 @@ int validate_serving_command(const std::vector<std::string>& args, std::ostream&
     return 0;
   }
   const bool run_only = vm.count("model") || vm.count("tp") || vm.count("policy-opt") || vm.count("num-gpu-blocks") ||
-                        vm.count("max-model-len");
+                        vm.count("max-model-len") || vm.count("run-out");
   if (run_only && !vm.count("run")) {
-    throw UserError("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt: apply to --run only");
+    throw UserError("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt, --run-out: apply to --run only");
   }
   if (vm.count("run")) {
     if (vm.count("measurements")) throw UserError("--run, --measurements: give one or the other");

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "experiments/fidelity/benchmark_readers.h"
+#include "experiments/run/chrome_trace.h"
 #include "experiments/run/output.h"
 #include "experiments/run/runner.h"
 #include "hwmodel/base/csv_table.h"
@@ -415,7 +416,11 @@ ordered_json run_replay_report(const RecordedRun& run, const RunConfig& config, 
 int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
   if (o.gpu.empty()) throw UserError("validate-serving --run: give --gpu PROFILE (the GPU to predict with)");
   const RecordedRun run = read_recording(o.run_dir, o.overrides);
-  const RunConfig config = replay_config(run, o.gpu, o.engine, o.policy);
+  RunConfig config = replay_config(run, o.gpu, o.engine, o.policy);
+  if (!o.run_out.empty()) {
+    config.out = o.run_out;
+    config.iteration_log = config.iteration_log_ids = true;
+  }
   validate(config);
   RunHooks hooks;
   hooks.record_iterations = true;
@@ -476,6 +481,13 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
     auto file = open_for_write(o.out);
     file << report.dump(2) << "\n";
     fmt::print(out, "wrote {}\n", o.out);
+  }
+  if (!o.run_out.empty()) {
+    write_run_outputs(outcome, config.out, summary_to_json(outcome));
+    const std::filesystem::path trace = config.out / "trace.json";
+    write_chrome_trace(outcome, trace);
+    fmt::print(out, "wrote {} (the replay as `batchsim run --out` writes a run; open {} in https://ui.perfetto.dev)\n",
+               o.run_out, trace.string());
   }
   return 0;
 }

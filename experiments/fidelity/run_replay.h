@@ -120,6 +120,11 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b);
 
 struct RunReplayOptions {
   std::string run_dir, gpu, engine, policy, out;
+  // Where to write the replay itself as `batchsim run --out` writes a run (summary.json,
+  // bench.json, requests.csv, iterations.csv with each iteration's requests) and its Perfetto
+  // trace (trace.json): to see why a request came out as it did. Row i of requests.csv is the
+  // run's i-th request. Empty: not written.
+  std::string run_out;
   ReplayOverrides overrides;
 };
 // `batchsim validate-serving --run PATH` (a run folder, or a benchmark file that

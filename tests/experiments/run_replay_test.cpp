@@ -17,6 +17,7 @@
 #include "experiments/fidelity/benchmark_readers.h"
 #include "experiments/fidelity/run_replay.h"
 #include "experiments/run/runner.h"
+#include "hwmodel/base/csv_table.h"
 #include "hwmodel/base/error.h"
 #include "sim/workload/workload.h"
 #include "test_support.h"
@@ -144,6 +145,28 @@ TEST(RunReplay, ARunOfKnownAnswerReplaysToItself) {
   EXPECT_EQ(report["requests"].size(), 150u);
   EXPECT_THAT(r.out, HasSubstr("ttft"));
   EXPECT_THAT(r.out, HasSubstr("largest errors:"));
+  // --run-out: the replay as `batchsim run --out` writes a run, row i of requests.csv the run's
+  // i-th request, each iteration with its requests, and the Perfetto trace.
+  const fs::path replay_dir = dir.parent_path() / "replay";
+  const auto written =
+      cli({"validate-serving", "--run", dir.string(), "--gpu", "h100-sxm", "--run-out", replay_dir.string()});
+  ASSERT_EQ(written.rc, 0) << written.err;
+  EXPECT_THAT(written.out, HasSubstr("trace.json"));
+  CsvTable rows(replay_dir / "requests.csv");
+  size_t i = 0;
+  const double t0 = truth.result.requests.front().arrival.seconds();
+  for (; rows.next(); ++i) {
+    ASSERT_LT(i, truth.result.requests.size());
+    const RequestRecord& t = truth.result.requests[i];
+    EXPECT_EQ(rows.integer("prompt_tokens"), t.prompt_tokens) << i;
+    EXPECT_NEAR(rows.number("first_token_s"), t.first_token.seconds() - t0, 1e-6) << i;
+  }
+  EXPECT_EQ(i, truth.result.requests.size());
+  CsvTable iterations(replay_dir / "iterations.csv");
+  ASSERT_TRUE(iterations.next());
+  EXPECT_FALSE(iterations.text("prefill_chunks").empty()) << "each iteration's requests";
+  EXPECT_TRUE(nlohmann::json::parse(testing::read_text_file(replay_dir / "trace.json")).contains("traceEvents"));
+  EXPECT_TRUE(nlohmann::json::parse(testing::read_text_file(replay_dir / "summary.json")).contains("latency"));
   // A different GPU moves it, and the report says by how much.
   const auto slower = cli({"validate-serving", "--run", dir.string(), "--gpu", "a100-80gb", "--out", out.string()});
   ASSERT_EQ(slower.rc, 0) << slower.err;
@@ -452,8 +475,12 @@ TEST(BenchmarkReaders, WhatAFileLacksIsRefusedByName) {
               }),
               HasSubstr("--policy-opt max_num_seqs: 'lots' is not an integer"));
   // The command line's own checks.
-  EXPECT_THAT(testing::cli_error_of({"validate-serving", "--measurements", "x.csv", "--gpu", "h100-sxm", "--tp", "2"}),
-              HasSubstr("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt: apply to --run only"));
+  EXPECT_THAT(
+      testing::cli_error_of({"validate-serving", "--measurements", "x.csv", "--gpu", "h100-sxm", "--tp", "2"}),
+      HasSubstr("--model, --tp, --num-gpu-blocks, --max-model-len, --policy-opt, --run-out: apply to --run only"));
+  EXPECT_THAT(
+      testing::cli_error_of({"validate-serving", "--measurements", "x.csv", "--gpu", "h100-sxm", "--run-out", "d"}),
+      HasSubstr("--run-out: apply to --run only"));
   EXPECT_THAT(testing::cli_error_of(
                   {"validate-serving", "--run", (dir / "d.jsonl").string(), "--gpu", "h100-sxm", "--tp", "0"}),
               HasSubstr("--tp 0: must be from 1 to 1024"));
