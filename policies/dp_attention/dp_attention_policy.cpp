@@ -190,21 +190,21 @@ std::string DpAttentionPolicy::unsupported_role_reason(PoolRole role) const {
 }
 
 void DpAttentionPolicy::release_held_kv(RequestId id) {
-  Policy& rank = owning_rank(id);
-  changed_[static_cast<size_t>(rank_of(id))] = 1;
-  rank.release_held_kv(id);
+  const size_t r = owning_rank(id);
+  changed_[r] = 1;
+  ranks_[r]->release_held_kv(id);
 }
 
 void DpAttentionPolicy::on_kv_received(RequestId id, SimTime now) {
-  Policy& rank = owning_rank(id);
-  changed_[static_cast<size_t>(rank_of(id))] = 1;
-  rank.on_kv_received(id, now);
+  const size_t r = owning_rank(id);
+  changed_[r] = 1;
+  ranks_[r]->on_kv_received(id, now);
 }
 
-Policy& DpAttentionPolicy::owning_rank(RequestId id) const {
+size_t DpAttentionPolicy::owning_rank(RequestId id) const {
   const int r = rank_of(id);
   if (r < 0) throw std::logic_error(fmt::format("DpAttentionPolicy: request {} is on no rank", id));
-  return *ranks_[static_cast<size_t>(r)];
+  return static_cast<size_t>(r);
 }
 
 bool DpAttentionPolicy::SummedKv::bug() {

@@ -134,8 +134,8 @@ class DpAttentionPolicy final : public Policy {
   // Whether rank `r`, unchanged since its last schedule(), takes its next step as a repeat of
   // its batch (its state then through that schedule()).
   bool vouches_for_next_step(size_t r);
-  // The rank request `id` was routed to; a request on no rank is a bug.
-  Policy& owning_rank(RequestId id) const;
+  // The index of the rank request `id` was routed to; a request on no rank is a bug.
+  size_t owning_rank(RequestId id) const;
 
   std::vector<std::unique_ptr<Policy>> ranks_;
   std::string name_;
