@@ -633,7 +633,10 @@ double CostModel::draft_s(const BatchShape& shape, const IterationCost& cost, No
 }
 
 double CostModel::allreduce_s(double message_bytes) const {
-  if (engine_.allreduce == AllReduceImpl::custom && message_bytes <= engine_.custom_allreduce_max_bytes) {
+  // An engine's custom all-reduce works inside one node (vLLM's CustomAllreduce turns itself off
+  // for a group that spans nodes: vllm/distributed/device_communicators/custom_all_reduce.py).
+  if (engine_.allreduce == AllReduceImpl::custom && message_bytes <= engine_.custom_allreduce_max_bytes &&
+      tp_ <= gpu_.gpus_per_node) {
     // The engine's own kernel where the GPU profile has measured it; NCCL otherwise.
     if (const auto s = custom_allreduce_time_s(gpu_, message_bytes, tp_)) return *s;
   }

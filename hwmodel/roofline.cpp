@@ -648,6 +648,17 @@ double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp
   for (const AllReduceFit& fit : gpu.allreduce) {
     if (fit.tp == tp) return fit.latency_s + wire_bytes / fit.bytes_per_s;
   }
+  const int node = std::max(1, static_cast<int>(gpu.gpus_per_node));
+  if (tp > node && gpu.internode_bytes_per_s > 0) {
+    // Over several nodes the ring leaves each node through a NIC, and the ring runs no faster
+    // than its slowest link: each GPU's 2 (tp-1)/tp of the message passes at one NIC's rate,
+    // not NVLink's (aiconfigurator prices TP 16 the same way, the ring's wire bytes at
+    // h100_sxm.yaml's inter_node_bw). The latency is one node's all-reduce plus a hop between
+    // nodes. Vidur's all-reduces over two 8-GPU A100 nodes reach about 0.7 of that rate on
+    // large messages and less on mid-sized ones, so this is a lower bound (hwmodel/README.md,
+    // "All-reduce over several nodes").
+    return allreduce_time_s(gpu, 0, node) + gpu.internode_latency_s + wire_bytes / gpu.internode_bytes_per_s;
+  }
   return gpu.interconnect_latency_s + wire_bytes / gpu.interconnect_bytes_per_s;
 }
 

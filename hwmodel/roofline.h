@@ -483,8 +483,10 @@ double decode_attention_time_s(const HardwareProfile& gpu, const OperatorWork& w
 double elementwise_time_s(const HardwareProfile& gpu, ElementwiseOp op, double bytes);
 // All-reduce over tp GPUs: latency + wire bytes / bandwidth, wire bytes = message * 2 (tp-1)/tp
 // (a ring all-reduce sends and receives that much per GPU; NCCL's "bus bandwidth"). The
-// profile's `allreduce` entry for tp if there is one, else interconnect_latency_s and
-// interconnect_bytes_per_s. Zero for tp == 1.
+// profile's `allreduce` entry for tp if there is one; else, over more GPUs than a node holds,
+// one node's all-reduce latency + internode_latency_s + wire bytes / internode_bytes_per_s (the
+// rings cross the NICs); else interconnect_latency_s and interconnect_bytes_per_s. Zero for
+// tp == 1.
 double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp);
 // The bytes a ring all-reduce of `message_bytes` sends per GPU over tp GPUs: 2 (tp-1)/tp of it.
 double ring_allreduce_wire_bytes(double message_bytes, int tp);

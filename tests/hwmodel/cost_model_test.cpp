@@ -8,9 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include "hwmodel/base/csv_table.h"
 #include "hwmodel/base/error.h"
 #include "hwmodel/roofline.h"
 #include "hwmodel_test_util.h"
+#include "test_support.h"
 
 namespace batchsim {
 namespace {
@@ -170,6 +172,51 @@ TEST(Roofline, AllReduceUsesThePerDegreeFitWhenPresent) {
   EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 4), 30e-6 + 1.5e6 / 200e9, 1e-15);
   EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 2), 10e-6 + 1e6 / 100e9, 1e-15);  // no tp-2 entry
   EXPECT_EQ(allreduce_time_s(gpu, 1e6, 1), 0);
+}
+
+TEST(Roofline, AnAllReduceOverSeveralNodesPaysTheNics) {
+  HardwareProfile gpu = round_profile();
+  gpu.gpus_per_node = 8;
+  gpu.internode_bytes_per_s = 50e9;
+  gpu.internode_latency_s = 20e-6;
+  // TP 16 over two nodes: one node's latency (no tp-8 entry: the interconnect's 10 us) + a hop
+  // of 20 us + 1 MB * 2 * 15/16 through each GPU's NIC at 50 GB/s, where NVLink's price was
+  // 10 us + 1.875 MB / 100 GB/s.
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 16), 10e-6 + 20e-6 + 1.875e6 / 50e9, 1e-15);
+  gpu.allreduce = {{8, 17e-6, 300e9}};
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 16), 17e-6 + 20e-6 + 1.875e6 / 50e9, 1e-15);
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 32), 17e-6 + 20e-6 + 1e6 * 2 * 31 / 32 / 50e9, 1e-15);
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 8), 17e-6 + 1.75e6 / 300e9, 1e-15);  // inside a node: NVLink
+  // A measured fit for the degree wins.
+  gpu.allreduce.push_back({16, 60e-6, 20e9});
+  EXPECT_NEAR(allreduce_time_s(gpu, 1e6, 16), 60e-6 + 1.875e6 / 20e9, 1e-15);
+}
+
+// Vidur's all-reduces over two DGX A100 nodes of 8 GPUs (hwmodel/measured/vidur/network/a100_dgx,
+// num_workers 16, devices_per_node 8), scored, never fitted: the roofline over the NICs stays a
+// lower bound on what NCCL took (its protocols reach the NICs' rate only for large messages) and
+// is nearer than NVLink's price was.
+TEST(Roofline, AllReduceOverTwoA100NodesAgainstVidursMeasurements) {
+  const HardwareProfile gpu = resolve_gpu("a100-80gb-fitted");
+  ASSERT_EQ(gpu.gpus_per_node, 8);
+  HardwareProfile one_node = gpu;
+  one_node.gpus_per_node = 16;  // NVLink's price over 16 GPUs, as before
+  CsvTable csv(testing::data_file(testing::measured_dir() / "vidur/network/a100_dgx", "all_reduce.csv"));
+  int rows = 0;
+  double error = 0, nvlink_error = 0;
+  while (csv.next()) {
+    if (csv.integer("num_workers") != 16 || csv.integer("devices_per_node") != 8) continue;
+    const double bytes = csv.number("size");
+    const double measured = csv.number("time_stats.all_reduce.median") * 1e-3;
+    const double predicted = allreduce_time_s(gpu, bytes, 16);
+    EXPECT_LE(predicted, 1.1 * measured) << bytes << " bytes";
+    error += std::abs(predicted / measured - 1);
+    nvlink_error += std::abs(allreduce_time_s(one_node, bytes, 16) / measured - 1);
+    ++rows;
+  }
+  ASSERT_GT(rows, 900);
+  EXPECT_LT(error / rows, 0.6);
+  EXPECT_LT(error, 0.7 * nvlink_error);
 }
 
 TEST(Roofline, AttentionUnitCostsByHand) {

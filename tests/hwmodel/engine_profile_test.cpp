@@ -263,6 +263,16 @@ TEST(EngineCost, CustomAllReduceForSmallMessagesWhereTheGpuHasItsFit) {
   EXPECT_DOUBLE_EQ(CostModel(m, gpu, 2, custom).iteration(shape).communication_s,
                    2 * layers * allreduce_time_s(gpu, message, 2));
   custom.custom_allreduce_max_bytes = message;
+  // A TP group over two nodes: NCCL, even with a custom fit for its degree (vLLM's custom
+  // all-reduce turns itself off across nodes).
+  HardwareProfile two_nodes = gpu;
+  two_nodes.gpus_per_node = 1;
+  two_nodes.allreduce.clear();
+  two_nodes.internode_bytes_per_s = 25e9;
+  two_nodes.internode_latency_s = 20e-6;
+  const double over_nics = allreduce_time_s(two_nodes, message, 2);
+  EXPECT_DOUBLE_EQ(over_nics, 20e-6 + message / 25e9);
+  EXPECT_DOUBLE_EQ(CostModel(m, two_nodes, 2, custom).iteration(shape).communication_s, 2 * layers * over_nics);
   gpu.custom_allreduce.clear();
   EXPECT_DOUBLE_EQ(CostModel(m, gpu, 2, custom).iteration(shape).communication_s,
                    2 * layers * allreduce_time_s(gpu, message, 2));
