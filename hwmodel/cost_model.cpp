@@ -194,6 +194,9 @@ TokenCosts CostModel::token_costs(int64_t tokens, NonAttentionCache* memo) const
   // (moe_step): here only the attention's and the dense layers' all-reduces, on the rank's tp.
   const double message_s = allreduce_s(allreduce_message_bytes(model_, tokens));
   cost.communication_s = routed_here ? 2 * layers * message_s : (layers + model_.dense_layers) * message_s;
+  // A norm of q and k over all heads sums each token's two fp32 partial variances over the ranks,
+  // once per attention layer (forward_qk concatenates them into one all-reduce).
+  if (model_.qk_norm_across_heads) cost.communication_s += layers * allreduce_s(static_cast<double>(tokens) * 2 * 4);
   return cost;
 }
 

@@ -476,6 +476,10 @@ void read_attention_span(const HfConfig& c, const nlohmann::json& j, const std::
     }
   }
   if (model_type == "gpt_oss") m.attention_sinks = true;
+  // vLLM's MiniMaxM2Attention normalises q and k over every head (MiniMaxText01RMSNormTP,
+  // whatever use_qk_norm says), its variance summed over the TP ranks
+  // (vllm/model_executor/layers/mamba/linear_attn.py, forward_qk).
+  if (model_type == "minimax_m2") m.qk_norm_across_heads = true;
   if (model_type == "llama4_text") {
     if (auto chunk = c.optional_int({"attention_chunk_size"})) {
       int rope_layers = 0;

@@ -88,6 +88,9 @@ struct ModelSpec {
   int attention_chunk_size = 0;
   // gpt-oss's per-head learned softmax sink: a logit, no cached token (changes no cost).
   bool attention_sinks = false;
+  // MiniMax-M2's RMSNorm of q and of k over all heads at once: under TP each rank holds some
+  // heads, so every attention layer all-reduces each token's two partial variances.
+  bool qk_norm_across_heads = false;
 
   // Mixture of experts. num_experts 0 or 1 is a dense model and the fields below are unused.
   int num_experts = 0;        // routed experts per layer (Mixtral num_local_experts)

@@ -518,6 +518,24 @@ TEST(CostModel, TensorParallelAddsTwoAllReducesPerLayer) {
   EXPECT_NEAR(c4.gemm_s, c1.gemm_s / 4, c1.gemm_s * 1e-3);
 }
 
+TEST(CostModel, AQkNormOverAllHeadsAddsAnAllReducePerLayerUnderTp) {
+  // MiniMax-M2.5 on TP 4: besides the two all-reduces of each of its 62 layers, its q and k norms
+  // sum each token's two fp32 variances over the ranks: 10 us + 1000 * 8 bytes * 2 * 3/4 / 100 GB/s.
+  const ModelSpec m = resolve_model("minimax-m2.5");
+  ASSERT_TRUE(m.qk_norm_across_heads);
+  ModelSpec per_head = m;
+  per_head.qk_norm_across_heads = false;
+  BatchShape shape;
+  shape.add_prefill(1000, 0);
+  const ParallelLayout tep{.tp = 4, .dp = 1, .ep = 4, .moe_tp = 1};
+  const IterationCost with = CostModel(m, round_profile(), tep).iteration(shape);
+  const IterationCost without = CostModel(per_head, round_profile(), tep).iteration(shape);
+  EXPECT_NEAR(with.communication_s - without.communication_s, 62 * (10e-6 + 1000.0 * 8 * 1.5 / 100e9), 1e-12);
+  EXPECT_EQ(with.gemm_s, without.gemm_s);
+  // On one GPU there is nothing to sum.
+  EXPECT_EQ(CostModel(m, round_profile(), 1).iteration(shape).communication_s, 0);
+}
+
 TEST(CostModel, BadTensorParallelIsAUserError) {
   EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 3); }), HasSubstr("--tp 3"));
   EXPECT_THAT(user_error_of([] { CostModel(resolve_model("opt-13b"), round_profile(), 0); }), HasSubstr(">= 1"));

@@ -85,7 +85,10 @@ TEST(MoeModels, ArchitecturesFollowTheirConfigs) {
   EXPECT_EQ(oss.sliding_window_layers, 18);
   EXPECT_EQ(oss.sliding_window, 128);
   EXPECT_TRUE(oss.attention_sinks);
-  EXPECT_EQ(oss.weight_format, WeightFormat::bf16);  // modules_to_not_convert: self_attn
+  EXPECT_FALSE(oss.qk_norm_across_heads);
+  EXPECT_TRUE(resolve_model("minimax-m2.5").qk_norm_across_heads);
+  EXPECT_FALSE(resolve_model("qwen3-235b-a22b").qk_norm_across_heads);  // per head: no sum across ranks
+  EXPECT_EQ(oss.weight_format, WeightFormat::bf16);                     // modules_to_not_convert: self_attn
   EXPECT_EQ(oss.expert_weight_format, WeightFormat::mxfp4);
   EXPECT_EQ(oss.num_experts, 128);
   EXPECT_EQ(oss.experts_per_token, 4);
