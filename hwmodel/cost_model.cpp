@@ -46,7 +46,7 @@ CostModel::CostModel(ModelSpec model, HardwareProfile gpu, ParallelLayout layout
   if (layout_.gpus() > 1 && gpu_.interconnect_bytes_per_s <= 0) {
     throw UserError(fmt::format("GPU '{}' has no interconnect bandwidth, needed for --tp {}", gpu_.name, tp_));
   }
-  if (layout_.gpus() > gpu_.gpus_per_node && gpu_.internode_bytes_per_s <= 0) {
+  if (layout_.gpus() > gpu_.node_gpus() && gpu_.internode_bytes_per_s <= 0) {
     throw UserError(
         fmt::format("{}: {} GPUs span more than one node of {}, and GPU '{}' has no "
                     "internode_bytes_per_s for the traffic between nodes",
@@ -250,7 +250,7 @@ std::pair<double, double> CostModel::routed_experts_split(const FusedMoeTime& t)
 
 double CostModel::exchange_s(double bytes_per_gpu, int gpus) const {
   if (gpus <= 1 || bytes_per_gpu <= 0) return 0;
-  const int node = std::max(1, static_cast<int>(gpu_.gpus_per_node));
+  const int node = gpu_.node_gpus();
   if (gpus <= node) return gpu_.interconnect_latency_s + bytes_per_gpu / gpu_.interconnect_bytes_per_s;
   // Spread evenly over the other GPUs, (node - 1) / (gpus - 1) of the traffic stays in the node
   // and the rest crosses the NICs; the two links run at once (DeepEP's normal kernels forward
@@ -639,7 +639,7 @@ double CostModel::allreduce_s(double message_bytes) const {
   // An engine's custom all-reduce works inside one node (vLLM's CustomAllreduce turns itself off
   // for a group that spans nodes: vllm/distributed/device_communicators/custom_all_reduce.py).
   if (engine_.allreduce == AllReduceImpl::custom && message_bytes <= engine_.custom_allreduce_max_bytes &&
-      tp_ <= gpu_.gpus_per_node) {
+      tp_ <= gpu_.node_gpus()) {
     // The engine's own kernel where the GPU profile has measured it; NCCL otherwise.
     if (const auto s = custom_allreduce_time_s(gpu_, message_bytes, tp_)) return *s;
   }

@@ -6,6 +6,7 @@
 // YAML/JSON file (format documented in hwmodel/README.md), which is what calibration/ writes.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -128,6 +129,8 @@ struct HardwareProfile {
   double gpus_per_node = 8;
   double internode_bytes_per_s = 0;
   double internode_latency_s = 0;
+  // gpus_per_node as a count of at least one: a group of more GPUs spans nodes.
+  int node_gpus() const { return std::max(1, static_cast<int>(gpus_per_node)); }
   // Optional: USD per GPU-hour (a cloud list price, or what a purchase amortises to), which
   // `batchsim plan` ranks candidates by; 0: unknown. Datasheet profiles carry none.
   double price_per_hour = 0;

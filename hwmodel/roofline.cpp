@@ -648,7 +648,7 @@ double allreduce_time_s(const HardwareProfile& gpu, double message_bytes, int tp
   for (const AllReduceFit& fit : gpu.allreduce) {
     if (fit.tp == tp) return fit.latency_s + wire_bytes / fit.bytes_per_s;
   }
-  const int node = std::max(1, static_cast<int>(gpu.gpus_per_node));
+  const int node = gpu.node_gpus();
   if (tp > node && gpu.internode_bytes_per_s > 0) {
     // Over several nodes the ring leaves each node through a NIC, and the ring runs no faster
     // than its slowest link: each GPU's 2 (tp-1)/tp of the message passes at one NIC's rate,

@@ -483,7 +483,7 @@ int run_replay_command(const RunReplayOptions& o, std::ostream& out) {
     fmt::print(out, "wrote {}\n", o.out);
   }
   if (!o.run_out.empty()) {
-    write_run_outputs(outcome, config.out, summary_to_json(outcome));
+    write_run_outputs(outcome, config.out);
     const std::filesystem::path trace = config.out / "trace.json";
     write_chrome_trace(outcome, trace);
     fmt::print(out, "wrote {} (the replay as `batchsim run --out` writes a run; open {} in https://ui.perfetto.dev)\n",
