@@ -81,6 +81,87 @@ void BlockKeyTable::erase(uint64_t key) {
   --size_;
 }
 
+void PreemptedBlockQueue::reset(int64_t num_requests, int64_t free_blocks) {
+  runs_.clear();
+  first_ = 0;
+  run_of_.assign(static_cast<size_t>(num_requests), -1);
+  free_anonymous(free_blocks);
+}
+
+void PreemptedBlockQueue::take(int64_t n) {
+  while (n > 0) {
+    if (runs_.empty()) throw std::logic_error("PreemptedBlockQueue: more blocks taken than are free");
+    Run& front = runs_.front();
+    const int64_t taken = std::min(n, front.blocks);
+    front.blocks -= taken;
+    n -= taken;
+    if (front.blocks == 0) {
+      if (front.owner >= 0) run_of_[front.owner] = -1;
+      runs_.pop_front();
+      ++first_;
+    }
+  }
+}
+
+void PreemptedBlockQueue::free_anonymous(int64_t n) {
+  if (n <= 0) return;
+  if (!runs_.empty() && runs_.back().owner < 0) {
+    runs_.back().blocks += n;
+  } else {
+    runs_.push_back({-1, n});
+  }
+}
+
+void PreemptedBlockQueue::park(RequestId id, int64_t blocks) {
+  // A run still parked under this id is a former occupant's (a streaming run's slot, its
+  // request settled without readmission): it becomes anonymous.
+  if (run_of_[id] >= 0) unpark(id, 0);
+  if (blocks <= 0) return;
+  runs_.push_back({id, blocks});
+  run_of_[id] = first_ + static_cast<int64_t>(runs_.size()) - 1;
+}
+
+int64_t PreemptedBlockQueue::surviving(RequestId id) const {
+  const int64_t run = run_of_[id];
+  return run < 0 ? 0 : runs_[static_cast<size_t>(run - first_)].blocks;
+}
+
+int64_t PreemptedBlockQueue::ahead_of(RequestId id) const {
+  const int64_t run = run_of_[id];
+  if (run < 0) return 0;
+  int64_t ahead = 0;
+  for (int64_t i = first_; i < run; ++i) ahead += runs_[static_cast<size_t>(i - first_)].blocks;
+  return ahead;
+}
+
+bool PreemptedBlockQueue::takes_parked(int64_t n) const {
+  for (const Run& run : runs_) {
+    if (n <= 0) return false;
+    if (run.owner >= 0 && run.blocks > 0) return true;
+    n -= run.blocks;
+  }
+  return false;
+}
+
+void PreemptedBlockQueue::unpark(RequestId id, int64_t reused) {
+  const int64_t run = run_of_[id];
+  if (run < 0) {
+    if (reused > 0) throw std::logic_error("PreemptedBlockQueue: reusing blocks of a request not parked");
+    return;
+  }
+  Run& r = runs_[static_cast<size_t>(run - first_)];
+  if (reused > r.blocks) throw std::logic_error("PreemptedBlockQueue: reusing more blocks than survive");
+  r.blocks -= reused;  // the rest stay where they are, free for anyone
+  r.owner = -1;
+  run_of_[id] = -1;
+}
+
+int64_t PreemptedBlockQueue::size() const {
+  int64_t blocks = 0;
+  for (const Run& run : runs_) blocks += run.blocks;
+  return blocks;
+}
+
 PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t block_size, double watermark_fraction,
                            PrefixCacheSource prefix)
     : KvCacheManager(num_requests),
@@ -98,6 +179,14 @@ PagedKvCache::PagedKvCache(int64_t num_requests, int64_t num_blocks, int32_t blo
   if (!(watermark_fraction >= 0 && watermark_fraction < 1)) throw UserError("watermark must be in [0, 1)");
   // vLLM v0: watermark_blocks = int(watermark * num_gpu_blocks).
   watermark_blocks_ = static_cast<int64_t>(watermark_fraction * static_cast<double>(num_blocks));
+  if (prefix.requests != nullptr && !prefix.usable()) {
+    own_blocks_ = true;
+    prefix_ = prefix;
+    own_queue_.reset(num_requests, num_blocks);
+    parked_request_.assign(static_cast<size_t>(num_requests), -1);
+    hit_tokens_.assign(static_cast<size_t>(num_requests), 0);
+    return;
+  }
   if (!prefix.usable()) return;
   if (num_blocks > std::numeric_limits<int32_t>::max()) {
     throw UserError("prefix caching: more KV blocks than 2^31; use a larger block_size");
@@ -195,6 +284,9 @@ PagedKvCache::Hit PagedKvCache::look_up(RequestId id, int64_t max_blocks) const 
 }
 
 int64_t PagedKvCache::cached_prefix_tokens(RequestId id, int64_t known_tokens) const {
+  if (own_blocks_ && known_tokens >= 1) {
+    return std::min(own_surviving(id), (known_tokens - 1) / block_size_) * block_size_;
+  }
   if (!caching_ || known_tokens < 1) return 0;
   scan(id);
   return std::min(static_cast<int64_t>(run_.size()) + host_run_, (known_tokens - 1) / block_size_) * block_size_;
@@ -363,6 +455,7 @@ int32_t PagedKvCache::take_free_block() {
 }
 
 bool PagedKvCache::allocation_evicts(int64_t n) const {
+  if (own_blocks_) return own_queue_.takes_parked(n);
   if (!caching_) return false;
   int32_t b = queue_head_;
   for (int64_t i = 0; i < n && b != kNone; ++i, b = queue_next_[b]) {
@@ -372,6 +465,7 @@ bool PagedKvCache::allocation_evicts(int64_t n) const {
 }
 
 bool PagedKvCache::allocation_evicts_run_of(RequestId id, int64_t n) const {
+  if (own_blocks_) return own_surviving(id) > 0 && own_queue_.ahead_of(id) < n;
   if (!caching_) return false;
   scan(id);
   const auto run = static_cast<int64_t>(run_.size());
@@ -492,7 +586,18 @@ bool PagedKvCache::try_admit(RequestId id, int64_t tokens, int64_t reserve_token
     // The side blocks last: taking them may evict a cached block, never one of the hit.
     for (int64_t k = 0; k < side_blocks_; ++k) side_[id].push_back(take_free_block());
   } else {
-    free_blocks_ -= blocks_for(tokens) + side_blocks_;
+    const int64_t blocks = blocks_for(tokens) + side_blocks_;
+    if (own_blocks_) {
+      // Its surviving own blocks, up to the hit cached_prefix_tokens gave, leave the queue
+      // (BlockPool.touch); the others it needs come from the front.
+      const int64_t reused = std::min(own_surviving(id), (tokens - 1) / block_size_);
+      own_queue_.unpark(id, reused);
+      hit_tokens_[id] = reused * block_size_;
+      free_blocks_ -= reused;
+      take_counted(blocks - reused);
+    } else {
+      free_blocks_ -= blocks;
+    }
   }
   ++holders_;
   tokens_[id] = tokens;
@@ -560,14 +665,18 @@ bool PagedKvCache::decode_run_step() {
         throw std::logic_error("PagedKvCache: decode run growth failed after its blocks were counted");
     }
   } else {
-    free_blocks_ -= blocks;
+    take_counted(blocks);
     used_tokens_ += static_cast<int64_t>(run_ids_.size());
   }
   ++run_steps_;
   return true;
 }
 
-void PagedKvCache::release(RequestId id) {
+void PagedKvCache::release(RequestId id) { release_blocks(id, false); }
+
+void PagedKvCache::release_preempted(RequestId id) { release_blocks(id, true); }
+
+void PagedKvCache::release_blocks(RequestId id, bool preempted) {
   if (in_run_) throw std::logic_error("PagedKvCache: release inside a decode run");
   if (!holds(id)) return;
   if (caching_) {
@@ -595,7 +704,17 @@ void PagedKvCache::release(RequestId id) {
       side_[id].clear();
     }
   } else {
-    free_blocks_ += blocks_for(tokens_[id]) + side_blocks_;
+    const int64_t blocks = blocks_for(tokens_[id]) + side_blocks_;
+    free_blocks_ += blocks;
+    if (own_blocks_) {
+      // The partial last block and the side blocks first, then the full ones; only a preempted
+      // request will look its blocks up again (a finished one never comes back).
+      const int64_t full = preempted ? tokens_[id] / block_size_ : 0;
+      own_queue_.free_anonymous(blocks - full);
+      own_queue_.park(id, full);
+      parked_request_[id] = (*prefix_.requests)[id].id;
+      hit_tokens_[id] = 0;
+    }
   }
   --holders_;
   used_tokens_ -= tokens_[id];
@@ -628,6 +747,7 @@ void PagedKvCache::check_invariants() const {
   if (free_blocks_ < 0 || free_blocks_ > num_blocks_) fail("free block count out of range");
   if (!caching_) {
     if (held_blocks + free_blocks_ != num_blocks_) fail("blocks lost or made up");
+    if (own_blocks_ && own_queue_.size() != free_blocks_) fail("the own-blocks queue does not hold the free blocks");
     return;
   }
   std::vector<int32_t> refs(static_cast<size_t>(num_blocks_), 0);

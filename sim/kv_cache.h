@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -217,11 +218,45 @@ class HostKvTier {
 };
 
 // What prefix caching needs to know of each request: its prompt length and the hashes of its
-// prompt blocks (sim/workload/trace_reader.h). Caching is off unless both are given and hashes exist.
+// prompt blocks (sim/workload/trace_reader.h). Caching is per block when both are given and
+// hashes exist; with the requests alone, only a preempted request's own blocks are found again
+// (PreemptedBlockQueue); with neither, it is off.
 struct PrefixCacheSource {
   const Workload* requests = nullptr;
   const PrefixBlockHashes* hashes = nullptr;
   bool usable() const { return requests != nullptr && hashes != nullptr && !hashes->empty(); }
+};
+
+// vLLM's free block queue seen by count, for prefix caching on a workload without prompt-block
+// hashes: no request shares another's blocks then, and the only blocks ever found again are a
+// preempted request's own (vLLM hashes every full block of every request; a request preempted
+// by recompute is looked up again at readmission and recomputes only what was evicted). The
+// queue is a list of runs of free blocks: anonymous ones (never used, a finished request's, a
+// last partial block) and each waiting preempted request's full blocks. A release appends at
+// the back, a request's tail first (BlockPool.free_blocks of the reversed blocks), so its head
+// blocks are taken last; allocation takes from the front (FreeKVCacheBlockQueue.popleft_n).
+// This is what PagedKvCache's per-block queue does on such a workload, in O(1) per allocation
+// whatever the number of blocks, so that a decode cohort can still grow by count.
+class PreemptedBlockQueue {
+ public:
+  void reset(int64_t num_requests, int64_t free_blocks);
+  void take(int64_t n);                       // n blocks from the front
+  void free_anonymous(int64_t n);             // appended at the back
+  void park(RequestId id, int64_t blocks);    // id's full blocks, appended after its partial one
+  int64_t surviving(RequestId id) const;      // of them, not taken yet (its first blocks)
+  int64_t ahead_of(RequestId id) const;       // free blocks before them
+  bool takes_parked(int64_t n) const;         // taking n would take a parked block
+  void unpark(RequestId id, int64_t reused);  // id readmitted with `reused` of them
+  int64_t size() const;                       // every free block (invariants)
+
+ private:
+  struct Run {
+    RequestId owner;  // -1: anonymous
+    int64_t blocks;
+  };
+  std::deque<Run> runs_;
+  int64_t first_ = 0;            // the index of runs_.front() since reset
+  std::vector<int64_t> run_of_;  // per request: the index of its parked run, or -1
 };
 
 // Prefix caching (vLLM v1 automatic prefix caching, read at vLLM main, commit 28be48f of
@@ -316,7 +351,7 @@ class PagedKvCache final : public KvCacheManager {
     if (caching_) {
       take_blocks_for_growth(id, have, tokens, needed);
     } else {
-      free_blocks_ -= needed;
+      take_counted(needed);
     }
     used_tokens_ += tokens - have;
     tokens_[id] = tokens;
@@ -371,6 +406,10 @@ class PagedKvCache final : public KvCacheManager {
     int64_t grown_ = 0;
   };
   void release(RequestId id) override;
+  // release() of a request preempted by recompute: with prefix caching its full blocks stay
+  // findable by it until they are taken (what release() does with hashes; without them, the
+  // own-blocks queue keeps them).
+  void release_preempted(RequestId id);
   bool fits_when_empty(int64_t reserve_tokens) const override;
   bool can_admit(RequestId id, int64_t tokens, int64_t reserve_tokens) const override;
   int64_t cached_prefix_tokens(RequestId id, int64_t known_tokens) const override;
@@ -403,15 +442,17 @@ class PagedKvCache final : public KvCacheManager {
   bool grow_cohort(int64_t tokens, int64_t blocks) override {
     if (caching_) throw std::logic_error("PagedKvCache: a decode cohort cannot grow with prefix caching");
     if (blocks > free_blocks_) return false;
-    free_blocks_ -= blocks;
+    take_counted(blocks);
     used_tokens_ += tokens;
     return true;
   }
   bool grows_within(RequestId /*id*/, int64_t /*final_tokens*/) const override { return true; }
 
   bool prefix_caching() const { return caching_; }
+  // Prefix caching on a workload without hashes: only a preempted request's own blocks are found.
+  bool own_blocks_only() const { return own_blocks_; }
   // Tokens `id` shared from the cache at its current admission (0 when not held).
-  int64_t shared_tokens_of(RequestId id) const { return holds(id) && caching_ ? hit_tokens_[id] : 0; }
+  int64_t shared_tokens_of(RequestId id) const { return holds(id) && (caching_ || own_blocks_) ? hit_tokens_[id] : 0; }
   int64_t cached_blocks() const { return table_.size(); }  // in the table
   int64_t evictable_blocks() const { return evictable_; }  // cached, ref 0, counted free
   // Whether allocating `n` blocks now would evict a cached block: one of the first `n` of the
@@ -452,6 +493,17 @@ class PagedKvCache final : public KvCacheManager {
   Hit look_up(RequestId id, int64_t max_blocks) const;
   int64_t max_distinct_blocks() const;  // sizes an offload tier's key table
   int32_t take_free_block();
+  // Without per-block prefix caching: n free blocks, counted.
+  void take_counted(int64_t n) {
+    free_blocks_ -= n;
+    if (own_blocks_) own_queue_.take(n);
+  }
+  void release_blocks(RequestId id, bool preempted);
+  // Of the blocks parked under `id`, those not taken yet, if its current request parked them
+  // (a streaming run's slot changes hands).
+  int64_t own_surviving(RequestId id) const {
+    return parked_request_[id] == (*prefix_.requests)[id].id ? own_queue_.surviving(id) : 0;
+  }
   void enter_full_blocks(RequestId id, int64_t from_tokens, int64_t to_tokens);
   void queue_unlink(int32_t b);
   void queue_push_back(int32_t b);
@@ -463,6 +515,11 @@ class PagedKvCache final : public KvCacheManager {
   int32_t block_shift_ = -1;  // log2(block_size_) when that is a power of two, else -1
   int64_t watermark_blocks_;
   int64_t free_blocks_;
+
+  // Prefix caching without hashes (own_blocks_only): the free queue by count; hit_tokens_ too.
+  bool own_blocks_ = false;
+  PreemptedBlockQueue own_queue_;
+  std::vector<RequestId> parked_request_;  // per request (slot): the Request::id that parked
 
   // Prefix caching only (all empty when off).
   bool caching_ = false;

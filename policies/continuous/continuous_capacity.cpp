@@ -108,7 +108,13 @@ void ContinuousCapacity::preempt(RequestId victim, Batch& batch, bool allow_swap
     swapped_.push_back(victim);
     env_->preempt(victim, /*keeps_kv=*/true);
   } else {
-    kv_->release(victim);
+    // Its blocks stay findable by it until taken: readmitted, it recomputes only what was
+    // evicted (vLLM v1 with prefix caching; without it, everything).
+    if (paged_kv_ != nullptr) {
+      paged_kv_->release_preempted(victim);
+    } else {
+      kv_->release(victim);
+    }
     // Back to the head of the waiting queue (vLLM v0 appendleft, v1 prepend_request), or to
     // its rank under a ranked policy (PriorityRequestQueue.prepend_request adds by rank).
     waiting_.add_preempted(victim);

@@ -503,9 +503,12 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
   if (held_back_ && steps_since_admission_ + 1 >= config_.max_waiting_tokens) return false;
   if (!batch.cohort.empty()) {
     // The cohort's step (its members are all the batch: a decode-only step's plain decodes),
-    // in O(1); without prefix caching, nothing cached can be evicted.
+    // in O(1). Its cache counts blocks, so the only cached blocks it can evict are a preempted
+    // request's own (PreemptedBlockQueue), checked as below.
     if (!batch.items.empty()) return false;
-    const int64_t blocks = capacity_.paged_kv() != nullptr ? cohort_->blocks_next_step() : 0;
+    const PagedKvCache* paged = capacity_.paged_kv();
+    const int64_t blocks = paged != nullptr ? cohort_->blocks_next_step() : 0;
+    if (paged != nullptr && growth_evicts_a_waiting_hit(*paged, blocks)) return false;
     if (!capacity_.kv().grow_cohort(cohort_->size(), blocks)) return false;  // schedule() would preempt
     cohort_->grow();
     ++steps_since_admission_;
@@ -525,16 +528,18 @@ bool ContinuousPolicy::repeat_decode_step(const Batch& batch) {
     // counts, unless TGI's wait rule counts what the others would find; any other eviction
     // only shrinks the free room, as growth does. With nobody waiting, what is cached
     // changes no decision of schedule().
-    const WaitingQueue& waiting = capacity_.waiting();
-    if (!waiting.empty() &&
-        (config_.max_waiting_tokens > 0 ? paged.allocation_evicts(new_blocks)
-                                        : paged.allocation_evicts_run_of(waiting.front(), new_blocks))) {
-      return false;
-    }
+    if (growth_evicts_a_waiting_hit(paged, new_blocks)) return false;
   }
   if (!kv.decode_run_step()) throw std::logic_error("decode growth failed after its blocks were counted");
   ++steps_since_admission_;  // as schedule() would count this decode-only step
   return true;
+}
+
+bool ContinuousPolicy::growth_evicts_a_waiting_hit(const PagedKvCache& paged, int64_t new_blocks) const {
+  const WaitingQueue& waiting = capacity_.waiting();
+  if (waiting.empty()) return false;
+  return config_.max_waiting_tokens > 0 ? paged.allocation_evicts(new_blocks)
+                                        : paged.allocation_evicts_run_of(waiting.front(), new_blocks);
 }
 
 void ContinuousPolicy::on_iteration_end(const Batch& /*batch*/, std::span<const RequestId> finished, SimTime now) {

@@ -118,6 +118,9 @@ class ContinuousPolicy final : public Policy {
   // the per-request pass would (setting `preempted`); when the budget does not reach every
   // member, the cohort is dissolved and the per-request loop decides.
   size_t schedule_cohort(Batch& batch, int64_t& budget, bool& preempted);
+  // Whether a repeated decode step's `new_blocks` would evict a cached block that a waiting
+  // request's admission counts on, so that schedule() must look again.
+  bool growth_evicts_a_waiting_hit(const PagedKvCache& paged, int64_t new_blocks) const;
   // Member `id` leaves the cohort, its progress and KV tokens exact again.
   void leave_cohort(RequestId id);
   // Every member leaves the cohort.

@@ -79,7 +79,7 @@ void write_run(const RunOutcome& outcome, const fs::path& dir, const std::string
 
 // Issue 44, item 3: the shipped RTX 4090 run replayed on the profile fitted only on that GPU's
 // per-layer profile (rtx-4090-fitted). Figures pinned as measured (docs/validation.md); the
-// issue's targets that hold are asserted as targets, TPOT (5.6% against <= 5%) is pinned.
+// issue's targets that hold are asserted as targets, TPOT (5.2% against <= 5%) is pinned.
 TEST(RunReplay, ShippedRtx4090RunOnItsOwnFittedProfile) {
   const fs::path out = testing::scratch_dir("rtx4090") / "replay.json";
   const auto r =
@@ -90,10 +90,10 @@ TEST(RunReplay, ShippedRtx4090RunOnItsOwnFittedProfile) {
   EXPECT_LE(j["e2e"]["mape"].get<double>(), 8);
   EXPECT_LE(std::abs(j["output_throughput"]["error_percent"].get<double>()), 3);
   EXPECT_GE(j["e2e"]["spearman"].get<double>(), 0.9);
-  EXPECT_NEAR(j["ttft"]["mape"].get<double>(), 4.3, 0.1);
-  EXPECT_NEAR(j["tpot"]["mape"].get<double>(), 5.6, 0.1);
-  EXPECT_NEAR(j["e2e"]["mape"].get<double>(), 1.9, 0.1);
-  EXPECT_NEAR(j["output_throughput"]["error_percent"].get<double>(), -2.0, 0.1);
+  EXPECT_NEAR(j["ttft"]["mape"].get<double>(), 4.7, 0.1);
+  EXPECT_NEAR(j["tpot"]["mape"].get<double>(), 5.2, 0.1);
+  EXPECT_NEAR(j["e2e"]["mape"].get<double>(), 2.1, 0.1);
+  EXPECT_NEAR(j["output_throughput"]["error_percent"].get<double>(), 1.3, 0.1);
   EXPECT_EQ(j["requests_completed"], 300);
   EXPECT_EQ(j["timeseries"].size(), 184u);
   EXPECT_TRUE(j["timeseries"][10].contains("predicted"));

@@ -1,7 +1,7 @@
 // Prefix caching in the continuous policies (vLLM v1 automatic prefix caching): what a hit does
 // to a request's prefill, that it never covers the whole prompt, that a request readmitted
-// after a recompute preemption hits its own prefix, that caching off (or no hashes) changes
-// nothing, and that the Mooncake conversation trace, whose requests share prefixes, gets a
+// after a recompute preemption hits its own prefix (with the workload's hashes or without),
+// that caching off changes nothing, and that the Mooncake conversation trace, whose requests share prefixes, gets a
 // real hit rate and a lower TTFT.
 #include <gtest/gtest.h>
 
@@ -122,7 +122,7 @@ TEST(PrefixCaching, ARecomputedRequestReusesItsPromptAndGeneratedBlocks) {
   EXPECT_EQ(run.result.requests[1].state, RequestState::kFinished);
 }
 
-void expect_same_results(const SimulationResult& a, const SimulationResult& b) {
+void expect_same_results(const SimulationResult& a, const SimulationResult& b, bool cached = false) {
   ASSERT_EQ(a.requests.size(), b.requests.size());
   for (size_t i = 0; i < a.requests.size(); ++i) {
     EXPECT_EQ(a.requests[i].state, b.requests[i].state) << i;
@@ -130,30 +130,57 @@ void expect_same_results(const SimulationResult& a, const SimulationResult& b) {
     EXPECT_EQ(a.requests[i].finished, b.requests[i].finished) << i;
     EXPECT_EQ(a.requests[i].max_tbt, b.requests[i].max_tbt) << i;
     EXPECT_EQ(a.requests[i].preemptions, b.requests[i].preemptions) << i;
-    EXPECT_EQ(a.requests[i].cached_tokens, 0) << i;
-    EXPECT_EQ(b.requests[i].cached_tokens, 0) << i;
+    EXPECT_EQ(a.requests[i].cached_tokens, b.requests[i].cached_tokens) << i;
+    if (!cached) {
+      EXPECT_EQ(a.requests[i].cached_tokens, 0) << i;
+    }
   }
   EXPECT_EQ(a.summary.iterations, b.summary.iterations);
   EXPECT_EQ(a.summary.kv_allocated_fraction_mean, b.summary.kv_allocated_fraction_mean);
   EXPECT_EQ(a.summary.ttft_s.mean, b.summary.ttft_s.mean);
   EXPECT_EQ(a.summary.prefill_admitted_tokens, b.summary.prefill_admitted_tokens);
+  EXPECT_EQ(a.summary.prefill_cached_tokens, b.summary.prefill_cached_tokens);
 }
 
-TEST(PrefixCaching, OffOrWithoutHashesTheResultsAreThoseOfNoCaching) {
+// One hash per 16 prompt tokens, each request's its own: no block is shared, but every block
+// goes through the per-block prefix cache.
+PrefixBlockHashes unique_hashes(const Workload& requests) {
+  PrefixBlockHashes h;
+  h.block_tokens = 16;
+  h.offsets.push_back(0);
+  for (const Request& r : requests) {
+    for (int64_t k = 0; k <= r.prompt_tokens / 16; ++k) h.hashes.push_back(1'000'003ULL * (r.id + 1) + k);
+    h.offsets.push_back(static_cast<int64_t>(h.hashes.size()));
+  }
+  return h;
+}
+
+TEST(PrefixCaching, OffTheResultsAreThoseOfNoCachingAndWithoutHashesPreemptedRequestsFindTheirOwnBlocks) {
   const BuiltWorkload built = spec_workload("poisson:30", "uniform:50:600", "capexp:100:400", 300, 3, "groups:256:3");
   const CostModel cm(resolve_model("llama-2-7b"), resolve_gpu("a100-40gb"), 1);
-  auto run = [&](const std::string& caching, const PrefixBlockHashes* hashes) {
+  auto run = [&](const std::string& caching, const PrefixBlockHashes* hashes, bool fast_forward = true) {
     auto p = policy("vllm", {{"prefix_caching", caching}});
     SimulationOptions options;
     options.gpu_memory_utilization = 0.45;  // tight: preemptions happen
     options.prefix_blocks = hashes;
+    options.fast_forward = fast_forward;
     return Simulation(built.requests, *p, cm, options).run();
   };
   const SimulationResult plain = run("false", nullptr);
   EXPECT_GT(plain.summary.preemptions, 0);
   expect_same_results(plain, run("false", &built.prefix_blocks));  // hashes, caching off
-  expect_same_results(plain, run("true", nullptr));                // caching on, no hashes
-  // And with both, caching does something on this workload.
+  // Caching on without hashes: a preempted request recomputes only its evicted blocks, as the
+  // per-block cache has it when every request's hashes are its own (and the same with every
+  // step scheduled, the decode cohort and its counted queue off).
+  const SimulationResult own = run("true", nullptr);
+  EXPECT_GT(own.summary.prefill_cached_tokens, 0);
+  EXPECT_LT(own.summary.prefill_admitted_tokens - own.summary.prefill_cached_tokens,
+            plain.summary.prefill_admitted_tokens);
+  EXPECT_LE(own.summary.preemptions, plain.summary.preemptions);
+  const PrefixBlockHashes unique = unique_hashes(built.requests);
+  expect_same_results(own, run("true", &unique), /*cached=*/true);
+  expect_same_results(own, run("true", nullptr, /*fast_forward=*/false), /*cached=*/true);
+  // And with shared hashes, caching does something on this workload.
   EXPECT_GT(run("true", &built.prefix_blocks).summary.prefix_hit_rate, 0.2);
 }
 

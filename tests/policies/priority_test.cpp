@@ -168,7 +168,9 @@ TEST(PriorityScheduling, APreemptedLowPriorityRequestResumesWithItsTokens) {
   expect_states(run, {{0, 0, {{kLow, 30}}},
                       {1, 1, {{kLow, 1}, {kHigh, 32}}},  // 0 blocks free
                       {2, 3, {{kHigh, 1}}},              // low preempted; then no room for it
-                      {4, 4, {{kLow, 32}}}});            // resumed: 30 prompt + 2 generated
+                      {4, 4, {{kLow, 16}}}});            // resumed: 30 prompt + 2 generated,
+  // of which its first 4 blocks (16 tokens) were still cached: only 16 are recomputed.
+  EXPECT_EQ(run.result.requests[kLow].cached_tokens, 16);
   EXPECT_EQ(run.result.requests[kLow].preemptions, 1);
   EXPECT_EQ(run.result.requests[kLow].state, RequestState::kFinished);
   EXPECT_LT(run.result.requests[kHigh].finished, run.result.requests[kLow].finished);

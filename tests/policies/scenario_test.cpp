@@ -268,7 +268,10 @@ TEST(FullPromptAdmission, APromptWhoseKvIsNotFreeWaitsAndPreemptsNothing) {
 // behind it either way. The thrashing PR #37307 describes.
 TEST(FullPromptAdmission, AdmittingTheFirstChunkPreemptsAndRecomputes) {
   const CostModel cm = rig_cost_model(ten_blocks_of_four());
-  const RecordedRun run = run_preset("vllm", full_prompt_workload(), cm, full_prompt_options("first_chunk"));
+  // Without prefix caching, so that every readmission recomputes B from scratch.
+  auto options = full_prompt_options("first_chunk");
+  options["prefix_caching"] = "false";
+  const RecordedRun run = run_preset("vllm", full_prompt_workload(), cm, options);
   expect_states(run, {
                          {0, 0, {{A, 8}}},
                          {1, 1, {{A, 1}}},
@@ -297,8 +300,16 @@ TEST(FullPromptAdmission, AdmittingTheFirstChunkPreemptsAndRecomputes) {
     if (const BatchItem* item = s.item(B)) b_prefill += item->new_tokens;
   }
   EXPECT_EQ(b_prefill, 12 * 7 + 32);
+  // With prefix caching (the preset's default) a readmitted B finds its full blocks that A's
+  // growth has not taken yet, and throws less work away.
+  const RecordedRun cached = run_preset("vllm", full_prompt_workload(), cm, full_prompt_options("first_chunk"));
+  int64_t b_cached_prefill = 0;
+  for (const Step& s : cached.steps) {
+    if (const BatchItem* item = s.item(B)) b_cached_prefill += item->new_tokens;
+  }
+  EXPECT_GT(cached.result.requests[B].cached_tokens, 0);
+  EXPECT_LT(b_cached_prefill, b_prefill);
   // The versioned preset of 2025's V1 engine schedules exactly so without the option.
-  auto options = full_prompt_options("first_chunk");
   options.erase("admission");
   const RecordedRun v2025 = run_preset("vllm-v1-2025", full_prompt_workload(), cm, options);
   ASSERT_EQ(v2025.steps.size(), run.steps.size());
@@ -418,9 +429,13 @@ TEST(Preemption, RecomputeFreesTheNewestAndReprefillsPromptPlusGenerated) {
   for (const char* name : {"continuous", "vllm-v0", "vllm"}) {
     SCOPED_TRACE(name);
     const RecordedRun run = run_preset(name, kv_pressure_workload(), cm, {{"block_size", "4"}});
-    // B had 13 tokens when preempted: it prefills 8 + 13 = 21 tokens again from scratch.
-    expect_preempted_and_readmitted(run, 21);
-    EXPECT_EQ(run.steps[20].item(B)->context_before, 0);
+    // B had 13 tokens when preempted: it prefills 8 + 13 = 21 tokens again from scratch; with
+    // prefix caching (on in the vllm preset) its 3 full blocks are still in the free queue,
+    // not yet taken, and it finds them (vLLM v1 get_computed_blocks): 9 tokens after 12.
+    const bool cached = std::string(name) == "vllm";
+    expect_preempted_and_readmitted(run, cached ? 9 : 21);
+    EXPECT_EQ(run.steps[20].item(B)->context_before, cached ? 12 : 0);
+    EXPECT_EQ(run.result.requests[B].cached_tokens, cached ? 12 : 0);
     EXPECT_EQ(run.steps[12].kv_allocated_tokens, 40);  // every block in use before preempting
     EXPECT_EQ(run.steps[13].kv_allocated_tokens, 24);  // B's 5 blocks freed, A grew by one
   }

@@ -525,14 +525,60 @@ TEST(PrefixCache, WatermarkAppliesToNewAndEvictableHitBlocks) {
   EXPECT_FALSE(kv.fits_when_empty(33));
 }
 
-TEST(PrefixCache, WithoutHashesTheCacheIsThePlainOne) {
-  const Workload requests(2);
+// Without prompt-block hashes no request shares another's blocks, but a request preempted by
+// recompute finds what of its own full blocks survived, as vLLM hashes every request's blocks:
+// freed last block first to the free queue's back, its tail is taken by the next allocations
+// and its head stays found. The cache still counts blocks (a decode cohort can grow it).
+TEST(PrefixCache, WithoutHashesAPreemptedRequestFindsItsOwnSurvivingBlocks) {
+  Workload requests(2);
+  for (RequestId id = 0; id < 2; ++id) {
+    requests[id].id = id;
+    requests[id].prompt_tokens = 64;
+    requests[id].output_tokens = 16;
+  }
   const PrefixBlockHashes none;
-  PagedKvCache kv(2, 10, 16, 0.0, PrefixCacheSource{&requests, &none});
+  PagedKvCache kv(2, 7, 16, 0.0, PrefixCacheSource{&requests, &none});
   EXPECT_FALSE(kv.prefix_caching());
-  EXPECT_EQ(kv.cached_prefix_tokens(0, 100), 0);
+  ASSERT_TRUE(kv.own_blocks_only());
+  EXPECT_TRUE(kv.cohort_grows_by_count());
+  ASSERT_TRUE(kv.try_admit(0, 66, 66));  // 4 full blocks and a partial one: 2 of 7 left
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 64), 0);
+  kv.release_preempted(0);  // queue: 2 unused, its partial block, then its 4 full ones
+  kv.check_invariants();
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 67), 64);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 40), 32);  // never the last known token's block
+  EXPECT_TRUE(kv.allocation_evicts_run_of(0, 4));
+  EXPECT_FALSE(kv.allocation_evicts_run_of(0, 3));
+  // Request 1 takes 4: the 3 anonymous ones, then request 0's last full block.
+  ASSERT_TRUE(kv.try_admit(1, 64, 64));
+  EXPECT_EQ(kv.shared_tokens_of(1), 0);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 67), 48);
+  EXPECT_TRUE(kv.try_grow(1, 80));  // one more block: request 0's third
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 67), 32);
+  kv.check_invariants();
+  EXPECT_FALSE(kv.try_admit(0, 67, 67));  // 5 blocks, 2 of them its own: 2 free in all
+  kv.release(1);                          // finished: nobody finds its blocks
+  EXPECT_EQ(kv.cached_prefix_tokens(1, 64), 0);
+  ASSERT_TRUE(kv.try_admit(0, 67, 67));  // readmitted: recomputes from token 32 on
+  EXPECT_EQ(kv.shared_tokens_of(0), 32);
+  EXPECT_EQ(kv.allocated_blocks(), 5);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 67), 0);  // held again, nothing parked
+  kv.check_invariants();
+  // A release that is not a preemption keeps nothing for the request.
+  kv.release(0);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 67), 0);
+  kv.check_invariants();
+}
+
+// Without the requests, nothing is cached at all: the plain counting cache.
+TEST(PrefixCache, WithoutTheRequestsTheCacheIsThePlainOne) {
+  PagedKvCache kv(2, 10, 16, 0.0, PrefixCacheSource{});
+  EXPECT_FALSE(kv.prefix_caching());
+  EXPECT_FALSE(kv.own_blocks_only());
   ASSERT_TRUE(kv.try_admit(0, 17, 17));
-  EXPECT_EQ(kv.allocated_blocks(), 2);
+  kv.release_preempted(0);
+  EXPECT_EQ(kv.cached_prefix_tokens(0, 100), 0);
+  EXPECT_EQ(kv.free_blocks(), 10);
   kv.check_invariants();
 }
 
