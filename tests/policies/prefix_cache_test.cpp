@@ -1,8 +1,8 @@
 // Prefix caching in the continuous policies (vLLM v1 automatic prefix caching): what a hit does
 // to a request's prefill, that it never covers the whole prompt, that a request readmitted
 // after a recompute preemption hits its own prefix (with the workload's hashes or without),
-// that caching off changes nothing, and that the Mooncake conversation trace, whose requests share prefixes, gets a
-// real hit rate and a lower TTFT.
+// that caching off changes nothing, and that the Mooncake conversation trace, whose requests
+// share prefixes, gets a real hit rate and a lower TTFT.
 #include <gtest/gtest.h>
 
 #include "policies/continuous/continuous_policy.h"
